@@ -1,0 +1,3 @@
+from servesize.cli import entry
+
+entry()

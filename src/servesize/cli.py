@@ -1,0 +1,147 @@
+"""The command line: a thin edge over the public API.
+
+Each command lives in ``servesize.commands.<module>`` and exposes ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> result``. The result owns ``to_dict()`` (the
+``--json`` document) and ``render(explain)`` (the text, with derivations under
+``--explain``). This module only parses, dispatches, prints and maps errors to exit codes:
+0 ok, 2 refused or bad input. Modules are imported lazily so ``servesize --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import importlib
+import json
+import sys
+
+from servesize import __version__
+
+# name -> (module, one-line help). Two-word names are subcommands of a group.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("servesize.commands.models", "the model catalogue: parameters, layers, KV bytes per token"),
+    "gpus": ("servesize.commands.gpus", "the GPU catalogue: memory as nvidia-smi reports it, bandwidth, FLOP/s"),
+    "fit": ("servesize.commands.fit", "what can these GPUs serve: models x precision x placement, with concurrency"),
+    "memory": ("servesize.commands.memory", "vLLM's memory budget and KV pool for one deployment, down to the lines it logs"),
+    "plan": ("servesize.commands.plan", "warm users, decode speed, latency: which ceiling binds, and the vLLM recipe"),
+    "calibrate": ("servesize.commands.calibrate", "read real vLLM startup logs and write a calibration file"),
+    "workload fit": ("servesize.commands.workload_fit", "fit a log-normal session-length workload from request logs"),
+    "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
+    "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
+    "simulate": ("servesize.commands.simulate", "replay a request trace through an LRU block cache"),
+    "serve": ("servesize.commands.serve", "the local web explorer"),
+}
+
+EPILOG = """\
+examples:
+  servesize fit --gpus 4xH100                      what fits on four H100s at 8k context
+  servesize memory llama-3.1-8b --gpus 1xH100 --explain
+  servesize memory qwen3.5-27b --gpus 1xH20 --max-model-len 32768 --vllm-version 0.19.0
+  servesize plan qwen3.6-27b --gpus 1xH200 --kv-cache-dtype fp8 --median 31k
+  servesize measure pool --url http://localhost:8000 --prompt-tokens 1024
+
+Every command takes --json (one JSON document on stdout, nothing else) and --explain
+(the derivation of each number). Exit codes: 0 ok, 2 refused or bad input.
+"""
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    out = {}
+    for name, (module, help_) in COMMANDS.items():
+        spec = importlib.util.find_spec(module)
+        if spec is not None:
+            out[name] = (module, help_)
+    return out
+
+
+def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str | None = None) -> argparse.ArgumentParser:
+    """Build the parser; only the command named by ``load`` gets its arguments imported."""
+    import importlib.util  # noqa: F401 - used by _available
+
+    commands = commands if commands is not None else _available()
+    parser = argparse.ArgumentParser(
+        prog="servesize",
+        description="How many users can these GPUs serve, comfortably, and which knob buys more?",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"servesize {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for name, (module, help_) in commands.items():
+        if " " in name:
+            group, leaf = name.split(" ", 1)
+            if group not in groups:
+                gp = sub.add_parser(group, help=f"{group} commands ({', '.join(n.split(' ', 1)[1] for n in commands if n.startswith(group + ' '))})")
+                groups[group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+            p = groups[group].add_parser(leaf, help=help_, description=help_, formatter_class=argparse.RawDescriptionHelpFormatter)
+        else:
+            p = sub.add_parser(name, help=help_, description=help_, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(_module=module)
+        if name == load:
+            mod = importlib.import_module(module)
+            if getattr(mod, "EPILOG", None):
+                p.epilog = mod.EPILOG
+            mod.add_arguments(p)
+            p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
+            p.add_argument("--explain", action="store_true", help="print the derivation of every number")
+    return parser
+
+
+def _command_named(argv: list[str], commands) -> str | None:
+    words = [a for a in argv if not a.startswith("-")]
+    if len(words) >= 2 and f"{words[0]} {words[1]}" in commands:
+        return f"{words[0]} {words[1]}"
+    if words and words[0] in commands:
+        return words[0]
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from servesize.errors import ServesizeError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = _available()
+    parser = build_parser(commands, load=_command_named(argv, commands))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its one-line error or the help
+        return int(exc.code or 0)
+    module = getattr(args, "_module", None)
+    if module is None:
+        parser.print_help()
+        return 2 if not argv else 0
+    want_json = getattr(args, "json", False)
+    try:
+        result = importlib.import_module(module).run(args)
+        if result is None:
+            return 0
+        if isinstance(result, int):
+            return result
+        if want_json:
+            sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=_json_default) + "\n")
+        else:
+            sys.stdout.write(result.render(explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
+        return getattr(result, "exit_code", 0)
+    except ServesizeError as exc:
+        print(f"servesize: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servesize: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _json_default(obj):
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def entry() -> None:
+    sys.exit(main())

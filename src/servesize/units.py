@@ -1,0 +1,95 @@
+"""Units and their spellings. Bytes are integers; GiB = 2**30, GB = 10**9.
+
+Token counts accept ``31k``, ``2.77M``, ``1,337,000``; memory accepts ``80GiB``,
+``81559MiB``, ``141GB``, ``16M`` (M/G/K alone are binary, as vLLM's own flags read them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from servesize.errors import BadInput
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+KB = 10**3
+MB = 10**6
+GB = 10**9
+TB = 10**12
+
+_TOKEN_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+_BYTE_SUFFIX = {
+    "": 1, "b": 1,
+    "k": KiB, "kib": KiB, "kb": KB,
+    "m": MiB, "mib": MiB, "mb": MB,
+    "g": GiB, "gib": GiB, "gb": GB,
+    "t": TiB, "tib": TiB, "tb": TB,
+}
+_NUMBER = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    match = _NUMBER.match(str(text))
+    if not match:
+        raise BadInput(f"cannot read {text!r} as {what}")
+    mantissa, exponent, suffix = match.groups()
+    value = float(mantissa.replace(",", "").replace("_", ""))
+    if exponent:
+        value *= 10 ** int(exponent)
+    return value, suffix.lower()
+
+
+def parse_tokens(text: str | int | float) -> int:
+    """``'31k'`` -> 31000, ``'2.77M'`` -> 2770000, ``'1,337,000'`` -> 1337000."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _whole(float(text), text, "a token count")
+    value, suffix = _split(text, "a token count (e.g. 31k, 2.77M)")
+    if suffix not in _TOKEN_SUFFIX:
+        raise BadInput(f"cannot read {text!r} as a token count: unknown suffix {suffix!r} (use k or M)")
+    return _whole(value * _TOKEN_SUFFIX[suffix], text, "a token count")
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """``'80GiB'`` -> 85899345920, ``'141GB'`` -> 141e9, ``'16M'`` -> 16 MiB."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _whole(float(text), text, "a byte count")
+    value, suffix = _split(text, "memory (e.g. 80GiB, 81559MiB, 141GB)")
+    if suffix not in _BYTE_SUFFIX:
+        raise BadInput(f"cannot read {text!r} as memory: unknown unit {suffix!r} (use B, KiB, MiB, GiB, GB, ...)")
+    return _whole(value * _BYTE_SUFFIX[suffix], text, "a byte count")
+
+
+def _whole(value: float, text, what: str) -> int:
+    if not math.isfinite(value) or value < 0:
+        raise BadInput(f"{text!r} is not a valid {what}")
+    return int(round(value))
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / GiB
+
+
+def fmt_bytes(n_bytes: float, unit: str = "GiB", digits: int = 2) -> str:
+    """Always say which unit: ``fmt_bytes(3 * GiB)`` -> ``'3.00 GiB'``."""
+    scale = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB, "GB": GB, "MB": MB, "TB": TB}[unit]
+    if unit == "B":
+        return f"{int(n_bytes):,} B"
+    return f"{n_bytes / scale:,.{digits}f} {unit}"
+
+
+def fmt_tokens(n_tokens: float) -> str:
+    """``1337000`` -> ``'1.34M'``; ``31000`` -> ``'31.0k'``; small counts as they are."""
+    n = float(n_tokens)
+    if abs(n) >= 10**6:
+        return f"{n / 10**6:.2f}M"
+    if abs(n) >= 10**4:
+        return f"{n / 10**3:.1f}k"
+    return f"{int(round(n)):,}"
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division on integers, as the engine does it."""
+    return -(-a // b)
