@@ -1,0 +1,263 @@
+"""The GPU catalogue (``data/gpus.toml``) and GPU specs such as ``'4xH100'``.
+
+A ``Gpu`` is one device type as the world documents it: memory as ``nvidia-smi`` reports it
+(MiB), peak memory bandwidth (GB/s = 10**9 B/s), dense tensor FLOP/s per dtype (never the 2:4
+sparse figure), and whether FP8/FP4 tensor paths exist. Every row carries its source; rows
+whose figures are unverified say which in ``confidence``.
+
+    find_gpu("h100").memory_mib          -> 81559
+    parse_gpus("4xH100")                 -> GpuGroup(count=4, gpu=<H100-SXM>)
+    find_gpu("H200").dense_flops_per_s("fp8") -> 1.979e15
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
+
+from servesize.errors import BadInput
+from servesize.units import GB, MiB, parse_bytes
+
+# dtype spellings -> the catalogue column that holds their dense rate. FP16 runs at the BF16 rate
+# on every part catalogued (with FP32 accumulation on GeForce cards, as PyTorch's GEMMs use).
+_DTYPE_COLUMN = {
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "bf16", "float16": "bf16", "half": "bf16",
+    "fp8": "fp8", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+# Words a user may put in front of a GPU name that do not change which GPU it is.
+_PREFIXES = ("nvidia", "amd", "intel", "geforce", "instinct")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device type. Memory in MiB as nvidia-smi prints it; bandwidth in GB/s; FLOP/s dense."""
+
+    key: str
+    name: str
+    vendor: str
+    memory_mib: int
+    bandwidth_gbps: float
+    source: str
+    aliases: tuple[str, ...] = ()
+    bf16_dense_tflops: float = 0.0  # 0: not published
+    fp8_dense_tflops: float = 0.0  # 0: none
+    fp4_dense_tflops: float = 0.0  # 0: none
+    fp8: bool = False
+    fp4: bool = False
+    compute_capability: str = ""
+    interconnect: str = ""
+    tdp_w: int | None = None
+    memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
+    memory_note: str = ""
+    cuda_total_bytes: int | None = None  # CUDA/torch-visible total where a log or tool documents it
+    cuda_total_note: str = ""
+    bandwidth_note: str = ""
+    confidence: str = ""  # which figures gpu-specs.md tags [U] or [D]; empty when all are [V]
+    memory_override_bytes: int | None = None  # set by with_memory()
+
+    @property
+    def memory_bytes(self) -> int:
+        """Total device memory in bytes: nvidia-smi's memory.total × 2**20, or the override."""
+        if self.memory_override_bytes is not None:
+            return self.memory_override_bytes
+        return self.memory_mib * MiB
+
+    @property
+    def bandwidth_bytes_per_s(self) -> int:
+        return int(round(self.bandwidth_gbps * GB))
+
+    def dense_flops_per_s(self, dtype: str) -> float:
+        """Dense tensor FLOP/s for ``'bf16'``, ``'fp16'``, ``'fp8'`` or ``'fp4'``; BadInput if the GPU lacks it."""
+        column = _DTYPE_COLUMN.get(str(dtype).strip().lower())
+        if column is None:
+            raise BadInput(f"unknown compute dtype {dtype!r}: use bf16, fp16, fp8 or fp4")
+        if column == "fp8" and not self.fp8:
+            raise BadInput(f"{self.key} has no FP8 tensor cores; use bf16 (or fp16) compute on it")
+        if column == "fp4" and not self.fp4:
+            raise BadInput(f"{self.key} has no FP4 tensor cores; use fp8 or bf16 compute on it")
+        tflops = getattr(self, f"{column}_dense_tflops")
+        if not tflops:
+            raise BadInput(f"no published dense {column.upper()} figure for {self.key}; servesize will not guess one")
+        return tflops * 1e12
+
+    def with_memory(self, memory_bytes: int | str) -> "Gpu":
+        """A copy whose total memory is ``memory_bytes`` (an int or ``'80GiB'``, ``'81559MiB'``)."""
+        n_bytes = parse_bytes(memory_bytes)
+        if n_bytes <= 0:
+            raise BadInput(f"GPU memory must be positive, got {memory_bytes!r}")
+        return replace(
+            self,
+            memory_override_bytes=n_bytes,
+            memory_basis="override",
+            memory_note=f"set by the user; the catalogue says {self.memory_mib} MiB ({self.memory_basis})",
+            cuda_total_bytes=None,
+            cuda_total_note="",
+        )
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["aliases"] = list(self.aliases)
+        out["memory_bytes"] = self.memory_bytes
+        out["memory_gib"] = round(self.memory_bytes / 2**30, 3)
+        out["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s
+        return out
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """``count`` GPUs of one type, as in ``4xH100``."""
+
+    count: int
+    gpu: Gpu
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.count * self.gpu.memory_bytes
+
+    def __str__(self) -> str:
+        return f"{self.count}x{self.gpu.key}"
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "gpu": self.gpu.key, "spec": str(self)}
+
+
+# ---------------------------------------------------------------- loading
+
+_FIELDS = {f.name: f for f in fields(Gpu)}
+_REQUIRED = ("key", "name", "vendor", "memory_mib", "bandwidth_gbps", "source")
+_FROM_TOML_ONLY = {"cuda_total_gib"}  # converted to cuda_total_bytes on load
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[\s\-_]+", "", str(name)).lower()
+
+
+def _without_prefixes(norm: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _PREFIXES:
+            if norm.startswith(prefix) and len(norm) > len(prefix):
+                norm = norm[len(prefix):]
+                changed = True
+    return norm
+
+
+def _row_to_gpu(row: dict) -> Gpu:
+    label = row.get("key", "<no key>")
+    unknown = set(row) - (set(_FIELDS) - {"memory_override_bytes"} | _FROM_TOML_ONLY)
+    if unknown:
+        raise ValueError(f"gpus.toml row {label}: unknown field(s) {sorted(unknown)}")
+    missing = [k for k in _REQUIRED if not row.get(k)]
+    if missing:
+        raise ValueError(f"gpus.toml row {label}: missing {missing}")
+    values = dict(row)
+    if "cuda_total_gib" in values:
+        if "cuda_total_bytes" in values:
+            raise ValueError(f"gpus.toml row {label}: give cuda_total_gib or cuda_total_bytes, not both")
+        values["cuda_total_bytes"] = int(round(values.pop("cuda_total_gib") * 2**30))
+    values["aliases"] = tuple(values.get("aliases", ()))
+    gpu = Gpu(**values)
+    if gpu.fp8_dense_tflops and not gpu.fp8 or gpu.fp4_dense_tflops and not gpu.fp4:
+        raise ValueError(f"gpus.toml row {label}: a dense FP8/FP4 rate on a GPU marked without FP8/FP4")
+    if gpu.cuda_total_bytes is not None and gpu.cuda_total_bytes > gpu.memory_bytes:
+        raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
+    if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
+        raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
+    return gpu
+
+
+@lru_cache(maxsize=1)
+def load_gpus() -> dict[str, Gpu]:
+    """The catalogue, key -> Gpu, in file order."""
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("servesize").joinpath("data/gpus.toml").read_text(encoding="utf-8")
+    gpus: dict[str, Gpu] = {}
+    for row in tomllib.loads(text).get("gpu", []):
+        gpu = _row_to_gpu(row)
+        if gpu.key in gpus:
+            raise ValueError(f"gpus.toml: duplicate key {gpu.key}")
+        gpus[gpu.key] = gpu
+    _index(gpus)  # fails on an alias claimed by two GPUs
+    return gpus
+
+
+def _names(gpu: Gpu) -> tuple[str, ...]:
+    return (gpu.key, gpu.name, *gpu.aliases)
+
+
+def _index(gpus: dict[str, Gpu]) -> dict[str, str]:
+    """normalised name -> key; an alias claimed by two GPUs is a data error."""
+    index: dict[str, str] = {}
+    for gpu in gpus.values():
+        for name in _names(gpu):
+            for norm in {_normalise(name), _without_prefixes(_normalise(name))}:
+                other = index.setdefault(norm, gpu.key)
+                if other != gpu.key:
+                    raise ValueError(f"gpus.toml: {name!r} names both {other} and {gpu.key}")
+    return index
+
+
+@lru_cache(maxsize=1)
+def _lookup() -> dict[str, str]:
+    return _index(load_gpus())
+
+
+def find_gpu(name: str) -> Gpu:
+    """The GPU called ``name`` (key, name or alias; case, spaces, dashes, underscores ignored)."""
+    gpus, index = load_gpus(), _lookup()
+    norm = _normalise(name)
+    for candidate in (norm, _without_prefixes(norm)):
+        if candidate in index:
+            return gpus[index[candidate]]
+    raise BadInput(_unknown_message(name, index))
+
+
+def _unknown_message(name: str, index: dict[str, str]) -> str:
+    import difflib
+
+    norm = _without_prefixes(_normalise(name))
+    close: list[str] = []
+    for match in difflib.get_close_matches(norm, list(index), n=12, cutoff=0.5):
+        if index[match] not in close:
+            close.append(index[match])
+    # A name that contains a known key ('H100 SXM 80GB HBM3 custom') is a likely intent too.
+    for norm_name, key in index.items():
+        if len(norm_name) >= 3 and norm_name in norm and key not in close:
+            close.append(key)
+    hint = f"; did you mean {', '.join(close[:4])}?" if close else ""
+    return f"unknown GPU {name!r}{hint} (`servesize gpus` lists them all)"
+
+
+_SPEC = re.compile(r"^\s*([+-]?[0-9]+(?:\.[0-9]*)?)\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE)
+
+
+def parse_gpus(spec: str, memory: int | str | None = None) -> GpuGroup:
+    """``'4xH100'``, ``'4 x H100'``, ``'8xh100-sxm'``, ``'H200'`` (one GPU); ``memory`` overrides each GPU's total."""
+    text = str(spec).strip()
+    if not text:
+        raise BadInput("no GPUs given: write e.g. --gpus 4xH100 or --gpus H200")
+    match = _SPEC.match(text)
+    if match:
+        count_text, name = match.groups()
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise BadInput(f"GPU count in {spec!r} must be a whole number, e.g. 4xH100") from None
+        if count < 1:
+            raise BadInput(f"GPU count in {spec!r} must be at least 1, e.g. 4xH100")
+    else:
+        count, name = 1, text
+    gpu = find_gpu(name)
+    if memory is not None:
+        gpu = gpu.with_memory(memory)
+    return GpuGroup(count=count, gpu=gpu)
