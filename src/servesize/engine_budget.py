@@ -1,0 +1,154 @@
+"""vLLM's memory budget per GPU: what is left for the KV cache.
+
+The engine's chain (../shared/vllm-kv-sizing.md §2, V1 ``determine_available_memory``):
+
+    available = total x gpu_memory_utilization
+                - (weights + activation peak + non-torch increase)
+                - CUDA-graph estimate            (subtracted by default since v0.21)
+
+or exactly ``--kv-cache-memory-bytes`` when it is given. ``total`` is what CUDA reports
+(``cudaMemGetInfo``), a little below nvidia-smi's figure.
+
+Three of these terms are measured by the engine at start-up and can only be estimated here.
+Each is a named assumption with its default and its evidence (``EngineAssumptions``); the
+``simple`` budget is the calculator seed's (nvidia-smi total x utilisation - weights), which
+ignores them, and ``--explain`` shows exactly how far the two differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesize.architecture import Architecture
+from servesize.deployment import Deployment
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+from servesize.hardware import Gpu
+from servesize.kv_cache import kv_heads_per_rank
+from servesize.units import GiB, MiB
+
+
+@dataclass(frozen=True)
+class EngineAssumptions:
+    """Modelled terms of the budget: each default carries its evidence."""
+
+    # nvidia-smi total minus the CUDA-visible total, for GPUs whose CUDA total is not catalogued.
+    # Evidence: H100 81559 MiB vs 79.25 GiB (407 MiB), RTX 3090 24576 MiB vs 23.58 GiB (430 MiB),
+    # H200 143771 MiB vs ~139.8 GiB (~616 MiB), B200 183359 MiB vs 178.35 GiB (729 MiB): vllm-kv-sizing.md §9.
+    cuda_reserved_bytes: int = 512 * MiB
+    # Non-torch memory the profile adds (cuBLAS workspace, attention buffers): 0.35 GiB in the
+    # V0 log of vllm#10517 (RTX 3090, TP1).
+    non_torch_bytes: int = int(0.35 * GiB)
+    # Extra per rank under TP > 1 for NCCL / custom all-reduce buffers: aiconfigurator's
+    # nccl_mem of 342-392 MiB per GPU (gpu-specs.md, "Memory: reported vs usable").
+    nccl_bytes_per_rank: int = 392 * MiB
+    # CUDA-graph memory estimate (subtracted since v0.21 unless --enforce-eager): the median of
+    # seven public 'Estimated CUDA graph memory' log lines (0.26, 0.42, 0.43, 0.53, 0.61, 0.65,
+    # 1.94 GiB) is 0.53 GiB.
+    cudagraph_bytes: int = int(0.53 * GiB)
+    # Activation peak of the profile run: the live tensors of one layer for every token of the
+    # profile batch (max_num_batched_tokens), in the model dtype: 4 residual-stream copies, the
+    # q/k/v projections, and the MLP's gate+up output and activation (3 x its width per rank;
+    # for MoE, top-k experts' workspaces). Plus fp32 logits for max_num_seqs sampler rows.
+    residual_copies: int = 4
+    mlp_width_factor: int = 3
+    logits_bytes_per_element: int = 4
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    budget: str  # "engine" | "simple" | "given"
+    total_bytes: int
+    requested_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    available_bytes: int
+    derivation: Derivation = field(compare=False)
+
+    @property
+    def reserve_bytes(self) -> int:
+        return self.activation_bytes + self.non_torch_bytes + self.cudagraph_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "budget": self.budget, "total_bytes_per_gpu": self.total_bytes, "requested_bytes_per_gpu": self.requested_bytes,
+            "weights_bytes_per_gpu": self.weights_bytes, "activation_peak_bytes": self.activation_bytes,
+            "non_torch_bytes": self.non_torch_bytes, "cudagraph_bytes": self.cudagraph_bytes,
+            "available_kv_bytes_per_gpu": self.available_bytes,
+        }
+
+
+def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumptions, d: Derivation) -> int:
+    tp = dep.tensor_parallel_size
+    tokens = dep.max_num_batched_tokens
+    q_width = arch.num_attention_heads * arch.head_dim // tp
+    kv_width = 2 * kv_heads_per_rank(arch.num_kv_heads, tp) * arch.head_dim
+    if arch.moe is not None:
+        mlp_width = max(arch.moe.experts_per_token * arch.moe.expert_intermediate_size + arch.moe.shared_intermediate_size,
+                        arch.moe.dense_intermediate_size if arch.moe.first_dense_layers or arch.moe.moe_every > 1 else 0) // tp
+    else:
+        mlp_width = arch.intermediate_size // tp
+    per_token = d.step(
+        "activation_bytes_per_token",
+        "dtype_bytes * (residual_copies * hidden + q_width + kv_width + mlp_width_factor * mlp_width)",
+        unit="B", dtype_bytes=arch.dtype_bytes, residual_copies=a.residual_copies, hidden=arch.hidden_size,
+        q_width=q_width, kv_width=kv_width, mlp_width_factor=a.mlp_width_factor, mlp_width=mlp_width,
+        note="named estimate: one layer's live tensors per token of the profile batch",
+    )
+    return d.step(
+        "activation_peak_bytes", "max_num_batched_tokens * activation_bytes_per_token + max_num_seqs * vocab * logits_bytes",
+        unit="B", max_num_batched_tokens=tokens, activation_bytes_per_token=per_token, max_num_seqs=dep.max_num_seqs,
+        vocab=arch.vocab_size // tp, logits_bytes=a.logits_bytes_per_element,
+        note="estimate of the torch peak vLLM profiles at start-up; grows with --max-num-batched-tokens",
+    )
+
+
+def memory_budget(arch: Architecture, gpu: Gpu, dep: Deployment, weights_per_gpu: int, *, budget: str = "engine",
+                  assumptions: EngineAssumptions = EngineAssumptions(),
+                  derivation: Derivation | None = None) -> MemoryBudget:
+    """Per-GPU budget for a resolved Deployment (see Deployment.resolved)."""
+    d = derivation if derivation is not None else Derivation()
+    util = dep.gpu_memory_utilization
+    if budget not in ("engine", "simple"):
+        raise BadInput(f"--budget must be engine or simple, got {budget!r}")
+    if dep.kv_cache_memory_bytes is not None:
+        avail = d.given("available_kv_bytes_per_gpu", dep.kv_cache_memory_bytes, unit="B",
+                        note="--kv-cache-memory-bytes: taken as given; vLLM skips the utilisation budget")
+        return MemoryBudget("given", gpu.memory_bytes, 0, weights_per_gpu, 0, 0, 0, int(avail), d)
+    if budget == "simple":
+        total = d.given("total_bytes_per_gpu", gpu.memory_bytes, unit="B", source=f"nvidia-smi {gpu.memory_mib} MiB")
+        requested = d.step("requested_bytes_per_gpu", "total * gpu_memory_utilization", unit="B",
+                           total=total, gpu_memory_utilization=util)
+        avail = d.step("available_kv_bytes_per_gpu", "floor(requested - weights_per_gpu)", unit="B",
+                       requested=requested, weights_per_gpu=weights_per_gpu,
+                       note="the calculator seed's budget: no activation, non-torch or CUDA-graph reserve")
+        return MemoryBudget("simple", int(total), int(requested), weights_per_gpu, 0, 0, 0, int(avail), d)
+
+    if gpu.cuda_total_bytes:
+        total = d.given("total_bytes_per_gpu", gpu.cuda_total_bytes, unit="B",
+                        source=f"CUDA-visible total of {gpu.key}: {gpu.cuda_total_note or 'catalogue'}")
+    else:
+        total = d.step("total_bytes_per_gpu", "nvidia_smi_bytes - cuda_reserved_bytes", unit="B",
+                       nvidia_smi_bytes=gpu.memory_bytes, cuda_reserved_bytes=assumptions.cuda_reserved_bytes,
+                       note="CUDA reports less than nvidia-smi; named assumption cuda_reserved_bytes")
+    requested = d.step("requested_bytes_per_gpu", "total * gpu_memory_utilization", unit="B",
+                       total=total, gpu_memory_utilization=util)
+    act = activation_peak_bytes(arch, dep, assumptions, d)
+    non_torch = d.step("non_torch_bytes", "non_torch + (nccl_per_rank if tp > 1 else 0)", unit="B",
+                       non_torch=assumptions.non_torch_bytes, nccl_per_rank=assumptions.nccl_bytes_per_rank,
+                       tp=dep.tensor_parallel_size)
+    graphs_on = dep.version >= (0, 21, 0) and not dep.enforce_eager and dep.device == "cuda"
+    graphs = d.step("cudagraph_bytes", "estimate if subtracted else 0", unit="B",
+                    estimate=assumptions.cudagraph_bytes, subtracted=graphs_on,
+                    note="vLLM >= 0.21 subtracts its CUDA-graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+                    if graphs_on else "not subtracted: vLLM < 0.21 or --enforce-eager")
+    avail = d.step("available_kv_bytes_per_gpu",
+                   "floor(requested - weights_per_gpu - activation_peak - non_torch - cudagraph)", unit="B",
+                   requested=requested, weights_per_gpu=weights_per_gpu, activation_peak=act,
+                   non_torch=non_torch, cudagraph=graphs)
+    return MemoryBudget("engine", int(total), int(requested), weights_per_gpu, int(act), int(non_torch), int(graphs), int(avail), d)

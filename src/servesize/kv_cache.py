@@ -1,0 +1,144 @@
+"""KV and recurrent-state bytes, per layer kind, per token and per sequence, per TP rank.
+
+Exactly as vLLM shapes them (../shared/vllm-kv-sizing.md §3):
+
+- GQA/MHA: K and V for ``max(1, kv_heads // tp)`` heads on every rank — replicated, not
+  sharded further, once tp exceeds the KV heads.
+- MLA: one latent of ``kv_lora_rank + qk_rope_head_dim`` per token, no K/V factor 2, the
+  same latent on every TP rank (``get_num_kv_heads`` is 1 for MLA).
+- Sliding window / chunked local: as full attention per token, but capped at the window.
+- Gated DeltaNet: conv state ``(conv_kernel - 1 + spec, conv_dim / tp)`` in the model dtype and
+  recurrent state ``(v_heads / tp, v_dim, k_dim)`` in the SSM-cache dtype (fp32 for Qwen3.5/3.6).
+- Mamba2: conv ``(conv_kernel - 1 + spec, conv_dim / tp)`` and SSM ``(heads / tp, head_dim, d_state)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, DTYPE_BYTES, Layer
+from servesize.errors import BadInput
+
+# vLLM --kv-cache-dtype values -> bytes per element (None = the model dtype).
+KV_CACHE_DTYPES: dict[str, int | None] = {
+    "auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1,
+}
+# DeepSeek's FlashMLA fp8 cache stores 512 fp8 latent values, 4 fp32 scales and 64 bf16 rope
+# values per token: 512 + 16 + 128 = 656 bytes (vllm-kv-sizing.md §3.2, MLAAttentionSpec).
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+# The sparse-attention indexer key (DeepSeek-V3.2): index_head_dim fp8 values plus one fp32
+# scale per 128 values -> 128 + 4 = 132 bytes per token per layer.
+INDEXER_SCALE_BYTES_PER_128 = 4
+
+
+def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise BadInput(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+    b = KV_CACHE_DTYPES[kv_cache_dtype]
+    return DTYPE_BYTES[model_dtype] if b is None else b
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """vLLM ModelConfig.get_num_kv_heads: max(1, kv_heads // tp) — replication past kv_heads."""
+    return max(1, num_kv_heads // tp)
+
+
+def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: str = "auto") -> int:
+    """Bytes one attention layer caches per token on one TP rank (0 for state layers)."""
+    if layer.kind in (FULL, SLIDING, CHUNKED):
+        return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim + layer.head_dim_v) * kv_bytes
+    if layer.kind == MLA:
+        if kv_cache_dtype == "fp8_ds_mla":
+            return FP8_DS_MLA_BYTES_PER_TOKEN
+        return layer.head_dim * kv_bytes  # latent replicated on every rank
+    return 0
+
+
+def indexer_bytes_per_token(arch: Architecture) -> int:
+    if not arch.index_head_dim:
+        return 0
+    return arch.index_head_dim + arch.index_head_dim // 128 * INDEXER_SCALE_BYTES_PER_128
+
+
+@dataclass(frozen=True)
+class StateShape:
+    conv_elements: int
+    ssm_elements: int
+    conv_bytes: int
+    ssm_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.conv_bytes + self.ssm_bytes
+
+
+def state_shape(layer: Layer, tp: int, conv_dtype_bytes: int, ssm_dtype_bytes: int, num_speculative_tokens: int = 0) -> StateShape:
+    """Per-sequence state of one GDN/Mamba layer on one rank (MambaStateShapeCalculator)."""
+    if layer.kind == GDN:
+        lin = layer.linear
+        conv = (lin.conv_kernel - 1 + num_speculative_tokens) * (lin.conv_dim // tp)
+        ssm = (lin.num_value_heads // tp) * lin.value_head_dim * lin.key_head_dim
+    elif layer.kind == MAMBA:
+        m = layer.mamba
+        conv = (m.conv_kernel - 1 + num_speculative_tokens) * (m.conv_dim // tp)
+        ssm = (m.num_heads // tp) * m.head_dim * m.state_size
+    else:
+        return StateShape(0, 0, 0, 0)
+    return StateShape(conv, ssm, conv * conv_dtype_bytes, ssm * ssm_dtype_bytes)
+
+
+def ssm_dtype_bytes(arch: Architecture, override: str | None = None) -> int:
+    """The recurrent-state dtype: --mamba-ssm-cache-dtype, else the config's mamba_ssm_dtype, else the model dtype."""
+    name = override if override not in (None, "auto") else (arch.mamba_ssm_dtype or arch.dtype)
+    if name not in DTYPE_BYTES:
+        raise BadInput(f"state dtype {name!r} is not one of {', '.join(sorted(DTYPE_BYTES))}")
+    return DTYPE_BYTES[name]
+
+
+@dataclass(frozen=True)
+class KvPerToken:
+    """KV bytes per token for one TP rank (or the whole model with tp=1)."""
+
+    growing_bytes_per_token: int  # full attention + MLA (+ indexer): every token of context
+    windowed_bytes_per_token: int  # sliding/chunked layers, only up to their window
+    window_tokens: int | None
+    state_bytes_per_sequence: int  # GDN/Mamba, constant per sequence (unpadded)
+
+    def bytes_per_sequence(self, tokens: int) -> int:
+        windowed = min(tokens, self.window_tokens) if self.window_tokens else tokens
+        return self.growing_bytes_per_token * tokens + self.windowed_bytes_per_token * windowed + self.state_bytes_per_sequence
+
+
+def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, state_dtype: str | None = None) -> KvPerToken:
+    kv_bytes = kv_element_bytes(kv_cache_dtype, arch.dtype)
+    growing = windowed = state = 0
+    window = None
+    ssm_b = ssm_dtype_bytes(arch, state_dtype) if arch.has_state else 0
+    for layer in arch.layers:
+        per = layer_bytes_per_token(layer, tp, kv_bytes, kv_cache_dtype)
+        if layer.kind in (FULL, MLA):
+            growing += per
+        elif layer.kind in (SLIDING, CHUNKED):
+            windowed += per
+            window = layer.window if window is None else min(window, layer.window)
+        else:
+            state += state_shape(layer, tp, arch.dtype_bytes, ssm_b).bytes
+    if arch.index_head_dim:
+        growing += indexer_bytes_per_token(arch) * arch.count(MLA)
+    return KvPerToken(growing, windowed, window, state)
+
+
+def kv_bytes_per_token(arch: Architecture, kv_dtype_bytes: int | str = "auto", tp: int = 1) -> int:
+    """Convenience: bytes per token of context for layers that grow with every token.
+
+    Sliding/chunked layers are not included (they stop at their window); see ``kv_per_token``.
+    """
+    dtype = kv_dtype_bytes if isinstance(kv_dtype_bytes, str) else {1: "fp8", 2: "bfloat16", 4: "float32"}[kv_dtype_bytes]
+    return kv_per_token(arch, dtype, tp).growing_bytes_per_token
+
+
+def all_layers_bytes_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
+    """The calculator seed's table figure: every attention layer as if it were full attention."""
+    t = kv_per_token(arch, kv_cache_dtype, tp)
+    return t.growing_bytes_per_token + t.windowed_bytes_per_token

@@ -1,0 +1,307 @@
+"""What the engine makes of the available bytes: pages, block size, groups, blocks, and the
+two lines vLLM logs — plus the true usable token capacity and, where they differ, why.
+
+Follows vLLM's V1 KV-cache manager (../shared/vllm-kv-sizing.md §3-§8):
+
+1. One spec per layer (page bytes for one block of ``block_size`` tokens on one rank).
+2. All layers alike -> one group: ``num_blocks = available // (page x layers)``.
+   Several attention types (full + sliding/chunked) -> hybrid groups: the group size is the
+   smallest per-type layer count (the largest if max < 1.5 x min), each type split into
+   ``cdiv(n_type, group_size)`` groups (missing slots are padding layers), one shared block pool:
+   ``num_blocks = available // page // group_size``.
+   Attention + Mamba/GDN -> the attention block size is raised so one attention page holds a
+   whole recurrent state (``_align_hybrid_block_size``) and the state page is padded to it.
+3. ``num_blocks`` is the minimum over ranks (all ranks are identical here), or the override.
+4. Concurrency = ``num_blocks / sum_g cdiv(max_memory_g, page_g)``; the token line is
+   ``n x block`` (v0.8-0.9), ``(n // groups) x min_block`` (to v0.20), ``int(C x L)`` (v0.21+).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.deployment import Deployment
+from servesize.derivation import Derivation
+from servesize.errors import DoesNotFit, UnsupportedArchitecture
+from servesize.hardware import Gpu
+from servesize.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
+from servesize.units import cdiv
+
+INDEXER = "indexer"
+# Backend block-size forcing for MLA on CUDA (vllm-kv-sizing.md §3.1): FlashMLA 64 on Hopper and
+# older, CUTLASS MLA 128 on Blackwell (compute capability 10.x).
+FLASHMLA_BLOCK = 64
+CUTLASS_MLA_BLOCK = 128
+CUDA_DEFAULT_BLOCK = 16
+CPU_DEFAULT_BLOCK = 128  # the CPU backend: a multiple of 32, default 128 (vllm-kv-sizing.md, version notes)
+# vLLM V0 swap space: 4 GiB of pinned CPU blocks by default ('# CPU blocks' in the V0 log).
+V0_SWAP_SPACE_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    kind: str
+    layers: int  # real layers (group_size minus padding)
+    block_size: int
+    page_bytes: int  # one layer, one block, one rank
+    blocks_per_request: int  # per layer, for one request at max_model_len
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "layers": self.layers, "block_size": self.block_size,
+                "page_bytes": self.page_bytes, "blocks_per_request_at_max_model_len": self.blocks_per_request}
+
+
+@dataclass(frozen=True)
+class KvPool:
+    groups: tuple[KvGroup, ...]
+    group_size: int
+    padding_layers: int
+    block_size: int
+    num_blocks: int
+    kv_cache_tokens: int  # as the engine logs it
+    max_concurrency: float  # as the engine computes it (printed with 2 decimals)
+    max_model_len: int
+    log_lines: tuple[str, ...]
+    usable_kv_tokens: int
+    kv_bytes_per_token: int  # per rank, every layer that grows with context (token-equivalent charge)
+    state_bytes_per_sequence: int  # per rank, padded pages of the recurrent groups
+    notes: tuple[str, ...]
+    derivation: Derivation = field(compare=False)
+
+    def to_dict(self) -> dict:
+        return {
+            "block_size": self.block_size, "num_blocks": self.num_blocks, "group_size": self.group_size,
+            "padding_layers": self.padding_layers, "groups": [g.to_dict() for g in self.groups],
+            "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 2),
+            "max_concurrency_exact": self.max_concurrency, "max_model_len": self.max_model_len,
+            "log_lines": list(self.log_lines), "usable_kv_tokens": self.usable_kv_tokens,
+            "kv_bytes_per_token": self.kv_bytes_per_token, "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class _LayerSpec:
+    kind: str
+    bytes_per_token: int = 0  # attention kinds
+    state_bytes: int = 0  # recurrent kinds
+    window: int | None = None
+
+
+def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
+    tp = dep.tensor_parallel_size
+    kv_bytes = kv_element_bytes(dep.kv_cache_dtype, arch.dtype)
+    ssm_b = ssm_dtype_bytes(arch, dep.mamba_ssm_cache_dtype) if arch.has_state else 0
+    specs = []
+    for layer in arch.layers:
+        if layer.is_attention:
+            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
+        else:
+            s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.num_speculative_tokens)
+            specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
+    if arch.index_head_dim:
+        specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.count(MLA)
+    return specs
+
+
+def _base_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None, notes: list[str]) -> int:
+    if dep.device == "cpu":
+        block = dep.block_size or CPU_DEFAULT_BLOCK
+        if block % 32:
+            raise DoesNotFit(f"the CPU backend needs a block size that is a multiple of 32, got {block}")
+        return block
+    block = dep.block_size or CUDA_DEFAULT_BLOCK
+    if arch.count(MLA):
+        forced = CUTLASS_MLA_BLOCK if gpu is not None and gpu.compute_capability and float(gpu.compute_capability) >= 10 else FLASHMLA_BLOCK
+        if forced != block:
+            notes.append(f"MLA backend forces the KV block size to {forced} (FlashMLA 64 on Hopper, CUTLASS MLA 128 on Blackwell)")
+        block = forced
+    return block
+
+
+def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment) -> int:
+    L, mnbt = dep.max_model_len, dep.max_num_batched_tokens
+    if spec.kind in (FULL, MLA, INDEXER):
+        return cdiv(L, block)
+    if spec.kind == SLIDING:
+        return cdiv(min(spec.window - 1 + mnbt, L), block) + 1
+    if spec.kind == CHUNKED:
+        return cdiv(min(spec.window + mnbt, L), block)
+    mode = dep.mamba_cache_mode or "none"
+    spec_blocks = 1 if dep.num_speculative_tokens else 0
+    if mode == "all":
+        return cdiv(L, block)
+    return (2 if mode == "align" else 1) + spec_blocks
+
+
+def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None,
+            derivation: Derivation | None = None) -> KvPool:
+    """The pool one TP group gets from ``available_bytes`` per GPU, for a resolved Deployment."""
+    d = derivation if derivation is not None else Derivation()
+    notes: list[str] = []
+    specs = _layer_specs(arch, dep)
+    block = _base_block_size(arch, dep, gpu, notes)
+    kinds: dict[str, list[_LayerSpec]] = {}
+    for s in specs:
+        kinds.setdefault(s.kind, []).append(s)
+    attn_kinds = [k for k in kinds if k not in (GDN, MAMBA)]
+    state_kinds = [k for k in kinds if k in (GDN, MAMBA)]
+    if not attn_kinds:
+        raise UnsupportedArchitecture(arch.model_type, "a model without attention layers has no token pool to size", ("layer_types",))
+    per_token = {k: {s.bytes_per_token for s in kinds[k]} for k in attn_kinds}
+    if any(len(v) > 1 for v in per_token.values()):
+        raise UnsupportedArchitecture(arch.model_type, "attention layers of one kind with different KV head sizes are not modelled",
+                                      ("head_dim", "layer_types"))
+
+    uniform = len(kinds) == 1
+    uniform_type = (not state_kinds and set(attn_kinds) <= {MLA, INDEXER, FULL} and len(set().union(*per_token.values())) > 1
+                    and not (set(attn_kinds) & {SLIDING, CHUNKED}))
+    block_of: dict[str, int] = {}
+    if uniform or uniform_type:
+        for k in attn_kinds:
+            block_of[k] = block
+        if uniform_type:
+            notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
+        per_layer_pages = sum(block * s.bytes_per_token for s in specs)
+        page = d.step("page_bytes_all_layers", "block_size * " + " + ".join(
+            f"{len(kinds[k])} * {next(iter(per_token[k]))}" for k in attn_kinds), unit="B", block_size=block)
+        assert page == per_layer_pages
+        n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
+                   available=available_bytes, page_bytes_all_layers=page)
+        group_size = len(specs)
+        groups = [KvGroup(attn_kinds[0] if uniform else "+".join(attn_kinds), len(specs), block, page // len(specs) if uniform else page, 0)]
+        padding = 0
+    else:
+        if state_kinds:
+            attn_page_1 = max(next(iter(per_token[k])) for k in attn_kinds)
+            state_page = max(s.state_bytes for k in state_kinds for s in kinds[k])
+            kernel_align = block
+            if dep.mamba_cache_mode == "all":
+                raise UnsupportedArchitecture(arch.model_type, "mamba_cache_mode 'all' alignment is not modelled", ("mamba_cache_mode",))
+            attn_block = d.step("attention_block_size", "kernel_align * cdiv(state_page, kernel_align * attn_page_per_token)",
+                                unit="tokens", kernel_align=kernel_align, state_page=state_page, attn_page_per_token=attn_page_1,
+                                note="vLLM _align_hybrid_block_size: one attention page must hold one recurrent state")
+            if attn_block > block:
+                notes.append(f"vLLM raises the attention block size to {attn_block} tokens so one page holds a recurrent state "
+                             f"({state_page:,} B); the state page is padded by {100 * (attn_block * attn_page_1 - state_page) / state_page:.2f}%")
+            block = max(block, attn_block)
+            page = d.step("page_bytes", "block_size * attn_page_per_token", unit="B", block_size=block, attn_page_per_token=attn_page_1)
+            for k in attn_kinds:
+                if next(iter(per_token[k])) != attn_page_1:
+                    raise UnsupportedArchitecture(arch.model_type, "hybrid attention layers with different page sizes", ("head_dim",))
+                block_of[k] = block
+            for k in state_kinds:
+                block_of[k] = block
+        else:
+            pages = {k: block * next(iter(per_token[k])) for k in attn_kinds}
+            page = max(pages.values())
+            for k in attn_kinds:
+                if page % pages[k]:
+                    raise UnsupportedArchitecture(arch.model_type, "page sizes of the layer types do not divide each other", ("head_dim",))
+                block_of[k] = block * (page // pages[k])
+            d.given("page_bytes", page, unit="B")
+        counts = {k: len(v) for k, v in kinds.items()}
+        lo, hi = min(counts.values()), max(counts.values())
+        group_size = d.step("group_size", "hi if hi < 1.5 * lo else lo", unit="layers", hi=hi, lo=lo,
+                            note="vLLM: the smallest per-type layer count, or the largest when max < 1.5 x min")
+        groups = []
+        padding = 0
+        for k in kinds:
+            n_groups = cdiv(counts[k], group_size)
+            padding += n_groups * group_size - counts[k]
+            for i in range(n_groups):
+                real = min(group_size, counts[k] - i * group_size)
+                groups.append(KvGroup(k, real, block_of[k], page, 0))
+        if padding:
+            notes.append(f"vLLM adds {padding} padding layer(s) to fill the groups")
+        n = d.step("num_blocks", "available // page_bytes // group_size", unit="blocks",
+                   available=available_bytes, page_bytes=page, group_size=group_size,
+                   note="one shared block pool; each block id spans one layer of every group")
+
+    if dep.num_gpu_blocks_override is not None:
+        n = d.given("num_blocks", dep.num_gpu_blocks_override, unit="blocks", note="--num-gpu-blocks-override")
+    n = int(n)
+    if n <= 0:
+        raise DoesNotFit(f"no memory is left for the KV cache ({available_bytes / 2**30:.2f} GiB available per GPU)")
+
+    # Per-request blocks for concurrency (blocks per layer of each group, at max_model_len).
+    spec_by_kind = {k: v[0] for k, v in kinds.items()}
+    if uniform or uniform_type:
+        per_req = cdiv(dep.max_model_len, block)
+        groups = [KvGroup(groups[0].kind, groups[0].layers, block, groups[0].page_bytes, per_req)]
+        blocks_expr, blocks_inputs = "cdiv(max_model_len, block_size)", {"max_model_len": dep.max_model_len, "block_size": block}
+    else:
+        groups = [KvGroup(g.kind, g.layers, g.block_size, g.page_bytes,
+                          _per_request_blocks(spec_by_kind[g.kind], g.block_size, dep)) for g in groups]
+        terms = [f"b{i}" for i in range(len(groups))]
+        blocks_expr = " + ".join(terms)
+        blocks_inputs = {t: g.blocks_per_request for t, g in zip(terms, groups)}
+    per_request = d.step("blocks_per_request", blocks_expr, unit="blocks", **blocks_inputs,
+                         note="per group at max_model_len: full cdiv(L, B); sliding cdiv(min(W-1+chunk, L), B)+1; state 1 (+1 align)")
+    concurrency = d.step("max_concurrency", "num_blocks / blocks_per_request", unit="x",
+                         num_blocks=n, blocks_per_request=per_request)
+    era = dep.era
+    min_block = min(g.block_size for g in groups)
+    n_groups = len(groups)
+    L = dep.max_model_len
+    pcp = 1
+    if era == "v0":
+        tokens = d.step("kv_cache_tokens", "num_blocks * block_size", unit="tokens", num_blocks=n, block_size=block)
+        concurrency = d.step("max_concurrency", "num_blocks * block_size / max_model_len", unit="x",
+                             num_blocks=n, block_size=block, max_model_len=L)
+        cpu_blocks = V0_SWAP_SPACE_BYTES // (groups[0].page_bytes * groups[0].layers) if n_groups == 1 else 0
+        lines = (f"# GPU blocks: {n}, # CPU blocks: {cpu_blocks}",
+                 f"Maximum concurrency for {L} tokens per request: {concurrency:.2f}x")
+    elif era == "v1-uniform":
+        tokens = d.step("kv_cache_tokens", "num_blocks // n_groups * min_block_size", unit="tokens",
+                        num_blocks=n, n_groups=n_groups, min_block_size=min_block)
+        concurrency = d.step("max_concurrency", "kv_cache_tokens / max_model_len", unit="x", kv_cache_tokens=tokens, max_model_len=L)
+        lines = _lines(dep, tokens, L, concurrency, combined=False)
+    elif era == "v1-hybrid-old":
+        tokens = d.step("kv_cache_tokens", "num_blocks // n_groups * min_block_size * pcp", unit="tokens",
+                        num_blocks=n, n_groups=n_groups, min_block_size=min_block, pcp=pcp,
+                        note="the pre-v0.21 line assumes every group consumes blocks at the same rate")
+        lines = _lines(dep, tokens, L, concurrency, combined=False)
+    else:
+        tokens = d.step("kv_cache_tokens", "int(max_concurrency * max_model_len)", unit="tokens",
+                        max_concurrency=concurrency, max_model_len=L,
+                        note="since v0.21 the token line is concurrency x max_model_len, not the pool size")
+        lines = _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 29, 0))
+
+    # True usable capacity: tokens of full-attention context the pool holds for one request.
+    full_groups = [g for g in groups if g.kind in (FULL, MLA, "+".join(attn_kinds))] or groups[:1]
+    other_blocks = sum(g.blocks_per_request for g in groups if g not in full_groups)
+    attn_block = full_groups[0].block_size
+    usable = d.step("usable_kv_tokens", "block_size * (num_blocks - 1 - other_blocks) // full_groups", unit="tokens",
+                    block_size=attn_block, num_blocks=n, other_blocks=other_blocks, full_groups=len(full_groups),
+                    note="block 0 is the null block; window/state groups pin their blocks per request (shown for one request)")
+    if usable < 0:
+        usable = 0
+    if era != "v0" and abs(usable - tokens) > max(attn_block, 0.02 * usable):
+        if n_groups > 1 and era in ("v1-hybrid-old", "v1-uniform"):
+            notes.append(f"the logged {tokens:,} tokens divides the blocks by all {n_groups} groups; full-attention context "
+                         f"really holds about {usable:,} tokens (window/state groups need only a few blocks per request)")
+        elif era == "v1-new":
+            notes.append(f"since v0.21 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
+                         f"the pool itself holds about {usable:,} tokens of full-attention context for one request")
+
+    attn_layers = sum(g.layers for g in groups if g.kind not in (GDN, MAMBA))
+    if uniform or uniform_type:
+        kv_per_token = sum(s.bytes_per_token for s in specs if s.kind in (FULL, MLA, INDEXER))
+    else:
+        kv_per_token = d.step("kv_bytes_per_token", "page_bytes // block_size * growing_layers", unit="B",
+                              page_bytes=groups[0].page_bytes, block_size=attn_block,
+                              growing_layers=sum(g.layers for g in groups if g.kind in (FULL, MLA)))
+    state_groups = [g for g in groups if g.kind in (GDN, MAMBA)]
+    state_bytes = sum(g.blocks_per_request * g.page_bytes * group_size for g in state_groups) if state_groups else 0
+    del attn_layers
+    return KvPool(tuple(groups), int(group_size), int(padding), int(min_block), n, int(tokens), float(concurrency), L,
+                  lines, int(usable), int(kv_per_token), int(state_bytes), tuple(notes), d)
+
+
+def _lines(dep: Deployment, tokens: int, L: int, concurrency: float, combined: bool) -> tuple[str, ...]:
+    where = "CPU" if dep.device == "cpu" else "GPU"
+    size = f"{where} KV cache size: {tokens:,} tokens"
+    conc = f"Maximum concurrency for {L:,} tokens per request: {concurrency:.2f}x"
+    return (f"{size}, {conc}",) if combined else (size, conc)

@@ -1,0 +1,122 @@
+"""One deployment's memory, end to end: weights per GPU -> budget -> KV pool -> log lines.
+
+``memory_report`` is the public entry point the CLI, ``fit``, ``plan`` and ``measure`` share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesize.architecture import Architecture
+from servesize.deployment import Deployment, check_parallelism
+from servesize.derivation import Derivation
+from servesize.engine_budget import EngineAssumptions, MemoryBudget, memory_budget
+from servesize.errors import DoesNotFit
+from servesize.hardware import GpuGroup
+from servesize.kv_cache import kv_per_token
+from servesize.kv_pool import KvPool, kv_pool
+from servesize.units import GiB, fmt_bytes
+from servesize.weights import Weights, weights
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    model: str
+    gpus: GpuGroup
+    deployment: Deployment
+    weights: Weights
+    budget: MemoryBudget
+    pool: KvPool
+    derivation: Derivation = field(compare=False)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def replicas(self) -> int:
+        return self.deployment.data_parallel_size
+
+    def to_dict(self) -> dict:
+        dep = self.deployment
+        return {
+            "model": self.model,
+            "gpus": {"count": self.gpus.count, "gpu": self.gpus.gpu.key, "memory_mib": self.gpus.gpu.memory_mib},
+            "deployment": {k: getattr(dep, k) for k in dep.__dataclass_fields__},
+            "weights_bytes_per_gpu": self.weights.per_gpu_bytes,
+            "weights_bytes_total": self.weights.total_bytes,
+            "weights": self.weights.to_dict(),
+            "kv_bytes_per_token": self.pool.kv_bytes_per_token,
+            "state_bytes_per_sequence": self.pool.state_bytes_per_sequence,
+            "budget": self.budget.to_dict(),
+            "available_kv_bytes_per_gpu": self.budget.available_bytes,
+            "block_size": self.pool.block_size,
+            "num_blocks": self.pool.num_blocks,
+            "kv_cache_tokens": self.pool.kv_cache_tokens,
+            "max_concurrency": round(self.pool.max_concurrency, 2),
+            "max_model_len": self.pool.max_model_len,
+            "usable_kv_tokens": self.pool.usable_kv_tokens,
+            "pool": self.pool.to_dict(),
+            "log_lines": list(self.pool.log_lines),
+            "warnings": list(self.warnings),
+            "derivation": self.derivation.to_list(),
+        }
+
+    def render(self, explain: bool = False) -> str:
+        dep, b, p, w = self.deployment, self.budget, self.pool, self.weights
+        gpu = self.gpus.gpu
+        lines = [
+            f"{self.model} on {self.gpus.count} x {gpu.name} (TP {dep.tensor_parallel_size}, DP {dep.data_parallel_size}), "
+            f"vLLM {dep.vllm_version}",
+            f"  weights          {fmt_bytes(w.per_gpu_bytes)} per GPU ({w.precision}; {fmt_bytes(w.total_bytes)} in all)",
+        ]
+        if b.budget == "engine":
+            lines += [
+                f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} = {fmt_bytes(b.requested_bytes)} per GPU",
+                f"  reserve          activation {fmt_bytes(b.activation_bytes)} + non-torch {fmt_bytes(b.non_torch_bytes)}"
+                f" + CUDA graphs {fmt_bytes(b.cudagraph_bytes)} (estimates; see --explain)",
+            ]
+        elif b.budget == "simple":
+            lines.append(f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} (simple: no reserve)")
+        lines += [
+            f"  available KV     {fmt_bytes(b.available_bytes)} per GPU",
+            f"  KV per token     {p.kv_bytes_per_token:,} B per GPU"
+            + (f"; state {fmt_bytes(p.state_bytes_per_sequence, 'MiB')} per sequence" if p.state_bytes_per_sequence else ""),
+            f"  blocks           {p.num_blocks:,} of {p.block_size} tokens ({len(p.groups)} group(s) of {p.group_size} layer(s))",
+            f"  usable           {p.usable_kv_tokens:,} tokens of context per replica",
+            "  vLLM will log:",
+        ]
+        lines += [f"    {line}" for line in p.log_lines]
+        lines += [f"  note: {n}" for n in p.notes]
+        lines += [f"  warning: {wn}" for wn in self.warnings]
+        if explain:
+            lines += ["", "derivation:", self.derivation.render()]
+        return "\n".join(lines)
+
+
+def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
+                  assumptions: EngineAssumptions = EngineAssumptions(), name: str | None = None) -> MemoryReport:
+    dep = deployment.resolved(arch, gpus)
+    tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
+    if tp * dp > gpus.count:
+        raise DoesNotFit(f"TP {tp} x DP {dp} needs {tp * dp} GPUs; --gpus gives {gpus.count}")
+    check_parallelism(arch, tp)
+    d = Derivation()
+    w = weights(arch, dep.quantization, tp, dtype=dep.dtype, include_mtp=dep.num_speculative_tokens > 0)
+    d.extend(w.derivation)
+    b = memory_budget(arch, gpus.gpu, dep, w.per_gpu_bytes, budget=budget, assumptions=assumptions, derivation=d)
+    if b.available_bytes <= 0:
+        raise DoesNotFit(
+            f"{name or arch.name} does not fit: {fmt_bytes(w.per_gpu_bytes)} of weights per GPU plus the reserve exceed "
+            f"{fmt_bytes(b.requested_bytes)} ({dep.gpu_memory_utilization} of {gpus.gpu.key}); try a larger "
+            "--tensor-parallel-size, a smaller precision, or more GPUs"
+        )
+    pool = kv_pool(arch, dep, b.available_bytes, gpus.gpu, derivation=d)
+    warnings = list(arch.warnings)
+    one_request = kv_per_token(arch, dep.kv_cache_dtype, tp).bytes_per_sequence(dep.max_model_len)
+    if pool.max_concurrency < 1:
+        warnings.append(
+            f"one request at max_model_len {dep.max_model_len:,} needs {fmt_bytes(one_request)} of KV per GPU, more than the "
+            f"{fmt_bytes(b.available_bytes)} available: vLLM refuses to start; lower --max-model-len"
+        )
+    return MemoryReport(name or arch.name, gpus, dep, w, b, pool, d, tuple(warnings))
+
+
+__all__ = ["MemoryReport", "memory_report", "GiB"]
