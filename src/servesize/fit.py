@@ -1,0 +1,178 @@
+"""What can these GPUs serve: every catalogue model x precision x placement that fits.
+
+For each model and precision, tensor-parallel sizes 1, 2, 4, ... up to the GPU count are tried
+(those vLLM accepts for the model's heads); each leaves ``count // tp`` replicas. The concurrency
+at the target context is what the engine itself would compute: ``num_blocks / blocks per
+request at that length`` under the ``engine`` budget, or the calculator seed's
+``floor((usable x tp - weights) / KV per sequence)`` under ``--budget simple``.
+
+The placement shown for a model is the smallest TP whose replica holds at least
+``min_concurrency`` sequences (named assumption below); ``--all-placements`` lists every one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesize.architecture import Architecture
+from servesize.deployment import Deployment, check_parallelism
+from servesize.engine_budget import EngineAssumptions
+from servesize.errors import ServesizeError
+from servesize.hardware import GpuGroup
+from servesize.kv_cache import kv_per_token
+from servesize.memory import memory_report
+from servesize.units import GiB, fmt_tokens
+from servesize.weights import normalise_precision, weights
+
+# A placement holding fewer sequences than this at the target context is not shown as the
+# model's placement when a wider one does better. The calculator seed's 4 x H100 table implies a
+# threshold between 6 and 19: it places qwen2.5-32b at TP2 (41 per replica) although TP1 holds 5,
+# and qwen3-30b-a3b at TP1 with 19. We take 8: one replica should at least batch a handful of users.
+DEFAULT_MIN_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class Placement:
+    model: str
+    display: str
+    params: int
+    active_params: int
+    precision: str
+    tp: int
+    replicas: int
+    weights_bytes: int
+    weights_bytes_per_gpu: int
+    concurrent_per_replica: int
+    concurrent_total: int
+    kv_bytes_per_sequence: int
+    simple_concurrent_per_replica: int
+    reserve_bytes_per_gpu: int
+    chosen: bool = False
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class FitResult:
+    gpus: GpuGroup
+    context: int
+    budget: str
+    vllm_version: str
+    placements: tuple[Placement, ...]
+    refused: tuple[tuple[str, str], ...]
+    all_placements: bool
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {
+            "gpus": {"count": self.gpus.count, "gpu": self.gpus.gpu.key, "memory_mib": self.gpus.gpu.memory_mib},
+            "context": self.context, "budget": self.budget, "vllm_version": self.vllm_version,
+            "placements": [p.to_dict() for p in self.placements if p.chosen or self.all_placements],
+            "refused": [{"model": m, "reason": r} for m, r in self.refused],
+        }
+
+    def render(self, explain: bool = False) -> str:
+        g = self.gpus
+        total_gib = g.count * g.gpu.memory_bytes / GiB
+        head = (f"{g.count} x {g.gpu.name} · {total_gib:,.0f} GiB of device memory (nvidia-smi) · "
+                f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
+                f"Models that fit at {fmt_tokens(self.context)} context ({self.budget} budget, vLLM {self.vllm_version}), "
+                "with the concurrency each allows:\n")
+        rows = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
+        if explain:
+            rows[0] += ("simple budget", "reserve/GPU")
+        for p in self.placements:
+            if not (p.chosen or self.all_placements):
+                continue
+            params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
+            placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
+            row = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
+                   f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
+            if explain:
+                row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
+            rows.append(row)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+        tail = ("\nConcurrency = sequences whose KV fits at once at the full context; shorter requests use less. "
+                "Placement = smallest TP holding at least "
+                f"{DEFAULT_MIN_CONCURRENCY} per replica (--all-placements lists all).")
+        if explain:
+            tail += ("\n'simple budget' is the calculator seed's formula (utilisation x nvidia-smi memory - weights); "
+                     "the difference from the engine budget is the named reserve (activation peak at "
+                     "max_num_batched_tokens + non-torch + CUDA graphs) and CUDA's smaller visible total, per GPU as shown.")
+        if self.refused and explain:
+            tail += "\nNot shown: " + "; ".join(f"{m} ({r})" for m, r in self.refused)
+        return head + table + tail
+
+
+def _tp_sizes(count: int) -> list[int]:
+    sizes, tp = [], 1
+    while tp <= count:
+        sizes.append(tp)
+        tp *= 2
+    return sizes
+
+
+def simple_concurrency(arch: Architecture, gpus: GpuGroup, tp: int, weights_total: int, context: int,
+                       util: float, kv_cache_dtype: str) -> int:
+    """The calculator seed's formula: floor((nvidia-smi x util x tp - weights) / KV per sequence)."""
+    kv = kv_per_token(arch, kv_cache_dtype, 1).bytes_per_sequence(context)  # whole model, as the seed does
+    pool = gpus.gpu.memory_bytes * util * tp - weights_total
+    return max(0, int(pool // kv)) if pool > 0 else 0
+
+
+def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context: int = 8192,
+        precisions: tuple[str, ...] = ("bf16",), budget: str = "engine", kv_cache_dtype: str = "auto",
+        gpu_memory_utilization: float | None = None, vllm_version: str | None = None,
+        min_concurrency: int = DEFAULT_MIN_CONCURRENCY, all_placements: bool = False,
+        assumptions: EngineAssumptions = EngineAssumptions()) -> FitResult:
+    from servesize.deployment import DEFAULT_VLLM_VERSION
+
+    version = vllm_version or DEFAULT_VLLM_VERSION
+    out: list[Placement] = []
+    refused: list[tuple[str, str]] = []
+    for key, display, arch in models:
+        for precision in precisions:
+            precision = normalise_precision(precision)
+            options: list[Placement] = []
+            reason = "does not fit"
+            for tp in _tp_sizes(gpus.count):
+                try:
+                    check_parallelism(arch, tp)
+                except ServesizeError:
+                    continue
+                dep = Deployment(tensor_parallel_size=tp, data_parallel_size=gpus.count // tp, quantization=precision,
+                                 kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                                 max_model_len=context, vllm_version=version)
+                try:
+                    w = weights(arch, precision, tp)
+                    util = dep.resolved(arch, gpus).gpu_memory_utilization
+                    simple = simple_concurrency(arch, gpus, tp, w.total_bytes, context, util, kv_cache_dtype)
+                    if budget == "simple":
+                        conc = simple
+                        reserve = 0
+                        if conc < 1:
+                            continue
+                    else:
+                        rep = memory_report(arch, gpus, dep, budget="engine", assumptions=assumptions, name=key)
+                        conc = int(rep.pool.max_concurrency)
+                        reserve = rep.budget.reserve_bytes
+                        if conc < 1:
+                            continue
+                except ServesizeError as exc:
+                    reason = str(exc)
+                    continue
+                replicas = gpus.count // tp
+                kv_seq = kv_per_token(arch, kv_cache_dtype, tp).bytes_per_sequence(context)
+                options.append(Placement(key, display, w.ledger.total, w.ledger.active, precision, tp, replicas,
+                                         w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve))
+            if not options:
+                refused.append((f"{key} {precision}", reason.split(";")[0]))
+                continue
+            chosen = next((o for o in options if o.concurrent_per_replica >= min_concurrency), None)
+            if chosen is None:
+                chosen = max(options, key=lambda o: o.concurrent_per_replica)
+            for o in options:
+                out.append(Placement(**{**o.to_dict(), "chosen": o is chosen}))
+    return FitResult(gpus, context, budget, version, tuple(out), tuple(refused), all_placements)
