@@ -37,6 +37,8 @@ def _show(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return "unbounded" if value > 0 else ("-unbounded" if value < 0 else "undefined")
         if value == int(value) and abs(value) < 1e15:
             return f"{int(value):,}"
         if abs(value) >= 100:

@@ -1,0 +1,540 @@
+"""Decode speed: a memory-bandwidth roofline per replica group (working-set-model.md 2.7).
+
+Every decode step of a replica group streams, from HBM:
+
+    step_bytes(n) = weights read per step            (dense: every streamed weight once;
+                                                      MoE: shared part + the union of the
+                                                      experts the n tokens route to)
+                  + sum over the n active contexts of L_i x kv_bytes_per_token_read
+                  + 2 x n x state_bytes               (recurrent state read and written)
+
+and each of the n users gets ``spec_speedup`` tokens per step, so
+
+    per-user tok/s = spec_speedup x tp x bandwidth x bandwidth_efficiency x tp_efficiency
+                     / step_bytes(n)
+
+The contexts L_i are Monte-Carlo draws from the workload (prefix included: there is no
+prefix-sharing saving on reads). Percentiles are taken over ``fills`` draws of the n
+contexts. The decode ceiling is the largest n whose p50 still meets the floor, found by
+bisection over one bank of common random numbers, so the curve is smooth and monotone.
+
+Everything here is pure numbers and numpy arrays: the caller (plan) turns an Architecture,
+a Gpu and a Workload into a ``DecodeSetup`` and a ``sample_contexts(rng, size)`` callable.
+
+Per replica group: bytes are what the whole group reads per step (under TP a replicated KV
+head or weight is read by every rank that holds it, so pass per-rank bytes x tp), and the
+bandwidth is one GPU's datasheet HBM rate, multiplied here by tp.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Callable
+
+import numpy as np
+
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+
+# --------------------------------------------------------------------------------------
+# Modelled assumptions (data/assumptions.toml). Only this loader reads the file.
+# --------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def modelled_assumptions() -> dict[str, dict[str, Any]]:
+    """Every modelled assumption, keyed ``section.name`` -> {default, seed, unit, reason, source, ...}."""
+    text = resources.files("servesize").joinpath("data/assumptions.toml").read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    out: dict[str, dict[str, Any]] = {}
+    for section, entries in raw.items():
+        for name, entry in entries.items():
+            out[f"{section}.{name}"] = dict(entry)
+    return out
+
+
+def assumption(name: str, which: str = "default"):
+    """The default (or the seed's value, ``which='seed'``) of one named modelled assumption."""
+    try:
+        return modelled_assumptions()[name][which]
+    except KeyError:
+        raise KeyError(f"no modelled assumption {name!r} with a {which!r} value") from None
+
+
+def _a(name: str):
+    return assumption(name)
+
+
+ContextSampler = Callable[[np.random.Generator, int], np.ndarray]
+
+
+def contexts_from(workload) -> ContextSampler:
+    """Adapt anything with ``sample(rng, size) -> Sample`` (``.full_tokens``) to a context sampler."""
+
+    def sample_contexts(rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.asarray(workload.sample(rng, size).full_tokens, dtype=float)
+
+    return sample_contexts
+
+
+# --------------------------------------------------------------------------------------
+# Closed-form pieces
+# --------------------------------------------------------------------------------------
+
+
+def mtp_speedup(acceptance: float, drafts: int) -> float:
+    """Tokens per verification step with ``drafts`` speculative tokens: 1 + a + a^2 + ... + a^k.
+
+    Each draft is accepted only if all before it were (geometric acceptance), and the
+    verifying pass always yields one token of its own.
+    """
+    if not 0.0 <= acceptance <= 1.0:
+        raise BadInput(f"MTP acceptance must be in [0, 1], got {acceptance!r}")
+    if drafts < 0 or int(drafts) != drafts:
+        raise BadInput(f"MTP drafts must be a whole number >= 0, got {drafts!r}")
+    return float(sum(acceptance**i for i in range(int(drafts) + 1)))
+
+
+def mtp_acceptance_for(speedup: float, drafts: int) -> float:
+    """The per-draft acceptance that gives ``speedup`` with ``drafts`` drafts (inverse of mtp_speedup)."""
+    if drafts < 1:
+        raise BadInput("an acceptance needs at least one draft token")
+    if not 1.0 <= speedup <= drafts + 1:
+        raise BadInput(f"a speedup of {speedup} is impossible with {drafts} drafts (range 1 to {drafts + 1})")
+    lo, hi = 0.0, 1.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if mtp_speedup(mid, drafts) < speedup:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def tp_efficiency(
+    tp: int,
+    per_doubling: float | None = None,
+    nvlink_domain: int | None = None,
+    cross_domain_per_doubling: float | None = None,
+) -> float:
+    """Bandwidth efficiency of a TP group: per_doubling^log2(min(tp, domain)) x cross^log2(tp/domain).
+
+    The seed's haircut (working-set-model.md 2.5): 0.90 per doubling inside one NVLink
+    domain, a further 0.65 per doubling beyond it. TP1 is 1.0.
+    """
+    per_doubling = _a("decode.tp_efficiency_per_doubling") if per_doubling is None else per_doubling
+    nvlink_domain = _a("decode.nvlink_domain_gpus") if nvlink_domain is None else nvlink_domain
+    cross = _a("decode.tp_efficiency_cross_domain_per_doubling") if cross_domain_per_doubling is None else cross_domain_per_doubling
+    if tp < 1 or int(tp) != tp:
+        raise BadInput(f"tensor-parallel size must be a whole number >= 1, got {tp!r}")
+    if nvlink_domain < 1:
+        raise BadInput(f"NVLink domain must be >= 1 GPU, got {nvlink_domain!r}")
+    eff = per_doubling ** math.log2(min(tp, nvlink_domain))
+    if tp > nvlink_domain:
+        eff *= cross ** math.log2(tp / nvlink_domain)
+    return float(eff)
+
+
+def dense_weights_read_per_step(
+    total_weight_bytes: float,
+    embedding_bytes: float,
+    tied_embeddings: bool,
+    seed_convention: bool = False,
+) -> float:
+    """Weight bytes one decode step streams for a dense model.
+
+    A step multiplies every layer's matrices and the lm_head once, but reads only n rows
+    of the input embedding table (a gather, negligible), so the embedding is not streamed.
+    With tied embeddings the same matrix *is* the lm_head and is read in full.
+
+    ``seed_convention=True`` counts the whole checkpoint (the seed's w_decode_shared = W,
+    e.g. 28.8 GiB for Qwen3.6-27B FP8), which overstates the read by the embedding table
+    (working-set-model.md 5b.9).
+    """
+    if total_weight_bytes <= 0 or embedding_bytes < 0 or embedding_bytes >= total_weight_bytes:
+        raise BadInput("weight bytes must be positive and larger than the embedding table")
+    if seed_convention or tied_embeddings:
+        return float(total_weight_bytes)
+    return float(total_weight_bytes - embedding_bytes)
+
+
+@dataclass(frozen=True)
+class ExpertRouting:
+    """The routed experts of a MoE model, over all its MoE layers, per replica group.
+
+    ``all_expert_bytes``: every routed expert of every MoE layer. Each token routes to
+    ``experts_per_token`` of ``num_experts`` per layer.
+
+    ``union``: how many distinct experts n tokens in one step touch.
+      "linear"   the no-overlap upper bound min(n x k, E) experts per layer (the seed's default)
+      "expected" the expected union under uniform independent routing: E x (1 - (1 - k/E)^n)
+    Real routing is skewed, so the truth sits between the two (nearer "expected" at large n).
+    """
+
+    all_expert_bytes: float
+    num_experts: int
+    experts_per_token: int
+    union: str = "linear"
+
+    def __post_init__(self):
+        if self.all_expert_bytes <= 0:
+            raise BadInput("expert bytes must be positive")
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise BadInput(f"experts per token must be in 1..{self.num_experts}, got {self.experts_per_token}")
+        if self.union not in ("linear", "expected"):
+            raise BadInput(f"expert union must be 'linear' or 'expected', got {self.union!r}")
+
+    def union_bytes(self, n) -> np.ndarray | float:
+        """Routed-expert bytes read per step with n concurrent decode tokens (vectorised in n)."""
+        n = np.asarray(n, dtype=float)
+        share = self.experts_per_token / self.num_experts
+        if self.union == "linear":
+            frac = np.minimum(n * share, 1.0)
+        else:
+            frac = 1.0 - (1.0 - share) ** n
+        out = self.all_expert_bytes * frac
+        return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class DecodeSetup:
+    """What one replica group reads per decode step, and how fast it reads it.
+
+    weight_bytes_per_step: weights streamed every step whatever n is (dense: see
+        dense_weights_read_per_step; MoE: attention, dense layers, shared experts, router,
+        lm_head).
+    kv_bytes_per_token_read: KV bytes read per context token per step, whole group.
+    state_bytes_per_sequence: recurrent (linear-attention / Mamba) state per sequence.
+    topk_tokens / topk_bytes_per_token: sparse attention (DSA-style) reads a further
+        topk_bytes_per_token x min(L, topk_tokens) per sequence; 0 for dense attention.
+    """
+
+    bandwidth_bytes_per_s: float
+    weight_bytes_per_step: float
+    kv_bytes_per_token_read: float
+    state_bytes_per_sequence: float = 0.0
+    tp: int = 1
+    experts: ExpertRouting | None = None
+    spec_speedup: float = 1.0
+    bandwidth_efficiency: float = field(default_factory=lambda: _a("decode.bandwidth_efficiency"))
+    tp_efficiency: float | None = None
+    topk_tokens: int = 0
+    topk_bytes_per_token: float = 0.0
+
+    def __post_init__(self):
+        if self.bandwidth_bytes_per_s <= 0:
+            raise BadInput("HBM bandwidth must be positive")
+        if self.weight_bytes_per_step < 0 or self.kv_bytes_per_token_read < 0 or self.state_bytes_per_sequence < 0:
+            raise BadInput("bytes per step, per token and per sequence must be >= 0")
+        if not 0 < self.bandwidth_efficiency <= 1:
+            raise BadInput(f"bandwidth efficiency must be in (0, 1], got {self.bandwidth_efficiency!r}")
+        if self.spec_speedup < 1:
+            raise BadInput(f"speculative speedup must be >= 1, got {self.spec_speedup!r}")
+        if self.tp < 1 or int(self.tp) != self.tp:
+            raise BadInput(f"tensor-parallel size must be a whole number >= 1, got {self.tp!r}")
+        if self.tp_efficiency is not None and not 0 < self.tp_efficiency <= 1:
+            raise BadInput(f"TP efficiency must be in (0, 1], got {self.tp_efficiency!r}")
+        if self.topk_tokens < 0 or self.topk_bytes_per_token < 0:
+            raise BadInput("sparse top-k settings must be >= 0")
+
+    @property
+    def tp_eff(self) -> float:
+        return tp_efficiency(self.tp) if self.tp_efficiency is None else float(self.tp_efficiency)
+
+    @property
+    def effective_bandwidth_bytes_per_s(self) -> float:
+        """tp x bandwidth x bandwidth_efficiency x tp_efficiency: what the group really streams."""
+        return self.tp * self.bandwidth_bytes_per_s * self.bandwidth_efficiency * self.tp_eff
+
+    def weight_bytes(self, n) -> np.ndarray | float:
+        """Weights read per step at n concurrent decoders (vectorised in n)."""
+        if self.experts is None:
+            return np.full(np.shape(n), float(self.weight_bytes_per_step)) if np.ndim(n) else float(self.weight_bytes_per_step)
+        return self.weight_bytes_per_step + self.experts.union_bytes(n)
+
+    def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
+        """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
+        contexts = np.asarray(contexts, dtype=float)
+        n = contexts.shape[-1]
+        kv = contexts.sum(axis=-1) * self.kv_bytes_per_token_read
+        if self.topk_tokens and self.topk_bytes_per_token:
+            kv = kv + np.minimum(contexts, self.topk_tokens).sum(axis=-1) * self.topk_bytes_per_token
+        return self.weight_bytes(n) + kv + 2.0 * n * self.state_bytes_per_sequence
+
+    def per_user_tokens_per_s(self, step_bytes) -> np.ndarray:
+        """spec_speedup x effective bandwidth / step bytes."""
+        return self.spec_speedup * self.effective_bandwidth_bytes_per_s / np.asarray(step_bytes, dtype=float)
+
+
+# --------------------------------------------------------------------------------------
+# Monte-Carlo over fills, with common random numbers
+# --------------------------------------------------------------------------------------
+
+_BLOCK = 128  # columns (decoder slots) drawn per block
+
+
+class _ContextBank:
+    """``fills`` rows of context draws, grown column-block by column-block.
+
+    Block j is drawn from its own generator seeded (seed, j), so column i holds the same
+    contexts however far the bank has grown: p50(n) is computed from the first n columns
+    of the same matrix for every n, which makes it monotone in n and smooth.
+    """
+
+    def __init__(self, sample_contexts: ContextSampler, fills: int, seed: int, topk_tokens: int = 0):
+        if fills < 1:
+            raise BadInput(f"fills must be >= 1, got {fills!r}")
+        self.sample_contexts = sample_contexts
+        self.fills = int(fills)
+        self.seed = int(seed)
+        self.topk_tokens = int(topk_tokens)
+        self.cum = np.zeros((self.fills, 1))
+        self.cum_topk = np.zeros((self.fills, 1))
+        self.blocks = 0
+
+    @property
+    def columns(self) -> int:
+        return self.cum.shape[1] - 1
+
+    def _grow(self, n: int) -> None:
+        new, new_topk = [], []
+        cols = self.columns
+        while cols < n:
+            rng = np.random.default_rng([self.seed, self.blocks])
+            block = np.asarray(self.sample_contexts(rng, self.fills * _BLOCK), dtype=float)
+            if block.shape != (self.fills * _BLOCK,):
+                raise BadInput("the context sampler must return a flat array of the requested size")
+            if not np.all(np.isfinite(block)) or np.any(block < 0):
+                raise BadInput("sampled contexts must be finite and >= 0")
+            block = block.reshape(self.fills, _BLOCK)
+            new.append(block)
+            if self.topk_tokens:
+                new_topk.append(np.minimum(block, self.topk_tokens))
+            self.blocks += 1
+            cols += _BLOCK
+        if new:
+            self.cum = np.concatenate([self.cum, self.cum[:, -1:] + np.cumsum(np.concatenate(new, axis=1), axis=1)], axis=1)
+            if self.topk_tokens:
+                self.cum_topk = np.concatenate(
+                    [self.cum_topk, self.cum_topk[:, -1:] + np.cumsum(np.concatenate(new_topk, axis=1), axis=1)], axis=1
+                )
+
+    def context_sums(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per fill: sum of the first n contexts, and of min(context, topk)."""
+        self._grow(n)
+        topk = self.cum_topk[:, n] if self.topk_tokens else np.zeros(self.fills)
+        return self.cum[:, n], topk
+
+    def matrix(self, n: int) -> np.ndarray:
+        """The (fills, n) contexts themselves (for tests and plots)."""
+        self._grow(n)
+        return np.diff(self.cum[:, : n + 1], axis=1)
+
+
+def _speeds(setup: DecodeSetup, bank: _ContextBank, n: int) -> np.ndarray:
+    sums, topk_sums = bank.context_sums(n)
+    kv = sums * setup.kv_bytes_per_token_read
+    if setup.topk_tokens and setup.topk_bytes_per_token:
+        kv = kv + topk_sums * setup.topk_bytes_per_token
+    step = setup.weight_bytes(n) + kv + 2.0 * n * setup.state_bytes_per_sequence
+    return setup.per_user_tokens_per_s(step)
+
+
+@dataclass(frozen=True)
+class DecodeSpeed:
+    """Per-user decode speed at n concurrent decoders, over Monte-Carlo fills."""
+
+    n: int
+    p5_tok_s: float
+    p50_tok_s: float
+    p95_tok_s: float
+    aggregate_p50_tok_s: float
+    step_bytes_p50: float
+    weight_bytes: float
+    kv_bytes_p50: float
+    state_bytes: float
+    fills: int
+    derivation: Derivation
+
+    def to_dict(self) -> dict:
+        return {
+            "concurrent_decoders": self.n,
+            "per_user_tok_s": {"p5": self.p5_tok_s, "p50": self.p50_tok_s, "p95": self.p95_tok_s},
+            "aggregate_tok_s_p50": self.aggregate_p50_tok_s,
+            "step_bytes_p50": self.step_bytes_p50,
+            "weight_bytes_per_step": self.weight_bytes,
+            "kv_bytes_per_step_p50": self.kv_bytes_p50,
+            "state_bytes_per_step": self.state_bytes,
+            "fills": self.fills,
+            "derivation": self.derivation.to_list(),
+        }
+
+
+def _speed_result(setup: DecodeSetup, bank: _ContextBank, n: int) -> DecodeSpeed:
+    speeds = _speeds(setup, bank, n)
+    p5, p50, p95 = (float(x) for x in np.percentile(speeds, [5, 50, 95]))
+    sums, topk_sums = bank.context_sums(n)
+    ctx_p50 = float(np.percentile(sums, 50))
+    mean_ctx = float(sums.mean() / n)
+
+    d = Derivation()
+    d.given("bandwidth_bytes_per_s", setup.bandwidth_bytes_per_s, unit="B/s", source="GPU catalogue (datasheet HBM)")
+    bw_eff = d.given("bandwidth_efficiency", setup.bandwidth_efficiency, source="modelled: data/assumptions.toml decode.bandwidth_efficiency")
+    tp_eff = d.given("tp_efficiency", setup.tp_eff, source="modelled: 0.90 per TP doubling (working-set-model.md 2.5)")
+    eff_bw = d.step(
+        "effective_bandwidth", "tp * bandwidth_bytes_per_s * bandwidth_efficiency * tp_efficiency", unit="B/s",
+        tp=setup.tp, bandwidth_bytes_per_s=setup.bandwidth_bytes_per_s, bandwidth_efficiency=bw_eff, tp_efficiency=tp_eff,
+    )
+    weights = float(setup.weight_bytes(n))
+    if setup.experts is None:
+        d.given("weight_bytes_per_step", weights, unit="B",
+                note="every streamed weight once per step (see dense_weights_read_per_step for the embedding convention)")
+    else:
+        e = setup.experts
+        if e.union == "linear":
+            d.step(
+                "weight_bytes_per_step", "shared_bytes + all_expert_bytes * min(n * k / E, 1)", unit="B",
+                note="no-overlap upper bound on the expert union", shared_bytes=setup.weight_bytes_per_step,
+                all_expert_bytes=e.all_expert_bytes, n=n, k=e.experts_per_token, E=e.num_experts,
+            )
+        else:
+            d.step(
+                "weight_bytes_per_step", "shared_bytes + all_expert_bytes * (1 - (1 - k / E) ** n)", unit="B",
+                note="expected union under uniform routing", shared_bytes=setup.weight_bytes_per_step,
+                all_expert_bytes=e.all_expert_bytes, n=n, k=e.experts_per_token, E=e.num_experts,
+            )
+    kv_p50 = ctx_p50 * setup.kv_bytes_per_token_read
+    d.step(
+        "kv_bytes_per_step_p50", "context_tokens_p50 * kv_bytes_per_token_read", unit="B",
+        note=f"sum of the n active contexts, p50 over {bank.fills} fills (mean context {mean_ctx:,.0f} tokens)",
+        context_tokens_p50=ctx_p50, kv_bytes_per_token_read=setup.kv_bytes_per_token_read,
+    )
+    if setup.topk_tokens and setup.topk_bytes_per_token:
+        topk_p50 = float(np.percentile(topk_sums, 50)) * setup.topk_bytes_per_token
+        d.given("sparse_topk_bytes_per_step_p50", topk_p50, unit="B", note=f"min(L, {setup.topk_tokens}) x {setup.topk_bytes_per_token} B per sequence")
+    state = d.step("state_bytes_per_step", "2 * n * state_bytes_per_sequence", unit="B", note="recurrent state read and written",
+                   n=n, state_bytes_per_sequence=setup.state_bytes_per_sequence)
+    d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
+            source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
+    step_p50 = float(setup.spec_speedup * eff_bw / p50)
+    d.given("step_bytes_p50", step_p50, unit="B", note="weights + KV + state, the step whose speed is the p50")
+    d.step("per_user_tok_s_p50", "spec_speedup * effective_bandwidth / step_bytes_p50", unit="tok/s",
+           source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup, effective_bandwidth=eff_bw, step_bytes_p50=step_p50)
+    agg = d.step("aggregate_tok_s_p50", "n * per_user_tok_s_p50", unit="tok/s", n=n, per_user_tok_s_p50=p50)
+    return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d)
+
+
+def decode_speed(
+    setup: DecodeSetup,
+    sample_contexts: ContextSampler,
+    n: int,
+    fills: int | None = None,
+    seed: int = 0,
+) -> DecodeSpeed:
+    """Per-user tok/s p5/p50/p95 with n concurrent decoders (n contexts drawn per fill)."""
+    if n < 1 or int(n) != n:
+        raise BadInput(f"concurrent decoders must be a whole number >= 1, got {n!r}")
+    fills = _a("decode.fills") if fills is None else fills
+    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    return _speed_result(setup, bank, int(n))
+
+
+def decode_curve(
+    setup: DecodeSetup,
+    sample_contexts: ContextSampler,
+    ns,
+    fills: int | None = None,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """p5/p50/p95 per-user tok/s and aggregate p50 for every n in ``ns`` (one bank, CRN)."""
+    fills = _a("decode.fills") if fills is None else fills
+    ns = np.asarray(list(ns), dtype=int)
+    if ns.size == 0 or ns.min() < 1:
+        raise BadInput("concurrency values must be >= 1")
+    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    bank._grow(int(ns.max()))
+    out = np.array([np.percentile(_speeds(setup, bank, int(n)), [5, 50, 95]) for n in ns])
+    return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}
+
+
+@dataclass(frozen=True)
+class DecodeCeiling:
+    """The largest number of concurrent decoders whose p50 per-user speed meets the floor."""
+
+    n: int
+    floor_tok_s: float
+    at_ceiling: DecodeSpeed | None
+    p50_one_more_tok_s: float
+    evaluations: int
+    derivation: Derivation
+
+    def to_dict(self) -> dict:
+        return {
+            "decode_ceiling": self.n,
+            "floor_tok_s": self.floor_tok_s,
+            "p50_at_ceiling_tok_s": None if self.at_ceiling is None else self.at_ceiling.p50_tok_s,
+            "p50_one_more_tok_s": self.p50_one_more_tok_s,
+            "at_ceiling": None if self.at_ceiling is None else self.at_ceiling.to_dict(),
+            "derivation": self.derivation.to_list(),
+        }
+
+
+def decode_ceiling(
+    setup: DecodeSetup,
+    sample_contexts: ContextSampler,
+    floor_tok_s: float | None = None,
+    fills: int | None = None,
+    seed: int = 0,
+    max_n: int = 1 << 16,
+) -> DecodeCeiling:
+    """Largest n with p50 per-user tok/s >= floor, by bisection (p50 is monotone in n under CRN).
+
+    Returns n = 0 when even one decoder misses the floor. Refuses (BadInput) rather than
+    report a censored value when the floor is still met at ``max_n`` decoders.
+    """
+    floor = _a("decode.floor_hard_tok_s") if floor_tok_s is None else float(floor_tok_s)
+    if floor <= 0:
+        raise BadInput(f"decode floor must be > 0 tok/s, got {floor!r}")
+    fills = _a("decode.fills") if fills is None else fills
+    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    evals = 0
+
+    def p50(n: int) -> float:
+        nonlocal evals
+        evals += 1
+        return float(np.percentile(_speeds(setup, bank, n), 50))
+
+    d = Derivation()
+    first = p50(1)
+    if first < floor:
+        d.step("decode_ceiling", "0", note=f"one decoder alone runs at {first:.1f} tok/s (p50), under the {floor:g} tok/s floor")
+        return DecodeCeiling(0, floor, None, first, evals, d)
+    lo, hi = 1, 2 * _BLOCK
+    while p50(hi) >= floor:
+        lo = hi
+        hi *= 2
+        if hi > max_n:
+            raise BadInput(
+                f"per-user decode stays above {floor:g} tok/s beyond {max_n} concurrent decoders; "
+                "the decode ceiling is not the binding constraint here (raise max_n to locate it)"
+            )
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if p50(mid) >= floor:
+            lo = mid
+        else:
+            hi = mid
+    at = _speed_result(setup, bank, lo)
+    above = p50(lo + 1)
+    d.extend(at.derivation)
+    d.step(
+        "decode_ceiling", "n", note=(
+            f"largest n with p50 >= {floor:g} tok/s: {at.p50_tok_s:.2f} tok/s at n = {lo}, "
+            f"{above:.2f} at n = {lo + 1} (bisection over one bank of {bank.fills} fills, common random numbers)"
+        ), n=lo,
+    )
+    return DecodeCeiling(lo, floor, at, above, evals, d)

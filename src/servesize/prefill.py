@@ -1,0 +1,210 @@
+"""Prefill cost: FLOPs of a forward pass over new tokens, and what a cache hit or miss costs.
+
+One pass over T new tokens with ``prior`` tokens already cached (working-set-model.md 2.8):
+
+    FLOPs = 2 x P x T                      GEMMs: P = matmul parameters, embeddings and
+                                           lm_head excluded; active parameters for MoE
+          + 2 x T^2 x d x L_a              attention among the new tokens (QK^T and AV,
+                                           2 x pairs x d each, causal mask halves the pairs)
+          + 4 x T x prior x d x L_a        every new query attends over every cached token
+
+with d = n_q x head_dim and L_a the full-attention layers (linear-attention and sliding
+layers are inside P and add nothing quadratic). Over chunks the attention terms telescope,
+so a context's total FLOPs do not depend on the chunk size.
+
+    time = FLOPs / (tp x peak dense FLOP/s for the dtype x tp_efficiency x MFU)
+
+A cache MISS re-prefills its whole context L: 2PL + 2L^2 d L_a. A warm HIT prefills only
+the new turn's tail (``warm_turn_tokens``) on top of its cached context, which it still
+attends over, so its cost is affine in L. Both are priced per sampled context and averaged:
+E[S|miss] needs E[L^2], not E[L]^2, because the tail of a log-normal dominates the square.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.decode import ContextSampler, assumption, tp_efficiency
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+
+
+def prefill_flops(tokens, prior, gemm_params: float, attention_width: float, full_attention_layers: int):
+    """FLOPs of one pass over ``tokens`` new tokens with ``prior`` cached (vectorised over arrays)."""
+    tokens = np.asarray(tokens, dtype=float)
+    prior = np.asarray(prior, dtype=float)
+    if np.any(tokens < 0) or np.any(prior < 0):
+        raise BadInput("token counts must be >= 0")
+    out = (
+        2.0 * gemm_params * tokens
+        + 2.0 * tokens**2 * attention_width * full_attention_layers
+        + 4.0 * tokens * prior * attention_width * full_attention_layers
+    )
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class PrefillSetup:
+    """How much compute one prefill pass costs, and how fast one replica group does it.
+
+    gemm_params: P, parameters that take part in matmuls per token (no embedding, no
+        lm_head; for MoE the active parameters: shared + k routed experts + attention).
+    attention_width: d = num_attention_heads x head_dim.
+    full_attention_layers: L_a, layers with full (growing) attention.
+    peak_flops_per_gpu: dense (not sparse) peak FLOP/s of one GPU for the compute dtype.
+    """
+
+    gemm_params: float
+    attention_width: int
+    full_attention_layers: int
+    peak_flops_per_gpu: float
+    tp: int = 1
+    tp_efficiency: float | None = None
+    mfu: float = field(default_factory=lambda: assumption("prefill.mfu"))
+
+    def __post_init__(self):
+        if self.gemm_params <= 0:
+            raise BadInput("prefill needs a positive matmul parameter count")
+        if self.attention_width < 0 or self.full_attention_layers < 0:
+            raise BadInput("attention width and layer count must be >= 0")
+        if self.peak_flops_per_gpu <= 0:
+            raise BadInput("peak FLOP/s must be positive (use the dense figure, not the sparsity one)")
+        if not 0 < self.mfu <= 1:
+            raise BadInput(f"MFU must be in (0, 1], got {self.mfu!r}")
+        if self.tp < 1 or int(self.tp) != self.tp:
+            raise BadInput(f"tensor-parallel size must be a whole number >= 1, got {self.tp!r}")
+        if self.tp_efficiency is not None and not 0 < self.tp_efficiency <= 1:
+            raise BadInput(f"TP efficiency must be in (0, 1], got {self.tp_efficiency!r}")
+
+    @property
+    def tp_eff(self) -> float:
+        return tp_efficiency(self.tp) if self.tp_efficiency is None else float(self.tp_efficiency)
+
+    @property
+    def achieved_flops_per_s(self) -> float:
+        """tp x peak x tp_efficiency x MFU: the FLOP/s a prefill really gets from the group."""
+        return self.tp * self.peak_flops_per_gpu * self.tp_eff * self.mfu
+
+    def flops(self, tokens, prior=0.0):
+        return prefill_flops(tokens, prior, self.gemm_params, self.attention_width, self.full_attention_layers)
+
+    def seconds(self, tokens, prior=0.0):
+        """Machine time of one pass (vectorised)."""
+        return self.flops(tokens, prior) / self.achieved_flops_per_s
+
+    def miss_seconds(self, contexts):
+        """A miss re-prefills its whole context from nothing (chunking does not change the FLOPs)."""
+        return self.seconds(contexts, 0.0)
+
+    def hit_seconds(self, contexts, warm_turn_tokens: float):
+        """A warm hit prefills the new turn on top of its cached context (priced at prior = L)."""
+        return self.seconds(warm_turn_tokens, contexts)
+
+
+@dataclass(frozen=True)
+class PrefillCosts:
+    """Service times of a cache miss and a warm hit over the workload's context lengths."""
+
+    mean_context_tokens: float          # E[L]
+    mean_context_sq_tokens2: float      # E[L^2]
+    warm_turn_tokens: float
+    miss_s: float                       # E[S | miss]: cold TTFT with no queue
+    miss_s2: float                      # E[S^2 | miss]
+    hit_s: float                        # E[S | hit]: warm TTFT with no queue (= hit at prior E[L])
+    hit_s2: float                       # E[S^2 | hit]
+    samples: int
+    derivation: Derivation
+
+    @property
+    def thrash_ratio(self) -> float:
+        """How many warm hits one miss costs in machine time."""
+        return self.miss_s / self.hit_s if self.hit_s > 0 else float("inf")
+
+    @property
+    def max_cold_rate_per_s(self) -> float:
+        """Misses per second at which prefill alone saturates the group."""
+        return 1.0 / self.miss_s
+
+    def to_dict(self) -> dict:
+        return {
+            "mean_context_tokens": self.mean_context_tokens,
+            "mean_context_sq_tokens2": self.mean_context_sq_tokens2,
+            "warm_turn_tokens": self.warm_turn_tokens,
+            "miss_ttft_s": self.miss_s,
+            "miss_s2": self.miss_s2,
+            "hit_ttft_s": self.hit_s,
+            "hit_s2": self.hit_s2,
+            "thrash_ratio": self.thrash_ratio,
+            "max_cold_rate_per_s": self.max_cold_rate_per_s,
+            "samples": self.samples,
+            "derivation": self.derivation.to_list(),
+        }
+
+
+def prefill_costs(
+    setup: PrefillSetup,
+    contexts: np.ndarray | None = None,
+    sample_contexts: ContextSampler | None = None,
+    warm_turn_tokens: float | None = None,
+    samples: int | None = None,
+    seed: int = 0,
+) -> PrefillCosts:
+    """E[S|miss], E[S^2|miss], E[S|hit], E[S^2|hit] from context lengths (given or sampled).
+
+    Pass either ``contexts`` (an array of context lengths, prefix included) or
+    ``sample_contexts(rng, size)`` with ``samples`` draws (default 200,000, seed 0).
+    """
+    turn = assumption("prefill.warm_turn_tokens") if warm_turn_tokens is None else float(warm_turn_tokens)
+    if turn < 0:
+        raise BadInput(f"warm turn must be >= 0 tokens, got {turn!r}")
+    if contexts is None:
+        if sample_contexts is None:
+            raise BadInput("prefill_costs needs contexts or a context sampler")
+        samples = assumption("prefill.samples") if samples is None else int(samples)
+        if samples < 1:
+            raise BadInput("samples must be >= 1")
+        contexts = sample_contexts(np.random.default_rng(seed), samples)
+    length = np.asarray(contexts, dtype=float).ravel()
+    if length.size == 0 or np.any(length < 0) or not np.all(np.isfinite(length)):
+        raise BadInput("context lengths must be a non-empty array of finite values >= 0")
+
+    miss = setup.miss_seconds(length)
+    hit = setup.hit_seconds(length, turn)
+    el, el2 = float(length.mean()), float((length**2).mean())
+
+    d = Derivation()
+    d.given("P", setup.gemm_params, note="matmul parameters per token (active for MoE), no embedding/lm_head")
+    d.given("d", setup.attention_width, note="attention width n_q x head_dim")
+    d.given("L_a", setup.full_attention_layers, note="full-attention layers")
+    flops_s = d.step(
+        "achieved_flops_per_s", "tp * peak_flops_per_gpu * tp_efficiency * mfu", unit="FLOP/s",
+        source="working-set-model.md 2.8; MFU modelled (data/assumptions.toml prefill.mfu, bracket 0.30-0.60)",
+        tp=setup.tp, peak_flops_per_gpu=setup.peak_flops_per_gpu, tp_efficiency=setup.tp_eff, mfu=setup.mfu,
+    )
+    d.given("E_L", el, unit="tokens", note=f"mean context over {length.size:,} draws")
+    d.given("E_L2", el2, unit="tokens^2", note="second moment: the quadratic term is priced on the tail")
+    miss_s = d.step(
+        "miss_ttft_s", "(2 * P * E_L + 2 * d * L_a * E_L2) / achieved_flops_per_s", unit="s",
+        note="E[S | miss]: re-prefill the whole context, no queue", source="working-set-model.md 2.8",
+        P=setup.gemm_params, E_L=el, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2,
+        achieved_flops_per_s=flops_s,
+    )
+    hit_s = d.step(
+        "hit_ttft_s", "(2 * P * T + 2 * T ** 2 * d * L_a + 4 * T * E_L * d * L_a) / achieved_flops_per_s", unit="s",
+        note="E[S | hit]: the new turn at prior = E[L] (affine in L, so exact in expectation)",
+        P=setup.gemm_params, T=turn, d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el,
+        achieved_flops_per_s=flops_s,
+    )
+    return PrefillCosts(
+        mean_context_tokens=el,
+        mean_context_sq_tokens2=el2,
+        warm_turn_tokens=turn,
+        miss_s=float(miss_s),
+        miss_s2=float((miss**2).mean()),
+        hit_s=float(hit_s),
+        hit_s2=float((hit**2).mean()),
+        samples=int(length.size),
+        derivation=d,
+    )
