@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import importlib
 import json
+import os
 import sys
 
 from servesize import __version__
@@ -131,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug: still one line, the traceback only on request
+        if os.environ.get("SERVESIZE_DEBUG"):
+            raise
+        print(f"servesize: internal error: {type(exc).__name__}: {exc} (a bug; rerun with SERVESIZE_DEBUG=1 "
+              "for the traceback and please report it)", file=sys.stderr)
+        return 1
 
 
 def _json_default(obj):

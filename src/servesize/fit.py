@@ -29,6 +29,8 @@ from servesize.weights import normalise_precision, weights
 # threshold between 6 and 19: it places qwen2.5-32b at TP2 (41 per replica) although TP1 holds 5,
 # and qwen3-30b-a3b at TP1 with 19. We take 8: one replica should at least batch a handful of users.
 DEFAULT_MIN_CONCURRENCY = 8
+# The calculator seed's budget uses vLLM's long-standing default utilisation of 0.90.
+SEED_GPU_MEMORY_UTILIZATION = 0.90
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
     from servesize.deployment import DEFAULT_VLLM_VERSION
 
     version = vllm_version or DEFAULT_VLLM_VERSION
+    if budget == "simple" and gpu_memory_utilization is None:
+        gpu_memory_utilization = SEED_GPU_MEMORY_UTILIZATION
     out: list[Placement] = []
     refused: list[tuple[str, str]] = []
     for key, display, arch in models:

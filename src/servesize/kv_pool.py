@@ -164,8 +164,8 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
         if uniform_type:
             notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
         per_layer_pages = sum(block * s.bytes_per_token for s in specs)
-        page = d.step("page_bytes_all_layers", "block_size * " + " + ".join(
-            f"{len(kinds[k])} * {next(iter(per_token[k]))}" for k in attn_kinds), unit="B", block_size=block)
+        page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
+            f"{len(kinds[k])} * {next(iter(per_token[k]))}" for k in attn_kinds) + ")", unit="B", block_size=block)
         assert page == per_layer_pages
         n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
                    available=available_bytes, page_bytes_all_layers=page)

@@ -43,7 +43,8 @@ def run(args):
         models = []
         for name in args.models.split(","):
             m = resolve_model(name.strip())
-            models.append((m.name, m.name, m.architecture))
+            key = m.entry.key if m.entry else m.architecture.name
+            models.append((key, m.entry.display if m.entry else key, m.architecture))
     else:
         models = [(e.key, e.display, e.architecture()) for e in load_catalogue().values()]
     precisions = tuple(p.strip() for p in args.precision.split(",") if p.strip())

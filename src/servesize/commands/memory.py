@@ -25,4 +25,4 @@ def run(args):
 
     model = resolve_model(args.model)
     gpus = gpus_from_args(args)
-    return memory_report(model.architecture, gpus, deployment_from_args(args), budget=args.budget, name=model.name)
+    return memory_report(model.architecture, gpus, deployment_from_args(args), budget=args.budget, name=model.entry.key if model.entry else model.architecture.name)

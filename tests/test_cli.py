@@ -1,0 +1,108 @@
+"""The command line as a user meets it: exit codes, one-line errors, --json purity."""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+from servesize.cli import main
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, out, err, *fragments):
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("servesize: ") and "Traceback" not in err
+    for f in fragments:
+        assert f.lower() in lines[0].lower()
+
+
+def test_a_missing_config_file_is_one_line_and_exit_2(capsys, tmp_path):
+    code, out, err = run(capsys, "memory", str(tmp_path / "nope" / "config.json"), "--gpus", "1xH100")
+    assert_one_line_error(code, out, err)
+
+
+def test_a_malformed_config_file_is_one_line_and_exit_2(capsys, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": ')
+    code, out, err = run(capsys, "memory", str(bad), "--gpus", "1xH100")
+    assert_one_line_error(code, out, err, "not valid json")
+
+
+def test_an_unknown_architecture_is_refused_naming_the_field(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "rwkv7", "hidden_size": 4096, "num_hidden_layers": 32}))
+    code, out, err = run(capsys, "memory", str(cfg), "--gpus", "1xH100")
+    assert_one_line_error(code, out, err, "rwkv7", "model_type")
+
+
+def test_a_tp_size_that_does_not_divide_the_heads_is_refused(capsys):
+    # Llama 3.1 8B has 32 attention heads; 3 does not divide them.
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "4xH100", "--tensor-parallel-size", "3")
+    assert_one_line_error(code, out, err, "does not divide")
+
+
+def test_a_model_that_does_not_fit_says_what_to_try(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-405b", "--gpus", "1xH100")
+    assert_one_line_error(code, out, err, "does not fit", "tensor-parallel")
+
+
+def test_an_unknown_gpu_is_one_line_with_suggestions(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH1000")
+    assert_one_line_error(code, out, err, "servesize gpus")
+
+
+def test_an_unknown_model_is_one_line(capsys):
+    code, out, err = run(capsys, "memory", "llama-9-900b", "--gpus", "1xH100")
+    assert_one_line_error(code, out, err, "servesize models")
+
+
+def test_memory_json_is_one_document_with_the_contract_keys(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    for key in ("weights_bytes_per_gpu", "kv_bytes_per_token", "available_kv_bytes_per_gpu", "block_size",
+                "num_blocks", "kv_cache_tokens", "max_concurrency", "usable_kv_tokens"):
+        assert key in doc, key
+    assert doc["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 32
+    assert doc["block_size"] == 16
+    assert doc["usable_kv_tokens"] == (doc["num_blocks"] - 1) * 16
+
+
+def test_memory_explain_shows_each_number_from_its_own_terms(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--explain")
+    assert code == 0
+    assert any(l.startswith("num_blocks = ") and "page_bytes_all_layers" in l for l in out.splitlines())
+    assert "activation_peak_bytes" in out
+
+
+def test_fit_json_parses_and_lists_placements(capsys):
+    code, out, err = run(capsys, "fit", "--gpus", "8xH100", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["placements"] and all(p["concurrent_per_replica"] >= 1 for p in doc["placements"])
+
+
+def test_help_lists_every_command(capsys):
+    code, out, err = run(capsys, "--help")
+    assert code == 0
+    for command in ("models", "gpus", "fit", "memory", "plan", "calibrate", "workload", "measure"):
+        assert re.search(rf"^\s+{command}\b", out, re.M), command
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    test_command = next(b for b in blocks if "pytest" in b).strip()
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1].strip() == test_command
