@@ -1,0 +1,372 @@
+"""How many sessions stay warm: a Monte-Carlo fill of the KV pool (working-set-model.md 2.6).
+
+One *fill* is an LRU snapshot of whole sessions: requests arrive in order, each becomes a
+resident session, and the pool holds the most recent ones whose cost fits. Repeating the fill
+over many independent draws gives a spread (p5 / p50 / p95) rather than a single estimate.
+
+Per fill (steps as in 2.6):
+
+- each session costs its unique tokens (full - prefix; full when cold) plus its constant
+  recurrent state as token-equivalents, state_bytes / kv_bytes_per_token;
+- the shared prefixes are reserved once per class present;
+- GPU: the largest k whose cumulative cost fits the budget (ties fit);
+- CPU offload (storage view): the sessions after those, at unique x b + s bytes each, fill the
+  RAM budget (offload bytes - reserved prefix bytes);
+- cold sessions occupy their full length and never count as warm.
+
+All fills are drawn at once as a (fills, draws) matrix; the cumulative cost runs along axis 1
+and each row's count is a comparison summed along it (searchsorted per row). No Python loop
+runs over fills. The arithmetic runs only on the leading columns that hold every row's
+budget (widened until they do), which gives the counts of the full matrix at a fraction of
+the cost. When a
+fill does not exhaust its budget within ``draws`` sessions (the count would be censored), the
+draw length doubles and the whole matrix is drawn again from the same seed (the seed raised
+instead, 5a).
+
+Topology: tensor parallel is one engine and one pool (the caller passes that pool). Data
+parallel is ``replicas`` independent engines, ``pool_tokens`` being one replica's pool:
+
+- sticky routing (every session pinned to a home replica): total = replicas x the one-replica
+  figure (the seed's rule; for p5 it is conservative, as the sum of independent replicas
+  spreads less than replicas x one);
+- random routing (a balancer that ignores where the cache lives, as vLLM's internal DP
+  balancer does: queue depth only): a returning request lands on its previous replica with
+  probability 1/replicas and is warm only if its prefix is resident on the replica it lands
+  on. Each replica's request stream is a random thinning of the whole stream, so it sees the
+  same mix of sessions and its LRU keeps the same most-recent set: in steady state every
+  session that stays warm is resident on every replica (multiple residency), and the system
+  keeps the one-replica count warm, not replicas x it. Seen the other way: the sticky-sized
+  population (replicas x K sessions, each resident once) would hit its home replica with
+  probability 1/replicas, i.e. replicas x K x 1/replicas = K warm. Both views give
+  total = the one-replica figure. ``sticky_population_hit_rate_bound`` = 1/replicas is reported
+  beside it as an upper bound: LRU under a cyclic load does worse (an equal-session LRU
+  simulation, tests/test_warm_capacity.py, gives about 0.31 at 2 replicas and 0.14 at 4).
+  Each session also pays up to replicas - 1 cold first visits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+from servesize.units import GB, fmt_bytes
+from servesize.workload import Workload
+
+# Host-to-device restore bandwidth when the caller does not give one. PCIe Gen5 x16 signals
+# 64 GB/s per direction (PCI-SIG, PCIe 5.0 base spec: 32 GT/s x 16 lanes, 128b/130b); pinned
+# host-to-device copies reach roughly 50 GB/s of it. A modelled assumption: pass the GPU's own
+# figure (or a measured one) as pcie_bytes_per_s.
+DEFAULT_PCIE_BYTES_PER_S = 50 * GB
+_MAX_DRAWS = 1 << 20
+_MAX_ELEMENTS_PER_CHUNK = 4_000_000  # rows are processed in chunks of at most this many cells
+PERCENTILES = (5, 50, 95)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p5: float
+    p50: float
+    p95: float
+
+    @classmethod
+    def of(cls, counts: np.ndarray) -> "Percentiles":
+        """numpy linear-interpolated percentiles 5/50/95 (the seed's statistic)."""
+        a, b, c = np.percentile(counts, PERCENTILES)
+        return cls(float(a), float(b), float(c))
+
+    def scaled(self, k: float) -> "Percentiles":
+        return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
+
+    def to_dict(self) -> dict:
+        return {"p5": self.p5, "p50": self.p50, "p95": self.p95}
+
+    def __str__(self) -> str:
+        return f"{self.p5:,.0f} / {self.p50:,.0f} / {self.p95:,.0f}"
+
+
+@dataclass(frozen=True)
+class WarmCapacity:
+    """Warm sessions p5/p50/p95, for the whole deployment and for one replica."""
+
+    sessions: Percentiles        # warm sessions of every class (GPU + CPU), system total
+    users: Percentiles           # warm user-class sessions only: the 'users kept warm' figure
+    gpu_resident: Percentiles    # warm sessions in HBM: the decode view
+    cpu_offloaded: Percentiles   # warm sessions in host RAM, taken per fill (all - gpu)
+    per_replica: dict            # the same four for one replica's pool
+    replicas: int
+    routing: str                 # 'single' | 'sticky' | 'random'
+    sticky_population_hit_rate_bound: float  # random routing: upper bound on a sticky-sized population's hit rate
+    pool_tokens: float
+    kv_bytes_per_token: float
+    state_bytes_per_session: float
+    cpu_offload_bytes: float
+    restore: dict | None         # PCIe restore cost of an offloaded session
+    fills: int
+    draws_requested: int
+    draws_used: int
+    seed: int
+    derivation: Derivation = field(repr=False)
+    assumptions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "sessions": self.sessions.to_dict(),
+            "users": self.users.to_dict(),
+            "gpu_resident": self.gpu_resident.to_dict(),
+            "cpu_offloaded": self.cpu_offloaded.to_dict(),
+            "per_replica": {k: v.to_dict() for k, v in self.per_replica.items()},
+            "replicas": self.replicas,
+            "routing": self.routing,
+            "sticky_population_hit_rate_bound": self.sticky_population_hit_rate_bound,
+            "pool_tokens": self.pool_tokens,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes_per_session": self.state_bytes_per_session,
+            "cpu_offload_bytes": self.cpu_offload_bytes,
+            "restore": self.restore,
+            "fills": self.fills,
+            "draws_requested": self.draws_requested,
+            "draws_used": self.draws_used,
+            "seed": self.seed,
+            "assumptions": list(self.assumptions),
+            "derivation": self.derivation.to_list(),
+        }
+
+    def explain(self) -> str:
+        lines = [self.derivation.render(), "", "assumptions:"]
+        lines += [f"  - {a}" for a in self.assumptions]
+        return "\n".join(lines)
+
+    def render(self, explain: bool = False) -> str:
+        scope = {"single": "one pool", "sticky": f"{self.replicas} replicas, sticky routing",
+                 "random": f"{self.replicas} replicas, random routing"}[self.routing]
+        lines = [
+            f"warm capacity ({scope}; p5 / p50 / p95 over {self.fills:,} fills)",
+            f"  warm users          {self.users}",
+            f"  warm sessions       {self.sessions}",
+            f"  GPU-resident        {self.gpu_resident}",
+        ]
+        if self.cpu_offload_bytes > 0:
+            lines.append(f"  CPU-offloaded       {self.cpu_offloaded}")
+        if self.restore:
+            lines.append(
+                f"  restore over PCIe   {self.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
+                f"{self.restore['median_session_seconds']:.3f} s for the median session "
+                f"(at {self.restore['pcie_bytes_per_s'] / GB:g} GB/s; storage view: offloaded sessions are less warm)"
+            )
+        if self.routing == "random":
+            lines.append(
+                f"  random routing keeps one replica's worth warm; a population of {self.replicas} x that "
+                f"would hit at most {self.sticky_population_hit_rate_bound:.0%} of the time (LRU does worse)"
+            )
+        if explain:
+            lines += ["", self.explain()]
+        return "\n".join(lines)
+
+
+def _fill_counts(workload: Workload, rng: np.random.Generator, rows: int, draws: int, gpu_budget: float,
+                 state_tokens: float, ram_budget_tokens: float):
+    """Counts per fill for ``rows`` fills of ``draws`` sessions, and whether any fill is censored.
+
+    All random numbers of the (rows, draws) matrix are drawn first. The arithmetic (lengths,
+    cumulative cost, counts) then runs on the first ``width`` columns, doubled until every
+    row has run out of budget inside them: a session past the point where its row's budget is
+    exhausted cannot change that row's count, so the counts equal those of the full matrix.
+    Costs are in token-equivalents on both tiers: a CPU-offloaded session's unique x b + s
+    bytes is b x (unique + s / b), the same cost as on the GPU.
+    """
+    raw = workload.draw_raw(rng, (rows, draws))
+    head = min(draws, 32)
+    probe = workload.realise(raw, slice(0, head))
+    mean_cost = float(np.mean(probe.unique_tokens())) + state_tokens
+    need = (max(gpu_budget, 0.0) + ram_budget_tokens) / mean_cost if mean_cost > 0 else draws
+    width = int(min(draws, max(head, math.ceil(1.5 * need) + 64)))
+    all_rows = np.arange(rows)
+    while True:
+        s = workload.realise(raw, slice(0, width))
+        cum = np.cumsum(s.unique_tokens() + state_tokens, axis=1)
+        # cum is non-decreasing along a row, so counting entries <= budget is
+        # searchsorted(side='right'): the largest k whose cost fits, ties fit
+        n_gpu = np.count_nonzero(cum <= gpu_budget, axis=1)
+        if ram_budget_tokens > 0:
+            taken = np.where(n_gpu > 0, cum[all_rows, np.maximum(n_gpu - 1, 0)], 0.0)
+            n_res = np.maximum(np.count_nonzero(cum <= (taken + ram_budget_tokens)[:, None], axis=1), n_gpu)
+        else:
+            n_res = n_gpu
+        if np.all(n_res < width) or width >= draws:
+            break
+        width = min(draws, 2 * width)
+    censored = bool(np.any(n_res >= draws))
+    col = np.arange(width)
+    warm = ~s.is_cold
+    resident = col < n_res[:, None]
+    warm_all = np.count_nonzero(warm & resident, axis=1)
+    warm_user = np.count_nonzero(warm & resident & ~s.is_subagent, axis=1)
+    warm_gpu = np.count_nonzero(warm & (col < n_gpu[:, None]), axis=1)
+    # the median warm session's restore size, from the first columns (a fixed, seeded subset)
+    head_unique = probe.unique_tokens()[~probe.is_cold]
+    return warm_all, warm_user, warm_gpu, censored, head_unique
+
+
+def warm_capacity(
+    workload: Workload,
+    pool_tokens: float,
+    kv_bytes_per_token: float,
+    state_bytes_per_session: float = 0,
+    *,
+    cpu_offload_bytes: float = 0,
+    replicas: int = 1,
+    sticky_routing: bool = True,
+    fills: int = 1500,
+    draws: int = 2000,
+    seed: int = 0,
+    pcie_bytes_per_s: float | None = None,
+) -> WarmCapacity:
+    """Monte-Carlo warm capacity of one KV pool, and of ``replicas`` such pools.
+
+    pool_tokens              one engine's KV pool in tokens (tensor parallel: the whole group's pool;
+                             data parallel: one replica's).
+    kv_bytes_per_token       b, KV bytes per token of the whole engine.
+    state_bytes_per_session  s, constant per-session state (recurrent / Gated-DeltaNet), charged
+                             s / b token-equivalents per resident session.
+    cpu_offload_bytes        host RAM for KV offload per engine (vLLM's --kv-offloading-size is set
+                             per engine); storage view.
+    replicas, sticky_routing data-parallel copies and whether each session is pinned to one.
+    fills, draws, seed       Monte-Carlo fills, sessions drawn per fill (grown when a fill does not
+                             exhaust its budget), RNG seed (same inputs, same output).
+    pcie_bytes_per_s         host-to-device bandwidth for the restore cost of offloaded sessions.
+    """
+    for name, value in (("pool_tokens", pool_tokens), ("kv_bytes_per_token", kv_bytes_per_token),
+                        ("state_bytes_per_session", state_bytes_per_session), ("cpu_offload_bytes", cpu_offload_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+            raise BadInput(f"warm capacity: {name} must be a finite number, got {value!r}")
+    if kv_bytes_per_token <= 0:
+        raise BadInput(f"warm capacity: kv_bytes_per_token must be > 0, got {kv_bytes_per_token!r}")
+    if state_bytes_per_session < 0 or cpu_offload_bytes < 0:
+        raise BadInput("warm capacity: state_bytes_per_session and cpu_offload_bytes must be >= 0")
+    for name, value, lo in (("replicas", replicas, 1), ("fills", fills, 1), ("draws", draws, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+            raise BadInput(f"warm capacity: {name} must be an integer >= {lo}, got {value!r}")
+    if pcie_bytes_per_s is not None and not (pcie_bytes_per_s > 0 and math.isfinite(pcie_bytes_per_s)):
+        raise BadInput(f"warm capacity: pcie_bytes_per_s must be > 0, got {pcie_bytes_per_s!r}")
+
+    replicas, fills, draws = int(replicas), int(fills), int(draws)
+    routing = "single" if replicas == 1 else ("sticky" if sticky_routing else "random")
+    d = Derivation()
+    d.given("pool_tokens", float(pool_tokens), unit="tokens", note="one engine's KV pool" + (" (one replica)" if replicas > 1 else ""))
+    b = d.given("kv_bytes_per_token", kv_bytes_per_token, unit="B")
+    s_bytes = d.given("state_bytes_per_session", state_bytes_per_session, unit="B")
+    state_tokens = d.step("state_tokens_per_session", "state_bytes_per_session / kv_bytes_per_token", unit="tokens",
+                          note="constant per-session state charged as KV token-equivalents",
+                          state_bytes_per_session=s_bytes, kv_bytes_per_token=b)
+    user_prefix = workload.user.prefix_tokens
+    sub_prefix = workload.reserved_prefix_tokens() - user_prefix
+    reserved = d.step("reserved_prefix_tokens", "user_prefix_tokens + subagent_prefix_tokens", unit="tokens",
+                      note="shared prefixes held once per class present (the subagent's only when separate and r > 0)",
+                      user_prefix_tokens=user_prefix, subagent_prefix_tokens=sub_prefix)
+    gpu_budget = d.step("gpu_budget_tokens", "pool_tokens - reserved_prefix_tokens", unit="tokens",
+                        pool_tokens=float(pool_tokens), reserved_prefix_tokens=reserved)
+    ram_budget = 0.0
+    if cpu_offload_bytes > 0:
+        ram_budget = d.step("ram_budget_bytes", "cpu_offload_bytes - reserved_prefix_tokens * kv_bytes_per_token", unit="B",
+                            note="sessions offloaded to host RAM cost unique tokens x b + s bytes each",
+                            cpu_offload_bytes=float(cpu_offload_bytes), reserved_prefix_tokens=reserved, kv_bytes_per_token=b)
+
+    draws_used = draws
+    if pool_tokens <= 0:
+        zeros = np.zeros(fills)
+        counts = (zeros, zeros, zeros, zeros)
+        head_unique = np.zeros(0)
+    else:
+        while True:
+            rng = np.random.default_rng(seed)
+            rows_per_chunk = max(1, min(fills, _MAX_ELEMENTS_PER_CHUNK // draws_used))
+            parts, censored_any = [], False
+            for start in range(0, fills, rows_per_chunk):  # chunks bound memory; one chunk in the usual case
+                rows = min(rows_per_chunk, fills - start)
+                out = _fill_counts(workload, rng, rows, draws_used, gpu_budget, state_tokens, ram_budget / float(b))
+                if out[3]:
+                    censored_any = True
+                    break
+                parts.append(out)
+            if not censored_any:
+                break
+            if draws_used >= _MAX_DRAWS:
+                raise BadInput(f"warm capacity: a fill holds more than {_MAX_DRAWS:,} sessions; "
+                               "the pool is too large for this workload's session sizes to simulate")
+            draws_used = min(_MAX_DRAWS, draws_used * 2)
+        warm_all = np.concatenate([p[0] for p in parts])
+        warm_user = np.concatenate([p[1] for p in parts])
+        warm_gpu = np.concatenate([p[2] for p in parts])
+        counts = (warm_all, warm_user, warm_gpu, warm_all - warm_gpu)  # offloaded per fill, then percentiled
+        head_unique = np.concatenate([p[4] for p in parts])
+
+    one = {
+        "sessions": Percentiles.of(counts[0]),
+        "users": Percentiles.of(counts[1]),
+        "gpu_resident": Percentiles.of(counts[2]),
+        "cpu_offloaded": Percentiles.of(counts[3]),
+    }
+    for key, p in one.items():
+        d.given(f"warm_{key}_per_replica" if replicas > 1 else f"warm_{key}", str(p), note="p5 / p50 / p95 over fills")
+
+    if routing == "sticky":
+        scale = d.step("system_scale", "replicas", note="sticky routing: each replica keeps its own sessions warm", replicas=replicas)
+        hit = 1.0
+    elif routing == "random":
+        scale = d.step("system_scale", "1", note="random routing: every replica holds the same most-recent sessions (multiple residency)")
+        hit = d.step("sticky_population_hit_rate_bound", "1 / replicas",
+                     note="upper bound on the hit rate of a population sized for sticky routing; LRU does worse",
+                     replicas=replicas)
+    else:
+        scale, hit = 1, 1.0
+    total = {k: v.scaled(scale) for k, v in one.items()}
+
+    restore = None
+    if cpu_offload_bytes > 0 or pcie_bytes_per_s is not None:
+        pcie = float(pcie_bytes_per_s) if pcie_bytes_per_s is not None else float(DEFAULT_PCIE_BYTES_PER_S)
+        median_unique = float(np.median(head_unique)) if head_unique.size else 0.0
+        per_100k = d.step("restore_s_per_100k_tokens", "100000 * kv_bytes_per_token / pcie_bytes_per_s", unit="s",
+                          source="" if pcie_bytes_per_s is not None else "assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device",
+                          kv_bytes_per_token=b, pcie_bytes_per_s=pcie)
+        median_s = d.step("restore_s_median_session", "(median_unique_tokens * kv_bytes_per_token + state_bytes_per_session) / pcie_bytes_per_s",
+                          unit="s", note="one offloaded session back to HBM before it can decode, uncontended",
+                          median_unique_tokens=median_unique, kv_bytes_per_token=b, state_bytes_per_session=s_bytes, pcie_bytes_per_s=pcie)
+        restore = {"pcie_bytes_per_s": pcie, "pcie_assumed": pcie_bytes_per_s is None,
+                   "seconds_per_100k_tokens": per_100k, "median_session_seconds": median_s,
+                   "median_session_unique_tokens": median_unique}
+
+    assumptions = [
+        "a warm session is a whole-session LRU snapshot: the most recent sessions whose cost fits stay resident "
+        "(vLLM evicts blocks, so partly evicted sessions would still get partial hits: not modelled)",
+        f"session lengths: {workload.user.describe()}" + (f"; {workload.subagent.describe()}" if workload.subagent else ""),
+        f"lengths above max_model_len ({workload.max_model_len:,}) pile up at it rather than being rejected or compacted",
+        f"invalidation f = {workload.invalidation:g}: a cold request occupies its full length and never counts warm",
+        "shared prefixes are byte-stable and stored once per class",
+        f"state of {s_bytes:,.0f} B per session is charged in full for every resident session",
+    ]
+    if cpu_offload_bytes > 0:
+        assumptions.append(f"CPU offload ({fmt_bytes(cpu_offload_bytes)} per engine) is priced as storage only: "
+                           "an offloaded session must be restored over PCIe before it decodes (restore cost reported, contention not)")
+    if routing == "sticky":
+        assumptions.append(f"data parallel, sticky routing: total = {replicas} x one replica (conservative at p5)")
+    elif routing == "random":
+        assumptions.append(f"data parallel, random routing: total = one replica's figure (every replica holds the same "
+                           f"most-recent sessions); a sticky-sized load would land on a replica holding its prefix "
+                           f"at most 1/{replicas} of the time, and each session pays up to {replicas - 1} extra "
+                           "cold first visit(s)")
+    if draws_used != draws:
+        assumptions.append(f"draws grown from {draws:,} to {draws_used:,} so that every fill exhausts its budget")
+
+    return WarmCapacity(
+        sessions=total["sessions"], users=total["users"], gpu_resident=total["gpu_resident"],
+        cpu_offloaded=total["cpu_offloaded"], per_replica=one, replicas=replicas, routing=routing,
+        sticky_population_hit_rate_bound=float(hit), pool_tokens=float(pool_tokens),
+        kv_bytes_per_token=float(b), state_bytes_per_session=float(s_bytes),
+        cpu_offload_bytes=float(cpu_offload_bytes), restore=restore, fills=fills,
+        draws_requested=draws, draws_used=draws_used, seed=int(seed), derivation=d,
+        assumptions=tuple(assumptions),
+    )

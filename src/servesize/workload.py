@@ -1,0 +1,559 @@
+"""What the users do: a distribution of session lengths, shared prefixes, request classes.
+
+A **session** is one conversation whose KV the engine keeps between turns; its length is the
+prompt tokens of its latest request (history + tool results + the new tail), because that whole
+prompt is what a prefix-cache hit on the next turn needs resident. A workload mixes two request
+classes, users and (optionally) subagents, each with its own length distribution and its own
+shared, byte-stable system prefix.
+
+Sampling follows the warm-capacity seed (working-set-model.md 2.6, steps 1-4) exactly:
+
+1. each request is a subagent with probability r / (1 + r) (r = subagent requests per user
+   request), else a user request; its length L is drawn from its class
+   (log-normal: ln L ~ N(ln median, sigma); empirical: bootstrap from observed lengths);
+2. its prefix is its class's shared prefix (the user prefix when subagents share it), and
+   full = clip(L, min(prefix, max_model_len), max_model_len): a prompt holds at least its
+   prefix, and the tail piles up at the cap (5b.5: vLLM would reject those, an agent would
+   compact; the pile-up is kept so the seed's figures reproduce, and it is listed as an assumption);
+3. with probability f (invalidation) the request is cold: it cannot match any cached prefix,
+   so its prefix is 0 and it occupies its full length;
+4. (the caller) a warm session costs max(full - prefix, 0) unique tokens, a cold one its full length.
+
+Every default below is the seed's reference workload and says where it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Union
+
+import numpy as np
+
+from servesize.errors import BadInput
+
+FORMAT_VERSION = 1
+FORMAT_KEY = "servesize_workload"
+
+# --- the seed's reference workload (working-set-model.md 2.6; seed 000, "One measurement is not
+# --- a capacity plan") ------------------------------------------------------------------------
+SEED_USER_MEDIAN_TOKENS = 31_000    # MLE log-normal fit on 1,850 real coding-agent prompts (seed 000)
+SEED_USER_SIGMA = 0.81              # same fit (seed 000; working-set-model.md 2.6)
+SEED_USER_PREFIX_TOKENS = 15_000    # seed's sys_user: shared system prompt + tools (2.6)
+SEED_SUBAGENT_MEDIAN_TOKENS = 8_000 # assumed by the seed, not measured (2.6)
+SEED_SUBAGENT_SIGMA = 0.9           # assumed by the seed, not measured (2.6)
+SEED_SUBAGENT_PREFIX_TOKENS = 3_000 # seed's sys_sub: the subagent's own, leaner prefix (2.6)
+SEED_SUBAGENT_RATIO = 0.10          # subagent requests per user request (2.6)
+SEED_INVALIDATION = 0.01            # fraction of requests that match no cached prefix (2.6)
+SEED_MAX_MODEL_LEN = 180_000        # seed's cap: --max-model-len 180k, not the model's 262k (seed 000)
+SEED_THINK_TIME_S = 30.0            # one request per 30 s per user (working-set-model.md 2.9)
+SEED_OUTPUT_TOKENS = 1_000          # output tokens per request (2.10)
+SEED_WARM_TURN_TOKENS = 2_000       # new tokens prefilled on a warm hit (2.8, "turn tokens")
+
+_MAX_SIGMA = 5.0
+_MAX_TOKENS = 100_000_000
+
+
+def _number(owner: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadInput(f"{owner}.{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise BadInput(f"{owner}.{name} must be finite, got {value!r}")
+    return value
+
+
+def _check_range(owner: str, name: str, value: Any, lo: float, hi: float, *, lo_open=False, hi_open=False) -> float:
+    v = _number(owner, name, value)
+    bad_lo = v <= lo if lo_open else v < lo
+    bad_hi = v >= hi if hi_open else v > hi
+    if bad_lo or bad_hi:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise BadInput(f"{owner}.{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
+    return v
+
+
+# --- clipped log-normal moments ----------------------------------------------------------------
+
+def _phi(x: float) -> float:
+    """Standard normal CDF (math.erf; no scipy)."""
+    if x == math.inf:
+        return 1.0
+    if x == -math.inf:
+        return 0.0
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def clipped_lognormal_moment(mu: float, sigma: float, lo: float, hi: float, k: int) -> float:
+    """E[clip(L, lo, hi)^k] for ln L ~ N(mu, sigma), closed form.
+
+    = lo^k P(L < lo) + E[L^k; lo <= L <= hi] + hi^k P(L > hi), with
+    E[L^k; a <= L <= b] = exp(k mu + k^2 sigma^2 / 2) [Phi((ln b - mu - k sigma^2)/sigma)
+                                                      - Phi((ln a - mu - k sigma^2)/sigma)].
+    """
+    ln_lo = math.log(lo) if lo > 0 else -math.inf
+    ln_hi = math.log(hi)
+    below = _phi((ln_lo - mu) / sigma)
+    above = 1.0 - _phi((ln_hi - mu) / sigma)
+    inside = math.exp(k * mu + 0.5 * k * k * sigma * sigma) * (
+        _phi((ln_hi - mu - k * sigma * sigma) / sigma) - _phi((ln_lo - mu - k * sigma * sigma) / sigma)
+    )
+    return (lo ** k) * below + inside + (hi ** k) * above
+
+
+# --- request classes ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SessionClass:
+    """A log-normal request class: ln L ~ N(ln median_tokens, sigma), sharing prefix_tokens.
+
+    ``median_tokens`` is exp(mu); ``sigma`` the standard deviation of ln L (the shape);
+    ``prefix_tokens`` the byte-stable system prefix every request of the class starts with,
+    stored once in the cache for the whole class.
+    """
+
+    name: str
+    median_tokens: float
+    sigma: float
+    prefix_tokens: int = 0
+    source: str = ""
+
+    kind = "lognormal"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise BadInput(f"session class name must be a non-empty string, got {self.name!r}")
+        owner = self.name
+        object.__setattr__(self, "median_tokens", _check_range(owner, "median_tokens", self.median_tokens, 0, _MAX_TOKENS, lo_open=True))
+        object.__setattr__(self, "sigma", _check_range(owner, "sigma", self.sigma, 0, _MAX_SIGMA, lo_open=True))
+        prefix = _check_range(owner, "prefix_tokens", self.prefix_tokens, 0, _MAX_TOKENS)
+        object.__setattr__(self, "prefix_tokens", int(round(prefix)))
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.median_tokens)
+
+    def moment(self, lo: float, hi: float, k: int) -> float:
+        """E[clip(L, lo, hi)^k], closed form."""
+        return clipped_lognormal_moment(self.mu, self.sigma, lo, hi, k)
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "kind": self.kind, "median_tokens": self.median_tokens,
+               "sigma": self.sigma, "prefix_tokens": self.prefix_tokens}
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def describe(self) -> str:
+        return f"{self.name}: log-normal, median {self.median_tokens:,.0f} tokens, sigma {self.sigma:g}, prefix {self.prefix_tokens:,} tokens"
+
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalClass:
+    """A request class that bootstraps lengths from observed prompt token counts."""
+
+    name: str
+    lengths: np.ndarray = field(compare=False, repr=False)
+    prefix_tokens: int = 0
+    source: str = ""
+
+    kind = "empirical"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise BadInput(f"session class name must be a non-empty string, got {self.name!r}")
+        try:
+            arr = np.asarray(self.lengths, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            raise BadInput(f"{self.name}.lengths must be a list of token counts") from None
+        if arr.size == 0:
+            raise BadInput(f"{self.name}.lengths must hold at least one token count")
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr > _MAX_TOKENS):
+            raise BadInput(f"{self.name}.lengths must be token counts in (0, {_MAX_TOKENS:g}]")
+        arr = arr.copy()
+        arr.setflags(write=False)
+        object.__setattr__(self, "lengths", arr)
+        prefix = _check_range(self.name, "prefix_tokens", self.prefix_tokens, 0, _MAX_TOKENS)
+        object.__setattr__(self, "prefix_tokens", int(round(prefix)))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, EmpiricalClass):
+            return NotImplemented
+        return (self.name, self.prefix_tokens, self.source) == (other.name, other.prefix_tokens, other.source) and (
+            np.array_equal(self.lengths, other.lengths))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.prefix_tokens, self.lengths.size, self.lengths.tobytes()))
+
+    @property
+    def median_tokens(self) -> float:
+        return float(np.median(self.lengths))
+
+    def moment(self, lo: float, hi: float, k: int) -> float:
+        """Exact for the bootstrap: the mean of clip(lengths, lo, hi)^k."""
+        return float(np.mean(np.clip(self.lengths, lo, hi) ** k))
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "kind": self.kind, "lengths": [float(x) if x != int(x) else int(x) for x in self.lengths],
+               "prefix_tokens": self.prefix_tokens}
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def describe(self) -> str:
+        return (f"{self.name}: empirical ({self.lengths.size:,} observed lengths, median "
+                f"{self.median_tokens:,.0f} tokens), prefix {self.prefix_tokens:,} tokens")
+
+
+RequestClass = Union[SessionClass, EmpiricalClass]
+
+
+def _class_from_dict(data: Any, where: str) -> RequestClass:
+    if not isinstance(data, dict):
+        raise BadInput(f"workload file: {where} must be a table/object, got {type(data).__name__}")
+    kind = data.get("kind", "lognormal")
+    allowed = {"lognormal": {"name", "kind", "median_tokens", "sigma", "prefix_tokens", "source"},
+               "empirical": {"name", "kind", "lengths", "prefix_tokens", "source"}}
+    if kind not in allowed:
+        raise BadInput(f"workload file: {where}.kind must be 'lognormal' or 'empirical', got {kind!r}")
+    unknown = sorted(set(data) - allowed[kind])
+    if unknown:
+        raise BadInput(f"workload file: unknown field(s) in {where}: {', '.join(unknown)}")
+    name = data.get("name", where)
+    if kind == "lognormal":
+        for key in ("median_tokens", "sigma"):
+            if key not in data:
+                raise BadInput(f"workload file: {where}.{key} is missing")
+        return SessionClass(name, data["median_tokens"], data["sigma"], data.get("prefix_tokens", 0), data.get("source", ""))
+    if "lengths" not in data:
+        raise BadInput(f"workload file: {where}.lengths is missing")
+    return EmpiricalClass(name, data["lengths"], data.get("prefix_tokens", 0), data.get("source", ""))
+
+
+# --- samples -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sample:
+    """One draw of requests (any shape): what the pool fill consumes."""
+
+    full_tokens: np.ndarray     # prompt length after the prefix floor and the cap (tokens)
+    prefix_tokens: np.ndarray   # shared prefix this request dedups against (0 when cold)
+    is_cold: np.ndarray         # matches nothing: occupies its full length, never warm
+    is_subagent: np.ndarray
+
+    def unique_tokens(self) -> np.ndarray:
+        """Step 4: tokens a resident session adds beyond the shared prefix (full when cold)."""
+        return np.where(self.is_cold, self.full_tokens, np.maximum(self.full_tokens - self.prefix_tokens, 0.0))
+
+
+@dataclass(frozen=True)
+class RawDraw:
+    """The random numbers of one draw (see ``Workload.draw_raw``)."""
+
+    shape: tuple
+    words: np.ndarray | None     # uint32 pairs: class decision, cold decision
+    z: np.ndarray | None         # standard normals (float32) for log-normal classes
+    index: dict                  # bootstrap indices for empirical classes, by class key
+
+
+# --- the workload ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    """Session lengths, shared prefixes, request classes, churn and pacing.
+
+    user                    the user request class (required).
+    subagent                an optional second class; ``None`` means every request is a user's
+                            (``subagent_ratio`` is then inert).
+    subagent_ratio          r, subagent requests per user request; share r/(1+r). Seed: 0.10.
+    subagents_share_prefix  subagents start with the user prefix instead of their own. Seed: False.
+    invalidation            f, fraction of requests that match no cached prefix (cold). Seed: 0.01.
+    max_model_len           the engine's --max-model-len; longer prompts pile up at it. Seed: 180k.
+    think_time_s            seconds between a user's requests (planner). Seed: 30 s.
+    output_tokens           output tokens per request (decode, power). Seed: 1,000.
+    warm_turn_tokens        new tokens prefilled on a warm hit (prefill). Seed: 2,000.
+    """
+
+    user: RequestClass
+    subagent: RequestClass | None = None
+    subagent_ratio: float = SEED_SUBAGENT_RATIO
+    subagents_share_prefix: bool = False
+    invalidation: float = SEED_INVALIDATION
+    max_model_len: int = SEED_MAX_MODEL_LEN
+    think_time_s: float = SEED_THINK_TIME_S
+    output_tokens: int = SEED_OUTPUT_TOKENS
+    warm_turn_tokens: int = SEED_WARM_TURN_TOKENS
+
+    def __post_init__(self):
+        if not isinstance(self.user, (SessionClass, EmpiricalClass)):
+            raise BadInput(f"workload.user must be a SessionClass or EmpiricalClass, got {type(self.user).__name__}")
+        if self.subagent is not None and not isinstance(self.subagent, (SessionClass, EmpiricalClass)):
+            raise BadInput(f"workload.subagent must be a SessionClass, EmpiricalClass or None, got {type(self.subagent).__name__}")
+        object.__setattr__(self, "subagent_ratio", _check_range("workload", "subagent_ratio", self.subagent_ratio, 0, 100))
+        if not isinstance(self.subagents_share_prefix, (bool, np.bool_)):
+            raise BadInput(f"workload.subagents_share_prefix must be true or false, got {self.subagents_share_prefix!r}")
+        object.__setattr__(self, "subagents_share_prefix", bool(self.subagents_share_prefix))
+        object.__setattr__(self, "invalidation", _check_range("workload", "invalidation", self.invalidation, 0, 1))
+        cap = _check_range("workload", "max_model_len", self.max_model_len, 1, _MAX_TOKENS)
+        if cap != int(cap):
+            raise BadInput(f"workload.max_model_len must be a whole number of tokens, got {self.max_model_len!r}")
+        object.__setattr__(self, "max_model_len", int(cap))
+        object.__setattr__(self, "think_time_s", _check_range("workload", "think_time_s", self.think_time_s, 0, 1e6, lo_open=True))
+        object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
+        object.__setattr__(self, "warm_turn_tokens", int(round(_check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS))))
+        for cls in self.classes():
+            if cls.prefix_tokens > self.max_model_len:
+                raise BadInput(
+                    f"{cls.name}.prefix_tokens ({cls.prefix_tokens:,}) exceeds max_model_len "
+                    f"({self.max_model_len:,}); a prefix must fit in one prompt"
+                )
+
+    # -- the seed's reference --------------------------------------------------------------
+    @classmethod
+    def seed_reference(cls) -> "Workload":
+        """The warm-capacity seed's reference workload (working-set-model.md 2.6)."""
+        return cls(
+            user=SessionClass("user", SEED_USER_MEDIAN_TOKENS, SEED_USER_SIGMA, SEED_USER_PREFIX_TOKENS,
+                              source="seed 000: MLE log-normal fit on 1,850 real coding-agent prompts"),
+            subagent=SessionClass("subagent", SEED_SUBAGENT_MEDIAN_TOKENS, SEED_SUBAGENT_SIGMA, SEED_SUBAGENT_PREFIX_TOKENS,
+                                  source="seed 000: assumed, not measured"),
+        )
+
+    def replace(self, **changes) -> "Workload":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    # -- derived -------------------------------------------------------------------------
+    def classes(self) -> tuple[RequestClass, ...]:
+        return (self.user,) if self.subagent is None else (self.user, self.subagent)
+
+    @property
+    def subagent_probability(self) -> float:
+        """r / (1 + r): the chance a request is a subagent's (0 without a subagent class)."""
+        if self.subagent is None:
+            return 0.0
+        return self.subagent_ratio / (1.0 + self.subagent_ratio)
+
+    @property
+    def subagent_prefix_tokens(self) -> int:
+        if self.subagent is None:
+            return 0
+        return self.user.prefix_tokens if self.subagents_share_prefix else self.subagent.prefix_tokens
+
+    def reserved_prefix_tokens(self) -> int:
+        """Step 5: shared prefixes held once per class present (the subagent's only if separate and r > 0)."""
+        reserved = self.user.prefix_tokens
+        if self.subagent is not None and not self.subagents_share_prefix and self.subagent_ratio > 0:
+            reserved += self.subagent.prefix_tokens
+        return reserved
+
+    # -- sampling (2.6 steps 1-3) ----------------------------------------------------------
+    def sample(self, rng: np.random.Generator, size) -> Sample:
+        """``size`` requests (an int or a shape, e.g. (fills, draws)), as 2.6 steps 1-3."""
+        raw = self.draw_raw(rng, size)
+        return self.realise(raw)
+
+    def draw_raw(self, rng: np.random.Generator, size) -> "RawDraw":
+        """The random numbers behind ``size`` requests, before any arithmetic.
+
+        Per request: one 64-bit word whose two 32-bit halves decide the class (step 1,
+        P = r/(1+r)) and coldness (step 3, P = f), exact to 2**-32; one standard normal for a
+        log-normal length (Box-Muller on float32 uniforms: exact normals, tails cut at 5.77
+        sigma, a 1e-8 event); or one bootstrap index for an empirical class.
+        ``realise`` turns any block of columns into lengths, so a caller that needs only the
+        first columns of a long draw does not pay arithmetic for the rest.
+        """
+        shape = (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+        n = int(np.prod(shape))
+        p_sub, f = self.subagent_probability, self.invalidation
+        words = None
+        if (0 < p_sub < 1) or (0 < f < 1):
+            words = rng.bit_generator.random_raw(n).reshape(shape).view(np.uint32).reshape(shape + (2,))
+        z = None
+        if any(isinstance(c, SessionClass) for c in self.classes()):
+            m = (n + 1) // 2
+            u = rng.random((2, m), dtype=np.float32)
+            radius = np.sqrt(np.float32(-2.0) * np.log(np.float32(1.0) - u[0]))
+            theta = np.float32(2.0 * math.pi) * u[1]
+            z = np.concatenate([radius * np.cos(theta), radius * np.sin(theta)])[:n].reshape(shape)
+        index = {}
+        for key, cls in (("user", self.user), ("subagent", self.subagent)):
+            if isinstance(cls, EmpiricalClass) and (key == "user" or p_sub > 0):
+                index[key] = rng.integers(0, cls.lengths.size, shape)
+        return RawDraw(shape, words, z, index)
+
+    def realise(self, raw: "RawDraw", columns: slice = slice(None)) -> Sample:
+        """Steps 1-3 on ``raw[..., columns]``: classes, lengths, prefix floor and cap, coldness."""
+        shape = np.empty(raw.shape, dtype=bool)[..., columns].shape
+        p_sub, f = self.subagent_probability, self.invalidation
+        # step 1: class membership (word half 0), then each class's length
+        if p_sub <= 0:
+            is_sub = np.zeros(shape, dtype=bool)
+        else:
+            is_sub = raw.words[..., columns, 0] < round(p_sub * 2**32)
+        length = self._lengths(self.user, raw, "user", columns)
+        if p_sub > 0:
+            length = np.where(is_sub, self._lengths(self.subagent, raw, "subagent", columns), length)
+        # step 2: prefix by class; a prompt holds at least its prefix, at most the cap
+        cap = float(self.max_model_len)
+        if p_sub > 0:
+            prefix = np.where(is_sub, float(self.subagent_prefix_tokens), float(self.user.prefix_tokens))
+        else:
+            prefix = np.full(shape, float(self.user.prefix_tokens))
+        full = np.clip(length, np.minimum(prefix, cap), cap)
+        # step 3: cold requests match nothing (word half 1)
+        if f <= 0:
+            is_cold = np.zeros(shape, dtype=bool)
+        elif f >= 1:
+            is_cold = np.ones(shape, dtype=bool)
+        else:
+            is_cold = raw.words[..., columns, 1] < round(f * 2**32)
+        prefix = np.where(is_cold, 0.0, prefix)
+        return Sample(full, prefix, is_cold, is_sub)
+
+    @staticmethod
+    def _lengths(cls: RequestClass, raw: "RawDraw", key: str, columns: slice) -> np.ndarray:
+        if isinstance(cls, SessionClass):
+            return np.exp(cls.mu + cls.sigma * raw.z[..., columns].astype(np.float64))
+        return cls.lengths[raw.index[key][..., columns]]
+
+    # -- moments for the prefill model -----------------------------------------------------
+    def _class_moment(self, k: int) -> float:
+        cap = float(self.max_model_len)
+        user = self.user.moment(min(self.user.prefix_tokens, cap), cap, k)
+        p = self.subagent_probability
+        if p == 0:
+            return user
+        sub = self.subagent.moment(min(self.subagent_prefix_tokens, cap), cap, k)
+        return (1.0 - p) * user + p * sub
+
+    def mean_tokens(self) -> float:
+        """E[full] over requests (tokens): closed form for log-normal classes, exact for empirical."""
+        return self._class_moment(1)
+
+    def second_moment_tokens(self) -> float:
+        """E[full^2] over requests (tokens^2), same method as ``mean_tokens``."""
+        return self._class_moment(2)
+
+    # -- files -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            FORMAT_KEY: FORMAT_VERSION,
+            "user": self.user.to_dict(),
+            "subagent": None if self.subagent is None else self.subagent.to_dict(),
+            "subagent_ratio": self.subagent_ratio,
+            "subagents_share_prefix": self.subagents_share_prefix,
+            "invalidation": self.invalidation,
+            "max_model_len": self.max_model_len,
+            "think_time_s": self.think_time_s,
+            "output_tokens": self.output_tokens,
+            "warm_turn_tokens": self.warm_turn_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Workload":
+        """Read ``to_dict()`` back; an optional ``fit`` table (how it was fitted) is ignored."""
+        if not isinstance(data, dict):
+            raise BadInput("workload file must hold a table/object at the top level")
+        version = data.get(FORMAT_KEY, FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise BadInput(f"workload file: {FORMAT_KEY} = {version!r} is not a version this servesize reads (1)")
+        scalar = {f.name for f in fields(cls)} - {"user", "subagent"}
+        allowed = scalar | {"user", "subagent", FORMAT_KEY, "fit"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise BadInput(f"workload file: unknown field(s): {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+        if "user" not in data:
+            raise BadInput("workload file: the [user] class is missing")
+        user = _class_from_dict(data["user"], "user")
+        sub_data = data.get("subagent")
+        subagent = None if sub_data in (None, {}) else _class_from_dict(sub_data, "subagent")
+        kwargs = {k: data[k] for k in scalar if k in data}
+        return cls(user=user, subagent=subagent, **kwargs)
+
+    def save(self, path) -> pathlib.Path:
+        """Write JSON (default) or TOML (``.toml`` suffix); ``fit`` metadata is not part of it."""
+        return save_workload_dict(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path) -> "Workload":
+        """Read a JSON or TOML workload file (as written by ``servesize workload fit``)."""
+        p = pathlib.Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise BadInput(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
+        text = raw.decode("utf-8", errors="replace")
+        if p.suffix.lower() == ".toml":
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise BadInput(f"workload file {str(p)!r} is not valid TOML: {exc}") from None
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"workload file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        return cls.from_dict(data)
+
+    def describe(self) -> str:
+        lines = [self.user.describe()]
+        if self.subagent is not None:
+            lines.append(self.subagent.describe() + (" (shares the user prefix)" if self.subagents_share_prefix else ""))
+            lines.append(f"subagent requests per user request r = {self.subagent_ratio:g} (share {self.subagent_probability:.3f})")
+        lines.append(f"invalidation f = {self.invalidation:g}; max_model_len = {self.max_model_len:,} tokens")
+        return "\n".join(lines)
+
+
+# --- writing JSON / TOML -----------------------------------------------------------------------
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def to_toml(data: dict) -> str:
+    """A small TOML writer for the workload file: scalars first, then one table per dict."""
+    head, tables = [], []
+    for key, value in data.items():
+        if value is None:
+            continue  # TOML has no null: an absent table means None
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            head.append(f"{key} = {_toml_value(value)}")
+    out = head[:]
+    for key, table in tables:
+        out.append("")
+        out.append(f"[{key}]")
+        for k, v in table.items():
+            if v is None:
+                continue
+            if isinstance(v, dict):
+                raise TypeError("nested tables are not written")
+            out.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(out) + "\n"
+
+
+def save_workload_dict(data: dict, path) -> pathlib.Path:
+    p = pathlib.Path(path)
+    text = to_toml(data) if p.suffix.lower() == ".toml" else json.dumps(data, indent=2) + "\n"
+    try:
+        p.write_text(text)
+    except OSError as exc:
+        raise BadInput(f"cannot write workload file {str(p)!r}: {exc.strerror or exc}") from None
+    return p

@@ -1,0 +1,152 @@
+"""Workload: the seed's reference defaults, validation, sampling (2.6 steps 1-3), moments, files."""
+
+import math
+
+import numpy as np
+import pytest
+
+from servesize.errors import BadInput
+from servesize.workload import EmpiricalClass, SessionClass, Workload, clipped_lognormal_moment
+
+
+def seed():
+    return Workload.seed_reference()
+
+
+def test_seed_reference_is_the_seeds_workload():
+    w = seed()
+    assert (w.user.median_tokens, w.user.sigma, w.user.prefix_tokens) == (31_000, 0.81, 15_000)
+    assert (w.subagent.median_tokens, w.subagent.sigma, w.subagent.prefix_tokens) == (8_000, 0.9, 3_000)
+    assert (w.subagent_ratio, w.invalidation, w.max_model_len, w.think_time_s) == (0.10, 0.01, 180_000, 30.0)
+    assert w.subagents_share_prefix is False
+    assert w.subagent_probability == pytest.approx(0.10 / (1 + 0.10))
+
+
+def test_prefixes_are_reserved_once_per_class_present():
+    w = seed()
+    assert w.reserved_prefix_tokens() == 15_000 + 3_000
+    assert w.replace(subagents_share_prefix=True).reserved_prefix_tokens() == 15_000
+    assert w.replace(subagent_ratio=0).reserved_prefix_tokens() == 15_000
+    assert w.replace(subagent=None).reserved_prefix_tokens() == 15_000
+
+
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda: SessionClass("user", 31_000, 0.0, 15_000), "user.sigma"),
+        (lambda: SessionClass("user", 31_000, -1, 15_000), "user.sigma"),
+        (lambda: SessionClass("user", 0, 0.8, 15_000), "user.median_tokens"),
+        (lambda: SessionClass("user", 31_000, 0.8, -5), "user.prefix_tokens"),
+        (lambda: SessionClass("user", float("nan"), 0.8, 0), "user.median_tokens"),
+        (lambda: seed().replace(invalidation=1.5), "workload.invalidation"),
+        (lambda: seed().replace(subagent_ratio=-0.1), "workload.subagent_ratio"),
+        (lambda: seed().replace(max_model_len=0), "workload.max_model_len"),
+        (lambda: seed().replace(think_time_s=0), "workload.think_time_s"),
+        (lambda: seed().replace(max_model_len=10_000), "user.prefix_tokens"),
+        (lambda: EmpiricalClass("user", [1000, -3]), "user.lengths"),
+    ],
+)
+def test_bad_values_are_refused_with_a_line_naming_the_field(build, field):
+    with pytest.raises(BadInput) as exc:
+        build()
+    message = str(exc.value)
+    assert field in message and "\n" not in message
+
+
+def test_a_sample_follows_steps_one_to_three():
+    w = seed()
+    s = w.sample(np.random.default_rng(0), (200, 1000))
+    n = s.full_tokens.size
+    assert s.full_tokens.shape == (200, 1000)
+    assert s.full_tokens.max() <= 180_000
+    # a prompt holds at least its prefix (warm requests still carry it)
+    warm = ~s.is_cold
+    assert np.all(s.full_tokens[warm] >= s.prefix_tokens[warm])
+    assert np.all(s.prefix_tokens[s.is_cold] == 0)
+    assert set(np.unique(s.prefix_tokens[warm & ~s.is_subagent])) == {15_000.0}
+    assert set(np.unique(s.prefix_tokens[warm & s.is_subagent])) == {3_000.0}
+    # class share r/(1+r) and cold share f, within 5 standard errors
+    p = 0.10 / 1.10
+    assert abs(s.is_subagent.mean() - p) < 5 * math.sqrt(p * (1 - p) / n)
+    assert abs(s.is_cold.mean() - 0.01) < 5 * math.sqrt(0.01 * 0.99 / n)
+    # the user median survives the prefix floor and the cap (15k < 31k < 180k)
+    user = s.full_tokens[~s.is_subagent]
+    assert np.median(user) == pytest.approx(31_000, rel=0.02)
+    # ln L has the class's sigma between the floor and the cap: check the interquartile range
+    q25, q75 = np.percentile(np.log(user), [25, 75])
+    assert (q75 - q25) / (2 * 0.6744897501960817) == pytest.approx(0.81, rel=0.03)
+
+
+def test_unique_tokens_is_full_minus_prefix_or_full_when_cold():
+    s = seed().sample(np.random.default_rng(1), 5000)
+    expected = np.where(s.is_cold, s.full_tokens, s.full_tokens - s.prefix_tokens)
+    assert np.array_equal(s.unique_tokens(), expected)
+
+
+def test_the_same_seed_draws_the_same_sample():
+    a = seed().sample(np.random.default_rng(7), 1000)
+    b = seed().sample(np.random.default_rng(7), 1000)
+    assert np.array_equal(a.full_tokens, b.full_tokens) and np.array_equal(a.is_cold, b.is_cold)
+
+
+def test_clipped_lognormal_moments_match_a_large_sample():
+    w = seed()
+    s = w.sample(np.random.default_rng(3), 2_000_000)
+    assert w.mean_tokens() == pytest.approx(s.full_tokens.mean(), rel=0.005)
+    assert w.second_moment_tokens() == pytest.approx((s.full_tokens ** 2).mean(), rel=0.01)
+
+
+def test_without_clipping_the_moments_are_the_lognormal_ones():
+    mu, sigma = math.log(31_000), 0.81
+    assert clipped_lognormal_moment(mu, sigma, 0, 1e30, 1) == pytest.approx(math.exp(mu + sigma ** 2 / 2))
+    assert clipped_lognormal_moment(mu, sigma, 0, 1e30, 2) == pytest.approx(math.exp(2 * mu + 2 * sigma ** 2))
+
+
+def test_an_empirical_class_bootstraps_its_lengths_and_its_moments_are_exact():
+    lengths = [2_000, 40_000, 250_000]
+    w = Workload(EmpiricalClass("user", lengths, prefix_tokens=5_000), max_model_len=180_000)
+    s = w.sample(np.random.default_rng(0), 3000)
+    assert set(np.unique(s.full_tokens)) == {5_000.0, 40_000.0, 180_000.0}  # floor 5k, cap 180k
+    assert w.mean_tokens() == pytest.approx((5_000 + 40_000 + 180_000) / 3)
+    assert w.second_moment_tokens() == pytest.approx((5_000 ** 2 + 40_000 ** 2 + 180_000 ** 2) / 3)
+
+
+def test_a_workload_without_subagents_draws_only_users():
+    s = Workload(SessionClass("user", 31_000, 0.81, 15_000)).sample(np.random.default_rng(0), 1000)
+    assert not s.is_subagent.any()
+
+
+def test_a_workload_round_trips_through_dict_json_and_toml(tmp_path):
+    w = seed().replace(subagents_share_prefix=True, invalidation=0.05)
+    assert Workload.from_dict(w.to_dict()) == w
+    for name in ("w.json", "w.toml"):
+        path = tmp_path / name
+        w.save(path)
+        assert Workload.load(path) == w
+    u = Workload(SessionClass("user", 20_000, 1.0, 0))
+    u.save(tmp_path / "u.toml")
+    assert Workload.load(tmp_path / "u.toml") == u
+
+
+def test_workload_files_with_unknown_fields_or_bad_syntax_are_refused(tmp_path):
+    data = seed().to_dict()
+    data["max_seq_len"] = 100
+    with pytest.raises(BadInput, match="unknown field"):
+        Workload.from_dict(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(BadInput, match="not valid JSON"):
+        Workload.load(bad)
+    with pytest.raises(BadInput, match="cannot read"):
+        Workload.load(tmp_path / "missing.json")
+
+
+def test_a_log_normal_user_mixes_with_an_empirical_subagent_and_round_trips(tmp_path):
+    w = Workload(SessionClass("user", 31_000, 0.81, 15_000), EmpiricalClass("subagent", [4_000, 9_000], 3_000),
+                 subagent_ratio=1.0)
+    s = w.sample(np.random.default_rng(0), 4000)
+    assert set(np.unique(s.full_tokens[s.is_subagent])) == {4_000.0, 9_000.0}
+    assert 0.45 < s.is_subagent.mean() < 0.55
+    w.save(tmp_path / "m.json")
+    assert Workload.load(tmp_path / "m.json") == w
+    assert w != w.replace(subagent=EmpiricalClass("subagent", [4_000, 9_001], 3_000))

@@ -1,0 +1,141 @@
+"""servesize workload fit: reading logs, the log-normal MLE, KS distance, the workload file."""
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+
+from servesize.cli import main
+from servesize.workload import Workload
+from servesize.workload_fit import fit_lognormal, fit_workload, kolmogorov_p_value, ks_statistic, read_token_counts
+
+
+def lognormal_sample(n=20_000, median=31_000, sigma=0.81, seed=0):
+    return np.random.default_rng(seed).lognormal(math.log(median), sigma, n)
+
+
+def write_csv(path, values, column="prompt_tokens"):
+    path.write_text(f"request_id,{column}\n" + "".join(f"r{i},{v:.0f}\n" for i, v in enumerate(values)))
+    return path
+
+
+def test_the_fit_recovers_median_and_sigma_of_a_seeded_lognormal_sample(tmp_path):
+    path = write_csv(tmp_path / "prompts.csv", lognormal_sample())
+    fit = fit_workload(path, min_tokens=1)
+    assert fit.user_fit.median == pytest.approx(31_000, rel=0.02)
+    assert fit.user_fit.sigma == pytest.approx(0.81, rel=0.02)
+    assert fit.user_fit.ks_d < 0.02            # a sample from the law itself: a close fit
+    assert fit.workload.user.median_tokens == pytest.approx(fit.user_fit.median, rel=1e-5)
+
+
+def test_the_mle_is_mean_and_population_std_of_ln_x():
+    x = np.array([1_000.0, 10_000.0, 100_000.0])
+    f = fit_lognormal(x)
+    assert f.mu == pytest.approx(math.log(10_000))
+    assert f.sigma == pytest.approx(math.sqrt(2 / 3) * math.log(10))   # ddof 0
+    assert f.median == pytest.approx(10_000)
+
+
+def test_ks_d_of_one_point_at_the_median_is_one_half():
+    assert ks_statistic(np.array([31_000.0]), math.log(31_000), 0.81) == pytest.approx(0.5)
+
+
+def test_the_kolmogorov_p_value_is_one_for_tiny_d_and_small_for_large_d():
+    assert kolmogorov_p_value(0.001, 100) == 1.0
+    assert kolmogorov_p_value(0.3, 1000) < 1e-10
+    assert kolmogorov_p_value(1.36 / math.sqrt(10_000), 10_000) == pytest.approx(0.05, abs=0.005)
+
+
+def test_min_tokens_drops_short_requests_before_fitting(tmp_path):
+    path = write_csv(tmp_path / "p.csv", [10, 500, 2_000, 20_000, 200_000])
+    fit = fit_workload(path, min_tokens=1_000)
+    assert fit.user_fit.n == 3 and fit.dropped == 2
+
+
+def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_path):
+    rows = [{"id": i, "usage": {"prompt_tokens": p, "completion_tokens": 10,
+                                "prompt_tokens_details": {"cached_tokens": c}}}
+            for i, (p, c) in enumerate([(10_000, 8_000), (20_000, 15_000), (40_000, 0)])]
+    path = tmp_path / "usage.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    obs = read_token_counts(path)
+    assert obs.format == "openai" and obs.user == [10_000, 20_000, 40_000]
+    fit = fit_workload(path)
+    assert fit.cache_hit_rate() == pytest.approx((8_000 + 15_000 + 0) / (10_000 + 20_000 + 40_000))
+
+
+def test_batch_api_output_and_a_dotted_column_are_read(tmp_path):
+    path = tmp_path / "batch.jsonl"
+    path.write_text("\n".join(json.dumps({"response": {"body": {"usage": {"prompt_tokens": p}}}}) for p in (5_000, 7_000)))
+    assert read_token_counts(path).user == [5_000, 7_000]
+    assert read_token_counts(path, column="response.body.usage.prompt_tokens").user == [5_000, 7_000]
+
+
+def test_gzip_is_detected_from_the_content(tmp_path):
+    plain = write_csv(tmp_path / "p.csv", [2_000, 3_000, 4_000], column="input_tokens")
+    packed = tmp_path / "p.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    obs = read_token_counts(packed)
+    assert obs.format == "csv" and obs.user == [2_000, 3_000, 4_000]
+
+
+def test_the_written_file_is_a_workload_plan_accepts(tmp_path):
+    path = write_csv(tmp_path / "prompts.csv", lognormal_sample(2_000))
+    for out in ("w.json", "w.toml"):
+        rc = main(["workload", "fit", str(path), "--out", str(tmp_path / out), "--prefix-tokens", "12k"])
+        assert rc == 0
+        w = Workload.load(tmp_path / out)
+        assert w.user.prefix_tokens == 12_000 and w.user.sigma == pytest.approx(0.81, rel=0.05)
+
+
+def test_the_plot_is_a_png(tmp_path):
+    path = write_csv(tmp_path / "prompts.csv", lognormal_sample(2_000))
+    assert main(["workload", "fit", str(path), "--plot", str(tmp_path / "fit.png")]) == 0
+    assert (tmp_path / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_output_is_one_document(tmp_path, capsys):
+    path = write_csv(tmp_path / "prompts.csv", lognormal_sample(500))
+    assert main(["workload", "fit", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["user"]["n"] == 500 and "ks_meaning" in doc["user"]
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("garbage.csv", "prompt_tokens\n1000\nlots\n"),
+        ("nocolumn.csv", "a,b\n1,2\n"),
+        ("broken.jsonl", '{"usage": {"prompt_tokens": 5}}\n{not json\n'),
+        ("unknown.jsonl", '{"hello": 1}\n'),
+        ("empty.csv", ""),
+        ("tooshort.csv", "prompt_tokens\n5\n7\n"),
+    ],
+)
+def test_a_malformed_file_exits_2_with_one_line(tmp_path, capsys, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    assert main(["workload", "fit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesize: ") and err.count("\n") == 1
+
+
+def test_a_missing_file_exits_2(tmp_path, capsys):
+    assert main(["workload", "fit", str(tmp_path / "nope.csv")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_claude_code_trace_fits(shared_dir, capsys):
+    path = shared_dir / "traces" / "claude-code-sessions.jsonl.gz"
+    fit = fit_workload(path)
+    # session length = each request's input tokens (`in`, the full prompt: 64 x its prefix-block hashes)
+    assert fit.observations.format == "claude-code"
+    assert fit.user_fit.n > 40_000
+    assert 60_000 < fit.user_fit.median < 150_000       # measured: median ~99k, sigma ~0.66
+    assert 0.4 < fit.user_fit.sigma < 1.0
+    assert fit.subagent_fit is not None and fit.workload.subagent_ratio < 0.1
+    with capsys.disabled():
+        print(f"\nclaude-code trace: median {fit.user_fit.median:,.0f}, sigma {fit.user_fit.sigma:.3f}, "
+              f"KS D {fit.user_fit.ks_d:.3f}, n {fit.user_fit.n:,}")
