@@ -1,0 +1,149 @@
+"""Architecture: every shared config parses, the catalogue says the same thing, and bad configs are refused."""
+
+import dataclasses
+import json
+import pathlib
+
+import pytest
+
+from servesize.architecture import FULL, GDN, MLA, SLIDING, from_config, load_config_file
+from servesize.catalogue import load_catalogue
+from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
+
+SHARED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "model-configs"
+CONFIG_FILES = sorted(SHARED_CONFIGS.glob("*/config*.json")) if SHARED_CONFIGS.is_dir() else []
+
+# catalogue key -> the ../shared/model-configs folder its config facts were written from
+CATALOGUE_SOURCES = {
+    "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
+    "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B", "llama-3.3-70b": "meta-llama--Llama-3.3-70B-Instruct",
+    "llama-3.2-1b": "meta-llama--Llama-3.2-1B-Instruct", "llama-3.2-3b": "meta-llama--Llama-3.2-3B-Instruct",
+    "llama-4-scout-17b-16e": "meta-llama--Llama-4-Scout-17B-16E-Instruct",
+    "llama-4-maverick-17b-128e": "meta-llama--Llama-4-Maverick-17B-128E-Instruct",
+    "mistral-7b-v0.3": "mistralai--Mistral-7B-Instruct-v0.3", "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1",
+    "qwen2.5-7b": "Qwen--Qwen2.5-7B", "qwen2.5-32b": "Qwen--Qwen2.5-32B", "qwen2.5-coder-32b": "Qwen--Qwen2.5-32B",
+    "qwen2.5-72b": "Qwen--Qwen2.5-72B", "qwen3-0.6b": "Qwen--Qwen3-0.6B", "qwen3-8b": "Qwen--Qwen3-8B",
+    "qwen3-32b": "Qwen--Qwen3-32B", "qwen3-32b-fp8": "Qwen--Qwen3-32B-FP8", "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B",
+    "qwen3-30b-a3b-fp8": "Qwen--Qwen3-30B-A3B-FP8", "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B",
+    "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8", "qwen3-next-80b-a3b-thinking": "Qwen--Qwen3-Next-80B-A3B-Thinking",
+    "qwen3.5-27b": "Qwen--Qwen3.5-27B", "qwen3.5-35b-a3b": "Qwen--Qwen3.5-35B-A3B", "qwen3.5-122b-a10b": "Qwen--Qwen3.5-122B-A10B",
+    "qwen3.5-397b-a17b": "Qwen--Qwen3.5-397B-A17B", "qwen3.6-35b-a3b": "Qwen--Qwen3.6-35B-A3B",
+    "qwen3.6-27b": "nvidia--Qwen3.6-27B-NVFP4", "qwen3.6-27b-nvfp4": "nvidia--Qwen3.6-27B-NVFP4",
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3", "deepseek-r1": "deepseek-ai--DeepSeek-R1", "deepseek-v3.1": "deepseek-ai--DeepSeek-V3.1",
+    "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "deepseek-r1-distill-qwen-32b": "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B",
+    "gemma-3-27b": "google--gemma-3-27b-it", "phi-4": "microsoft--phi-4", "kimi-k2": "moonshotai--Kimi-K2-Instruct",
+    "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5", "gpt-oss-20b": "openai--gpt-oss-20b", "gpt-oss-120b": "openai--gpt-oss-120b",
+    "glm-4.7": "zai-org--GLM-4.7-FP8",
+}
+# What the catalogue deliberately states differently from the shared file (each said in the entry's source).
+ADJUST = {
+    "qwen3.6-27b": lambda c: {k: v for k, v in c.items() if k != "quantization_config"},  # Qwen's original is bf16
+    "glm-4.7": lambda c: {**c, "attention_bias": True, "use_qk_norm": True, "num_nextn_predict_layers": 1},  # SOURCES.md
+}
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.parent.name)
+def test_every_shared_config_parses_into_an_architecture(shared_dir, path):
+    arch = from_config(load_config_file(path), path.parent.name)
+    assert arch.num_layers == (arch.config.get("num_hidden_layers"))
+    assert arch.hidden_size > 0 and arch.vocab_size > 0
+
+
+def test_every_catalogue_entry_names_the_shared_folder_it_was_written_from():
+    assert set(CATALOGUE_SOURCES) == set(load_catalogue())
+
+
+@pytest.mark.parametrize("key", sorted(CATALOGUE_SOURCES))
+def test_catalogue_entry_and_shared_config_give_the_same_architecture(shared_dir, key):
+    folder = shared_dir / "model-configs" / CATALOGUE_SOURCES[key]
+    config = ADJUST.get(key, lambda c: c)(load_config_file(folder))
+    from_shared = from_config(config, key)
+    from_catalogue = load_catalogue()[key].architecture()
+    for f in dataclasses.fields(from_shared):
+        if f.compare:
+            assert getattr(from_catalogue, f.name) == getattr(from_shared, f.name), f.name
+    assert from_catalogue == from_shared
+
+
+def test_qwen3_32b_head_dim_is_the_explicit_128_not_hidden_over_heads(shared_dir):
+    arch = from_config(load_config_file(shared_dir / "model-configs" / "Qwen--Qwen3-32B"))
+    assert 5120 // 64 == 80
+    assert arch.head_dim == 128 and arch.head_dim_explicit
+
+
+def test_head_dim_falls_back_to_hidden_over_heads_when_absent():
+    arch = from_config({"model_type": "llama", "hidden_size": 4096, "vocab_size": 10, "num_hidden_layers": 2,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 1})
+    assert arch.head_dim == 4096 // 32 and not arch.head_dim_explicit
+
+
+def test_layer_kinds_of_the_hybrid_designs_are_normalised():
+    cat = load_catalogue()
+    assert cat["qwen3.5-27b"].architecture().kinds == {GDN: 48, FULL: 16}
+    assert cat["gemma-3-27b"].architecture().kinds == {SLIDING: 52, FULL: 10}
+    assert cat["deepseek-v3"].architecture().kinds == {MLA: 61}
+
+
+# --- fail closed ------------------------------------------------------------------------
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
+QWEN35 = {"model_type": "qwen3_5_text", "hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+          "full_attention_interval": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+          "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+
+
+def test_an_unknown_model_type_is_refused_naming_the_field():
+    with pytest.raises(UnsupportedArchitecture, match="model_type") as info:
+        from_config({**LLAMA, "model_type": "rwkv7"})
+    assert "rwkv7" in str(info.value)
+
+
+def test_a_config_without_num_hidden_layers_is_refused_naming_the_field():
+    config = {k: v for k, v in LLAMA.items() if k != "num_hidden_layers"}
+    with pytest.raises(UnsupportedArchitecture, match="num_hidden_layers"):
+        from_config(config)
+
+
+def test_layer_types_with_an_unknown_kind_are_refused():
+    config = {**QWEN35, "full_attention_interval": None,
+              "layer_types": ["linear_attention", "linear_attention", "mystery_attention", "full_attention"]}
+    with pytest.raises(UnsupportedArchitecture, match="mystery_attention") as info:
+        from_config(config)
+    assert "layer_types" in str(info.value)
+
+
+def test_layer_types_disagreeing_with_full_attention_interval_are_refused():
+    config = {**QWEN35, "layer_types": ["full_attention", "linear_attention", "linear_attention", "full_attention"]}
+    with pytest.raises(UnsupportedArchitecture, match="full_attention_interval"):
+        from_config(config)
+
+
+def test_a_malformed_json_file_is_one_line_of_bad_input(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",')
+    with pytest.raises(BadInput, match="not valid JSON") as info:
+        load_config_file(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_missing_file_is_bad_input_naming_the_path(tmp_path):
+    with pytest.raises(BadInput, match="no such file"):
+        load_config_file(tmp_path / "nope.json")
+
+
+def test_a_folder_without_config_json_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="no config.json"):
+        load_config_file(tmp_path)
+
+
+def test_a_json_array_is_not_a_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(BadInput, match="JSON object"):
+        load_config_file(path)
+
+
+def test_every_refusal_is_a_servesize_error():
+    assert issubclass(UnsupportedArchitecture, ServesizeError) and issubclass(BadInput, ServesizeError)
