@@ -93,6 +93,12 @@ class MemoryReport:
 
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
                   assumptions: EngineAssumptions = EngineAssumptions(), name: str | None = None) -> MemoryReport:
+    if budget == "simple" and deployment.gpu_memory_utilization is None:
+        from dataclasses import replace
+
+        from servesize.fit import SEED_GPU_MEMORY_UTILIZATION
+
+        deployment = replace(deployment, gpu_memory_utilization=SEED_GPU_MEMORY_UTILIZATION)
     dep = deployment.resolved(arch, gpus)
     tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
     if tp * dp > gpus.count:
