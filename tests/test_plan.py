@@ -1,0 +1,120 @@
+"""servesize plan: the seed's headline figures, the JSON contract, sweeps, plots and bad input."""
+
+import json
+
+import pytest
+
+from servesize.cli import main
+
+H200_NOMINAL = 141e9                     # the seed's nominal H200 memory (working-set-model.md 2.4)
+W_27B_FP8 = 28.8 * 2**30                 # the seed's Qwen3.6-27B FP8 checkpoint
+RESERVE = 19_308_875_468.8               # the seed's activation reserve per GPU (2.4)
+POOL_FP8 = 2_770_000                     # the calibrated FP8 pool, tokens
+POOL_FP16 = (H200_NOMINAL - W_27B_FP8 - RESERVE) / 65536           # 2 x 32,768 B per token
+POOL_TP2 = (2 * H200_NOMINAL - W_27B_FP8 - 2 * RESERVE) / 32768    # one TP2 group, FP8 KV
+
+SEED = ["qwen3.6-27b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--no-sensitivity"]
+FAST = ["--fills", "400"]
+
+
+def plan_json(capsys, *argv):
+    code = main(["plan", *SEED, *argv, "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_the_seeds_fp8_headline_reproduces_86_warm_users_p50_and_69_p5(capsys):
+    d = plan_json(capsys, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", str(POOL_FP8))
+    assert d["warm_users"]["p50"] == pytest.approx(86, abs=3)
+    assert d["warm_users"]["p5"] == pytest.approx(69, abs=3)
+    assert d["ceilings"]["cache"] == d["warm_users"]["p5"]
+    assert d["state_bytes_per_session_per_rank"] == 3 * 16 * 1_638_400 == 78_643_200  # the seed's 75 MiB
+    assert d["ceilings"]["decode"] == pytest.approx(118, abs=3)
+    assert d["binding"] == "cache"
+
+
+def test_without_mtp_the_decode_ceiling_is_about_60(capsys):
+    d = plan_json(capsys, *FAST, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", str(POOL_FP8),
+                  "--mtp-speedup", "1.0")
+    assert d["ceilings"]["decode"] == pytest.approx(60, abs=3)
+    assert "speculative-config" not in d["recipe"]
+
+
+def test_fp16_kv_keeps_about_45_users_warm(capsys):
+    d = plan_json(capsys, "--gpus", "1xH200", "--kv-cache-dtype", "auto", "--pool-tokens", str(int(POOL_FP16)))
+    assert POOL_FP16 == pytest.approx(1_385_000)
+    assert d["warm_users"]["p50"] == pytest.approx(45, abs=3)
+
+
+def test_tp2_keeps_about_202_users_warm(capsys):
+    d = plan_json(capsys, "--gpus", "2xH200", "-tp", "2", "--kv-cache-dtype", "fp8", "--pool-tokens", str(int(POOL_TP2)))
+    assert d["warm_users"]["p50"] == pytest.approx(202, abs=3)
+
+
+def test_the_median_sweep_reproduces_the_seeds_table(capsys):
+    d = plan_json(capsys, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+                  "--sweep", "median=31k,45k,60k,80k,100k,140k")
+    p50 = [row["warm_users"]["p50"] for row in d["sweep"]["rows"]]
+    for got, want in zip(p50, [86, 56, 42, 33, 28, 23]):
+        assert got == pytest.approx(want, abs=3)
+    assert [row["label"] for row in d["sweep"]["rows"]] == ["31k", "45k", "60k", "80k", "100k", "140k"]
+
+
+def test_the_json_holds_every_required_key(capsys):
+    code = main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--fills", "200",
+                 "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in ("warm_users", "warm_sessions", "pool_tokens", "ceilings", "binding", "recipe", "power",
+                "sensitivity", "assumptions", "memory"):
+        assert key in d
+    assert set(d["warm_users"]) == {"p5", "p50", "p95"}
+    assert set(d["ceilings"]) == {"cache", "decode", "latency", "saturation"}
+    assert d["binding"] in d["ceilings"]
+    assert d["recipe"].startswith("vllm serve ") and "--max-num-seqs" in d["recipe"]
+    assert d["power"]["kw_at_meter"] > 0
+    assert "bandwidth_efficiency" in d["sensitivity"]
+    assert d["pool_tokens"] == d["memory"]["modelled_pool_tokens"]
+
+
+def test_data_parallel_recipe_says_to_use_a_session_sticky_router(capsys):
+    code = main(["plan", *SEED, *FAST, "--gpus", "2xH200", "-dp", "2", "--kv-cache-dtype", "fp8",
+                 "--pool-tokens", "2.77M"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "run 2 of these behind a session-sticky router" in out
+
+
+def test_a_bad_workload_value_is_one_line_and_exit_2(capsys):
+    code = main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "--sigma", "-1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("servesize: ")
+    code = main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "--median", "lots"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_explain_lists_the_named_assumptions_with_their_sources(capsys):
+    code = main(["plan", *SEED, *FAST, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+                 "--explain"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "decode.bandwidth_efficiency" in out and "seed: data/assumptions.toml" in out
+    assert "pool_tokens" in out and "derivation:" in out
+
+
+def test_plot_writes_a_png(capsys, tmp_path):
+    path = tmp_path / "plan.png"
+    code = main(["plan", *SEED, "--fills", "200", "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+                 "--plot", str(path)])
+    capsys.readouterr()
+    assert code == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_calibration_without_the_module_or_file_is_a_clear_error(capsys, tmp_path):
+    code = main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "--calibration", str(tmp_path / "missing.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("servesize: ")
