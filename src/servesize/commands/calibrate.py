@@ -1,0 +1,128 @@
+"""servesize calibrate --vllm-log FILE [...]: read real vLLM start-up logs, write a calibration."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+from servesize.errors import BadInput
+
+HELP = "read real vLLM startup logs and write a calibration file"
+EPILOG = """\
+examples:
+  servesize calibrate --vllm-log server.log
+  servesize calibrate --vllm-log run1.log --vllm-log run2.log --out calibration.json
+  servesize calibrate --vllm-log qwen35.log --block-size 784 --kv-cache-groups 4 --json
+
+The log must cover a start-up from launch until vLLM prints its KV-cache lines ('GPU KV cache
+size', '# GPU blocks' or 'Available KV cache memory'). With several start-ups in one file, the
+last one that did not fail is used. Hybrid models (sliding window, Mamba/GDN) need --block-size
+and --kv-cache-groups (servesize memory prints both) before the block count can be pinned down.
+"""
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--vllm-log", action="append", required=True, metavar="FILE", dest="vllm_log",
+                        help="a vLLM server log (repeat for several)")
+    parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here (default: print a summary only)")
+    parser.add_argument("--block-size", type=_positive_int, metavar="TOKENS",
+                        help="KV block size, when the log does not print it (attention block size for Mamba hybrids)")
+    parser.add_argument("--kv-cache-groups", type=_positive_int, metavar="N",
+                        help="number of KV-cache groups of the model (1 for plain attention models)")
+    parser.add_argument("--mamba-cache-mode", choices=["none", "align"],
+                        help="Mamba/GDN state blocks per request: none = 1, align = 2 (when the log does not say)")
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    items: tuple  # ((LogFacts, Calibration), ...)
+    out: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "calibrations": [c.to_dict() for _, c in self.items],
+            "facts": [f.to_dict() for f, _ in self.items],
+            "written_to": self.out,
+        }
+
+    def render(self, explain: bool = False) -> str:
+        lines: list[str] = []
+        for facts, cal in self.items:
+            if lines:
+                lines.append("")
+            head = f"{facts.source}: era {cal.era}"
+            if cal.vllm_version:
+                head += f", vLLM {cal.vllm_version}"
+            if facts.startups > 1:
+                head += f", start-up {facts.chosen} of {facts.startups}"
+            lines.append(head + f" (lines {facts.first_line}-{facts.last_line})")
+            lines.append(f"  {'line':>6}  {'fact':<28} {'rank':<10} value")
+            for f in facts.facts:
+                value = f.value if not isinstance(f.value, dict) else ", ".join(f"{k}={v}" for k, v in f.value.items())
+                if isinstance(value, int) and not isinstance(value, bool):
+                    value = f"{value:,}"
+                lines.append(f"  {f.line_no:>6}  {f.name:<28} {f.rank or '-':<10} {value}")
+                if explain:
+                    lines.append(f"  {'':>6}    {f.line[:200]}")
+            lines.append("  calibration:")
+            if cal.available_kv_bytes_per_gpu:
+                lo, hi = cal.available_kv_bytes_per_gpu
+                lines.append(f"    available KV per GPU   [{lo:,}, {hi:,}) B"
+                             + (f" ({cal.available_kv_gib_logged} GiB as logged)" if cal.available_kv_gib_logged is not None else ""))
+            lines.append(f"    num_blocks             {cal.num_blocks if cal.num_blocks is None else f'{cal.num_blocks:,}'}"
+                         f"  ({cal.num_blocks_how})")
+            if cal.kv_cache_tokens_logged is not None:
+                lines.append(f"    KV tokens as logged    {cal.kv_cache_tokens_logged:,}")
+            if cal.max_concurrency is not None:
+                lines.append(f"    max concurrency        {cal.max_concurrency:.2f}x at {cal.max_concurrency_tokens or cal.max_model_len:,} tokens")
+            pool = "unknown" if cal.pool_tokens is None else f"{cal.pool_tokens:,} tokens"
+            lines.append(f"    pool                   {pool}  ({cal.pool_tokens_how})")
+            for label, v in (("weights", cal.weights_gib), ("activation peak", cal.activation_gib),
+                             ("non-torch", cal.non_torch_gib), ("CUDA graphs", cal.cudagraph_gib),
+                             ("GPU total (CUDA)", cal.total_gpu_memory_gib)):
+                if v is not None:
+                    lines.append(f"    {label:<22} {v} GiB")
+            lines += [f"  note: {n}" for n in cal.notes]
+        if self.out:
+            lines += ["", f"calibration written to {self.out}"]
+        return "\n".join(lines)
+
+
+def _read(path: str) -> str:
+    p = pathlib.Path(path)
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise BadInput(f"--vllm-log {path}: is a directory, not a log file") from None
+    except OSError as exc:
+        raise BadInput(f"--vllm-log {path}: cannot read it ({exc.strerror or exc})") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def run(args):
+    from servesize.calibration import calibrate, parse_vllm_log, save_calibrations
+
+    items = []
+    for path in args.vllm_log:
+        facts = parse_vllm_log(_read(path), source=pathlib.Path(path).name)
+        cal = calibrate(facts, block_size=args.block_size, kv_cache_groups=args.kv_cache_groups,
+                        mamba_cache_mode=args.mamba_cache_mode)
+        items.append((facts, cal))
+    if args.out:
+        try:
+            save_calibrations([c for _, c in items], args.out)
+        except OSError as exc:
+            raise BadInput(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from None
+    return CalibrateResult(tuple(items), args.out)
