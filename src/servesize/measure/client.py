@@ -1,0 +1,358 @@
+"""A streaming client for OpenAI-compatible servers, built to time tokens, not to be convenient.
+
+One ``StreamClient`` holds one aiohttp session (unbounded connection pool by default, so 500
+concurrent streams are 500 connections). ``complete()`` sends one streaming request with
+``stream: true, stream_options: {include_usage: true}`` and returns a ``RequestResult``; it never
+raises for a server's or network's failure and it never retries: a refused connection, an HTTP
+4xx/5xx (with an excerpt of the body), malformed SSE, a stalled or reset stream and a timeout are
+all results with ``error = {"type", "message"}``. (aiohttp itself retries only idempotent
+methods on a stale keep-alive connection; POST is not one.)
+
+Timestamps are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), taken when a line of the
+body is handed to the client, before it is parsed:
+
+- ``t_sent_ns``      just before the request is issued (connection set-up is inside TTFT, as users see it)
+- ``first_byte_s``   first line of the body
+- ``ttft_s``         first SSE data event carrying a choice (the first token)
+- ``first_content_s`` first choice with non-empty text
+- ``last_token_s``   last choice with non-empty text
+- ``end_s``          the stream is finished (``[DONE]``) or failed
+
+All ``*_s`` are seconds after ``t_sent_ns``. Two timeouts apply: ``timeout_s`` bounds the whole
+request; ``stall_timeout_s`` bounds the gap between two chunks once the first token has arrived
+(before it, a long queue or a long prefill is legitimate and only ``timeout_s`` applies); a stream
+is declared stalled after a silence of between 1x and 1.5x ``stall_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+
+from servesize.errors import BadInput
+
+ERROR_TYPES = (
+    "connection_refused", "connect_error", "connect_timeout", "http_error", "malformed_sse", "server_error_event",
+    "stall_timeout", "total_timeout", "connection_reset", "truncated_stream", "bad_url", "client_error",
+)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted list (numpy's default method)."""
+    if not sorted_values:
+        return float("nan")
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarise(values: list[float]) -> dict | None:
+    """n, mean, p50, p95, max of a list of seconds; None when empty."""
+    if not values:
+        return None
+    s = sorted(values)
+    return {"n": len(s), "mean_s": sum(s) / len(s), "p50_s": _quantile(s, 0.5), "p95_s": _quantile(s, 0.95), "max_s": s[-1]}
+
+
+@dataclass
+class RequestResult:
+    """The outcome of one request. ``error`` is None exactly when the stream completed."""
+
+    id: str
+    tags: dict = field(default_factory=dict)
+    t_sent_ns: int = 0
+    wall_time: float = 0.0
+    status: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cached_tokens_reported: bool = False
+    completion_tokens: int | None = None
+    first_byte_s: float | None = None
+    ttft_s: float | None = None
+    first_content_s: float | None = None
+    last_token_s: float | None = None
+    end_s: float | None = None
+    chunks: int = 0
+    itl: dict | None = None
+    decode_tok_per_s: float | None = None
+    error: dict | None = None
+    server: dict | None = None  # x_server timing, test server only
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def cached_tokens_or_zero(self) -> int:
+        """``cached_tokens``, with a missing field read as 0 (check ``cached_tokens_reported``)."""
+        return self.cached_tokens if self.cached_tokens is not None else 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        if d["server"] is None:
+            del d["server"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RequestResult":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def error_line(self) -> str:
+        if self.error is None:
+            return ""
+        return f"{self.error['type']}: {self.error['message']}"
+
+
+class StreamClient:
+    """An aiohttp session against one server. Use as ``async with StreamClient(url) as client``."""
+
+    def __init__(self, base_url: str, model: str | None = None, *, timeout_s: float = 600.0,
+                 stall_timeout_s: float = 60.0, connect_timeout_s: float = 10.0, api: str = "completions",
+                 max_connections: int = 0):
+        if api not in ("completions", "chat"):
+            raise BadInput(f"api must be 'completions' or 'chat', not {api!r}")
+        url = base_url.rstrip("/")
+        if url.endswith("/v1"):
+            url = url[:-3]
+        if not (url.startswith("http://") or url.startswith("https://")):
+            raise BadInput(f"--url {base_url!r} is not an http(s) URL (e.g. http://localhost:8000)")
+        self.base_url = url
+        self.model = model
+        self.timeout_s = timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.api = api
+        self.max_connections = max_connections
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "StreamClient":
+        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- small JSON endpoints ---------------------------------------------------------------
+    async def get(self, path: str, *, timeout_s: float | None = None) -> tuple[int, str]:
+        """(status, body text) of a GET; raises aiohttp/OS errors for the caller to word."""
+        t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
+        async with self.session.get(self.base_url + path, timeout=t) as resp:
+            return resp.status, await resp.text()
+
+    async def post_json(self, path: str, body: dict, *, timeout_s: float | None = None) -> tuple[int, Any]:
+        t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
+        async with self.session.post(self.base_url + path, json=body, timeout=t) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text)
+            except ValueError:
+                return resp.status, text
+
+    async def models(self) -> list[dict]:
+        """The server's /v1/models entries; BadInput (one line) when the server cannot be reached."""
+        try:
+            status, text = await self.get("/v1/models")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise BadInput(f"cannot reach {self.base_url}: {describe_exception(exc)[1]} "
+                           "(is the server running, and is --url right?)") from None
+        if status != 200:
+            raise BadInput(f"{self.base_url}/v1/models answered HTTP {status}: {excerpt(text)}")
+        try:
+            return list(json.loads(text)["data"])
+        except (ValueError, KeyError, TypeError):
+            raise BadInput(f"{self.base_url}/v1/models did not return an OpenAI model list: {excerpt(text)}") from None
+
+    async def resolve_model(self) -> str:
+        """``--model`` if given, else the server's first /v1/models entry."""
+        entries = await self.models()
+        if self.model is None:
+            if not entries:
+                raise BadInput(f"{self.base_url}/v1/models lists no model; pass --model")
+            self.model = entries[0]["id"]
+        return self.model
+
+    # -- the streaming request --------------------------------------------------------------
+    def body(self, prompt: str, max_tokens: int, extra: dict | None = None) -> dict:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if max_tokens > 1:
+            body["ignore_eos"] = True  # vLLM: generate exactly max_tokens, so decode is timed on a known length
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if extra:
+            body.update(extra)
+        return body
+
+    async def complete(self, prompt: str, *, max_tokens: int = 1, request_id: str = "", tags: dict | None = None,
+                       extra_body: dict | None = None) -> RequestResult:
+        """One streaming request; every failure is returned in ``result.error``, never raised."""
+        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        body = json.dumps(self.body(prompt, max_tokens, extra_body))
+        result = RequestResult(id=request_id, tags=dict(tags or {}))
+        token_ns: list[int] = []
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s)
+        result.wall_time = time.time()
+        t0 = result.t_sent_ns = time.perf_counter_ns()
+        total_cm = asyncio.timeout(self.timeout_s)
+        stall_cm = asyncio.timeout(None)
+        try:
+            async with total_cm:
+                async with self.session.post(self.base_url + path, data=body, timeout=timeout,
+                                             headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as resp:
+                    result.status = resp.status
+                    if resp.status >= 400:
+                        text = await resp.content.read(2000)
+                        result.error = {"type": "http_error", "message": f"HTTP {resp.status}: {excerpt(text.decode('utf-8', 'replace'))}"}
+                        result.end_s = (time.perf_counter_ns() - t0) / 1e9
+                        return result
+                    async with stall_cm:
+                        await self._read_stream(resp, result, token_ns, t0, stall_cm)
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                result.error = {"type": "connect_timeout", "message": f"no connection within {self.connect_timeout_s:g} s"}
+            elif stall_cm.expired() and not total_cm.expired():
+                result.error = {"type": "stall_timeout",
+                                "message": f"stream stalled: no chunk for {self.stall_timeout_s:g} s after {result.chunks} token chunks"}
+            else:
+                result.error = {"type": "total_timeout", "message": f"request not finished within {self.timeout_s:g} s"}
+        except (aiohttp.ClientError, OSError) as exc:
+            kind, message = describe_exception(exc)
+            if kind == "connection_reset" and result.first_byte_s is not None:
+                message = f"connection reset after {result.chunks} token chunks: {message}"
+            result.error = {"type": kind, "message": message}
+        result.end_s = (time.perf_counter_ns() - t0) / 1e9
+        self._finish(result, token_ns, t0)
+        return result
+
+    async def _read_stream(self, resp, result: RequestResult, token_ns: list[int], t0: int, stall) -> None:
+        # The stall deadline moves lazily (a timer reset per chunk would cost more than the parse):
+        # it is pushed to now + 1.5 x stall whenever half a stall period has passed since the last
+        # push, so a stream is declared stalled after a silence between 1x and 1.5x stall_timeout_s.
+        loop = asyncio.get_running_loop()
+        stall_s = self.stall_timeout_s
+        half_stall_ns = int(stall_s * 1e9 / 2)
+        data: list[bytes] = []
+        t_event = 0
+        done = False
+        started = False
+        api_chat = self.api == "chat"
+        next_push = 0
+        pending = b""
+        async for chunk in resp.content.iter_any():  # one wake-up per socket read, not per line
+            now = time.perf_counter_ns()
+            if result.first_byte_s is None:
+                result.first_byte_s = (now - t0) / 1e9
+            if started and now >= next_push:
+                stall.reschedule(loop.time() + 1.5 * stall_s)
+                next_push = now + half_stall_ns
+            pending += chunk
+            if b"\n" not in chunk:
+                continue
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            for raw in lines:
+                line = raw.rstrip(b"\r")
+                if line:
+                    if line.startswith(b"data:"):
+                        if not data:
+                            t_event = now
+                        data.append(line[6:] if line[5:6] == b" " else line[5:])
+                    elif line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
+                        pass
+                    else:
+                        result.error = {"type": "malformed_sse", "message": f"not an SSE line: {excerpt(line.decode('utf-8', 'replace'))}"}
+                        return
+                    continue
+                if not data:
+                    continue
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                data = []
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    event = json.loads(payload)
+                except ValueError:
+                    result.error = {"type": "malformed_sse", "message": f"SSE data is not JSON: {excerpt(payload.decode('utf-8', 'replace'))}"}
+                    return
+                if not isinstance(event, dict):
+                    result.error = {"type": "malformed_sse", "message": f"SSE data is not a JSON object: {excerpt(payload.decode('utf-8', 'replace'))}"}
+                    return
+                if "error" in event and not event.get("choices"):
+                    err = event["error"]
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    result.error = {"type": "server_error_event", "message": f"server sent an error mid-stream: {excerpt(str(msg))}"}
+                    return
+                choices = event.get("choices")
+                if choices:
+                    choice = choices[0]
+                    text = (choice.get("delta") or {}).get("content") if api_chat else choice.get("text")
+                    result.chunks += 1
+                    if not started:
+                        started = True
+                        result.ttft_s = (t_event - t0) / 1e9
+                        stall.reschedule(loop.time() + 1.5 * stall_s)
+                        next_push = now + half_stall_ns
+                        if "x_server" in event:
+                            result.server = event["x_server"]
+                    if text:
+                        token_ns.append(t_event)
+                usage = event.get("usage")
+                if usage:
+                    result.prompt_tokens = usage.get("prompt_tokens")
+                    result.completion_tokens = usage.get("completion_tokens")
+                    details = usage.get("prompt_tokens_details")
+                    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                        result.cached_tokens = int(details["cached_tokens"])
+                        result.cached_tokens_reported = True
+        if result.error is None and not done:
+            result.error = {"type": "truncated_stream", "message": f"stream ended before [DONE] after {len(token_ns)} token chunks"}
+
+    @staticmethod
+    def _finish(result: RequestResult, token_ns: list[int], t0: int) -> None:
+        if token_ns:
+            result.first_content_s = (token_ns[0] - t0) / 1e9
+            result.last_token_s = (token_ns[-1] - t0) / 1e9
+            gaps = [(b - a) / 1e9 for a, b in zip(token_ns, token_ns[1:])]
+            result.itl = summarise(gaps)
+            n_tokens = result.completion_tokens if result.completion_tokens else len(token_ns)
+            span = (token_ns[-1] - token_ns[0]) / 1e9
+            if n_tokens > 1 and span > 0:
+                result.decode_tok_per_s = (n_tokens - 1) / span
+
+
+def excerpt(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def describe_exception(exc: BaseException) -> tuple[str, str]:
+    """(error type, one-line message) for a network exception."""
+    if isinstance(exc, aiohttp.InvalidURL):
+        return "bad_url", f"invalid URL {exc}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_err = getattr(exc, "os_error", None)
+        if isinstance(os_err, ConnectionRefusedError) or getattr(os_err, "errno", None) == errno.ECONNREFUSED:
+            return "connection_refused", f"connection refused by {exc.host}:{exc.port}"
+        return "connect_error", f"cannot connect to {exc.host}:{exc.port}: {os_err or exc}"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError)):
+        return "connection_reset", f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if isinstance(exc, aiohttp.ClientOSError) and getattr(exc, "errno", None) in (errno.ECONNRESET, errno.EPIPE):
+        return "connection_reset", str(exc)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection_refused", str(exc)
+    return "client_error", f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,181 @@
+"""What the engine says about itself: a scrape of vLLM's Prometheus ``/metrics``.
+
+Read (summed over label sets, i.e. over engines when data-parallel):
+
+- prefix-cache queries and hits, in tokens: ``vllm:prefix_cache_queries_total`` /
+  ``vllm:prefix_cache_hits_total`` (vLLM v1); older releases: ``vllm:gpu_prefix_cache_queries_total`` /
+  ``vllm:gpu_prefix_cache_hits_total``
+- preemptions: ``vllm:num_preemptions_total``
+- KV usage gauge (0..1): ``vllm:kv_cache_usage_perc``, older ``vllm:gpu_cache_usage_perc`` (max over engines)
+- ``vllm:cache_config_info``: its labels (``num_gpu_blocks``, ``block_size``, ``cache_dtype``, ...);
+  ``num_gpu_blocks x block_size`` is the engine's own pool figure, per engine.
+
+A missing endpoint or a missing series is a note, never an error: the measurement goes on with the
+next signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
+           "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries")
+HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits",
+        "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits")
+PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+CACHE_CONFIG = "vllm:cache_config_info"
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition -> {metric name: [(labels, value), ...]}; unreadable lines are skipped."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        lab = {k: bytes(val, "utf-8").decode("unicode_escape") if "\\" in val else val
+               for k, val in _LABEL.findall(labels or "")}
+        out.setdefault(name, []).append((lab, v))
+    return out
+
+
+def _first(series: dict, names: tuple[str, ...]) -> tuple[str | None, list]:
+    for n in names:
+        if n in series:
+            return n, series[n]
+    return None, []
+
+
+@dataclass
+class MetricsSnapshot:
+    t_ns: int
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
+    preemptions: float | None = None
+    kv_usage: float | None = None
+    cache_config: dict | None = None
+    engines: int = 1
+    names: dict = field(default_factory=dict)  # which series name answered for each quantity
+
+    @property
+    def block_size(self) -> int | None:
+        return _int_label(self.cache_config, "block_size")
+
+    @property
+    def num_gpu_blocks(self) -> int | None:
+        return _int_label(self.cache_config, "num_gpu_blocks")
+
+    @property
+    def engine_pool_tokens(self) -> int | None:
+        """num_gpu_blocks x block_size, per engine, as cache_config_info publishes it."""
+        if self.num_gpu_blocks is None or self.block_size is None:
+            return None
+        return self.num_gpu_blocks * self.block_size
+
+    def to_dict(self) -> dict:
+        return {"prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "preemptions": self.preemptions,
+                "kv_usage": self.kv_usage, "cache_config": self.cache_config, "engines": self.engines, "names": self.names}
+
+
+def _int_label(labels: dict | None, key: str) -> int | None:
+    if not labels:
+        return None
+    try:
+        return int(float(labels.get(key, "")))
+    except ValueError:
+        return None
+
+
+def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
+    series = parse_prometheus(text)
+    snap = MetricsSnapshot(t_ns=time.perf_counter_ns() if t_ns is None else t_ns)
+    for attr, names in (("prefix_queries", QUERIES), ("prefix_hits", HITS), ("preemptions", PREEMPTIONS)):
+        name, samples = _first(series, names)
+        if name:
+            setattr(snap, attr, sum(v for _, v in samples))
+            snap.names[attr] = name
+    name, samples = _first(series, KV_USAGE)
+    if name:
+        snap.kv_usage = max(v for _, v in samples)
+        snap.names["kv_usage"] = name
+    if CACHE_CONFIG in series:
+        snap.cache_config = dict(series[CACHE_CONFIG][0][0])
+        snap.engines = len(series[CACHE_CONFIG])
+        snap.names["cache_config"] = CACHE_CONFIG
+    return snap
+
+
+@dataclass(frozen=True)
+class MetricsDelta:
+    """Counter increases between two snapshots (None where either side lacks the series)."""
+
+    queries: float | None
+    hits: float | None
+    preemptions: float | None
+
+    @property
+    def hit_ratio(self) -> float | None:
+        if not self.queries or self.hits is None:
+            return None
+        return self.hits / self.queries
+
+    def to_dict(self) -> dict:
+        return {"queries": self.queries, "hits": self.hits, "preemptions": self.preemptions}
+
+
+def delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> MetricsDelta | None:
+    if before is None or after is None:
+        return None
+
+    def d(a, b):
+        return None if a is None or b is None else b - a
+
+    return MetricsDelta(d(before.prefix_queries, after.prefix_queries), d(before.prefix_hits, after.prefix_hits),
+                        d(before.preemptions, after.preemptions))
+
+
+class MetricsScraper:
+    """Scrapes ``/metrics`` through a StreamClient; after the first failure it says why and stops asking."""
+
+    def __init__(self, client, enabled: bool = True):
+        self.client = client
+        self.enabled = enabled
+        self.note: str | None = None if enabled else "/metrics not used (disabled)"
+
+    async def scrape(self) -> MetricsSnapshot | None:
+        if not self.enabled:
+            return None
+        try:
+            status, text = await self.client.get("/metrics", timeout_s=30)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self._give_up(f"/metrics could not be read ({type(exc).__name__}: {exc})")
+            return None
+        if status != 200:
+            self._give_up(f"/metrics answered HTTP {status}: the server publishes no Prometheus metrics there")
+            return None
+        snap = snapshot_from_text(text)
+        if snap.prefix_queries is None and snap.cache_config is None:
+            self._give_up("/metrics has no vllm: prefix-cache series (not a vLLM server, or a version servesize does not know)")
+            return None
+        return snap
+
+    def _give_up(self, note: str) -> None:
+        self.enabled = False
+        self.note = note + "; continuing without it"

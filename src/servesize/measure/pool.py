@@ -1,0 +1,577 @@
+"""``measure pool``: how many tokens of prefix cache a live server really keeps warm.
+
+The method (after the working-set seed, improved):
+
+1. A probe sends n prompts of S tokens in parallel, for R rounds. Every prompt starts with a fresh
+   unique id, so round 1 is all cold and only fills the cache; rounds 2..R test warmth.
+2. The cache is LRU. Cycling n prompts in order through it is LRU's worst case: while n x S fits,
+   every later round is warm; one prompt more and each prompt is evicted just before its turn comes
+   back, so warmth collapses. The boundary is a cliff, which is what makes bisection sound.
+3. So n is searched, not swept: galloping from the predicted capacity (``--predicted-tokens`` or a
+   prediction object), then bisecting between the largest warm n and the smallest cold n.
+4. When the block size is known (vLLM's ``cache_config_info``, or ``--block-size``) a fine stage
+   adds one more prompt of j blocks to the n_warm prompts and bisects j: the pool is then known to
+   the block. Prompts are S = m x block + 1 tokens: m full blocks are cached, the last token is always
+   recomputed (vLLM never serves a request's last prompt token from cache).
+5. Between probes nothing is flushed: each probe's prompts have fresh ids and the previous probe's
+   blocks are older than anything of the new probe's round 1, so LRU evicts them first.
+
+Warm or cold, per request, from the most trusted signal available (it is named in the result):
+
+- ``cached_tokens``: ``usage.prompt_tokens_details.cached_tokens`` (vLLM: ``--enable-prompt-tokens-details``);
+  warm = every cacheable token of the prompt was served from cache.
+- ``metrics``: the increase of ``vllm:prefix_cache_hits_total`` over a round, against the round's
+  cacheable tokens (a round count; requests are ranked by TTFT to say which).
+- ``ttft``: the seed's rule, warm = TTFT < 0.4 x the same prompt's cold (round 1) TTFT. It cannot
+  see a partial eviction (vLLM frees a request's tail blocks first), so it decides the coarse stage
+  only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from servesize.errors import BadInput, ServesizeError
+from servesize.measure.client import RequestResult, StreamClient
+from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
+from servesize.measure.prompts import PromptFactory
+from servesize.measure.record import RecordContents, RunRecord
+
+SIGNALS = ("cached_tokens", "metrics", "ttft")
+
+
+@dataclass
+class PoolConfig:
+    url: str
+    model: str | None = None
+    prompt_tokens: int = 4097
+    rounds: int = 3
+    predicted_tokens: int | None = None
+    max_parallel: int = 256
+    timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    block_size: int | None = None
+    warm_share: float = 1.0  # a probe is warm when this share of later-round requests is warm
+    ttft_ratio: float = 0.4  # the seed's rule: warm when TTFT < ratio x cold TTFT
+    signals: tuple[str, ...] = SIGNALS
+    fine: bool = True
+    seed: int = 0
+    use_tokenize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rounds < 2:
+            raise BadInput("--rounds must be at least 2 (round 1 fills the cache, later rounds test warmth)")
+        if self.prompt_tokens < 2:
+            raise BadInput("--prompt-tokens must be at least 2")
+        if self.max_parallel < 1:
+            raise BadInput("--max-parallel must be at least 1")
+        unknown = [s for s in self.signals if s not in SIGNALS]
+        if unknown or not self.signals:
+            raise BadInput(f"signals must be drawn from {', '.join(SIGNALS)}, not {', '.join(unknown) or 'none'}")
+        if not 0 < self.warm_share <= 1:
+            raise BadInput("--warm-share must be in (0, 1]")
+
+    def to_params(self) -> dict:
+        d = asdict(self)
+        d["signals"] = list(self.signals)
+        return d
+
+    @classmethod
+    def from_params(cls, params: dict) -> "PoolConfig":
+        p = dict(params)
+        p["signals"] = tuple(p.get("signals", SIGNALS))
+        return cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
+
+
+# -- pure pieces ------------------------------------------------------------------------------
+
+def cacheable_tokens(prompt_tokens: int, block_size: int | None) -> int:
+    """Tokens of a prompt the engine can serve from cache: whole blocks, never the last token."""
+    if block_size is None:
+        return prompt_tokens - 1
+    return (prompt_tokens - 1) // block_size * block_size
+
+
+def aligned_prompt_tokens(requested: int, block_size: int) -> int:
+    """m x block + 1, m = (requested - 1) // block (at least 1): every cached block is a full block."""
+    return max(1, (requested - 1) // block_size) * block_size + 1
+
+
+def predicted_tokens_of(predicted: Any) -> int | None:
+    """A number, an object with ``usable_kv_tokens`` / ``kv_cache_tokens``, or a callable giving either."""
+    if predicted is None:
+        return None
+    if callable(predicted) and not isinstance(predicted, (int, float)):
+        predicted = predicted()
+    if isinstance(predicted, (int, float)) and not isinstance(predicted, bool):
+        return int(predicted)
+    for name in ("usable_kv_tokens", "kv_cache_tokens", "usable_tokens", "tokens"):
+        value = getattr(predicted, name, None)
+        if value is not None:
+            return int(value)
+    raise BadInput(f"cannot read a token count from the prediction {type(predicted).__name__}")
+
+
+class Bisection:
+    """The largest n for which a monotone predicate holds: ``lo`` known warm, ``hi`` known cold.
+
+    It gallops from ``start`` (a prediction): up by 1, 2, 4, ... while warm, down by 1, 2, 4, ...
+    while cold, then bisects. ``limit`` caps n (the largest probe allowed).
+    """
+
+    def __init__(self, lo: int = 0, hi: int | None = None, start: int | None = None, limit: int | None = None):
+        self.lo, self.hi, self.limit = lo, hi, limit
+        self.start = start
+        self.history: list[tuple[int, bool]] = []
+        self._up = 1
+        self._down = 1
+        self._direction: str | None = None  # 'up' | 'down' | 'bisect'
+
+    @property
+    def done(self) -> bool:
+        return self.next() is None
+
+    @property
+    def capped(self) -> bool:
+        """The search stopped at ``limit`` with every probe warm: the answer is a lower bound."""
+        return self.hi is None and self.limit is not None and self.lo >= self.limit
+
+    def next(self) -> int | None:
+        lo, hi = self.lo, self.hi
+        if hi is not None and hi - lo <= 1:
+            return None
+        if not self.history:
+            n = self.start if self.start is not None else (lo + 1 if hi is None else (lo + hi) // 2)
+            n = max(lo + 1, n)
+            if hi is not None:
+                n = min(hi - 1, n)
+            return min(n, self.limit) if self.limit is not None else n
+        if hi is None:
+            if self.limit is not None and lo >= self.limit:
+                return None
+            n = lo + self._up
+            return min(n, self.limit) if self.limit is not None else n
+        if self._direction == "down":
+            n = hi - self._down
+            if n > lo:
+                return n
+        return (lo + hi) // 2
+
+    def observe(self, n: int, warm: bool) -> None:
+        first = not self.history
+        self.history.append((n, warm))
+        if warm:
+            if n > self.lo:
+                self.lo = n
+            if self._direction == "up":
+                self._up *= 2
+            elif first:
+                self._direction = "up"
+            else:
+                self._direction = "bisect"
+        else:
+            if self.hi is None or n < self.hi:
+                self.hi = n
+            if self._direction == "down":
+                self._down *= 2
+            elif first and n > self.lo + 1:
+                self._direction = "down"
+            else:
+                self._direction = "bisect"
+
+
+@dataclass
+class Verdict:
+    """Warm or cold for one probe, and which signal said so."""
+
+    signal: str
+    warm: bool
+    warm_fraction: float  # share of later-round requests (or tokens, for metrics) found warm
+    by_signal: dict[str, float] = field(default_factory=dict)  # every available signal's warm fraction
+    flags: list[list[bool]] = field(default_factory=list)  # rounds 2..R, per request
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None], *,
+             block_size: int | None, signals: tuple[str, ...] = SIGNALS, ttft_ratio: float = 0.4,
+             warm_share: float = 1.0) -> Verdict:
+    """Decide one probe from its rounds (round 1 is the cold fill). Pure: no I/O."""
+    later = rounds[1:]
+    need = [cacheable_tokens(s, block_size) if block_size else math.ceil(0.9 * (s - 1)) for s in sizes]
+    per: dict[str, list[list[bool]]] = {}
+    fraction: dict[str, float] = {}
+    notes: list[str] = []
+
+    if all(r.cached_tokens_reported for rnd in later for r in rnd) and later:
+        per["cached_tokens"] = [[r.cached_tokens >= need[i] for i, r in enumerate(rnd)] for rnd in later]
+        fraction["cached_tokens"] = _mean([f for rnd in per["cached_tokens"] for f in rnd])
+
+    later_deltas = deltas[1:]
+    if later_deltas and all(d is not None and d.hits is not None and d.queries for d in later_deltas):
+        cacheable = sum(cacheable_tokens(s, block_size) for s in sizes)
+        ratios = [min(1.0, d.hits / cacheable) if cacheable else 1.0 for d in later_deltas]
+        fraction["metrics"] = _mean(ratios)
+        flags = []
+        for rnd, ratio in zip(later, ratios):
+            k = len(rnd) if ratio >= 1.0 else math.floor(ratio * len(rnd))
+            order = sorted(range(len(rnd)), key=lambda i: rnd[i].ttft_s if rnd[i].ttft_s is not None else math.inf)
+            warm_set = set(order[:k])
+            flags.append([i in warm_set for i in range(len(rnd))])
+        per["metrics"] = flags
+
+    cold = [r.ttft_s for r in rounds[0]]
+    if all(t is not None and t > 0 for t in cold) and all(r.ttft_s is not None for rnd in later for r in rnd):
+        per["ttft"] = [[r.ttft_s < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
+        fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
+
+    first_hits = [r.cached_tokens for r in rounds[0] if r.cached_tokens]
+    if first_hits:
+        notes.append(f"{len(first_hits)} round-1 request(s) were served partly from cache (ids not unique, or a shared prefix)")
+
+    for s in signals:
+        if s in per:
+            return Verdict(signal=s, warm=fraction[s] >= warm_share - 1e-9, warm_fraction=fraction[s], by_signal=fraction,
+                           flags=per[s], notes=notes)
+    raise ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
+                         "and TTFT could not be read; nothing can be measured")
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+# -- the probe and the run ------------------------------------------------------------------------
+
+@dataclass
+class Probe:
+    seq: int
+    stage: str  # 'coarse' | 'fine'
+    n: int  # prompts of S tokens
+    extra_blocks: int  # fine stage: one more prompt of extra_blocks x block + 1 tokens (0: none)
+    sizes: list[int]
+    rounds: list[list[RequestResult]] = field(default_factory=list)
+    deltas: list[MetricsDelta | None] = field(default_factory=list)
+    verdict: Verdict | None = None
+
+    @property
+    def key(self) -> int:
+        return self.n if self.stage == "coarse" else self.extra_blocks
+
+    def summary(self) -> dict:
+        v = self.verdict
+        return {"seq": self.seq, "stage": self.stage, "n": self.n, "extra_blocks": self.extra_blocks,
+                "prompts": len(self.sizes), "tokens": sum(self.sizes), "warm": v.warm if v else None,
+                "warm_fraction": v.warm_fraction if v else None, "signal": v.signal if v else None,
+                "by_signal": v.by_signal if v else {},
+                "ttft_cold_p50_s": _median([r.ttft_s for r in self.rounds[0]]) if self.rounds else None,
+                "ttft_later_p50_s": _median([r.ttft_s for rnd in self.rounds[1:] for r in rnd]) if len(self.rounds) > 1 else None}
+
+
+def _median(values) -> float | None:
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+class ProbeFailed(ServesizeError):
+    pass
+
+
+class PoolRun:
+    """One ``measure pool`` run: set-up, coarse bisection, fine bisection, result."""
+
+    def __init__(self, config: PoolConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
+                 predicted: Any = None, progress: Callable[[str], None] | None = None):
+        self.cfg = config
+        self.record = record or RunRecord(None)
+        self.resume = resume
+        self.predicted = predicted
+        self.progress = progress or (lambda msg: None)
+        self.notes: list[str] = []
+        self.probes: list[Probe] = []
+        self.seq = 0
+        self.prompt_counter = 0
+        self.model: str | None = None
+        self.block_size: int | None = None
+        self.block_size_source: str | None = None
+        self.prompt_tokens = config.prompt_tokens
+        self.engine: MetricsSnapshot | None = None
+        self.client: StreamClient | None = None
+        self.scraper: MetricsScraper | None = None
+        self.prompts: PromptFactory | None = None
+        self._replay: dict[tuple[str, int], Probe] = {}
+
+    # -- set-up --
+    async def _setup(self) -> None:
+        cfg = self.cfg
+        self.model = await self.client.resolve_model()
+        self.scraper = MetricsScraper(self.client, enabled=True)
+        self.engine = await self.scraper.scrape()
+        if self.scraper.note:
+            self.notes.append(self.scraper.note)
+        if cfg.block_size:
+            self.block_size, self.block_size_source = cfg.block_size, "--block-size"
+        elif self.engine is not None and self.engine.block_size:
+            self.block_size, self.block_size_source = self.engine.block_size, "vllm:cache_config_info"
+        else:
+            self.notes.append("block size unknown (no cache_config_info in /metrics): each prompt counts as S - 1 resident "
+                              "tokens (exact when S - 1 is whole blocks, as the default 4097 is for any power-of-two block "
+                              "up to 4096), a request counts as warm at >= 90% of them cached, and the pool is known to the "
+                              "prompt, not the block; pass --block-size for more")
+        if self.block_size:
+            aligned = aligned_prompt_tokens(cfg.prompt_tokens, self.block_size)
+            if aligned != cfg.prompt_tokens:
+                self.notes.append(f"prompt length {cfg.prompt_tokens} -> {aligned} tokens (= {(aligned - 1) // self.block_size} "
+                                  f"blocks of {self.block_size} + 1), so every cached block is a full block")
+            self.prompt_tokens = aligned
+        self.prompts = PromptFactory(self.client, seed=cfg.seed, use_tokenize=cfg.use_tokenize)
+        await self.prompts.start()
+        if self.prompts.note:
+            self.notes.append(self.prompts.note)
+        self.record.append("info", model=self.model, block_size=self.block_size, block_size_source=self.block_size_source,
+                           prompt_tokens=self.prompt_tokens, nonce=self.prompts.nonce, prompt_mode=self.prompts.mode,
+                           engine=self.engine.to_dict() if self.engine else None, notes=list(self.notes))
+
+    def _load_replay(self) -> None:
+        """Completed probes of a resumed record, by (stage, key); incomplete probes are run again."""
+        if self.resume is None:
+            return
+        requests: dict[int, dict[int, dict[int, RequestResult]]] = {}
+        deltas: dict[int, dict[int, MetricsDelta | None]] = {}
+        for e in self.resume.events:
+            t = e.get("type")
+            if t == "request":
+                requests.setdefault(e["probe"], {}).setdefault(e["round"], {})[e["index"]] = RequestResult.from_dict(e["result"])
+            elif t == "round":
+                d = e.get("delta")
+                deltas.setdefault(e["probe"], {})[e["round"]] = MetricsDelta(**d) if d else None
+            elif t == "probe":
+                seq = e["seq"]
+                rounds = [[requests[seq][r][i] for i in sorted(requests[seq][r])] for r in sorted(requests.get(seq, {}))]
+                p = Probe(seq=seq, stage=e["stage"], n=e["n"], extra_blocks=e["extra_blocks"], sizes=e["sizes"], rounds=rounds,
+                          deltas=[deltas.get(seq, {}).get(r) for r in sorted(requests.get(seq, {}))],
+                          verdict=Verdict(**e["verdict"]))
+                self._replay[(p.stage, p.key)] = p
+            if t in ("request", "round", "probe"):
+                self.seq = max(self.seq, int(e.get("probe", e.get("seq", 0))))
+        if self._replay:
+            self.notes.append(f"resumed: {len(self._replay)} completed probe(s) taken from the record")
+
+    # -- one probe --
+    async def _probe(self, stage: str, n: int, extra_blocks: int) -> Probe:
+        replayed = self._replay.get((stage, n if stage == "coarse" else extra_blocks))
+        if replayed is not None:
+            self.probes.append(replayed)
+            return replayed
+        cfg = self.cfg
+        self.seq += 1
+        sizes = [self.prompt_tokens] * n + ([extra_blocks * self.block_size + 1] if extra_blocks else [])
+        probe = Probe(seq=self.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes)
+        prompts = []
+        for size in sizes:
+            self.prompt_counter += 1
+            prompts.append(await self.prompts.make(self.prompt_counter, size))
+        label = f"n={n}" + (f" + {extra_blocks} block(s)" if extra_blocks else "")
+        for rnd in range(1, cfg.rounds + 1):
+            self.progress(f"probe {self.seq} ({stage}, {label}, {sum(sizes):,} tokens): round {rnd}/{cfg.rounds}")
+            before = await self.scraper.scrape()
+            done = 0
+
+            async def one(i: int, text: str, pid: str) -> RequestResult:
+                nonlocal done
+                r = await self.client.complete(text, max_tokens=1, request_id=f"{pid}-r{rnd}",
+                                               tags={"probe": probe.seq, "round": rnd, "index": i})
+                self.record.append("request", probe=probe.seq, round=rnd, index=i, result=r.to_dict())
+                done += 1
+                self.progress(f"probe {self.seq} ({stage}, {label}): round {rnd}/{cfg.rounds}, {done}/{len(prompts)} done")
+                return r
+
+            results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
+            after = await self.scraper.scrape()
+            d = delta(before, after)
+            probe.rounds.append(list(results))
+            probe.deltas.append(d)
+            self.record.append("round", probe=probe.seq, round=rnd, delta=d.to_dict() if d else None)
+            failed = [r for r in results if not r.ok]
+            if failed:
+                where = f" (the record {self.record.path} keeps every result so far; continue with --resume {self.record.path})" \
+                    if self.record.path else ""
+                raise ProbeFailed(f"probe {label}, round {rnd}: {len(failed)} of {len(results)} requests failed, "
+                                  f"first: {failed[0].error_line()}{where}")
+        if self.scraper.note and self.scraper.note not in self.notes:
+            self.notes.append(self.scraper.note)
+        probe.verdict = classify(sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=cfg.signals,
+                                 ttft_ratio=cfg.ttft_ratio, warm_share=cfg.warm_share)
+        self.record.append("probe", seq=probe.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes,
+                           verdict=probe.verdict.to_dict())
+        self.probes.append(probe)
+        return probe
+
+    # -- the run --
+    async def run(self) -> "PoolResult":
+        cfg = self.cfg
+        self._load_replay()
+        async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
+            self.client = client
+            await self._setup()
+            predicted_tokens = predicted_tokens_of(self.predicted) if self.predicted is not None else cfg.predicted_tokens
+            per_prompt = self.prompt_tokens - 1
+            start = max(1, predicted_tokens // per_prompt) if predicted_tokens else None
+            if start is None and self.engine is not None and self.engine.engine_pool_tokens:
+                start = max(1, self.engine.engine_pool_tokens // per_prompt)
+                self.notes.append("search started from the engine's own figure (no prediction given)")
+            if start is not None and start > cfg.max_parallel:
+                self.notes.append(f"the predicted capacity ({start} prompts) is above --max-parallel {cfg.max_parallel}")
+            coarse = Bisection(lo=0, start=start, limit=cfg.max_parallel)
+            while (n := coarse.next()) is not None:
+                probe = await self._probe("coarse", n, 0)
+                coarse.observe(n, probe.verdict.warm)
+            fine = None
+            signal = self.probes[-1].verdict.signal if self.probes else None
+            fine_ok = cfg.fine and self.block_size and coarse.hi is not None and signal in ("cached_tokens", "metrics")
+            if cfg.fine and coarse.hi is not None and not fine_ok:
+                if not self.block_size:
+                    self.notes.append("no fine stage: the block size is unknown")
+                else:
+                    self.notes.append(f"no fine stage: the {signal} signal cannot see a partial eviction; the pool is known to the prompt")
+            m = (self.prompt_tokens - 1) // self.block_size if self.block_size else 0
+            if fine_ok and m > 1:
+                fine_start = None
+                if predicted_tokens:
+                    guess = predicted_tokens // self.block_size - coarse.lo * m
+                    fine_start = guess if 0 < guess < m else None
+                fine = Bisection(lo=0, hi=m, start=fine_start)
+                while (j := fine.next()) is not None:
+                    probe = await self._probe("fine", coarse.lo, j)
+                    fine.observe(j, probe.verdict.warm)
+        return PoolResult.build(self, coarse, fine, predicted_tokens)
+
+
+@dataclass
+class PoolResult:
+    url: str
+    model: str
+    prompt_tokens: int
+    rounds: int
+    block_size: int | None
+    block_size_source: str | None
+    n_warm: int
+    n_cold: int | None
+    extra_blocks_warm: int
+    extra_blocks_cold: int | None
+    pool_low_tokens: int  # the pool holds at least this many tokens warm...
+    pool_high_tokens: int | None  # ... and fewer than this (None: only a lower bound)
+    resolution: str  # 'block' | 'prompt' | 'lower bound'
+    signal: str | None
+    engine_tokens: int | None
+    engine_labels: dict | None
+    predicted_tokens: int | None
+    predicted_source: str | None
+    probes: list[Probe]
+    notes: list[str]
+    record_path: str | None
+    signal_notes: list[str] = field(default_factory=list)
+    exit_code: int = 0
+
+    @property
+    def measured_tokens(self) -> float:
+        """The single figure compared with predictions: the lower bound when known to the block, else the midpoint."""
+        if self.pool_high_tokens is None or self.resolution == "block":
+            return float(self.pool_low_tokens)
+        return (self.pool_low_tokens + self.pool_high_tokens) / 2
+
+    def relative_error(self, value: int | None) -> float | None:
+        if value is None or self.measured_tokens <= 0:
+            return None
+        return (value - self.measured_tokens) / self.measured_tokens
+
+    def inside(self, value: int | None) -> bool | None:
+        if value is None:
+            return None
+        return self.pool_low_tokens <= value and (self.pool_high_tokens is None or value < self.pool_high_tokens)
+
+    @classmethod
+    def build(cls, run: PoolRun, coarse: Bisection, fine: Bisection | None, predicted_tokens: int | None) -> "PoolResult":
+        B = run.block_size
+        per_prompt = run.prompt_tokens - 1  # resident per prompt: never its last token; exact when S - 1 is whole blocks
+        notes = list(run.notes)
+        if fine is not None:
+            low = coarse.lo * per_prompt + fine.lo * B
+            high = low + B
+            resolution = "block"
+        elif coarse.hi is not None:
+            low, high, resolution = coarse.lo * per_prompt, coarse.hi * per_prompt, "prompt"
+        else:
+            low, high, resolution = coarse.lo * per_prompt, None, "lower bound"
+            notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
+                         f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
+        if coarse.hi == 1:
+            notes.append(f"a single prompt of {run.prompt_tokens:,} tokens did not stay warm: the pool holds less than that, "
+                         "or prefix caching is off (vLLM: --enable-prefix-caching)")
+        signal_notes = []
+        signals_used = {p.verdict.signal for p in run.probes if p.verdict}
+        for p in run.probes:
+            for note in p.verdict.notes if p.verdict else []:
+                if note not in signal_notes:
+                    signal_notes.append(note)
+        if run.probes and "cached_tokens" not in run.probes[-1].verdict.by_signal and "cached_tokens" in run.cfg.signals:
+            signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
+                                "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
+        engine_tokens = run.engine.engine_pool_tokens if run.engine else None
+        if B and resolution != "lower bound":
+            notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
+                         f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
+        src = None
+        if predicted_tokens is not None:
+            src = "prediction object" if run.predicted is not None else "--predicted-tokens"
+        return cls(url=run.cfg.url, model=run.model, prompt_tokens=run.prompt_tokens, rounds=run.cfg.rounds, block_size=B,
+                   block_size_source=run.block_size_source, n_warm=coarse.lo, n_cold=coarse.hi,
+                   extra_blocks_warm=fine.lo if fine else 0, extra_blocks_cold=fine.hi if fine else None,
+                   pool_low_tokens=low, pool_high_tokens=high, resolution=resolution,
+                   signal="+".join(sorted(signals_used)) if signals_used else None,
+                   engine_tokens=engine_tokens, engine_labels=run.engine.cache_config if run.engine else None,
+                   predicted_tokens=predicted_tokens, predicted_source=src, probes=run.probes, notes=notes,
+                   record_path=str(run.record.path) if run.record.path else None, signal_notes=signal_notes)
+
+    def to_dict(self) -> dict:
+        return {
+            "url": self.url, "model": self.model, "prompt_tokens": self.prompt_tokens, "rounds": self.rounds,
+            "block_size": self.block_size, "block_size_source": self.block_size_source,
+            "pool_tokens": {"low": self.pool_low_tokens, "high": self.pool_high_tokens, "resolution": self.resolution,
+                            "measured": self.measured_tokens,
+                            "meaning": "the pool holds >= low tokens warm and < high (interval [low, high))"},
+            "n_warm": self.n_warm, "n_cold": self.n_cold,
+            "extra_blocks_warm": self.extra_blocks_warm, "extra_blocks_cold": self.extra_blocks_cold,
+            "signal": self.signal,
+            "engine": {"tokens": self.engine_tokens, "cache_config_info": self.engine_labels,
+                       "relative_error": self.relative_error(self.engine_tokens), "inside": self.inside(self.engine_tokens)},
+            "prediction": {"tokens": self.predicted_tokens, "source": self.predicted_source,
+                           "relative_error": self.relative_error(self.predicted_tokens),
+                           "inside": self.inside(self.predicted_tokens)},
+            "probes": [p.summary() for p in self.probes],
+            "notes": self.notes, "signal_notes": self.signal_notes, "record": self.record_path,
+        }
+
+    def render(self, explain: bool = False) -> str:
+        from servesize.measure.report import render_pool
+
+        return render_pool(self, explain=explain)
+
+
+async def measure_pool(config: PoolConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
+                       predicted: Any = None, progress: Callable[[str], None] | None = None) -> PoolResult:
+    return await PoolRun(config, record=record, resume=resume, predicted=predicted, progress=progress).run()
+
+
+def new_seed() -> int:
+    return random.SystemRandom().getrandbits(31)

@@ -1,0 +1,154 @@
+"""Text reports of measurement results (the ``render()`` of PoolResult and SessionsResult)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from servesize.measure.pool import PoolResult
+    from servesize.measure.sessions import SessionsResult
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.1f} ms"
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * 100:+.{digits}f}%"
+
+
+def table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    """A plain text table; ``align`` is one 'l'/'r' per column (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def render_pool(r: "PoolResult", explain: bool = False) -> str:
+    out = [f"measure pool: {r.url}  model {r.model}"]
+    bs = f" (= {(r.prompt_tokens - 1) // r.block_size} blocks of {r.block_size} + 1)" if r.block_size else ""
+    out.append(f"prompts of {r.prompt_tokens:,} tokens{bs}, {r.rounds} rounds each (round 1 fills, later rounds test warmth); "
+               f"warm/cold from {r.signal or '-'}")
+    out.append("")
+    rows = []
+    for p in r.probes:
+        s = p.summary()
+        label = f"{p.n}" + (f" + {p.extra_blocks} blk" if p.extra_blocks else "")
+        rows.append([str(s["seq"]), s["stage"], label, f"{s['tokens']:,}", f"{s['warm_fraction']:.2f}", s["signal"] or "-",
+                     _ms(s["ttft_cold_p50_s"]), _ms(s["ttft_later_p50_s"]), "warm" if s["warm"] else "cold"])
+    out.append(table(["probe", "stage", "prompts", "tokens", "warm share", "signal", "cold TTFT p50", "later TTFT p50", "verdict"],
+                     rows, "llrrrlrrl"))
+    out.append("")
+    if r.pool_high_tokens is None:
+        pool = f">= {r.pool_low_tokens:,} tokens (lower bound)"
+    else:
+        pool = f"[{r.pool_low_tokens:,}, {r.pool_high_tokens:,}) tokens"
+        if r.resolution == "block":
+            pool += f"  = {r.pool_low_tokens // r.block_size:,} blocks of {r.block_size}, known to the block"
+        else:
+            pool += f"  ({r.n_warm} prompts warm, {r.n_cold} cold: known to the prompt)"
+    out.append(f"KV pool kept warm:  {pool}")
+    if r.engine_tokens is not None:
+        labels = r.engine_labels or {}
+        inside = "inside the interval" if r.inside(r.engine_tokens) else f"{_pct(r.relative_error(r.engine_tokens))} vs measured"
+        out.append(f"engine's own figure: {r.engine_tokens:,} tokens (cache_config_info num_gpu_blocks {labels.get('num_gpu_blocks')} "
+                   f"x block_size {labels.get('block_size')}): {inside}")
+    else:
+        out.append("engine's own figure: not published (no vllm:cache_config_info)")
+    if r.predicted_tokens is not None:
+        inside = ", inside the interval" if r.inside(r.predicted_tokens) else ""
+        out.append(f"servesize prediction ({r.predicted_source}): {r.predicted_tokens:,} tokens, "
+                   f"{_pct(r.relative_error(r.predicted_tokens))} vs measured {r.measured_tokens:,.0f}{inside}")
+    else:
+        out.append("servesize prediction: none given (--predicted-tokens N)")
+    notes = r.notes + r.signal_notes
+    if notes:
+        out.append("")
+        out.extend(f"note: {n}" for n in notes)
+    if r.record_path:
+        out.append(f"record: {r.record_path}")
+    if explain:
+        out.append("")
+        out.append("how: n unique-id prompts of S tokens in parallel for R rounds; LRU's cyclic worst case makes warmth "
+                   "fall off a cliff one prompt past the pool, so n is bisected (galloping from the prediction) and, "
+                   "with a known block size, one extra prompt of j blocks is bisected to the block.")
+        out.append(f"pool = n_warm x (S - 1) + j_warm x block = {r.n_warm} x {r.prompt_tokens - 1} + "
+                   f"{r.extra_blocks_warm} x {r.block_size or '-'} = {r.pool_low_tokens:,} tokens")
+    out.append("")
+    out.append("does not establish: warmth under real traffic (mixed lengths, shared prefixes, think time: "
+               "see measure sessions), nor decode speed or latency under load.")
+    return "\n".join(out)
+
+
+def render_sessions(r: "SessionsResult", explain: bool = False) -> str:
+    out = [f"measure sessions: {r.url}  model {r.model}"]
+    out.append(r.workload_line)
+    out.append("")
+    rows = []
+    for g in r.rungs:
+        rows.append([str(g.users), str(g.requests), f"{g.errors}", "-" if g.warm_hit_rate is None else f"{g.warm_hit_rate:.2f}",
+                     _ms(g.ttft_hit.get("p50_s")), _ms(g.ttft_hit.get("p95_s")), _ms(g.ttft_miss.get("p50_s")),
+                     _ms(g.ttft_miss.get("p95_s")), _ms(g.itl.get("p50_s")),
+                     "-" if g.decode_tok_per_s_p50 is None else f"{g.decode_tok_per_s_p50:,.1f}",
+                     "-" if g.preemptions is None else f"{g.preemptions:,.0f}", g.stop or ""])
+    out.append(table(["users", "requests", "errors", "warm hits", "hit TTFT p50", "hit p95", "miss TTFT p50", "miss p95",
+                      "ITL p50", "tok/s/user", "preempt", "stopped"], rows, "rrrrrrrrrrrl"))
+    out.append("")
+    out.append(f"warmth signal: {r.signal}")
+    knee = r.knee
+    if knee["warm_users"] is None:
+        out.append(f"knee: no rung kept a warm-hit rate >= {r.warm_target:.0%}")
+    elif knee["cold_users"] is None:
+        out.append(f"knee: every rung kept a warm-hit rate >= {r.warm_target:.0%}: warm capacity >= {knee['warm_users']} users")
+    else:
+        out.append(f"knee: warm-hit rate >= {r.warm_target:.0%} up to {knee['warm_users']} users, below it at {knee['cold_users']}")
+    for v in r.verdicts:
+        out.append(v["line"])
+    if r.notes:
+        out.append("")
+        out.extend(f"note: {n}" for n in r.notes)
+    if r.record_path:
+        out.append(f"record: {r.record_path}")
+    out.append("")
+    out.append("does not establish: " + r.does_not_establish)
+    return "\n".join(out)
+
+
+class StderrProgress:
+    """One updating progress line on stderr (a plain line per update when stderr is not a terminal, throttled)."""
+
+    def __init__(self, enabled: bool = True, min_interval_s: float = 0.2):
+        import sys
+        import time
+
+        self._sys, self._time = sys, time
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.min_interval_s = min_interval_s if self.tty else 2.0
+        self._last = 0.0
+        self._width = 0
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        now = self._time.monotonic()
+        if now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        if self.tty:
+            pad = max(0, self._width - len(message))
+            self._sys.stderr.write("\r" + message + " " * pad)
+            self._width = len(message)
+        else:
+            self._sys.stderr.write(message + "\n")
+        self._sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.tty and self._width:
+            self._sys.stderr.write("\r" + " " * self._width + "\r")
+            self._sys.stderr.flush()
+            self._width = 0

@@ -1,0 +1,528 @@
+"""``measure sessions``: simulated agentic users on a ladder of user counts.
+
+Each simulated user loops: request, wait for the whole stream, think (exponential, mean
+``think_time_s``), request again. A request continues one of the user's sessions:
+
+- a **session** starts at a context of L tokens, ln L ~ N(ln median, sigma), clipped to
+  [prefix + id + one turn, max_model_len - output_tokens]; its prompt is the class's shared,
+  byte-stable system prefix, then the session's unique id, then its history. Each later turn
+  appends ``output_tokens`` (the reply, as filler: the server's own text is not fed back) and
+  ``turn_tokens`` (the new tail), so the previous prompt is a prefix of the next one. A session
+  ends after ``turns_per_session`` turns or when the next turn would pass max_model_len (5c: the old
+  harness grew past the cap and produced errors); the user then starts a new one.
+- with probability r / (1 + r) (r = ``subagent_ratio``, subagent requests per user request, as
+  the model defines it) the request is a turn of the user's subagent session instead (its own
+  class, prefix and length; ``subagent_turns`` turns, then a new one).
+- with probability ``invalidation`` a turn is salted at the very front: it matches nothing (cold
+  by design) and the session continues from the salted version.
+
+A returning request (not a session's first turn, not salted) is a **warm hit** when the cache
+served more than the shared prefix plus half of the session's own previous prompt
+(``cached_tokens``); without ``cached_tokens`` a TTFT rule stands in (warm when TTFT < 0.4 x the
+cold TTFT predicted for its length by a linear fit over first turns). Per rung: warm-hit rate,
+TTFT p50/p95 of hits and misses, inter-token latency, decode tok/s per user, preemptions
+(/metrics delta), errors. Stop conditions end the ladder: error rate over ``max_error_rate``, hit
+TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from servesize.errors import BadInput
+from servesize.measure.client import RequestResult, StreamClient, _quantile
+from servesize.measure.metrics import MetricsScraper, delta
+from servesize.measure.prompts import PromptFactory, filler_words, id_words
+from servesize.measure.record import RecordContents, RunRecord
+
+LADDER_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
+
+
+@dataclass(frozen=True)
+class ClassParams:
+    median_tokens: float
+    sigma: float
+    prefix_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    """The simulated workload, over plain parameters (``from_workload`` adapts a servesize Workload)."""
+
+    user: ClassParams
+    subagent: ClassParams | None = None
+    subagent_ratio: float = 0.0
+    invalidation: float = 0.0
+    max_model_len: int = 32768
+    think_time_s: float = 5.0
+    output_tokens: int = 64
+    turn_tokens: int = 512
+    turns_per_session: int = 8
+    subagent_turns: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.user.median_tokens <= 0 or self.user.sigma < 0:
+            raise BadInput("--median must be > 0 and --sigma >= 0")
+        if not 0 <= self.invalidation <= 1:
+            raise BadInput("--invalidation must be in [0, 1]")
+        if self.subagent_ratio < 0:
+            raise BadInput("--subagent-ratio must be >= 0")
+        if self.think_time_s < 0 or self.output_tokens < 1 or self.turn_tokens < 1:
+            raise BadInput("--think-time must be >= 0, --output-tokens and --turn-tokens >= 1")
+        need = self.user.prefix_tokens + 16 + self.turn_tokens + self.output_tokens
+        if need > self.max_model_len:
+            raise BadInput(f"--max-model-len {self.max_model_len:,} cannot hold the prefix, one turn and the output ({need:,} tokens)")
+
+    @classmethod
+    def from_workload(cls, workload: Any, **overrides) -> "SessionParams":
+        """Adapt a ``servesize.workload.Workload`` (duck-typed: log-normal classes only)."""
+        def cls_of(c) -> ClassParams | None:
+            if c is None:
+                return None
+            if not hasattr(c, "sigma"):
+                raise BadInput(f"measure sessions needs log-normal classes; {getattr(c, 'name', c)} is {getattr(c, 'kind', '?')}")
+            return ClassParams(float(c.median_tokens), float(c.sigma), int(c.prefix_tokens))
+        sub = cls_of(getattr(workload, "subagent", None))
+        if sub is not None and getattr(workload, "subagents_share_prefix", False):
+            sub = ClassParams(sub.median_tokens, sub.sigma, workload.user.prefix_tokens)
+        p = dict(user=cls_of(workload.user), subagent=sub, subagent_ratio=float(getattr(workload, "subagent_ratio", 0.0)),
+                 invalidation=float(getattr(workload, "invalidation", 0.0)), max_model_len=int(workload.max_model_len),
+                 think_time_s=float(workload.think_time_s), output_tokens=int(workload.output_tokens),
+                 turn_tokens=int(getattr(workload, "warm_turn_tokens", 512)))
+        p.update(overrides)
+        return cls(**p)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SessionParams":
+        d = dict(d)
+        d["user"] = ClassParams(**d["user"])
+        d["subagent"] = ClassParams(**d["subagent"]) if d.get("subagent") else None
+        return cls(**d)
+
+    def describe(self) -> str:
+        u = self.user
+        s = (f"users: log-normal median {u.median_tokens:,.0f} tokens, sigma {u.sigma:g}, prefix {u.prefix_tokens:,}; "
+             f"turn +{self.turn_tokens:,} +{self.output_tokens:,} out, think {self.think_time_s:g} s, cap {self.max_model_len:,}")
+        if self.subagent is not None and self.subagent_ratio > 0:
+            a = self.subagent
+            s += (f"; subagents r={self.subagent_ratio:g}: median {a.median_tokens:,.0f}, sigma {a.sigma:g}, "
+                  f"prefix {a.prefix_tokens:,}")
+        if self.invalidation:
+            s += f"; invalidation {self.invalidation:g}"
+        return s
+
+
+def ladder(predicted_users: float, factors=LADDER_FACTORS) -> list[int]:
+    """A geometric ladder around the prediction that always includes it (rounded, >= 1, unique)."""
+    return sorted({max(1, round(predicted_users * f)) for f in factors})
+
+
+# -- the session generator (pure, seeded) ----------------------------------------------------------
+
+@dataclass
+class Turn:
+    kind: str  # 'user' | 'subagent'
+    session: str
+    turn: int  # 0 = the session's first request
+    prefix_words: int
+    words: list[str]  # the whole prompt, as words
+    reusable_words: int  # words of the previous prompt of this session (0 on a first turn or salted turn)
+    salted: bool
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+class _Session:
+    def __init__(self, kind: str, sid: str, prefix: list[str], uid: list[str], body_words: int, seed: int):
+        self.kind, self.sid, self.prefix, self.uid = kind, sid, prefix, uid
+        self.body_seed = seed
+        self.body_len = body_words
+        self.salt: list[str] = []
+        self.turn = 0
+        self.last_words = 0
+
+    def words(self) -> list[str]:
+        return self.salt + self.prefix + self.uid + filler_words(self.body_seed, self.body_len)
+
+
+class SessionGenerator:
+    """One simulated user's stream of requests, deterministic in (seed, rung, user)."""
+
+    def __init__(self, params: SessionParams, *, rung: int, user: int, nonce: int, tokens_per_word: float = 1.0):
+        self.p = params
+        self.rng = random.Random(f"{params.seed}/{rung}/{user}")
+        self.rung, self.user, self.nonce = rung, user, nonce
+        self.tpw = tokens_per_word
+        self.sessions_started = 0
+        self.current: dict[str, _Session | None] = {"user": None, "subagent": None}
+        self._prefix = {"user": filler_words(params.seed * 1000 + 1, self._words(params.user.prefix_tokens))}
+        if params.subagent is not None:
+            self._prefix["subagent"] = filler_words(params.seed * 1000 + 2, self._words(params.subagent.prefix_tokens))
+
+    def _words(self, tokens: float) -> int:
+        return max(0, round(tokens / self.tpw))
+
+    def think_time(self) -> float:
+        return self.rng.expovariate(1.0 / self.p.think_time_s) if self.p.think_time_s > 0 else 0.0
+
+    def _new_session(self, kind: str) -> _Session:
+        p = self.p
+        cls = p.user if kind == "user" else p.subagent
+        self.sessions_started += 1
+        seq = (self.rung & 0xFF) << 16 | (self.user & 0xFF) << 8 | (self.sessions_started & 0xFF)
+        uid = id_words(self.nonce, seq) + [f"u{self.user}s{self.sessions_started}"]
+        prefix = self._prefix[kind]
+        length = math.exp(math.log(cls.median_tokens) + cls.sigma * self.rng.gauss(0.0, 1.0))
+        lo = cls.prefix_tokens + (len(uid) + p.turn_tokens) * self.tpw
+        hi = p.max_model_len - p.output_tokens
+        length = min(max(length, lo), hi)
+        body = max(1, self._words(length) - len(prefix) - len(uid))
+        return _Session(kind, f"r{self.rung}u{self.user}s{self.sessions_started}", prefix, uid, body,
+                        seed=hash((self.p.seed, self.rung, self.user, self.sessions_started)) & 0xFFFFFFFF)
+
+    def next(self) -> Turn:
+        p = self.p
+        kind = "user"
+        if p.subagent is not None and p.subagent_ratio > 0 and self.rng.random() < p.subagent_ratio / (1 + p.subagent_ratio):
+            kind = "subagent"
+        s = self.current[kind]
+        limit = p.turns_per_session if kind == "user" else p.subagent_turns
+        grow = self._words(p.output_tokens + p.turn_tokens)
+        if s is not None and (s.turn >= limit or (len(s.words()) + grow) * self.tpw + p.output_tokens > p.max_model_len):
+            s = None
+        if s is None:
+            s = self.current[kind] = self._new_session(kind)
+        elif s.turn > 0 or s.last_words:
+            s.body_len += grow
+        salted = False
+        if s.turn > 0 and p.invalidation > 0 and self.rng.random() < p.invalidation:
+            s.salt = [f"salt{self.rng.getrandbits(32):08x}"]
+            salted = True
+        words = s.words()
+        reusable = 0 if (s.turn == 0 or salted) else s.last_words
+        turn = Turn(kind=kind, session=s.sid, turn=s.turn, prefix_words=len(s.prefix), words=words,
+                    reusable_words=reusable, salted=salted)
+        s.turn += 1
+        s.last_words = len(words)
+        return turn
+
+
+# -- classification and statistics (pure) --------------------------------------------------------
+
+def is_warm_hit(r: RequestResult) -> bool | None:
+    """A returning request's hit covered the shared prefix and more than half its own history."""
+    t = r.tags
+    if not t.get("returning") or not r.ok or not r.cached_tokens_reported:
+        return None
+    prefix = t["prefix_tokens"]
+    history = max(0, t["reusable_tokens"] - prefix)
+    return r.cached_tokens > prefix + 0.5 * history
+
+
+def ttft_fit(results: list[RequestResult]) -> tuple[float, float] | None:
+    """Least squares ttft = a + b x (prompt - prefix) over first turns (cold past the shared prefix)."""
+    pts = [(r.prompt_tokens - r.tags["prefix_tokens"], r.ttft_s) for r in results
+           if r.ok and r.tags.get("turn") == 0 and r.prompt_tokens and r.ttft_s is not None]
+    if len(pts) < 3:
+        return None
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    if sxx <= 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    return my - b * mx, b
+
+
+def _summary(values: list[float]) -> dict:
+    v = sorted(values)
+    if not v:
+        return {"n": 0}
+    return {"n": len(v), "p50_s": _quantile(v, 0.5), "p95_s": _quantile(v, 0.95), "mean_s": sum(v) / len(v)}
+
+
+@dataclass
+class RungStats:
+    users: int
+    duration_s: float
+    requests: int
+    errors: int
+    error_types: dict
+    returning: int
+    warm_hits: int
+    warm_hit_rate: float | None
+    signal: str
+    ttft_hit: dict
+    ttft_miss: dict
+    itl: dict
+    decode_tok_per_s_p50: float | None
+    preemptions: float | None
+    metrics_hit_ratio: float | None
+    stop: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RungStats":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, ttft_ratio: float = 0.4,
+               preemptions: float | None = None, metrics_hit_ratio: float | None = None) -> RungStats:
+    ok = [r for r in results if r.ok]
+    errors = [r for r in results if not r.ok]
+    returning = [r for r in ok if r.tags.get("returning")]
+    signal = "cached_tokens" if returning and all(r.cached_tokens_reported for r in returning) else "ttft"
+    warm: dict[str, bool] = {}
+    if signal == "cached_tokens":
+        for r in returning:
+            warm[r.id] = bool(is_warm_hit(r))
+    else:
+        fit = ttft_fit(ok)
+        if fit is None:
+            signal = "none"
+        else:
+            a, b = fit
+            for r in returning:
+                cold = a + b * max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"])
+                warm[r.id] = r.ttft_s is not None and cold > 0 and r.ttft_s < ttft_ratio * cold
+    hits = [r for r in ok if warm.get(r.id)]
+    misses = [r for r in ok if not warm.get(r.id)]
+    itl_p50 = [r.itl["p50_s"] for r in ok if r.itl]
+    itl_p95 = sorted(r.itl["p95_s"] for r in ok if r.itl)
+    decode = sorted(r.decode_tok_per_s for r in ok if r.decode_tok_per_s)
+    return RungStats(
+        users=users, duration_s=duration_s, requests=len(results), errors=len(errors),
+        error_types=dict(Counter(r.error["type"] for r in errors)), returning=len(returning), warm_hits=len(hits),
+        warm_hit_rate=(sum(1 for r in returning if warm.get(r.id)) / len(returning)) if returning and signal != "none" else None,
+        signal=signal, ttft_hit=_summary([r.ttft_s for r in hits if r.ttft_s is not None]),
+        ttft_miss=_summary([r.ttft_s for r in misses if r.ttft_s is not None]),
+        itl={"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
+             "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
+        decode_tok_per_s_p50=_quantile(decode, 0.5) if decode else None,
+        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio)
+
+
+def knee(rungs: list[RungStats], target: float) -> dict:
+    """The largest rung (from the bottom, without a gap) keeping warm-hit rate >= target, and the next."""
+    warm_users, cold_users = None, None
+    for g in sorted(rungs, key=lambda g: g.users):
+        if g.warm_hit_rate is not None and g.warm_hit_rate >= target:
+            if cold_users is None:
+                warm_users = g.users
+        elif cold_users is None:
+            cold_users = g.users
+    return {"warm_users": warm_users, "cold_users": cold_users}
+
+
+def verdict(name: str, predicted: float, low: float | None, high: float | None, band: float = 0.25) -> dict:
+    """5c's bracket verdicts: ✓ inside the measured bracket [low, high) or within ±band of it, ~ within
+    ±2·band, ✗ beyond. ``high`` None: only a lower bound was measured (a point when ``point`` use low == high)."""
+    if low is None:
+        return {"name": name, "predicted": predicted, "mark": "?", "line": f"? {name}: predicted {predicted:g}, not measured"}
+    if high is not None and low <= predicted < high:
+        err = 0.0
+    elif predicted < low or high is None or high == low:
+        err = (predicted - low) / low
+    else:
+        err = (predicted - high) / high
+    mark = "✓" if abs(err) <= band else ("~" if abs(err) <= 2 * band else "✗")
+    if high is None:
+        bracket = f">= {low:g}"
+    elif high == low:
+        bracket = f"{low:g}"
+    else:
+        bracket = f"[{low:g}, {high:g})"
+    return {"name": name, "predicted": predicted, "low": low, "high": high, "relative_error": err, "mark": mark,
+            "line": f"{mark} {name}: predicted {predicted:g}, measured {bracket} ({err:+.0%}; ✓ within ±{band:.0%})"}
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+@dataclass
+class SessionsConfig:
+    url: str
+    params: SessionParams
+    users: list[int]
+    model: str | None = None
+    duration_s: float = 120.0
+    warm_target: float = 0.9
+    max_error_rate: float = 0.05
+    max_ttft_p95_s: float | None = None
+    timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    ttft_ratio: float = 0.4
+    predicted_users: float | None = None
+    predicted_decode_tok_per_s: float | None = None
+
+    def to_params(self) -> dict:
+        d = asdict(self)
+        d["params"] = self.params.to_dict()
+        return d
+
+    @classmethod
+    def from_params(cls, d: dict) -> "SessionsConfig":
+        d = dict(d)
+        d["params"] = SessionParams.from_dict(d["params"])
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class SessionsResult:
+    url: str
+    model: str
+    workload_line: str
+    rungs: list[RungStats]
+    signal: str
+    warm_target: float
+    knee: dict
+    verdicts: list[dict]
+    notes: list[str]
+    record_path: str | None
+    does_not_establish: str = ("that users beyond the ladder's top rung are served; behaviour over hours (one window per "
+                               "rung); DP routing; the real distribution of your users' sessions (the simulated one is "
+                               "log-normal and seeded); replies fed back as the model wrote them (filler is used).")
+    exit_code: int = 0
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "model": self.model, "workload": self.workload_line, "signal": self.signal,
+                "warm_target": self.warm_target, "knee": self.knee, "rungs": [g.to_dict() for g in self.rungs],
+                "verdicts": [{k: v for k, v in x.items()} for x in self.verdicts], "notes": self.notes,
+                "record": self.record_path, "does_not_establish": self.does_not_establish}
+
+    def render(self, explain: bool = False) -> str:
+        from servesize.measure.report import render_sessions
+
+        return render_sessions(self, explain=explain)
+
+
+class SessionsRun:
+    def __init__(self, config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.cfg = config
+        self.record = record or RunRecord(None)
+        self.resume = resume
+        self.progress = progress or (lambda msg: None)
+        self.notes: list[str] = []
+
+    async def run(self) -> SessionsResult:
+        cfg = self.cfg
+        done: dict[int, RungStats] = {}
+        if self.resume is not None:
+            for e in self.resume.of_type("rung"):
+                done[e["users"]] = RungStats.from_dict(e["stats"])
+            if done:
+                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        rungs: list[RungStats] = []
+        async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
+            model = await client.resolve_model()
+            scraper = MetricsScraper(client)
+            await scraper.scrape()
+            if scraper.note:
+                self.notes.append(scraper.note)
+            prompts = PromptFactory(client, seed=cfg.params.seed)
+            await prompts.start()
+            if prompts.mode != "tokenize":
+                self.notes.append(prompts.note or "token counts are estimates (no /tokenize)")
+            self.record.append("info", model=model, tokens_per_word=prompts.tokens_per_word, nonce=prompts.nonce)
+            for index, users in enumerate(sorted(set(cfg.users))):
+                if users in done:
+                    stats = done[users]
+                else:
+                    stats = await self._rung(client, scraper, prompts, index, users)
+                    self.record.append("rung", users=users, stats=stats.to_dict())
+                rungs.append(stats)
+                if stats.stop:
+                    self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
+                    break
+            if scraper.note and scraper.note not in self.notes:
+                self.notes.append(scraper.note)
+        signals = sorted({g.signal for g in rungs})
+        k = knee(rungs, cfg.warm_target)
+        verdicts = []
+        if cfg.predicted_users is not None:
+            verdicts.append(verdict("warm users", cfg.predicted_users, k["warm_users"], k["cold_users"]))
+        if cfg.predicted_decode_tok_per_s is not None:
+            at = next((g for g in rungs if g.users == k["warm_users"]), None)
+            measured = at.decode_tok_per_s_p50 if at else None
+            verdicts.append(verdict("decode tok/s per user at the knee", cfg.predicted_decode_tok_per_s, measured, measured))
+        if "ttft" in signals:
+            self.notes.append("warm hits judged by TTFT (no cached_tokens): start vLLM with --enable-prompt-tokens-details")
+        return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs,
+                              signal="+".join(signals), warm_target=cfg.warm_target, knee=k, verdicts=verdicts,
+                              notes=self.notes, record_path=str(self.record.path) if self.record.path else None)
+
+    async def _rung(self, client: StreamClient, scraper: MetricsScraper, prompts: PromptFactory, index: int,
+                    users: int) -> RungStats:
+        cfg, p = self.cfg, self.cfg.params
+        loop = asyncio.get_running_loop()
+        t_start = loop.time()
+        t_end = t_start + cfg.duration_s
+        before = await scraper.scrape()
+        results: list[RequestResult] = []
+        tpw = prompts.tokens_per_word
+        rung_nonce = random.Random(f"{prompts.nonce}/{index}").getrandbits(32)
+
+        async def user_loop(u: int) -> None:
+            gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
+            stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
+            await asyncio.sleep(stagger)
+            last_tokens: dict[str, int] = {}
+            while loop.time() < t_end:
+                turn = gen.next()
+                prefix_tokens = round(turn.prefix_words * tpw)
+                reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
+                tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
+                        "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
+                        "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
+                r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}",
+                                          tags=tags)
+                if r.ok and r.prompt_tokens:
+                    last_tokens[turn.session] = r.prompt_tokens
+                results.append(r)
+                self.record.append("request", rung=index, users=users, result=r.to_dict())
+                errs = sum(1 for x in results if not x.ok)
+                self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
+                              f"{max(0.0, t_end - loop.time()):.0f} s left")
+                remaining = t_end - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(gen.think_time(), remaining))
+
+        await asyncio.gather(*(user_loop(u) for u in range(users)))
+        after = await scraper.scrape()
+        d = delta(before, after)
+        stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
+                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None)
+        if stats.requests and stats.errors / stats.requests > cfg.max_error_rate:
+            top = ", ".join(f"{k} x{v}" for k, v in stats.error_types.items())
+            first = next(r for r in results if not r.ok)
+            stats.stop = (f"error rate {stats.errors / stats.requests:.0%} > {cfg.max_error_rate:.0%} ({top}; first: "
+                          f"{first.error_line()})")
+        elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
+                and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
+            stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
+        return stats
+
+
+async def measure_sessions(config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
+                           progress: Callable[[str], None] | None = None) -> SessionsResult:
+    return await SessionsRun(config, record=record, resume=resume, progress=progress).run()
+
+
+def now_s() -> float:
+    return time.time()

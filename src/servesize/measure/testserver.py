@@ -1,0 +1,423 @@
+"""A small OpenAI-compatible server with a known KV pool, for testing the harness against ground truth.
+
+It speaks the parts of vLLM's API the harness uses: ``/v1/completions`` and ``/v1/chat/completions``
+(streaming SSE with ``stream_options.include_usage``), ``/v1/models``, ``/tokenize``, ``/metrics``
+(Prometheus text under vLLM's names) and ``/health``.
+
+Tokenization is whitespace: one word is one token. The KV pool is an LRU cache of
+``capacity_tokens // block_size`` blocks, each named by the hash of its chain of token ids, as
+vLLM's prefix cache names them. Like vLLM, only full blocks are cached and the last prompt token is
+always recomputed, so a prompt of S tokens can hit at most ``(S - 1) // block_size`` blocks.
+
+Time to first token is injected: ``ttft_base_s + ttft_per_token_s * uncached_tokens``; then one
+token every ``itl_s``. Faults can be injected (HTTP status, malformed SSE, a stall, a reset
+connection) and each endpoint can be switched off to test what the harness does without it.
+
+Bind is always 127.0.0.1, port 0 (a free port) unless told otherwise.
+
+    with TestServer(ServerConfig(capacity_tokens=4096)) as server:   # background thread
+        url = server.url
+    async with TestServer(...) as server:                               # same event loop
+        ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class Fault:
+    """One injected failure. ``kind``: 'status' | 'malformed' | 'stall' | 'reset'.
+
+    Faults apply to completion requests numbered ``after`` (0-based) onwards, ``times`` of them
+    (None: all). Mid-stream faults ('malformed', 'stall', 'reset') strike after ``at_chunk`` chunks.
+    """
+
+    kind: str
+    status: int = 500
+    after: int = 0
+    times: int | None = None
+    at_chunk: int = 1
+    stall_s: float = 30.0
+
+
+@dataclass
+class ServerConfig:
+    capacity_tokens: int = 4096
+    block_size: int = 16
+    ttft_base_s: float = 0.002
+    ttft_per_token_s: float = 0.00005
+    itl_s: float = 0.001
+    model: str = "servesize-test"
+    max_model_len: int = 1 << 20
+    report_cached_tokens: bool = True  # vLLM: --enable-prompt-tokens-details
+    metrics: bool = True
+    metrics_names: str = "v1"  # 'v1' (vllm:prefix_cache_*) or 'legacy' (vllm:gpu_prefix_cache_*)
+    tokenize: bool = True
+    eviction: str = "lru"  # 'lru' (head block oldest) or 'tail_first' (vLLM frees a request's tail first)
+    published_blocks: int | None = None  # num_gpu_blocks in cache_config_info (default: the true count)
+    faults: list[Fault] = field(default_factory=list)
+    timing: bool = False  # add server-side timestamps (x_server) to the first chunk
+
+    def ttft_s(self, uncached_tokens: int) -> float:
+        return self.ttft_base_s + self.ttft_per_token_s * uncached_tokens
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self.capacity_tokens // self.block_size
+
+
+class BlockCache:
+    """LRU over block-chain hashes; ``admit`` returns the tokens served from cache."""
+
+    def __init__(self, capacity_blocks: int, block_size: int, eviction: str = "lru"):
+        if eviction not in ("lru", "tail_first"):
+            raise ValueError(f"eviction must be 'lru' or 'tail_first', not {eviction!r}")
+        self.capacity_blocks = capacity_blocks
+        self.block_size = block_size
+        self.eviction = eviction
+        self.blocks: OrderedDict[int, None] = OrderedDict()  # oldest first
+
+    def hashes(self, token_ids: list) -> list[int]:
+        out, parent, b = [], 0, self.block_size
+        for i in range(len(token_ids) // b):
+            parent = hash((parent, tuple(token_ids[i * b:(i + 1) * b])))
+            out.append(parent)
+        return out
+
+    def admit(self, token_ids: list) -> int:
+        chain = self.hashes(token_ids)
+        hit_limit = (len(token_ids) - 1) // self.block_size if token_ids else 0
+        hit = 0
+        for h in chain[:hit_limit]:
+            if h not in self.blocks:
+                break
+            hit += 1
+        for h in chain[:hit]:  # touch the hits first so this request never evicts its own hits
+            self.blocks.move_to_end(h)
+        order = chain if self.eviction == "lru" else list(reversed(chain))
+        for h in order:
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+                continue
+            if self.capacity_blocks <= 0:
+                break
+            while len(self.blocks) >= self.capacity_blocks:
+                self.blocks.popitem(last=False)
+            self.blocks[h] = None
+        return hit * self.block_size
+
+
+class TestServer:
+    """The server; start it in a background thread (``with``) or in the running loop (``async with``)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, config: ServerConfig | None = None, *, host: str = "127.0.0.1", port: int = 0, **overrides):
+        self.config = config or ServerConfig(**overrides)
+        if config is not None and overrides:
+            for k, v in overrides.items():
+                setattr(self.config, k, v)
+        self.host, self.port = host, port
+        self.cache = BlockCache(self.config.capacity_blocks, self.config.block_size, self.config.eviction)
+        self.vocab: dict[str, int] = {}
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.completions = 0  # completion requests received
+        self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
+        self.in_flight = 0
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        if self.config.tokenize:
+            app.router.add_post("/tokenize", self._tokenize)
+        if self.config.metrics:
+            app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def start_async(self) -> str:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=2048)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        return self.url
+
+    async def stop_async(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> "TestServer":
+        await self.start_async()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop_async()
+
+    def start(self) -> str:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+                self._stopping = asyncio.Event()
+            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_until_complete(self._stopping.wait())
+            loop.run_until_complete(self.stop_async())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="servesize-testserver", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if failure:
+            raise failure[0]
+        return self.url
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> "TestServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        vocab = self.vocab
+        return [vocab.setdefault(w, len(vocab)) for w in text.split()]
+
+    def _fault(self, index: int) -> Fault | None:
+        for f in self.config.faults:
+            if index >= f.after and (f.times is None or index < f.after + f.times):
+                return f
+        return None
+
+    @staticmethod
+    def _error(status: int, message: str) -> web.Response:
+        kind = "BadRequestError" if status < 500 else "InternalServerError"
+        return web.json_response({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status=status)
+
+    # -- endpoints -------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        c = self.config
+        return web.json_response({"object": "list", "data": [
+            {"id": c.model, "object": "model", "owned_by": "servesize", "max_model_len": c.max_model_len}]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        text = body.get("prompt")
+        if text is None and "messages" in body:
+            text = " ".join(m.get("content", "") for m in body["messages"])
+        ids = self._ids(text or "")
+        return web.json_response({"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        c = self.config
+        labels = f'engine="0",model_name="{c.model}"'
+        if c.metrics_names == "legacy":
+            q, h, usage = "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_cache_usage_perc"
+        else:
+            q, h, usage = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:kv_cache_usage_perc"
+        blocks = c.published_blocks if c.published_blocks is not None else c.capacity_blocks
+        used = len(self.cache.blocks) / c.capacity_blocks if c.capacity_blocks else 0.0
+        lines = [
+            f"# HELP {q[:-6]} Prefix cache queries, in terms of number of queried tokens.",
+            f"# TYPE {q[:-6]} counter",
+            f"{q}{{{labels}}} {float(self.prefix_queries)}",
+            f"# TYPE {h[:-6]} counter",
+            f"{h}{{{labels}}} {float(self.prefix_hits)}",
+            "# TYPE vllm:num_preemptions counter",
+            f"vllm:num_preemptions_total{{{labels}}} 0.0",
+            f"# TYPE {usage} gauge",
+            f"{usage}{{{labels}}} {used}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {float(self.in_flight)}",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{c.block_size}",cache_dtype="auto",enable_prefix_caching="True",'
+            f'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="{blocks}",'
+            f'num_gpu_blocks_override="None",{labels}}} 1.0',
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    @staticmethod
+    async def _strike(fault: Fault, request: web.Request, resp: web.StreamResponse, rid: str) -> bool:
+        """Apply a mid-stream fault; True when the stream must end here."""
+        if fault.kind == "malformed":
+            await resp.write(b'data: {"id": "' + rid.encode() + b'", "choices": [{"text": \n\n')
+            return True
+        if fault.kind == "stall":
+            await asyncio.sleep(fault.stall_s)
+            return False
+        if fault.kind == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return True
+        return False
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        t_received = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        c = self.config
+        index = self.completions
+        self.completions += 1
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error(400, "request body is not JSON")
+        chat = request.path.endswith("/chat/completions")
+        if chat:
+            text = " ".join(m.get("content", "") for m in body.get("messages", []))
+        else:
+            text = body.get("prompt", "")
+        if not isinstance(text, str):
+            return self._error(400, "prompt must be a string")
+        if body.get("model") not in (None, c.model):
+            return self._error(404, f"The model `{body.get('model')}` does not exist.")
+        max_tokens = int(body.get("max_tokens") or 16)
+        tokens = text.split()
+        if len(tokens) + max_tokens > c.max_model_len:
+            return self._error(400, f"This model's maximum context length is {c.max_model_len} tokens. However, you requested "
+                                    f"{len(tokens) + max_tokens} tokens ({len(tokens)} in the messages, {max_tokens} in the completion).")
+        fault = self._fault(index)
+        if fault is not None and fault.kind == "status":
+            return self._error(fault.status, f"injected failure on request {index}")
+        cached = self.cache.admit(tokens)
+        uncached = len(tokens) - cached
+        self.prefix_queries += len(tokens)
+        self.prefix_hits += cached
+        ttft = c.ttft_s(uncached)
+        entry = {"index": index, "prompt_tokens": len(tokens), "cached_tokens": cached, "ttft_injected_s": ttft,
+                 "t_received_ns": t_received}
+        self.log.append(entry)
+        usage = {"prompt_tokens": len(tokens), "completion_tokens": max_tokens, "total_tokens": len(tokens) + max_tokens}
+        if c.report_cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        rid = f"cmpl-{index}"
+        created = int(time.time())
+        if not body.get("stream"):
+            await asyncio.sleep(max(0.0, t0 + ttft + c.itl_s * (max_tokens - 1) - loop.time()))
+            choice = ({"index": 0, "message": {"role": "assistant", "content": " tok" * max_tokens}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": " tok" * max_tokens, "finish_reason": "length"})
+            return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
+                                      "created": created, "model": c.model, "choices": [choice], "usage": usage})
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        self.in_flight += 1
+        try:
+            await resp.prepare(request)
+            for k in range(max_tokens):
+                delay = t0 + ttft + c.itl_s * k - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if fault is not None and k == fault.at_chunk and await self._strike(fault, request, resp, rid):
+                    return resp
+                last = k == max_tokens - 1
+                if k == 0 or last:
+                    if chat:
+                        delta = {"content": " tok"} if k else {"role": "assistant", "content": " tok"}
+                        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": "length" if last else None}
+                    else:
+                        choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": "length" if last else None,
+                                  "stop_reason": None}
+                    chunk = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                             "model": c.model, "choices": [choice]}
+                elif k == 1:  # middle chunks are all the same: encode once
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": " tok"}, "logprobs": None, "finish_reason": None}
+                    else:
+                        choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": None, "stop_reason": None}
+                    middle = b"data: " + json.dumps({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                                                     "created": created, "model": c.model, "choices": [choice]}).encode() + b"\n\n"
+                if 0 < k and not last:
+                    await resp.write(middle)
+                    continue
+                if k == 0:
+                    entry["t_first_sent_ns"] = time.perf_counter_ns()
+                    if c.timing:
+                        chunk["x_server"] = {"t_received_ns": t_received, "t_first_sent_ns": entry["t_first_sent_ns"],
+                                             "ttft_injected_s": ttft}
+                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if fault is not None and fault.at_chunk >= max_tokens and await self._strike(fault, request, resp, rid):
+                return resp  # a mid-stream fault past the last token strikes before the usage chunk
+            if include_usage:
+                final = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                         "model": c.model, "choices": [], "usage": usage}
+                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.in_flight -= 1
+        return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the test server in the foreground (for benchmarks): prints its URL, serves until killed."""
+    p = argparse.ArgumentParser(description="servesize test server (127.0.0.1 only)")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--capacity-tokens", type=int, default=1 << 20)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--ttft-base", type=float, default=0.2)
+    p.add_argument("--ttft-per-token", type=float, default=0.0)
+    p.add_argument("--itl", type=float, default=0.02)
+    p.add_argument("--timing", action="store_true")
+    a = p.parse_args(argv)
+    cfg = ServerConfig(capacity_tokens=a.capacity_tokens, block_size=a.block_size, ttft_base_s=a.ttft_base,
+                       ttft_per_token_s=a.ttft_per_token, itl_s=a.itl, timing=a.timing)
+
+    async def run() -> None:
+        server = TestServer(cfg, port=a.port)
+        await server.start_async()
+        print(server.url, flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Prometheus parsing, the JSONL run record, and exact-length unique prompts."""
+
+import asyncio
+
+import pytest
+
+from servesize.errors import BadInput
+from servesize.measure.client import StreamClient
+from servesize.measure.metrics import delta, parse_prometheus, snapshot_from_text
+from servesize.measure.prompts import PromptFactory, id_words
+from servesize.measure.record import RunRecord, read_record
+from servesize.measure.testserver import BlockCache, ServerConfig, TestServer
+
+VLLM_TEXT = """\
+# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="m"} 500.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 640.0
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
+vllm:cache_config_info{block_size="16",cache_dtype="fp8_e4m3",enable_prefix_caching="True",num_gpu_blocks="83125",engine="0"} 1.0
+"""
+
+
+def test_the_scrape_sums_counters_over_engines_and_reads_cache_config_info():
+    s = snapshot_from_text(VLLM_TEXT)
+    assert s.prefix_queries == 1000 + 500 and s.prefix_hits == 640 and s.preemptions == 2
+    assert s.kv_usage == 0.5
+    assert s.engine_pool_tokens == 83125 * 16
+    assert s.cache_config["cache_dtype"] == "fp8_e4m3"
+
+
+def test_older_metric_names_are_read():
+    s = snapshot_from_text('vllm:gpu_prefix_cache_queries_total{a="b"} 10\nvllm:gpu_prefix_cache_hits_total 4\n'
+                           'vllm:gpu_cache_usage_perc 0.1\n')
+    assert (s.prefix_queries, s.prefix_hits, s.kv_usage) == (10, 4, 0.1)
+
+
+def test_a_delta_is_the_increase_and_its_hit_ratio():
+    a = snapshot_from_text("vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\n")
+    b = snapshot_from_text("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 160\n")
+    d = delta(a, b)
+    assert (d.queries, d.hits, d.preemptions) == (200, 150, None) and d.hit_ratio == 150 / 200
+
+
+def test_label_values_with_escapes_are_read():
+    series = parse_prometheus('x{a="q\\"uote",b="c"} 1\n')
+    assert series["x"][0][0] == {"a": 'q"uote', "b": "c"}
+
+
+def test_the_record_keeps_every_line_and_drops_only_a_torn_tail(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = RunRecord.create(path, "pool", {"url": "u"})
+    rec.append("request", n=1)
+    rec.close()
+    with open(path, "a") as fh:
+        fh.write('{"type": "request", "n": ')  # a crash mid-write
+    contents = read_record(path, "pool")
+    assert contents.torn_tail and [e["n"] for e in contents.events] == [1]
+    rec, contents = RunRecord.resume(path, "pool")
+    rec.append("request", n=2)
+    rec.close()
+    assert [e.get("n") for e in read_record(path).events if e["type"] == "request"] == [1, 2]
+
+
+def test_a_record_is_never_overwritten_and_kinds_are_not_mixed(tmp_path):
+    path = tmp_path / "r.jsonl"
+    RunRecord.create(path, "pool", {}).close()
+    with pytest.raises(BadInput, match="--resume"):
+        RunRecord.create(path, "pool", {})
+    with pytest.raises(BadInput, match="not 'measure sessions'"):
+        read_record(path, "sessions")
+    with pytest.raises(BadInput, match="no run record"):
+        read_record(tmp_path / "missing.jsonl")
+
+
+def test_ids_are_distinct_words():
+    assert len({tuple(id_words(n, s)) for n in range(3) for s in range(300)}) == 900
+
+
+@pytest.mark.parametrize("tokenize", [True, False])
+def test_prompts_have_exactly_the_asked_length_and_share_no_block(tokenize):
+    async def go():
+        async with TestServer(ServerConfig(tokenize=tokenize)) as server:
+            async with StreamClient(server.url) as client:
+                await client.resolve_model()
+                f = PromptFactory(client, seed=1)
+                return f, [await f.make(i, 257) for i in range(5)]
+    factory, prompts = asyncio.run(go())
+    assert factory.mode == ("tokenize" if tokenize else "probe")
+    assert all(len(p.text.split()) == 257 for p in prompts)
+    cache = BlockCache(10_000, 16)
+    for p in prompts:
+        assert cache.admit(p.text.split()) == 0  # no prompt hits another's blocks
+    assert cache.admit(prompts[0].text.split()) == 256
+
+
+def test_the_block_cache_evicts_least_recently_used_blocks():
+    cache = BlockCache(capacity_blocks=4, block_size=2)
+    a, b, c = list("aaaa") + ["a1"], list("bbbb") + ["b1"], list("cccc") + ["c1"]
+    assert cache.admit(a) == 0 and cache.admit(b) == 0
+    assert cache.admit(a) == 4  # both of a's blocks
+    cache.admit(c)  # evicts b, the least recently used
+    assert cache.admit(a) == 4 and cache.admit(b) == 0

@@ -1,0 +1,224 @@
+"""measure pool against a server whose pool is known: the measurement must recover what was injected."""
+
+import asyncio
+import json
+
+import pytest
+
+from servesize.cli import main
+from servesize.measure.client import RequestResult
+from servesize.measure.metrics import MetricsDelta
+from servesize.measure.pool import (Bisection, PoolConfig, aligned_prompt_tokens, cacheable_tokens, classify, measure_pool,
+                                    predicted_tokens_of)
+from servesize.measure.record import read_record
+from servesize.measure.testserver import Fault, ServerConfig, TestServer
+
+
+def measure(server_config: ServerConfig, **pool_kw):
+    async def go():
+        async with TestServer(server_config) as server:
+            return await measure_pool(PoolConfig(url=server.url, **pool_kw))
+    return asyncio.run(go())
+
+
+# -- the pure pieces --
+
+def test_a_prompt_of_m_blocks_plus_one_token_caches_all_m_blocks():
+    assert cacheable_tokens(32 * 16 + 1, 16) == 32 * 16
+    assert cacheable_tokens(32 * 16, 16) == 31 * 16  # the last token is always recomputed
+    assert aligned_prompt_tokens(4097, 16) == 4097
+    assert aligned_prompt_tokens(1000, 16) == (999 // 16) * 16 + 1
+
+
+@pytest.mark.parametrize("edge", [1, 2, 7, 9, 10, 31, 100])
+@pytest.mark.parametrize("start", [None, 1, 8, 9, 12, 60])
+def test_bisection_finds_the_last_warm_n_from_any_start(edge, start):
+    b = Bisection(start=start, limit=1000)
+    probes = 0
+    while (n := b.next()) is not None:
+        b.observe(n, n <= edge)
+        probes += 1
+    assert (b.lo, b.hi) == (edge, edge + 1)
+    distance = abs((start or 1) - edge)  # galloping costs about 2 log2 of how far the prediction was off
+    assert probes <= 2 * (distance + 1).bit_length() + 2
+
+
+def test_a_prediction_one_prompt_off_costs_three_probes():
+    b = Bisection(start=9, limit=100)
+    seen = []
+    while (n := b.next()) is not None:
+        seen.append(n)
+        b.observe(n, n <= 10)
+    assert seen == [9, 10, 12, 11]
+
+
+def test_bisection_stops_at_the_limit_as_a_lower_bound():
+    b = Bisection(start=4, limit=16)
+    while (n := b.next()) is not None:
+        b.observe(n, True)
+    assert b.lo == 16 and b.hi is None and b.capped
+
+
+def test_predictions_are_read_from_numbers_objects_and_functions():
+    class Pool:
+        usable_kv_tokens = 12345
+    assert predicted_tokens_of(1000) == 1000
+    assert predicted_tokens_of(Pool()) == 12345
+    assert predicted_tokens_of(lambda: Pool()) == 12345
+
+
+def _result(ttft, cached=None):
+    return RequestResult(id="x", ttft_s=ttft, cached_tokens=cached, cached_tokens_reported=cached is not None)
+
+
+def test_classify_prefers_cached_tokens_and_reports_every_available_signal():
+    sizes = [33, 33]
+    rounds = [[_result(0.1, 0), _result(0.1, 0)], [_result(0.01, 32), _result(0.01, 16)]]
+    deltas = [None, MetricsDelta(queries=66, hits=48, preemptions=0)]
+    v = classify(sizes, rounds, deltas, block_size=16)
+    assert v.signal == "cached_tokens" and v.flags == [[True, False]] and not v.warm
+    assert v.by_signal == {"cached_tokens": 0.5, "metrics": 48 / 64, "ttft": 1.0}
+
+
+def test_classify_falls_back_to_metrics_then_ttft():
+    sizes = [33]
+    rounds = [[_result(0.1)], [_result(0.01)]]
+    assert classify(sizes, rounds, [None, MetricsDelta(33, 32, 0)], block_size=16).signal == "metrics"
+    v = classify(sizes, rounds, [None, None], block_size=16)
+    assert v.signal == "ttft" and v.warm
+
+
+# -- against the test server --
+
+CAPACITY = 5000  # 312 blocks of 16 = 4,992 tokens
+
+
+@pytest.mark.parametrize("eviction", ["lru", "tail_first"])
+def test_measure_pool_recovers_the_injected_pool_to_the_block_from_cached_tokens(eviction):
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, eviction=eviction), prompt_tokens=513)
+    true_tokens = CAPACITY // 16 * 16
+    assert r.signal == "cached_tokens"
+    assert r.resolution == "block"
+    assert r.pool_low_tokens <= true_tokens < r.pool_high_tokens
+    assert r.pool_high_tokens - r.pool_low_tokens == 16
+    assert r.engine_tokens == true_tokens and r.inside(r.engine_tokens)
+
+
+def test_measure_pool_recovers_the_pool_from_the_prefix_cache_counters_alone():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False), prompt_tokens=513)
+    assert r.signal == "metrics"
+    assert r.pool_low_tokens == CAPACITY // 16 * 16 and r.resolution == "block"
+    assert any("--enable-prompt-tokens-details" in n for n in r.signal_notes)
+
+
+def test_measure_pool_reads_the_older_vllm_metric_names():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, report_cached_tokens=False, metrics_names="legacy"), prompt_tokens=513)
+    assert r.signal == "metrics" and r.pool_low_tokens == CAPACITY // 16 * 16
+
+
+def test_measure_pool_falls_back_to_ttft_and_knows_the_pool_to_the_prompt():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False, metrics=False),
+                prompt_tokens=513)
+    assert r.signal == "ttft" and r.resolution == "prompt"
+    assert (r.n_warm, r.n_cold) == (CAPACITY // 512, CAPACITY // 512 + 1)
+    assert r.pool_low_tokens <= CAPACITY < r.pool_high_tokens
+    assert any("/metrics answered HTTP 404" in n for n in r.notes)
+
+
+def test_a_given_block_size_makes_the_ttft_only_run_align_its_prompts():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, report_cached_tokens=False, metrics=False),
+                prompt_tokens=520, block_size=16, signals=("ttft",))
+    assert r.prompt_tokens == 513 and r.n_warm == 9
+
+
+def test_a_prediction_starts_the_search_and_its_error_is_reported():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY), prompt_tokens=513, predicted_tokens=4800)
+    assert r.probes[0].n == 4800 // 512
+    assert r.relative_error(4800) == pytest.approx((4800 - 4992) / 4992)
+
+
+def test_the_engine_figure_is_compared_not_trusted():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, published_blocks=100), prompt_tokens=513)
+    assert r.engine_tokens == 1600 and r.pool_low_tokens == 4992 and not r.inside(r.engine_tokens)
+
+
+def test_a_pool_larger_than_max_parallel_prompts_is_a_lower_bound():
+    r = measure(ServerConfig(capacity_tokens=CAPACITY), prompt_tokens=513, max_parallel=4, fine=False)
+    assert r.resolution == "lower bound" and r.pool_low_tokens == 4 * 512 and r.pool_high_tokens is None
+
+
+# -- the command: failures give one line, exit 2, and an intact record --
+
+def _records(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_a_server_that_is_down_gives_one_clear_line_and_exit_2(tmp_path, capsys):
+    rec = tmp_path / "run.jsonl"
+    code = main(["measure", "pool", "--url", "http://127.0.0.1:9", "--record", str(rec), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("servesize: cannot reach http://127.0.0.1:9") and err.count("\n") == 1
+    assert read_record(rec, "pool").header["params"]["url"] == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("fault, words", [
+    (Fault("status", status=500, after=3), "HTTP 500"),
+    (Fault("malformed", after=3), "malformed_sse"),
+    (Fault("stall", after=3, stall_s=1), "stall_timeout"),
+    (Fault("reset", after=3), "connection_reset"),
+])
+def test_a_failing_server_gives_one_line_and_keeps_every_result_taken(tmp_path, capsys, fault, words):
+    rec = tmp_path / "run.jsonl"
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, faults=[fault], itl_s=0.0)) as server:
+        code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet",
+                     "--stall-timeout", "0.2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err and "--resume" in err and err.count("\n") == 1
+    lines = _records(rec)
+    assert lines[0]["type"] == "header"
+    requests = [e for e in lines if e["type"] == "request"]
+    assert len([e for e in requests if e["result"]["ok"]]) == 3
+    assert lines[-1]["type"] == "error"
+
+
+def test_a_missing_metrics_endpoint_is_a_note_and_the_run_goes_on(tmp_path, capsys):
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, metrics=False)) as server:
+        code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--block-size", "16",
+                     "--record", str(tmp_path / "r.jsonl"), "--json", "--quiet"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["pool_tokens"]["low"] == 4992 and out["signal"] == "cached_tokens"
+    assert any("/metrics" in n for n in out["notes"])
+
+
+def test_resume_continues_a_broken_run_without_redoing_completed_probes(tmp_path, capsys):
+    rec = tmp_path / "run.jsonl"
+    # first run: the server fails from its 40th request on, after a few probes have completed
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, faults=[Fault("status", after=40)])) as server:
+        assert main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet"]) == 2
+    capsys.readouterr()
+    done_before = [e for e in _records(rec) if e["type"] == "probe"]
+    assert done_before
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+        code = main(["measure", "pool", "--resume", str(rec), "--url", server.url, "--json", "--quiet"])
+        served = server.completions
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["pool_tokens"]["low"] == 4992
+    assert any("resumed" in n for n in out["notes"])
+    probes = [e for e in _records(rec) if e["type"] == "probe"]
+    keys = [(p["stage"], p["n"], p["extra_blocks"]) for p in probes]
+    assert len(keys) == len(set(keys))  # no completed probe was run twice
+    assert served < sum(len(p["sizes"]) * 3 for p in probes)  # the completed ones were not sent again
+
+
+def test_json_and_plot_outputs(tmp_path, capsys):
+    png = tmp_path / "pool.png"
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+        code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(tmp_path / "r.jsonl"),
+                     "--plot", str(png), "--predicted-tokens", "4.5k", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0 and png.stat().st_size > 0
+    assert "KV pool kept warm:  [4,992, 5,008) tokens" in out
+    assert "servesize prediction (--predicted-tokens): 4,500 tokens" in out
