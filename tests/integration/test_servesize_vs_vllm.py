@@ -1,0 +1,67 @@
+"""servesize against the real engine: its prediction, its pool measurement, its session ladder.
+
+Uses the session's real vLLM CPU server (tests/integration/conftest.py): a tiny random-weight
+Llama, prefix caching on, 16 MiB of KV cache, block size 32.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servesize.cli import main
+from vllm_server import SESSION_BLOCK_SIZE, SESSION_DTYPE, SESSION_KV_CACHE_MEMORY_BYTES, SESSION_MAX_MODEL_LEN
+
+pytestmark = pytest.mark.vllm
+
+
+def cli_json(capsys, *argv) -> dict:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def predicted(capsys, vllm_server) -> dict:
+    return cli_json(capsys, "memory", vllm_server.config.model, "--gpus", "1xH100", "--device", "cpu",
+                    "--dtype", SESSION_DTYPE, "--kv-cache-memory-bytes", SESSION_KV_CACHE_MEMORY_BYTES,
+                    "--block-size", SESSION_BLOCK_SIZE, "--max-model-len", SESSION_MAX_MODEL_LEN,
+                    "--vllm-version", vllm_server_version(vllm_server), "--json")
+
+
+def vllm_server_version(vllm_server) -> str:
+    import re
+
+    m = re.search(r"vLLM API server version (\S+)", vllm_server.log_text()) or re.search(r"\(v(\d+\.\d+\.\d+)", vllm_server.log_text())
+    return m.group(1) if m else "0.32.0"
+
+
+def test_servesize_memory_predicts_the_engines_logged_kv_lines_exactly(capsys, vllm_server):
+    doc = predicted(capsys, vllm_server)
+    assert doc["kv_cache_tokens"] == vllm_server.logged_kv_cache_tokens()
+    L, conc = vllm_server.logged_max_concurrency()
+    assert (doc["max_model_len"], doc["max_concurrency"]) == (L, conc)
+    assert [line for line in doc["log_lines"] if line in vllm_server.log_text()], doc["log_lines"]
+
+
+def test_measure_pool_recovers_the_engines_pool_within_one_block(capsys, tmp_path, vllm_server):
+    pred = predicted(capsys, vllm_server)
+    doc = cli_json(capsys, "measure", "pool", "--url", vllm_server.base_url, "--prompt-tokens", 1024, "--rounds", 2,
+                   "--predicted-tokens", pred["usable_kv_tokens"], "--record", tmp_path / "pool.jsonl", "--quiet", "--json")
+    engine_pool = pred["num_blocks"] * SESSION_BLOCK_SIZE
+    measured = doc["pool_tokens"]["measured"] or doc["pool_tokens"]["low"]
+    assert abs(measured - engine_pool) <= 2 * SESSION_BLOCK_SIZE, doc["pool_tokens"]
+    assert doc["pool_tokens"]["low"] <= engine_pool <= doc["pool_tokens"]["high"] + SESSION_BLOCK_SIZE
+    assert doc["signal"] in ("cached_tokens", "metrics")
+    assert (tmp_path / "pool.jsonl").read_text().count("\n") >= 2
+
+
+def test_measure_sessions_runs_a_short_ladder_on_the_real_engine(capsys, tmp_path, vllm_server):
+    doc = cli_json(capsys, "measure", "sessions", "--url", vllm_server.base_url, "--users", "2,4",
+                   "--median", 600, "--sigma", 0.3, "--prefix", 128, "--think-time", 0.5, "--output-tokens", 8,
+                   "--turn-tokens", 64, "--max-model-len", 2048, "--duration", 8, "--record", tmp_path / "s.jsonl",
+                   "--json")
+    assert len(doc["rungs"]) >= 1
+    first = doc["rungs"][0]
+    assert first["requests"] > 0

@@ -1,0 +1,218 @@
+"""Start and stop a real vLLM (CPU build) OpenAI server as a subprocess, for integration tests.
+
+Standard library only, so it imports in the project venv; the server itself runs with the
+interpreter of the vLLM venv (scripts/vllm-cpu-env.sh).
+
+    cfg = ServerConfig(model="/tmp/tiny", kv_cache_memory_bytes=16 * 2**20)
+    with VllmServer(python=".venv-vllm/bin/python", config=cfg, log_path="/tmp/vllm.log") as srv:
+        srv.base_url          # http://127.0.0.1:PORT
+        srv.flags             # the exact CLI flags after the module name
+        srv.kv_cache_lines()  # the startup log lines about the KV cache
+
+The server is started with `python -m vllm.entrypoints.openai.api_server` (the `vllm`
+console script does not work in the CPU wheel), in its own process group, so stop() can end
+the API server and its engine-core child together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+SERVED_MODEL_NAME = "tiny-llama"
+
+# The settings of the session server of tests/integration/conftest.py (`vllm_server` fixture).
+# Tests derive their expected numbers from these by arithmetic.
+SESSION_KV_CACHE_MEMORY_BYTES = 16 * 2**20  # 16 MiB -> 1,024 blocks of 32 tokens (512 B/token)
+SESSION_BLOCK_SIZE = 32
+SESSION_MAX_MODEL_LEN = 4096
+SESSION_MAX_NUM_SEQS = 64
+SESSION_DTYPE = "bfloat16"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on `host` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    model: str
+    block_size: int = 32  # the CPU backend needs a multiple of 32 (its default is 128)
+    kv_cache_memory_bytes: int = 16 * 2**20  # bytes, passed as a plain integer
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    dtype: str = "bfloat16"  # KV dtype follows it (kv_cache_dtype auto): 2 B; float32: 4 B
+    max_num_batched_tokens: int | None = None
+    served_model_name: str = SERVED_MODEL_NAME
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: pick a free loopback port at start
+    extra_args: tuple[str, ...] = ()
+
+    def flags(self, port: int) -> list[str]:
+        f = [
+            "--model", self.model,
+            "--served-model-name", self.served_model_name,
+            "--host", self.host,
+            "--port", str(port),
+            "--dtype", self.dtype,
+            "--block-size", str(self.block_size),
+            "--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes),
+            "--max-model-len", str(self.max_model_len),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--enable-prefix-caching",
+            "--enforce-eager",
+            "--enable-prompt-tokens-details",
+        ]  # fmt: skip
+        if self.max_num_batched_tokens is not None:
+            f += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        return f + list(self.extra_args)
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class VllmServer:
+    """One vLLM API server subprocess.  Use as a context manager or call start()/stop()."""
+
+    MODULE = "vllm.entrypoints.openai.api_server"
+
+    def __init__(self, python: str | os.PathLike, config: ServerConfig, log_path: str | os.PathLike):
+        self.python = str(python)
+        self.config = config
+        self.log_path = pathlib.Path(log_path)
+        self.port = config.port or free_port(config.host)
+        self.flags = config.flags(self.port)
+        self.argv = [self.python, "-m", self.MODULE, *self.flags]
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def command_line(self) -> str:
+        return " ".join(["python", "-m", self.MODULE, *self.flags])
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            PYTHONUNBUFFERED="1",
+        )
+        # The project venv must not leak into the vLLM venv's interpreter.
+        for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+            env.pop(k, None)
+        return env
+
+    def start(self, timeout_s: float = 300.0) -> "VllmServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        log.write(("$ " + " ".join(self.argv) + "\n").encode())
+        log.flush()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            start_new_session=True,  # own process group: stop() ends the engine core too
+        )
+        log.close()
+        try:
+            self._wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise ServerStartError(
+                    f"vLLM exited with code {self.proc.returncode} during startup; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"vLLM not healthy after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGINT)  # the group is this server's own (start_new_session)
+                p.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+            except ProcessLookupError:
+                pass
+        # the engine core may outlive the API server for a moment; end whatever is left of the group
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc = None
+
+    def __enter__(self) -> "VllmServer":
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- the log -------------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def kv_cache_lines(self) -> list[str]:
+        """The startup lines about the KV cache (size in tokens, explicit memory, block size)."""
+        pat = re.compile(r"KV cache|kv cache|num_gpu_blocks|block size", re.IGNORECASE)
+        return [ln for ln in self.log_text().splitlines() if pat.search(ln)]
+
+    def logged_kv_cache_tokens(self) -> int | None:
+        """N from `CPU KV cache size: N tokens` (GPU builds say `GPU`)."""
+        m = re.search(r"(?:CPU|GPU)[^\n]*? KV cache size: ([\d,]+) tokens", self.log_text())
+        return int(m.group(1).replace(",", "")) if m else None
+
+    def logged_max_concurrency(self) -> tuple[int, float] | None:
+        """(L, C) from `Maximum concurrency for L tokens per request: C x`."""
+        m = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", self.log_text())
+        return (int(m.group(1).replace(",", "")), float(m.group(2))) if m else None
