@@ -79,10 +79,26 @@ def _training_text(vocab: list[str], seed: int) -> list[str]:
     return lines
 
 
+def harness_words() -> list[str]:
+    """The English words servesize's measurement prompts are built from (WORDS in
+    src/servesize/measure/prompts.py, read from the source so there is one list): they join the
+    vocabulary so each is one token here, as with a real tokenizer, not a shared <unk>."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "servesize" / "measure" / "prompts.py"
+    for node in ast.parse(src.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "WORDS" for t in node.targets):
+            return ast.literal_eval(node.value.func.value).split()
+    raise SystemExit(f"no WORDS list in {src}")
+
+
 def build_tokenizer(seed: int = SEED):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     vocab = words(seed=seed)
+    known = set(vocab)
+    vocab = vocab + [w for w in harness_words() if w not in known]
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins word tokens with spaces
