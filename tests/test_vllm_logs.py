@@ -141,3 +141,21 @@ def test_26646_qwen3_next_old_token_line_under_reports_by_the_number_of_groups(l
     pool = rep.pool
     assert pool.kv_cache_tokens == 804 // 4 * pool.block_size
     assert pool.kv_cache_tokens * 4 == pytest.approx(pool.max_concurrency * 215040, rel=0.01)
+
+
+def test_the_warm_capacity_seeds_own_log_needs_the_mtp_layer_in_the_attention_group(shared_dir):
+    """Seed 000 quotes vLLM 0.19.0's `GPU KV cache size: 352,000 tokens` for Qwen3.6-27B FP8 on one
+    H200 with MTP (2 drafts), FP16 KV. With MTP the draft's attention layer joins the attention group
+    (17 layers, 3 padding GDN slots) and the conv state grows by the draft tokens, so the block is
+    16 x cdiv(5 x 10240 x 2 + 48 x 128 x 128 x 4, 16 x 4096) = 800 tokens: 440 x 800 = 352,000."""
+    a = arch(shared_dir, "nvidia--Qwen3.6-27B-NVFP4")
+    dep = Deployment(max_model_len=262144, vllm_version="0.19.0", quantization="fp8", num_speculative_tokens=2,
+                     num_gpu_blocks_override=1760)
+    pool = memory_report(a, parse_gpus("1xH200"), dep).pool
+    assert pool.block_size == 16 * -(-(5 * 10240 * 2 + 48 * 128 * 128 * 4) // (16 * 4096)) == 800
+    assert pool.group_size == 17 and pool.padding_layers == 3
+    assert pool.log_lines[0] == "GPU KV cache size: 352,000 tokens"
+    # and the flags alone land within 4% of those blocks (the reserve estimate)
+    free = memory_report(a, parse_gpus("1xH200"), Deployment(max_model_len=262144, vllm_version="0.19.0",
+                                                            quantization="fp8", num_speculative_tokens=2)).pool
+    assert free.num_blocks == pytest.approx(1760, rel=0.04)

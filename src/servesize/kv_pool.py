@@ -100,6 +100,11 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
         else:
             s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.num_speculative_tokens)
             specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
+    if dep.num_speculative_tokens and arch.mtp_layers:
+        # An MTP draft module's attention layer(s) join the model's attention KV-cache group
+        # (vllm-kv-sizing.md, version notes: group size 16 -> 17 for Qwen3.5/3.6-27B).
+        first = next(s for s in specs if s.kind in (FULL, MLA))
+        specs += [_LayerSpec(first.kind, first.bytes_per_token)] * arch.mtp_layers
     if arch.index_head_dim:
         specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.count(MLA)
     return specs
@@ -129,7 +134,7 @@ def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment) -> int:
     if spec.kind == CHUNKED:
         return cdiv(min(spec.window + mnbt, L), block)
     mode = dep.mamba_cache_mode or "none"
-    spec_blocks = 1 if dep.num_speculative_tokens else 0
+    spec_blocks = dep.num_speculative_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
     if mode == "all":
         return cdiv(L, block)
     return (2 if mode == "align" else 1) + spec_blocks
