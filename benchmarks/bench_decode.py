@@ -10,25 +10,19 @@ re-sampled every probe.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 
-import numpy as np
 
-from servesize.decode import DecodeSetup, ExpertRouting, decode_ceiling, decode_curve
+from servesize.decode import DecodeSetup, ExpertRouting, contexts_from, decode_ceiling, decode_curve
 from servesize.prefill import PrefillSetup, prefill_costs
+from servesize.workload import Workload
+
+reference_contexts = contexts_from(Workload.seed_reference())  # the seed reference workload
 
 GiB = 2**30
 
 
-def reference_contexts(rng, size):
-    """The seed's reference workload (working-set-model.md 2.6), context lengths only."""
-    is_sub = rng.random(size) < 0.10 / 1.10
-    user = rng.lognormal(math.log(31_000), 0.81, size)
-    sub = rng.lognormal(math.log(8_000), 0.9, size)
-    prefix = np.where(is_sub, 3_000.0, 15_000.0)
-    return np.clip(np.where(is_sub, sub, user), np.minimum(prefix, 180_000), 180_000)
 
 
 CASES = {

@@ -22,15 +22,9 @@ from servesize.latency import (
     utilisation,
 )
 from servesize.prefill import PrefillSetup, prefill_costs
+from seed_reference import reference_contexts
 
 
-def reference_contexts(rng, size):
-    """The seed's reference workload (working-set-model.md 2.6 steps 1-2), context lengths only."""
-    is_sub = rng.random(size) < 0.10 / 1.10
-    user = rng.lognormal(math.log(31_000), 0.81, size)
-    sub = rng.lognormal(math.log(8_000), 0.9, size)
-    prefix = np.where(is_sub, 3_000.0, 15_000.0)
-    return np.clip(np.where(is_sub, sub, user), np.minimum(prefix, 180_000), 180_000)
 
 
 @pytest.fixture(scope="module")

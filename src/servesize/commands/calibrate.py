@@ -21,16 +21,7 @@ and --kv-cache-groups (servesize memory prints both) before the block count can 
 """
 
 
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+from servesize.commands._engine import _positive_int  # noqa: E402
 
 
 def add_arguments(parser) -> None:
