@@ -118,3 +118,35 @@ def test_calibration_without_the_module_or_file_is_a_clear_error(capsys, tmp_pat
     code = main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "--calibration", str(tmp_path / "missing.json")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("servesize: ")
+
+
+def test_a_calibrations_pool_replaces_the_modelled_one(capsys, tmp_path):
+    from servesize.calibration import calibrate, parse_vllm_log
+
+    log = "INFO 10-03 16:22:17 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n" \
+          "INFO 10-03 16:22:17 [kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens\n" \
+          "INFO 10-03 16:22:17 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 1.30x\n"
+    cal = calibrate(parse_vllm_log(log, "lmcache-1739.log"))
+    assert cal.pool_tokens
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--calibration", str(path), "--no-sensitivity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == cal.pool_tokens
+
+
+def test_a_calibration_with_only_available_memory_drives_the_pool_through_the_engine(capsys, tmp_path):
+    import pathlib
+
+    from servesize.calibration import calibrate, parse_vllm_log
+
+    log = pathlib.Path(__file__).parent / "data" / "vllm-logs" / "v1-024-two-line.log"
+    cal = calibrate(parse_vllm_log(log.read_text(), log.name))
+    assert cal.pool_tokens is None and cal.available_kv_bytes_per_gpu
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--calibration", str(path), "--no-sensitivity", "--json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pool_tokens"]
+    lo, hi = cal.available_kv_bytes_per_gpu
+    assert main(["memory", "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", str((lo + hi) // 2),
+                 "--max-model-len", "180000", "--json"]) == 0
+    assert pool == json.loads(capsys.readouterr().out)["usable_kv_tokens"]

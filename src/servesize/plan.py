@@ -114,9 +114,9 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     d = Derivation()
     tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
     if pool_tokens is None:
+        src = pool_source or "modelled: engine budget (servesize memory)"
         pool_t = d.given("pool_tokens", int(pool.usable_kv_tokens), unit="tokens",
-                         source="memory report (engine budget): usable KV tokens of one replica")
-        src = "modelled: engine budget (servesize memory)"
+                         source=f"memory report ({src}): usable KV tokens of one replica")
     else:
         pool_t = d.given("pool_tokens", float(pool_tokens), unit="tokens", source=pool_source or "--pool-tokens",
                          note="a measured pool replaces the modelled one")

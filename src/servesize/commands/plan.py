@@ -142,17 +142,27 @@ def run(args):
         if pool_tokens <= 0:
             raise BadInput("--pool-tokens must be positive")
     if args.calibration:
-        try:
-            from servesize.calibration import Calibration
-        except ImportError:
-            raise BadInput("--calibration needs servesize.calibration, which this build does not have yet; "
-                           "pass the measured pool as --pool-tokens instead") from None
+        from servesize.calibration import Calibration
+
         try:
             cal = Calibration.load(args.calibration)
         except OSError as exc:
             raise BadInput(f"cannot read calibration {args.calibration}: {exc.strerror or exc}") from None
         if pool_tokens is None:
-            pool_tokens, pool_source = float(cal.pool_tokens), f"calibration {args.calibration}"
+            # The most direct measurement wins: the real pool, else the engine's own available
+            # bytes (the pool then follows exactly), else its block count.
+            if cal.pool_tokens:
+                pool_tokens, pool_source = float(cal.pool_tokens), f"calibration {args.calibration} (pool)"
+            elif cal.available_kv_bytes_per_gpu:
+                lo, hi = cal.available_kv_bytes_per_gpu
+                args.kv_cache_memory_bytes = (lo + hi) // 2
+                pool_source = f"engine arithmetic on the available KV bytes logged in {args.calibration}"
+            elif cal.num_blocks:
+                args.num_gpu_blocks_override = cal.num_blocks
+                pool_source = f"engine arithmetic on the block count logged in {args.calibration}"
+            else:
+                raise BadInput(f"calibration {args.calibration} has no pool, available memory or block count; "
+                               "pass --pool-tokens instead")
     if args.state_dtype:
         args.mamba_ssm_cache_dtype = args.state_dtype
 
