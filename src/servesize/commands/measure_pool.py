@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="warmth signals in order of trust (default cached_tokens,metrics,ttft)")
     p.add_argument("--warm-share", type=float, default=1.0, help="share of later-round requests that must be warm (default 1.0)")
     p.add_argument("--no-fine", action="store_true", help="stop at prompt resolution (skip the block-level stage)")
+    p.add_argument("--fine-order", default="sequential", choices=["sequential", "parallel"],
+                   help="block-level stage: one request at a time in a fixed order (default; exact to the block) "
+                        "or all at once like the coarse stage")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-request total timeout in seconds (default 600)")
     p.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
                    help="longest silence between chunks once streaming (default 60)")
@@ -70,7 +73,7 @@ def run(args):
                          predicted_tokens=args.predicted_tokens, max_parallel=args.max_parallel,
                          timeout_s=args.timeout, stall_timeout_s=args.stall_timeout, block_size=args.block_size,
                          warm_share=args.warm_share, signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()),
-                         fine=not args.no_fine, seed=args.seed)
+                         fine=not args.no_fine, fine_order=args.fine_order, seed=args.seed)
         path = args.record or time.strftime("servesize-pool-%Y%m%d-%H%M%S.jsonl")
         record = RunRecord.create(path, "pool", cfg.to_params(), fsync=args.fsync)
     progress = StderrProgress(enabled=not args.quiet)

@@ -59,6 +59,10 @@ class PoolConfig:
     ttft_ratio: float = 0.4  # the seed's rule: warm when TTFT < ratio x cold TTFT
     signals: tuple[str, ...] = SIGNALS
     fine: bool = True
+    # The block-level stage sends each round's requests one after another, in the same order every
+    # round: LRU's cyclic worst case with exactly one request in flight, so the resident figure plus
+    # that request's partial block plus the engine's null block is the engine's whole pool.
+    fine_order: str = "sequential"
     seed: int = 0
     use_tokenize: bool = True
 
@@ -74,6 +78,8 @@ class PoolConfig:
             raise BadInput(f"signals must be drawn from {', '.join(SIGNALS)}, not {', '.join(unknown) or 'none'}")
         if not 0 < self.warm_share <= 1:
             raise BadInput("--warm-share must be in (0, 1]")
+        if self.fine_order not in ("sequential", "parallel"):
+            raise BadInput("--fine-order must be sequential or parallel")
 
     def to_params(self) -> dict:
         d = asdict(self)
@@ -396,7 +402,10 @@ class PoolRun:
                 self.progress(f"probe {self.seq} ({stage}, {label}): round {rnd}/{cfg.rounds}, {done}/{len(prompts)} done")
                 return r
 
-            results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
+            if stage == "fine" and cfg.fine_order == "sequential":
+                results = [await one(i, p.text, p.id) for i, p in enumerate(prompts)]
+            else:
+                results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
             after = await self.scraper.scrape()
             d = delta(before, after)
             probe.rounds.append(list(results))
@@ -481,6 +490,7 @@ class PoolResult:
     notes: list[str]
     record_path: str | None
     signal_notes: list[str] = field(default_factory=list)
+    engine_pool_tokens_implied: int | None = None  # the engine's whole pool the measurement implies
     exit_code: int = 0
 
     @property
@@ -531,6 +541,12 @@ class PoolResult:
         if B and resolution != "lower bound":
             notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
                          f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
+        implied = None
+        if fine is not None and B and run.cfg.fine_order == "sequential":
+            implied = low + 2 * B
+            notes.append(f"the engine's whole pool implied: {implied:,} tokens = the {low:,} kept warm + the one partial "
+                         f"block of the request in flight (the block-level stage runs one request at a time) + the "
+                         f"engine's null block (block 0)")
         src = None
         if predicted_tokens is not None:
             src = "prediction object" if run.predicted is not None else "--predicted-tokens"
@@ -541,14 +557,15 @@ class PoolResult:
                    signal="+".join(sorted(signals_used)) if signals_used else None,
                    engine_tokens=engine_tokens, engine_labels=run.engine.cache_config if run.engine else None,
                    predicted_tokens=predicted_tokens, predicted_source=src, probes=run.probes, notes=notes,
-                   record_path=str(run.record.path) if run.record.path else None, signal_notes=signal_notes)
+                   record_path=str(run.record.path) if run.record.path else None, signal_notes=signal_notes,
+                   engine_pool_tokens_implied=implied)
 
     def to_dict(self) -> dict:
         return {
             "url": self.url, "model": self.model, "prompt_tokens": self.prompt_tokens, "rounds": self.rounds,
             "block_size": self.block_size, "block_size_source": self.block_size_source,
             "pool_tokens": {"low": self.pool_low_tokens, "high": self.pool_high_tokens, "resolution": self.resolution,
-                            "measured": self.measured_tokens,
+                            "measured": self.measured_tokens, "engine_pool_implied": self.engine_pool_tokens_implied,
                             "meaning": "the pool holds >= low tokens warm and < high (interval [low, high))"},
             "n_warm": self.n_warm, "n_cold": self.n_cold,
             "extra_blocks_warm": self.extra_blocks_warm, "extra_blocks_cold": self.extra_blocks_cold,
