@@ -106,3 +106,11 @@ def test_ci_runs_exactly_the_readme_test_command():
     test_command = next(b for b in blocks if "pytest" in b).strip()
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1].strip() == test_command
+
+
+@pytest.mark.parametrize("flag,value", [("--max-model-len", "abc"), ("--kv-cache-memory-bytes", "12 parsecs"),
+                                        ("--gpu-memory-utilization", "1.5"), ("--tensor-parallel-size", "0")])
+def test_a_flag_value_that_cannot_be_read_is_one_line_and_exit_2(capsys, flag, value):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", flag, value)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -46,6 +46,13 @@ Every command takes --json (one JSON document on stdout, nothing else) and --exp
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what is wrong and where the help is), exit 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _available() -> dict[str, tuple[str, str]]:
     out = {}
     for name, (module, help_) in COMMANDS.items():
@@ -60,7 +67,7 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
     import importlib.util  # noqa: F401 - used by _available
 
     commands = commands if commands is not None else _available()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="servesize",
         description="How many users can these GPUs serve, comfortably, and which knob buys more?",
         epilog=EPILOG,
@@ -108,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line error or the help
         return int(exc.code or 0)
+    except ServesizeError as exc:  # a flag's own parser (31k, 80GiB, ...) refused its value
+        print(f"servesize: {exc}", file=sys.stderr)
+        return 2
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help()
