@@ -46,11 +46,15 @@ Every command takes --json (one JSON document on stdout, nothing else) and --exp
 """
 
 
+class UsageError(Exception):
+    """A command line argparse refused: one line, exit 2."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what is wrong and where the help is), exit 2."""
+    """argparse, but a usage error raises UsageError: one line (what is wrong, where the help is)."""
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def _available() -> dict[str, tuple[str, str]]:
@@ -113,8 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(commands, load=_command_named(argv, commands))
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed its one-line error or the help
+    except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except ServesizeError as exc:  # a flag's own parser (31k, 80GiB, ...) refused its value
         print(f"servesize: {exc}", file=sys.stderr)
         return 2

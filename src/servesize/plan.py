@@ -258,6 +258,23 @@ class _Cache:
         self.prefill: dict = {}
 
 
+DECODE_SEARCH_LIMIT = 65536  # decoders per replica; past it decode cannot be what binds
+
+
+def _decode_ceiling(setup, sampler, floor: float, fills, seed):
+    """The decode ceiling, or the search limit as a lower bound when the floor is never reached."""
+    from servesize.decode import DecodeCeiling
+
+    try:
+        return decode_ceiling(setup, sampler, floor, fills=fills, seed=seed, max_n=DECODE_SEARCH_LIMIT)
+    except BadInput:
+        d = Derivation()
+        d.given("decode_ceiling", DECODE_SEARCH_LIMIT, unit="decoders",
+                note=f"per-user decode stays above {floor:g} tok/s at {DECODE_SEARCH_LIMIT:,} concurrent decoders: "
+                     "a lower bound; decode does not bind")
+        return DecodeCeiling(DECODE_SEARCH_LIMIT, floor, None, floor, 0, d)
+
+
 def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: _Cache | None = None, comfortable: bool = True) -> Ceilings:
     cache = cache or _Cache()
     dp = fixed.dp
@@ -274,8 +291,8 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: _Cache | Non
     sampler = contexts_from(workload)
     dfills = knobs.decode_fills or knobs.a("decode.fills")
     floor = float(_val(knobs, "decode_floor"))
-    dec = decode_ceiling(setup, sampler, floor, fills=dfills, seed=knobs.seed)
-    dec_c = decode_ceiling(setup, sampler, float(_val(knobs, "comfortable_floor")), fills=dfills, seed=knobs.seed) if comfortable else None
+    dec = _decode_ceiling(setup, sampler, floor, dfills, knobs.seed)
+    dec_c = _decode_ceiling(setup, sampler, float(_val(knobs, "comfortable_floor")), dfills, knobs.seed) if comfortable else None
     pset = prefill_setup(fixed, knobs)
     pkey = (workload, pset, knobs.prefill_samples, knobs.seed)
     if pkey not in cache.prefill:

@@ -23,11 +23,16 @@ def cli_json(capsys, *argv) -> dict:
     return json.loads(out)
 
 
+def engine_args(vllm_server) -> list[str]:
+    """`servesize memory` arguments for the served model and flags (the GPU is a stand-in: the CPU
+    build takes its KV memory as given)."""
+    return [vllm_server.config.model, "--gpus", "1xH100", "--device", "cpu", "--dtype", SESSION_DTYPE,
+            "--kv-cache-memory-bytes", str(SESSION_KV_CACHE_MEMORY_BYTES), "--block-size", str(SESSION_BLOCK_SIZE),
+            "--max-model-len", str(SESSION_MAX_MODEL_LEN), "--vllm-version", vllm_server_version(vllm_server)]
+
+
 def predicted(capsys, vllm_server) -> dict:
-    return cli_json(capsys, "memory", vllm_server.config.model, "--gpus", "1xH100", "--device", "cpu",
-                    "--dtype", SESSION_DTYPE, "--kv-cache-memory-bytes", SESSION_KV_CACHE_MEMORY_BYTES,
-                    "--block-size", SESSION_BLOCK_SIZE, "--max-model-len", SESSION_MAX_MODEL_LEN,
-                    "--vllm-version", vllm_server_version(vllm_server), "--json")
+    return cli_json(capsys, "memory", *engine_args(vllm_server), "--json")
 
 
 def vllm_server_version(vllm_server) -> str:
@@ -48,7 +53,7 @@ def test_servesize_memory_predicts_the_engines_logged_kv_lines_exactly(capsys, v
 def test_measure_pool_recovers_the_engines_pool_within_one_block(capsys, tmp_path, vllm_server):
     pred = predicted(capsys, vllm_server)
     doc = cli_json(capsys, "measure", "pool", "--url", vllm_server.base_url, "--prompt-tokens", 1024, "--rounds", 2,
-                   "--predicted-tokens", pred["usable_kv_tokens"], "--record", tmp_path / "pool.jsonl", "--quiet", "--json")
+                   "--predict", " ".join(engine_args(vllm_server)), "--record", tmp_path / "pool.jsonl", "--quiet", "--json")
     engine_pool = pred["num_blocks"] * SESSION_BLOCK_SIZE  # 1,024 blocks x 32 = 32,768 tokens
     assert doc["pool_tokens"]["resolution"] == "block"
     assert doc["signal"] in ("cached_tokens", "metrics")
@@ -61,11 +66,12 @@ def test_measure_pool_recovers_the_engines_pool_within_one_block(capsys, tmp_pat
     assert (tmp_path / "pool.jsonl").read_text().count("\n") >= 2
 
 
-def test_measure_sessions_runs_a_short_ladder_on_the_real_engine(capsys, tmp_path, vllm_server):
-    doc = cli_json(capsys, "measure", "sessions", "--url", vllm_server.base_url, "--users", "2,4",
-                   "--median", 600, "--sigma", 0.3, "--prefix", 128, "--think-time", 0.5, "--output-tokens", 8,
+def test_measure_sessions_runs_a_short_ladder_on_the_real_engine_with_plans_predictions(capsys, tmp_path, vllm_server):
+    workload = ["--median", "600", "--sigma", "0.3", "--prefix", "128", "--subagent-median", "300",
+                "--subagent-prefix", "64", "--think-time", "0.5", "--output-tokens", "8"]
+    doc = cli_json(capsys, "measure", "sessions", "--url", vllm_server.base_url, "--users", "2,4", *workload,
                    "--turn-tokens", 64, "--max-model-len", 2048, "--duration", 8, "--record", tmp_path / "s.jsonl",
-                   "--json")
+                   "--predict", " ".join(engine_args(vllm_server) + workload), "--json")
     assert len(doc["rungs"]) >= 1
-    first = doc["rungs"][0]
-    assert first["requests"] > 0
+    assert doc["rungs"][0]["requests"] > 0
+    assert doc["verdicts"], "plan's predictions are judged against the ladder"

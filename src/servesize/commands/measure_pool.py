@@ -15,6 +15,7 @@ EPILOG = """\
 examples:
   servesize measure pool --url http://localhost:8000 --prompt-tokens 4097 --predicted-tokens 1.3M
   servesize measure pool --url http://localhost:8000 --record pool.jsonl --plot pool.png
+  servesize measure pool --url http://localhost:8000 --predict "qwen3.6-27b --gpus 1xH200 --kv-cache-dtype fp8"
   servesize measure pool --resume pool.jsonl          continue an interrupted run
 
 n prompts of S tokens, each starting with a unique id, go out in parallel for R rounds: round 1
@@ -33,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per prompt (default 4097; rounded to m x block + 1 when the block size is known)")
     p.add_argument("--rounds", type=int, default=3, metavar="R", help="rounds per probe (default 3: 1 fills, 2 test)")
     p.add_argument("--predicted-tokens", type=parse_tokens, metavar="N", help="predicted pool in tokens: where the search starts")
+    p.add_argument("--predict", metavar='"MODEL --gpus ... [vLLM flags]"',
+                   help="servesize's own prediction for the served model and its flags (the arguments of "
+                        "`servesize memory`), e.g. \"qwen3.6-27b --gpus 1xH200 --kv-cache-dtype fp8\"")
     p.add_argument("--max-parallel", type=int, default=256, metavar="N", help="largest n probed (default 256)")
     p.add_argument("--block-size", type=int, help="the engine's block size, when /metrics does not publish it")
     p.add_argument("--signals", default="cached_tokens,metrics,ttft",
@@ -78,6 +82,10 @@ def run(args):
         record = RunRecord.create(path, "pool", cfg.to_params(), fsync=args.fsync)
     progress = StderrProgress(enabled=not args.quiet)
     predicted = getattr(args, "predicted", None)  # a servesize.memory prediction, when the caller wires one
+    if args.predict and predicted is None:
+        from servesize.commands._predict import predict_pool
+
+        predicted = predict_pool(args.predict)
     try:
         result = asyncio.run(measure_pool(cfg, record=record, resume=contents, predicted=predicted, progress=progress))
         record.append("end", result=result.to_dict())

@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16")
     p.add_argument("--predicted-users", type=float, help="predicted warm users: the ladder goes x0.5 .. x2 around it")
     p.add_argument("--predicted-decode", type=float, help="predicted decode tok/s per user at the knee (verdict only)")
+    p.add_argument("--predict", metavar='"MODEL --gpus ... [plan flags]"',
+                   help="take the predictions from `servesize plan` with these arguments (warm users p50 and the "
+                        "decode speed there); give it the same workload flags as this run")
     p.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds per rung (default 120)")
     p.add_argument("--warm-target", type=float, default=0.9, help="warm-hit rate that counts as comfortable (default 0.9)")
     p.add_argument("--max-error-rate", type=float, default=0.05, help="stop the ladder above this error rate (default 0.05)")
@@ -126,6 +129,13 @@ def run(args):
     else:
         if not args.url:
             raise BadInput("measure sessions needs --url (or --resume FILE)")
+        if args.predict and not args.predicted_users:
+            from servesize.commands._predict import predict_plan
+
+            plan = predict_plan(args.predict).to_dict()
+            args.predicted_users = plan["warm_users"]["p50"]
+            if args.predicted_decode is None:
+                args.predicted_decode = plan["decode"]["p50_at_ceiling_tok_s"]
         if args.users:
             users = args.users
         elif args.predicted_users:

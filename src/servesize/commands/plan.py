@@ -168,16 +168,16 @@ def run(args):
 
     wl = _workload(args)
     knobs = Knobs(assumptions=args.assumptions, sticky_routing=not args.no_sticky_routing, **mc)
+    if args.subagents_share_prefix:
+        wl = wl.replace(subagents_share_prefix=True)
+    for name, value in explicit.items():  # prefixes and lengths first, so a smaller cap below can hold them
+        if name == "max_model_len":
+            continue
+        wl, knobs = _apply(wl, knobs, name, value)
     if "max_model_len" in explicit:
         wl = wl.replace(max_model_len=explicit["max_model_len"])
     else:
         args.max_model_len = wl.max_model_len  # the workload's cap is the engine's --max-model-len
-    if args.subagents_share_prefix:
-        wl = wl.replace(subagents_share_prefix=True)
-    for name, value in explicit.items():
-        if name == "max_model_len":
-            continue
-        wl, knobs = _apply(wl, knobs, name, value)
 
     sweep_param = sweep_values = sweep_labels = None
     if args.sweep:
