@@ -13,7 +13,8 @@ POOL_FP8 = 2_770_000                     # the calibrated FP8 pool, tokens
 POOL_FP16 = (H200_NOMINAL - W_27B_FP8 - RESERVE) / 65536           # 2 x 32,768 B per token
 POOL_TP2 = (2 * H200_NOMINAL - W_27B_FP8 - 2 * RESERVE) / 32768    # one TP2 group, FP8 KV
 
-SEED = ["qwen3.6-27b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--no-sensitivity"]
+SEED = ["qwen3.6-27b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--vllm-version", "0.19.0",
+        "--no-sensitivity"]  # the seed ran vLLM 0.19.0
 FAST = ["--fills", "400"]
 
 

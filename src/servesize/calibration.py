@@ -425,7 +425,7 @@ def _era(facts: LogFacts) -> tuple[str, str]:
     if facts.fact("gpu_blocks") and not has_tokens:
         return "v0", "'# GPU blocks' line (V0 engine, or V1 before v0.8)"
     if facts.fact("combined_kv_line"):
-        return "v1-new", "one combined 'KV cache size ..., Maximum concurrency ...' line (v0.21+)"
+        return "v1-new", "one combined 'KV cache size ..., Maximum concurrency ...' line (v0.20.1+)"
     version = facts.vllm_version
     if version:
         try:
@@ -447,7 +447,7 @@ def _era(facts: LogFacts) -> tuple[str, str]:
             return "v1-uniform", f"kv_cache_utils.py:{src} (v0.8-0.9 layout)"
         if src < 1800:
             return "v1-hybrid-old", f"kv_cache_utils.py:{src} (v0.10-v0.20 layout)"
-        return "v1-new", f"kv_cache_utils.py:{src} (v0.21+ layout)"
+        return "v1-new", f"kv_cache_utils.py:{src} (v0.20.1+ layout)"
     return "unknown", "no version line, and nothing else that places the log in a release"
 
 
@@ -684,7 +684,7 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
         n = _unique(cands)
         if n is not None:
             s = next(s for s in per_req if int(n / s * L) == tokens)
-            n_how = (f"int(n / {s} blocks per request x {L:,}) = {tokens:,} (v0.21+ line, block size {B})"
+            n_how = (f"int(n / {s} blocks per request x {L:,}) = {tokens:,} (v0.20.1+ line, block size {B})"
                      + (single_group_how if G == 1 else ""))
         elif len(set(cands)) > 1:
             notes.append(f"the printed lines allow {len(set(cands))} block counts; not exact")
@@ -709,21 +709,21 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     elif era == "unknown":
         pool_how = "unknown: the log formula's era is unknown (print or pass the vLLM version)"
     elif G == 1 and era in ("v1-uniform", "v1-hybrid-old"):
-        pool, pool_how = tokens, "logged tokens: the pre-v0.21 line is num_blocks x block size for one KV-cache group" + single_group_how
+        pool, pool_how = tokens, "logged tokens: the pre-v0.20.1 line is num_blocks x block size for one KV-cache group" + single_group_how
     elif G == 1:
-        pool, pool_how = tokens, ("logged tokens: since v0.21 the line is concurrency x max_model_len, which equals num_blocks x "
+        pool, pool_how = tokens, ("logged tokens: since v0.20.1 the line is concurrency x max_model_len, which equals num_blocks x "
                                   "block size for one KV-cache group" + single_group_how)
     elif era == "v1-hybrid-old" and mamba and G:
-        pool, pool_how = tokens * G, (f"logged tokens x {G} groups: the pre-v0.21 line divides the blocks by every group, "
+        pool, pool_how = tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
                                       "while Mamba/GDN groups need only 1-2 blocks per request")
     elif era == "v1-new":
-        pool_how = (f"unknown: since v0.21 the token line is concurrency x max_model_len ({C} x {L:,}), not the pool, and "
+        pool_how = (f"unknown: since v0.20.1 the token line is concurrency x max_model_len ({C} x {L:,}), not the pool, and "
                     "with several KV-cache groups the pool depends on them; pass --block-size and --kv-cache-groups")
     else:
-        pool_how = ("unknown: the pre-v0.21 line divides the blocks by every KV-cache group and this model has several; "
+        pool_how = ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has several; "
                     "pass --block-size and --kv-cache-groups (servesize memory prints the groups)")
     if era == "v1-hybrid-old" and G != 1 and tokens is not None and C and L and C * L > 1.05 * tokens:
-        notes.append(f"the pre-v0.21 token line under-reports models with several KV-cache groups: concurrency x "
+        notes.append(f"the pre-v0.20.1 token line under-reports models with several KV-cache groups: concurrency x "
                      f"max_model_len = {C * L:,.0f} vs {tokens:,} logged")
 
 

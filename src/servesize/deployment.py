@@ -31,14 +31,30 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 
 def log_era(version: tuple[int, int, int]) -> str:
-    """Which formula the engine uses to print its KV-cache lines (vllm-kv-sizing.md §6)."""
+    """Which formula the engine uses to print its KV-cache lines (vllm-kv-sizing.md §6).
+
+    Boundaries checked against the released wheels: 0.20.0 still prints ``(n // groups) x
+    min_block`` (kv_cache_utils.py:1694); 0.20.1 prints ``int(concurrency x max_model_len)``
+    (kv_cache_utils.py:1706)."""
     if version < (0, 8, 0):
         return "v0"  # '# GPU blocks: n'; concurrency n*block/L
     if version < (0, 10, 0):
         return "v1-uniform"  # 'GPU KV cache size: n*block tokens'; concurrency tokens/L
-    if version < (0, 21, 0):
+    if version < (0, 20, 1):
         return "v1-hybrid-old"  # (n // groups) * min_block; concurrency n / sum per-group blocks
     return "v1-new"  # int(C * L), C = n / sum_g cdiv(max_mem_g, page_g)
+
+
+def gpu_compute_capability(gpu) -> float | None:
+    try:
+        return float(gpu.compute_capability)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _cuda_total_bytes(gpus: GpuGroup) -> int:
+    g = gpus.gpu
+    return g.cuda_total_bytes or g.memory_bytes
 
 
 @dataclass(frozen=True)
@@ -76,26 +92,35 @@ class Deployment:
         v = self.version
         util = self.gpu_memory_utilization
         if util is None:
-            # vLLM PR #38284 raised the default from 0.90 to 0.92 around v0.21.
-            util = 0.92 if v >= (0, 21, 0) else 0.90
+            # 0.90 until 0.19.x; 0.92 from 0.20.0 (config/cache.py default, vLLM PR #38284).
+            util = 0.92 if v >= (0, 20, 0) else 0.90
         if not 0 < util <= 1:
             raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}")
         max_len = self.max_model_len or arch.max_position_embeddings
         if not max_len:
             raise BadInput("the config has no max_position_embeddings: pass --max-model-len")
-        big_gpu = gpus is not None and gpus.gpu.memory_bytes >= 70 * 2**30
-        # vLLM EngineArgs defaults for the OpenAI server (arg_utils, V1): 8192 batched tokens and
-        # 1024 sequences on >= 70 GiB GPUs, else 2048 / 256. Before V1 (v0) chunked prefill was off
-        # by default, so the profile batch was max_model_len.
+        # vLLM EngineArgs defaults for the OpenAI server (arg_utils.py): by the CUDA-visible memory,
+        # >= 160 GiB: 16384 batched tokens / 1024 sequences (from 0.28.0); >= 70 GiB and not an A100
+        # (PR #17885): 8192 / 1024; otherwise 2048 / 256. V0 had chunked prefill off by default,
+        # so its profile batch was max_model_len.
+        total = _cuda_total_bytes(gpus) if gpus is not None else 0
+        a100 = gpus is not None and "a100" in gpus.gpu.name.lower()
+        if v >= (0, 28, 0) and total >= 160 * 2**30:
+            tier = (16384, 1024)
+        elif total >= 70 * 2**30 and not a100:
+            tier = (8192, 1024)
+        else:
+            tier = (2048, 256)
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
-            mnbt = max_len if v < (0, 8, 0) else (8192 if big_gpu else 2048)
-        seqs = self.max_num_seqs or (1024 if big_gpu and v >= (0, 8, 0) else 256)
+            mnbt = max_len if v < (0, 8, 0) else tier[0]
+        seqs = self.max_num_seqs or (tier[1] if v >= (0, 8, 0) else 256)
         mode = self.mamba_cache_mode
         if mode is None and arch.has_state:
-            # 'align' (checkpoint states every block) is the default with prefix caching in
-            # releases that support Mamba prefix caching; 0.19-era logs sum 1 block per Mamba group.
-            mode = "align" if (self.enable_prefix_caching and v >= (0, 21, 0)) else "none"
+            # Hybrid (attention + Mamba/GDN) models get prefix caching only from 0.26.0
+            # (ModelConfig.is_prefix_caching_supported); with it, the states are checkpointed every
+            # block ('align'); without it one state block per request ('none').
+            mode = "align" if (self.enable_prefix_caching and v >= (0, 26, 0)) else "none"
         return replace(self, gpu_memory_utilization=util, max_model_len=max_len, max_num_batched_tokens=mnbt,
                        max_num_seqs=seqs, mamba_cache_mode=mode)
 

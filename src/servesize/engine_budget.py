@@ -142,11 +142,13 @@ def memory_budget(arch: Architecture, gpu: Gpu, dep: Deployment, weights_per_gpu
     non_torch = d.step("non_torch_bytes", "non_torch + (nccl_per_rank if tp > 1 else 0)", unit="B",
                        non_torch=assumptions.non_torch_bytes, nccl_per_rank=assumptions.nccl_bytes_per_rank,
                        tp=dep.tensor_parallel_size)
-    graphs_on = dep.version >= (0, 21, 0) and not dep.enforce_eager and dep.device == "cuda"
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0 (envs.py), though the log
+    # line says "default since v0.21.0".
+    graphs_on = dep.version >= (0, 20, 0) and not dep.enforce_eager and dep.device == "cuda"
     graphs = d.step("cudagraph_bytes", "estimate if subtracted else 0", unit="B",
                     estimate=assumptions.cudagraph_bytes, subtracted=graphs_on,
-                    note="vLLM >= 0.21 subtracts its CUDA-graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
-                    if graphs_on else "not subtracted: vLLM < 0.21 or --enforce-eager")
+                    note="vLLM >= 0.20 subtracts its CUDA-graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+                    if graphs_on else "not subtracted: vLLM < 0.20 or --enforce-eager")
     avail = d.step("available_kv_bytes_per_gpu",
                    "floor(requested - weights_per_gpu - activation_peak - non_torch - cudagraph)", unit="B",
                    requested=requested, weights_per_gpu=weights_per_gpu, activation_peak=act,

@@ -13,7 +13,7 @@ Follows vLLM's V1 KV-cache manager (../shared/vllm-kv-sizing.md §3-§8):
    whole recurrent state (``_align_hybrid_block_size``) and the state page is padded to it.
 3. ``num_blocks`` is the minimum over ranks (all ranks are identical here), or the override.
 4. Concurrency = ``num_blocks / sum_g cdiv(max_memory_g, page_g)``; the token line is
-   ``n x block`` (v0.8-0.9), ``(n // groups) x min_block`` (to v0.20), ``int(C x L)`` (v0.21+).
+   ``n x block`` (v0.8-0.9), ``(n // groups) x min_block`` (to v0.20), ``int(C x L)`` (v0.20.1+).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ INDEXER = "indexer"
 # older, CUTLASS MLA 128 on Blackwell (compute capability 10.x).
 FLASHMLA_BLOCK = 64
 CUTLASS_MLA_BLOCK = 128
+FLASHINFER_MLA_BLOCK = 32
+FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
 CUDA_DEFAULT_BLOCK = 16
 CPU_DEFAULT_BLOCK = 128  # the CPU backend: a multiple of 32, default 128 (vllm-kv-sizing.md, version notes)
 # vLLM V0 swap space: 4 GiB of pinned CPU blocks by default ('# CPU blocks' in the V0 log).
@@ -118,14 +120,54 @@ def _base_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None, notes
         return block
     block = dep.block_size or CUDA_DEFAULT_BLOCK
     if arch.count(MLA):
-        forced = CUTLASS_MLA_BLOCK if gpu is not None and gpu.compute_capability and float(gpu.compute_capability) >= 10 else FLASHMLA_BLOCK
-        if forced != block:
-            notes.append(f"MLA backend forces the KV block size to {forced} (FlashMLA 64 on Hopper, CUTLASS MLA 128 on Blackwell)")
-        block = forced
+        forced, why = _mla_block_size(arch, dep, gpu)
+        if forced is not None and forced != block:
+            notes.append(f"the MLA attention backend forces the KV block size to {forced} ({why})")
+            block = forced
     return block
 
 
-def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment) -> int:
+def _mla_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> tuple[int | None, str]:
+    """The block size vLLM's MLA backend imposes on CUDA (None: the configured one stands).
+
+    Backend order from vLLM's platforms/cuda.py (checked in the 0.19.1-0.33.0 wheels): on SM90
+    FLASH_ATTN_MLA (any multiple of 16) unless the KV cache is fp8, which falls to FlashMLA (64);
+    on SM10x FLASHINFER_MLA ([32, 64], the smallest preferred); sparse DeepSeek-V3.2 FlashMLA-sparse
+    (64). Before 0.19 servesize keeps the older rule: FlashMLA 64 on Hopper, CUTLASS MLA 128 on Blackwell."""
+    from servesize.deployment import gpu_compute_capability
+
+    cc = gpu_compute_capability(gpu) if gpu is not None else 9.0
+    if arch.index_head_dim or dep.kv_cache_dtype == "fp8_ds_mla":
+        return FLASHMLA_BLOCK, "FlashMLA (sparse / fp8_ds_mla)"
+    if cc is None or cc < 9.0:
+        return None, "Triton MLA"
+    if dep.version < (0, 19, 0):
+        return (CUTLASS_MLA_BLOCK, "CUTLASS MLA on Blackwell") if cc >= 10 else (FLASHMLA_BLOCK, "FlashMLA on Hopper")
+    if cc >= 10:
+        return FLASHINFER_MLA_BLOCK, "FlashInfer MLA on Blackwell"
+    if dep.kv_cache_dtype.startswith("fp8"):
+        return FLASHMLA_BLOCK, "FlashMLA: FlashAttention MLA takes no fp8 KV cache"
+    return None, "FlashAttention MLA"
+
+
+def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> bool:
+    """vLLM 0.33 (not 0.30) checkpoints GDN prefill states for the FlashInfer GDN kernel in 'align'
+    mode: the attention block aligns to lcm(block, 64) and each GDN group holds one more block per
+    request (platforms/interface.py, gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64,
+    MambaSpec num_prefill_checkpoint_blocks). FlashInfer GDN is the default on SM90, and on SM10x/12x
+    when the key head dim is 128."""
+    from servesize.deployment import gpu_compute_capability
+
+    if dep.device != "cuda" or dep.mamba_cache_mode != "align" or dep.version < (0, 33, 0) or not arch.count(GDN):
+        return False
+    cc = gpu_compute_capability(gpu) if gpu is not None else None
+    if cc is None:
+        return False
+    key_dim = next(l.linear.key_head_dim for l in arch.layers if l.kind == GDN)
+    return 9.0 <= cc < 10 or (cc >= 10 and key_dim == 128)
+
+
+def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
     L, mnbt = dep.max_model_len, dep.max_num_batched_tokens
     if spec.kind in (FULL, MLA, INDEXER):
         return cdiv(L, block)
@@ -137,7 +179,7 @@ def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment) -> int:
     spec_blocks = dep.num_speculative_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
     if mode == "all":
         return cdiv(L, block)
-    return (2 if mode == "align" else 1) + spec_blocks
+    return (2 + checkpoint_blocks if mode == "align" else 1) + spec_blocks
 
 
 def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None,
@@ -182,6 +224,12 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
             attn_page_1 = max(next(iter(per_token[k])) for k in attn_kinds)
             state_page = max(s.state_bytes for k in state_kinds for s in kinds[k])
             kernel_align = block
+            if flashinfer_gdn_alignment(arch, dep, gpu):
+                import math
+
+                kernel_align = math.lcm(block, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+                notes.append(f"vLLM's FlashInfer GDN kernel checkpoints prefill states: blocks align to {kernel_align} tokens "
+                             "and each GDN group holds one more block per request")
             if dep.mamba_cache_mode == "all":
                 raise UnsupportedArchitecture(arch.model_type, "mamba_cache_mode 'all' alignment is not modelled", ("mamba_cache_mode",))
             attn_block = d.step("attention_block_size", "kernel_align * cdiv(state_page, kernel_align * attn_page_per_token)",
@@ -232,13 +280,14 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
 
     # Per-request blocks for concurrency (blocks per layer of each group, at max_model_len).
     spec_by_kind = {k: v[0] for k, v in kinds.items()}
+    checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
     if uniform or uniform_type:
         per_req = cdiv(dep.max_model_len, block)
         groups = [KvGroup(groups[0].kind, groups[0].layers, block, groups[0].page_bytes, per_req)]
         blocks_expr, blocks_inputs = "cdiv(max_model_len, block_size)", {"max_model_len": dep.max_model_len, "block_size": block}
     else:
         groups = [KvGroup(g.kind, g.layers, g.block_size, g.page_bytes,
-                          _per_request_blocks(spec_by_kind[g.kind], g.block_size, dep)) for g in groups]
+                          _per_request_blocks(spec_by_kind[g.kind], g.block_size, dep, checkpoint)) for g in groups]
         terms = [f"b{i}" for i in range(len(groups))]
         blocks_expr = " + ".join(terms)
         blocks_inputs = {t: g.blocks_per_request for t, g in zip(terms, groups)}
@@ -266,13 +315,13 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
     elif era == "v1-hybrid-old":
         tokens = d.step("kv_cache_tokens", "num_blocks // n_groups * min_block_size * pcp", unit="tokens",
                         num_blocks=n, n_groups=n_groups, min_block_size=min_block, pcp=pcp,
-                        note="the pre-v0.21 line assumes every group consumes blocks at the same rate")
+                        note="the pre-v0.20.1 line assumes every group consumes blocks at the same rate")
         lines = _lines(dep, tokens, L, concurrency, combined=False)
     else:
         tokens = d.step("kv_cache_tokens", "int(max_concurrency * max_model_len)", unit="tokens",
                         max_concurrency=concurrency, max_model_len=L,
-                        note="since v0.21 the token line is concurrency x max_model_len, not the pool size")
-        lines = _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 29, 0))
+                        note="since v0.20.1 the token line is concurrency x max_model_len, not the pool size")
+        lines = _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 28, 0))
 
     # True usable capacity: tokens of full-attention context the pool holds for one request.
     full_groups = [g for g in groups if g.kind in (FULL, MLA, "+".join(attn_kinds))] or groups[:1]
@@ -288,7 +337,7 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
             notes.append(f"the logged {tokens:,} tokens divides the blocks by all {n_groups} groups; full-attention context "
                          f"really holds about {usable:,} tokens (window/state groups need only a few blocks per request)")
         elif era == "v1-new":
-            notes.append(f"since v0.21 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
+            notes.append(f"since v0.20.1 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
                          f"the pool itself holds about {usable:,} tokens of full-attention context for one request")
 
     attn_layers = sum(g.layers for g in groups if g.kind not in (GDN, MAMBA))

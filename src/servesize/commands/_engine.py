@@ -55,7 +55,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="native (the checkpoint's own), bf16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4")
     g.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES), help="KV cache element type")
     g.add_argument("--gpu-memory-utilization", type=_fraction, metavar="U",
-                   help="fraction of GPU memory vLLM may use (default: 0.90 before v0.21, 0.92 after)")
+                   help="fraction of GPU memory vLLM may use (default: 0.90 before v0.20, 0.92 from v0.20)")
     g.add_argument("--max-model-len", type=_tokens, metavar="TOKENS", help="e.g. 32768 or 32k (default: the model's)")
     g.add_argument("--max-num-seqs", type=_positive_int, metavar="N", help="default: 1024 on >=70 GiB GPUs, else 256")
     g.add_argument("--max-num-batched-tokens", type=_tokens, metavar="TOKENS",

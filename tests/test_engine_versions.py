@@ -1,0 +1,72 @@
+"""Version boundaries of vLLM's behaviour, as checked against its released wheels (0.19.1-0.33.0)."""
+
+import pytest
+
+from servesize.catalogue import resolve_model
+from servesize.deployment import Deployment, log_era, parse_version
+from servesize.hardware import parse_gpus
+from servesize.memory import memory_report
+
+
+def report(model, gpus, **dep):
+    return memory_report(resolve_model(model).architecture, parse_gpus(gpus), Deployment(**dep))
+
+
+@pytest.mark.parametrize("version,era", [("0.6.4", "v0"), ("0.8.5", "v1-uniform"), ("0.19.0", "v1-hybrid-old"),
+                                         ("0.20.0", "v1-hybrid-old"), ("0.20.1", "v1-new"), ("0.33.0", "v1-new")])
+def test_the_token_line_formula_changes_at_0_20_1(version, era):
+    assert log_era(parse_version(version)) == era
+
+
+@pytest.mark.parametrize("version,util", [("0.19.1", 0.90), ("0.20.0", 0.92)])
+def test_the_default_utilisation_rises_to_0_92_at_0_20(version, util):
+    assert report("llama-3.1-8b", "1xH100", vllm_version=version).deployment.gpu_memory_utilization == util
+
+
+@pytest.mark.parametrize("version,graphs", [("0.19.1", False), ("0.20.0", True)])
+def test_cuda_graph_memory_is_subtracted_from_0_20(version, graphs):
+    assert (report("llama-3.1-8b", "1xH100", vllm_version=version).budget.cudagraph_bytes > 0) == graphs
+
+
+@pytest.mark.parametrize("version,lines", [("0.27.0", 2), ("0.28.0", 1)])
+def test_the_two_kv_lines_become_one_at_0_28(version, lines):
+    assert len(report("llama-3.1-8b", "1xH100", vllm_version=version).pool.log_lines) == lines
+
+
+@pytest.mark.parametrize("gpus,version,batched,seqs", [
+    ("1xA100", "0.33.0", 2048, 256),       # >= 70 GiB but an A100: the small tier (vLLM PR #17885)
+    ("1xH100", "0.33.0", 8192, 1024),
+    ("1xB200", "0.27.0", 8192, 1024),
+    ("1xB200", "0.28.0", 16384, 1024),     # >= 160 GiB tier from 0.28
+    ("1xL40S", "0.33.0", 2048, 256),
+])
+def test_default_batch_and_sequences_follow_vllms_tiers(gpus, version, batched, seqs):
+    dep = report("llama-3.1-8b", gpus, vllm_version=version).deployment
+    assert (dep.max_num_batched_tokens, dep.max_num_seqs) == (batched, seqs)
+
+
+@pytest.mark.parametrize("gpus,kv,version,block", [
+    ("8xH200", "auto", "0.33.0", 16),     # FlashAttention MLA: any multiple of 16
+    ("8xH200", "fp8", "0.33.0", 64),      # fp8 KV falls to FlashMLA
+    ("8xB200", "auto", "0.33.0", 32),     # FlashInfer MLA's smaller block
+    ("8xH200", "auto", "0.11.0", 64),     # older releases: FlashMLA on Hopper
+])
+def test_mla_block_size_follows_the_backend(gpus, kv, version, block):
+    r = report("deepseek-v3", gpus, tensor_parallel_size=8, kv_cache_dtype=kv, vllm_version=version)
+    assert r.pool.block_size == block
+
+
+@pytest.mark.parametrize("version,mode", [("0.25.0", "none"), ("0.26.0", "align")])
+def test_hybrid_models_get_prefix_caching_and_align_mode_from_0_26(version, mode):
+    assert report("qwen3.6-27b", "1xH200", quantization="fp8", vllm_version=version).deployment.mamba_cache_mode == mode
+
+
+def test_flashinfer_gdn_on_hopper_aligns_blocks_to_64_and_holds_a_checkpoint_block():
+    r = report("qwen3.6-27b", "1xH200", quantization="fp8", kv_cache_dtype="fp8", vllm_version="0.33.0")
+    state = 3 * 10240 * 2 + 48 * 128 * 128 * 4  # conv (bf16) + recurrent state (fp32), one GDN layer
+    attn_page_per_token = 4 * 256 * 2 * 1        # K and V of 4 KV heads x 256, fp8
+    assert r.pool.block_size == 64 * -(-state // (64 * attn_page_per_token))
+    gdn_groups = [g for g in r.pool.groups if g.kind == "gated_deltanet"]
+    assert gdn_groups and all(g.blocks_per_request == 3 for g in gdn_groups)  # 2 (align) + 1 checkpoint
+    older = report("qwen3.6-27b", "1xH200", quantization="fp8", kv_cache_dtype="fp8", vllm_version="0.30.0")
+    assert older.pool.block_size == 16 * -(-state // (16 * attn_page_per_token))
