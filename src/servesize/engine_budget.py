@@ -4,7 +4,7 @@ The engine's chain (../shared/vllm-kv-sizing.md §2, V1 ``determine_available_me
 
     available = total x gpu_memory_utilization
                 - (weights + activation peak + non-torch increase)
-                - CUDA-graph estimate            (subtracted by default since v0.21)
+                - CUDA-graph estimate            (subtracted by default since v0.20)
 
 or exactly ``--kv-cache-memory-bytes`` when it is given. ``total`` is what CUDA reports
 (``cudaMemGetInfo``), a little below nvidia-smi's figure.
@@ -42,7 +42,7 @@ class EngineAssumptions:
     # Extra per rank under TP > 1 for NCCL / custom all-reduce buffers: aiconfigurator's
     # nccl_mem of 342-392 MiB per GPU (gpu-specs.md, "Memory: reported vs usable").
     nccl_bytes_per_rank: int = 392 * MiB
-    # CUDA-graph memory estimate (subtracted since v0.21 unless --enforce-eager): the median of
+    # CUDA-graph memory estimate (subtracted since v0.20 unless --enforce-eager): the median of
     # seven public 'Estimated CUDA graph memory' log lines (0.26, 0.42, 0.43, 0.53, 0.61, 0.65,
     # 1.94 GiB) is 0.53 GiB.
     cudagraph_bytes: int = int(0.53 * GiB)

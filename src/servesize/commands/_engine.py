@@ -69,7 +69,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mamba-ssm-cache-dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
                    help="recurrent-state dtype for GDN/Mamba layers (default: the config's mamba_ssm_dtype)")
     g.add_argument("--mamba-cache-mode", default=None, choices=["none", "align"],
-                   help="recurrent-state blocks per request: none = 1, align = 2 (default: align with prefix caching on v0.21+)")
+                   help="recurrent-state blocks per request: none = 1, align = 2 (default: align with prefix caching, which hybrids get from v0.26)")
     g.add_argument("--num-speculative-tokens", type=int, default=0, metavar="K",
                    help="MTP/EAGLE draft tokens (adds the MTP weights and a state slot)")
     g.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z",
