@@ -199,6 +199,14 @@ def run(args):
     model = resolve_model(args.model)
     gpus = gpus_from_args(args)
     dep = deployment_from_args(args)
+    if (model.architecture.mtp_layers and not dep.num_speculative_tokens and args.assumptions != "seed"
+            and knobs.mtp_speedup != 1.0):
+        # The recipe serves with the model's MTP head: size the memory as vLLM will (MTP weights, its
+        # attention layer in the KV group, draft slots in the recurrent state). The seed's model
+        # ignores this, so --assumptions seed leaves it out.
+        from servesize.plan import spec_tokens_of
+
+        dep = replace(dep, num_speculative_tokens=spec_tokens_of(knobs))
     name = getattr(model, "name", None) or model.architecture.name
     report = memory_report(model.architecture, gpus, dep, budget=args.budget, name=name)
     hf_id = getattr(getattr(model, "entry", None), "hf_id", None) or (args.model if "/" in args.model else name)
