@@ -1,6 +1,7 @@
 """How precisely does the client time TTFT with 500 streams in flight from one process?
 
-The test server runs in a subprocess (its own interpreter, its own core where there is one) with an
+The test server runs in a subprocess (its own interpreter, its own core where there is one, on uvloop
+when installed and without garbage-collector pauses, so its own lateness stays small) with an
 injected TTFT (default 200 ms) and stamps its own receive / first-send times (CLOCK_MONOTONIC, shared
 by both processes on Linux). The client opens N streams (default 500), their starts spread over a
 ramp so all are in flight together, and reports measured-minus-injected TTFT error (p50/p99/max, ms),
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from servesize.measure.client import StreamClient, _quantile
+from servesize.measure.client import StreamClient, _quantile, run_async
 
 
 def pct(values, q):
@@ -50,9 +51,12 @@ def main(argv=None) -> None:
     p.add_argument("--itl", type=float, default=0.02)
     p.add_argument("--ramp", type=float, default=1.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plain", action="store_true",
+                   help="the client on plain asyncio.run with the garbage collector on (for comparison; the harness "
+                        "itself runs through servesize.measure.client.run_async)")
     a = p.parse_args(argv)
     server = subprocess.Popen([sys.executable, "-m", "servesize.measure.testserver", "--ttft-base", str(a.ttft),
-                               "--ttft-per-token", "0", "--itl", str(a.itl), "--timing"],
+                               "--ttft-per-token", "0", "--itl", str(a.itl), "--timing", "--uvloop", "--no-gc"],
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()
@@ -61,7 +65,10 @@ def main(argv=None) -> None:
             os.sched_setaffinity(server.pid, {cpus[0]})
             os.sched_setaffinity(0, set(cpus[1:]))
         t0 = time.perf_counter()
-        results = asyncio.run(run(url, a.streams, a.tokens, a.ramp))
+        if a.plain:
+            results = asyncio.run(run(url, a.streams, a.tokens, a.ramp))
+        else:
+            results = run_async(run(url, a.streams, a.tokens, a.ramp))
         wall = time.perf_counter() - t0
     finally:
         server.terminate()
@@ -77,6 +84,9 @@ def main(argv=None) -> None:
     for name, values in (("ttft_error_ms", err), ("transit_ms", transit), ("server_overshoot_ms", overshoot),
                          ("delivery_ms", delivery)):
         out[name] = {"p50": round(pct(values, 0.5), 3), "p99": round(pct(values, 0.99), 3), "max": round(max(values), 3)}
+    worst = sorted(range(len(ok)), key=lambda i: -err[i])[:5]
+    out["worst"] = [{"index": ok[i].tags.get("i") if ok[i].tags else None, "t_s": round((ok[i].t_sent_ns - ok[0].t_sent_ns) / 1e9, 3),
+                     "error_ms": round(err[i], 2), "transit_ms": round(transit[i], 2)} for i in worst]
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -85,6 +95,7 @@ def main(argv=None) -> None:
     for name in ("ttft_error_ms", "transit_ms", "server_overshoot_ms", "delivery_ms"):
         s = out[name]
         print(f"  {name:22s} p50 {s['p50']:8.3f}   p99 {s['p99']:8.3f}   max {s['max']:8.3f}")
+    print("  worst: " + ", ".join(f"t={w['t_s']}s err {w['error_ms']} ms (transit {w['transit_ms']})" for w in out["worst"]))
     if bad:
         print(f"  first error: {bad[0].error_line()}")
 

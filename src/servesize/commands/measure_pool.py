@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 
@@ -61,6 +60,7 @@ def run(args):
     from servesize.measure.plots import plot_pool
     from servesize.measure.pool import PoolConfig, measure_pool
     from servesize.measure.record import RunRecord, read_record
+    from servesize.measure.client import run_async
     from servesize.measure.report import StderrProgress
 
     contents = None
@@ -87,7 +87,7 @@ def run(args):
 
         predicted = predict_pool(args.predict)
     try:
-        result = asyncio.run(measure_pool(cfg, record=record, resume=contents, predicted=predicted, progress=progress))
+        result = run_async(measure_pool(cfg, record=record, resume=contents, predicted=predicted, progress=progress))
         record.append("end", result=result.to_dict())
     except ServesizeError as exc:
         record.append("error", message=str(exc))

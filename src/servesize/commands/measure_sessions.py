@@ -116,6 +116,7 @@ def build_params(args):
 def run(args):
     from servesize.measure.plots import plot_sessions
     from servesize.measure.record import RunRecord, read_record
+    from servesize.measure.client import run_async
     from servesize.measure.report import StderrProgress
     from servesize.measure.sessions import SessionsConfig, ladder, measure_sessions
 
@@ -151,7 +152,7 @@ def run(args):
         record = RunRecord.create(path, "sessions", cfg.to_params(), fsync=args.fsync)
     progress = StderrProgress(enabled=not args.quiet)
     try:
-        result = asyncio.run(measure_sessions(cfg, record=record, resume=contents, progress=progress))
+        result = run_async(measure_sessions(cfg, record=record, resume=contents, progress=progress))
         record.append("end", result=result.to_dict())
     except ServesizeError as exc:
         record.append("error", message=str(exc))

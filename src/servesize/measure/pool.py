@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from servesize.errors import BadInput, ServesizeError
-from servesize.measure.client import RequestResult, StreamClient
+from servesize.measure.client import collect_between, RequestResult, StreamClient
 from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
 from servesize.measure.prompts import PromptFactory
 from servesize.measure.record import RecordContents, RunRecord
@@ -407,6 +407,7 @@ class PoolRun:
             else:
                 results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
             after = await self.scraper.scrape()
+            collect_between()
             d = delta(before, after)
             probe.rounds.append(list(results))
             probe.deltas.append(d)

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from servesize.errors import BadInput
-from servesize.measure.client import RequestResult, StreamClient, _quantile
+from servesize.measure.client import collect_between, RequestResult, StreamClient, _quantile
 from servesize.measure.metrics import MetricsScraper, delta
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord
@@ -445,6 +445,7 @@ class SessionsRun:
                 else:
                     stats = await self._rung(client, scraper, prompts, index, users)
                     self.record.append("rung", users=users, stats=stats.to_dict())
+                    collect_between()
                 rungs.append(stats)
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")

@@ -393,6 +393,15 @@ class TestServer:
         return resp
 
 
+def _install_uvloop() -> bool:
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the test server in the foreground (for benchmarks): prints its URL, serves until killed."""
     p = argparse.ArgumentParser(description="servesize test server (127.0.0.1 only)")
@@ -403,7 +412,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ttft-per-token", type=float, default=0.0)
     p.add_argument("--itl", type=float, default=0.02)
     p.add_argument("--timing", action="store_true")
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop when it is installed")
+    p.add_argument("--no-gc", action="store_true", help="disable the cyclic garbage collector (timing benchmarks)")
     a = p.parse_args(argv)
+    if a.no_gc:
+        import gc
+
+        gc.disable()
+    if a.uvloop:
+        _install_uvloop()
     cfg = ServerConfig(capacity_tokens=a.capacity_tokens, block_size=a.block_size, ttft_base_s=a.ttft_base,
                        ttft_per_token_s=a.ttft_per_token, itl_s=a.itl, timing=a.timing)
 
