@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workload fit": ("servesize.commands.workload_fit", "fit a log-normal session-length workload from request logs"),
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
+    "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
     "simulate": ("servesize.commands.simulate", "replay a request trace through an LRU block cache"),
     "serve": ("servesize.commands.serve", "the local web explorer"),
 }

@@ -75,3 +75,16 @@ def test_measure_sessions_runs_a_short_ladder_on_the_real_engine_with_plans_pred
     assert len(doc["rungs"]) >= 1
     assert doc["rungs"][0]["requests"] > 0
     assert doc["verdicts"], "plan's predictions are judged against the ladder"
+
+
+def test_measure_server_gives_pool_ladder_and_predictions_in_one_command(capsys, tmp_path, vllm_server):
+    workload = ["--median", "600", "--sigma", "0.3", "--prefix", "128", "--subagent-median", "300",
+                "--subagent-prefix", "64", "--think-time", "0.5", "--output-tokens", "8"]
+    doc = cli_json(capsys, "measure", "server", "--url", vllm_server.base_url, "--predict", " ".join(engine_args(vllm_server)),
+                   *workload, "--turn-tokens", 64, "--max-model-len", 2048, "--duration", 3, "--users", "4,8",
+                   "--prompt-tokens", 1024, "--rounds", 2, "--record-dir", tmp_path, "--quiet", "--json")
+    assert doc["pool"]["pool_tokens"]["engine_pool_implied"] == doc["pool"]["engine"]["tokens"]
+    assert doc["pool"]["prediction"]["tokens"] is not None
+    assert [r["users"] for r in doc["sessions"]["rungs"]] == [4, 8]
+    assert doc["sessions"]["verdicts"]
+    assert (tmp_path / "pool.jsonl").exists() and (tmp_path / "sessions.jsonl").exists()
