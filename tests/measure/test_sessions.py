@@ -3,7 +3,6 @@
 import asyncio
 import json
 
-import pytest
 
 from servesize.cli import main
 from servesize.measure.client import RequestResult

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 
-from servesize.errors import BadInput, ServesizeError
 from servesize.units import parse_tokens
 
 HELP = "measure a live server's real KV pool (unique-id prompts, bisection)"
@@ -57,49 +54,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args):
+    from servesize.commands._measure import open_record, run_recorded
     from servesize.measure.plots import plot_pool
     from servesize.measure.pool import PoolConfig, measure_pool
-    from servesize.measure.record import RunRecord, read_record
-    from servesize.measure.client import run_async
-    from servesize.measure.report import StderrProgress
 
-    contents = None
-    if args.resume:
-        header = read_record(args.resume, "pool").header
-        cfg = PoolConfig.from_params(header["params"])
-        if args.url:
-            cfg.url = args.url
-        record, contents = RunRecord.resume(args.resume, "pool", fsync=args.fsync)
-    else:
-        if not args.url:
-            raise BadInput("measure pool needs --url (or --resume FILE)")
-        cfg = PoolConfig(url=args.url, model=args.model, prompt_tokens=args.prompt_tokens, rounds=args.rounds,
-                         predicted_tokens=args.predicted_tokens, max_parallel=args.max_parallel,
-                         timeout_s=args.timeout, stall_timeout_s=args.stall_timeout, block_size=args.block_size,
-                         warm_share=args.warm_share, signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()),
-                         fine=not args.no_fine, fine_order=args.fine_order, seed=args.seed)
-        path = args.record or time.strftime("servesize-pool-%Y%m%d-%H%M%S.jsonl")
-        record = RunRecord.create(path, "pool", cfg.to_params(), fsync=args.fsync)
-    progress = StderrProgress(enabled=not args.quiet)
+    cfg, record, contents = open_record(args, "pool", PoolConfig, lambda: PoolConfig(
+        url=args.url, model=args.model, prompt_tokens=args.prompt_tokens, rounds=args.rounds,
+        predicted_tokens=args.predicted_tokens, max_parallel=args.max_parallel, timeout_s=args.timeout,
+        stall_timeout_s=args.stall_timeout, block_size=args.block_size, warm_share=args.warm_share,
+        signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()), fine=not args.no_fine,
+        fine_order=args.fine_order, seed=args.seed))
     predicted = getattr(args, "predicted", None)  # a servesize.memory prediction, when the caller wires one
     if args.predict and predicted is None:
         from servesize.commands._predict import predict_pool
 
         predicted = predict_pool(args.predict)
-    try:
-        result = run_async(measure_pool(cfg, record=record, resume=contents, predicted=predicted, progress=progress))
-        record.append("end", result=result.to_dict())
-    except ServesizeError as exc:
-        record.append("error", message=str(exc))
-        raise
-    except KeyboardInterrupt:
-        progress.end()
-        print(f"servesize: interrupted; the record {record.path} keeps every result taken; "
-              f"continue with --resume {record.path}", file=sys.stderr)
-        raise
-    finally:
-        progress.end()
-        record.close()
+    result = run_recorded(args, record, lambda progress: measure_pool(cfg, record=record, resume=contents,
+                                                                      predicted=predicted, progress=progress))
     if args.plot:
         plot_pool(result, args.plot)
     return result

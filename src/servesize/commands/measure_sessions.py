@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-import time
 
-from servesize.errors import BadInput, ServesizeError
+from servesize.errors import BadInput
 from servesize.units import parse_tokens
 
 HELP = "load a live server with simulated agentic users on a ladder"
@@ -114,22 +112,11 @@ def build_params(args):
 
 
 def run(args):
+    from servesize.commands._measure import open_record, run_recorded
     from servesize.measure.plots import plot_sessions
-    from servesize.measure.record import RunRecord, read_record
-    from servesize.measure.client import run_async
-    from servesize.measure.report import StderrProgress
     from servesize.measure.sessions import SessionsConfig, ladder, measure_sessions
 
-    contents = None
-    if args.resume:
-        header = read_record(args.resume, "sessions").header
-        cfg = SessionsConfig.from_params(header["params"])
-        if args.url:
-            cfg.url = args.url
-        record, contents = RunRecord.resume(args.resume, "sessions", fsync=args.fsync)
-    else:
-        if not args.url:
-            raise BadInput("measure sessions needs --url (or --resume FILE)")
+    def new_config():
         if args.predict and not args.predicted_users:
             from servesize.commands._predict import predict_plan
 
@@ -143,28 +130,14 @@ def run(args):
             users = ladder(args.predicted_users)
         else:
             raise BadInput("measure sessions needs --users 4,8,16 or --predicted-users N")
-        params = build_params(args)
-        cfg = SessionsConfig(url=args.url, params=params, users=users, model=args.model, duration_s=args.duration,
-                             warm_target=args.warm_target, max_error_rate=args.max_error_rate,
-                             max_ttft_p95_s=args.max_ttft_p95, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
-                             predicted_users=args.predicted_users, predicted_decode_tok_per_s=args.predicted_decode)
-        path = args.record or time.strftime("servesize-sessions-%Y%m%d-%H%M%S.jsonl")
-        record = RunRecord.create(path, "sessions", cfg.to_params(), fsync=args.fsync)
-    progress = StderrProgress(enabled=not args.quiet)
-    try:
-        result = run_async(measure_sessions(cfg, record=record, resume=contents, progress=progress))
-        record.append("end", result=result.to_dict())
-    except ServesizeError as exc:
-        record.append("error", message=str(exc))
-        raise
-    except KeyboardInterrupt:
-        progress.end()
-        print(f"servesize: interrupted; the record {record.path} keeps every result taken; "
-              f"continue with --resume {record.path}", file=sys.stderr)
-        raise
-    finally:
-        progress.end()
-        record.close()
+        return SessionsConfig(url=args.url, params=build_params(args), users=users, model=args.model,
+                              duration_s=args.duration, warm_target=args.warm_target, max_error_rate=args.max_error_rate,
+                              max_ttft_p95_s=args.max_ttft_p95, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
+                              predicted_users=args.predicted_users, predicted_decode_tok_per_s=args.predicted_decode)
+
+    cfg, record, contents = open_record(args, "sessions", SessionsConfig, new_config)
+    result = run_recorded(args, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
+                                                                          progress=progress))
     if args.plot:
         plot_sessions(result, args.plot)
     return result

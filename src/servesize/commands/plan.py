@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from servesize.commands._engine import add_engine_arguments, add_model_and_gpus, deployment_from_args, gpus_from_args

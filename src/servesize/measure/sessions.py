@@ -32,7 +32,7 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from servesize.errors import BadInput
