@@ -147,3 +147,36 @@ def test_a_json_array_is_not_a_config(tmp_path):
 
 def test_every_refusal_is_a_servesize_error():
     assert issubclass(UnsupportedArchitecture, ServesizeError) and issubclass(BadInput, ServesizeError)
+
+
+MAMBA2 = {"model_type": "mamba2", "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50288,
+          "num_heads": 80, "head_dim": 64, "state_size": 128, "n_groups": 1, "conv_kernel": 4,
+          "torch_dtype": "bfloat16", "tie_word_embeddings": True}
+
+
+def test_a_mamba2_config_reads_as_state_layers_with_their_state_shapes():
+    from servesize.architecture import MAMBA, from_config
+    from servesize.kv_cache import kv_per_token, state_shape
+
+    arch = from_config(MAMBA2, "mamba2-2.7b")
+    assert arch.kinds == {MAMBA: 64}
+    layer = arch.layers[0]
+    shape = state_shape(layer, tp=1, conv_dtype_bytes=2, ssm_dtype_bytes=2)
+    # conv: (kernel - 1) x (heads x head_dim + 2 x groups x state); ssm: heads x head_dim x state
+    assert shape.conv_elements == (4 - 1) * (80 * 64 + 2 * 1 * 128)
+    assert shape.ssm_elements == 80 * 64 * 128
+    per = kv_per_token(arch)
+    assert per.growing_bytes_per_token == 0
+    assert per.state_bytes_per_sequence == 64 * (shape.conv_elements + shape.ssm_elements) * 2
+
+
+def test_a_model_without_attention_has_no_token_pool_and_memory_says_so(capsys, tmp_path):
+    import json
+
+    from servesize.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(MAMBA2))
+    assert main(["memory", str(cfg), "--gpus", "1xH100", "--max-model-len", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert "without attention layers" in err and len(err.strip().splitlines()) == 1
