@@ -105,3 +105,21 @@ def test_the_block_cache_evicts_least_recently_used_blocks():
     assert cache.admit(a) == 4  # both of a's blocks
     cache.admit(c)  # evicts b, the least recently used
     assert cache.admit(a) == 4 and cache.admit(b) == 0
+
+
+def test_prompt_ids_that_tokenize_to_the_same_tokens_are_refused():
+    """A tokenizer that maps the id words to <unk> would make every 'unique' prompt share the cache."""
+    import asyncio
+
+    from servesize.errors import ServesizeError
+    from servesize.measure.prompts import PromptFactory
+
+    class UnkTokenizer:  # a stand-in server whose /tokenize knows no English word
+        model = "m"
+
+        async def post_json(self, path, body):
+            words = body["prompt"].split()
+            return 200, {"count": len(words), "tokens": [0] * len(words), "max_model_len": 4096}
+
+    with pytest.raises(ServesizeError, match="same tokens"):
+        asyncio.run(PromptFactory(UnkTokenizer()).start())

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from servesize.errors import ServesizeError
+
 WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
     "word but not what all were we when your can said there use an each which she do how their if will up "
@@ -95,6 +97,24 @@ class PromptFactory:
             return None
         return int(body["count"])
 
+    async def _check_ids_tokenize_apart(self) -> None:
+        """Two prompts with different ids must differ in their first block of tokens, or every
+        'unique' prompt would share the cache (a tokenizer that maps the id words to <unk> does that)."""
+        firsts = []
+        for seq in (0xFFFFF2, 0xFFFFF3):
+            try:
+                status, body = await self.client.post_json(
+                    "/tokenize", {"model": self.client.model, "prompt": " ".join(id_words(self.nonce, seq))})
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                return
+            if status != 200 or not isinstance(body, dict) or not isinstance(body.get("tokens"), list):
+                return
+            firsts.append(body["tokens"])
+        if firsts[0] == firsts[1]:
+            raise ServesizeError(
+                "the server's tokenizer turns different prompt ids into the same tokens (unknown words?), so "
+                "the prompts would share cached blocks and the measurement would be wrong; servesize refuses")
+
     def _text(self, uid_words: list[str], n_filler: int) -> str:
         return " ".join(uid_words + self.filler(max(0, n_filler)))
 
@@ -110,6 +130,7 @@ class PromptFactory:
         if n is not None:
             self.mode = "tokenize"
             self.tokens_per_word = n / 207
+            await self._check_ids_tokenize_apart()
             return
         self.mode = "probe"
         points = []
