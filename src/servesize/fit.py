@@ -29,6 +29,7 @@ from servesize.weights import normalise_precision, weights
 # threshold between 6 and 19: it places qwen2.5-32b at TP2 (41 per replica) although TP1 holds 5,
 # and qwen3-30b-a3b at TP1 with 19. We take 8: one replica should at least batch a handful of users.
 DEFAULT_MIN_CONCURRENCY = 8
+DEFAULT_PRECISIONS = ("bf16", "fp8", "int4")
 # The calculator seed's budget uses vLLM's long-standing default utilisation of 0.90.
 SEED_GPU_MEMORY_UTILIZATION = 0.90
 
@@ -125,7 +126,7 @@ def simple_concurrency(arch: Architecture, gpus: GpuGroup, tp: int, weights_tota
 
 
 def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context: int = 8192,
-        precisions: tuple[str, ...] = ("bf16",), budget: str = "engine", kv_cache_dtype: str = "auto",
+        precisions: tuple[str, ...] | None = ("bf16",), budget: str = "engine", kv_cache_dtype: str = "auto",
         gpu_memory_utilization: float | None = None, vllm_version: str | None = None,
         min_concurrency: int = DEFAULT_MIN_CONCURRENCY, all_placements: bool = False,
         assumptions: EngineAssumptions = EngineAssumptions()) -> FitResult:
@@ -137,7 +138,10 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
     out: list[Placement] = []
     refused: list[tuple[str, str]] = []
     for key, display, arch in models:
-        for precision in precisions:
+        # None: a checkpoint that is quantised already is served as it is; any other at bf16, fp8, int4.
+        chosen_precisions = precisions if precisions is not None else (
+            ("native",) if arch.quantization is not None else DEFAULT_PRECISIONS)
+        for precision in chosen_precisions:
             precision = normalise_precision(precision)
             options: list[Placement] = []
             reason = "does not fit"
@@ -169,7 +173,8 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
                     continue
                 replicas = gpus.count // tp
                 kv_seq = kv_per_token(arch, kv_cache_dtype, tp).bytes_per_sequence(context)
-                options.append(Placement(key, display, w.ledger.total, w.ledger.active, precision, tp, replicas,
+                options.append(Placement(key, display, w.ledger.total, w.ledger.active,
+                                         precision if precision != "native" else w.precision, tp, replicas,
                                          w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve))
             if not options:
                 refused.append((f"{key} {precision}", reason.split(";")[0]))

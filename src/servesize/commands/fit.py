@@ -20,8 +20,9 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--gpus", required=True, metavar="NxGPU", help="e.g. 4xH100 (servesize gpus lists them)")
     parser.add_argument("--context", type=_tokens, default=8192, metavar="TOKENS", help="tokens per sequence (default 8k)")
-    parser.add_argument("--precision", default="bf16,fp8,int4", metavar="LIST",
-                        help="comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default bf16,fp8,int4)")
+    parser.add_argument("--precision", metavar="LIST",
+                        help="comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: a quantised "
+                             "checkpoint as it is; any other at bf16, fp8 and int4)")
     parser.add_argument("--models", metavar="LIST", help="comma list of catalogue names (default: the whole catalogue)")
     parser.add_argument("--budget", default="engine", choices=["engine", "simple"],
                         help="engine: vLLM's budget with its named reserve; simple: the calculator seed's")
@@ -47,7 +48,7 @@ def run(args):
             models.append((key, m.entry.display if m.entry else key, m.architecture))
     else:
         models = [(e.key, e.display, e.architecture()) for e in load_catalogue().values()]
-    precisions = tuple(p.strip() for p in args.precision.split(",") if p.strip())
+    precisions = tuple(p.strip() for p in args.precision.split(",") if p.strip()) if args.precision else None
     return fit(models, gpus, context=args.context, precisions=precisions, budget=args.budget,
                kv_cache_dtype=args.kv_cache_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
                vllm_version=args.vllm_version, min_concurrency=args.min_concurrency, all_placements=args.all_placements)
