@@ -149,5 +149,30 @@ def test_a_calibration_with_only_available_memory_drives_the_pool_through_the_en
     pool = json.loads(capsys.readouterr().out)["pool_tokens"]
     lo, hi = cal.available_kv_bytes_per_gpu
     assert main(["memory", "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", str((lo + hi) // 2),
-                 "--max-model-len", "180000", "--json"]) == 0
+                 "--max-model-len", "131072", "--json"]) == 0  # plan caps at the model's 131,072
     assert pool == json.loads(capsys.readouterr().out)["usable_kv_tokens"]
+
+
+def test_the_cap_never_exceeds_the_models_own_context(capsys):
+    d = json.loads((main(["plan", "qwen3-32b", "--gpus", "1xH200", "--no-sensitivity", "--json"]), capsys.readouterr().out)[1])
+    assert d["workload"]["max_model_len"] == 40960 and "--max-model-len 40960" in d["recipe"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["llama-3.1-8b", "--gpus", "1xH100", "--mtp-speedup", "1.7"], "no MTP head"),
+    (["qwen3.6-27b", "--gpus", "1xH200", "--mtp-speedup", "3.5"], "at most 3x"),
+    (["qwen3.6-27b", "--gpus", "1xH200", "--comfortable-floor", "0"], "must be positive"),
+    (["qwen3.6-27b", "--gpus", "1xH200", "--pool-tokens", "1"], "prefixes"),
+    (["qwen3.6-27b", "--gpus", "1xH200", "--sweep", "spec_tokens=0,1,3"], "draft count"),
+])
+def test_plan_refuses_what_it_cannot_model_in_one_line(capsys, argv, fragment):
+    code = main(["plan", *argv, "--no-sensitivity"])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_has_no_infinities_when_nothing_stays_warm(capsys):
+    assert main(["plan", "qwen3.6-27b", "--gpus", "1xH200", "--invalidation", "1", "--no-sensitivity", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)  # strict JSON: json.loads accepts Infinity, so check explicitly
+    assert d["ceilings"]["cache"] == 0 and d["headroom"]["decode"] is None
+    assert d["power"]["cost_per_user_month"] is None

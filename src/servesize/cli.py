@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(result, int):
             return result
         if want_json:
-            sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=_json_default) + "\n")
+            sys.stdout.write(json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False) + "\n")
         else:
             sys.stdout.write(result.render(explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
         return getattr(result, "exit_code", 0)
@@ -156,6 +156,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"servesize: internal error: {type(exc).__name__}: {exc} (a bug; rerun with SERVESIZE_DEBUG=1 "
               "for the traceback and please report it)", file=sys.stderr)
         return 1
+
+
+def _finite(obj):
+    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return _finite(obj.item())
+    return obj
 
 
 def _json_default(obj):

@@ -40,6 +40,10 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 
+
+class FloorNeverReached(BadInput):
+    """Per-user decode stays above the floor at every concurrency searched: decode cannot bind."""
+
 # --------------------------------------------------------------------------------------
 # Modelled assumptions (data/assumptions.toml). Only this loader reads the file.
 # --------------------------------------------------------------------------------------
@@ -518,7 +522,7 @@ def decode_ceiling(
         lo = hi
         hi *= 2
         if hi > max_n:
-            raise BadInput(
+            raise FloorNeverReached(
                 f"per-user decode stays above {floor:g} tok/s beyond {max_n} concurrent decoders; "
                 "the decode ceiling is not the binding constraint here (raise max_n to locate it)"
             )

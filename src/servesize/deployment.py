@@ -45,6 +45,22 @@ def log_era(version: tuple[int, int, int]) -> str:
     return "v1-new"  # int(C * L), C = n / sum_g cdiv(max_mem_g, page_g)
 
 
+def derived_max_model_len(arch: Architecture) -> int | None:
+    """The longest context vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN (ModelConfig's
+    _get_and_verify_max_len): max_position_embeddings, times the RoPE scaling factor for scaling
+    types that extend it (yarn scales original_max_position_embeddings; llama3/longrope/su already
+    count it in max_position_embeddings)."""
+    limit = arch.max_position_embeddings or None
+    rope = arch.config.get("rope_scaling") or {}
+    if limit and isinstance(rope, dict) and rope.get("factor"):
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind not in ("su", "longrope", "llama3", "mrope", "default", None):
+            if kind == "yarn" and rope.get("original_max_position_embeddings"):
+                limit = int(rope["original_max_position_embeddings"])
+            limit = int(limit * float(rope["factor"]))
+    return limit
+
+
 def gpu_compute_capability(gpu) -> float | None:
     try:
         return float(gpu.compute_capability)
@@ -96,9 +112,13 @@ class Deployment:
             util = 0.92 if v >= (0, 20, 0) else 0.90
         if not 0 < util <= 1:
             raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}")
-        max_len = self.max_model_len or arch.max_position_embeddings
+        limit = derived_max_model_len(arch)
+        max_len = self.max_model_len or limit
         if not max_len:
             raise BadInput("the config has no max_position_embeddings: pass --max-model-len")
+        if limit and max_len > limit:
+            raise BadInput(f"--max-model-len {max_len:,} is above {arch.name}'s {limit:,}-token context "
+                           "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
         # vLLM EngineArgs defaults for the OpenAI server (arg_utils.py): by the CUDA-visible memory,
         # >= 160 GiB: 16384 batched tokens / 1024 sequences (from 0.28.0); >= 70 GiB and not an A100
         # (PR #17885): 8192 / 1024; otherwise 2048 / 256. V0 had chunked prefill off by default,

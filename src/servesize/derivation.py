@@ -22,7 +22,7 @@ from servesize.units import cdiv
 
 _FUNCTIONS = {
     "min": min, "max": max, "cdiv": cdiv, "floor": math.floor, "ceil": math.ceil,
-    "int": int, "round": round, "sum": sum, "log2": math.log2, "abs": abs,
+    "int": int, "float": float, "round": round, "sum": sum, "log2": math.log2, "abs": abs,
 }
 
 

@@ -31,7 +31,7 @@ from servesize.errors import BadInput
 from servesize.latency import latency_ceiling_users, latency_report, moments_from, saturation_ceiling_users
 from servesize.prefill import PrefillSetup, prefill_costs
 from servesize.units import GiB
-from servesize.warm_capacity import warm_capacity
+from servesize.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload import Workload
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
@@ -174,6 +174,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
             "num_blocks": pool.num_blocks, "group_size": pool.group_size,
             "state_bytes_per_sequence_per_rank": pool.state_bytes_per_sequence,
             "log_lines": list(pool.log_lines),
+            "gpu_memory_utilization": dep.gpu_memory_utilization,
         },
         derivation=d,
     )
@@ -199,7 +200,7 @@ class Ceilings:
 
     def headroom(self) -> dict:
         low = self.values[self.binding]
-        return {k: (v / low if low > 0 else math.inf) for k, v in self.values.items()}
+        return {k: (v / low if low > 0 else None) for k, v in self.values.items()}
 
 
 def spec_speedup_of(fixed: Fixed, knobs: Knobs) -> float:
@@ -263,11 +264,11 @@ DECODE_SEARCH_LIMIT = 65536  # decoders per replica; past it decode cannot be wh
 
 def _decode_ceiling(setup, sampler, floor: float, fills, seed):
     """The decode ceiling, or the search limit as a lower bound when the floor is never reached."""
-    from servesize.decode import DecodeCeiling
+    from servesize.decode import DecodeCeiling, FloorNeverReached
 
     try:
         return decode_ceiling(setup, sampler, floor, fills=fills, seed=seed, max_n=DECODE_SEARCH_LIMIT)
-    except BadInput:
+    except FloorNeverReached:
         d = Derivation()
         d.given("decode_ceiling", DECODE_SEARCH_LIMIT, unit="decoders",
                 note=f"per-user decode stays above {floor:g} tok/s at {DECODE_SEARCH_LIMIT:,} concurrent decoders: "
@@ -285,7 +286,9 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: _Cache | Non
         cache.warm[wkey] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
                                          cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=dp,
                                          sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
-                                         seed=knobs.seed)
+                                         seed=knobs.seed,
+                                         # each TP rank restores its own share over its own PCIe link
+                                         pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp)
     warm = cache.warm[wkey]
     setup = decode_setup(fixed, knobs)
     sampler = contexts_from(workload)
@@ -448,6 +451,7 @@ class Plan:
     assumptions: list
     sweep: dict | None = None
     plot: str | None = None
+    latency: Any = None
     derivation: Derivation = field(default_factory=Derivation, repr=False)
     exit_code: int = 0
 
@@ -473,6 +477,8 @@ class Plan:
             },
             "prefill": {"miss_ttft_s": r.prefill.miss_s, "hit_ttft_s": r.prefill.hit_s,
                         "thrash_ratio": r.prefill.thrash_ratio, "mean_service_s": r.moments.mean_s},
+            "latency": None if self.latency is None else {k: v for k, v in self.latency.to_dict().items() if k != "derivation"},
+            "offload_restore": w.restore,
             "recipe": self.recipe, "recipe_notes": list(self.recipe_notes),
             "power": None if self.power is None else _power_dict(self.power),
             "power_note": self.power_note,
@@ -506,13 +512,19 @@ class Plan:
             "saturation": "prefill duty 100%",
         }
         for k in CEILINGS:
-            mark = "  <- binding" if k == r.binding else f"  x{head[k]:.2f}"
+            mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
             lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
         if r.decode_comfortable is not None:
             lines.append(f"  (decode at the comfortable {r.decode_comfortable.floor_tok_s:g} tok/s: "
                          f"{r.decode_comfortable.n * f.dp:,} users)")
         lines.append(f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
                      f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)")
+        if self.latency is not None and math.isfinite(self.latency.burst_tolerance):
+            lines.append(f"burst: at the binding load a replica absorbs {self.latency.burst_tolerance:.1f} simultaneous "
+                         f"cold misses within the {_val(self.knobs, 'ttft_limit_s'):g} s TTFT limit")
+        if w.restore:
+            lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
+                         f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")
         lines.append("recipe:")
         lines.append("  " + self.recipe)
         for note in self.recipe_notes:
@@ -520,8 +532,9 @@ class Plan:
         if self.power is not None:
             p = self.power
             lines.append(f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
-                         f"{p.cost_per_month:,.0f} per month, {p.cost_per_user_month:.2f} per user per month "
-                         f"(price {p.price_per_kwh}/kWh, PUE {p.pue})")
+                         f"{p.cost_per_month:,.0f} per month, "
+                         + (f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else "")
+                         + f"(price {p.price_per_kwh}/kWh, PUE {p.pue})")
         else:
             lines.append(f"power: {self.power_note}")
         if self.sensitivity:
@@ -574,8 +587,9 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
         parts.append(f"--quantization {dep.quantization}")
     if dep.mamba_ssm_cache_dtype not in (None, "auto"):
         parts.append(f"--mamba-ssm-cache-dtype {dep.mamba_ssm_cache_dtype}")
-    if dep.gpu_memory_utilization:
-        parts.append(f"--gpu-memory-utilization {dep.gpu_memory_utilization}")
+    util = dep.gpu_memory_utilization or fixed.memory.get("gpu_memory_utilization")
+    if util:
+        parts.append(f"--gpu-memory-utilization {util}")  # the pool was sized at this; defaults moved between releases
     if result.spec_speedup > 1:
         parts.append(f"--speculative-config '{{\"method\":\"mtp\",\"num_speculative_tokens\":{spec_tokens_of(knobs)}}}'")
     if knobs.cpu_offload_bytes:
@@ -584,10 +598,14 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
              f"{per_replica_gpu_p5:,.0f}) per replica"]
     if knobs.cpu_offload_bytes:
         notes.append("--kv-offloading-size is in GiB of host RAM per engine")
-    if fixed.dp > 1:
+    if fixed.dp > 1 and knobs.sticky_routing:
         notes.append(f"run {fixed.dp} of these behind a session-sticky router (each on its own {fixed.tp} GPU(s)); "
                      "without sticky routing every replica ends up holding the same recent sessions, so the "
                      f"system keeps about one replica's worth warm, not {fixed.dp}x")
+    elif fixed.dp > 1:
+        notes.append(f"run {fixed.dp} of these behind a load balancer (each on its own {fixed.tp} GPU(s)): the figures "
+                     "assume routing that ignores where a session's cache is, so about one replica's worth stays warm; "
+                     f"a session-sticky router would keep {fixed.dp}x")
     return " ".join(parts), notes
 
 
@@ -673,7 +691,7 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills) if with_sensitivity else {}
     return Plan(fixed, workload, knobs, res, recipe, notes, bill, pnote, sens,
-                assumption_table(fixed, workload, knobs, res), derivation=d)
+                assumption_table(fixed, workload, knobs, res), derivation=d, latency=rep)
 
 
 def sweep(fixed: Fixed, workload: Workload, knobs: Knobs, param: str, values: list, labels: list | None = None) -> dict:

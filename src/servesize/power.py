@@ -174,7 +174,7 @@ def power_bill(
     kwh = d.step("kwh_per_month", "kw_at_meter * hours", unit="kWh", kw_at_meter=kw, hours=hours)
     cost = d.step("cost_per_month", "kwh_per_month * price_per_kwh", unit="currency/month",
                   kwh_per_month=kwh, price_per_kwh=price)
-    per_user = d.step("cost_per_user_month", "cost_per_month / max(1, users)", unit="currency/user/month",
+    per_user = d.step("cost_per_user_month", "cost_per_month / users if users > 0 else float('nan')", unit="currency/user/month",
                       cost_per_month=cost, users=users)
     out_rate = rate_group_per_s * replicas * out
     if out_rate > 0:

@@ -129,6 +129,9 @@ def run(args):
         text = getattr(args, name, None)
         if text is not None:
             explicit[name] = _parse(name, kind, text)
+    for name in ("decode_floor", "comfortable_floor", "mfu", "ttft_limit", "bandwidth_efficiency", "tp_efficiency"):
+        if name in explicit and not explicit[name] > 0:
+            raise BadInput(f"--{name.replace('_', '-')} must be positive, got {explicit[name]:g}")
     mc = {}
     for name in ("draws", "fills", "seed"):
         if getattr(args, name) is not None:
@@ -165,6 +168,7 @@ def run(args):
     if args.state_dtype:
         args.mamba_ssm_cache_dtype = args.state_dtype
 
+    model = resolve_model(args.model)
     wl = _workload(args)
     knobs = Knobs(assumptions=args.assumptions, sticky_routing=not args.no_sticky_routing, **mc)
     if args.subagents_share_prefix:
@@ -173,10 +177,26 @@ def run(args):
         if name == "max_model_len":
             continue
         wl, knobs = _apply(wl, knobs, name, value)
+    from servesize.deployment import derived_max_model_len
+
+    model_limit = derived_max_model_len(model.architecture)
     if "max_model_len" in explicit:
         wl = wl.replace(max_model_len=explicit["max_model_len"])
-    else:
-        args.max_model_len = wl.max_model_len  # the workload's cap is the engine's --max-model-len
+    elif model_limit and wl.max_model_len > model_limit:
+        wl = wl.replace(max_model_len=model_limit)  # the workload's cap, at most the model's own context
+    args.max_model_len = wl.max_model_len  # the workload's cap is the engine's --max-model-len
+
+    has_mtp = bool(model.architecture.mtp_layers)
+    spec_asked = [f for f in ("mtp_speedup", "spec_acceptance", "spec_tokens") if f in explicit
+                  and not (f == "mtp_speedup" and explicit[f] == 1.0) and not (f == "spec_tokens" and explicit[f] == 0)]
+    if spec_asked and not has_mtp:
+        raise BadInput(f"{model.architecture.name} has no MTP head, and servesize models speculative decoding only "
+                       f"through a model's own MTP module: drop --{spec_asked[0].replace('_', '-')}")
+    if "mtp_speedup" in explicit:
+        drafts = int(explicit.get("spec_tokens", 0)) or int(Knobs().a("decode.mtp_drafts"))
+        if explicit["mtp_speedup"] > drafts + 1:
+            raise BadInput(f"--mtp-speedup {explicit['mtp_speedup']:g} is more than {drafts} drafts can give "
+                           f"(at most {drafts + 1}x, every draft accepted)")
 
     sweep_param = sweep_values = sweep_labels = None
     if args.sweep:
@@ -185,6 +205,9 @@ def run(args):
         sweep_param, _, rest = args.sweep.partition("=")
         sweep_param = sweep_param.strip().lstrip("-").replace("-", "_")
         kinds = {**WORKLOAD_FLAGS, **KNOB_FLAGS}
+        if sweep_param == "spec_tokens":
+            raise BadInput("--sweep cannot vary spec_tokens: the memory itself depends on the draft count; "
+                           "run plan once per --spec-tokens value")
         if sweep_param not in kinds or sweep_param == "max_model_len":
             raise BadInput(f"--sweep cannot vary {sweep_param!r}; choose one of: {', '.join(k for k in kinds if k != 'max_model_len')}")
         sweep_labels = [v.strip() for v in rest.split(",") if v.strip()]
@@ -195,7 +218,6 @@ def run(args):
             _apply(wl, knobs, sweep_param, v)
 
     # --- the deployment ----------------------------------------------------------------------
-    model = resolve_model(args.model)
     gpus = gpus_from_args(args)
     dep = deployment_from_args(args)
     if (model.architecture.mtp_layers and not dep.num_speculative_tokens and args.assumptions != "seed"
@@ -211,8 +233,9 @@ def run(args):
     hf_id = getattr(getattr(model, "entry", None), "hf_id", None) or (args.model if "/" in args.model else name)
     fixed = fixed_from_memory(report, model.architecture, pool_tokens, pool_source,
                               seed_convention=args.assumptions == "seed", hf_id=hf_id)
-    if fixed.pool_tokens <= 0:
-        raise BadInput(f"the KV pool is empty ({fixed.pool_tokens:,.0f} tokens): nothing stays warm")
+    if fixed.pool_tokens <= wl.reserved_prefix_tokens():
+        raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
+                       f"prefixes ({wl.reserved_prefix_tokens():,} tokens): nothing stays warm")
 
     print("servesize: planning (Monte-Carlo fills)...", file=sys.stderr) if not args.json else None
     result = make_plan(fixed, dep, wl, knobs, with_sensitivity=not args.no_sensitivity)
