@@ -60,7 +60,8 @@ def test_cold_sessions_occupy_their_full_length_and_never_count_warm():
 def test_cpu_offload_holds_the_next_sessions_at_unique_times_b_plus_s_bytes():
     b, s = 1_000, 2_000_000
     ram = 5 * (10_000 * b + s) + 4_000 * b            # five more sessions after the reserved prefix bytes
-    wc = warm_capacity(fixed(14_000, prefix=4_000), 4_000 + 4 * 12_000, b, s, cpu_offload_bytes=ram, fills=10, draws=50)
+    wc = warm_capacity(fixed(14_000, prefix=4_000), 4_000 + 4 * 12_000, b, s, cpu_offload_bytes=ram, fills=10, draws=50,
+                       offload_tier="additive")
     assert wc.gpu_resident.p50 == 4
     assert wc.cpu_offloaded.p50 == 5
     assert wc.sessions.p50 == 4 + 5
@@ -90,6 +91,17 @@ def test_random_routing_keeps_only_one_replicas_worth_warm():
     assert dp.users == one.users
     assert dp.sticky_population_hit_rate_bound == 1 / 4
     assert "random routing" in dp.render()
+
+
+def test_an_inclusive_cpu_tier_keeps_the_most_recent_sessions_whether_or_not_they_are_in_hbm():
+    """vLLM's offloading connector copies every computed block to host RAM: RAM sized for nine
+    sessions keeps nine warm, four of them also in HBM (not 4 + 9)."""
+    b, s = 1_000, 2_000_000
+    ram = 9 * (10_000 * b + s) + 4_000 * b
+    wc = warm_capacity(fixed(14_000, prefix=4_000), 4_000 + 4 * 12_000, b, s, cpu_offload_bytes=ram, fills=10, draws=50)
+    assert wc.gpu_resident.p50 == 4
+    assert wc.sessions.p50 == 9
+    assert wc.cpu_offloaded.p50 == 9 - 4
 
 
 def test_a_pool_of_zero_holds_nothing_even_with_offload():
@@ -170,7 +182,7 @@ def test_a_bigger_shared_prefix_raises_warm_sessions_on_the_moe_sibling(prefix, 
 def test_600_gib_of_cpu_offload_holds_about_2400_moe_sessions():
     # the seed: 2294 / 2382 / 2469 (n_iter 400, draw 10,000); 600 GiB is one engine's buffer
     wc = warm_capacity(Workload.seed_reference(), POOL_35B_FP8, KV_35B_FP8, STATE_35B,
-                       cpu_offload_bytes=600 * GiB, fills=400)
+                       cpu_offload_bytes=600 * GiB, fills=400, offload_tier="additive")  # the seed's tier model
     assert wc.sessions.p50 == pytest.approx(2382, rel=0.01)
     assert wc.sessions.p5 == pytest.approx(2294, rel=0.01)
     assert wc.draws_used > 2000          # 2,000 draws would be censored: grown, not raised

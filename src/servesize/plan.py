@@ -288,7 +288,8 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: _Cache | Non
                                          sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
                                          seed=knobs.seed,
                                          # each TP rank restores its own share over its own PCIe link
-                                         pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp)
+                                         pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp,
+                                         offload_tier="additive" if knobs.assumptions == "seed" else "inclusive")
     warm = cache.warm[wkey]
     setup = decode_setup(fixed, knobs)
     sampler = contexts_from(workload)

@@ -168,7 +168,7 @@ class WarmCapacity:
 
 
 def _fill_counts(workload: Workload, rng: np.random.Generator, rows: int, draws: int, gpu_budget: float,
-                 state_tokens: float, ram_budget_tokens: float):
+                 state_tokens: float, ram_budget_tokens: float, inclusive: bool = True):
     """Counts per fill for ``rows`` fills of ``draws`` sessions, and whether any fill is censored.
 
     All random numbers of the (rows, draws) matrix are drawn first. The arithmetic (lengths,
@@ -191,7 +191,10 @@ def _fill_counts(workload: Workload, rng: np.random.Generator, rows: int, draws:
         # cum is non-decreasing along a row, so counting entries <= budget is
         # searchsorted(side='right'): the largest k whose cost fits, ties fit
         n_gpu = np.count_nonzero(cum <= gpu_budget, axis=1)
-        if ram_budget_tokens > 0:
+        if ram_budget_tokens > 0 and inclusive:
+            # host RAM holds a copy of every computed block (the most recent ones, up to its size)
+            n_res = np.maximum(np.count_nonzero(cum <= ram_budget_tokens, axis=1), n_gpu)
+        elif ram_budget_tokens > 0:
             taken = np.where(n_gpu > 0, cum[all_rows, np.maximum(n_gpu - 1, 0)], 0.0)
             n_res = np.maximum(np.count_nonzero(cum <= (taken + ram_budget_tokens)[:, None], axis=1), n_gpu)
         else:
@@ -224,6 +227,7 @@ def warm_capacity(
     draws: int = 2000,
     seed: int = 0,
     pcie_bytes_per_s: float | None = None,
+    offload_tier: str = "inclusive",
 ) -> WarmCapacity:
     """Monte-Carlo warm capacity of one KV pool, and of ``replicas`` such pools.
 
@@ -238,7 +242,13 @@ def warm_capacity(
     fills, draws, seed       Monte-Carlo fills, sessions drawn per fill (grown when a fill does not
                              exhaust its budget), RNG seed (same inputs, same output).
     pcie_bytes_per_s         host-to-device bandwidth for the restore cost of offloaded sessions.
+    offload_tier             'inclusive' (vLLM's CPU offloading stores every computed block to host RAM,
+                             so RAM holds the most recent sessions whether or not they are also in HBM:
+                             warm = max of the two tiers) or 'additive' (the seed's model: RAM holds
+                             what HBM evicted, so the tiers add).
     """
+    if offload_tier not in ("inclusive", "additive"):
+        raise BadInput(f"warm capacity: offload_tier must be inclusive or additive, got {offload_tier!r}")
     for name, value in (("pool_tokens", pool_tokens), ("kv_bytes_per_token", kv_bytes_per_token),
                         ("state_bytes_per_session", state_bytes_per_session), ("cpu_offload_bytes", cpu_offload_bytes)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
@@ -287,7 +297,8 @@ def warm_capacity(
             parts, censored_any = [], False
             for start in range(0, fills, rows_per_chunk):  # chunks bound memory; one chunk in the usual case
                 rows = min(rows_per_chunk, fills - start)
-                out = _fill_counts(workload, rng, rows, draws_used, gpu_budget, state_tokens, ram_budget / float(b))
+                out = _fill_counts(workload, rng, rows, draws_used, gpu_budget, state_tokens, ram_budget / float(b),
+                                   offload_tier == "inclusive")
                 if out[3]:
                     censored_any = True
                     break
@@ -349,6 +360,9 @@ def warm_capacity(
         f"state of {s_bytes:,.0f} B per session is charged in full for every resident session",
     ]
     if cpu_offload_bytes > 0:
+        assumptions.append("CPU offload tier: " + ("inclusive (vLLM's offloading connector stores every computed block "
+                           "to host RAM, so RAM keeps the most recent sessions, GPU-resident or not)" if offload_tier == "inclusive"
+                           else "additive (the seed's model: RAM holds what HBM evicted)"))
         assumptions.append(f"CPU offload ({fmt_bytes(cpu_offload_bytes)} per engine) is priced as storage only: "
                            "an offloaded session must be restored over PCIe before it decodes (restore cost reported, contention not)")
     if routing == "sticky":
