@@ -365,19 +365,24 @@ def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tu
 
 
 def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: str, fills: int = 300,
-                iterations: int = 10, names=None) -> dict:
-    """For each named assumption: the value at which the binding ceiling changes, or no flip in [lo, hi]."""
+                iterations: int = 10, names=None, cache: "_Cache | None" = None) -> dict:
+    """For each named assumption: the value at which the binding ceiling changes, or no flip in [lo, hi].
+
+    Rows that move only a modelled knob run at the plan's own resolution and reuse its warm fill
+    (``cache``), so a near-tie is judged as the plan judged it; rows that change the workload need a
+    new Monte-Carlo fill per point and run with ``fills``."""
     k_small = replace(knobs, fills=min(fills, knobs.fills), decode_fills=min(knobs.decode_fills or 400, 150),
                       prefill_samples=min(knobs.prefill_samples or 200_000, 50_000))
-    cache = _Cache()
+    plan_cache, small_cache = cache or _Cache(), _Cache()
     out = {}
     for name in (names or SENSITIVITY):
         kind, fld, lo, hi, unit = SENSITIVITY[name]
         current = _current(fixed, workload, knobs, name, fld)
+        k_eval, c_eval = (knobs, plan_cache) if kind == "knob" else (k_small, small_cache)
         try:
             def binding_at(x):
-                w, k = apply_param(workload, k_small, "median" if fld == "median" else ("sigma" if fld == "sigma" else fld), x)
-                return ceilings(fixed, w, k, cache, comfortable=False).binding
+                w, k = apply_param(workload, k_eval, fld, x)
+                return ceilings(fixed, w, k, c_eval, comfortable=False).binding
             base = binding_at(current)
             res = {"current": current, "range": [lo, hi], "unit": unit, "binding_at_current": base, "flip_at": None,
                    "binds_after": None}
@@ -392,10 +397,11 @@ def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: st
                 x_in, x_out = a_, b_
                 for _ in range(iterations):
                     mid = 0.5 * (x_in + x_out) if name not in ("user_median_tokens", "think_time_s") else math.sqrt(x_in * x_out) if x_in > 0 and x_out > 0 else 0.5 * (x_in + x_out)
-                    if binding_at(mid) == base:
+                    at_mid = binding_at(mid)
+                    if at_mid == base:
                         x_in = mid
                     else:
-                        x_out, other = mid, binding_at(mid)
+                        x_out, other = mid, at_mid
                 cand = 0.5 * (x_in + x_out)
                 if found is None or abs(cand - current) < abs(found[0] - current):
                     found = (cand, other)
@@ -690,7 +696,7 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     bill, pnote = power_of(fixed, workload, knobs, res)
     if bill is not None:
         d.extend(bill.derivation)
-    sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills) if with_sensitivity else {}
+    sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
     return Plan(fixed, workload, knobs, res, recipe, notes, bill, pnote, sens,
                 assumption_table(fixed, workload, knobs, res), derivation=d, latency=rep)
 
