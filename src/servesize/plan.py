@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from servesize.architecture import FULL, GDN, MAMBA, MLA
+from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
 from servesize.decode import (DecodeSetup, ExpertRouting, assumption, contexts_from, decode_ceiling, decode_curve,
                               dense_weights_read_per_step, modelled_assumptions, mtp_speedup)
 from servesize.derivation import Derivation
@@ -105,6 +105,9 @@ class Fixed:
     max_model_len: int
     memory: dict
     derivation: Derivation = field(compare=False, repr=False)
+    window_tokens: int = 0             # sliding / chunked layers: what each decode step reads at most
+    window_bytes_per_token_rank: int = 0
+    window_bytes_per_session_rank: int = 0  # the window's blocks a warm session keeps resident
 
 
 def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
@@ -131,6 +134,18 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
                        note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
                        state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size) \
             if len(set(pages)) == 1 else d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
+    # Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in
+    # each (vLLM frees what falls out of the window), and every decode step reads up to a window.
+    window_groups = [g for g in pool.groups if g.kind in (SLIDING, CHUNKED)]
+    window = next((l.window for l in arch.layers if l.kind in (SLIDING, CHUNKED)), 0) or 0
+    window_bpt = window_charge = 0
+    if window_groups and window:
+        per_group = [(-(-window // g.block_size) + 1) * g.page_bytes * pool.group_size for g in window_groups]
+        window_charge = d.step("window_bytes_per_session_rank", "sum(per_group)", unit="B", per_group=per_group,
+                               note=f"(cdiv({window}, block) + 1) blocks in each of {len(window_groups)} sliding/chunked group(s)")
+        window_bpt = d.step("window_bytes_per_token_rank", "page_bytes // block_size * layers", unit="B",
+                            page_bytes=window_groups[0].page_bytes, block_size=window_groups[0].block_size,
+                            layers=sum(g.layers for g in window_groups))
     # weights read per decode step, whole group
     groups = {g.group: g.bytes for g in w.groups}
     skip = ("mtp",) if seed_convention else NOT_READ_IN_DECODE  # the seed streams the whole checkpoint
@@ -176,7 +191,8 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
             "log_lines": list(pool.log_lines),
             "gpu_memory_utilization": dep.gpu_memory_utilization,
         },
-        derivation=d,
+        derivation=d, window_tokens=int(window if window_groups else 0), window_bytes_per_token_rank=int(window_bpt),
+        window_bytes_per_session_rank=int(window_charge),
     )
 
 
@@ -238,6 +254,8 @@ def decode_setup(fixed: Fixed, knobs: Knobs) -> DecodeSetup:
         state_bytes_per_sequence=fixed.state_bytes_rank * fixed.tp, tp=fixed.tp, experts=experts,
         spec_speedup=spec_speedup_of(fixed, knobs), bandwidth_efficiency=float(_val(knobs, "bandwidth_efficiency")),
         tp_efficiency=tp_eff,
+        # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
+        topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
     )
 
 
@@ -280,7 +298,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: _Cache | Non
     cache = cache or _Cache()
     dp = fixed.dp
     b_group = fixed.kv_bytes_per_token_rank * fixed.tp
-    s_group = fixed.state_bytes_rank * fixed.tp
+    s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
     wkey = (workload, fixed.pool_tokens, knobs.cpu_offload_bytes, knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed)
     if wkey not in cache.warm:
         cache.warm[wkey] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
