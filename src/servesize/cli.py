@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(result, "exit_code", 0)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
         print("servesize: interrupted", file=sys.stderr)
         return 130

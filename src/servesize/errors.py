@@ -29,3 +29,9 @@ class UnsupportedArchitecture(ServesizeError):
 
 class DoesNotFit(ServesizeError):
     """The model cannot be served on the requested GPUs with these settings."""
+
+
+class Interrupted(ServesizeError):
+    """Ctrl-C during a measurement: one line naming the record to resume, exit 130."""
+
+    exit_code = 130

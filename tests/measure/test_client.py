@@ -85,3 +85,40 @@ def test_summarise_gives_quantiles_of_a_known_list():
     s = summarise([0.1, 0.2, 0.3, 0.4, 0.5])
     assert s["n"] == 5 and s["p50_s"] == pytest.approx(0.3) and s["max_s"] == 0.5
     assert s["p95_s"] == pytest.approx(0.4 + 0.1 * 0.8)
+
+
+@pytest.mark.parametrize("body", [
+    b'data: {"choices":"x"}\n\ndata: [DONE]\n\n',
+    b'data: {"choices":[5]}\n\ndata: [DONE]\n\n',
+    b'data: {"choices":[{"text":"a"}],"usage":7}\n\ndata: [DONE]\n\n',
+    b'data: {"choices":[{"text":"a"}],"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":"n/a"}}}\n\ndata: [DONE]\n\n',
+    b'data: {"choices":[{"text":7}]}\n\ndata: [DONE]\n\n',
+])
+def test_unexpected_event_shapes_are_a_malformed_sse_result_not_a_crash(body):
+    from aiohttp import web
+
+    from servesize.measure.client import StreamClient
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(body)
+        await resp.write_eof()
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with StreamClient(f"http://127.0.0.1:{port}", "m", timeout_s=10, stall_timeout_s=5) as client:
+                return await client.complete("hello world", max_tokens=1)
+        finally:
+            await runner.cleanup()
+
+    r = asyncio.run(go())
+    assert not r.ok and r.error["type"] == "malformed_sse"

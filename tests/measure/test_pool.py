@@ -104,6 +104,14 @@ def test_measure_pool_recovers_the_injected_pool_to_the_block_from_cached_tokens
     assert r.engine_tokens == true_tokens and r.inside(r.engine_tokens)
 
 
+def test_a_server_that_omits_cached_tokens_at_zero_is_still_judged_by_cached_tokens():
+    """A missing field after the server has reported it reads as 0: cold, not 'signal unavailable'."""
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, omit_zero_cached=True, metrics=False),
+                prompt_tokens=513, block_size=16)  # no /metrics: the block size comes from the flag
+    assert r.signal == "cached_tokens"
+    assert r.resolution == "block" and r.pool_low_tokens <= CAPACITY // 16 * 16 < r.pool_high_tokens
+
+
 def test_measure_pool_recovers_the_pool_from_the_prefix_cache_counters_alone():
     r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False), prompt_tokens=513)
     assert r.signal == "metrics"

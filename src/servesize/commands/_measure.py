@@ -7,7 +7,10 @@ import sys
 import time
 from typing import Callable
 
-from servesize.errors import BadInput, ServesizeError
+from servesize.errors import BadInput, Interrupted, ServesizeError
+
+
+_SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users", "duration_s", "block_size")
 
 
 def open_record(args, kind: str, config_cls, make_config: Callable[[], object]):
@@ -18,10 +21,18 @@ def open_record(args, kind: str, config_cls, make_config: Callable[[], object]):
         cfg = config_cls.from_params(read_record(args.resume, kind).header["params"])
         if args.url:
             cfg.url = args.url
+        print(f"servesize: resuming {args.resume} with its recorded parameters ("
+              + ", ".join(f"{k} {v}" for k, v in cfg.to_params().items() if k in _SHOWN and v is not None)
+              + "); other measurement flags are not applied", file=sys.stderr)
         record, contents = RunRecord.resume(args.resume, kind, fsync=args.fsync)
         return cfg, record, contents
     if not args.url:
         raise BadInput(f"measure {kind} needs --url (or --resume FILE)")
+    from urllib.parse import urlparse
+
+    url = urlparse(args.url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise BadInput(f"--url {args.url!r} is not an http(s) URL such as http://localhost:8000")
     cfg = make_config()
     path = args.record or time.strftime(f"servesize-{kind}-%Y%m%d-%H%M%S.jsonl")
     return cfg, RunRecord.create(path, kind, cfg.to_params(), fsync=args.fsync), None
@@ -42,9 +53,9 @@ def run_recorded(args, record, measurement: Callable[[object], object]):
         raise
     except KeyboardInterrupt:
         progress.end()
-        print(f"servesize: interrupted; the record {record.path} keeps every result taken; "
-              f"continue with --resume {record.path}", file=sys.stderr)
-        raise
+        record.append("interrupted")
+        raise Interrupted(f"interrupted; the record {record.path} keeps every result taken; "
+                          f"continue with --resume {record.path}") from None
     finally:
         progress.end()
         record.close()

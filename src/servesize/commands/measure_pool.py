@@ -58,17 +58,21 @@ def run(args):
     from servesize.measure.plots import plot_pool
     from servesize.measure.pool import PoolConfig, measure_pool
 
+    predicted = getattr(args, "predicted", None)  # a servesize.memory prediction, when the caller wires one
+    if args.predict and predicted is None:
+        from servesize.commands._predict import predict_pool
+
+        predicted = predict_pool(args.predict)
+    if predicted is not None and args.predicted_tokens is None:
+        from servesize.measure.pool import predicted_tokens_of
+
+        args.predicted_tokens = predicted_tokens_of(predicted)  # kept in the record, so --resume keeps it too
     cfg, record, contents = open_record(args, "pool", PoolConfig, lambda: PoolConfig(
         url=args.url, model=args.model, prompt_tokens=args.prompt_tokens, rounds=args.rounds,
         predicted_tokens=args.predicted_tokens, max_parallel=args.max_parallel, timeout_s=args.timeout,
         stall_timeout_s=args.stall_timeout, block_size=args.block_size, warm_share=args.warm_share,
         signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()), fine=not args.no_fine,
         fine_order=args.fine_order, seed=args.seed))
-    predicted = getattr(args, "predicted", None)  # a servesize.memory prediction, when the caller wires one
-    if args.predict and predicted is None:
-        from servesize.commands._predict import predict_pool
-
-        predicted = predict_pool(args.predict)
     result = run_recorded(args, record, lambda progress: measure_pool(cfg, record=record, resume=contents,
                                                                       predicted=predicted, progress=progress))
     if args.plot:

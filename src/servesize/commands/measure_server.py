@@ -20,7 +20,8 @@ examples:
 One command for what `measure pool --predict` and `measure sessions --predict` do one after the other:
 --predict holds the served model and its vLLM flags (the arguments of `servesize memory`); the
 workload flags here describe the simulated users and go to `servesize plan` too, so the ladder is
-placed around the predicted warm users. Both run records go to --record-dir.
+placed around the predicted warm users. Both run records go to --record-dir; run the same command
+again with the same --record-dir to continue an interrupted run.
 """
 
 WORKLOAD_FLAGS = ("median", "sigma", "prefix", "subagent_ratio", "subagent_median", "subagent_sigma", "subagent_prefix",
@@ -67,14 +68,19 @@ def run(args):
         raise BadInput('measure server needs --predict "MODEL --gpus ... [vLLM flags]" (the served model and its flags)')
     folder = pathlib.Path(args.record_dir or time.strftime("servesize-server-%Y%m%d-%H%M%S"))
     folder.mkdir(parents=True, exist_ok=True)
+    pool_record, sessions_record = folder / "pool.jsonl", folder / "sessions.jsonl"
+    # a --record-dir that already holds records continues them (the run was interrupted)
     pool_argv = ["measure", "pool", "--url", args.url, "--predict", args.predict, "--prompt-tokens", str(args.prompt_tokens),
-                 "--rounds", str(args.rounds), "--record", str(folder / "pool.jsonl")]
+                 "--rounds", str(args.rounds), "--resume" if pool_record.exists() else "--record", str(pool_record)]
     if args.model:
         pool_argv += ["--model", args.model]
     if args.quiet:
         pool_argv.append("--quiet")
     pool = measure_pool.run(build_parser(load="measure pool").parse_args(pool_argv))
     args.predict = _plan_arguments(args)
-    args.record = str(folder / "sessions.jsonl")
+    if sessions_record.exists():
+        args.resume = str(sessions_record)
+    else:
+        args.record = str(sessions_record)
     sessions = measure_sessions.run(args)
     return ServerReport(pool, sessions, max(getattr(pool, "exit_code", 0), getattr(sessions, "exit_code", 0)))

@@ -331,9 +331,18 @@ class StreamClient:
                     result.error = {"type": "server_error_event", "message": f"server sent an error mid-stream: {excerpt(str(msg))}"}
                     return
                 choices = event.get("choices")
+                usage = event.get("usage")
+                if (choices and not (isinstance(choices, list) and isinstance(choices[0], dict))) or \
+                        (usage and not isinstance(usage, dict)):
+                    result.error = {"type": "malformed_sse", "message": f"unexpected event shape: {excerpt(payload.decode('utf-8', 'replace'))}"}
+                    return
                 if choices:
                     choice = choices[0]
-                    text = (choice.get("delta") or {}).get("content") if api_chat else choice.get("text")
+                    delta = choice.get("delta") or {}
+                    text = (delta.get("content") if isinstance(delta, dict) else None) if api_chat else choice.get("text")
+                    if text is not None and not isinstance(text, str):
+                        result.error = {"type": "malformed_sse", "message": f"token text is not a string: {excerpt(str(text))}"}
+                        return
                     result.chunks += 1
                     if not started:
                         started = True
@@ -344,14 +353,17 @@ class StreamClient:
                             result.server = event["x_server"]
                     if text:
                         token_ns.append(t_event)
-                usage = event.get("usage")
                 if usage:
-                    result.prompt_tokens = usage.get("prompt_tokens")
-                    result.completion_tokens = usage.get("completion_tokens")
-                    details = usage.get("prompt_tokens_details")
-                    if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                        result.cached_tokens = int(details["cached_tokens"])
-                        result.cached_tokens_reported = True
+                    try:
+                        result.prompt_tokens = _count(usage.get("prompt_tokens"))
+                        result.completion_tokens = _count(usage.get("completion_tokens"))
+                        details = usage.get("prompt_tokens_details")
+                        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                            result.cached_tokens = _count(details["cached_tokens"])
+                            result.cached_tokens_reported = True
+                    except (TypeError, ValueError):
+                        result.error = {"type": "malformed_sse", "message": f"usage is not token counts: {excerpt(str(usage))}"}
+                        return
         if result.error is None and not done:
             result.error = {"type": "truncated_stream", "message": f"stream ended before [DONE] after {len(token_ns)} token chunks"}
 
@@ -366,6 +378,14 @@ class StreamClient:
             span = (token_ns[-1] - token_ns[0]) / 1e9
             if n_tokens > 1 and span > 0:
                 result.decode_tok_per_s = (n_tokens - 1) / span
+
+
+def _count(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(value)
+    return int(value)
 
 
 def excerpt(text: str, limit: int = 200) -> str:
@@ -384,8 +404,8 @@ def describe_exception(exc: BaseException) -> tuple[str, str]:
         return "connect_error", f"cannot connect to {exc.host}:{exc.port}: {os_err or exc}"
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError)):
         return "connection_reset", f"{type(exc).__name__}: {exc}".rstrip(": ")
-    if isinstance(exc, aiohttp.ClientOSError) and getattr(exc, "errno", None) in (errno.ECONNRESET, errno.EPIPE):
-        return "connection_reset", str(exc)
+    if isinstance(exc, aiohttp.ClientOSError) and getattr(exc, "errno", None) in (errno.ECONNRESET, errno.EPIPE, None):
+        return "connection_reset", str(exc) or "the connection broke while the request was in flight"
     if isinstance(exc, ConnectionRefusedError):
         return "connection_refused", str(exc)
     return "client_error", f"{type(exc).__name__}: {exc}"

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -78,6 +77,8 @@ class PoolConfig:
             raise BadInput(f"signals must be drawn from {', '.join(SIGNALS)}, not {', '.join(unknown) or 'none'}")
         if not 0 < self.warm_share <= 1:
             raise BadInput("--warm-share must be in (0, 1]")
+        if not (self.timeout_s > 0 and self.stall_timeout_s > 0):
+            raise BadInput("--timeout and --stall-timeout must be positive seconds")
         if self.fine_order not in ("sequential", "parallel"):
             raise BadInput("--fine-order must be sequential or parallel")
 
@@ -136,10 +137,6 @@ class Bisection:
         self._up = 1
         self._down = 1
         self._direction: str | None = None  # 'up' | 'down' | 'bisect'
-
-    @property
-    def done(self) -> bool:
-        return self.next() is None
 
     @property
     def capped(self) -> bool:
@@ -207,16 +204,20 @@ class Verdict:
 
 def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None], *,
              block_size: int | None, signals: tuple[str, ...] = SIGNALS, ttft_ratio: float = 0.4,
-             warm_share: float = 1.0) -> Verdict:
-    """Decide one probe from its rounds (round 1 is the cold fill). Pure: no I/O."""
+             warm_share: float = 1.0, server_reports_cached: bool = False) -> Verdict:
+    """Decide one probe from its rounds (round 1 is the cold fill). Pure: no I/O.
+
+    ``server_reports_cached``: this server has reported cached_tokens at least once in the run. vLLM
+    omits prompt_tokens_details when nothing was cached (in some releases), so from then on a missing
+    field reads as 0 instead of disqualifying the strongest signal exactly when it says 'cold'."""
     later = rounds[1:]
     need = [cacheable_tokens(s, block_size) if block_size else math.ceil(0.9 * (s - 1)) for s in sizes]
     per: dict[str, list[list[bool]]] = {}
     fraction: dict[str, float] = {}
     notes: list[str] = []
 
-    if all(r.cached_tokens_reported for rnd in later for r in rnd) and later:
-        per["cached_tokens"] = [[r.cached_tokens >= need[i] for i, r in enumerate(rnd)] for rnd in later]
+    if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
+        per["cached_tokens"] = [[r.cached_tokens_or_zero >= need[i] for i, r in enumerate(rnd)] for rnd in later]
         fraction["cached_tokens"] = _mean([f for rnd in per["cached_tokens"] for f in rnd])
 
     later_deltas = deltas[1:]
@@ -307,6 +308,7 @@ class PoolRun:
         self.probes: list[Probe] = []
         self.seq = 0
         self.prompt_counter = 0
+        self.server_reports_cached = False  # latched once any response carries cached_tokens
         self.model: str | None = None
         self.block_size: int | None = None
         self.block_size_source: str | None = None
@@ -420,7 +422,10 @@ class PoolRun:
                                   f"first: {failed[0].error_line()}{where}")
         if self.scraper.note and self.scraper.note not in self.notes:
             self.notes.append(self.scraper.note)
+        self.server_reports_cached = self.server_reports_cached or any(
+            r.cached_tokens_reported for rnd in probe.rounds for r in rnd)
         probe.verdict = classify(sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=cfg.signals,
+                                 server_reports_cached=self.server_reports_cached,
                                  ttft_ratio=cfg.ttft_ratio, warm_share=cfg.warm_share)
         self.record.append("probe", seq=probe.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes,
                            verdict=probe.verdict.to_dict())
@@ -448,7 +453,8 @@ class PoolRun:
                 coarse.observe(n, probe.verdict.warm)
             fine = None
             signal = self.probes[-1].verdict.signal if self.probes else None
-            fine_ok = cfg.fine and self.block_size and coarse.hi is not None and signal in ("cached_tokens", "metrics")
+            fine_ok = (cfg.fine and self.block_size and coarse.hi is not None
+                       and (signal in ("cached_tokens", "metrics") or self.server_reports_cached))
             if cfg.fine and coarse.hi is not None and not fine_ok:
                 if not self.block_size:
                     self.notes.append("no fine stage: the block size is unknown")
@@ -464,6 +470,8 @@ class PoolRun:
                 while (j := fine.next()) is not None:
                     probe = await self._probe("fine", coarse.lo, j)
                     fine.observe(j, probe.verdict.warm)
+        if self.prompts.note and self.prompts.note not in self.notes:  # e.g. /tokenize went away mid-run
+            self.notes.append(self.prompts.note)
         return PoolResult.build(self, coarse, fine, predicted_tokens)
 
 
@@ -590,6 +598,3 @@ async def measure_pool(config: PoolConfig, *, record: RunRecord | None = None, r
                        predicted: Any = None, progress: Callable[[str], None] | None = None) -> PoolResult:
     return await PoolRun(config, record=record, resume=resume, predicted=predicted, progress=progress).run()
 
-
-def new_seed() -> int:
-    return random.SystemRandom().getrandbits(31)

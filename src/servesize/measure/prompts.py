@@ -164,8 +164,11 @@ class PromptFactory:
         best: tuple[int, int] | None = None  # (|error|, n)
         for _ in range(12):
             count = await self.count(self._text(uid, n))
-            if count is None:  # endpoint went away mid-run
-                self.mode = "words"
+            if count is None:  # /tokenize went away mid-run: keep the rate it measured, lengths become estimates
+                self.mode = "probe"
+                self._fixed = len(uid) * self.tokens_per_word
+                self.note = (f"/tokenize stopped answering mid-run; later prompt lengths are estimated at "
+                             f"{self.tokens_per_word:.3f} tokens per word (counts approximate from then on)")
                 return await self.make(seq, tokens)
             if count == tokens:
                 self._offset[tokens] = n - tokens

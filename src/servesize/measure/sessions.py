@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -221,14 +220,15 @@ class SessionGenerator:
 
 # -- classification and statistics (pure) --------------------------------------------------------
 
-def is_warm_hit(r: RequestResult) -> bool | None:
-    """A returning request's hit covered the shared prefix and more than half its own history."""
+def is_warm_hit(r: RequestResult, server_reports_cached: bool = False) -> bool | None:
+    """A returning request's hit covered the shared prefix and more than half its own history.
+    Once the server has reported cached_tokens at all, a missing field reads as 0 (vLLM omits it at 0)."""
     t = r.tags
-    if not t.get("returning") or not r.ok or not r.cached_tokens_reported:
+    if not t.get("returning") or not r.ok or not (r.cached_tokens_reported or server_reports_cached):
         return None
     prefix = t["prefix_tokens"]
     history = max(0, t["reusable_tokens"] - prefix)
-    return r.cached_tokens > prefix + 0.5 * history
+    return r.cached_tokens_or_zero > prefix + 0.5 * history
 
 
 def ttft_fit(results: list[RequestResult]) -> tuple[float, float] | None:
@@ -286,11 +286,12 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
     ok = [r for r in results if r.ok]
     errors = [r for r in results if not r.ok]
     returning = [r for r in ok if r.tags.get("returning")]
-    signal = "cached_tokens" if returning and all(r.cached_tokens_reported for r in returning) else "ttft"
+    reports = any(r.cached_tokens_reported for r in ok)
+    signal = "cached_tokens" if returning and reports else "ttft"
     warm: dict[str, bool] = {}
     if signal == "cached_tokens":
         for r in returning:
-            warm[r.id] = bool(is_warm_hit(r))
+            warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
     else:
         fit = ttft_fit(ok)
         if fit is None:
@@ -368,6 +369,12 @@ class SessionsConfig:
     ttft_ratio: float = 0.4
     predicted_users: float | None = None
     predicted_decode_tok_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.timeout_s > 0 and self.stall_timeout_s > 0 and self.duration_s > 0):
+            raise BadInput("--timeout, --stall-timeout and --duration must be positive seconds")
+        if not 0 <= self.max_error_rate <= 1 or not 0 < self.warm_target <= 1:
+            raise BadInput("--max-error-rate must be in [0, 1] and --warm-target in (0, 1]")
 
     def to_params(self) -> dict:
         d = asdict(self)
@@ -452,6 +459,8 @@ class SessionsRun:
                     break
             if scraper.note and scraper.note not in self.notes:
                 self.notes.append(scraper.note)
+            if prompts.note and prompts.note not in self.notes:
+                self.notes.append(prompts.note)
         signals = sorted({g.signal for g in rungs})
         k = knee(rungs, cfg.warm_target)
         verdicts = []
@@ -463,7 +472,10 @@ class SessionsRun:
             verdicts.append(verdict("decode tok/s per user at the knee", cfg.predicted_decode_tok_per_s, measured, measured))
         if "ttft" in signals:
             self.notes.append("warm hits judged by TTFT (no cached_tokens): start vLLM with --enable-prompt-tokens-details")
-        return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs,
+        # errors on the first rung mean nothing was measured (a dead or refusing server): exit 2; errors
+        # higher up are a finding (the service broke under that load) and end the ladder there
+        failed = bool(rungs) and bool(rungs[0].stop) and rungs[0].stop.startswith("error rate")
+        return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs, exit_code=2 if failed else 0,
                               signal="+".join(signals), warm_target=cfg.warm_target, knee=k, verdicts=verdicts,
                               notes=self.notes, record_path=str(self.record.path) if self.record.path else None)
 
@@ -490,7 +502,7 @@ class SessionsRun:
                 tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
                         "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
                         "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
-                r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}",
+                r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}-{rung_nonce:08x}",
                                           tags=tags)
                 if r.ok and r.prompt_tokens:
                     last_tokens[turn.session] = r.prompt_tokens
@@ -502,7 +514,12 @@ class SessionsRun:
                 remaining = t_end - loop.time()
                 if remaining <= 0:
                     break
-                await asyncio.sleep(min(gen.think_time(), remaining))
+                pause = gen.think_time()
+                if not r.ok:
+                    # an error is no reason to come straight back: at least ERROR_BACKOFF_S, so a dead
+                    # server gets a few requests a second per user, not a flood into the record
+                    pause = max(pause, ERROR_BACKOFF_S)
+                await asyncio.sleep(min(pause, remaining))
 
         await asyncio.gather(*(user_loop(u) for u in range(users)))
         after = await scraper.scrape()
@@ -520,10 +537,10 @@ class SessionsRun:
         return stats
 
 
+ERROR_BACKOFF_S = 1.0
+
+
 async def measure_sessions(config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
                            progress: Callable[[str], None] | None = None) -> SessionsResult:
     return await SessionsRun(config, record=record, resume=resume, progress=progress).run()
 
-
-def now_s() -> float:
-    return time.time()

@@ -60,6 +60,7 @@ class ServerConfig:
     model: str = "servesize-test"
     max_model_len: int = 1 << 20
     report_cached_tokens: bool = True  # vLLM: --enable-prompt-tokens-details
+    omit_zero_cached: bool = False  # some vLLM releases leave prompt_tokens_details out when nothing was cached
     metrics: bool = True
     metrics_names: str = "v1"  # 'v1' (vllm:prefix_cache_*) or 'legacy' (vllm:gpu_prefix_cache_*)
     tokenize: bool = True
@@ -331,7 +332,7 @@ class TestServer:
                  "t_received_ns": t_received}
         self.log.append(entry)
         usage = {"prompt_tokens": len(tokens), "completion_tokens": max_tokens, "total_tokens": len(tokens) + max_tokens}
-        if c.report_cached_tokens:
+        if c.report_cached_tokens and not (c.omit_zero_cached and cached == 0):
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         rid = f"cmpl-{index}"
         created = int(time.time())
