@@ -69,8 +69,6 @@ def _available() -> dict[str, tuple[str, str]]:
 
 def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str | None = None) -> argparse.ArgumentParser:
     """Build the parser; only the command named by ``load`` gets its arguments imported."""
-    import importlib.util  # noqa: F401 - used by _available
-
     commands = commands if commands is not None else _available()
     parser = _Parser(
         prog="servesize",

@@ -129,15 +129,6 @@ def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, 
     return KvPerToken(growing, windowed, window, state)
 
 
-def kv_bytes_per_token(arch: Architecture, kv_dtype_bytes: int | str = "auto", tp: int = 1) -> int:
-    """Convenience: bytes per token of context for layers that grow with every token.
-
-    Sliding/chunked layers are not included (they stop at their window); see ``kv_per_token``.
-    """
-    dtype = kv_dtype_bytes if isinstance(kv_dtype_bytes, str) else {1: "fp8", 2: "bfloat16", 4: "float32"}[kv_dtype_bytes]
-    return kv_per_token(arch, dtype, tp).growing_bytes_per_token
-
-
 def all_layers_bytes_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
     """The calculator seed's table figure: every attention layer as if it were full attention."""
     t = kv_per_token(arch, kv_cache_dtype, tp)

@@ -204,16 +204,12 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
     uniform = len(kinds) == 1
     uniform_type = (not state_kinds and set(attn_kinds) <= {MLA, INDEXER, FULL} and len(set().union(*per_token.values())) > 1
                     and not (set(attn_kinds) & {SLIDING, CHUNKED}))
-    block_of: dict[str, int] = {}
+    block_of: dict[str, int] = {}  # block size of each layer kind in the hybrid grouping
     if uniform or uniform_type:
-        for k in attn_kinds:
-            block_of[k] = block
         if uniform_type:
             notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
-        per_layer_pages = sum(block * s.bytes_per_token for s in specs)
         page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
             f"{len(kinds[k])} * {next(iter(per_token[k]))}" for k in attn_kinds) + ")", unit="B", block_size=block)
-        assert page == per_layer_pages
         n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
                    available=available_bytes, page_bytes_all_layers=page)
         group_size = len(specs)
@@ -340,7 +336,6 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
             notes.append(f"since v0.20.1 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
                          f"the pool itself holds about {usable:,} tokens of full-attention context for one request")
 
-    attn_layers = sum(g.layers for g in groups if g.kind not in (GDN, MAMBA))
     if uniform or uniform_type:
         kv_per_token = sum(s.bytes_per_token for s in specs if s.kind in (FULL, MLA, INDEXER))
     else:
@@ -349,7 +344,6 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
                               growing_layers=sum(g.layers for g in groups if g.kind in (FULL, MLA)))
     state_groups = [g for g in groups if g.kind in (GDN, MAMBA)]
     state_bytes = sum(g.blocks_per_request * g.page_bytes * group_size for g in state_groups) if state_groups else 0
-    del attn_layers
     return KvPool(tuple(groups), int(group_size), int(padding), int(min_block), n, int(tokens), float(concurrency), L,
                   lines, int(usable), int(kv_per_token), int(state_bytes), tuple(notes), d)
 

@@ -15,7 +15,7 @@ from servesize.errors import DoesNotFit
 from servesize.hardware import GpuGroup
 from servesize.kv_cache import kv_per_token
 from servesize.kv_pool import KvPool, kv_pool
-from servesize.units import GiB, fmt_bytes
+from servesize.units import fmt_bytes
 from servesize.weights import Weights, weights
 
 
@@ -124,5 +124,3 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
         )
     return MemoryReport(name or arch.name, gpus, dep, w, b, pool, d, tuple(warnings))
 
-
-__all__ = ["MemoryReport", "memory_report", "GiB"]

@@ -356,20 +356,16 @@ SENSITIVITY = {
 def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tuple[Workload, Knobs]:
     """Set one sweepable parameter (workload field or modelled knob) to ``value``."""
     from servesize.workload import SessionClass
-    if name in ("median", "sigma", "prefix"):
-        u = workload.user
-        if not isinstance(u, SessionClass):
-            raise BadInput(f"--{name} needs a log-normal user class; this workload's user class is empirical")
-        key = {"median": "median_tokens", "sigma": "sigma", "prefix": "prefix_tokens"}[name]
-        val = int(value) if name == "prefix" else float(value)
-        return workload.replace(user=replace(u, **{key: val})), knobs
-    if name in ("subagent_median", "subagent_sigma", "subagent_prefix"):
-        s = workload.subagent
-        if not isinstance(s, SessionClass):
-            raise BadInput(f"--{name.replace('_', '-')} needs a log-normal subagent class")
-        key = {"subagent_median": "median_tokens", "subagent_sigma": "sigma", "subagent_prefix": "prefix_tokens"}[name]
+    class_field = {"median": "median_tokens", "sigma": "sigma", "prefix": "prefix_tokens"}
+    cls_name, _, field_name = name.rpartition("_") if name.startswith("subagent_") else ("user", "", name)
+    if field_name in class_field and cls_name in ("user", "subagent"):
+        cls = getattr(workload, cls_name)
+        if not isinstance(cls, SessionClass):
+            raise BadInput(f"--{name.replace('_', '-')} needs a log-normal {cls_name} class"
+                           + ("; this workload's user class is empirical" if cls_name == "user" else ""))
+        key = class_field[field_name]
         val = int(value) if key == "prefix_tokens" else float(value)
-        return workload.replace(subagent=replace(s, **{key: val})), knobs
+        return workload.replace(**{cls_name: replace(cls, **{key: val})}), knobs
     if name in ("subagent_ratio", "invalidation", "think_time_s", "output_tokens", "warm_turn_tokens", "max_model_len"):
         return workload.replace(**{name: value}), knobs
     if name in ("bandwidth_efficiency", "tp_efficiency", "mtp_speedup", "spec_acceptance", "decode_floor",

@@ -99,13 +99,6 @@ def _parse(name: str, kind: str, text):
         raise BadInput(f"{flag} {text!r} is not a valid {'token count' if kind == 'tokens' else 'number'}") from None
 
 
-def _workload(args):
-    from servesize.workload import Workload
-
-    wl = Workload.load(args.workload) if args.workload else Workload.seed_reference()
-    return wl
-
-
 def _apply(wl, knobs, name: str, value):
     from servesize.plan import apply_param
 
@@ -169,7 +162,9 @@ def run(args):
         args.mamba_ssm_cache_dtype = args.state_dtype
 
     model = resolve_model(args.model)
-    wl = _workload(args)
+    from servesize.workload import Workload
+
+    wl = Workload.load(args.workload) if args.workload else Workload.seed_reference()
     knobs = Knobs(assumptions=args.assumptions, sticky_routing=not args.no_sticky_routing, **mc)
     if args.subagents_share_prefix:
         wl = wl.replace(subagents_share_prefix=True)
