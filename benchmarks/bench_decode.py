@@ -14,9 +14,9 @@ import statistics
 import time
 
 
-from servesize.decode import DecodeSetup, ExpertRouting, contexts_from, decode_ceiling, decode_curve
-from servesize.prefill import PrefillSetup, prefill_costs
-from servesize.workload import Workload
+from servesize.planning.decode import DecodeSetup, ExpertRouting, contexts_from, decode_ceiling, decode_curve
+from servesize.planning.prefill import PrefillSetup, prefill_costs
+from servesize.workload.model import Workload
 
 reference_contexts = contexts_from(Workload.seed_reference())  # the seed reference workload
 

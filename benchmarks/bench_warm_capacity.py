@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from servesize.warm_capacity import warm_capacity
-from servesize.workload import Workload
+from servesize.planning.warm_capacity import warm_capacity
+from servesize.workload.model import Workload
 
 GiB = 2**30
 POOL_TOKENS = (141e9 - 28.8 * GiB - 19_308_875_468.8) / 32_768

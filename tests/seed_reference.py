@@ -1,6 +1,6 @@
 """The warm-capacity seed's reference workload as a plain sampler (working-set-model.md 2.6 steps 1-2).
 
-Written independently of servesize.workload on purpose, so the decode/prefill/latency tests check
+Written independently of servesize.workload.model on purpose, so the decode/prefill/latency tests check
 those modules against the seed's definition rather than against our own Workload: users log-normal
 median 31k sigma 0.81 behind a 15k prefix, subagents r = 0.10 median 8k sigma 0.9 behind 3k, clipped
 to [prefix, 180k]. Only the context length matters to decode and prefill.

@@ -1,13 +1,16 @@
 """Reading real vLLM start-up logs (tests/data/vllm-logs/*.log, each citing where its lines were
 quoted from, and the six public logs in ../shared/reference/vllm-logs-public.json) into a Calibration."""
 
+from servesize.render.text import render_text
+
 import json
 import pathlib
 
 import pytest
 
-from servesize.calibration import (Calibration, calibrate, calibrate_against, gib_interval, load_calibrations,
-                                   parse_vllm_log, save_calibrations)
+from servesize.vllm_logs.calibration import Calibration, calibrate, calibrate_against, gib_interval
+from servesize.vllm_logs.files import load_calibration, load_calibrations, save_calibration, save_calibrations
+from servesize.vllm_logs.parse import parse_vllm_log
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.units import GiB
@@ -96,10 +99,10 @@ def test_lmcache_1739_uniform_model_gives_2666_blocks_from_tokens_and_block_16(p
 
 
 def test_lmcache_1739_calibrate_against_servesize_memory_report_is_exact(public, shared_dir):
-    from servesize.architecture import from_config
-    from servesize.deployment import Deployment
-    from servesize.hardware import parse_gpus
-    from servesize.memory import memory_report
+    from servesize.model.architecture import from_config
+    from servesize.engine.deployment import Deployment
+    from servesize.model.hardware import parse_gpus
+    from servesize.engine.memory import memory_report
 
     qwen3_14b = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
                  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 17408,
@@ -113,7 +116,7 @@ def test_lmcache_1739_calibrate_against_servesize_memory_report_is_exact(public,
     assert check.get("kv_cache_tokens_logged").error == 0
     assert check.get("available_kv_bytes_per_gpu").error == 0
     assert check.get("max_concurrency").error == 0
-    assert "num_blocks" in check.render()
+    assert "num_blocks" in render_text(check)
 
 
 # --- fixture files, one per era ---------------------------------------------------------------------
@@ -282,14 +285,14 @@ def test_a_file_with_no_kv_lines_is_bad_input():
 def test_calibration_round_trips_through_json(tmp_path):
     cal = calibrate(facts_of("v1-031-one-line-llama8b-a100.log"), block_size=16)
     path = tmp_path / "c.json"
-    cal.save(path)
-    assert Calibration.load(path) == cal
+    save_calibration(cal, path)
+    assert load_calibration(path) == cal
     assert Calibration.from_dict(json.loads(path.read_text())) == cal
     two = [cal, calibrate(facts_of("v1-07-gpu-blocks.log"))]
     save_calibrations(two, tmp_path / "two.json")
     assert load_calibrations(tmp_path / "two.json") == tuple(two)
     with pytest.raises(BadInput):
-        Calibration.load(tmp_path / "two.json")
+        load_calibration(tmp_path / "two.json")
     with pytest.raises(BadInput):
         Calibration.from_dict({"source": "x", "era": "v0", "bogus": 1})
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from servesize.catalogue import expand_config, load_catalogue, resolve_model
+from servesize.model.catalogue import expand_config, load_catalogue, resolve_model
 from servesize.errors import BadInput
-from servesize.kv_cache import all_layers_bytes_per_token
+from servesize.engine.kv_cache import all_layers_bytes_per_token
 from servesize.units import KiB
 
 CATALOGUE = load_catalogue()
@@ -169,7 +169,7 @@ def test_kv_per_token_matches_the_calculator_seed_table(key):
 
 def test_loading_the_catalogue_does_not_import_numpy():
     import subprocess
-    code = "import sys, servesize.catalogue as c; c.load_catalogue(); [e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)"
+    code = "import sys, servesize.model.catalogue as c; c.load_catalogue(); [e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -2,10 +2,11 @@
 
 import pytest
 
-from servesize.catalogue import resolve_model
-from servesize.deployment import Deployment, log_era, parse_version
-from servesize.hardware import parse_gpus
-from servesize.memory import memory_report
+from servesize.model.catalogue import resolve_model
+from servesize.engine.deployment import Deployment
+from servesize.engine.versions import log_era, parse_version
+from servesize.model.hardware import parse_gpus
+from servesize.engine.memory import memory_report
 
 
 def report(model, gpus, **dep):

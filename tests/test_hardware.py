@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from servesize import hardware
+from servesize.model import hardware
 from servesize.errors import BadInput
-from servesize.hardware import Gpu, find_gpu, load_gpus, parse_gpus
+from servesize.model.hardware import Gpu, find_gpu, load_gpus, parse_gpus
 
 MIB = 2**20
 GIB = 2**30
@@ -307,5 +307,5 @@ def test_gpus_with_an_unknown_name_exits_2(capsys):
 
 
 def test_importing_hardware_stays_light():
-    code = "import sys, servesize.hardware; assert 'numpy' not in sys.modules and 'tomllib' not in sys.modules"
+    code = "import sys, servesize.model.hardware; assert 'numpy' not in sys.modules and 'tomllib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from servesize.errors import BadInput
-from servesize.latency import (
+from servesize.planning.latency import (
     breakeven_miss_rate,
     burst_drain_s,
     burst_tolerance,
@@ -20,7 +20,7 @@ from servesize.latency import (
     users_for_rate,
     utilisation,
 )
-from servesize.prefill import PrefillSetup, prefill_costs
+from servesize.planning.prefill import PrefillSetup, prefill_costs
 from seed_reference import reference_contexts
 
 

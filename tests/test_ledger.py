@@ -2,10 +2,10 @@
 
 import pytest
 
-from servesize.architecture import from_config
-from servesize.catalogue import count_granularity, is_precise, load_catalogue
+from servesize.model.architecture import from_config
+from servesize.model.catalogue import count_granularity, is_precise, load_catalogue
 from servesize.errors import UnsupportedArchitecture
-from servesize.ledger import GROUPS, parameter_ledger
+from servesize.model.ledger import GROUPS, parameter_ledger
 
 CATALOGUE = load_catalogue()
 

@@ -122,7 +122,9 @@ def test_calibration_without_the_module_or_file_is_a_clear_error(capsys, tmp_pat
 
 
 def test_a_calibrations_pool_replaces_the_modelled_one(capsys, tmp_path):
-    from servesize.calibration import calibrate, parse_vllm_log
+    from servesize.vllm_logs.calibration import calibrate
+    from servesize.vllm_logs.files import save_calibration
+    from servesize.vllm_logs.parse import parse_vllm_log
 
     log = "INFO 10-03 16:22:17 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n" \
           "INFO 10-03 16:22:17 [kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens\n" \
@@ -130,7 +132,7 @@ def test_a_calibrations_pool_replaces_the_modelled_one(capsys, tmp_path):
     cal = calibrate(parse_vllm_log(log, "lmcache-1739.log"))
     assert cal.pool_tokens
     path = tmp_path / "cal.json"
-    cal.save(path)
+    save_calibration(cal, path)
     assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--calibration", str(path), "--no-sensitivity", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pool_tokens"] == cal.pool_tokens
 
@@ -138,13 +140,15 @@ def test_a_calibrations_pool_replaces_the_modelled_one(capsys, tmp_path):
 def test_a_calibration_with_only_available_memory_drives_the_pool_through_the_engine(capsys, tmp_path):
     import pathlib
 
-    from servesize.calibration import calibrate, parse_vllm_log
+    from servesize.vllm_logs.calibration import calibrate
+    from servesize.vllm_logs.files import save_calibration
+    from servesize.vllm_logs.parse import parse_vllm_log
 
     log = pathlib.Path(__file__).parent / "data" / "vllm-logs" / "v1-024-two-line.log"
     cal = calibrate(parse_vllm_log(log.read_text(), log.name))
     assert cal.pool_tokens is None and cal.available_kv_bytes_per_gpu
     path = tmp_path / "cal.json"
-    cal.save(path)
+    save_calibration(cal, path)
     assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--calibration", str(path), "--no-sensitivity", "--json"]) == 0
     pool = json.loads(capsys.readouterr().out)["pool_tokens"]
     lo, hi = cal.available_kv_bytes_per_gpu

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.prefill import PrefillSetup, prefill_costs, prefill_flops
+from servesize.planning.prefill import PrefillSetup, prefill_costs, prefill_flops
 from seed_reference import reference_contexts
 
 
@@ -107,7 +107,7 @@ def test_prefill_costs_need_contexts():
 
 
 def test_prefill_runs_on_the_projects_own_workload_when_present():
-    workload = pytest.importorskip("servesize.workload")
+    workload = pytest.importorskip("servesize.workload.model")
     wl = workload.Workload.seed_reference()
     c = prefill_costs(setup_27b(), sample_contexts=lambda rng, n: wl.sample(rng, n).full_tokens)
     assert c.mean_context_tokens == pytest.approx(wl.mean_tokens(), rel=0.01)
@@ -115,7 +115,7 @@ def test_prefill_runs_on_the_projects_own_workload_when_present():
 
 
 def test_the_catalogue_h200_fp8_peak_gives_the_seeds_32k_chunk_time():
-    hardware = pytest.importorskip("servesize.hardware")
+    hardware = pytest.importorskip("servesize.model.hardware")
     s = PrefillSetup(gemm_params=P_27B, attention_width=D_27B, full_attention_layers=LA_27B,
                      peak_flops_per_gpu=hardware.find_gpu("H200").dense_flops_per_s("fp8"))
     assert s.seconds(32_768) == pytest.approx(2.040, abs=0.001)

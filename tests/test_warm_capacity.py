@@ -5,14 +5,16 @@ reserve R = 19,308,875,468.8 B, weights 28.8 GiB (27B) or 35.5e9 B (35B-A3B). Th
 RNG stream is not reproduced, so figures are checked within 3 users of Monte-Carlo noise.
 """
 
+from servesize.render.text import render_text
+
 from collections import OrderedDict
 
 import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
-from servesize.workload import EmpiricalClass, SessionClass, Workload
+from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
+from servesize.workload.model import EmpiricalClass, SessionClass, Workload
 
 GiB = 2**30
 V_H200 = 141e9
@@ -90,7 +92,7 @@ def test_random_routing_keeps_only_one_replicas_worth_warm():
     assert dp.routing == "random"
     assert dp.users == one.users
     assert dp.sticky_population_hit_rate_bound == 1 / 4
-    assert "random routing" in dp.render()
+    assert "random routing" in render_text(dp)
 
 
 def test_an_inclusive_cpu_tier_keeps_the_most_recent_sessions_whether_or_not_they_are_in_hbm():
@@ -129,7 +131,7 @@ def test_the_result_explains_itself_and_serialises():
     wc = warm_capacity(Workload.seed_reference(), POOL_27B_FP8, KV_27B_FP8, STATE_27B, fills=100)
     d = wc.to_dict()
     assert set(d["users"]) == {"p5", "p50", "p95"} and d["routing"] == "single"
-    text = wc.render(explain=True)
+    text = render_text(wc, explain=True)
     assert "state_tokens_per_session = state_bytes_per_session / kv_bytes_per_token" in text
     assert "gpu_budget_tokens" in text and "assumptions:" in text
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.workload import EmpiricalClass, SessionClass, Workload, clipped_lognormal_moment
+from servesize.workload.model import EmpiricalClass, SessionClass, Workload, clipped_lognormal_moment
+from servesize.workload.files import load_workload, save_workload
 
 
 def seed():
@@ -121,11 +122,11 @@ def test_a_workload_round_trips_through_dict_json_and_toml(tmp_path):
     assert Workload.from_dict(w.to_dict()) == w
     for name in ("w.json", "w.toml"):
         path = tmp_path / name
-        w.save(path)
-        assert Workload.load(path) == w
+        save_workload(w, path)
+        assert load_workload(path) == w
     u = Workload(SessionClass("user", 20_000, 1.0, 0))
-    u.save(tmp_path / "u.toml")
-    assert Workload.load(tmp_path / "u.toml") == u
+    save_workload(u, tmp_path / "u.toml")
+    assert load_workload(tmp_path / "u.toml") == u
 
 
 def test_workload_files_with_unknown_fields_or_bad_syntax_are_refused(tmp_path):
@@ -136,9 +137,9 @@ def test_workload_files_with_unknown_fields_or_bad_syntax_are_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(BadInput, match="not valid JSON"):
-        Workload.load(bad)
+        load_workload(bad)
     with pytest.raises(BadInput, match="cannot read"):
-        Workload.load(tmp_path / "missing.json")
+        load_workload(tmp_path / "missing.json")
 
 
 def test_a_log_normal_user_mixes_with_an_empirical_subagent_and_round_trips(tmp_path):
@@ -147,6 +148,6 @@ def test_a_log_normal_user_mixes_with_an_empirical_subagent_and_round_trips(tmp_
     s = w.sample(np.random.default_rng(0), 4000)
     assert set(np.unique(s.full_tokens[s.is_subagent])) == {4_000.0, 9_000.0}
     assert 0.45 < s.is_subagent.mean() < 0.55
-    w.save(tmp_path / "m.json")
-    assert Workload.load(tmp_path / "m.json") == w
+    save_workload(w, tmp_path / "m.json")
+    assert load_workload(tmp_path / "m.json") == w
     assert w != w.replace(subagent=EmpiricalClass("subagent", [4_000, 9_001], 3_000))

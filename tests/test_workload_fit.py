@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from servesize.cli import main
-from servesize.workload import Workload
-from servesize.workload_fit import fit_lognormal, fit_workload, kolmogorov_p_value, ks_statistic, read_token_counts
+from servesize.workload.files import load_workload
+from servesize.workload.fit import fit_lognormal, fit_observations, kolmogorov_p_value, ks_statistic
+from servesize.workload.readers import read_token_counts
+
+
+def fit_workload(path, **kw):
+    return fit_observations(read_token_counts(path), **kw)
 
 
 def lognormal_sample(n=20_000, median=31_000, sigma=0.81, seed=0):
@@ -86,7 +91,7 @@ def test_the_written_file_is_a_workload_plan_accepts(tmp_path):
     for out in ("w.json", "w.toml"):
         rc = main(["workload", "fit", str(path), "--out", str(tmp_path / out), "--prefix-tokens", "12k"])
         assert rc == 0
-        w = Workload.load(tmp_path / out)
+        w = load_workload(tmp_path / out)
         assert w.user.prefix_tokens == 12_000 and w.user.sigma == pytest.approx(0.81, rel=0.05)
 
 

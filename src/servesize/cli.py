@@ -30,8 +30,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
-    "simulate": ("servesize.commands.simulate", "replay a request trace through an LRU block cache"),
-    "serve": ("servesize.commands.serve", "the local web explorer"),
 }
 
 EPILOG = """\
@@ -138,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         if want_json:
             sys.stdout.write(json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False) + "\n")
         else:
-            sys.stdout.write(result.render(explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
+            from servesize.render.text import render_text
+
+            sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
         return getattr(result, "exit_code", 0)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)

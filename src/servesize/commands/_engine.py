@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from servesize.deployment import DEFAULT_VLLM_VERSION, Deployment
-from servesize.kv_cache import KV_CACHE_DTYPES
+from servesize.engine.deployment import Deployment
+from servesize.engine.versions import DEFAULT_VLLM_VERSION
+from servesize.engine.kv_cache import KV_CACHE_DTYPES
 from servesize.units import parse_bytes, parse_tokens
 
 
@@ -105,6 +106,6 @@ def deployment_from_args(args) -> Deployment:
 
 
 def gpus_from_args(args):
-    from servesize.hardware import parse_gpus
+    from servesize.model.hardware import parse_gpus
 
     return parse_gpus(args.gpus, memory=getattr(args, "gpu_memory", None))

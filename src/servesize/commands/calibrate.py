@@ -103,7 +103,9 @@ def _read(path: str) -> str:
 
 
 def run(args):
-    from servesize.calibration import calibrate, parse_vllm_log, save_calibrations
+    from servesize.vllm_logs.calibration import calibrate
+    from servesize.vllm_logs.files import save_calibrations
+    from servesize.vllm_logs.parse import parse_vllm_log
 
     items = []
     for path in args.vllm_log:

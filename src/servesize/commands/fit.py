@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servesize.commands._engine import _fraction, _tokens
-from servesize.kv_cache import KV_CACHE_DTYPES
+from servesize.engine.kv_cache import KV_CACHE_DTYPES
 
 HELP = "what can these GPUs serve: models x precision x placement, with concurrency"
 EPILOG = """\
@@ -16,7 +16,7 @@ examples:
 
 
 def add_arguments(parser) -> None:
-    from servesize.fit import DEFAULT_MIN_CONCURRENCY
+    from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 
     parser.add_argument("--gpus", required=True, metavar="NxGPU", help="e.g. 4xH100 (servesize gpus lists them)")
     parser.add_argument("--context", type=_tokens, default=8192, metavar="TOKENS", help="tokens per sequence (default 8k)")
@@ -35,9 +35,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args):
-    from servesize.catalogue import load_catalogue, resolve_model
-    from servesize.fit import fit
-    from servesize.hardware import parse_gpus
+    from servesize.model.catalogue import load_catalogue, resolve_model
+    from servesize.engine.placement import fit
+    from servesize.model.hardware import parse_gpus
 
     gpus = parse_gpus(args.gpus)
     if args.models:

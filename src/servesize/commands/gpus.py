@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from servesize.hardware import Gpu, find_gpu, load_gpus
+from servesize.model.hardware import Gpu, find_gpu, load_gpus
 from servesize.units import GiB
 
 HELP = "the GPU catalogue: memory as nvidia-smi reports it, bandwidth, FLOP/s"

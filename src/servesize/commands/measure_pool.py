@@ -58,7 +58,7 @@ def run(args):
     from servesize.measure.plots import plot_pool
     from servesize.measure.pool import PoolConfig, measure_pool
 
-    predicted = getattr(args, "predicted", None)  # a servesize.memory prediction, when the caller wires one
+    predicted = getattr(args, "predicted", None)  # a servesize.engine.memory prediction, when the caller wires one
     if args.predict and predicted is None:
         from servesize.commands._predict import predict_pool
 

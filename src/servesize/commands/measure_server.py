@@ -46,7 +46,9 @@ class ServerReport:
         return {"pool": self.pool.to_dict(), "sessions": self.sessions.to_dict()}
 
     def render(self, explain: bool = False) -> str:
-        return "\n".join([self.pool.render(explain), "", self.sessions.render(explain)])
+        from servesize.measure.report import render_pool, render_sessions
+
+        return "\n".join([render_pool(self.pool, explain), "", render_sessions(self.sessions, explain)])
 
 
 def _plan_arguments(args) -> str:

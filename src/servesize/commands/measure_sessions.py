@@ -17,7 +17,7 @@ examples:
 Each simulated user runs multi-turn sessions (log-normal starting context, growing by the reply and
 a new turn, a shared system prefix, optional subagents and invalidation) with think time between
 requests. Per rung: warm-hit rate, TTFT of hits and misses, inter-token latency, decode tok/s per
-user, preemptions. Workload defaults are the seed's reference workload (servesize.workload).
+user, preemptions. Workload defaults are the seed's reference workload (servesize.workload.model).
 """
 
 
@@ -87,7 +87,7 @@ def build_params(args):
     from servesize.measure.sessions import ClassParams, SessionParams
 
     try:
-        from servesize.workload import Workload
+        from servesize.workload.model import Workload
 
         base = SessionParams.from_workload(Workload.seed_reference())
     except ImportError:  # pragma: no cover - the workload module is part of the package

@@ -100,7 +100,7 @@ def _parse(name: str, kind: str, text):
 
 
 def _apply(wl, knobs, name: str, value):
-    from servesize.plan import apply_param
+    from servesize.planning.plan import apply_param
 
     if name == "cpu_offload_gib":
         from servesize.units import GiB
@@ -111,10 +111,11 @@ def _apply(wl, knobs, name: str, value):
 def run(args):
     from dataclasses import replace
 
-    from servesize.catalogue import resolve_model
+    from servesize.model.catalogue import resolve_model
     from servesize.errors import BadInput
-    from servesize.memory import memory_report
-    from servesize.plan import Knobs, fixed_from_memory, make_plan, plot, sweep
+    from servesize.engine.memory import memory_report
+    from servesize.planning.plan import Knobs, fixed_from_memory, make_plan, sweep
+    from servesize.render.plots import plot_plan
 
     # --- parse everything first, so a bad value is one line and exit 2 ---------------------
     explicit = {}
@@ -137,10 +138,10 @@ def run(args):
         if pool_tokens <= 0:
             raise BadInput("--pool-tokens must be positive")
     if args.calibration:
-        from servesize.calibration import Calibration
+        from servesize.vllm_logs.files import load_calibration
 
         try:
-            cal = Calibration.load(args.calibration)
+            cal = load_calibration(args.calibration)
         except OSError as exc:
             raise BadInput(f"cannot read calibration {args.calibration}: {exc.strerror or exc}") from None
         if pool_tokens is None:
@@ -162,9 +163,11 @@ def run(args):
         args.mamba_ssm_cache_dtype = args.state_dtype
 
     model = resolve_model(args.model)
-    from servesize.workload import Workload
+    from servesize.workload.model import Workload
 
-    wl = Workload.load(args.workload) if args.workload else Workload.seed_reference()
+    from servesize.workload.files import load_workload
+
+    wl = load_workload(args.workload) if args.workload else Workload.seed_reference()
     knobs = Knobs(assumptions=args.assumptions, sticky_routing=not args.no_sticky_routing, **mc)
     if args.subagents_share_prefix:
         wl = wl.replace(subagents_share_prefix=True)
@@ -172,7 +175,7 @@ def run(args):
         if name == "max_model_len":
             continue
         wl, knobs = _apply(wl, knobs, name, value)
-    from servesize.deployment import derived_max_model_len
+    from servesize.engine.deployment import derived_max_model_len
 
     model_limit = derived_max_model_len(model.architecture)
     if "max_model_len" in explicit:
@@ -220,7 +223,7 @@ def run(args):
         # The recipe serves with the model's MTP head: size the memory as vLLM will (MTP weights, its
         # attention layer in the KV group, draft slots in the recurrent state). The seed's model
         # ignores this, so --assumptions seed leaves it out.
-        from servesize.plan import spec_tokens_of
+        from servesize.planning.plan import spec_tokens_of
 
         dep = replace(dep, num_speculative_tokens=spec_tokens_of(knobs))
     name = getattr(model, "name", None) or model.architecture.name
@@ -242,10 +245,8 @@ def run(args):
         result.sweep = sweep(fixed, wl, knobs, _RENAME.get(sweep_param, sweep_param), sweep_values, sweep_labels)
     if args.plot:
         try:
-            plot(result, args.plot)
+            plot_plan(result, args.plot)
         except ImportError:
             raise BadInput("--plot needs matplotlib (pip install matplotlib)") from None
-        except OSError as exc:
-            raise BadInput(f"cannot write {args.plot}: {exc.strerror or exc}") from None
         result.plot = args.plot
     return result

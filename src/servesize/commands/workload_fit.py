@@ -37,11 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args):
-    from servesize.workload_fit import fit_workload, plot_fit, write_workload
+    from servesize.render.plots import plot_fit
+    from servesize.workload.files import write_workload
+    from servesize.workload.fit import fit_observations
+    from servesize.workload.readers import read_token_counts
 
-    result = fit_workload(args.file, column=args.column, min_tokens=args.min_tokens, prefix_tokens=args.prefix_tokens)
+    result = fit_observations(read_token_counts(args.file, args.column), min_tokens=args.min_tokens,
+                              prefix_tokens=args.prefix_tokens)
     if args.out:
         write_workload(result, args.out)
     if args.plot:
-        plot_fit(result, args.plot)
+        result.plot = plot_fit(result, args.plot)
     return result

@@ -588,11 +588,6 @@ class PoolResult:
             "notes": self.notes, "signal_notes": self.signal_notes, "record": self.record_path,
         }
 
-    def render(self, explain: bool = False) -> str:
-        from servesize.measure.report import render_pool
-
-        return render_pool(self, explain=explain)
-
 
 async def measure_pool(config: PoolConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
                        predicted: Any = None, progress: Callable[[str], None] | None = None) -> PoolResult:

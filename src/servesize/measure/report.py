@@ -1,12 +1,10 @@
-"""Text reports of measurement results (the ``render()`` of PoolResult and SessionsResult)."""
+"""Text reports of measurement results: PoolResult and SessionsResult, registered with ``render_text``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from servesize.measure.pool import PoolResult
-    from servesize.measure.sessions import SessionsResult
+from servesize.measure.pool import PoolResult
+from servesize.measure.sessions import SessionsResult
+from servesize.render.text import render_text
 
 
 def _ms(value: float | None) -> str:
@@ -28,7 +26,8 @@ def table(headers: list[str], rows: list[list[str]], align: str | None = None) -
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def render_pool(r: "PoolResult", explain: bool = False) -> str:
+@render_text.register
+def render_pool(r: PoolResult, explain: bool = False) -> str:
     out = [f"measure pool: {r.url}  model {r.model}"]
     bs = f" (= {(r.prompt_tokens - 1) // r.block_size} blocks of {r.block_size} + 1)" if r.block_size else ""
     out.append(f"prompts of {r.prompt_tokens:,} tokens{bs}, {r.rounds} rounds each (round 1 fills, later rounds test warmth); "
@@ -84,7 +83,8 @@ def render_pool(r: "PoolResult", explain: bool = False) -> str:
     return "\n".join(out)
 
 
-def render_sessions(r: "SessionsResult", explain: bool = False) -> str:
+@render_text.register
+def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     out = [f"measure sessions: {r.url}  model {r.model}"]
     out.append(r.workload_line)
     out.append("")

@@ -81,7 +81,7 @@ class SessionParams:
 
     @classmethod
     def from_workload(cls, workload: Any, **overrides) -> "SessionParams":
-        """Adapt a ``servesize.workload.Workload`` (duck-typed: log-normal classes only)."""
+        """Adapt a ``servesize.workload.model.Workload`` (duck-typed: log-normal classes only)."""
         def cls_of(c) -> ClassParams | None:
             if c is None:
                 return None
@@ -410,11 +410,6 @@ class SessionsResult:
                 "warm_target": self.warm_target, "knee": self.knee, "rungs": [g.to_dict() for g in self.rungs],
                 "verdicts": [{k: v for k, v in x.items()} for x in self.verdicts], "notes": self.notes,
                 "record": self.record_path, "does_not_establish": self.does_not_establish}
-
-    def render(self, explain: bool = False) -> str:
-        from servesize.measure.report import render_sessions
-
-        return render_sessions(self, explain=explain)
 
 
 class SessionsRun:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesize.architecture import Architecture, DTYPE_BYTES
+from servesize.model.architecture import Architecture, DTYPE_BYTES
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.ledger import ParamLedger, parameter_ledger
+from servesize.model.ledger import ParamLedger, parameter_ledger
 
 # precision -> (bits per weight, scale overhead in bits per weight, why)
 PRECISIONS: dict[str, tuple[int, float, str]] = {
@@ -144,13 +144,3 @@ def weights(arch: Architecture, precision: str = "native", tp: int = 1, *, dtype
                      note="matrices, embedding and LM head split across TP ranks; norms and routers replicated")
     label = precision if precision != "native" else f"native ({arch.quantization.method if arch.quantization else arch.dtype})"
     return Weights(label, tp, tuple(groups), int(total), int(per_gpu), ledger, d)
-
-
-def seed_weight_bytes(total_params: int, embed_params: int, precision: str) -> int:
-    """The calculator seed's formula verbatim: embed at 2 B, the rest at bits/8 plus scales."""
-    precision = normalise_precision(precision)
-    bits, scale_bits, _ = PRECISIONS[precision]
-    if bits >= 16:
-        return total_params * 2
-    quant = total_params - embed_params
-    return int(embed_params * 2 + quant * bits / 8 + quant * scale_bits / 8)

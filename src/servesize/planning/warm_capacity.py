@@ -54,7 +54,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.units import GB, fmt_bytes
-from servesize.workload import Workload
+from servesize.workload.model import Workload
 
 # Host-to-device restore bandwidth when the caller does not give one. PCIe Gen5 x16 signals
 # 64 GB/s per direction (PCI-SIG, PCIe 5.0 base spec: 32 GT/s x 16 lanes, 128b/130b); pinned
@@ -140,31 +140,6 @@ class WarmCapacity:
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
 
-    def render(self, explain: bool = False) -> str:
-        scope = {"single": "one pool", "sticky": f"{self.replicas} replicas, sticky routing",
-                 "random": f"{self.replicas} replicas, random routing"}[self.routing]
-        lines = [
-            f"warm capacity ({scope}; p5 / p50 / p95 over {self.fills:,} fills)",
-            f"  warm users          {self.users}",
-            f"  warm sessions       {self.sessions}",
-            f"  GPU-resident        {self.gpu_resident}",
-        ]
-        if self.cpu_offload_bytes > 0:
-            lines.append(f"  CPU-offloaded       {self.cpu_offloaded}")
-        if self.restore:
-            lines.append(
-                f"  restore over PCIe   {self.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
-                f"{self.restore['median_session_seconds']:.3f} s for the median session "
-                f"(at {self.restore['pcie_bytes_per_s'] / GB:g} GB/s; storage view: offloaded sessions are less warm)"
-            )
-        if self.routing == "random":
-            lines.append(
-                f"  random routing keeps one replica's worth warm; a population of {self.replicas} x that "
-                f"would hit at most {self.sticky_population_hit_rate_bound:.0%} of the time (LRU does worse)"
-            )
-        if explain:
-            lines += ["", self.explain()]
-        return "\n".join(lines)
 
 
 def _fill_counts(workload: Workload, rng: np.random.Generator, rows: int, draws: int, gpu_budget: float,

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.architecture import Architecture
-from servesize.deployment import Deployment, check_parallelism
-from servesize.engine_budget import EngineAssumptions
+from servesize.model.architecture import Architecture
+from servesize.engine.deployment import Deployment, check_parallelism
+from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions
 from servesize.errors import ServesizeError
-from servesize.hardware import GpuGroup
-from servesize.kv_cache import kv_per_token
-from servesize.memory import memory_report
-from servesize.units import GiB, fmt_tokens
-from servesize.weights import normalise_precision, weights
+from servesize.model.hardware import GpuGroup
+from servesize.engine.kv_cache import kv_per_token
+from servesize.engine.memory import memory_report
+from servesize.engine.weights import normalise_precision, weights
 
 # A placement holding fewer sequences than this at the target context is not shown as the
 # model's placement when a wider one does better. The calculator seed's 4 x H100 table implies a
@@ -30,8 +29,6 @@ from servesize.weights import normalise_precision, weights
 # and qwen3-30b-a3b at TP1 with 19. We take 8: one replica should at least batch a handful of users.
 DEFAULT_MIN_CONCURRENCY = 8
 DEFAULT_PRECISIONS = ("bf16", "fp8", "int4")
-# The calculator seed's budget uses vLLM's long-standing default utilisation of 0.90.
-SEED_GPU_MEMORY_UTILIZATION = 0.90
 
 
 @dataclass(frozen=True)
@@ -75,38 +72,6 @@ class FitResult:
             "refused": [{"model": m, "reason": r} for m, r in self.refused],
         }
 
-    def render(self, explain: bool = False) -> str:
-        g = self.gpus
-        total_gib = g.count * g.gpu.memory_bytes / GiB
-        head = (f"{g.count} x {g.gpu.name} · {total_gib:,.0f} GiB of device memory (nvidia-smi) · "
-                f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
-                f"Models that fit at {fmt_tokens(self.context)} context ({self.budget} budget, vLLM {self.vllm_version}), "
-                "with the concurrency each allows:\n")
-        rows = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
-        if explain:
-            rows[0] += ("simple budget", "reserve/GPU")
-        for p in self.placements:
-            if not (p.chosen or self.all_placements):
-                continue
-            params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
-            placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
-            row = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
-                   f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
-            if explain:
-                row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
-            rows.append(row)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-        tail = ("\nConcurrency = sequences whose KV fits at once at the full context; shorter requests use less. "
-                "Placement = smallest TP holding at least "
-                f"{DEFAULT_MIN_CONCURRENCY} per replica (--all-placements lists all).")
-        if explain:
-            tail += ("\n'simple budget' is the calculator seed's formula (utilisation x nvidia-smi memory - weights); "
-                     "the difference from the engine budget is the named reserve (activation peak at "
-                     "max_num_batched_tokens + non-torch + CUDA graphs) and CUDA's smaller visible total, per GPU as shown.")
-        if self.refused and explain:
-            tail += "\nNot shown: " + "; ".join(f"{m} ({r})" for m, r in self.refused)
-        return head + table + tail
 
 
 def _tp_sizes(count: int) -> list[int]:
@@ -130,7 +95,7 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
         gpu_memory_utilization: float | None = None, vllm_version: str | None = None,
         min_concurrency: int = DEFAULT_MIN_CONCURRENCY, all_placements: bool = False,
         assumptions: EngineAssumptions = EngineAssumptions()) -> FitResult:
-    from servesize.deployment import DEFAULT_VLLM_VERSION
+    from servesize.engine.versions import DEFAULT_VLLM_VERSION
 
     version = vllm_version or DEFAULT_VLLM_VERSION
     if budget == "simple" and gpu_memory_utilization is None:

@@ -8,42 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from servesize.architecture import Architecture
+from servesize.model.architecture import Architecture
 from servesize.errors import BadInput, DoesNotFit
-from servesize.hardware import GpuGroup
-
-DEFAULT_VLLM_VERSION = "0.33.0"  # newest vLLM release on PyPI when this default was set (2026-11)
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    core = str(text).strip().lstrip("v").split("+")[0]
-    parts = []
-    for piece in core.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if not piece.isdigit() else piece
-        if not digits:
-            break
-        parts.append(int(digits))
-    if not parts:
-        raise BadInput(f"--vllm-version {text!r} is not a version such as 0.19.0")
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts)  # type: ignore[return-value]
-
-
-def log_era(version: tuple[int, int, int]) -> str:
-    """Which formula the engine uses to print its KV-cache lines (vllm-kv-sizing.md §6).
-
-    Boundaries checked against the released wheels: 0.20.0 still prints ``(n // groups) x
-    min_block`` (kv_cache_utils.py:1694); 0.20.1 prints ``int(concurrency x max_model_len)``
-    (kv_cache_utils.py:1706)."""
-    if version < (0, 8, 0):
-        return "v0"  # '# GPU blocks: n'; concurrency n*block/L
-    if version < (0, 10, 0):
-        return "v1-uniform"  # 'GPU KV cache size: n*block tokens'; concurrency tokens/L
-    if version < (0, 20, 1):
-        return "v1-hybrid-old"  # (n // groups) * min_block; concurrency n / sum per-group blocks
-    return "v1-new"  # int(C * L), C = n / sum_g cdiv(max_mem_g, page_g)
-
+from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
+from servesize.model.hardware import GpuGroup
 
 def derived_max_model_len(arch: Architecture) -> int | None:
     """The longest context vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN (ModelConfig's

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
-from servesize.deployment import Deployment
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.engine.deployment import Deployment
 from servesize.derivation import Derivation
 from servesize.errors import DoesNotFit, UnsupportedArchitecture
-from servesize.hardware import Gpu
-from servesize.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
+from servesize.model.hardware import Gpu
+from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
 from servesize.units import cdiv
 
 INDEXER = "indexer"
@@ -134,7 +134,7 @@ def _mla_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> tup
     FLASH_ATTN_MLA (any multiple of 16) unless the KV cache is fp8, which falls to FlashMLA (64);
     on SM10x FLASHINFER_MLA ([32, 64], the smallest preferred); sparse DeepSeek-V3.2 FlashMLA-sparse
     (64). Before 0.19 servesize keeps the older rule: FlashMLA 64 on Hopper, CUTLASS MLA 128 on Blackwell."""
-    from servesize.deployment import gpu_compute_capability
+    from servesize.engine.deployment import gpu_compute_capability
 
     cc = gpu_compute_capability(gpu) if gpu is not None else 9.0
     if arch.index_head_dim or dep.kv_cache_dtype == "fp8_ds_mla":
@@ -156,7 +156,7 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
     request (platforms/interface.py, gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64,
     MambaSpec num_prefill_checkpoint_blocks). FlashInfer GDN is the default on SM90, and on SM10x/12x
     when the key head dim is 128."""
-    from servesize.deployment import gpu_compute_capability
+    from servesize.engine.deployment import gpu_compute_capability
 
     if dep.device != "cuda" or dep.mamba_cache_mode != "align" or dep.version < (0, 33, 0) or not arch.count(GDN):
         return False

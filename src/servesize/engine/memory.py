@@ -5,18 +5,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from servesize.architecture import Architecture
-from servesize.deployment import Deployment, check_parallelism
+from servesize.model.architecture import Architecture
+from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.derivation import Derivation
-from servesize.engine_budget import EngineAssumptions, MemoryBudget, memory_budget
+from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
 from servesize.errors import DoesNotFit
-from servesize.hardware import GpuGroup
-from servesize.kv_cache import kv_per_token
-from servesize.kv_pool import KvPool, kv_pool
+from servesize.model.hardware import GpuGroup
+from servesize.engine.kv_cache import kv_per_token
+from servesize.engine.pool import KvPool, kv_pool
 from servesize.units import fmt_bytes
-from servesize.weights import Weights, weights
+from servesize.engine.weights import Weights, weights
 
 
 @dataclass(frozen=True)
@@ -59,45 +59,11 @@ class MemoryReport:
             "derivation": self.derivation.to_list(),
         }
 
-    def render(self, explain: bool = False) -> str:
-        dep, b, p, w = self.deployment, self.budget, self.pool, self.weights
-        gpu = self.gpus.gpu
-        lines = [
-            f"{self.model} on {self.gpus.count} x {gpu.name} (TP {dep.tensor_parallel_size}, DP {dep.data_parallel_size}), "
-            f"vLLM {dep.vllm_version}",
-            f"  weights          {fmt_bytes(w.per_gpu_bytes)} per GPU ({w.precision}; {fmt_bytes(w.total_bytes)} in all)",
-        ]
-        if b.budget == "engine":
-            lines += [
-                f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} = {fmt_bytes(b.requested_bytes)} per GPU",
-                f"  reserve          activation {fmt_bytes(b.activation_bytes)} + non-torch {fmt_bytes(b.non_torch_bytes)}"
-                f" + CUDA graphs {fmt_bytes(b.cudagraph_bytes)} (estimates; see --explain)",
-            ]
-        elif b.budget == "simple":
-            lines.append(f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} (simple: no reserve)")
-        lines += [
-            f"  available KV     {fmt_bytes(b.available_bytes)} per GPU",
-            f"  KV per token     {p.kv_bytes_per_token:,} B per GPU"
-            + (f"; state {fmt_bytes(p.state_bytes_per_sequence, 'MiB')} per sequence" if p.state_bytes_per_sequence else ""),
-            f"  blocks           {p.num_blocks:,} of {p.block_size} tokens ({len(p.groups)} group(s) of {p.group_size} layer(s))",
-            f"  usable           {p.usable_kv_tokens:,} tokens of context per replica",
-            "  vLLM will log:",
-        ]
-        lines += [f"    {line}" for line in p.log_lines]
-        lines += [f"  note: {n}" for n in p.notes]
-        lines += [f"  warning: {wn}" for wn in self.warnings]
-        if explain:
-            lines += ["", "derivation:", self.derivation.render()]
-        return "\n".join(lines)
 
 
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
                   assumptions: EngineAssumptions = EngineAssumptions(), name: str | None = None) -> MemoryReport:
     if budget == "simple" and deployment.gpu_memory_utilization is None:
-        from dataclasses import replace
-
-        from servesize.fit import SEED_GPU_MEMORY_UTILIZATION
-
         deployment = replace(deployment, gpu_memory_utilization=SEED_GPU_MEMORY_UTILIZATION)
     dep = deployment.resolved(arch, gpus)
     tp, dp = dep.tensor_parallel_size, dep.data_parallel_size

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, DTYPE_BYTES, Layer
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, DTYPE_BYTES, Layer
 from servesize.errors import BadInput
 
 # vLLM --kv-cache-dtype values -> bytes per element (None = the model dtype).

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesize.decode import assumption
+from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.architecture import Architecture
-from servesize.deployment import Deployment
+from servesize.model.architecture import Architecture
+from servesize.engine.deployment import Deployment
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.hardware import Gpu
-from servesize.kv_cache import kv_heads_per_rank
+from servesize.model.hardware import Gpu
+from servesize.engine.kv_cache import kv_heads_per_rank
 from servesize.units import GiB, MiB
+
+# The calculator seed's simple budget uses vLLM's long-standing default utilisation of 0.90.
+SEED_GPU_MEMORY_UTILIZATION = 0.90
 
 
 @dataclass(frozen=True)

@@ -170,22 +170,8 @@ class Architecture:
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def is_hybrid(self) -> bool:
-        return len(self.kinds) > 1
-
-    @property
     def has_state(self) -> bool:
         return any(layer.kind in STATE_KINDS for layer in self.layers)
-
-    def describe_layers(self) -> str:
-        parts = []
-        for kind, n in self.kinds.items():
-            example = next(l for l in self.layers if l.kind == kind)
-            if kind in (SLIDING, CHUNKED):
-                parts.append(f"{n} {kind} (window {example.window})")
-            else:
-                parts.append(f"{n} {kind}")
-        return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------

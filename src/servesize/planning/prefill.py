@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servesize.decode import ContextSampler, assumption, tp_efficiency
+from servesize.assumptions import assumption
+from servesize.planning.decode import ContextSampler, tp_efficiency
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 

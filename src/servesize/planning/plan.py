@@ -21,18 +21,17 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 
-from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
-from servesize.decode import (DecodeSetup, ExpertRouting, assumption, contexts_from, decode_ceiling, decode_curve,
-                              dense_weights_read_per_step, modelled_assumptions, mtp_speedup)
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
+from servesize.assumptions import assumption, modelled_assumptions
+from servesize.planning.decode import (DecodeSetup, ExpertRouting, contexts_from, decode_ceiling, dense_weights_read_per_step, mtp_speedup)
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.latency import latency_ceiling_users, latency_report, moments_from, saturation_ceiling_users
-from servesize.prefill import PrefillSetup, prefill_costs
+from servesize.planning.latency import latency_ceiling_users, latency_report, moments_from, saturation_ceiling_users
+from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.units import GiB
-from servesize.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
-from servesize.workload import Workload
+from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
+from servesize.workload.model import Workload
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
 STATE_KINDS = (GDN, MAMBA)
@@ -246,7 +245,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs) -> DecodeSetup:
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
-        from servesize.decode import tp_efficiency
+        from servesize.planning.decode import tp_efficiency
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
     return DecodeSetup(
         bandwidth_bytes_per_s=fixed.bandwidth_bytes_per_s, weight_bytes_per_step=fixed.weight_bytes_read,
@@ -282,7 +281,7 @@ DECODE_SEARCH_LIMIT = 65536  # decoders per replica; past it decode cannot be wh
 
 def _decode_ceiling(setup, sampler, floor: float, fills, seed):
     """The decode ceiling, or the search limit as a lower bound when the floor is never reached."""
-    from servesize.decode import DecodeCeiling, FloorNeverReached
+    from servesize.planning.decode import DecodeCeiling, FloorNeverReached
 
     try:
         return decode_ceiling(setup, sampler, floor, fills=fills, seed=seed, max_n=DECODE_SEARCH_LIMIT)
@@ -355,7 +354,7 @@ SENSITIVITY = {
 
 def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tuple[Workload, Knobs]:
     """Set one sweepable parameter (workload field or modelled knob) to ``value``."""
-    from servesize.workload import SessionClass
+    from servesize.workload.model import SessionClass
     class_field = {"median": "median_tokens", "sigma": "sigma", "prefix": "prefix_tokens"}
     cls_name, _, field_name = name.rpartition("_") if name.startswith("subagent_") else ("user", "", name)
     if field_name in class_field and cls_name in ("user", "subagent"):
@@ -514,87 +513,12 @@ class Plan:
             out["plot"] = self.plot
         return out
 
-    def render(self, explain: bool = False) -> str:
-        r, f = self.result, self.fixed
-        w = r.warm
-        lines = [f"{f.name} on {f.n_gpu}x{f.gpu_key} (TP {f.tp}, DP {f.dp}), KV {f.kv_cache_dtype}, "
-                 f"pool {f.pool_tokens:,.0f} tokens per replica ({f.pool_source})"]
-        lines.append("  workload: " + self.workload.describe().replace("\n", "\n            "))
-        lines.append(f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
-                     f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})")
-        if self.knobs.cpu_offload_bytes:
-            lines.append(f"  of which in host RAM p50 {w.cpu_offloaded.p50:,.0f}; in HBM p50 {w.gpu_resident.p50:,.0f}")
-        lines.append("ceilings (users):")
-        head = r.headroom()
-        desc = {
-            "cache": "warm user sessions p5",
-            "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user" + (f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""),
-            "latency": f"mean miss TTFT <= {_val(self.knobs, 'ttft_limit_s'):g} s",
-            "saturation": "prefill duty 100%",
-        }
-        for k in CEILINGS:
-            mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
-            lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
-        if r.decode_comfortable is not None:
-            lines.append(f"  (decode at the comfortable {r.decode_comfortable.floor_tok_s:g} tok/s: "
-                         f"{r.decode_comfortable.n * f.dp:,} users)")
-        lines.append(f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
-                     f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)")
-        if self.latency is not None and math.isfinite(self.latency.burst_tolerance):
-            lines.append(f"burst: at the binding load a replica absorbs {self.latency.burst_tolerance:.1f} simultaneous "
-                         f"cold misses within the {_val(self.knobs, 'ttft_limit_s'):g} s TTFT limit")
-        if w.restore:
-            lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
-                         f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")
-        lines.append("recipe:")
-        lines.append("  " + self.recipe)
-        for note in self.recipe_notes:
-            lines.append("  " + note)
-        if self.power is not None:
-            p = self.power
-            lines.append(f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
-                         f"{p.cost_per_month:,.0f} per month, "
-                         + (f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else "")
-                         + f"(price {p.price_per_kwh}/kWh, PUE {p.pue})")
-        else:
-            lines.append(f"power: {self.power_note}")
-        if self.sensitivity:
-            lines.append("sensitivity (where the binding ceiling changes):")
-            for name, s in self.sensitivity.items():
-                lines.append(f"  {name:<22}{s['text']}")
-        if self.sweep is not None:
-            lines.append(render_sweep(self.sweep))
-        if self.plot:
-            lines.append(f"plot written to {self.plot}")
-        if explain:
-            lines.append("\nassumptions:")
-            for a in self.assumptions:
-                lines.append(f"  {a['name']:<34}{_show(a['value']):>14} {a.get('unit', '')}  [{a['source']}]")
-            lines.append("\nderivation:")
-            lines.append(self.derivation.render())
-        return "\n".join(l for l in lines if l is not None)
-
-
-def _show(v):
-    if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.4g}"
-    return str(v)
 
 
 def _power_dict(p):
     d = p.to_dict()
     d.pop("derivation", None)
     return d
-
-
-def render_sweep(sweep: dict) -> str:
-    lines = [f"sweep over {sweep['param']}:",
-             f"  {'value':>10} {'warm p5':>8} {'warm p50':>9} {'cache':>7} {'decode':>7} {'latency':>8} {'saturation':>10}  binding"]
-    for row in sweep["rows"]:
-        c = row["ceilings"]
-        lines.append(f"  {row['label']:>10} {row['warm_users']['p5']:>8,.0f} {row['warm_users']['p50']:>9,.0f} "
-                     f"{c['cache']:>7,.0f} {c['decode']:>7,.0f} {c['latency']:>8,.0f} {c['saturation']:>10,.0f}  {row['binding']}")
-    return "\n".join(lines)
 
 
 def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, list]:
@@ -674,7 +598,7 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
 
 
 def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
-    from servesize.power import PowerStates, power_bill, seed_decode_capacity
+    from servesize.planning.power import PowerStates, power_bill, seed_decode_capacity
     if not fixed.tdp_w:
         return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped"
     states = PowerStates.from_tdp(fixed.tdp_w, knobs.a("power.idle_fraction_of_tdp"), knobs.a("power.decode_fraction_of_tdp"),
@@ -725,55 +649,3 @@ def sweep(fixed: Fixed, workload: Workload, knobs: Knobs, param: str, values: li
         rows.append({"value": v, "label": (labels[i] if labels else f"{v:g}"), "warm_users": c.warm.users.to_dict(),
                      "warm_sessions": c.warm.sessions.to_dict(), "ceilings": c.values, "binding": c.binding})
     return {"param": param, "rows": rows}
-
-
-def plot(plan: Plan, path: str, median_values=None) -> str:
-    """2x2 figure: warm-user histogram, capacity vs median, decode curve, the four ceilings."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fixed, workload, knobs, res = plan.fixed, plan.workload, plan.knobs, plan.result
-    fig, ax = plt.subplots(2, 2, figsize=(12, 9))
-    # 1: warm users distribution (re-run the fill to get the counts)
-    w = res.warm
-    ax[0, 0].bar(["p5", "p50", "p95"], [w.users.p5, w.users.p50, w.users.p95], color=["#c44", "#48c", "#4a4"])
-    ax[0, 0].set_title("warm users (percentiles over fills)")
-    ax[0, 0].set_ylabel("users")
-    # 2: capacity vs median
-    meds = median_values or [0.5 * workload.user.median_tokens, workload.user.median_tokens, 2 * workload.user.median_tokens,
-                             4 * workload.user.median_tokens]
-    sw = sweep(fixed, workload, replace(knobs, fills=min(knobs.fills, 300), decode_fills=min(knobs.decode_fills or 400, 150)),
-               "median", meds)
-    xs = [r["value"] / 1000 for r in sw["rows"]]
-    for key in CEILINGS:
-        ax[0, 1].plot(xs, [r["ceilings"][key] for r in sw["rows"]], marker="o", label=key)
-    ax[0, 1].plot(xs, [r["warm_users"]["p50"] for r in sw["rows"]], "k--", label="warm p50")
-    ax[0, 1].set_xlabel("user median context (k tokens)")
-    ax[0, 1].set_ylabel("users")
-    ax[0, 1].set_title("capacity vs session median")
-    ax[0, 1].legend()
-    # 3: decode p50 curve
-    setup = decode_setup(fixed, knobs)
-    top = max(2 * res.decode.n, int(w.gpu_resident.p50 / fixed.dp) + 10, 16)
-    ns = np.unique(np.linspace(1, top, 40).astype(int))
-    curve = decode_curve(setup, contexts_from(workload), ns, fills=min(knobs.decode_fills or 400, 200), seed=knobs.seed)
-    ax[1, 0].plot(curve["n"], curve["p50"], label="p50 per user")
-    ax[1, 0].fill_between(curve["n"], curve["p5"], curve["p95"], alpha=0.2, label="p5-p95")
-    ax[1, 0].axhline(_val(knobs, "decode_floor"), color="r", ls="--", label=f"floor {_val(knobs, 'decode_floor'):g}")
-    ax[1, 0].axhline(_val(knobs, "comfortable_floor"), color="orange", ls="--",
-                     label=f"comfortable {_val(knobs, 'comfortable_floor'):g}")
-    ax[1, 0].axvline(w.gpu_resident.p50 / fixed.dp, color="k", ls=":", label="GPU-resident warm p50")
-    ax[1, 0].set_xlabel("concurrent decoders per replica")
-    ax[1, 0].set_ylabel("tok/s per user")
-    ax[1, 0].set_title("decode speed")
-    ax[1, 0].legend()
-    # 4: ceilings
-    colours = ["#c44" if k == res.binding else "#888" for k in CEILINGS]
-    ax[1, 1].bar(list(CEILINGS), [res.values[k] for k in CEILINGS], color=colours)
-    ax[1, 1].set_title(f"ceilings (users); binding: {res.binding}")
-    fig.suptitle(f"{fixed.name} on {fixed.n_gpu}x{fixed.gpu_key}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
 
-from servesize.architecture import Architecture, from_config, load_config_file
+from servesize.model.architecture import Architecture, from_config, load_config_file
 from servesize.errors import BadInput
 
 _SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -258,8 +258,3 @@ def _unknown_message(spec: str) -> str:
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return (f"unknown model {spec!r}: {hint}servesize models lists them; "
             "or pass a config.json path, a model folder, or a Hugging Face id (org/name)")
-
-
-def catalogue_entries() -> list[CatalogueEntry]:
-    return list(load_catalogue().values())
-

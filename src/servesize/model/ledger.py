@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
 

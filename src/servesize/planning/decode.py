@@ -29,49 +29,18 @@ bandwidth is one GPU's datasheet HBM rate, multiplied here by tp.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
+from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 
 
 class FloorNeverReached(BadInput):
     """Per-user decode stays above the floor at every concurrency searched: decode cannot bind."""
-
-# --------------------------------------------------------------------------------------
-# Modelled assumptions (data/assumptions.toml). Only this loader reads the file.
-# --------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def modelled_assumptions() -> dict[str, dict[str, Any]]:
-    """Every modelled assumption, keyed ``section.name`` -> {default, seed, unit, reason, source, ...}."""
-    text = resources.files("servesize").joinpath("data/assumptions.toml").read_text(encoding="utf-8")
-    raw = tomllib.loads(text)
-    out: dict[str, dict[str, Any]] = {}
-    for section, entries in raw.items():
-        for name, entry in entries.items():
-            out[f"{section}.{name}"] = dict(entry)
-    return out
-
-
-def assumption(name: str, which: str = "default"):
-    """The default (or the seed's value, ``which='seed'``) of one named modelled assumption."""
-    try:
-        return modelled_assumptions()[name][which]
-    except KeyError:
-        raise KeyError(f"no modelled assumption {name!r} with a {which!r} value") from None
-
-
-def _a(name: str):
-    return assumption(name)
-
 
 ContextSampler = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -130,9 +99,9 @@ def tp_efficiency(
     The seed's haircut (working-set-model.md 2.5): 0.90 per doubling inside one NVLink
     domain, a further 0.65 per doubling beyond it. TP1 is 1.0.
     """
-    per_doubling = _a("decode.tp_efficiency_per_doubling") if per_doubling is None else per_doubling
-    nvlink_domain = _a("decode.nvlink_domain_gpus") if nvlink_domain is None else nvlink_domain
-    cross = _a("decode.tp_efficiency_cross_domain_per_doubling") if cross_domain_per_doubling is None else cross_domain_per_doubling
+    per_doubling = assumption("decode.tp_efficiency_per_doubling") if per_doubling is None else per_doubling
+    nvlink_domain = assumption("decode.nvlink_domain_gpus") if nvlink_domain is None else nvlink_domain
+    cross = assumption("decode.tp_efficiency_cross_domain_per_doubling") if cross_domain_per_doubling is None else cross_domain_per_doubling
     if tp < 1 or int(tp) != tp:
         raise BadInput(f"tensor-parallel size must be a whole number >= 1, got {tp!r}")
     if nvlink_domain < 1:
@@ -224,7 +193,7 @@ class DecodeSetup:
     tp: int = 1
     experts: ExpertRouting | None = None
     spec_speedup: float = 1.0
-    bandwidth_efficiency: float = field(default_factory=lambda: _a("decode.bandwidth_efficiency"))
+    bandwidth_efficiency: float = field(default_factory=lambda: assumption("decode.bandwidth_efficiency"))
     tp_efficiency: float | None = None
     topk_tokens: int = 0
     topk_bytes_per_token: float = 0.0
@@ -442,7 +411,7 @@ def decode_speed(
     """Per-user tok/s p5/p50/p95 with n concurrent decoders (n contexts drawn per fill)."""
     if n < 1 or int(n) != n:
         raise BadInput(f"concurrent decoders must be a whole number >= 1, got {n!r}")
-    fills = _a("decode.fills") if fills is None else fills
+    fills = assumption("decode.fills") if fills is None else fills
     bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
     return _speed_result(setup, bank, int(n))
 
@@ -455,7 +424,7 @@ def decode_curve(
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """p5/p50/p95 per-user tok/s and aggregate p50 for every n in ``ns`` (one bank, CRN)."""
-    fills = _a("decode.fills") if fills is None else fills
+    fills = assumption("decode.fills") if fills is None else fills
     ns = np.asarray(list(ns), dtype=int)
     if ns.size == 0 or ns.min() < 1:
         raise BadInput("concurrency values must be >= 1")
@@ -500,10 +469,10 @@ def decode_ceiling(
     Returns n = 0 when even one decoder misses the floor. Refuses (BadInput) rather than
     report a censored value when the floor is still met at ``max_n`` decoders.
     """
-    floor = _a("decode.floor_hard_tok_s") if floor_tok_s is None else float(floor_tok_s)
+    floor = assumption("decode.floor_hard_tok_s") if floor_tok_s is None else float(floor_tok_s)
     if floor <= 0:
         raise BadInput(f"decode floor must be > 0 tok/s, got {floor!r}")
-    fills = _a("decode.fills") if fills is None else fills
+    fills = assumption("decode.fills") if fills is None else fills
     bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
     evals = 0
 

@@ -1,0 +1,239 @@
+"""Text reports: how each result reads in a terminal (``servesize CMD`` without ``--json``).
+
+``render_text(result, explain)`` dispatches on the result's type. The library's results (Plan,
+MemoryReport, FitResult, WarmCapacity, CalibrationCheck, WorkloadFit) are registered here; a layer
+above (measure) registers its own; anything else renders itself with ``result.render(explain)``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import singledispatch
+from typing import Any
+
+from servesize.engine.memory import MemoryReport
+from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY, FitResult
+from servesize.planning.plan import CEILINGS, Plan, _val
+from servesize.planning.warm_capacity import WarmCapacity
+from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
+from servesize.vllm_logs.calibration import CalibrationCheck
+from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, WorkloadFit, fit_meaning
+
+
+@singledispatch
+def render_text(result: Any, explain: bool = False) -> str:
+    """The text report of ``result`` (its own ``render`` when no renderer is registered for its type)."""
+    return result.render(explain)
+
+
+@render_text.register
+def _plan(plan: Plan, explain: bool = False) -> str:
+    r, f = plan.result, plan.fixed
+    w = r.warm
+    lines = [f"{f.name} on {f.n_gpu}x{f.gpu_key} (TP {f.tp}, DP {f.dp}), KV {f.kv_cache_dtype}, "
+             f"pool {f.pool_tokens:,.0f} tokens per replica ({f.pool_source})"]
+    lines.append("  workload: " + plan.workload.describe().replace("\n", "\n            "))
+    lines.append(f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
+                 f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})")
+    if plan.knobs.cpu_offload_bytes:
+        lines.append(f"  of which in host RAM p50 {w.cpu_offloaded.p50:,.0f}; in HBM p50 {w.gpu_resident.p50:,.0f}")
+    lines.append("ceilings (users):")
+    head = r.headroom()
+    desc = {
+        "cache": "warm user sessions p5",
+        "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user" + (f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""),
+        "latency": f"mean miss TTFT <= {_val(plan.knobs, 'ttft_limit_s'):g} s",
+        "saturation": "prefill duty 100%",
+    }
+    for k in CEILINGS:
+        mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
+        lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
+    if r.decode_comfortable is not None:
+        lines.append(f"  (decode at the comfortable {r.decode_comfortable.floor_tok_s:g} tok/s: "
+                     f"{r.decode_comfortable.n * f.dp:,} users)")
+    lines.append(f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
+                 f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)")
+    if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
+        lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
+                     f"cold misses within the {_val(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
+    if w.restore:
+        lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
+                     f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")
+    lines.append("recipe:")
+    lines.append("  " + plan.recipe)
+    for note in plan.recipe_notes:
+        lines.append("  " + note)
+    if plan.power is not None:
+        p = plan.power
+        lines.append(f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
+                     f"{p.cost_per_month:,.0f} per month, "
+                     + (f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else "")
+                     + f"(price {p.price_per_kwh}/kWh, PUE {p.pue})")
+    else:
+        lines.append(f"power: {plan.power_note}")
+    if plan.sensitivity:
+        lines.append("sensitivity (where the binding ceiling changes):")
+        for name, s in plan.sensitivity.items():
+            lines.append(f"  {name:<22}{s['text']}")
+    if plan.sweep is not None:
+        lines.append(render_sweep(plan.sweep))
+    if plan.plot:
+        lines.append(f"plot written to {plan.plot}")
+    if explain:
+        lines.append("\nassumptions:")
+        for a in plan.assumptions:
+            lines.append(f"  {a['name']:<34}{_show(a['value']):>14} {a.get('unit', '')}  [{a['source']}]")
+        lines.append("\nderivation:")
+        lines.append(plan.derivation.render())
+    return "\n".join(l for l in lines if l is not None)
+
+
+@render_text.register
+def _memory(report: MemoryReport, explain: bool = False) -> str:
+    dep, b, p, w = report.deployment, report.budget, report.pool, report.weights
+    gpu = report.gpus.gpu
+    lines = [
+        f"{report.model} on {report.gpus.count} x {gpu.name} (TP {dep.tensor_parallel_size}, DP {dep.data_parallel_size}), "
+        f"vLLM {dep.vllm_version}",
+        f"  weights          {fmt_bytes(w.per_gpu_bytes)} per GPU ({w.precision}; {fmt_bytes(w.total_bytes)} in all)",
+    ]
+    if b.budget == "engine":
+        lines += [
+            f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} = {fmt_bytes(b.requested_bytes)} per GPU",
+            f"  reserve          activation {fmt_bytes(b.activation_bytes)} + non-torch {fmt_bytes(b.non_torch_bytes)}"
+            f" + CUDA graphs {fmt_bytes(b.cudagraph_bytes)} (estimates; see --explain)",
+        ]
+    elif b.budget == "simple":
+        lines.append(f"  budget           {fmt_bytes(b.total_bytes)} x {dep.gpu_memory_utilization} (simple: no reserve)")
+    lines += [
+        f"  available KV     {fmt_bytes(b.available_bytes)} per GPU",
+        f"  KV per token     {p.kv_bytes_per_token:,} B per GPU"
+        + (f"; state {fmt_bytes(p.state_bytes_per_sequence, 'MiB')} per sequence" if p.state_bytes_per_sequence else ""),
+        f"  blocks           {p.num_blocks:,} of {p.block_size} tokens ({len(p.groups)} group(s) of {p.group_size} layer(s))",
+        f"  usable           {p.usable_kv_tokens:,} tokens of context per replica",
+        "  vLLM will log:",
+    ]
+    lines += [f"    {line}" for line in p.log_lines]
+    lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  warning: {wn}" for wn in report.warnings]
+    if explain:
+        lines += ["", "derivation:", report.derivation.render()]
+    return "\n".join(lines)
+
+
+@render_text.register
+def _fit(result: FitResult, explain: bool = False) -> str:
+    g = result.gpus
+    total_gib = g.count * g.gpu.memory_bytes / GiB
+    head = (f"{g.count} x {g.gpu.name} · {total_gib:,.0f} GiB of device memory (nvidia-smi) · "
+            f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
+            f"Models that fit at {fmt_tokens(result.context)} context ({result.budget} budget, vLLM {result.vllm_version}), "
+            "with the concurrency each allows:\n")
+    rows = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
+    if explain:
+        rows[0] += ("simple budget", "reserve/GPU")
+    for p in result.placements:
+        if not (p.chosen or result.all_placements):
+            continue
+        params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
+        placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
+        row = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
+               f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
+        if explain:
+            row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    tail = ("\nConcurrency = sequences whose KV fits at once at the full context; shorter requests use less. "
+            "Placement = smallest TP holding at least "
+            f"{DEFAULT_MIN_CONCURRENCY} per replica (--all-placements lists all).")
+    if explain:
+        tail += ("\n'simple budget' is the calculator seed's formula (utilisation x nvidia-smi memory - weights); "
+                 "the difference from the engine budget is the named reserve (activation peak at "
+                 "max_num_batched_tokens + non-torch + CUDA graphs) and CUDA's smaller visible total, per GPU as shown.")
+    if result.refused and explain:
+        tail += "\nNot shown: " + "; ".join(f"{m} ({r})" for m, r in result.refused)
+    return head + table + tail
+
+
+@render_text.register
+def _warm_capacity(wc: WarmCapacity, explain: bool = False) -> str:
+    scope = {"single": "one pool", "sticky": f"{wc.replicas} replicas, sticky routing",
+             "random": f"{wc.replicas} replicas, random routing"}[wc.routing]
+    lines = [
+        f"warm capacity ({scope}; p5 / p50 / p95 over {wc.fills:,} fills)",
+        f"  warm users          {wc.users}",
+        f"  warm sessions       {wc.sessions}",
+        f"  GPU-resident        {wc.gpu_resident}",
+    ]
+    if wc.cpu_offload_bytes > 0:
+        lines.append(f"  CPU-offloaded       {wc.cpu_offloaded}")
+    if wc.restore:
+        lines.append(
+            f"  restore over PCIe   {wc.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
+            f"{wc.restore['median_session_seconds']:.3f} s for the median session "
+            f"(at {wc.restore['pcie_bytes_per_s'] / GB:g} GB/s; storage view: offloaded sessions are less warm)"
+        )
+    if wc.routing == "random":
+        lines.append(
+            f"  random routing keeps one replica's worth warm; a population of {wc.replicas} x that "
+            f"would hit at most {wc.sticky_population_hit_rate_bound:.0%} of the time (LRU does worse)"
+        )
+    if explain:
+        lines += ["", wc.explain()]
+    return "\n".join(lines)
+
+
+@render_text.register
+def _calibration_check(check: CalibrationCheck, explain: bool = False) -> str:
+    rows = [f"servesize prediction vs {check.source}"]
+    for c in check.checks:
+        logged = f"[{c.logged[0]:,.0f}, {c.logged[1]:,.0f})" if isinstance(c.logged, tuple) else f"{c.logged:,}"
+        pct = f" ({c.error_pct:+.2f}%)" if c.error_pct is not None else ""
+        rows.append(f"  {c.name:<28} predicted {c.predicted:,}  logged {logged}  error {c.error:+,}{pct} {c.unit}")
+    rows += [f"  note: {n}" for n in check.notes]
+    return "\n".join(rows)
+
+
+@render_text.register
+def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
+    o, f = fit.observations, fit.user_fit
+    lines = [
+        f"{o.path}: {o.format}, {o.field}; {o.records:,} records, {len(o.user):,} prompt lengths"
+        + (f" ({fit.dropped:,} under {fit.min_tokens:,} tokens dropped)" if fit.dropped else ""),
+        f"user class: log-normal median {f.median:,.0f} tokens, sigma {f.sigma:.3f} (n = {f.n:,})",
+        f"  goodness of fit: {fit_meaning(f.ks_d, f.n, f.ks_p)}",
+    ]
+    if fit.subagent_fit is not None:
+        s = fit.subagent_fit
+        lines.append(f"subagent class: log-normal median {s.median:,.0f} tokens, sigma {s.sigma:.3f} (n = {s.n:,}); "
+                     f"r = {fit.workload.subagent_ratio:.3f} subagent requests per user request; KS D = {s.ks_d:.3f}")
+    elif o.subagent:
+        lines.append(f"subagent requests: {len(o.subagent):,}, too few to fit (< {MIN_SUBAGENT_SAMPLES}); not written")
+    hit = fit.cache_hit_rate()
+    if hit is not None:
+        lines.append(f"observed prefix-cache hit rate (cached / prompt tokens): {hit:.1%}")
+    lines.append(f"prefix: {fit.workload.user.prefix_tokens:,} tokens ({fit.prefix_source})")
+    if fit.out:
+        lines.append(f"wrote {fit.out} (use it with: servesize plan MODEL --gpus ... --workload {fit.out})")
+    if fit.plot:
+        lines.append(f"wrote {fit.plot}")
+    if explain:
+        lines += ["", fit.derivation.render(), "", "workload written:", fit.workload.describe()]
+    return "\n".join(lines)
+
+
+def _show(v):
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.4g}"
+    return str(v)
+
+
+def render_sweep(sweep: dict) -> str:
+    lines = [f"sweep over {sweep['param']}:",
+             f"  {'value':>10} {'warm p5':>8} {'warm p50':>9} {'cache':>7} {'decode':>7} {'latency':>8} {'saturation':>10}  binding"]
+    for row in sweep["rows"]:
+        c = row["ceilings"]
+        lines.append(f"  {row['label']:>10} {row['warm_users']['p5']:>8,.0f} {row['warm_users']['p50']:>9,.0f} "
+                     f"{c['cache']:>7,.0f} {c['decode']:>7,.0f} {c['latency']:>8,.0f} {c['saturation']:>10,.0f}  {row['binding']}")
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""Workload files: read and write the JSON / TOML that ``servesize workload fit`` writes and
+``servesize plan --workload`` reads (``Workload.to_dict`` / ``Workload.from_dict`` are the format)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import tomllib
+from typing import Any
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.workload.fit import WorkloadFit
+from servesize.workload.model import Workload
+
+
+def load_workload(path) -> Workload:
+    """Read a JSON or TOML workload file (as written by ``servesize workload fit``)."""
+    p = pathlib.Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
+    text = raw.decode("utf-8", errors="replace")
+    if p.suffix.lower() == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise BadInput(f"workload file {str(p)!r} is not valid TOML: {exc}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"workload file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    return Workload.from_dict(data)
+
+
+def save_workload(workload: Workload, path) -> pathlib.Path:
+    """Write JSON (default) or TOML (``.toml`` suffix); ``fit`` metadata is not part of it."""
+    return save_workload_dict(workload.to_dict(), path)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def to_toml(data: dict) -> str:
+    """A small TOML writer for the workload file: scalars first, then one table per dict."""
+    head, tables = [], []
+    for key, value in data.items():
+        if value is None:
+            continue  # TOML has no null: an absent table means None
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            head.append(f"{key} = {_toml_value(value)}")
+    out = head[:]
+    for key, table in tables:
+        out.append("")
+        out.append(f"[{key}]")
+        for k, v in table.items():
+            if v is None:
+                continue
+            if isinstance(v, dict):
+                raise TypeError("nested tables are not written")
+            out.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(out) + "\n"
+
+
+def save_workload_dict(data: dict, path) -> pathlib.Path:
+    p = pathlib.Path(path)
+    text = to_toml(data) if p.suffix.lower() == ".toml" else json.dumps(data, indent=2) + "\n"
+    try:
+        p.write_text(text)
+    except OSError as exc:
+        raise BadInput(f"cannot write workload file {str(p)!r}: {exc.strerror or exc}") from None
+    return p
+
+
+def write_workload(result: WorkloadFit, path) -> str:
+    """Write the workload file (JSON, or TOML for a .toml name) that ``plan --workload`` reads."""
+    save_workload_dict(result.workload_dict(), path)
+    result.out = str(path)
+    return result.out
