@@ -13,7 +13,6 @@ import argparse
 import statistics
 import time
 
-
 from servesize.planning.decode import DecodeSetup, ExpertRouting, contexts_from, decode_ceiling, decode_curve
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.workload.model import Workload

@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 
+from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
 from servesize.model.architecture import FULL, GDN, MLA, SLIDING, from_config, load_config_file
 from servesize.model.catalogue import load_catalogue
-from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
 
 SHARED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "model-configs"
 CONFIG_FILES = sorted(SHARED_CONFIGS.glob("*/config*.json")) if SHARED_CONFIGS.is_dir() else []
@@ -155,8 +155,8 @@ MAMBA2 = {"model_type": "mamba2", "hidden_size": 2560, "num_hidden_layers": 64, 
 
 
 def test_a_mamba2_config_reads_as_state_layers_with_their_state_shapes():
-    from servesize.model.architecture import MAMBA, from_config
     from servesize.engine.kv_cache import kv_per_token, state_shape
+    from servesize.model.architecture import MAMBA, from_config
 
     arch = from_config(MAMBA2, "mamba2-2.7b")
     assert arch.kinds == {MAMBA: 64}

@@ -23,8 +23,8 @@ SEED_TABLE = {  # model: (weights GiB, TP, replicas, per replica, across group)
 
 @pytest.fixture(scope="module")
 def seed_fit():
-    import io
     import contextlib
+    import io
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

@@ -1,19 +1,18 @@
 """Reading real vLLM start-up logs (tests/data/vllm-logs/*.log, each citing where its lines were
 quoted from, and the six public logs in ../shared/reference/vllm-logs-public.json) into a Calibration."""
 
-from servesize.render.text import render_text
-
 import json
 import pathlib
 
 import pytest
 
+from servesize.cli import main
+from servesize.errors import BadInput
+from servesize.render.text import render_text
+from servesize.units import GiB
 from servesize.vllm_logs.calibration import Calibration, calibrate, calibrate_against, gib_interval
 from servesize.vllm_logs.files import load_calibration, load_calibrations, save_calibration, save_calibrations
 from servesize.vllm_logs.parse import parse_vllm_log
-from servesize.cli import main
-from servesize.errors import BadInput
-from servesize.units import GiB
 
 LOGS = pathlib.Path(__file__).parent / "data" / "vllm-logs"
 
@@ -99,10 +98,10 @@ def test_lmcache_1739_uniform_model_gives_2666_blocks_from_tokens_and_block_16(p
 
 
 def test_lmcache_1739_calibrate_against_servesize_memory_report_is_exact(public, shared_dir):
-    from servesize.model.architecture import from_config
     from servesize.engine.deployment import Deployment
-    from servesize.model.hardware import parse_gpus
     from servesize.engine.memory import memory_report
+    from servesize.model.architecture import from_config
+    from servesize.model.hardware import parse_gpus
 
     qwen3_14b = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
                  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 17408,

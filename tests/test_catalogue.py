@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from servesize.model.catalogue import expand_config, load_catalogue, resolve_model
-from servesize.errors import BadInput
 from servesize.engine.kv_cache import all_layers_bytes_per_token
+from servesize.errors import BadInput
+from servesize.model.catalogue import expand_config, load_catalogue, resolve_model
 from servesize.units import KiB
 
 CATALOGUE = load_catalogue()

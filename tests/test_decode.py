@@ -3,6 +3,9 @@ import math
 import numpy as np
 import pytest
 
+from seed_reference import reference_contexts
+from servesize.assumptions import assumption, modelled_assumptions
+from servesize.errors import BadInput
 from servesize.planning.decode import (
     DecodeSetup,
     ExpertRouting,
@@ -15,9 +18,6 @@ from servesize.planning.decode import (
     mtp_speedup,
     tp_efficiency,
 )
-from servesize.assumptions import assumption, modelled_assumptions
-from servesize.errors import BadInput
-from seed_reference import reference_contexts
 
 GiB = 2**30
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from servesize.model.catalogue import resolve_model
 from servesize.engine.deployment import Deployment
-from servesize.engine.versions import log_era, parse_version
-from servesize.model.hardware import parse_gpus
 from servesize.engine.memory import memory_report
+from servesize.engine.versions import log_era, parse_version
+from servesize.model.catalogue import resolve_model
+from servesize.model.hardware import parse_gpus
 
 
 def report(model, gpus, **dep):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from servesize.model import hardware
 from servesize.errors import BadInput
+from servesize.model import hardware
 from servesize.model.hardware import Gpu, find_gpu, load_gpus, parse_gpus
 
 MIB = 2**20

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from seed_reference import reference_contexts
 from servesize.errors import BadInput
 from servesize.planning.latency import (
     breakeven_miss_rate,
@@ -21,9 +22,6 @@ from servesize.planning.latency import (
     utilisation,
 )
 from servesize.planning.prefill import PrefillSetup, prefill_costs
-from seed_reference import reference_contexts
-
-
 
 
 @pytest.fixture(scope="module")

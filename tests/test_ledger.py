@@ -2,9 +2,9 @@
 
 import pytest
 
+from servesize.errors import UnsupportedArchitecture
 from servesize.model.architecture import from_config
 from servesize.model.catalogue import count_granularity, is_precise, load_catalogue
-from servesize.errors import UnsupportedArchitecture
 from servesize.model.ledger import GROUPS, parameter_ledger
 
 CATALOGUE = load_catalogue()

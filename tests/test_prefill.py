@@ -2,12 +2,9 @@
 import numpy as np
 import pytest
 
+from seed_reference import reference_contexts
 from servesize.errors import BadInput
 from servesize.planning.prefill import PrefillSetup, prefill_costs, prefill_flops
-from seed_reference import reference_contexts
-
-
-
 
 # Qwen3.6-27B: 24.5e9 matmul params, 16 full-attention layers x (24 heads x 256) wide;
 # H200 dense FP8 1.979e15 FLOP/s (the datasheet's 3,958 is with sparsity)

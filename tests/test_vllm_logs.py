@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from servesize.model.architecture import from_config, load_config_file
 from servesize.engine.deployment import Deployment
-from servesize.model.hardware import parse_gpus
 from servesize.engine.memory import memory_report
+from servesize.model.architecture import from_config, load_config_file
+from servesize.model.hardware import parse_gpus
 from servesize.units import GiB
 
 

@@ -5,8 +5,6 @@ reserve R = 19,308,875,468.8 B, weights 28.8 GiB (27B) or 35.5e9 B (35B-A3B). Th
 RNG stream is not reproduced, so figures are checked within 3 users of Monte-Carlo noise.
 """
 
-from servesize.render.text import render_text
-
 from collections import OrderedDict
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 
 from servesize.errors import BadInput
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
+from servesize.render.text import render_text
 from servesize.workload.model import EmpiricalClass, SessionClass, Workload
 
 GiB = 2**30

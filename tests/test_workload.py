@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.workload.model import EmpiricalClass, SessionClass, Workload, clipped_lognormal_moment
 from servesize.workload.files import load_workload, save_workload
+from servesize.workload.model import EmpiricalClass, SessionClass, Workload, clipped_lognormal_moment
 
 
 def seed():

@@ -10,8 +10,8 @@ Each command lives in ``servesize.commands.<module>`` and exposes ``HELP`` (one 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import importlib
+import importlib.util
 import json
 import os
 import sys

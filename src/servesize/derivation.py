@@ -118,7 +118,7 @@ class Derivation:
         self.steps.append(Step(name, _show(value), (), value, unit, source, note))
         return value
 
-    def extend(self, other: "Derivation", prefix: str = "") -> None:
+    def extend(self, other: Derivation, prefix: str = "") -> None:
         for s in other.steps:
             self.steps.append(Step(prefix + s.name, s.expression, s.inputs, s.value, s.unit, s.source, s.note) if prefix else s)
 

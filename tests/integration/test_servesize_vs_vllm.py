@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from vllm_server import SESSION_BLOCK_SIZE, SESSION_DTYPE, SESSION_KV_CACHE_MEMORY_BYTES, SESSION_MAX_MODEL_LEN
 
 from servesize.cli import main
-from vllm_server import SESSION_BLOCK_SIZE, SESSION_DTYPE, SESSION_KV_CACHE_MEMORY_BYTES, SESSION_MAX_MODEL_LEN
 
 pytestmark = pytest.mark.vllm
 

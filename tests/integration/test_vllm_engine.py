@@ -16,9 +16,8 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 import make_tiny_model as tiny
+import pytest
 from vllm_server import (
     SERVED_MODEL_NAME,
     SESSION_BLOCK_SIZE,

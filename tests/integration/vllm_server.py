@@ -120,7 +120,7 @@ class VllmServer:
             env.pop(k, None)
         return env
 
-    def start(self, timeout_s: float = 300.0) -> "VllmServer":
+    def start(self, timeout_s: float = 300.0) -> VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         log.write(("$ " + " ".join(self.argv) + "\n").encode())
@@ -183,7 +183,7 @@ class VllmServer:
             pass
         self.proc = None
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         if self.proc is None:
             self.start()
         return self

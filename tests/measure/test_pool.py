@@ -8,8 +8,15 @@ import pytest
 from servesize.cli import main
 from servesize.measure.client import RequestResult
 from servesize.measure.metrics import MetricsDelta
-from servesize.measure.pool import (Bisection, PoolConfig, aligned_prompt_tokens, cacheable_tokens, classify, measure_pool,
-                                    predicted_tokens_of)
+from servesize.measure.pool import (
+    Bisection,
+    PoolConfig,
+    aligned_prompt_tokens,
+    cacheable_tokens,
+    classify,
+    measure_pool,
+    predicted_tokens_of,
+)
 from servesize.measure.record import read_record
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
 

@@ -3,11 +3,20 @@
 import asyncio
 import json
 
-
 from servesize.cli import main
 from servesize.measure.client import RequestResult
-from servesize.measure.sessions import (ClassParams, SessionGenerator, SessionParams, SessionsConfig, is_warm_hit, knee,
-                                        ladder, measure_sessions, RungStats, verdict)
+from servesize.measure.sessions import (
+    ClassParams,
+    RungStats,
+    SessionGenerator,
+    SessionParams,
+    SessionsConfig,
+    is_warm_hit,
+    knee,
+    ladder,
+    measure_sessions,
+    verdict,
+)
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 PARAMS = SessionParams(user=ClassParams(1500, 0.5, 300), subagent=ClassParams(500, 0.5, 100), subagent_ratio=0.25,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from servesize.engine.deployment import Deployment
-from servesize.engine.versions import DEFAULT_VLLM_VERSION
 from servesize.engine.kv_cache import KV_CACHE_DTYPES
+from servesize.engine.versions import DEFAULT_VLLM_VERSION
 from servesize.units import parse_bytes, parse_tokens
 
 

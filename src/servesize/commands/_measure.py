@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from servesize.errors import BadInput, Interrupted, ServesizeError
-
 
 _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users", "duration_s", "block_size")
 

@@ -35,8 +35,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args):
-    from servesize.model.catalogue import load_catalogue, resolve_model
     from servesize.engine.placement import fit
+    from servesize.model.catalogue import load_catalogue, resolve_model
     from servesize.model.hardware import parse_gpus
 
     gpus = parse_gpus(args.gpus)

@@ -20,8 +20,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args):
-    from servesize.model.catalogue import resolve_model
     from servesize.engine.memory import memory_report
+    from servesize.model.catalogue import resolve_model
 
     model = resolve_model(args.model)
     gpus = gpus_from_args(args)

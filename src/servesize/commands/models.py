@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from servesize.engine.kv_cache import kv_per_token
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
 from servesize.model.catalogue import CatalogueEntry, load_catalogue, resolve_model
-from servesize.engine.kv_cache import kv_per_token
 from servesize.model.ledger import ParamLedger, parameter_ledger
 from servesize.units import KiB, MiB
 

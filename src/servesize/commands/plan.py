@@ -100,7 +100,7 @@ def _parse(name: str, kind: str, text):
 
 
 def _apply(wl, knobs, name: str, value):
-    from servesize.planning.plan import apply_param
+    from servesize.planning.sensitivity import apply_param
 
     if name == "cpu_offload_gib":
         from servesize.units import GiB
@@ -111,10 +111,11 @@ def _apply(wl, knobs, name: str, value):
 def run(args):
     from dataclasses import replace
 
-    from servesize.model.catalogue import resolve_model
-    from servesize.errors import BadInput
     from servesize.engine.memory import memory_report
-    from servesize.planning.plan import Knobs, fixed_from_memory, make_plan, sweep
+    from servesize.errors import BadInput
+    from servesize.model.catalogue import resolve_model
+    from servesize.planning.inputs import Knobs, fixed_from_memory
+    from servesize.planning.plan import make_plan, sweep
     from servesize.render.plots import plot_plan
 
     # --- parse everything first, so a bad value is one line and exit 2 ---------------------
@@ -163,9 +164,8 @@ def run(args):
         args.mamba_ssm_cache_dtype = args.state_dtype
 
     model = resolve_model(args.model)
-    from servesize.workload.model import Workload
-
     from servesize.workload.files import load_workload
+    from servesize.workload.model import Workload
 
     wl = load_workload(args.workload) if args.workload else Workload.seed_reference()
     knobs = Knobs(assumptions=args.assumptions, sticky_routing=not args.no_sticky_routing, **mc)
@@ -223,7 +223,7 @@ def run(args):
         # The recipe serves with the model's MTP head: size the memory as vLLM will (MTP weights, its
         # attention layer in the KV group, draft slots in the recurrent state). The seed's model
         # ignores this, so --assumptions seed leaves it out.
-        from servesize.planning.plan import spec_tokens_of
+        from servesize.planning.inputs import spec_tokens_of
 
         dep = replace(dep, num_speculative_tokens=spec_tokens_of(knobs))
     name = getattr(model, "name", None) or model.architecture.name

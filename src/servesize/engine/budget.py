@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.model.architecture import Architecture
-from servesize.engine.deployment import Deployment
 from servesize.derivation import Derivation
-from servesize.errors import BadInput
-from servesize.model.hardware import Gpu
+from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import kv_heads_per_rank
+from servesize.errors import BadInput
+from servesize.model.architecture import Architecture
+from servesize.model.hardware import Gpu
 from servesize.units import GiB, MiB
 
 # The calculator seed's simple budget uses vLLM's long-standing default utilisation of 0.90.

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from servesize.model.architecture import Architecture
-from servesize.errors import BadInput, DoesNotFit
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
+from servesize.errors import BadInput, DoesNotFit
+from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
+
 
 def derived_max_model_len(arch: Architecture) -> int | None:
     """The longest context vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN (ModelConfig's
@@ -71,7 +72,7 @@ class Deployment:
     def era(self) -> str:
         return log_era(self.version)
 
-    def resolved(self, arch: Architecture, gpus: GpuGroup | None) -> "Deployment":
+    def resolved(self, arch: Architecture, gpus: GpuGroup | None) -> Deployment:
         """Fill every default the engine would fill, for this version and hardware."""
         v = self.version
         util = self.gpu_memory_utilization

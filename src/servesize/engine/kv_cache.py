@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, DTYPE_BYTES, Layer
 from servesize.errors import BadInput
+from servesize.model.architecture import CHUNKED, DTYPE_BYTES, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, Layer
 
 # vLLM --kv-cache-dtype values -> bytes per element (None = the model dtype).
 KV_CACHE_DTYPES: dict[str, int | None] = {

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from servesize.model.architecture import Architecture
-from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.derivation import Derivation
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
-from servesize.errors import DoesNotFit
-from servesize.model.hardware import GpuGroup
+from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.pool import KvPool, kv_pool
-from servesize.units import fmt_bytes
 from servesize.engine.weights import Weights, weights
+from servesize.errors import DoesNotFit
+from servesize.model.architecture import Architecture
+from servesize.model.hardware import GpuGroup
+from servesize.units import fmt_bytes
 
 
 @dataclass(frozen=True)

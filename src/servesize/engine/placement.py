@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.model.architecture import Architecture
-from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions
-from servesize.errors import ServesizeError
-from servesize.model.hardware import GpuGroup
+from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import memory_report
 from servesize.engine.weights import normalise_precision, weights
+from servesize.errors import ServesizeError
+from servesize.model.architecture import Architecture
+from servesize.model.hardware import GpuGroup
 
 # A placement holding fewer sequences than this at the target context is not shown as the
 # model's placement when a wider one does better. The calculator seed's 4 x H100 table implies a

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
-from servesize.engine.deployment import Deployment
 from servesize.derivation import Derivation
-from servesize.errors import DoesNotFit, UnsupportedArchitecture
-from servesize.model.hardware import Gpu
+from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
+from servesize.errors import DoesNotFit, UnsupportedArchitecture
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.model.hardware import Gpu
 from servesize.units import cdiv
 
 INDEXER = "indexer"

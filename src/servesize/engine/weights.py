@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesize.model.architecture import Architecture, DTYPE_BYTES
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.model.architecture import DTYPE_BYTES, Architecture
 from servesize.model.ledger import ParamLedger, parameter_ledger
 
 # precision -> (bits per weight, scale overhead in bits per weight, why)

@@ -135,7 +135,7 @@ class RequestResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RequestResult":
+    def from_dict(cls, d: dict) -> RequestResult:
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -167,7 +167,7 @@ class StreamClient:
         self.max_connections = max_connections
         self.session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "StreamClient":
+    async def __aenter__(self) -> StreamClient:
         connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
         return self
@@ -197,7 +197,7 @@ class StreamClient:
         """The server's /v1/models entries; BadInput (one line) when the server cannot be reached."""
         try:
             status, text = await self.get("/v1/models")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise BadInput(f"cannot reach {self.base_url}: {describe_exception(exc)[1]} "
                            "(is the server running, and is --url right?)") from None
         if status != 200:

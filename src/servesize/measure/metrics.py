@@ -16,7 +16,6 @@ next signal.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from dataclasses import dataclass, field
@@ -164,7 +163,7 @@ class MetricsScraper:
             return None
         try:
             status, text = await self.client.get("/metrics", timeout_s=30)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._give_up(f"/metrics could not be read ({type(exc).__name__}: {exc})")
             return None
         if status != 200:

@@ -27,7 +27,7 @@ def _save(fig, path) -> None:
         raise BadInput(f"cannot write the plot {path}: {exc.strerror}") from None
 
 
-def plot_pool(result: "PoolResult", path) -> None:
+def plot_pool(result: PoolResult, path) -> None:
     """Left: warm share vs prompts in flight (coarse probes). Right: TTFT of every later-round request, hits vs misses."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -58,7 +58,7 @@ def plot_pool(result: "PoolResult", path) -> None:
     plt.close(fig)
 
 
-def plot_sessions(result: "SessionsResult", path) -> None:
+def plot_sessions(result: SessionsResult, path) -> None:
     """Left: warm-hit rate vs users. Right: TTFT p50/p95 of hits and misses vs users."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))

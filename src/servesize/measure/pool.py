@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from servesize.errors import BadInput, ServesizeError
-from servesize.measure.client import collect_between, RequestResult, StreamClient
+from servesize.measure.client import RequestResult, StreamClient, collect_between
 from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
 from servesize.measure.prompts import PromptFactory
 from servesize.measure.record import RecordContents, RunRecord
@@ -88,7 +89,7 @@ class PoolConfig:
         return d
 
     @classmethod
-    def from_params(cls, params: dict) -> "PoolConfig":
+    def from_params(cls, params: dict) -> PoolConfig:
         p = dict(params)
         p["signals"] = tuple(p.get("signals", SIGNALS))
         return cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
@@ -433,7 +434,7 @@ class PoolRun:
         return probe
 
     # -- the run --
-    async def run(self) -> "PoolResult":
+    async def run(self) -> PoolResult:
         cfg = self.cfg
         self._load_replay()
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
@@ -520,7 +521,7 @@ class PoolResult:
         return self.pool_low_tokens <= value and (self.pool_high_tokens is None or value < self.pool_high_tokens)
 
     @classmethod
-    def build(cls, run: PoolRun, coarse: Bisection, fine: Bisection | None, predicted_tokens: int | None) -> "PoolResult":
+    def build(cls, run: PoolRun, coarse: Bisection, fine: Bisection | None, predicted_tokens: int | None) -> PoolResult:
         B = run.block_size
         per_prompt = run.prompt_tokens - 1  # resident per prompt: never its last token; exact when S - 1 is whole blocks
         notes = list(run.notes)

@@ -46,7 +46,7 @@ class RunRecord:
                 raise BadInput(f"cannot write the run record {self.path}: {exc.strerror}") from None
 
     @classmethod
-    def create(cls, path, kind: str, params: dict, *, fsync: bool = False) -> "RunRecord":
+    def create(cls, path, kind: str, params: dict, *, fsync: bool = False) -> RunRecord:
         if path is not None and pathlib.Path(path).exists() and pathlib.Path(path).stat().st_size > 0:
             raise BadInput(f"the run record {path} already exists; continue it with --resume {path} or choose another --record")
         rec = cls(path, fsync=fsync)
@@ -54,7 +54,7 @@ class RunRecord:
         return rec
 
     @classmethod
-    def resume(cls, path, kind: str, *, fsync: bool = False) -> tuple["RunRecord", RecordContents]:
+    def resume(cls, path, kind: str, *, fsync: bool = False) -> tuple[RunRecord, RecordContents]:
         contents = read_record(path, kind)
         if contents.torn_tail:  # end the torn line so the next event starts on a line of its own
             with open(path, "a", encoding="utf-8") as fh:
@@ -78,7 +78,7 @@ class RunRecord:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "RunRecord":
+    def __enter__(self) -> RunRecord:
         return self
 
     def __exit__(self, *exc) -> None:

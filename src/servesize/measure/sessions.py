@@ -31,11 +31,12 @@ import asyncio
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from servesize.errors import BadInput
-from servesize.measure.client import collect_between, RequestResult, StreamClient, _quantile
+from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord
@@ -80,7 +81,7 @@ class SessionParams:
             raise BadInput(f"--max-model-len {self.max_model_len:,} cannot hold the prefix, one turn and the output ({need:,} tokens)")
 
     @classmethod
-    def from_workload(cls, workload: Any, **overrides) -> "SessionParams":
+    def from_workload(cls, workload: Any, **overrides) -> SessionParams:
         """Adapt a ``servesize.workload.model.Workload`` (duck-typed: log-normal classes only)."""
         def cls_of(c) -> ClassParams | None:
             if c is None:
@@ -102,7 +103,7 @@ class SessionParams:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SessionParams":
+    def from_dict(cls, d: dict) -> SessionParams:
         d = dict(d)
         d["user"] = ClassParams(**d["user"])
         d["subagent"] = ClassParams(**d["subagent"]) if d.get("subagent") else None
@@ -277,7 +278,7 @@ class RungStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RungStats":
+    def from_dict(cls, d: dict) -> RungStats:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
@@ -382,7 +383,7 @@ class SessionsConfig:
         return d
 
     @classmethod
-    def from_params(cls, d: dict) -> "SessionsConfig":
+    def from_params(cls, d: dict) -> SessionsConfig:
         d = dict(d)
         d["params"] = SessionParams.from_dict(d["params"])
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

@@ -171,7 +171,7 @@ class TestServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "TestServer":
+    async def __aenter__(self) -> TestServer:
         await self.start_async()
         return self
 
@@ -212,7 +212,7 @@ class TestServer:
         self._thread.join(10)
         self._thread = None
 
-    def __enter__(self) -> "TestServer":
+    def __enter__(self) -> TestServer:
         self.start()
         return self
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
 

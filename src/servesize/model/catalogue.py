@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
 
-from servesize.model.architecture import Architecture, from_config, load_config_file
 from servesize.errors import BadInput
+from servesize.model.architecture import Architecture, from_config, load_config_file
 
 _SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 

@@ -84,7 +84,7 @@ class Gpu:
             raise BadInput(f"no published dense {column.upper()} figure for {self.key}; servesize will not guess one")
         return tflops * 1e12
 
-    def with_memory(self, memory_bytes: int | str) -> "Gpu":
+    def with_memory(self, memory_bytes: int | str) -> Gpu:
         """A copy whose total memory is ``memory_bytes`` (an int or ``'80GiB'``, ``'81559MiB'``)."""
         n_bytes = parse_bytes(memory_bytes)
         if n_bytes <= 0:

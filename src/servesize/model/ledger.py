@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
 
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
           "shared_experts", "norms", "indexer", "vision", "mtp")

@@ -29,8 +29,8 @@ bandwidth is one GPU's datasheet HBM rate, multiplied here by tp.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -49,7 +49,7 @@ class PowerStates:
         decode_fraction: float | None = None,
         prefill_fraction: float | None = None,
         host_w_per_gpu: float | None = None,
-    ) -> "PowerStates":
+    ) -> PowerStates:
         """States as fractions of the GPU's TDP (modelled assumptions; H200 700 W -> 80 / 385 / 630 W)."""
         if tdp_w <= 0:
             raise BadInput(f"TDP must be > 0 W, got {tdp_w!r}")

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.assumptions import assumption
-from servesize.planning.decode import ContextSampler, tp_efficiency
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.planning.decode import ContextSampler, tp_efficiency
 
 
 def prefill_flops(tokens, prior, gemm_params: float, attention_width: float, full_attention_layers: int):

@@ -73,12 +73,12 @@ class Percentiles:
     p95: float
 
     @classmethod
-    def of(cls, counts: np.ndarray) -> "Percentiles":
+    def of(cls, counts: np.ndarray) -> Percentiles:
         """numpy linear-interpolated percentiles 5/50/95 (the seed's statistic)."""
         a, b, c = np.percentile(counts, PERCENTILES)
         return cls(float(a), float(b), float(c))
 
-    def scaled(self, k: float) -> "Percentiles":
+    def scaled(self, k: float) -> Percentiles:
         return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
 
     def to_dict(self) -> dict:

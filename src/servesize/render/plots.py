@@ -12,8 +12,10 @@ from dataclasses import replace
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.planning.ceilings import CEILINGS, decode_setup
 from servesize.planning.decode import contexts_from, decode_curve
-from servesize.planning.plan import CEILINGS, Plan, _val, decode_setup, sweep
+from servesize.planning.inputs import knob_value
+from servesize.planning.plan import Plan, sweep
 from servesize.workload.fit import WorkloadFit
 
 
@@ -70,9 +72,9 @@ def plot_plan(plan: Plan, path, median_values=None) -> str:
     curve = decode_curve(setup, contexts_from(workload), ns, fills=min(knobs.decode_fills or 400, 200), seed=knobs.seed)
     ax[1, 0].plot(curve["n"], curve["p50"], label="p50 per user")
     ax[1, 0].fill_between(curve["n"], curve["p5"], curve["p95"], alpha=0.2, label="p5-p95")
-    ax[1, 0].axhline(_val(knobs, "decode_floor"), color="r", ls="--", label=f"floor {_val(knobs, 'decode_floor'):g}")
-    ax[1, 0].axhline(_val(knobs, "comfortable_floor"), color="orange", ls="--",
-                     label=f"comfortable {_val(knobs, 'comfortable_floor'):g}")
+    ax[1, 0].axhline(knob_value(knobs, "decode_floor"), color="r", ls="--", label=f"floor {knob_value(knobs, 'decode_floor'):g}")
+    ax[1, 0].axhline(knob_value(knobs, "comfortable_floor"), color="orange", ls="--",
+                     label=f"comfortable {knob_value(knobs, 'comfortable_floor'):g}")
     ax[1, 0].axvline(w.gpu_resident.p50 / fixed.dp, color="k", ls=":", label="GPU-resident warm p50")
     ax[1, 0].set_xlabel("concurrent decoders per replica")
     ax[1, 0].set_ylabel("tok/s per user")

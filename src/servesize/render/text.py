@@ -13,7 +13,9 @@ from typing import Any
 
 from servesize.engine.memory import MemoryReport
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY, FitResult
-from servesize.planning.plan import CEILINGS, Plan, _val
+from servesize.planning.ceilings import CEILINGS
+from servesize.planning.inputs import knob_value
+from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
 from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
 from servesize.vllm_logs.calibration import CalibrationCheck
@@ -42,7 +44,7 @@ def _plan(plan: Plan, explain: bool = False) -> str:
     desc = {
         "cache": "warm user sessions p5",
         "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user" + (f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""),
-        "latency": f"mean miss TTFT <= {_val(plan.knobs, 'ttft_limit_s'):g} s",
+        "latency": f"mean miss TTFT <= {knob_value(plan.knobs, 'ttft_limit_s'):g} s",
         "saturation": "prefill duty 100%",
     }
     for k in CEILINGS:
@@ -55,7 +57,7 @@ def _plan(plan: Plan, explain: bool = False) -> str:
                  f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)")
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
-                     f"cold misses within the {_val(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
+                     f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
     if w.restore:
         lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
                      f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")

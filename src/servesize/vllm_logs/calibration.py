@@ -72,7 +72,7 @@ class Calibration:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Calibration":
+    def from_dict(cls, data: dict) -> Calibration:
         if not isinstance(data, dict):
             raise BadInput("a calibration must be a JSON object")
         known = {f.name for f in fields(cls)}

@@ -13,8 +13,9 @@ This module reads text it is given; the command (``servesize calibrate``) reads 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput

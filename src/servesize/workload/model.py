@@ -311,7 +311,7 @@ class Workload:
 
     # -- the seed's reference --------------------------------------------------------------
     @classmethod
-    def seed_reference(cls) -> "Workload":
+    def seed_reference(cls) -> Workload:
         """The warm-capacity seed's reference workload (working-set-model.md 2.6)."""
         return cls(
             user=SessionClass("user", SEED_USER_MEDIAN_TOKENS, SEED_USER_SIGMA, SEED_USER_PREFIX_TOKENS,
@@ -320,7 +320,7 @@ class Workload:
                                   source="seed 000: assumed, not measured"),
         )
 
-    def replace(self, **changes) -> "Workload":
+    def replace(self, **changes) -> Workload:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
@@ -354,7 +354,7 @@ class Workload:
         raw = self.draw_raw(rng, size)
         return self.realise(raw)
 
-    def draw_raw(self, rng: np.random.Generator, size) -> "RawDraw":
+    def draw_raw(self, rng: np.random.Generator, size) -> RawDraw:
         """The random numbers behind ``size`` requests, before any arithmetic.
 
         Per request: one 64-bit word whose two 32-bit halves decide the class (step 1,
@@ -383,7 +383,7 @@ class Workload:
                 index[key] = rng.integers(0, cls.lengths.size, shape)
         return RawDraw(shape, words, z, index)
 
-    def realise(self, raw: "RawDraw", columns: slice = slice(None)) -> Sample:
+    def realise(self, raw: RawDraw, columns: slice = slice(None)) -> Sample:
         """Steps 1-3 on ``raw[..., columns]``: classes, lengths, prefix floor and cap, coldness."""
         shape = np.empty(raw.shape, dtype=bool)[..., columns].shape
         p_sub, f = self.subagent_probability, self.invalidation
@@ -413,7 +413,7 @@ class Workload:
         return Sample(full, prefix, is_cold, is_sub)
 
     @staticmethod
-    def _lengths(cls: RequestClass, raw: "RawDraw", key: str, columns: slice) -> np.ndarray:
+    def _lengths(cls: RequestClass, raw: RawDraw, key: str, columns: slice) -> np.ndarray:
         if isinstance(cls, SessionClass):
             return np.exp(cls.mu + cls.sigma * raw.z[..., columns].astype(np.float64))
         return cls.lengths[raw.index[key][..., columns]]
@@ -452,7 +452,7 @@ class Workload:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Workload":
+    def from_dict(cls, data: Any) -> Workload:
         """Read ``to_dict()`` back; an optional ``fit`` table (how it was fitted) is ignored."""
         if not isinstance(data, dict):
             raise BadInput("workload file must hold a table/object at the top level")

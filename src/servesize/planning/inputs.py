@@ -1,0 +1,205 @@
+"""What the planner takes: the modelled knobs, and what one deployment's memory report fixes.
+
+- ``Knobs``: every modelled choice (bandwidth efficiency, MTP, floors, MFU, TTFT limit, CPU offload,
+  routing, Monte-Carlo sizes); None means the named assumption's value (data/assumptions.toml) for
+  ``assumptions`` ('default' or the warm-capacity seed's values, 'seed').
+- ``Fixed``: one replica's KV pool in tokens (or a measured pool: --pool-tokens, a calibration
+  file), b = KV bytes per token per rank, and the recurrent-state charge per warm session = sum over
+  the GDN/Mamba groups of page_bytes x group_size (one cached state block per group: every layer of
+  a group holds one page for the session); weights read per decode step; GEMM parameters; hardware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesize.assumptions import assumption
+from servesize.derivation import Derivation
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
+from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
+from servesize.workload.model import Workload
+
+STATE_KINDS = (GDN, MAMBA)
+NOT_READ_IN_DECODE = ("vision", "mtp")  # text decode never streams the vision tower; the MTP head is the draft
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Every modelled choice the planner takes; None = the assumption's value for ``assumptions``."""
+
+    assumptions: str = "default"           # 'default' | 'seed'
+    bandwidth_efficiency: float | None = None
+    tp_efficiency: float | None = None
+    mtp_speedup: float | None = None
+    spec_acceptance: float | None = None
+    spec_tokens: int | None = None
+    decode_floor: float | None = None
+    comfortable_floor: float | None = None
+    mfu: float | None = None
+    ttft_limit_s: float | None = None
+    cpu_offload_bytes: float = 0.0
+    sticky_routing: bool = True
+    fills: int = 1500
+    draws: int = 2000
+    seed: int = 0
+    decode_fills: int | None = None
+    prefill_samples: int | None = None
+
+    def a(self, name: str):
+        return assumption(name, "seed" if self.assumptions == "seed" else "default")
+
+
+# the flag each knob comes from, for the assumption table
+KNOB_SOURCE = {
+    "bandwidth_efficiency": ("decode.bandwidth_efficiency", "--bandwidth-efficiency"),
+    "decode_floor": ("decode.floor_hard_tok_s", "--decode-floor"),
+    "comfortable_floor": ("decode.floor_comfortable_tok_s", "--comfortable-floor"),
+    "mfu": ("prefill.mfu", "--mfu"),
+    "ttft_limit_s": ("latency.ttft_limit_s", "--ttft-limit"),
+}
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """What the memory report fixes for the plan: bytes, pool, topology, hardware."""
+
+    name: str
+    hf_id: str
+    tp: int
+    dp: int
+    n_gpu: int
+    gpu_key: str
+    bandwidth_bytes_per_s: float
+    peak_flops_per_gpu: float
+    peak_dtype: str
+    tdp_w: float | None
+    pool_tokens: float
+    pool_source: str
+    kv_bytes_per_token_rank: int
+    state_bytes_rank: int
+    weight_bytes_read: float           # dense, or the MoE shared part
+    expert_bytes: float                # 0 for dense
+    num_experts: int
+    experts_per_token: int
+    gemm_params: float
+    attention_width: int
+    full_attention_layers: int
+    has_mtp: bool
+    kv_cache_dtype: str
+    max_model_len: int
+    memory: dict
+    derivation: Derivation = field(compare=False, repr=False)
+    window_tokens: int = 0             # sliding / chunked layers: what each decode step reads at most
+    window_bytes_per_token_rank: int = 0
+    window_bytes_per_session_rank: int = 0  # the window's blocks a warm session keeps resident
+
+
+def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
+                      seed_convention: bool = False, hf_id: str | None = None) -> Fixed:
+    """Everything the plan needs from a memory report (engine budget)."""
+    pool, w, dep, gpu = report.pool, report.weights, report.deployment, report.gpus.gpu
+    d = Derivation()
+    tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
+    if pool_tokens is None:
+        src = pool_source or "modelled: engine budget (servesize memory)"
+        pool_t = d.given("pool_tokens", int(pool.usable_kv_tokens), unit="tokens",
+                         source=f"memory report ({src}): usable KV tokens of one replica")
+    else:
+        pool_t = d.given("pool_tokens", float(pool_tokens), unit="tokens", source=pool_source or "--pool-tokens",
+                         note="a measured pool replaces the modelled one")
+        src = pool_source or "--pool-tokens"
+    b = d.given("kv_bytes_per_token_rank", int(pool.kv_bytes_per_token), unit="B",
+                source="KV pool: every layer that grows with context, one rank")
+    state_groups = [g for g in pool.groups if g.kind in STATE_KINDS]
+    state = 0
+    if state_groups:
+        pages = [g.page_bytes for g in state_groups]
+        state = d.step("state_bytes_per_session_rank", "state_groups * page_bytes * group_size", unit="B",
+                       note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
+                       state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size) \
+            if len(set(pages)) == 1 else d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
+    # Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in
+    # each (vLLM frees what falls out of the window), and every decode step reads up to a window.
+    window_groups = [g for g in pool.groups if g.kind in (SLIDING, CHUNKED)]
+    window = next((l.window for l in arch.layers if l.kind in (SLIDING, CHUNKED)), 0) or 0
+    window_bpt = window_charge = 0
+    if window_groups and window:
+        per_group = [(-(-window // g.block_size) + 1) * g.page_bytes * pool.group_size for g in window_groups]
+        window_charge = d.step("window_bytes_per_session_rank", "sum(per_group)", unit="B", per_group=per_group,
+                               note=f"(cdiv({window}, block) + 1) blocks in each of {len(window_groups)} sliding/chunked group(s)")
+        window_bpt = d.step("window_bytes_per_token_rank", "page_bytes // block_size * layers", unit="B",
+                            page_bytes=window_groups[0].page_bytes, block_size=window_groups[0].block_size,
+                            layers=sum(g.layers for g in window_groups))
+    # weights read per decode step, whole group
+    groups = {g.group: g.bytes for g in w.groups}
+    skip = ("mtp",) if seed_convention else NOT_READ_IN_DECODE  # the seed streams the whole checkpoint
+    text_total = sum(v for k, v in groups.items() if k not in skip)
+    experts = groups.get("experts", 0)
+    ledger = w.ledger
+    if experts:
+        shared = text_total - experts
+        if not (ledger.groups.get("embedding") and bool(arch.tie_word_embeddings)) and not seed_convention:
+            shared -= groups.get("embedding", 0)
+        wread = d.given("weight_bytes_read_shared", float(shared), unit="B",
+                        note="MoE: everything but the routed experts (and the embedding gather), read every step")
+    else:
+        wread = d.given("weight_bytes_read", dense_weights_read_per_step(
+            text_total, groups.get("embedding", 0), bool(arch.tie_word_embeddings), seed_convention=seed_convention), unit="B",
+            note=("seed convention: the whole checkpoint (text) is read each step" if seed_convention else
+                  "every text weight once per step, the input embedding only gathered"))
+    gemm = ledger.active - sum(ledger.groups.get(k, 0) for k in ("embedding", "lm_head", "vision"))
+    d.given("gemm_params", gemm, note="active parameters minus embedding, lm_head (and vision)")
+    # architecture: attention width, full-attention layers
+    width = arch.num_attention_heads * arch.head_dim
+    full_layers = sum(1 for l in arch.layers if l.kind in (FULL, MLA))
+    prec = str(w.precision).lower()
+    dtype = "fp8" if ("fp8" in prec and getattr(gpu, "fp8", False)) else "bf16"
+    peak = gpu.dense_flops_per_s(dtype)
+    d.given("peak_flops_per_gpu", peak, unit="FLOP/s", source=f"GPU catalogue: {gpu.key} dense {dtype}")
+    return Fixed(
+        name=report.model, hf_id=hf_id or report.model, tp=tp, dp=dp, n_gpu=tp * dp, gpu_key=gpu.key,
+        bandwidth_bytes_per_s=float(gpu.bandwidth_bytes_per_s), peak_flops_per_gpu=float(peak), peak_dtype=dtype,
+        tdp_w=getattr(gpu, "tdp_w", None), pool_tokens=float(pool_t), pool_source=src,
+        kv_bytes_per_token_rank=int(b), state_bytes_rank=int(state), weight_bytes_read=float(wread),
+        expert_bytes=float(experts), num_experts=int(ledger.num_experts), experts_per_token=int(ledger.experts_per_token),
+        gemm_params=float(gemm), attention_width=int(width), full_attention_layers=int(full_layers),
+        has_mtp=bool(arch.mtp_layers), kv_cache_dtype=dep.kv_cache_dtype, max_model_len=int(dep.max_model_len),
+        memory={
+            "weights_bytes_per_gpu": w.per_gpu_bytes, "weights_bytes_total": w.total_bytes,
+            "weights_precision": w.precision,
+            "available_kv_bytes_per_gpu": report.budget.available_bytes,
+            "modelled_pool_tokens": pool.usable_kv_tokens, "kv_cache_tokens_logged": pool.kv_cache_tokens,
+            "kv_bytes_per_token_per_rank": pool.kv_bytes_per_token, "block_size": pool.block_size,
+            "num_blocks": pool.num_blocks, "group_size": pool.group_size,
+            "state_bytes_per_sequence_per_rank": pool.state_bytes_per_sequence,
+            "log_lines": list(pool.log_lines),
+            "gpu_memory_utilization": dep.gpu_memory_utilization,
+        },
+        derivation=d, window_tokens=int(window if window_groups else 0), window_bytes_per_token_rank=int(window_bpt),
+        window_bytes_per_session_rank=int(window_charge),
+    )
+
+
+def spec_speedup_of(fixed: Fixed, knobs: Knobs) -> float:
+    if knobs.mtp_speedup is not None:
+        return float(knobs.mtp_speedup)
+    if knobs.spec_acceptance is not None:
+        return mtp_speedup(knobs.spec_acceptance, spec_tokens_of(knobs))
+    if not fixed.has_mtp and knobs.spec_tokens is None:
+        return 1.0
+    if knobs.spec_tokens is not None and knobs.spec_tokens != knobs.a("decode.mtp_drafts"):
+        return mtp_speedup(knobs.a("decode.mtp_acceptance"), knobs.spec_tokens)
+    return float(knobs.a("decode.mtp_speedup"))
+
+
+def spec_tokens_of(knobs: Knobs) -> int:
+    return int(knobs.spec_tokens if knobs.spec_tokens is not None else knobs.a("decode.mtp_drafts"))
+
+
+def knob_value(knobs: Knobs, name: str):
+    v = getattr(knobs, name)
+    return v if v is not None else knobs.a(KNOB_SOURCE[name][0])
+
+
+def sub_ratio_of(workload: Workload) -> float:
+    return float(workload.subagent_ratio) if workload.subagent is not None else 0.0

@@ -1,0 +1,134 @@
+"""The layout is the architecture: each layer imports only from itself and the layers below it,
+and no module imports itself back through a chain (docs/ENGINEERING.md, "Layout").
+
+Every import counts, a lazy one inside a function included: a lazy import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
+
+# lowest first; a module may import from its own layer and any layer listed before it
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundations", ("servesize.units", "servesize.errors", "servesize.derivation", "servesize.assumptions")),
+    ("model", ("servesize.model",)),
+    ("engine", ("servesize.engine",)),
+    ("workload", ("servesize.workload",)),
+    ("planning", ("servesize.planning",)),
+    ("vllm_logs", ("servesize.vllm_logs",)),
+    ("api", ("servesize.scenario", "servesize.resolve", "servesize.api")),
+    ("render", ("servesize.render",)),
+    ("measure", ("servesize.measure",)),
+    ("commands", ("servesize.commands",)),
+    ("cli", ("servesize.cli", "servesize.__main__")),
+]
+# The package root is the public facade (it re-exports the api layer lazily); only the version
+# may be taken from it by the modules inside the package.
+ROOT = "servesize"
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int | None:
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def imports_of(path: pathlib.Path, package: str) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) for every import statement in the file; ``package``
+    is the package the file is in (for relative imports)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.append((base, [a.name for a in node.names]))
+    return out
+
+
+MODULES = sorted(p for p in SRC.rglob("*.py"))
+
+
+def internal_edges() -> dict[str, set[str]]:
+    names = {module_name(p) for p in MODULES}
+    edges: dict[str, set[str]] = {}
+    for path in MODULES:
+        here = module_name(path)
+        package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        for target, taken in imports_of(path, package):
+            if not target.startswith(ROOT):
+                continue
+            # "from servesize.model import hardware" imports the submodule
+            candidates = [f"{target}.{n}" for n in taken if f"{target}.{n}" in names] or [target]
+            edges.setdefault(here, set()).update(c for c in candidates if c != here)
+    return edges
+
+
+def test_every_module_belongs_to_a_layer():
+    orphans = [module_name(p) for p in MODULES if module_name(p) != ROOT and layer_of(module_name(p)) is None]
+    assert orphans == []
+
+
+def upward_imports(path: pathlib.Path, here: str) -> list[str]:
+    """The imports in ``path`` (module ``here``) that reach a layer above its own."""
+    rank = layer_of(here)
+    assert rank is not None, here
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    wrong = []
+    for target, taken in imports_of(path, package):
+        if target == ROOT:
+            if set(taken) - {"__version__"}:
+                wrong.append(f"{target} ({', '.join(taken)}): the facade re-exports the api; import the module itself")
+            continue
+        if not target.startswith(ROOT + "."):
+            continue
+        their = layer_of(target)
+        if their is not None and their > rank:
+            wrong.append(f"{target} ({LAYERS[their][0]} is above {LAYERS[rank][0]})")
+    return wrong
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if module_name(p) != ROOT], ids=module_name)
+def test_imports_go_only_to_the_same_layer_or_below(path):
+    assert upward_imports(path, module_name(path)) == []
+
+
+def test_there_is_no_import_cycle():
+    edges = internal_edges()
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif state.get(nxt) is None:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if state.get(node) is None:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_the_checker_catches_a_lazy_upward_import_and_a_relative_one(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from servesize.cli import main\n    from ..render import text\n    return main, text\n")
+    found = upward_imports(bad, "servesize.planning.bad")
+    assert len(found) == 2 and "servesize.cli" in found[0] and "servesize.render" in found[1]
