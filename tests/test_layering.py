@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("workload", ("servesize.workload",)),
     ("planning", ("servesize.planning",)),
     ("vllm_logs", ("servesize.vllm_logs",)),
-    ("api", ("servesize.scenario", "servesize.resolve", "servesize.api")),
+    ("api", ("servesize.scenario", "servesize.resolve", "servesize.api", "servesize.flags")),
     ("render", ("servesize.render",)),
     ("measure", ("servesize.measure",)),
     ("commands", ("servesize.commands",)),

@@ -38,6 +38,8 @@ def _split(text: str, what: str) -> tuple[float, str]:
     mantissa, exponent, suffix = match.groups()
     value = float(mantissa.replace(",", "").replace("_", ""))
     if exponent:
+        if len(exponent.lstrip("+-")) > 2:  # 1e400 overflows a float; 1e999999999 would take minutes to build
+            raise BadInput(f"cannot read {text!r} as {what}: the exponent is out of range")
         value *= 10 ** int(exponent)
     return value, suffix.lower()
 

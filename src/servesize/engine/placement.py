@@ -90,24 +90,70 @@ def simple_concurrency(arch: Architecture, gpus: GpuGroup, tp: int, weights_tota
     return max(0, int(pool // kv)) if pool > 0 else 0
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What every placement of one fit is evaluated at."""
+
+    context: int
+    budget: str
+    kv_cache_dtype: str
+    gpu_memory_utilization: float | None
+    vllm_version: str
+    assumptions: EngineAssumptions
+
+
+def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, precision: str, tp: int,
+               s: _Settings) -> Placement | str:
+    """One model at one precision on ``tp`` GPUs per replica, or why it does not fit."""
+    dep = Deployment(tensor_parallel_size=tp, data_parallel_size=gpus.count // tp, quantization=precision,
+                     kv_cache_dtype=s.kv_cache_dtype, gpu_memory_utilization=s.gpu_memory_utilization,
+                     max_model_len=s.context, vllm_version=s.vllm_version)
+    try:
+        w = weights(arch, precision, tp)
+        util = dep.resolved(arch, gpus).gpu_memory_utilization
+        simple = simple_concurrency(arch, gpus, tp, w.total_bytes, s.context, util, s.kv_cache_dtype)
+        if s.budget == "simple":
+            conc, reserve = simple, 0
+        else:
+            rep = memory_report(arch, gpus, dep, budget="engine", assumptions=s.assumptions, name=key)
+            conc, reserve = int(rep.pool.max_concurrency), rep.budget.reserve_bytes
+    except ServesizeError as exc:
+        return str(exc)
+    if conc < 1:
+        return "does not fit"
+    replicas = gpus.count // tp
+    kv_seq = kv_per_token(arch, s.kv_cache_dtype, tp).bytes_per_sequence(s.context)
+    return Placement(key, display, w.ledger.total, w.ledger.active, precision if precision != "native" else w.precision,
+                     tp, replicas, w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve)
+
+
+def _chosen(options: list[Placement], min_concurrency: int) -> Placement:
+    """The smallest TP holding at least ``min_concurrency`` per replica, else the one holding most."""
+    enough = next((o for o in options if o.concurrent_per_replica >= min_concurrency), None)
+    return enough if enough is not None else max(options, key=lambda o: o.concurrent_per_replica)
+
+
+_DEFAULT_ASSUMPTIONS = EngineAssumptions()
+
+
 def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context: int = 8192,
         precisions: tuple[str, ...] | None = ("bf16",), budget: str = "engine", kv_cache_dtype: str = "auto",
         gpu_memory_utilization: float | None = None, vllm_version: str | None = None,
         min_concurrency: int = DEFAULT_MIN_CONCURRENCY, all_placements: bool = False,
-        assumptions: EngineAssumptions = EngineAssumptions()) -> FitResult:
+        assumptions: EngineAssumptions = _DEFAULT_ASSUMPTIONS) -> FitResult:
     from servesize.engine.versions import DEFAULT_VLLM_VERSION
 
     version = vllm_version or DEFAULT_VLLM_VERSION
     if budget == "simple" and gpu_memory_utilization is None:
         gpu_memory_utilization = SEED_GPU_MEMORY_UTILIZATION
+    settings = _Settings(context, budget, kv_cache_dtype, gpu_memory_utilization, version, assumptions)
     out: list[Placement] = []
     refused: list[tuple[str, str]] = []
     for key, display, arch in models:
         # None: a checkpoint that is quantised already is served as it is; any other at bf16, fp8, int4.
         chosen_precisions = precisions if precisions is not None else (
             ("native",) if arch.quantization is not None else DEFAULT_PRECISIONS)
-        for precision in chosen_precisions:
-            precision = normalise_precision(precision)
+        for precision in (normalise_precision(p) for p in chosen_precisions):
             options: list[Placement] = []
             reason = "does not fit"
             for tp in _tp_sizes(gpus.count):
@@ -115,38 +161,14 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
                     check_parallelism(arch, tp)
                 except ServesizeError:
                     continue
-                dep = Deployment(tensor_parallel_size=tp, data_parallel_size=gpus.count // tp, quantization=precision,
-                                 kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-                                 max_model_len=context, vllm_version=version)
-                try:
-                    w = weights(arch, precision, tp)
-                    util = dep.resolved(arch, gpus).gpu_memory_utilization
-                    simple = simple_concurrency(arch, gpus, tp, w.total_bytes, context, util, kv_cache_dtype)
-                    if budget == "simple":
-                        conc = simple
-                        reserve = 0
-                        if conc < 1:
-                            continue
-                    else:
-                        rep = memory_report(arch, gpus, dep, budget="engine", assumptions=assumptions, name=key)
-                        conc = int(rep.pool.max_concurrency)
-                        reserve = rep.budget.reserve_bytes
-                        if conc < 1:
-                            continue
-                except ServesizeError as exc:
-                    reason = str(exc)
-                    continue
-                replicas = gpus.count // tp
-                kv_seq = kv_per_token(arch, kv_cache_dtype, tp).bytes_per_sequence(context)
-                options.append(Placement(key, display, w.ledger.total, w.ledger.active,
-                                         precision if precision != "native" else w.precision, tp, replicas,
-                                         w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve))
+                found = _placement(key, display, arch, gpus, precision, tp, settings)
+                if isinstance(found, str):
+                    reason = found if found != "does not fit" else reason
+                else:
+                    options.append(found)
             if not options:
                 refused.append((f"{key} {precision}", reason.split(";")[0]))
                 continue
-            chosen = next((o for o in options if o.concurrent_per_replica >= min_concurrency), None)
-            if chosen is None:
-                chosen = max(options, key=lambda o: o.concurrent_per_replica)
-            for o in options:
-                out.append(Placement(**{**o.to_dict(), "chosen": o is chosen}))
+            chosen = _chosen(options, min_concurrency)
+            out += [Placement(**{**o.to_dict(), "chosen": o is chosen}) for o in options]
     return FitResult(gpus, context, budget, version, tuple(out), tuple(refused), all_placements)

@@ -17,23 +17,39 @@ from servesize.planning.sensitivity import apply_param, sensitivity
 from servesize.workload.model import Workload
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """One deployment's plan: warm users, the four ceilings and which binds, the recipe, the bill,
+    the assumption table and (unless skipped) the sensitivity panel."""
+
     fixed: Fixed
     workload: Workload
     knobs: Knobs
     result: Ceilings
     recipe: str
-    recipe_notes: list
+    recipe_notes: tuple[str, ...]
     power: Any
     power_note: str
     sensitivity: dict
-    assumptions: list
-    sweep: dict | None = None
-    plot: str | None = None
+    assumptions: tuple[dict, ...]
     latency: Any = None
-    derivation: Derivation = field(default_factory=Derivation, repr=False)
-    exit_code: int = 0
+    memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
+    derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
+
+    @property
+    def ceilings(self) -> dict[str, float]:
+        """The four ceilings in users: cache, decode, latency, saturation."""
+        return dict(self.result.values)
+
+    @property
+    def binding(self) -> str:
+        """The ceiling that binds first (the smallest)."""
+        return self.result.binding
+
+    @property
+    def warm_users(self):
+        """Warm user sessions p5 / p50 / p95 (the p5 is the cache ceiling)."""
+        return self.result.warm.users
 
     def to_dict(self) -> dict:
         r = self.result
@@ -63,14 +79,10 @@ class Plan:
             "power": None if self.power is None else _power_dict(self.power),
             "power_note": self.power_note,
             "sensitivity": self.sensitivity,
-            "assumptions": self.assumptions,
+            "assumptions": list(self.assumptions),
             "workload": self.workload.to_dict(),
             "memory": self.fixed.memory,
         }
-        if self.sweep is not None:
-            out["sweep"] = self.sweep
-        if self.plot:
-            out["plot"] = self.plot
         return out
 
 
@@ -141,7 +153,7 @@ def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
-              sensitivity_fills: int = 300) -> Plan:
+              sensitivity_fills: int = 300, memory=None) -> Plan:
     cache = CeilingCache()
     res = ceilings(fixed, workload, knobs, cache)
     d = Derivation()
@@ -162,17 +174,35 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if bill is not None:
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
-    return Plan(fixed, workload, knobs, res, recipe, notes, bill, pnote, sens,
-                assumption_table(fixed, workload, knobs, res), derivation=d, latency=rep)
+    return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
+                tuple(assumption_table(fixed, workload, knobs, res)), latency=rep, memory=memory, derivation=d)
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One row of a sweep: the parameter's value, how it reads, and the inputs it gives."""
+
+    label: str
+    value: float
+    workload: Workload
+    knobs: Knobs
+
+
+def sweep_cases(fixed: Fixed, param: str, cases: list[SweepCase]) -> dict:
+    """Warm users p5/p50 and the four ceilings for each case (fills and decode banks shared)."""
+    cache = CeilingCache()
+    rows = []
+    for case in cases:
+        c = ceilings(fixed, case.workload, case.knobs, cache, comfortable=False)
+        rows.append({"value": case.value, "label": case.label, "warm_users": c.warm.users.to_dict(),
+                     "warm_sessions": c.warm.sessions.to_dict(), "ceilings": c.values, "binding": c.binding})
+    return {"param": param, "rows": rows}
 
 
 def sweep(fixed: Fixed, workload: Workload, knobs: Knobs, param: str, values: list, labels: list | None = None) -> dict:
-    """Warm users p5/p50 and the four ceilings for each value of one parameter."""
-    cache = CeilingCache()
-    rows = []
+    """``sweep_cases`` over one planner parameter (``planning.sensitivity.apply_param`` names)."""
+    cases = []
     for i, v in enumerate(values):
         w, k = apply_param(workload, knobs, param, v)
-        c = ceilings(fixed, w, k, cache, comfortable=False)
-        rows.append({"value": v, "label": (labels[i] if labels else f"{v:g}"), "warm_users": c.warm.users.to_dict(),
-                     "warm_sessions": c.warm.sessions.to_dict(), "ceilings": c.values, "binding": c.binding})
-    return {"param": param, "rows": rows}
+        cases.append(SweepCase(labels[i] if labels else f"{v:g}", v, w, k))
+    return sweep_cases(fixed, param, cases)

@@ -30,64 +30,69 @@ def render_text(result: Any, explain: bool = False) -> str:
 
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
-    r, f = plan.result, plan.fixed
-    w = r.warm
+    lines = _plan_head(plan) + _plan_ceilings(plan) + _plan_serving(plan) + _plan_bill(plan)
+    if plan.sensitivity:
+        lines.append("sensitivity (where the binding ceiling changes):")
+        lines += [f"  {name:<22}{s['text']}" for name, s in plan.sensitivity.items()]
+    if explain:
+        lines.append("\nassumptions:")
+        lines += [f"  {a['name']:<34}{_show(a['value']):>14} {a.get('unit', '')}  [{a['source']}]" for a in plan.assumptions]
+        lines += ["\nderivation:", plan.derivation.render()]
+    return "\n".join(lines)
+
+
+def _plan_head(plan: Plan) -> list[str]:
+    f, w = plan.fixed, plan.result.warm
     lines = [f"{f.name} on {f.n_gpu}x{f.gpu_key} (TP {f.tp}, DP {f.dp}), KV {f.kv_cache_dtype}, "
-             f"pool {f.pool_tokens:,.0f} tokens per replica ({f.pool_source})"]
-    lines.append("  workload: " + plan.workload.describe().replace("\n", "\n            "))
-    lines.append(f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
-                 f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})")
+             f"pool {f.pool_tokens:,.0f} tokens per replica ({f.pool_source})",
+             "  workload: " + plan.workload.describe().replace("\n", "\n            "),
+             f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
+             f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})"]
     if plan.knobs.cpu_offload_bytes:
         lines.append(f"  of which in host RAM p50 {w.cpu_offloaded.p50:,.0f}; in HBM p50 {w.gpu_resident.p50:,.0f}")
-    lines.append("ceilings (users):")
+    return lines
+
+
+def _plan_ceilings(plan: Plan) -> list[str]:
+    r = plan.result
     head = r.headroom()
+    mtp = f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""
     desc = {
         "cache": "warm user sessions p5",
-        "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user" + (f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""),
+        "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user{mtp}",
         "latency": f"mean miss TTFT <= {knob_value(plan.knobs, 'ttft_limit_s'):g} s",
         "saturation": "prefill duty 100%",
     }
+    lines = ["ceilings (users):"]
     for k in CEILINGS:
         mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
     if r.decode_comfortable is not None:
         lines.append(f"  (decode at the comfortable {r.decode_comfortable.floor_tok_s:g} tok/s: "
-                     f"{r.decode_comfortable.n * f.dp:,} users)")
-    lines.append(f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
-                 f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)")
+                     f"{r.decode_comfortable.n * plan.fixed.dp:,} users)")
+    return lines
+
+
+def _plan_serving(plan: Plan) -> list[str]:
+    r, w = plan.result, plan.result.warm
+    lines = [f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
+             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)"]
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
     if w.restore:
         lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
                      f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")
-    lines.append("recipe:")
-    lines.append("  " + plan.recipe)
-    for note in plan.recipe_notes:
-        lines.append("  " + note)
-    if plan.power is not None:
-        p = plan.power
-        lines.append(f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
-                     f"{p.cost_per_month:,.0f} per month, "
-                     + (f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else "")
-                     + f"(price {p.price_per_kwh}/kWh, PUE {p.pue})")
-    else:
-        lines.append(f"power: {plan.power_note}")
-    if plan.sensitivity:
-        lines.append("sensitivity (where the binding ceiling changes):")
-        for name, s in plan.sensitivity.items():
-            lines.append(f"  {name:<22}{s['text']}")
-    if plan.sweep is not None:
-        lines.append(render_sweep(plan.sweep))
-    if plan.plot:
-        lines.append(f"plot written to {plan.plot}")
-    if explain:
-        lines.append("\nassumptions:")
-        for a in plan.assumptions:
-            lines.append(f"  {a['name']:<34}{_show(a['value']):>14} {a.get('unit', '')}  [{a['source']}]")
-        lines.append("\nderivation:")
-        lines.append(plan.derivation.render())
-    return "\n".join(l for l in lines if l is not None)
+    return lines + ["recipe:", "  " + plan.recipe] + ["  " + note for note in plan.recipe_notes]
+
+
+def _plan_bill(plan: Plan) -> list[str]:
+    p, r = plan.power, plan.result
+    if p is None:
+        return [f"power: {plan.power_note}"]
+    per_user = f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else ""
+    return [f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
+            f"{p.cost_per_month:,.0f} per month, {per_user}(price {p.price_per_kwh}/kWh, PUE {p.pue})"]
 
 
 @render_text.register

@@ -1,0 +1,234 @@
+"""The rules that turn a Scenario into what the engine and the planner take.
+
+Each rule is one named function, with the reason it exists:
+
+- ``model_of``            MODEL -> Architecture (catalogue entries are parsed once per process);
+- ``deployment_of``       vLLM's flags -> Deployment (the engine fills its own defaults later);
+- ``calibrated``          a measured pool or a calibration file: the most direct measurement wins;
+- ``workload_of``         a workload file or the seed reference, then single-field overrides, then
+                          the cap: --max-model-len, else at most the model's own context;
+- ``knobs_of``            the modelled assumptions the planner takes;
+- ``check_speculation``   speculative decoding is modelled only through a model's own MTP head;
+- ``planned_deployment``  the deployment the plan sizes: the workload's cap is the engine's
+                          --max-model-len, and the MTP head the recipe serves with is in the memory.
+
+``servesize.api`` calls these; no command holds a rule of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+from servesize.engine.deployment import Deployment, derived_max_model_len
+from servesize.errors import BadInput
+from servesize.model.catalogue import ResolvedModel, find_entry, resolve_model
+from servesize.model.hardware import GpuGroup, parse_gpus
+from servesize.planning.inputs import Knobs, spec_tokens_of
+from servesize.planning.sensitivity import apply_param
+from servesize.scenario import PARAMS, Scenario
+from servesize.units import GiB
+from servesize.vllm_logs.calibration import Calibration
+from servesize.vllm_logs.files import load_calibration
+from servesize.workload.files import load_workload
+from servesize.workload.model import Workload
+
+ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "dtype", "quantization", "kv_cache_dtype",
+                 "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                 "kv_cache_memory_bytes", "num_gpu_blocks_override", "enable_prefix_caching", "enforce_eager",
+                 "mamba_ssm_cache_dtype", "mamba_cache_mode", "vllm_version", "device")
+# Scenario workload field -> the planner's parameter name (planning.sensitivity.apply_param)
+WORKLOAD_FIELDS = {"median": "median", "sigma": "sigma", "prefix": "prefix", "subagent_ratio": "subagent_ratio",
+                   "subagent_median": "subagent_median", "subagent_sigma": "subagent_sigma",
+                   "subagent_prefix": "subagent_prefix", "invalidation": "invalidation", "think_time": "think_time_s",
+                   "output_tokens": "output_tokens", "warm_turn_tokens": "warm_turn_tokens"}
+# Scenario knob field -> Knobs field
+KNOB_FIELDS = {"bandwidth_efficiency": "bandwidth_efficiency", "tp_efficiency": "tp_efficiency",
+               "mtp_speedup": "mtp_speedup", "spec_acceptance": "spec_acceptance", "decode_floor": "decode_floor",
+               "comfortable_floor": "comfortable_floor", "mfu": "mfu", "ttft_limit": "ttft_limit_s"}
+
+
+@lru_cache(maxsize=128)
+def _catalogue_model(spec: str) -> ResolvedModel:
+    return resolve_model(spec)
+
+
+def model_of(spec: str) -> ResolvedModel:
+    """MODEL -> its architecture; a catalogue entry is parsed once per process (files are read every time)."""
+    return _catalogue_model(spec) if find_entry(spec) is not None else resolve_model(spec)
+
+
+def display_name(model: ResolvedModel) -> str:
+    return model.entry.key if model.entry else model.architecture.name
+
+
+def hf_id_of(model: ResolvedModel, spec: str) -> str:
+    """The name the recipe's ``vllm serve`` takes: the catalogue's Hugging Face id, else what was given."""
+    if model.entry is not None and model.entry.hf_id:
+        return model.entry.hf_id
+    return spec if "/" in spec and not spec.startswith((".", "/", "~")) else display_name(model)
+
+
+def gpus_of(scenario: Scenario) -> GpuGroup:
+    return parse_gpus(scenario.gpus, memory=scenario.gpu_memory)
+
+
+def deployment_of(scenario: Scenario) -> Deployment:
+    """vLLM's flags as given; None leaves the engine's own default for the version and GPU."""
+    values: dict[str, Any] = {name: getattr(scenario, name) for name in ENGINE_FIELDS}
+    values["num_speculative_tokens"] = scenario.num_speculative_tokens or 0
+    return Deployment(**values)
+
+
+# -- a measured pool ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Calibrated:
+    """What a measurement fixes: the pool outright, or the engine figures the pool follows from."""
+
+    deployment: Deployment
+    pool_tokens: float | None
+    pool_source: str | None
+
+
+def calibration_of(scenario: Scenario) -> tuple[Calibration, str] | None:
+    if scenario.calibration is None:
+        return None
+    if isinstance(scenario.calibration, Calibration):
+        return scenario.calibration, f"calibration {scenario.calibration.source}"
+    return load_calibration(scenario.calibration), f"calibration {scenario.calibration}"
+
+
+def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
+    """The most direct measurement wins: --pool-tokens, else the calibration's pool, else the engine's
+    own available KV bytes (the pool then follows exactly), else its block count."""
+    if scenario.pool_tokens is not None:
+        return Calibrated(deployment, float(scenario.pool_tokens), "--pool-tokens (measured)")
+    found = calibration_of(scenario)
+    if found is None:
+        return Calibrated(deployment, None, None)
+    cal, where = found
+    if cal.pool_tokens:
+        return Calibrated(deployment, float(cal.pool_tokens), f"{where} (pool)")
+    if cal.available_kv_bytes_per_gpu:
+        lo, hi = cal.available_kv_bytes_per_gpu
+        return Calibrated(replace(deployment, kv_cache_memory_bytes=(lo + hi) // 2), None,
+                          f"engine arithmetic on the available KV bytes logged in {where.removeprefix('calibration ')}")
+    if cal.num_blocks:
+        return Calibrated(replace(deployment, num_gpu_blocks_override=cal.num_blocks), None,
+                          f"engine arithmetic on the block count logged in {where.removeprefix('calibration ')}")
+    raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead")
+
+
+# -- the workload ---------------------------------------------------------------------------
+
+def base_workload(scenario_workload: Workload | str | None) -> Workload:
+    if scenario_workload is None:
+        return Workload.seed_reference()
+    if isinstance(scenario_workload, Workload):
+        return scenario_workload
+    return load_workload(scenario_workload)
+
+
+def workload_of(scenario: Scenario, model_limit: int | None = None) -> Workload:
+    """The base workload, its single-field overrides, then the cap.
+
+    Prefixes and lengths go first, so a smaller cap below can check that they fit. The cap is
+    --max-model-len when given; otherwise the workload's own, at most the model's context."""
+    workload = overridden_workload(scenario)
+    if scenario.max_model_len is not None:
+        return workload.replace(max_model_len=scenario.max_model_len)
+    if model_limit and workload.max_model_len > model_limit:
+        return workload.replace(max_model_len=model_limit)
+    return workload
+
+
+def overridden_workload(scenario: Any) -> Workload:
+    """The base workload with the scenario's workload fields applied (anything with those attributes:
+    a Scenario, or a command's parsed flags)."""
+    workload = base_workload(getattr(scenario, "workload", None))
+    if getattr(scenario, "subagents_share_prefix", None) is not None:
+        workload = workload.replace(subagents_share_prefix=scenario.subagents_share_prefix)
+    knobs = Knobs()
+    for name, planner_name in WORKLOAD_FIELDS.items():
+        value = getattr(scenario, name, None)
+        if value is not None:
+            workload, knobs = _apply(workload, knobs, name, planner_name, value)
+    return workload
+
+
+def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value: Any) -> tuple[Workload, Knobs]:
+    try:
+        return apply_param(workload, knobs, planner_name, value)
+    except BadInput as exc:
+        raise BadInput(str(exc).replace(f"--{planner_name.replace('_', '-')}", PARAMS[name].flag)) from None
+
+
+# -- the modelled knobs ---------------------------------------------------------------------
+
+def knobs_of(scenario: Scenario) -> Knobs:
+    values: dict[str, Any] = {knob: getattr(scenario, name) for name, knob in KNOB_FIELDS.items()}
+    return Knobs(assumptions=scenario.assumptions, sticky_routing=scenario.sticky_routing, fills=scenario.fills,
+                 draws=scenario.draws, seed=scenario.seed, spec_tokens=scenario.num_speculative_tokens,
+                 cpu_offload_bytes=float(scenario.cpu_offload_gib or 0.0) * GiB, **values)
+
+
+def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) -> None:
+    """servesize models speculative decoding only through a model's own MTP module, and no more
+    speed-up than the drafts can give."""
+    asked = [name for name in ("mtp_speedup", "spec_acceptance", "num_speculative_tokens")
+             if getattr(scenario, name) is not None
+             and not (name == "mtp_speedup" and scenario.mtp_speedup == 1.0)
+             and not (name == "num_speculative_tokens" and scenario.num_speculative_tokens == 0)]
+    if asked and not model.architecture.mtp_layers:
+        raise BadInput(f"{model.architecture.name} has no MTP head, and servesize models speculative decoding only "
+                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}")
+    if scenario.mtp_speedup is not None:
+        drafts = spec_tokens_of(knobs) or spec_tokens_of(Knobs())
+        if scenario.mtp_speedup > drafts + 1:
+            raise BadInput(f"--mtp-speedup {scenario.mtp_speedup:g} is more than {drafts} drafts can give "
+                           f"(at most {drafts + 1}x, every draft accepted)")
+
+
+def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: Workload, knobs: Knobs,
+                       scenario: Scenario) -> Deployment:
+    """The deployment the plan sizes and its recipe serves.
+
+    The workload's cap is the engine's --max-model-len. A model with an MTP head is served with it
+    (unless the speed-up is switched off): size the memory as vLLM will, with the MTP weights, its
+    attention layer in the KV group and the draft slots in the recurrent state. The seed's model
+    ignores this, so ``assumptions='seed'`` leaves it out."""
+    deployment = replace(deployment, max_model_len=workload.max_model_len)
+    serves_mtp = (model.architecture.mtp_layers and scenario.num_speculative_tokens is None
+                  and scenario.assumptions != "seed" and knobs.mtp_speedup != 1.0)
+    if serves_mtp:
+        deployment = replace(deployment, num_speculative_tokens=spec_tokens_of(knobs))
+    return deployment
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """A Scenario resolved for the planner."""
+
+    scenario: Scenario
+    model: ResolvedModel
+    name: str
+    hf_id: str
+    gpus: GpuGroup
+    deployment: Deployment
+    workload: Workload
+    knobs: Knobs
+    pool_tokens: float | None
+    pool_source: str | None
+
+
+def plan_inputs(scenario: Scenario) -> PlanInputs:
+    model = model_of(scenario.model)
+    knobs = knobs_of(scenario)
+    check_speculation(scenario, model, knobs)
+    workload = workload_of(scenario, derived_max_model_len(model.architecture))
+    measured = calibrated(scenario, deployment_of(scenario))
+    deployment = planned_deployment(measured.deployment, model, workload, knobs, scenario)
+    return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
+                      deployment, workload, knobs, measured.pool_tokens, measured.pool_source)

@@ -1,0 +1,456 @@
+"""A Scenario: one question put to servesize, declared once.
+
+    import servesize as s
+    sc = s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
+    s.plan(sc).ceilings        # {'cache': ..., 'decode': ..., 'latency': ..., 'saturation': ...}
+
+Every field is declared here once, with its type (``kind``), bounds, help text and group; the
+command line's flags (``servesize.flags``), the docs' flag table (docs/flags.md) and, next, the
+explorer's form are generated from this declaration, so a flag cannot drift from its bound.
+
+Groups, in the order a reader meets them:
+
+- model and GPUs: what is served, on what;
+- engine: vLLM's own flags, with vLLM's names and value vocabulary;
+- workload: what the users do (a workload file, then single-field overrides);
+- knobs: the modelled assumptions (None = the named assumption's value, data/assumptions.toml);
+- calibration: a measured pool, or a calibration file from ``servesize calibrate``;
+- Monte-Carlo: fills, draws and the seed.
+
+A field left at None takes its default where it is used (the engine's default for the vLLM
+version and GPU, the workload's value, the assumption's value), so "not given" stays
+distinguishable from "given the default"; the rules that fill them live in ``servesize.resolve``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
+
+from servesize.assumptions import assumption
+from servesize.engine.kv_cache import KV_CACHE_DTYPES
+from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
+from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
+from servesize.errors import BadInput
+from servesize.units import parse_bytes, parse_tokens
+from servesize.vllm_logs.calibration import Calibration
+from servesize.workload import model as workload_model
+from servesize.workload.model import Workload
+
+KINDS = ("tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration")
+
+GROUPS = {
+    "model": "model and GPUs",
+    "engine": "vLLM engine flags (same names and meanings as vllm serve)",
+    "workload": "workload (default: the warm-capacity seed's reference coding-agent workload)",
+    "knobs": "modelled assumptions (default: data/assumptions.toml; see --explain)",
+    "calibration": "measured pool and calibration",
+    "monte_carlo": "Monte-Carlo",
+    "fit": "what fits",
+}
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True)
+class Param:
+    """How one Scenario field is typed, bounded and explained.
+
+    kind        tokens ('31k'), bytes ('80GiB'), int, float, choice, bool, text, version,
+                workload (a Workload or a workload file), calibration (a Calibration or its file).
+    lo, hi      inclusive bounds (``lo_open``: lo itself is refused).
+    flags       extra command-line spellings (the first flag is always --name-with-dashes).
+    assumption  the data/assumptions.toml entry whose value a None takes (knobs).
+    seed_value  the seed reference workload's value a None takes (workload fields).
+    sweep       may be varied by ``servesize.sweep`` (it does not change the memory).
+    """
+
+    kind: str
+    help: str
+    group: str
+    name: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    choices: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    unit: str = ""
+    assumption: str | None = None
+    seed_value: Any = None
+    sweep: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def describe_default(self) -> str:
+        """The default a None takes, generated from the data it comes from."""
+        if self.assumption is not None:
+            default, seed = assumption(self.assumption), assumption(self.assumption, "seed")
+            return f"default {default:g}" + (f"; the seed's {seed:g}" if seed != default else "")
+        if self.seed_value is not None:
+            shown = f"{self.seed_value:,}" if isinstance(self.seed_value, int) and not isinstance(self.seed_value, bool) \
+                else f"{self.seed_value:g}" if isinstance(self.seed_value, float) else str(self.seed_value)
+            return f"seed reference {shown}"
+        return ""
+
+    def full_help(self) -> str:
+        default = self.describe_default()
+        return f"{self.help} ({default})" if default else self.help
+
+    # -- values ------------------------------------------------------------------------------
+    def parse(self, value: Any) -> Any:
+        """Text or a Python value -> the typed value, bounds checked; None passes through."""
+        if value is None:
+            return None
+        typed = _READERS[self.kind](self, value)
+        if self.kind in ("tokens", "bytes", "int", "float"):
+            self._check_bounds(typed)
+        return typed
+
+    def _check_bounds(self, v: float) -> None:
+        lo_bad = self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo)
+        hi_bad = self.hi is not None and v > self.hi
+        if lo_bad or hi_bad:
+            raise BadInput(f"{self.flag} {_show(v)} is out of range: {self.range_text()}")
+
+    def range_text(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return f"{'(' if self.lo_open else '['}{_show(self.lo)}, {_show(self.hi)}]"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {_show(self.lo)}"
+        return f"<= {_show(self.hi)}" if self.hi is not None else ""
+
+    def _refuse(self, value: Any, what: str) -> BadInput:
+        return BadInput(f"{self.flag} {value!r} is not {what}")
+
+
+def _show(v: float) -> str:
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:g}"
+    return f"{int(v):,}" if abs(v) >= 10_000 else f"{int(v)}"
+
+
+def _read_tokens(p: Param, value: Any) -> int:
+    if isinstance(value, bool):
+        raise p._refuse(value, "a token count")
+    try:
+        return parse_tokens(value)
+    except BadInput:
+        raise p._refuse(value, "a token count (e.g. 32768, 32k, 2.77M)") from None
+
+
+def _read_bytes(p: Param, value: Any) -> int:
+    if isinstance(value, bool):
+        raise p._refuse(value, "an amount of memory")
+    try:
+        return parse_bytes(value)
+    except BadInput:
+        raise p._refuse(value, "an amount of memory (e.g. 81559MiB, 80GiB, 141GB)") from None
+
+
+def _read_int(p: Param, value: Any) -> int:
+    if isinstance(value, bool):
+        raise p._refuse(value, "a whole number")
+    if isinstance(value, int):
+        return int(value)
+    try:
+        number = float(str(value).strip()) if not isinstance(value, float) else value
+    except ValueError:
+        raise p._refuse(value, "a whole number") from None
+    if not math.isfinite(number) or number != int(number) or abs(number) > 2**63:
+        raise p._refuse(value, "a whole number")
+    return int(number)
+
+
+def _read_float(p: Param, value: Any) -> float:
+    if isinstance(value, bool):
+        raise p._refuse(value, "a number")
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise p._refuse(value, "a number") from None
+    if not math.isfinite(number):
+        raise p._refuse(value, "a finite number")
+    return number
+
+
+def _read_choice(p: Param, value: Any) -> str:
+    text = str(value).strip()
+    if text not in p.choices:
+        raise BadInput(f"{p.flag} {value!r} is not one of {', '.join(p.choices)}")
+    return text
+
+
+def _read_bool(p: Param, value: Any) -> bool:
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise p._refuse(value, "true or false")
+
+
+def _read_text(p: Param, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise p._refuse(value, "a non-empty string")
+    return value.strip()
+
+
+def _read_version(p: Param, value: Any) -> str:
+    text = _read_text(p, str(value))
+    parse_version(text)
+    return text
+
+
+def _read_workload(p: Param, value: Any) -> Workload | str:
+    if isinstance(value, Workload):
+        return value
+    return _read_text(p, value)  # a workload file, read when the scenario is resolved
+
+
+def _read_calibration(p: Param, value: Any) -> Calibration | str:
+    if isinstance(value, Calibration):
+        return value
+    return _read_text(p, value)  # a calibration file, read when the scenario is resolved
+
+
+_READERS = {"tokens": _read_tokens, "bytes": _read_bytes, "int": _read_int, "float": _read_float,
+            "choice": _read_choice, "bool": _read_bool, "text": _read_text, "version": _read_version,
+            "workload": _read_workload, "calibration": _read_calibration}
+
+MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the workload's own cap)
+
+
+def _p(kind: str, help: str, group: str, *, default: Any = None, **extra: Any) -> Any:
+    if default is MISSING:
+        return field(metadata={"param": Param(kind, help, group, **extra)})
+    return field(default=default, metadata={"param": Param(kind, help, group, **extra)})
+
+
+_SEED = workload_model  # the seed reference workload's constants, for the generated help
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A model on GPUs with vLLM's flags, a workload, the modelled knobs and any calibration."""
+
+    # -- model and GPUs -------------------------------------------------------------------
+    model: str = _p("text", "catalogue name (servesize models), Hugging Face id, or path to a config.json / model folder",
+                    "model", default=MISSING, metavar="MODEL")
+    gpus: str = _p("text", "N x GPU type, e.g. 1xH200, 4xH100 (servesize gpus lists them)", "model", default=MISSING,
+                   metavar="NxGPU")
+    gpu_memory: int | None = _p("bytes", "override the GPU's memory as nvidia-smi reports it, e.g. 81559MiB", "model",
+                                lo=1 << 20, hi=1 << 44, metavar="BYTES", unit="B")
+
+    # -- vLLM engine flags ----------------------------------------------------------------
+    tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel)", "engine", default=1, lo=1, hi=1024,
+                                   flags=("-tp",), metavar="N")
+    data_parallel_size: int = _p("int", "replicas (data parallel)", "engine", default=1, lo=1, hi=4096, flags=("-dp",),
+                                 metavar="N")
+    dtype: str = _p("choice", "dtype of unquantised weights (default: the config's)", "engine", default="auto",
+                    choices=("auto", "bfloat16", "float16", "half", "float32"))
+    quantization: str = _p("text", "native (the checkpoint's own), bf16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4",
+                           "engine", default="native", flags=("-q",), metavar="FORMAT")
+    kv_cache_dtype: str = _p("choice", "KV cache element type", "engine", default="auto", choices=tuple(KV_CACHE_DTYPES))
+    gpu_memory_utilization: float | None = _p(
+        "float", "fraction of GPU memory vLLM may use (default: the vLLM version's, 0.90 before v0.20, 0.92 from v0.20)",
+        "engine", lo=0.0, hi=1.0, lo_open=True, metavar="U")
+    max_model_len: int | None = _p(
+        "tokens", "longest request, e.g. 32768 or 32k (memory: default the model's context; plan: the workload's cap, "
+        "at most the model's)", "engine", lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
+    max_num_seqs: int | None = _p("int", "sequences in one batch (default: 1024 on >= 70 GiB GPUs, else 256)", "engine",
+                                  lo=1, hi=1 << 20, metavar="N")
+    max_num_batched_tokens: int | None = _p(
+        "tokens", "the profile batch; the activation reserve grows with it (default 16384 / 8192 / 2048 by GPU memory)",
+        "engine", lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
+    block_size: int | None = _p("int", "KV block size in tokens (default 16; MLA backends force 64/128)", "engine",
+                                lo=1, hi=1 << 16, metavar="TOKENS")
+    kv_cache_memory_bytes: int | None = _p(
+        "bytes", "KV memory per GPU, taken as given (vLLM then ignores the utilisation budget)", "engine",
+        lo=1, hi=1 << 50, flags=("--kv-cache-memory",), metavar="BYTES", unit="B")
+    num_gpu_blocks_override: int | None = _p("int", "the engine's block count, taken as given", "engine", lo=1,
+                                             hi=1 << 32, metavar="N")
+    enable_prefix_caching: bool = _p("bool", "automatic prefix caching (on by default)", "engine", default=True)
+    enforce_eager: bool = _p("bool", "no CUDA graphs (nothing reserved for them)", "engine", default=False)
+    mamba_ssm_cache_dtype: str | None = _p(
+        "choice", "recurrent-state dtype for GDN/Mamba layers (default: the config's mamba_ssm_dtype)", "engine",
+        choices=("auto", "float32", "bfloat16", "float16"), flags=("--state-dtype",))
+    mamba_cache_mode: str | None = _p(
+        "choice", "recurrent-state blocks per request: none = 1, align = 2 (default: align with prefix caching, "
+        "which hybrids get from v0.26)", "engine", choices=("none", "align"))
+    num_speculative_tokens: int | None = _p(
+        "int", "MTP draft tokens (adds the MTP weights, its attention layer and state slots; memory: default 0; "
+        "plan: default the model's MTP head with decode.mtp_drafts drafts when it has one)", "engine",
+        lo=0, hi=16, flags=("--spec-tokens",), metavar="K")
+    vllm_version: str = _p("version", "engine version whose rules apply (log formula, defaults, CUDA graphs)", "engine",
+                           default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z")
+    device: str = _p("choice", "cpu: vLLM's CPU build (block size a multiple of 32)", "engine", default="cuda",
+                     choices=("cuda", "cpu"))
+    budget: str = _p("choice", "engine: vLLM's own budget with a named reserve estimate; simple: the calculator seed's "
+                     "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
+
+    # -- workload ---------------------------------------------------------------------------
+    workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload; the fields "
+                                         "below override it", "workload", metavar="FILE")
+    median: int | None = _p("tokens", "user session median prompt length", "workload", lo=1, hi=MAX_TOKENS, unit="tokens",
+                            seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS")
+    sigma: float | None = _p("float", "user log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
+                             seed_value=_SEED.SEED_USER_SIGMA, sweep=True, metavar="S")
+    prefix: int | None = _p("tokens", "user shared prefix (system prompt + tools)", "workload", lo=0, hi=MAX_TOKENS,
+                            unit="tokens", seed_value=_SEED.SEED_USER_PREFIX_TOKENS, sweep=True, metavar="TOKENS")
+    subagent_ratio: float | None = _p("float", "subagent requests per user request (0 = none)", "workload", lo=0.0,
+                                      hi=100.0, seed_value=_SEED.SEED_SUBAGENT_RATIO, sweep=True, metavar="R")
+    subagent_median: int | None = _p("tokens", "subagent median prompt length", "workload", lo=1, hi=MAX_TOKENS,
+                                     unit="tokens", seed_value=_SEED.SEED_SUBAGENT_MEDIAN_TOKENS, sweep=True,
+                                     metavar="TOKENS")
+    subagent_sigma: float | None = _p("float", "subagent log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
+                                      seed_value=_SEED.SEED_SUBAGENT_SIGMA, sweep=True, metavar="S")
+    subagent_prefix: int | None = _p("tokens", "subagent shared prefix", "workload", lo=0, hi=MAX_TOKENS, unit="tokens",
+                                     seed_value=_SEED.SEED_SUBAGENT_PREFIX_TOKENS, sweep=True, metavar="TOKENS")
+    subagents_share_prefix: bool | None = _p("bool", "subagents start with the user prefix", "workload",
+                                             seed_value=False)
+    invalidation: float | None = _p("float", "fraction of requests that match no cached prefix (also the miss rate)",
+                                    "workload", lo=0.0, hi=1.0, seed_value=_SEED.SEED_INVALIDATION, sweep=True,
+                                    metavar="F")
+    think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=0.0, hi=1e6,
+                                  lo_open=True, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
+                                  metavar="SECONDS")
+    output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
+                                   unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
+    warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
+                                      hi=MAX_TOKENS, unit="tokens", seed_value=_SEED.SEED_WARM_TURN_TOKENS, sweep=True,
+                                      flags=("--turn-tokens",), metavar="TOKENS")
+
+    # -- modelled assumptions -------------------------------------------------------------
+    bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=0.0, hi=1.0,
+                                            lo_open=True, assumption="decode.bandwidth_efficiency", sweep=True,
+                                            metavar="F")
+    tp_efficiency: float | None = _p("float", "bandwidth/FLOP efficiency of the TP group (default 0.90 per doubling)",
+                                     "knobs", lo=0.0, hi=1.0, lo_open=True, sweep=True, metavar="F")
+    mtp_speedup: float | None = _p("float", "tokens per step with MTP speculation (1.0 = off)", "knobs", lo=1.0,
+                                   hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X")
+    spec_acceptance: float | None = _p("float", "per-draft MTP acceptance (speedup 1 + a + ... + a^k)", "knobs",
+                                       lo=0.0, hi=1.0, assumption="decode.mtp_acceptance", sweep=True, metavar="A")
+    decode_floor: float | None = _p("float", "per-user p50 decode floor", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
+                                    unit="tok/s", assumption="decode.floor_hard_tok_s", sweep=True, metavar="TOK_S")
+    comfortable_floor: float | None = _p("float", "comfortable decode speed", "knobs", lo=0.0, hi=100_000.0,
+                                         lo_open=True, unit="tok/s", assumption="decode.floor_comfortable_tok_s",
+                                         sweep=True, metavar="TOK_S")
+    mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=0.0, hi=1.0, lo_open=True,
+                           assumption="prefill.mfu", sweep=True, metavar="F")
+    ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
+                                  unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS")
+    cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
+                                       hi=float(1 << 20), unit="GiB", sweep=True, metavar="GIB")
+    sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
+                              "balancer)", "knobs", default=True)
+    assumptions: str = _p("choice", "seed: the warm-capacity seed's values (bandwidth efficiency 1.0, MTP 1.7, ...)",
+                          "knobs", default="default", choices=("default", "seed"))
+
+    # -- measured pool, calibration -------------------------------------------------------
+    pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77M", "calibration", lo=1,
+                                 hi=10**13, unit="tokens", metavar="TOKENS")
+    calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
+                                               "replaces the model's", "calibration", metavar="FILE")
+
+    # -- Monte-Carlo ----------------------------------------------------------------------
+    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=100_000, metavar="N")
+    draws: int = _p("int", "sessions drawn per fill (grown when a fill needs more)", "monte_carlo", default=2000, lo=1,
+                    hi=1 << 20, metavar="N")
+    seed: int = _p("int", "RNG seed: the same inputs give the same output", "monte_carlo", default=0, lo=0,
+                   hi=2**63 - 1, metavar="N")
+
+    def __post_init__(self) -> None:
+        for name, param in PARAMS.items():
+            object.__setattr__(self, name, param.parse(getattr(self, name)))
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A copy with some fields changed (validated again); unknown names are refused."""
+        unknown = sorted(set(changes) - set(PARAMS))
+        if unknown:
+            raise BadInput(f"Scenario has no field {', '.join(unknown)}; fields: {', '.join(PARAMS)}")
+        return replace(self, **changes)
+
+    def explicit(self) -> dict[str, Any]:
+        """The fields that differ from their declared default (what a share link or a log needs)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.default is MISSING or value != f.default:
+                out[f.name] = value
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON-ready data (a Workload or Calibration object as its own dict)."""
+        out: dict[str, Any] = {}
+        for name in PARAMS:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if hasattr(value, "to_dict") else value
+        return out
+
+
+def _declared(cls: type) -> dict[str, Param]:
+    return {f.name: replace(f.metadata["param"], name=f.name) for f in fields(cls)}
+
+
+PARAMS: dict[str, Param] = _declared(Scenario)
+SWEEPABLE = tuple(p.name for p in PARAMS.values() if p.sweep)
+
+
+def params_in(*groups: str) -> list[Param]:
+    """The declared fields of the named groups, in declaration order."""
+    return [p for p in PARAMS.values() if p.group in groups]
+
+
+def _shared(name: str, default: Any = MISSING) -> Any:
+    """A field declared by Scenario, reused as it is (same kind, bounds and help)."""
+    param = PARAMS[name]
+    if default is MISSING:
+        return field(metadata={"param": param})
+    return field(default=default, metadata={"param": param})
+
+
+@dataclass(frozen=True)
+class FitQuery:
+    """``servesize fit``: every catalogue model x precision x placement these GPUs can serve."""
+
+    gpus: str = _shared("gpus")
+    context: int = _p("tokens", "tokens per sequence the concurrency is counted at", "fit", default=8192, lo=1,
+                      hi=MAX_TOKENS, unit="tokens", metavar="TOKENS")
+    precision: str | None = _p("text", "comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: a "
+                               "quantised checkpoint as it is; any other at bf16, fp8 and int4)", "fit", metavar="LIST")
+    models: str | None = _p("text", "comma list of catalogue names or config paths (default: the whole catalogue)",
+                            "fit", metavar="LIST")
+    budget: str = _shared("budget", "engine")
+    kv_cache_dtype: str = _shared("kv_cache_dtype", "auto")
+    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization", None)
+    vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
+    min_concurrency: int = _p("int", "smallest per-replica concurrency a placement should reach", "fit",
+                              default=DEFAULT_MIN_CONCURRENCY, lo=1, hi=1 << 20, metavar="N")
+    all_placements: bool = _p("bool", "list every TP x replicas placement that fits", "fit", default=False)
+
+    def __post_init__(self) -> None:
+        for name, param in FIT_PARAMS.items():
+            object.__setattr__(self, name, param.parse(getattr(self, name)))
+
+    def precisions(self) -> tuple[str, ...] | None:
+        return _comma_list(self.precision)
+
+    def model_names(self) -> tuple[str, ...] | None:
+        return _comma_list(self.models)
+
+
+def _comma_list(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    return items or None
+
+
+FIT_PARAMS: dict[str, Param] = _declared(FitQuery)
