@@ -165,7 +165,7 @@ def test_the_cap_never_exceeds_the_models_own_context(capsys):
 @pytest.mark.parametrize("argv,fragment", [
     (["llama-3.1-8b", "--gpus", "1xH100", "--mtp-speedup", "1.7"], "no MTP head"),
     (["qwen3.6-27b", "--gpus", "1xH200", "--mtp-speedup", "3.5"], "at most 3x"),
-    (["qwen3.6-27b", "--gpus", "1xH200", "--comfortable-floor", "0"], "must be positive"),
+    (["qwen3.6-27b", "--gpus", "1xH200", "--comfortable-floor", "0"], "--comfortable-floor 0 is out of range: (0,"),
     (["qwen3.6-27b", "--gpus", "1xH200", "--pool-tokens", "1"], "prefixes"),
     (["qwen3.6-27b", "--gpus", "1xH200", "--sweep", "spec_tokens=0,1,3"], "draft count"),
 ])

@@ -126,20 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if module is None:
         parser.print_help()
         return 2 if not argv else 0
-    want_json = getattr(args, "json", False)
     try:
-        result = importlib.import_module(module).run(args)
-        if result is None:
-            return 0
-        if isinstance(result, int):
-            return result
-        if want_json:
-            sys.stdout.write(json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False) + "\n")
-        else:
-            from servesize.render.text import render_text
-
-            sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
-        return getattr(result, "exit_code", 0)
+        return _emit(importlib.import_module(module).run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
@@ -154,6 +142,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"servesize: internal error: {type(exc).__name__}: {exc} (a bug; rerun with SERVESIZE_DEBUG=1 "
               "for the traceback and please report it)", file=sys.stderr)
         return 1
+
+
+def _emit(result, args) -> int:
+    """Print a command's result: one JSON document under --json, else its text report."""
+    if result is None:
+        return 0
+    if isinstance(result, int):
+        return result
+    if getattr(args, "json", False):
+        document = json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
+        sys.stdout.write(document + "\n")
+    else:
+        from servesize.render.text import render_text
+
+        sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
+    return getattr(result, "exit_code", 0)
 
 
 def _finite(obj):

@@ -6,44 +6,65 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from servesize.errors import BadInput, Interrupted, ServesizeError
 
 _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users", "duration_s", "block_size")
 
 
-def open_record(args, kind: str, config_cls, make_config: Callable[[], object]):
+@dataclass(frozen=True)
+class Recording:
+    """Where a measurement's run record goes: a new file, or one to continue (--resume)."""
+
+    url: str | None
+    record: str | None = None
+    resume: str | None = None
+    fsync: bool = False
+    quiet: bool = False
+
+    @classmethod
+    def of(cls, args) -> Recording:
+        return cls(args.url, args.record, args.resume, args.fsync, args.quiet)
+
+
+def open_record(rec: Recording, kind: str, config_cls, make_config: Callable[[], object]):
     """(config, record, resumed contents): from --resume FILE, or a new record from the flags."""
     from servesize.measure.record import RunRecord, read_record
 
-    if args.resume:
-        cfg = config_cls.from_params(read_record(args.resume, kind).header["params"])
-        if args.url:
-            cfg.url = args.url
-        print(f"servesize: resuming {args.resume} with its recorded parameters ("
+    if rec.resume:
+        cfg = config_cls.from_params(read_record(rec.resume, kind).header["params"])
+        if rec.url:
+            cfg.url = rec.url
+        print(f"servesize: resuming {rec.resume} with its recorded parameters ("
               + ", ".join(f"{k} {v}" for k, v in cfg.to_params().items() if k in _SHOWN and v is not None)
               + "); other measurement flags are not applied", file=sys.stderr)
-        record, contents = RunRecord.resume(args.resume, kind, fsync=args.fsync)
+        record, contents = RunRecord.resume(rec.resume, kind, fsync=rec.fsync)
         return cfg, record, contents
-    if not args.url:
-        raise BadInput(f"measure {kind} needs --url (or --resume FILE)")
+    check_url(rec.url, kind)
+    cfg = make_config()
+    path = rec.record or time.strftime(f"servesize-{kind}-%Y%m%d-%H%M%S.jsonl")
+    return cfg, RunRecord.create(path, kind, cfg.to_params(), fsync=rec.fsync), None
+
+
+def check_url(text: str | None, kind: str) -> str:
     from urllib.parse import urlparse
 
-    url = urlparse(args.url)
+    if not text:
+        raise BadInput(f"measure {kind} needs --url (or --resume FILE)")
+    url = urlparse(text)
     if url.scheme not in ("http", "https") or not url.netloc:
-        raise BadInput(f"--url {args.url!r} is not an http(s) URL such as http://localhost:8000")
-    cfg = make_config()
-    path = args.record or time.strftime(f"servesize-{kind}-%Y%m%d-%H%M%S.jsonl")
-    return cfg, RunRecord.create(path, kind, cfg.to_params(), fsync=args.fsync), None
+        raise BadInput(f"--url {text!r} is not an http(s) URL such as http://localhost:8000")
+    return text
 
 
-def run_recorded(args, record, measurement: Callable[[object], object]):
+def run_recorded(rec: Recording, record, measurement: Callable[[object], object]):
     """Run ``measurement(progress)`` (a coroutine) on the measurement loop, appending its end (or its
     error) to the record, which is always closed."""
     from servesize.measure.client import run_async
     from servesize.measure.report import StderrProgress
 
-    progress = StderrProgress(enabled=not args.quiet)
+    progress = StderrProgress(enabled=not rec.quiet)
     try:
         result = run_async(measurement(progress))
         record.append("end", result=result.to_dict())

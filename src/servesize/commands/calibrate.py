@@ -21,7 +21,7 @@ and --kv-cache-groups (servesize memory prints both) before the block count can 
 """
 
 
-from servesize.commands._engine import _positive_int  # noqa: E402
+from servesize.commands._types import positive_int as _positive_int  # noqa: E402
 
 
 def add_arguments(parser) -> None:

@@ -53,28 +53,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
 
-def run(args):
+def predicted_pool(text: str | None):
+    """servesize's own prediction for ``--predict "MODEL --gpus ... [vLLM flags]"``: the KvPool."""
+    if not text:
+        return None
+    from servesize.api import memory
+    from servesize.flags import scenario_from_flags
+
+    return memory(scenario_from_flags(text)).pool
+
+
+def pool_config(args, predicted_tokens: int | None):
+    from servesize.measure.pool import PoolConfig
+
+    return PoolConfig(url=args.url, model=args.model, prompt_tokens=args.prompt_tokens, rounds=args.rounds,
+                      predicted_tokens=predicted_tokens, max_parallel=args.max_parallel, timeout_s=args.timeout,
+                      stall_timeout_s=args.stall_timeout, block_size=args.block_size, warm_share=args.warm_share,
+                      signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()), fine=not args.no_fine,
+                      fine_order=args.fine_order, seed=args.seed)
+
+
+def measure(args, rec, predicted=None):
+    """Run (or continue) the pool measurement described by ``args`` into the record ``rec``."""
     from servesize.commands._measure import open_record, run_recorded
-    from servesize.measure.plots import plot_pool
-    from servesize.measure.pool import PoolConfig, measure_pool
+    from servesize.measure.pool import PoolConfig, measure_pool, predicted_tokens_of
 
-    predicted = getattr(args, "predicted", None)  # a servesize.engine.memory prediction, when the caller wires one
-    if args.predict and predicted is None:
-        from servesize.commands._predict import predict_pool
+    tokens = args.predicted_tokens if args.predicted_tokens is not None else predicted_tokens_of(predicted)
+    cfg, record, contents = open_record(rec, "pool", PoolConfig, lambda: pool_config(args, tokens))
+    return run_recorded(rec, record, lambda progress: measure_pool(cfg, record=record, resume=contents,
+                                                                    predicted=predicted, progress=progress))
 
-        predicted = predict_pool(args.predict)
-    if predicted is not None and args.predicted_tokens is None:
-        from servesize.measure.pool import predicted_tokens_of
 
-        args.predicted_tokens = predicted_tokens_of(predicted)  # kept in the record, so --resume keeps it too
-    cfg, record, contents = open_record(args, "pool", PoolConfig, lambda: PoolConfig(
-        url=args.url, model=args.model, prompt_tokens=args.prompt_tokens, rounds=args.rounds,
-        predicted_tokens=args.predicted_tokens, max_parallel=args.max_parallel, timeout_s=args.timeout,
-        stall_timeout_s=args.stall_timeout, block_size=args.block_size, warm_share=args.warm_share,
-        signals=tuple(s.strip() for s in args.signals.split(",") if s.strip()), fine=not args.no_fine,
-        fine_order=args.fine_order, seed=args.seed))
-    result = run_recorded(args, record, lambda progress: measure_pool(cfg, record=record, resume=contents,
-                                                                      predicted=predicted, progress=progress))
+def run(args):
+    from servesize.commands._measure import Recording
+
+    result = measure(args, Recording.of(args), predicted_pool(args.predict))
     if args.plot:
+        from servesize.measure.plots import plot_pool
+
         plot_pool(result, args.plot)
     return result

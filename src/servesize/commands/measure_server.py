@@ -24,10 +24,6 @@ placed around the predicted warm users. Both run records go to --record-dir; run
 again with the same --record-dir to continue an interrupted run.
 """
 
-WORKLOAD_FLAGS = ("median", "sigma", "prefix", "subagent_ratio", "subagent_median", "subagent_sigma", "subagent_prefix",
-                  "invalidation", "think_time", "output_tokens")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     measure_sessions.add_arguments(p)
     g = p.add_argument_group("pool measurement")
@@ -51,38 +47,35 @@ class ServerReport:
         return "\n".join([render_pool(self.pool, explain), "", render_sessions(self.sessions, explain)])
 
 
-def _plan_arguments(args) -> str:
-    extra = []
-    for name in WORKLOAD_FLAGS:
-        value = getattr(args, name, None)
-        if value is not None:
-            extra += [f"--{name.replace('_', '-')}", str(value)]
-    return " ".join([args.predict, *extra])
-
-
 def run(args):
-    from servesize.cli import build_parser
     from servesize.commands import measure_pool
+    from servesize.commands._measure import Recording, check_url
 
-    if not args.url:
-        raise BadInput("measure server needs --url")
+    check_url(args.url, "server")
     if not args.predict:
         raise BadInput('measure server needs --predict "MODEL --gpus ... [vLLM flags]" (the served model and its flags)')
     folder = pathlib.Path(args.record_dir or time.strftime("servesize-server-%Y%m%d-%H%M%S"))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--record-dir {folder}: cannot create it ({exc.strerror or exc})") from None
     pool_record, sessions_record = folder / "pool.jsonl", folder / "sessions.jsonl"
-    # a --record-dir that already holds records continues them (the run was interrupted)
-    pool_argv = ["measure", "pool", "--url", args.url, "--predict", args.predict, "--prompt-tokens", str(args.prompt_tokens),
-                 "--rounds", str(args.rounds), "--resume" if pool_record.exists() else "--record", str(pool_record)]
-    if args.model:
-        pool_argv += ["--model", args.model]
-    if args.quiet:
-        pool_argv.append("--quiet")
-    pool = measure_pool.run(build_parser(load="measure pool").parse_args(pool_argv))
-    args.predict = _plan_arguments(args)
-    if sessions_record.exists():
-        args.resume = str(sessions_record)
-    else:
-        args.record = str(sessions_record)
-    sessions = measure_sessions.run(args)
+
+    def recording(path: pathlib.Path) -> Recording:  # a record already there continues (the run was interrupted)
+        return Recording(args.url, resume=str(path) if path.exists() else None,
+                         record=None if path.exists() else str(path), fsync=args.fsync, quiet=args.quiet)
+
+    pool_args = argparse.Namespace(**{**_pool_defaults(), "url": args.url, "model": args.model,
+                                      "prompt_tokens": args.prompt_tokens, "rounds": args.rounds})
+    pool = measure_pool.measure(pool_args, recording(pool_record), measure_pool.predicted_pool(args.predict))
+    sessions = measure_sessions.measure(args, recording(sessions_record))
     return ServerReport(pool, sessions, max(getattr(pool, "exit_code", 0), getattr(sessions, "exit_code", 0)))
+
+
+def _pool_defaults() -> dict:
+    """``measure pool``'s own defaults for the flags this command does not take."""
+    from servesize.commands import measure_pool
+
+    parser = argparse.ArgumentParser(add_help=False)
+    measure_pool.add_arguments(parser)
+    return vars(parser.parse_args([]))

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 
 from servesize.errors import BadInput
+from servesize.flags import add_params
+from servesize.scenario import params_in
 from servesize.units import parse_tokens
 
 HELP = "load a live server with simulated agentic users on a ladder"
@@ -34,26 +36,16 @@ def _users(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", help="the server, e.g. http://localhost:8000")
     p.add_argument("--model", help="model name (default: the server's first /v1/models entry)")
-    g = p.add_argument_group("workload (defaults: the seed's reference workload)")
-    g.add_argument("--median", type=parse_tokens, help="median session context, tokens (e.g. 31k)")
-    g.add_argument("--sigma", type=float, help="log-normal sigma of session contexts")
-    g.add_argument("--prefix", type=parse_tokens, help="shared system prefix of user sessions, tokens")
-    g.add_argument("--subagent-ratio", type=float, help="subagent requests per user request (0: none)")
-    g.add_argument("--subagent-median", type=parse_tokens)
-    g.add_argument("--subagent-sigma", type=float)
-    g.add_argument("--subagent-prefix", type=parse_tokens)
-    g.add_argument("--invalidation", type=float, help="share of turns that match no cached prefix")
-    g.add_argument("--think-time", type=float, help="mean seconds between a user's requests (exponential)")
-    g.add_argument("--output-tokens", type=parse_tokens, help="tokens generated per request")
-    g.add_argument("--turn-tokens", type=parse_tokens, help="new tokens appended per turn")
-    g.add_argument("--turns-per-session", type=int, default=8)
-    g.add_argument("--max-model-len", type=parse_tokens, help="the server's cap (default: /v1/models max_model_len)")
+    add_params(p, params_in("workload"))
+    s = p.add_argument_group("sessions")
+    s.add_argument("--turns-per-session", type=int, default=8)
+    s.add_argument("--max-model-len", type=parse_tokens, help="the server's cap (default: /v1/models max_model_len)")
     p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16")
     p.add_argument("--predicted-users", type=float, help="predicted warm users: the ladder goes x0.5 .. x2 around it")
     p.add_argument("--predicted-decode", type=float, help="predicted decode tok/s per user at the knee (verdict only)")
     p.add_argument("--predict", metavar='"MODEL --gpus ... [plan flags]"',
-                   help="take the predictions from `servesize plan` with these arguments (warm users p50 and the "
-                        "decode speed there); give it the same workload flags as this run")
+                   help="take the predictions from `servesize plan` with these arguments and this run's workload "
+                        "flags (warm users p50 and the decode speed there)")
     p.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds per rung (default 120)")
     p.add_argument("--warm-target", type=float, default=0.9, help="warm-hit rate that counts as comfortable (default 0.9)")
     p.add_argument("--max-error-rate", type=float, default=0.05, help="stop the ladder above this error rate (default 0.05)")
@@ -84,60 +76,60 @@ def _server_max_model_len(url: str, model: str | None) -> int | None:
 
 
 def build_params(args):
-    from servesize.measure.sessions import ClassParams, SessionParams
+    """The simulated users: the same workload the prediction plans for (the seed reference, a
+    --workload file, the workload flags), with the server's own cap."""
+    from servesize.measure.sessions import SessionParams
+    from servesize.resolve import overridden_workload
 
-    try:
-        from servesize.workload.model import Workload
-
-        base = SessionParams.from_workload(Workload.seed_reference())
-    except ImportError:  # pragma: no cover - the workload module is part of the package
-        base = SessionParams(user=ClassParams(31_000, 0.81, 15_000))
-    u = base.user
-    user = ClassParams(args.median or u.median_tokens, u.sigma if args.sigma is None else args.sigma,
-                       u.prefix_tokens if args.prefix is None else args.prefix)
-    s = base.subagent or ClassParams(8_000, 0.9, 3_000)
-    sub = ClassParams(args.subagent_median or s.median_tokens, s.sigma if args.subagent_sigma is None else args.subagent_sigma,
-                      s.prefix_tokens if args.subagent_prefix is None else args.subagent_prefix)
-    max_len = args.max_model_len or _server_max_model_len(args.url, args.model) or base.max_model_len
-
-    def pick(value, default):
-        return default if value is None else value
-
-    return SessionParams(user=user, subagent=sub, subagent_ratio=pick(args.subagent_ratio, base.subagent_ratio),
-                         invalidation=pick(args.invalidation, base.invalidation), max_model_len=max_len,
-                         think_time_s=pick(args.think_time, base.think_time_s),
-                         output_tokens=pick(args.output_tokens, base.output_tokens),
-                         turn_tokens=pick(args.turn_tokens, base.turn_tokens), turns_per_session=args.turns_per_session,
-                         seed=args.seed)
+    workload = overridden_workload(args)
+    max_len = args.max_model_len or _server_max_model_len(args.url, args.model) or workload.max_model_len
+    return SessionParams.from_workload(workload, max_model_len=max_len, turns_per_session=args.turns_per_session,
+                                       seed=args.seed)
 
 
-def run(args):
+def predicted(args) -> tuple[float | None, float | None]:
+    """(warm users p50, decode tok/s per user there) from --predict, or the flags given."""
+    users, decode = args.predicted_users, args.predicted_decode
+    if args.predict and not users:
+        from servesize.api import plan
+        from servesize.flags import given, scenario_from_flags
+
+        result = plan(scenario_from_flags(args.predict, **given(args, params_in("workload"))), sensitivity=False)
+        users = result.warm_users.p50
+        if decode is None and result.result.decode.at_ceiling is not None:
+            decode = result.result.decode.at_ceiling.p50_tok_s
+    return users, decode
+
+
+def measure(args, rec):
+    """Run (or continue) the ladder described by ``args`` into the record ``rec``."""
     from servesize.commands._measure import open_record, run_recorded
-    from servesize.measure.plots import plot_sessions
     from servesize.measure.sessions import SessionsConfig, ladder, measure_sessions
 
     def new_config():
-        if args.predict and not args.predicted_users:
-            from servesize.commands._predict import predict_plan
-
-            plan = predict_plan(args.predict).to_dict()
-            args.predicted_users = plan["warm_users"]["p50"]
-            if args.predicted_decode is None:
-                args.predicted_decode = plan["decode"]["p50_at_ceiling_tok_s"]
+        users, decode = predicted(args)
         if args.users:
-            users = args.users
-        elif args.predicted_users:
-            users = ladder(args.predicted_users)
+            rungs = args.users
+        elif users:
+            rungs = ladder(users)
         else:
             raise BadInput("measure sessions needs --users 4,8,16 or --predicted-users N")
-        return SessionsConfig(url=args.url, params=build_params(args), users=users, model=args.model,
+        return SessionsConfig(url=args.url, params=build_params(args), users=rungs, model=args.model,
                               duration_s=args.duration, warm_target=args.warm_target, max_error_rate=args.max_error_rate,
                               max_ttft_p95_s=args.max_ttft_p95, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
-                              predicted_users=args.predicted_users, predicted_decode_tok_per_s=args.predicted_decode)
+                              predicted_users=users, predicted_decode_tok_per_s=decode)
 
-    cfg, record, contents = open_record(args, "sessions", SessionsConfig, new_config)
-    result = run_recorded(args, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
-                                                                          progress=progress))
+    cfg, record, contents = open_record(rec, "sessions", SessionsConfig, new_config)
+    return run_recorded(rec, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
+                                                                      progress=progress))
+
+
+def run(args):
+    from servesize.commands._measure import Recording
+
+    result = measure(args, Recording.of(args))
     if args.plot:
+        from servesize.measure.plots import plot_sessions
+
         plot_sessions(result, args.plot)
     return result

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servesize.commands._engine import add_engine_arguments, add_model_and_gpus, deployment_from_args, gpus_from_args
+from servesize.flags import add_params, scenario_from_args
+from servesize.scenario import params_in
 
 HELP = "vLLM's memory budget and KV pool for one deployment, down to the lines it logs"
 EPILOG = """\
@@ -15,14 +16,10 @@ examples:
 
 
 def add_arguments(parser) -> None:
-    add_model_and_gpus(parser)
-    add_engine_arguments(parser)
+    add_params(parser, params_in("model", "engine"), required=("gpus",))
 
 
 def run(args):
-    from servesize.engine.memory import memory_report
-    from servesize.model.catalogue import resolve_model
+    from servesize.api import memory
 
-    model = resolve_model(args.model)
-    gpus = gpus_from_args(args)
-    return memory_report(model.architecture, gpus, deployment_from_args(args), budget=args.budget, name=model.entry.key if model.entry else model.architecture.name)
+    return memory(scenario_from_args(args))
