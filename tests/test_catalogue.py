@@ -171,7 +171,8 @@ def test_kv_per_token_matches_the_calculator_seed_table(key):
 
 def test_loading_the_catalogue_does_not_import_numpy():
     import subprocess
-    code = "import sys, servesize.model.catalogue as c; c.load_catalogue(); [e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)"
+    code = ("import sys, servesize.model.catalogue as c; c.load_catalogue(); "
+            "[e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -185,7 +186,8 @@ def test_the_models_command_lists_every_entry_and_its_json_is_one_document(capsy
     assert main(["models", "deepseek-v3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["models"]
-    assert row["kv_bytes_per_token"] == 70_272 and row["params"]["total"] == row["params"]["total_with_mtp"] - row["params"]["groups"]["mtp"]
+    params = row["params"]
+    assert row["kv_bytes_per_token"] == 70_272 and params["total"] == params["total_with_mtp"] - params["groups"]["mtp"]
 
 
 def test_the_models_command_explains_one_ledger(capsys):
