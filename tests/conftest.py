@@ -3,12 +3,13 @@ import pathlib
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+TRACES = REPO.parent / "shared" / "traces"
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> pathlib.Path:
-    """../shared reference data (model configs, published logs, traces); skip when absent."""
-    if not SHARED.is_dir():
-        pytest.skip("../shared reference data not present")
-    return SHARED
+def traces_dir() -> pathlib.Path:
+    """The published session traces in ../shared/traces: too large to carry in the repository, so the tests
+    that replay them skip when they are absent. Every other published fact lives in tests/fixtures/."""
+    if not TRACES.is_dir():
+        pytest.skip(f"the session traces are absent ({TRACES} not found)")
+    return TRACES

@@ -1,4 +1,4 @@
-"""Architecture: every shared config parses, the catalogue says the same thing, and bad configs are refused."""
+"""Architecture: every fixture config parses, the catalogue says the same thing, and bad configs are refused."""
 
 import dataclasses
 import json
@@ -10,10 +10,10 @@ from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
 from servesize.model.architecture import FULL, GDN, MLA, SLIDING, from_config, load_config_file
 from servesize.model.catalogue import load_catalogue
 
-SHARED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "model-configs"
-CONFIG_FILES = sorted(SHARED_CONFIGS.glob("*/config*.json")) if SHARED_CONFIGS.is_dir() else []
+CONFIGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "model-configs"  # sources: SOURCES.md there
+CONFIG_FILES = sorted(CONFIGS.glob("*/config*.json"))
 
-# catalogue key -> the ../shared/model-configs folder its config facts were written from
+# catalogue key -> the tests/fixtures/model-configs folder its config facts were written from
 CATALOGUE_SOURCES = {
     "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
     "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B", "llama-3.3-70b": "meta-llama--Llama-3.3-70B-Instruct",
@@ -35,38 +35,38 @@ CATALOGUE_SOURCES = {
     "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5", "gpt-oss-20b": "openai--gpt-oss-20b", "gpt-oss-120b": "openai--gpt-oss-120b",
     "glm-4.7": "zai-org--GLM-4.7-FP8",
 }
-# What the catalogue deliberately states differently from the shared file (each said in the entry's source).
+# What the catalogue deliberately states differently from the published file (each said in the entry's source).
 ADJUST = {
     "qwen3.6-27b": lambda c: {k: v for k, v in c.items() if k != "quantization_config"},  # Qwen's original is bf16
-    "glm-4.7": lambda c: {**c, "attention_bias": True, "use_qk_norm": True, "num_nextn_predict_layers": 1},  # SOURCES.md
+    "glm-4.7": lambda c: {**c, "attention_bias": True, "use_qk_norm": True, "num_nextn_predict_layers": 1},  # SOURCES.md GLM note
 }
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.parent.name)
-def test_every_shared_config_parses_into_an_architecture(shared_dir, path):
+def test_every_fixture_config_parses_into_an_architecture(path):
     arch = from_config(load_config_file(path), path.parent.name)
     assert arch.num_layers == (arch.config.get("num_hidden_layers"))
     assert arch.hidden_size > 0 and arch.vocab_size > 0
 
 
-def test_every_catalogue_entry_names_the_shared_folder_it_was_written_from():
+def test_every_catalogue_entry_names_the_fixture_folder_it_was_written_from():
     assert set(CATALOGUE_SOURCES) == set(load_catalogue())
 
 
 @pytest.mark.parametrize("key", sorted(CATALOGUE_SOURCES))
-def test_catalogue_entry_and_shared_config_give_the_same_architecture(shared_dir, key):
-    folder = shared_dir / "model-configs" / CATALOGUE_SOURCES[key]
+def test_catalogue_entry_and_published_config_give_the_same_architecture(key):
+    folder = CONFIGS / CATALOGUE_SOURCES[key]
     config = ADJUST.get(key, lambda c: c)(load_config_file(folder))
-    from_shared = from_config(config, key)
+    from_published = from_config(config, key)
     from_catalogue = load_catalogue()[key].architecture()
-    for f in dataclasses.fields(from_shared):
+    for f in dataclasses.fields(from_published):
         if f.compare:
-            assert getattr(from_catalogue, f.name) == getattr(from_shared, f.name), f.name
-    assert from_catalogue == from_shared
+            assert getattr(from_catalogue, f.name) == getattr(from_published, f.name), f.name
+    assert from_catalogue == from_published
 
 
-def test_qwen3_32b_head_dim_is_the_explicit_128_not_hidden_over_heads(shared_dir):
-    arch = from_config(load_config_file(shared_dir / "model-configs" / "Qwen--Qwen3-32B"))
+def test_qwen3_32b_head_dim_is_the_explicit_128_not_hidden_over_heads():
+    arch = from_config(load_config_file(CONFIGS / "Qwen--Qwen3-32B"))
     assert 5120 // 64 == 80
     assert arch.head_dim == 128 and arch.head_dim_explicit
 

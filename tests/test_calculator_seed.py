@@ -1,4 +1,4 @@
-"""The capacity-calculator seed's worked figures (../shared/seeds/002_*.txt), under --budget simple.
+"""The capacity-calculator seed's worked figures (quoted in tests/fixtures/seeds.json), under --budget simple.
 
 The seed rounds parameter counts to 0.1B and prints whole sequences, so where our ledger's count
 differs from its rounded figure in the last digit, a count may differ by one (gpt-oss-120b: the

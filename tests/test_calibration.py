@@ -1,5 +1,5 @@
 """Reading real vLLM start-up logs (tests/data/vllm-logs/*.log, each citing where its lines were
-quoted from, and the six public logs in ../shared/reference/vllm-logs-public.json) into a Calibration."""
+quoted from, and the six public logs in tests/fixtures/vllm-logs-public.json) into a Calibration."""
 
 import json
 import pathlib
@@ -15,6 +15,7 @@ from servesize.vllm_logs.files import load_calibration, load_calibrations, save_
 from servesize.vllm_logs.parse import parse_vllm_log
 
 LOGS = pathlib.Path(__file__).parent / "data" / "vllm-logs"
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 def facts_of(name):
@@ -22,8 +23,8 @@ def facts_of(name):
 
 
 @pytest.fixture(scope="module")
-def public(shared_dir):
-    return {c["id"]: c for c in json.loads((shared_dir / "reference" / "vllm-logs-public.json").read_text())}
+def public():
+    return {c["id"]: c for c in json.loads((FIXTURES / "vllm-logs-public.json").read_text())}
 
 
 # --- the six public logs --------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def test_lmcache_1739_uniform_model_gives_2666_blocks_from_tokens_and_block_16(p
     assert lo <= 2666 * 16 * 40 * 8 * 128 * 2 * 2 < hi  # the blocks fit the interval the log allows
 
 
-def test_lmcache_1739_calibrate_against_servesize_memory_report_is_exact(public, shared_dir):
+def test_lmcache_1739_calibrate_against_servesize_memory_report_is_exact(public):
     from servesize.engine.deployment import Deployment
     from servesize.engine.memory import memory_report
     from servesize.model.architecture import from_config

@@ -1,6 +1,7 @@
 """The model catalogue: resolution, sources, compact forms, and the calculator seed's KV table."""
 
 import json
+import pathlib
 import shutil
 import sys
 
@@ -12,6 +13,7 @@ from servesize.model.catalogue import expand_config, load_catalogue, resolve_mod
 from servesize.units import KiB
 
 CATALOGUE = load_catalogue()
+CONFIGS = pathlib.Path(__file__).parent / "fixtures" / "model-configs"  # sources: SOURCES.md there
 
 
 def test_resolve_by_catalogue_key_is_case_insensitive():
@@ -25,8 +27,8 @@ def test_resolve_by_hugging_face_id_and_alias_finds_the_entry():
     assert resolve_model("meta-llama/Meta-Llama-3.1-8B").entry.key == "llama-3.1-8b"
 
 
-def test_resolve_a_config_json_path_and_a_model_folder(shared_dir, tmp_path):
-    src = shared_dir / "model-configs" / "Qwen--Qwen3-8B" / "config.json"
+def test_resolve_a_config_json_path_and_a_model_folder(tmp_path):
+    src = CONFIGS / "Qwen--Qwen3-8B" / "config.json"
     folder = tmp_path / "my-model"
     folder.mkdir()
     shutil.copy(src, folder / "config.json")
@@ -97,23 +99,23 @@ def test_keys_the_calculator_seed_uses_are_in_the_catalogue():
         assert key in CATALOGUE
 
 
-def test_every_full_shared_config_has_a_catalogue_entry(shared_dir):
+def test_every_full_fixture_config_has_a_catalogue_entry():
     hf_ids = {e.hf_id.lower() for e in CATALOGUE.values()} | {a.lower() for e in CATALOGUE.values() for a in e.aliases}
     hf_ids |= {e.source for e in CATALOGUE.values()}  # entries written from another folder name it in source
-    for path in sorted((shared_dir / "model-configs").glob("*/config.json")):
+    for path in sorted(CONFIGS.glob("*/config.json")):
         folder = path.parent.name
         org, name = folder.split("--", 1)
         assert f"{org}/{name}".lower() in hf_ids or any(folder in s for s in hf_ids), folder
 
 
-def test_compact_layer_types_expand_to_the_original_list(shared_dir):
-    original = json.loads((shared_dir / "model-configs" / "Qwen--Qwen3.5-27B" / "config.json").read_text())
+def test_compact_layer_types_expand_to_the_original_list():
+    original = json.loads((CONFIGS / "Qwen--Qwen3.5-27B" / "config.json").read_text())
     expanded = CATALOGUE["qwen3.5-27b"].config["text_config"]["layer_types"]
     assert expanded == original["text_config"]["layer_types"]
 
 
-def test_the_nvfp4_quantized_layers_expand_to_the_same_401_modules_in_order(shared_dir):
-    original = json.loads((shared_dir / "model-configs" / "nvidia--Qwen3.6-27B-NVFP4" / "config.json").read_text())
+def test_the_nvfp4_quantized_layers_expand_to_the_same_401_modules_in_order():
+    original = json.loads((CONFIGS / "nvidia--Qwen3.6-27B-NVFP4" / "config.json").read_text())
     q = CATALOGUE["qwen3.6-27b-nvfp4"].config["quantization_config"]
     assert list(q["quantized_layers"].items()) == list(original["quantization_config"]["quantized_layers"].items())
     assert len(q["quantized_layers"]) == 64 * 3 + 48 * 3 + 16 * 4 + 1
@@ -121,8 +123,8 @@ def test_the_nvfp4_quantized_layers_expand_to_the_same_401_modules_in_order(shar
     assert arch.quantization.method == "mixed" and arch.quantization.kv_cache_bits == 8
 
 
-def test_the_fp8_skip_list_expands_to_the_original_order(shared_dir):
-    original = json.loads((shared_dir / "model-configs" / "Qwen--Qwen3-30B-A3B-FP8" / "config.json").read_text())
+def test_the_fp8_skip_list_expands_to_the_original_order():
+    original = json.loads((CONFIGS / "Qwen--Qwen3-30B-A3B-FP8" / "config.json").read_text())
     q = CATALOGUE["qwen3-30b-a3b-fp8"].config["quantization_config"]
     assert q["modules_to_not_convert"] == original["quantization_config"]["modules_to_not_convert"]
 
@@ -169,7 +171,8 @@ def test_kv_per_token_matches_the_calculator_seed_table(key):
 
 def test_loading_the_catalogue_does_not_import_numpy():
     import subprocess
-    code = "import sys, servesize.model.catalogue as c; c.load_catalogue(); [e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)"
+    code = ("import sys, servesize.model.catalogue as c; c.load_catalogue(); "
+            "[e.architecture() for e in c.load_catalogue().values()]; print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -183,7 +186,8 @@ def test_the_models_command_lists_every_entry_and_its_json_is_one_document(capsy
     assert main(["models", "deepseek-v3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["models"]
-    assert row["kv_bytes_per_token"] == 70_272 and row["params"]["total"] == row["params"]["total_with_mtp"] - row["params"]["groups"]["mtp"]
+    params = row["params"]
+    assert row["kv_bytes_per_token"] == 70_272 and params["total"] == params["total_with_mtp"] - params["groups"]["mtp"]
 
 
 def test_the_models_command_explains_one_ledger(capsys):

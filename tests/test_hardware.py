@@ -1,6 +1,7 @@
 """The GPU catalogue: every row sourced, names resolve, counts parse, and it agrees with gpu-specs.md."""
 
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -192,10 +193,13 @@ def test_consumer_cards_use_the_fp32_accumulate_bf16_rate():
     assert find_gpu("4090").bf16_dense_tflops == 165.2
 
 
-# ---------------------------------------------------------------- against ../shared/gpu-specs.md
+# ---------------------------------------------------------------- against tests/fixtures/gpu-specs.md
 
-def _spec_table(shared_dir):
-    text = (shared_dir / "gpu-specs.md").read_text(encoding="utf-8")
+GPU_SPECS = pathlib.Path(__file__).parent / "fixtures" / "gpu-specs.md"  # every figure tagged with its source
+
+
+def _spec_table():
+    text = GPU_SPECS.read_text(encoding="utf-8")
     body = text.split("## Table", 1)[1]
     rows = []
     for line in body.splitlines():
@@ -230,8 +234,8 @@ def _clean(cell):
     return re.sub(r"\[[^\]]*\]", "", cell).strip()
 
 
-def test_every_row_of_the_gpu_specs_table_is_in_the_catalogue_with_its_smi_mib(shared_dir):
-    rows = _spec_table(shared_dir)
+def test_every_row_of_the_gpu_specs_table_is_in_the_catalogue_with_its_smi_mib():
+    rows = _spec_table()
     assert len(rows) >= 27
     found = set()
     for cells in rows:
@@ -245,8 +249,8 @@ def test_every_row_of_the_gpu_specs_table_is_in_the_catalogue_with_its_smi_mib(s
     assert found == set(load_gpus()), "one catalogue row per table row, no more"
 
 
-def test_catalogue_figures_are_ones_the_table_cites(shared_dir):
-    for cells in _spec_table(shared_dir):
+def test_catalogue_figures_are_ones_the_table_cites():
+    for cells in _spec_table():
         gpu = find_gpu(_label(cells[0]))
         _, _, bw, bf16, fp8, fp4, _, has_fp8, has_fp4, cc = cells[:10]
         assert gpu.bandwidth_gbps in _numbers(bw), (gpu.key, bw)
@@ -260,8 +264,8 @@ def test_catalogue_figures_are_ones_the_table_cites(shared_dir):
         assert gpu.compute_capability == _clean(cc), (gpu.key, cc)
 
 
-def test_rows_the_table_tags_unverified_carry_a_confidence_note(shared_dir):
-    for cells in _spec_table(shared_dir):
+def test_rows_the_table_tags_unverified_carry_a_confidence_note():
+    for cells in _spec_table():
         if any("[U" in c or "; U]" in c or "[D" in c for c in cells):
             gpu = find_gpu(_label(cells[0]))
             assert gpu.confidence, gpu.key

@@ -1,4 +1,4 @@
-"""The six public vLLM start-up logs (../shared/reference/vllm-logs-public.json), reproduced.
+"""The six public vLLM start-up logs (tests/fixtures/vllm-logs-public.json, each case with its issue URL), reproduced.
 
 Each case is reproduced two ways:
 - exactly, from what the log itself states (its available KV memory, or — where the log prints
@@ -9,6 +9,7 @@ Each case is reproduced two ways:
 """
 
 import json
+import pathlib
 
 import pytest
 
@@ -18,17 +19,19 @@ from servesize.model.architecture import from_config, load_config_file
 from servesize.model.hardware import parse_gpus
 from servesize.units import GiB
 
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
 
 @pytest.fixture(scope="module")
-def logs(shared_dir):
-    return {case["id"]: case for case in json.loads((shared_dir / "reference" / "vllm-logs-public.json").read_text())}
+def logs():
+    return {case["id"]: case for case in json.loads((FIXTURES / "vllm-logs-public.json").read_text())}
 
 
-def arch(shared_dir, folder):
-    return from_config(load_config_file(shared_dir / "model-configs" / folder), folder)
+def arch(folder):
+    return from_config(load_config_file(FIXTURES / "model-configs" / folder), folder)
 
 
-# Qwen3-14B is not among the shared configs; its published geometry (Qwen/Qwen3-14B config.json).
+# Qwen3-14B is not among the fixture configs; its published geometry (Qwen/Qwen3-14B config.json).
 QWEN3_14B = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 17408,
              "max_position_embeddings": 40960, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
@@ -61,9 +64,9 @@ def test_lmcache_1739_qwen3_14b_reproduces_exactly_from_logged_available_memory(
                                   f"Maximum concurrency for 32,768 tokens per request: {conc}")
 
 
-def test_10517_llama31_8b_v0_blocks_lie_in_the_interval_the_rounded_logged_memory_allows(logs, shared_dir):
+def test_10517_llama31_8b_v0_blocks_lie_in_the_interval_the_rounded_logged_memory_allows(logs):
     case = logs["vllm-10517-llama31-8b-3090-20k"]
-    a = arch(shared_dir, "meta-llama--Meta-Llama-3.1-8B")
+    a = arch("meta-llama--Meta-Llama-3.1-8B")
     logged_gib = case["reported"]["kv_cache_size_gib"]  # printed with 2 decimals: the true value is within +-0.005
     block_bytes = 16 * 32 * 8 * 128 * 2 * 2
     lo = memory_report(a, parse_gpus("1xRTX3090"), Deployment(max_model_len=20000, vllm_version="0.6.4",
@@ -79,10 +82,10 @@ def test_10517_llama31_8b_v0_blocks_lie_in_the_interval_the_rounded_logged_memor
     assert f"{exact.pool.max_concurrency:.2f}" == f"{case['reported']['max_concurrency']:.2f}"
 
 
-def test_17327_qwen3_30b_a3b_tp4_a10_reproduces_exactly_from_its_block_count(logs, shared_dir):
+def test_17327_qwen3_30b_a3b_tp4_a10_reproduces_exactly_from_its_block_count(logs):
     case = logs["vllm-17327-qwen3-30b-a3b-4xa10"]
     tokens, conc = printed(case)
-    a = arch(shared_dir, "Qwen--Qwen3-30B-A3B")
+    a = arch("Qwen--Qwen3-30B-A3B")
     # 4 KV heads over TP 4 -> 1 per rank: 48 layers x 1 x 128 x 2 x 2 B = 24 KiB per token per rank
     rep = memory_report(a, parse_gpus("4xA10"), Deployment(tensor_parallel_size=4, max_model_len=8192, vllm_version="0.8.5",
                                                            num_gpu_blocks_override=tokens // 16))
@@ -91,10 +94,10 @@ def test_17327_qwen3_30b_a3b_tp4_a10_reproduces_exactly_from_its_block_count(log
     assert rep.weights.per_gpu_bytes == pytest.approx(case["reported"]["model_loading_gib"] * GiB, rel=0.01)
 
 
-def test_40691_qwen35_27b_hybrid_block_size_784_and_old_token_line(logs, shared_dir):
+def test_40691_qwen35_27b_hybrid_block_size_784_and_old_token_line(logs):
     case = logs["vllm-40691-qwen35-27b-h20"]
     tokens, conc = printed(case)
-    a = arch(shared_dir, "Qwen--Qwen3.5-27B")
+    a = arch("Qwen--Qwen3.5-27B")
     dep = Deployment(max_model_len=32768, max_num_batched_tokens=16384, max_num_seqs=16, vllm_version="0.19.0",
                      num_gpu_blocks_override=1487)
     rep = memory_report(a, parse_gpus("1xH20-3e"), dep)
@@ -106,9 +109,9 @@ def test_40691_qwen35_27b_hybrid_block_size_784_and_old_token_line(logs, shared_
     assert rep.pool.usable_kv_tokens == (1487 - 1 - 3) * 784
 
 
-def test_40691_from_flags_alone_on_a_141gb_h20_lands_near_the_logged_blocks(logs, shared_dir):
+def test_40691_from_flags_alone_on_a_141gb_h20_lands_near_the_logged_blocks(logs):
     # Only the 141 GB H20-3e can hold bf16 Qwen3.5-27B weights and ~71 GiB of KV (1,487 blocks x 784 x 4 KiB x 16 layers).
-    a = arch(shared_dir, "Qwen--Qwen3.5-27B")
+    a = arch("Qwen--Qwen3.5-27B")
     rep = memory_report(a, parse_gpus("1xH20-3e"), Deployment(max_model_len=32768, max_num_batched_tokens=16384,
                                                               max_num_seqs=16, vllm_version="0.19.0"))
     assert rep.pool.num_blocks == pytest.approx(1487, rel=0.03)
@@ -126,7 +129,7 @@ def test_kvcached_215_gemma3_4b_sliding_groups_and_padding_layer(logs):
     assert rep.pool.log_lines == (f"GPU KV cache size: {tokens:,} tokens", f"Maximum concurrency for 3,072 tokens per request: {conc}")
 
 
-def test_26646_qwen3_next_old_token_line_under_reports_by_the_number_of_groups(logs, shared_dir):
+def test_26646_qwen3_next_old_token_line_under_reports_by_the_number_of_groups(logs):
     """The printed tokens are (n // 4 groups) x B while concurrency counts one attention group:
     tokens x 4 ~ concurrency x max_model_len, in the log and in servesize's reproduction.
     (That int4 AutoRound build's block size is not derivable from the public config: B = 448 and
@@ -134,7 +137,7 @@ def test_26646_qwen3_next_old_token_line_under_reports_by_the_number_of_groups(l
     case = logs["vllm-26646-qwen3-next-80b-int4-tp2"]
     r = case["reported"]
     assert r["gpu_kv_cache_size_tokens"] * 4 == pytest.approx(r["max_concurrency"] * r["max_concurrency_at_tokens"], rel=0.01)
-    a = arch(shared_dir, "Qwen--Qwen3-Next-80B-A3B-Thinking")
+    a = arch("Qwen--Qwen3-Next-80B-A3B-Thinking")
     rep = memory_report(a, parse_gpus("2xH100"), Deployment(tensor_parallel_size=2, max_model_len=215040,
                                                             vllm_version="0.11.0", num_gpu_blocks_override=804, quantization="int4"))
     assert len(rep.pool.groups) == 4
@@ -143,18 +146,20 @@ def test_26646_qwen3_next_old_token_line_under_reports_by_the_number_of_groups(l
     assert pool.kv_cache_tokens * 4 == pytest.approx(pool.max_concurrency * 215040, rel=0.01)
 
 
-def test_the_warm_capacity_seeds_own_log_needs_the_mtp_layer_in_the_attention_group(shared_dir):
-    """Seed 000 quotes vLLM 0.19.0's `GPU KV cache size: 352,000 tokens` for Qwen3.6-27B FP8 on one
-    H200 with MTP (2 drafts), FP16 KV. With MTP the draft's attention layer joins the attention group
+def test_the_warm_capacity_seeds_own_log_needs_the_mtp_layer_in_the_attention_group():
+    """Seed 000 (tests/fixtures/seeds.json) quotes vLLM 0.19.0's `GPU KV cache size: 352,000 tokens` for
+    Qwen3.6-27B FP8 on one H200 with MTP (2 drafts), FP16 KV. With MTP the draft's attention layer joins the attention group
     (17 layers, 3 padding GDN slots) and the conv state grows by the draft tokens, so the block is
     16 x cdiv(5 x 10240 x 2 + 48 x 128 x 128 x 4, 16 x 4096) = 800 tokens: 440 x 800 = 352,000."""
-    a = arch(shared_dir, "nvidia--Qwen3.6-27B-NVFP4")
+    a = arch("nvidia--Qwen3.6-27B-NVFP4")
     dep = Deployment(max_model_len=262144, vllm_version="0.19.0", quantization="fp8", num_speculative_tokens=2,
                      num_gpu_blocks_override=1760)
     pool = memory_report(a, parse_gpus("1xH200"), dep).pool
     assert pool.block_size == 16 * -(-(5 * 10240 * 2 + 48 * 128 * 128 * 4) // (16 * 4096)) == 800
     assert pool.group_size == 17 and pool.padding_layers == 3
     assert pool.log_lines[0] == "GPU KV cache size: 352,000 tokens"
+    (seed,) = [s for s in json.loads((FIXTURES / "seeds.json").read_text()) if s["id"] == "seed-000-warm-capacity"]
+    assert any(f"`{pool.log_lines[0]}`" in figure["quote"] for figure in seed["figures"])
     # and the flags alone land within 4% of those blocks (the reserve estimate)
     free = memory_report(a, parse_gpus("1xH200"), Deployment(max_model_len=262144, vllm_version="0.19.0",
                                                             quantization="fp8", num_speculative_tokens=2)).pool

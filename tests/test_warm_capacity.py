@@ -1,4 +1,4 @@
-"""Warm capacity: worked examples, then the seed's published figures (working-set-model.md section 4).
+"""Warm capacity: worked examples, then the seed's published figures (quoted with their URLs in tests/fixtures/seeds.json).
 
 Pools are written as the seed computes them (2.4-2.5): per GPU V = 141e9 B, the calibrated
 reserve R = 19,308,875,468.8 B, weights 28.8 GiB (27B) or 35.5e9 B (35B-A3B). The seed's own

@@ -132,8 +132,8 @@ def test_a_missing_file_exits_2(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_the_claude_code_trace_fits(shared_dir, capsys):
-    path = shared_dir / "traces" / "claude-code-sessions.jsonl.gz"
+def test_the_claude_code_trace_fits(traces_dir, capsys):
+    path = traces_dir / "claude-code-sessions.jsonl.gz"
     fit = fit_workload(path)
     # session length = each request's input tokens (`in`, the full prompt: 64 x its prefix-block hashes)
     assert fit.observations.format == "claude-code"

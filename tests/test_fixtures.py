@@ -1,0 +1,162 @@
+"""Every published fact under tests/fixtures/ names where it came from: a fact without its source fails here."""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"
+CONFIGS = FIXTURES / "model-configs"
+URL = re.compile(r"https://\S+")
+
+
+def test_every_fixture_file_is_one_whose_sources_this_module_checks():
+    # A new kind of fixture needs a source check below before it can land.
+    assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
+                                                   "seeds.json"}
+
+
+# ---------------------------------------------------------------- vllm-logs-public.json
+
+LOG_CASES = json.loads((FIXTURES / "vllm-logs-public.json").read_text())
+
+
+@pytest.mark.parametrize("case", LOG_CASES, ids=lambda c: c["id"])
+def test_every_public_vllm_log_case_names_its_issue_url_and_quotes_its_lines(case):
+    source = case["source"]
+    assert source["url"].startswith("https://github.com/"), case["id"]
+    assert f"/{source['number']}" in source["url"] and source["repo"] in source["url"]
+    assert case["quotes"] and all(line.strip() for line in case["quotes"])
+    assert case["reported"]
+
+
+def test_the_public_vllm_log_cases_are_six_with_distinct_ids():
+    assert len({c["id"] for c in LOG_CASES}) == len(LOG_CASES) == 6
+
+
+# ---------------------------------------------------------------- model-configs/
+
+def _config_sources():
+    """file -> (source URL, copied-from URL) from the table in model-configs/SOURCES.md."""
+    rows = {}
+    for line in (CONFIGS / "SOURCES.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 4 and cells[0].endswith(".json"):
+            assert cells[0] not in rows, f"{cells[0]} has two rows"
+            rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+CONFIG_SOURCES = _config_sources()
+CONFIG_FOLDERS = sorted(p for p in CONFIGS.iterdir() if p.is_dir())
+
+
+def test_the_model_configs_are_the_41_published_files():
+    assert len(CONFIG_FOLDERS) == 41
+    assert all(len(list(folder.glob("config*.json"))) == 1 for folder in CONFIG_FOLDERS)
+    assert {p.name for p in CONFIGS.iterdir() if p.is_file()} == {"SOURCES.md"}
+
+
+@pytest.mark.parametrize("folder", CONFIG_FOLDERS, ids=lambda p: p.name)
+def test_every_model_config_has_a_hugging_face_source_and_the_pinned_file_it_was_copied_from(folder):
+    (path,) = folder.glob("config*.json")
+    key = f"{folder.name}/{path.name}"
+    assert key in CONFIG_SOURCES, f"{key} has no row in model-configs/SOURCES.md"
+    source, copied_from = CONFIG_SOURCES[key]
+    org, name = folder.name.split("--", 1)
+    assert source == f"https://huggingface.co/{org}/{name}/blob/main/config.json"
+    assert re.fullmatch(r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/\S+", copied_from), copied_from
+    assert json.loads(path.read_text())  # the file is the JSON it claims to be
+
+
+def test_every_row_of_the_config_sources_names_a_file_that_is_here():
+    assert all((CONFIGS / key).is_file() for key in CONFIG_SOURCES), set(CONFIG_SOURCES)
+
+
+# ---------------------------------------------------------------- gpu-specs.md
+
+GPU_SPECS = (FIXTURES / "gpu-specs.md").read_text(encoding="utf-8")
+
+
+def _gpu_rows():
+    rows = []
+    for line in GPU_SPECS.split("## Table", 1)[1].splitlines():
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        label = line.strip("|").split("|")[0].strip()
+        if label != "GPU" and not set(label) <= {"-"}:
+            rows.append((label, line))
+    return rows
+
+
+def _gpu_sources():
+    """Number -> text of each entry under '## Sources' (an entry runs on over its indented lines)."""
+    entries, number = {}, None
+    for line in GPU_SPECS.split("## Sources", 1)[1].split("\n## ", 1)[0].splitlines():
+        start = re.match(r"(\d+)\. (.*)", line)
+        if start:
+            number = int(start.group(1))
+            entries[number] = start.group(2)
+        elif line.startswith(" ") and number is not None:
+            entries[number] += " " + line.strip()
+    return entries
+
+
+def _cited(row):
+    """The source numbers a row's tags cite: '[V:1,2]', '[U:15]', '[D: 2×BF16; U:21]' (not '[U]' alone)."""
+    return {int(n) for tag in re.findall(r"\[[VUD][^\]]*\]", row)
+            for refs in re.findall(r"[VU]:\s*([0-9][0-9,\s]*)", tag) for n in refs.replace(" ", "").split(",") if n}
+
+
+GPU_SOURCES = _gpu_sources()
+
+
+def test_the_gpu_spec_sources_are_numbered_one_to_62_without_gaps():
+    assert sorted(GPU_SOURCES) == list(range(1, 63))
+
+
+@pytest.mark.parametrize("label, row", [pytest.param(label, row, id=label) for label, row in _gpu_rows()])
+def test_every_gpu_spec_row_cites_a_source_that_is_listed(label, row):
+    cited = _cited(row)
+    assert cited, f"{label} cites no numbered source"
+    assert cited <= set(GPU_SOURCES), (label, cited - set(GPU_SOURCES))
+
+
+@pytest.mark.parametrize("number", sorted(GPU_SOURCES))
+def test_every_gpu_spec_source_says_where_it_is_and_an_issue_or_pr_gives_its_url(number):
+    text = GPU_SOURCES[number]
+    assert len(text) > 20, text
+    if re.search(r"\b(issue|PR) #\d+", text):
+        assert "https://github.com/" in text, text
+
+
+def test_every_gpu_spec_source_is_cited_by_some_row_or_note():
+    cited = set().union(*(_cited(row) for _, row in _gpu_rows()), _cited(GPU_SPECS.split("## Sources", 1)[0]))
+    assert set(GPU_SOURCES) <= cited, set(GPU_SOURCES) - cited
+
+
+# ---------------------------------------------------------------- seeds.json
+
+SEEDS = json.loads((FIXTURES / "seeds.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: s["id"])
+def test_every_seed_names_its_url_or_says_why_it_has_none(seed):
+    assert seed["title"].strip()
+    if seed["url"] is None:
+        assert seed["no_url_because"].strip()
+    else:
+        assert URL.fullmatch(seed["url"]), seed["url"]
+    assert seed["figures"]
+
+
+@pytest.mark.parametrize("figure", [f for s in SEEDS for f in s["figures"]], ids=lambda f: f["quote"][:40])
+def test_every_seed_figure_is_quoted_and_names_tests_that_exist(figure):
+    assert figure["quote"].strip() and figure["checked_by"]
+    for node in figure["checked_by"]:
+        path, name = node.split("::")
+        assert re.search(rf"^def {re.escape(name)}\(", (TESTS.parent / path).read_text(), re.M), node
