@@ -264,7 +264,8 @@ def _one_group_doubt(lines: _PoolLines) -> str | None:
 
 
 def _kv_cache_groups(lines: _PoolLines, given: int | None, hybrid: bool) -> _Derived[int | None]:
-    """G: as given; else one, unless the log printed a hybrid line (then unknown) or its numbers rule one group out."""
+    """G: as given, else one unless the log printed a hybrid line (then unknown). Where one group is taken but the
+    token and concurrency lines rule it out, a note says so and G is only what was given."""
     groups = given or (None if hybrid else 1)
     doubt = _one_group_doubt(lines) if groups == 1 else None
     if doubt is not None:
