@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from servesize.commands._types import positive_int as _positive_int
 from servesize.errors import BadInput
+
+if TYPE_CHECKING:
+    from servesize.vllm_logs.calibration import Calibration
+    from servesize.vllm_logs.parse import LogFacts
 
 HELP = "read real vLLM startup logs and write a calibration file"
 EPILOG = """\
@@ -19,9 +25,6 @@ size', '# GPU blocks' or 'Available KV cache memory'). With several start-ups in
 last one that did not fail is used. Hybrid models (sliding window, Mamba/GDN) need --block-size
 and --kv-cache-groups (servesize memory prints both) before the block count can be pinned down.
 """
-
-
-from servesize.commands._types import positive_int as _positive_int  # noqa: E402
 
 
 def add_arguments(parser) -> None:
@@ -38,7 +41,7 @@ def add_arguments(parser) -> None:
 
 @dataclass(frozen=True)
 class CalibrateResult:
-    items: tuple  # ((LogFacts, Calibration), ...)
+    items: tuple[tuple[LogFacts, Calibration], ...]
     out: str | None = None
 
     def to_dict(self) -> dict:
@@ -53,42 +56,66 @@ class CalibrateResult:
         for facts, cal in self.items:
             if lines:
                 lines.append("")
-            head = f"{facts.source}: era {cal.era}"
-            if cal.vllm_version:
-                head += f", vLLM {cal.vllm_version}"
-            if facts.startups > 1:
-                head += f", start-up {facts.chosen} of {facts.startups}"
-            lines.append(head + f" (lines {facts.first_line}-{facts.last_line})")
-            lines.append(f"  {'line':>6}  {'fact':<28} {'rank':<10} value")
-            for f in facts.facts:
-                value = f.value if not isinstance(f.value, dict) else ", ".join(f"{k}={v}" for k, v in f.value.items())
-                if isinstance(value, int) and not isinstance(value, bool):
-                    value = f"{value:,}"
-                lines.append(f"  {f.line_no:>6}  {f.name:<28} {f.rank or '-':<10} {value}")
-                if explain:
-                    lines.append(f"  {'':>6}    {f.line[:200]}")
-            lines.append("  calibration:")
-            if cal.available_kv_bytes_per_gpu:
-                lo, hi = cal.available_kv_bytes_per_gpu
-                lines.append(f"    available KV per GPU   [{lo:,}, {hi:,}) B"
-                             + (f" ({cal.available_kv_gib_logged} GiB as logged)" if cal.available_kv_gib_logged is not None else ""))
-            lines.append(f"    num_blocks             {cal.num_blocks if cal.num_blocks is None else f'{cal.num_blocks:,}'}"
-                         f"  ({cal.num_blocks_how})")
-            if cal.kv_cache_tokens_logged is not None:
-                lines.append(f"    KV tokens as logged    {cal.kv_cache_tokens_logged:,}")
-            if cal.max_concurrency is not None:
-                lines.append(f"    max concurrency        {cal.max_concurrency:.2f}x at {cal.max_concurrency_tokens or cal.max_model_len:,} tokens")
-            pool = "unknown" if cal.pool_tokens is None else f"{cal.pool_tokens:,} tokens"
-            lines.append(f"    pool                   {pool}  ({cal.pool_tokens_how})")
-            for label, v in (("weights", cal.weights_gib), ("activation peak", cal.activation_gib),
-                             ("non-torch", cal.non_torch_gib), ("CUDA graphs", cal.cudagraph_gib),
-                             ("GPU total (CUDA)", cal.total_gpu_memory_gib)):
-                if v is not None:
-                    lines.append(f"    {label:<22} {v} GiB")
-            lines += [f"  note: {n}" for n in cal.notes]
+            lines.append(_heading(facts, cal))
+            lines += _fact_rows(facts, explain)
+            lines += _calibration_rows(cal)
         if self.out:
             lines += ["", f"calibration written to {self.out}"]
         return "\n".join(lines)
+
+
+def _heading(facts: LogFacts, cal: Calibration) -> str:
+    """Which log, which formula era and release, which start-up, which lines."""
+    head = f"{facts.source}: era {cal.era}"
+    if cal.vllm_version:
+        head += f", vLLM {cal.vllm_version}"
+    if facts.startups > 1:
+        head += f", start-up {facts.chosen} of {facts.startups}"
+    return head + f" (lines {facts.first_line}-{facts.last_line})"
+
+
+def _fact_value(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value}"
+
+
+def _fact_rows(facts: LogFacts, explain: bool) -> list[str]:
+    """Every fact read, with its line number and worker; under --explain the line itself."""
+    rows = [f"  {'line':>6}  {'fact':<28} {'rank':<10} value"]
+    for f in facts.facts:
+        rows.append(f"  {f.line_no:>6}  {f.name:<28} {f.rank or '-':<10} {_fact_value(f.value)}")
+        if explain:
+            rows.append(f"  {'':>6}    {f.line[:200]}")
+    return rows
+
+
+def _calibration_rows(cal: Calibration) -> list[str]:
+    """The calibration: the KV figures with how each was derived, the memory figures, the notes."""
+    rows = ["  calibration:"]
+    if cal.available_kv_bytes_per_gpu:
+        lo, hi = cal.available_kv_bytes_per_gpu
+        rows.append(f"    available KV per GPU   [{lo:,}, {hi:,}) B"
+                    + (f" ({cal.available_kv_gib_logged} GiB as logged)" if cal.available_kv_gib_logged is not None else ""))
+    rows.append(f"    num_blocks             {cal.num_blocks if cal.num_blocks is None else f'{cal.num_blocks:,}'}"
+                f"  ({cal.num_blocks_how})")
+    if cal.kv_cache_tokens_logged is not None:
+        rows.append(f"    KV tokens as logged    {cal.kv_cache_tokens_logged:,}")
+    if cal.max_concurrency is not None:
+        rows.append(f"    max concurrency        {cal.max_concurrency:.2f}x at "
+                    f"{cal.max_concurrency_tokens or cal.max_model_len:,} tokens")
+    pool = "unknown" if cal.pool_tokens is None else f"{cal.pool_tokens:,} tokens"
+    rows.append(f"    pool                   {pool}  ({cal.pool_tokens_how})")
+    rows += _memory_rows(cal)
+    return rows + [f"  note: {n}" for n in cal.notes]
+
+
+def _memory_rows(cal: Calibration) -> list[str]:
+    return [f"    {label:<22} {v} GiB" for label, v in (
+        ("weights", cal.weights_gib), ("activation peak", cal.activation_gib), ("non-torch", cal.non_torch_gib),
+        ("CUDA graphs", cal.cudagraph_gib), ("GPU total (CUDA)", cal.total_gpu_memory_gib)) if v is not None]
 
 
 def _read(path: str) -> str:

@@ -3,15 +3,18 @@
 ``calibrate`` turns those facts into what ``memory``/``plan`` can use: the available KV bytes
 per GPU as the interval the two-decimal GiB figure allows, the block count where the printed
 numbers pin it down exactly, the logged lines, and a best estimate of the real pool — with a
-note on how each was derived, or why it cannot be. ``calibrate_against`` compares a
-``MemoryReport`` (servesize's prediction) with a Calibration.
+note on how each was derived, or why it cannot be. It is a chain of small steps, one per fact
+(era, max_model_len, available KV interval, KV-cache groups, block size, block count, pool,
+memory figures, set-up notes), each returning its value, how it was derived, and its notes.
+``calibrate_against`` compares a ``MemoryReport`` (servesize's prediction) with a Calibration.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Generic, TypeVar
 
 from servesize.errors import BadInput
 from servesize.units import GiB, cdiv
@@ -90,14 +93,32 @@ class Calibration:
                 kw[name] = tuple(kw[name])
         return cls(**kw)
 
+
 def gib_interval(gib: float) -> tuple[int, int]:
     """Bytes [lo, hi) that a figure printed as ``gib`` with two decimals can stand for."""
     return int(math.ceil((gib - GIB_HALF_STEP) * GiB)), int(math.ceil((gib + GIB_HALF_STEP) * GiB))
 
 
+# --------------------------------------------------------------------------------------------
+# calibrate: one step per fact it derives
+# --------------------------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+_CONCURRENCY_HALF_STEP = 0.005  # the log prints the concurrency with two decimals too
+_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # tried where the log prints '# GPU blocks' but no block size
+_OLD_TOKEN_LINE_ERAS = ("v1-uniform", "v1-hybrid-old")  # 'GPU KV cache size' = (n // G groups) x B (§6)
+_ONE_GROUP_ASSUMED = " (no hybrid line printed: one KV-cache group assumed)"
+
+
 def _unique(candidates: list[int]) -> int | None:
     c = sorted(set(candidates))
     return c[0] if len(c) == 1 else None
+
+
+def _prints_as(value: float, printed: float) -> bool:
+    """Whether ``value``, printed with two decimals as vLLM prints the concurrency, reads as ``printed`` does."""
+    return f"{value:.2f}" == f"{printed:.2f}"
 
 
 def _mamba_blocks_per_request(mode: str | None) -> list[int]:
@@ -109,6 +130,351 @@ def _mamba_blocks_per_request(mode: str | None) -> list[int]:
     return [1, 2]
 
 
+@dataclass(frozen=True)
+class _Derived(Generic[_T]):
+    """What one step derived: the value, how it was derived, and what the step noticed on the way."""
+
+    value: _T
+    how: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _PoolLines:
+    """What the start-up's lines (and the caller) say about the KV pool, in vllm-kv-sizing.md's letters (§4, §6)."""
+
+    era: str
+    tokens: int | None  # the 'GPU KV cache size' tokens (else 'CPU KV cache size'), the minimum over workers
+    concurrency: float | None  # C, as printed: 'Maximum concurrency for L tokens per request: C x'
+    max_model_len: int | None  # L: the concurrency line's tokens, else the configured max_model_len
+    block_size: int | None  # B: the (attention) block size
+    groups: int | None  # G: KV-cache groups; None while not known (several, or not yet decided)
+    groups_given: bool  # G came from the caller, not from the absence of a hybrid line
+    mamba: bool  # some groups are Mamba/GDN state, which pin 1-2 blocks per request however long it is
+    mamba_cache_mode: str | None
+    blocks_per_request: int | None  # the caller's per-request block sum at L
+
+    @property
+    def one_group_how(self) -> str:
+        """Said after a figure that holds for one KV-cache group, when that one group was assumed."""
+        return _ONE_GROUP_ASSUMED if self.groups == 1 and not self.groups_given else ""
+
+
+def _era(facts: LogFacts) -> _Derived[str]:
+    """Which formula the log's lines follow (vllm-kv-sizing.md §6)."""
+    era, how = era_of(facts)
+    return _Derived(era, how, (f"log formula era {era}: {how}",))
+
+
+def _max_model_len(facts: LogFacts) -> _Derived[int | None]:
+    """L: the concurrency line's tokens per request, else the configured max_model_len."""
+    logged = facts.value("max_concurrency_tokens")
+    configured = facts.value("max_model_len")
+    notes: tuple[str, ...] = ()
+    if configured and logged and configured != logged:
+        notes = (f"max_model_len {configured:,} in the config but {logged:,} in the concurrency line; using the concurrency line's",)
+    return _Derived(logged or configured, notes=notes)
+
+
+def _kv_tokens_logged(facts: LogFacts) -> int | None:
+    """The token line: 'GPU KV cache size', or on a CPU build 'CPU KV cache size'."""
+    return facts.gpu_kv_cache_tokens if facts.gpu_kv_cache_tokens is not None else facts.cpu_kv_cache_tokens
+
+
+def _looks_hybrid(facts: LogFacts, kv_cache_groups: int | None, mamba_cache_mode: str | None) -> bool:
+    """Whether the model may have several KV-cache groups: the log printed a hybrid line, or the caller says so."""
+    return bool(facts.value("attention_block_size") or facts.fact("mamba_padding_pct") or facts.fact("padding_layers")
+                or facts.fact("mamba_cache_mode") or mamba_cache_mode or (kv_cache_groups and kv_cache_groups > 1))
+
+
+def _has_mamba_groups(facts: LogFacts, mamba_cache_mode: str | None) -> bool:
+    """Whether some KV-cache groups hold Mamba/GDN state: an attention block size was set to fit the state page,
+    a Mamba cache mode is known, or the Mamba page was padded (§5.1)."""
+    return bool(facts.value("attention_block_size") or mamba_cache_mode or facts.fact("mamba_padding_pct"))
+
+
+def _stated_block_size(facts: LogFacts, given: int | None) -> _Derived[int | None]:
+    """B as stated: by the caller, else by the first of the log's lines that prints one."""
+    sources = ((given, "value given"),
+               (facts.value("attention_block_size"), "'Setting attention block size' line"),
+               (facts.value("block_size"), "engine config"),
+               (facts.value("forced_block_size"), "'Forcing kv cache block size' line"))
+    for value, how in sources:
+        if value:
+            return _Derived(value, how)
+    return _Derived(sources[-1][0])  # none states one: None, or the 0 a 'Forcing ... to 0' line would print, as read
+
+
+def _block_size_from_concurrency(blocks: int, concurrency: float | None, concurrency_tokens: int | None) -> _Derived[int | None]:
+    """B where the log prints '# GPU blocks' but no block size: C = n x B / L (§6), printed with two decimals,
+    is often true for one B only."""
+    if concurrency is None or not concurrency_tokens:
+        return _Derived(None)
+    fits = [b for b in _BLOCK_SIZES if _prints_as(blocks * b / concurrency_tokens, concurrency)]
+    if len(fits) != 1:
+        return _Derived(None)
+    return _Derived(fits[0], f"the only block size for which {blocks:,} x B / {concurrency_tokens:,} prints {concurrency:.2f}x")
+
+
+def _rank_notes(facts: LogFacts) -> tuple[str, ...]:
+    """Workers that profiled differently: vLLM sizes the pool by the minimum (§4.5)."""
+    notes = []
+    for name, what in (("gpu_kv_cache_tokens", "GPU KV cache size"), ("available_kv_gib", "Available KV cache memory")):
+        per = facts.per_rank(name)
+        if len(set(per.values())) > 1:
+            low = min(facts.all(name), key=lambda f: f.value)
+            notes.append(f"'{what}' differs between workers ({', '.join(f'{k}: {v:,}' for k, v in per.items())}); "
+                         f"the pool is the minimum, {low.value:,} (line {low.line_no})")
+    return tuple(notes)
+
+
+def _available_kv_bytes(facts: LogFacts) -> _Derived[tuple[int, int] | None]:
+    """[lo, hi) bytes per GPU: what the two-decimal 'Available KV cache memory' figure allows, else the exact bytes
+    of the suggestion line."""
+    avail = facts.min_fact("available_kv_gib")
+    if avail is not None:
+        lo, hi = gib_interval(avail.value)
+        notes: tuple[str, ...] = ()
+        if avail.value > 0:
+            notes = (f"available KV memory is printed with two decimals: {avail.value} GiB means [{lo:,}, {hi:,}) bytes per GPU",)
+        return _Derived((lo, hi), notes=notes)
+    exact_bytes = (facts.value("suggestion") or {}).get("kv_cache_in_use_bytes")
+    if exact_bytes:
+        return _Derived((exact_bytes, exact_bytes + 1), notes=(
+            "available KV bytes from the suggestion line's 'Current kv cache memory in use' (exact bytes, as the "
+            "worker that printed that line had them)",))
+    return _Derived(None)
+
+
+def _one_group_doubt(lines: _PoolLines) -> str | None:
+    """Why the token and concurrency lines cannot come from one KV-cache group, or None when they can."""
+    tokens, C, L, B = lines.tokens, lines.concurrency, lines.max_model_len, lines.block_size
+    if tokens is None or C is None or not L:
+        return None
+    b = B or 16
+    # one group: tokens = n x B and C = n / cdiv(L, B), so tokens ~ C x L, within the rounding of C and one block
+    lo_tokens, hi_tokens = (C - _CONCURRENCY_HALF_STEP) * L - b, (C + _CONCURRENCY_HALF_STEP) * (L + b)
+    if not lo_tokens <= tokens <= hi_tokens:
+        return (f"{tokens:,} tokens vs concurrency x max_model_len = {C * L:,.0f}: too far apart for one "
+                "KV-cache group, so the model has several (pass --block-size and --kv-cache-groups)")
+    if lines.era == "v1-new" and L % b == 0 and tokens % b:
+        return (f"{tokens:,} tokens is not a multiple of the block size ({b}{'' if B else ', assumed'}) although "
+                f"max_model_len is: not a single-group pool")
+    return None
+
+
+def _kv_cache_groups(lines: _PoolLines, given: int | None, hybrid: bool) -> _Derived[int | None]:
+    """G: as given, else one unless the log printed a hybrid line (then unknown). Where one group is taken but the
+    token and concurrency lines rule it out, a note says so and G is only what was given."""
+    groups = given or (None if hybrid else 1)
+    doubt = _one_group_doubt(lines) if groups == 1 else None
+    if doubt is not None:
+        return _Derived(given, notes=(doubt,))
+    return _Derived(groups)
+
+
+def _blocks_per_request(lines: _PoolLines) -> list[int]:
+    """s, the blocks one max_model_len request pins: cdiv(L, B) attention blocks, plus 1 or 2 in each Mamba/GDN
+    group (§3.2; both candidates while the Mamba cache mode is unknown). Empty where B, L or G is unknown, or the
+    groups are not Mamba/GDN."""
+    B, G, L = lines.block_size, lines.groups, lines.max_model_len
+    if lines.blocks_per_request:
+        return [lines.blocks_per_request]
+    if not (B and L and G):
+        return []
+    if G == 1:
+        return [cdiv(L, B)]
+    if lines.mamba:
+        return [cdiv(L, B) + (G - 1) * m for m in _mamba_blocks_per_request(lines.mamba_cache_mode)]
+    return []
+
+
+def _block_count_from_old_line(lines: _PoolLines) -> _Derived[int | None]:
+    """Before v0.20.1 the token line is (n // G) x B (§6): n is one of G values, and C = n / s singles it out where
+    it can."""
+    tokens, B, G, C = lines.tokens, lines.block_size, lines.groups, lines.concurrency
+    if tokens is None or not B or not G:
+        return _Derived(None)
+    q, r = divmod(tokens, B)
+    if r:
+        return _Derived(None, notes=(f"{tokens:,} tokens is not a multiple of block size {B}: the block count is not exact",))
+    candidates = list(range(q * G, q * G + G))
+    how = f"(n // {G} group{'s' if G > 1 else ''}) x {B} = {tokens:,}" + lines.one_group_how
+    per_request = _blocks_per_request(lines) if G > 1 else []
+    if C is not None and per_request:
+        candidates = [c for c in candidates if any(_prints_as(c / s, C) for s in per_request)]
+        how += f", and n / {' or '.join(map(str, sorted(set(per_request))))} blocks per request prints {C:.2f}x"
+    n = _unique(candidates)
+    if n is None:
+        return _Derived(None, notes=(f"the printed lines allow {len(set(candidates))} block counts ({how}); not exact",))
+    return _Derived(n, how)
+
+
+def _block_count_from_new_line(lines: _PoolLines) -> _Derived[int | None]:
+    """Since v0.20.1 the token line is int(n / s x L), s the blocks one request pins (§6): the n that prints both it
+    and the concurrency."""
+    tokens, L, C = lines.tokens, lines.max_model_len, lines.concurrency
+    if tokens is None or not lines.block_size or not L:
+        return _Derived(None)
+    per_request = _blocks_per_request(lines)
+    candidates: list[int] = []
+    for s in per_request:
+        # tokens = int(n / s * L): n in [tokens * s / L, (tokens + 1) * s / L)
+        lo, hi = math.ceil(tokens * s / L), math.ceil((tokens + 1) * s / L)
+        candidates += [c for c in range(lo, hi + 1) if int(c / s * L) == tokens and (C is None or _prints_as(c / s, C))]
+    n = _unique(candidates)
+    if n is None:
+        several = len(set(candidates))
+        return _Derived(None, notes=(f"the printed lines allow {several} block counts; not exact",) if several > 1 else ())
+    s = next(s for s in per_request if int(n / s * L) == tokens)
+    return _Derived(n, f"int(n / {s} blocks per request x {L:,}) = {tokens:,} (v0.20.1+ line, block size {lines.block_size})"
+                    + lines.one_group_how)
+
+
+def _block_count_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
+    """n from the token line, by the formula of the log's era."""
+    if lines.era in _OLD_TOKEN_LINE_ERAS:
+        return _block_count_from_old_line(lines)
+    if lines.era == "v1-new":
+        return _block_count_from_new_line(lines)
+    return _Derived(None)
+
+
+def _block_count(lines: _PoolLines, gpu_blocks: int | None) -> _Derived[int | None]:
+    """n, the pool's blocks: as logged ('# GPU blocks'), else where the token line and the concurrency allow one."""
+    if gpu_blocks is not None:
+        return _Derived(gpu_blocks, "logged '# GPU blocks'")
+    found = _block_count_from_token_line(lines)
+    if found.value is not None:
+        return found
+    missing = [w for w, v in (("the block size", lines.block_size), ("the KV-cache group count", lines.groups)) if not v]
+    how = "not inferable exactly from the printed lines" + (f" without {' and '.join(missing)}" if missing and lines.tokens else "")
+    return _Derived(None, how, found.notes)
+
+
+def _v0_pool(lines: _PoolLines, n: int | None) -> _Derived[int | None]:
+    """The V0 pool: the logged blocks x the block size (no null block taken off, as V1 takes one, §4.6)."""
+    B = lines.block_size
+    if n is None or not B:
+        return _Derived(None, "unknown: the block size is not printed (pass it)")
+    return _Derived(n * B, f"# GPU blocks x block size ({n:,} x {B})")
+
+
+def _pool_from_block_count(lines: _PoolLines, n: int | None) -> _Derived[int | None] | None:
+    """The tokens one request can hold where the block count is pinned: every block but the null block (§4.6), at the
+    (attention) block size. None where that is not the pool: no pinned count, or several groups not Mamba/GDN."""
+    B, G = lines.block_size, lines.groups
+    if n is None or not B or not G:
+        return None
+    if G == 1:
+        return _Derived((n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
+    if lines.mamba:
+        return _Derived((n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
+                                      f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)"))
+    return None
+
+
+def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
+    """The pool where the block count is not pinned: the token line, where the era's formula makes it the pool."""
+    tokens, G, C, L = lines.tokens, lines.groups, lines.concurrency, lines.max_model_len
+    if tokens is None:
+        return _Derived(None, "unknown: no token or block line")
+    if lines.era == "unknown":
+        return _Derived(None, "unknown: the log formula's era is unknown (print or pass the vLLM version)")
+    if G == 1 and lines.era in _OLD_TOKEN_LINE_ERAS:
+        return _Derived(tokens, "logged tokens: the pre-v0.20.1 line is num_blocks x block size for one KV-cache group"
+                        + lines.one_group_how)
+    if G == 1:
+        return _Derived(tokens, "logged tokens: since v0.20.1 the line is concurrency x max_model_len, which equals "
+                        "num_blocks x block size for one KV-cache group" + lines.one_group_how)
+    if lines.era == "v1-hybrid-old" and lines.mamba and G:
+        return _Derived(tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
+                                     "while Mamba/GDN groups need only 1-2 blocks per request"))
+    if lines.era == "v1-new":
+        return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len ({C} x {L:,}), not the "
+                               "pool, and with several KV-cache groups the pool depends on them; pass --block-size and "
+                               "--kv-cache-groups"))
+    return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "
+                           "several; pass --block-size and --kv-cache-groups (servesize memory prints the groups)"))
+
+
+def _under_report_notes(lines: _PoolLines) -> tuple[str, ...]:
+    """The pre-v0.20.1 token line divides the blocks by every group (§5.2): say so where C x L shows it."""
+    tokens, C, L = lines.tokens, lines.concurrency, lines.max_model_len
+    if lines.era == "v1-hybrid-old" and lines.groups != 1 and tokens is not None and C and L and C * L > 1.05 * tokens:
+        return (f"the pre-v0.20.1 token line under-reports models with several KV-cache groups: concurrency x "
+                f"max_model_len = {C * L:,.0f} vs {tokens:,} logged",)
+    return ()
+
+
+def _pool_tokens(lines: _PoolLines, n: int | None) -> _Derived[int | None]:
+    """The real pool in tokens: from the block count where it is pinned, else from the token line where it is the pool."""
+    if lines.era == "v0":
+        found = _v0_pool(lines, n)
+    else:
+        found = _pool_from_block_count(lines, n) or _pool_from_token_line(lines)
+    return _Derived(found.value, found.how, _under_report_notes(lines))
+
+
+def _model_loading_gib(facts: LogFacts) -> float | None:
+    """The largest 'Model loading took' figure (each worker prints its own)."""
+    return max((f.value for f in facts.all("model_loading_gib")), default=None)
+
+
+def _weights_gib(facts: LogFacts) -> _Derived[float | None]:
+    """Weights per GPU: the V0 breakdown or the suggestion line, else 'Model loading took'."""
+    weights = facts.value("weights_gib") or (facts.value("suggestion") or {}).get("weights_gib")
+    if weights is None:
+        weights = _model_loading_gib(facts)
+    loading = facts.fact("model_loading_gib")
+    notes: tuple[str, ...] = ()
+    if loading is not None and re.search(r"took\s+[0-9.]+\s*GB\b", loading.line):
+        notes = ("'Loading model weights took X GB': vLLM divided by 2**30, so X is GiB",)
+    return _Derived(weights, notes=notes)
+
+
+def _activation_gib(facts: LogFacts, weights_gib: float | None) -> _Derived[float | None]:
+    """Peak activation: as printed, else the V0 profile's peak torch memory less the weights."""
+    activation = facts.value("activation_gib") or (facts.value("suggestion") or {}).get("activation_gib")
+    profile = facts.value("v0_memory_profile") or {}
+    if activation is None and "peak_torch_memory" in profile and weights_gib is not None:
+        return _Derived(round(profile["peak_torch_memory"] - weights_gib, 4),
+                        notes=("activation = V0 peak_torch_memory - weights (the V0 peak includes the weights)",))
+    return _Derived(activation)
+
+
+def _non_torch_gib(facts: LogFacts) -> _Derived[float | None]:
+    """Non-torch memory: as printed, else the suggestion line's 'weights + non-torch' less 'Model loading took'."""
+    suggestion = facts.value("suggestion") or {}
+    non_torch = facts.value("non_torch_gib") or suggestion.get("non_torch_gib")
+    loading = _model_loading_gib(facts)
+    if non_torch is None and "weights_plus_non_torch_gib" in suggestion and loading is not None:
+        return _Derived(round(suggestion["weights_plus_non_torch_gib"] - loading, 4),
+                        notes=("non-torch = suggestion line's 'weights + non-torch' - 'Model loading took'",))
+    return _Derived(non_torch)
+
+
+def _cudagraph_gib(facts: LogFacts) -> float | None:
+    """The estimate where the log prints one, else the suggestion line's figure, else the captured size."""
+    cudagraph = facts.value("cudagraph_estimate_gib")
+    if cudagraph is None:
+        cudagraph = (facts.value("suggestion") or {}).get("cudagraph_gib") or facts.value("cudagraph_actual_gib")
+    return cudagraph
+
+
+def _setup_notes(facts: LogFacts) -> tuple[str, ...]:
+    """How the server was set up, where it changes what the figures mean."""
+    notes = []
+    if facts.fact("kv_cache_memory_given"):
+        notes.append("the KV memory was given with --kv-cache-memory-bytes (the utilisation budget was skipped)")
+    cpu_blocks = facts.value("cpu_blocks")
+    if cpu_blocks:
+        notes.append(f"# CPU blocks {cpu_blocks:,}: V0 swap space, not part of the GPU pool")
+    if facts.cpu_kv_cache_tokens is not None and facts.gpu_kv_cache_tokens is None:
+        notes.append("CPU build: 'CPU KV cache size' is the pool in host memory (block size a multiple of 32, default 128)")
+    return tuple(notes)
+
+
 def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups: int | None = None,
               blocks_per_request: int | None = None, mamba_cache_mode: str | None = None) -> Calibration:
     """Turn a start-up's facts into a Calibration.
@@ -117,193 +483,42 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     (the per-request block sum at max_model_len) and ``mamba_cache_mode`` are what the log
     does not say for hybrid models; give them when you know them (``servesize memory`` prints them),
     and the block count is pinned down where the printed numbers allow exactly one value."""
-    notes = list(facts.notes)
-    era, era_how = era_of(facts)
-    notes.append(f"log formula era {era}: {era_how}")
-    version = facts.vllm_version
-    L = facts.value("max_concurrency_tokens") or facts.value("max_model_len")
-    logged_L = facts.value("max_concurrency_tokens")
-    if facts.value("max_model_len") and logged_L and facts.value("max_model_len") != logged_L:
-        notes.append(f"max_model_len {facts.value('max_model_len'):,} in the config but {logged_L:,} in the concurrency line; "
-                     "using the concurrency line's")
-    tokens = facts.gpu_kv_cache_tokens if facts.gpu_kv_cache_tokens is not None else facts.cpu_kv_cache_tokens
-    C = facts.max_concurrency
-    attn_block = facts.value("attention_block_size")
-    hybrid = bool(attn_block or facts.fact("mamba_padding_pct") or facts.fact("padding_layers") or facts.fact("mamba_cache_mode")
-                  or mamba_cache_mode or (kv_cache_groups and kv_cache_groups > 1))
-    B = block_size or attn_block or facts.value("block_size") or facts.value("forced_block_size")
-    B_how = ("value given" if block_size else "'Setting attention block size' line" if attn_block
-             else "engine config" if facts.value("block_size") else "'Forcing kv cache block size' line"
-             if facts.value("forced_block_size") else "")
+    era = _era(facts)
+    max_model_len = _max_model_len(facts)
+    stated_block_size = _stated_block_size(facts, block_size)
     mode = mamba_cache_mode or facts.value("mamba_cache_mode")
-
-    # Per-rank: the pool is the minimum.
-    for name, what in (("gpu_kv_cache_tokens", "GPU KV cache size"), ("available_kv_gib", "Available KV cache memory")):
-        per = facts.per_rank(name)
-        if len(set(per.values())) > 1:
-            low = facts.min_fact(name)
-            notes.append(f"'{what}' differs between workers ({', '.join(f'{k}: {v:,}' for k, v in per.items())}); "
-                         f"the pool is the minimum, {low.value:,} (line {low.line_no})")
-
-    # Available KV bytes per GPU.
-    avail = facts.min_fact("available_kv_gib")
-    interval = gib_interval(avail.value) if avail is not None else None
-    exact_bytes = (facts.value("suggestion") or {}).get("kv_cache_in_use_bytes")
-    if interval is None and exact_bytes:
-        interval = (exact_bytes, exact_bytes + 1)
-        notes.append("available KV bytes from the suggestion line's 'Current kv cache memory in use' (exact bytes, as the "
-                     "worker that printed that line had them)")
-    if avail is not None and avail.value > 0:
-        notes.append(f"available KV memory is printed with two decimals: {avail.value} GiB means "
-                     f"[{interval[0]:,}, {interval[1]:,}) bytes per GPU")
-
-    # Number of blocks.
-    mamba = bool(attn_block or mode or facts.fact("mamba_padding_pct"))
-    G = kv_cache_groups or (None if hybrid else 1)
-    single_group_how = "" if kv_cache_groups else " (no hybrid line printed: one KV-cache group assumed)"
-    single_ok = True  # are the printed lines consistent with one KV-cache group?
-    if G == 1 and tokens is not None and C is not None and L:
-        b = B or 16
-        lo_t, hi_t = (C - GIB_HALF_STEP) * L - b, (C + GIB_HALF_STEP) * (L + b)
-        if not lo_t <= tokens <= hi_t:
-            single_ok = False
-            notes.append(f"{tokens:,} tokens vs concurrency x max_model_len = {C * L:,.0f}: too far apart for one "
-                         "KV-cache group, so the model has several (pass --block-size and --kv-cache-groups)")
-        elif era == "v1-new" and L % b == 0 and tokens % b:
-            single_ok = False
-            notes.append(f"{tokens:,} tokens is not a multiple of the block size ({b}{'' if B else ', assumed'}) although "
-                         f"max_model_len is: not a single-group pool")
-    if not single_ok:
-        G = kv_cache_groups
-
-    def per_request_options() -> list[int]:
-        if blocks_per_request:
-            return [blocks_per_request]
-        if not (B and L and G):
-            return []
-        if G == 1:
-            return [cdiv(L, B)]
-        if mamba:
-            return [cdiv(L, B) + (G - 1) * m for m in _mamba_blocks_per_request(mode)]
-        return []
-
-    n, n_how = None, ""
-    blocks = facts.gpu_blocks
-    if blocks is not None:
-        n, n_how = blocks, "logged '# GPU blocks'"
-        if B is None and C is not None and logged_L:
-            fits = [b for b in (8, 16, 32, 64, 128, 256) if f"{blocks * b / logged_L:.2f}" == f"{C:.2f}"]
-            if len(fits) == 1:
-                B, B_how = fits[0], f"the only block size for which {blocks:,} x B / {logged_L:,} prints {C:.2f}x"
-    elif tokens is not None and B and G and era in ("v1-uniform", "v1-hybrid-old"):
-        q, r = divmod(tokens, B)
-        if r:
-            notes.append(f"{tokens:,} tokens is not a multiple of block size {B}: the block count is not exact")
-        else:
-            cands = list(range(q * G, q * G + G))
-            how = f"(n // {G} group{'s' if G > 1 else ''}) x {B} = {tokens:,}" + (single_group_how if G == 1 else "")
-            per_req = per_request_options() if G > 1 else []
-            if C is not None and per_req:
-                cands = [c for c in cands if any(f"{c / s:.2f}" == f"{C:.2f}" for s in per_req)]
-                how += f", and n / {' or '.join(map(str, sorted(set(per_req))))} blocks per request prints {C:.2f}x"
-            n = _unique(cands)
-            if n is not None:
-                n_how = how
-            else:
-                notes.append(f"the printed lines allow {len(set(cands))} block counts ({how}); not exact")
-    elif tokens is not None and B and L and era == "v1-new":
-        per_req = per_request_options()
-        cands = []
-        for s in per_req:
-            # tokens = int(n / s * L): n in [tokens * s / L, (tokens + 1) * s / L)
-            lo, hi = math.ceil(tokens * s / L), math.ceil((tokens + 1) * s / L)
-            cands += [c for c in range(lo, hi + 1) if int(c / s * L) == tokens and (C is None or f"{c / s:.2f}" == f"{C:.2f}")]
-        n = _unique(cands)
-        if n is not None:
-            s = next(s for s in per_req if int(n / s * L) == tokens)
-            n_how = (f"int(n / {s} blocks per request x {L:,}) = {tokens:,} (v0.20.1+ line, block size {B})"
-                     + (single_group_how if G == 1 else ""))
-        elif len(set(cands)) > 1:
-            notes.append(f"the printed lines allow {len(set(cands))} block counts; not exact")
-    if n is None:
-        missing = [w for w, v in (("the block size", B), ("the KV-cache group count", G)) if not v]
-        n_how = "not inferable exactly from the printed lines" + (f" without {' and '.join(missing)}" if missing and tokens else "")
-
-    # The real pool.
-    pool, pool_how = None, ""
-    if era == "v0":
-        if n is not None and B:
-            pool, pool_how = n * B, f"# GPU blocks x block size ({n:,} x {B})"
-        else:
-            pool_how = "unknown: the block size is not printed (pass it)"
-    elif n is not None and B and G == 1:
-        pool, pool_how = (n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + single_group_how
-    elif n is not None and B and mamba and G:
-        pool, pool_how = (n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
-                                       f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)")
-    elif tokens is None:
-        pool_how = "unknown: no token or block line"
-    elif era == "unknown":
-        pool_how = "unknown: the log formula's era is unknown (print or pass the vLLM version)"
-    elif G == 1 and era in ("v1-uniform", "v1-hybrid-old"):
-        pool, pool_how = tokens, "logged tokens: the pre-v0.20.1 line is num_blocks x block size for one KV-cache group" + single_group_how
-    elif G == 1:
-        pool, pool_how = tokens, ("logged tokens: since v0.20.1 the line is concurrency x max_model_len, which equals num_blocks x "
-                                  "block size for one KV-cache group" + single_group_how)
-    elif era == "v1-hybrid-old" and mamba and G:
-        pool, pool_how = tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
-                                      "while Mamba/GDN groups need only 1-2 blocks per request")
-    elif era == "v1-new":
-        pool_how = (f"unknown: since v0.20.1 the token line is concurrency x max_model_len ({C} x {L:,}), not the pool, and "
-                    "with several KV-cache groups the pool depends on them; pass --block-size and --kv-cache-groups")
-    else:
-        pool_how = ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has several; "
-                    "pass --block-size and --kv-cache-groups (servesize memory prints the groups)")
-    if era == "v1-hybrid-old" and G != 1 and tokens is not None and C and L and C * L > 1.05 * tokens:
-        notes.append(f"the pre-v0.20.1 token line under-reports models with several KV-cache groups: concurrency x "
-                     f"max_model_len = {C * L:,.0f} vs {tokens:,} logged")
-
-
-    # Budget terms.
-    sugg = facts.value("suggestion") or {}
-    weights = facts.value("weights_gib") or sugg.get("weights_gib")
-    loading = max((f.value for f in facts.all("model_loading_gib")), default=None)
-    if weights is None:
-        weights = loading
-    if facts.fact("model_loading_gib") and re.search(r"took\s+[0-9.]+\s*GB\b", facts.fact("model_loading_gib").line):
-        notes.append("'Loading model weights took X GB': vLLM divided by 2**30, so X is GiB")
-    activation = facts.value("activation_gib") or sugg.get("activation_gib")
-    profile = facts.value("v0_memory_profile") or {}
-    if activation is None and "peak_torch_memory" in profile and weights is not None:
-        activation = round(profile["peak_torch_memory"] - weights, 4)
-        notes.append("activation = V0 peak_torch_memory - weights (the V0 peak includes the weights)")
-    non_torch = facts.value("non_torch_gib") or sugg.get("non_torch_gib")
-    if non_torch is None and "weights_plus_non_torch_gib" in sugg and loading is not None:
-        non_torch = round(sugg["weights_plus_non_torch_gib"] - loading, 4)
-        notes.append("non-torch = suggestion line's 'weights + non-torch' - 'Model loading took'")
-    cudagraph = facts.value("cudagraph_estimate_gib")
-    if cudagraph is None:
-        cudagraph = sugg.get("cudagraph_gib") or facts.value("cudagraph_actual_gib")
-    if facts.fact("kv_cache_memory_given"):
-        notes.append("the KV memory was given with --kv-cache-memory-bytes (the utilisation budget was skipped)")
-    cpu_blocks = facts.value("cpu_blocks")
-    if cpu_blocks:
-        notes.append(f"# CPU blocks {cpu_blocks:,}: V0 swap space, not part of the GPU pool")
-    if facts.cpu_kv_cache_tokens is not None and facts.gpu_kv_cache_tokens is None:
-        notes.append("CPU build: 'CPU KV cache size' is the pool in host memory (block size a multiple of 32, default 128)")
-
+    stated = _PoolLines(era=era.value, tokens=_kv_tokens_logged(facts), concurrency=facts.max_concurrency,
+                       max_model_len=max_model_len.value, block_size=stated_block_size.value, groups=None,
+                       groups_given=bool(kv_cache_groups), mamba=_has_mamba_groups(facts, mode), mamba_cache_mode=mode,
+                       blocks_per_request=blocks_per_request)
+    available = _available_kv_bytes(facts)
+    groups = _kv_cache_groups(stated, kv_cache_groups, _looks_hybrid(facts, kv_cache_groups, mamba_cache_mode))
+    block = stated_block_size
+    if facts.gpu_blocks is not None and block.value is None:
+        block = _block_size_from_concurrency(facts.gpu_blocks, facts.max_concurrency, facts.max_concurrency_tokens)
+    lines = replace(stated, groups=groups.value, block_size=block.value)
+    count = _block_count(lines, facts.gpu_blocks)
+    pool = _pool_tokens(lines, count.value)
+    weights = _weights_gib(facts)
+    activation = _activation_gib(facts, weights.value)
+    non_torch = _non_torch_gib(facts)
+    notes = (*facts.notes, *era.notes, *max_model_len.notes, *_rank_notes(facts), *available.notes, *groups.notes,
+             *count.notes, *pool.notes, *weights.notes, *activation.notes, *non_torch.notes, *_setup_notes(facts))
     return Calibration(
-        source=facts.source, era=era, vllm_version=version, model=facts.value("model"),
-        tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=L,
+        source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=facts.value("model"),
+        tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=max_model_len.value,
         kv_cache_dtype=facts.value("kv_cache_dtype"), gpu_memory_utilization=facts.value("gpu_memory_utilization"),
-        quantization=facts.value("quantization"), block_size=B,
-        available_kv_bytes_per_gpu=interval, available_kv_gib_logged=avail.value if avail is not None else None,
-        num_blocks=n, num_blocks_how=n_how + (f"; block size: {B_how}" if n is not None and B_how else ""),
-        kv_cache_tokens_logged=tokens, cpu_kv_cache_tokens_logged=facts.cpu_kv_cache_tokens,
-        max_concurrency=C, max_concurrency_tokens=logged_L, pool_tokens=pool, pool_tokens_how=pool_how,
-        weights_gib=weights, activation_gib=activation, non_torch_gib=non_torch, cudagraph_gib=cudagraph,
-        total_gpu_memory_gib=facts.value("total_gpu_memory_gib"), ranks=facts.ranks, notes=tuple(notes),
+        quantization=facts.value("quantization"), block_size=block.value,
+        available_kv_bytes_per_gpu=available.value, available_kv_gib_logged=facts.available_kv_gib,
+        num_blocks=count.value, num_blocks_how=count.how + (f"; block size: {block.how}" if count.value is not None and block.how else ""),
+        kv_cache_tokens_logged=lines.tokens, cpu_kv_cache_tokens_logged=facts.cpu_kv_cache_tokens,
+        max_concurrency=lines.concurrency, max_concurrency_tokens=facts.max_concurrency_tokens,
+        pool_tokens=pool.value, pool_tokens_how=pool.how,
+        weights_gib=weights.value, activation_gib=activation.value, non_torch_gib=non_torch.value,
+        cudagraph_gib=_cudagraph_gib(facts), total_gpu_memory_gib=facts.value("total_gpu_memory_gib"),
+        ranks=facts.ranks, notes=notes,
     )
+
 
 
 # --------------------------------------------------------------------------------------------

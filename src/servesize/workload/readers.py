@@ -26,15 +26,16 @@ import json
 import math
 import pathlib
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any
 
 from servesize.errors import BadInput
 
 CSV_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "prompt_len", "prompt_length",
                "num_prompt_tokens", "context_tokens", "tokens", "in")
 _HASH_IDS = re.compile(r'"hash_ids":\s*\[[0-9,\s]*\]')
-
-
 
 
 @dataclass
@@ -44,10 +45,10 @@ class Observations:
     path: str
     format: str
     field: str                       # what was read, in words
-    user: list = field(default_factory=list)
-    subagent: list = field(default_factory=list)
-    prefix_tokens: list = field(default_factory=list)        # per-session user prefix, when the file says
-    subagent_prefix_tokens: list = field(default_factory=list)
+    user: list[float] = dataclass_field(default_factory=list)
+    subagent: list[float] = dataclass_field(default_factory=list)
+    prefix_tokens: list[float] = dataclass_field(default_factory=list)  # per-session user prefix, when the file says
+    subagent_prefix_tokens: list[float] = dataclass_field(default_factory=list)
     cached_tokens: float = 0.0       # sum of cached prompt tokens over records that report them
     cached_prompt_tokens: float = 0.0  # sum of prompt tokens over those same records
     records: int = 0
@@ -100,6 +101,18 @@ def _usage(obj: dict):
     return None
 
 
+def _csv_column(names: list[str], column: str | None, path: str) -> str:
+    """The column to read: the one named, else the first of the usual names the header has."""
+    if column is not None:
+        if column not in names:
+            raise BadInput(f"{path}: no column {column!r} in the CSV header (columns: {', '.join(names[:12])})")
+        return column
+    found = next((c for c in CSV_COLUMNS if c in names), None)
+    if found is None:
+        raise BadInput(f"{path}: no token column found (tried {', '.join(CSV_COLUMNS)}); name one with --column")
+    return found
+
+
 def _read_csv(text: str, path: str, column: str | None) -> Observations:
     reader = csv.reader(io.StringIO(text))
     try:
@@ -109,14 +122,7 @@ def _read_csv(text: str, path: str, column: str | None) -> Observations:
     except csv.Error as exc:
         raise BadInput(f"{path}: not a readable CSV file: {exc}") from None
     names = [h.strip() for h in header]
-    if column is not None:
-        if column not in names:
-            raise BadInput(f"{path}: no column {column!r} in the CSV header (columns: {', '.join(names[:12])})")
-        col = column
-    else:
-        col = next((c for c in CSV_COLUMNS if c in names), None)
-        if col is None:
-            raise BadInput(f"{path}: no token column found (tried {', '.join(CSV_COLUMNS)}); name one with --column")
+    col = _csv_column(names, column, path)
     i = names.index(col)
     obs = Observations(path, "csv", f"column {col!r}")
     try:
@@ -134,15 +140,15 @@ def _read_csv(text: str, path: str, column: str | None) -> Observations:
     return obs
 
 
-def _records(text: str, path: str):
+def _records(text: str, path: str) -> Iterator[tuple[int, Any]]:
+    """(record number or line number, parsed value) for a JSON array or JSONL text."""
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
-        for n, rec in enumerate(data, start=1):
-            yield n, rec
+        yield from enumerate(data, start=1)
         return
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -157,105 +163,156 @@ def _records(text: str, path: str):
             raise BadInput(f"{path} line {line_no}: not valid JSON ({exc.msg}); expected one JSON object per line") from None
 
 
-def _detect(rec: dict, column: str | None) -> str | None:
-    if column is not None:
-        return "column"
+# --------------------------------------------------------------------------------------------
+# JSON records: one reader per format, the format chosen from the first record
+# --------------------------------------------------------------------------------------------
+
+# Adds one record's token counts to the observations; the str says where the record is, for errors.
+_RecordReader = Callable[[dict, str, Observations], None]
+
+
+@dataclass(frozen=True)
+class _JsonFormat:
+    format: str  # Observations.format
+    field: str  # what is read, in words (Observations.field)
+    read: _RecordReader
+
+
+def _observe_cached(obs: Observations, cached_tokens: float, prompt_tokens: float) -> None:
+    """A record that reports its prefix-cache hits counts towards the observed hit rate."""
+    obs.cached_tokens += cached_tokens
+    obs.cached_prompt_tokens += prompt_tokens
+
+
+def _field_reader(field_path: str) -> _RecordReader:
+    """One token count per record, at a (dotted) field path."""
+    def read(rec: dict, loc: str, obs: Observations) -> None:
+        x = _number(_dotted(rec, field_path), f"{loc}, field {field_path!r}")
+        if x is not None:
+            obs.user.append(x)
+    return read
+
+
+def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
+    """usage.prompt_tokens, and usage.prompt_tokens_details.cached_tokens where the record reports it."""
+    u = _usage(rec) or {}
+    x = _number(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
+    if x is None:
+        return
+    obs.user.append(x)
+    cached = _number(_dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
+    if cached is not None:
+        _observe_cached(obs, cached, x)
+
+
+def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
+    """The prompt is input + cache read + cache creation tokens; the cache reads are its prefix-cache hits."""
+    u = _usage(rec) or {}
+    fresh, cache_read, cache_creation = (_number(u.get(k), f"{loc}, usage.{k}")
+                                         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    if fresh is None:
+        return
+    total = sum(p for p in (fresh, cache_read, cache_creation) if p is not None)
+    obs.user.append(total)
+    if cache_read is not None:
+        _observe_cached(obs, cache_read, total)
+
+
+def _prefix_tokens(obj: dict, where: str) -> float:
+    """system_tokens + tool_tokens: the prefix a session (or a subagent) sends with every request."""
+    return ((_number(obj.get("system_tokens"), f"{where}system_tokens") or 0.0)
+            + (_number(obj.get("tool_tokens"), f"{where}tool_tokens") or 0.0))
+
+
+def _is_subagent(request: dict) -> bool:
+    return request.get("type") == "subagent" and isinstance(request.get("requests"), list)
+
+
+def _read_subagent(subagent: dict, where: str, obs: Observations) -> None:
+    """A subagent entry: its own prefix, and its nested requests[].in as subagent-class requests."""
+    prefix = _prefix_tokens(subagent, f"{where}.")
+    if prefix > 0:
+        obs.subagent_prefix_tokens.append(prefix)
+    for k, q in enumerate(subagent["requests"]):
+        x = _number(q.get("in") if isinstance(q, dict) else None, f"{where}.requests[{k}].in")
+        if x is not None:
+            obs.subagent.append(x)
+
+
+def _read_claude_code(rec: dict, loc: str, obs: Observations) -> None:
+    """One session: its prefix, every top-level requests[].in as a user-class request, subagents apart."""
     reqs = rec.get("requests")
-    if isinstance(reqs, list) and any(isinstance(r, dict) and "in" in r for r in reqs):
-        return "claude-code"
-    u = _usage(rec)
-    if u is not None and "prompt_tokens" in u:
-        return "openai"
-    if u is not None and "input_tokens" in u:
-        return "anthropic"
-    if "input_length" in rec:
-        return "mooncake"
-    for c in CSV_COLUMNS:
-        if c in rec:
-            return "flat"
-    return None
+    if not isinstance(reqs, list):
+        raise BadInput(f"{loc}: expected a 'requests' list (Claude Code session format)")
+    prefix = _prefix_tokens(rec, f"{loc}, ")
+    if prefix > 0:
+        obs.prefix_tokens.append(prefix)
+    for j, r in enumerate(reqs):
+        where = f"{loc}, requests[{j}]"
+        if not isinstance(r, dict):
+            raise BadInput(f"{where}: expected an object")
+        if _is_subagent(r):
+            _read_subagent(r, where, obs)
+            continue
+        x = _number(r.get("in"), f"{where}.in")
+        if x is not None:
+            obs.user.append(x)
+
+
+def _has_claude_code_requests(rec: dict) -> bool:
+    reqs = rec.get("requests")
+    return isinstance(reqs, list) and any(isinstance(r, dict) and "in" in r for r in reqs)
+
+
+def _usage_has(key: str) -> Callable[[dict], bool]:
+    return lambda rec: key in (_usage(rec) or {})
+
+
+def _field_format(field_path: str) -> _JsonFormat:
+    """A token count at a named field: --column (a dotted path), or one of the usual names."""
+    return _JsonFormat("jsonl", f"field {field_path!r}", _field_reader(field_path))
+
+
+# The formats a first record is recognised by, tried in this order.
+_FORMATS: tuple[tuple[Callable[[dict], bool], _JsonFormat], ...] = (
+    (_has_claude_code_requests, _JsonFormat("claude-code", "requests[].in (input tokens per request)", _read_claude_code)),
+    (_usage_has("prompt_tokens"), _JsonFormat("openai", "usage.prompt_tokens", _read_openai)),
+    (_usage_has("input_tokens"), _JsonFormat("anthropic", "usage input + cache read + cache creation tokens", _read_anthropic)),
+    (lambda rec: "input_length" in rec, _JsonFormat("mooncake", "input_length", _field_reader("input_length"))),
+)
+
+
+def _detect(rec: dict, column: str | None) -> _JsonFormat | None:
+    """The format of a file, from its first record: --column if given, else the first format the record matches,
+    else the first of the usual names among its fields."""
+    if column is not None:
+        return _field_format(column)
+    found = next((fmt for matches, fmt in _FORMATS if matches(rec)), None)
+    if found is not None:
+        return found
+    flat_key = next((c for c in CSV_COLUMNS if c in rec), None)
+    return _field_format(flat_key) if flat_key is not None else None
 
 
 def _read_json_records(text: str, path: str, column: str | None) -> Observations:
-    obs: Observations | None = None
-    kind = None
-    flat_key = None
+    """JSONL or a JSON array of objects, every record read in the format the first one shows."""
+    found: tuple[_JsonFormat, Observations] | None = None
     for where, rec in _records(text, path):
         loc = f"{path} record {where}"
         if not isinstance(rec, dict):
             raise BadInput(f"{loc}: expected a JSON object, got {type(rec).__name__}")
-        if kind is None:
-            kind = _detect(rec, column)
-            if kind is None:
+        if found is None:
+            fmt = _detect(rec, column)
+            if fmt is None:
                 raise BadInput(f"{loc}: no token count recognised (usage.prompt_tokens, requests[].in, "
                                "input_length, prompt_tokens, ...); name the field with --column")
-            described = {
-                "column": f"field {column!r}", "claude-code": "requests[].in (input tokens per request)",
-                "openai": "usage.prompt_tokens", "anthropic": "usage input + cache read + cache creation tokens",
-                "mooncake": "input_length",
-            }
-            if kind == "flat":
-                flat_key = next(c for c in CSV_COLUMNS if c in rec)
-                described["flat"] = f"field {flat_key!r}"
-            obs = Observations(path, {"column": "jsonl", "flat": "jsonl"}.get(kind, kind), described[kind])
+            found = fmt, Observations(path, fmt.format, fmt.field)
+        fmt, obs = found
         obs.records += 1
-        if kind == "column":
-            x = _number(_dotted(rec, column), f"{loc}, field {column!r}")
-            if x is not None:
-                obs.user.append(x)
-        elif kind == "flat":
-            x = _number(rec.get(flat_key), f"{loc}, field {flat_key!r}")
-            if x is not None:
-                obs.user.append(x)
-        elif kind == "mooncake":
-            x = _number(rec.get("input_length"), f"{loc}, field 'input_length'")
-            if x is not None:
-                obs.user.append(x)
-        elif kind == "openai":
-            u = _usage(rec) or {}
-            x = _number(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
-            if x is not None:
-                obs.user.append(x)
-                cached = _number(_dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
-                if cached is not None:
-                    obs.cached_tokens += cached
-                    obs.cached_prompt_tokens += x
-        elif kind == "anthropic":
-            u = _usage(rec) or {}
-            parts = [_number(u.get(k), f"{loc}, usage.{k}") for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
-            if parts[0] is not None:
-                total = sum(p for p in parts if p is not None)
-                obs.user.append(total)
-                if parts[1] is not None:
-                    obs.cached_tokens += parts[1]
-                    obs.cached_prompt_tokens += total
-        else:  # claude-code
-            reqs = rec.get("requests")
-            if not isinstance(reqs, list):
-                raise BadInput(f"{loc}: expected a 'requests' list (Claude Code session format)")
-            prefix = _number(rec.get("system_tokens"), f"{loc}, system_tokens") or 0.0
-            prefix += _number(rec.get("tool_tokens"), f"{loc}, tool_tokens") or 0.0
-            if prefix > 0:
-                obs.prefix_tokens.append(prefix)
-            for j, r in enumerate(reqs):
-                if not isinstance(r, dict):
-                    raise BadInput(f"{loc}, requests[{j}]: expected an object")
-                if r.get("type") == "subagent" and isinstance(r.get("requests"), list):
-                    sp = (_number(r.get("system_tokens"), f"{loc}, requests[{j}].system_tokens") or 0.0) + (
-                        _number(r.get("tool_tokens"), f"{loc}, requests[{j}].tool_tokens") or 0.0)
-                    if sp > 0:
-                        obs.subagent_prefix_tokens.append(sp)
-                    for k, q in enumerate(r["requests"]):
-                        x = _number(q.get("in") if isinstance(q, dict) else None, f"{loc}, requests[{j}].requests[{k}].in")
-                        if x is not None:
-                            obs.subagent.append(x)
-                    continue
-                x = _number(r.get("in"), f"{loc}, requests[{j}].in")
-                if x is not None:
-                    obs.user.append(x)
-    if obs is None:
+        fmt.read(rec, loc, obs)
+    if found is None:
         raise BadInput(f"{path}: the file holds no records")
-    return obs
+    return found[1]
 
 
 def read_token_counts(path, column: str | None = None) -> Observations:
