@@ -100,14 +100,6 @@ def test_help_lists_every_command(capsys):
         assert re.search(rf"^\s+{command}\b", out, re.M), command
 
 
-def test_ci_runs_exactly_the_readme_test_command():
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
-    test_command = next(b for b in blocks if "pytest" in b).strip()
-    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
-    assert ci[-1].strip() == test_command
-
-
 @pytest.mark.parametrize("flag,value", [("--max-model-len", "abc"), ("--kv-cache-memory-bytes", "12 parsecs"),
                                         ("--gpu-memory-utilization", "1.5"), ("--tensor-parallel-size", "0")])
 def test_a_flag_value_that_cannot_be_read_is_one_line_and_exit_2(capsys, flag, value):

@@ -106,7 +106,7 @@ class Param:
         """Text or a Python value -> the typed value, bounds checked; None passes through."""
         if value is None:
             return None
-        typed = _READERS[self.kind](self, value)
+        typed: Any = _READERS[self.kind](self, value)
         if self.kind in ("tokens", "bytes", "int", "float"):
             self._check_bounds(typed)
         return typed

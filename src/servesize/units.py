@@ -48,7 +48,7 @@ def parse_tokens(text: str | int | float) -> int:
     """``'31k'`` -> 31000, ``'2.77M'`` -> 2770000, ``'1,337,000'`` -> 1337000."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _whole(float(text), text, "a token count")
-    value, suffix = _split(text, "a token count (e.g. 31k, 2.77M)")
+    value, suffix = _split(str(text), "a token count (e.g. 31k, 2.77M)")
     if suffix not in _TOKEN_SUFFIX:
         raise BadInput(f"cannot read {text!r} as a token count: unknown suffix {suffix!r} (use k or M)")
     return _whole(value * _TOKEN_SUFFIX[suffix], text, "a token count")
@@ -58,7 +58,7 @@ def parse_bytes(text: str | int | float) -> int:
     """``'80GiB'`` -> 85899345920, ``'141GB'`` -> 141e9, ``'16M'`` -> 16 MiB."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _whole(float(text), text, "a byte count")
-    value, suffix = _split(text, "memory (e.g. 80GiB, 81559MiB, 141GB)")
+    value, suffix = _split(str(text), "memory (e.g. 80GiB, 81559MiB, 141GB)")
     if suffix not in _BYTE_SUFFIX:
         raise BadInput(f"cannot read {text!r} as memory: unknown unit {suffix!r} (use B, KiB, MiB, GiB, GB, ...)")
     return _whole(value * _BYTE_SUFFIX[suffix], text, "a byte count")

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from servesize.errors import BadInput, Interrupted, ServesizeError
 
@@ -28,7 +29,7 @@ class Recording:
         return cls(args.url, args.record, args.resume, args.fsync, args.quiet)
 
 
-def open_record(rec: Recording, kind: str, config_cls, make_config: Callable[[], object]):
+def open_record(rec: Recording, kind: str, config_cls: Any, make_config: Callable[[], Any]):
     """(config, record, resumed contents): from --resume FILE, or a new record from the flags."""
     from servesize.measure.record import RunRecord, read_record
 
@@ -58,7 +59,7 @@ def check_url(text: str | None, kind: str) -> str:
     return text
 
 
-def run_recorded(rec: Recording, record, measurement: Callable[[object], object]):
+def run_recorded(rec: Recording, record: Any, measurement: Callable[[Any], Any]) -> Any:
     """Run ``measurement(progress)`` (a coroutine) on the measurement loop, appending its end (or its
     error) to the record, which is always closed."""
     from servesize.measure.client import run_async

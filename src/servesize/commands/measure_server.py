@@ -6,6 +6,7 @@ import argparse
 import pathlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from servesize.commands import measure_sessions
 from servesize.errors import BadInput
@@ -34,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass
 class ServerReport:
-    pool: object
-    sessions: object
+    pool: Any
+    sessions: Any
     exit_code: int = 0
 
     def to_dict(self) -> dict:

@@ -82,7 +82,7 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
         )
     pool = kv_pool(arch, dep, b.available_bytes, gpus.gpu, derivation=d)
     warnings = list(arch.warnings)
-    one_request = kv_per_token(arch, dep.kv_cache_dtype, tp).bytes_per_sequence(dep.max_model_len)
+    one_request = kv_per_token(arch, dep.kv_cache_dtype, tp).bytes_per_sequence(int(dep.max_model_len or 0))
     if pool.max_concurrency < 1:
         warnings.append(
             f"one request at max_model_len {dep.max_model_len:,} needs {fmt_bytes(one_request)} of KV per GPU, more than the "

@@ -110,7 +110,7 @@ def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, preci
                      max_model_len=s.context, vllm_version=s.vllm_version)
     try:
         w = weights(arch, precision, tp)
-        util = dep.resolved(arch, gpus).gpu_memory_utilization
+        util = dep.resolved(arch, gpus).gpu_memory_utilization or 0.0  # resolved: never None
         simple = simple_concurrency(arch, gpus, tp, w.total_bytes, s.context, util, s.kv_cache_dtype)
         if s.budget == "simple":
             conc, reserve = simple, 0

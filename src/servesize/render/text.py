@@ -136,7 +136,7 @@ def _fit(result: FitResult, explain: bool = False) -> str:
             f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
             f"Models that fit at {fmt_tokens(result.context)} context ({result.budget} budget, vLLM {result.vllm_version}), "
             "with the concurrency each allows:\n")
-    rows = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
+    rows: list[tuple[str, ...]] = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
     if explain:
         rows[0] += ("simple budget", "reserve/GPU")
     for p in result.placements:
@@ -144,7 +144,7 @@ def _fit(result: FitResult, explain: bool = False) -> str:
             continue
         params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
         placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
-        row = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
+        row: tuple[str, ...] = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
                f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
         if explain:
             row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
