@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.model.quantization import DTYPE_BYTES, Quantization, parse_quantization
 
 FULL = "full_attention"
 SLIDING = "sliding_window"
@@ -34,9 +35,6 @@ GDN = "gated_deltanet"
 MAMBA = "mamba"
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA)
 STATE_KINDS = (GDN, MAMBA)
-
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4, "fp32": 4, "fp16": 2, "bf16": 2}
-
 
 @dataclass(frozen=True)
 class LinearAttention:
@@ -103,20 +101,6 @@ class Moe:
         if index < self.first_dense_layers:
             return False
         return (index + 1) % self.moe_every == 0 if self.moe_every > 1 else True
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """What the checkpoint itself says about its weights (``quantization_config``)."""
-
-    method: str  # fp8 | int8 | int4 | mxfp4 | nvfp4 | mixed
-    bits: int
-    group_size: int | None = None  # int4/nvfp4 group; None = per-channel / per-tensor
-    block: tuple[int, int] | None = None  # fp8 block scales (128, 128)
-    unquantized: tuple[str, ...] = ()  # module patterns left at 16 bits
-    per_module: tuple[tuple[str, str], ...] = ()  # ModelOpt mixed: (module, algo)
-    kv_cache_bits: int | None = None
-    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -449,68 +433,3 @@ def _layers_from_types(types, n_layers: int, family: str, mapping: Mapping[str, 
     if unknown:
         raise UnsupportedArchitecture(family, f"unrecognised layer type(s) {', '.join(map(repr, unknown))}", ("layer_types",))
     return [mapping[t] for t in types]
-
-
-# ---------------------------------------------------------------------------------------
-# quantization_config
-
-
-def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization | None:
-    if not q:
-        return None
-    method = str(q.get("quant_method", "")).lower()
-    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())
-    if method == "fp8":
-        block = q.get("weight_block_size")
-        return Quantization("fp8", 8, block=tuple(block) if block else None, unquantized=skip,
-                            source="quantization_config: fp8" + (f" block {block[0]}x{block[1]}" if block else " per-tensor"))
-    if method == "mxfp4":
-        # MXFP4: 4-bit E2M1 values with one shared 8-bit exponent per 32 values.
-        return Quantization("mxfp4", 4, group_size=32, unquantized=skip, source="quantization_config: mxfp4 (group 32, e8m0 scale)")
-    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "auto-round", "autoround"):
-        bits = int(q.get("bits") or q.get("w_bit") or 4)
-        group = q.get("group_size") or q.get("q_group_size") or 128
-        return Quantization("int4" if bits == 4 else f"int{bits}", bits, group_size=int(group) if group and int(group) > 0 else None,
-                            unquantized=skip, source=f"quantization_config: {method} {bits}-bit group {group}")
-    if method == "bitsandbytes":
-        raise UnsupportedArchitecture(family, "bitsandbytes checkpoints are not modelled", ("quantization_config.quant_method",))
-    if method == "compressed-tensors":
-        groups = q.get("config_groups") or {}
-        weights = [g.get("weights") or {} for g in groups.values()]
-        if not weights:
-            raise UnsupportedArchitecture(family, "compressed-tensors config without config_groups", ("quantization_config.config_groups",))
-        bits = {int(w.get("num_bits", 0)) for w in weights}
-        types = {str(w.get("type", "")) for w in weights}
-        if len(bits) != 1:
-            raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths", ("quantization_config.config_groups",))
-        b = bits.pop()
-        group = next((w.get("group_size") for w in weights if w.get("group_size")), None)
-        if b == 8 and types == {"float"}:
-            return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
-        if b == 8 and types == {"int"}:
-            return Quantization("int8", 8, unquantized=skip, source="quantization_config: compressed-tensors int8")
-        if b == 4 and types == {"int"}:
-            return Quantization("int4", 4, group_size=int(group) if group else None, unquantized=skip,
-                                source=f"quantization_config: compressed-tensors int4 group {group}")
-        if b == 4 and types == {"float"}:
-            return Quantization("nvfp4", 4, group_size=int(group or 16), unquantized=skip, source="quantization_config: compressed-tensors nvfp4")
-        raise UnsupportedArchitecture(family, f"compressed-tensors {b}-bit {types} weights are not modelled", ("quantization_config.config_groups",))
-    if method == "modelopt":
-        layers = q.get("quantized_layers") or {}
-        algo = str(q.get("quant_algo", "")).upper()
-        kv = q.get("kv_cache_scheme") or {}
-        kv_bits = int(kv["num_bits"]) if kv.get("num_bits") else None
-        if layers:
-            per_module = tuple((name, str(spec.get("quant_algo", "")).upper()) for name, spec in layers.items())
-            known = {"FP8", "NVFP4", "W4A16_NVFP4", "W4A8_NVFP4_FP8"}
-            unknown = sorted({a for _, a in per_module if a not in known})
-            if unknown:
-                raise UnsupportedArchitecture(family, f"ModelOpt algorithms {unknown} are not modelled", ("quantization_config.quantized_layers",))
-            return Quantization("mixed", 4, group_size=16, unquantized=skip, per_module=per_module, kv_cache_bits=kv_bits,
-                                source=f"quantization_config: modelopt {algo} ({len(per_module)} modules listed)")
-        if algo == "FP8":
-            return Quantization("fp8", 8, unquantized=skip, kv_cache_bits=kv_bits, source="quantization_config: modelopt FP8")
-        if algo in ("NVFP4", "W4A16_NVFP4"):
-            return Quantization("nvfp4", 4, group_size=16, unquantized=skip, kv_cache_bits=kv_bits, source="quantization_config: modelopt NVFP4")
-        raise UnsupportedArchitecture(family, f"ModelOpt quant_algo {algo!r} is not modelled", ("quantization_config.quant_algo",))
-    raise UnsupportedArchitecture(family, f"quantization method {method!r} is not modelled", ("quantization_config.quant_method",))
