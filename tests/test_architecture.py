@@ -7,7 +7,18 @@ import pathlib
 import pytest
 
 from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
-from servesize.model.architecture import FULL, GDN, MLA, SLIDING, from_config, load_config_file
+from servesize.model.architecture import (
+    FULL,
+    GDN,
+    MLA,
+    SLIDING,
+    FullAttention,
+    GatedDeltaNet,
+    Mla,
+    SlidingWindow,
+    from_config,
+    load_config_file,
+)
 from servesize.model.catalogue import load_catalogue
 
 SHARED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "model-configs"
@@ -82,6 +93,20 @@ def test_layer_kinds_of_the_hybrid_designs_are_normalised():
     assert cat["qwen3.5-27b"].architecture().kinds == {GDN: 48, FULL: 16}
     assert cat["gemma-3-27b"].architecture().kinds == {SLIDING: 52, FULL: 10}
     assert cat["deepseek-v3"].architecture().kinds == {MLA: 61}
+
+
+def test_each_layer_kind_is_its_own_type_carrying_only_what_its_cache_needs():
+    cat = load_catalogue()
+    gemma = cat["gemma-3-27b"].architecture().layers
+    assert set(gemma) == {FullAttention(16, 128, 128), SlidingWindow(16, 128, 128, window=1024)}
+    mla = cat["deepseek-v3"].architecture().layers[0]
+    assert mla == Mla(kv_lora_rank=512, qk_rope_head_dim=64) and mla.latent_dim == 512 + 64
+    qwen = cat["qwen3.5-27b"].architecture().layers
+    gdn = next(layer for layer in qwen if layer.kind == GDN)
+    assert gdn == GatedDeltaNet(num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128, conv_kernel=4)
+    assert gdn.conv_dim == 2 * 16 * 128 + 48 * 128 and not hasattr(gdn, "num_kv_heads")
+    # the same geometry under another kind is another layer
+    assert FullAttention(16, 128, 128) != SlidingWindow(16, 128, 128, window=128 * 1024)
 
 
 # --- fail closed ------------------------------------------------------------------------

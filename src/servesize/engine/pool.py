@@ -24,8 +24,9 @@ from servesize.derivation import Derivation
 from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
 from servesize.errors import DoesNotFit, UnsupportedArchitecture
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
+from servesize.model.layers import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, GatedDeltaNet, WindowedAttention
 from servesize.units import cdiv
 
 INDEXER = "indexer"
@@ -97,8 +98,10 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     ssm_b = ssm_dtype_bytes(arch, dep.mamba_ssm_cache_dtype) if arch.has_state else 0
     specs = []
     for layer in arch.layers:
-        if layer.is_attention:
+        if isinstance(layer, WindowedAttention):
             specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
+        elif layer.is_attention:
+            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
         else:
             s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.num_speculative_tokens)
             specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
@@ -163,7 +166,7 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
     cc = gpu_compute_capability(gpu) if gpu is not None else None
     if cc is None:
         return False
-    key_dim = next(l.linear.key_head_dim for l in arch.layers if l.kind == GDN)
+    key_dim = next(layer.key_head_dim for layer in arch.layers if isinstance(layer, GatedDeltaNet))
     return 9.0 <= cc < 10 or (cc >= 10 and key_dim == 128)
 
 

@@ -6,14 +6,7 @@ inputs are cross-checked (``layer_types`` vs ``full_attention_interval``, explic
 ``head_dim`` vs ``hidden_size / heads`` is *not* assumed: an explicit head_dim wins, and
 its absence is recorded).
 
-Layer kinds (vLLM's KV-cache spec each maps to, see ../shared/vllm-kv-sizing.md §3):
-
-- ``full_attention``  FullAttentionSpec: K and V per KV head, grows with every token
-- ``sliding_window``  SlidingWindowSpec: as full attention, but only the last ``window`` tokens
-- ``chunked_local``   ChunkedLocalAttentionSpec (Llama 4): attention within ``window``-token chunks
-- ``mla``             MLAAttentionSpec: one latent of kv_lora_rank + qk_rope_head_dim, no K/V doubling
-- ``gated_deltanet``  MambaSpec (GDN linear attention): a constant recurrent + conv state per sequence
-- ``mamba``           MambaSpec (Mamba2 SSM): a constant SSM + conv state per sequence
+The layer kinds, one frozen type each, and what each caches are in ``layers.py``.
 """
 
 from __future__ import annotations
@@ -25,82 +18,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.model.layers import (
+    ATTENTION_KINDS,
+    CHUNKED,
+    FULL,
+    GDN,
+    MAMBA,
+    MLA,
+    SLIDING,
+    STATE_KINDS,
+    ChunkedLocal,
+    FullAttention,
+    GatedDeltaNet,
+    KvHeadAttention,
+    Layer,
+    Mamba2,
+    Mla,
+    Moe,
+    SlidingWindow,
+    WindowedAttention,
+)
 from servesize.model.quantization import DTYPE_BYTES, Quantization, parse_quantization
 
-FULL = "full_attention"
-SLIDING = "sliding_window"
-CHUNKED = "chunked_local"
-MLA = "mla"
-GDN = "gated_deltanet"
-MAMBA = "mamba"
-ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA)
-STATE_KINDS = (GDN, MAMBA)
-
-@dataclass(frozen=True)
-class LinearAttention:
-    """Gated DeltaNet geometry (Qwen3-Next, Qwen3.5/3.6). State per sequence is constant."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def conv_dim(self) -> int:
-        # q and k share the key geometry, v its own: conv over the concatenated qkv projection.
-        return self.key_head_dim * self.num_key_heads * 2 + self.value_head_dim * self.num_value_heads
-
-
-@dataclass(frozen=True)
-class Mamba2:
-    """Mamba2 SSM geometry: conv over x/B/C and an (nheads, head_dim, d_state) state."""
-
-    num_heads: int
-    head_dim: int
-    state_size: int
-    n_groups: int
-    conv_kernel: int
-
-    @property
-    def intermediate_size(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def conv_dim(self) -> int:
-        return self.intermediate_size + 2 * self.n_groups * self.state_size
-
-
-@dataclass(frozen=True)
-class Layer:
-    kind: str
-    num_kv_heads: int = 0
-    head_dim: int = 0  # K head size; for MLA the latent width kv_lora_rank + qk_rope_head_dim
-    head_dim_v: int = 0  # V head size (0 for MLA: the latent is the only cached tensor)
-    window: int | None = None  # sliding window or local-attention chunk, tokens
-    linear: LinearAttention | None = None
-    mamba: Mamba2 | None = None
-
-    @property
-    def is_attention(self) -> bool:
-        return self.kind in ATTENTION_KINDS
-
-
-@dataclass(frozen=True)
-class Moe:
-    num_experts: int
-    experts_per_token: int
-    expert_intermediate_size: int
-    num_shared_experts: int = 0
-    shared_intermediate_size: int = 0  # total width of the shared expert(s)
-    first_dense_layers: int = 0  # DeepSeek/GLM first_k_dense_replace
-    moe_every: int = 1  # Llama 4 Maverick interleaves MoE every 2nd layer
-    dense_intermediate_size: int = 0  # MLP width of the non-MoE layers
-
-    def is_moe_layer(self, index: int) -> bool:
-        if index < self.first_dense_layers:
-            return False
-        return (index + 1) % self.moe_every == 0 if self.moe_every > 1 else True
+# Re-exported: callers name the kinds, layer types and tables through the architecture.
+__all__ = [
+    "ATTENTION_KINDS", "CHUNKED", "DTYPE_BYTES", "FULL", "GDN", "MAMBA", "MLA", "SLIDING", "STATE_KINDS",
+    "SUPPORTED_MODEL_TYPES", "Architecture", "ChunkedLocal", "FullAttention", "GatedDeltaNet", "KvHeadAttention",
+    "Layer", "Mamba2", "Mla", "Moe", "Quantization", "SlidingWindow", "WindowedAttention", "from_config",
+    "load_config_file",
+]
 
 
 @dataclass(frozen=True)
@@ -261,7 +207,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
 
     kwargs: dict[str, Any] = {}
     layers: list[Layer]
-    full = Layer(FULL, kv_heads, head_dim, head_dim)
+    full = FullAttention(kv_heads, head_dim, head_dim)
     moe: Moe | None = None
     intermediate = int(text.get("intermediate_size") or 0)
 
@@ -269,7 +215,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         window = text.get("sliding_window")
         use_swa = text.get("use_sliding_window", family in ("mistral",))
         if window and use_swa and family in ("mistral", "phi3"):
-            layers = [Layer(SLIDING, kv_heads, head_dim, head_dim, int(window))] * n_layers
+            layers = [SlidingWindow(kv_heads, head_dim, head_dim, int(window))] * n_layers
         else:
             layers = [full] * n_layers
         kwargs["attention_bias"] = bool(text.get("attention_bias", family == "qwen2"))
@@ -277,7 +223,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         layers = [full] * n_layers
         window = text.get("sliding_window")
         if family == "mixtral" and window:
-            layers = [Layer(SLIDING, kv_heads, head_dim, head_dim, int(window))] * n_layers
+            layers = [SlidingWindow(kv_heads, head_dim, head_dim, int(window))] * n_layers
         n_exp = int(text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts") or 0)
         if not n_exp:
             raise UnsupportedArchitecture(family, "a mixture-of-experts model without an expert count",
@@ -301,13 +247,13 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         window = _int(text, "sliding_window", family)
         layers = _layers_from_types(types, n_layers, family, {
             "full_attention": full,
-            "sliding_attention": Layer(SLIDING, kv_heads, head_dim, head_dim, window),
+            "sliding_attention": SlidingWindow(kv_heads, head_dim, head_dim, window),
         })
         moe = Moe(_int(text, "num_local_experts", family), _int(text, "num_experts_per_tok", family), intermediate)
         kwargs["attention_bias"] = bool(text.get("attention_bias", True))
     elif family in ("gemma3", "gemma2"):
         window = _int(text, "sliding_window", family)
-        sliding = Layer(SLIDING, kv_heads, head_dim, head_dim, window)
+        sliding = SlidingWindow(kv_heads, head_dim, head_dim, window)
         types = text.get("layer_types")
         pattern = text.get("sliding_window_pattern") or text.get("_sliding_window_pattern")
         if types is None:
@@ -334,7 +280,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         if len(no_rope) != n_layers:
             raise UnsupportedArchitecture(family, "no_rope_layers length differs from num_hidden_layers",
                                           ("no_rope_layers", "num_hidden_layers"))
-        local = Layer(CHUNKED, kv_heads, head_dim, head_dim, int(chunk)) if chunk else full
+        local: Layer = ChunkedLocal(kv_heads, head_dim, head_dim, int(chunk)) if chunk else full
         layers = [local if uses_rope else full for uses_rope in no_rope]
         step = int(text.get("interleave_moe_layer_step") or 1)
         moe = Moe(_int(text, "num_local_experts", family), _int(text, "num_experts_per_tok", family), intermediate,
@@ -344,7 +290,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         rope = _int(text, "qk_rope_head_dim", family)
         nope = _int(text, "qk_nope_head_dim", family)
         v_dim = _int(text, "v_head_dim", family)
-        layers = [Layer(MLA, 1, kv_lora + rope, 0)] * n_layers
+        layers = [Mla(kv_lora, rope)] * n_layers
         head_dim = nope + rope
         head_dim_explicit = True
         kv_heads = heads  # MLA decompresses to per-head K/V; the cache holds one latent
@@ -371,10 +317,10 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
             if list(types) != derived:
                 raise UnsupportedArchitecture(family, "layer_types disagrees with full_attention_interval",
                                               ("layer_types", "full_attention_interval"))
-        lin = LinearAttention(_int(text, "linear_num_key_heads", family), _int(text, "linear_num_value_heads", family),
-                              _int(text, "linear_key_head_dim", family), _int(text, "linear_value_head_dim", family),
-                              _int(text, "linear_conv_kernel_dim", family))
-        layers = _layers_from_types(types, n_layers, family, {"full_attention": full, "linear_attention": Layer(GDN, linear=lin)})
+        gdn = GatedDeltaNet(_int(text, "linear_num_key_heads", family), _int(text, "linear_num_value_heads", family),
+                            _int(text, "linear_key_head_dim", family), _int(text, "linear_value_head_dim", family),
+                            _int(text, "linear_conv_kernel_dim", family))
+        layers = _layers_from_types(types, n_layers, family, {"full_attention": full, "linear_attention": gdn})
         if family in ("qwen3_next", "qwen3_5_moe"):
             n_exp = _int(text, "num_experts", family)
             shared_inter = int(text.get("shared_expert_intermediate_size") or 0)
@@ -388,7 +334,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
     elif family == "mamba2":
         m = Mamba2(_int(text, "num_heads", family), _int(text, "head_dim", family), _int(text, "state_size", family),
                    int(text.get("n_groups") or 1), int(text.get("conv_kernel") or 4))
-        layers = [Layer(MAMBA, mamba=m)] * n_layers
+        layers = [m] * n_layers
     else:  # pragma: no cover - the allowlist and this chain are kept in step by a test
         raise UnsupportedArchitecture(family, "no reader for this family", ("model_type",))
 

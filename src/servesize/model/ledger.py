@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.model.architecture import Architecture
+from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
 
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
           "shared_experts", "norms", "indexer", "vision", "mtp")
@@ -174,7 +175,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
 def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, group: str = "attention", prefix: str = "") -> None:
     fam = arch.model_type
-    n = layers if layers is not None else sum(1 for l in arch.layers if l.kind in (FULL, SLIDING, CHUNKED))
+    n = layers if layers is not None else sum(1 for layer in arch.layers if isinstance(layer, KvHeadAttention))
     if n == 0:
         return
     cfg = arch.config
@@ -245,7 +246,7 @@ def _gdn(b: _Builder, arch: Architecture, n: int | None = None, group: str = "li
     n = arch.count(GDN) if n is None else n
     if n == 0:
         return
-    lin = next(l.linear for l in arch.layers if l.kind == GDN)
+    lin = next(layer for layer in arch.layers if isinstance(layer, GatedDeltaNet))
     h = arch.hidden_size
     inputs = dict(layers=n, hidden=h, k_heads=lin.num_key_heads, k_dim=lin.key_head_dim, v_heads=lin.num_value_heads, v_dim=lin.value_head_dim)
     if arch.model_type == "qwen3_next":
@@ -265,7 +266,7 @@ def _gdn(b: _Builder, arch: Architecture, n: int | None = None, group: str = "li
 
 def _mamba2(b: _Builder, arch: Architecture) -> None:
     n = arch.count(MAMBA)
-    m = arch.layers[0].mamba
+    m = next(layer for layer in arch.layers if isinstance(layer, Mamba2))
     cfg = arch.config
     if cfg.get("use_bias"):
         raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", ("use_bias",))
