@@ -125,6 +125,15 @@ def test_an_unknown_model_type_is_refused_naming_the_field():
     assert "rwkv7" in str(info.value)
 
 
+def test_a_wrapper_text_type_or_a_renamed_design_reads_as_its_family():
+    from servesize.model.families import MODEL_TYPES
+
+    renamed = {t: f.name for t, f in MODEL_TYPES.items() if t != f.name}
+    assert renamed == {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
+                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3"}
+    assert from_config(QWEN35).model_type == "qwen3_5"
+
+
 def test_a_config_without_num_hidden_layers_is_refused_naming_the_field():
     config = {k: v for k, v in LLAMA.items() if k != "num_hidden_layers"}
     with pytest.raises(UnsupportedArchitecture, match="num_hidden_layers"):
