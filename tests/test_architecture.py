@@ -7,7 +7,18 @@ import pathlib
 import pytest
 
 from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
-from servesize.model.architecture import FULL, GDN, MLA, SLIDING, from_config, load_config_file
+from servesize.model.architecture import (
+    FULL,
+    GDN,
+    MLA,
+    SLIDING,
+    FullAttention,
+    GatedDeltaNet,
+    Mla,
+    SlidingWindow,
+    from_config,
+    load_config_file,
+)
 from servesize.model.catalogue import load_catalogue
 
 CONFIGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "model-configs"  # sources: SOURCES.md there
@@ -84,6 +95,20 @@ def test_layer_kinds_of_the_hybrid_designs_are_normalised():
     assert cat["deepseek-v3"].architecture().kinds == {MLA: 61}
 
 
+def test_each_layer_kind_is_its_own_type_carrying_only_what_its_cache_needs():
+    cat = load_catalogue()
+    gemma = cat["gemma-3-27b"].architecture().layers
+    assert set(gemma) == {FullAttention(16, 128, 128), SlidingWindow(16, 128, 128, window=1024)}
+    mla = cat["deepseek-v3"].architecture().layers[0]
+    assert mla == Mla(kv_lora_rank=512, qk_rope_head_dim=64) and mla.latent_dim == 512 + 64
+    qwen = cat["qwen3.5-27b"].architecture().layers
+    gdn = next(layer for layer in qwen if layer.kind == GDN)
+    assert gdn == GatedDeltaNet(num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128, conv_kernel=4)
+    assert gdn.conv_dim == 2 * 16 * 128 + 48 * 128 and not hasattr(gdn, "num_kv_heads")
+    # the same geometry under another kind is another layer
+    assert FullAttention(16, 128, 128) != SlidingWindow(16, 128, 128, window=128 * 1024)
+
+
 # --- fail closed ------------------------------------------------------------------------
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 2,
@@ -98,6 +123,15 @@ def test_an_unknown_model_type_is_refused_naming_the_field():
     with pytest.raises(UnsupportedArchitecture, match="model_type") as info:
         from_config({**LLAMA, "model_type": "rwkv7"})
     assert "rwkv7" in str(info.value)
+
+
+def test_a_wrapper_text_type_or_a_renamed_design_reads_as_its_family():
+    from servesize.model.families import MODEL_TYPES
+
+    renamed = {t: f.name for t, f in MODEL_TYPES.items() if t != f.name}
+    assert renamed == {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
+                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3"}
+    assert from_config(QWEN35).model_type == "qwen3_5"
 
 
 def test_a_config_without_num_hidden_layers_is_refused_naming_the_field():

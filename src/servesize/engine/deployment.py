@@ -12,6 +12,7 @@ from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_versi
 from servesize.errors import BadInput, DoesNotFit
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
+from servesize.model.layers import GatedDeltaNet
 
 
 def derived_max_model_len(arch: Architecture) -> int | None:
@@ -126,7 +127,7 @@ def check_parallelism(arch: Architecture, tp: int) -> None:
     kv = arch.num_kv_heads
     if kv and kv % tp and tp % kv:
         raise DoesNotFit(f"tensor parallel size {tp} and the {kv} KV heads of {arch.name} do not divide each other")
-    for layer in arch.layers:
-        if layer.linear is not None and (layer.linear.num_value_heads % tp or layer.linear.num_key_heads % tp):
-            raise DoesNotFit(f"tensor parallel size {tp} does not divide the linear-attention heads of {arch.name}")
-        break
+    # The first layer stands for all: a GDN model whose layer_types start with full attention is not checked here.
+    first = arch.layers[0] if arch.layers else None
+    if isinstance(first, GatedDeltaNet) and (first.num_value_heads % tp or first.num_key_heads % tp):
+        raise DoesNotFit(f"tensor parallel size {tp} does not divide the linear-attention heads of {arch.name}")

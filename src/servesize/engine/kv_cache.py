@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesize.errors import BadInput
-from servesize.model.architecture import CHUNKED, DTYPE_BYTES, FULL, GDN, MAMBA, MLA, SLIDING, Architecture, Layer
+from servesize.model.architecture import Architecture
+from servesize.model.layers import MLA, FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
+from servesize.model.quantization import DTYPE_BYTES
 
 # vLLM --kv-cache-dtype values -> bytes per element (None = the model dtype).
 KV_CACHE_DTYPES: dict[str, int | None] = {
@@ -46,12 +48,12 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
 
 def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: str = "auto") -> int:
     """Bytes one attention layer caches per token on one TP rank (0 for state layers)."""
-    if layer.kind in (FULL, SLIDING, CHUNKED):
+    if isinstance(layer, KvHeadAttention):
         return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim + layer.head_dim_v) * kv_bytes
-    if layer.kind == MLA:
+    if isinstance(layer, Mla):
         if kv_cache_dtype == "fp8_ds_mla":
             return FP8_DS_MLA_BYTES_PER_TOKEN
-        return layer.head_dim * kv_bytes  # latent replicated on every rank
+        return layer.latent_dim * kv_bytes  # latent replicated on every rank
     return 0
 
 
@@ -75,14 +77,12 @@ class StateShape:
 
 def state_shape(layer: Layer, tp: int, conv_dtype_bytes: int, ssm_dtype_bytes: int, num_speculative_tokens: int = 0) -> StateShape:
     """Per-sequence state of one GDN/Mamba layer on one rank (MambaStateShapeCalculator)."""
-    if layer.kind == GDN:
-        lin = layer.linear
-        conv = (lin.conv_kernel - 1 + num_speculative_tokens) * (lin.conv_dim // tp)
-        ssm = (lin.num_value_heads // tp) * lin.value_head_dim * lin.key_head_dim
-    elif layer.kind == MAMBA:
-        m = layer.mamba
-        conv = (m.conv_kernel - 1 + num_speculative_tokens) * (m.conv_dim // tp)
-        ssm = (m.num_heads // tp) * m.head_dim * m.state_size
+    if isinstance(layer, GatedDeltaNet):
+        conv = (layer.conv_kernel - 1 + num_speculative_tokens) * (layer.conv_dim // tp)
+        ssm = (layer.num_value_heads // tp) * layer.value_head_dim * layer.key_head_dim
+    elif isinstance(layer, Mamba2):
+        conv = (layer.conv_kernel - 1 + num_speculative_tokens) * (layer.conv_dim // tp)
+        ssm = (layer.num_heads // tp) * layer.head_dim * layer.state_size
     else:
         return StateShape(0, 0, 0, 0)
     return StateShape(conv, ssm, conv * conv_dtype_bytes, ssm * ssm_dtype_bytes)
@@ -117,9 +117,9 @@ def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, 
     ssm_b = ssm_dtype_bytes(arch, state_dtype) if arch.has_state else 0
     for layer in arch.layers:
         per = layer_bytes_per_token(layer, tp, kv_bytes, kv_cache_dtype)
-        if layer.kind in (FULL, MLA):
+        if isinstance(layer, (FullAttention, Mla)):
             growing += per
-        elif layer.kind in (SLIDING, CHUNKED):
+        elif isinstance(layer, WindowedAttention):
             windowed += per
             window = layer.window if window is None else min(window, layer.window)
         else:

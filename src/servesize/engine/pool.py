@@ -18,14 +18,17 @@ Follows vLLM's V1 KV-cache manager (../shared/vllm-kv-sizing.md §3-§8):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
-from servesize.errors import DoesNotFit, UnsupportedArchitecture
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture
+from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
+from servesize.model.layers import CHUNKED, FULL, GDN, MLA, SLIDING, STATE_KINDS, GatedDeltaNet, WindowedAttention
 from servesize.units import cdiv
 
 INDEXER = "indexer"
@@ -88,7 +91,7 @@ class _LayerSpec:
     kind: str
     bytes_per_token: int = 0  # attention kinds
     state_bytes: int = 0  # recurrent kinds
-    window: int | None = None
+    window: int = 0  # sliding / chunked kinds: tokens
 
 
 def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
@@ -97,8 +100,10 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     ssm_b = ssm_dtype_bytes(arch, dep.mamba_ssm_cache_dtype) if arch.has_state else 0
     specs = []
     for layer in arch.layers:
-        if layer.is_attention:
+        if isinstance(layer, WindowedAttention):
             specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
+        elif layer.is_attention:
+            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
         else:
             s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.num_speculative_tokens)
             specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
@@ -163,12 +168,12 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
     cc = gpu_compute_capability(gpu) if gpu is not None else None
     if cc is None:
         return False
-    key_dim = next(l.linear.key_head_dim for l in arch.layers if l.kind == GDN)
+    key_dim = next(layer.key_head_dim for layer in arch.layers if isinstance(layer, GatedDeltaNet))
     return 9.0 <= cc < 10 or (cc >= 10 and key_dim == 128)
 
 
 def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
-    L, mnbt = dep.max_model_len, dep.max_num_batched_tokens
+    L, mnbt = _lengths(dep)
     if spec.kind in (FULL, MLA, INDEXER):
         return cdiv(L, block)
     if spec.kind == SLIDING:
@@ -182,170 +187,264 @@ def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoin
     return (2 + checkpoint_blocks if mode == "align" else 1) + spec_blocks
 
 
+def _lengths(dep: Deployment) -> tuple[int, int]:
+    """max_model_len and max_num_batched_tokens of a resolved Deployment."""
+    if dep.max_model_len is None or dep.max_num_batched_tokens is None:
+        raise BadInput("the KV pool is sized for a resolved Deployment (Deployment.resolved fills max_model_len)")
+    return dep.max_model_len, dep.max_num_batched_tokens
+
+
 def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None,
             derivation: Derivation | None = None) -> KvPool:
-    """The pool one TP group gets from ``available_bytes`` per GPU, for a resolved Deployment."""
+    """The pool one TP group gets from ``available_bytes`` per GPU, for a resolved Deployment.
+
+    Steps, each recorded in the derivation: layer specs and the base block size; pages and the
+    (hybrid-aligned) block size; groups and padding; num_blocks; blocks per request and the
+    concurrency; the log lines of this vLLM release; the usable tokens and the growing bytes per token."""
     d = derivation if derivation is not None else Derivation()
     notes: list[str] = []
     specs = _layer_specs(arch, dep)
     block = _base_block_size(arch, dep, gpu, notes)
-    kinds: dict[str, list[_LayerSpec]] = {}
+    kinds = _group_by_kind(arch, specs)
+    if kinds.one_group:
+        grouping = _one_group(kinds, block, available_bytes, d, notes)
+    else:
+        page, block, block_of = _hybrid_pages(arch, dep, gpu, kinds, block, d, notes)
+        grouping = _hybrid_groups(kinds, page, block, block_of, available_bytes, d, notes)
+    n = _num_blocks(dep, grouping.num_blocks, available_bytes, d)
+    checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
+    groups, per_request = _with_request_blocks(kinds, grouping, dep, checkpoint, d)
+    concurrency = d.step("max_concurrency", "num_blocks / blocks_per_request", unit="x",
+                         num_blocks=n, blocks_per_request=per_request)
+    tokens, concurrency, lines = _log_lines(dep, n, grouping.block_size, groups, concurrency, d)
+    usable, attn_block = _usable_tokens(kinds, groups, n, d)
+    notes += _token_line_notes(dep, groups, tokens, usable, attn_block, concurrency)
+    kv_per_token = _growing_bytes_per_token(kinds, groups, attn_block, d)
+    state_bytes = sum(g.blocks_per_request * g.page_bytes * grouping.group_size for g in groups if g.kind in STATE_KINDS)
+    return KvPool(groups=tuple(groups), group_size=int(grouping.group_size), padding_layers=int(grouping.padding),
+                  block_size=int(min(g.block_size for g in groups)), num_blocks=n, kv_cache_tokens=int(tokens),
+                  max_concurrency=float(concurrency), max_model_len=_lengths(dep)[0], log_lines=lines, usable_kv_tokens=int(usable),
+                  kv_bytes_per_token=int(kv_per_token), state_bytes_per_sequence=int(state_bytes), notes=tuple(notes), derivation=d)
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """The layer specs by kind (in first-seen order), with the one KV page per token of each attention kind."""
+
+    specs: list[_LayerSpec]
+    by_kind: dict[str, list[_LayerSpec]]
+    attention: list[str]
+    state: list[str]
+    per_token: dict[str, int]  # attention kind -> bytes per token of one layer, one rank
+    one_group: bool  # every layer in one KV-cache group (all alike, or UniformTypeKVCacheSpecs)
+    uniform: bool  # every layer alike
+
+
+def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
+    by_kind: dict[str, list[_LayerSpec]] = {}
     for s in specs:
-        kinds.setdefault(s.kind, []).append(s)
-    attn_kinds = [k for k in kinds if k not in (GDN, MAMBA)]
-    state_kinds = [k for k in kinds if k in (GDN, MAMBA)]
-    if not attn_kinds:
+        by_kind.setdefault(s.kind, []).append(s)
+    attention = [k for k in by_kind if k not in STATE_KINDS]
+    state = [k for k in by_kind if k in STATE_KINDS]
+    if not attention:
         raise UnsupportedArchitecture(arch.model_type, "a model without attention layers has no token pool to size", ("layer_types",))
-    per_token = {k: {s.bytes_per_token for s in kinds[k]} for k in attn_kinds}
-    if any(len(v) > 1 for v in per_token.values()):
+    sizes = {k: {s.bytes_per_token for s in by_kind[k]} for k in attention}
+    if any(len(v) > 1 for v in sizes.values()):
         raise UnsupportedArchitecture(arch.model_type, "attention layers of one kind with different KV head sizes are not modelled",
                                       ("head_dim", "layer_types"))
+    per_token = {k: next(iter(v)) for k, v in sizes.items()}
+    uniform = len(by_kind) == 1
+    # vLLM UniformTypeKVCacheSpecs: full attention / MLA / indexer layers of different page sizes, no windows, no state.
+    uniform_type = not state and set(attention) <= {MLA, INDEXER, FULL} and len(set(per_token.values())) > 1
+    return _Kinds(specs, by_kind, attention, state, per_token, uniform or uniform_type, uniform)
 
-    uniform = len(kinds) == 1
-    uniform_type = (not state_kinds and set(attn_kinds) <= {MLA, INDEXER, FULL} and len(set().union(*per_token.values())) > 1
-                    and not (set(attn_kinds) & {SLIDING, CHUNKED}))
-    block_of: dict[str, int] = {}  # block size of each layer kind in the hybrid grouping
-    if uniform or uniform_type:
-        if uniform_type:
-            notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
-        page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
-            f"{len(kinds[k])} * {next(iter(per_token[k]))}" for k in attn_kinds) + ")", unit="B", block_size=block)
-        n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
-                   available=available_bytes, page_bytes_all_layers=page)
-        group_size = len(specs)
-        groups = [KvGroup(attn_kinds[0] if uniform else "+".join(attn_kinds), len(specs), block, page // len(specs) if uniform else page, 0)]
-        padding = 0
-    else:
-        if state_kinds:
-            attn_page_1 = max(next(iter(per_token[k])) for k in attn_kinds)
-            state_page = max(s.state_bytes for k in state_kinds for s in kinds[k])
-            kernel_align = block
-            if flashinfer_gdn_alignment(arch, dep, gpu):
-                import math
 
-                kernel_align = math.lcm(block, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
-                notes.append(f"vLLM's FlashInfer GDN kernel checkpoints prefill states: blocks align to {kernel_align} tokens "
-                             "and each GDN group holds one more block per request")
-            if dep.mamba_cache_mode == "all":
-                raise UnsupportedArchitecture(arch.model_type, "mamba_cache_mode 'all' alignment is not modelled", ("mamba_cache_mode",))
-            attn_block = d.step("attention_block_size", "kernel_align * cdiv(state_page, kernel_align * attn_page_per_token)",
-                                unit="tokens", kernel_align=kernel_align, state_page=state_page, attn_page_per_token=attn_page_1,
-                                note="vLLM _align_hybrid_block_size: one attention page must hold one recurrent state")
-            if attn_block > block:
-                notes.append(f"vLLM raises the attention block size to {attn_block} tokens so one page holds a recurrent state "
-                             f"({state_page:,} B); the state page is padded by {100 * (attn_block * attn_page_1 - state_page) / state_page:.2f}%")
-            block = max(block, attn_block)
-            page = d.step("page_bytes", "block_size * attn_page_per_token", unit="B", block_size=block, attn_page_per_token=attn_page_1)
-            for k in attn_kinds:
-                if next(iter(per_token[k])) != attn_page_1:
-                    raise UnsupportedArchitecture(arch.model_type, "hybrid attention layers with different page sizes", ("head_dim",))
-                block_of[k] = block
-            for k in state_kinds:
-                block_of[k] = block
-        else:
-            pages = {k: block * next(iter(per_token[k])) for k in attn_kinds}
-            page = max(pages.values())
-            for k in attn_kinds:
-                if page % pages[k]:
-                    raise UnsupportedArchitecture(arch.model_type, "page sizes of the layer types do not divide each other", ("head_dim",))
-                block_of[k] = block * (page // pages[k])
-            d.given("page_bytes", page, unit="B")
-        counts = {k: len(v) for k, v in kinds.items()}
-        lo, hi = min(counts.values()), max(counts.values())
-        group_size = d.step("group_size", "hi if hi < 1.5 * lo else lo", unit="layers", hi=hi, lo=lo,
-                            note="vLLM: the smallest per-type layer count, or the largest when max < 1.5 x min")
-        groups = []
-        padding = 0
-        for k in kinds:
-            n_groups = cdiv(counts[k], group_size)
-            padding += n_groups * group_size - counts[k]
-            for i in range(n_groups):
-                real = min(group_size, counts[k] - i * group_size)
-                groups.append(KvGroup(k, real, block_of[k], page, 0))
-        if padding:
-            notes.append(f"vLLM adds {padding} padding layer(s) to fill the groups")
-        n = d.step("num_blocks", "available // page_bytes // group_size", unit="blocks",
-                   available=available_bytes, page_bytes=page, group_size=group_size,
-                   note="one shared block pool; each block id spans one layer of every group")
+@dataclass(frozen=True)
+class _Grouping:
+    groups: list[KvGroup]  # blocks_per_request not yet filled in
+    group_size: int
+    padding: int
+    block_size: int  # the attention block (after hybrid alignment): what the V0 line counts in
+    num_blocks: int  # before --num-gpu-blocks-override
 
+
+def _one_group(kinds: _Kinds, block: int, available_bytes: int, d: Derivation, notes: list[str]) -> _Grouping:
+    """Every layer in one group: ``num_blocks = available // (page x layers)``."""
+    if not kinds.uniform:
+        notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
+    page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
+        f"{len(kinds.by_kind[k])} * {kinds.per_token[k]}" for k in kinds.attention) + ")", unit="B", block_size=block)
+    n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
+               available=available_bytes, page_bytes_all_layers=page)
+    layers = len(kinds.specs)
+    kind = kinds.attention[0] if kinds.uniform else "+".join(kinds.attention)
+    group = KvGroup(kind, layers, block, page // layers if kinds.uniform else page, 0)
+    return _Grouping([group], layers, 0, block, n)
+
+
+def _hybrid_pages(arch: Architecture, dep: Deployment, gpu: Gpu | None, kinds: _Kinds, block: int,
+                  d: Derivation, notes: list[str]) -> tuple[int, int, dict[str, int]]:
+    """The one page size all hybrid groups share, the attention block size, and the block size of each kind."""
+    if kinds.state:
+        return _state_aligned_page(arch, dep, gpu, kinds, block, d, notes)
+    pages = {k: block * kinds.per_token[k] for k in kinds.attention}
+    page = max(pages.values())
+    block_of = {}
+    for k in kinds.attention:
+        if page % pages[k]:
+            raise UnsupportedArchitecture(arch.model_type, "page sizes of the layer types do not divide each other", ("head_dim",))
+        block_of[k] = block * (page // pages[k])
+    d.given("page_bytes", page, unit="B")
+    return page, block, block_of
+
+
+def _state_aligned_page(arch: Architecture, dep: Deployment, gpu: Gpu | None, kinds: _Kinds, block: int,
+                        d: Derivation, notes: list[str]) -> tuple[int, int, dict[str, int]]:
+    """Attention + Mamba/GDN: the attention block grows until one attention page holds a recurrent state."""
+    attn_page_1 = max(kinds.per_token[k] for k in kinds.attention)
+    state_page = max(s.state_bytes for k in kinds.state for s in kinds.by_kind[k])
+    kernel_align = block
+    if flashinfer_gdn_alignment(arch, dep, gpu):
+        kernel_align = math.lcm(block, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+        notes.append(f"vLLM's FlashInfer GDN kernel checkpoints prefill states: blocks align to {kernel_align} tokens "
+                     "and each GDN group holds one more block per request")
+    if dep.mamba_cache_mode == "all":
+        raise UnsupportedArchitecture(arch.model_type, "mamba_cache_mode 'all' alignment is not modelled", ("mamba_cache_mode",))
+    attn_block = d.step("attention_block_size", "kernel_align * cdiv(state_page, kernel_align * attn_page_per_token)",
+                        unit="tokens", kernel_align=kernel_align, state_page=state_page, attn_page_per_token=attn_page_1,
+                        note="vLLM _align_hybrid_block_size: one attention page must hold one recurrent state")
+    if attn_block > block:
+        padded = 100 * (attn_block * attn_page_1 - state_page) / state_page
+        notes.append(f"vLLM raises the attention block size to {attn_block} tokens so one page holds a recurrent state "
+                     f"({state_page:,} B); the state page is padded by {padded:.2f}%")
+    block = max(block, attn_block)
+    page = d.step("page_bytes", "block_size * attn_page_per_token", unit="B", block_size=block, attn_page_per_token=attn_page_1)
+    if any(kinds.per_token[k] != attn_page_1 for k in kinds.attention):
+        raise UnsupportedArchitecture(arch.model_type, "hybrid attention layers with different page sizes", ("head_dim",))
+    return page, block, dict.fromkeys(kinds.attention + kinds.state, block)
+
+
+def _hybrid_groups(kinds: _Kinds, page: int, block: int, block_of: dict[str, int], available_bytes: int,
+                   d: Derivation, notes: list[str]) -> _Grouping:
+    """Several layer types: groups of ``group_size`` layers (padding fills the last of a type), one shared block pool."""
+    counts = {k: len(v) for k, v in kinds.by_kind.items()}
+    lo, hi = min(counts.values()), max(counts.values())
+    group_size = d.step("group_size", "hi if hi < 1.5 * lo else lo", unit="layers", hi=hi, lo=lo,
+                        note="vLLM: the smallest per-type layer count, or the largest when max < 1.5 x min")
+    groups = []
+    padding = 0
+    for k in kinds.by_kind:
+        n_groups = cdiv(counts[k], group_size)
+        padding += n_groups * group_size - counts[k]
+        for i in range(n_groups):
+            real = min(group_size, counts[k] - i * group_size)
+            groups.append(KvGroup(k, real, block_of[k], page, 0))
+    if padding:
+        notes.append(f"vLLM adds {padding} padding layer(s) to fill the groups")
+    n = d.step("num_blocks", "available // page_bytes // group_size", unit="blocks",
+               available=available_bytes, page_bytes=page, group_size=group_size,
+               note="one shared block pool; each block id spans one layer of every group")
+    return _Grouping(groups, group_size, padding, block, n)
+
+
+def _num_blocks(dep: Deployment, n: int, available_bytes: int, d: Derivation) -> int:
+    """The engine's block count (every rank alike), or --num-gpu-blocks-override; none left -> DoesNotFit."""
     if dep.num_gpu_blocks_override is not None:
         n = d.given("num_blocks", dep.num_gpu_blocks_override, unit="blocks", note="--num-gpu-blocks-override")
     n = int(n)
     if n <= 0:
         raise DoesNotFit(f"no memory is left for the KV cache ({available_bytes / 2**30:.2f} GiB available per GPU)")
+    return n
 
-    # Per-request blocks for concurrency (blocks per layer of each group, at max_model_len).
-    spec_by_kind = {k: v[0] for k, v in kinds.items()}
-    checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
-    if uniform or uniform_type:
-        per_req = cdiv(dep.max_model_len, block)
-        groups = [KvGroup(groups[0].kind, groups[0].layers, block, groups[0].page_bytes, per_req)]
-        blocks_expr, blocks_inputs = "cdiv(max_model_len, block_size)", {"max_model_len": dep.max_model_len, "block_size": block}
+
+def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, checkpoint: int,
+                         d: Derivation) -> tuple[list[KvGroup], int]:
+    """Each group with the blocks one request at max_model_len holds in it (per layer); their sum is a derivation step."""
+    L, _ = _lengths(dep)
+    blocks_inputs: dict[str, Any]  # Derivation.step inputs
+    if kinds.one_group:
+        g, block = grouping.groups[0], grouping.block_size
+        groups = [KvGroup(g.kind, g.layers, block, g.page_bytes, cdiv(L, block))]
+        blocks_expr, blocks_inputs = "cdiv(max_model_len, block_size)", {"max_model_len": L, "block_size": block}
     else:
+        spec_by_kind = {k: v[0] for k, v in kinds.by_kind.items()}
         groups = [KvGroup(g.kind, g.layers, g.block_size, g.page_bytes,
-                          _per_request_blocks(spec_by_kind[g.kind], g.block_size, dep, checkpoint)) for g in groups]
+                          _per_request_blocks(spec_by_kind[g.kind], g.block_size, dep, checkpoint)) for g in grouping.groups]
         terms = [f"b{i}" for i in range(len(groups))]
         blocks_expr = " + ".join(terms)
         blocks_inputs = {t: g.blocks_per_request for t, g in zip(terms, groups)}
     per_request = d.step("blocks_per_request", blocks_expr, unit="blocks", **blocks_inputs,
                          note="per group at max_model_len: full cdiv(L, B); sliding cdiv(min(W-1+chunk, L), B)+1; state 1 (+1 align)")
-    concurrency = d.step("max_concurrency", "num_blocks / blocks_per_request", unit="x",
-                         num_blocks=n, blocks_per_request=per_request)
-    era = dep.era
-    min_block = min(g.block_size for g in groups)
-    n_groups = len(groups)
-    L = dep.max_model_len
+    return groups, per_request
+
+
+def _log_lines(dep: Deployment, n: int, block: int, groups: list[KvGroup], concurrency: float,
+               d: Derivation) -> tuple[int, float, tuple[str, ...]]:
+    """The token count and concurrency as this vLLM release prints them (vllm-kv-sizing.md §6), and its lines."""
+    era, L = dep.era, _lengths(dep)[0]
+    min_block, n_groups = min(g.block_size for g in groups), len(groups)
     pcp = 1
     if era == "v0":
         tokens = d.step("kv_cache_tokens", "num_blocks * block_size", unit="tokens", num_blocks=n, block_size=block)
         concurrency = d.step("max_concurrency", "num_blocks * block_size / max_model_len", unit="x",
                              num_blocks=n, block_size=block, max_model_len=L)
         cpu_blocks = V0_SWAP_SPACE_BYTES // (groups[0].page_bytes * groups[0].layers) if n_groups == 1 else 0
-        lines = (f"# GPU blocks: {n}, # CPU blocks: {cpu_blocks}",
-                 f"Maximum concurrency for {L} tokens per request: {concurrency:.2f}x")
-    elif era == "v1-uniform":
+        return tokens, concurrency, (f"# GPU blocks: {n}, # CPU blocks: {cpu_blocks}",
+                                     f"Maximum concurrency for {L} tokens per request: {concurrency:.2f}x")
+    if era == "v1-uniform":
         tokens = d.step("kv_cache_tokens", "num_blocks // n_groups * min_block_size", unit="tokens",
                         num_blocks=n, n_groups=n_groups, min_block_size=min_block)
         concurrency = d.step("max_concurrency", "kv_cache_tokens / max_model_len", unit="x", kv_cache_tokens=tokens, max_model_len=L)
-        lines = _lines(dep, tokens, L, concurrency, combined=False)
-    elif era == "v1-hybrid-old":
+        return tokens, concurrency, _lines(dep, tokens, L, concurrency, combined=False)
+    if era == "v1-hybrid-old":
         tokens = d.step("kv_cache_tokens", "num_blocks // n_groups * min_block_size * pcp", unit="tokens",
                         num_blocks=n, n_groups=n_groups, min_block_size=min_block, pcp=pcp,
                         note="the pre-v0.20.1 line assumes every group consumes blocks at the same rate")
-        lines = _lines(dep, tokens, L, concurrency, combined=False)
-    else:
-        tokens = d.step("kv_cache_tokens", "int(max_concurrency * max_model_len)", unit="tokens",
-                        max_concurrency=concurrency, max_model_len=L,
-                        note="since v0.20.1 the token line is concurrency x max_model_len, not the pool size")
-        lines = _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 28, 0))
+        return tokens, concurrency, _lines(dep, tokens, L, concurrency, combined=False)
+    tokens = d.step("kv_cache_tokens", "int(max_concurrency * max_model_len)", unit="tokens",
+                    max_concurrency=concurrency, max_model_len=L,
+                    note="since v0.20.1 the token line is concurrency x max_model_len, not the pool size")
+    return tokens, concurrency, _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 28, 0))
 
-    # True usable capacity: tokens of full-attention context the pool holds for one request.
-    full_groups = [g for g in groups if g.kind in (FULL, MLA, "+".join(attn_kinds))] or groups[:1]
+
+def _full_groups(kinds: _Kinds, groups: list[KvGroup]) -> list[KvGroup]:
+    """The groups that hold a request's whole context (full attention, MLA, or the one uniform group)."""
+    return [g for g in groups if g.kind in (FULL, MLA, "+".join(kinds.attention))] or groups[:1]
+
+
+def _usable_tokens(kinds: _Kinds, groups: list[KvGroup], n: int, d: Derivation) -> tuple[int, int]:
+    """True usable capacity: tokens of full-attention context the pool holds for one request; and its block size."""
+    full_groups = _full_groups(kinds, groups)
     other_blocks = sum(g.blocks_per_request for g in groups if g not in full_groups)
     attn_block = full_groups[0].block_size
     usable = d.step("usable_kv_tokens", "block_size * (num_blocks - 1 - other_blocks) // full_groups", unit="tokens",
                     block_size=attn_block, num_blocks=n, other_blocks=other_blocks, full_groups=len(full_groups),
                     note="block 0 is the null block; window/state groups pin their blocks per request (shown for one request)")
-    if usable < 0:
-        usable = 0
-    if era != "v0" and abs(usable - tokens) > max(attn_block, 0.02 * usable):
-        if n_groups > 1 and era in ("v1-hybrid-old", "v1-uniform"):
-            notes.append(f"the logged {tokens:,} tokens divides the blocks by all {n_groups} groups; full-attention context "
-                         f"really holds about {usable:,} tokens (window/state groups need only a few blocks per request)")
-        elif era == "v1-new":
-            notes.append(f"since v0.20.1 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
-                         f"the pool itself holds about {usable:,} tokens of full-attention context for one request")
+    return max(usable, 0), attn_block
 
-    if uniform or uniform_type:
-        kv_per_token = sum(s.bytes_per_token for s in specs if s.kind in (FULL, MLA, INDEXER))
-    else:
-        kv_per_token = d.step("kv_bytes_per_token", "page_bytes // block_size * growing_layers", unit="B",
-                              page_bytes=groups[0].page_bytes, block_size=attn_block,
-                              growing_layers=sum(g.layers for g in groups if g.kind in (FULL, MLA)))
-    state_groups = [g for g in groups if g.kind in (GDN, MAMBA)]
-    state_bytes = sum(g.blocks_per_request * g.page_bytes * group_size for g in state_groups) if state_groups else 0
-    return KvPool(tuple(groups), int(group_size), int(padding), int(min_block), n, int(tokens), float(concurrency), L,
-                  lines, int(usable), int(kv_per_token), int(state_bytes), tuple(notes), d)
+
+def _token_line_notes(dep: Deployment, groups: list[KvGroup], tokens: int, usable: int, attn_block: int,
+                      concurrency: float) -> list[str]:
+    """Why the logged token count differs from what the pool holds, where it does by more than a block (or 2%)."""
+    era, n_groups, L = dep.era, len(groups), _lengths(dep)[0]
+    if era == "v0" or abs(usable - tokens) <= max(attn_block, 0.02 * usable):
+        return []
+    if n_groups > 1 and era in ("v1-hybrid-old", "v1-uniform"):
+        return [f"the logged {tokens:,} tokens divides the blocks by all {n_groups} groups; full-attention context "
+                f"really holds about {usable:,} tokens (window/state groups need only a few blocks per request)"]
+    if era == "v1-new":
+        return [f"since v0.20.1 the logged tokens are concurrency x max_model_len ({concurrency:.2f} x {L:,}); "
+                f"the pool itself holds about {usable:,} tokens of full-attention context for one request"]
+    return []
+
+
+def _growing_bytes_per_token(kinds: _Kinds, groups: list[KvGroup], attn_block: int, d: Derivation) -> int:
+    """KV bytes per token of context on one rank, every layer that grows with it (the token-equivalent charge)."""
+    if kinds.one_group:
+        return sum(s.bytes_per_token for s in kinds.specs if s.kind in (FULL, MLA, INDEXER))
+    return d.step("kv_bytes_per_token", "page_bytes // block_size * growing_layers", unit="B",
+                  page_bytes=groups[0].page_bytes, block_size=attn_block,
+                  growing_layers=sum(g.layers for g in groups if g.kind in (FULL, MLA)))
 
 
 def _lines(dep: Deployment, tokens: int, L: int, concurrency: float, combined: bool) -> tuple[str, ...]:

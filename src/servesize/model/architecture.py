@@ -1,19 +1,12 @@
 """Architecture: what a config.json says, normalised into layer kinds.
 
-Fail closed: a ``model_type`` outside the allowlist, or a layer design the reader does not
-recognise, raises ``UnsupportedArchitecture`` naming the fields — never a guess. Redundant
-inputs are cross-checked (``layer_types`` vs ``full_attention_interval``, explicit
-``head_dim`` vs ``hidden_size / heads`` is *not* assumed: an explicit head_dim wins, and
-its absence is recorded).
+Fail closed: a ``model_type`` outside the allowlist (``families.MODEL_TYPES``), or a layer design
+its family's reader does not recognise, raises ``UnsupportedArchitecture`` naming the fields —
+never a guess. Redundant inputs are cross-checked (``layer_types`` vs ``full_attention_interval``);
+an explicit ``head_dim`` wins over ``hidden_size / heads``, and its absence is recorded.
 
-Layer kinds (vLLM's KV-cache spec each maps to, see ../shared/vllm-kv-sizing.md §3):
-
-- ``full_attention``  FullAttentionSpec: K and V per KV head, grows with every token
-- ``sliding_window``  SlidingWindowSpec: as full attention, but only the last ``window`` tokens
-- ``chunked_local``   ChunkedLocalAttentionSpec (Llama 4): attention within ``window``-token chunks
-- ``mla``             MLAAttentionSpec: one latent of kv_lora_rank + qk_rope_head_dim, no K/V doubling
-- ``gated_deltanet``  MambaSpec (GDN linear attention): a constant recurrent + conv state per sequence
-- ``mamba``           MambaSpec (Mamba2 SSM): a constant SSM + conv state per sequence
+The layer kinds and what each caches are in ``layers.py``; one reader per model family in
+``families.py``; ``quantization_config`` in ``quantization.py``.
 """
 
 from __future__ import annotations
@@ -25,98 +18,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.model.families import SUPPORTED_MODEL_TYPES, family_of, read_common
+from servesize.model.layers import (
+    ATTENTION_KINDS,
+    CHUNKED,
+    FULL,
+    GDN,
+    MAMBA,
+    MLA,
+    SLIDING,
+    STATE_KINDS,
+    ChunkedLocal,
+    FullAttention,
+    GatedDeltaNet,
+    KvHeadAttention,
+    Layer,
+    Mamba2,
+    Mla,
+    Moe,
+    SlidingWindow,
+    WindowedAttention,
+)
+from servesize.model.quantization import DTYPE_BYTES, Quantization, parse_quantization
 
-FULL = "full_attention"
-SLIDING = "sliding_window"
-CHUNKED = "chunked_local"
-MLA = "mla"
-GDN = "gated_deltanet"
-MAMBA = "mamba"
-ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA)
-STATE_KINDS = (GDN, MAMBA)
-
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4, "fp32": 4, "fp16": 2, "bf16": 2}
-
-
-@dataclass(frozen=True)
-class LinearAttention:
-    """Gated DeltaNet geometry (Qwen3-Next, Qwen3.5/3.6). State per sequence is constant."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def conv_dim(self) -> int:
-        # q and k share the key geometry, v its own: conv over the concatenated qkv projection.
-        return self.key_head_dim * self.num_key_heads * 2 + self.value_head_dim * self.num_value_heads
-
-
-@dataclass(frozen=True)
-class Mamba2:
-    """Mamba2 SSM geometry: conv over x/B/C and an (nheads, head_dim, d_state) state."""
-
-    num_heads: int
-    head_dim: int
-    state_size: int
-    n_groups: int
-    conv_kernel: int
-
-    @property
-    def intermediate_size(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def conv_dim(self) -> int:
-        return self.intermediate_size + 2 * self.n_groups * self.state_size
-
-
-@dataclass(frozen=True)
-class Layer:
-    kind: str
-    num_kv_heads: int = 0
-    head_dim: int = 0  # K head size; for MLA the latent width kv_lora_rank + qk_rope_head_dim
-    head_dim_v: int = 0  # V head size (0 for MLA: the latent is the only cached tensor)
-    window: int | None = None  # sliding window or local-attention chunk, tokens
-    linear: LinearAttention | None = None
-    mamba: Mamba2 | None = None
-
-    @property
-    def is_attention(self) -> bool:
-        return self.kind in ATTENTION_KINDS
-
-
-@dataclass(frozen=True)
-class Moe:
-    num_experts: int
-    experts_per_token: int
-    expert_intermediate_size: int
-    num_shared_experts: int = 0
-    shared_intermediate_size: int = 0  # total width of the shared expert(s)
-    first_dense_layers: int = 0  # DeepSeek/GLM first_k_dense_replace
-    moe_every: int = 1  # Llama 4 Maverick interleaves MoE every 2nd layer
-    dense_intermediate_size: int = 0  # MLP width of the non-MoE layers
-
-    def is_moe_layer(self, index: int) -> bool:
-        if index < self.first_dense_layers:
-            return False
-        return (index + 1) % self.moe_every == 0 if self.moe_every > 1 else True
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """What the checkpoint itself says about its weights (``quantization_config``)."""
-
-    method: str  # fp8 | int8 | int4 | mxfp4 | nvfp4 | mixed
-    bits: int
-    group_size: int | None = None  # int4/nvfp4 group; None = per-channel / per-tensor
-    block: tuple[int, int] | None = None  # fp8 block scales (128, 128)
-    unquantized: tuple[str, ...] = ()  # module patterns left at 16 bits
-    per_module: tuple[tuple[str, str], ...] = ()  # ModelOpt mixed: (module, algo)
-    kv_cache_bits: int | None = None
-    source: str = ""
+# Re-exported: callers name the kinds, layer types and tables through the architecture.
+__all__ = [
+    "ATTENTION_KINDS", "CHUNKED", "DTYPE_BYTES", "FULL", "GDN", "MAMBA", "MLA", "SLIDING", "STATE_KINDS",
+    "SUPPORTED_MODEL_TYPES", "Architecture", "ChunkedLocal", "FullAttention", "GatedDeltaNet", "KvHeadAttention",
+    "Layer", "Mamba2", "Mla", "Moe", "Quantization", "SlidingWindow", "WindowedAttention", "from_config",
+    "load_config_file",
+]
 
 
 @dataclass(frozen=True)
@@ -202,315 +133,36 @@ def load_config_file(path: str | pathlib.Path) -> dict:
     return data
 
 
-# model_type (outer or text) -> reader family. Anything else is refused.
-_DENSE_GQA = {"llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2"}
-SUPPORTED_MODEL_TYPES = (
-    sorted(_DENSE_GQA)
-    + ["mixtral", "qwen2_moe", "qwen3_moe", "minimax_m2", "glm4_moe", "gpt_oss", "gemma3", "gemma3_text",
-       "gemma2", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
-       "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba2"]
-)
-
-
-def _req(cfg: Mapping, key: str, model_type: str):
-    if key not in cfg or cfg[key] is None:
-        raise UnsupportedArchitecture(model_type, f"config lacks required field {key!r}", (key,))
-    return cfg[key]
-
-
-def _int(cfg: Mapping, key: str, model_type: str) -> int:
-    value = _req(cfg, key, model_type)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
-        raise BadInput(f"config field {key!r} must be a non-negative integer, got {value!r}")
-    return int(value)
-
-
 def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
     """Normalise a Hugging Face config.json (dict) into an Architecture, or refuse."""
     if not isinstance(config, Mapping):
         raise BadInput("a config must be a JSON object")
-    outer_type = config.get("model_type")
-    if not outer_type:
-        raise UnsupportedArchitecture("<missing>", "config has no model_type", ("model_type",))
-    text = config.get("text_config") or config
-    model_type = text.get("model_type") or outer_type
-    if outer_type not in SUPPORTED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedArchitecture(
-            outer_type,
-            "this model_type is not in servesize's allowlist "
-            f"({', '.join(SUPPORTED_MODEL_TYPES)})",
-            ("model_type",),
-        )
-    family = outer_type if outer_type in SUPPORTED_MODEL_TYPES else model_type
-    family = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
-              "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3"}.get(family, family)
-
-    warnings: list[str] = []
-    hidden = _int(text, "hidden_size", family) if family != "mamba2" else _int(text, "hidden_size", family)
-    vocab = _int(text, "vocab_size", family)
-    n_layers = _int(text, "num_hidden_layers", family)
-    if n_layers == 0:
-        raise BadInput("config says num_hidden_layers = 0")
-    heads = _int(text, "num_attention_heads", family) if family != "mamba2" else int(text.get("num_attention_heads") or 0)
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim_explicit = text.get("head_dim") is not None
-    if head_dim_explicit:
-        head_dim = _int(text, "head_dim", family)
-    else:
-        if heads == 0 or hidden % heads:
-            raise UnsupportedArchitecture(family, "no head_dim and hidden_size is not a multiple of the heads",
-                                          ("head_dim", "hidden_size", "num_attention_heads"))
-        head_dim = hidden // heads
-    if heads and kv_heads and heads % kv_heads:
-        raise UnsupportedArchitecture(family, f"{heads} attention heads are not a multiple of {kv_heads} KV heads",
-                                      ("num_attention_heads", "num_key_value_heads"))
-    dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    if dtype not in DTYPE_BYTES:
-        raise BadInput(f"config dtype {dtype!r} is not one of {', '.join(sorted(DTYPE_BYTES))}")
-    tie = text.get("tie_word_embeddings")
-    if tie is None:
-        tie = config.get("tie_word_embeddings")
-    if tie is None:
-        # transformers' PretrainedConfig default is True; Gemma ties, Llama 4 does not.
-        tie = {"gemma3": True, "gemma2": True, "llama4": False}.get(family, True)
-        warnings.append(f"tie_word_embeddings absent: took {tie} (the {family} default)")
-
-    kwargs: dict[str, Any] = {}
-    layers: list[Layer]
-    full = Layer(FULL, kv_heads, head_dim, head_dim)
-    moe: Moe | None = None
-    intermediate = int(text.get("intermediate_size") or 0)
-
-    if family in _DENSE_GQA:
-        window = text.get("sliding_window")
-        use_swa = text.get("use_sliding_window", family in ("mistral",))
-        if window and use_swa and family in ("mistral", "phi3"):
-            layers = [Layer(SLIDING, kv_heads, head_dim, head_dim, int(window))] * n_layers
-        else:
-            layers = [full] * n_layers
-        kwargs["attention_bias"] = bool(text.get("attention_bias", family == "qwen2"))
-    elif family in ("mixtral", "qwen2_moe", "qwen3_moe", "minimax_m2", "glm4_moe"):
-        layers = [full] * n_layers
-        window = text.get("sliding_window")
-        if family == "mixtral" and window:
-            layers = [Layer(SLIDING, kv_heads, head_dim, head_dim, int(window))] * n_layers
-        n_exp = int(text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts") or 0)
-        if not n_exp:
-            raise UnsupportedArchitecture(family, "a mixture-of-experts model without an expert count",
-                                          ("num_experts", "num_local_experts", "n_routed_experts"))
-        expert_inter = int(text.get("moe_intermediate_size") or intermediate)
-        shared_n = int(text.get("n_shared_experts") or 0)
-        shared_inter = int(text.get("shared_expert_intermediate_size") or text.get("shared_intermediate_size") or 0)
-        if shared_n and not shared_inter:
-            shared_inter = shared_n * expert_inter
-        if shared_inter and not shared_n:
-            shared_n = 1
-        sparse_step = int(text.get("decoder_sparse_step") or 1)
-        if sparse_step != 1 or text.get("mlp_only_layers"):
-            raise UnsupportedArchitecture(family, "dense layers interleaved by decoder_sparse_step/mlp_only_layers are not modelled",
-                                          ("decoder_sparse_step", "mlp_only_layers"))
-        moe = Moe(n_exp, _int(text, "num_experts_per_tok", family), expert_inter, shared_n, shared_inter,
-                  int(text.get("first_k_dense_replace") or 0), 1, intermediate)
-        kwargs["attention_bias"] = bool(text.get("attention_bias", family in ("qwen2_moe", "glm4_moe")))
-    elif family == "gpt_oss":
-        types = text.get("layer_types")
-        window = _int(text, "sliding_window", family)
-        layers = _layers_from_types(types, n_layers, family, {
-            "full_attention": full,
-            "sliding_attention": Layer(SLIDING, kv_heads, head_dim, head_dim, window),
-        })
-        moe = Moe(_int(text, "num_local_experts", family), _int(text, "num_experts_per_tok", family), intermediate)
-        kwargs["attention_bias"] = bool(text.get("attention_bias", True))
-    elif family in ("gemma3", "gemma2"):
-        window = _int(text, "sliding_window", family)
-        sliding = Layer(SLIDING, kv_heads, head_dim, head_dim, window)
-        types = text.get("layer_types")
-        pattern = text.get("sliding_window_pattern") or text.get("_sliding_window_pattern")
-        if types is None:
-            if family == "gemma2":
-                types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
-            elif pattern:
-                types = ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention" for i in range(n_layers)]
-            else:
-                raise UnsupportedArchitecture(family, "neither layer_types nor sliding_window_pattern says which layers are local",
-                                              ("layer_types", "sliding_window_pattern"))
-        elif pattern:
-            derived = ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention" for i in range(n_layers)]
-            if list(types) != derived:
-                raise UnsupportedArchitecture(family, "layer_types disagrees with sliding_window_pattern",
-                                              ("layer_types", "sliding_window_pattern"))
-        layers = _layers_from_types(types, n_layers, family, {"full_attention": full, "sliding_attention": sliding})
-    elif family == "llama4":
-        chunk = text.get("attention_chunk_size")
-        no_rope = text.get("no_rope_layers")
-        if no_rope is None:
-            # transformers Llama4TextConfig default: every 4th layer is a global NoPE layer.
-            no_rope = [int((i + 1) % 4 != 0) for i in range(n_layers)]
-            warnings.append("no_rope_layers absent: every 4th layer global (transformers' Llama4TextConfig default)")
-        if len(no_rope) != n_layers:
-            raise UnsupportedArchitecture(family, "no_rope_layers length differs from num_hidden_layers",
-                                          ("no_rope_layers", "num_hidden_layers"))
-        local = Layer(CHUNKED, kv_heads, head_dim, head_dim, int(chunk)) if chunk else full
-        layers = [local if uses_rope else full for uses_rope in no_rope]
-        step = int(text.get("interleave_moe_layer_step") or 1)
-        moe = Moe(_int(text, "num_local_experts", family), _int(text, "num_experts_per_tok", family), intermediate,
-                  1, intermediate, 0, step, int(text.get("intermediate_size_mlp") or intermediate))
-    elif family in ("deepseek_v2", "deepseek_v3", "deepseek_v32"):
-        kv_lora = _int(text, "kv_lora_rank", family)
-        rope = _int(text, "qk_rope_head_dim", family)
-        nope = _int(text, "qk_nope_head_dim", family)
-        v_dim = _int(text, "v_head_dim", family)
-        layers = [Layer(MLA, 1, kv_lora + rope, 0)] * n_layers
-        head_dim = nope + rope
-        head_dim_explicit = True
-        kv_heads = heads  # MLA decompresses to per-head K/V; the cache holds one latent
-        kwargs.update(q_lora_rank=text.get("q_lora_rank"), kv_lora_rank=kv_lora, qk_rope_head_dim=rope,
-                      qk_nope_head_dim=nope, v_head_dim=v_dim)
-        if family == "deepseek_v32":
-            kwargs.update(index_head_dim=_int(text, "index_head_dim", family), index_n_heads=_int(text, "index_n_heads", family))
-        n_exp = _int(text, "n_routed_experts", family)
-        freq = int(text.get("moe_layer_freq") or 1)
-        shared_n = int(text.get("n_shared_experts") or 0)
-        expert_inter = _int(text, "moe_intermediate_size", family)
-        moe = Moe(n_exp, _int(text, "num_experts_per_tok", family), expert_inter, shared_n, shared_n * expert_inter,
-                  int(text.get("first_k_dense_replace") or 0), freq, intermediate)
-        kwargs["mtp_layers"] = int(text.get("num_nextn_predict_layers") or 0)
-    elif family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
-        interval = text.get("full_attention_interval")
-        types = text.get("layer_types")
-        if types is None:
-            if not interval:
-                raise UnsupportedArchitecture(family, "neither layer_types nor full_attention_interval", ("layer_types", "full_attention_interval"))
-            types = ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(n_layers)]
-        elif interval:
-            derived = ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(n_layers)]
-            if list(types) != derived:
-                raise UnsupportedArchitecture(family, "layer_types disagrees with full_attention_interval",
-                                              ("layer_types", "full_attention_interval"))
-        lin = LinearAttention(_int(text, "linear_num_key_heads", family), _int(text, "linear_num_value_heads", family),
-                              _int(text, "linear_key_head_dim", family), _int(text, "linear_value_head_dim", family),
-                              _int(text, "linear_conv_kernel_dim", family))
-        layers = _layers_from_types(types, n_layers, family, {"full_attention": full, "linear_attention": Layer(GDN, linear=lin)})
-        if family in ("qwen3_next", "qwen3_5_moe"):
-            n_exp = _int(text, "num_experts", family)
-            shared_inter = int(text.get("shared_expert_intermediate_size") or 0)
-            moe = Moe(n_exp, _int(text, "num_experts_per_tok", family), _int(text, "moe_intermediate_size", family),
-                      1 if shared_inter else 0, shared_inter, 0, 1, intermediate)
-            if text.get("mlp_only_layers"):
-                raise UnsupportedArchitecture(family, "dense mlp_only_layers are not modelled", ("mlp_only_layers",))
-        kwargs["attn_output_gate"] = bool(text.get("attn_output_gate", True))
-        kwargs["mtp_layers"] = int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0)
-        kwargs["mamba_ssm_dtype"] = text.get("mamba_ssm_dtype")
-    elif family == "mamba2":
-        m = Mamba2(_int(text, "num_heads", family), _int(text, "head_dim", family), _int(text, "state_size", family),
-                   int(text.get("n_groups") or 1), int(text.get("conv_kernel") or 4))
-        layers = [Layer(MAMBA, mamba=m)] * n_layers
-    else:  # pragma: no cover - the allowlist and this chain are kept in step by a test
-        raise UnsupportedArchitecture(family, "no reader for this family", ("model_type",))
-
-    if family == "minimax_m2":
-        kwargs["mtp_layers"] = int(text.get("num_mtp_modules") or 0) if text.get("use_mtp") else 0
-    if family == "glm4_moe":
-        kwargs["mtp_layers"] = int(text.get("num_nextn_predict_layers") or 0)
-
+    text, family = family_of(config)
+    common = read_common(config, text, family)
+    parts = family.read(common)
     for key in ("kv_cache_quant_method",):
         if key in text:
-            raise UnsupportedArchitecture(family, "unrecognised KV-cache field", (key,))
-
-    quant = parse_quantization(config.get("quantization_config") or text.get("quantization_config"), family)
+            raise UnsupportedArchitecture(family.name, "unrecognised KV-cache field", (key,))
+    quant = parse_quantization(config.get("quantization_config") or text.get("quantization_config"), family.name)
+    geometry: dict[str, Any] = {
+        "head_dim": common.head_dim, "head_dim_explicit": common.head_dim_explicit, "num_kv_heads": common.num_kv_heads,
+    }
     return Architecture(
-        name=name or (config.get("_name_or_path") or family),
-        model_type=family,
+        name=name or (config.get("_name_or_path") or family.name),
+        model_type=family.name,
         architectures=tuple(config.get("architectures") or ()),
-        hidden_size=hidden,
-        vocab_size=vocab,
-        num_attention_heads=heads,
-        head_dim=head_dim,
-        head_dim_explicit=head_dim_explicit,
-        num_kv_heads=kv_heads,
-        layers=tuple(layers),
-        intermediate_size=intermediate,
-        tie_word_embeddings=bool(tie),
-        dtype=dtype,
+        hidden_size=common.hidden_size,
+        vocab_size=common.vocab_size,
+        num_attention_heads=common.num_attention_heads,
+        layers=tuple(parts.layers),
+        intermediate_size=common.intermediate_size,
+        tie_word_embeddings=common.tie_word_embeddings,
+        dtype=common.dtype,
         max_position_embeddings=int(text.get("max_position_embeddings") or 0),
-        moe=moe,
+        moe=parts.moe,
         quantization=quant,
         config=dict(text),
         vision_config=config.get("vision_config"),
-        warnings=tuple(warnings),
-        **kwargs,
+        warnings=common.warnings + parts.warnings,
+        **{**geometry, **parts.fields},
     )
-
-
-def _layers_from_types(types, n_layers: int, family: str, mapping: Mapping[str, Layer]) -> list[Layer]:
-    if not isinstance(types, list) or len(types) != n_layers:
-        raise UnsupportedArchitecture(family, f"layer_types must list {n_layers} layers", ("layer_types", "num_hidden_layers"))
-    unknown = sorted({t for t in types if t not in mapping})
-    if unknown:
-        raise UnsupportedArchitecture(family, f"unrecognised layer type(s) {', '.join(map(repr, unknown))}", ("layer_types",))
-    return [mapping[t] for t in types]
-
-
-# ---------------------------------------------------------------------------------------
-# quantization_config
-
-
-def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization | None:
-    if not q:
-        return None
-    method = str(q.get("quant_method", "")).lower()
-    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())
-    if method == "fp8":
-        block = q.get("weight_block_size")
-        return Quantization("fp8", 8, block=tuple(block) if block else None, unquantized=skip,
-                            source="quantization_config: fp8" + (f" block {block[0]}x{block[1]}" if block else " per-tensor"))
-    if method == "mxfp4":
-        # MXFP4: 4-bit E2M1 values with one shared 8-bit exponent per 32 values.
-        return Quantization("mxfp4", 4, group_size=32, unquantized=skip, source="quantization_config: mxfp4 (group 32, e8m0 scale)")
-    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "auto-round", "autoround"):
-        bits = int(q.get("bits") or q.get("w_bit") or 4)
-        group = q.get("group_size") or q.get("q_group_size") or 128
-        return Quantization("int4" if bits == 4 else f"int{bits}", bits, group_size=int(group) if group and int(group) > 0 else None,
-                            unquantized=skip, source=f"quantization_config: {method} {bits}-bit group {group}")
-    if method == "bitsandbytes":
-        raise UnsupportedArchitecture(family, "bitsandbytes checkpoints are not modelled", ("quantization_config.quant_method",))
-    if method == "compressed-tensors":
-        groups = q.get("config_groups") or {}
-        weights = [g.get("weights") or {} for g in groups.values()]
-        if not weights:
-            raise UnsupportedArchitecture(family, "compressed-tensors config without config_groups", ("quantization_config.config_groups",))
-        bits = {int(w.get("num_bits", 0)) for w in weights}
-        types = {str(w.get("type", "")) for w in weights}
-        if len(bits) != 1:
-            raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths", ("quantization_config.config_groups",))
-        b = bits.pop()
-        group = next((w.get("group_size") for w in weights if w.get("group_size")), None)
-        if b == 8 and types == {"float"}:
-            return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
-        if b == 8 and types == {"int"}:
-            return Quantization("int8", 8, unquantized=skip, source="quantization_config: compressed-tensors int8")
-        if b == 4 and types == {"int"}:
-            return Quantization("int4", 4, group_size=int(group) if group else None, unquantized=skip,
-                                source=f"quantization_config: compressed-tensors int4 group {group}")
-        if b == 4 and types == {"float"}:
-            return Quantization("nvfp4", 4, group_size=int(group or 16), unquantized=skip, source="quantization_config: compressed-tensors nvfp4")
-        raise UnsupportedArchitecture(family, f"compressed-tensors {b}-bit {types} weights are not modelled", ("quantization_config.config_groups",))
-    if method == "modelopt":
-        layers = q.get("quantized_layers") or {}
-        algo = str(q.get("quant_algo", "")).upper()
-        kv = q.get("kv_cache_scheme") or {}
-        kv_bits = int(kv["num_bits"]) if kv.get("num_bits") else None
-        if layers:
-            per_module = tuple((name, str(spec.get("quant_algo", "")).upper()) for name, spec in layers.items())
-            known = {"FP8", "NVFP4", "W4A16_NVFP4", "W4A8_NVFP4_FP8"}
-            unknown = sorted({a for _, a in per_module if a not in known})
-            if unknown:
-                raise UnsupportedArchitecture(family, f"ModelOpt algorithms {unknown} are not modelled", ("quantization_config.quantized_layers",))
-            return Quantization("mixed", 4, group_size=16, unquantized=skip, per_module=per_module, kv_cache_bits=kv_bits,
-                                source=f"quantization_config: modelopt {algo} ({len(per_module)} modules listed)")
-        if algo == "FP8":
-            return Quantization("fp8", 8, unquantized=skip, kv_cache_bits=kv_bits, source="quantization_config: modelopt FP8")
-        if algo in ("NVFP4", "W4A16_NVFP4"):
-            return Quantization("nvfp4", 4, group_size=16, unquantized=skip, kv_cache_bits=kv_bits, source="quantization_config: modelopt NVFP4")
-        raise UnsupportedArchitecture(family, f"ModelOpt quant_algo {algo!r} is not modelled", ("quantization_config.quant_algo",))
-    raise UnsupportedArchitecture(family, f"quantization method {method!r} is not modelled", ("quantization_config.quant_method",))

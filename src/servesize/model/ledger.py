@@ -29,10 +29,12 @@ and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
+from servesize.model.architecture import Architecture
+from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
 
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
           "shared_experts", "norms", "indexer", "vision", "mtp")
@@ -128,7 +130,8 @@ class _Builder:
             terms = self.terms[g]
             ordered.steps.extend(term_steps[f"{g}.{k}"] for k, _, _ in terms)
             if len(terms) > 1:
-                ordered.step(g, " + ".join(k for k, _, _ in terms), unit="params", **{k: v for k, v, _ in terms})
+                inputs: dict[str, Any] = {k: v for k, v, _ in terms}  # Derivation.step inputs
+                ordered.step(g, " + ".join(k for k, _, _ in terms), unit="params", **inputs)
             groups[g] = sum(v for _, v, _ in terms)
             linear[g] = sum(v for _, v, is_lin in terms if is_lin)
         moe = arch.moe
@@ -174,18 +177,20 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
 def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, group: str = "attention", prefix: str = "") -> None:
     fam = arch.model_type
-    n = layers if layers is not None else sum(1 for l in arch.layers if l.kind in (FULL, SLIDING, CHUNKED))
+    n = layers if layers is not None else sum(1 for layer in arch.layers if isinstance(layer, KvHeadAttention))
     if n == 0:
         return
     cfg = arch.config
     h, nq, nkv, d = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
     kind = "full-attention layers only" if fam in _GDN else ""
     if arch.attn_output_gate:
-        b.add(group, prefix + "qkvo", "layers * (hidden * 2 * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
+        b.add(group, prefix + "qkvo",
+              "layers * (hidden * 2 * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
               linear=True, note=(kind + "; " if kind else "") + "q_proj also yields the output gate (2 × q width)",
               layers=n, hidden=h, q_heads=nq, kv_heads=nkv, head_dim=d)
     else:
-        b.add(group, prefix + "qkvo", "layers * (hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
+        b.add(group, prefix + "qkvo",
+              "layers * (hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
               linear=True, note=kind, layers=n, hidden=h, q_heads=nq, kv_heads=nkv, head_dim=d)
     bias = arch.attention_bias or fam == "gpt_oss"
     if bias:
@@ -218,7 +223,8 @@ def _mla_attention(b: _Builder, arch: Architecture, n: int, group: str, prefix: 
     else:
         b.add(group, prefix + "q_proj", "layers * hidden * heads * (qk_nope + qk_rope)", linear=True,
               layers=n, hidden=h, heads=nq, qk_nope=nope, qk_rope=rope)
-    b.add(group, prefix + "kv_a_b_o", "layers * (hidden * (kv_lora_rank + qk_rope) + kv_lora_rank * heads * (qk_nope + v_head) + heads * v_head * hidden)",
+    b.add(group, prefix + "kv_a_b_o",
+          "layers * (hidden * (kv_lora_rank + qk_rope) + kv_lora_rank * heads * (qk_nope + v_head) + heads * v_head * hidden)",
           linear=True, note="kv_a_proj_with_mqa, kv_b_proj, o_proj", layers=n, hidden=h, kv_lora_rank=kv_lora,
           qk_rope=rope, heads=nq, qk_nope=nope, v_head=v)
     b.add(group, prefix + "kv_a_norm", "layers * kv_lora_rank", linear=False, layers=n, kv_lora_rank=kv_lora)
@@ -245,9 +251,10 @@ def _gdn(b: _Builder, arch: Architecture, n: int | None = None, group: str = "li
     n = arch.count(GDN) if n is None else n
     if n == 0:
         return
-    lin = next(l.linear for l in arch.layers if l.kind == GDN)
+    lin = next(layer for layer in arch.layers if isinstance(layer, GatedDeltaNet))
     h = arch.hidden_size
-    inputs = dict(layers=n, hidden=h, k_heads=lin.num_key_heads, k_dim=lin.key_head_dim, v_heads=lin.num_value_heads, v_dim=lin.value_head_dim)
+    inputs = dict(layers=n, hidden=h, k_heads=lin.num_key_heads, k_dim=lin.key_head_dim, v_heads=lin.num_value_heads,
+                  v_dim=lin.value_head_dim)
     if arch.model_type == "qwen3_next":
         b.add(group, "in_proj_qkvz_ba", "layers * hidden * (2 * k_heads * k_dim + 2 * v_heads * v_dim + 2 * v_heads)",
               linear=True, note="in_proj_qkvz (q, k, v, z) and in_proj_ba (b, a)", **inputs)
@@ -265,7 +272,7 @@ def _gdn(b: _Builder, arch: Architecture, n: int | None = None, group: str = "li
 
 def _mamba2(b: _Builder, arch: Architecture) -> None:
     n = arch.count(MAMBA)
-    m = arch.layers[0].mamba
+    m = next(layer for layer in arch.layers if isinstance(layer, Mamba2))
     cfg = arch.config
     if cfg.get("use_bias"):
         raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", ("use_bias",))
@@ -374,7 +381,8 @@ def _siglip(b: _Builder, arch: Architecture, vc) -> None:
     hv, iv, n = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
     patch, image, ch = int(vc["patch_size"]), int(vc["image_size"]), int(vc.get("num_channels", 3))
     if vc.get("vision_use_head"):
-        raise UnsupportedArchitecture(arch.model_type, "SigLIP with an attention-pooling head is not modelled", ("vision_config.vision_use_head",))
+        raise UnsupportedArchitecture(arch.model_type, "SigLIP with an attention-pooling head is not modelled",
+                                      ("vision_config.vision_use_head",))
     b.add("vision", "patch_pos_embed", "channels * patch * patch * v_hidden + v_hidden + (image // patch) ** 2 * v_hidden",
           linear=False, note="SigLIP patch conv (+ bias) and position embedding", channels=ch, patch=patch, v_hidden=hv, image=image)
     b.add("vision", "blocks", "v_layers * (4 * v_hidden * v_hidden + 2 * v_hidden * v_inter)", linear=True,

@@ -1,0 +1,130 @@
+"""What a checkpoint stores its weights in: a 16/32-bit dtype, and what its ``quantization_config``
+says, one reader per ``quant_method``.
+
+Fail closed: a method, bit width or algorithm without a reader here raises
+``UnsupportedArchitecture`` naming the field — never a guess at its bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from servesize.errors import UnsupportedArchitecture
+
+# config.json torch_dtype / dtype -> bytes per element
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4, "fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What the checkpoint itself says about its weights (``quantization_config``)."""
+
+    method: str  # fp8 | int8 | int4 | mxfp4 | nvfp4 | mixed
+    bits: int
+    group_size: int | None = None  # int4/nvfp4 group; None = per-channel / per-tensor
+    block: tuple[int, int] | None = None  # fp8 block scales (128, 128)
+    unquantized: tuple[str, ...] = ()  # module patterns left at 16 bits
+    per_module: tuple[tuple[str, str], ...] = ()  # ModelOpt mixed: (module, algo)
+    kv_cache_bits: int | None = None
+    source: str = ""
+
+
+def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization | None:
+    if not q:
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())  # module patterns left at 16 bits
+    read = _READERS.get(method)
+    if read is None:
+        raise UnsupportedArchitecture(family, f"quantization method {method!r} is not modelled", ("quantization_config.quant_method",))
+    return read(q, method, skip, family)
+
+
+def _fp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    block = q.get("weight_block_size")
+    scales = f" block {block[0]}x{block[1]}" if block else " per-tensor"
+    return Quantization("fp8", 8, block=tuple(block) if block else None, unquantized=skip,
+                        source="quantization_config: fp8" + scales)
+
+
+def _mxfp4(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    # MXFP4: 4-bit E2M1 values with one shared 8-bit exponent per 32 values.
+    return Quantization("mxfp4", 4, group_size=32, unquantized=skip, source="quantization_config: mxfp4 (group 32, e8m0 scale)")
+
+
+def _integer(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    """GPTQ / AWQ / AutoRound: integer weights with a scale (and zero) per group."""
+    bits = int(q.get("bits") or q.get("w_bit") or 4)
+    group = q.get("group_size") or q.get("q_group_size") or 128
+    return Quantization("int4" if bits == 4 else f"int{bits}", bits, group_size=int(group) if group and int(group) > 0 else None,
+                        unquantized=skip, source=f"quantization_config: {method} {bits}-bit group {group}")
+
+
+def _bitsandbytes(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    raise UnsupportedArchitecture(family, "bitsandbytes checkpoints are not modelled", ("quantization_config.quant_method",))
+
+
+def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    groups = q.get("config_groups") or {}
+    weights = [g.get("weights") or {} for g in groups.values()]
+    field = ("quantization_config.config_groups",)
+    if not weights:
+        raise UnsupportedArchitecture(family, "compressed-tensors config without config_groups", field)
+    widths = {int(w.get("num_bits", 0)) for w in weights}
+    types = {str(w.get("type", "")) for w in weights}
+    if len(widths) != 1:
+        raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths", field)
+    b = widths.pop()
+    group = next((w.get("group_size") for w in weights if w.get("group_size")), None)
+    if b == 8 and types == {"float"}:
+        return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
+    if b == 8 and types == {"int"}:
+        return Quantization("int8", 8, unquantized=skip, source="quantization_config: compressed-tensors int8")
+    if b == 4 and types == {"int"}:
+        return Quantization("int4", 4, group_size=int(group) if group else None, unquantized=skip,
+                            source=f"quantization_config: compressed-tensors int4 group {group}")
+    if b == 4 and types == {"float"}:
+        return Quantization("nvfp4", 4, group_size=int(group or 16), unquantized=skip,
+                            source="quantization_config: compressed-tensors nvfp4")
+    raise UnsupportedArchitecture(family, f"compressed-tensors {b}-bit {types} weights are not modelled", field)
+
+
+# ModelOpt per-module algorithms servesize knows the bytes of.
+_MODELOPT_ALGOS = {"FP8", "NVFP4", "W4A16_NVFP4", "W4A8_NVFP4_FP8"}
+
+
+def _modelopt(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    algo = str(q.get("quant_algo", "")).upper()
+    kv = q.get("kv_cache_scheme") or {}
+    kv_bits = int(kv["num_bits"]) if kv.get("num_bits") else None
+    if q.get("quantized_layers"):
+        return _modelopt_mixed(q, algo, skip, kv_bits, family)
+    if algo == "FP8":
+        return Quantization("fp8", 8, unquantized=skip, kv_cache_bits=kv_bits, source="quantization_config: modelopt FP8")
+    if algo in ("NVFP4", "W4A16_NVFP4"):
+        return Quantization("nvfp4", 4, group_size=16, unquantized=skip, kv_cache_bits=kv_bits,
+                            source="quantization_config: modelopt NVFP4")
+    raise UnsupportedArchitecture(family, f"ModelOpt quant_algo {algo!r} is not modelled", ("quantization_config.quant_algo",))
+
+
+def _modelopt_mixed(q: Mapping[str, Any], algo: str, skip: tuple[str, ...], kv_bits: int | None, family: str) -> Quantization:
+    """ModelOpt ``quantized_layers``: an algorithm per module (e.g. NVFP4 experts, FP8 attention)."""
+    per_module = tuple((name, str(spec.get("quant_algo", "")).upper()) for name, spec in q["quantized_layers"].items())
+    unknown = sorted({a for _, a in per_module if a not in _MODELOPT_ALGOS})
+    if unknown:
+        raise UnsupportedArchitecture(family, f"ModelOpt algorithms {unknown} are not modelled", ("quantization_config.quantized_layers",))
+    return Quantization("mixed", 4, group_size=16, unquantized=skip, per_module=per_module, kv_cache_bits=kv_bits,
+                        source=f"quantization_config: modelopt {algo} ({len(per_module)} modules listed)")
+
+
+# quant_method (lower case) -> its reader. Anything else is refused.
+_READERS: dict[str, Callable[[Mapping[str, Any], str, tuple[str, ...], str], Quantization]] = {
+    "fp8": _fp8,
+    "mxfp4": _mxfp4,
+    **dict.fromkeys(("gptq", "awq", "gptq_marlin", "awq_marlin", "auto-round", "autoround"), _integer),
+    "bitsandbytes": _bitsandbytes,
+    "compressed-tensors": _compressed_tensors,
+    "modelopt": _modelopt,
+}
