@@ -21,6 +21,7 @@ _EXPORTS = {
     "Scenario": "servesize.scenario",
     "FitQuery": "servesize.scenario",
     "resolve_model": "servesize.api",
+    "models": "servesize.api",
     "memory": "servesize.api",
     "plan": "servesize.api",
     "sweep": "servesize.api",

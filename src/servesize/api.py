@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesize.engine.memory import MemoryReport, memory_report
+from servesize.engine.models_table import ModelRow, ModelsResult, model_row
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.errors import BadInput
@@ -37,6 +38,18 @@ MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a lo
 def resolve_model(spec: str) -> ResolvedModel:
     """MODEL as the CLI takes it (a catalogue name, a config.json or folder, a Hugging Face id)."""
     return model_of(spec)
+
+
+def models(names: list[str] | None = None, *, explain: bool = False) -> ModelsResult:
+    """The catalogue (or the models named): parameters, layers by kind, KV bytes per token at 16 bits."""
+    rows: list[ModelRow] = []
+    for name in names or []:
+        resolved = model_of(name)
+        rows.append(model_row(resolved.architecture, resolved.entry,
+                              resolved.entry.source if resolved.entry else resolved.origin))
+    if not names:
+        rows = [model_row(e.architecture(), e, e.source) for e in load_catalogue().values()]
+    return ModelsResult(tuple(rows), explain=explain)
 
 
 def memory(scenario: Scenario) -> MemoryReport:

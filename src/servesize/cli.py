@@ -81,7 +81,8 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
         if " " in name:
             group, leaf = name.split(" ", 1)
             if group not in groups:
-                gp = sub.add_parser(group, help=f"{group} commands ({', '.join(n.split(' ', 1)[1] for n in commands if n.startswith(group + ' '))})")
+                leaves = ", ".join(n.split(" ", 1)[1] for n in commands if n.startswith(group + " "))
+                gp = sub.add_parser(group, help=f"{group} commands ({leaves})")
                 groups[group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
             p = groups[group].add_parser(leaf, help=help_, description=help_, formatter_class=argparse.RawDescriptionHelpFormatter)
         else:

@@ -83,7 +83,8 @@ class GpusResult:
             "BW: peak memory bandwidth, GB/s = 10**9 B/s. BF16/FP8/FP4: dense TFLOP/s (no sparsity); - none or not published.",
         ]
         if any(g.confidence for g in self.gpus):
-            lines.append("? some figures of this row are unverified [U] or derived [D]" + ("" if explain or self.one else "; --explain says which"))
+            which = "" if explain or self.one else "; --explain says which"
+            lines.append(f"? some figures of this row are unverified [U] or derived [D]{which}")
         if not explain and not self.one:
             lines.append("Sources: servesize gpus --explain, or servesize gpus GPU.")
         return "\n".join(lines)

@@ -18,6 +18,8 @@ from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 from servesize.units import fmt_bytes
 
+DEFAULT_ENGINE_ASSUMPTIONS = EngineAssumptions()
+
 
 @dataclass(frozen=True)
 class MemoryReport:
@@ -62,7 +64,7 @@ class MemoryReport:
 
 
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
-                  assumptions: EngineAssumptions = EngineAssumptions(), name: str | None = None) -> MemoryReport:
+                  assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS, name: str | None = None) -> MemoryReport:
     if budget == "simple" and deployment.gpu_memory_utilization is None:
         deployment = replace(deployment, gpu_memory_utilization=SEED_GPU_MEMORY_UTILIZATION)
     dep = deployment.resolved(arch, gpus)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions
 from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
-from servesize.engine.memory import memory_report
+from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
 from servesize.engine.weights import normalise_precision, weights
 from servesize.errors import ServesizeError
 from servesize.model.architecture import Architecture
@@ -133,14 +133,11 @@ def _chosen(options: list[Placement], min_concurrency: int) -> Placement:
     return enough if enough is not None else max(options, key=lambda o: o.concurrent_per_replica)
 
 
-_DEFAULT_ASSUMPTIONS = EngineAssumptions()
-
-
 def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context: int = 8192,
         precisions: tuple[str, ...] | None = ("bf16",), budget: str = "engine", kv_cache_dtype: str = "auto",
         gpu_memory_utilization: float | None = None, vllm_version: str | None = None,
         min_concurrency: int = DEFAULT_MIN_CONCURRENCY, all_placements: bool = False,
-        assumptions: EngineAssumptions = _DEFAULT_ASSUMPTIONS) -> FitResult:
+        assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS) -> FitResult:
     from servesize.engine.versions import DEFAULT_VLLM_VERSION
 
     version = vllm_version or DEFAULT_VLLM_VERSION

@@ -121,7 +121,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     # Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in
     # each (vLLM frees what falls out of the window), and every decode step reads up to a window.
     window_groups = [g for g in pool.groups if g.kind in (SLIDING, CHUNKED)]
-    window = next((l.window for l in arch.layers if l.kind in (SLIDING, CHUNKED)), 0) or 0
+    window = next((layer.window for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)), 0) or 0
     window_bpt = window_charge = 0
     if window_groups and window:
         per_group = [(-(-window // g.block_size) + 1) * g.page_bytes * pool.group_size for g in window_groups]
@@ -151,7 +151,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     d.given("gemm_params", gemm, note="active parameters minus embedding, lm_head (and vision)")
     # architecture: attention width, full-attention layers
     width = arch.num_attention_heads * arch.head_dim
-    full_layers = sum(1 for l in arch.layers if l.kind in (FULL, MLA))
+    full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
     prec = str(w.precision).lower()
     dtype = "fp8" if ("fp8" in prec and getattr(gpu, "fp8", False)) else "bf16"
     peak = gpu.dense_flops_per_s(dtype)

@@ -12,12 +12,14 @@ from functools import singledispatch
 from typing import Any
 
 from servesize.engine.memory import MemoryReport
+from servesize.engine.models_table import ModelsResult, mla_latent_dim
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY, FitResult
+from servesize.model.architecture import MLA
 from servesize.planning.ceilings import CEILINGS
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
-from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
+from servesize.units import GB, GiB, KiB, MiB, fmt_bytes, fmt_tokens
 from servesize.vllm_logs.calibration import CalibrationCheck
 from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, WorkloadFit, fit_meaning
 
@@ -244,3 +246,59 @@ def render_sweep(sweep: dict) -> str:
         lines.append(f"  {row['label']:>10} {row['warm_users']['p5']:>8,.0f} {row['warm_users']['p50']:>9,.0f} "
                      f"{c['cache']:>7,.0f} {c['decode']:>7,.0f} {c['latency']:>8,.0f} {c['saturation']:>10,.0f}  {row['binding']}")
     return "\n".join(lines)
+
+
+@render_text.register
+def _models(models: ModelsResult, explain: bool = False) -> str:
+    header = ("model", "params", "layers", "heads", "KV", "hd", "KV/token", "KV/1Ki tok", "state/seq", "weights")
+    table = [header]
+    for r in models.rows:
+        a = r.arch
+        params = _billions(r.ledger.total)
+        if r.ledger.num_experts:
+            params += f" / {_billions(r.ledger.active)}"
+        kv_heads = "MLA" if a.count(MLA) else (str(a.num_kv_heads) if any(layer.is_attention for layer in a.layers) else "-")
+        head_dim = f"{mla_latent_dim(a)}L" if a.count(MLA) else str(a.head_dim)
+        kv = _kib(r.kv_bytes_per_token)
+        if r.windowed_bytes_per_token:
+            kv += f" +{_kib(r.windowed_bytes_per_token)} ≤{_tokens(r.window_tokens)}"
+        table.append((
+            r.key + ("*" if r.entry is not None and r.entry.partial else ""),
+            params, r.layers_text, str(a.num_attention_heads), kv_heads, head_dim, kv,
+            f"{r.kv_bytes_per_token * 1024 / MiB:,.0f} MiB" if r.kv_bytes_per_token * 1024 % MiB == 0
+            else f"{r.kv_bytes_per_token * 1024 / MiB:,.1f} MiB",
+            f"{r.state_bytes_per_sequence / MiB:,.1f} MiB" if r.state_bytes_per_sequence else "-",
+            r.quantisation_text,
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    left = {0, 2, 9}
+    lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in table]
+    lines += [
+        "",
+        "params: total (excluding MTP modules) / active per token for MoE, B = 10**9 parameters.",
+        "KV/token: whole model, 16-bit cache, tensor parallel 1; full-attention and MLA layers (MLA: the latent, hd = its width).",
+        "  '+N ≤W' = sliding/chunked layers, which stop growing at W tokens; state/seq = GDN/Mamba state, constant per sequence.",
+        "KiB = 2**10 B, MiB = 2**20 B.  * = built from a partial config.",
+    ]
+    if explain:
+        for r in models.rows:
+            lines += ["", f"== {r.key} ({r.hf_id}) ==", f"config: {r.source}", r.ledger.explain()]
+            if r.entry is not None and r.entry.published_params_text:
+                lines.append(f"published: {r.entry.published_params_text}"
+                             + (f" / {r.entry.published_active_text} active" if r.entry.published_active_text else "")
+                             + f" [source: {r.entry.published_source}]")
+    return "\n".join(lines)
+
+
+def _billions(n: int) -> str:
+    b = n / 1e9
+    return f"{b:,.0f}B" if b >= 100 else f"{b:.1f}B" if b >= 10 else f"{b:.2f}B"
+
+
+def _kib(n: int) -> str:
+    return f"{n / KiB:,.0f} KiB" if n % KiB == 0 else f"{n / KiB:,.2f} KiB"
+
+
+def _tokens(n: int | None) -> str:
+    return "-" if n is None else f"{n // 1024}k" if n % 1024 == 0 and n >= 1024 else str(n)
