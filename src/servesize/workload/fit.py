@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import pathlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,8 @@ MIN_SAMPLES = 2
 # --- fitting -----------------------------------------------------------------------------------
 
 def _phi(x: np.ndarray) -> np.ndarray:
-    erf = np.frompyfunc(math.erf, 1, 1)
-    return 0.5 * (1.0 + erf(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)).astype(np.float64))
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * (1.0 + erf(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)))
 
 
 def ks_statistic(x: np.ndarray, mu: float, sigma: float) -> float:
@@ -197,7 +198,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         prefix, source = SEED_USER_PREFIX_TOKENS, "the seed default; the file does not say"
     user_cls = SessionClass("user", round(user_fit.median, 1), round(user_fit.sigma, 4), prefix,
                             source=f"fitted from {pathlib.Path(obs.path).name} (n={user_fit.n}, KS D={user_fit.ks_d:.3f})")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if sub_fit is not None:
         sub_prefix = int(round(float(np.median(obs.subagent_prefix_tokens)))) if obs.subagent_prefix_tokens else SEED_SUBAGENT_PREFIX_TOKENS
         kwargs["subagent"] = SessionClass("subagent", round(sub_fit.median, 1), round(sub_fit.sigma, 4), sub_prefix,
