@@ -117,6 +117,24 @@ def test_the_same_seed_gives_the_same_result():
     assert a.to_dict() == b.to_dict()
 
 
+def test_a_shared_bank_a_small_memory_bound_and_a_fresh_bank_give_the_same_result():
+    from servesize.workload.draws import RandomBank
+    wl = Workload.seed_reference()
+    fresh = warm_capacity(wl, POOL_27B_FP8, KV_27B_FP8, STATE_27B, fills=400, seed=3)
+    bank = RandomBank(3)
+    warm_capacity(wl.replace(invalidation=0.2), POOL_27B_FP8, KV_27B_FP8, STATE_27B, fills=600, seed=3, bank=bank)
+    shared = warm_capacity(wl, POOL_27B_FP8, KV_27B_FP8, STATE_27B, fills=400, seed=3, bank=bank)
+    bounded = warm_capacity(wl, POOL_27B_FP8, KV_27B_FP8, STATE_27B, fills=400, seed=3,
+                            bank=RandomBank(3, cache_cells=1))   # every block drawn again, none kept
+    assert fresh.to_dict() == shared.to_dict() == bounded.to_dict()
+
+
+def test_a_bank_for_another_seed_is_refused():
+    from servesize.workload.draws import RandomBank
+    with pytest.raises(BadInput, match="another seed"):
+        warm_capacity(Workload.seed_reference(), 1e6, 1000, fills=10, seed=1, bank=RandomBank(2))
+
+
 @pytest.mark.parametrize("kwargs", [dict(kv_bytes_per_token=0), dict(replicas=0), dict(fills=0),
                                     dict(pool_tokens=float("nan")), dict(state_bytes_per_session=-1)])
 def test_bad_arguments_are_refused(kwargs):

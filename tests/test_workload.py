@@ -151,3 +151,48 @@ def test_a_log_normal_user_mixes_with_an_empirical_subagent_and_round_trips(tmp_
     save_workload(w, tmp_path / "m.json")
     assert load_workload(tmp_path / "m.json") == w
     assert w != w.replace(subagent=EmpiricalClass("subagent", [4_000, 9_001], 3_000))
+
+
+# --- the random numbers behind a sample (workload.draws) ----------------------------------------
+
+def test_a_fills_numbers_do_not_depend_on_how_many_fills_or_sessions_are_drawn():
+    from servesize.workload.draws import RandomBank
+    small = RandomBank(4).take(0, 300, 0, 64)          # 300 fills x 64 sessions
+    large = RandomBank(4)
+    large.take(0, 1500, 0, 1000)                         # drawn wider and taller first
+    again = large.take(0, 300, 0, 64)
+    unkept = RandomBank(4, cache_cells=1).take(0, 300, 0, 64)  # past the memory bound: drawn again, not kept
+    for name in ("class_word", "cold_word", "z"):
+        assert np.array_equal(getattr(small, name), getattr(again, name))
+        assert np.array_equal(getattr(small, name), getattr(unkept, name))
+    spanning = large.take(10, 20, 60, 70)                # a range across two column blocks
+    assert np.array_equal(spanning.z, large.take(0, 1500, 0, 1000).z[10:20, 60:70])
+
+
+def test_the_same_numbers_under_a_longer_median_give_every_session_a_longer_prompt():
+    # common random numbers: a sweep moves each session, it does not redraw it
+    from servesize.workload.draws import RandomBank
+    raw = RandomBank(0).take(0, 50, 0, 64)
+    w = seed()
+    shorter = w.realise(raw).full_tokens
+    longer = w.replace(user=SessionClass("user", 45_000, 0.81, 15_000)).realise(raw).full_tokens
+    assert np.all(longer >= shorter) and np.any(longer > shorter)
+    assert np.array_equal(w.replace(invalidation=0.2).realise(raw).full_tokens, shorter)  # coldness moves no length
+
+
+def test_the_pool_fills_costs_are_the_samples_unique_tokens_plus_the_state():
+    for w in (seed(), seed().replace(subagents_share_prefix=True), seed().replace(subagent=None),
+              Workload(EmpiricalClass("user", [2_000, 40_000], 5_000), SessionClass("subagent", 8_000, 0.9, 3_000))):
+        raw = w.draw_raw(np.random.default_rng(2), (40, 100))
+        s = w.realise(raw)
+        cost, is_cold, is_sub = w.realise_costs(raw, 2_400.0)
+        assert np.allclose(cost, s.unique_tokens() + 2_400.0, rtol=0, atol=1e-9)
+        assert np.array_equal(is_cold, s.is_cold) and np.array_equal(is_sub, s.is_subagent)
+        assert np.array_equal(w.full_tokens(raw), s.full_tokens)
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_the_third_and_fourth_length_moments_match_a_large_sample(k):
+    w = seed()
+    s = w.sample(np.random.default_rng(3), 2_000_000)
+    assert w.length_moment(k) == pytest.approx(np.mean(s.full_tokens ** k), rel=0.03)

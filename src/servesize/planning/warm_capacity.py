@@ -14,14 +14,13 @@ Per fill (steps as in 2.6):
   RAM budget (offload bytes - reserved prefix bytes);
 - cold sessions occupy their full length and never count as warm.
 
-All fills are drawn at once as a (fills, draws) matrix; the cumulative cost runs along axis 1
-and each row's count is a comparison summed along it (searchsorted per row). No Python loop
-runs over fills. The arithmetic runs only on the leading columns that hold every row's
-budget (widened until they do), which gives the counts of the full matrix at a fraction of
-the cost. When a
-fill does not exhaust its budget within ``draws`` sessions (the count would be censored), the
-draw length doubles and the whole matrix is drawn again from the same seed (the seed raised
-instead, 5a).
+Fills are rows and sessions columns of one matrix of random numbers (workload.draws.RandomBank),
+drawn in column blocks: fill k's i-th session is the same however many sessions are drawn. All
+fills take their next block of sessions at once; the cumulative cost runs along each row, each
+row's count is a comparison summed along it (searchsorted per row), and a fill drops out once a
+session no longer fits: no Python loop runs over fills, and no fill is costed much past its
+budget. A fill never runs short of sessions (the seed raised when its fixed draw was exhausted,
+5a); ``draws_used`` reports the draw length, doubled from ``draws``, that would have held every fill.
 
 Topology: tensor parallel is one engine and one pool (the caller passes that pool). Data
 parallel is ``replicas`` independent engines, ``pool_tokens`` being one replica's pool:
@@ -54,6 +53,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.units import GB, fmt_bytes
+from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
 
 # Host-to-device restore bandwidth when the caller does not give one. PCIe Gen5 x16 signals
@@ -63,6 +63,7 @@ from servesize.workload.model import Workload
 DEFAULT_PCIE_BYTES_PER_S = 50 * GB
 _MAX_DRAWS = 1 << 20
 _MAX_ELEMENTS_PER_CHUNK = 4_000_000  # rows are processed in chunks of at most this many cells
+_PROBE = 32  # the first sessions of every fill: the median warm session's restore size
 PERCENTILES = (5, 50, 95)
 
 
@@ -142,51 +143,174 @@ class WarmCapacity:
 
 
 
-def _fill_counts(workload: Workload, rng: np.random.Generator, rows: int, draws: int, gpu_budget: float,
-                 state_tokens: float, ram_budget_tokens: float, inclusive: bool = True):
-    """Counts per fill for ``rows`` fills of ``draws`` sessions, and whether any fill is censored.
+class _Fill:
+    """Running counts of a chunk of fills while their sessions are added column block by column block."""
 
-    All random numbers of the (rows, draws) matrix are drawn first. The arithmetic (lengths,
-    cumulative cost, counts) then runs on the first ``width`` columns, doubled until every
-    row has run out of budget inside them: a session past the point where its row's budget is
-    exhausted cannot change that row's count, so the counts equal those of the full matrix.
-    Costs are in token-equivalents on both tiers: a CPU-offloaded session's unique x b + s
-    bytes is b x (unique + s / b), the same cost as on the GPU.
-    """
-    raw = workload.draw_raw(rng, (rows, draws))
-    head = min(draws, 32)
-    probe = workload.realise(raw, slice(0, head))
-    mean_cost = float(np.mean(probe.unique_tokens())) + state_tokens
-    need = (max(gpu_budget, 0.0) + ram_budget_tokens) / mean_cost if mean_cost > 0 else draws
-    width = int(min(draws, max(head, math.ceil(1.5 * need) + 64)))
-    all_rows = np.arange(rows)
-    while True:
-        s = workload.realise(raw, slice(0, width))
-        cum = np.cumsum(s.unique_tokens() + state_tokens, axis=1)
-        # cum is non-decreasing along a row, so counting entries <= budget is
-        # searchsorted(side='right'): the largest k whose cost fits, ties fit
-        n_gpu = np.count_nonzero(cum <= gpu_budget, axis=1)
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.total = np.zeros(rows)   # cumulative cost of the sessions added so far (token-equivalents)
+        self.taken = np.zeros(rows)   # cumulative cost of the GPU-resident sessions (additive tier)
+        self.n_gpu, self.n_res, self.warm_all, self.warm_user, self.warm_gpu = (np.zeros(rows, dtype=np.int64) for _ in range(5))
+
+    def add(self, rows: np.ndarray, cost: np.ndarray, is_cold: np.ndarray, is_sub: np.ndarray, gpu_budget: float,
+            ram_budget_tokens: float, inclusive: bool) -> np.ndarray:
+        """Add the next sessions (columns of ``cost``) of fills ``rows``; return which of those fills are now full.
+
+        The cumulative cost is non-decreasing along a fill, so counting entries <= budget is
+        searchsorted(side='right'): the largest k whose cost fits, ties fit. A fill is full once a
+        session fits neither tier: no later session can change its counts.
+        """
+        cum = np.cumsum(cost, axis=1)
+        cum += self.total[rows, None]
+        in_gpu = cum <= gpu_budget
         if ram_budget_tokens > 0 and inclusive:
             # host RAM holds a copy of every computed block (the most recent ones, up to its size)
-            n_res = np.maximum(np.count_nonzero(cum <= ram_budget_tokens, axis=1), n_gpu)
+            resident = cum <= max(gpu_budget, ram_budget_tokens)
         elif ram_budget_tokens > 0:
-            taken = np.where(n_gpu > 0, cum[all_rows, np.maximum(n_gpu - 1, 0)], 0.0)
-            n_res = np.maximum(np.count_nonzero(cum <= (taken + ram_budget_tokens)[:, None], axis=1), n_gpu)
+            # additive: RAM holds what HBM evicted, after the cost of the GPU-resident sessions (final
+            # once a fill's GPU budget is crossed, which happens before its RAM budget is)
+            self.taken[rows] = np.maximum(self.taken[rows], np.max(np.where(in_gpu, cum, 0.0), axis=1))
+            resident = cum <= np.maximum(gpu_budget, self.taken[rows] + ram_budget_tokens)[:, None]
         else:
-            n_res = n_gpu
-        if np.all(n_res < width) or width >= draws:
-            break
-        width = min(draws, 2 * width)
-    censored = bool(np.any(n_res >= draws))
-    col = np.arange(width)
-    warm = ~s.is_cold
-    resident = col < n_res[:, None]
-    warm_all = np.count_nonzero(warm & resident, axis=1)
-    warm_user = np.count_nonzero(warm & resident & ~s.is_subagent, axis=1)
-    warm_gpu = np.count_nonzero(warm & (col < n_gpu[:, None]), axis=1)
-    # the median warm session's restore size, from the first columns (a fixed, seeded subset)
-    head_unique = probe.unique_tokens()[~probe.is_cold]
-    return warm_all, warm_user, warm_gpu, censored, head_unique
+            resident = in_gpu
+        warm = ~is_cold
+        warm_res = warm & resident
+        self.n_gpu[rows] += np.count_nonzero(in_gpu, axis=1)
+        self.n_res[rows] += np.count_nonzero(resident, axis=1)
+        self.warm_all[rows] += np.count_nonzero(warm_res, axis=1)
+        self.warm_user[rows] += np.count_nonzero(warm_res & ~is_sub, axis=1)
+        self.warm_gpu[rows] += np.count_nonzero(warm & in_gpu, axis=1)
+        self.total[rows] = cum[:, -1]
+        return ~resident[:, -1]
+
+
+def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_draws: int, gpu_budget: float,
+                 state_tokens: float, ram_budget_tokens: float, inclusive: bool = True) -> _Fill:
+    """Counts per fill for fills [r0, r1), adding sessions one column block of the bank at a time.
+
+    After each block the fills that are full drop out; the rest get the next block. A fill's
+    sessions are the same however many are drawn (RandomBank), so its counts equal those of an
+    unbounded draw. Costs are in token-equivalents on both tiers: a CPU-offloaded session's
+    unique x b + s bytes is b x (unique + s / b), the same cost as on the GPU. Raises when a
+    fill holds ``max_draws`` sessions without filling.
+    """
+    fill = _Fill(r1 - r0)
+    active = np.arange(r1 - r0)
+    c0 = 0
+    while active.size:
+        if c0 >= max_draws:
+            raise BadInput(f"warm capacity: a fill holds more than {max_draws:,} sessions; "
+                           "the pool is too large for this workload's session sizes to simulate")
+        raw = bank.take(r0, r1, c0, c0 + bank.COLS)
+        if active.size < fill.rows:
+            raw = raw[active]
+        cost, is_cold, is_sub = workload.realise_costs(raw, state_tokens)
+        full = fill.add(active, cost, is_cold, is_sub, gpu_budget, ram_budget_tokens, inclusive)
+        active = active[~full]
+        c0 += bank.COLS
+    return fill
+
+
+def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_budget: float, state_tokens: float,
+              ram_budget_tokens: float, inclusive: bool) -> tuple[tuple, int]:
+    """(warm sessions, warm users, GPU-resident, offloaded) per fill, and the draw length that holds every fill."""
+    rows_per_chunk = max(bank.ROWS, _MAX_ELEMENTS_PER_CHUNK // bank.COLS // bank.ROWS * bank.ROWS)
+    parts = [_fill_counts(workload, bank, start, min(fills, start + rows_per_chunk), max(draws, _MAX_DRAWS),
+                          gpu_budget, state_tokens, ram_budget_tokens, inclusive)
+             for start in range(0, fills, rows_per_chunk)]  # chunks bound memory; one chunk in the usual case
+    warm_all = np.concatenate([p.warm_all for p in parts])
+    warm_gpu = np.concatenate([p.warm_gpu for p in parts])
+    counts = (warm_all, np.concatenate([p.warm_user for p in parts]), warm_gpu,
+              warm_all - warm_gpu)  # offloaded per fill, then percentiled
+    # the draw length the seed's doubling rule would have reached: every fill exhausts its budget inside it
+    most = int(max(p.n_res.max() for p in parts))
+    draws_used = draws
+    while draws_used <= most:
+        draws_used = min(max(draws, _MAX_DRAWS), 2 * draws_used)
+    return counts, draws_used
+
+
+def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: int) -> float:
+    """The median warm session's unique tokens over the first ``head`` sessions of every fill (a fixed, seeded subset)."""
+    unique, is_cold, _ = workload.realise_costs(bank.take(0, fills, 0, head))
+    warm = unique[~is_cold]
+    return float(np.median(warm)) if warm.size else 0.0
+
+
+def _check(pool_tokens, kv_bytes_per_token, state_bytes_per_session, cpu_offload_bytes, replicas, fills, draws,
+           pcie_bytes_per_s, offload_tier) -> None:
+    if offload_tier not in ("inclusive", "additive"):
+        raise BadInput(f"warm capacity: offload_tier must be inclusive or additive, got {offload_tier!r}")
+    for name, value in (("pool_tokens", pool_tokens), ("kv_bytes_per_token", kv_bytes_per_token),
+                        ("state_bytes_per_session", state_bytes_per_session), ("cpu_offload_bytes", cpu_offload_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+            raise BadInput(f"warm capacity: {name} must be a finite number, got {value!r}")
+    if kv_bytes_per_token <= 0:
+        raise BadInput(f"warm capacity: kv_bytes_per_token must be > 0, got {kv_bytes_per_token!r}")
+    if state_bytes_per_session < 0 or cpu_offload_bytes < 0:
+        raise BadInput("warm capacity: state_bytes_per_session and cpu_offload_bytes must be >= 0")
+    for name, value, lo in (("replicas", replicas, 1), ("fills", fills, 1), ("draws", draws, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+            raise BadInput(f"warm capacity: {name} must be an integer >= {lo}, got {value!r}")
+    if pcie_bytes_per_s is not None and not (pcie_bytes_per_s > 0 and math.isfinite(pcie_bytes_per_s)):
+        raise BadInput(f"warm capacity: pcie_bytes_per_s must be > 0, got {pcie_bytes_per_s!r}")
+
+
+def _system_scale(d: Derivation, routing: str, replicas: int) -> tuple[float, float]:
+    """(system total / one replica, the sticky-population hit-rate bound) for the routing."""
+    if routing == "sticky":
+        return d.step("system_scale", "replicas", note="sticky routing: each replica keeps its own sessions warm",
+                      replicas=replicas), 1.0
+    if routing == "random":
+        scale = d.step("system_scale", "1", note="random routing: every replica holds the same most-recent sessions (multiple residency)")
+        return scale, d.step("sticky_population_hit_rate_bound", "1 / replicas",
+                             note="upper bound on the hit rate of a population sized for sticky routing; LRU does worse",
+                             replicas=replicas)
+    return 1, 1.0
+
+
+def _restore(d: Derivation, median_unique: float, b: float, s_bytes: float, pcie_bytes_per_s: float | None) -> dict:
+    pcie = float(pcie_bytes_per_s) if pcie_bytes_per_s is not None else float(DEFAULT_PCIE_BYTES_PER_S)
+    per_100k = d.step("restore_s_per_100k_tokens", "100000 * kv_bytes_per_token / pcie_bytes_per_s", unit="s",
+                      source="" if pcie_bytes_per_s is not None else "assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device",
+                      kv_bytes_per_token=b, pcie_bytes_per_s=pcie)
+    median_s = d.step("restore_s_median_session",
+                      "(median_unique_tokens * kv_bytes_per_token + state_bytes_per_session) / pcie_bytes_per_s",
+                      unit="s", note="one offloaded session back to HBM before it can decode, uncontended",
+                      median_unique_tokens=median_unique, kv_bytes_per_token=b, state_bytes_per_session=s_bytes,
+                      pcie_bytes_per_s=pcie)
+    return {"pcie_bytes_per_s": pcie, "pcie_assumed": pcie_bytes_per_s is None,
+            "seconds_per_100k_tokens": per_100k, "median_session_seconds": median_s,
+            "median_session_unique_tokens": median_unique}
+
+
+def _assumptions(workload: Workload, s_bytes: float, cpu_offload_bytes: float, offload_tier: str, routing: str,
+                 replicas: int, draws: int, draws_used: int) -> tuple[str, ...]:
+    out = [
+        "a warm session is a whole-session LRU snapshot: the most recent sessions whose cost fits stay resident "
+        "(vLLM evicts blocks, so partly evicted sessions would still get partial hits: not modelled)",
+        f"session lengths: {workload.user.describe()}" + (f"; {workload.subagent.describe()}" if workload.subagent else ""),
+        f"lengths above max_model_len ({workload.max_model_len:,}) pile up at it rather than being rejected or compacted",
+        f"invalidation f = {workload.invalidation:g}: a cold request occupies its full length and never counts warm",
+        "shared prefixes are byte-stable and stored once per class",
+        f"state of {s_bytes:,.0f} B per session is charged in full for every resident session",
+    ]
+    if cpu_offload_bytes > 0:
+        out.append("CPU offload tier: " + ("inclusive (vLLM's offloading connector stores every computed block "
+                   "to host RAM, so RAM keeps the most recent sessions, GPU-resident or not)" if offload_tier == "inclusive"
+                   else "additive (the seed's model: RAM holds what HBM evicted)"))
+        out.append(f"CPU offload ({fmt_bytes(cpu_offload_bytes)} per engine) is priced as storage only: "
+                   "an offloaded session must be restored over PCIe before it decodes (restore cost reported, contention not)")
+    if routing == "sticky":
+        out.append(f"data parallel, sticky routing: total = {replicas} x one replica (conservative at p5)")
+    elif routing == "random":
+        out.append(f"data parallel, random routing: total = one replica's figure (every replica holds the same "
+                   f"most-recent sessions); a sticky-sized load would land on a replica holding its prefix "
+                   f"at most 1/{replicas} of the time, and each session pays up to {replicas - 1} extra "
+                   "cold first visit(s)")
+    if draws_used != draws:
+        out.append(f"draws grown from {draws:,} to {draws_used:,} so that every fill exhausts its budget")
+    return tuple(out)
 
 
 def warm_capacity(
@@ -203,6 +327,7 @@ def warm_capacity(
     seed: int = 0,
     pcie_bytes_per_s: float | None = None,
     offload_tier: str = "inclusive",
+    bank: RandomBank | None = None,
 ) -> WarmCapacity:
     """Monte-Carlo warm capacity of one KV pool, and of ``replicas`` such pools.
 
@@ -221,23 +346,11 @@ def warm_capacity(
                              so RAM holds the most recent sessions whether or not they are also in HBM:
                              warm = max of the two tiers) or 'additive' (the seed's model: RAM holds
                              what HBM evicted, so the tiers add).
+    bank                     the random numbers (a workload.draws.RandomBank for ``seed``); pass one to
+                             share it across calls: common random numbers, nothing drawn twice.
     """
-    if offload_tier not in ("inclusive", "additive"):
-        raise BadInput(f"warm capacity: offload_tier must be inclusive or additive, got {offload_tier!r}")
-    for name, value in (("pool_tokens", pool_tokens), ("kv_bytes_per_token", kv_bytes_per_token),
-                        ("state_bytes_per_session", state_bytes_per_session), ("cpu_offload_bytes", cpu_offload_bytes)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
-            raise BadInput(f"warm capacity: {name} must be a finite number, got {value!r}")
-    if kv_bytes_per_token <= 0:
-        raise BadInput(f"warm capacity: kv_bytes_per_token must be > 0, got {kv_bytes_per_token!r}")
-    if state_bytes_per_session < 0 or cpu_offload_bytes < 0:
-        raise BadInput("warm capacity: state_bytes_per_session and cpu_offload_bytes must be >= 0")
-    for name, value, lo in (("replicas", replicas, 1), ("fills", fills, 1), ("draws", draws, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise BadInput(f"warm capacity: {name} must be an integer >= {lo}, got {value!r}")
-    if pcie_bytes_per_s is not None and not (pcie_bytes_per_s > 0 and math.isfinite(pcie_bytes_per_s)):
-        raise BadInput(f"warm capacity: pcie_bytes_per_s must be > 0, got {pcie_bytes_per_s!r}")
-
+    _check(pool_tokens, kv_bytes_per_token, state_bytes_per_session, cpu_offload_bytes, replicas, fills, draws,
+           pcie_bytes_per_s, offload_tier)
     replicas, fills, draws = int(replicas), int(fills), int(draws)
     routing = "single" if replicas == 1 else ("sticky" if sticky_routing else "random")
     d = Derivation()
@@ -260,95 +373,25 @@ def warm_capacity(
                             note="sessions offloaded to host RAM cost unique tokens x b + s bytes each",
                             cpu_offload_bytes=float(cpu_offload_bytes), reserved_prefix_tokens=reserved, kv_bytes_per_token=b)
 
-    draws_used = draws
+    bank = bank if bank is not None else RandomBank(seed, uniforms=workload.needs_uniforms)
+    if bank.seed != int(seed) or (workload.needs_uniforms and not bank.uniforms):
+        raise BadInput("warm capacity: the random bank was drawn for another seed, or without the bootstrap uniforms")
     if pool_tokens <= 0:
-        zeros = np.zeros(fills)
-        counts = (zeros, zeros, zeros, zeros)
-        head_unique = np.zeros(0)
+        counts, draws_used = (np.zeros(fills),) * 4, draws
     else:
-        while True:
-            rng = np.random.default_rng(seed)
-            rows_per_chunk = max(1, min(fills, _MAX_ELEMENTS_PER_CHUNK // draws_used))
-            parts, censored_any = [], False
-            for start in range(0, fills, rows_per_chunk):  # chunks bound memory; one chunk in the usual case
-                rows = min(rows_per_chunk, fills - start)
-                out = _fill_counts(workload, rng, rows, draws_used, gpu_budget, state_tokens, ram_budget / float(b),
-                                   offload_tier == "inclusive")
-                if out[3]:
-                    censored_any = True
-                    break
-                parts.append(out)
-            if not censored_any:
-                break
-            if draws_used >= _MAX_DRAWS:
-                raise BadInput(f"warm capacity: a fill holds more than {_MAX_DRAWS:,} sessions; "
-                               "the pool is too large for this workload's session sizes to simulate")
-            draws_used = min(_MAX_DRAWS, draws_used * 2)
-        warm_all = np.concatenate([p[0] for p in parts])
-        warm_user = np.concatenate([p[1] for p in parts])
-        warm_gpu = np.concatenate([p[2] for p in parts])
-        counts = (warm_all, warm_user, warm_gpu, warm_all - warm_gpu)  # offloaded per fill, then percentiled
-        head_unique = np.concatenate([p[4] for p in parts])
+        counts, draws_used = _simulate(workload, bank, fills, draws, gpu_budget, state_tokens, ram_budget / float(b),
+                                       offload_tier == "inclusive")
 
-    one = {
-        "sessions": Percentiles.of(counts[0]),
-        "users": Percentiles.of(counts[1]),
-        "gpu_resident": Percentiles.of(counts[2]),
-        "cpu_offloaded": Percentiles.of(counts[3]),
-    }
+    one = dict(zip(("sessions", "users", "gpu_resident", "cpu_offloaded"), (Percentiles.of(c) for c in counts)))
     for key, p in one.items():
         d.given(f"warm_{key}_per_replica" if replicas > 1 else f"warm_{key}", str(p), note="p5 / p50 / p95 over fills")
-
-    if routing == "sticky":
-        scale = d.step("system_scale", "replicas", note="sticky routing: each replica keeps its own sessions warm", replicas=replicas)
-        hit = 1.0
-    elif routing == "random":
-        scale = d.step("system_scale", "1", note="random routing: every replica holds the same most-recent sessions (multiple residency)")
-        hit = d.step("sticky_population_hit_rate_bound", "1 / replicas",
-                     note="upper bound on the hit rate of a population sized for sticky routing; LRU does worse",
-                     replicas=replicas)
-    else:
-        scale, hit = 1, 1.0
+    scale, hit = _system_scale(d, routing, replicas)
     total = {k: v.scaled(scale) for k, v in one.items()}
 
     restore = None
     if cpu_offload_bytes > 0 or pcie_bytes_per_s is not None:
-        pcie = float(pcie_bytes_per_s) if pcie_bytes_per_s is not None else float(DEFAULT_PCIE_BYTES_PER_S)
-        median_unique = float(np.median(head_unique)) if head_unique.size else 0.0
-        per_100k = d.step("restore_s_per_100k_tokens", "100000 * kv_bytes_per_token / pcie_bytes_per_s", unit="s",
-                          source="" if pcie_bytes_per_s is not None else "assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device",
-                          kv_bytes_per_token=b, pcie_bytes_per_s=pcie)
-        median_s = d.step("restore_s_median_session", "(median_unique_tokens * kv_bytes_per_token + state_bytes_per_session) / pcie_bytes_per_s",
-                          unit="s", note="one offloaded session back to HBM before it can decode, uncontended",
-                          median_unique_tokens=median_unique, kv_bytes_per_token=b, state_bytes_per_session=s_bytes, pcie_bytes_per_s=pcie)
-        restore = {"pcie_bytes_per_s": pcie, "pcie_assumed": pcie_bytes_per_s is None,
-                   "seconds_per_100k_tokens": per_100k, "median_session_seconds": median_s,
-                   "median_session_unique_tokens": median_unique}
-
-    assumptions = [
-        "a warm session is a whole-session LRU snapshot: the most recent sessions whose cost fits stay resident "
-        "(vLLM evicts blocks, so partly evicted sessions would still get partial hits: not modelled)",
-        f"session lengths: {workload.user.describe()}" + (f"; {workload.subagent.describe()}" if workload.subagent else ""),
-        f"lengths above max_model_len ({workload.max_model_len:,}) pile up at it rather than being rejected or compacted",
-        f"invalidation f = {workload.invalidation:g}: a cold request occupies its full length and never counts warm",
-        "shared prefixes are byte-stable and stored once per class",
-        f"state of {s_bytes:,.0f} B per session is charged in full for every resident session",
-    ]
-    if cpu_offload_bytes > 0:
-        assumptions.append("CPU offload tier: " + ("inclusive (vLLM's offloading connector stores every computed block "
-                           "to host RAM, so RAM keeps the most recent sessions, GPU-resident or not)" if offload_tier == "inclusive"
-                           else "additive (the seed's model: RAM holds what HBM evicted)"))
-        assumptions.append(f"CPU offload ({fmt_bytes(cpu_offload_bytes)} per engine) is priced as storage only: "
-                           "an offloaded session must be restored over PCIe before it decodes (restore cost reported, contention not)")
-    if routing == "sticky":
-        assumptions.append(f"data parallel, sticky routing: total = {replicas} x one replica (conservative at p5)")
-    elif routing == "random":
-        assumptions.append(f"data parallel, random routing: total = one replica's figure (every replica holds the same "
-                           f"most-recent sessions); a sticky-sized load would land on a replica holding its prefix "
-                           f"at most 1/{replicas} of the time, and each session pays up to {replicas - 1} extra "
-                           "cold first visit(s)")
-    if draws_used != draws:
-        assumptions.append(f"draws grown from {draws:,} to {draws_used:,} so that every fill exhausts its budget")
+        median_unique = _median_warm_unique(workload, bank, fills, min(draws, _PROBE)) if pool_tokens > 0 else 0.0
+        restore = _restore(d, median_unique, b, s_bytes, pcie_bytes_per_s)
 
     return WarmCapacity(
         sessions=total["sessions"], users=total["users"], gpu_resident=total["gpu_resident"],
@@ -357,5 +400,5 @@ def warm_capacity(
         kv_bytes_per_token=float(b), state_bytes_per_session=float(s_bytes),
         cpu_offload_bytes=float(cpu_offload_bytes), restore=restore, fills=fills,
         draws_requested=draws, draws_used=draws_used, seed=int(seed), derivation=d,
-        assumptions=tuple(assumptions),
+        assumptions=_assumptions(workload, s_bytes, cpu_offload_bytes, offload_tier, routing, replicas, draws, draws_used),
     )

@@ -31,6 +31,7 @@ from typing import Any, Union
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.workload.draws import RawDraw, draw_numbers
 
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
@@ -247,16 +248,6 @@ class Sample:
         return np.where(self.is_cold, self.full_tokens, np.maximum(self.full_tokens - self.prefix_tokens, 0.0))
 
 
-@dataclass(frozen=True)
-class RawDraw:
-    """The random numbers of one draw (see ``Workload.draw_raw``)."""
-
-    shape: tuple
-    words: np.ndarray | None     # uint32 pairs: class decision, cold decision
-    z: np.ndarray | None         # standard normals (float32) for log-normal classes
-    index: dict                  # bootstrap indices for empirical classes, by class key
-
-
 # --- the workload ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -355,70 +346,116 @@ class Workload:
         return self.realise(raw)
 
     def draw_raw(self, rng: np.random.Generator, size) -> RawDraw:
-        """The random numbers behind ``size`` requests, before any arithmetic.
+        """The random numbers behind ``size`` requests, before any arithmetic (workload.draws).
 
-        Per request: one 64-bit word whose two 32-bit halves decide the class (step 1,
-        P = r/(1+r)) and coldness (step 3, P = f), exact to 2**-32; one standard normal for a
-        log-normal length (Box-Muller on float32 uniforms: exact normals, tails cut at 5.77
-        sigma, a 1e-8 event); or one bootstrap index for an empirical class.
-        ``realise`` turns any block of columns into lengths, so a caller that needs only the
-        first columns of a long draw does not pay arithmetic for the rest.
+        The numbers do not depend on this workload's parameters, only on whether a class is
+        empirical (then bootstrap uniforms are drawn too), so ``realise`` under a neighbouring
+        workload gives common random numbers.
         """
         shape = (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
-        n = int(np.prod(shape))
-        p_sub, f = self.subagent_probability, self.invalidation
-        words = None
-        if (0 < p_sub < 1) or (0 < f < 1):
-            words = rng.bit_generator.random_raw(n).reshape(shape).view(np.uint32).reshape(shape + (2,))
-        z = None
-        if any(isinstance(c, SessionClass) for c in self.classes()):
-            m = (n + 1) // 2
-            u = rng.random((2, m), dtype=np.float32)
-            radius = np.sqrt(np.float32(-2.0) * np.log(np.float32(1.0) - u[0]))
-            theta = np.float32(2.0 * math.pi) * u[1]
-            z = np.concatenate([radius * np.cos(theta), radius * np.sin(theta)])[:n].reshape(shape)
-        index = {}
-        for key, cls in (("user", self.user), ("subagent", self.subagent)):
-            if isinstance(cls, EmpiricalClass) and (key == "user" or p_sub > 0):
-                index[key] = rng.integers(0, cls.lengths.size, shape)
-        return RawDraw(shape, words, z, index)
+        return draw_numbers(rng, shape, uniforms=self.needs_uniforms)
+
+    @property
+    def needs_uniforms(self) -> bool:
+        """Whether a class bootstraps from observed lengths (its requests need a uniform each)."""
+        return any(isinstance(c, EmpiricalClass) for c in self.classes())
+
+    def sampling_key(self) -> tuple:
+        """Everything the sampled requests depend on (not the pacing: think time, output, warm turn)."""
+        return (self.user, self.subagent, self.subagent_ratio, self.subagents_share_prefix, self.invalidation,
+                self.max_model_len)
+
+    def lengths_key(self) -> tuple:
+        """Everything the sampled full lengths depend on (not coldness, which does not change a length)."""
+        return (self.user, self.subagent, self.subagent_ratio, self.subagents_share_prefix, self.max_model_len)
 
     def realise(self, raw: RawDraw, columns: slice = slice(None)) -> Sample:
         """Steps 1-3 on ``raw[..., columns]``: classes, lengths, prefix floor and cap, coldness."""
-        shape = np.empty(raw.shape, dtype=bool)[..., columns].shape
-        p_sub, f = self.subagent_probability, self.invalidation
-        # step 1: class membership (word half 0), then each class's length
-        if p_sub <= 0:
-            is_sub = np.zeros(shape, dtype=bool)
-        else:
-            is_sub = raw.words[..., columns, 0] < round(p_sub * 2**32)
-        length = self._lengths(self.user, raw, "user", columns)
-        if p_sub > 0:
-            length = np.where(is_sub, self._lengths(self.subagent, raw, "subagent", columns), length)
-        # step 2: prefix by class; a prompt holds at least its prefix, at most the cap
-        cap = float(self.max_model_len)
-        if p_sub > 0:
-            prefix = np.where(is_sub, float(self.subagent_prefix_tokens), float(self.user.prefix_tokens))
-        else:
-            prefix = np.full(shape, float(self.user.prefix_tokens))
-        full = np.clip(length, np.minimum(prefix, cap), cap)
-        # step 3: cold requests match nothing (word half 1)
-        if f <= 0:
-            is_cold = np.zeros(shape, dtype=bool)
-        elif f >= 1:
-            is_cold = np.ones(shape, dtype=bool)
-        else:
-            is_cold = raw.words[..., columns, 1] < round(f * 2**32)
-        prefix = np.where(is_cold, 0.0, prefix)
+        if columns != slice(None):
+            raw = raw[..., columns]
+        is_sub, is_cold = self._flags(raw)
+        full, prefix = self._full_tokens(raw, is_sub)
+        prefix = np.where(is_cold, 0.0, prefix)  # step 3: cold requests match nothing
         return Sample(full, prefix, is_cold, is_sub)
 
+    def full_tokens(self, raw: RawDraw) -> np.ndarray:
+        """Steps 1-2 only: each request's prompt length (float64), what decode reads and prefill prices."""
+        return self._full_tokens(raw, self._flags(raw, cold=False)[0])[0]
+
+    def realise_costs(self, raw: RawDraw, extra_tokens: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step 4 for a pool fill, without building a Sample: (unique tokens + ``extra_tokens``, is_cold,
+        is_subagent). A warm request costs full - prefix (full >= prefix: the prefix floor, and a prefix
+        never exceeds the cap), a cold one its full length."""
+        is_sub, is_cold = self._flags(raw)
+        cost, prefix = self._full_tokens(raw, is_sub)
+        if np.ndim(prefix):
+            if self.invalidation > 0:
+                prefix *= ~is_cold
+            cost -= prefix
+        elif self.invalidation > 0:
+            cost -= prefix * ~is_cold
+        else:
+            cost -= prefix
+        cost += extra_tokens
+        return cost, is_cold, is_sub
+
+    def _flags(self, raw: RawDraw, cold: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Step 1 (class) and step 3 (cold) from the two words."""
+        p_sub, f = self.subagent_probability, self.invalidation
+        is_sub = raw.class_word < round(p_sub * 2**32) if p_sub > 0 else np.zeros(raw.shape, dtype=bool)
+        if not cold:
+            return is_sub, None
+        if f <= 0:
+            is_cold = np.zeros(raw.shape, dtype=bool)
+        elif f >= 1:
+            is_cold = np.ones(raw.shape, dtype=bool)
+        else:
+            is_cold = raw.cold_word < round(f * 2**32)
+        return is_sub, is_cold
+
+    def _full_tokens(self, raw: RawDraw, is_sub: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+        """Step 2: each request's class length, at least its prefix, at most the cap (float64, a new array),
+        and its class prefix (an array, or a float when every request is a user's)."""
+        cap = float(self.max_model_len)
+        user_prefix = float(self.user.prefix_tokens)
+        if self.subagent_probability <= 0:
+            full = self._lengths(self.user, raw)
+            return np.clip(full, min(user_prefix, cap), cap, out=full), user_prefix
+        sub = is_sub.astype(np.float64)
+        sub_prefix = float(self.subagent_prefix_tokens)
+        if isinstance(self.user, SessionClass) and isinstance(self.subagent, SessionClass):
+            # one exp for both classes: ln L = mu + sigma z with the request's own class (float32, 1e-6 relative)
+            (mu_u, s_u), (mu_s, s_s) = ((np.float32(c.mu), np.float32(c.sigma)) for c in (self.user, self.subagent))
+            pick = sub.astype(np.float32)
+            x = pick * (s_s - s_u)
+            x += s_u
+            x *= raw.z
+            pick *= mu_s - mu_u
+            pick += mu_u
+            x += pick
+            full = np.exp(x, out=x).astype(np.float64)
+        else:
+            full = np.where(is_sub, self._lengths(self.subagent, raw), self._lengths(self.user, raw))
+        prefix = sub * (sub_prefix - user_prefix)
+        prefix += user_prefix
+        np.maximum(full, prefix, out=full)  # the prefix floor (a prefix never exceeds the cap)
+        return np.minimum(full, cap, out=full), prefix
+
     @staticmethod
-    def _lengths(cls: RequestClass, raw: RawDraw, key: str, columns: slice) -> np.ndarray:
+    def _lengths(cls: RequestClass, raw: RawDraw) -> np.ndarray:
+        """The class's length for every request of ``raw`` (float64, a new array)."""
         if isinstance(cls, SessionClass):
-            return np.exp(cls.mu + cls.sigma * raw.z[..., columns].astype(np.float64))
-        return cls.lengths[raw.index[key][..., columns]]
+            x = raw.z * np.float32(cls.sigma)
+            x += np.float32(cls.mu)
+            return np.exp(x, out=x).astype(np.float64)  # ln L = mu + sigma z, in float32: 1e-6 relative
+        pick = (raw.u * cls.lengths.size).astype(np.intp)
+        return cls.lengths[np.minimum(pick, cls.lengths.size - 1)]
 
     # -- moments for the prefill model -----------------------------------------------------
+    def length_moment(self, k: int) -> float:
+        """E[full^k] over requests (tokens^k): closed form for log-normal classes, exact for empirical."""
+        return self._class_moment(k)
+
     def _class_moment(self, k: int) -> float:
         cap = float(self.max_model_len)
         user = self.user.moment(min(self.user.prefix_tokens, cap), cap, k)
