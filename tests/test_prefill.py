@@ -116,3 +116,24 @@ def test_the_catalogue_h200_fp8_peak_gives_the_seeds_32k_chunk_time():
     s = PrefillSetup(gemm_params=P_27B, attention_width=D_27B, full_attention_layers=LA_27B,
                      peak_flops_per_gpu=hardware.find_gpu("H200").dense_flops_per_s("fp8"))
     assert s.seconds(32_768) == pytest.approx(2.040, abs=0.001)
+
+
+def test_from_the_length_moments_one_context_length_gives_plain_arithmetic():
+    s = setup_27b()
+    length = 40_000.0
+    c = prefill_costs(s, length_moments=(length, length**2, length**3, length**4), warm_turn_tokens=2000)
+    assert c.miss_s == pytest.approx(s.miss_seconds(length))
+    assert c.miss_s2 == pytest.approx(s.miss_seconds(length) ** 2)
+    assert c.hit_s2 == pytest.approx(s.hit_seconds(length, 2000) ** 2)
+    assert c.samples == 0 and "closed form" in c.derivation.render()
+
+
+def test_the_closed_form_moments_agree_with_a_large_sample_of_the_seed_workload():
+    workload = pytest.importorskip("servesize.workload.model")
+    wl = workload.Workload.seed_reference()
+    exact = prefill_costs(setup_27b(), length_moments=tuple(wl.length_moment(k) for k in (1, 2, 3, 4)), warm_turn_tokens=2000)
+    sampled = prefill_costs(setup_27b(), sample_contexts=lambda rng, n: wl.sample(rng, n).full_tokens, samples=1_000_000,
+                            warm_turn_tokens=2000)
+    for name in ("miss_s", "miss_s2", "hit_s", "hit_s2"):
+        assert getattr(exact, name) == pytest.approx(getattr(sampled, name), rel=0.01)
+    assert exact.miss_s == pytest.approx(2.826, rel=0.01)  # the seed's miss on the 27B

@@ -22,6 +22,7 @@ E[S|miss] needs E[L^2], not E[L]^2, because the tail of a log-normal dominates t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,7 +116,7 @@ class PrefillCosts:
     miss_s2: float                      # E[S^2 | miss]
     hit_s: float                        # E[S | hit]: warm TTFT with no queue (= hit at prior E[L])
     hit_s2: float                       # E[S^2 | hit]
-    samples: int
+    samples: int                        # context draws behind the moments (0: closed form)
     derivation: Derivation
 
     @property
@@ -151,18 +152,27 @@ def prefill_costs(
     warm_turn_tokens: float | None = None,
     samples: int | None = None,
     seed: int = 0,
+    length_moments: tuple | None = None,
 ) -> PrefillCosts:
-    """E[S|miss], E[S^2|miss], E[S|hit], E[S^2|hit] from context lengths (given or sampled).
+    """E[S|miss], E[S^2|miss], E[S|hit], E[S^2|hit] from context lengths (given, sampled, or their moments).
 
-    Pass either ``contexts`` (an array of context lengths, prefix included) or
-    ``sample_contexts(rng, size)`` with ``samples`` draws (default 200,000, seed 0).
+    Pass ``contexts`` (an array of context lengths, prefix included), or
+    ``sample_contexts(rng, size)`` with ``samples`` draws (default 200,000, seed 0), or
+    ``length_moments`` = (E[L], E[L^2], E[L^3], E[L^4]): both legs are polynomials in L of degree
+    at most 2, so their first two moments follow exactly from these four (no sampling noise).
     """
     turn = assumption("prefill.warm_turn_tokens") if warm_turn_tokens is None else float(warm_turn_tokens)
     if turn < 0:
         raise BadInput(f"warm turn must be >= 0 tokens, got {turn!r}")
+    if length_moments is not None:
+        if len(length_moments) != 4 or not all(math.isfinite(x) and x >= 0 for x in length_moments):
+            raise BadInput("length_moments must be E[L], E[L^2], E[L^3], E[L^4]: four finite values >= 0")
+        el, el2, el3, el4 = (float(x) for x in length_moments)
+        return _costs(setup, turn, el, el2, None, None, 0, "closed form over the workload's length distribution",
+                      (el3, el4))
     if contexts is None:
         if sample_contexts is None:
-            raise BadInput("prefill_costs needs contexts or a context sampler")
+            raise BadInput("prefill_costs needs contexts, a context sampler or the length moments")
         samples = assumption("prefill.samples") if samples is None else int(samples)
         if samples < 1:
             raise BadInput("samples must be >= 1")
@@ -174,7 +184,15 @@ def prefill_costs(
     miss = setup.miss_seconds(length)
     hit = setup.hit_seconds(length, turn)
     el, el2 = float(length.mean()), float((length**2).mean())
+    return _costs(setup, turn, el, el2, float((miss**2).mean()), float((hit**2).mean()), int(length.size),
+                  f"mean context over {length.size:,} draws")
 
+
+def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, miss_s2: float | None, hit_s2: float | None,
+           samples: int, how: str, higher: tuple | None = None) -> PrefillCosts:
+    """PrefillCosts with its derivation. The means are affine in E[L] and E[L^2]; the second moments are
+    given (sampled) or, with ``higher`` = (E[L^3], E[L^4]), exact: miss = (2P L + 2 d L_a L^2) / F and
+    hit = (h0 + 4 T d L_a L) / F are polynomials in L, so their squares' means are sums of E[L^k]."""
     d = Derivation()
     d.given("P", setup.gemm_params, note="matmul parameters per token (active for MoE), no embedding/lm_head")
     d.given("d", setup.attention_width, note="attention width n_q x head_dim")
@@ -184,7 +202,7 @@ def prefill_costs(
         source="working-set-model.md 2.8; MFU modelled (data/assumptions.toml prefill.mfu, bracket 0.30-0.60)",
         tp=setup.tp, peak_flops_per_gpu=setup.peak_flops_per_gpu, tp_efficiency=setup.tp_eff, mfu=setup.mfu,
     )
-    d.given("E_L", el, unit="tokens", note=f"mean context over {length.size:,} draws")
+    d.given("E_L", el, unit="tokens", note=how)
     d.given("E_L2", el2, unit="tokens^2", note="second moment: the quadratic term is priced on the tail")
     miss_s = d.step(
         "miss_ttft_s", "(2 * P * E_L + 2 * d * L_a * E_L2) / achieved_flops_per_s", unit="s",
@@ -198,14 +216,27 @@ def prefill_costs(
         P=setup.gemm_params, T=turn, d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el,
         achieved_flops_per_s=flops_s,
     )
+    if higher is not None:
+        e3 = d.given("E_L3", higher[0], unit="tokens^3", note=how)
+        e4 = d.given("E_L4", higher[1], unit="tokens^4", note=how)
+        miss_s2 = d.step(
+            "miss_s2", "((2 * P) ** 2 * E_L2 + 2 * (2 * P) * (2 * d * L_a) * E_L3 + (2 * d * L_a) ** 2 * E_L4)"
+            " / achieved_flops_per_s ** 2", unit="s^2", note="E[S^2 | miss], exact from the length moments",
+            P=setup.gemm_params, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2, E_L3=e3, E_L4=e4,
+            achieved_flops_per_s=flops_s)
+        h0 = float(setup.flops(turn, 0.0))
+        hit_s2 = d.step(
+            "hit_s2", "(h0 ** 2 + 2 * h0 * (4 * T * d * L_a) * E_L + (4 * T * d * L_a) ** 2 * E_L2) / achieved_flops_per_s ** 2",
+            unit="s^2", note="E[S^2 | hit], h0 = the turn's own FLOPs with nothing cached", h0=h0, T=turn,
+            d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el, E_L2=el2, achieved_flops_per_s=flops_s)
     return PrefillCosts(
         mean_context_tokens=el,
         mean_context_sq_tokens2=el2,
         warm_turn_tokens=turn,
         miss_s=float(miss_s),
-        miss_s2=float((miss**2).mean()),
+        miss_s2=float(miss_s2),
         hit_s=float(hit_s),
-        hit_s2=float((hit**2).mean()),
-        samples=int(length.size),
+        hit_s2=float(hit_s2),
+        samples=samples,
         derivation=d,
     )
