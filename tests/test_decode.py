@@ -222,3 +222,23 @@ def test_the_catalogue_h200_reproduces_the_seeds_ceiling():
     h200 = hardware.find_gpu("H200")
     setup = DecodeSetup(**{**SEED_27B, "bandwidth_bytes_per_s": h200.bandwidth_bytes_per_s}, spec_speedup=1.7)
     assert abs(decode_ceiling(setup, reference_contexts).n - 118) <= 3
+
+
+@pytest.mark.parametrize("n", [1, 2, 149, 150, 400])
+def test_the_median_by_partition_is_numpys_linear_percentile(n):
+    from servesize.planning.decode import _p50
+    x = np.random.default_rng(n).lognormal(3, 1, n)
+    assert _p50(x) == float(np.percentile(x, 50))
+
+
+def test_one_context_bank_serves_every_floor_and_setup_and_gives_the_ceiling_a_fresh_bank_gives():
+    from servesize.planning.decode import ContextBank
+    rng = np.random.default_rng(0)
+    columns = rng.lognormal(math.log(31_000), 0.81, (400, 1024))
+    bank = ContextBank.from_columns(lambda c0, c1: columns[:, c0:c1], 400)
+    seed_setup, no_mtp = DecodeSetup(**SEED_27B, spec_speedup=1.7), DecodeSetup(**SEED_27B)
+    shared = [decode_ceiling(s, None, floor_tok_s=f, bank=bank).n for s in (seed_setup, no_mtp) for f in (40, 50)]
+    fresh = [decode_ceiling(s, None, floor_tok_s=f, bank=ContextBank.from_columns(lambda c0, c1: columns[:, c0:c1], 400)).n
+             for s in (seed_setup, no_mtp) for f in (40, 50)]
+    assert shared == fresh
+    assert shared[0] > shared[1] and shared[0] > shared[2]

@@ -250,18 +250,27 @@ class DecodeSetup:
 _BLOCK = 128  # columns (decoder slots) drawn per block
 
 
-class _ContextBank:
+class ContextBank:
     """``fills`` rows of context draws, grown column-block by column-block.
 
     Block j is drawn from its own generator seeded (seed, j), so column i holds the same
     contexts however far the bank has grown: p50(n) is computed from the first n columns
     of the same matrix for every n, which makes it monotone in n and smooth.
+
+    ``ContextBank.from_columns(columns, fills)`` draws from ``columns(c0, c1)`` instead, a
+    (fills, c1 - c0) block of contexts that must not depend on how far the bank has grown
+    (the plan passes the sessions of its warm fills: workload.draws.RandomBank). One bank
+    serves every floor, bandwidth and speedup over the same workload.
     """
 
-    def __init__(self, sample_contexts: ContextSampler, fills: int, seed: int, topk_tokens: int = 0):
+    def __init__(self, sample_contexts: ContextSampler | None, fills: int, seed: int = 0, topk_tokens: int = 0,
+                 columns: Callable[[int, int], np.ndarray] | None = None):
         if fills < 1:
             raise BadInput(f"fills must be >= 1, got {fills!r}")
+        if (sample_contexts is None) == (columns is None):
+            raise BadInput("a context bank needs a context sampler or a column source (one of them)")
         self.sample_contexts = sample_contexts
+        self.columns_of = columns
         self.fills = int(fills)
         self.seed = int(seed)
         self.topk_tokens = int(topk_tokens)
@@ -269,32 +278,43 @@ class _ContextBank:
         self.cum_topk = np.zeros((self.fills, 1))
         self.blocks = 0
 
+    @classmethod
+    def from_columns(cls, columns: Callable[[int, int], np.ndarray], fills: int, topk_tokens: int = 0) -> ContextBank:
+        return cls(None, fills, 0, topk_tokens, columns=columns)
+
     @property
     def columns(self) -> int:
         return self.cum.shape[1] - 1
 
-    def _grow(self, n: int) -> None:
-        new, new_topk = [], []
-        cols = self.columns
-        while cols < n:
+    def _block(self) -> np.ndarray:
+        if self.columns_of is not None:
+            c0 = self.blocks * _BLOCK
+            block = np.asarray(self.columns_of(c0, c0 + _BLOCK), dtype=float)
+            if block.shape != (self.fills, _BLOCK):
+                raise BadInput("the context columns must be a (fills, columns) array")
+        else:
             rng = np.random.default_rng([self.seed, self.blocks])
             block = np.asarray(self.sample_contexts(rng, self.fills * _BLOCK), dtype=float)
             if block.shape != (self.fills * _BLOCK,):
                 raise BadInput("the context sampler must return a flat array of the requested size")
-            if not np.all(np.isfinite(block)) or np.any(block < 0):
-                raise BadInput("sampled contexts must be finite and >= 0")
             block = block.reshape(self.fills, _BLOCK)
-            new.append(block)
-            if self.topk_tokens:
-                new_topk.append(np.minimum(block, self.topk_tokens))
+        if not np.all(np.isfinite(block)) or np.any(block < 0):
+            raise BadInput("sampled contexts must be finite and >= 0")
+        return block
+
+    def _grow(self, n: int) -> None:
+        new = []
+        cols = self.columns
+        while cols < n:
+            new.append(self._block())
             self.blocks += 1
             cols += _BLOCK
         if new:
-            self.cum = np.concatenate([self.cum, self.cum[:, -1:] + np.cumsum(np.concatenate(new, axis=1), axis=1)], axis=1)
+            block = np.concatenate(new, axis=1)
+            self.cum = np.concatenate([self.cum, self.cum[:, -1:] + np.cumsum(block, axis=1)], axis=1)
             if self.topk_tokens:
-                self.cum_topk = np.concatenate(
-                    [self.cum_topk, self.cum_topk[:, -1:] + np.cumsum(np.concatenate(new_topk, axis=1), axis=1)], axis=1
-                )
+                capped = np.minimum(block, self.topk_tokens)
+                self.cum_topk = np.concatenate([self.cum_topk, self.cum_topk[:, -1:] + np.cumsum(capped, axis=1)], axis=1)
 
     def context_sums(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Per fill: sum of the first n contexts, and of min(context, topk)."""
@@ -308,7 +328,18 @@ class _ContextBank:
         return np.diff(self.cum[:, : n + 1], axis=1)
 
 
-def _speeds(setup: DecodeSetup, bank: _ContextBank, n: int) -> np.ndarray:
+def _p50(x: np.ndarray) -> float:
+    """np.percentile(x, 50) (linear interpolation), by partition: the same value, a fraction of the cost."""
+    n = x.size
+    k = (n - 1) // 2
+    if n % 2:
+        return float(np.partition(x, k)[k])
+    part = np.partition(x, [k, k + 1])
+    lo, hi = part[k], part[k + 1]
+    return float(hi - (hi - lo) * 0.5)  # numpy's lerp at t = 0.5
+
+
+def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
     sums, topk_sums = bank.context_sums(n)
     kv = sums * setup.kv_bytes_per_token_read
     if setup.topk_tokens and setup.topk_bytes_per_token:
@@ -347,7 +378,7 @@ class DecodeSpeed:
         }
 
 
-def _speed_result(setup: DecodeSetup, bank: _ContextBank, n: int) -> DecodeSpeed:
+def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
     speeds = _speeds(setup, bank, n)
     p5, p50, p95 = (float(x) for x in np.percentile(speeds, [5, 50, 95]))
     sums, topk_sums = bank.context_sums(n)
@@ -356,7 +387,8 @@ def _speed_result(setup: DecodeSetup, bank: _ContextBank, n: int) -> DecodeSpeed
 
     d = Derivation()
     d.given("bandwidth_bytes_per_s", setup.bandwidth_bytes_per_s, unit="B/s", source="GPU catalogue (datasheet HBM)")
-    bw_eff = d.given("bandwidth_efficiency", setup.bandwidth_efficiency, source="modelled: data/assumptions.toml decode.bandwidth_efficiency")
+    bw_eff = d.given("bandwidth_efficiency", setup.bandwidth_efficiency,
+                     source="modelled: data/assumptions.toml decode.bandwidth_efficiency")
     tp_eff = d.given("tp_efficiency", setup.tp_eff, source="modelled: 0.90 per TP doubling (working-set-model.md 2.5)")
     eff_bw = d.step(
         "effective_bandwidth", "tp * bandwidth_bytes_per_s * bandwidth_efficiency * tp_efficiency", unit="B/s",
@@ -388,7 +420,8 @@ def _speed_result(setup: DecodeSetup, bank: _ContextBank, n: int) -> DecodeSpeed
     )
     if setup.topk_tokens and setup.topk_bytes_per_token:
         topk_p50 = float(np.percentile(topk_sums, 50)) * setup.topk_bytes_per_token
-        d.given("sparse_topk_bytes_per_step_p50", topk_p50, unit="B", note=f"min(L, {setup.topk_tokens}) x {setup.topk_bytes_per_token} B per sequence")
+        d.given("sparse_topk_bytes_per_step_p50", topk_p50, unit="B",
+                note=f"min(L, {setup.topk_tokens}) x {setup.topk_bytes_per_token} B per sequence")
     state = d.step("state_bytes_per_step", "2 * n * state_bytes_per_sequence", unit="B", note="recurrent state read and written",
                    n=n, state_bytes_per_sequence=setup.state_bytes_per_sequence)
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
@@ -412,7 +445,7 @@ def decode_speed(
     if n < 1 or int(n) != n:
         raise BadInput(f"concurrent decoders must be a whole number >= 1, got {n!r}")
     fills = assumption("decode.fills") if fills is None else fills
-    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
     return _speed_result(setup, bank, int(n))
 
 
@@ -428,7 +461,7 @@ def decode_curve(
     ns = np.asarray(list(ns), dtype=int)
     if ns.size == 0 or ns.min() < 1:
         raise BadInput("concurrency values must be >= 1")
-    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
     bank._grow(int(ns.max()))
     out = np.array([np.percentile(_speeds(setup, bank, int(n)), [5, 50, 95]) for n in ns])
     return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}
@@ -463,30 +496,35 @@ def decode_ceiling(
     fills: int | None = None,
     seed: int = 0,
     max_n: int = 1 << 16,
+    bank: ContextBank | None = None,
 ) -> DecodeCeiling:
     """Largest n with p50 per-user tok/s >= floor, by bisection (p50 is monotone in n under CRN).
 
     Returns n = 0 when even one decoder misses the floor. Refuses (BadInput) rather than
-    report a censored value when the floor is still met at ``max_n`` decoders.
+    report a censored value when the floor is still met at ``max_n`` decoders. ``bank``: contexts
+    already drawn (a ContextBank with the setup's top-k), shared across floors and setups.
     """
     floor = assumption("decode.floor_hard_tok_s") if floor_tok_s is None else float(floor_tok_s)
     if floor <= 0:
         raise BadInput(f"decode floor must be > 0 tok/s, got {floor!r}")
-    fills = assumption("decode.fills") if fills is None else fills
-    bank = _ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    if bank is None:
+        fills = assumption("decode.fills") if fills is None else fills
+        bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    elif bank.topk_tokens != setup.topk_tokens:
+        raise BadInput("the context bank was drawn for another top-k / window than this decode setup")
     evals = 0
 
     def p50(n: int) -> float:
         nonlocal evals
         evals += 1
-        return float(np.percentile(_speeds(setup, bank, n), 50))
+        return _p50(_speeds(setup, bank, n))
 
     d = Derivation()
     first = p50(1)
     if first < floor:
         d.step("decode_ceiling", "0", note=f"one decoder alone runs at {first:.1f} tok/s (p50), under the {floor:g} tok/s floor")
         return DecodeCeiling(0, floor, None, first, evals, d)
-    lo, hi = 1, 2 * _BLOCK
+    lo, hi = 1, _BLOCK  # p50 is monotone in n, so the bracket changes the work, not the answer
     while p50(hi) >= floor:
         lo = hi
         hi *= 2
