@@ -180,3 +180,43 @@ def test_json_has_no_infinities_when_nothing_stays_warm(capsys):
     d = json.loads(capsys.readouterr().out)  # strict JSON: json.loads accepts Infinity, so check explicitly
     assert d["ceilings"]["cache"] == 0 and d["headroom"]["decode"] is None
     assert d["power"]["cost_per_user_month"] is None
+
+
+def _fixed_27b_on_one_h200(with_deployment=False):
+    from servesize.engine.deployment import Deployment
+    from servesize.engine.memory import memory_report
+    from servesize.model.catalogue import resolve_model
+    from servesize.model.hardware import parse_gpus
+    from servesize.planning.inputs import fixed_from_memory
+
+    arch = resolve_model("qwen3.6-27b").architecture
+    dep = Deployment(quantization="fp8", kv_cache_dtype="fp8", max_model_len=180_000)
+    fixed = fixed_from_memory(memory_report(arch, parse_gpus("1xH200"), dep), arch)
+    return (fixed, dep) if with_deployment else fixed
+
+
+def test_a_ceiling_the_changed_value_cannot_move_is_not_computed_again():
+    from servesize.planning.ceilings import CeilingCache, ceilings
+    from servesize.planning.inputs import Knobs
+    from servesize.workload.model import Workload
+
+    fixed, wl, knobs, cache = _fixed_27b_on_one_h200(), Workload.seed_reference(), Knobs(fills=300), CeilingCache()
+    base = ceilings(fixed, wl, knobs, cache)
+    paced = ceilings(fixed, wl.replace(think_time_s=10.0), knobs, cache)       # pacing: latency only
+    colder = ceilings(fixed, wl.replace(invalidation=0.05), knobs, cache)      # coldness: not the decode lengths
+    assert paced.warm is base.warm and paced.decode is base.decode and paced.values["latency"] < base.values["latency"]
+    assert colder.decode is base.decode and colder.values["cache"] < base.values["cache"]
+    assert ceilings(fixed, wl, Knobs(fills=300, mfu=0.3), cache).warm is base.warm
+
+
+def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
+    from servesize.planning.inputs import Knobs
+    from servesize.planning.plan import make_plan
+    from servesize.workload.model import Workload
+
+    plan = make_plan(*_fixed_27b_on_one_h200(with_deployment=True), Workload.seed_reference(), Knobs(fills=400))
+    for name, row in plan.sensitivity.items():
+        assert row["binding_at_current"] in ("cache", "decode", "latency", "saturation"), name
+        if row["flip_at"] is not None:
+            lo, hi = row["range"]
+            assert lo <= row["flip_at"] <= hi and row["binds_after"] != row["binding_at_current"], name

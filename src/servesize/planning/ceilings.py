@@ -15,11 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesize.derivation import Derivation
-from servesize.planning.decode import DecodeSetup, ExpertRouting, contexts_from, decode_ceiling
+from servesize.planning.decode import (
+    ContextBank,
+    DecodeCeiling,
+    DecodeSetup,
+    ExpertRouting,
+    FloorNeverReached,
+    contexts_from,
+    decode_ceiling,
+    tp_efficiency,
+)
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, sub_ratio_of
 from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
+from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
@@ -49,7 +59,6 @@ def decode_setup(fixed: Fixed, knobs: Knobs) -> DecodeSetup:
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
-        from servesize.planning.decode import tp_efficiency
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
     return DecodeSetup(
         bandwidth_bytes_per_s=fixed.bandwidth_bytes_per_s, weight_bytes_per_step=fixed.weight_bytes_read,
@@ -69,22 +78,38 @@ def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:
 
 
 class CeilingCache:
-    """Memoised warm fills and prefill costs (the sensitivity scans re-use them)."""
+    """What the sensitivity scans and sweeps re-use between evaluations of the same deployment.
+
+    - ``banks``: the random numbers of the warm fills, by seed (workload.draws.RandomBank): every
+      evaluation realises the same numbers, so a swept workload parameter moves every session
+      smoothly (common random numbers) and nothing is drawn twice;
+    - ``warm``: warm fills, by what the fill depends on (the sampled workload, not its pacing);
+    - ``contexts``: decode context banks, by what the lengths depend on (not coldness);
+    - ``decode``: decode ceilings, by setup, floor and bank;
+    - ``prefill``: prefill costs, by setup and length distribution.
+    """
 
     def __init__(self):
+        self.banks: dict = {}
         self.warm: dict = {}
+        self.contexts: dict = {}
+        self.decode: dict = {}
         self.prefill: dict = {}
+
+    def bank(self, seed: int, uniforms: bool) -> RandomBank:
+        key = (int(seed), bool(uniforms))
+        if key not in self.banks:
+            self.banks[key] = RandomBank(seed, uniforms=uniforms)
+        return self.banks[key]
 
 
 DECODE_SEARCH_LIMIT = 65536  # decoders per replica; past it decode cannot be what binds
 
 
-def _decode_ceiling(setup, sampler, floor: float, fills, seed):
+def _decode_ceiling(setup, bank: ContextBank, floor: float):
     """The decode ceiling, or the search limit as a lower bound when the floor is never reached."""
-    from servesize.planning.decode import DecodeCeiling, FloorNeverReached
-
     try:
-        return decode_ceiling(setup, sampler, floor, fills=fills, seed=seed, max_n=DECODE_SEARCH_LIMIT)
+        return decode_ceiling(setup, None, floor, max_n=DECODE_SEARCH_LIMIT, bank=bank)
     except FloorNeverReached:
         d = Derivation()
         d.given("decode_ceiling", DECODE_SEARCH_LIMIT, unit="decoders",
@@ -93,33 +118,66 @@ def _decode_ceiling(setup, sampler, floor: float, fills, seed):
         return DecodeCeiling(DECODE_SEARCH_LIMIT, floor, None, floor, 0, d)
 
 
+def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache):
+    """The warm fill (memoised on what it depends on)."""
+    key = (workload.sampling_key(), fixed.pool_tokens, knobs.cpu_offload_bytes, knobs.sticky_routing, knobs.fills,
+           knobs.draws, knobs.seed)
+    if key not in cache.warm:
+        b_group = fixed.kv_bytes_per_token_rank * fixed.tp
+        s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
+        cache.warm[key] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
+                                        cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=fixed.dp,
+                                        sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
+                                        seed=knobs.seed,
+                                        # each TP rank restores its own share over its own PCIe link
+                                        pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp,
+                                        offload_tier="additive" if knobs.assumptions == "seed" else "inclusive",
+                                        bank=cache.bank(knobs.seed, workload.needs_uniforms))
+    return cache.warm[key]
+
+
+def contexts_of(workload: Workload, knobs: Knobs, topk_tokens: int, cache: CeilingCache) -> ContextBank:
+    """Decode contexts: fill i's decoders are the first sessions of warm fill i (the same random numbers)."""
+    fills = int(knobs.decode_fills or knobs.a("decode.fills"))
+    key = (workload.lengths_key(), fills, knobs.seed, topk_tokens)
+    if key not in cache.contexts:
+        numbers = cache.bank(knobs.seed, workload.needs_uniforms)
+        cache.contexts[key] = ContextBank.from_columns(
+            lambda c0, c1: workload.full_tokens(numbers.take(0, fills, c0, c1)), fills, topk_tokens)
+    return cache.contexts[key]
+
+
+def decode_of(setup: DecodeSetup, workload: Workload, knobs: Knobs, floor: float, cache: CeilingCache):
+    """The decode ceiling at ``floor`` (memoised on the setup, the floor and the context bank)."""
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    key = (setup, floor, id(bank))
+    if key not in cache.decode:
+        cache.decode[key] = _decode_ceiling(setup, bank, floor)
+    return cache.decode[key]
+
+
+def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache):
+    """Prefill costs: exact from the workload's length moments, or sampled when ``knobs.prefill_samples`` is set."""
+    key = (pset, workload.lengths_key(), workload.warm_turn_tokens, knobs.prefill_samples, knobs.seed)
+    if key not in cache.prefill:
+        if knobs.prefill_samples:
+            cache.prefill[key] = prefill_costs(pset, sample_contexts=contexts_from(workload),
+                                               warm_turn_tokens=workload.warm_turn_tokens,
+                                               samples=knobs.prefill_samples, seed=knobs.seed)
+        else:
+            cache.prefill[key] = prefill_costs(pset, warm_turn_tokens=workload.warm_turn_tokens,
+                                               length_moments=tuple(workload.length_moment(k) for k in (1, 2, 3, 4)))
+    return cache.prefill[key]
+
+
 def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache | None = None, comfortable: bool = True) -> Ceilings:
     cache = cache or CeilingCache()
     dp = fixed.dp
-    b_group = fixed.kv_bytes_per_token_rank * fixed.tp
-    s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
-    wkey = (workload, fixed.pool_tokens, knobs.cpu_offload_bytes, knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed)
-    if wkey not in cache.warm:
-        cache.warm[wkey] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
-                                         cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=dp,
-                                         sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
-                                         seed=knobs.seed,
-                                         # each TP rank restores its own share over its own PCIe link
-                                         pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp,
-                                         offload_tier="additive" if knobs.assumptions == "seed" else "inclusive")
-    warm = cache.warm[wkey]
+    warm = warm_of(fixed, workload, knobs, cache)
     setup = decode_setup(fixed, knobs)
-    sampler = contexts_from(workload)
-    dfills = knobs.decode_fills or knobs.a("decode.fills")
-    floor = float(knob_value(knobs, "decode_floor"))
-    dec = _decode_ceiling(setup, sampler, floor, dfills, knobs.seed)
-    dec_c = _decode_ceiling(setup, sampler, float(knob_value(knobs, "comfortable_floor")), dfills, knobs.seed) if comfortable else None
-    pset = prefill_setup(fixed, knobs)
-    pkey = (workload, pset, knobs.prefill_samples, knobs.seed)
-    if pkey not in cache.prefill:
-        cache.prefill[pkey] = prefill_costs(pset, sample_contexts=sampler, warm_turn_tokens=workload.warm_turn_tokens,
-                                            samples=knobs.prefill_samples, seed=knobs.seed)
-    costs = cache.prefill[pkey]
+    dec = decode_of(setup, workload, knobs, float(knob_value(knobs, "decode_floor")), cache)
+    dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
+    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
     m = moments_from(costs, workload.invalidation)
     r = sub_ratio_of(workload)
     ttft = float(knob_value(knobs, "ttft_limit_s"))

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CeilingCache, ceilings
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
-# name -> (kind, field, lo, hi, unit). kind: 'knob' edits Knobs, 'workload' edits the Workload
+# name -> (kind, field, lo, hi, unit). kind: 'knob' edits Knobs; 'pacing' edits the Workload but not the
+# sessions it samples (the warm fill and decode stay the plan's); 'workload' edits the sessions themselves
 SENSITIVITY = {
     "bandwidth_efficiency": ("knob", "bandwidth_efficiency", 0.3, 1.0, "fraction"),
     "mfu": ("knob", "mfu", 0.15, 0.9, "fraction"),
@@ -18,7 +20,7 @@ SENSITIVITY = {
     "user_median_tokens": ("workload", "median", 5_000.0, 250_000.0, "tokens"),
     "user_sigma": ("workload", "sigma", 0.2, 1.6, ""),
     "invalidation": ("workload", "invalidation", 0.0, 0.5, "fraction"),
-    "think_time_s": ("workload", "think_time_s", 3.0, 180.0, "s"),
+    "think_time_s": ("pacing", "think_time_s", 3.0, 180.0, "s"),
     "ttft_limit_s": ("knob", "ttft_limit_s", 1.0, 60.0, "s"),
 }
 
@@ -52,53 +54,73 @@ def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: st
                 iterations: int = 10, names=None, cache: CeilingCache | None = None) -> dict:
     """For each named assumption: the value at which the binding ceiling changes, or no flip in [lo, hi].
 
-    Rows that move only a modelled knob run at the plan's own resolution and reuse its warm fill
-    (``cache``), so a near-tie is judged as the plan judged it; rows that change the workload need a
-    new Monte-Carlo fill per point and run with ``fills``."""
-    k_small = replace(knobs, fills=min(fills, knobs.fills), decode_fills=min(knobs.decode_fills or 400, 150),
-                      prefill_samples=min(knobs.prefill_samples or 200_000, 50_000))
+    Rows that move only a modelled knob or the pacing (think time) run at the plan's own resolution
+    and reuse its warm fill (``cache``), so a near-tie is judged as the plan judged it; rows that
+    change the sessions need a new Monte-Carlo fill per point and run with ``fills`` (and 150 decode
+    fills). Every evaluation
+    goes through one CeilingCache per resolution: a ceiling the swept value cannot move (the warm
+    fill under a think-time sweep, decode under an MFU sweep) is computed once, and the fills reuse
+    one bank of random numbers (common random numbers along each search)."""
+    k_small = replace(knobs, fills=min(fills, knobs.fills), decode_fills=min(knobs.decode_fills or 400, 150))
     plan_cache, small_cache = cache or CeilingCache(), CeilingCache()
+    small_cache.banks = plan_cache.banks  # the same random numbers: the small fills are the plan's first fills
     out = {}
     for name in (names or SENSITIVITY):
         kind, fld, lo, hi, unit = SENSITIVITY[name]
         current = _current(fixed, workload, knobs, name, fld)
-        k_eval, c_eval = (knobs, plan_cache) if kind == "knob" else (k_small, small_cache)
+        k_eval, c_eval = (k_small, small_cache) if kind == "workload" else (knobs, plan_cache)
+        binding_at = partial(_binding_at, fixed, workload, k_eval, c_eval, fld)
         try:
-            def binding_at(x):
-                w, k = apply_param(workload, k_eval, fld, x)
-                return ceilings(fixed, w, k, c_eval, comfortable=False).binding
-            base = binding_at(current)
-            res = {"current": current, "range": [lo, hi], "unit": unit, "binding_at_current": base, "flip_at": None,
-                   "binds_after": None}
-            # nearest flip: search below then above
-            found = None
-            for a_, b_ in ((current, lo), (current, hi)):
-                if a_ == b_:
-                    continue
-                other = binding_at(b_)
-                if other == base:
-                    continue
-                x_in, x_out = a_, b_
-                for _ in range(iterations):
-                    mid = 0.5 * (x_in + x_out) if name not in ("user_median_tokens", "think_time_s") else math.sqrt(x_in * x_out) if x_in > 0 and x_out > 0 else 0.5 * (x_in + x_out)
-                    at_mid = binding_at(mid)
-                    if at_mid == base:
-                        x_in = mid
-                    else:
-                        x_out, other = mid, at_mid
-                cand = 0.5 * (x_in + x_out)
-                if found is None or abs(cand - current) < abs(found[0] - current):
-                    found = (cand, other)
-            if found:
-                res["flip_at"], res["binds_after"] = float(found[0]), found[1]
-                res["text"] = (f"{base} -> {found[1]} at {_fmt(found[0], unit)} (now {_fmt(current, unit)}, "
-                               f"searched {_fmt(lo, unit)}..{_fmt(hi, unit)})")
-            else:
-                res["text"] = f"no flip in [{_fmt(lo, unit)}, {_fmt(hi, unit)}]: {base} binds throughout"
+            out[name] = _row(binding_at, name, current, lo, hi, unit, iterations)
         except BadInput as exc:
-            res = {"current": current, "range": [lo, hi], "unit": unit, "error": str(exc), "text": f"not evaluated: {exc}"}
-        out[name] = res
+            out[name] = {"current": current, "range": [lo, hi], "unit": unit, "error": str(exc), "text": f"not evaluated: {exc}"}
     return out
+
+
+GEOMETRIC = ("user_median_tokens", "think_time_s")  # searched on a log scale
+
+
+def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, fld: str, x: float) -> str:
+    w, k = apply_param(workload, knobs, fld, x)
+    return ceilings(fixed, w, k, cache, comfortable=False).binding
+
+
+def _row(binding_at, name: str, current: float, lo: float, hi: float, unit: str, iterations: int) -> dict:
+    """The nearest flip below or above ``current``: bisection on the binding between current and each end."""
+    base = binding_at(current)
+    res = {"current": current, "range": [lo, hi], "unit": unit, "binding_at_current": base, "flip_at": None,
+           "binds_after": None}
+    found = None
+    for end in (lo, hi):
+        if end == current:
+            continue
+        other = binding_at(end)
+        if other == base:
+            continue
+        x_in, x_out = current, end
+        for _ in range(iterations):
+            mid = _midpoint(name, x_in, x_out)
+            at_mid = binding_at(mid)
+            if at_mid == base:
+                x_in = mid
+            else:
+                x_out, other = mid, at_mid
+        cand = 0.5 * (x_in + x_out)
+        if found is None or abs(cand - current) < abs(found[0] - current):
+            found = (cand, other)
+    if found:
+        res["flip_at"], res["binds_after"] = float(found[0]), found[1]
+        res["text"] = (f"{base} -> {found[1]} at {_fmt(found[0], unit)} (now {_fmt(current, unit)}, "
+                       f"searched {_fmt(lo, unit)}..{_fmt(hi, unit)})")
+    else:
+        res["text"] = f"no flip in [{_fmt(lo, unit)}, {_fmt(hi, unit)}]: {base} binds throughout"
+    return res
+
+
+def _midpoint(name: str, a: float, b: float) -> float:
+    if name in GEOMETRIC and a > 0 and b > 0:
+        return math.sqrt(a * b)
+    return 0.5 * (a + b)
 
 
 def _current(fixed, workload, knobs, name, fld):
