@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     print(f"decode ceiling at 40 tok/s, {args.fills} fills, median of {args.repeats} runs")
     for name, setup in CASES.items():
-        t, result = timed(lambda: decode_ceiling(setup, reference_contexts, floor_tok_s=40, fills=args.fills), args.repeats)
+        t, result = timed(lambda s=setup: decode_ceiling(s, reference_contexts, floor_tok_s=40, fills=args.fills), args.repeats)
         print(f"  {name:32s} n = {result.n:4d}  ({result.evaluations} p50 evaluations)  {t * 1e3:7.1f} ms")
     setup = CASES["27B 1xH200 MTP 1.7 (seed)"]
     t, _ = timed(lambda: decode_curve(setup, reference_contexts, range(1, 257), fills=args.fills), max(3, args.repeats // 4))
@@ -62,6 +62,10 @@ def main(argv=None) -> int:
     pre = PrefillSetup(gemm_params=24.5e9, attention_width=6144, full_attention_layers=16, peak_flops_per_gpu=1.979e15)
     t, _ = timed(lambda: prefill_costs(pre, sample_contexts=reference_contexts), max(3, args.repeats // 4))
     print(f"  prefill costs, 200,000 contexts     {t * 1e3:7.1f} ms")
+    wl = Workload.seed_reference()
+    t, _ = timed(lambda: prefill_costs(pre, length_moments=tuple(wl.length_moment(k) for k in (1, 2, 3, 4))),
+                 max(3, args.repeats // 4))
+    print(f"  prefill costs, exact moments        {t * 1e3:7.1f} ms   (what the plan uses)")
     return 0
 
 
