@@ -4,11 +4,10 @@
 
 Measured, not asserted. Targets (docs/benchmarks.md): <= 20 ms median without sensitivity and
 <= 250 ms with it, on the reference case `servesize plan qwen3.6-27b -q fp8 --gpus 1xH200
---kv-cache-dtype fp8` (default workload). The inputs are built once from library calls, the way
-`servesize plan` builds them (the seed's reference workload capped at the model's own context; the
-model's MTP head sized into the memory as the recipe serves it), so this survives the command's
-rewrite; the timed part is what a caller with resolved inputs pays: memory_report,
-fixed_from_memory and make_plan. The memory report's own share is printed separately.
+--kv-cache-dtype fp8` (default workload). The inputs are resolved once (servesize.resolve.plan_inputs,
+as servesize.plan resolves a Scenario); the timed part is what a caller with resolved inputs pays:
+memory_report, fixed_from_memory and make_plan. The memory report's own share is printed
+separately, and so is servesize.plan(Scenario(...)) end to end (resolving included).
 ``--against`` times another checkout's src/ the same way (in a child interpreter) and prints
 the speed-up.
 """
@@ -24,48 +23,67 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from functools import partial
 
-from servesize.engine.deployment import Deployment, derived_max_model_len
 from servesize.engine.memory import memory_report
-from servesize.model.catalogue import resolve_model
-from servesize.model.hardware import parse_gpus
-from servesize.planning.inputs import Knobs, fixed_from_memory, spec_tokens_of
+from servesize.planning.inputs import fixed_from_memory
 from servesize.planning.plan import make_plan
-from servesize.workload.model import Workload
+
+try:
+    from servesize.api import plan as api_plan
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+except ImportError:  # a checkout from before the library API (--against an old src/)
+    api_plan = plan_inputs = Scenario = None
 
 CASES = {
     "27B 1xH200 fp8 (reference)": dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"),
-    "27B 2xH200 TP2 fp8": dict(model="qwen3.6-27b", gpus="2xH200", quantization="fp8", kv_cache_dtype="fp8", tp=2),
+    "27B 2xH200 TP2 fp8": dict(model="qwen3.6-27b", gpus="2xH200", quantization="fp8", kv_cache_dtype="fp8",
+                               tensor_parallel_size=2),
     "llama-3.1-8b 1xH100": dict(model="llama-3.1-8b", gpus="1xH100"),
 }
 
 
-def resolve(model: str, gpus: str, quantization: str = "native", kv_cache_dtype: str = "auto", tp: int = 1, dp: int = 1):
-    """Everything make_plan takes, built as `servesize plan` builds it with default flags."""
+def resolve(**scenario):
+    """Everything make_plan takes, resolved once from a Scenario as ``servesize.plan`` resolves it."""
+    if plan_inputs is not None:
+        return plan_inputs(Scenario(**scenario))
+    return _resolve_by_hand(**scenario)
+
+
+def _resolve_by_hand(model, gpus, quantization="native", kv_cache_dtype="auto", tensor_parallel_size=1):
+    """The same inputs without servesize.resolve (checkouts before the API): what `servesize plan` built."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from servesize.engine.deployment import Deployment, derived_max_model_len
+    from servesize.model.catalogue import resolve_model
+    from servesize.model.hardware import parse_gpus
+    from servesize.planning.inputs import Knobs, spec_tokens_of
+    from servesize.workload.model import Workload
+
     resolved = resolve_model(model)
-    arch = resolved.architecture
     wl = Workload.seed_reference()
-    limit = derived_max_model_len(arch)
-    if limit and wl.max_model_len > limit:
-        wl = wl.replace(max_model_len=limit)
+    limit = derived_max_model_len(resolved.architecture)
+    wl = wl.replace(max_model_len=limit) if limit and wl.max_model_len > limit else wl
     knobs = Knobs()
-    dep = Deployment(tensor_parallel_size=tp, data_parallel_size=dp, quantization=quantization,
-                     kv_cache_dtype=kv_cache_dtype, max_model_len=wl.max_model_len)
-    if arch.mtp_layers:
+    dep = Deployment(tensor_parallel_size=tensor_parallel_size, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                     max_model_len=wl.max_model_len)
+    if resolved.architecture.mtp_layers:
         dep = replace(dep, num_speculative_tokens=spec_tokens_of(knobs))
-    group = parse_gpus(gpus)
-    name = getattr(resolved, "name", None) or arch.name
-    hf_id = getattr(getattr(resolved, "entry", None), "hf_id", None) or name
-    return arch, group, dep, wl, knobs, name, hf_id
+    name = getattr(resolved, "name", None) or resolved.architecture.name
+    return SimpleNamespace(model=resolved, gpus=parse_gpus(gpus), deployment=dep, workload=wl, knobs=knobs, name=name,
+                           hf_id=getattr(getattr(resolved, "entry", None), "hf_id", None) or name, pool_tokens=None,
+                           pool_source=None, scenario=SimpleNamespace(budget="engine", assumptions="default"))
 
 
 def plan_once(inputs, with_sensitivity: bool):
-    arch, group, dep, wl, knobs, name, hf_id = inputs
-    report = memory_report(arch, group, dep, name=name)
-    fixed = fixed_from_memory(report, arch, hf_id=hf_id)
-    return make_plan(fixed, dep, wl, knobs, with_sensitivity=with_sensitivity)
+    """What ``servesize.plan`` does after resolving: the memory report, Fixed, make_plan."""
+    arch = inputs.model.architecture
+    report = memory_report(arch, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget, name=inputs.name)
+    fixed = fixed_from_memory(report, arch, inputs.pool_tokens, inputs.pool_source,
+                              seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
+    return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=with_sensitivity)
 
 
 def median_ms(fn, repeats: int) -> tuple[float, float, float]:
@@ -81,14 +99,14 @@ def median_ms(fn, repeats: int) -> tuple[float, float, float]:
 def measure(label: str, repeats: int) -> dict:
     """Median, min and max in ms of the memory report alone and of the plan without and with sensitivity."""
     inputs = resolve(**CASES[label])
-    arch, group, dep, _, _, name, _ = inputs
     plan = plan_once(inputs, False)
     return {
-        "memory": median_ms(partial(memory_report, arch, group, dep, name=name), repeats),
+        "memory": median_ms(partial(memory_report, inputs.model.architecture, inputs.gpus, inputs.deployment,
+                                    budget=inputs.scenario.budget, name=inputs.name), repeats),
         "without": median_ms(partial(plan_once, inputs, False), repeats),
         "with": median_ms(partial(plan_once, inputs, True), max(3, repeats // 3)),
         "binding": plan.result.binding, "values": plan.result.values,
-    }
+    } | ({} if api_plan is None else {"api": median_ms(partial(api_plan, Scenario(**CASES[label]), sensitivity=False), repeats)})
 
 
 def against(src: str, labels: list, repeats: int) -> dict:
@@ -119,11 +137,14 @@ def main(argv=None) -> int:
         print(f"{label}: binding {f['binding']}; cache {v['cache']:.0f} decode {v['decode']:.0f} "
               f"latency {v['latency']:.0f} saturation {v['saturation']:.0f}")
         for key, what, target in (("memory", "memory report alone", ""), ("without", "plan without sensitivity", "<= 20 ms"),
-                                  ("with", "plan with sensitivity", "<= 250 ms")):
+                                  ("with", "plan with sensitivity", "<= 250 ms"),
+                                  ("api", "servesize.plan (resolving too)", "")):
+            if key not in f:
+                continue
             med, lo, hi = f[key]
-            line = f"  {what:26s} median {med:7.1f} (min {lo:.1f}, max {hi:.1f}{'; target ' + target if target else ''})"
-            if label in old:
-                line += f"   old {old[label][key][0]:7.1f}: x{old[label][key][0] / med:.1f} faster"
+            line = f"  {what:31s} median {med:7.1f} (min {lo:.1f}, max {hi:.1f}{'; target ' + target if target else ''})"
+            if key in old.get(label, {}):
+                line += f"   old {old[label][key][0]:7.1f} (x{old[label][key][0] / med:.1f})"
             print(line)
         if args.profile:
             prof = cProfile.Profile()
