@@ -293,6 +293,7 @@ class ContextBank:
             if block.shape != (self.fills, _BLOCK):
                 raise BadInput("the context columns must be a (fills, columns) array")
         else:
+            assert self.sample_contexts is not None  # one of the two, checked in __init__
             rng = np.random.default_rng([self.seed, self.blocks])
             block = np.asarray(self.sample_contexts(rng, self.fills * _BLOCK), dtype=float)
             if block.shape != (self.fills * _BLOCK,):
@@ -491,7 +492,7 @@ class DecodeCeiling:
 
 def decode_ceiling(
     setup: DecodeSetup,
-    sample_contexts: ContextSampler,
+    sample_contexts: ContextSampler | None,
     floor_tok_s: float | None = None,
     fills: int | None = None,
     seed: int = 0,

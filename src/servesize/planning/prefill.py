@@ -168,8 +168,7 @@ def prefill_costs(
         if len(length_moments) != 4 or not all(math.isfinite(x) and x >= 0 for x in length_moments):
             raise BadInput("length_moments must be E[L], E[L^2], E[L^3], E[L^4]: four finite values >= 0")
         el, el2, el3, el4 = (float(x) for x in length_moments)
-        return _costs(setup, turn, el, el2, None, None, 0, "closed form over the workload's length distribution",
-                      (el3, el4))
+        return _costs(setup, turn, el, el2, None, 0, "closed form over the workload's length distribution", (el3, el4))
     if contexts is None:
         if sample_contexts is None:
             raise BadInput("prefill_costs needs contexts, a context sampler or the length moments")
@@ -184,15 +183,16 @@ def prefill_costs(
     miss = setup.miss_seconds(length)
     hit = setup.hit_seconds(length, turn)
     el, el2 = float(length.mean()), float((length**2).mean())
-    return _costs(setup, turn, el, el2, float((miss**2).mean()), float((hit**2).mean()), int(length.size),
+    return _costs(setup, turn, el, el2, (float((miss**2).mean()), float((hit**2).mean())), int(length.size),
                   f"mean context over {length.size:,} draws")
 
 
-def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, miss_s2: float | None, hit_s2: float | None,
-           samples: int, how: str, higher: tuple | None = None) -> PrefillCosts:
+def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, sampled: tuple[float, float] | None,
+           samples: int, how: str, higher: tuple[float, float] = (0.0, 0.0)) -> PrefillCosts:
     """PrefillCosts with its derivation. The means are affine in E[L] and E[L^2]; the second moments are
-    given (sampled) or, with ``higher`` = (E[L^3], E[L^4]), exact: miss = (2P L + 2 d L_a L^2) / F and
-    hit = (h0 + 4 T d L_a L) / F are polynomials in L, so their squares' means are sums of E[L^k]."""
+    ``sampled`` (E[S^2|miss], E[S^2|hit]) or, from ``higher`` = (E[L^3], E[L^4]), exact: miss = (2P L +
+    2 d L_a L^2) / F and hit = (h0 + 4 T d L_a L) / F are polynomials in L, so their squares' means are
+    sums of E[L^k]."""
     d = Derivation()
     d.given("P", setup.gemm_params, note="matmul parameters per token (active for MoE), no embedding/lm_head")
     d.given("d", setup.attention_width, note="attention width n_q x head_dim")
@@ -216,7 +216,9 @@ def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, miss_s2: flo
         P=setup.gemm_params, T=turn, d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el,
         achieved_flops_per_s=flops_s,
     )
-    if higher is not None:
+    if sampled is not None:
+        miss_s2, hit_s2 = sampled
+    else:
         e3 = d.given("E_L3", higher[0], unit="tokens^3", note=how)
         e4 = d.given("E_L4", higher[1], unit="tokens^4", note=how)
         miss_s2 = d.step(

@@ -47,6 +47,16 @@ class RawDraw:
         return RawDraw(self.class_word[index], self.cold_word[index], self.z[index],
                        None if self.u is None else self.u[index])
 
+    @staticmethod
+    def stack(parts: list[RawDraw], axis: int) -> RawDraw:
+        """Blocks joined along fills (axis 0) or sessions (axis 1)."""
+        if len(parts) == 1:
+            return parts[0]
+        u = None if parts[0].u is None else np.concatenate([p.u for p in parts], axis=axis)
+        return RawDraw(np.concatenate([p.class_word for p in parts], axis=axis),
+                       np.concatenate([p.cold_word for p in parts], axis=axis),
+                       np.concatenate([p.z for p in parts], axis=axis), u)
+
 
 def _normals(rng: np.random.Generator, n: int) -> np.ndarray:
     m = (n + 1) // 2
@@ -94,11 +104,7 @@ class RandomBank:
 
     def _rows(self, j: int, i0: int, i1: int) -> RawDraw:
         """Row blocks [i0, i1) of column block j, stacked."""
-        parts = [self._block(i, j) for i in range(i0, i1)]
-        if len(parts) == 1:
-            return parts[0]
-        return RawDraw(*(None if getattr(parts[0], name) is None else np.concatenate([getattr(p, name) for p in parts])
-                         for name in ("class_word", "cold_word", "z", "u")))
+        return RawDraw.stack([self._block(i, j) for i in range(i0, i1)], axis=0)
 
     def _column(self, j: int, r0: int, r1: int) -> tuple[RawDraw, int]:
         """Column block j holding fills [r0, r1), and the fill its first row is: the kept rows [0, ...) when
@@ -106,15 +112,14 @@ class RandomBank:
         need = -(-r1 // self.ROWS)
         kept = self._kept.get(j)
         have = 0 if kept is None else kept.shape[0] // self.ROWS
-        if have >= need:
+        if kept is not None and have >= need:
             return kept, 0
         more = (need - have) * self.ROWS * self.COLS
         if self._cells + more > self.cache_cells:
             return self._rows(j, r0 // self.ROWS, need), r0 // self.ROWS * self.ROWS
         new = self._rows(j, have, need)
         if kept is not None:
-            new = RawDraw(*(None if getattr(kept, name) is None else np.concatenate([getattr(kept, name), getattr(new, name)])
-                            for name in ("class_word", "cold_word", "z", "u")))
+            new = RawDraw.stack([kept, new], axis=0)
         self._kept[j] = new
         self._cells += more
         return new, 0
@@ -128,7 +133,4 @@ class RandomBank:
             lo, hi = max(c0 - j * self.COLS, 0), min(c1 - j * self.COLS, self.COLS)
             block, first = self._column(j, r0, r1)
             parts.append(block[r0 - first:r1 - first, lo:hi])
-        if len(parts) == 1:
-            return parts[0]
-        return RawDraw(*(None if getattr(parts[0], name) is None else np.concatenate([getattr(p, name) for p in parts], axis=1)
-                         for name in ("class_word", "cold_word", "z", "u")))
+        return RawDraw.stack(parts, axis=1)

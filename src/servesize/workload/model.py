@@ -380,7 +380,7 @@ class Workload:
 
     def full_tokens(self, raw: RawDraw) -> np.ndarray:
         """Steps 1-2 only: each request's prompt length (float64), what decode reads and prefill prices."""
-        return self._full_tokens(raw, self._flags(raw, cold=False)[0])[0]
+        return self._full_tokens(raw, self._subagents(raw))[0]
 
     def realise_costs(self, raw: RawDraw, extra_tokens: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step 4 for a pool fill, without building a Sample: (unique tokens + ``extra_tokens``, is_cold,
@@ -388,32 +388,29 @@ class Workload:
         never exceeds the cap), a cold one its full length."""
         is_sub, is_cold = self._flags(raw)
         cost, prefix = self._full_tokens(raw, is_sub)
-        if np.ndim(prefix):
-            if self.invalidation > 0:
-                prefix *= ~is_cold
-            cost -= prefix
-        elif self.invalidation > 0:
-            cost -= prefix * ~is_cold
-        else:
-            cost -= prefix
+        if self.invalidation > 0:
+            prefix = prefix * ~is_cold  # cold: nothing to subtract
+        cost -= prefix
         cost += extra_tokens
         return cost, is_cold, is_sub
 
-    def _flags(self, raw: RawDraw, cold: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """Step 1 (class) and step 3 (cold) from the two words."""
-        p_sub, f = self.subagent_probability, self.invalidation
-        is_sub = raw.class_word < round(p_sub * 2**32) if p_sub > 0 else np.zeros(raw.shape, dtype=bool)
-        if not cold:
-            return is_sub, None
+    def _subagents(self, raw: RawDraw) -> np.ndarray:
+        """Step 1: which requests are a subagent's (the class word below r/(1+r) x 2**32)."""
+        p_sub = self.subagent_probability
+        return raw.class_word < round(p_sub * 2**32) if p_sub > 0 else np.zeros(raw.shape, dtype=bool)
+
+    def _flags(self, raw: RawDraw) -> tuple[np.ndarray, np.ndarray]:
+        """Step 1 (class) and step 3 (cold: the cold word below f x 2**32) from the two words."""
+        f = self.invalidation
         if f <= 0:
             is_cold = np.zeros(raw.shape, dtype=bool)
         elif f >= 1:
             is_cold = np.ones(raw.shape, dtype=bool)
         else:
             is_cold = raw.cold_word < round(f * 2**32)
-        return is_sub, is_cold
+        return self._subagents(raw), is_cold
 
-    def _full_tokens(self, raw: RawDraw, is_sub: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+    def _full_tokens(self, raw: RawDraw, is_sub: np.ndarray) -> tuple[np.ndarray, Any]:
         """Step 2: each request's class length, at least its prefix, at most the cap (float64, a new array),
         and its class prefix (an array, or a float when every request is a user's)."""
         cap = float(self.max_model_len)
@@ -448,6 +445,8 @@ class Workload:
             x = raw.z * np.float32(cls.sigma)
             x += np.float32(cls.mu)
             return np.exp(x, out=x).astype(np.float64)  # ln L = mu + sigma z, in float32: 1e-6 relative
+        if raw.u is None:
+            raise BadInput(f"{cls.name}: an empirical class needs random numbers drawn with bootstrap uniforms")
         pick = (raw.u * cls.lengths.size).astype(np.intp)
         return cls.lengths[np.minimum(pick, cls.lengths.size - 1)]
 
