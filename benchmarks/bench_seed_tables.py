@@ -17,7 +17,8 @@ R = 19_308_875_468.8  # the seed's calibrated reserve per GPU (working-set-model
 GIB = 2**30
 BASE = ["plan", "qwen3.6-27b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--vllm-version", "0.19.0",
         "--no-sensitivity", "--json"]
-MOE = ["plan", "qwen3.6-35b-a3b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--vllm-version", "0.19.0", "--no-sensitivity", "--json", "--gpus", "1xH200",
+MOE = ["plan", "qwen3.6-35b-a3b", "-q", "fp8", "--state-dtype", "bfloat16", "--assumptions", "seed", "--vllm-version", "0.19.0",
+       "--no-sensitivity", "--json", "--gpus", "1xH200",
        "--kv-cache-dtype", "fp8", "--pool-tokens", str(int((141e9 - 35.5e9 - R) / 10240))]
 FP8 = ["--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", str(int((141e9 - 28.8 * GIB - R) / 32768))]
 CASES = {

@@ -82,7 +82,7 @@ def test_memory_json_is_one_document_with_the_contract_keys(capsys):
 def test_memory_explain_shows_each_number_from_its_own_terms(capsys):
     code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--explain")
     assert code == 0
-    assert any(l.startswith("num_blocks = ") and "page_bytes_all_layers" in l for l in out.splitlines())
+    assert any(line.startswith("num_blocks = ") and "page_bytes_all_layers" in line for line in out.splitlines())
     assert "activation_peak_bytes" in out
 
 

@@ -17,9 +17,11 @@ def _published_cases():
         if e.published_untestable:
             continue
         if is_precise(e.published_params_text):
-            cases.append(pytest.param(key, "total", e.published_params, id=f"{key} total is within 1% of the published {e.published_params_text}"))
+            cases.append(pytest.param(key, "total", e.published_params,
+                                      id=f"{key} total is within 1% of the published {e.published_params_text}"))
         if is_precise(e.published_active_text):
-            cases.append(pytest.param(key, "active", e.published_active, id=f"{key} active is within 1% of the published {e.published_active_text}"))
+            cases.append(pytest.param(key, "active", e.published_active,
+                                      id=f"{key} active is within 1% of the published {e.published_active_text}"))
         if is_precise(e.published_params_with_mtp_text):
             cases.append(pytest.param(key, "total_with_mtp", e.published_params_with_mtp,
                                       id=f"{key} total with MTP is within 1% of the published {e.published_params_with_mtp_text}"))
@@ -53,7 +55,7 @@ def test_a_published_figure_is_tested_only_when_its_rounding_is_finer_than_one_p
 
 def test_dense_llama_equals_the_term_by_term_count():
     arch = CATALOGUE["llama-3.1-8b"].architecture()
-    h, L, V, I, kv = 4096, 32, 128256, 14336, 8 * 128
+    h, L, V, I, kv = 4096, 32, 128256, 14336, 8 * 128  # noqa: E741 - paper notation: I is the FFN width
     expected = (V * h                                  # embedding
                 + V * h                                # lm_head (untied)
                 + L * (h * h + 2 * h * kv + h * h)     # q, k, v, o

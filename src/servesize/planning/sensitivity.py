@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CeilingCache, ceilings
@@ -36,13 +37,14 @@ def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tu
             raise BadInput(f"--{name.replace('_', '-')} needs a log-normal {cls_name} class"
                            + ("; this workload's user class is empirical" if cls_name == "user" else ""))
         key = class_field[field_name]
-        val = int(value) if key == "prefix_tokens" else float(value)
+        val: Any = int(value) if key == "prefix_tokens" else float(value)
         return workload.replace(**{cls_name: replace(cls, **{key: val})}), knobs
     if name in ("subagent_ratio", "invalidation", "think_time_s", "output_tokens", "warm_turn_tokens", "max_model_len"):
         return workload.replace(**{name: value}), knobs
     if name in ("bandwidth_efficiency", "tp_efficiency", "mtp_speedup", "spec_acceptance", "decode_floor",
                 "comfortable_floor", "mfu", "ttft_limit_s"):
-        return workload, replace(knobs, **{name: float(value)})
+        changes: dict[str, Any] = {name: float(value)}
+        return workload, replace(knobs, **changes)
     if name == "spec_tokens":
         return workload, replace(knobs, spec_tokens=int(value))
     if name == "cpu_offload_bytes":

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -147,7 +147,8 @@ class SessionClass:
         return out
 
     def describe(self) -> str:
-        return f"{self.name}: log-normal, median {self.median_tokens:,.0f} tokens, sigma {self.sigma:g}, prefix {self.prefix_tokens:,} tokens"
+        return (f"{self.name}: log-normal, median {self.median_tokens:,.0f} tokens, sigma {self.sigma:g}, "
+                f"prefix {self.prefix_tokens:,} tokens")
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,7 +208,7 @@ class EmpiricalClass:
                 f"{self.median_tokens:,.0f} tokens), prefix {self.prefix_tokens:,} tokens")
 
 
-RequestClass = Union[SessionClass, EmpiricalClass]
+RequestClass = SessionClass | EmpiricalClass
 
 
 def _class_from_dict(data: Any, where: str) -> RequestClass:
@@ -292,7 +293,8 @@ class Workload:
         object.__setattr__(self, "max_model_len", int(cap))
         object.__setattr__(self, "think_time_s", _check_range("workload", "think_time_s", self.think_time_s, 0, 1e6, lo_open=True))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
-        object.__setattr__(self, "warm_turn_tokens", int(round(_check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS))))
+        turn = _check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS)
+        object.__setattr__(self, "warm_turn_tokens", int(round(turn)))
         for cls in self.classes():
             if cls.prefix_tokens > self.max_model_len:
                 raise BadInput(
@@ -352,7 +354,7 @@ class Workload:
         empirical (then bootstrap uniforms are drawn too), so ``realise`` under a neighbouring
         workload gives common random numbers.
         """
-        shape = (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+        shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
         return draw_numbers(rng, shape, uniforms=self.needs_uniforms)
 
     @property
@@ -432,6 +434,7 @@ class Workload:
             x += pick
             full = np.exp(x, out=x).astype(np.float64)
         else:
+            assert self.subagent is not None  # p_sub > 0 only with a subagent class
             full = np.where(is_sub, self._lengths(self.subagent, raw), self._lengths(self.user, raw))
         prefix = sub * (sub_prefix - user_prefix)
         prefix += user_prefix
@@ -459,7 +462,7 @@ class Workload:
         cap = float(self.max_model_len)
         user = self.user.moment(min(self.user.prefix_tokens, cap), cap, k)
         p = self.subagent_probability
-        if p == 0:
+        if p == 0 or self.subagent is None:
             return user
         sub = self.subagent.moment(min(self.subagent_prefix_tokens, cap), cap, k)
         return (1.0 - p) * user + p * sub
