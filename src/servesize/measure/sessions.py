@@ -424,28 +424,13 @@ class SessionsRun:
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
-        done: dict[int, RungStats] = {}
-        if self.resume is not None:
-            for e in self.resume.of_type("rung"):
-                done[e["users"]] = RungStats.from_dict(e["stats"])
-            if done:
-                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        done = self._completed_rungs()
         rungs: list[RungStats] = []
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
-            model = await client.resolve_model()
-            scraper = MetricsScraper(client)
-            await scraper.scrape()
-            if scraper.note:
-                self.notes.append(scraper.note)
-            prompts = PromptFactory(client, seed=cfg.params.seed)
-            await prompts.start()
-            if prompts.mode != "tokenize":
-                self.notes.append(prompts.note or "token counts are estimates (no /tokenize)")
-            self.record.append("info", model=model, tokens_per_word=prompts.tokens_per_word, nonce=prompts.nonce)
+            model, scraper, prompts = await self._open(client)
             for index, users in enumerate(sorted(set(cfg.users))):
-                if users in done:
-                    stats = done[users]
-                else:
+                stats = done.get(users)
+                if stats is None:
                     stats = await self._rung(client, scraper, prompts, index, users)
                     self.record.append("rung", users=users, stats=stats.to_dict())
                     collect_between()
@@ -453,10 +438,38 @@ class SessionsRun:
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
                     break
-            if scraper.note and scraper.note not in self.notes:
-                self.notes.append(scraper.note)
-            if prompts.note and prompts.note not in self.notes:
-                self.notes.append(prompts.note)
+            for note in (scraper.note, prompts.note):
+                if note and note not in self.notes:
+                    self.notes.append(note)
+        return self._result(model, rungs)
+
+    def _completed_rungs(self) -> dict[int, RungStats]:
+        """The rungs a resumed record already holds, by user count (they are not run again)."""
+        done: dict[int, RungStats] = {}
+        if self.resume is not None:
+            for e in self.resume.of_type("rung"):
+                done[e["users"]] = RungStats.from_dict(e["stats"])
+            if done:
+                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        return done
+
+    async def _open(self, client: StreamClient) -> tuple[str, MetricsScraper, PromptFactory]:
+        """The model, a first /metrics scrape, the prompt factory; the run's info line in the record."""
+        model = await client.resolve_model()
+        scraper = MetricsScraper(client)
+        await scraper.scrape()
+        if scraper.note:
+            self.notes.append(scraper.note)
+        prompts = PromptFactory(client, seed=self.cfg.params.seed)
+        await prompts.start()
+        if prompts.mode != "tokenize":
+            self.notes.append(prompts.note or "token counts are estimates (no /tokenize)")
+        self.record.append("info", model=model, tokens_per_word=prompts.tokens_per_word, nonce=prompts.nonce)
+        return model, scraper, prompts
+
+    def _result(self, model: str, rungs: list[RungStats]) -> SessionsResult:
+        """The knee, the verdicts on the predictions, and the exit: 2 when the first rung already failed."""
+        cfg = self.cfg
         signals = sorted({g.signal for g in rungs})
         k = knee(rungs, cfg.warm_target)
         verdicts = []
