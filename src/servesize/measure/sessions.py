@@ -21,8 +21,9 @@ served more than the shared prefix plus half of the session's own previous promp
 (``cached_tokens``); without ``cached_tokens`` a TTFT rule stands in (warm when TTFT < 0.4 x the
 cold TTFT predicted for its length by a linear fit over first turns). Per rung: warm-hit rate,
 TTFT p50/p95 of hits and misses, inter-token latency, decode tok/s per user, preemptions
-(/metrics delta), errors. Stop conditions end the ladder: error rate over ``max_error_rate``, hit
-TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
+(/metrics delta), errors. A rung lasts ``duration_s``, or ends sooner once every user has sent
+``requests_per_user`` requests. Stop conditions end the ladder: error rate over ``max_error_rate``,
+hit TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
 """
 
 from __future__ import annotations
@@ -370,10 +371,15 @@ class SessionsConfig:
     ttft_ratio: float = 0.4
     predicted_users: float | None = None
     predicted_decode_tok_per_s: float | None = None
+    # A rung also ends once every user has sent this many requests (None: the duration alone). A rung
+    # bounded by count sends the same requests however fast the server, or the machine, runs.
+    requests_per_user: int | None = None
 
     def __post_init__(self) -> None:
         if not (self.timeout_s > 0 and self.stall_timeout_s > 0 and self.duration_s > 0):
             raise BadInput("--timeout, --stall-timeout and --duration must be positive seconds")
+        if self.requests_per_user is not None and self.requests_per_user < 1:
+            raise BadInput("requests per user must be at least 1")
         if not 0 <= self.max_error_rate <= 1 or not 0 < self.warm_target <= 1:
             raise BadInput("--max-error-rate must be in [0, 1] and --warm-target in (0, 1]")
 
@@ -504,7 +510,8 @@ class SessionsRun:
             stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
             await asyncio.sleep(stagger)
             last_tokens: dict[str, int] = {}
-            while loop.time() < t_end:
+            sent = 0
+            while loop.time() < t_end and sent != cfg.requests_per_user:
                 turn = gen.next()
                 prefix_tokens = round(turn.prefix_words * tpw)
                 reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
@@ -515,13 +522,14 @@ class SessionsRun:
                                           tags=tags)
                 if r.ok and r.prompt_tokens:
                     last_tokens[turn.session] = r.prompt_tokens
+                sent += 1
                 results.append(r)
                 self.record.append("request", rung=index, users=users, result=r.to_dict())
                 errs = sum(1 for x in results if not x.ok)
                 self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
                               f"{max(0.0, t_end - loop.time()):.0f} s left")
                 remaining = t_end - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or sent == cfg.requests_per_user:
                     break
                 pause = gen.think_time()
                 if not r.ok:
