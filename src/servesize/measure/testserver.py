@@ -36,6 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -320,6 +321,7 @@ class TestServer:
         if not req.stream:
             return await self._whole(req, entry, t0)
         task = asyncio.current_task()
+        assert task is not None  # a request handler always runs in a task
         self._streaming.add(task)
         try:
             return await self._stream(request, req, entry, t0)
@@ -362,7 +364,7 @@ class TestServer:
     def _usage(self, req: _Completion, entry: dict) -> dict:
         c = self.config
         n = len(req.tokens)
-        usage = {"prompt_tokens": n, "completion_tokens": req.max_tokens, "total_tokens": n + req.max_tokens}
+        usage: dict[str, Any] = {"prompt_tokens": n, "completion_tokens": req.max_tokens, "total_tokens": n + req.max_tokens}
         cached = entry["cached_tokens"]
         if c.report_cached_tokens and not (c.omit_zero_cached and cached == 0):
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
@@ -473,7 +475,7 @@ class _Chunks:
             if self._middle is None:
                 self._middle = self._event({**self.head, "choices": [self._choice(False, False)]})
             return self._middle
-        payload = {**self.head, "choices": [self._choice(first, last)]}
+        payload: dict[str, Any] = {**self.head, "choices": [self._choice(first, last)]}
         if x_server is not None:
             payload["x_server"] = x_server
         return self._event(payload)
