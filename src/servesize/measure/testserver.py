@@ -143,7 +143,7 @@ class TestServer:
         self.completions = 0  # completion requests received
         self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
         self.in_flight = 0
-        self._streaming: set[asyncio.Task] = set()  # handlers of the streams in flight, ended at stop
+        self._handlers: set[asyncio.Task] = set()  # handlers of the completions in flight, ended at stop
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -175,9 +175,9 @@ class TestServer:
         return self.url
 
     async def stop_async(self) -> None:
-        # A stopped server answers no more: streams still in flight (a long injected TTFT or stall whose
-        # client has given up) end now, instead of holding the shutdown until their delays have passed.
-        for task in list(self._streaming):
+        # A stopped server answers no more: completions still in flight (a long injected TTFT or stall
+        # whose client has given up) end now, instead of holding the shutdown until their delays pass.
+        for task in list(self._handlers):
             task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -318,15 +318,13 @@ class TestServer:
         if req.fault is not None and req.fault.kind == "status":
             return self._error(req.fault.status, f"injected failure on request {index}")
         entry = self._admit(req, t_received)
-        if not req.stream:
-            return await self._whole(req, entry, t0)
         task = asyncio.current_task()
         assert task is not None  # a request handler always runs in a task
-        self._streaming.add(task)
+        self._handlers.add(task)
         try:
-            return await self._stream(request, req, entry, t0)
+            return await (self._stream(request, req, entry, t0) if req.stream else self._whole(req, entry, t0))
         finally:
-            self._streaming.discard(task)
+            self._handlers.discard(task)
 
     async def _read_completion(self, request: web.Request, index: int) -> _Completion | web.Response:
         """The request as the server understood it, or the error response vLLM would give."""
