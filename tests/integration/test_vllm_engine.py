@@ -30,6 +30,7 @@ from vllm_server import (
 pytestmark = pytest.mark.vllm
 
 WORDS = tiny.words()  # every word is one token, and no BOS is added
+COUNTER_DEADLINE_S = 120  # as long as a request may take (the urlopen timeouts below)
 _rng = random.Random()  # unseeded: prompts must not collide with other tests on the shared server
 
 
@@ -178,10 +179,14 @@ def test_the_prefix_cache_counters_count_queried_prompt_tokens_and_hit_tokens(vl
     expected_queries = 200 + 200  # every prompt token of both requests is queried
     expected_hits = (200 - 1) // 32 * 32  # 192, the second request's hit
     assert cached_tokens(usage) == expected_hits
-    for _ in range(50):  # the counters are published after the step; let them catch up
+    # The counters are published after the engine's step, a moment after the stream ends: wait for
+    # them to arrive, by what they say, not for a fixed time. The deadline only bounds a failure
+    # (counters that never arrive), far beyond what a loaded machine takes.
+    deadline = time.monotonic() + COUNTER_DEADLINE_S
+    while True:
         dq = metric_value(base, "vllm:prefix_cache_queries_total") - q0
         dh = metric_value(base, "vllm:prefix_cache_hits_total") - h0
-        if dq >= expected_queries and dh >= expected_hits:
+        if (dq >= expected_queries and dh >= expected_hits) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     assert (dq, dh) == (expected_queries, expected_hits)

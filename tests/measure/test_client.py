@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from servesize.measure.client import StreamClient, summarise
+from servesize.measure.client import RequestResult, StreamClient, StreamParser, summarise
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 PROMPT = " ".join(f"w{i}" for i in range(200))  # 200 tokens: one word is one token on the test server
@@ -29,13 +29,105 @@ def test_a_stream_reports_usage_cached_tokens_and_token_timings():
     assert cold.first_byte_s <= cold.ttft_s <= cold.first_content_s <= cold.last_token_s <= cold.end_s
 
 
-def test_measured_ttft_is_the_injected_ttft_within_a_loose_bound():
-    config = ServerConfig(ttft_base_s=0.05, ttft_per_token_s=0.0005)
+# An event loop may fire a timer up to its clock's resolution early (uvloop's is 1 ms): the slack
+# allowed when the server's own stamps are checked against the delay it was told to inject.
+TIMER_SLACK_NS = 1_000_000
+
+
+def test_the_client_brackets_the_servers_own_stamps_and_never_measures_less_than_the_injected_ttft():
+    """Decided by causality, not by a time window: a client cannot see a chunk before the server wrote it,
+    so however loaded the machine, its clock reads straddle the server's own (same CLOCK_MONOTONIC)."""
+    config = ServerConfig(ttft_base_s=0.05, ttft_per_token_s=0.0005, timing=True)
     (cold, warm), server = complete(config, times=2)
-    injected_cold = 0.05 + 0.0005 * 200
-    injected_warm = 0.05 + 0.0005 * (200 - 192)
-    assert injected_cold <= cold.ttft_s < injected_cold + 0.05
-    assert injected_warm <= warm.ttft_s < injected_warm + 0.05
+    cold_log, warm_log = server.log
+    assert (cold_log["cached_tokens"], warm_log["cached_tokens"]) == (0, (200 - 1) // 16 * 16)
+    assert cold_log["ttft_injected_s"] == pytest.approx(0.05 + 0.0005 * 200)
+    assert warm_log["ttft_injected_s"] == pytest.approx(0.05 + 0.0005 * (200 - 192))
+    for r, log in ((cold, cold_log), (warm, warm_log)):
+        assert r.ok
+        first_token_ns = r.t_sent_ns + round(r.ttft_s * 1e9)
+        last_token_ns = r.t_sent_ns + round(r.last_token_s * 1e9)
+        assert r.t_sent_ns <= log["t_received_ns"]  # stamped before the request left
+        assert log["t_first_sent_ns"] <= first_token_ns  # the first token, not the headers or a keep-alive
+        assert log["t_last_sent_ns"] <= last_token_ns  # the last token, not the first again
+        assert log["t_first_sent_ns"] - log["t_received_ns"] >= log["ttft_injected_s"] * 1e9 - TIMER_SLACK_NS
+        assert r.ttft_s * 1e9 >= log["ttft_injected_s"] * 1e9 - TIMER_SLACK_NS
+        assert r.server == {"t_received_ns": log["t_received_ns"], "t_first_sent_ns": log["t_first_sent_ns"],
+                            "ttft_injected_s": log["ttft_injected_s"]}  # x_server, from the first token's event
+
+
+T0_NS = 5_000_000_000
+
+
+def parse(reads, *, chat: bool = False) -> RequestResult:
+    """Feed ``(bytes, ms after the request was sent)`` reads to a StreamParser, as the client does."""
+    r = RequestResult(id="p", t_sent_ns=T0_NS)
+    parser = StreamParser(r, T0_NS, chat=chat)
+    for chunk, ms in reads:
+        if not parser.feed(chunk, T0_NS + ms * 1_000_000):
+            break
+    else:
+        parser.end_of_body()
+    parser.finish()
+    return r
+
+
+def event(payload: str) -> bytes:
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+USAGE = '{"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}'
+
+
+def test_each_timing_is_the_read_that_brought_its_event():
+    r = parse([
+        (b": a keep-alive comment\n\n", 5),  # the first byte, no token
+        (event('{"choices": [{"text": ""}]}'), 40),  # the first choice: TTFT, though its text is empty
+        (event('{"choices": [{"text": " a"}]}') + event('{"choices": [{"text": " b"}]}'), 70),  # two in one read
+        (b'data: {"choices": [{"te', 100), (b'xt": " c"}]}\n', 120), (b"\n", 150),  # a line split over reads
+        (event(USAGE) + b"data: [DONE]\n\n", 160),
+    ])
+    assert r.ok and r.error is None
+    assert r.first_byte_s == pytest.approx(0.005)
+    assert r.ttft_s == pytest.approx(0.040)
+    assert r.first_content_s == pytest.approx(0.070)
+    assert r.last_token_s == pytest.approx(0.120)  # completed by the read at 120 ms, not dispatched at 150
+    assert r.chunks == 4
+    gaps = [0.070 - 0.070, 0.120 - 0.070]
+    assert r.itl["n"] == 2 and r.itl["max_s"] == pytest.approx(max(gaps)) and r.itl["mean_s"] == pytest.approx(sum(gaps) / 2)
+    assert r.decode_tok_per_s == pytest.approx((3 - 1) / (0.120 - 0.070))  # completion_tokens from usage
+    assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.cached_tokens_reported) == (7, 3, 0, True)
+
+
+def test_a_chat_stream_times_its_first_token_at_the_role_delta_and_its_content_at_the_first_text():
+    r = parse([
+        (event('{"choices": [{"delta": {"role": "assistant"}}]}'), 30),
+        (event('{"choices": [{"delta": {"content": " hi"}}]}'), 55),
+        (event('{"choices": [{"delta": {"content": " there"}}]}'), 75),
+        (b"data: [DONE]\n\n", 80),
+    ], chat=True)
+    assert r.ok
+    assert (r.ttft_s, r.first_content_s, r.last_token_s) == pytest.approx((0.030, 0.055, 0.075))
+    assert r.decode_tok_per_s == pytest.approx((2 - 1) / (0.075 - 0.055))  # no usage: the text events are counted
+
+
+def test_an_event_of_several_data_lines_is_timed_at_its_first():
+    r = parse([(b'data: {"choices":\n', 10), (b'data: [{"text": " a"}]}\n', 25), (b"\n", 30), (b"data: [DONE]\n\n", 31)])
+    assert r.ok and r.chunks == 1
+    assert (r.ttft_s, r.first_content_s) == pytest.approx((0.010, 0.010))
+
+
+def test_a_body_that_ends_without_done_is_a_truncated_stream_and_keeps_its_timings():
+    r = parse([(event('{"choices": [{"text": " a"}]}'), 20), (event('{"choices": [{"text": " b"}]}'), 35)])
+    assert r.error["type"] == "truncated_stream" and "2 token chunks" in r.error["message"]
+    assert (r.ttft_s, r.last_token_s) == pytest.approx((0.020, 0.035))
+
+
+def test_the_parse_stops_at_the_first_malformed_event_and_keeps_what_came_before():
+    r = parse([(event('{"choices": [{"text": " a"}]}'), 20), (b"data: {not json\n\n", 30),
+               (event('{"choices": [{"text": " b"}]}'), 40)])
+    assert r.error["type"] == "malformed_sse"
+    assert r.chunks == 1 and r.last_token_s == pytest.approx(0.020)
 
 
 def test_a_missing_cached_tokens_field_is_none_and_read_as_zero_only_by_the_flagged_accessor():
@@ -49,15 +141,21 @@ def test_chat_completions_stream_too():
     assert r.ok and r.first_content_s is not None and r.completion_tokens == 5
 
 
-@pytest.mark.parametrize("fault, error_type", [
-    (Fault("status", status=500), "http_error"),
-    (Fault("status", status=400), "http_error"),
-    (Fault("malformed"), "malformed_sse"),
-    (Fault("stall", stall_s=1), "stall_timeout"),
-    (Fault("reset"), "connection_reset"),
+# Only the stall case races two timers, and there the server's stall (30 s, ended when the test stops
+# the server) is a hundred times the client's stall timeout; the other faults get timeouts that no
+# load reaches, so nothing here depends on how fast the machine is.
+UNREACHED = {"stall_timeout_s": 30, "timeout_s": 60}
+
+
+@pytest.mark.parametrize("fault, error_type, client_kw", [
+    (Fault("status", status=500), "http_error", UNREACHED),
+    (Fault("status", status=400), "http_error", UNREACHED),
+    (Fault("malformed"), "malformed_sse", UNREACHED),
+    (Fault("stall", stall_s=30), "stall_timeout", {"stall_timeout_s": 0.3, "timeout_s": 60}),
+    (Fault("reset"), "connection_reset", UNREACHED),
 ])
-def test_every_server_failure_is_a_result_with_a_typed_error_never_an_exception(fault, error_type):
-    (r,), _ = complete(ServerConfig(faults=[fault], itl_s=0.01), stall_timeout_s=0.3, timeout_s=10)
+def test_every_server_failure_is_a_result_with_a_typed_error_never_an_exception(fault, error_type, client_kw):
+    (r,), _ = complete(ServerConfig(faults=[fault], itl_s=0.01), **client_kw)
     assert not r.ok
     assert r.error["type"] == error_type
     assert r.error["message"]
@@ -69,7 +167,8 @@ def test_an_http_error_carries_an_excerpt_of_the_body():
 
 
 def test_a_total_timeout_before_the_first_token_is_not_called_a_stall():
-    (r,), _ = complete(ServerConfig(ttft_base_s=2.0), timeout_s=0.3, stall_timeout_s=0.1)
+    # the first token would come after 30 s, a hundred times the timeout (stopping the server ends the stream)
+    (r,), _ = complete(ServerConfig(ttft_base_s=30.0), timeout_s=0.3, stall_timeout_s=0.1)
     assert r.error["type"] == "total_timeout"
 
 

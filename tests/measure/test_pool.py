@@ -6,6 +6,7 @@ import json
 import pytest
 
 from servesize.cli import main
+from servesize.errors import ServesizeError
 from servesize.measure.client import RequestResult
 from servesize.measure.metrics import MetricsDelta
 from servesize.measure.pool import (
@@ -21,11 +22,16 @@ from servesize.measure.record import read_record
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 
-def measure(server_config: ServerConfig, **pool_kw):
+def measure_on(server_config: ServerConfig, **pool_kw):
+    """measure_pool against a fresh test server: (the result, the server, whose log is the ground truth)."""
     async def go():
         async with TestServer(server_config) as server:
-            return await measure_pool(PoolConfig(url=server.url, **pool_kw))
+            return await measure_pool(PoolConfig(url=server.url, **pool_kw)), server
     return asyncio.run(go())
+
+
+def measure(server_config: ServerConfig, **pool_kw):
+    return measure_on(server_config, **pool_kw)[0]
 
 
 # -- the pure pieces --
@@ -95,6 +101,30 @@ def test_classify_falls_back_to_metrics_then_ttft():
     assert v.signal == "ttft" and v.warm
 
 
+def test_the_ttft_rule_judges_each_request_against_its_own_prompts_cold_ttft():
+    """Warm when TTFT < 0.4 x the same prompt's round-1 TTFT: injected timings, so the rule is checked exactly."""
+    cold = [1.0, 2.0, 0.5]
+    later = [0.39, 0.79, 0.2]  # under 0.4 x its own cold, under 0.4 x its own cold, exactly 0.4 x (not under)
+    rounds = [[_result(t) for t in cold], [_result(t) for t in later]]
+    v = classify([33, 33, 33], rounds, [None, None], block_size=16)
+    assert v.signal == "ttft" and v.flags == [[True, True, False]]
+    assert v.warm_fraction == pytest.approx(2 / 3) and not v.warm
+    assert classify([33, 33, 33], rounds, [None, None], block_size=16, warm_share=0.6).warm
+    assert classify([33, 33, 33], rounds, [None, None], block_size=16, ttft_ratio=0.5).flags == [[True, True, True]]
+
+
+def test_every_later_round_counts_toward_the_ttft_verdict():
+    rounds = [[_result(1.0), _result(1.0)], [_result(0.1), _result(0.1)], [_result(0.1), _result(0.9)]]
+    v = classify([33, 33], rounds, [None, None, None], block_size=16)
+    assert v.flags == [[True, True], [True, False]] and v.warm_fraction == pytest.approx(3 / 4) and not v.warm
+
+
+def test_without_a_cold_ttft_for_every_prompt_there_is_no_ttft_signal():
+    rounds = [[_result(1.0), _result(None)], [_result(0.1), _result(0.1)]]
+    with pytest.raises(ServesizeError, match="no warmth signal"):
+        classify([33, 33], rounds, [None, None], block_size=16, signals=("ttft",))
+
+
 # -- against the test server --
 
 CAPACITY = 5000  # 312 blocks of 16 = 4,992 tokens
@@ -131,19 +161,45 @@ def test_measure_pool_reads_the_older_vllm_metric_names():
     assert r.signal == "metrics" and r.pool_low_tokens == CAPACITY // 16 * 16
 
 
+# -- the TTFT signal, end to end --
+# A TTFT-only run decides warm from measured times, so the test server's delays are made large against
+# scheduling noise: a cold prompt of 513 tokens waits 513 x 2 ms = 1.026 s for its first token, a warm one
+# (512 tokens cached, the last recomputed) 2 ms. The rule, warm when TTFT < 0.4 x the prompt's own cold
+# TTFT, then misreads a warm request only if it is delayed by 0.4 s, and a cold one only if its round 1
+# was late by 1.5 s; a measured TTFT is never below the injected one (tests/measure/test_client.py). The
+# prediction starts the search at the edge, so two probes of two rounds decide it (about 3 s).
+TTFT_ONLY = dict(capacity_tokens=CAPACITY, block_size=16, ttft_base_s=0.0, ttft_per_token_s=0.002,
+                 report_cached_tokens=False, metrics=False)
+TTFT_RUN = dict(prompt_tokens=513, rounds=2, predicted_tokens=4800)
+
+
+def assert_ttft_flags_agree_with_the_injected_delays(result, server, ratio=0.4):
+    """Round by round, the requests the client called warm from measured TTFT are as many as the server's
+    own injected delays say: injected TTFT under ratio x the same prompt's injected cold TTFT."""
+    log = iter(server.log)  # every completion, in order; each round ends before the next begins
+    for probe in result.probes:
+        rounds = [[next(log) for _ in rnd] for rnd in probe.rounds]
+        cold = {e["prompt_tokens"]: e["ttft_injected_s"] for e in rounds[0]}
+        assert all(e["cached_tokens"] == 0 for e in rounds[0])  # round 1 is all cold: fresh ids
+        for flags, entries in zip(probe.verdict.flags, rounds[1:]):
+            injected_warm = sum(e["ttft_injected_s"] < ratio * cold[e["prompt_tokens"]] for e in entries)
+            assert sum(flags) == injected_warm, (probe.summary(), [r.ttft_s for rnd in probe.rounds for r in rnd])
+    assert next(log, None) is None
+
+
 def test_measure_pool_falls_back_to_ttft_and_knows_the_pool_to_the_prompt():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False, metrics=False),
-                prompt_tokens=513)
+    r, server = measure_on(ServerConfig(**TTFT_ONLY), **TTFT_RUN)
     assert r.signal == "ttft" and r.resolution == "prompt"
     assert (r.n_warm, r.n_cold) == (CAPACITY // 512, CAPACITY // 512 + 1)
     assert r.pool_low_tokens <= CAPACITY < r.pool_high_tokens
     assert any("/metrics answered HTTP 404" in n for n in r.notes)
+    assert_ttft_flags_agree_with_the_injected_delays(r, server)
 
 
 def test_a_given_block_size_makes_the_ttft_only_run_align_its_prompts():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, report_cached_tokens=False, metrics=False),
-                prompt_tokens=520, block_size=16, signals=("ttft",))
+    r, server = measure_on(ServerConfig(**TTFT_ONLY), **{**TTFT_RUN, "prompt_tokens": 520}, block_size=16, signals=("ttft",))
     assert r.prompt_tokens == 513 and r.n_warm == 9
+    assert_ttft_flags_agree_with_the_injected_delays(r, server)
 
 
 def test_a_prediction_starts_the_search_and_its_error_is_reported():
@@ -177,17 +233,19 @@ def test_a_server_that_is_down_gives_one_clear_line_and_exit_2(tmp_path, capsys)
     assert read_record(rec, "pool").header["params"]["url"] == "http://127.0.0.1:9"
 
 
-@pytest.mark.parametrize("fault, words", [
-    (Fault("status", status=500, after=3), "HTTP 500"),
-    (Fault("malformed", after=3), "malformed_sse"),
-    (Fault("stall", after=3, stall_s=1), "stall_timeout"),
-    (Fault("reset", after=3), "connection_reset"),
+# Only the stall case races two timers: the server stalls 30 s (ended when the test stops it), 150x the
+# client's --stall-timeout; the other faults keep the default stall timeout (60 s), which no load reaches.
+@pytest.mark.parametrize("fault, words, flags", [
+    (Fault("status", status=500, after=3), "HTTP 500", []),
+    (Fault("malformed", after=3), "malformed_sse", []),
+    (Fault("stall", after=3, stall_s=30), "stall_timeout", ["--stall-timeout", "0.2"]),
+    (Fault("reset", after=3), "connection_reset", []),
 ])
-def test_a_failing_server_gives_one_line_and_keeps_every_result_taken(tmp_path, capsys, fault, words):
+def test_a_failing_server_gives_one_line_and_keeps_every_result_taken(tmp_path, capsys, fault, words, flags):
     rec = tmp_path / "run.jsonl"
     with TestServer(ServerConfig(capacity_tokens=CAPACITY, faults=[fault], itl_s=0.0)) as server:
         code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet",
-                     "--stall-timeout", "0.2"])
+                     *flags])
     err = capsys.readouterr().err
     assert code == 2
     assert words in err and "--resume" in err and err.count("\n") == 1

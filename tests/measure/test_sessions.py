@@ -2,9 +2,13 @@
 
 import asyncio
 import json
+import math
+
+import pytest
 
 from servesize.cli import main
 from servesize.measure.client import RequestResult
+from servesize.measure.record import RunRecord, read_record
 from servesize.measure.sessions import (
     ClassParams,
     RungStats,
@@ -15,6 +19,8 @@ from servesize.measure.sessions import (
     knee,
     ladder,
     measure_sessions,
+    rung_stats,
+    ttft_fit,
     verdict,
 )
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
@@ -77,32 +83,114 @@ def test_the_knee_is_the_last_rung_above_target_before_the_first_below():
     assert knee([g(2, 1.0), g(4, 0.95), g(8, 0.5), g(16, 0.95)], 0.9) == {"warm_users": 4, "cold_users": 8}
 
 
+def _r(rid, *, returning, cached=None, ttft=None, prompt=None, turn=1, prefix=300, reusable=1300, error=None, itl=None,
+       decode=None):
+    tags = {"returning": returning, "turn": turn, "prefix_tokens": prefix, "reusable_tokens": reusable}
+    return RequestResult(id=rid, tags=tags, cached_tokens=cached, cached_tokens_reported=cached is not None, ttft_s=ttft,
+                         prompt_tokens=prompt, error=error, itl=itl, decode_tok_per_s=decode)
+
+
+def test_a_rungs_statistics_are_counted_from_its_requests():
+    results = [
+        _r("first", returning=False, cached=0, ttft=1.0, turn=0, itl={"p50_s": 0.010, "p95_s": 0.030}, decode=100.0),
+        _r("hit", returning=True, cached=1296, ttft=0.1, itl={"p50_s": 0.020, "p95_s": 0.040}, decode=50.0),
+        _r("miss", returning=True, cached=288, ttft=0.9),  # the prefix only: cold
+        _r("failed", returning=True, error={"type": "http_error", "message": "HTTP 500"}),
+    ]
+    g = rung_stats(4, 10.0, results, preemptions=2.0, metrics_hit_ratio=0.5)
+    assert (g.requests, g.errors, g.error_types, g.returning, g.warm_hits) == (4, 1, {"http_error": 1}, 2, 1)
+    assert g.signal == "cached_tokens" and g.warm_hit_rate == 1 / 2
+    assert g.ttft_hit["n"] == 1 and g.ttft_hit["p50_s"] == 0.1
+    assert g.ttft_miss["n"] == 2 and g.ttft_miss["p50_s"] == pytest.approx((1.0 + 0.9) / 2)  # first turns are misses too
+    assert g.itl == {"p50_s": pytest.approx(0.015), "p95_s": pytest.approx(0.030 + 0.95 * (0.040 - 0.030))}
+    assert g.decode_tok_per_s_p50 == pytest.approx(75.0)
+    assert (g.preemptions, g.metrics_hit_ratio) == (2.0, 0.5)
+
+
+def test_without_cached_tokens_a_hit_is_a_ttft_under_0_4_of_the_cold_ttft_fitted_over_first_turns():
+    # first turns: ttft = 0.001 s x (prompt - prefix), exactly; the fit must find it
+    first = [_r(f"f{n}", returning=False, ttft=n / 1000, prompt=n + 100, prefix=100, turn=0) for n in (1000, 2000, 3000)]
+    fast = _r("fast", returning=True, ttft=0.79, prompt=2100, prefix=100)  # under 0.4 x 2.0 s
+    slow = _r("slow", returning=True, ttft=1.21, prompt=3100, prefix=100)  # over 0.4 x 3.0 s
+    assert ttft_fit(first) == pytest.approx((0.0, 0.001))
+    g = rung_stats(2, 1.0, first + [fast, slow])
+    assert g.signal == "ttft" and (g.returning, g.warm_hits, g.warm_hit_rate) == (2, 1, 0.5)
+    assert g.ttft_hit["n"] == 1 and g.ttft_hit["p50_s"] == 0.79
+    assert rung_stats(2, 1.0, [fast, slow]).signal == "none"  # no first turns to fit: no verdict, not a guess
+
+
+# The ladder, bounded by count (requests_per_user), so it sends the same requests on any machine, with a
+# pool that decides each rung by arithmetic, not by how the users' requests happen to interleave:
+# every session is 1,500 tokens (sigma 0: no draw), 200 of them a shared prefix, and grows 104 tokens a
+# turn; 5 requests per user stay within one session (8 turns), so a user's prompts span at most
+# 1,500 + 4 x 104 = 1,916 tokens, 120 blocks of 16. The rungs of 1 and 2 users bring 3 users, at most
+# 360 blocks, into a pool of 500: nothing is ever evicted, every returning request hits. 16 users'
+# first prompts alone are 16 x 1,300 unique tokens, 2.6 pools: cycled through LRU, they evict each
+# other before their turns come back.
+LADDER = SessionParams(user=ClassParams(1500, 0.0, 200), max_model_len=4000, think_time_s=0.0, output_tokens=4,
+                       turn_tokens=100, seed=3)
+REQUESTS_PER_USER = 5
+
+
 def test_a_short_ladder_finds_the_knee_of_a_small_pool():
+    assert 3 * math.ceil((1500 + 4 * 104) / 16) <= 8000 // 16 < 16 * (1500 - 200) // 16
+
     async def go():
-        async with TestServer(ServerConfig(capacity_tokens=20000, itl_s=0.002)) as server:
-            cfg = SessionsConfig(url=server.url, params=PARAMS, users=[1, 2, 16], duration_s=0.8, predicted_users=2)
+        async with TestServer(ServerConfig(capacity_tokens=8000, itl_s=0.02)) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[1, 2, 16], duration_s=60,
+                                 requests_per_user=REQUESTS_PER_USER, predicted_users=2)
             return await measure_sessions(cfg)
     r = asyncio.run(go())
     assert [g.users for g in r.rungs] == [1, 2, 16]
+    assert [g.requests for g in r.rungs] == [REQUESTS_PER_USER * g.users for g in r.rungs]
+    assert [g.returning for g in r.rungs] == [(REQUESTS_PER_USER - 1) * g.users for g in r.rungs]  # all but each first turn
     assert r.signal == "cached_tokens"
-    assert r.rungs[0].warm_hit_rate >= 0.9 and r.rungs[-1].warm_hit_rate < 0.9
-    assert r.rungs[0].errors == 0 and r.rungs[0].decode_tok_per_s_p50 > 0
-    assert r.knee["cold_users"] == 16
-    assert r.verdicts and r.verdicts[0]["name"] == "warm users"
+    assert [g.warm_hit_rate for g in r.rungs[:2]] == [1.0, 1.0]
+    assert r.rungs[2].warm_hit_rate < r.warm_target
+    assert all(g.errors == 0 for g in r.rungs)
+    assert r.rungs[0].decode_tok_per_s_p50 > 0  # 4 tokens 20 ms apart: only a 60 ms stall in each request would hide it
+    assert r.knee == {"warm_users": 2, "cold_users": 16}
+    assert [(v["name"], v["mark"]) for v in r.verdicts] == [("warm users", "✓")]
 
 
-def test_an_error_rate_over_the_limit_ends_the_ladder(tmp_path, capsys):
+def test_a_rung_bounded_by_count_sends_exactly_that_many_requests_per_user():
+    # without the bound, 60 s of users that never think would send thousands
+    async def go():
+        async with TestServer(ServerConfig()) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[3], duration_s=60, requests_per_user=2)
+            return await measure_sessions(cfg), server.completions
+    r, served = asyncio.run(go())
+    assert r.rungs[0].requests == served == 3 * 2
+
+
+def test_errors_above_the_first_rung_end_the_ladder_as_a_finding_and_keep_every_request(tmp_path):
+    # 1 user x 2 requests succeed, then the server fails every request: the second rung stops the ladder
+    async def go(record):
+        async with TestServer(ServerConfig(faults=[Fault("status", status=500, after=2)])) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[1, 2, 4], duration_s=60, requests_per_user=2)
+            return await measure_sessions(cfg, record=record)
+    record = RunRecord.create(tmp_path / "s.jsonl", "sessions", {})
+    r = asyncio.run(go(record))
+    record.close()
+    assert [g.users for g in r.rungs] == [1, 2]
+    assert (r.rungs[0].errors, r.rungs[1].errors, r.rungs[1].error_types) == (0, 4, {"http_error": 4})
+    assert r.rungs[1].stop.startswith("error rate 100% > 5%") and r.exit_code == 0
+    assert len(read_record(tmp_path / "s.jsonl", "sessions").of_type("request")) == 2 + 4
+
+
+def test_an_error_rate_over_the_limit_on_the_first_rung_ends_the_ladder_with_exit_2(tmp_path, capsys):
     rec = tmp_path / "s.jsonl"
-    with TestServer(ServerConfig(faults=[Fault("status", status=500, after=5)])) as server:
-        code = main(["measure", "sessions", "--url", server.url, "--users", "1,2,4", "--duration", "0.5", "--median", "500",
+    # every request fails; the rung's one second holds its first request even on a loaded machine
+    with TestServer(ServerConfig(faults=[Fault("status", status=500)])) as server:
+        code = main(["measure", "sessions", "--url", server.url, "--users", "1,2,4", "--duration", "1", "--median", "500",
                      "--prefix", "100", "--think-time", "0.02", "--output-tokens", "2", "--turn-tokens", "50",
                      "--max-model-len", "4000", "--subagent-ratio", "0", "--record", str(rec), "--json", "--quiet"])
     out = json.loads(capsys.readouterr().out)
-    assert len(out["rungs"]) < 3 and "error rate" in out["rungs"][-1]["stop"]
-    # the report still comes out; the exit is 2 when the first rung already failed (nothing was measured)
-    assert code == (2 if len(out["rungs"]) == 1 else 0)
+    assert code == 2  # the report still comes out; nothing was measured
+    assert len(out["rungs"]) == 1 and out["rungs"][0]["stop"].startswith("error rate 100%")
     lines = [json.loads(x) for x in open(rec)]
-    assert lines[0]["type"] == "header" and any(e["type"] == "rung" for e in lines)
+    assert lines[0]["type"] == "header" and [e["type"] for e in lines].count("rung") == 1
+    assert [e["type"] for e in lines].count("request") == out["rungs"][0]["requests"] >= 1
 
 
 def test_resume_skips_completed_rungs(tmp_path, capsys):

@@ -8,11 +8,12 @@ raises for a server's or network's failure and it never retries: a refused conne
 all results with ``error = {"type", "message"}``. (aiohttp itself retries only idempotent
 methods on a stale keep-alive connection; POST is not one.)
 
-Timestamps are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), taken when a line of the
-body is handed to the client, before it is parsed:
+Timestamps are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), taken when a read of the
+body is handed to the client, before it is parsed; the parse (``StreamParser``) is pure, fed each
+read with its time, so what each timing means is tested with injected times:
 
 - ``t_sent_ns``      just before the request is issued (connection set-up is inside TTFT, as users see it)
-- ``first_byte_s``   first line of the body
+- ``first_byte_s``   first read of the body
 - ``ttft_s``         first SSE data event carrying a choice (the first token)
 - ``first_content_s`` first choice with non-empty text
 - ``last_token_s``   last choice with non-empty text
@@ -236,10 +237,10 @@ class StreamClient:
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
         body = json.dumps(self.body(prompt, max_tokens, extra_body))
         result = RequestResult(id=request_id, tags=dict(tags or {}))
-        token_ns: list[int] = []
         timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s)
         result.wall_time = time.time()
         t0 = result.t_sent_ns = time.perf_counter_ns()
+        parser = StreamParser(result, t0, chat=self.api == "chat")
         total_cm = asyncio.timeout(self.timeout_s)
         stall_cm = asyncio.timeout(None)
         try:
@@ -249,11 +250,11 @@ class StreamClient:
                     result.status = resp.status
                     if resp.status >= 400:
                         text = await resp.content.read(2000)
-                        result.error = {"type": "http_error", "message": f"HTTP {resp.status}: {excerpt(text.decode('utf-8', 'replace'))}"}
+                        result.error = {"type": "http_error", "message": f"HTTP {resp.status}: {_text(text)}"}
                         result.end_s = (time.perf_counter_ns() - t0) / 1e9
                         return result
                     async with stall_cm:
-                        await self._read_stream(resp, result, token_ns, t0, stall_cm)
+                        await self._read_stream(resp, parser, stall_cm)
         except TimeoutError as exc:
             if isinstance(exc, aiohttp.ConnectionTimeoutError):
                 result.error = {"type": "connect_timeout", "message": f"no connection within {self.connect_timeout_s:g} s"}
@@ -268,116 +269,168 @@ class StreamClient:
                 message = f"connection reset after {result.chunks} token chunks: {message}"
             result.error = {"type": kind, "message": message}
         result.end_s = (time.perf_counter_ns() - t0) / 1e9
-        self._finish(result, token_ns, t0)
+        parser.finish()
         return result
 
-    async def _read_stream(self, resp, result: RequestResult, token_ns: list[int], t0: int, stall) -> None:
-        # The stall deadline moves lazily (a timer reset per chunk would cost more than the parse):
-        # it is pushed to now + 1.5 x stall whenever half a stall period has passed since the last
-        # push, so a stream is declared stalled after a silence between 1x and 1.5x stall_timeout_s.
+    async def _read_stream(self, resp, parser: StreamParser, stall) -> None:
+        """Feed the body to ``parser`` as it arrives, each read stamped, and keep the stall deadline ahead.
+
+        The stall deadline moves lazily (a timer reset per chunk would cost more than the parse): it is
+        pushed to now + 1.5 x stall whenever half a stall period has passed since the last push, so a
+        stream is declared stalled after a silence between 1x and 1.5x stall_timeout_s. Before the
+        first token only ``timeout_s`` applies."""
         loop = asyncio.get_running_loop()
         stall_s = self.stall_timeout_s
         half_stall_ns = int(stall_s * 1e9 / 2)
-        data: list[bytes] = []
-        t_event = 0
-        done = False
-        started = False
-        api_chat = self.api == "chat"
-        next_push = 0
-        pending = b""
+        next_push = None  # armed by the first token
         async for chunk in resp.content.iter_any():  # one wake-up per socket read, not per line
             now = time.perf_counter_ns()
-            if result.first_byte_s is None:
-                result.first_byte_s = (now - t0) / 1e9
-            if started and now >= next_push:
+            if next_push is not None and now >= next_push:
                 stall.reschedule(loop.time() + 1.5 * stall_s)
                 next_push = now + half_stall_ns
-            pending += chunk
-            if b"\n" not in chunk:
-                continue
-            lines = pending.split(b"\n")
-            pending = lines.pop()
-            for raw in lines:
-                line = raw.rstrip(b"\r")
-                if line:
-                    if line.startswith(b"data:"):
-                        if not data:
-                            t_event = now
-                        data.append(line[6:] if line[5:6] == b" " else line[5:])
-                    elif line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
-                        pass
-                    else:
-                        result.error = {"type": "malformed_sse", "message": f"not an SSE line: {excerpt(line.decode('utf-8', 'replace'))}"}
-                        return
-                    continue
-                if not data:
-                    continue
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
-                data = []
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                try:
-                    event = json.loads(payload)
-                except ValueError:
-                    result.error = {"type": "malformed_sse", "message": f"SSE data is not JSON: {excerpt(payload.decode('utf-8', 'replace'))}"}
-                    return
-                if not isinstance(event, dict):
-                    result.error = {"type": "malformed_sse", "message": f"SSE data is not a JSON object: {excerpt(payload.decode('utf-8', 'replace'))}"}
-                    return
-                if "error" in event and not event.get("choices"):
-                    err = event["error"]
-                    msg = err.get("message", err) if isinstance(err, dict) else err
-                    result.error = {"type": "server_error_event", "message": f"server sent an error mid-stream: {excerpt(str(msg))}"}
-                    return
-                choices = event.get("choices")
-                usage = event.get("usage")
-                if (choices and not (isinstance(choices, list) and isinstance(choices[0], dict))) or \
-                        (usage and not isinstance(usage, dict)):
-                    result.error = {"type": "malformed_sse", "message": f"unexpected event shape: {excerpt(payload.decode('utf-8', 'replace'))}"}
-                    return
-                if choices:
-                    choice = choices[0]
-                    delta = choice.get("delta") or {}
-                    text = (delta.get("content") if isinstance(delta, dict) else None) if api_chat else choice.get("text")
-                    if text is not None and not isinstance(text, str):
-                        result.error = {"type": "malformed_sse", "message": f"token text is not a string: {excerpt(str(text))}"}
-                        return
-                    result.chunks += 1
-                    if not started:
-                        started = True
-                        result.ttft_s = (t_event - t0) / 1e9
-                        stall.reschedule(loop.time() + 1.5 * stall_s)
-                        next_push = now + half_stall_ns
-                        if "x_server" in event:
-                            result.server = event["x_server"]
-                    if text:
-                        token_ns.append(t_event)
-                if usage:
-                    try:
-                        result.prompt_tokens = _count(usage.get("prompt_tokens"))
-                        result.completion_tokens = _count(usage.get("completion_tokens"))
-                        details = usage.get("prompt_tokens_details")
-                        if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                            result.cached_tokens = _count(details["cached_tokens"])
-                            result.cached_tokens_reported = True
-                    except (TypeError, ValueError):
-                        result.error = {"type": "malformed_sse", "message": f"usage is not token counts: {excerpt(str(usage))}"}
-                        return
-        if result.error is None and not done:
-            result.error = {"type": "truncated_stream", "message": f"stream ended before [DONE] after {len(token_ns)} token chunks"}
+            if not parser.feed(chunk, now):
+                return
+            if next_push is None and parser.started:
+                stall.reschedule(loop.time() + 1.5 * stall_s)
+                next_push = now + half_stall_ns
+        parser.end_of_body()
 
-    @staticmethod
-    def _finish(result: RequestResult, token_ns: list[int], t0: int) -> None:
-        if token_ns:
-            result.first_content_s = (token_ns[0] - t0) / 1e9
-            result.last_token_s = (token_ns[-1] - t0) / 1e9
-            gaps = [(b - a) / 1e9 for a, b in zip(token_ns, token_ns[1:])]
-            result.itl = summarise(gaps)
-            n_tokens = result.completion_tokens if result.completion_tokens else len(token_ns)
-            span = (token_ns[-1] - token_ns[0]) / 1e9
-            if n_tokens > 1 and span > 0:
-                result.decode_tok_per_s = (n_tokens - 1) / span
+
+class StreamParser:
+    """An SSE body, read into a ``RequestResult``: lines -> events -> tokens, usage and timings.
+
+    Pure: ``feed(chunk, now_ns)`` takes one read of the body with the time it was read (the client
+    passes ``perf_counter_ns()``; a test passes whatever times it likes), so what each timing means is
+    decided here and can be checked exactly. An event's time is that of the read that completed its
+    first ``data:`` line (a line split over two reads is complete at the second). ``ttft_s`` is the
+    first event carrying a choice, ``first_content_s`` / ``last_token_s`` the first and last with
+    non-empty text; ``finish()`` derives inter-token latency and decode speed from the token times.
+    Every malformed input is an ``error`` on the result, never an exception."""
+
+    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending")
+
+    def __init__(self, result: RequestResult, t0_ns: int, *, chat: bool = False):
+        self.result = result
+        self.t0 = t0_ns
+        self.chat = chat
+        self.token_ns: list[int] = []  # read time of each event with non-empty text
+        self.started = False  # an event with a choice has been seen (the first token)
+        self.done = False  # [DONE] seen
+        self._data: list[bytes] = []  # data lines of the event being assembled
+        self._t_event = 0
+        self._pending = b""  # an incomplete last line
+
+    def _fail(self, kind: str, message: str) -> bool:
+        self.result.error = {"type": kind, "message": message}
+        return False
+
+    def feed(self, chunk: bytes, now_ns: int) -> bool:
+        """One read of the body; False once an error has been recorded (the stream must end)."""
+        if self.result.first_byte_s is None:
+            self.result.first_byte_s = (now_ns - self.t0) / 1e9
+        self._pending += chunk
+        if b"\n" not in chunk:
+            return True
+        lines = self._pending.split(b"\n")
+        self._pending = lines.pop()
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if line:
+                if not self._field(line, now_ns):
+                    return False
+            elif self._data and not self._dispatch():
+                return False
+        return True
+
+    def _field(self, line: bytes, now_ns: int) -> bool:
+        if line.startswith(b"data:"):
+            if not self._data:
+                self._t_event = now_ns
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            return True
+        if line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
+            return True  # a comment or a field the harness does not use
+        return self._fail("malformed_sse", f"not an SSE line: {_text(line)}")
+
+    def _dispatch(self) -> bool:
+        """An empty line ends an event: decode it and take what it carries."""
+        data, self._data = self._data, []
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        if payload == b"[DONE]":
+            self.done = True
+            return True
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return self._fail("malformed_sse", f"SSE data is not JSON: {_text(payload)}")
+        if not isinstance(event, dict):
+            return self._fail("malformed_sse", f"SSE data is not a JSON object: {_text(payload)}")
+        if "error" in event and not event.get("choices"):
+            err = event["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            return self._fail("server_error_event", f"server sent an error mid-stream: {excerpt(str(msg))}")
+        choices = event.get("choices")
+        usage = event.get("usage")
+        if (choices and not (isinstance(choices, list) and isinstance(choices[0], dict))) or \
+                (usage and not isinstance(usage, dict)):
+            return self._fail("malformed_sse", f"unexpected event shape: {_text(payload)}")
+        if choices and not self._choice(choices[0], event):
+            return False
+        return not usage or self._usage(usage)
+
+    def _choice(self, choice: dict, event: dict) -> bool:
+        if self.chat:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+        else:
+            text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            return self._fail("malformed_sse", f"token text is not a string: {excerpt(str(text))}")
+        r = self.result
+        r.chunks += 1
+        if not self.started:
+            self.started = True
+            r.ttft_s = (self._t_event - self.t0) / 1e9
+            if "x_server" in event:
+                r.server = event["x_server"]
+        if text:
+            self.token_ns.append(self._t_event)
+        return True
+
+    def _usage(self, usage: dict) -> bool:
+        r = self.result
+        try:
+            r.prompt_tokens = _count(usage.get("prompt_tokens"))
+            r.completion_tokens = _count(usage.get("completion_tokens"))
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                r.cached_tokens = _count(details["cached_tokens"])
+                r.cached_tokens_reported = True
+        except (TypeError, ValueError):
+            return self._fail("malformed_sse", f"usage is not token counts: {excerpt(str(usage))}")
+        return True
+
+    def end_of_body(self) -> None:
+        """The body ended: without [DONE] (and no earlier error) the stream was cut short."""
+        if self.result.error is None and not self.done:
+            self._fail("truncated_stream", f"stream ended before [DONE] after {len(self.token_ns)} token chunks")
+
+    def finish(self) -> None:
+        """Token timings from the token read times: first and last token, ITL summary, decode tok/s."""
+        r, token_ns, t0 = self.result, self.token_ns, self.t0
+        if not token_ns:
+            return
+        r.first_content_s = (token_ns[0] - t0) / 1e9
+        r.last_token_s = (token_ns[-1] - t0) / 1e9
+        r.itl = summarise([(b - a) / 1e9 for a, b in zip(token_ns, token_ns[1:])])
+        n_tokens = r.completion_tokens if r.completion_tokens else len(token_ns)
+        span = (token_ns[-1] - token_ns[0]) / 1e9
+        if n_tokens > 1 and span > 0:
+            r.decode_tok_per_s = (n_tokens - 1) / span
+
+
+def _text(raw: bytes) -> str:
+    return excerpt(raw.decode("utf-8", "replace"))
 
 
 def _count(value) -> int | None:

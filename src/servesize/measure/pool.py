@@ -390,37 +390,8 @@ class PoolRun:
         for size in sizes:
             self.prompt_counter += 1
             prompts.append(await self.prompts.make(self.prompt_counter, size))
-        label = f"n={n}" + (f" + {extra_blocks} block(s)" if extra_blocks else "")
         for rnd in range(1, cfg.rounds + 1):
-            self.progress(f"probe {self.seq} ({stage}, {label}, {sum(sizes):,} tokens): round {rnd}/{cfg.rounds}")
-            before = await self.scraper.scrape()
-            done = 0
-
-            async def one(i: int, text: str, pid: str) -> RequestResult:
-                nonlocal done
-                r = await self.client.complete(text, max_tokens=1, request_id=f"{pid}-r{rnd}",
-                                               tags={"probe": probe.seq, "round": rnd, "index": i})
-                self.record.append("request", probe=probe.seq, round=rnd, index=i, result=r.to_dict())
-                done += 1
-                self.progress(f"probe {self.seq} ({stage}, {label}): round {rnd}/{cfg.rounds}, {done}/{len(prompts)} done")
-                return r
-
-            if stage == "fine" and cfg.fine_order == "sequential":
-                results = [await one(i, p.text, p.id) for i, p in enumerate(prompts)]
-            else:
-                results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
-            after = await self.scraper.scrape()
-            collect_between()
-            d = delta(before, after)
-            probe.rounds.append(list(results))
-            probe.deltas.append(d)
-            self.record.append("round", probe=probe.seq, round=rnd, delta=d.to_dict() if d else None)
-            failed = [r for r in results if not r.ok]
-            if failed:
-                where = f" (the record {self.record.path} keeps every result so far; continue with --resume {self.record.path})" \
-                    if self.record.path else ""
-                raise ProbeFailed(f"probe {label}, round {rnd}: {len(failed)} of {len(results)} requests failed, "
-                                  f"first: {failed[0].error_line()}{where}")
+            await self._round(probe, rnd, prompts)
         if self.scraper.note and self.scraper.note not in self.notes:
             self.notes.append(self.scraper.note)
         self.server_reports_cached = self.server_reports_cached or any(
@@ -432,6 +403,41 @@ class PoolRun:
                            verdict=probe.verdict.to_dict())
         self.probes.append(probe)
         return probe
+
+    async def _round(self, probe: Probe, rnd: int, prompts: list) -> None:
+        """One round of a probe: every prompt once (in parallel; in order for the sequential fine stage),
+        each result recorded as it completes, then the round's /metrics delta. ProbeFailed when any failed."""
+        cfg = self.cfg
+        label = f"n={probe.n}" + (f" + {probe.extra_blocks} block(s)" if probe.extra_blocks else "")
+        self.progress(f"probe {probe.seq} ({probe.stage}, {label}, {sum(probe.sizes):,} tokens): round {rnd}/{cfg.rounds}")
+        before = await self.scraper.scrape()
+        done = 0
+
+        async def one(i: int, text: str, pid: str) -> RequestResult:
+            nonlocal done
+            r = await self.client.complete(text, max_tokens=1, request_id=f"{pid}-r{rnd}",
+                                           tags={"probe": probe.seq, "round": rnd, "index": i})
+            self.record.append("request", probe=probe.seq, round=rnd, index=i, result=r.to_dict())
+            done += 1
+            self.progress(f"probe {probe.seq} ({probe.stage}, {label}): round {rnd}/{cfg.rounds}, {done}/{len(prompts)} done")
+            return r
+
+        if probe.stage == "fine" and cfg.fine_order == "sequential":
+            results = [await one(i, p.text, p.id) for i, p in enumerate(prompts)]
+        else:
+            results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
+        after = await self.scraper.scrape()
+        collect_between()
+        d = delta(before, after)
+        probe.rounds.append(list(results))
+        probe.deltas.append(d)
+        self.record.append("round", probe=probe.seq, round=rnd, delta=d.to_dict() if d else None)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            where = f" (the record {self.record.path} keeps every result so far; continue with --resume {self.record.path})" \
+                if self.record.path else ""
+            raise ProbeFailed(f"probe {label}, round {rnd}: {len(failed)} of {len(results)} requests failed, "
+                              f"first: {failed[0].error_line()}{where}")
 
     # -- the run --
     async def run(self) -> PoolResult:

@@ -21,8 +21,9 @@ served more than the shared prefix plus half of the session's own previous promp
 (``cached_tokens``); without ``cached_tokens`` a TTFT rule stands in (warm when TTFT < 0.4 x the
 cold TTFT predicted for its length by a linear fit over first turns). Per rung: warm-hit rate,
 TTFT p50/p95 of hits and misses, inter-token latency, decode tok/s per user, preemptions
-(/metrics delta), errors. Stop conditions end the ladder: error rate over ``max_error_rate``, hit
-TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
+(/metrics delta), errors. A rung lasts ``duration_s``, or ends sooner once every user has sent
+``requests_per_user`` requests. Stop conditions end the ladder: error rate over ``max_error_rate``,
+hit TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
 """
 
 from __future__ import annotations
@@ -370,10 +371,15 @@ class SessionsConfig:
     ttft_ratio: float = 0.4
     predicted_users: float | None = None
     predicted_decode_tok_per_s: float | None = None
+    # A rung also ends once every user has sent this many requests (None: the duration alone). A rung
+    # bounded by count sends the same requests however fast the server, or the machine, runs.
+    requests_per_user: int | None = None
 
     def __post_init__(self) -> None:
         if not (self.timeout_s > 0 and self.stall_timeout_s > 0 and self.duration_s > 0):
             raise BadInput("--timeout, --stall-timeout and --duration must be positive seconds")
+        if self.requests_per_user is not None and self.requests_per_user < 1:
+            raise BadInput("requests per user must be at least 1")
         if not 0 <= self.max_error_rate <= 1 or not 0 < self.warm_target <= 1:
             raise BadInput("--max-error-rate must be in [0, 1] and --warm-target in (0, 1]")
 
@@ -424,28 +430,13 @@ class SessionsRun:
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
-        done: dict[int, RungStats] = {}
-        if self.resume is not None:
-            for e in self.resume.of_type("rung"):
-                done[e["users"]] = RungStats.from_dict(e["stats"])
-            if done:
-                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        done = self._completed_rungs()
         rungs: list[RungStats] = []
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
-            model = await client.resolve_model()
-            scraper = MetricsScraper(client)
-            await scraper.scrape()
-            if scraper.note:
-                self.notes.append(scraper.note)
-            prompts = PromptFactory(client, seed=cfg.params.seed)
-            await prompts.start()
-            if prompts.mode != "tokenize":
-                self.notes.append(prompts.note or "token counts are estimates (no /tokenize)")
-            self.record.append("info", model=model, tokens_per_word=prompts.tokens_per_word, nonce=prompts.nonce)
+            model, scraper, prompts = await self._open(client)
             for index, users in enumerate(sorted(set(cfg.users))):
-                if users in done:
-                    stats = done[users]
-                else:
+                stats = done.get(users)
+                if stats is None:
                     stats = await self._rung(client, scraper, prompts, index, users)
                     self.record.append("rung", users=users, stats=stats.to_dict())
                     collect_between()
@@ -453,10 +444,38 @@ class SessionsRun:
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
                     break
-            if scraper.note and scraper.note not in self.notes:
-                self.notes.append(scraper.note)
-            if prompts.note and prompts.note not in self.notes:
-                self.notes.append(prompts.note)
+            for note in (scraper.note, prompts.note):
+                if note and note not in self.notes:
+                    self.notes.append(note)
+        return self._result(model, rungs)
+
+    def _completed_rungs(self) -> dict[int, RungStats]:
+        """The rungs a resumed record already holds, by user count (they are not run again)."""
+        done: dict[int, RungStats] = {}
+        if self.resume is not None:
+            for e in self.resume.of_type("rung"):
+                done[e["users"]] = RungStats.from_dict(e["stats"])
+            if done:
+                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        return done
+
+    async def _open(self, client: StreamClient) -> tuple[str, MetricsScraper, PromptFactory]:
+        """The model, a first /metrics scrape, the prompt factory; the run's info line in the record."""
+        model = await client.resolve_model()
+        scraper = MetricsScraper(client)
+        await scraper.scrape()
+        if scraper.note:
+            self.notes.append(scraper.note)
+        prompts = PromptFactory(client, seed=self.cfg.params.seed)
+        await prompts.start()
+        if prompts.mode != "tokenize":
+            self.notes.append(prompts.note or "token counts are estimates (no /tokenize)")
+        self.record.append("info", model=model, tokens_per_word=prompts.tokens_per_word, nonce=prompts.nonce)
+        return model, scraper, prompts
+
+    def _result(self, model: str, rungs: list[RungStats]) -> SessionsResult:
+        """The knee, the verdicts on the predictions, and the exit: 2 when the first rung already failed."""
+        cfg = self.cfg
         signals = sorted({g.signal for g in rungs})
         k = knee(rungs, cfg.warm_target)
         verdicts = []
@@ -491,7 +510,8 @@ class SessionsRun:
             stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
             await asyncio.sleep(stagger)
             last_tokens: dict[str, int] = {}
-            while loop.time() < t_end:
+            sent = 0
+            while loop.time() < t_end and sent != cfg.requests_per_user:
                 turn = gen.next()
                 prefix_tokens = round(turn.prefix_words * tpw)
                 reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
@@ -502,13 +522,14 @@ class SessionsRun:
                                           tags=tags)
                 if r.ok and r.prompt_tokens:
                     last_tokens[turn.session] = r.prompt_tokens
+                sent += 1
                 results.append(r)
                 self.record.append("request", rung=index, users=users, result=r.to_dict())
                 errs = sum(1 for x in results if not x.ok)
                 self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
                               f"{max(0.0, t_end - loop.time()):.0f} s left")
                 remaining = t_end - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or sent == cfg.requests_per_user:
                     break
                 pause = gen.think_time()
                 if not r.ok:

@@ -13,6 +13,12 @@ Time to first token is injected: ``ttft_base_s + ttft_per_token_s * uncached_tok
 token every ``itl_s``. Faults can be injected (HTTP status, malformed SSE, a stall, a reset
 connection) and each endpoint can be switched off to test what the harness does without it.
 
+Every completion is logged (``server.log``: prompt and cached tokens, the TTFT injected) with the
+server's own ``perf_counter_ns`` stamps: received, first token sent, last token sent. Tests compare a
+client's timestamps with these, which holds however loaded the machine is (a client cannot see a
+chunk before the server wrote it), instead of against a wall-clock window. Stopping the server ends
+the streams still in flight, so a test can inject delays far longer than it waits.
+
 Bind is always 127.0.0.1, port 0 (a free port) unless told otherwise.
 
     with TestServer(ServerConfig(capacity_tokens=4096)) as server:   # background thread
@@ -30,6 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -136,6 +143,7 @@ class TestServer:
         self.completions = 0  # completion requests received
         self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
         self.in_flight = 0
+        self._handlers: set[asyncio.Task] = set()  # handlers of the completions in flight, ended at stop
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -167,6 +175,10 @@ class TestServer:
         return self.url
 
     async def stop_async(self) -> None:
+        # A stopped server answers no more: completions still in flight (a long injected TTFT or stall
+        # whose client has given up) end now, instead of holding the shutdown until their delays pass.
+        for task in list(self._handlers):
+            task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -297,20 +309,32 @@ class TestServer:
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t_received = time.perf_counter_ns()
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        c = self.config
+        t0 = asyncio.get_running_loop().time()
         index = self.completions
         self.completions += 1
+        req = await self._read_completion(request, index)
+        if isinstance(req, web.Response):
+            return req
+        if req.fault is not None and req.fault.kind == "status":
+            return self._error(req.fault.status, f"injected failure on request {index}")
+        entry = self._admit(req, t_received)
+        task = asyncio.current_task()
+        assert task is not None  # a request handler always runs in a task
+        self._handlers.add(task)
+        try:
+            return await (self._stream(request, req, entry, t0) if req.stream else self._whole(req, entry, t0))
+        finally:
+            self._handlers.discard(task)
+
+    async def _read_completion(self, request: web.Request, index: int) -> _Completion | web.Response:
+        """The request as the server understood it, or the error response vLLM would give."""
+        c = self.config
         try:
             body = await request.json()
         except ValueError:
             return self._error(400, "request body is not JSON")
         chat = request.path.endswith("/chat/completions")
-        if chat:
-            text = " ".join(m.get("content", "") for m in body.get("messages", []))
-        else:
-            text = body.get("prompt", "")
+        text = " ".join(m.get("content", "") for m in body.get("messages", [])) if chat else body.get("prompt", "")
         if not isinstance(text, str):
             return self._error(400, "prompt must be a string")
         if body.get("model") not in (None, c.model):
@@ -320,78 +344,142 @@ class TestServer:
         if len(tokens) + max_tokens > c.max_model_len:
             return self._error(400, f"This model's maximum context length is {c.max_model_len} tokens. However, you requested "
                                     f"{len(tokens) + max_tokens} tokens ({len(tokens)} in the messages, {max_tokens} in the completion).")
-        fault = self._fault(index)
-        if fault is not None and fault.kind == "status":
-            return self._error(fault.status, f"injected failure on request {index}")
-        cached = self.cache.admit(tokens)
-        uncached = len(tokens) - cached
-        self.prefix_queries += len(tokens)
+        return _Completion(index=index, chat=chat, tokens=tokens, max_tokens=max_tokens, stream=bool(body.get("stream")),
+                           include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+                           fault=self._fault(index))
+
+    def _admit(self, req: _Completion, t_received_ns: int) -> dict:
+        """Admit the prompt to the block cache; the request's log entry (what was cached, the TTFT injected)."""
+        c = self.config
+        cached = self.cache.admit(req.tokens)
+        self.prefix_queries += len(req.tokens)
         self.prefix_hits += cached
-        ttft = c.ttft_s(uncached)
-        entry = {"index": index, "prompt_tokens": len(tokens), "cached_tokens": cached, "ttft_injected_s": ttft,
-                 "t_received_ns": t_received}
+        entry = {"index": req.index, "prompt_tokens": len(req.tokens), "cached_tokens": cached,
+                 "ttft_injected_s": c.ttft_s(len(req.tokens) - cached), "t_received_ns": t_received_ns}
         self.log.append(entry)
-        usage = {"prompt_tokens": len(tokens), "completion_tokens": max_tokens, "total_tokens": len(tokens) + max_tokens}
+        return entry
+
+    def _usage(self, req: _Completion, entry: dict) -> dict:
+        c = self.config
+        n = len(req.tokens)
+        usage: dict[str, Any] = {"prompt_tokens": n, "completion_tokens": req.max_tokens, "total_tokens": n + req.max_tokens}
+        cached = entry["cached_tokens"]
         if c.report_cached_tokens and not (c.omit_zero_cached and cached == 0):
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        rid = f"cmpl-{index}"
-        created = int(time.time())
-        if not body.get("stream"):
-            await asyncio.sleep(max(0.0, t0 + ttft + c.itl_s * (max_tokens - 1) - loop.time()))
-            choice = ({"index": 0, "message": {"role": "assistant", "content": " tok" * max_tokens}, "finish_reason": "length"}
-                      if chat else {"index": 0, "text": " tok" * max_tokens, "finish_reason": "length"})
-            return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                                      "created": created, "model": c.model, "choices": [choice], "usage": usage})
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return usage
+
+    async def _whole(self, req: _Completion, entry: dict, t0: float) -> web.Response:
+        """A non-streamed completion, answered when its last token would have been."""
+        c = self.config
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, t0 + entry["ttft_injected_s"] + c.itl_s * (req.max_tokens - 1) - loop.time()))
+        text = " tok" * req.max_tokens
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if req.chat
+                  else {"index": 0, "text": text, "finish_reason": "length"})
+        return web.json_response({"id": req.rid, "object": "chat.completion" if req.chat else "text_completion",
+                                  "created": int(time.time()), "model": c.model, "choices": [choice],
+                                  "usage": self._usage(req, entry)})
+
+    async def _stream(self, request: web.Request, req: _Completion, entry: dict, t0: float) -> web.StreamResponse:
+        """The SSE stream: the first token at t0 + injected TTFT, then one every itl_s; usage; [DONE].
+
+        The log entry gets the server's own stamps (perf_counter_ns, taken just before the bytes are
+        written, so a client's timestamp of the same chunk is never earlier): ``t_first_sent_ns``,
+        ``t_last_sent_ns``."""
+        c = self.config
+        loop = asyncio.get_running_loop()
+        fault = req.fault
+        chunks = _Chunks(req, c.model)
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         self.in_flight += 1
         try:
             await resp.prepare(request)
-            for k in range(max_tokens):
-                delay = t0 + ttft + c.itl_s * k - loop.time()
+            for k in range(req.max_tokens):
+                delay = t0 + entry["ttft_injected_s"] + c.itl_s * k - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if fault is not None and k == fault.at_chunk and await self._strike(fault, request, resp, rid):
+                if fault is not None and k == fault.at_chunk and await self._strike(fault, request, resp, req.rid):
                     return resp
-                last = k == max_tokens - 1
-                if k == 0 or last:
-                    if chat:
-                        delta = {"content": " tok"} if k else {"role": "assistant", "content": " tok"}
-                        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": "length" if last else None}
-                    else:
-                        choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": "length" if last else None,
-                                  "stop_reason": None}
-                    chunk = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-                             "model": c.model, "choices": [choice]}
-                elif k == 1:  # middle chunks are all the same: encode once
-                    if chat:
-                        choice = {"index": 0, "delta": {"content": " tok"}, "logprobs": None, "finish_reason": None}
-                    else:
-                        choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": None, "stop_reason": None}
-                    middle = b"data: " + json.dumps({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                                                     "created": created, "model": c.model, "choices": [choice]}).encode() + b"\n\n"
-                if 0 < k and not last:
-                    await resp.write(middle)
-                    continue
-                if k == 0:
-                    entry["t_first_sent_ns"] = time.perf_counter_ns()
-                    if c.timing:
-                        chunk["x_server"] = {"t_received_ns": t_received, "t_first_sent_ns": entry["t_first_sent_ns"],
-                                             "ttft_injected_s": ttft}
-                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            if fault is not None and fault.at_chunk >= max_tokens and await self._strike(fault, request, resp, rid):
+                await resp.write(self._token_chunk(chunks, entry, k))
+            if fault is not None and fault.at_chunk >= req.max_tokens and await self._strike(fault, request, resp, req.rid):
                 return resp  # a mid-stream fault past the last token strikes before the usage chunk
-            if include_usage:
-                final = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-                         "model": c.model, "choices": [], "usage": usage}
-                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+            if req.include_usage:
+                await resp.write(chunks.usage(self._usage(req, entry)))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            pass  # the client went away, or the server is stopping
         finally:
             self.in_flight -= 1
         return resp
+
+    def _token_chunk(self, chunks: _Chunks, entry: dict, k: int) -> bytes:
+        """Token k's SSE event, stamped: the first carries x_server when ``timing`` is on."""
+        last = k == chunks.max_tokens - 1
+        if k == 0:
+            entry["t_first_sent_ns"] = time.perf_counter_ns()
+            timing = None
+            if self.config.timing:
+                timing = {"t_received_ns": entry["t_received_ns"], "t_first_sent_ns": entry["t_first_sent_ns"],
+                          "ttft_injected_s": entry["ttft_injected_s"]}
+            data = chunks.token(first=True, last=last, x_server=timing)
+        else:
+            data = chunks.token(first=False, last=last)
+        if last:
+            entry["t_last_sent_ns"] = time.perf_counter_ns()
+        return data
+
+
+@dataclass
+class _Completion:
+    """One completion request as the server read it."""
+
+    index: int
+    chat: bool
+    tokens: list[str]
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    fault: Fault | None
+
+    @property
+    def rid(self) -> str:
+        return f"cmpl-{self.index}"
+
+
+class _Chunks:
+    """SSE events of one stream, as vLLM shapes them (completions or chat); middle tokens encoded once."""
+
+    def __init__(self, req: _Completion, model: str):
+        self.chat = req.chat
+        self.max_tokens = req.max_tokens
+        self.head = {"id": req.rid, "object": "chat.completion.chunk" if req.chat else "text_completion",
+                     "created": int(time.time()), "model": model}
+        self._middle: bytes | None = None
+
+    def _choice(self, first: bool, last: bool) -> dict:
+        finish = "length" if last else None
+        if self.chat:
+            delta = {"role": "assistant", "content": " tok"} if first else {"content": " tok"}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "text": " tok", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+
+    @staticmethod
+    def _event(payload: dict) -> bytes:
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    def token(self, *, first: bool, last: bool, x_server: dict | None = None) -> bytes:
+        if not (first or last):
+            if self._middle is None:
+                self._middle = self._event({**self.head, "choices": [self._choice(False, False)]})
+            return self._middle
+        payload: dict[str, Any] = {**self.head, "choices": [self._choice(first, last)]}
+        if x_server is not None:
+            payload["x_server"] = x_server
+        return self._event(payload)
+
+    def usage(self, usage: dict) -> bytes:
+        return self._event({**self.head, "choices": [], "usage": usage})
 
 
 def _install_uvloop() -> bool:
