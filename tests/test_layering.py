@@ -20,9 +20,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("workload", ("servesize.workload",)),
     ("planning", ("servesize.planning",)),
     ("vllm_logs", ("servesize.vllm_logs",)),
+    ("simulate", ("servesize.simulate",)),
+    ("fleet", ("servesize.fleet",)),
     ("api", ("servesize.scenario", "servesize.resolve", "servesize.api", "servesize.flags")),
     ("render", ("servesize.render",)),
     ("measure", ("servesize.measure",)),
+    ("web", ("servesize.web",)),
     ("commands", ("servesize.commands",)),
     ("cli", ("servesize.cli", "servesize.__main__")),
 ]
