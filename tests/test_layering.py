@@ -21,7 +21,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planning", ("servesize.planning",)),
     ("vllm_logs", ("servesize.vllm_logs",)),
     ("simulate", ("servesize.simulate",)),
-    ("fleet", ("servesize.fleet",)),
     ("api", ("servesize.scenario", "servesize.resolve", "servesize.api", "servesize.flags")),
     ("render", ("servesize.render",)),
     ("measure", ("servesize.measure",)),
