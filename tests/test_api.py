@@ -201,3 +201,15 @@ def test_a_sweep_varies_one_field_and_refuses_others():
         s.sweep(s.Scenario(**REFERENCE), "gpus", ["2xH200"])
     with pytest.raises(s.BadInput, match="at most"):
         s.sweep(s.Scenario(**REFERENCE), "median", ["31k"] * 65)
+
+
+def test_a_config_jsons_content_is_a_model_and_plans_like_the_catalogue_entry():
+    """An uploaded config.json (the explorer's) is data: parsed, never a path; it plans like its entry."""
+    config = json.loads((REPO / "tests" / "fixtures" / "model-configs" / "meta-llama--Meta-Llama-3.1-8B" / "config.json")
+                        .read_text())
+    inline = s.memory(s.Scenario(model=config, gpus="1xH100", max_model_len="32k"))
+    catalogue = s.memory(s.Scenario(model="llama-3.1-8b", gpus="1xH100", max_model_len="32k"))
+    assert inline.pool.log_lines == catalogue.pool.log_lines
+    assert hash(s.Scenario(model=config, gpus="1xH100")) == hash(s.Scenario(model=dict(config), gpus="1xH100"))
+    with pytest.raises(s.BadInput, match="not plain JSON"):
+        s.Scenario(model={"model_type": float("nan")}, gpus="1xH100")

@@ -20,7 +20,7 @@ from servesize.engine.models_table import ModelRow, ModelsResult, model_row
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.errors import BadInput
-from servesize.model.catalogue import ResolvedModel, load_catalogue
+from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
@@ -35,7 +35,7 @@ from servesize.workload.readers import read_token_counts
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
 
 
-def resolve_model(spec: str) -> ResolvedModel:
+def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
     """MODEL as the CLI takes it (a catalogue name, a config.json or folder, a Hugging Face id)."""
     return model_of(spec)
 

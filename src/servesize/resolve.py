@@ -23,7 +23,7 @@ from typing import Any
 
 from servesize.engine.deployment import Deployment, derived_max_model_len
 from servesize.errors import BadInput
-from servesize.model.catalogue import ResolvedModel, find_entry, resolve_model
+from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
 from servesize.model.hardware import GpuGroup, parse_gpus
 from servesize.planning.inputs import Knobs, spec_tokens_of
 from servesize.planning.sensitivity import apply_param
@@ -50,23 +50,28 @@ KNOB_FIELDS = {"bandwidth_efficiency": "bandwidth_efficiency", "tp_efficiency": 
 
 
 @lru_cache(maxsize=128)
-def _catalogue_model(spec: str) -> ResolvedModel:
+def _cached_model(spec: str | InlineConfig) -> ResolvedModel:
     return resolve_model(spec)
 
 
-def model_of(spec: str) -> ResolvedModel:
-    """MODEL -> its architecture; a catalogue entry is parsed once per process (files are read every time)."""
-    return _catalogue_model(spec) if find_entry(spec) is not None else resolve_model(spec)
+def model_of(spec: str | InlineConfig) -> ResolvedModel:
+    """MODEL -> its architecture; a catalogue entry or an inline config is parsed once per process
+    (a file is read every time: it may have changed)."""
+    if isinstance(spec, InlineConfig) or find_entry(spec) is not None:
+        return _cached_model(spec)
+    return resolve_model(spec)
 
 
 def display_name(model: ResolvedModel) -> str:
     return model.entry.key if model.entry else model.architecture.name
 
 
-def hf_id_of(model: ResolvedModel, spec: str) -> str:
+def hf_id_of(model: ResolvedModel, spec: str | InlineConfig) -> str:
     """The name the recipe's ``vllm serve`` takes: the catalogue's Hugging Face id, else what was given."""
     if model.entry is not None and model.entry.hf_id:
         return model.entry.hf_id
+    if isinstance(spec, InlineConfig):
+        return display_name(model)
     return spec if "/" in spec and not spec.startswith((".", "/", "~")) else display_name(model)
 
 

@@ -25,6 +25,7 @@ distinguishable from "given the default"; the rules that fill them live in ``ser
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
@@ -33,12 +34,13 @@ from servesize.engine.kv_cache import KV_CACHE_DTYPES
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
+from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload import model as workload_model
 from servesize.workload.model import Workload
 
-KINDS = ("tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration")
+KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration")
 
 GROUPS = {
     "model": "model and GPUs",
@@ -208,6 +210,14 @@ def _read_version(p: Param, value: Any) -> str:
     return text
 
 
+def _read_model(p: Param, value: Any) -> str | InlineConfig:
+    if isinstance(value, InlineConfig):
+        return value
+    if isinstance(value, Mapping):
+        return InlineConfig.of(value)  # a config.json's content
+    return _read_text(p, value)
+
+
 def _read_workload(p: Param, value: Any) -> Workload | str:
     if isinstance(value, Workload):
         return value
@@ -220,7 +230,7 @@ def _read_calibration(p: Param, value: Any) -> Calibration | str:
     return _read_text(p, value)  # a calibration file, read when the scenario is resolved
 
 
-_READERS = {"tokens": _read_tokens, "bytes": _read_bytes, "int": _read_int, "float": _read_float,
+_READERS = {"model": _read_model, "tokens": _read_tokens, "bytes": _read_bytes, "int": _read_int, "float": _read_float,
             "choice": _read_choice, "bool": _read_bool, "text": _read_text, "version": _read_version,
             "workload": _read_workload, "calibration": _read_calibration}
 
@@ -241,7 +251,8 @@ class Scenario:
     """A model on GPUs with vLLM's flags, a workload, the modelled knobs and any calibration."""
 
     # -- model and GPUs -------------------------------------------------------------------
-    model: str = _p("text", "catalogue name (servesize models), Hugging Face id, or path to a config.json / model folder",
+    model: str | InlineConfig = _p("model", "catalogue name (servesize models), Hugging Face id, or path to a config.json / "
+                                   "model folder (the library also takes a config.json's content as a dict)",
                     "model", default=MISSING, metavar="MODEL")
     gpus: str = _p("text", "N x GPU type, e.g. 1xH200, 4xH100 (servesize gpus lists them)", "model", default=MISSING,
                    metavar="NxGPU")

@@ -8,11 +8,14 @@ numpy) and cached, so a command can walk the whole catalogue in well under a sec
 from __future__ import annotations
 
 import difflib
+import json
 import pathlib
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
+from typing import Any
 
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture, from_config, load_config_file
@@ -207,8 +210,35 @@ class ResolvedModel:
         return {"name": self.architecture.name, "origin": self.origin, "catalogue_key": self.entry.key if self.entry else None}
 
 
-def resolve_model(spec: str) -> ResolvedModel:
-    """MODEL as the CLI takes it: a catalogue key or HF id in the catalogue, a path, or an HF id."""
+@dataclass(frozen=True)
+class InlineConfig:
+    """A config.json given as data (an upload, a test), not as a path: parsed, never stored or run.
+
+    Held as canonical JSON text so a Scenario that carries it stays immutable and hashable."""
+
+    text: str
+    name: str = "uploaded config.json"
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], name: str | None = None) -> InlineConfig:
+        if not isinstance(config, Mapping):
+            raise BadInput(f"a model config must be a JSON object, got {type(config).__name__}")
+        try:
+            text = json.dumps(config, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"the model config is not plain JSON: {exc}") from None
+        label = name or str(config.get("_name_or_path") or "") or "uploaded config.json"
+        return cls(text, label)
+
+    def config(self) -> dict:
+        return json.loads(self.text)
+
+
+def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
+    """MODEL as the CLI takes it: a catalogue key or HF id in the catalogue, a path, or an HF id;
+    or a config.json's content (InlineConfig)."""
+    if isinstance(spec, InlineConfig):
+        return ResolvedModel(from_config(spec.config(), spec.name), None, f"inline: {spec.name}")
     if not spec or not str(spec).strip():
         raise BadInput("no model given: name one from `servesize models`, a config.json path, or a Hugging Face id")
     spec = str(spec).strip()
