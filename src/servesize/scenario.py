@@ -141,8 +141,9 @@ def _read_tokens(p: Param, value: Any) -> int:
         raise p._refuse(value, "a token count")
     try:
         return parse_tokens(value)
-    except BadInput:
-        raise p._refuse(value, "a token count (e.g. 32768, 32k, 2.77M)") from None
+    except BadInput as exc:
+        why = str(exc).partition("as a token count: ")[2]
+        raise p._refuse(value, f"a token count ({why or 'e.g. 32768, 32k = 32,000, 32K = 32,768, 2.77m'})") from None
 
 
 def _read_bytes(p: Param, value: Any) -> int:
@@ -365,7 +366,7 @@ class Scenario:
                           "knobs", default="default", choices=("default", "seed"))
 
     # -- measured pool, calibration -------------------------------------------------------
-    pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77M", "calibration", lo=1,
+    pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77m", "calibration", lo=1,
                                  hi=10**13, unit="tokens", metavar="TOKENS")
     calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
                                                "replaces the model's", "calibration", metavar="FILE")

@@ -13,7 +13,7 @@ HELP = "warm users, decode speed, latency: which ceiling binds, and the vLLM rec
 EPILOG = """\
 examples:
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --median 31k
-  servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --pool-tokens 2.77M \\
+  servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --pool-tokens 2.77m \\
       --state-dtype bfloat16 --assumptions seed          the seed's headline (86 warm users p50)
   servesize plan qwen3.6-27b --gpus 2xH200 -tp 2 -q fp8 --kv-cache-dtype fp8 --sweep median=31k,45k,60k,80k
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --workload my-workload.toml --think-time 43 --plot plan.png
