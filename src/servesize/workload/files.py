@@ -14,10 +14,11 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
+from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
 
 
-def load_workload(path) -> Workload:
-    """Read a JSON or TOML workload file (as written by ``servesize workload fit``)."""
+def read_workload_data(path) -> dict:
+    """The table a JSON or TOML workload file holds (as written by ``servesize workload fit``)."""
     p = pathlib.Path(path)
     try:
         raw = p.read_bytes()
@@ -34,7 +35,16 @@ def load_workload(path) -> Workload:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"workload file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    return Workload.from_dict(data)
+    if not isinstance(data, dict):
+        raise BadInput(f"workload file {str(p)!r} must hold a table/object at the top level")
+    return data
+
+
+def load_workload(path) -> Workload:
+    """A workload file read over the preset it names (coding-agent when it names none)."""
+    data = read_workload_data(path)
+    chosen = preset(file_preset(data))
+    return workload_from_data(data, chosen.workload(), WorkloadOrigin.of_preset(chosen), str(path))[0]
 
 
 def save_workload(workload: Workload, path) -> pathlib.Path:
