@@ -82,7 +82,7 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
     return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
-                     memory=report)
+                     memory=report, origin=inputs.origin)
 
 
 def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
