@@ -243,11 +243,10 @@ def _subagent_from_flags(scenario: Any, workload: Workload, origin: WorkloadOrig
 def check_prefixes(workload: Workload, origin: WorkloadOrigin) -> None:
     """A class's shared prefix below its median session: a prefix at or above it means most sessions would
     be nothing but the prefix (usually a preset's prefix left under a shorter workload's median)."""
-    classes = [("user", workload.user, "user_prefix_tokens", "user_median_tokens", "--prefix", "--median")]
+    classes = [("user", workload.user, "user_prefix_tokens", "user_median_tokens", "--prefix")]
     if workload.subagent is not None and workload.subagent_ratio > 0:
-        classes.append(("subagent", workload.subagent, "subagent", "subagent", "--subagent-prefix",
-                        "--subagent-median"))
-    for name, cls, prefix_field, median_field, prefix_flag, median_flag in classes:
+        classes.append(("subagent", workload.subagent, "subagent", "subagent", "--subagent-prefix"))
+    for name, cls, prefix_field, median_field, prefix_flag in classes:
         prefix = workload.user.prefix_tokens if name == "subagent" and workload.subagents_share_prefix \
             else cls.prefix_tokens
         if prefix >= cls.median_tokens:

@@ -448,13 +448,16 @@ def _shared(name: str, default: Any = MISSING) -> Any:
 
 @dataclass(frozen=True)
 class FitQuery:
-    """``servesize fit``: every catalogue model x precision x placement these GPUs can serve."""
+    """``servesize fit``: what these GPUs can serve: by default one row per model (the checkpoint's own precision,
+    the smallest placement that serves); ``all_placements`` for every precision and placement."""
 
     gpus: str = _shared("gpus")
-    context: int = _p("tokens", "tokens per sequence the concurrency is counted at", "fit", default=8192, lo=1,
-                      hi=MAX_TOKENS, unit="tokens", metavar="TOKENS")
-    precision: str | None = _p("text", "comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: a "
-                               "quantised checkpoint as it is; any other at bf16, fp8 and int4)", "fit", metavar="LIST")
+    max_model_len: int = _p("tokens", "tokens per sequence the concurrency is counted at, as vLLM's --max-model-len "
+                            "(8192 = 8K; 8k is 8,000)", "fit", default=8192, lo=1, hi=MAX_TOKENS, unit="tokens",
+                            flags=("--context",), metavar="TOKENS")
+    precision: str | None = _p("text", "comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: the "
+                               "checkpoint's own; with --all, a quantised checkpoint as it is and any other at bf16, fp8 "
+                               "and int4)", "fit", metavar="LIST")
     models: str | None = _p("text", "comma list of catalogue names or config paths (default: the whole catalogue)",
                             "fit", metavar="LIST")
     budget: str = _shared("budget", "engine")
@@ -463,14 +466,26 @@ class FitQuery:
     vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
     min_concurrency: int = _p("int", "smallest per-replica concurrency a placement should reach", "fit",
                               default=DEFAULT_MIN_CONCURRENCY, lo=1, hi=1 << 20, metavar="N")
-    all_placements: bool = _p("bool", "list every TP x replicas placement that fits", "fit", default=False)
+    all_placements: bool = _p("bool", "every precision and every TP x replicas placement that fits (default: one row "
+                              "per model, the checkpoint's own precision on the smallest placement that serves)", "fit",
+                              default=False, flags=("--all",))
 
     def __post_init__(self) -> None:
         for name, param in FIT_PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
 
+    @property
+    def context(self) -> int:
+        """The same number, under the name ``fit`` used before it took vLLM's."""
+        return self.max_model_len
+
     def precisions(self) -> tuple[str, ...] | None:
-        return _comma_list(self.precision)
+        """The precisions asked for: --precision, else the checkpoint's own (one row per model), else under
+        --all None (a quantised checkpoint as it is, any other at bf16, fp8 and int4)."""
+        given = _comma_list(self.precision)
+        if given is not None or self.all_placements:
+            return given
+        return ("native",)
 
     def model_names(self) -> tuple[str, ...] | None:
         return _comma_list(self.models)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from servesize.derivation import Derivation
 from servesize.assumptions import modelled_assumptions
+from servesize.derivation import Derivation
 from servesize.planning.decode import (
     ContextBank,
     DecodeCeiling,

@@ -19,7 +19,7 @@ from servesize.planning.ceilings import CEILINGS
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
-from servesize.units import GB, GiB, KiB, MiB, fmt_bytes, fmt_tokens
+from servesize.units import GB, GiB, KiB, MiB, fmt_bytes
 from servesize.vllm_logs.calibration import CalibrationCheck
 from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, WorkloadFit, fit_meaning
 
@@ -191,14 +191,27 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
     return "\n".join(lines)
 
 
+_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _precision_label(precision: str) -> str:
+    """'native (bfloat16)' -> 'bf16': the checkpoint's own precision, as the calculator seed prints it."""
+    if precision.startswith("native (") and precision.endswith(")"):
+        inner = precision[len("native ("):-1]
+        return _SHORT_DTYPES.get(inner, inner)
+    return precision
+
+
 @render_text.register
 def _fit(result: FitResult, explain: bool = False) -> str:
     g = result.gpus
     total_gib = g.count * g.gpu.memory_bytes / GiB
+    which = ("every precision and placement that fits" if result.all_placements else
+             "each at its checkpoint's own precision on the smallest placement that serves (--all: every one)")
     head = (f"{g.count} x {g.gpu.name} · {total_gib:,.0f} GiB of device memory (nvidia-smi) · "
             f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
-            f"Models that fit at {fmt_tokens(result.context)} context ({result.budget} budget, vLLM {result.vllm_version}), "
-            "with the concurrency each allows:\n")
+            f"Models that fit at --max-model-len {result.context:,} ({result.budget} budget, vLLM {result.vllm_version}), "
+            f"{which}:\n")
     rows: list[tuple[str, ...]] = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
     if explain:
         rows[0] += ("simple budget", "reserve/GPU")
@@ -207,22 +220,26 @@ def _fit(result: FitResult, explain: bool = False) -> str:
             continue
         params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
         placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
-        row: tuple[str, ...] = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
-               f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
+        row: tuple[str, ...] = (p.model, params, _precision_label(p.precision), f"{p.weights_bytes / GiB:.1f} GiB",
+                                placement, f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
         if explain:
             row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-    tail = ("\nConcurrency = sequences whose KV fits at once at the full context; shorter requests use less. "
+    tail = ("\nConcurrency = sequences whose KV fits at once at the full --max-model-len; shorter requests use less. "
             "Placement = smallest TP holding at least "
-            f"{DEFAULT_MIN_CONCURRENCY} per replica (--all-placements lists all).")
+            f"{DEFAULT_MIN_CONCURRENCY} per replica.")
     if explain:
         tail += ("\n'simple budget' is the calculator seed's formula (utilisation x nvidia-smi memory - weights); "
                  "the difference from the engine budget is the named reserve (activation peak at "
                  "max_num_batched_tokens + non-torch + CUDA graphs) and CUDA's smaller visible total, per GPU as shown.")
     if result.refused and explain:
-        tail += "\nNot shown: " + "; ".join(f"{m} ({r})" for m, r in result.refused)
+        tail += "\nNot shown, and why at each placement tried:"
+        for model, reason in result.refused:
+            tail += f"\n  {model}:" + "".join(f"\n    {part.strip()}" for part in reason.split("; "))
+    elif result.refused:
+        tail += f"\n{len(result.refused)} model/precision pair(s) fit nowhere on these GPUs (--explain says why)."
     return head + table + tail
 
 
@@ -269,10 +286,11 @@ def _calibration_check(check: CalibrationCheck, explain: bool = False) -> str:
 def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
     o, f = fit.observations, fit.user_fit
     lines = [
-        f"{o.path}: {o.format}, {o.field}; {o.records:,} records, {len(o.user):,} prompt lengths"
-        + (f" ({fit.dropped:,} under {fit.min_tokens:,} tokens dropped)" if fit.dropped else ""),
+        f"{o.path}: {o.format}, {o.field}; {o.records:,} records, {len(o.user):,} prompt lengths; "
+        f"{o.skipped:,} unreadable row(s) skipped; {fit.dropped:,} dropped under --min-tokens {fit.min_tokens:,}",
         f"user class: log-normal median {f.median:,.0f} tokens, sigma {f.sigma:.3f} (n = {f.n:,})",
         f"  goodness of fit: {fit_meaning(f.ks_d, f.n, f.ks_p)}",
+        f"  written as: {'the log-normal' if fit.distribution == 'lognormal' else 'the observed distribution itself (empirical)'}",
     ]
     if fit.subagent_fit is not None:
         s = fit.subagent_fit
@@ -283,13 +301,20 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
     hit = fit.cache_hit_rate()
     if hit is not None:
         lines.append(f"observed prefix-cache hit rate (cached / prompt tokens): {hit:.1%}")
-    lines.append(f"prefix: {fit.workload.user.prefix_tokens:,} tokens ({fit.prefix_source})")
+    lines.append(f"fields (fitted from the file, or preset {fit.preset_name}'s):")
+    for name, field_fit in fit.fields.items():
+        if field_fit.fitted:
+            shown = f"{field_fit.value:,}" if isinstance(field_fit.value, (int, float)) else str(field_fit.value)
+            lines.append(f"  {name:<20} {shown:>14}  fitted: {field_fit.how}")
+        else:
+            lines.append(f"  {name:<20} {'preset':>14}  {field_fit.how}")
+    lines += [f"note: {n}" for n in fit.notes]
     if fit.out:
         lines.append(f"wrote {fit.out} (use it with: servesize plan MODEL --gpus ... --workload {fit.out})")
     if fit.plot:
         lines.append(f"wrote {fit.plot}")
     if explain:
-        lines += ["", fit.derivation.render(), "", "workload written:", fit.workload.describe()]
+        lines += ["", fit.derivation.render(), "", "workload (fitted fields over the preset):", fit.workload.describe()]
     return "\n".join(lines)
 
 

@@ -68,26 +68,23 @@ def _toml_value(value: Any) -> str:
 
 
 def to_toml(data: dict) -> str:
-    """A small TOML writer for the workload file: scalars first, then one table per dict."""
-    head, tables = [], []
-    for key, value in data.items():
-        if value is None:
-            continue  # TOML has no null: an absent table means None
+    """A small TOML writer for the workload file: scalars first, then one table per dict (nested dicts as
+    dotted sub-tables); None is left out (TOML has no null: an absent key)."""
+    out = _toml_table(data, "")
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _toml_table(table: dict, prefix: str) -> list[str]:
+    out = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, dict)]
+    for key, value in table.items():
         if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            head.append(f"{key} = {_toml_value(value)}")
-    out = head[:]
-    for key, table in tables:
-        out.append("")
-        out.append(f"[{key}]")
-        for k, v in table.items():
-            if v is None:
-                continue
-            if isinstance(v, dict):
-                raise TypeError("nested tables are not written")
-            out.append(f"{k} = {_toml_value(v)}")
-    return "\n".join(out) + "\n"
+            name = f"{prefix}{_toml_key(key)}"
+            out += ["", f"[{name}]"] + _toml_table(value, name + ".")
+    return out
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
 
 
 def save_workload_dict(data: dict, path) -> pathlib.Path:
