@@ -180,6 +180,15 @@ def test_a_refused_connection_is_a_result():
     assert r.error["type"] == "connection_refused"
 
 
+def test_a_client_used_outside_async_with_says_so():
+    """A programming error, not a request failure: raised, with what was missing, not an AttributeError on None."""
+    client = StreamClient("http://127.0.0.1:9")
+    with pytest.raises(RuntimeError, match="outside 'async with'"):
+        asyncio.run(client.complete("hello", request_id="x"))
+    with pytest.raises(RuntimeError, match="outside 'async with'"):
+        asyncio.run(client.get("/v1/models"))
+
+
 def test_summarise_gives_quantiles_of_a_known_list():
     s = summarise([0.1, 0.2, 0.3, 0.4, 0.5])
     assert s["n"] == 5 and s["p50_s"] == pytest.approx(0.3) and s["max_s"] == 0.5
