@@ -222,21 +222,26 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
         fraction["cached_tokens"] = _mean([f for rnd in per["cached_tokens"] for f in rnd])
 
     later_deltas = deltas[1:]
-    if later_deltas and all(d is not None and d.hits is not None and d.queries for d in later_deltas):
+    # the usable rounds' hit counts: the signal needs every later round to have one
+    hits = [d.hits for d in later_deltas if d is not None and d.hits is not None and d.queries]
+    if later_deltas and len(hits) == len(later_deltas):
         cacheable = sum(cacheable_tokens(s, block_size) for s in sizes)
-        ratios = [min(1.0, d.hits / cacheable) if cacheable else 1.0 for d in later_deltas]
+        ratios = [min(1.0, h / cacheable) if cacheable else 1.0 for h in hits]
         fraction["metrics"] = _mean(ratios)
         flags = []
         for rnd, ratio in zip(later, ratios):
             k = len(rnd) if ratio >= 1.0 else math.floor(ratio * len(rnd))
-            order = sorted(range(len(rnd)), key=lambda i: rnd[i].ttft_s if rnd[i].ttft_s is not None else math.inf)
+            ttft = [math.inf if r.ttft_s is None else r.ttft_s for r in rnd]
+            order = sorted(range(len(rnd)), key=ttft.__getitem__)
             warm_set = set(order[:k])
             flags.append([i in warm_set for i in range(len(rnd))])
         per["metrics"] = flags
 
-    cold = [r.ttft_s for r in rounds[0]]
-    if all(t is not None and t > 0 for t in cold) and all(r.ttft_s is not None for rnd in later for r in rnd):
-        per["ttft"] = [[r.ttft_s < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
+    # the TTFT rule needs every cold TTFT (positive) and every later one
+    cold = [r.ttft_s for r in rounds[0] if r.ttft_s is not None and r.ttft_s > 0]
+    later_ttft = [[r.ttft_s for r in rnd if r.ttft_s is not None] for rnd in later]
+    if len(cold) == len(rounds[0]) and all(len(ts) == len(rnd) for ts, rnd in zip(later_ttft, later)):
+        per["ttft"] = [[t < ttft_ratio * cold[i] for i, t in enumerate(ts)] for ts in later_ttft]
         fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
 
     first_hits = [r.cached_tokens for r in rounds[0] if r.cached_tokens]
