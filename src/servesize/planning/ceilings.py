@@ -144,7 +144,7 @@ class CeilingCache:
     - ``prefill``: prefill costs, by setup and length distribution.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.banks: dict = {}
         self.warm: dict = {}
         self.contexts: dict = {}
