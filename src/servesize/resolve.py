@@ -5,9 +5,14 @@ Each rule is one named function, with the reason it exists:
 - ``model_of``            MODEL -> Architecture (catalogue entries are parsed once per process);
 - ``deployment_of``       vLLM's flags -> Deployment (the engine fills its own defaults later);
 - ``calibrated``          a measured pool or a calibration file: the most direct measurement wins;
-- ``workload_of``         a workload file or the seed reference, then single-field overrides, then
-                          the cap: --max-model-len, else at most the model's own context;
-- ``knobs_of``            the modelled assumptions the planner takes;
+- ``preset_of``           --preset, else the preset a workload file names, else coding-agent (the seed's);
+- ``workload_of``         the preset, then a workload file's fields, then single-field flags, then the
+                          cap: --max-model-len, else the workload's, at most the model's own context
+                          (``resolved_workload`` also says where each field came from);
+- ``check_prefixes``      a shared prefix at or above its class's median session is refused;
+- ``knobs_of``            the modelled assumptions the planner takes (a preset without speculative
+                          decoding switches MTP off unless a flag asks);
+- ``speculation_note``    the one line a reader needs when the preset's MTP and the model disagree;
 - ``check_speculation``   speculative decoding is modelled only through a model's own MTP head;
 - ``planned_deployment``  the deployment the plan sizes: the workload's cap is the engine's
                           --max-model-len, and the MTP head the recipe serves with is in the memory.
