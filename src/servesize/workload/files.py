@@ -89,7 +89,11 @@ def _toml_key(key: str) -> str:
 
 def save_workload_dict(data: dict, path) -> pathlib.Path:
     p = pathlib.Path(path)
-    text = to_toml(data) if p.suffix.lower() == ".toml" else json.dumps(data, indent=2) + "\n"
+    if p.suffix.lower() == ".toml":
+        # TOML has no null, and an absent table means "the preset's": no subagent class is an empty table
+        text = to_toml({**data, "subagent": {}} if "subagent" in data and data["subagent"] is None else data)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
     try:
         p.write_text(text)
     except OSError as exc:

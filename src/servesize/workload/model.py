@@ -486,7 +486,7 @@ class Workload:
         return {
             FORMAT_KEY: FORMAT_VERSION,
             "user": self.user.to_dict(),
-            "subagent": {} if self.subagent is None else self.subagent.to_dict(),  # {}: no subagent class (TOML has no null)
+            "subagent": None if self.subagent is None else self.subagent.to_dict(),
             "subagent_ratio": self.subagent_ratio,
             "subagents_share_prefix": self.subagents_share_prefix,
             "invalidation": self.invalidation,
