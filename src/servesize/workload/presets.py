@@ -13,22 +13,13 @@ refused before that; see ``servesize.resolve``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput
 from servesize.workload.catalogue import DEFAULT_PRESET, FIELDS, preset_names, preset_table
-from servesize.workload.model import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    SCALAR_FIELDS,
-    EmpiricalClass,
-    SessionClass,
-    Workload,
-    class_from_dict,
-)
+from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, SCALAR_FIELDS, SessionClass, Workload, class_from_dict
 
 # the cap a Workload needs when neither the preset nor a flag gives one; resolve replaces it with
 # the model's own context (a Workload always has a cap)
@@ -232,13 +223,3 @@ def workload_from_data(data: Any, base: Workload, origin: WorkloadOrigin, path: 
     except BadInput as exc:
         raise BadInput(f"workload file {path}: {exc}") from None
     return workload, origin.with_file(path, said_by)
-
-
-def describe_class(cls) -> str:
-    if isinstance(cls, EmpiricalClass):
-        return f"empirical, {cls.lengths.size:,} observed lengths (median {cls.median_tokens:,.0f})"
-    return f"log-normal median {cls.median_tokens:,.0f} (sigma {cls.sigma:g})"
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
