@@ -189,3 +189,23 @@ def test_a_prefix_the_file_does_not_give_and_the_preset_makes_too_long_is_flagge
     path.write_text("prompt_tokens\n" + "\n".join(str(int(x)) for x in lognormal(100, 2_300, 0.7)))
     fit = fit_file(path)  # coding-agent: a 15,000-token prefix
     assert any("plan will refuse it" in n for n in fit.notes)
+
+
+def test_a_fitted_chat_log_plans_with_the_prefix_it_implies_not_the_seeds(tmp_path, capsys):
+    # a chat log of 2,200- and 2,400-token prompts (mean 2,300) and nothing else: under the default preset its
+    # missing prefix would be the seed's 15,000 tokens, longer than every session, and plan refuses it
+    path = tmp_path / "chat.csv"
+    path.write_text("prompt_tokens\n" + "\n".join(str(2_200 + 200 * (i % 2)) for i in range(400)) + "\n")
+    assert main(["workload", "fit", str(path), "--out", str(tmp_path / "seed.json")]) == 0
+    assert main(["workload", "fit", str(path), "--preset", "chat", "--out", str(tmp_path / "chat.json")]) == 0
+    capsys.readouterr()
+    plan = ["plan", "llama-3.1-8b", "--gpus", "1xL40S", "--no-sensitivity", "--json"]
+    assert main([*plan, "--workload", str(tmp_path / "seed.json")]) == 2
+    assert "the user prefix (15,000 tokens, preset coding-agent)" in capsys.readouterr().err
+    assert main([*plan, "--workload", str(tmp_path / "chat.json")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # chat's 512-token prefix held once; half the sessions cold (their full 2,300), half warm (2,300 - 512)
+    prefix, mean_cost = 512, 0.5 * 2_300 + 0.5 * (2_300 - 512)
+    sessions = (d["pool_tokens"] - prefix) / mean_cost
+    assert d["warm_users"]["p50"] == pytest.approx(0.5 * sessions, abs=3)
+    assert d["warm_sessions"]["p50"] == d["warm_users"]["p50"]  # no subagents: every warm session is a user's
