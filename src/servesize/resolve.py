@@ -169,7 +169,7 @@ def base_workload(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
     chosen = preset_of(scenario, data)
     origin = WorkloadOrigin.of_preset(chosen)
     if isinstance(given_workload, Workload):
-        return given_workload, origin.with_file("(a Workload object)", {f: "given as a Workload object"
+        return given_workload, origin.with_file("(a Workload object)", {f: "file (a Workload object)"
                                                                        for f in ORIGIN_FIELDS if f != "speculative"})
     workload = chosen.workload()
     if data is not None:
