@@ -21,7 +21,7 @@ from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
 from servesize.units import GB, GiB, KiB, MiB, fmt_bytes
 from servesize.vllm_logs.calibration import CalibrationCheck
-from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, WorkloadFit, fit_meaning
+from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, NEVER_IN_A_LOG, WorkloadFit, fit_meaning
 
 
 @singledispatch
@@ -308,6 +308,7 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
             lines.append(f"  {name:<20} {shown:>14}  fitted: {field_fit.how}")
         else:
             lines.append(f"  {name:<20} {'preset':>14}  {field_fit.how}")
+    lines += [f"  {name:<20} {'preset':>14}  {why}" for name, why in NEVER_IN_A_LOG.items()]
     lines += [f"note: {n}" for n in fit.notes]
     if fit.out:
         lines.append(f"wrote {fit.out} (use it with: servesize plan MODEL --gpus ... --workload {fit.out})")

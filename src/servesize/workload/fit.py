@@ -127,6 +127,12 @@ def fit_lognormal(x) -> LogNormalFit:
 DISTRIBUTIONS = ("auto", "lognormal", "empirical")
 POOR_FIT_D = 0.10        # auto: at or above this KS D the log-normal is 'a poor fit' (fit_meaning) -> empirical
 EMPIRICAL_POINTS = 1000  # an empirical class is written as this many evenly spaced quantiles of the sample
+# Workload fields a request log cannot state: deployment choices, always the preset's (or a flag's)
+NEVER_IN_A_LOG = {
+    "max_model_len": "a deployment choice (--max-model-len), not in a request log",
+    "subagents_share_prefix": "how the client builds its prompts; a log gives lengths, not prompt contents",
+    "speculative": "a deployment choice (MTP or none), not in a request log",
+}
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,7 @@ class WorkloadFit:
             "min_tokens": self.min_tokens, "dropped_below_min_tokens": self.dropped, "skipped_bad_rows": o.skipped,
             "distribution": self.distribution, "ks_d": round(self.user_fit.ks_d, 6),
             "fitted": {name: f.how for name, f in self.fields.items() if f.fitted},
-            "from_preset": {name: f.how for name, f in self.fields.items() if not f.fitted},
+            "from_preset": {**{name: f.how for name, f in self.fields.items() if not f.fitted}, **NEVER_IN_A_LOG},
             "notes": list(self.notes),
         }
         return data
