@@ -294,4 +294,4 @@ def test_json_and_plot_outputs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and png.stat().st_size > 0
     assert "KV pool kept warm:  [4,992, 5,008) tokens" in out
-    assert "servesize prediction (--predicted-tokens): 4,500 tokens" in out
+    assert "prediction: 4,500 tokens (given as --predicted-tokens)" in out
