@@ -100,22 +100,29 @@ def hit_rate_text(rate: float | None, target: float) -> str:
 RUNG_STATE = {"warm": "warm", "below": "below {target}", "failed": "FAILED", "no signal": "no signal"}
 
 
+def short_stop(stop: str | None) -> str:
+    """A stop reason's head (``error rate 83% > 5%``); the whole reason is in the notes."""
+    return (stop or "").split(":")[0]
+
+
 def _rung_row(g, target: float) -> list[str]:
     hits = f"{g.warm_hits}/{g.returning}" if g.returning else "-"
     if g.returning_errors:
         hits += f" ({g.returning_errors} failed)"
-    return [str(g.users), str(g.requests), f"{g.errors}", hits, hit_rate_text(g.warm_hit_rate, target),
-            RUNG_STATE[g.state(target)].format(target=f"{target:.0%}"),
-            _ms(g.ttft_hit.get("p50_s")), _ms(g.ttft_hit.get("p95_s")), _ms(g.ttft_miss.get("p50_s")),
-            _ms(g.ttft_miss.get("p95_s")), _ms(g.itl.get("p50_s")),
-            "-" if g.decode_tok_per_s_p50 is None else f"{g.decode_tok_per_s_p50:,.1f}",
-            "-" if g.preemptions is None else f"{g.preemptions:,.0f}", g.stop or ""]
+    head = [str(g.users), str(g.requests), f"{g.errors}", hits, hit_rate_text(g.warm_hit_rate, target),
+            RUNG_STATE[g.state(target)].format(target=f"{target:.0%}")]
+    if g.failed:  # no measurement: its few completed requests' timings are not shown as if they were one
+        return head + ["-"] * 7 + [short_stop(g.stop)]
+    return head + [_ms(g.ttft_hit.get("p50_s")), _ms(g.ttft_hit.get("p95_s")), _ms(g.ttft_miss.get("p50_s")),
+                   _ms(g.ttft_miss.get("p95_s")), _ms(g.itl.get("p50_s")),
+                   "-" if g.decode_tok_per_s_p50 is None else f"{g.decode_tok_per_s_p50:,.1f}",
+                   "-" if g.preemptions is None else f"{g.preemptions:,.0f}", short_stop(g.stop)]
 
 
 def knee_line(r: SessionsResult) -> str:
     k, target = r.knee, f"{r.warm_target:.0%}"
     warm, cold, unknown = k["warm_users"], k["cold_users"], k.get("inconclusive_users")
-    why = next((g.stop or g.state(r.warm_target) for g in r.rungs if g.users == unknown), "")
+    why = next((short_stop(g.stop) or g.state(r.warm_target) for g in r.rungs if g.users == unknown), "")
     if cold is not None:
         if warm is None:
             return f"knee: even the first rung ({cold} users) was below a warm-hit rate of {target}: warm capacity < {cold} users"

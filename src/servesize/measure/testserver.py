@@ -324,8 +324,8 @@ class TestServer:
             return True
         return False
 
-    async def _die(self, request: web.Request) -> None:
-        """The 'die' fault: stop listening, then cut this request's connection (raises, so nothing is answered)."""
+    async def _die(self, request: web.Request) -> web.Response:
+        """The 'die' fault: stop listening, then cut this request's connection (the response returned is never sent)."""
         if not self.dead:
             self.dead = True
             if self._runner is not None:
@@ -333,13 +333,13 @@ class TestServer:
                     await site.stop()
         if request.transport is not None:
             request.transport.abort()
-        raise ConnectionResetError("the test server was killed")
+        return web.Response(status=503, text="the test server was killed")
 
     @web.middleware
     async def _dead_middleware(self, request: web.Request, handler):
         """Once killed, every request on a connection still open is cut, whatever the endpoint."""
         if self.dead:
-            await self._die(request)
+            return await self._die(request)
         return await handler(request)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -355,7 +355,7 @@ class TestServer:
         if req.fault is not None and req.fault.kind == "html":
             return web.Response(status=200, text=HTML_PAGE, content_type="text/html")
         if req.fault is not None and req.fault.kind == "die":
-            await self._die(request)
+            return await self._die(request)
         entry = self._admit(req, t_received)
         task = asyncio.current_task()
         assert task is not None  # a request handler always runs in a task
