@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import pytest
 
 from servesize.cli import main
-from servesize.measure.record import read_record
 from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

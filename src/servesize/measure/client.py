@@ -352,12 +352,14 @@ class StreamParser:
         if self.result.first_byte_s is None:
             self.result.first_byte_s = (now_ns - self.t0) / 1e9
         self._pending += chunk
-        if not self._sniffed and not self._sniff():
-            return False
         if b"\n" not in chunk:
             if len(self._pending) > MAX_SSE_LINE_BYTES:
+                if not self._sniffed and not self._sniff(final=True):
+                    return False
                 return self._fail("malformed_sse", f"an SSE line longer than {MAX_SSE_LINE_BYTES:,} bytes: not a token stream")
             return True
+        if not self._sniffed and not self._sniff(final=False):
+            return False
         lines = self._pending.split(b"\n")
         self._pending = lines.pop()
         for raw in lines:
@@ -369,19 +371,21 @@ class StreamParser:
                 return False
         return True
 
-    def _sniff(self) -> bool:
-        """Look at the body's first non-blank bytes once: an HTML page (a web UI or a proxy's login page
-        served with HTTP 200) or a single JSON document is not an SSE stream, and says so."""
+    def _sniff(self, final: bool) -> bool:
+        """Look once at the body's first non-blank line (once it is complete, or the body has ended): an HTML
+        page (a web UI or a proxy's login page served with HTTP 200) or a single JSON document is not an SSE
+        stream, and says so. Deciding on the whole line makes the verdict the same however the body was split."""
         head = self._pending.lstrip()
-        if not head:
+        if not head or (b"\n" not in head and not final):
             return True
         self._sniffed = True
-        if is_html(head):
+        line = head.split(b"\n", 1)[0][:200]
+        if is_html(line):
             return self._fail("not_openai", NOT_OPENAI.format(what="the completions endpoint", expected="an SSE stream",
-                                                              page=_text(head[:200])))
-        if head[:1] in (b"{", b"["):
+                                                              page=_text(line)))
+        if line[:1] in (b"{", b"["):
             return self._fail("malformed_sse", f"the answer is a JSON document, not an SSE stream (did the server ignore "
-                                               f"stream: true?): {_text(head[:200])}")
+                                               f"stream: true?): {_text(line)}")
         return True
 
     def _field(self, line: bytes, now_ns: int) -> bool:
@@ -456,6 +460,8 @@ class StreamParser:
 
     def end_of_body(self) -> None:
         """The body ended: without [DONE] (and no earlier error) the stream was cut short."""
+        if self.result.error is None and not self._sniffed and not self._sniff(final=True):
+            return
         if self.result.error is None and not self.done:
             self._fail("truncated_stream", f"stream ended before [DONE] after {len(self.token_ns)} token chunks")
 
