@@ -233,3 +233,44 @@ def test_resume_skips_completed_rungs(tmp_path, capsys):
 def test_sessions_needs_a_ladder_or_a_prediction(capsys):
     assert main(["measure", "sessions", "--url", "http://127.0.0.1:9"]) == 2
     assert "--users" in capsys.readouterr().err
+
+
+def test_a_verdict_line_says_what_its_mark_means():
+    assert verdict("warm users", 59, 30, 42)["line"] == \
+        "~ warm users: predicted 59, measured [30, 42): 40% above it: near: beyond ±25%, within ±50%"
+    assert verdict("warm users", 9, 8, 16)["line"] == "✓ warm users: predicted 9, measured [8, 16): inside the measured range"
+    assert verdict("warm users", 40, 8, 16)["line"].endswith("150% above it: disagrees: beyond ±50%")
+    assert verdict("warm users", 10, 4, None)["line"].startswith("? warm users: predicted 10, measured >= 4 (a lower bound)")
+    assert verdict("warm users", 3, None, 4)["line"] == "✓ warm users: predicted 3, measured < 4: inside the measured range"
+
+
+def test_the_rung_table_shows_a_rate_on_the_side_of_the_target_the_knee_put_it():
+    from servesize.measure.report import hit_rate_text, render_sessions
+    from servesize.measure.sessions import SessionsResult
+
+    assert hit_rate_text(0.898, 0.9) == "89.8%" and hit_rate_text(0.8996, 0.9) == "89.96%"
+    assert hit_rate_text(0.9, 0.9) == "90.0%" and hit_rate_text(None, 0.9) == "-"
+
+    def g(users, rate):
+        return RungStats(users, 1, 50, 0, {}, 49, round(49 * rate), rate, "cached_tokens", {}, {}, {}, None, None, None)
+    rungs = [g(30, 1.0), g(42, 0.898)]
+    r = SessionsResult(url="u", model="m", workload_line="w", rungs=rungs, signal="cached_tokens", warm_target=0.9,
+                       knee=knee(rungs, 0.9), verdicts=[], notes=[], record_path=None)
+    text = render_sessions(r)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("42 "))
+    assert "89.8%" in row and "below 90%" in row and "0.90" not in row
+    assert "warm-hit rate >= 90% up to 30 users, below it at 42: warm capacity in [30, 42) users" in text
+
+
+def test_resuming_an_older_record_measures_again_a_rung_it_recorded_as_complete_with_too_many_errors():
+    from servesize.measure.record import RecordContents
+    from servesize.measure.sessions import SessionsRun
+
+    def stats(users, stop=None):
+        return RungStats(users, 1, 34, 24 if stop else 0, {}, 30, 10, 1.0, "cached_tokens", {}, {}, {}, None, None, None,
+                         stop=stop).to_dict()
+    old = [{"type": "rung", "users": 2, "stats": stats(2)},
+           {"type": "rung", "users": 4, "stats": stats(4, "error rate 71% > 5% (connection_refused x24)")}]
+    run = SessionsRun(SessionsConfig(url="u", params=LADDER, users=[2, 4]), resume=RecordContents(header={}, events=old))
+    assert list(run._completed_rungs()) == [2]  # the 4-user rung is measured again
+    assert run.attempts[4] == 1
