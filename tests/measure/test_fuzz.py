@@ -382,3 +382,57 @@ def test_a_measure_flag_out_of_range_is_one_line_naming_the_flag_the_value_and_t
     assert code == 2 and words in err and err.count("\n") == 1, err
     if "--median" not in argv:
         assert "allowed:" in err or "out of range" in err  # the range is named (--median is the Scenario's own flag)
+
+
+# -- a rung's statistics and the knee, over any mix of results -----------------------------------------------
+
+@st.composite
+def request_results(draw) -> list[RequestResult]:
+    out = []
+    for i in range(draw(st.integers(0, 30))):
+        returning = draw(st.booleans())
+        prefix = draw(st.integers(0, 200))
+        ok = draw(st.integers(0, 3)) > 0
+        cached = draw(st.none() | st.integers(0, 2000))
+        out.append(RequestResult(
+            id=f"r{i}", tags={"returning": returning, "turn": 1 if returning else 0, "prefix_tokens": prefix,
+                              "reusable_tokens": prefix + draw(st.integers(0, 1500))},
+            prompt_tokens=draw(st.none() | st.integers(1, 4000)), cached_tokens=cached, cached_tokens_reported=cached is not None,
+            ttft_s=draw(st.none() | st.floats(0, 100)), error=None if ok else {"type": "connection_refused", "message": "x"}))
+    return out
+
+
+@fuzz(200)
+@given(st.lists(request_results(), min_size=1, max_size=5), st.floats(0.05, 1.0), st.floats(0.0, 1.0))
+def test_no_rung_is_warm_from_failed_requests_and_no_figure_is_nan_or_out_of_range(rungs, target, max_error_rate):
+    import math
+
+    from servesize.measure.sessions import knee
+
+    stats = []
+    for users, results in enumerate(rungs, start=1):
+        g = rung_stats_of(users, results, max_error_rate)
+        assert 0 <= g.errors <= g.requests and 0 <= g.returning_errors <= g.returning and g.warm_hits <= g.requests
+        if g.warm_hit_rate is not None:
+            assert 0 <= g.warm_hit_rate <= 1 and not math.isnan(g.warm_hit_rate)
+            # a failed returning request is a miss: the rate is never above what the completed ones allow
+            assert g.warm_hit_rate <= (g.returning - g.returning_errors) / g.returning
+        stats.append(g)
+    k = knee(stats, target)
+    warm = {g.users for g in stats if g.state(target) == "warm"}
+    assert k["warm_users"] is None or k["warm_users"] in warm
+    for g in stats:
+        if g.requests == 0 or g.errors / g.requests > max_error_rate:
+            assert g.failed and g.state(target) == "failed"  # never warm, whatever its completed requests said
+
+
+def rung_stats_of(users, results, max_error_rate):
+    """A rung's statistics and its failure, as SessionsRun._rung decides them."""
+    from servesize.measure.sessions import rung_stats
+
+    g = rung_stats(users, 1.0, results)
+    cfg = SessionsConfig(url="u", params=PARAMS, users=[1], max_error_rate=max_error_rate)
+    failure = SessionsRun(cfg)._failure(g, results)
+    if failure:
+        g.status, g.stop = "failed", failure
+    return g
