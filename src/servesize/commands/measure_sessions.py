@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("sessions")
     add_flag(s, "turns_per_session", 8)
     add_flag(s, "max_model_len")
-    p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16")
+    p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16 (1 to 64 counts, each in [1, 100,000])")
     add_flag(p, "predicted_users")
     add_flag(p, "predicted_decode")
     p.add_argument("--predict", metavar='"MODEL --gpus ... [plan flags]"',

@@ -75,13 +75,12 @@ class SessionParams:
     def __post_init__(self) -> None:
         if not 1 <= self.max_model_len <= MAX_TOKENS:
             raise BadInput(f"--max-model-len {self.max_model_len:,} is out of range: [1, {MAX_TOKENS:,}]")
-        for name, c in (("", self.user), ("subagent ", self.subagent)):
-            if c is None:
-                continue
-            if not (0 < c.median_tokens <= MAX_TOKENS and 0 <= c.sigma <= 5 and 0 <= c.prefix_tokens <= self.max_model_len):
-                raise BadInput(f"the {name or 'user '}class: --{name.replace(' ', '-')}median must be in (0, {MAX_TOKENS:,}], "
-                               f"--{name.replace(' ', '-')}sigma in [0, 5] and --{name.replace(' ', '-')}prefix in "
-                               f"[0, --max-model-len]")
+        for flag, c in (("--", self.user), ("--subagent-", self.subagent if self.subagent_ratio > 0 else None)):
+            if c is not None and not (0 < c.median_tokens <= MAX_TOKENS and 0 <= c.sigma <= 5
+                                      and 0 <= c.prefix_tokens <= self.max_model_len):
+                raise BadInput(f"{flag}median must be in (0, {MAX_TOKENS:,}], {flag}sigma in [0, 5] and {flag}prefix in "
+                               f"[0, --max-model-len {self.max_model_len:,}], not {c.median_tokens:g}, {c.sigma:g} and "
+                               f"{c.prefix_tokens:,}")
         if not (1 <= self.turns_per_session <= 10_000 and 1 <= self.subagent_turns <= 10_000):
             raise BadInput("--turns-per-session must be in [1, 10,000]")
         if self.think_time_s > 1e6 or self.output_tokens > self.max_model_len:
