@@ -364,26 +364,6 @@ def test_resuming_any_record_from_the_command_line_exits_0_or_2_with_one_line(re
     assert all(line.startswith("servesize") for line in lines) and len(lines) <= 3, err
 
 
-# -- the cases, as regression tests ------------------------------------------------------------
-
-@pytest.mark.parametrize("argv, words", [
-    (["measure", "pool", "--url", "http://127.0.0.1:9", "--block-size", "-16"], "--block-size -16 is out of range: [1, 65,536]"),
-    (["measure", "pool", "--url", "http://127.0.0.1:9", "--prompt-tokens", "1e400"], "--prompt-tokens '1e400'"),
-    (["measure", "sessions", "--url", "http://127.0.0.1:9", "--median", "1e400"], "--median '1e400'"),
-    (["measure", "sessions", "--url", "http://127.0.0.1:9", "--duration", "nan", "--users", "1"], "--duration 'nan'"),
-    (["measure", "sessions", "--url", "http://127.0.0.1:9", "--users", "0,4"], "--users '0,4' is out of range"),
-    (["measure", "sessions", "--url", "http://127.0.0.1:9", "--predicted-users", "1e9"], "--predicted-users"),
-    (["measure", "server", "--url", "http://127.0.0.1:9", "--rounds", "1", "--predict", "x --gpus 1xH100"],
-     "--rounds 1 is out of range: [2, 100]"),
-])
-def test_a_measure_flag_out_of_range_is_one_line_naming_the_flag_the_value_and_the_range(argv, words, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(argv)
-    assert code == 2 and words in err and err.count("\n") == 1, err
-    if "--median" not in argv:
-        assert "allowed:" in err or "out of range" in err  # the range is named (--median is the Scenario's own flag)
-
-
 # -- a rung's statistics and the knee, over any mix of results -----------------------------------------------
 
 @st.composite

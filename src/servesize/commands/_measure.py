@@ -42,7 +42,7 @@ FLAGS: dict[str, Param] = {
     "timeout": _param("float", "per-request total timeout in seconds", lo=0.0, hi=MAX_SECONDS, lo_open=True, metavar="S"),
     "stall_timeout": _param("float", "longest silence between chunks once streaming, in seconds", lo=0.0, hi=MAX_SECONDS,
                             lo_open=True, metavar="S"),
-    "seed": _param("int", "seed of the filler and the simulated users", lo=0, hi=2**63 - 1, metavar="N"),
+    "seed": _param("int", "seed of the filler and the simulated users", lo=0, hi=2**32 - 1, metavar="N"),
     "turns_per_session": _param("int", "turns before a simulated session ends", lo=1, hi=10_000, metavar="N"),
     "max_model_len": _param("tokens", "the server's cap (default: /v1/models max_model_len)", lo=1, hi=MAX_TOKENS,
                             metavar="TOKENS"),
