@@ -158,7 +158,12 @@ def _emit(result, args) -> int:
         from servesize.render.text import render_text
 
         sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
-    return getattr(result, "exit_code", 0)
+    code = getattr(result, "exit_code", 0)
+    if code:  # the report is out, but the command did not do what was asked: say why, on stderr
+        sys.stdout.flush()
+        reason = getattr(result, "failure", None) or f"the command did not complete (exit {code})"
+        print(f"servesize: {reason}", file=sys.stderr)
+    return code
 
 
 def _finite(obj):
