@@ -24,7 +24,7 @@ from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogu
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
-from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, knobs_of, model_of, plan_inputs, workload_of
+from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, model_of, plan_inputs
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
@@ -93,15 +93,11 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
     _, fixed = _fixed(inputs)
-    limit = inputs.workload.max_model_len if scenario.max_model_len is None else None
     cases = []
     for value, typed in zip(values, typed_values):
-        varied = scenario.replace(**{name: typed})
-        workload = workload_of(varied)
-        if limit is not None:
-            workload = workload.replace(max_model_len=limit)
+        varied = plan_inputs(scenario.replace(**{name: typed}))  # every rule and refusal, as plan applies them
         label = value.strip() if isinstance(value, str) else f"{typed:g}"
-        cases.append(SweepCase(label, float(typed), workload, knobs_of(varied)))
+        cases.append(SweepCase(label, float(typed), varied.workload, varied.knobs))
     return sweep_cases(fixed, name, cases)
 
 
