@@ -60,13 +60,13 @@ def memory(scenario: Scenario) -> MemoryReport:
                          name=display_name(model))
 
 
-def _fixed(inputs: PlanInputs) -> tuple[MemoryReport, Fixed]:
+def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
                            name=inputs.name)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()
-    if fixed.pool_tokens <= reserved:
+    if check_prefixes and fixed.pool_tokens <= reserved:
         raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
                        f"prefixes ({reserved:,} tokens): nothing stays warm")
     return report, fixed
@@ -201,7 +201,7 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
         from servesize.simulate.cache import ModelledService
 
         inputs = plan_inputs(scenario)
-        _, fixed = _fixed(inputs)
+        _, fixed = _fixed(inputs, check_prefixes=False)  # service times need the engine, not the seed's prefixes
         return ModelledService(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs),
                                replay.input_tokens, replay.output_tokens)
 

@@ -15,8 +15,10 @@ over segments gives how many blocks lie above any segment. A request costs a few
 segment it touches, plus numpy work over its blocks.
 
 Pinning is ignored (every request is served in no time, one after another), so the curve is the exact
-simulator's answer with ``service='none'``; the pool of vLLM with ``num_blocks`` blocks holds an LRU stack
-of ``num_blocks - 2``: the null block, and the block the next request's partial tail takes first.
+simulator's answer with ``service='none'`` (tests/simulate/test_curve.py) for every pool that admits the
+largest request (``smallest_pool``; below it vLLM refuses that request, and the curve does not); the pool of
+vLLM with ``num_blocks`` blocks holds an LRU stack of ``num_blocks - 2``: the null block, and the block the
+next request's partial tail takes first.
 
 **Bounds at chosen sizes**, over the same requests, the same cap and the same window: FIFO (blocks leave in
 the order they came, a hit changes nothing; a request's missing blocks enter in prompt order), and Belady's
@@ -86,6 +88,7 @@ class LruCurve:
     hit_thresholds: np.ndarray   # per measured request: some hit at capacities above this
     output_blocks: bool
     max_distance: int
+    smallest_pool: int           # the pool (num_gpu_blocks) that admits the largest request: below it, vLLM refuses
     choices: dict = field(default_factory=dict)
 
     def hit_blocks(self, capacity) -> np.ndarray:
@@ -217,7 +220,12 @@ def _curve(replay: Replay, starts: list, stops: list, warm: list, any_hit: list,
                     distances=where, cum_hit_blocks=np.cumsum(hist[where]), ideal_blocks=int(ideal),
                     warm_thresholds=np.sort(np.asarray(warm, dtype=np.int64)),
                     hit_thresholds=np.sort(np.asarray(any_hit, dtype=np.int64)), output_blocks=output_blocks,
-                    max_distance=int(total), choices=dict(replay.choices))
+                    max_distance=int(total), smallest_pool=_smallest_pool(replay, output_blocks), choices=dict(replay.choices))
+
+
+def _smallest_pool(replay: Replay, output_blocks: bool) -> int:
+    tokens = replay.input_tokens + (replay.output_tokens if output_blocks else 0)
+    return int((-(-tokens // replay.block_size)).max()) + 1 if replay.requests else 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -281,7 +289,7 @@ def _next_uses(replay: Replay) -> np.ndarray:
 class _Buckets:
     """Cached blocks grouped by the request that uses them next; eviction takes from the farthest group."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.groups: dict[int, list[np.ndarray]] = {}
         self.heap: list[int] = []
         self.size = 0

@@ -47,6 +47,8 @@ def _curve(res: Any) -> list[str]:
     for nb in grid:
         cap = c.capacity_of_pool(nb)
         mark = "  <- the deployment's pool" if res.pool is not None and nb == res.pool.num_blocks else ""
+        if nb < c.smallest_pool:
+            mark += "  (too small for the largest request: vLLM would refuse it)"
         lines.append(f"  {int(nb):>11,} {fmt_tokens(int(nb) * c.block_size):>16} {_pct(float(c.at_pool(nb))):>10} "
                      f"{_pct(float(c.warm_request_rate(cap))):>15}{mark}")
     target = res.choices.get("target", 0.9)

@@ -295,8 +295,9 @@ def _is_function(keys: np.ndarray, values: np.ndarray, span: int) -> bool:
 
 
 def chain_ids(ids: np.ndarray, lens: np.ndarray, out: np.ndarray) -> int:
-    """Raw ids of consecutive requests (``lens`` ids each) -> dense chained ids in ``out`` (one per distinct
-    prefix); returns how many there are. ``out`` may be ``ids`` itself."""
+    """Raw ids of consecutive requests (``lens`` ids each) -> chained ids 0..span-1 in ``out`` (one per distinct
+    prefix; small integer ids that are already chained keep their gaps, so span is at most 4x their count);
+    returns span. ``out`` may be ``ids`` itself."""
     total = int(ids.size)
     dense, span = _relabel(ids)
     starts = np.zeros(lens.size, dtype=np.int64)
