@@ -126,10 +126,11 @@ def plot_simulation(result, path) -> str:
     fig, axes = plt.subplots(1, 2 if users is not None else 1, figsize=(13 if users is not None else 8, 5), squeeze=False)
     ax = axes[0, 0]
     blocks = c.grid(300)
-    ax.plot(blocks * c.block_size, 100 * c.at_pool(blocks), color="tab:blue", lw=2, label=f"LRU, one pass ({_label(result)})")
-    for label, curve in result.extra_curves:
+    ax.plot(blocks * c.block_size, 100 * c.at_pool(blocks), color="black", lw=2.2, label=f"LRU, one pass ({_label(result)})")
+    shades = plt.get_cmap("viridis")(np.linspace(0.15, 0.85, max(len(result.extra_curves), 1)))
+    for (label, curve), shade in zip(result.extra_curves, shades):
         b = curve.grid(300)
-        ax.plot(b * curve.block_size, 100 * curve.at_pool(b), lw=1.2, label=f"LRU, {label}")
+        ax.plot(b * curve.block_size, 100 * curve.at_pool(b), lw=1.2, color=shade, label=f"LRU, {label}")
     if result.bounds:
         tokens = [b["tokens"] for b in result.bounds]
         ax.plot(tokens, [100 * b["fifo"] for b in result.bounds], "v", color="tab:orange", label="FIFO")
@@ -147,7 +148,7 @@ def plot_simulation(result, path) -> str:
     ax.set_xlabel("KV pool (tokens, log scale)")
     ax.set_ylabel("token hit rate (%) of the measured requests")
     ax.set_title(f"{result.trace['name']}: hit rate against pool size")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="lower right", fontsize=7)
     if users is not None:
         _plot_users(axes[0, 1], result)
     fig.tight_layout()

@@ -75,17 +75,22 @@ class CacheConfig:
 
 
 class BlockPool:
-    """vLLM's block pool over numpy arrays: reference counts, hashes, the free queue, the hash -> block map."""
+    """vLLM's block pool over numpy arrays: reference counts, hashes, the free queue, the hash -> block map.
+
+    The free queue holds cached free blocks in eviction order (``queue[head:tail]``, a block's entry is live while
+    ``qpos[block]`` points at it; a touched block's entry goes stale and is skipped); empty free blocks are a stack
+    in front of it (``empty``, whose end is the front)."""
 
     def __init__(self, num_blocks: int, num_nodes: int):
         self.num_blocks = num_blocks
         self.ref = np.zeros(num_blocks, dtype=np.int32)
-        self.node_of = np.full(num_blocks, UNHASHED, dtype=np.int64)
-        self.block_of = np.full(max(num_nodes, 1), -1, dtype=np.int64)
+        self.node_of = np.full(num_blocks, UNHASHED, dtype=np.int32)
+        self.block_of = np.full(max(num_nodes, 1), -1, dtype=np.int32)
         self.dups: dict[int, list[int]] = {}
         self.empty: list[int] = list(range(num_blocks - 1, 0, -1))  # block 0 is the null block; pop() is the front
-        self.queue = np.empty(4 * num_blocks + 1024, dtype=np.int64)
-        self.qpos = np.full(num_blocks, -1, dtype=np.int64)
+        self.queue = np.empty(4 * num_blocks + 1024, dtype=np.int32)
+        self.positions = np.arange(self.queue.size, dtype=np.int32)
+        self.qpos = np.full(num_blocks, -1, dtype=np.int32)
         self.head = self.tail = 0
         self.cached_free = 0
         self.evictions = 0
@@ -101,17 +106,21 @@ class BlockPool:
         miss = np.flatnonzero(found < 0)
         return found[: miss[0]] if miss.size else found
 
-    def touch(self, blocks: np.ndarray) -> None:
-        idle = blocks[self.ref[blocks] == 0]
-        self.qpos[idle] = -1
-        self.cached_free -= idle.size
-        self.held += idle.size
+    def idle(self, blocks: np.ndarray) -> np.ndarray:
+        """Which of ``blocks`` nobody holds (they sit in the free queue, evictable)."""
+        return self.ref[blocks] == 0
+
+    def touch(self, blocks: np.ndarray, idle: np.ndarray) -> None:
+        free = blocks[idle]
+        self.qpos[free] = -1
+        self.cached_free -= free.size
+        self.held += free.size
         self.ref[blocks] += 1
 
     def allocate(self, n: int) -> np.ndarray:
         """n blocks from the front of the free queue: empty ones first, then the oldest cached (evicted)."""
         k = min(n, len(self.empty))
-        taken = np.asarray(self.empty[len(self.empty) - k:][::-1], dtype=np.int64)
+        taken = np.asarray(self.empty[len(self.empty) - k:][::-1], dtype=np.int32)
         del self.empty[len(self.empty) - k:]
         if n > k:
             taken = np.concatenate([taken, self._evict(n - k)])
@@ -122,18 +131,22 @@ class BlockPool:
     def _evict(self, n: int) -> np.ndarray:
         parts, left = [], n
         while left:
-            window = self.queue[self.head:min(self.tail, self.head + max(2 * left, 256))]
-            live = np.flatnonzero(self.qpos[window] == np.arange(self.head, self.head + window.size))[:left]
+            hi = min(self.tail, self.head + max(2 * left, 256))
+            window = self.queue[self.head:hi]
+            live = np.flatnonzero(self.qpos[window] == self.positions[self.head:hi])[:left]
             parts.append(window[live])
             left -= live.size
             self.head += int(live[-1]) + 1 if left == 0 else window.size
-        blocks = np.concatenate(parts)
-        self.qpos[blocks] = -1
+        blocks = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        # their queue entries now lie behind the head, where nothing reads them: qpos needs no reset
         self.cached_free -= blocks.size
         self.evictions += blocks.size
         nodes = self.node_of[blocks]
         real = nodes >= 0
-        self._unhash(blocks[real], nodes[real])
+        if real.all():
+            self._unhash(blocks, nodes)
+        else:
+            self._unhash(blocks[real], nodes[real])
         self.node_of[blocks] = UNHASHED
         return blocks
 
@@ -154,6 +167,9 @@ class BlockPool:
         """Hash newly full blocks; a block whose hash is already cached becomes a duplicate (vLLM keeps both)."""
         self.node_of[blocks] = nodes
         present = self.block_of[nodes] >= 0
+        if not present.any():
+            self.block_of[nodes] = blocks
+            return
         self.block_of[nodes[~present]] = blocks[~present]
         for b, x in zip(blocks[present].tolist(), nodes[present].tolist()):
             self.dups.setdefault(x, []).append(b)
@@ -161,29 +177,35 @@ class BlockPool:
     def release(self, blocks: np.ndarray) -> None:
         """Free a request's blocks in reverse order: cached ones to the back of the queue, others to the front."""
         rev = blocks[::-1]
-        self.ref[rev] -= 1
-        freed = rev[self.ref[rev] == 0]
+        left = self.ref[rev] - 1
+        self.ref[rev] = left
+        done = left == 0
+        freed = rev if done.all() else rev[done]
         self.held -= freed.size
         hashed = self.node_of[freed] != UNHASHED
-        self._enqueue(freed[hashed])
-        self.empty.extend(freed[~hashed].tolist())
+        if hashed.all():
+            self._enqueue(freed)
+        else:
+            self._enqueue(freed[hashed])
+            self.empty.extend(freed[~hashed].tolist())
 
     def _enqueue(self, blocks: np.ndarray) -> None:
         n = blocks.size
         if self.tail + n > self.queue.size:
             self._compact(n)
         self.queue[self.tail:self.tail + n] = blocks
-        self.qpos[blocks] = np.arange(self.tail, self.tail + n)
+        self.qpos[blocks] = self.positions[self.tail:self.tail + n]
         self.tail += n
         self.cached_free += n
 
     def _compact(self, room: int) -> None:
         live = self.queue[self.head:self.tail]
-        live = live[self.qpos[live] == np.arange(self.head, self.tail)]
+        live = live[self.qpos[live] == self.positions[self.head:self.tail]]
         if live.size + room > self.queue.size:
-            self.queue = np.empty(2 * (live.size + room), dtype=np.int64)
+            self.queue = np.empty(2 * (live.size + room), dtype=np.int32)
+            self.positions = np.arange(self.queue.size, dtype=np.int32)
         self.queue[:live.size] = live
-        self.qpos[live] = np.arange(live.size)
+        self.qpos[live] = self.positions[:live.size]
         self.head, self.tail = 0, live.size
 
 
@@ -338,9 +360,10 @@ class _Run:
         cap = int(self.cap[i])
         hits = pool.lookup(nodes[:cap])
         need = int(self.total_blocks[i]) - hits.size
-        if need > pool.free - int(np.count_nonzero(pool.ref[hits] == 0)):
+        idle = pool.idle(hits)
+        if need > pool.free - int(np.count_nonzero(idle)):
             return False
-        pool.touch(hits)
+        pool.touch(hits, idle)
         new = pool.allocate(need)
         n_prompt = nodes.size - hits.size
         pool.cache(new[:n_prompt], nodes[hits.size:])

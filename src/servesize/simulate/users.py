@@ -4,7 +4,8 @@
 back to back) are replayed for a ladder of N; each replay's one-pass LRU curve gives its token hit rate at
 the pool; the answer is the largest N whose hit rate is at or above the target. N is found by doubling
 until the target fails, then bisection; every N tried is reported, because the hit rate of a sample of
-sessions is not strictly monotone in N (another N draws other sessions).
+sessions is not strictly monotone in N (another N draws other sessions). 2N and 4N are replayed too, to
+show how fast the hit rate falls past the answer.
 
 **A Workload fitted from a trace** (for ``plan``'s Monte-Carlo, beside the replay): the user class is the
 log-normal maximum-likelihood fit to the prompt lengths of the replayed main requests (a request's prompt
@@ -33,6 +34,7 @@ from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, fit_lognormal
 from servesize.workload.model import SessionClass, Workload
 
 MAX_USERS_SEARCHED = 4096  # past this, a pool holds more users than any one replay here is sized for
+BEYOND = (2, 4)            # after the search, N x these are replayed too: how fast the hit rate falls past the answer
 PREFIX_SHARE = 0.5          # a leading block is "shared" when at least half of the sessions start with it
 COLD_SHARE = 0.5            # a request an unbounded cache serves less than half of counts as invalidated
 MAX_FIT_TOKENS = 100_000_000  # the Workload's own bound on a token count
@@ -100,6 +102,9 @@ def users_at_target(trace: Trace, opts: ReplayOptions, num_blocks: int, target: 
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if rate(mid) >= target else (good, mid)
+    for k in BEYOND:  # the collapse past the answer, for the reader (it does not change the answer)
+        if k * good <= max_users:
+            rate(k * good)
     return UsersAtTarget(target, num_blocks, good, tuple(points.values()))
 
 
