@@ -148,7 +148,7 @@ def plot_simulation(result, path) -> str:
     ax.set_xlabel("KV pool (tokens, log scale)")
     ax.set_ylabel("token hit rate (%) of the measured requests")
     ax.set_title(f"{result.trace['name']}: hit rate against pool size")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="upper left", fontsize=6.5, framealpha=0.9)  # the curves rise to the right of it
     if users is not None:
         _plot_users(axes[0, 1], result)
     fig.tight_layout()
