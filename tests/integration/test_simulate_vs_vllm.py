@@ -7,18 +7,30 @@ engine's; per rung the warm-hit rates agree; the knee is the same rung.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import pytest
 from vllm_server import SESSION_BLOCK_SIZE, SESSION_KV_CACHE_MEMORY_BYTES, SESSION_MAX_NUM_SEQS
 
 from servesize.cli import main
-from servesize.measure.sessions import knee
+from servesize.measure.sessions import RungStats, knee
 from servesize.simulate.cache import CacheConfig, RecordedService, replay_exact
 from servesize.simulate.replay import ReplayOptions, build_replay
 from servesize.simulate.traces import read_trace
 
 pytestmark = pytest.mark.vllm
+
+
+@dataclass(frozen=True)
+class SimulatedRung:
+    """A rung as the simulator replays it, judged by measure's own rule (RungStats.state)."""
+
+    users: int
+    warm_hit_rate: float
+    failed: bool = False
+
+    state = RungStats.state
+
 
 KV_BYTES_PER_TOKEN = 512  # tests/integration/make_tiny_model.py: 2 layers x 2 KV heads x 32 x 2 x 2 bytes
 NUM_BLOCKS = SESSION_KV_CACHE_MEMORY_BYTES // (KV_BYTES_PER_TOKEN * SESSION_BLOCK_SIZE)  # 16 MiB / 16 KiB = 1,024
@@ -84,7 +96,7 @@ def test_the_exact_simulator_replays_a_measured_ladder_and_finds_the_engines_kne
         engine_rate = sum(e for _, e in pairs) / len(pairs)
         assert engine_rate == pytest.approx(rungs[users]["warm_hit_rate"], abs=1e-9)  # the same rule as measure's
         assert sim_rate == pytest.approx(engine_rate, abs=0.1), (users, sim_rate, engine_rate)
-        simulated.append(SimpleNamespace(users=users, warm_hit_rate=sim_rate))
+        simulated.append(SimulatedRung(users, sim_rate))
     # the ladder crosses the pool: warm at the bottom, not at the top, and the simulator's knee is the engine's
     assert measured["knee"]["warm_users"] is not None and measured["knee"]["cold_users"] is not None, measured["knee"]
     assert knee(simulated, measured["warm_target"]) == measured["knee"]
