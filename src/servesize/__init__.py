@@ -29,6 +29,10 @@ _EXPORTS = {
     "read_vllm_log": "servesize.api",
     "calibrate": "servesize.api",
     "fit_workload": "servesize.api",
+    "fleet": "servesize.api",  # fleet: the cheapest fleet for N users, teams
+    "FleetQuery": "servesize.scenario",
+    "FleetResult": "servesize.planning.fleet_result",
+    "Team": "servesize.workload.teams",
     "Plan": "servesize.planning.plan",
     "MemoryReport": "servesize.engine.memory",
     "FitResult": "servesize.engine.placement",

@@ -35,6 +35,7 @@ from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
+from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (planning.teams)
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
 
@@ -191,7 +192,7 @@ def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache)
     return cache.warm[key]
 
 
-def contexts_of(workload: Workload, knobs: Knobs, topk_tokens: int, cache: CeilingCache) -> ContextBank:
+def contexts_of(workload: Workload | TeamMix, knobs: Knobs, topk_tokens: int, cache: CeilingCache) -> ContextBank:
     """Decode contexts: fill i's decoders are the first sessions of warm fill i (the same random numbers)."""
     fills = int(knobs.decode_fills or knobs.a("decode.fills"))
     key = (workload.lengths_key(), fills, knobs.seed, topk_tokens)
@@ -202,7 +203,7 @@ def contexts_of(workload: Workload, knobs: Knobs, topk_tokens: int, cache: Ceili
     return cache.contexts[key]
 
 
-def decode_of(setup: DecodeSetup, workload: Workload, knobs: Knobs, floor: float, cache: CeilingCache):
+def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, floor: float, cache: CeilingCache):
     """The decode ceiling at ``floor`` (memoised on the setup, the floor and the context bank)."""
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     key = (setup, floor, id(bank))
@@ -249,7 +250,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
                     out_of_reach)
 
 
-def decode_at_floor(setup: DecodeSetup, workload: Workload, knobs: Knobs,
+def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,
                     cache: CeilingCache) -> tuple[DecodeCeiling, FloorOutOfReach | None]:
     """The decode ceiling at the hard floor, or, when one user alone misses it, at the comfortable speed
     the hardware can give (a fraction of its best), never a silent ceiling of 0."""
