@@ -86,8 +86,9 @@ class _Pass:
     """The running state of one pass: per fill, its carried cost, its warm users per team so far and how many
     of the (sorted) budgets are resolved."""
 
-    def __init__(self, fills: int, budgets: np.ndarray, teams: int):
+    def __init__(self, fills: int, budgets: np.ndarray, teams: int, counted: np.ndarray):
         self.budgets = budgets
+        self.counted = counted  # the teams whose warm users are counted (the others stay 0)
         self.total = np.zeros(fills)
         self.running = np.zeros((fills, teams), dtype=np.int64)
         self.resolved = np.zeros(fills, dtype=np.int64)
@@ -98,7 +99,9 @@ class _Pass:
         cum = np.cumsum(cost, axis=1)
         cum += self.total[rows, None]
         warm_team = np.where(is_cold, -1, team)
-        per = np.stack([np.cumsum(warm_team == g, axis=1) for g in range(self.running.shape[1])], axis=-1)
+        per = np.zeros(cum.shape + (self.running.shape[1],), dtype=np.int64)
+        for g in self.counted:
+            per[:, :, g] = np.cumsum(warm_team == g, axis=1)
         end = cum[:, -1]
         # a budget below the block's end is passed inside this block (or at its start): every earlier session
         # fits it (their cost is at most the carried total <= the budget) and no later one does
@@ -125,42 +128,72 @@ def warm_at_budgets(mix: TeamMix, bank: RandomBank, fills: int, budgets, state_t
     minus the reserved prefixes), every session charged ``state_tokens`` on top of its unique tokens.
 
     ``caps`` (one per team, default none): a fill stops once every team has that many warm users; figures
-    past a cap are lower bounds (``exact``); a cap of 0 leaves a team uncounted. ``max_draws`` bounds the sessions of one fill, as in
-    ``warm_capacity``."""
+    past a cap are lower bounds (``exact``); a cap of 0 leaves a team uncounted. ``max_draws`` bounds the
+    sessions of one fill, as in ``warm_capacity``."""
+    return warm_at_charges(mix, bank, fills, [(budgets, state_tokens)], caps, max_draws)[0]
+
+
+def warm_at_charges(mix: TeamMix, bank: RandomBank, fills: int, charges, caps=None,
+                    max_draws: int = _MAX_DRAWS) -> list[WarmAtBudgets]:
+    """``warm_at_budgets`` for several state charges at once: ``charges`` is [(budgets, state_tokens), ...].
+
+    The sessions are realised once per column block and each charge adds its own state tokens to the same
+    unique-token costs (the sum ``realise_costs`` makes), so every charge gets its own pass's exact counts."""
     if isinstance(fills, bool) or not isinstance(fills, (int, np.integer)) or fills < 1:
         raise BadInput(f"warm fills must be an integer >= 1, got {fills!r}")
     if mix.needs_uniforms and not bank.uniforms:
         raise BadInput("warm fills: the random bank was drawn without the bootstrap uniforms an empirical class needs")
-    asked = np.asarray(budgets, dtype=float).ravel()
-    if asked.size == 0 or not np.all(np.isfinite(asked)):
-        raise BadInput("warm fills need at least one finite budget")
     teams = len(mix.teams)
     cap = np.full(teams, np.inf) if caps is None else np.asarray(caps, dtype=float).ravel()
     if cap.size != teams or np.any(cap < 0):
         raise BadInput(f"warm fills: one cap >= 0 per team ({teams}) (0: that team is not counted), got {caps!r}")
-    order = np.argsort(asked, kind="stable")
-    state = _Pass(int(fills), asked[order], teams)
-    active = np.arange(int(fills))
+    runs = [_Run(np.asarray(budgets, dtype=float).ravel(), float(state), int(fills), teams, cap)
+            for budgets, state in charges]
     c0 = 0
-    while active.size:
+    while any(run.active.size for run in runs):
         if c0 >= max_draws:
             raise BadInput(f"warm capacity: a fill holds more than {max_draws:,} sessions; "
                            "the pool is too large for this workload's session sizes to simulate")
+        rows = np.unique(np.concatenate([run.active for run in runs]))
         raw = bank.take(0, int(fills), c0, c0 + bank.COLS)
-        if active.size < fills:
-            raw = raw[active]
-        cost, is_cold, team = mix.fill_costs(raw, state_tokens)
-        state.add(active, cost, is_cold, team)
-        capped = np.all(state.running[active] >= cap, axis=1)
-        state.close(active[capped])
-        active = active[(state.resolved[active] < asked.size) & ~capped]
+        if rows.size < fills:
+            raw = raw[rows]
+        unique, is_cold, team = mix.fill_costs(raw, 0.0)
+        where = np.full(int(fills), -1)
+        where[rows] = np.arange(rows.size)
+        for run in runs:
+            if run.active.size:
+                at = where[run.active]
+                run.step(unique[at] + run.state_tokens, is_cold[at], team[at])
         c0 += bank.COLS
-    counted = np.minimum(state.counts, cap)  # past a cap only a lower bound is known: min(count, cap) is exact
-    pct = np.percentile(counted, PERCENTILES, axis=0)
-    exact = _exactness(counted, cap, pct)
-    unsort = np.empty_like(order)
-    unsort[order] = np.arange(order.size)
-    return WarmAtBudgets(asked, pct[:, unsort], cap, exact[:, unsort], c0)
+    return [run.result(c0) for run in runs]
+
+
+class _Run:
+    """One state charge's pass: its sorted budgets, its running state and the fills still filling."""
+
+    def __init__(self, asked: np.ndarray, state_tokens: float, fills: int, teams: int, cap: np.ndarray):
+        if asked.size == 0 or not np.all(np.isfinite(asked)):
+            raise BadInput("warm fills need at least one finite budget")
+        self.asked, self.state_tokens, self.cap = asked, state_tokens, cap
+        self.order = np.argsort(asked, kind="stable")
+        self.state = _Pass(fills, asked[self.order], teams, np.flatnonzero(cap > 0))
+        self.active = np.arange(fills)
+
+    def step(self, cost: np.ndarray, is_cold: np.ndarray, team: np.ndarray) -> None:
+        state, active = self.state, self.active
+        state.add(active, cost, is_cold, team)
+        capped = np.all(state.running[active] >= self.cap, axis=1)
+        state.close(active[capped])
+        self.active = active[(state.resolved[active] < self.asked.size) & ~capped]
+
+    def result(self, drawn: int) -> WarmAtBudgets:
+        counted = np.minimum(self.state.counts, self.cap)  # past a cap only a lower bound is known: min(count, cap)
+        pct = np.percentile(counted, PERCENTILES, axis=0)
+        exact = _exactness(counted, self.cap, pct)
+        unsort = np.empty_like(self.order)
+        unsort[self.order] = np.arange(self.order.size)
+        return WarmAtBudgets(self.asked, pct[:, unsort], self.cap, exact[:, unsort], drawn)
 
 
 def _exactness(counted: np.ndarray, cap: np.ndarray, pct: np.ndarray) -> np.ndarray:
@@ -174,20 +207,27 @@ def _exactness(counted: np.ndarray, cap: np.ndarray, pct: np.ndarray) -> np.ndar
     return out
 
 
-def warm_of_teams(mix: TeamMix, bank: RandomBank, fills: int, budgets, state_tokens: float = 0.0,
-                  targets=None, max_draws: int = _MAX_DRAWS) -> tuple[np.ndarray, np.ndarray]:
-    """Each team's cache ceiling in each budget: (percentiles (3, Q, T), exact (3, Q, T)).
+def warm_of_teams(mix: TeamMix, bank: RandomBank, fills: int, charges, targets=None,
+                  max_draws: int = _MAX_DRAWS) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each team's cache ceiling in each budget of each state charge (``charges``: [(budgets, state_tokens)]):
+    per charge, (percentiles (3, Q, T), exact (3, Q, T)).
 
     Team t's figure is its users among the sessions of its own window (``mix.window(t)``: what is touched
-    in one of its think times), one pass per team; one team is one pass of its workload. ``targets`` (users
-    per team): count only as far as deciding "p5 >= target" needs (``cap_for``)."""
+    in one of its think times); teams with one think time share a window, so one pass counts them all. One
+    team is one pass of its workload. ``targets`` (users per team): count only as far as deciding
+    "p5 >= target" needs (``cap_for``)."""
     teams = len(mix.teams)
-    pct = np.zeros((len(PERCENTILES), np.size(budgets), teams))
-    exact = np.ones_like(pct, dtype=bool)
-    for t in range(teams):
+    out = [(np.zeros((len(PERCENTILES), np.size(b), teams)), np.ones((len(PERCENTILES), np.size(b), teams), bool))
+           for b, _ in charges]
+    windows: dict[float, list[int]] = {}
+    for t, team in enumerate(mix.teams):
+        windows.setdefault(team.workload.think_time_s, []).append(t)
+    for members in windows.values():
         caps = np.zeros(teams)
-        caps[t] = np.inf if targets is None else cap_for(float(np.asarray(targets)[t]), fills)
-        got = warm_at_budgets(mix.window(t) if teams > 1 else mix, bank, fills, budgets, state_tokens, caps, max_draws)
-        pct[:, :, t] = got.percentiles[:, :, t]
-        exact[:, :, t] = got.exact[:, :, t]
-    return pct, exact
+        for t in members:
+            caps[t] = np.inf if targets is None else cap_for(float(np.asarray(targets)[t]), fills)
+        stream = mix.window(members[0]) if teams > 1 else mix
+        for (pct, exact), got in zip(out, warm_at_charges(stream, bank, fills, charges, caps, max_draws)):
+            pct[:, :, members] = got.percentiles[:, :, members]
+            exact[:, :, members] = got.exact[:, :, members]
+    return out

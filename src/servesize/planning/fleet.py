@@ -197,23 +197,25 @@ def _budget(fixed: Fixed, mix: TeamMix, knobs: Knobs) -> float:
 
 
 def _warm(shapes: list[Shape], mixes: list[TeamMix], cache: CeilingCache) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(p5 per team, lower-bound flags) of one replica for every shape: one fill pass per (stream, state charge)
-    and team, every shape's pool a budget of it."""
-    groups: dict[tuple, list[int]] = {}
+    """(p5 per team, lower-bound flags) of one replica for every shape: one pass over the bank per stream (and
+    window), every state charge in it, every shape's pool a budget of its charge."""
+    streams: dict[int, dict[float, list[int]]] = {}
     for i, (shape, mix) in enumerate(zip(shapes, mixes)):
         b, s = _charges(shape.fixed)
-        groups.setdefault((id(mix), s / b), []).append(i)
+        streams.setdefault(id(mix), {}).setdefault(s / b, []).append(i)
     out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0, bool))] * len(shapes)
-    for (_, state_tokens), members in groups.items():
-        mix, knobs = mixes[members[0]], shapes[members[0]].model.knobs
+    for groups in streams.values():
+        first = next(iter(groups.values()))[0]
+        mix, knobs = mixes[first], shapes[first].model.knobs
         if knobs.cpu_offload_bytes and knobs.assumptions == "seed":
             raise BadInput("the fleet models CPU offload as vLLM's inclusive tier; --assumptions seed with "
                            "--cpu-offload-gib (the seed's additive tier) is planned by `servesize plan` only")
-        pct, exact = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills,
-                                   [_budget(shapes[i].fixed, mix, knobs) for i in members], state_tokens,
-                                   mix.targets, max_draws=max(knobs.draws, _MAX_DRAWS))
-        for q, i in enumerate(members):
-            out[i] = (pct[0, q], ~exact[0, q])
+        charges = [([_budget(shapes[i].fixed, mix, knobs) for i in members], state) for state, members in groups.items()]
+        found = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills, charges, mix.targets,
+                              max_draws=max(knobs.draws, _MAX_DRAWS))
+        for members, (pct, exact) in zip(groups.values(), found):
+            for q, i in enumerate(members):
+                out[i] = (pct[0, q], ~exact[0, q])
     return out
 
 
@@ -231,7 +233,10 @@ def size_shapes(shapes: list[Shape], mix_of: Callable[[ModelChoice], TeamMix], s
             continue
         dp = found.replicas_needed()
         reason = None
-        if dp is None:
+        if not space.price_includes_power and not shape.fixed.tdp_w:
+            reason = (f"{shape.gpu.key} has no TDP in the GPU catalogue: its power bill cannot be priced "
+                      "(--price-includes-power prices it by the GPU-hour alone)")
+        elif dp is None:
             reason = _never(found)
         elif dp * shape.tp > space.max_gpus:
             reason = f"needs {dp} replicas = {dp * shape.tp} GPUs, more than --max-gpus {space.max_gpus}"
@@ -366,7 +371,8 @@ def fleet_search(space: FleetSpace, progress: Progress = None) -> FleetResult:
 
 
 def _label(shape: Shape) -> str:
-    return f"{shape.model.name} {shape.weights_precision} KV {shape.kv_cache_dtype} on {shape.tp}x{shape.gpu.key}"
+    weights = shape.weights_precision.removeprefix("native (").removesuffix(")")
+    return f"{shape.model.name} {weights} KV {shape.kv_cache_dtype} on {shape.tp}x{shape.gpu.key}"
 
 
 def _find(sized: list[Sized], option: FleetOption) -> Sized:

@@ -318,8 +318,8 @@ def _warm_percentiles(mix: TeamMix, fixed: Fixed, knobs: Knobs, cache: CeilingCa
     if budget <= 0:
         raise BadInput(f"the pool ({fixed.pool_tokens:,.0f} tokens per replica) does not hold the teams' shared "
                        f"prefixes ({mix.reserved_prefix_tokens():,} tokens)")
-    pct, _ = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills, [budget], s / b,
-                           max_draws=max(knobs.draws, 1 << 20))
+    ((pct, _),) = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills, [([budget], s / b)],
+                                max_draws=max(knobs.draws, 1 << 20))
     return [Percentiles(*(float(x) for x in pct[:, 0, t])) for t in range(len(mix.teams))]
 
 
@@ -359,3 +359,38 @@ def _one_replica(fixed: Fixed) -> Fixed:
     from dataclasses import replace
 
     return fixed if fixed.dp == 1 else replace(fixed, dp=1, n_gpu=fixed.tp)
+
+
+# -- sharing one replica shape or splitting it ------------------------------------------------
+
+@dataclass(frozen=True)
+class ShapeSplit:
+    """On one replica shape: the replicas the teams need sharing them, and each team's on replicas of its own."""
+
+    shared_replicas: int | None
+    team_replicas: dict[str, int | None]
+
+    @property
+    def partitioned_replicas(self) -> int | None:
+        if any(v is None for v in self.team_replicas.values()):
+            return None
+        return sum(v for v in self.team_replicas.values() if v is not None)
+
+    def to_dict(self) -> dict:
+        return {"shared_replicas": self.shared_replicas, "team_replicas": dict(self.team_replicas),
+                "partitioned_replicas": self.partitioned_replicas}
+
+
+def _replicas_on(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -> int | None:
+    warm = np.array([w.p5 for w in _warm_percentiles(mix, fixed, knobs, cache)])
+    found = replica_ceilings(fixed, mix, knobs, cache, warm, np.zeros(len(mix.teams), bool), decoder_cap=mix.total_users)
+    return None if isinstance(found, str) else found.replicas_needed()
+
+
+def split_on_shape(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache | None = None) -> ShapeSplit:
+    """The fewest replicas of ``fixed``'s shape (its DP ignored) that serve every team of ``mix`` sharing them,
+    and that serve each team on replicas of its own (None: no number does)."""
+    cache = cache or CeilingCache()
+    one = _one_replica(fixed)
+    alone = {t.name: _replicas_on(one, TeamMix((t,)), knobs, cache) for t in mix.teams}
+    return ShapeSplit(_replicas_on(one, mix, knobs, cache), alone)

@@ -38,7 +38,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.workload.draws import RawDraw
-from servesize.workload.model import RequestClass, Workload
+from servesize.workload.model import RequestClass, SessionClass, Workload
 
 MAX_TEAMS = 16          # a fleet's teams are a table to read; past this, plan them in groups
 MAX_TEAM_USERS = 10_000_000
@@ -210,24 +210,43 @@ class TeamMix:
         return np.array(bounds, dtype=np.int64), tuple(classes)
 
     def _class_index(self, raw: RawDraw) -> np.ndarray:
-        return np.searchsorted(self._bounds, raw.class_word.astype(np.int64), side="right") - 1
+        inner = self.__dict__.get("_inner_bounds")
+        if inner is None:  # S_1 ... S_(T-1) and the subagent bounds: below 2**32, so uint32 like the words
+            inner = self.__dict__["_inner_bounds"] = self._bounds[1:-1].astype(np.uint32)
+        return np.searchsorted(inner, raw.class_word, side="right")
 
     def _realise(self, raw: RawDraw) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(full tokens, prefix, is_cold, class index) of every request of ``raw``."""
+        """(full tokens, prefix, is_cold, class index) of every request of ``raw``: each request's class parameters
+        gathered by its class index (log-normal classes in one exp, empirical ones by their own bootstrap)."""
         k = self._class_index(raw)
-        full = np.empty(raw.shape, dtype=np.float64)
-        prefix = np.empty(raw.shape, dtype=np.float64)
-        is_cold = np.empty(raw.shape, dtype=bool)
-        for i, c in enumerate(self._classes):
+        p = self._params
+        x = raw.z * p["sigma"][k]
+        x += p["mu"][k]
+        full = np.exp(x, out=x).astype(np.float64)  # ln L = mu + sigma z, in float32 as Workload does
+        for i in p["empirical"]:
             mask = k == i
-            if not mask.any():
-                continue
-            sub = raw[mask]
-            length = Workload._lengths(c.cls, sub)
-            full[mask] = np.minimum(np.maximum(length, c.prefix), c.cap)  # the prefix floor, then the cap
-            prefix[mask] = c.prefix
-            is_cold[mask] = sub.cold_word.astype(np.int64) < c.cold_threshold
+            if mask.any():
+                full[mask] = Workload._lengths(self._classes[i].cls, raw[mask])
+        prefix = p["prefix"][k]
+        np.maximum(full, prefix, out=full)   # the prefix floor
+        np.minimum(full, p["cap"][k], out=full)  # then the cap
+        is_cold = raw.cold_word.astype(np.int64) < p["cold"][k]
         return full, prefix, is_cold, k
+
+    @property
+    def _params(self) -> dict:
+        """Per class: mu and sigma (float32; 0 for an empirical class), prefix, cap, cold threshold."""
+        cached = self.__dict__.get("_param_table")
+        if cached is None:
+            c = self._classes
+            shapes = [(x.cls.mu, x.cls.sigma) if isinstance(x.cls, SessionClass) else None for x in c]
+            cached = {"mu": np.array([m[0] if m else 0.0 for m in shapes], dtype=np.float32),
+                      "sigma": np.array([m[1] if m else 0.0 for m in shapes], dtype=np.float32),
+                      "prefix": np.array([x.prefix for x in c]), "cap": np.array([x.cap for x in c]),
+                      "cold": np.array([x.cold_threshold for x in c], dtype=np.int64),
+                      "empirical": [i for i, m in enumerate(shapes) if m is None]}
+            self.__dict__["_param_table"] = cached
+        return cached
 
     # -- what the fill and the decoders take -------------------------------------------------
     def fill_costs(self, raw: RawDraw, state_tokens: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
