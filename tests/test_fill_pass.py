@@ -98,3 +98,14 @@ def test_bad_inputs_are_refused():
     emp = Workload(user=EmpiricalClass("user", [1_000]))
     with pytest.raises(BadInput, match="uniforms"):
         warm_at_budgets(single_team(emp, 1), RandomBank(0), 10, [1e6])
+
+
+def test_many_budgets_are_counted_in_runs_of_bounded_memory_with_the_same_result(monkeypatch):
+    import servesize.planning.fill_pass as fill_pass
+
+    w = Workload.seed_reference()
+    budgets = list(np.geomspace(2e5, 8e6, 23))
+    whole = warm_at_budgets(single_team(w, 100), RandomBank(0), 200, budgets, 100.0)
+    monkeypatch.setattr(fill_pass, "_MAX_CELLS", 200 * 5)  # five budgets per run
+    runs = warm_at_budgets(single_team(w, 100), RandomBank(0), 200, budgets, 100.0)
+    assert np.array_equal(whole.percentiles, runs.percentiles) and np.array_equal(whole.budgets, runs.budgets)

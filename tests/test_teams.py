@@ -253,3 +253,17 @@ def test_a_teams_panel_is_json_ready():
     expected = max(math.ceil(users / value) for per_team in found.values.values()
                    for users, value in zip((40, 100), per_team))
     assert found.replicas_needed() == expected >= math.ceil(100 / 20)
+
+
+def test_the_teams_panel_of_a_scenarios_deployment_shares_its_replicas_and_splits_its_shape():
+    scenario = s.Scenario(model="qwen3.6-27b", gpus="2xH200", data_parallel_size=2, quantization="fp8",
+                          kv_cache_dtype="fp8", fills=400)
+    panel = s.teams(scenario, team=["agents=100:coding-agent", "support=200:chat"], priority=["support=1"])
+    doc = panel.to_dict()
+    assert doc["shared"]["gpus"] == "2xH200-SXM" and doc["shared"]["data_parallel_size"] == 2
+    agents, support = panel.shared.teams
+    assert support.priority == 1 and support.miss_ttft_s < agents.miss_ttft_s  # served first, waits less
+    assert panel.split.team_replicas["agents"] >= 1 and panel.split.shared_replicas >= max(
+        panel.split.team_replicas.values())
+    with pytest.raises(BadInput, match="drop users"):
+        s.teams(scenario.replace(users=5), team=["a=5"])

@@ -30,6 +30,7 @@ _EXPORTS = {
     "calibrate": "servesize.api",
     "fit_workload": "servesize.api",
     "fleet": "servesize.api",  # fleet: the cheapest fleet for N users, teams
+    "teams": "servesize.api",
     "FleetQuery": "servesize.scenario",
     "FleetResult": "servesize.planning.fleet_result",
     "Team": "servesize.workload.teams",

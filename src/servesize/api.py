@@ -153,6 +153,30 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     return result
 
 
+def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None):
+    """Several teams on the scenario's deployment (its GPUs, TP and DP): each team's warm users when they share
+    the pool under LRU (and alone on it), each team's ceilings and miss TTFT, and the replicas of this shape
+    the teams need sharing it or each on its own (``planning.teams.TeamsPanel``; ``.to_dict()`` for a page).
+
+    ``team``: NAME=USERS[:WORKLOAD] (a preset name or a workload file; default the scenario's workload);
+    ``priority``: NAME=LEVEL (higher first in the prefill queue)."""
+    from dataclasses import replace
+
+    from servesize.planning.teams import teams_panel
+    from servesize.resolve import teams_from
+    from servesize.workload.teams import TeamMix
+
+    if scenario.users is not None:
+        raise BadInput("teams take each team's users from its spec (NAME=USERS): drop users")
+    inputs = plan_inputs(scenario)
+    _, fixed = _fixed(inputs)
+    found, _ = teams_from(scenario, tuple(team), priority, inputs.workload.max_model_len)
+    capped = tuple(t.replace(workload=t.workload.replace(max_model_len=min(t.workload.max_model_len,
+                                                                           fixed.max_model_len)))
+                   for t in found)
+    return teams_panel(replace(fixed), TeamMix(capped), inputs.knobs)
+
+
 def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
     """Warm users and the four ceilings for each value of one workload field or knob.
 

@@ -416,9 +416,9 @@ def _team_spec(spec: str) -> tuple[str, int, str | None]:
     return name.strip(), users, workload.strip() or None
 
 
-def _priorities(query: FleetQuery, names: list[str]) -> dict[str, int]:
+def _priorities(specs_given: tuple[str, ...] | None, names: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for spec in query.priority or ():
+    for spec in specs_given or ():
         name, sep, level = spec.partition("=")
         if not sep or name.strip() not in names:
             raise BadInput(f"--priority {spec!r}: write NAME=LEVEL for one of the teams ({', '.join(names)})")
@@ -429,24 +429,32 @@ def _priorities(query: FleetQuery, names: list[str]) -> dict[str, int]:
     return out
 
 
-def teams_of(query: FleetQuery, model_limit: int | None = None) -> tuple[tuple[Team, ...], Workload]:
-    """The teams (and the fleet's own workload): --users N is one team of the workload; each --team its own."""
-    base, origin = resolved_workload(query, model_limit)
-    if query.users is not None:
-        return (Team("users", query.users, base, source=f"preset {origin.preset.name}"),), base
-    specs = [_team_spec(spec) for spec in query.team or ()]
-    priority = _priorities(query, [name for name, _, _ in specs])
+def teams_from(source: Any, specs_given: tuple[str, ...] | list[str], priorities: tuple[str, ...] | list[str] | None,
+               model_limit: int | None = None) -> tuple[tuple[Team, ...], Workload]:
+    """Teams from NAME=USERS[:WORKLOAD] specs: each its own workload (a preset name or a workload file, capped as
+    ``source`` caps, --max-model-len else the model's context), else ``source``'s (a FleetQuery or Scenario)."""
+    base, _ = resolved_workload(source, model_limit)
+    specs = [_team_spec(spec) for spec in specs_given]
+    priority = _priorities(tuple(priorities or ()), [name for name, _, _ in specs])
     teams = []
     for name, users, workload in specs:
-        own, source = base, "the fleet's workload"
+        own, where = base, "the fleet's workload"
         if workload is not None:
-            given = SimpleNamespace(preset=workload if workload in preset_names() else None,
-                                    workload=None if workload in preset_names() else workload,
-                                    max_model_len=query.max_model_len)
+            named = workload in preset_names()
+            given = SimpleNamespace(preset=workload if named else None, workload=None if named else workload,
+                                    max_model_len=getattr(source, "max_model_len", None))
             own = resolved_workload(given, model_limit)[0]
-            source = f"preset {workload}" if workload in preset_names() else f"file {workload}"
-        teams.append(Team(name, users, own, priority.get(name, 0), source))
+            where = f"preset {workload}" if named else f"file {workload}"
+        teams.append(Team(name, users, own, priority.get(name, 0), where))
     return tuple(teams), base
+
+
+def teams_of(query: FleetQuery, model_limit: int | None = None) -> tuple[tuple[Team, ...], Workload]:
+    """The teams (and the fleet's own workload): --users N is one team of the workload; each --team its own."""
+    if query.users is not None:
+        base, origin = resolved_workload(query, model_limit)
+        return (Team("users", query.users, base, source=f"preset {origin.preset.name}"),), base
+    return teams_from(query, query.team or (), query.priority, model_limit)
 
 
 def fleet_currency(query: FleetQuery) -> str:
@@ -480,6 +488,11 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     from servesize.model.hardware import find_gpu, load_gpus
 
     lists = query.lists()
+    for name, most in (("models", 8), ("gpus_from", 64), ("precision", 4), ("kv_cache_dtype", 4),
+                       ("tensor_parallel_size", 8)):
+        if len(lists[name] or ()) > most:
+            raise BadInput(f"--{name.replace('_', '-')} takes at most {most} values (a search space to read, "
+                           "not to enumerate); run the fleet once per group")
     knobs = knobs_of(query)  # type: ignore[arg-type]  # a FleetQuery has every field knobs_of reads
     models: list[ModelChoice] = []
     specs: dict[str, str | InlineConfig] = {}
@@ -505,7 +518,8 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     precisions = lists["precision"] or ("native",)
     for precision in precisions:
         normalise_precision(precision)  # an unknown precision is refused before the search
-    gpus = tuple(find_gpu(g) for g in lists["gpus_from"]) if lists["gpus_from"] else tuple(load_gpus().values())
+    gpus = tuple(dict.fromkeys(find_gpu(g) for g in lists["gpus_from"])) if lists["gpus_from"] \
+        else tuple(load_gpus().values())
     overrides = dict(parse_price(text) for text in query.gpu_hour_price or ())
     currency = fleet_currency(query)
     prices = with_overrides(overrides, currency, query.price_includes_power)

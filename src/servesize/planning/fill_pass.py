@@ -27,6 +27,8 @@ from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentile
 from servesize.workload.draws import RandomBank
 from servesize.workload.teams import TeamMix
 
+_MAX_CELLS = 24_000_000  # fills x budgets x teams of one run's counts (int32): about 100 MB
+
 
 def cap_for(target: float, fills: int) -> float:
     """The cap under which "p5 >= V" is decided exactly for every V <= ``target``.
@@ -92,7 +94,7 @@ class _Pass:
         self.total = np.zeros(fills)
         self.running = np.zeros((fills, teams), dtype=np.int64)
         self.resolved = np.zeros(fills, dtype=np.int64)
-        self.counts = np.zeros((fills, budgets.size, teams), dtype=np.int64)
+        self.counts = np.zeros((fills, budgets.size, teams), dtype=np.int32)
 
     def add(self, rows: np.ndarray, cost: np.ndarray, is_cold: np.ndarray, team: np.ndarray) -> None:
         """The next block of sessions of fills ``rows``: resolve every budget their running cost passes."""
@@ -147,8 +149,14 @@ def warm_at_charges(mix: TeamMix, bank: RandomBank, fills: int, charges, caps=No
     cap = np.full(teams, np.inf) if caps is None else np.asarray(caps, dtype=float).ravel()
     if cap.size != teams or np.any(cap < 0):
         raise BadInput(f"warm fills: one cap >= 0 per team ({teams}) (0: that team is not counted), got {caps!r}")
-    runs = [_Run(np.asarray(budgets, dtype=float).ravel(), float(state), int(fills), teams, cap)
-            for budgets, state in charges]
+    counted = max(1, int(np.count_nonzero(cap > 0)))
+    runs: list[_Run] = []
+    spans: list[range] = []
+    for budgets, state in charges:
+        asked = np.asarray(budgets, dtype=float).ravel()
+        step = max(1, _MAX_CELLS // (int(fills) * teams * counted))  # a run's counts stay under _MAX_CELLS cells
+        spans.append(range(len(runs), len(runs) + max(1, -(-asked.size // step))))
+        runs += [_Run(asked[i:i + step], float(state), int(fills), teams, cap) for i in range(0, max(asked.size, 1), step)]
     c0 = 0
     while any(run.active.size for run in runs):
         if c0 >= max_draws:
@@ -166,7 +174,16 @@ def warm_at_charges(mix: TeamMix, bank: RandomBank, fills: int, charges, caps=No
                 at = where[run.active]
                 run.step(unique[at] + run.state_tokens, is_cold[at], team[at])
         c0 += bank.COLS
-    return [run.result(c0) for run in runs]
+    return [_joined([runs[i].result(c0) for i in span]) for span in spans]
+
+
+def _joined(parts: list[WarmAtBudgets]) -> WarmAtBudgets:
+    """One charge's budgets, counted in several runs, as one result."""
+    if len(parts) == 1:
+        return parts[0]
+    return WarmAtBudgets(np.concatenate([p.budgets for p in parts]), np.concatenate([p.percentiles for p in parts], axis=1),
+                         parts[0].caps, np.concatenate([p.exact for p in parts], axis=1),
+                         max(p.sessions_drawn for p in parts))
 
 
 class _Run:

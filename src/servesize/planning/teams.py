@@ -35,6 +35,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.planning.ceilings import (
     CEILINGS,
+    DECODE_SEARCH_LIMIT,
     CeilingCache,
     contexts_of,
     decode_at_floor,
@@ -225,7 +226,7 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
     setup = decode_setup(fixed, knobs)
     floor = float(knob_value(knobs, "decode_floor"))
     bank = contexts_of(mix.decoders(), knobs, setup.topk_tokens, cache)
-    n, n_at_least = decoders_meeting(setup, bank, floor, decoder_cap or mix.total_users)
+    n, n_at_least = decoders_meeting(setup, bank, floor, min(decoder_cap or mix.total_users, DECODE_SEARCH_LIMIT))
     if n == 0:
         return (f"one user alone decodes at {median_speed(setup, bank, 1):.1f} tok/s (p50), under the "
                 f"{floor:g} tok/s floor")
@@ -394,3 +395,20 @@ def split_on_shape(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache
     one = _one_replica(fixed)
     alone = {t.name: _replicas_on(one, TeamMix((t,)), knobs, cache) for t in mix.teams}
     return ShapeSplit(_replicas_on(one, mix, knobs, cache), alone)
+
+
+@dataclass(frozen=True)
+class TeamsPanel:
+    """The explorer's teams panel for one deployment: every team on its replicas, and sharing against splitting."""
+
+    shared: SharedPool
+    split: ShapeSplit
+
+    def to_dict(self) -> dict:
+        return {"shared": self.shared.to_dict(), "split": self.split.to_dict()}
+
+
+def teams_panel(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache | None = None) -> TeamsPanel:
+    """Every team of ``mix`` on ``fixed`` (its DP replicas), and the replicas of its shape sharing or split needs."""
+    cache = cache or CeilingCache()
+    return TeamsPanel(shared_pool(fixed, mix, knobs, cache=cache), split_on_shape(fixed, mix, knobs, cache))
