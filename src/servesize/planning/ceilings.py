@@ -176,11 +176,12 @@ def _decode_ceiling(setup, bank: ContextBank, floor: float):
 
 def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache):
     """The warm fill (memoised on what it depends on)."""
-    key = (workload.sampling_key(), fixed.pool_tokens, knobs.cpu_offload_bytes, knobs.sticky_routing, knobs.fills,
-           knobs.draws, knobs.seed)
+    b_group = fixed.kv_bytes_per_token_rank * fixed.tp
+    s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
+    # everything the fill depends on, the charges and replicas too: one cache may serve several deployments
+    key = (workload.sampling_key(), fixed.pool_tokens, b_group, s_group, fixed.tp, fixed.dp, knobs.cpu_offload_bytes,
+           knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed, knobs.assumptions)
     if key not in cache.warm:
-        b_group = fixed.kv_bytes_per_token_rank * fixed.tp
-        s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
         cache.warm[key] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
                                         cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=fixed.dp,
                                         sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
