@@ -30,6 +30,11 @@ _EXPORTS = {
     "calibrate": "servesize.api",
     "fit_workload": "servesize.api",
     "simulate": "servesize.api",  # the Simulate issue: replay a trace through vLLM's prefix cache
+    "fleet": "servesize.api",  # fleet: the cheapest fleet for N users, teams
+    "teams": "servesize.api",
+    "FleetQuery": "servesize.scenario",
+    "FleetResult": "servesize.planning.fleet_result",
+    "Team": "servesize.workload.teams",
     "Plan": "servesize.planning.plan",
     "MemoryReport": "servesize.engine.memory",
     "FitResult": "servesize.engine.placement",

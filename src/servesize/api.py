@@ -5,6 +5,7 @@
     s.memory(sc)      # MemoryReport: budget, pool, the lines vLLM logs
     s.plan(sc)        # Plan: warm users, ceilings, binding, recipe, bill, sensitivity
     s.fit("4xH100", max_model_len=8192)    # what fits: one row per model (all_placements=True: every one)
+    s.fleet(users=400, models="qwen3.6-27b")  # the cheapest fleet for N users; teams with team=[...]
 
 Each function is resolve (``servesize.resolve``: every rule, named) -> engine / planner -> result.
 """
@@ -24,8 +25,16 @@ from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogu
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
-from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, model_of, plan_inputs
-from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
+from servesize.resolve import (
+    PlanInputs,
+    calibrated,
+    deployment_of,
+    display_name,
+    gpus_of,
+    model_of,
+    plan_inputs,
+)
+from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
 from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
@@ -76,13 +85,94 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     """Warm users, the four ceilings and which binds, the vLLM recipe, the bill and (unless
     ``sensitivity=False``) where each named assumption would flip the verdict.
 
-    ``progress`` hears one line when the inputs are resolved and the Monte-Carlo starts."""
+    ``progress`` hears one line when the inputs are resolved and the Monte-Carlo starts.
+
+    ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
+    answer in ``plan.sizing``."""
+    if scenario.users is not None:
+        return _sized_plan(scenario, sensitivity, progress)
     inputs = plan_inputs(scenario)
     report, fixed = _fixed(inputs)
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
     return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
                      memory=report, origin=inputs.origin)
+
+
+# fleet: plan --users N and servesize fleet --------------------------------------------------
+
+def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str], None] | None) -> Plan:
+    """plan --users N: one replica planned, the replicas N needs (planning.fleet.replicas_for_plan), that fleet planned."""
+    from dataclasses import replace
+
+    from servesize.planning.ceilings import ceilings
+    from servesize.planning.fleet import replicas_for_plan
+    from servesize.resolve import sized_scenario, users_sizing
+
+    one = users_sizing(scenario)
+    inputs = plan_inputs(one)
+    _, fixed = _fixed(inputs)
+    per_replica = ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False)
+    sizing = replicas_for_plan(per_replica.values, int(scenario.users or 0), inputs.knobs.sticky_routing)
+    sized = sized_scenario(scenario, sizing["replicas"])
+    result = plan(sized, sensitivity=sensitivity, progress=progress)
+    given = gpus_of(scenario)
+    sizing.update(gpus=f"{sized.gpus}", gpu=given.gpu.key, tensor_parallel_size=scenario.tensor_parallel_size,
+                  gpus_given=scenario.gpus, plan_command=plan_command_of(sized))
+    return replace(result, sizing=sizing)
+
+
+def plan_command_of(scenario: Scenario) -> str:
+    from servesize.resolve import plan_command
+
+    return plan_command(scenario)
+
+
+def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | None = None, **options: Any):
+    """The cheapest fleets for N users (``users=``) or several teams (``team=["research=40:rag", ...]``) over GPU
+    type x count x precision x KV dtype x TP/DP: the cheapest few, the cost-users frontier, the winner's recipe
+    and routing, and with teams the partitioned split and the verdict. ``options`` are FleetQuery's fields.
+
+    The winner of one workload comes with the ``servesize plan`` command (and Scenario) that confirms it."""
+    from dataclasses import replace
+
+    from servesize.planning.fleet import fleet_search
+    from servesize.resolve import confirm_scenario, fleet_space, plan_command
+
+    q = query if query is not None else FleetQuery(**options)
+    if query is not None and options:
+        q = query.replace(**options)
+    space, specs = fleet_space(q)
+    result = fleet_search(space, progress=progress)
+    if result.winner is not None:
+        confirm = confirm_scenario(q, specs[result.winner.model], result.winner)
+        if confirm is not None:
+            result = replace(result, plan_command=plan_command(confirm), confirm=confirm.to_dict())
+    return result
+
+
+def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None):
+    """Several teams on the scenario's deployment (its GPUs, TP and DP): each team's warm users when they share
+    the pool under LRU (and alone on it), each team's ceilings and miss TTFT, and the replicas of this shape
+    the teams need sharing it or each on its own (``planning.teams.TeamsPanel``; ``.to_dict()`` for a page).
+
+    ``team``: NAME=USERS[:WORKLOAD] (a preset name or a workload file; default the scenario's workload);
+    ``priority``: NAME=LEVEL (higher first in the prefill queue)."""
+    from dataclasses import replace
+
+    from servesize.planning.teams import teams_panel
+    from servesize.resolve import teams_from
+    from servesize.workload.teams import TeamMix
+
+    if scenario.users is not None:
+        raise BadInput("teams take each team's users from its spec (NAME=USERS): drop users")
+    inputs = plan_inputs(scenario)
+    _, fixed = _fixed(inputs)
+    found, _ = teams_from(scenario, tuple(team), priority, inputs.workload.max_model_len)
+    capped = tuple(t.replace(workload=t.workload.replace(max_model_len=min(t.workload.max_model_len,
+                                                                           fixed.max_model_len)))
+                   for t in found)
+    return teams_panel(replace(fixed), TeamMix(capped), inputs.knobs)
 
 
 def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:

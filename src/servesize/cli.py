@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("servesize.commands.fit", "what can these GPUs serve: one row per model (--all: every precision and placement)"),
     "memory": ("servesize.commands.memory", "vLLM's memory budget and KV pool for one deployment, down to the lines it logs"),
     "plan": ("servesize.commands.plan", "warm users, decode speed, latency: which ceiling binds, and the vLLM recipe"),
+    "fleet": ("servesize.commands.fleet", "the cheapest fleet for N users (or several teams): GPUs x precision x TP/DP, priced"),
     "calibrate": ("servesize.commands.calibrate", "read real vLLM startup logs and write a calibration file"),
     "workload fit": ("servesize.commands.workload_fit", "fit a workload from request logs: each field from the file or a preset"),
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),

@@ -42,7 +42,8 @@ from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload
 from servesize.workload.presets import presets
 
-KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration")
+KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration",
+         "list")
 
 GROUPS = {
     "model": "model and GPUs",
@@ -53,6 +54,7 @@ GROUPS = {
     "calibration": "measured pool and calibration",
     "monte_carlo": "Monte-Carlo",
     "fit": "what fits",
+    "fleet": "the fleet: what to search and how to price it",  # fleet: servesize fleet (FleetQuery)
 }
 
 _TRUE = ("true", "yes", "on", "1")
@@ -231,6 +233,16 @@ def _read_workload(p: Param, value: Any) -> Workload | str:
     return _read_text(p, value)  # a workload file, read when the scenario is resolved
 
 
+def _read_list(p: Param, value: Any) -> tuple[str, ...]:
+    """A repeatable flag's values: one string, or a list of them (a mapping reads as KEY=VALUE items)."""
+    if isinstance(value, Mapping):
+        value = [f"{k}={v}" for k, v in value.items()]
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise p._refuse(value, "a value or a list of them")
+    return tuple(_read_text(p, item) for item in items)
+
+
 def _read_calibration(p: Param, value: Any) -> Calibration | str:
     if isinstance(value, Calibration):
         return value
@@ -239,7 +251,7 @@ def _read_calibration(p: Param, value: Any) -> Calibration | str:
 
 _READERS = {"model": _read_model, "tokens": _read_tokens, "bytes": _read_bytes, "int": _read_int, "float": _read_float,
             "choice": _read_choice, "bool": _read_bool, "text": _read_text, "version": _read_version,
-            "workload": _read_workload, "calibration": _read_calibration}
+            "workload": _read_workload, "calibration": _read_calibration, "list": _read_list}
 
 MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the workload's own cap)
 
@@ -265,6 +277,10 @@ class Scenario:
                    metavar="NxGPU")
     gpu_memory: int | None = _p("bytes", "override the GPU's memory as nvidia-smi reports it, e.g. 81559MiB", "model",
                                 lo=1 << 20, hi=1 << 44, metavar="BYTES", unit="B")
+    # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.users_sizing)
+    users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
+                           "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
+                           "model", lo=1, hi=10_000_000, metavar="N")
 
     # -- vLLM engine flags ----------------------------------------------------------------
     tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel)", "engine", default=1, lo=1, hi=1024,
@@ -501,3 +517,124 @@ def _comma_list(text: str | None) -> tuple[str, ...] | None:
 
 
 FIT_PARAMS: dict[str, Param] = _declared(FitQuery)
+
+
+# -- fleet: servesize fleet -------------------------------------------------------------------------
+
+FLEET_SHARED = (
+    # engine flags every searched deployment takes (the rest are what the search varies or sizes)
+    "gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "block_size", "enforce_eager",
+    "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version", "budget",
+    # the workload, the modelled knobs, the Monte-Carlo
+    *(p.name for p in params_in("workload", "knobs", "monte_carlo")),
+)
+
+
+def _fleet_shared() -> dict[str, Any]:
+    return {name: PARAMS[name] for name in FLEET_SHARED}
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """``servesize fleet``: the cheapest fleet for N users (or several teams), over GPU type x count x precision
+    x KV dtype x TP/DP, priced per GPU-hour (data/prices.toml, or --gpu-hour-price)."""
+
+    models: str = _p("text", "comma list of models to serve (catalogue names, Hugging Face ids or config paths)",
+                     "fleet", default=MISSING, metavar="LIST")
+    users: int | None = _p("int", "users to serve (one workload: the preset, file and fields below)", "fleet",
+                           lo=1, hi=10_000_000, metavar="N")
+    team: tuple[str, ...] | None = _p("list", "a team sharing the fleet, NAME=USERS[:WORKLOAD] (WORKLOAD: a preset name "
+                                      "or a workload file; default the workload below); repeat per team", "fleet",
+                                      metavar="NAME=USERS[:WORKLOAD]")
+    priority: tuple[str, ...] | None = _p("list", "NAME=LEVEL: a team's prefill-queue priority (higher first; default 0 "
+                                          "for all, one FCFS queue); repeat per team", "fleet", metavar="NAME=LEVEL")
+    gpus_from: str | None = _p("text", "comma list of GPU types to search (default: every GPU with a price)", "fleet",
+                               metavar="LIST")
+    max_gpus: int = _p("int", "most GPUs in one fleet", "fleet", default=64, lo=1, hi=4096, metavar="N")
+    gpu_hour_price: tuple[str, ...] | None = _p("list", "GPU=PRICE: your price per GPU-hour (in --currency), replacing "
+                                                "the list's; repeat per GPU", "fleet", metavar="GPU=PRICE")
+    precision: str = _p("text", "comma list of weight precisions (native = the checkpoint's own; bf16, fp8, int8, int4, "
+                        "mxfp4, nvfp4)", "fleet", default="native,fp8", flags=("-q",), metavar="LIST")
+    kv_cache_dtype: str = _p("text", "comma list of KV cache dtypes", "fleet", default="auto,fp8", metavar="LIST")
+    tensor_parallel_size: str = _p("text", "comma list of GPUs per replica", "fleet", default="1,2,4,8", flags=("-tp",),
+                                   metavar="LIST")
+    top: int = _p("int", "how many of the cheapest fleets to list", "fleet", default=5, lo=1, hi=100, metavar="K")
+    price_includes_power: bool = _p("bool", "the GPU-hour prices include electricity (cloud rental); "
+                                    "--no-price-includes-power adds the power bill (owned GPUs at an amortised price)",
+                                    "fleet", default=True)
+
+    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization", None)
+    max_model_len: int | None = _shared("max_model_len", None)
+    max_num_batched_tokens: int | None = _shared("max_num_batched_tokens", None)
+    block_size: int | None = _shared("block_size", None)
+    enforce_eager: bool = _shared("enforce_eager", False)
+    mamba_ssm_cache_dtype: str | None = _shared("mamba_ssm_cache_dtype", None)
+    mamba_cache_mode: str | None = _shared("mamba_cache_mode", None)
+    num_speculative_tokens: int | None = _shared("num_speculative_tokens", None)
+    vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
+    budget: str = _shared("budget", "engine")
+    preset: str | None = _shared("preset", None)
+    workload: Workload | str | None = _shared("workload", None)
+    median: int | None = _shared("median", None)
+    sigma: float | None = _shared("sigma", None)
+    prefix: int | None = _shared("prefix", None)
+    subagent_ratio: float | None = _shared("subagent_ratio", None)
+    subagent_median: int | None = _shared("subagent_median", None)
+    subagent_sigma: float | None = _shared("subagent_sigma", None)
+    subagent_prefix: int | None = _shared("subagent_prefix", None)
+    subagents_share_prefix: bool | None = _shared("subagents_share_prefix", None)
+    invalidation: float | None = _shared("invalidation", None)
+    think_time: float | None = _shared("think_time", None)
+    output_tokens: int | None = _shared("output_tokens", None)
+    warm_turn_tokens: int | None = _shared("warm_turn_tokens", None)
+    bandwidth_efficiency: float | None = _shared("bandwidth_efficiency", None)
+    tp_efficiency: float | None = _shared("tp_efficiency", None)
+    mtp_speedup: float | None = _shared("mtp_speedup", None)
+    spec_acceptance: float | None = _shared("spec_acceptance", None)
+    decode_floor: float | None = _shared("decode_floor", None)
+    comfortable_floor: float | None = _shared("comfortable_floor", None)
+    mfu: float | None = _shared("mfu", None)
+    decode_compute_efficiency: float | None = _shared("decode_compute_efficiency", None)
+    ttft_limit: float | None = _shared("ttft_limit", None)
+    electricity_price: float | None = _shared("electricity_price", None)
+    currency: str | None = _shared("currency", None)
+    pue: float | None = _shared("pue", None)
+    cpu_offload_gib: float | None = _shared("cpu_offload_gib", None)
+    sticky_routing: bool = _shared("sticky_routing", True)
+    assumptions: str = _shared("assumptions", "default")
+    fills: int = _shared("fills", 1500)
+    draws: int = _shared("draws", 2000)
+    seed: int = _shared("seed", 0)
+
+    def __post_init__(self) -> None:
+        for name, param in FLEET_PARAMS.items():
+            object.__setattr__(self, name, param.parse(getattr(self, name)))
+        if (self.users is None) == (self.team is None):
+            raise BadInput("give --users N (one workload) or --team NAME=USERS[:WORKLOAD] (repeated), not both"
+                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team")
+
+    def replace(self, **changes: Any) -> FleetQuery:
+        unknown = sorted(set(changes) - set(FLEET_PARAMS))
+        if unknown:
+            raise BadInput(f"FleetQuery has no field {', '.join(unknown)}; fields: {', '.join(FLEET_PARAMS)}")
+        return replace(self, **changes)
+
+    def shared(self) -> dict[str, Any]:
+        """The fields a Scenario takes as they are (engine flags, workload, knobs, Monte-Carlo)."""
+        return {name: getattr(self, name) for name in FLEET_SHARED}
+
+    def lists(self) -> dict[str, tuple[str, ...] | None]:
+        """The comma lists, split: models, GPU types, precisions, KV dtypes, TP sizes."""
+        return {"models": _comma_list(self.models), "gpus_from": _comma_list(self.gpus_from),
+                "precision": _comma_list(self.precision), "kv_cache_dtype": _comma_list(self.kv_cache_dtype),
+                "tensor_parallel_size": _comma_list(self.tensor_parallel_size)}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in FLEET_PARAMS:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if hasattr(value, "to_dict") else list(value) if isinstance(value, tuple) else value
+        return out
+
+
+FLEET_PARAMS: dict[str, Param] = _declared(FleetQuery)

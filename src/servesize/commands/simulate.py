@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = PARAMS["model"]
     parser.add_argument("model", nargs="?", default=None, type=model.parse, metavar="MODEL",
                         help=model.help + "; with --gpus, the pool is the one vLLM builds for it")
-    add_params(parser, [p for p in params_in("model", "engine") if p.name != "model"])
+    # the deployment (MODEL is a positional of its own; --users here is the replay's, not plan's fleet sizing)
+    add_params(parser, [p for p in params_in("model", "engine") if p.name not in ("model", "users")])
     g = parser.add_argument_group("the replay")
     g.add_argument("--pool-tokens", type=parse_tokens, default=None, metavar="TOKENS",
                    help="the pool as the engine's KV cache size in tokens (instead of, or overriding, MODEL's)")

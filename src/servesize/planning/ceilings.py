@@ -35,6 +35,7 @@ from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
+from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (planning.teams)
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
 
@@ -175,11 +176,12 @@ def _decode_ceiling(setup, bank: ContextBank, floor: float):
 
 def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache):
     """The warm fill (memoised on what it depends on)."""
-    key = (workload.sampling_key(), fixed.pool_tokens, knobs.cpu_offload_bytes, knobs.sticky_routing, knobs.fills,
-           knobs.draws, knobs.seed)
+    b_group = fixed.kv_bytes_per_token_rank * fixed.tp
+    s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
+    # everything the fill depends on, the charges and replicas too: one cache may serve several deployments
+    key = (workload.sampling_key(), fixed.pool_tokens, b_group, s_group, fixed.tp, fixed.dp, knobs.cpu_offload_bytes,
+           knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed, knobs.assumptions)
     if key not in cache.warm:
-        b_group = fixed.kv_bytes_per_token_rank * fixed.tp
-        s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
         cache.warm[key] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
                                         cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=fixed.dp,
                                         sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
@@ -191,7 +193,7 @@ def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache)
     return cache.warm[key]
 
 
-def contexts_of(workload: Workload, knobs: Knobs, topk_tokens: int, cache: CeilingCache) -> ContextBank:
+def contexts_of(workload: Workload | TeamMix, knobs: Knobs, topk_tokens: int, cache: CeilingCache) -> ContextBank:
     """Decode contexts: fill i's decoders are the first sessions of warm fill i (the same random numbers)."""
     fills = int(knobs.decode_fills or knobs.a("decode.fills"))
     key = (workload.lengths_key(), fills, knobs.seed, topk_tokens)
@@ -202,7 +204,7 @@ def contexts_of(workload: Workload, knobs: Knobs, topk_tokens: int, cache: Ceili
     return cache.contexts[key]
 
 
-def decode_of(setup: DecodeSetup, workload: Workload, knobs: Knobs, floor: float, cache: CeilingCache):
+def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, floor: float, cache: CeilingCache):
     """The decode ceiling at ``floor`` (memoised on the setup, the floor and the context bank)."""
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     key = (setup, floor, id(bank))
@@ -249,7 +251,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
                     out_of_reach)
 
 
-def decode_at_floor(setup: DecodeSetup, workload: Workload, knobs: Knobs,
+def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,
                     cache: CeilingCache) -> tuple[DecodeCeiling, FloorOutOfReach | None]:
     """The decode ceiling at the hard floor, or, when one user alone misses it, at the comfortable speed
     the hardware can give (a fraction of its best), never a silent ceiling of 0."""

@@ -35,6 +35,7 @@ class Plan:
     latency: Any = None
     decode_points: tuple = ()          # per-user decode at 1 decoder and at the recipe's --max-num-seqs
     origin: Any = None                 # workload.presets.WorkloadOrigin: where each workload field came from
+    sizing: dict | None = None         # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
 
@@ -89,6 +90,7 @@ class Plan:
             "workload": self.workload.to_dict(),
             "workload_origin": None if self.origin is None else self.origin.to_dict(),
             "memory": self.fixed.memory,
+            "sizing": self.sizing,
         }
         return out
 
@@ -158,20 +160,30 @@ def workload_rows(workload: Workload, origin=None) -> list[dict]:
 
 
 def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
-    from servesize.planning.power import PowerStates, power_bill, seed_decode_capacity
     if not fixed.tdp_w:
         return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped"
-    states = PowerStates.from_tdp(fixed.tdp_w, knobs.a("power.idle_fraction_of_tdp"), knobs.a("power.decode_fraction_of_tdp"),
-                                  knobs.a("power.prefill_fraction_of_tdp"), knobs.a("power.host_w_per_gpu"))
     users = result.values[result.binding]
     r = sub_ratio_of(workload)
     rate_group = users / fixed.dp * (1 + r) / workload.think_time_s
-    bill = power_bill(states, fixed.n_gpu, fixed.dp, rate_group, result.moments.mean_s,
-                      seed_decode_capacity(result.decode.n, result.decode.floor_tok_s), users,
-                      pue=float(knob_value(knobs, "pue")), price_per_kwh=float(knob_value(knobs, "price_per_kwh")),
-                      currency=str(knob_value(knobs, "currency")),
-                      output_tokens_per_request=workload.output_tokens, hours_per_month=knobs.a("power.hours_per_month"))
+    bill = bill_at(fixed, knobs, rate_group, result.moments.mean_s, result.decode.n, result.decode.floor_tok_s, users,
+                   workload.output_tokens)
     return bill, f"at the binding ceiling ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
+
+
+def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s: float, decoders: int,
+            floor_tok_s: float, users: float, output_tokens: float):
+    """The power bill of ``fixed``'s GPUs (tp x dp) with ``rate_group_per_s`` requests per second on each replica
+    group (planning.power; the power states are fractions of the catalogue's TDP, which ``fixed`` must have)."""
+    from servesize.planning.power import PowerStates, power_bill, seed_decode_capacity
+
+    states = PowerStates.from_tdp(float(fixed.tdp_w or 0), knobs.a("power.idle_fraction_of_tdp"),
+                                  knobs.a("power.decode_fraction_of_tdp"), knobs.a("power.prefill_fraction_of_tdp"),
+                                  knobs.a("power.host_w_per_gpu"))
+    return power_bill(states, fixed.n_gpu, fixed.dp, rate_group_per_s, mean_service_s,
+                      seed_decode_capacity(decoders, floor_tok_s), users,
+                      pue=float(knob_value(knobs, "pue")), price_per_kwh=float(knob_value(knobs, "price_per_kwh")),
+                      currency=str(knob_value(knobs, "currency")), output_tokens_per_request=output_tokens,
+                      hours_per_month=knobs.a("power.hours_per_month"))
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,

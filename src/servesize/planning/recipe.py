@@ -21,11 +21,10 @@ def max_num_seqs(fixed: Fixed, result: Ceilings) -> int:
     return max(1, int(min(result.decode.n, math.floor(gpu_resident_p5_per_replica(fixed, result)))))
 
 
-def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, list]:
-    per_replica_gpu_p5 = gpu_resident_p5_per_replica(fixed, result)
-    mns = max_num_seqs(fixed, result)
+def serve_command(fixed: Fixed, dep, knobs: Knobs, max_num_seqs: int, spec_speedup: float) -> str:
+    """The ``vllm serve`` line of one replica of ``fixed`` (the flags the plan sized it with)."""
     parts = ["vllm serve", fixed.hf_id, f"--tensor-parallel-size {fixed.tp}", f"--kv-cache-dtype {fixed.kv_cache_dtype}",
-             f"--max-model-len {fixed.max_model_len}", f"--max-num-seqs {mns}", "--enable-prefix-caching"]
+             f"--max-model-len {fixed.max_model_len}", f"--max-num-seqs {max_num_seqs}", "--enable-prefix-caching"]
     if dep.quantization not in ("native", None):
         parts.append(f"--quantization {dep.quantization}")
     if dep.mamba_ssm_cache_dtype not in (None, "auto"):
@@ -33,10 +32,30 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
     util = dep.gpu_memory_utilization or fixed.memory.get("gpu_memory_utilization")
     if util:
         parts.append(f"--gpu-memory-utilization {util}")  # the pool was sized at this; defaults moved between releases
-    if result.spec_speedup > 1:
+    if spec_speedup > 1:
         parts.append(f"--speculative-config '{{\"method\":\"mtp\",\"num_speculative_tokens\":{spec_tokens_of(knobs)}}}'")
     if knobs.cpu_offload_bytes:
         parts.append(f"--kv-offloading-size {knobs.cpu_offload_bytes / GiB:g}")
+    return " ".join(parts)
+
+
+def routing_note(fixed: Fixed, knobs: Knobs) -> str | None:
+    """How DP replicas must be routed for the warm figures to hold (None for one replica)."""
+    if fixed.dp > 1 and knobs.sticky_routing:
+        return (f"run {fixed.dp} of these behind a session-sticky router (each on its own {fixed.tp} GPU(s)); "
+                "without sticky routing every replica ends up holding the same recent sessions, so the "
+                f"system keeps about one replica's worth warm, not {fixed.dp}x")
+    if fixed.dp > 1:
+        return (f"run {fixed.dp} of these behind a load balancer (each on its own {fixed.tp} GPU(s)): the figures "
+                "assume routing that ignores where a session's cache is, so about one replica's worth stays warm; "
+                f"a session-sticky router would keep {fixed.dp}x")
+    return None
+
+
+def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, list]:
+    per_replica_gpu_p5 = gpu_resident_p5_per_replica(fixed, result)
+    mns = max_num_seqs(fixed, result)
+    command = serve_command(fixed, dep, knobs, mns, result.spec_speedup)
     notes = [f"--max-num-seqs {mns} = min(decode ceiling {result.decode.n} at {result.decode.floor_tok_s:.3g} tok/s, "
              f"GPU-resident warm sessions p5 {per_replica_gpu_p5:,.0f}) per replica"]
     if result.floor_out_of_reach is not None:
@@ -47,12 +66,7 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
         notes.append(f"--max-num-seqs 1: {why}; this deployment serves one user at a time")
     if knobs.cpu_offload_bytes:
         notes.append("--kv-offloading-size is in GiB of host RAM per engine")
-    if fixed.dp > 1 and knobs.sticky_routing:
-        notes.append(f"run {fixed.dp} of these behind a session-sticky router (each on its own {fixed.tp} GPU(s)); "
-                     "without sticky routing every replica ends up holding the same recent sessions, so the "
-                     f"system keeps about one replica's worth warm, not {fixed.dp}x")
-    elif fixed.dp > 1:
-        notes.append(f"run {fixed.dp} of these behind a load balancer (each on its own {fixed.tp} GPU(s)): the figures "
-                     "assume routing that ignores where a session's cache is, so about one replica's worth stays warm; "
-                     f"a session-sticky router would keep {fixed.dp}x")
-    return " ".join(parts), notes
+    routing = routing_note(fixed, knobs)
+    if routing:
+        notes.append(routing)
+    return command, notes

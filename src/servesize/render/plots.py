@@ -1,4 +1,4 @@
-"""Plots (matplotlib, Agg backend): a plan's 2x2 figure and a workload fit's histogram.
+"""Plots (matplotlib, Agg backend): a plan's 2x2 figure, a workload fit's histogram and a fleet's frontier.
 
 The only place in the library that writes image files; each function returns the path it wrote.
 """
@@ -14,6 +14,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CEILINGS, decode_setup
 from servesize.planning.decode import contexts_from, decode_curve
+from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan, sweep
 from servesize.workload.fit import WorkloadFit
@@ -198,3 +199,39 @@ def _plot_users(ax, result) -> None:
     ax.set_ylabel("token hit rate (%) at the deployment's pool")
     ax.set_title(f"users at the pool ({u.num_blocks:,} blocks)")
     ax.legend(loc="lower left", fontsize=7)
+
+
+def plot_fleet(result: FleetResult, path) -> str:
+    """The cost-users frontier of a fleet search: each frontier fleet (a step: what the next users cost), the
+    cheapest fleets that serve everyone, the winner, and the users asked for."""
+    plt = _pyplot()
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    front = result.frontier
+    if front:
+        ax.step([o.users_served for o in front], [o.cost_per_month for o in front], where="pre", color="#888",
+                lw=1, zorder=1)
+    gpus = sorted({o.gpu for o in (*front, *result.options)})
+    colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(gpus)}
+    for gpu in gpus:
+        pts = [o for o in front if o.gpu == gpu]
+        if pts:
+            ax.scatter([o.users_served for o in pts], [o.cost_per_month for o in pts], color=colours[gpu], s=36,
+                       label=f"{gpu} (frontier)", zorder=3)
+    others = [o for o in result.options[1:]]
+    if others:
+        ax.scatter([o.users_served for o in others], [o.cost_per_month for o in others], marker="s", s=40,
+                   facecolors="none", edgecolors=[colours[o.gpu] for o in others], label="next cheapest", zorder=2)
+    w = result.winner
+    if w is not None:
+        ax.scatter([w.users_served], [w.cost_per_month], marker="*", s=260, color="#c44", zorder=4,
+                   label=f"cheapest: {w.gpus} TP{w.tp}xDP{w.dp}, {w.cost_per_month:,.0f} {w.currency}/month")
+    ax.axvline(result.users, color="k", ls="--", lw=1, label=f"{result.users:,} users asked for")
+    ax.set_xlabel("users served (warm p5 and every ceiling, at the teams' mix)")
+    ax.set_ylabel(f"cost per month ({result.currency})")
+    who = f"{result.users:,} users" if len(result.teams) == 1 else f"{len(result.teams)} teams, {result.users:,} users"
+    ax.set_title(f"servesize fleet: {who}; frontier of cost against users served")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _save(fig, path, dpi=100)

@@ -16,6 +16,7 @@ from servesize.engine.models_table import ModelsResult, mla_latent_dim
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY, FitResult
 from servesize.model.architecture import MLA
 from servesize.planning.ceilings import CEILINGS
+from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
@@ -31,8 +32,29 @@ def render_text(result: Any, explain: bool = False) -> str:
 
 
 @render_text.register
+def _fleet(result: FleetResult, explain: bool = False) -> str:
+    from servesize.render.fleet_text import render_fleet  # fleet: servesize fleet's report
+
+    text = render_fleet(result, explain)
+    if explain and result.plan is not None:  # the winner's plan, every number derived
+        text += "\n\nthe cheapest fleet's plan:\n" + _plan(result.plan, explain=True)
+    return text
+
+
+def _plan_sizing(plan: Plan) -> list[str]:
+    """plan --users N: the direct answer first."""
+    s = plan.sizing
+    if not s:
+        return []
+    per = s["per_replica"]
+    return [f"for {s['users']:,} users: {s['gpus']} ({s['replicas']} replica(s) of {s['tensor_parallel_size']} "
+            f"GPU(s)); one replica holds " + ", ".join(f"{k} {per[k]:,.0f}" for k in CEILINGS)
+            + f": {s['sets_replicas']} sets the count"]
+
+
+@render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
-    lines = (_plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
+    lines = (_plan_sizing(plan) + _plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
              + _plan_bill(plan))
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")

@@ -1,0 +1,98 @@
+"""GPU-hour prices (``data/prices.toml``): one rental price per GPU, with its provider, source and date.
+
+    gpu_hour_prices()["H200-SXM"].per_hour     -> 4.59 (USD, RunPod Secure Cloud, 2026-09-25)
+
+A price is the on-demand rental of one GPU for one hour; rental prices include the power, so the fleet
+adds the power bill only when told the prices exclude it. ``with_overrides`` replaces rows with the
+user's own (``--gpu-hour-price GPU=PRICE``), in the fleet's currency.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from servesize.errors import BadInput
+from servesize.model.hardware import find_gpu, load_gpus
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MAX_PRICE = 10_000.0  # per GPU-hour: past any rental or amortised price, a typo
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    """What one GPU costs per hour, in ``currency``, and where the figure comes from."""
+
+    gpu: str
+    per_hour: float
+    currency: str
+    provider: str
+    offer: str
+    date: str
+    source: str
+    includes_power: bool = True
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu, "per_hour": self.per_hour, "currency": self.currency, "provider": self.provider,
+                "offer": self.offer, "date": self.date, "source": self.source, "includes_power": self.includes_power}
+
+
+@lru_cache(maxsize=1)
+def gpu_hour_prices() -> dict[str, GpuPrice]:
+    """The price list, GPU key -> GpuPrice (every row checked: a catalogue GPU, a positive price, a source, a date)."""
+    text = resources.files("servesize").joinpath("data/prices.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    currency = data.get("currency")
+    if not isinstance(currency, str) or not currency:
+        raise ValueError("prices.toml: a top-level currency is required")
+    gpus = load_gpus()
+    out: dict[str, GpuPrice] = {}
+    for row in data.get("price", []):
+        key = row.get("gpu")
+        if key not in gpus:
+            raise ValueError(f"prices.toml: {key!r} is not a key of data/gpus.toml")
+        if key in out:
+            raise ValueError(f"prices.toml: two prices for {key}")
+        price = row.get(f"{currency.lower()}_per_gpu_hour")
+        if not isinstance(price, (int, float)) or not 0 < price < _MAX_PRICE:
+            raise ValueError(f"prices.toml: {key} needs {currency.lower()}_per_gpu_hour > 0")
+        for name in ("provider", "offer", "source"):
+            if not isinstance(row.get(name), str) or not row[name].strip():
+                raise ValueError(f"prices.toml: {key} has no {name}")
+        if not isinstance(row.get("date"), str) or not _DATE.match(row["date"]):
+            raise ValueError(f"prices.toml: {key} needs date = 'YYYY-MM-DD' (the day the price was read)")
+        out[key] = GpuPrice(key, float(price), currency, row["provider"], row["offer"], row["date"], row["source"])
+    return out
+
+
+def parse_price(text: str) -> tuple[str, float]:
+    """'H200=3.10' -> ('H200-SXM', 3.10): a catalogue GPU and a price per GPU-hour."""
+    name, sep, value = str(text).partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise BadInput(f"--gpu-hour-price {text!r}: write GPU=PRICE, e.g. H200=3.10 (per GPU per hour)")
+    gpu = find_gpu(name.strip())
+    try:
+        price = float(value)
+    except ValueError:
+        raise BadInput(f"--gpu-hour-price {text!r}: {value.strip()!r} is not a number") from None
+    if not 0 < price < _MAX_PRICE:
+        raise BadInput(f"--gpu-hour-price {text!r}: the price per GPU-hour must be in (0, {_MAX_PRICE:g})")
+    return gpu.key, price
+
+
+def with_overrides(overrides: dict[str, float], currency: str | None, includes_power: bool) -> dict[str, GpuPrice]:
+    """The price list in ``currency`` (default: the list's own) with the user's prices over it.
+
+    A listed price in another currency than the one asked for is dropped (never converted): those GPUs
+    are searched only with a price of their own."""
+    listed = gpu_hour_prices()
+    own = next(iter(listed.values())).currency if listed else "USD"
+    cur = currency or own
+    out = {k: GpuPrice(p.gpu, p.per_hour, p.currency, p.provider, p.offer, p.date, p.source, includes_power)
+           for k, p in listed.items() if p.currency == cur}
+    for key, price in overrides.items():
+        out[key] = GpuPrice(key, price, cur, "given", "--gpu-hour-price", "", "flag --gpu-hour-price", includes_power)
+    return out

@@ -1,0 +1,414 @@
+"""Several teams on one deployment: who stays warm, each team's ceilings and the TTFT of its misses.
+
+The teams' requests share one pool, one decode batch and one prefill queue (workload.teams):
+
+- cache: team t's users stay warm when everything touched in one of its think times fits; its fill
+  (workload.teams, window(t); planning.fill_pass) gives how many of them the pool keeps at this mix
+  (p5 over fills, x replicas under sticky routing), so the long sessions of teams that return often
+  evict the short ones of a team that returns rarely;
+- decode: one batch; the ceiling n counts every user decoding at once (the plan's count), the
+  contexts drawn with each team in proportion to its users; team t's share of n is users_t / sum users;
+- latency: one M/G/1 prefill server fed by every team (planning.latency): rates add, and the service
+  moments are the rate-weighted mixture of the teams' own (each its lengths, miss rate, warm turn).
+  A miss of team t waits the common queue and is served in its own E[S | miss]_t:
+      FCFS            TTFT_t = lambda E[S^2] / (2 (1 - rho)) + E[S | miss]_t
+      PS              TTFT_t = E[S | miss]_t / (1 - rho)
+      priorities      the non-preemptive priority queue (Cobham 1954; Kleinrock, Queueing Systems
+                      vol. 2, 3.6): W_t = W0 / ((1 - sigma_above) (1 - sigma_with)), W0 = sum lambda_i
+                      E[S_i^2] / 2, sigma_above the load of the teams served before t, sigma_with
+                      that plus t's own level;
+  team t's latency ceiling is the scale of the whole mix at which its miss TTFT reaches the limit,
+  in its own users; saturation (rho = 1) is the same scale for every team.
+
+A ceiling "at the mix" is in the team's own users: scaling every team together keeps the mix, so
+team t's ceiling c_t means the deployment holds c_t of its users while the others grow in proportion.
+One team is exactly the plan (planning.ceilings): the same fill, decode bisection and closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.planning.ceilings import (
+    CEILINGS,
+    DECODE_SEARCH_LIMIT,
+    CeilingCache,
+    contexts_of,
+    decode_at_floor,
+    decode_setup,
+    prefill_of,
+    prefill_setup,
+)
+from servesize.planning.decode import DecodeSetup, median_speed
+from servesize.planning.fill_pass import warm_of_teams
+from servesize.planning.inputs import Fixed, Knobs, knob_value
+from servesize.planning.latency import (
+    ServiceMoments,
+    latency_ceiling_rate,
+    latency_ceiling_users,
+    moments_from,
+    saturation_ceiling_users,
+    ttft_s,
+)
+from servesize.planning.warm_capacity import Percentiles
+from servesize.workload.teams import TeamMix
+
+_BISECTION_STEPS = 60
+
+
+# -- decode --------------------------------------------------------------------------------
+
+def decoders_meeting(setup: DecodeSetup, bank, floor: float, cap: int) -> tuple[int, bool]:
+    """(n, at_least): the largest n <= ``cap`` whose p50 per-user decode meets ``floor``, and whether the floor
+    still holds at ``cap`` (then n = cap is a lower bound). n = 0 when one decoder alone misses the floor.
+
+    The same answer as ``planning.decode.decode_ceiling`` below the cap (p50 is monotone in n over one
+    bank of contexts), without its derivation: what a search over many deployments needs."""
+    cap = max(1, int(cap))
+    if median_speed(setup, bank, 1) < floor:
+        return 0, False
+    if median_speed(setup, bank, cap) >= floor:
+        return cap, True
+    lo, hi = 1, cap  # p50(lo) >= floor > p50(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if median_speed(setup, bank, mid) >= floor:
+            lo = mid
+        else:
+            hi = mid
+    return lo, False
+
+
+# -- latency --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MixedQueue:
+    """The prefill server of one replica group fed by every team at its full size (scale 1)."""
+
+    rates_per_s: np.ndarray      # (T,) lambda_t at scale 1
+    moments: tuple[ServiceMoments, ...]
+    priorities: np.ndarray       # (T,)
+    discipline: str
+
+    @property
+    def rate_per_s(self) -> float:
+        return float(self.rates_per_s.sum())
+
+    @property
+    def rho(self) -> float:
+        """Prefill duty at scale 1."""
+        return float(sum(r * m.mean_s for r, m in zip(self.rates_per_s, self.moments)))
+
+    def mixture(self, team: int) -> ServiceMoments:
+        """The common queue's moments, with team ``team``'s own miss as the request whose TTFT is asked."""
+        w = self.rates_per_s / self.rates_per_s.sum()
+        mean = float(sum(wi * m.mean_s for wi, m in zip(w, self.moments)))
+        second = float(sum(wi * m.second_moment_s2 for wi, m in zip(w, self.moments)))
+        own = self.moments[team]
+        return ServiceMoments(own.miss_rate, mean, second, own.miss_s, own.hit_s)
+
+    @property
+    def prioritised(self) -> bool:
+        return len(set(self.priorities.tolist())) > 1
+
+    def miss_ttft_s(self, team: int, scale: float, request: str = "miss") -> float:
+        """Mean TTFT of team ``team``'s misses (or hits) with every team at ``scale`` x its size (inf past saturation)."""
+        if not self.prioritised:
+            return ttft_s(scale * self.rate_per_s, self.mixture(team), request, self.discipline)
+        rho = scale * self.rates_per_s * np.array([m.mean_s for m in self.moments])
+        p = self.priorities[team]
+        above, within = float(rho[self.priorities > p].sum()), float(rho[self.priorities >= p].sum())
+        if within >= 1:
+            return float("inf")
+        w0 = scale * float(sum(r * m.second_moment_s2 for r, m in zip(self.rates_per_s, self.moments))) / 2
+        own = self.moments[team].miss_s if request == "miss" else self.moments[team].hit_s
+        return w0 / ((1 - above) * (1 - within)) + own
+
+    def latency_scale(self, team: int, ttft_limit_s: float) -> float:
+        """The scale of the whole mix at which team ``team``'s miss TTFT reaches the limit (0: a lone miss is over it)."""
+        if self.moments[team].miss_s >= ttft_limit_s:
+            return 0.0
+        if not self.prioritised:
+            return latency_ceiling_rate(self.mixture(team), ttft_limit_s, self.discipline) / self.rate_per_s
+        # TTFT rises with the scale, without bound as the load of the levels at or above the team's nears 1
+        rho = self.rates_per_s * np.array([m.mean_s for m in self.moments])
+        lo, hi = 0.0, 1.0 / float(rho[self.priorities >= self.priorities[team]].sum())
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            if self.miss_ttft_s(team, mid) <= ttft_limit_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+def mixed_queue(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -> MixedQueue:
+    """Every team's prefill on one replica group of ``fixed``."""
+    discipline = str(knobs.a("latency.discipline"))
+    priorities = np.array([t.priority for t in mix.teams])
+    if len(set(priorities.tolist())) > 1 and discipline != "fcfs":
+        raise BadInput("team priorities are modelled for a first-come-first-served prefill queue "
+                       f"(latency.discipline fcfs); the assumptions say {discipline}")
+    pset = prefill_setup(fixed, knobs)
+    moments = tuple(moments_from(prefill_of(pset, t.workload, knobs, cache), t.workload.invalidation)
+                    for t in mix.teams)
+    rates = np.array([t.request_rate_per_s for t in mix.teams])
+    return MixedQueue(rates, moments, priorities, discipline)
+
+
+# -- the ceilings of one replica group ------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReplicaCeilings:
+    """Per team, the users one replica group keeps by each ceiling at the teams' mix (the plan's ceilings of
+    one replica), and whether a figure is only a lower bound (a search stops counting past what it needs)."""
+
+    names: tuple[str, ...]
+    targets: np.ndarray                 # (T,) each team's users
+    values: dict[str, np.ndarray]       # ceiling -> (T,) users of each team per replica group
+    at_least: dict[str, np.ndarray]     # ceiling -> (T,) True where the figure is a lower bound
+    sticky: bool                        # replicas add warm users (sticky routing) or not (random)
+    decoders: int                       # concurrent decoders per replica at the floor
+    queue: MixedQueue | None = field(default=None, compare=False, repr=False)
+
+    def scaled(self, replicas: int) -> dict[str, np.ndarray]:
+        """Each ceiling with ``replicas`` groups: x replicas, the cache only under sticky routing."""
+        return {k: v * (replicas if (k != "cache" or self.sticky) else 1) for k, v in self.values.items()}
+
+    def replicas_needed(self) -> int | None:
+        """The fewest replica groups whose every ceiling reaches every team's users (None: no number does)."""
+        need = 1
+        for key, per_team in self.values.items():
+            for value, target in zip(per_team, self.targets):
+                if value <= 0 or (key == "cache" and not self.sticky and value < target):
+                    return None
+                if key != "cache" or self.sticky:
+                    need = max(need, replicas_for(float(value), float(target)))
+        return need
+
+    def served_scale(self, replicas: int) -> float:
+        """The largest scale of the whole mix every ceiling holds with ``replicas`` groups (1 = every team's users)."""
+        scaled = self.scaled(replicas)
+        return float(min(np.min(v / self.targets) for v in scaled.values()))
+
+    def binding(self, replicas: int) -> list[str]:
+        """Per team, the ceiling that binds first with ``replicas`` groups."""
+        scaled = self.scaled(replicas)
+        out = []
+        for t in range(len(self.names)):
+            values = {k: float(scaled[k][t]) for k in CEILINGS}
+            out.append(min(CEILINGS, key=values.__getitem__))
+        return out
+
+
+def replicas_for(per_replica: float, users: float) -> int:
+    """The smallest whole d >= 1 with d x per_replica >= users (as the plan scales a ceiling by its replicas)."""
+    if per_replica <= 0:
+        raise BadInput("a ceiling of 0 users per replica is met by no number of replicas")
+    d = max(1, math.ceil(users / per_replica))
+    while d > 1 and (d - 1) * per_replica >= users:
+        d -= 1
+    while d * per_replica < users:
+        d += 1
+    return d
+
+
+def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache, warm_p5: np.ndarray,
+                     warm_at_least: np.ndarray, decoder_cap: int | None = None) -> ReplicaCeilings | str:
+    """One replica group's ceilings for ``mix`` (``fixed`` with DP 1), the warm p5 per team given (a fill pass).
+
+    ``decoder_cap``: stop the decode bisection there (a search needs no more). Returns the reason instead
+    when one user alone decodes under the floor (no batch serves anyone at it)."""
+    setup = decode_setup(fixed, knobs)
+    floor = float(knob_value(knobs, "decode_floor"))
+    bank = contexts_of(mix.decoders(), knobs, setup.topk_tokens, cache)
+    n, n_at_least = decoders_meeting(setup, bank, floor, min(decoder_cap or mix.total_users, DECODE_SEARCH_LIMIT))
+    if n == 0:
+        return (f"one user alone decodes at {median_speed(setup, bank, 1):.1f} tok/s (p50), under the "
+                f"{floor:g} tok/s floor")
+    queue = mixed_queue(fixed, mix, knobs, cache)
+    at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
+    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least)
+
+
+def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5: np.ndarray, decoders: int,
+                          at_least: dict[str, np.ndarray] | None = None) -> ReplicaCeilings:
+    """The per-replica ceilings from the warm p5, the decoders and the prefill queue."""
+    targets = mix.targets
+    ttft_limit = float(knob_value(knobs, "ttft_limit_s"))
+    if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
+        w, r = mix.single, mix.teams[0].sub_ratio
+        lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
+                                                       queue.discipline))])
+        sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
+    else:
+        lat = np.array([queue.latency_scale(t, ttft_limit) for t in range(len(targets))]) * targets
+        sat = targets / queue.rho
+    values = {"cache": warm_p5.astype(float), "decode": decoders * targets / targets.sum(), "latency": lat,
+              "saturation": sat}
+    bounds = {k: np.zeros(len(targets), bool) for k in values} | (at_least or {})
+    return ReplicaCeilings(mix.names, targets, values, bounds, knobs.sticky_routing, decoders, queue)
+
+
+# -- a deployment's teams panel -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TeamOnPool:
+    """One team on a shared deployment."""
+
+    name: str
+    users: int
+    priority: int
+    warm: Percentiles            # warm users of this team, system (x replicas under sticky routing)
+    warm_alone: Percentiles      # the same team alone on the same pool (what sharing costs it)
+    ceilings: dict[str, float]   # in this team's users, at the mix
+    binding: str
+    miss_ttft_s: float           # mean TTFT of this team's misses at every team's full size
+    hit_ttft_s: float
+
+    @property
+    def meets(self) -> bool:
+        return all(v >= self.users for v in self.ceilings.values())
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "users": self.users, "priority": self.priority,
+                "warm_users": self.warm.to_dict(), "warm_users_alone": self.warm_alone.to_dict(),
+                "ceilings": dict(self.ceilings), "binding": self.binding, "meets_target": self.meets,
+                "miss_ttft_s": self.miss_ttft_s, "hit_ttft_s": self.hit_ttft_s}
+
+
+@dataclass(frozen=True)
+class SharedPool:
+    """Every team on one deployment (tp x dp GPUs): who stays warm, each team's ceilings and TTFT."""
+
+    gpu: str
+    tp: int
+    dp: int
+    pool_tokens: float
+    teams: tuple[TeamOnPool, ...]
+    decoders_per_replica: int
+    prefill_duty: float
+    routing: str
+    floor_note: str | None = None
+
+    @property
+    def meets(self) -> bool:
+        return all(t.meets for t in self.teams)
+
+    def to_dict(self) -> dict:
+        return {"gpus": f"{self.tp * self.dp}x{self.gpu}", "tensor_parallel_size": self.tp,
+                "data_parallel_size": self.dp, "pool_tokens_per_replica": self.pool_tokens,
+                "routing": self.routing, "decoders_per_replica": self.decoders_per_replica,
+                "prefill_duty": self.prefill_duty, "meets_every_target": self.meets,
+                "floor_note": self.floor_note, "teams": [t.to_dict() for t in self.teams]}
+
+
+def _warm_percentiles(mix: TeamMix, fixed: Fixed, knobs: Knobs, cache: CeilingCache) -> list[Percentiles]:
+    """Each team's warm users on one replica's pool, exactly (no cap): its users in its own window's fill."""
+    b, s = _charges(fixed)
+    budget = fixed.pool_tokens - mix.reserved_prefix_tokens()
+    if knobs.cpu_offload_bytes:
+        if knobs.assumptions == "seed":
+            raise BadInput("teams model CPU offload as vLLM's inclusive tier; --assumptions seed with "
+                           "--cpu-offload-gib (the additive tier) is planned by `servesize plan` for one workload")
+        budget = max(budget, (knobs.cpu_offload_bytes - mix.reserved_prefix_tokens() * b) / b)
+    if budget <= 0:
+        raise BadInput(f"the pool ({fixed.pool_tokens:,.0f} tokens per replica) does not hold the teams' shared "
+                       f"prefixes ({mix.reserved_prefix_tokens():,} tokens)")
+    ((pct, _),) = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills, [([budget], s / b)],
+                                max_draws=max(knobs.draws, 1 << 20))
+    return [Percentiles(*(float(x) for x in pct[:, 0, t])) for t in range(len(mix.teams))]
+
+
+def _charges(fixed: Fixed) -> tuple[int, int]:
+    """(KV bytes per token, bytes resident per warm session) of one replica group: the plan's warm charges."""
+    return (fixed.kv_bytes_per_token_rank * fixed.tp,
+            (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp)
+
+
+def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None = None,
+                cache: CeilingCache | None = None) -> SharedPool:
+    """Every team of ``mix`` on ``fixed``'s replica shape with ``replicas`` groups (default ``fixed.dp``)."""
+    cache = cache or CeilingCache()
+    dp = int(replicas or fixed.dp)
+    one = _one_replica(fixed)
+    warm = _warm_percentiles(mix, one, knobs, cache)
+    alone = [w if len(mix.teams) == 1 else _warm_percentiles(TeamMix((t,)), one, knobs, cache)[0]
+             for t, w in zip(mix.teams, warm)]
+    setup = decode_setup(one, knobs)
+    dec, out_of_reach = decode_at_floor(setup, mix.decoders(), knobs, cache)
+    queue = mixed_queue(one, mix, knobs, cache)
+    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n)
+    scaled = per.scaled(dp)
+    scale_w = dp if knobs.sticky_routing else 1
+    teams = []
+    for t, team in enumerate(mix.teams):
+        ceilings = {k: float(scaled[k][t]) for k in CEILINGS}
+        teams.append(TeamOnPool(team.name, team.users, team.priority, warm[t].scaled(scale_w),
+                                alone[t].scaled(scale_w), ceilings, min(CEILINGS, key=lambda k: ceilings[k]),
+                                queue.miss_ttft_s(t, 1.0 / dp), queue.miss_ttft_s(t, 1.0 / dp, "hit")))
+    routing = "single" if dp == 1 else ("sticky" if knobs.sticky_routing else "random")
+    return SharedPool(one.gpu_key, one.tp, dp, one.pool_tokens, tuple(teams), dec.n, queue.rho / dp, routing,
+                      None if out_of_reach is None else out_of_reach.text())
+
+
+def _one_replica(fixed: Fixed) -> Fixed:
+    from dataclasses import replace
+
+    return fixed if fixed.dp == 1 else replace(fixed, dp=1, n_gpu=fixed.tp)
+
+
+# -- sharing one replica shape or splitting it ------------------------------------------------
+
+@dataclass(frozen=True)
+class ShapeSplit:
+    """On one replica shape: the replicas the teams need sharing them, and each team's on replicas of its own."""
+
+    shared_replicas: int | None
+    team_replicas: dict[str, int | None]
+
+    @property
+    def partitioned_replicas(self) -> int | None:
+        if any(v is None for v in self.team_replicas.values()):
+            return None
+        return sum(v for v in self.team_replicas.values() if v is not None)
+
+    def to_dict(self) -> dict:
+        return {"shared_replicas": self.shared_replicas, "team_replicas": dict(self.team_replicas),
+                "partitioned_replicas": self.partitioned_replicas}
+
+
+def _replicas_on(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -> int | None:
+    warm = np.array([w.p5 for w in _warm_percentiles(mix, fixed, knobs, cache)])
+    found = replica_ceilings(fixed, mix, knobs, cache, warm, np.zeros(len(mix.teams), bool), decoder_cap=mix.total_users)
+    return None if isinstance(found, str) else found.replicas_needed()
+
+
+def split_on_shape(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache | None = None) -> ShapeSplit:
+    """The fewest replicas of ``fixed``'s shape (its DP ignored) that serve every team of ``mix`` sharing them,
+    and that serve each team on replicas of its own (None: no number does)."""
+    cache = cache or CeilingCache()
+    one = _one_replica(fixed)
+    alone = {t.name: _replicas_on(one, TeamMix((t,)), knobs, cache) for t in mix.teams}
+    return ShapeSplit(_replicas_on(one, mix, knobs, cache), alone)
+
+
+@dataclass(frozen=True)
+class TeamsPanel:
+    """The explorer's teams panel for one deployment: every team on its replicas, and sharing against splitting."""
+
+    shared: SharedPool
+    split: ShapeSplit
+
+    def to_dict(self) -> dict:
+        return {"shared": self.shared.to_dict(), "split": self.split.to_dict()}
+
+
+def teams_panel(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache | None = None) -> TeamsPanel:
+    """Every team of ``mix`` on ``fixed`` (its DP replicas), and the replicas of its shape sharing or split needs."""
+    cache = cache or CeilingCache()
+    return TeamsPanel(shared_pool(fixed, mix, knobs, cache=cache), split_on_shape(fixed, mix, knobs, cache))
