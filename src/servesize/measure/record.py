@@ -102,6 +102,12 @@ def read_record(path, kind: str | None = None) -> RecordContents:
         raise BadInput(f"no run record at {p} (nothing to resume)") from None
     except OSError as exc:
         raise BadInput(f"cannot read the run record {p}: {exc.strerror}") from None
+    return parse_record(text, str(p), kind)
+
+
+def parse_record(text: str, source: str = "<record>", kind: str | None = None) -> RecordContents:
+    """A record's text (an upload, a file's content) -> its header and events, as ``read_record``."""
+    p = source
     lines = [line for line in text.split("\n") if line.strip()]
     events, torn = [], False
     for i, line in enumerate(lines):
@@ -115,6 +121,8 @@ def read_record(path, kind: str | None = None) -> RecordContents:
             if _is_segment(lines[i + 1]):
                 continue
             raise BadInput(f"{p} line {i + 1} is not JSON: the run record is damaged") from None
+        if not isinstance(events[-1], dict):
+            raise BadInput(f"{p} line {i + 1} is not a JSON object: this is not a servesize run record")
     if not events or events[0].get("type") != "header":
         raise BadInput(f"{p} is not a servesize run record (no header line)")
     header = events[0]

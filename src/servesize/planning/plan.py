@@ -136,20 +136,26 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     return rows
 
 
-def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
+def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *, users: float | None = None,
+             pue: float | None = None, price_per_kwh: float | None = None):
+    """The power bill at ``users`` (default: the binding ceiling), at the assumptions' PUE and price
+    unless given."""
     from servesize.planning.power import PowerStates, power_bill, seed_decode_capacity
     if not fixed.tdp_w:
         return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped"
     states = PowerStates.from_tdp(fixed.tdp_w, knobs.a("power.idle_fraction_of_tdp"), knobs.a("power.decode_fraction_of_tdp"),
                                   knobs.a("power.prefill_fraction_of_tdp"), knobs.a("power.host_w_per_gpu"))
-    users = result.values[result.binding]
+    at_binding = users is None
+    users = result.values[result.binding] if users is None else float(users)
     r = sub_ratio_of(workload)
     rate_group = users / fixed.dp * (1 + r) / workload.think_time_s
     bill = power_bill(states, fixed.n_gpu, fixed.dp, rate_group, result.moments.mean_s,
                       seed_decode_capacity(result.decode.n, result.decode.floor_tok_s), users,
-                      pue=knobs.a("power.pue"), price_per_kwh=knobs.a("power.price_per_kwh"),
+                      pue=knobs.a("power.pue") if pue is None else pue,
+                      price_per_kwh=knobs.a("power.price_per_kwh") if price_per_kwh is None else price_per_kwh,
                       output_tokens_per_request=workload.output_tokens, hours_per_month=knobs.a("power.hours_per_month"))
-    return bill, f"at the binding ceiling ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
+    where = "at the binding ceiling" if at_binding else "at a load of"
+    return bill, f"{where} ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
