@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
+    "serve": ("servesize.commands.serve", "the explorer: a local web page over the same engine (127.0.0.1)"),
 }
 
 EPILOG = """\
