@@ -123,3 +123,25 @@ def test_prompt_ids_that_tokenize_to_the_same_tokens_are_refused():
 
     with pytest.raises(ServesizeError, match="same tokens"):
         asyncio.run(PromptFactory(UnkTokenizer()).start())
+
+
+def test_tokenize_going_away_on_the_last_count_keeps_the_count_already_measured():
+    """After 12 counts without an exact match the closest length is counted once more; /tokenize failing
+    just then leaves that length's earlier count on the prompt (it used to be None)."""
+    class TwoTokensPerWord:  # no odd length can be met exactly; /tokenize dies on its 16th call
+        model = "m"
+        calls = 0
+
+        async def post_json(self, path, body):
+            self.calls += 1
+            if self.calls == 16:  # 1 + 2 while starting, 12 in the loop, then the last count
+                raise OSError("gone")
+            words = body["prompt"].split()
+            return 200, {"count": 2 * len(words), "tokens": words, "max_model_len": 4096}
+
+    async def go():
+        f = PromptFactory(TwoTokensPerWord(), seed=1)
+        return f, await f.make(0, 257)
+    factory, prompt = asyncio.run(go())
+    assert prompt.tokens == 2 * len(prompt.text.split()) and not prompt.exact
+    assert "/tokenize unavailable" in factory.note

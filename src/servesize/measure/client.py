@@ -178,16 +178,22 @@ class StreamClient:
             await self.session.close()
             self.session = None
 
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The session ``__aenter__`` opened; a clear error for a client used outside ``async with``."""
+        if self.session is None:
+            raise RuntimeError(f"StreamClient({self.base_url}) used outside 'async with': no open session")
+        return self.session
+
     # -- small JSON endpoints ---------------------------------------------------------------
     async def get(self, path: str, *, timeout_s: float | None = None) -> tuple[int, str]:
         """(status, body text) of a GET; raises aiohttp/OS errors for the caller to word."""
         t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
-        async with self.session.get(self.base_url + path, timeout=t) as resp:
+        async with self._open_session().get(self.base_url + path, timeout=t) as resp:
             return resp.status, await resp.text()
 
     async def post_json(self, path: str, body: dict, *, timeout_s: float | None = None) -> tuple[int, Any]:
         t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
-        async with self.session.post(self.base_url + path, json=body, timeout=t) as resp:
+        async with self._open_session().post(self.base_url + path, json=body, timeout=t) as resp:
             text = await resp.text()
             try:
                 return resp.status, json.loads(text)
@@ -234,6 +240,7 @@ class StreamClient:
     async def complete(self, prompt: str, *, max_tokens: int = 1, request_id: str = "", tags: dict | None = None,
                        extra_body: dict | None = None) -> RequestResult:
         """One streaming request; every failure is returned in ``result.error``, never raised."""
+        session = self._open_session()
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
         body = json.dumps(self.body(prompt, max_tokens, extra_body))
         result = RequestResult(id=request_id, tags=dict(tags or {}))
@@ -245,7 +252,7 @@ class StreamClient:
         stall_cm = asyncio.timeout(None)
         try:
             async with total_cm:
-                async with self.session.post(self.base_url + path, data=body, timeout=timeout,
+                async with session.post(self.base_url + path, data=body, timeout=timeout,
                                              headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as resp:
                     result.status = resp.status
                     if resp.status >= 400:

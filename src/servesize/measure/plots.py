@@ -32,7 +32,7 @@ def plot_pool(result: PoolResult, path) -> None:
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     coarse = sorted((p for p in result.probes if p.stage == "coarse"), key=lambda p: p.n)
-    ax1.plot([p.n for p in coarse], [p.verdict.warm_fraction for p in coarse], "o-")
+    ax1.plot([p.n for p in coarse], [p.decided.warm_fraction for p in coarse], "o-")
     if result.n_cold is not None:
         ax1.axvline(result.n_warm + 0.5, color="grey", ls="--", lw=1, label=f"edge: {result.n_warm} warm / {result.n_cold} cold")
         ax1.legend(loc="lower left")
@@ -43,7 +43,7 @@ def plot_pool(result: PoolResult, path) -> None:
     for warm, colour, label in ((True, "tab:green", "warm (hit)"), (False, "tab:red", "cold (miss)")):
         xs, ys = [], []
         for p in result.probes:
-            for rnd, flags in zip(p.rounds[1:], p.verdict.flags):
+            for rnd, flags in zip(p.rounds[1:], p.decided.flags):
                 for r, f in zip(rnd, flags):
                     if f == warm and r.ttft_s is not None:
                         xs.append(sum(p.sizes))

@@ -47,6 +47,8 @@ def render_pool(r: PoolResult, explain: bool = False) -> str:
     else:
         pool = f"[{r.pool_low_tokens:,}, {r.pool_high_tokens:,}) tokens"
         if r.resolution == "block":
+            if r.block_size is None:  # build() gives 'block' only from the fine stage, which needs it
+                raise RuntimeError("a pool known to the block without a block size")
             pool += f"  = {r.pool_low_tokens // r.block_size:,} blocks of {r.block_size}, known to the block"
         else:
             pool += f"  ({r.n_warm} prompts warm, {r.n_cold} cold: known to the prompt)"

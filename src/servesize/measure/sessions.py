@@ -84,19 +84,19 @@ class SessionParams:
     @classmethod
     def from_workload(cls, workload: Any, **overrides) -> SessionParams:
         """Adapt a ``servesize.workload.model.Workload`` (duck-typed: log-normal classes only)."""
-        def cls_of(c) -> ClassParams | None:
-            if c is None:
-                return None
+        def cls_of(c) -> ClassParams:
             if not hasattr(c, "sigma"):
                 raise BadInput(f"measure sessions needs log-normal classes; {getattr(c, 'name', c)} is {getattr(c, 'kind', '?')}")
             return ClassParams(float(c.median_tokens), float(c.sigma), int(c.prefix_tokens))
-        sub = cls_of(getattr(workload, "subagent", None))
+        subagent = getattr(workload, "subagent", None)
+        sub = cls_of(subagent) if subagent is not None else None
         if sub is not None and getattr(workload, "subagents_share_prefix", False):
             sub = ClassParams(sub.median_tokens, sub.sigma, workload.user.prefix_tokens)
-        p = dict(user=cls_of(workload.user), subagent=sub, subagent_ratio=float(getattr(workload, "subagent_ratio", 0.0)),
-                 invalidation=float(getattr(workload, "invalidation", 0.0)), max_model_len=int(workload.max_model_len),
-                 think_time_s=float(workload.think_time_s), output_tokens=int(workload.output_tokens),
-                 turn_tokens=int(getattr(workload, "warm_turn_tokens", 512)))
+        p: dict[str, Any] = dict(
+            user=cls_of(workload.user), subagent=sub, subagent_ratio=float(getattr(workload, "subagent_ratio", 0.0)),
+            invalidation=float(getattr(workload, "invalidation", 0.0)), max_model_len=int(workload.max_model_len),
+            think_time_s=float(workload.think_time_s), output_tokens=int(workload.output_tokens),
+            turn_tokens=int(getattr(workload, "warm_turn_tokens", 512)))
         p.update(overrides)
         return cls(**p)
 
@@ -181,6 +181,8 @@ class SessionGenerator:
     def _new_session(self, kind: str) -> _Session:
         p = self.p
         cls = p.user if kind == "user" else p.subagent
+        if cls is None:  # next() draws 'subagent' only when the params have a subagent class
+            raise RuntimeError("SessionGenerator: a subagent session asked for, but the params have no subagent class")
         self.sessions_started += 1
         seq = (self.rung & 0xFF) << 16 | (self.user & 0xFF) << 8 | (self.sessions_started & 0xFF)
         uid = id_words(self.nonce, seq) + [f"u{self.user}s{self.sessions_started}"]
@@ -310,7 +312,8 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
     decode = sorted(r.decode_tok_per_s for r in ok if r.decode_tok_per_s)
     return RungStats(
         users=users, duration_s=duration_s, requests=len(results), errors=len(errors),
-        error_types=dict(Counter(r.error["type"] for r in errors)), returning=len(returning), warm_hits=len(hits),
+        error_types=dict(Counter(r.error["type"] for r in results if r.error is not None)),  # the errors: not ok = error set
+        returning=len(returning), warm_hits=len(hits),
         warm_hit_rate=(sum(1 for r in returning if warm.get(r.id)) / len(returning)) if returning and signal != "none" else None,
         signal=signal, ttft_hit=_summary([r.ttft_s for r in hits if r.ttft_s is not None]),
         ttft_miss=_summary([r.ttft_s for r in misses if r.ttft_s is not None]),
@@ -489,7 +492,8 @@ class SessionsRun:
             self.notes.append("warm hits judged by TTFT (no cached_tokens): start vLLM with --enable-prompt-tokens-details")
         # errors on the first rung mean nothing was measured (a dead or refusing server): exit 2; errors
         # higher up are a finding (the service broke under that load) and end the ladder there
-        failed = bool(rungs) and bool(rungs[0].stop) and rungs[0].stop.startswith("error rate")
+        first_stop = rungs[0].stop if rungs else None
+        failed = first_stop is not None and first_stop.startswith("error rate")
         return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs, exit_code=2 if failed else 0,
                               signal="+".join(signals), warm_target=cfg.warm_target, knee=k, verdicts=verdicts,
                               notes=self.notes, record_path=str(self.record.path) if self.record.path else None)

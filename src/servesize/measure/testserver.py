@@ -171,7 +171,10 @@ class TestServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=2048)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        bound = self._runner.addresses  # the site's sockets' names: (host, port) for a TCP site
+        if not bound:
+            raise RuntimeError(f"the test server's site on {self.host}:{self.port} started without a listening socket")
+        self.port = bound[0][1]
         return self.url
 
     async def stop_async(self) -> None:
@@ -196,17 +199,19 @@ class TestServer:
 
         def serve() -> None:
             loop = asyncio.new_event_loop()
-            self._loop = loop
             asyncio.set_event_loop(loop)
+            # made with the loop, so stop() can always reach it: a stop() during a start slower than
+            # start()'s wait ends the server as soon as it is up, and one after a failed start is a no-op
+            stopping = asyncio.Event()
+            self._loop, self._stopping = loop, stopping
             try:
                 loop.run_until_complete(self.start_async())
-                self._stopping = asyncio.Event()
             except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
                 failure.append(exc)
                 ready.set()
                 return
             ready.set()
-            loop.run_until_complete(self._stopping.wait())
+            loop.run_until_complete(stopping.wait())
             loop.run_until_complete(self.stop_async())
             loop.close()
 
@@ -218,7 +223,7 @@ class TestServer:
         return self.url
 
     def stop(self) -> None:
-        if self._thread is None or self._loop is None:
+        if self._thread is None or self._loop is None or self._stopping is None:
             return
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(10)
