@@ -185,8 +185,10 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     assert float(frontier.get_attribute("data-users")) > 0
     for chart in "ABCDEFG":
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(shots / "plan.png"))
     page.evaluate("() => document.documentElement.classList.add('capture')")
-    page.screenshot(path=str(shots / "plan.png"), full_page=True)
+    page.screenshot(path=str(shots / "plan-full.png"), full_page=True)
     page.evaluate("() => document.documentElement.classList.remove('capture')")
     page.click("#themeBtn")
     assert page.evaluate("() => document.documentElement.dataset.theme") in ("dark", "light")
@@ -346,7 +348,8 @@ def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, sho
     page.wait_for_function(FIT_SETTLED, timeout=60_000)
     assert page.get_attribute("#fitTable", "data-state") == "full"
     assert fit_rows(page) == cli_rows(cli("fit", "--gpus", "4xH100-SXM", "--context", "32768"))
-    page.screenshot(path=str(shots / "fit.png"), full_page=True)
+    page.screenshot(path=str(shots / "fit.png"))
+    page.screenshot(path=str(shots / "fit-full.png"), full_page=True)
     page.click("#fitRows th[data-sort='concurrent_total']")
     totals = page.evaluate("() => [...document.querySelectorAll('#fitRows tbody tr')].map(r => Number(r.dataset.total))")
     assert totals == sorted(totals, reverse=True)

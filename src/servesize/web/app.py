@@ -34,7 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
-from servesize import __version__, api
+import servesize.api as api
+from servesize import __version__
 from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
 from servesize.web import charts, views

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from servesize import api
+import servesize.api as api
 from servesize.errors import ServesizeError
 from servesize.model.catalogue import load_catalogue
 from servesize.model.hardware import find_gpu, parse_gpus

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from servesize import api
+import servesize.api as api
 from servesize.derivation import Derivation
 from servesize.engine.memory import MemoryReport
 from servesize.errors import ServesizeError
@@ -86,7 +86,9 @@ def seconds_text(x: float | None) -> str:
 
 
 def tok_s_text(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:,.1f} tok/s"
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:,.0f} tok/s" if x >= 100 else f"{x:,.1f} tok/s"
 
 
 def steps_of(*derivations: Derivation | None) -> list[dict]:
@@ -491,6 +493,7 @@ def plan_view(req: PlanRequest) -> dict:
         "test": test_plan(req.scenario, plan, at),
         "assumptions": list(plan.assumptions),
         "workload_text": plan.workload.describe(),
+        "explain": steps_of(plan.derivation),
         "title": f"{plan.fixed.name} on {plan.fixed.n_gpu}x{plan.fixed.gpu_key} (DP {plan.fixed.dp} x TP {plan.fixed.tp})",
         "plan": document,
     })

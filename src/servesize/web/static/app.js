@@ -327,7 +327,9 @@ function planBody(draft) { return { ...App.plan, ...(draft ? { draft: true } : {
 
 function onPlanChange(name, draft) {
   App.changedAt = performance.now();
-  if (draft) requestDraft(); else requestPlan(false);
+  if (!draft) { cancelAnimationFrame(App.draftFrame); App.draftFrame = 0; requestPlan(false); return; }
+  // a drag: one draft per frame at most, and none when the release (a click, a key) follows at once
+  if (!App.draftFrame) App.draftFrame = requestAnimationFrame(() => { App.draftFrame = 0; requestDraft(); });
 }
 
 function requestDraft() {
@@ -358,8 +360,9 @@ async function requestPlan(draft) {
     verdict.dataset.state = "error";
     verdict.dataset.seq = seq;
     showError(res.data.field, res.data.error, $("#view-plan"));
+    syncPlanControls(App.last);
     if (res.data.splits) App.planBoxes.split.draw(res.data.splits);
-    syncPlanControls(null);
+    markStale(res.data.error);
     return;
   }
   drawPlan(res.data, seq, draft);
@@ -370,6 +373,8 @@ async function requestPlan(draft) {
     scheduleHeavy(seq);
   }
 }
+
+function unstale() { $("#verdict").classList.remove("stale"); $("#view-plan .main").classList.remove("stale"); }
 
 function syncPlanControls(view) {
   const eff = view ? view.effective : {};
@@ -396,7 +401,17 @@ function drawPlan(view, seq, draft) {
   }
 }
 
+function markStale(message) {
+  const box = $("#verdict");
+  for (const old of $$(".v-stale", box)) old.remove();
+  box.classList.add("stale");
+  $("#view-plan .main").classList.add("stale");
+  box.prepend(h("p", { class: "v-stale", id: "verdictStale", text: "Not updated, the last change was refused: " + message
+    + (App.last ? " The figures below are the last answer." : "") }));
+}
+
 function drawVerdict(view, seq, draft) {
+  unstale();
   const v = view.verdict, box = $("#verdict");
   box.textContent = "";
   box.dataset.state = draft ? "draft" : "full";
@@ -420,6 +435,8 @@ function drawVerdict(view, seq, draft) {
       h("span", { class: "cval", text: c.text + " users" }), h("span", { class: "cmeans muted", text: c.means })));
   }
   box.appendChild(bars);
+  box.appendChild(h("details", { class: "why" }, h("summary", { text: "the whole derivation, as servesize plan --explain prints it" }),
+    h("pre", { class: "steps", id: "explainSteps", text: view.explain.map(s => s.text).join("\n") })));
 }
 
 function drawTiles(tiles) {
@@ -580,12 +597,19 @@ function drawScaling(s) {
 function drawBatch(b) {
   $("#capE").textContent = b.caption;
   const ok = b.points.filter(p => p.pool_tokens !== undefined);
-  Charts.line($("#chartE"), {
+  const box = $("#chartE");
+  Charts.line(box, {
     xlog: true, xLabel: "max_num_batched_tokens", yLabel: "warm users p5",
     series: [{ name: "warm users p5", x: ok.map(p => p.tokens), y: ok.map(p => p.warm_p5), cls: "c1", dots: true }],
     vlines: b.current ? [{ x: b.current, label: "now " + b.current, cls: "text" }] : [],
-    legendExtra: ok.map(p => ({ name: `${p.tokens}: reserve ${p.activation_text}, pool ${p.pool_text} tokens`, cls: "muted" })),
   });
+  box.appendChild(h("table", { class: "data small" },
+    h("thead", {}, h("tr", {}, ["max_num_batched_tokens", "activation reserve", "KV pool", "warm users p5"].map(t => h("th", { text: t })))),
+    h("tbody", {}, b.points.map(p => h("tr", { class: p.tokens === b.current ? "current" : "" },
+      h("td", { class: "num", text: p.tokens.toLocaleString("en") }),
+      ...(p.reason ? [h("td", { colspan: 3, text: p.reason })]
+        : [h("td", { class: "num", text: p.activation_text }), h("td", { class: "num", text: p.pool_text + " tokens" }),
+           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })]))))));
 }
 
 function drawSensitivity(s) {

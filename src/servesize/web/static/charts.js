@@ -123,7 +123,9 @@ const Charts = (() => {
     }
     for (const v of spec.vlines || []) {
       node("line", { x1: sx(v.x), x2: sx(v.x), y1: M.t, y2: H - M.b, class: "ref s-" + (v.cls || "muted") }, svgEl);
-      node("text", { x: sx(v.x) + 4, y: M.t + 11, class: "ref-label" }, svgEl).textContent = v.label || "";
+      const right = sx(v.x) > M.l + 0.7 * (W - M.l - M.r);  // a label near the right edge reads leftwards
+      node("text", { x: sx(v.x) + (right ? -4 : 4), y: M.t + 11, class: "ref-label", "text-anchor": right ? "end" : "start" },
+        svgEl).textContent = v.label || "";
     }
     for (const s of all) {
       node("path", { d: path(s.x, s.y, sx, sy), class: "series s-" + s.cls + (s.dash ? " dash-" + s.dash : "") }, svgEl);
