@@ -247,6 +247,12 @@ def test_a_bad_value_is_refused_beside_its_control(page, server, shots):
     settle(page, "error")
     assert "does not fit" in page.text_content("[data-err-for='split']")
     assert page.locator("#seg-split button.nofit").count() == 1
+    set_gpus(page, "H100-SXM", 2)  # two GPUs: DP 2 x TP 1 does not fit either (disabled), DP 1 x TP 2 does
+    settle(page, "error")
+    assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']") is False  # the current split stays clickable
+    split(page, 1, 2)
+    settle(page, "full")
+    assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']")
 
 
 def test_a_share_link_is_validated_when_it_is_opened(page, server):
@@ -254,6 +260,9 @@ def test_a_share_link_is_validated_when_it_is_opened(page, server):
     page.wait_for_selector("#verdict[data-seq]:not([data-seq='0'])", timeout=60_000)
     settle(page, "error")
     assert "--sigma 9 is out of range" in page.text_content("[data-err-for='sigma']")
+    page.goto(server + "#view=plan&model=qwen3.6-27b&gpus=1xH200&sigma=0.7")  # a link pasted into the same tab
+    settle(page, "full")
+    assert page.input_value("#f-sigma") == "0.7" and page.text_content("[data-err-for='sigma']") == ""
 
 
 def test_an_uploaded_config_json_is_planned(page, server, cli):
@@ -361,7 +370,11 @@ def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, sho
     tp, replicas = row.get_attribute("data-tp"), row.get_attribute("data-replicas")
     row.locator("button", has_text="plan it").click()
     settle(page)
-    assert_same_plan(page, cli("plan", "llama-3.1-70b", "--gpus", "4xH100-SXM", "-q", "fp8", "-tp", tp, "-dp", replicas))
+    opened = ["llama-3.1-70b", "--gpus", "4xH100-SXM", "-q", "fp8", "-tp", tp, "-dp", replicas]
+    assert_same_plan(page, cli("plan", *opened))
+    type_into(page, "median", "45k")  # the plan's controls drive the deployment the row opened
+    settle(page)
+    assert_same_plan(page, cli("plan", *opened, "--median", "45k"))
 
 
 def test_the_fit_view_filters_by_precision_and_kv_dtype(page, server, cli):

@@ -153,3 +153,24 @@ def test_every_chart_answers_with_series():
         status, doc, _ = call("POST", f"/api/charts/{name}", BASE)
         assert status == 200, (name, doc)
     assert call("POST", "/api/charts/nonsense", BASE)[0] == 404
+
+
+def test_serve_refuses_a_port_that_is_not_one_in_one_line(capsys):
+    from servesize.cli import main
+
+    assert main(["serve", "--port", "70000"]) == 2
+    assert capsys.readouterr().err.strip() == "servesize: --port 70000 is not a port number (0-65535; 0 picks a free one)"
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(capsys):
+    import socket
+
+    from servesize.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servesize: cannot listen on 127.0.0.1:{port}") and err.count("\n") == 1

@@ -199,9 +199,10 @@ def frontier(scenario: Scenario) -> dict:
                                                                                      scenario.data_parallel_size)})
     rows.sort(key=lambda row: -row["users"])
     return finite({"rows": rows, "refused": refused, "fills": FRONTIER_FILLS,
-                   "caption": f"every catalogue model x split on {scenario.gpus}, at this workload and these assumptions "
-                              f"({FRONTIER_FILLS} fills each; each model with its own speculative decoding); sorted by "
-                              "the users its binding ceiling allows. The bill is at that ceiling."})
+                   "caption": f"every catalogue model x split on {scenario.gpus}, at {scenario.quantization} weights, this "
+                              f"workload and these assumptions ({FRONTIER_FILLS} fills each; each model with its own "
+                              "speculative decoding); sorted by the users its binding ceiling allows, the bill at that "
+                              "ceiling. Click a row to plan it."})
 
 
 # -- the what-fits matrix, one GPU type at a time ---------------------------------------------------------

@@ -169,7 +169,17 @@ function gpusControl(spec, store, changed, counts, pfx) {
   for (const g of App.cat.gpus) sel.appendChild(h("option", { value: g.key, text: `${g.key} · ${g.memory_text}` }));
   const range = h("input", { type: "range", id: pfx + "gpus-range", min: counts[0], max: counts[1], step: 1, "aria-label": "GPU count" });
   const num = h("input", { type: "text", class: "num", id: pfx + "gpus-count", autocomplete: "off" });
-  const write = draft => { store.gpus = `${num.value.trim() || 1}x${sel.value}`; changed("gpus", draft); };
+  const write = draft => {
+    const n = num.value.trim() || "1";
+    store.gpus = `${n}x${sel.value}`;
+    if (pfx === "f-" && /^\d+$/.test(n)) {   // the plan's split uses every GPU: TP kept when it divides them, DP the rest
+      let tp = +(store.tensor_parallel_size || 1);
+      if (+n % tp) tp = 1;
+      if (tp > 1) store.tensor_parallel_size = tp; else delete store.tensor_parallel_size;
+      if (+n / tp > 1) store.data_parallel_size = +n / tp; else delete store.data_parallel_size;
+    }
+    changed("gpus", draft);
+  };
   sel.addEventListener("change", () => write(false));
   range.addEventListener("input", () => { num.value = range.value; write(true); });
   range.addEventListener("change", () => write(false));
@@ -193,7 +203,7 @@ function splitControl(spec, store, changed) {
     seg.textContent = "";
     for (const s of splits || []) {
       const b = h("button", { type: "button", "aria-pressed": s.current ? "true" : "false", title: s.fits ? `DP ${s.dp} × TP ${s.tp}` : s.reason,
-        class: s.fits ? "" : "nofit", dataset: { dp: s.dp, tp: s.tp }, text: `DP ${s.dp} × TP ${s.tp}` });
+        class: s.fits ? "" : "nofit", disabled: !s.fits && !s.current, dataset: { dp: s.dp, tp: s.tp }, text: `DP ${s.dp} × TP ${s.tp}` });
       b.addEventListener("click", () => {
         store.tensor_parallel_size = s.tp; store.data_parallel_size = s.dp;
         if (s.tp === 1) delete store.tensor_parallel_size;
@@ -235,6 +245,14 @@ const LABELS = {
   all_placements: "Every placement", models: "Models", vllm_version: "vLLM version", budget: "Budget",
 };
 
+const PRESETS_AFTER = { median: "workload", burst: "burst", pue: "pue" };  // which preset row follows which control
+
+// the stores are the objects the controls write into: replaced in place, never re-bound
+function replaceStore(store, values) {
+  for (const k of Object.keys(store)) delete store[k];
+  Object.assign(store, values);
+}
+
 function buildPlanForm() {
   const side = $("#planControls");
   const fields = App.cat.form.plan.fields;
@@ -255,7 +273,7 @@ function buildPlanForm() {
       else box = makeControl(spec, App.plan, changed);
       App.planBoxes[name] = box;
       grid.appendChild(box);
-      const presets = App.cat.presets[name] || (sec.id === "workload" && name === "median" ? App.cat.presets.workload : null);
+      const presets = App.cat.presets[PRESETS_AFTER[name]];
       if (presets) grid.appendChild(presetRow(presets, App.plan, changed));
     }
     if (sec.collapsed) grid.appendChild(presetRow(App.cat.presets.assumptions, App.plan, changed));
@@ -603,13 +621,13 @@ function drawBatch(b) {
     series: [{ name: "warm users p5", x: ok.map(p => p.tokens), y: ok.map(p => p.warm_p5), cls: "c1", dots: true }],
     vlines: b.current ? [{ x: b.current, label: "now " + b.current, cls: "text" }] : [],
   });
-  box.appendChild(h("table", { class: "data small" },
+  box.appendChild(h("div", { class: "table-wrap" }, h("table", { class: "data small" },
     h("thead", {}, h("tr", {}, ["max_num_batched_tokens", "activation reserve", "KV pool", "warm users p5"].map(t => h("th", { text: t })))),
     h("tbody", {}, b.points.map(p => h("tr", { class: p.tokens === b.current ? "current" : "" },
       h("td", { class: "num", text: p.tokens.toLocaleString("en") }),
       ...(p.reason ? [h("td", { colspan: 3, text: p.reason })]
         : [h("td", { class: "num", text: p.activation_text }), h("td", { class: "num", text: p.pool_text + " tokens" }),
-           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })]))))));
+           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })])))))));
 }
 
 function drawSensitivity(s) {
@@ -774,7 +792,7 @@ async function explainCell(row) {
 }
 
 function openInPlan(r) {
-  App.plan = { model: r.model, gpus: App.fit.gpus, quantization: r.precision };
+  replaceStore(App.plan, { model: r.model, gpus: App.fit.gpus, quantization: r.precision });
   if (r.tp > 1) App.plan.tensor_parallel_size = r.tp;
   if (r.replicas > 1) App.plan.data_parallel_size = r.replicas;
   for (const k of ["kv_cache_dtype", "gpu_memory_utilization", "vllm_version", "budget"]) if (App.fit[k] !== undefined) App.plan[k] = App.fit[k];
@@ -838,8 +856,14 @@ function readHash() {
   const store = {};
   for (const [k, v] of p.entries()) if (k !== "view") store[k] = v;
   App.view = view;
-  if (view === "fit") App.fit = store; else App.plan = store;
+  replaceStore(view === "fit" ? App.fit : App.plan, store);
   return true;
+}
+
+function onHashChange() {   // a link pasted into this tab (the page's own writes use replaceState: no event)
+  if (!readHash()) return;
+  App.last = null; App.lastFit = null;
+  switchView(App.view);
 }
 
 function share() {
@@ -873,8 +897,9 @@ async function init() {
   $("#loading").hidden = true;
   $("#version").textContent = App.cat.version;
   const shared = readHash();
-  if (!shared || App.view !== "plan") App.plan = { ...App.cat.start.plan };
-  if (!shared || App.view !== "fit") App.fit = { ...App.cat.start.fit };
+  if (!shared || App.view !== "plan") replaceStore(App.plan, App.cat.start.plan);
+  if (!shared || App.view !== "fit") replaceStore(App.fit, App.cat.start.fit);
+  window.addEventListener("hashchange", onHashChange);
   buildPlanForm();
   buildFitForm();
   drawKvTable();
