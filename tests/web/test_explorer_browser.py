@@ -265,7 +265,7 @@ def test_a_share_link_is_validated_when_it_is_opened(page, server):
     assert page.input_value("#f-sigma") == "0.7" and page.text_content("[data-err-for='sigma']") == ""
 
 
-def test_an_uploaded_config_json_is_planned(page, server, cli):
+def test_an_uploaded_config_json_is_planned(page, server, cli, tmp_path):
     open_plan(page, server)
     set_gpus(page, "H100-SXM", 1)
     choose(page, "quantization", "")
@@ -274,23 +274,32 @@ def test_an_uploaded_config_json_is_planned(page, server, cli):
     settle(page)
     assert "uploaded config.json" in page.text_content("#model-about")
     assert_same_plan(page, cli("plan", str(QWEN3_8B), "--gpus", "1xH100-SXM"), model_named=False)
+    tested = cli("plan", *predicted_by_the_test_command(page, tmp_path))  # the command names the config it saves
+    assert tested["ceilings"] == shown(page)["ceilings"]
     page.click("#shareBtn")
     assert "not in the link" in page.text_content("#shareNote")
+
+
+def predicted_by_the_test_command(page, folder: pathlib.Path) -> list[str]:
+    """The `servesize plan` arguments of the prediction the page's measure command makes: its --predict
+    words and its --workload, with every file it names downloaded from the page into ``folder``."""
+    command = shlex.split(page.text_content("#testCommand"))
+    assert command[:3] == ["servesize", "measure", "server"]
+    args = [*shlex.split(command[command.index("--predict") + 1]), "--workload", command[command.index("--workload") + 1]]
+    for i, word in enumerate(args):
+        if page.query_selector(f"button[data-file='{word}']") is not None:
+            with page.expect_download() as download:
+                page.click(f"button[data-file='{word}']")
+            download.value.save_as(folder / word)
+            args[i] = str(folder / word)
+    return args
 
 
 def test_the_predictions_come_with_the_command_that_tests_them(page, server, cli, tmp_path):
     open_plan(page, server)
     type_into(page, "median", "45k")
     settle(page)
-    command = shlex.split(page.text_content("#testCommand"))
-    assert command[:3] == ["servesize", "measure", "server"]
-    predict = shlex.split(command[command.index("--predict") + 1])
-    workload_file = command[command.index("--workload") + 1]
-    with page.expect_download() as download:
-        page.click(f"button[data-file='{workload_file}']")
-    path = tmp_path / workload_file
-    download.value.save_as(path)
-    doc = cli("plan", *predict, "--workload", str(path))
+    doc = cli("plan", *predicted_by_the_test_command(page, tmp_path))
     assert_same_plan(page, doc)
     with page.expect_download() as download:
         page.click("button[data-file='servesize-test.json']")
@@ -322,6 +331,10 @@ def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
               "--calibration", str(calibration))
     assert shown(page)["tiles"]["pool"] == doc["pool_tokens"]
     assert shown(page)["ceilings"] == doc["ceilings"]
+    # the command that tests these predictions carries the calibration too, as the file calibrate --out writes
+    args = predicted_by_the_test_command(page, tmp_path)
+    assert "--calibration" in args
+    assert cli("plan", *args)["ceilings"] == doc["ceilings"]
 
 
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):

@@ -35,7 +35,7 @@ from servesize.planning.plan import Plan, power_of
 from servesize.resolve import ENGINE_FIELDS, calibrated, deployment_of
 from servesize.scenario import PARAMS, Scenario
 from servesize.units import GiB, fmt_bytes, fmt_tokens
-from servesize.vllm_logs.calibration import calibrate_against
+from servesize.vllm_logs.calibration import Calibration, calibrate_against
 from servesize.web.form import BURST_FLUSH, DRAFT_FILLS, VIEW_PARAMS
 from servesize.web.requests import Load, PlanRequest, RequestError, scenario_of
 from servesize.workload.model import length_mass
@@ -422,6 +422,7 @@ def share(scenario: Scenario, load: Load) -> dict:
 PREDICT_GROUPS = ("model", "engine", "knobs", "calibration", "monte_carlo")
 WORKLOAD_FILE = "servesize-workload.json"
 CONFIG_FILE = "config.json"
+CALIBRATION_FILE = "servesize-calibration.json"
 
 
 def _hypotheses(plan: Plan, at: AtLoad) -> list[dict]:
@@ -462,6 +463,9 @@ def test_plan(scenario: Scenario, plan: Plan, at: AtLoad) -> dict:
     if isinstance(scenario.model, InlineConfig):
         words.insert(0, CONFIG_FILE)
         files[CONFIG_FILE] = scenario.model.config()
+    if isinstance(scenario.calibration, Calibration):  # a pasted log's calibration: the file calibrate --out writes
+        words += ["--calibration", CALIBRATION_FILE]
+        files[CALIBRATION_FILE] = scenario.calibration.to_dict()
     predict = shlex.join(words)
     command = (f"servesize measure server --url http://localhost:8000 --predict {shlex.quote(predict)} "
                f"--workload {WORKLOAD_FILE} --record-dir servesize-test")
