@@ -248,7 +248,8 @@ def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
                          f"{users_text(r.decode.n * plan.fixed.dp)} users is below {floor:g}"),
         _tile("aggregate", "Aggregate decode (p50)", agg, tok_s_text(agg),
               f"{at.decoders:,} x {tok_s_text(at.decode['p50'])} x {plan.fixed.dp} replica(s)", status=at.decode_status,
-              refuted_by="servesize measure sessions: the rung's output tokens per second, summed over users"),
+              refuted_by="servesize measure sessions: decode tok/s per user at the rung nearest that load, times its "
+                         "users"),
     ]
 
 
@@ -262,7 +263,8 @@ def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
               f"simultaneous misses a replica answers within the {budget} budget {where}; a burst of "
               f"{at.burst:,.0f} drains in {seconds_text(lat.burst_drain_s)}", status="ok" if ok_burst else "over",
               steps=steps_of(lat.derivation),
-              refuted_by="servesize measure sessions with invalidation: miss TTFT after a flush of that many sessions"),
+              refuted_by="send that many cold requests at once to the loaded server and time the last one's first "
+                         "token (servesize measure does not send bursts yet)"),
         _tile("cold_rate", "Cold requests per second", prefill.max_cold_rate_per_s * dp,
               f"{prefill.max_cold_rate_per_s * dp:,.2f} /s",
               f"misses per second at which prefill alone saturates ({dp} replica(s) x 1 / {seconds_text(prefill.miss_s)})",
