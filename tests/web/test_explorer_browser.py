@@ -390,6 +390,19 @@ def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, sho
     assert_same_plan(page, cli("plan", *opened, "--median", "45k"))
 
 
+def test_a_checkpoint_served_as_it_is_opens_as_native(page, server, cli):
+    page.goto(server + "#view=fit&gpus=1xH100")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    row = page.locator("#fitRows tbody tr[data-model='gpt-oss-20b']").first
+    assert row.get_attribute("data-precision").startswith("native")
+    row.locator("button", has_text="why").click()
+    page.wait_for_selector("#fitCellSteps")
+    assert f"→ {row.get_attribute('data-concurrent')} sequences" in page.text_content("#fitCellTitle")
+    row.locator("button", has_text="plan it").click()
+    settle(page)
+    assert_same_plan(page, cli("plan", "gpt-oss-20b", "--gpus", "1xH100", "-tp", row.get_attribute("data-tp")))
+
+
 def test_the_fit_view_filters_by_precision_and_kv_dtype(page, server, cli):
     page.goto(server + "#view=fit&gpus=1xH200")
     page.wait_for_function(FIT_SETTLED, timeout=60_000)

@@ -524,7 +524,9 @@ def fit_view(query) -> dict:
     doc = result.to_dict()
     rows = []
     for p in doc["placements"]:
-        rows.append({**p, "text": {
+        # the fit labels a checkpoint served as it is 'native (fp8)': the Scenario's quantization for it is native
+        quantization = "native" if str(p["precision"]).startswith("native") else p["precision"]
+        rows.append({**p, "quantization": quantization, "text": {
             "weights_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]), "kv_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"]),
             "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
             + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
@@ -544,7 +546,7 @@ def cell_derivation(query, row: dict) -> dict:
     except (TypeError, ValueError):
         raise RequestError("row: tp and replicas must be whole numbers", "row") from None
     scenario = Scenario(model=row["model"], gpus=query.gpus, tensor_parallel_size=tp, data_parallel_size=replicas,
-                        quantization=str(row.get("precision", "native")), kv_cache_dtype=query.kv_cache_dtype,
+                        quantization=str(row.get("quantization", "native")), kv_cache_dtype=query.kv_cache_dtype,
                         gpu_memory_utilization=query.gpu_memory_utilization, max_model_len=query.context,
                         vllm_version=query.vllm_version, budget=query.budget)
     report = api.memory(scenario)

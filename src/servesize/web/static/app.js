@@ -792,7 +792,8 @@ async function explainCell(row) {
 }
 
 function openInPlan(r) {
-  replaceStore(App.plan, { model: r.model, gpus: App.fit.gpus, quantization: r.precision });
+  replaceStore(App.plan, { model: r.model, gpus: App.fit.gpus });
+  if (r.quantization !== "native") App.plan.quantization = r.quantization;
   if (r.tp > 1) App.plan.tensor_parallel_size = r.tp;
   if (r.replicas > 1) App.plan.data_parallel_size = r.replicas;
   for (const k of ["kv_cache_dtype", "gpu_memory_utilization", "vllm_version", "budget"]) if (App.fit[k] !== undefined) App.plan[k] = App.fit[k];
