@@ -174,3 +174,21 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(capsys):
         assert main(["serve", "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"servesize: cannot listen on 127.0.0.1:{port}") and err.count("\n") == 1
+
+
+def test_a_matrix_column_is_the_best_chosen_placement_of_each_model_on_that_gpu():
+    status, doc, _ = call("POST", "/api/fit/matrix", {"query": {"gpus": "2xH100", "context": 8192}, "gpu": "B200"})
+    assert status == 200 and doc["gpu"] == "B200" and doc["count"] == 2
+    best: dict = {}
+    for p in s.fit("2xB200", context=8192).placements:
+        if p.chosen and p.concurrent_total > best.get(p.model, -1):
+            best[p.model] = p.concurrent_total
+    assert {m: c["concurrent_total"] for m, c in doc["cells"].items()} == best
+
+
+def test_a_fit_row_of_a_checkpoint_served_as_it_is_explains_as_native():
+    status, view, _ = call("POST", "/api/fit", {"gpus": "1xH100"})
+    row = next(r for r in view["rows"] if r["model"] == "gpt-oss-20b")
+    assert row["precision"].startswith("native") and row["quantization"] == "native"
+    status, cell, _ = call("POST", "/api/fit/cell", {"query": {"gpus": "1xH100"}, "row": row})
+    assert status == 200 and cell["concurrency"] == row["concurrent_per_replica"]
