@@ -20,12 +20,13 @@ import numpy as np
 
 import servesize.api as api
 from servesize.derivation import Derivation
+from servesize.engine.deployment import Deployment
 from servesize.engine.memory import MemoryReport
 from servesize.errors import ServesizeError
 from servesize.flags import flags_of
 from servesize.measure.record import parse_record
 from servesize.measure.sessions import verdict as bracket_verdict
-from servesize.model.catalogue import InlineConfig
+from servesize.model.catalogue import InlineConfig, load_catalogue
 from servesize.model.hardware import parse_gpus
 from servesize.planning.ceilings import CEILINGS, CeilingCache, contexts_of, decode_setup
 from servesize.planning.decode import decode_curve
@@ -531,10 +532,21 @@ def fit_view(query) -> dict:
             "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
             + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
             "placement": f"TP {p['tp']} x {p['replicas']} replica(s)"}})
-    return finite({"fit": doc, "rows": rows,
+    return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc),
                    "caption": f"{doc['gpus']['count']}x{doc['gpus']['gpu']} ({doc['gpus']['memory_mib']:,} MiB each), "
                               f"concurrency at {doc['context']:,} tokens per sequence, vLLM {doc['vllm_version']}, "
                               f"{doc['budget']} budget"})
+
+
+def fit_effective(query, doc: dict) -> dict:
+    """The value each fit field took; the utilisation is the engine's default for the vLLM version
+    (Deployment.resolved: it does not depend on the model, so any catalogue entry resolves it)."""
+    entry = next(iter(load_catalogue().values()))
+    util = Deployment(vllm_version=query.vllm_version, gpu_memory_utilization=query.gpu_memory_utilization) \
+        .resolved(entry.architecture(), parse_gpus(query.gpus)).gpu_memory_utilization
+    return {"context": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
+            "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
+            "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}
 
 
 def cell_derivation(query, row: dict) -> dict:

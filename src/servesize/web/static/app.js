@@ -738,7 +738,13 @@ async function runFit() {
   if (seq !== App.fitSeq) return;
   clearErrors($("#view-fit"));
   banner("");
-  for (const [name, box] of Object.entries(App.fitBoxes)) if (box.sync) box.sync(App.fit[name] ?? App.cat.form.fit.fields[name].default, name in App.fit);
+  const eff = res.ok ? res.data.effective : {};
+  for (const [name, box] of Object.entries(App.fitBoxes)) {
+    const explicit = name in App.fit;
+    if (box.sync) box.sync(explicit ? App.fit[name] : (eff[name] ?? App.cat.form.fit.fields[name].default), explicit);
+    const v = $("#fitv-" + name);
+    if (v) v.textContent = explicit || eff[name] === undefined ? "" : "now " + showValue(App.cat.form.fit.fields[name], eff[name]);
+  }
   const table = $("#fitTable");
   table.dataset.seq = seq;
   if (!res.ok) { table.dataset.state = "error"; showError(res.data.field, res.data.error, $("#view-fit")); return; }
