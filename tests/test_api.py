@@ -180,7 +180,7 @@ def test_the_workload_cap_is_the_models_own_context_unless_given():
 
 
 def test_a_calibrated_pool_wins_over_the_modelled_one():
-    plan = s.plan(s.Scenario(**REFERENCE, **FAST, pool_tokens="2.77M"), sensitivity=False)
+    plan = s.plan(s.Scenario(**REFERENCE, **FAST, pool_tokens="2.77m"), sensitivity=False)
     assert plan.fixed.pool_tokens == 2_770_000 and plan.fixed.pool_source == "--pool-tokens (measured)"
 
 

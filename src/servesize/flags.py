@@ -153,7 +153,7 @@ def _default_of(cls: type, name: str) -> str:
 
 
 def _type_of(p: Param) -> str:
-    kind = {"tokens": "tokens (32k, 2.77M)", "bytes": "bytes (80GiB, 81559MiB)", "choice": " \\| ".join(p.choices),
+    kind = {"tokens": "tokens (32k, 2.77m)", "bytes": "bytes (80GiB, 81559MiB)", "choice": " \\| ".join(p.choices),
             "bool": "on/off", "workload": "file", "calibration": "file"}.get(p.kind, p.kind)
     bounds = p.range_text() if p.kind in ("tokens", "bytes", "int", "float") else ""
     return f"{kind} {bounds}".strip()

@@ -9,7 +9,7 @@ from servesize.units import parse_tokens
 HELP = "measure a live server's real KV pool (unique-id prompts, bisection)"
 EPILOG = """\
 examples:
-  servesize measure pool --url http://localhost:8000 --prompt-tokens 4097 --predicted-tokens 1.3M
+  servesize measure pool --url http://localhost:8000 --prompt-tokens 4097 --predicted-tokens 1.3m
   servesize measure pool --url http://localhost:8000 --record pool.jsonl --plot pool.png
   servesize measure pool --url http://localhost:8000 --predict "qwen3.6-27b --gpus 1xH200 --kv-cache-dtype fp8"
   servesize measure pool --resume pool.jsonl          continue an interrupted run
