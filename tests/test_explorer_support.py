@@ -1,5 +1,5 @@
 """The small library functions the explorer draws from, as worked examples: a length distribution's
-mass per bin, a Scenario back to its flags, the bill at another load or tariff, the decode curve on
+mass per bin, a Scenario back to its flags, the bill at another load, the decode curve on
 the plan's own context bank, and a run record read from its text."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_an_object_field_has_no_words():
     assert "--workload" not in flags_of(s.Scenario(model="qwen3-8b", gpus="1xH100", workload=workload))
 
 
-# -- power_of at another load or tariff --------------------------------------------------------------------
+# -- power_of at another load ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def plan():
@@ -85,14 +85,6 @@ def plan():
 def test_the_bill_by_default_is_the_plans_own(plan):
     bill, note = power_of(plan.fixed, plan.workload, plan.knobs, plan.result)
     assert bill.to_dict() == plan.power.to_dict() and note == plan.power_note
-
-
-def test_the_bill_is_linear_in_the_price_and_in_the_pue(plan):
-    base = plan.power
-    dearer, _ = power_of(plan.fixed, plan.workload, plan.knobs, plan.result, price_per_kwh=2 * base.price_per_kwh)
-    assert dearer.cost_per_month == pytest.approx(2 * base.cost_per_month, rel=1e-12)
-    leaner, _ = power_of(plan.fixed, plan.workload, plan.knobs, plan.result, pue=1.2)
-    assert leaner.kw_at_meter == pytest.approx(base.kw_at_meter * 1.2 / base.pue, rel=1e-12)
 
 
 def test_a_lighter_load_spends_less_time_prefilling(plan):

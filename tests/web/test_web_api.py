@@ -56,8 +56,8 @@ def test_the_sensitivity_panel_is_the_plans_own():
 def test_memory_and_fit_are_the_commands_documents():
     status, doc, _ = call("POST", "/api/memory", BASE)
     assert status == 200 and doc["memory"] == finite(s.memory(s.Scenario(**BASE)).to_dict())
-    status, doc, _ = call("POST", "/api/fit", {"gpus": "4xH100", "context": "32k"})
-    assert status == 200 and doc["fit"] == finite(s.fit("4xH100", context=32_000).to_dict())
+    status, doc, _ = call("POST", "/api/fit", {"gpus": "4xH100", "max_model_len": "32K"})
+    assert status == 200 and doc["fit"] == finite(s.fit("4xH100", max_model_len=32768).to_dict())
 
 
 @pytest.mark.parametrize(("body", "field"), [({**BASE, "max_model_len": 0}, "max_model_len"),
@@ -177,10 +177,10 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(capsys):
 
 
 def test_a_matrix_column_is_the_best_chosen_placement_of_each_model_on_that_gpu():
-    status, doc, _ = call("POST", "/api/fit/matrix", {"query": {"gpus": "2xH100", "context": 8192}, "gpu": "B200"})
+    status, doc, _ = call("POST", "/api/fit/matrix", {"query": {"gpus": "2xH100", "max_model_len": 8192}, "gpu": "B200"})
     assert status == 200 and doc["gpu"] == "B200" and doc["count"] == 2
     best: dict = {}
-    for p in s.fit("2xB200", context=8192).placements:
+    for p in s.fit("2xB200", max_model_len=8192).placements:
         if p.chosen and p.concurrent_total > best.get(p.model, -1):
             best[p.model] = p.concurrent_total
     assert {m: c["concurrent_total"] for m, c in doc["cells"].items()} == best

@@ -92,7 +92,8 @@ def test_the_gpu_count_is_capped():
 
 def test_the_load_fields_are_the_pages_own_and_typed():
     req = plan_request({**BASE, "users": "120", "burst": BURST_FLUSH, "pue": 1.2, "draft": True})
-    assert (req.load.users, req.load.burst, req.load.pue, req.draft) == (120, BURST_FLUSH, 1.2, True)
+    assert (req.load.users, req.load.burst, req.draft) == (120, BURST_FLUSH, True)
+    assert req.scenario.pue == 1.2  # the tariff is the Scenario's own (servesize plan --pue)
     assert refused({**BASE, "draft": "yes"}).field == "draft"
 
 
@@ -116,7 +117,7 @@ def test_a_library_refusal_maps_to_the_flag_it_names():
 
 
 def test_a_fit_query_takes_only_catalogue_models():
-    assert fit_query({"gpus": "4xH100", "context": "32k"}) == s.FitQuery(gpus="4xH100", context="32k")
+    assert fit_query({"gpus": "4xH100", "max_model_len": "32K"}) == s.FitQuery(gpus="4xH100", max_model_len=32768)
     with pytest.raises(RequestError) as info:
         fit_query({"gpus": "4xH100", "models": "llama-3.1-8b,/etc/passwd"})
     assert info.value.field == "models"

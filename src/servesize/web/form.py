@@ -24,7 +24,6 @@ from servesize.scenario import FIT_PARAMS, GROUPS, PARAMS, FitQuery, Param, Scen
 
 VIEW_GROUPS = {
     "load": "your load (the page's own: `servesize plan` prices latency at the binding ceiling)",
-    "cost": "the electricity bill",
 }
 
 VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
@@ -32,10 +31,6 @@ VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
           "binding ceiling, as servesize plan does)", "load", name="users", lo=1, hi=1_000_000, metavar="N"),
     Param("int", "cache misses arriving at the same instant (a cold burst); 'flush' = one replica group's warm "
           "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N"),
-    Param("float", "electricity price per kWh, in your currency", "cost", name="price_per_kwh", lo=0.0, hi=100.0,
-          assumption="power.price_per_kwh", metavar="PRICE"),
-    Param("float", "facility PUE: facility watts per IT watt", "cost", name="pue", lo=1.0, hi=5.0,
-          assumption="power.pue", metavar="PUE"),
 )}
 BURST_FLUSH = "flush"
 
@@ -68,7 +63,7 @@ _RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, st
     "gpu_memory_utilization": (0.5, 0.98, 0.01, "linear"),
 }
 _STEPS = {"median": 0, "sigma": 0.01, "invalidation": 0.005, "think_time": 1, "ttft_limit": 0.5, "mfu": 0.01,
-          "bandwidth_efficiency": 0.01, "mtp_speedup": 0.05, "price_per_kwh": 0.01, "pue": 0.05}
+          "bandwidth_efficiency": 0.01, "mtp_speedup": 0.05, "electricity_price": 0.01, "pue": 0.05}
 _LOG = ("median", "think_time")
 
 
@@ -99,16 +94,16 @@ PLAN_SECTIONS: tuple[dict, ...] = (
      "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mtp_speedup",
                 "cpu_offload_gib", "max_model_len"]},
     {"id": "workload", "act": 1, "title": "Workload", "lede": "Who uses it, and what their prompts look like.",
-     "fields": ["median", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio", "subagents_share_prefix",
-                "prefix", "workload"]},
+     "fields": ["preset", "median", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
+                "subagents_share_prefix", "prefix", "workload"]},
     {"id": "load", "act": 2, "title": "Load and cold traffic",
      "lede": "How much traffic arrives, how cold it is, and how fast it must be answered.",
      "fields": ["users", "think_time", "warm_turn_tokens", "ttft_limit", "invalidation", "burst"]},
     {"id": "cost", "act": 3, "title": "Tariff", "lede": "What a kWh costs you, and the facility's overhead.",
-     "fields": ["price_per_kwh", "pue"]},
+     "fields": ["electricity_price", "currency", "pue"]},
 )
 _NOT_IN_ADVANCED = {"calibration"}  # uploaded in the "test these predictions" section
-FIT_FIELDS = ("gpus", "context", "gpu_memory_utilization", "precision", "kv_cache_dtype", "budget", "min_concurrency",
+FIT_FIELDS = ("gpus", "max_model_len", "gpu_memory_utilization", "precision", "kv_cache_dtype", "budget", "min_concurrency",
               "all_placements", "models", "vllm_version")
 
 
@@ -200,8 +195,8 @@ def presets() -> dict:
         "pue": [{"label": f"{pue['low']:g} hyperscale", "values": {"pue": pue["low"]}},
                 {"label": f"{pue['default']:g} colocation", "values": {"pue": pue["default"]}},
                 {"label": f"{pue['high']:g} server room", "values": {"pue": pue["high"]}}],
-        "workload": [{"label": "the seed's reference coding agent", "values": {n: None for n, p in PARAMS.items()
-                                                                             if p.group == "workload"}},
+        "workload": [{"label": "the preset's own fields (clear the overrides)", "values": {
+            n: None for n, p in PARAMS.items() if p.group == "workload" and n != "preset"}},
                      {"label": "no subagents", "values": {"subagent_ratio": 0}}],
         "assumptions": [{"label": "servesize's defaults", "values": {"assumptions": "default"}},
                         {"label": "the warm-capacity seed's values", "values": {"assumptions": "seed"}}],

@@ -83,12 +83,10 @@ CONTROL_FIELDS = ("draft",)
 
 @dataclass(frozen=True)
 class Load:
-    """The page's own load and tariff: None = as ``servesize plan`` (the binding ceiling, the assumptions)."""
+    """The page's own load: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
 
     users: int | None = None
     burst: int | str | None = None      # a count, or BURST_FLUSH
-    price_per_kwh: float | None = None
-    pue: float | None = None
 
     def given(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}

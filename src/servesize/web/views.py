@@ -311,22 +311,21 @@ def memory_bar(report: MemoryReport) -> dict:
 
 
 def bill(plan: Plan, at: AtLoad, load: Load) -> dict:
-    if load.users is None and load.pue is None and load.price_per_kwh is None:
+    if load.users is None:
         power, note = plan.power, plan.power_note
     else:
-        power, note = power_of(plan.fixed, plan.workload, plan.knobs, plan.result,
-                               users=at.users if load.users is not None else None, pue=load.pue,
-                               price_per_kwh=load.price_per_kwh)
+        power, note = power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=at.users)
     if power is None:
         return {"available": False, "note": note}
-    per_user = power.cost_per_user_month
+    per_user, cur = power.cost_per_user_month, power.currency
     return {"available": True, "note": note, "kw_at_meter": power.kw_at_meter, "kwh_per_month": power.kwh_per_month,
             "cost_per_month": power.cost_per_month, "cost_per_user_month": finite(per_user),
             "cost_per_million_output_tokens": finite(power.cost_per_million_output_tokens),
-            "price_per_kwh": power.price_per_kwh, "pue": power.pue,
-            "text": {"kw": f"{power.kw_at_meter:,.2f} kW at the meter", "month": f"{power.cost_per_month:,.0f} per month",
-                     "user": f"{per_user:,.2f} per user per month" if math.isfinite(per_user) else "-",
-                     "tokens": f"{power.cost_per_million_output_tokens:,.3f} per million output tokens"},
+            "price_per_kwh": power.price_per_kwh, "pue": power.pue, "currency": cur,
+            "text": {"kw": f"{power.kw_at_meter:,.2f} kW at the meter",
+                     "month": f"{power.cost_per_month:,.0f} {cur} per month",
+                     "user": f"{per_user:,.2f} {cur} per user per month" if math.isfinite(per_user) else "-",
+                     "tokens": f"{power.cost_per_million_output_tokens:,.3f} {cur} per million output tokens"},
             "duty": {k: power.to_dict()[k] for k in ("prefill_duty", "decode_duty", "idle_fraction")},
             "steps": steps_of(power.derivation)}
 
@@ -402,7 +401,7 @@ def effective(plan: Plan, at: AtLoad) -> dict:
     out["cpu_offload_gib"] = k.cpu_offload_bytes / GiB
     out["users"], out["burst"] = at.users, at.burst
     if plan.power is not None:
-        out["price_per_kwh"], out["pue"] = plan.power.price_per_kwh, plan.power.pue
+        out["electricity_price"], out["pue"], out["currency"] = plan.power.price_per_kwh, plan.power.pue, plan.power.currency
     return finite(out)
 
 
@@ -544,7 +543,7 @@ def fit_effective(query, doc: dict) -> dict:
     entry = next(iter(load_catalogue().values()))
     util = Deployment(vllm_version=query.vllm_version, gpu_memory_utilization=query.gpu_memory_utilization) \
         .resolved(entry.architecture(), parse_gpus(query.gpus)).gpu_memory_utilization
-    return {"context": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
+    return {"max_model_len": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
             "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
             "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}
 
@@ -559,7 +558,7 @@ def cell_derivation(query, row: dict) -> dict:
         raise RequestError("row: tp and replicas must be whole numbers", "row") from None
     scenario = Scenario(model=row["model"], gpus=query.gpus, tensor_parallel_size=tp, data_parallel_size=replicas,
                         quantization=str(row.get("quantization", "native")), kv_cache_dtype=query.kv_cache_dtype,
-                        gpu_memory_utilization=query.gpu_memory_utilization, max_model_len=query.context,
+                        gpu_memory_utilization=query.gpu_memory_utilization, max_model_len=query.max_model_len,
                         vllm_version=query.vllm_version, budget=query.budget)
     report = api.memory(scenario)
     return finite({"title": f"{row['model']} {row.get('precision')} on TP {tp} x {replicas}",

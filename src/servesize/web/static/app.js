@@ -240,12 +240,12 @@ const LABELS = {
   subagents_share_prefix: "Subagents share the user prefix", prefix: "System / shared prefix (tokens)",
   users: "Concurrent users (your load)", think_time: "Think time (s)", warm_turn_tokens: "Warm turn (tokens)",
   ttft_limit: "TTFT budget (s)", invalidation: "Cache-miss rate", burst: "Cold burst (misses at once)",
-  price_per_kwh: "Electricity price per kWh", pue: "Facility PUE", context: "Context (tokens)",
+  electricity_price: "Electricity price per kWh", currency: "Currency", pue: "Facility PUE", preset: "Workload preset",
   gpu_memory_utilization: "GPU memory utilisation", precision: "Precisions", min_concurrency: "Minimum concurrency",
   all_placements: "Every placement", models: "Models", vllm_version: "vLLM version", budget: "Budget",
 };
 
-const PRESETS_AFTER = { median: "workload", burst: "burst", pue: "pue" };  // which preset row follows which control
+const PRESETS_AFTER = { workload: "workload", burst: "burst", pue: "pue" };  // which preset row follows which control
 
 // the stores are the objects the controls write into: replaced in place, never re-bound
 function replaceStore(store, values) {
@@ -510,7 +510,7 @@ function drawBill(b) {
   box.textContent = "";
   if (!b.available) { box.appendChild(h("p", { class: "muted", text: b.note })); return; }
   box.append(h("div", { class: "bill-grid" },
-    h("div", { class: "bill-main", dataset: { value: b.cost_per_month } }, h("span", { class: "big", text: b.text.month }), h("span", { class: "muted", text: ` (price ${b.price_per_kwh}/kWh, PUE ${b.pue})` })),
+    h("div", { class: "bill-main", dataset: { value: b.cost_per_month } }, h("span", { class: "big", text: b.text.month }), h("span", { class: "muted", text: ` (price ${b.price_per_kwh} ${b.currency}/kWh, PUE ${b.pue})` })),
     h("div", { text: b.text.kw }), h("div", { text: b.text.user }), h("div", { text: b.text.tokens })),
     h("p", { class: "small muted", text: b.note + "; prefill busy " + (100 * b.duty.prefill_duty).toFixed(0) + "%, decoding " + (100 * b.duty.decode_duty).toFixed(0) + "%, idle " + (100 * b.duty.idle_fraction).toFixed(0) + "% of the time" }),
     h("details", { class: "why" }, h("summary", { text: "the bill's derivation" }), h("pre", { class: "steps", text: b.steps.map(s => s.text).join("\n") })));
@@ -773,7 +773,8 @@ function drawFit() {
     onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", { text: "" }));
   const body = h("tbody");
   for (const r of rows) {
-    body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, tp: r.tp, replicas: r.replicas, concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
+    body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
+      concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
       FIT_COLS.map(([k, , f]) => h("td", { class: typeof r[k] === "number" ? "num" : "", text: f(r) })),
       h("td", {}, h("button", { type: "button", class: "btn small", text: "why", onclick: () => explainCell(r) }),
         h("button", { type: "button", class: "btn small", text: "plan it →", onclick: () => openInPlan(r) }))));
