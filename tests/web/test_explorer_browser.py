@@ -183,6 +183,12 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     frontier = page.locator("#frontierTable tr.current")
     assert frontier.count() == 1 and frontier.get_attribute("data-model") == "qwen3.6-27b"
     assert float(frontier.get_attribute("data-users")) > 0
+    page.click("#tiles [data-tile=warm] details.why summary")  # a number's derivation, fetched when opened
+    page.wait_for_function("() => document.querySelector('#tiles [data-tile=warm] details.why').dataset.filled")
+    assert "warm_users" in page.text_content("#tiles [data-tile=warm] pre.steps")
+    page.click("#verdict details.why summary")
+    page.wait_for_function("() => document.querySelector('#verdict details.why').dataset.filled")
+    assert "binding = decode" in page.text_content("#explainSteps")
     for chart in "ABCDEFG":
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
     page.evaluate("() => window.scrollTo(0, 0)")

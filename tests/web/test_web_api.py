@@ -47,6 +47,14 @@ def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
     assert tiles["pool"]["value"] == expected["pool_tokens"]
 
 
+def test_every_derivation_is_the_engines_own_rendering():
+    status, doc, _ = call("POST", "/api/explain", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    assert [x["text"] for x in doc["sections"]["all"]] == [step.render() for step in plan.derivation.steps]
+    assert [x["text"] for x in doc["sections"]["memory"]] == [step.render() for step in plan.memory.derivation.steps]
+
+
 def test_the_sensitivity_panel_is_the_plans_own():
     status, panel, _ = call("POST", "/api/sensitivity", BASE)
     assert status == 200

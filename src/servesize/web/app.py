@@ -3,6 +3,7 @@
     GET  /                    the page (static/index.html); /static/* its script and style
     GET  /api/catalogue       the form (the Scenario's declaration), the models, the GPUs, the presets
     POST /api/plan            the verdict, tiles, memory bar, recipe, bill, hypotheses (``views.plan_view``)
+    POST /api/explain         every number's derivation, by section (what --explain prints), fetched on demand
     POST /api/memory          vLLM's memory budget and pool (``servesize memory --json``) and the bar
     POST /api/fit             what fits (``servesize fit --json``), with the row texts
     POST /api/fit/cell        the derivation behind one fit row
@@ -160,6 +161,11 @@ async def post_plan(request: web.Request) -> web.Response:
         return _json(document, 400)
 
 
+async def post_explain(request: web.Request) -> web.Response:
+    req = plan_request(await _body(request))
+    return await _compute(request, FAST, partial(views.explain_view, req))
+
+
 async def post_memory(request: web.Request) -> web.Response:
     scenario, _ = scenario_of(await _body(request))
 
@@ -242,6 +248,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
                           follow_symlinks=False)
     app.router.add_get("/api/catalogue", get_catalogue)
     app.router.add_post("/api/plan", post_plan)
+    app.router.add_post("/api/explain", post_explain)
     app.router.add_post("/api/memory", post_memory)
     app.router.add_post("/api/fit", post_fit)
     app.router.add_post("/api/fit/cell", post_fit_cell)

@@ -208,9 +208,10 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
 
 
 def _tile(tid: str, label: str, value: Any, text: str, sub: str, *, status: str | None = None,
-          steps: list[dict] | None = None, refuted_by: str = "", big: bool = False) -> dict:
+          explain: tuple[str, ...] = (), refuted_by: str = "", big: bool = False) -> dict:
+    """``explain``: the sections of ``explain_view`` that derive this number (fetched when opened)."""
     return {"id": tid, "label": label, "value": finite(value), "text": text, "sub": sub, "status": status,
-            "steps": steps or [], "refuted_by": refuted_by, "big": big}
+            "explain": list(explain), "refuted_by": refuted_by, "big": big}
 
 
 def _warm_tile(plan: Plan) -> dict:
@@ -218,7 +219,7 @@ def _warm_tile(plan: Plan) -> dict:
     return _tile("warm", "Warm users (p5): the planning number", w.users.p5, users_text(w.users.p5),
                  f"p50 {users_text(w.users.p50)} · p95 {users_text(w.users.p95)}; all warm sessions (with subagents) "
                  f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills", big=True,
-                 steps=steps_of(w.derivation),
+                 explain=("warm",),
                  refuted_by="servesize measure sessions: the warm-hit rate falls under its --warm-target at a rung "
                             f"of {users_text(w.users.p5)} users or fewer")
 
@@ -230,7 +231,7 @@ def _pool_tile(plan: Plan) -> dict:
     return _tile("pool", "KV pool per replica", f.pool_tokens, f"{fmt_tokens(f.pool_tokens)} tokens",
                  f"{fmt_bytes(bytes_per_replica)} of KV per GPU at {f.kv_bytes_per_token_rank:,} B/token/GPU; "
                  f"vLLM logs: {lines}" if lines else f.pool_source,
-                 steps=steps_of(plan.memory.derivation if plan.memory is not None else None, f.derivation),
+                 explain=("memory", "pool"),
                  refuted_by=f"servesize measure pool: its [low, high) interval excludes {f.pool_tokens:,.0f} tokens; "
                             "or the 'GPU KV cache size' line of the server's start-up log (paste it below)")
 
@@ -244,7 +245,7 @@ def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
         _tile("decode", "Per-user decode (p50)", at.decode["p50"], tok_s_text(at.decode["p50"]),
               f"{where}; p5 {tok_s_text(at.decode['p5'])}, p95 {tok_s_text(at.decode['p95'])}; floor {floor:g}, "
               f"comfortable {knob_value(plan.knobs, 'comfortable_floor'):g}", status=at.decode_status,
-              steps=steps_of(r.decode.derivation),
+              explain=("decode",),
               refuted_by=f"servesize measure sessions: decode tok/s per user at the rung nearest "
                          f"{users_text(r.decode.n * plan.fixed.dp)} users is below {floor:g}"),
         _tile("aggregate", "Aggregate decode (p50)", agg, tok_s_text(agg),
@@ -263,21 +264,21 @@ def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
         _tile("burst", "Cold-burst tolerance B*", lat.burst_tolerance, f"{lat.burst_tolerance:,.1f} misses",
               f"simultaneous misses a replica answers within the {budget} budget {where}; a burst of "
               f"{at.burst:,.0f} drains in {seconds_text(lat.burst_drain_s)}", status="ok" if ok_burst else "over",
-              steps=steps_of(lat.derivation),
+              explain=("latency",),
               refuted_by="send that many cold requests at once to the loaded server and time the last one's first "
                          "token (servesize measure does not send bursts yet)"),
         _tile("cold_rate", "Cold requests per second", prefill.max_cold_rate_per_s * dp,
               f"{prefill.max_cold_rate_per_s * dp:,.2f} /s",
               f"misses per second at which prefill alone saturates ({dp} replica(s) x 1 / {seconds_text(prefill.miss_s)})",
-              steps=steps_of(prefill.derivation),
+              explain=("prefill",),
               refuted_by="a prefill benchmark on the server: the TTFT of a lone cold request of the mean length"),
         _tile("ttft_miss", "TTFT of a miss", lat.miss_ttft_s, seconds_text(lat.miss_ttft_s),
               f"mean, {where}: the queue, then its own full prefill; budget {budget}",
-              status="ok" if lat.miss_ttft_s <= lat.ttft_limit_s else "over", steps=steps_of(lat.derivation),
+              status="ok" if lat.miss_ttft_s <= lat.ttft_limit_s else "over", explain=("latency",),
               refuted_by="servesize measure sessions: ttft_miss at the rung nearest that load"),
         _tile("ttft_hit", "TTFT of a hit", lat.hit_ttft_s, seconds_text(lat.hit_ttft_s),
               f"mean, {where}: the queue, then the new turn ({plan.workload.warm_turn_tokens:,} tokens)",
-              steps=steps_of(lat.derivation),
+              explain=("latency",),
               refuted_by="servesize measure sessions: ttft_hit at the rung nearest that load"),
     ]
 
@@ -288,7 +289,7 @@ def tiles(plan: Plan, at: AtLoad) -> list[dict]:
 
 # -- memory, recipe, bill ---------------------------------------------------------------------------
 
-def memory_bar(report: MemoryReport) -> dict:
+def memory_bar(report: MemoryReport, *, steps: bool = True) -> dict:
     """One GPU's memory, stacked: weights, the engine's reserve, the KV pool, and what vLLM leaves free."""
     b = report.budget
     parts = [("weights", "weights", b.weights_bytes), ("activation", "activation peak", b.activation_bytes),
@@ -307,14 +308,18 @@ def memory_bar(report: MemoryReport) -> dict:
             "caption": f"one GPU of {report.gpus.count}x{report.gpus.gpu.key}: {fmt_bytes(b.total_bytes)} as nvidia-smi "
                        f"reports it ({report.gpus.gpu.memory_mib:,} MiB); vLLM requests {util} of it",
             "log_lines": list(report.pool.log_lines), "warnings": list(report.warnings),
-            "steps": steps_of(report.derivation)}
+            "steps": steps_of(report.derivation) if steps else []}
+
+
+def power_at(plan: Plan, at: AtLoad, load: Load):
+    """The bill and its note: the plan's own, or at the page's load when one is given."""
+    if load.users is None:
+        return plan.power, plan.power_note
+    return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=at.users)
 
 
 def bill(plan: Plan, at: AtLoad, load: Load) -> dict:
-    if load.users is None:
-        power, note = plan.power, plan.power_note
-    else:
-        power, note = power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=at.users)
+    power, note = power_at(plan, at, load)
     if power is None:
         return {"available": False, "note": note}
     per_user, cur = power.cost_per_user_month, power.currency
@@ -326,8 +331,7 @@ def bill(plan: Plan, at: AtLoad, load: Load) -> dict:
                      "month": f"{power.cost_per_month:,.0f} {cur} per month",
                      "user": f"{per_user:,.2f} {cur} per user per month" if math.isfinite(per_user) else "-",
                      "tokens": f"{power.cost_per_million_output_tokens:,.3f} {cur} per million output tokens"},
-            "duty": {k: power.to_dict()[k] for k in ("prefill_duty", "decode_duty", "idle_fraction")},
-            "steps": steps_of(power.derivation)}
+            "duty": {k: power.to_dict()[k] for k in ("prefill_duty", "decode_duty", "idle_fraction")}}
 
 
 # -- the length distribution (chart A) ---------------------------------------------------------------
@@ -489,7 +493,7 @@ def plan_view(req: PlanRequest) -> dict:
         "draft": req.draft,
         "verdict": verdict(plan, at),
         "tiles": tiles(plan, at),
-        "memory": memory_bar(plan.memory) if plan.memory is not None else None,
+        "memory": memory_bar(plan.memory, steps=False) if plan.memory is not None else None,
         "recipe": {"command": plan.recipe, "notes": list(plan.recipe_notes)},
         "bill": bill(plan, at, req.load),
         "lengths": lengths(plan),
@@ -499,10 +503,25 @@ def plan_view(req: PlanRequest) -> dict:
         "test": test_plan(req.scenario, plan, at),
         "assumptions": list(plan.assumptions),
         "workload_text": plan.workload.describe(),
-        "explain": steps_of(plan.derivation),
         "title": f"{plan.fixed.name} on {plan.fixed.n_gpu}x{plan.fixed.gpu_key} (DP {plan.fixed.dp} x TP {plan.fixed.tp})",
         "plan": document,
     })
+
+
+def explain_view(req: PlanRequest) -> dict:
+    """POST /api/explain: every number's derivation, by section, as ``servesize plan --explain`` renders
+    it, for the plan ``plan_view`` answered (fetched when a "why?" is first opened)."""
+    plan = planned(drafted(req.scenario, req.draft))
+    at = at_load(plan, req.load)
+    power, _ = power_at(plan, at, req.load)
+    sections = {
+        "memory": steps_of(plan.memory.derivation if plan.memory is not None else None),
+        "pool": steps_of(plan.fixed.derivation), "warm": steps_of(plan.result.warm.derivation),
+        "decode": steps_of(plan.result.decode.derivation), "prefill": steps_of(plan.result.prefill.derivation),
+        "latency": steps_of(at.latency.derivation), "power": steps_of(power.derivation if power is not None else None),
+        "all": steps_of(plan.derivation),
+    }
+    return finite({"sections": sections})
 
 
 def refused_plan(body: Any, exc: ServesizeError, field: str | None) -> dict:

@@ -383,6 +383,7 @@ async function requestPlan(draft) {
     markStale(res.data.error);
     return;
   }
+  App.drawn = { seq, body: planBody(draft) };   // what an opened "why?" asks /api/explain about
   drawPlan(res.data, seq, draft);
   if (!draft) {
     App.timings.push(performance.now() - started);
@@ -453,16 +454,34 @@ function drawVerdict(view, seq, draft) {
       h("span", { class: "cval", text: c.text + " users" }), h("span", { class: "cmeans muted", text: c.means })));
   }
   box.appendChild(bars);
-  box.appendChild(h("details", { class: "why" }, h("summary", { text: "the whole derivation, as servesize plan --explain prints it" }),
-    h("pre", { class: "steps", id: "explainSteps", text: view.explain.map(s => s.text).join("\n") })));
+  box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
+}
+
+// -- derivations on demand: fetched once per drawn plan, when a "why?" is first opened -------------------
+
+function explainBox(summary, sections, id) {
+  const pre = h("pre", { class: "steps", id, text: "computing the derivation…" });
+  const box = h("details", { class: "why", dataset: { explain: sections.join(",") } }, h("summary", { text: summary }), pre);
+  box.addEventListener("toggle", () => { if (box.open) fillExplain(box, pre); });
+  return box;
+}
+
+async function fillExplain(box, pre) {
+  const drawn = App.drawn;
+  if (!App.explain || App.explain.seq !== drawn.seq) {
+    App.explain = { seq: drawn.seq, answer: post("/api/explain", drawn.body) };
+  }
+  const res = await App.explain.answer;
+  if (!res.ok) { pre.textContent = res.data.error; return; }
+  pre.textContent = box.dataset.explain.split(",").flatMap(k => res.data.sections[k] || []).map(x => x.text).join("\n") || "given";
+  box.dataset.filled = String(drawn.seq);
 }
 
 function drawTiles(tiles) {
   const box = $("#tiles");
   box.textContent = "";
   for (const t of tiles) {
-    const why = h("details", { class: "why" }, h("summary", { text: "why? (the derivation)" }),
-      h("pre", { class: "steps", text: t.steps.map(s => s.text).join("\n") || "given" }));
+    const why = explainBox("why? (the derivation)", t.explain);
     box.appendChild(h("div", { class: "tile" + (t.big ? " big" : "") + (t.status ? " st-" + t.status : ""), dataset: { tile: t.id, value: t.value } },
       h("div", { class: "tl", text: t.label }),
       h("div", { class: "tv" }, t.text, t.status ? h("span", { class: "badge", text: t.status }) : null),
@@ -486,7 +505,9 @@ function drawMemory(m, box, caption) {
   box.append(bar, h("div", { class: "legend" }, m.segments.map(s => h("span", { class: "li" }, h("span", { class: "sw m-" + s.id }), `${s.label} ${s.text}`))));
   if (m.log_lines.length) box.appendChild(h("p", { class: "small" }, "vLLM will log: ", h("code", { text: m.log_lines.join(" · ") })));
   for (const w of m.warnings) box.appendChild(h("p", { class: "small warn", text: w }));
-  box.appendChild(h("details", { class: "why" }, h("summary", { text: "the memory derivation" }), h("pre", { class: "steps", text: m.steps.map(s => s.text).join("\n") })));
+  box.appendChild(m.steps.length
+    ? h("details", { class: "why" }, h("summary", { text: "the memory derivation" }), h("pre", { class: "steps", text: m.steps.map(s => s.text).join("\n") }))
+    : explainBox("the memory derivation", ["memory"]));
 }
 
 function drawLengths(a) {
@@ -513,7 +534,7 @@ function drawBill(b) {
     h("div", { class: "bill-main", dataset: { value: b.cost_per_month } }, h("span", { class: "big", text: b.text.month }), h("span", { class: "muted", text: ` (price ${b.price_per_kwh} ${b.currency}/kWh, PUE ${b.pue})` })),
     h("div", { text: b.text.kw }), h("div", { text: b.text.user }), h("div", { text: b.text.tokens })),
     h("p", { class: "small muted", text: b.note + "; prefill busy " + (100 * b.duty.prefill_duty).toFixed(0) + "%, decoding " + (100 * b.duty.decode_duty).toFixed(0) + "%, idle " + (100 * b.duty.idle_fraction).toFixed(0) + "% of the time" }),
-    h("details", { class: "why" }, h("summary", { text: "the bill's derivation" }), h("pre", { class: "steps", text: b.steps.map(s => s.text).join("\n") })));
+    explainBox("the bill's derivation", ["power"]));
 }
 
 function download(name, content) {
