@@ -1,8 +1,8 @@
 """What the explorer's form is made of, served to the page by ``GET /api/catalogue``.
 
 The page draws every control from this: the Scenario's own declaration (``servesize.scenario``:
-kind, bounds, help, group, choices, the default a None takes), the few fields only the page has
-(the load it is priced at and the bill's tariff, declared here with the same ``Param``), and the
+kind, bounds, help, group, choices, the default a None takes), the two fields only the page has
+(the load it is priced at: users and a cold burst, declared here with the same ``Param``), and the
 layout: which control goes in which section, and the range a slider spans. A slider's range is a
 view of the field, not its bound: the server enforces the declared bounds, and the text box
 beside every slider takes any value inside them. Where a range has a source (an assumption's
@@ -19,6 +19,7 @@ from servesize.assumptions import assumption, modelled_assumptions
 from servesize.engine.weights import PRECISIONS
 from servesize.planning.sensitivity import SENSITIVITY
 from servesize.scenario import FIT_PARAMS, GROUPS, PARAMS, FitQuery, Param, Scenario
+from servesize.web.server import MAX_BODY_BYTES
 
 # -- the page's own fields ----------------------------------------------------------------------
 
@@ -41,7 +42,6 @@ BURST_FLUSH = "flush"
 WEB_LIMITS = {"fills": 2000, "draws": 20000}
 MAX_GPUS = 1024              # the GPU count in `gpus` (the fit's placements grow with log2 of it)
 DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many fills; the full one on release
-MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is the largest)
 
 # -- slider ranges ---------------------------------------------------------------------------------
 
