@@ -15,7 +15,7 @@ URL = re.compile(r"https://\S+")
 def test_every_fixture_file_is_one_whose_sources_this_module_checks():
     # A new kind of fixture needs a source check below before it can land.
     assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
-                                                   "seeds.json", "decode-benchmarks.json"}
+                                                   "seeds.json", "decode-benchmarks.json", "published-hit-rates.json"}
 
 
 # ---------------------------------------------------------------- vllm-logs-public.json
@@ -177,3 +177,18 @@ def test_every_decode_benchmark_source_names_its_url_publisher_and_quotes(source
 def test_every_decode_benchmark_case_names_a_listed_source():
     ids = {s["id"] for s in BENCHMARKS["sources"]}
     assert all(case["source"] in ids for case in BENCHMARKS["cases"])
+
+
+# ---------------------------------------------------------------- published-hit-rates.json (the Simulate issue)
+
+HIT_RATES = json.loads((FIXTURES / "published-hit-rates.json").read_text(encoding="utf-8"))["facts"]
+
+
+@pytest.mark.parametrize("fact", HIT_RATES, ids=lambda f: f["id"])
+def test_every_published_hit_rate_quotes_its_source_url_names_its_definition_and_the_tests_that_check_it(fact):
+    assert URL.fullmatch(fact["url"]), fact["url"]
+    assert fact["quote"].strip() and fact["definition"].strip() and fact["trace"].strip()
+    assert fact["checked_by"]
+    for node in fact["checked_by"]:
+        path, name = node.split("::")
+        assert re.search(rf"^def {re.escape(name)}\(", (TESTS.parent / path).read_text(), re.M), node

@@ -29,6 +29,7 @@ _EXPORTS = {
     "read_vllm_log": "servesize.api",
     "calibrate": "servesize.api",
     "fit_workload": "servesize.api",
+    "simulate": "servesize.api",  # the Simulate issue: replay a trace through vLLM's prefix cache
     "Plan": "servesize.planning.plan",
     "MemoryReport": "servesize.engine.memory",
     "FitResult": "servesize.engine.placement",

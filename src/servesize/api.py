@@ -24,7 +24,7 @@ from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogu
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
-from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, knobs_of, model_of, plan_inputs, workload_of
+from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, model_of, plan_inputs
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
@@ -60,13 +60,13 @@ def memory(scenario: Scenario) -> MemoryReport:
                          name=display_name(model))
 
 
-def _fixed(inputs: PlanInputs) -> tuple[MemoryReport, Fixed]:
+def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
                            name=inputs.name)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()
-    if fixed.pool_tokens <= reserved:
+    if check_prefixes and fixed.pool_tokens <= reserved:
         raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
                        f"prefixes ({reserved:,} tokens): nothing stays warm")
     return report, fixed
@@ -93,15 +93,11 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
     _, fixed = _fixed(inputs)
-    limit = inputs.workload.max_model_len if scenario.max_model_len is None else None
     cases = []
     for value, typed in zip(values, typed_values):
-        varied = scenario.replace(**{name: typed})
-        workload = workload_of(varied)
-        if limit is not None:
-            workload = workload.replace(max_model_len=limit)
+        varied = plan_inputs(scenario.replace(**{name: typed}))  # every rule and refusal, as plan applies them
         label = value.strip() if isinstance(value, str) else f"{typed:g}"
-        cases.append(SweepCase(label, float(typed), workload, knobs_of(varied)))
+        cases.append(SweepCase(label, float(typed), varied.workload, varied.knobs))
     return sweep_cases(fixed, name, cases)
 
 
@@ -166,3 +162,92 @@ def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_toke
     file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks."""
     return fit_observations(read_token_counts(path, column), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
                             preset_name=preset, distribution=distribution)
+
+
+# -- simulate: replay a trace through a vLLM-faithful prefix cache (servesize.simulate) ----------------
+
+def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int | None = None,
+             block_size: int | None = None, requests: str = "main", align: str | None = None, warmup: float = 0.5,
+             users: int | None = None, sessions_per_user: int | None = None, target_hit_rate: float = 0.9,
+             service: str | None = None, output_blocks: bool = True, exact: bool = True, bounds: bool = True,
+             users_search: bool = True, curves_for_users: tuple[int, ...] = (), max_model_len: int | None = None,
+             seed: int = 0, trace_format: str | None = None, trace_block_size: int | None = None,
+             synthetic_sessions: int | None = None, progress: Callable[[str], None] | None = None) -> Any:
+    """Hit rate against pool size for a trace (a path, a ``Trace``, or a ``Workload`` to generate sessions
+    from), the exact replay at the deployment's pool, and users at ``target_hit_rate``.
+
+    The pool is the ``scenario``'s (``memory``: its blocks, block size and max_model_len) or ``pool_tokens``
+    (the engine's KV cache size in tokens, in ``block_size``-token blocks); with neither, only the curve.
+    A scenario also prices service times (``service='model'``) and plans the Workload fitted from the trace."""
+    from dataclasses import replace
+
+    from servesize.simulate import result as sim
+    from servesize.simulate.replay import ReplayOptions
+
+    source = _simulation_trace(trace, trace_format, trace_block_size, synthetic_sessions, seed)
+    opts = sim.SimulateOptions(
+        replay=ReplayOptions(requests=requests, align=align, users=users, sessions_per_user=sessions_per_user,
+                             warmup=warmup, seed=seed, block_size=block_size, max_model_len=max_model_len),
+        target=target_hit_rate, service=service, output_blocks=output_blocks, exact=exact, bounds=bounds,
+        users_search=users_search, curves_for_users=tuple(curves_for_users))
+    if scenario is None:
+        pool = None if pool_tokens is None else _pool_of_tokens(pool_tokens, block_size or source.block_size)
+        return sim.run_simulation(source, pool, opts, progress=progress)
+    report = memory(scenario)
+    pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize memory: {report.model} on "
+                        f"{report.gpus.count}x{report.gpus.gpu.key}", report.pool.max_model_len,
+                        report.deployment.max_num_seqs)
+    if pool_tokens is not None:
+        pool = replace(_pool_of_tokens(pool_tokens, pool.block_size), max_model_len=pool.max_model_len,
+                       max_num_seqs=pool.max_num_seqs)
+
+    def model_service(replay):
+        from servesize.planning.ceilings import decode_setup, prefill_setup
+        from servesize.simulate.cache import ModelledService
+
+        inputs = plan_inputs(scenario)
+        _, fixed = _fixed(inputs, check_prefixes=False)  # service times need the engine, not the seed's prefixes
+        return ModelledService(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs),
+                               replay.input_tokens, replay.output_tokens)
+
+    def plan_fn(workload):
+        return sim.plan_summary(plan(scenario.replace(workload=workload), sensitivity=False))
+
+    return sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress)
+
+
+def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:
+    from servesize.simulate.result import PoolSpec
+
+    if pool_tokens < 2 * block_size:
+        raise BadInput(f"--pool-tokens {pool_tokens:,} holds fewer than two {block_size}-token blocks")
+    return PoolSpec(pool_tokens // block_size, block_size, f"--pool-tokens {pool_tokens:,}, the engine's KV cache size")
+
+
+def _simulation_trace(trace: Any, trace_format: str | None, trace_block_size: int | None, sessions: int | None,
+                      seed: int) -> Any:
+    """A Trace from a path (a trace file, or a workload file to generate sessions from), a Trace, or a Workload."""
+    from servesize.simulate.synthetic import DEFAULT_SESSIONS, synthesize
+    from servesize.simulate.traces import Trace, read_trace
+    from servesize.workload.model import Workload
+
+    if isinstance(trace, Trace):
+        return trace
+    if isinstance(trace, Workload):
+        return synthesize(trace, sessions=sessions or DEFAULT_SESSIONS, seed=seed)
+    path = os.fspath(trace)
+    if path.lower().endswith(".toml") or _is_workload_file(path):
+        from servesize.workload.files import load_workload
+
+        return synthesize(load_workload(path), sessions=sessions or DEFAULT_SESSIONS, seed=seed, name=os.path.basename(path))
+    return read_trace(path, format=trace_format, block_size=trace_block_size)
+
+
+def _is_workload_file(path: str) -> bool:
+    """A workload file as ``servesize workload fit --out`` writes it (JSON with its format key), not a trace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and b'"servesize_workload"' in head

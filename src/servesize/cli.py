@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
+    "simulate": ("servesize.commands.simulate", "replay a trace through vLLM's prefix cache: hit rate vs pool, users at a target"),
     "serve": ("servesize.commands.serve", "the explorer: a local web page over the same engine (127.0.0.1)"),
 }
 
@@ -159,7 +160,12 @@ def _emit(result, args) -> int:
         from servesize.render.text import render_text
 
         sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
-    return getattr(result, "exit_code", 0)
+    code = getattr(result, "exit_code", 0)
+    if code:  # the report is out, but the command did not do what was asked: say why, on stderr
+        sys.stdout.flush()
+        reason = getattr(result, "failure", None) or f"the command did not complete (exit {code})"
+        print(f"servesize: {reason}", file=sys.stderr)
+    return code
 
 
 def _finite(obj):

@@ -35,3 +35,9 @@ class Interrupted(ServesizeError):
     """Ctrl-C during a measurement: one line naming the record to resume, exit 130."""
 
     exit_code = 130
+
+
+class Terminated(ServesizeError):
+    """SIGTERM during a measurement: ended as Ctrl-C ends it (the record kept, one line), exit 143 (128 + 15)."""
+
+    exit_code = 143

@@ -73,8 +73,17 @@ def collect_between() -> None:
 
 ERROR_TYPES = (
     "connection_refused", "connect_error", "connect_timeout", "http_error", "malformed_sse", "server_error_event",
-    "stall_timeout", "total_timeout", "connection_reset", "truncated_stream", "bad_url", "client_error",
+    "stall_timeout", "total_timeout", "connection_reset", "truncated_stream", "bad_url", "client_error", "not_openai",
 )
+
+NOT_OPENAI = ("not an OpenAI-compatible endpoint: {what} answered an HTML page, not {expected} ({page}); is --url the "
+              "API server itself (e.g. http://localhost:8000), not a web UI, a proxy's login page or a dashboard?")
+
+
+def is_html(text: bytes | str) -> bool:
+    """A body that is a web page: its first non-blank character opens a tag (<!DOCTYPE, <html, <head, ...)."""
+    head = text.lstrip()[:1]
+    return head in (b"<", "<")
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -209,6 +218,8 @@ class StreamClient:
                            "(is the server running, and is --url right?)") from None
         if status != 200:
             raise BadInput(f"{self.base_url}/v1/models answered HTTP {status}: {excerpt(text)}")
+        if is_html(text):
+            raise BadInput(NOT_OPENAI.format(what=f"{self.base_url}/v1/models", expected="a model list", page=excerpt(text, 80)))
         try:
             return list(json.loads(text)["data"])
         except (ValueError, KeyError, TypeError):
@@ -303,6 +314,10 @@ class StreamClient:
         parser.end_of_body()
 
 
+MAX_SSE_LINE_BYTES = 16 << 20  # one SSE line: a token event is ~200 bytes, a usage event ~300
+MAX_SSE_EVENT_LINES = 10_000  # data lines in one event (OpenAI servers send one)
+
+
 class StreamParser:
     """An SSE body, read into a ``RequestResult``: lines -> events -> tokens, usage and timings.
 
@@ -314,7 +329,7 @@ class StreamParser:
     non-empty text; ``finish()`` derives inter-token latency and decode speed from the token times.
     Every malformed input is an ``error`` on the result, never an exception."""
 
-    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending")
+    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending", "_sniffed")
 
     def __init__(self, result: RequestResult, t0_ns: int, *, chat: bool = False):
         self.result = result
@@ -326,6 +341,7 @@ class StreamParser:
         self._data: list[bytes] = []  # data lines of the event being assembled
         self._t_event = 0
         self._pending = b""  # an incomplete last line
+        self._sniffed = False  # the body's first non-blank bytes have been looked at (an HTML page is no stream)
 
     def _fail(self, kind: str, message: str) -> bool:
         self.result.error = {"type": kind, "message": message}
@@ -337,7 +353,13 @@ class StreamParser:
             self.result.first_byte_s = (now_ns - self.t0) / 1e9
         self._pending += chunk
         if b"\n" not in chunk:
+            if len(self._pending) > MAX_SSE_LINE_BYTES:
+                if not self._sniffed and not self._sniff(final=True):
+                    return False
+                return self._fail("malformed_sse", f"an SSE line longer than {MAX_SSE_LINE_BYTES:,} bytes: not a token stream")
             return True
+        if not self._sniffed and not self._sniff(final=False):
+            return False
         lines = self._pending.split(b"\n")
         self._pending = lines.pop()
         for raw in lines:
@@ -349,11 +371,30 @@ class StreamParser:
                 return False
         return True
 
+    def _sniff(self, final: bool) -> bool:
+        """Look once at the body's first non-blank line (once it is complete, or the body has ended): an HTML
+        page (a web UI or a proxy's login page served with HTTP 200) or a single JSON document is not an SSE
+        stream, and says so. Deciding on the whole line makes the verdict the same however the body was split."""
+        head = self._pending.lstrip()
+        if not head or (b"\n" not in head and not final):
+            return True
+        self._sniffed = True
+        line = head.split(b"\n", 1)[0][:200]
+        if is_html(line):
+            return self._fail("not_openai", NOT_OPENAI.format(what="the completions endpoint", expected="an SSE stream",
+                                                              page=_text(line)))
+        if line[:1] in (b"{", b"["):
+            return self._fail("malformed_sse", f"the answer is a JSON document, not an SSE stream (did the server ignore "
+                                               f"stream: true?): {_text(line)}")
+        return True
+
     def _field(self, line: bytes, now_ns: int) -> bool:
         if line.startswith(b"data:"):
             if not self._data:
                 self._t_event = now_ns
             self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            if len(self._data) > MAX_SSE_EVENT_LINES:
+                return self._fail("malformed_sse", f"an SSE event of more than {MAX_SSE_EVENT_LINES:,} data lines: not a token stream")
             return True
         if line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
             return True  # a comment or a field the harness does not use
@@ -419,6 +460,8 @@ class StreamParser:
 
     def end_of_body(self) -> None:
         """The body ended: without [DONE] (and no earlier error) the stream was cut short."""
+        if self.result.error is None and not self._sniffed and not self._sniff(final=True):
+            return
         if self.result.error is None and not self.done:
             self._fail("truncated_stream", f"stream ended before [DONE] after {len(self.token_ns)} token chunks")
 

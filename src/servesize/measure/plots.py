@@ -63,7 +63,12 @@ def plot_sessions(result: SessionsResult, path) -> None:
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     users = [g.users for g in result.rungs]
-    ax1.plot(users, [g.warm_hit_rate if g.warm_hit_rate is not None else float("nan") for g in result.rungs], "o-")
+    nan = float("nan")
+    # a failed rung is no measurement: no point for it, a cross on the axis instead
+    ax1.plot(users, [g.warm_hit_rate if g.warm_hit_rate is not None and not g.failed else nan for g in result.rungs], "o-")
+    failed = [g.users for g in result.rungs if g.failed]
+    if failed:
+        ax1.plot(failed, [0.0] * len(failed), "x", color="tab:red", ms=10, label="FAILED rung (no measurement)")
     ax1.axhline(result.warm_target, color="grey", ls="--", lw=1, label=f"target {result.warm_target:.0%}")
     ax1.set_xlabel("simulated users")
     ax1.set_ylabel("warm-hit rate (returning requests)")
@@ -71,8 +76,8 @@ def plot_sessions(result: SessionsResult, path) -> None:
     ax1.legend(loc="lower left")
     for key, colour in (("ttft_hit", "tab:green"), ("ttft_miss", "tab:red")):
         for q, style in (("p50_s", "o-"), ("p95_s", "o--")):
-            ys = [getattr(g, key).get(q) for g in result.rungs]
-            ax2.plot(users, [y * 1000 if y is not None else float("nan") for y in ys], style, color=colour,
+            ys = [None if g.failed else getattr(g, key).get(q) for g in result.rungs]
+            ax2.plot(users, [y * 1000 if y is not None else nan for y in ys], style, color=colour,
                      label=f"{'hits' if key == 'ttft_hit' else 'misses'} {q[:3]}")
     ax2.set_xlabel("simulated users")
     ax2.set_ylabel("TTFT (ms)")

@@ -39,7 +39,8 @@ from servesize.errors import BadInput, ServesizeError
 from servesize.measure.client import RequestResult, StreamClient, collect_between
 from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
 from servesize.measure.prompts import PromptFactory
-from servesize.measure.record import RecordContents, RunRecord
+from servesize.measure.record import RecordContents, RunRecord, typed
+from servesize.scenario import MAX_TOKENS
 
 SIGNALS = ("cached_tokens", "metrics", "ttft")
 
@@ -65,14 +66,19 @@ class PoolConfig:
     fine_order: str = "sequential"
     seed: int = 0
     use_tokenize: bool = True
+    predicted_source: str | None = None  # what the prediction is, in words (e.g. the --predict arguments)
 
     def __post_init__(self) -> None:
-        if self.rounds < 2:
-            raise BadInput("--rounds must be at least 2 (round 1 fills the cache, later rounds test warmth)")
-        if self.prompt_tokens < 2:
-            raise BadInput("--prompt-tokens must be at least 2")
-        if self.max_parallel < 1:
-            raise BadInput("--max-parallel must be at least 1")
+        if not 2 <= self.rounds <= MAX_ROUNDS:
+            raise BadInput(f"--rounds must be in [2, {MAX_ROUNDS}] (round 1 fills the cache, later rounds test warmth)")
+        if not 2 <= self.prompt_tokens <= MAX_TOKENS:
+            raise BadInput(f"--prompt-tokens must be in [2, {MAX_TOKENS:,}]")
+        if not 1 <= self.max_parallel <= MAX_PARALLEL:
+            raise BadInput(f"--max-parallel must be in [1, {MAX_PARALLEL:,}]")
+        if self.block_size is not None and not 1 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise BadInput(f"--block-size must be in [1, {MAX_BLOCK_SIZE:,}] tokens")
+        if self.predicted_tokens is not None and not 0 <= self.predicted_tokens <= MAX_POOL_TOKENS:
+            raise BadInput(f"the predicted pool must be in [0, {MAX_POOL_TOKENS:,}] tokens, not {self.predicted_tokens:,}")
         unknown = [s for s in self.signals if s not in SIGNALS]
         if unknown or not self.signals:
             raise BadInput(f"signals must be drawn from {', '.join(SIGNALS)}, not {', '.join(unknown) or 'none'}")
@@ -90,9 +96,16 @@ class PoolConfig:
 
     @classmethod
     def from_params(cls, params: dict) -> PoolConfig:
-        p = dict(params)
+        """From a run record's header, every field checked (BadInput, one line, for a damaged one)."""
+        p = typed(cls, params, "the run record's header")
         p["signals"] = tuple(p.get("signals", SIGNALS))
-        return cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
+        return cls(**p)
+
+
+MAX_ROUNDS = 100
+MAX_PARALLEL = 100_000  # prompts in one probe: each is a connection and a prompt held in memory
+MAX_BLOCK_SIZE = 1 << 16
+MAX_POOL_TOKENS = 10**13  # as servesize plan --pool-tokens
 
 
 # -- pure pieces ------------------------------------------------------------------------------
@@ -371,7 +384,8 @@ class PoolRun:
         return _Live(client=client, scraper=scraper, prompts=prompts, model=model)
 
     def _load_replay(self) -> None:
-        """Completed probes of a resumed record, by (stage, key); incomplete probes are run again."""
+        """Completed probes of a resumed record, by (stage, key); incomplete probes are run again. Every
+        recorded field is checked as it is read: a damaged record is BadInput (one line), never a crash."""
         if self.resume is None:
             return
         requests: dict[int, dict[int, dict[int, RequestResult]]] = {}
@@ -379,19 +393,18 @@ class PoolRun:
         for e in self.resume.events:
             t = e.get("type")
             if t == "request":
-                requests.setdefault(e["probe"], {}).setdefault(e["round"], {})[e["index"]] = RequestResult.from_dict(e["result"])
+                probe, rnd, index = (_count_field(e, k) for k in ("probe", "round", "index"))
+                result = RequestResult.from_dict(typed(RequestResult, e.get("result"), "a 'request' event of the run record"))
+                requests.setdefault(probe, {}).setdefault(rnd, {})[index] = result
             elif t == "round":
                 d = e.get("delta")
-                deltas.setdefault(e["probe"], {})[e["round"]] = MetricsDelta(**d) if d else None
+                deltas.setdefault(_count_field(e, "probe"), {})[_count_field(e, "round")] = \
+                    MetricsDelta(**typed(MetricsDelta, d, "a 'round' event of the run record")) if d is not None else None
             elif t == "probe":
-                seq = e["seq"]
-                rounds = [[requests[seq][r][i] for i in sorted(requests[seq][r])] for r in sorted(requests.get(seq, {}))]
-                p = Probe(seq=seq, stage=e["stage"], n=e["n"], extra_blocks=e["extra_blocks"], sizes=e["sizes"], rounds=rounds,
-                          deltas=[deltas.get(seq, {}).get(r) for r in sorted(requests.get(seq, {}))],
-                          verdict=Verdict(**e["verdict"]))
+                p = _replayed_probe(e, requests, deltas)
                 self._replay[(p.stage, p.key)] = p
             if t in ("request", "round", "probe"):
-                self.seq = max(self.seq, int(e.get("probe", e.get("seq", 0))))
+                self.seq = max(self.seq, _count_field(e, "probe" if t != "probe" else "seq"))
         if self._replay:
             self.notes.append(f"resumed: {len(self._replay)} completed probe(s) taken from the record")
 
@@ -523,6 +536,30 @@ class PoolRun:
         return fine
 
 
+def _count_field(event: dict, name: str) -> int:
+    value = event.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise BadInput(f"a {event.get('type')!r} event of the run record has no {name!r} count: the record is damaged")
+    return value
+
+
+def _replayed_probe(e: dict, requests: dict, deltas: dict) -> Probe:
+    """A completed probe from its 'probe' event and the requests and rounds recorded before it."""
+    where = "a 'probe' event of the run record"
+    seq, n, extra = _count_field(e, "seq"), _count_field(e, "n"), _count_field(e, "extra_blocks")
+    stage, sizes = e.get("stage"), e.get("sizes")
+    if stage not in ("coarse", "fine") or not isinstance(sizes, list) or \
+            not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
+        raise BadInput(f"{where} has no stage or prompt sizes: the record is damaged")
+    rounds_of = requests.get(seq, {})
+    rounds = [[rounds_of[r][i] for i in sorted(rounds_of[r])] for r in sorted(rounds_of)]
+    if any(len(rnd) != len(sizes) for rnd in rounds):
+        raise BadInput(f"{where} (probe {seq}) has rounds without every request: the record is damaged")
+    verdict = Verdict(**typed(Verdict, e.get("verdict"), where + " verdict"))
+    return Probe(seq=seq, stage=stage, n=n, extra_blocks=extra, sizes=sizes, rounds=rounds,
+                 deltas=[deltas.get(seq, {}).get(r) for r in sorted(rounds_of)], verdict=verdict)
+
+
 def _pool_interval(coarse: Bisection, fine: Bisection | None, block_size: int | None,
                   per_prompt: int) -> tuple[int, int | None, str]:
     """The pool in tokens, [low, high) (high None: a lower bound only), and how well it is known."""
@@ -614,7 +651,8 @@ class PoolResult:
                          f"engine's null block (block 0)")
         src = None
         if predicted_tokens is not None:
-            src = "prediction object" if run.predicted is not None else "--predicted-tokens"
+            src = run.cfg.predicted_source or (f"from the {type(run.predicted).__name__} given" if run.predicted is not None
+                                               else "given as --predicted-tokens")
         return cls(url=run.cfg.url, model=model, prompt_tokens=run.prompt_tokens, rounds=run.cfg.rounds, block_size=B,
                    block_size_source=run.block_size_source, n_warm=coarse.lo, n_cold=coarse.hi,
                    extra_blocks_warm=fine.lo if fine else 0, extra_blocks_cold=fine.hi if fine else None,

@@ -132,3 +132,69 @@ def plot_fit(result: WorkloadFit, path) -> str:
 def _lognormal_cdf(x: np.ndarray, mu: float, sigma: float) -> np.ndarray:
     erf = np.vectorize(math.erf, otypes=[np.float64])
     return 0.5 * (1.0 + erf((np.log(x) - mu) / (sigma * math.sqrt(2.0))))
+
+
+# -- simulate: hit rate against pool size (servesize simulate --plot) ---------------------------------
+
+def plot_simulation(result, path) -> str:
+    """Left: token hit rate against pool size (one-pass LRU, extra user counts, FIFO/Belady bounds, the exact
+    replay, the deployment's pool). Right, when users were searched: hit rate at the pool against users."""
+    plt = _pyplot()
+    c = result.curve
+    users = result.users
+    fig, axes = plt.subplots(1, 2 if users is not None else 1, figsize=(13 if users is not None else 8, 5), squeeze=False)
+    ax = axes[0, 0]
+    blocks = c.grid(300)
+    ax.plot(blocks * c.block_size, 100 * c.at_pool(blocks), color="black", lw=2.2, label=f"LRU, one pass ({_label(result)})")
+    shades = plt.get_cmap("viridis")(np.linspace(0.15, 0.85, max(len(result.extra_curves), 1)))
+    for (label, curve), shade in zip(result.extra_curves, shades):
+        b = curve.grid(300)
+        ax.plot(b * curve.block_size, 100 * curve.at_pool(b), lw=1.2, color=shade, label=f"LRU, {label}")
+    if result.bounds:
+        tokens = [b["tokens"] for b in result.bounds]
+        ax.plot(tokens, [100 * b["fifo"] for b in result.bounds], "v", color="tab:orange", label="FIFO")
+        ax.plot(tokens, [100 * b["belady"] for b in result.bounds], "^", color="tab:green", label="Belady (optimum)")
+    ax.axhline(100 * c.ideal_token_hit_rate, color="k", ls="--", lw=1, label=f"unbounded {100 * c.ideal_token_hit_rate:.1f}%")
+    target = result.choices.get("target", 0.9)
+    ax.axhline(100 * target, color="tab:red", ls=":", lw=1, label=f"target {target:.0%}")
+    if result.pool is not None:
+        ax.axvline(result.pool.tokens, color="tab:purple", ls="-.", lw=1.2, label=f"the deployment's pool ({result.pool.tokens:,} tokens)")
+    if result.exact is not None:
+        ax.plot([result.pool.tokens], [100 * result.exact.token_hit_rate], "o", color="tab:purple", ms=8,
+                label=f"exact replay, pinning on ({100 * result.exact.token_hit_rate:.1f}%)")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("KV pool (tokens, log scale)")
+    ax.set_ylabel("token hit rate (%) of the measured requests")
+    ax.set_title(f"{result.trace['name']}: hit rate against pool size")
+    ax.legend(loc="upper left", fontsize=6.5, framealpha=0.9)  # the curves rise to the right of it
+    if users is not None:
+        _plot_users(axes[0, 1], result)
+    fig.tight_layout()
+    return _save(fig, path, dpi=110)
+
+
+def _label(result) -> str:
+    ch = result.choices
+    who = f"{ch['users']} users" if "users" in ch else f"{ch['sessions']} sessions"
+    return f"{who}, {ch['requests']}, align {ch['align']}, warm-up {ch['warmup']:.0%}"
+
+
+def _plot_users(ax, result) -> None:
+    u = result.users
+    pts = sorted(u.points, key=lambda p: p.users)
+    ax.plot([p.users for p in pts], [100 * p.hit_rate for p in pts], "o-", color="tab:blue", label="one pass at the pool")
+    ax.axhline(100 * u.target, color="tab:red", ls=":", lw=1, label=f"target {u.target:.0%}")
+    ax.axvline(u.users, color="tab:blue", ls="--", lw=1, label=f"users at {u.target:.0%}: {u.users:,}")
+    if result.users_exact:
+        ax.plot([result.users_exact["users"]], [100 * result.users_exact["token_hit_rate"]], "o", color="tab:purple", ms=8,
+                label="exact replay, pinning on")
+    if result.plan is not None:
+        w = result.plan["warm_users"]
+        ax.axvspan(w["p5"], w["p95"], color="tab:gray", alpha=0.2, label=f"plan's warm users p5-p95 (p50 {w['p50']:,.0f})")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("concurrent users (log scale)")
+    ax.set_ylabel("token hit rate (%) at the deployment's pool")
+    ax.set_title(f"users at the pool ({u.num_blocks:,} blocks)")
+    ax.legend(loc="lower left", fontsize=7)

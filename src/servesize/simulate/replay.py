@@ -1,0 +1,343 @@
+"""A Trace -> the requests one replay sends, in arrival order, in the engine's blocks.
+
+The choices that change a hit rate, each named and stated in every output:
+
+- **requests**: ``main`` (a session's own requests; subagents left out: the selection the published
+  reference curves use) or ``all`` (subagents as sessions of their own, started on their parent's clock);
+- **align**: when each session starts. ``t0``: every session at time 0 (the published curves);
+  ``stagger``: session k of S at k/S of the median session duration (arrivals spread over one session's
+  length); ``trace``: the trace's own clock (traces with one, such as Mooncake's);
+- **users**: None replays the trace's sessions as they are; N makes N concurrent users, each working
+  through ``sessions_per_user`` sessions (default max(4, ceil(100 / N)): at least four each and a hundred in
+  all) drawn (seeded) from the trace back to back, pausing the trace's
+  median think time between two; the replay stops when the first user runs out of sessions, so N users
+  are active throughout. A session drawn twice is a second user's copy: its blocks are its own;
+- **block size**: the engine's. Trace ids are chained (one names a block and all before it), so an engine
+  block is named by the trace block that holds its last token and that token's place in it: an engine
+  block smaller than the trace's takes the trace block's identity and its own position in it, a larger one
+  the last trace block it covers. An engine block past what the trace's ids cover (the unhashed tail of a
+  prompt) matches nothing. Prompts that differ inside a trace block are not told apart below that size;
+- **warm-up**: the first ``warmup`` fraction of requests (by arrival) fill the cache and are not counted.
+
+Only full engine blocks are kept: vLLM caches nothing else (its block hashes cover full blocks only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
+
+ALIGNS = ("t0", "stagger", "trace")
+REQUEST_SELECTIONS = ("main", "all")
+DEFAULT_WARMUP = 0.5           # kvcache-simulator and the kvcache.ai curves measure the second half of the requests
+MIN_SESSIONS_PER_USER = 4      # each user reaches steady state after the warm-up (a modelled choice)
+MIN_SESSIONS_DRAWN = 100       # a replay of few users still samples the trace's spread of sessions (a modelled choice)
+MAX_USERS = 100_000
+_CHUNK = 4096                  # requests re-chunked at a time (bounds the temporary arrays)
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    requests: str = "main"
+    align: str | None = None            # None: 'trace' for a trace with one clock and no sessions, else 't0'
+    users: int | None = None
+    sessions_per_user: int | None = None  # None: max(4, ceil(100 / users))
+    warmup: float = DEFAULT_WARMUP
+    seed: int = 0
+    block_size: int | None = None       # the engine's; None: the trace's own
+    max_model_len: int | None = None    # prompts longer are refused by vLLM: left out and counted
+
+    def __post_init__(self):
+        if self.requests not in REQUEST_SELECTIONS:
+            raise BadInput(f"--requests must be one of {', '.join(REQUEST_SELECTIONS)}, got {self.requests!r}")
+        if self.align is not None and self.align not in ALIGNS:
+            raise BadInput(f"--align must be one of {', '.join(ALIGNS)}, got {self.align!r}")
+        if not 0 <= self.warmup < 1:
+            raise BadInput(f"--warmup must be in [0, 1), got {self.warmup!r}")
+        if self.users is not None and not 1 <= self.users <= MAX_USERS:
+            raise BadInput(f"--users must be in [1, {MAX_USERS:,}], got {self.users!r}")
+        if self.sessions_per_user is not None and not 1 <= self.sessions_per_user <= 10_000:
+            raise BadInput(f"--sessions-per-user must be in [1, 10000], got {self.sessions_per_user!r}")
+        if self.block_size is not None and not 1 <= self.block_size <= 1 << 16:
+            raise BadInput(f"the block size must be in [1, 65536] tokens, got {self.block_size!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """Requests in arrival order: ``nodes[offsets[i]:offsets[i + 1]]`` are request i's full engine blocks
+    (chained ids, ``num_nodes`` of them in all); requests from ``measured_from`` on are counted."""
+
+    block_size: int
+    arrival_s: np.ndarray
+    service_s: np.ndarray       # NaN where the trace does not say
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    session: np.ndarray         # replay session index
+    user: np.ndarray            # -1 unless users were made
+    source: np.ndarray          # the trace request each one replays
+    nodes: np.ndarray
+    offsets: np.ndarray
+    num_nodes: int
+    measured_from: int
+    sessions: int
+    choices: dict = field(default_factory=dict)
+
+    @property
+    def requests(self) -> int:
+        return int(self.arrival_s.size)
+
+    def nodes_of(self, i: int) -> np.ndarray:
+        return self.nodes[self.offsets[i]:self.offsets[i + 1]]
+
+    def hittable_blocks(self) -> np.ndarray:
+        """Per request, the full blocks a hit may cover: vLLM recomputes the last prompt token, so at most
+        (input - 1) // block_size (kv_cache_manager.get_computed_blocks: max_cache_hit_length = num_tokens - 1)."""
+        return np.minimum(np.diff(self.offsets), np.maximum(self.input_tokens - 1, 0) // self.block_size)
+
+    def measured_tokens(self) -> int:
+        return int(self.input_tokens[self.measured_from:].sum())
+
+
+# ----------------------------------------------------------------------------------------------
+# which requests, and when each session starts
+# ----------------------------------------------------------------------------------------------
+
+def _default_align(trace: Trace) -> str:
+    return "t0" if trace.has_sessions else "trace"
+
+
+def _check_align(trace: Trace, align: str, users: int | None) -> None:
+    if align == "trace" and trace.clock != "trace":
+        raise BadInput(f"{trace.name}: its sessions have no common clock (times count from each session's start); "
+                       "use --align t0 or --align stagger")
+    if align != "trace" and not trace.has_sessions:
+        raise BadInput(f"{trace.name}: its requests belong to no sessions, so sessions cannot be aligned; use --align trace")
+    if users is not None and not trace.has_sessions:
+        raise BadInput(f"{trace.name}: its requests belong to no sessions, so users cannot be made from it; "
+                       "replay it on its own clock (without --users)")
+    if users is not None and align == "trace":
+        raise BadInput("--users makes its own clock: use --align t0 or --align stagger with it")
+
+
+def _session_parts(trace: Trace, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every session: its main session (itself, or a subagent's parent) and its start on that one's clock."""
+    n = len(trace.sessions)
+    root = np.arange(n, dtype=np.int64)
+    start = np.zeros(n, dtype=np.float64)
+    for k, info in enumerate(trace.sessions):
+        if info.parent >= 0:
+            root[k], start[k] = root[info.parent], start[info.parent] + info.start_s
+    if trace.clock == "trace":  # one clock: a session starts at its first request
+        first = np.full(n, np.inf)
+        np.minimum.at(first, trace.session[keep], trace.t_s[keep])
+        start = start - np.where(np.isfinite(first), first, 0.0)
+    return root, start
+
+
+def _durations(trace: Trace, keep: np.ndarray, root: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Seconds from a main session's start to its last request's end (service included where known)."""
+    idx = np.flatnonzero(keep)
+    ends = start[trace.session[idx]] + trace.t_s[idx] + np.nan_to_num(trace.service_s[idx])
+    out = np.zeros(len(trace.sessions))
+    np.maximum.at(out, root[trace.session[idx]], ends)
+    return out
+
+
+def think_gap_s(trace: Trace, keep: np.ndarray) -> float:
+    """The median pause between one request's end and the next request of its session (0 if none)."""
+    idx = np.flatnonzero(keep)
+    if idx.size < 2:
+        return 0.0
+    order = idx[np.lexsort((trace.t_s[idx], trace.session[idx]))]
+    same = trace.session[order][1:] == trace.session[order][:-1]
+    gaps = trace.t_s[order][1:] - trace.t_s[order][:-1] - np.nan_to_num(trace.service_s[order][:-1])
+    gaps = gaps[same]
+    return float(np.median(np.maximum(gaps, 0.0))) if gaps.size else 0.0
+
+
+@dataclass
+class _Plan:
+    """Which trace requests are sent, when, as whose, in which copy of the id space."""
+
+    source: np.ndarray
+    arrival: np.ndarray
+    session: np.ndarray
+    user: np.ndarray
+    copy: np.ndarray
+    sessions: int
+    choices: dict
+
+
+def _as_is(trace: Trace, keep: np.ndarray, align: str, root: np.ndarray, start: np.ndarray) -> _Plan:
+    idx = np.flatnonzero(keep)
+    mains = np.unique(root[trace.session[idx]])
+    offset = np.zeros(len(trace.sessions))
+    choices: dict = {}
+    if align == "stagger":
+        duration = float(np.median(_durations(trace, keep, root, start)[mains]))
+        offset[mains] = np.arange(mains.size) * (duration / max(mains.size, 1))
+        choices["stagger_s"] = duration / max(mains.size, 1)
+        choices["median_session_s"] = duration
+    s = trace.session[idx]
+    arrival = trace.t_s[idx] if align == "trace" else offset[root[s]] + start[s] + trace.t_s[idx]
+    zeros = np.zeros(idx.size, dtype=np.int64)
+    return _Plan(idx, arrival, s.astype(np.int64), zeros - 1, zeros, int(np.unique(s).size), choices)
+
+
+def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray, start: np.ndarray) -> _Plan:
+    """N users, each running ``sessions_per_user`` drawn sessions back to back, cut where the first user runs out.
+
+    Sessions are drawn without replacement in rounds of a seeded permutation; round c's draw of a session is
+    copy c (its blocks are its own: two users never share a conversation)."""
+    assert opts.users is not None
+    idx = np.flatnonzero(keep)
+    sess_root = root[trace.session[idx]]
+    order = np.argsort(sess_root, kind="stable")
+    grouped, keys = idx[order], sess_root[order]
+    mains = np.unique(keys)
+    lo, hi = np.searchsorted(keys, mains, "left"), np.searchsorted(keys, mains, "right")
+    n_users = opts.users
+    per_user = opts.sessions_per_user or max(MIN_SESSIONS_PER_USER, -(-MIN_SESSIONS_DRAWN // n_users))
+    need = n_users * per_user
+    rng = np.random.default_rng(opts.seed)
+    picks = np.concatenate([rng.permutation(mains.size) for _ in range(-(-need // mains.size))])[:need]
+    copy_of_draw = np.arange(need, dtype=np.int64) // mains.size
+    durations = _durations(trace, keep, root, start)[mains[picks]]
+    gap = think_gap_s(trace, keep)
+    median_s = float(np.median(_durations(trace, keep, root, start)[mains]))
+    first = np.arange(n_users) * (median_s / n_users) if opts.align == "stagger" else np.zeros(n_users)
+    lengths = (durations + gap).reshape(n_users, per_user)
+    starts = first[:, None] + np.cumsum(lengths, axis=1) - lengths
+    stop = float(np.min(starts[:, -1] + durations.reshape(n_users, per_user)[:, -1]))
+    counts = hi[picks] - lo[picks]
+    draw = np.repeat(np.arange(need, dtype=np.int64), counts)
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    source = grouped[np.repeat(lo[picks], counts) + within]
+    s_local = trace.session[source]
+    arrival = starts.ravel()[draw] + start[s_local] + trace.t_s[source]
+    inside = arrival <= stop
+    # a draw's subagents are sessions of their own, apart from the draw's main session
+    _, session = np.unique((draw * len(trace.sessions) + s_local)[inside], return_inverse=True)
+    session = session.astype(np.int64).ravel()
+    choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": gap, "stop_s": stop,
+               "sessions_drawn": need, "distinct_sessions_drawn": int(min(need, mains.size))}
+    return _Plan(source[inside], arrival[inside], session, (draw // per_user)[inside], copy_of_draw[draw][inside],
+                 int(session.max()) + 1 if session.size else 0, choices)
+
+
+# ----------------------------------------------------------------------------------------------
+# engine blocks
+# ----------------------------------------------------------------------------------------------
+
+def _mode(trace_block: int, engine_block: int) -> tuple[str, int]:
+    if engine_block % trace_block == 0:
+        return "coarse", engine_block // trace_block
+    if trace_block % engine_block == 0:
+        return "fine", trace_block // engine_block
+    return "general", 0
+
+
+def _chunk_nodes(trace: Trace, req: np.ndarray, counts: np.ndarray, block: int, mode: str, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Raw engine ids of the full blocks of ``req`` (``counts`` each) and which of them the trace's ids cover."""
+    total = int(counts.sum())
+    j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    start = np.repeat(trace.offsets[req], counts)
+    length = np.repeat(trace.offsets[req + 1] - trace.offsets[req], counts)
+    if mode == "fine":
+        src, sub = j // r, j % r
+    elif mode == "coarse":
+        src, sub = (j + 1) * r - 1, np.zeros_like(j)
+    else:  # named by the trace block holding the engine block's last token, and where in it that token is
+        last = (j + 1) * block - 1
+        src, sub = last // trace.block_size, last % trace.block_size
+    valid = src < length
+    native = trace.blocks[start + np.minimum(src, np.maximum(length - 1, 0))].astype(np.int64)
+    scale = r if mode == "fine" else (trace.block_size if mode == "general" else 1)
+    return native * scale + sub, valid
+
+
+def _engine_nodes(trace: Trace, source: np.ndarray, copy: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Full engine blocks of each sent request -> chained ids (int32), their offsets and how many ids exist.
+
+    Blocks the trace's ids do not cover get ids of their own (they match nothing)."""
+    mode, r = _mode(trace.block_size, block)
+    per_copy = trace.num_ids * (r if mode == "fine" else trace.block_size if mode == "general" else 1)
+    full = trace.input_tokens[source] // block
+    offsets = np.zeros(source.size + 1, dtype=np.int64)
+    np.cumsum(full, out=offsets[1:])
+    fresh = per_copy * (int(copy.max()) + 1 if copy.size else 1)
+    raw = np.empty(int(offsets[-1]), dtype=np.int64)
+    for lo in range(0, source.size, _CHUNK):
+        hi = min(lo + _CHUNK, source.size)
+        counts = full[lo:hi]
+        if not counts.sum():
+            continue
+        node, valid = _chunk_nodes(trace, source[lo:hi], counts, block, mode, r)
+        node += np.repeat(copy[lo:hi], counts) * per_copy
+        missing = np.flatnonzero(~valid)
+        node[missing] = fresh + np.arange(missing.size)
+        fresh += missing.size
+        raw[offsets[lo]:offsets[hi]] = node
+    if mode == "general" or fresh > MAX_TOTAL_BLOCKS:  # sparse ids: number them densely
+        uniq, inverse = np.unique(raw, return_inverse=True)
+        raw, fresh = inverse.ravel(), int(uniq.size)
+    if fresh > MAX_TOTAL_BLOCKS:
+        raise BadInput(f"this replay has more than {MAX_TOTAL_BLOCKS:,} distinct blocks; use fewer users or a larger block size")
+    return raw.astype(np.int32), offsets, fresh
+
+
+# ----------------------------------------------------------------------------------------------
+# the entry point
+# ----------------------------------------------------------------------------------------------
+
+def build_replay(trace: Trace, opts: ReplayOptions = ReplayOptions()) -> Replay:
+    """The requests a replay sends, in arrival order, with the choices that made them (``Replay.choices``)."""
+    align = opts.align or _default_align(trace)
+    _check_align(trace, align, opts.users)
+    keep = ~trace.subagent if opts.requests == "main" else np.ones(trace.requests, dtype=bool)
+    skipped: dict = {}
+    if opts.max_model_len is not None:
+        longer = keep & (trace.input_tokens > opts.max_model_len)
+        if longer.any():
+            skipped["prompts longer than max_model_len (vLLM refuses them)"] = int(longer.sum())
+        keep &= ~longer
+    if not keep.any():
+        raise BadInput(f"{trace.name}: no requests left to replay (--requests {opts.requests}"
+                       + (f", --max-model-len {opts.max_model_len:,}" if opts.max_model_len else "") + ")")
+    root, start = _session_parts(trace, keep)
+    plan = _users(trace, keep, opts, root, start) if opts.users is not None else _as_is(trace, keep, align, root, start)
+    order = np.lexsort((plan.source, plan.session, plan.arrival))
+    block = opts.block_size or trace.block_size
+    source, copy = plan.source[order], plan.copy[order]
+    nodes, offsets, num_nodes = _engine_nodes(trace, source, copy, block)
+    arrival = plan.arrival[order]
+    arrival = arrival - (arrival.min() if arrival.size else 0.0)
+    measured_from = int(math.floor(source.size * opts.warmup))
+    choices = {"trace": trace.name, "format": trace.format, "requests": opts.requests, "align": align,
+               "warmup": opts.warmup, "block_size": block, "trace_block_size": trace.block_size,
+               "replayed_requests": int(source.size), "measured_requests": int(source.size - measured_from),
+               "sessions": plan.sessions, "seed": opts.seed, **plan.choices}
+    if skipped:
+        choices["skipped"] = skipped
+    return Replay(block_size=block, arrival_s=arrival, service_s=trace.service_s[source], input_tokens=trace.input_tokens[source],
+                  output_tokens=trace.output_tokens[source], session=plan.session[order].astype(np.int32),
+                  user=plan.user[order].astype(np.int32), source=source, nodes=nodes, offsets=offsets,
+                  num_nodes=num_nodes, measured_from=measured_from, sessions=plan.sessions, choices=choices)
+
+
+def describe_choices(choices: dict) -> str:
+    """One line: the choices a hit rate depends on."""
+    parts = [f"requests {choices['requests']}", f"align {choices['align']}",
+             f"warm-up {choices['warmup']:.0%} of {choices['replayed_requests']:,} requests",
+             f"{choices['block_size']}-token blocks"]
+    if "users" in choices:
+        parts.insert(0, f"{choices['users']:,} users x {choices['sessions_per_user']} sessions "
+                        f"(gap {choices['session_gap_s']:.0f} s, cut at {choices['stop_s']:,.0f} s)")
+    if "stagger_s" in choices:
+        parts.append(f"stagger {choices['stagger_s']:.2f} s")
+    return ", ".join(parts)

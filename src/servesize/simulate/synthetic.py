@@ -1,0 +1,95 @@
+"""A servesize Workload -> sessions of requests, in the same Trace every reader makes.
+
+A session starts at a context of L tokens drawn from its class (log-normal: ln L ~ N(ln median, sigma);
+empirical: bootstrapped), at least its class's shared prefix plus one turn and at most max_model_len less
+the output; each later request appends the reply (``output_tokens``) and a new turn (``warm_turn_tokens``),
+so every prompt extends the previous one. A session ends after ``turns_per_session`` requests or when the
+next would pass max_model_len. Requests follow one another after an exponential think time (mean
+``think_time_s``). With probability r / (1 + r) (r = ``subagent_ratio``) a request is a turn of the session's
+subagent instead: a session of its own with its class's prefix, started on its parent's clock. With
+probability ``invalidation`` a turn matches nothing (a new chain from its first block). Every user-class
+session shares the user prefix's blocks, every subagent the subagent prefix's (the user prefix when
+``subagents_share_prefix``).
+
+The trace has one session per conversation and no service times: ``simulate``'s users (replay.py) decide
+how many run at once and when each starts, as they do for a real trace.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.simulate.traces import MADE_BLOCK_SIZE, PrefixChains, ReadReport, SessionInfo, Trace, TraceBuilder
+from servesize.workload.model import EmpiricalClass, Workload
+
+DEFAULT_TURNS = 8        # requests per session: measure sessions' default (turns_per_session), a modelled choice
+DEFAULT_SESSIONS = 200   # sessions generated when not told
+MAX_SESSIONS = 100_000
+
+
+def _length(cls, rng: np.random.Generator) -> float:
+    if isinstance(cls, EmpiricalClass):
+        return float(cls.lengths[rng.integers(cls.lengths.size)])
+    return math.exp(math.log(cls.median_tokens) + cls.sigma * rng.standard_normal())
+
+
+class _Session:
+    def __init__(self, index: int, kind: str, tokens: int, prefix: int, shared: str):
+        self.index, self.kind, self.tokens, self.prefix, self.shared = index, kind, tokens, prefix, shared
+        self.turns = 0
+        self.t = 0.0
+
+
+def _new(b: TraceBuilder, workload: Workload, kind: str, rng: np.random.Generator, parent: int = -1,
+         start: float = 0.0) -> _Session:
+    cls = workload.user if kind == "user" else workload.subagent
+    assert cls is not None
+    prefix = workload.user.prefix_tokens if kind == "subagent" and workload.subagents_share_prefix else cls.prefix_tokens
+    lo = prefix + workload.warm_turn_tokens
+    hi = workload.max_model_len - workload.output_tokens
+    if lo > hi:
+        raise BadInput(f"max_model_len ({workload.max_model_len:,}) cannot hold the {kind} prefix, one turn and the output")
+    tokens = int(min(max(_length(cls, rng), lo), hi))
+    shared = "user" if kind == "user" or workload.subagents_share_prefix else "subagent"
+    index = b.add_session(SessionInfo(key=f"{kind}-{len(b.sessions)}", parent=parent, start_s=start, prefix_tokens=prefix))
+    return _Session(index, kind, tokens, prefix, shared)
+
+
+def synthesize(workload: Workload, *, sessions: int = DEFAULT_SESSIONS, turns_per_session: int = DEFAULT_TURNS,
+               seed: int = 0, block_size: int = MADE_BLOCK_SIZE, name: str = "synthetic") -> Trace:
+    """``sessions`` user sessions of ``turns_per_session`` user requests each (plus their subagents' turns)."""
+    if not 1 <= sessions <= MAX_SESSIONS:
+        raise BadInput(f"sessions must be in [1, {MAX_SESSIONS:,}], got {sessions!r}")
+    if not 1 <= turns_per_session <= 10_000:
+        raise BadInput(f"turns per session must be in [1, 10000], got {turns_per_session!r}")
+    rng = np.random.default_rng(seed)
+    report = ReadReport(name, format="synthetic")
+    report.notes.append(f"generated from the workload: {sessions:,} sessions of {turns_per_session} turns, seed {seed}")
+    b = TraceBuilder("synthetic", block_size, "session", report)
+    chains = PrefixChains(block_size)
+    p_sub = workload.subagent_probability if workload.subagent is not None else 0.0
+    grow = workload.output_tokens + workload.warm_turn_tokens
+    for _ in range(sessions):
+        user = _new(b, workload, "user", rng)
+        sub: _Session | None = None
+        now = 0.0  # on the user session's clock
+        while user.turns < turns_per_session and user.tokens + workload.output_tokens <= workload.max_model_len:
+            s = user
+            if p_sub and rng.random() < p_sub:
+                if sub is None or sub.tokens + grow + workload.output_tokens > workload.max_model_len:
+                    sub = _new(b, workload, "subagent", rng, parent=user.index, start=now)
+                    sub.t = now  # its start on the parent's clock; its requests count from there
+                s = sub
+            salted = s.turns > 0 and rng.random() < workload.invalidation
+            ids = chains.ids(s.index, s.tokens, shared=s.shared, shared_tokens=s.prefix, restart=salted)
+            b.add_request(s.index, now - (s.t if s is sub else 0.0), s.tokens, workload.output_tokens, ids,
+                          subagent=s is sub)
+            s.turns += 1
+            s.tokens += grow
+            if s is sub:
+                user.turns += 1  # a subagent turn is one of the conversation's requests
+            now += float(rng.exponential(workload.think_time_s))
+    return b.build(name)

@@ -1,0 +1,223 @@
+"""From a curve to the number a planner wants, and from a trace to the Workload ``plan`` takes.
+
+**Users at a target hit rate**: N concurrent users (replay.py: each runs sessions drawn from the trace
+back to back) are replayed for a ladder of N; each replay's one-pass LRU curve gives its token hit rate at
+the pool; the answer is the largest N whose hit rate is at or above the target. N is found by doubling
+until the target fails, then bisection; every N tried is reported, because the hit rate of a sample of
+sessions is not strictly monotone in N (another N draws other sessions). 2N and 4N are replayed too, to
+show how fast the hit rate falls past the answer.
+
+**A Workload fitted from a trace** (for ``plan``'s Monte-Carlo, beside the replay): the user class is the
+log-normal maximum-likelihood fit to the prompt lengths of the replayed main requests (a request's prompt
+is its session's resident length at that moment, as ``servesize workload fit`` reads it); the shared prefix
+is the run of leading blocks that at least half of the sessions' first requests have in common, as the
+replay sees them (a trace whose ids are local to a session shares none); the think time is the median
+pause between a request's end and its session's next request; the invalidation rate is the share of
+requests after a session's first that an unbounded cache could serve less than half of. Subagents (with
+``requests='all'``) are a class of their own. Session peak context and requests per session are reported
+beside it: the Workload has no field for them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.simulate.curve import lru_curve
+from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gap_s
+from servesize.simulate.traces import Trace
+from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, fit_lognormal
+from servesize.workload.model import SessionClass, Workload
+
+MAX_USERS_SEARCHED = 4096  # past this, a pool holds more users than any one replay here is sized for
+BEYOND = (2, 4)            # after the search, N x these are replayed too: how fast the hit rate falls past the answer
+PREFIX_SHARE = 0.5          # a leading block is "shared" when at least half of the sessions start with it
+COLD_SHARE = 0.5            # a request an unbounded cache serves less than half of counts as invalidated
+MAX_FIT_TOKENS = 100_000_000  # the Workload's own bound on a token count
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class UsersPoint:
+    users: int
+    hit_rate: float
+    requests: int
+    sessions: int
+
+    def to_dict(self) -> dict:
+        return {"users": self.users, "hit_rate": self.hit_rate, "requests": self.requests, "sessions": self.sessions}
+
+
+@dataclass(frozen=True)
+class UsersAtTarget:
+    """The largest N whose replay keeps the token hit rate at the pool >= target (0: not even one user)."""
+
+    target: float
+    num_blocks: int
+    users: int
+    points: tuple[UsersPoint, ...]
+    capped: bool = False  # the search stopped at MAX_USERS_SEARCHED with the target still met
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "num_blocks": self.num_blocks, "users": self.users, "capped": self.capped,
+                "points": [p.to_dict() for p in sorted(self.points, key=lambda p: p.users)]}
+
+    def line(self) -> str:
+        above = "at least " if self.capped else ""
+        return f"{above}{self.users:,} users keep the token hit rate >= {self.target:.0%} in {self.num_blocks:,} blocks"
+
+
+def users_at_target(trace: Trace, opts: ReplayOptions, num_blocks: int, target: float, *, output_blocks: bool = True,
+                    max_users: int = MAX_USERS_SEARCHED, progress: Progress | None = None) -> UsersAtTarget:
+    """Search N (doubling, then bisection) for the largest N meeting ``target`` at a pool of ``num_blocks``."""
+    if not 0 < target <= 1:
+        raise BadInput(f"the target hit rate must be in (0, 1], got {target!r}")
+    points: dict[int, UsersPoint] = {}
+
+    def rate(n: int) -> float:
+        if n not in points:
+            if progress is not None:
+                progress(f"users at {target:.0%}: replaying {n:,} users")
+            rp = build_replay(trace, replace(opts, users=n))
+            hit = float(lru_curve(rp, output_blocks=output_blocks).at_pool(num_blocks))
+            points[n] = UsersPoint(n, hit, rp.requests, rp.sessions)
+        return points[n].hit_rate
+
+    if rate(1) < target:
+        return UsersAtTarget(target, num_blocks, 0, tuple(points.values()))
+    good, bad = 1, None
+    while bad is None:
+        n = min(2 * good, max_users)
+        if n == good:
+            return UsersAtTarget(target, num_blocks, good, tuple(points.values()), capped=True)
+        if rate(n) >= target:
+            good = n
+        else:
+            bad = n
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if rate(mid) >= target else (good, mid)
+    for k in BEYOND:  # the collapse past the answer, for the reader (it does not change the answer)
+        if k * good <= max_users:
+            rate(k * good)
+    return UsersAtTarget(target, num_blocks, good, tuple(points.values()))
+
+
+# ----------------------------------------------------------------------------------------------
+# a Workload from a trace
+# ----------------------------------------------------------------------------------------------
+
+def unbounded_hit_blocks(replay: Replay) -> np.ndarray:
+    """Per request, the blocks an unbounded cache serves (the longest prefix used before, within the cap)."""
+    seen = np.zeros(max(replay.num_nodes, 1), dtype=bool)
+    cap = replay.hittable_blocks()
+    out = np.zeros(replay.requests, dtype=np.int64)
+    for r in range(replay.requests):
+        p = replay.nodes_of(r)
+        probe = seen[p[: cap[r]]]
+        miss = np.flatnonzero(~probe)
+        out[r] = miss[0] if miss.size else probe.size
+        seen[p] = True
+    return out
+
+
+def _first_requests(replay: Replay) -> np.ndarray:
+    _, first = np.unique(replay.session, return_index=True)
+    return first
+
+
+def shared_prefix_blocks(replay: Replay) -> int:
+    """Leading blocks that at least half of the sessions' first requests share (the most common run)."""
+    firsts = [replay.nodes_of(int(i)) for i in _first_requests(replay)]
+    group = [p for p in firsts if p.size]
+    need = max(2, math.ceil(PREFIX_SHARE * len(firsts)))
+    depth = 0
+    while len(group) >= need:
+        values, counts = np.unique(np.asarray([p[depth] for p in group]), return_counts=True)
+        top = values[np.argmax(counts)]
+        group = [p for p in group if p[depth] == top]
+        if len(group) < need:
+            break
+        depth += 1
+        group = [p for p in group if p.size > depth]
+    return depth
+
+
+@dataclass(frozen=True)
+class TraceWorkload:
+    """A Workload fitted from a replay, with the figures the Workload has no field for."""
+
+    workload: Workload
+    user_fit: dict
+    session_peak_tokens_p50: float | None
+    requests_per_session_p50: float | None
+    think_time_source: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload.to_dict(), "user_fit": self.user_fit,
+                "session_peak_tokens_p50": self.session_peak_tokens_p50,
+                "requests_per_session_p50": self.requests_per_session_p50,
+                "think_time_source": self.think_time_source, "notes": list(self.notes)}
+
+
+def _per_session(replay: Replay, values: np.ndarray, how: str) -> np.ndarray:
+    order = np.argsort(replay.session, kind="stable")
+    bounds = np.flatnonzero(np.diff(replay.session[order])) + 1
+    parts = np.split(values[order], bounds)
+    return np.asarray([getattr(np, how)(p) if how != "size" else p.size for p in parts], dtype=np.float64)
+
+
+def _invalidation(replay: Replay, main: np.ndarray) -> float:
+    ideal = unbounded_hit_blocks(replay) * replay.block_size
+    later = main.copy()
+    later[_first_requests(replay)] = False
+    if not later.any():
+        return 0.0
+    return float(np.mean(ideal[later] < COLD_SHARE * replay.input_tokens[later]))
+
+
+def fit_trace_workload(trace: Trace, opts: ReplayOptions) -> TraceWorkload:
+    """The Workload ``plan`` should be given for the requests this replay sends (see the module docstring)."""
+    replay = build_replay(trace, replace(opts, users=None, warmup=0.0))
+    sub = trace.subagent[replay.source]
+    main = ~sub
+    lengths = replay.input_tokens[main].astype(np.float64)
+    lengths = lengths[lengths > 0]
+    if lengths.size < 2:
+        raise BadInput(f"{trace.name}: too few requests to fit a workload from ({lengths.size})")
+    fit = fit_lognormal(lengths)
+    prefix = shared_prefix_blocks(replay) * replay.block_size
+    keep = np.zeros(trace.requests, dtype=bool)
+    keep[replay.source] = True
+    think = think_gap_s(trace, keep) if trace.has_sessions else 0.0
+    kwargs: dict = {}
+    notes = []
+    if sub.sum() >= MIN_SUBAGENT_SAMPLES:
+        sub_fit = fit_lognormal(replay.input_tokens[sub][replay.input_tokens[sub] > 0])
+        kwargs["subagent"] = SessionClass("subagent", round(sub_fit.median, 1), round(sub_fit.sigma, 4), 0,
+                                          source=f"fitted from {trace.name} (n={sub_fit.n})")
+        kwargs["subagent_ratio"] = float(sub.sum() / max(main.sum(), 1))
+    if think > 0:
+        kwargs["think_time_s"] = think
+    else:
+        notes.append("think time: not in the trace (no sessions); the seed's default is kept")
+    out = replay.output_tokens[replay.output_tokens > 0]
+    if out.size:
+        kwargs["output_tokens"] = max(1, int(np.median(out)))
+    top = int(min(max(lengths.max(), prefix + 1), MAX_FIT_TOKENS))
+    user = SessionClass("user", round(fit.median, 1), round(fit.sigma, 4), int(min(prefix, top)),
+                        source=f"fitted from {trace.name} (n={fit.n}, KS D={fit.ks_d:.3f})")
+    workload = Workload(user=user, invalidation=_invalidation(replay, main), max_model_len=top, **kwargs)
+    peaks = _per_session(replay, replay.input_tokens.astype(np.float64), "max") if trace.has_sessions else np.zeros(0)
+    counts = _per_session(replay, replay.input_tokens, "size") if trace.has_sessions else np.zeros(0)
+    return TraceWorkload(workload=workload, user_fit=fit.to_dict(),
+                         session_peak_tokens_p50=float(np.median(peaks)) if peaks.size else None,
+                         requests_per_session_p50=float(np.median(counts)) if counts.size else None,
+                         think_time_source="median pause from a request's end to its session's next request"
+                         if think > 0 else "the seed's default (the trace has no sessions)", notes=tuple(notes))

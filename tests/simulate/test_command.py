@@ -1,0 +1,106 @@
+"""``servesize simulate``: the command as a function (text, --json, --plot, errors in one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_traces import claude_session, req, write_jsonl
+
+from servesize.cli import main
+
+
+@pytest.fixture
+def sessions_file(tmp_path):
+    """Six Claude Code style sessions, each growing over five requests (64-token blocks)."""
+    sessions = []
+    for s in range(6):
+        reqs, ids = [], []
+        for k in range(5):
+            ids = ids + [100 * s + len(ids) + j for j in range(3)]
+            reqs.append(req(10.0 * k, 64 * len(ids) + 10, list(ids), out=20, api_time=1.0))
+        sessions.append(claude_session(f"trace_{s}", reqs))
+    return write_jsonl(tmp_path / "cc.jsonl", sessions)
+
+
+def run(capsys, *argv):
+    code = main(["simulate", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_text_report_states_the_choices_the_pool_and_every_stage(capsys, sessions_file):
+    code, out, err = run(capsys, sessions_file, "--pool-tokens", 64 * 40, "--quiet")
+    assert code == 0, err
+    assert "requests main, align t0, warm-up 50%" in out
+    assert "pool: 40 blocks x 64 tokens" in out
+    for heading in ("unbounded cache, by definition", "LRU token hit rate at every pool size", "bounds at chosen sizes",
+                    "exact replay at the pool", "users at 90%"):
+        assert heading in out
+    assert err == ""
+
+
+def test_json_is_one_document_with_the_curve_and_the_exact_replay(capsys, sessions_file, tmp_path):
+    code, out, err = run(capsys, sessions_file, "--pool-tokens", 64 * 40, "--json", "--plot", tmp_path / "c.png",
+                         "--curves-for-users", "2,4")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["pool"]["num_blocks"] == 40 and doc["choices"]["align"] == "t0"
+    assert 0 < doc["curve"]["unbounded_token_hit_rate"] <= 1
+    assert doc["exact"]["service"] == "trace"  # the trace's api_time, no deployment given
+    assert [c["label"] for c in doc["curves_for_users"]] == ["2 users", "4 users"]
+    assert doc["users"]["users"] >= 0 and doc["session_warmth"]
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and doc["plot"] == str(tmp_path / "c.png")
+
+
+def test_without_a_pool_there_is_the_curve_alone(capsys, sessions_file):
+    code, out, _ = run(capsys, sessions_file, "--json", "--quiet", "--no-bounds")
+    doc = json.loads(out)
+    assert code == 0 and doc["pool"] is None and doc["exact"] is None and doc["users"] is None
+    assert doc["curve"]["points"]
+
+
+def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(capsys, sessions_file):
+    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "1GiB",
+                         "--json", "--quiet", "--no-bounds")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize memory: llama-3.1-8b")
+    assert doc["exact"]["service"] == "model"
+    assert doc["plan"]["warm_users"]["p50"] >= 0
+    assert doc["fitted_workload"]["workload"]["user"]["prefix_tokens"] == 0  # ids local to each session: nothing shared
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["llama-3.1-8b"], "MODEL needs --gpus"),
+    (["--gpus", "1xH100"], "--gpus needs MODEL"),
+    (["--align", "trace"], "no common clock"),
+    (["--warmup", "1.5"], "--warmup"),
+    (["--service", "model", "--pool-tokens", "4096"], "give MODEL and --gpus"),
+    (["--pool-tokens", "10"], "fewer than two"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, sessions_file, argv, message):
+    code, out, err = run(capsys, sessions_file, *argv, "--quiet")
+    assert code == 2 and out == ""
+    assert err.startswith("servesize: ") and message in err and err.count("\n") == 1
+
+
+def test_a_file_that_is_not_a_trace_is_exit_2(capsys, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    code, _, err = run(capsys, path)
+    assert code == 2 and "servesize:" in err
+
+
+def test_a_workload_file_is_turned_into_sessions(capsys, tmp_path):
+    from servesize.workload.files import save_workload
+    from servesize.workload.model import SessionClass, Workload
+
+    path = tmp_path / "w.json"
+    save_workload(Workload(user=SessionClass("user", 1500, 0.4, 256), think_time_s=3.0, output_tokens=20,
+                           warm_turn_tokens=200), path)
+    code, out, err = run(capsys, path, "--sessions", 40, "--pool-tokens", 20_000, "--block-size", 16, "--json", "--quiet",
+                         "--no-bounds")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["trace"]["format"] == "synthetic" and doc["trace"]["sessions"] == 40

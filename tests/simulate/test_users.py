@@ -1,0 +1,99 @@
+"""Users at a target hit rate, the Workload fitted from a trace, and sessions generated from a Workload."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from tracebuild import make_trace
+
+from servesize.simulate.cache import CacheConfig, replay_exact
+from servesize.simulate.replay import ReplayOptions, build_replay
+from servesize.simulate.synthetic import synthesize
+from servesize.simulate.users import fit_trace_workload, shared_prefix_blocks, users_at_target
+from servesize.workload.model import SessionClass, Workload
+
+B = 16
+FULL = 4  # each session sends the same prompt of 4 blocks + 3 tokens, every 10 s, 10 times
+
+
+def steady_sessions(n_sessions: int = 6):
+    rows = []
+    for s in range(n_sessions):
+        ids = [100 * s + k for k in range(FULL + 1)]
+        rows += [(f"s{s}", 10.0 * k, FULL * B + 3, ids, 0) for k in range(10)]
+    return make_trace(rows, clock="session")
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_users_in_lockstep_stay_warm_up_to_the_pool_and_one_more_collapses_them(k):
+    # N users in lockstep visit their prompts in turn: LRU keeps all of them while 4N blocks fit in the stack of
+    # num_blocks - 2, and none of them one user later (the seed's cyclic worst case, one user too many)
+    trace = steady_sessions()
+    found = users_at_target(trace, ReplayOptions(), num_blocks=FULL * k + 2, target=0.5, output_blocks=False)
+    assert found.users == k
+    rates = {p.users: p.hit_rate for p in found.points}
+    warm = 9 / 10 * FULL * B / (FULL * B + 3)  # a session's first request misses; the others hit 4 blocks of 67 tokens
+    assert rates[k] == pytest.approx(warm, abs=0.02)
+    assert rates[k + 1] == 0.0
+
+
+def test_the_exact_replay_of_users_in_lockstep_agrees_with_the_search():
+    trace = steady_sessions()
+    for n, expect_warm in ((3, True), (4, False)):
+        rp = build_replay(trace, ReplayOptions(users=n))
+        res = replay_exact(rp, CacheConfig(FULL * 3 + 2, B, output_blocks=False))
+        assert (res.token_hit_rate > 0.5) is expect_warm
+
+
+def test_a_pool_too_small_for_one_user_keeps_no_users():
+    # an LRU stack of 1 block keeps one user's first block (released last): 9/10 x 16/67 of the tokens
+    found = users_at_target(steady_sessions(), ReplayOptions(), num_blocks=1 + 2, target=0.5, output_blocks=False)
+    assert found.users == 0
+    assert found.points[0].hit_rate == pytest.approx(9 / 10 * B / (FULL * B + 3), abs=0.02)
+
+
+WORKLOAD = Workload(user=SessionClass("user", 2000, 0.5, prefix_tokens=512), subagent=None, invalidation=0.0,
+                    think_time_s=7.0, output_tokens=40, warm_turn_tokens=300, max_model_len=32_000)
+
+
+def test_generated_sessions_grow_by_one_reply_and_one_turn_and_share_the_user_prefix():
+    trace = synthesize(WORKLOAD, sessions=30, turns_per_session=6, seed=3)
+    assert trace.requests == 30 * 6 and len(trace.sessions) == 30
+    first = trace.session == 0
+    steps = np.diff(trace.input_tokens[first])
+    assert steps.tolist() == [40 + 300] * 5
+    a, b = trace.ids_of(0), trace.ids_of(6)  # the first requests of two sessions
+    assert a[: 512 // B].tolist() == b[: 512 // B].tolist() and a[512 // B] != b[512 // B]
+    assert np.all(np.diff(trace.t_s[first]) > 0)
+
+
+def test_a_workload_fitted_from_generated_sessions_recovers_their_prefix_and_think_time():
+    trace = synthesize(WORKLOAD, sessions=400, turns_per_session=6, seed=1)
+    fitted = fit_trace_workload(trace, ReplayOptions(block_size=B))
+    w = fitted.workload
+    assert w.user.prefix_tokens == 512
+    # the think time is the median pause; for an exponential of mean 7 s that is 7 ln 2
+    assert w.think_time_s == pytest.approx(7 * math.log(2), rel=0.1)
+    assert w.output_tokens == 40 and w.invalidation == 0.0
+    assert fitted.requests_per_session_p50 == 6
+    assert 2000 < w.user.median_tokens < 2000 + 5 * 340
+
+
+def test_subagent_turns_are_sessions_of_their_own_with_their_own_prefix():
+    w = Workload(user=SessionClass("user", 3000, 0.4, prefix_tokens=256), subagent=SessionClass("subagent", 800, 0.3, 64),
+                 subagent_ratio=1.0, think_time_s=2.0, output_tokens=20, warm_turn_tokens=100)
+    trace = synthesize(w, sessions=50, turns_per_session=8, seed=0)
+    assert trace.subagent.any() and not trace.subagent.all()
+    subs = [k for k, s in enumerate(trace.sessions) if s.parent >= 0]
+    assert subs and all(trace.sessions[k].prefix_tokens == 64 for k in subs)
+    rp = build_replay(trace, ReplayOptions(requests="all", warmup=0.0, block_size=B))
+    assert rp.requests == trace.requests
+
+
+def test_the_shared_prefix_is_what_most_sessions_start_with():
+    rows = [(f"s{k}", 0, 100, [1, 2, 3] + [10 + k, 20 + k], 0) for k in range(5)]
+    rows.append(("odd", 0, 100, [9, 9, 9, 9, 9], 0))
+    rp = build_replay(make_trace(rows, clock="session"), ReplayOptions(warmup=0.0))
+    assert shared_prefix_blocks(rp) == 3
