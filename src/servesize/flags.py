@@ -100,6 +100,44 @@ def scenario_from_flags(text: str, **overrides: Any) -> Scenario:
     return scenario_from_args(args, **overrides)
 
 
+def flag_value(p: Param, value: Any) -> str:
+    """One typed value as its flag's text, read back to the same value by ``Param.parse``."""
+    if p.kind == "float":
+        return repr(float(value))
+    return str(value)
+
+
+def flags_of(scenario: Scenario, groups: Iterable[str] | None = None) -> list[str]:
+    """The command-line words that give ``scenario`` back (``scenario_from_flags`` reads them):
+    MODEL first when it is a name, then a flag per field that differs from its default.
+
+    ``groups``: only the declared groups named (e.g. model and engine for ``--predict``). A field
+    held as an object (a Workload, a Calibration, a config.json's content) has no words; the
+    caller writes it to a file and passes the file."""
+    explicit = scenario.explicit()
+    words: list[str] = []
+    for name, p in PARAMS.items():
+        if name not in explicit or (groups is not None and p.group not in groups):
+            continue
+        value = explicit[name]
+        if p.kind in ("workload", "calibration") and not isinstance(value, str):
+            continue
+        if p.kind == "model":
+            if isinstance(value, str):
+                words.insert(0, value)
+            continue
+        if p.kind == "bool":
+            words.append(p.flag if value else f"--no-{name.replace('_', '-')}")
+            continue
+        words += [p.flag, flag_value(p, value)]
+    return words
+
+
+def flags_text(scenario: Scenario, groups: Iterable[str] | None = None) -> str:
+    """``flags_of`` as one shell-quoted line."""
+    return shlex.join(flags_of(scenario, groups))
+
+
 # -- the docs' flag table -------------------------------------------------------------------
 
 def _default_of(cls: type, name: str) -> str:

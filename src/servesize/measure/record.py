@@ -20,6 +20,7 @@ is not a JSON object with a ``type``. Every refusal is one line naming the file 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -176,25 +177,37 @@ def _open_regular(p: pathlib.Path):
         raise BadInput(f"cannot read the run record {p}: {exc.strerror}") from None
 
 
-def _lines(p: pathlib.Path):
-    """(line number, bytes without the newline, ended by a newline, offset after it) for each line."""
+def _lines(p: pathlib.Path | str, fh):
+    """(line number, bytes without the newline, ended by a newline, offset after it) for each line of ``fh``."""
     offset = 0
-    with _open_regular(p) as fh:
-        for number, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
-            ended = raw.endswith(b"\n")
-            if len(raw) > MAX_LINE_BYTES and not ended:
-                raise BadInput(f"{p} line {number} is longer than {MAX_LINE_BYTES:,} bytes: not a servesize run record")
-            offset += len(raw)
-            yield number, raw.rstrip(b"\n"), ended, offset
+    for number, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        ended = raw.endswith(b"\n")
+        if len(raw) > MAX_LINE_BYTES and not ended:
+            raise BadInput(f"{p} line {number} is longer than {MAX_LINE_BYTES:,} bytes: not a servesize run record")
+        offset += len(raw)
+        yield number, raw.rstrip(b"\n"), ended, offset
 
 
 def read_record(path, kind: str | None = None) -> RecordContents:
     """Read a record back; BadInput (one line) when it is missing, not a record, damaged or of another kind."""
     p = pathlib.Path(path)
+    with _open_regular(p) as fh:
+        return _read(p, fh, kind)
+
+
+def parse_record(text: str, source: str = "<record>", kind: str | None = None) -> RecordContents:
+    """A record's text (an upload, a file's content) -> its contents, read as ``read_record`` reads a file."""
+    data = text.encode("utf-8")
+    if len(data) > MAX_RECORD_BYTES:
+        raise BadInput(f"the run record {source} is {len(data):,} bytes, over the {MAX_RECORD_BYTES:,} servesize reads")
+    return _read(source, io.BytesIO(data), kind)
+
+
+def _read(p: pathlib.Path | str, fh, kind: str | None) -> RecordContents:
     events: list[dict] = []
     contents = RecordContents(header={})
     pending: tuple[int, bytes] | None = None  # a line that is not an event, kept until what follows says what it is
-    for number, raw, ended, offset in _lines(p):
+    for number, raw, ended, offset in _lines(p, fh):
         if not raw.strip():
             if ended:
                 contents.complete_bytes = offset
@@ -222,7 +235,7 @@ def read_record(path, kind: str | None = None) -> RecordContents:
     return _with_header(p, events, contents, kind)
 
 
-def _with_header(p: pathlib.Path, events: list[dict], contents: RecordContents, kind: str | None) -> RecordContents:
+def _with_header(p: pathlib.Path | str, events: list[dict], contents: RecordContents, kind: str | None) -> RecordContents:
     """The contents, once the first event is a header of the kind asked for, with its parameters."""
     if not events or events[0]["type"] != "header":
         raise BadInput(f"{p} is not a servesize run record (no header line)")

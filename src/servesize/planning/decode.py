@@ -572,17 +572,24 @@ def decode_speed(
 
 def decode_curve(
     setup: DecodeSetup,
-    sample_contexts: ContextSampler,
+    sample_contexts: ContextSampler | None,
     ns,
     fills: int | None = None,
     seed: int = 0,
+    bank: ContextBank | None = None,
 ) -> dict[str, np.ndarray]:
-    """p5/p50/p95 per-user tok/s and aggregate p50 for every n in ``ns`` (one bank, CRN)."""
-    fills = assumption("decode.fills") if fills is None else fills
+    """p5/p50/p95 per-user tok/s and aggregate p50 for every n in ``ns`` (one bank, CRN).
+
+    ``bank``: contexts already drawn (the plan's own, ``planning.ceilings.contexts_of``), so the
+    curve crosses the floor exactly where the plan's decode ceiling says it does."""
     ns = np.asarray(list(ns), dtype=int)
     if ns.size == 0 or ns.min() < 1:
         raise BadInput("concurrency values must be >= 1")
-    bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    if bank is None:
+        fills = assumption("decode.fills") if fills is None else fills
+        bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
+    elif bank.topk_tokens != setup.topk_tokens:
+        raise BadInput("the context bank was drawn for another top-k / window than this decode setup")
     bank._grow(int(ns.max()))
     out = np.array([np.percentile(_speeds(setup, bank, int(n)), [5, 50, 95]) for n in ns])
     return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}

@@ -159,15 +159,18 @@ def workload_rows(workload: Workload, origin=None) -> list[dict]:
     return [{"name": n, "value": v, "unit": unit, "source": source} for n, v, unit, source in rows]
 
 
-def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
+def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *, users: float | None = None):
+    """The power bill at ``users`` (default: the binding ceiling), at the knobs' price and PUE."""
     if not fixed.tdp_w:
         return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped"
-    users = result.values[result.binding]
+    at_binding = users is None
+    users = result.values[result.binding] if users is None else float(users)
     r = sub_ratio_of(workload)
     rate_group = users / fixed.dp * (1 + r) / workload.think_time_s
     bill = bill_at(fixed, knobs, rate_group, result.moments.mean_s, result.decode.n, result.decode.floor_tok_s, users,
                    workload.output_tokens)
-    return bill, f"at the binding ceiling ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
+    where = "at the binding ceiling" if at_binding else "at a load of"
+    return bill, f"{where} ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
 
 
 def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s: float, decoders: int,

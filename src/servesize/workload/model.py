@@ -215,6 +215,24 @@ class EmpiricalClass:
 RequestClass = SessionClass | EmpiricalClass
 
 
+def length_mass(cls: RequestClass, edges) -> np.ndarray:
+    """The probability that one of the class's prompt lengths (before the prefix floor and the cap)
+    falls in each bin [edges[i], edges[i + 1]); the last edge may be inf (everything above).
+
+    Log-normal: Phi((ln b - mu) / sigma) - Phi((ln a - mu) / sigma), closed form; empirical: the
+    share of the observed lengths in each bin. What a length-distribution plot draws."""
+    edges = np.asarray(edges, dtype=np.float64)
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0) or edges[0] < 0:
+        raise BadInput("length bins need at least two increasing edges >= 0")
+    if isinstance(cls, SessionClass):
+        with np.errstate(divide="ignore"):
+            z = (np.log(edges) - cls.mu) / cls.sigma
+        cdf = np.array([_phi(float(v)) for v in z])
+        return np.diff(cdf)
+    counts = np.histogram(cls.lengths, bins=edges)[0]
+    return counts / cls.lengths.size
+
+
 def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestClass:
     """A request class from its table in a workload file; ``prefix_tokens`` when the table gives none."""
     if not isinstance(data, dict):

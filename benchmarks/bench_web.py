@@ -1,0 +1,157 @@
+"""Time the explorer: `servesize serve` start to first page, POST /api/plan, and a slider move to the
+updated verdict in the browser.
+
+    python benchmarks/bench_web.py [--starts 5] [--requests 60] [--moves 40] [--no-browser]
+
+Measured, not asserted. Targets (docs/benchmarks.md, issue 8): a slider change to the updated verdict
+<= 150 ms p95 in the browser; POST /api/plan <= 50 ms p95 without the sensitivity panel; serve start to
+first page <= 1 s.
+
+- start: a fresh `python -m servesize serve --port 0` each time, from spawning the process to the
+  first 200 of GET / (polled every 5 ms), and to the first 200 of GET /api/catalogue (the form);
+- plan: POST /api/plan for the reference scenario with a different user median each time (so the
+  server's memo of recent plans never answers), one at a time, from this process (urllib);
+- slider: Debian's headless Chromium (Playwright, /usr/bin/chromium) presses ArrowRight on the
+  median slider; the page records, for each full answer, the time from the control's change event to
+  the verdict drawn (``window.servesize.timings``), and this script the time from the key press to
+  the page settled as seen from outside (Playwright's own round trips included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+REFERENCE = {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8"}
+SETTLED = """() => { const v = document.querySelector('#verdict'), app = window.servesize;
+  return app && v.dataset.pending === 'false' && +v.dataset.seq === app.planSeq && v.dataset.state === 'full'; }"""
+
+
+def start() -> tuple[subprocess.Popen, str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "servesize", "serve", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tempfile.gettempdir())
+    line = proc.stdout.readline()
+    url = re.search(r"http://\S+?/", line).group(0)
+    return proc, url, t0
+
+
+def wait_ok(url: str, deadline_s: float = 30.0) -> float:
+    end = time.perf_counter() + deadline_s
+    while time.perf_counter() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    r.read()
+                    return time.perf_counter()
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.005)
+    raise SystemExit(f"{url} never answered")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def bench_start(n: int) -> dict:
+    page, form = [], []
+    for _ in range(n):
+        proc, url, t0 = start()
+        try:
+            page.append(wait_ok(url) - t0)
+            form.append(wait_ok(url + "api/catalogue") - t0)
+        finally:
+            stop(proc)
+    return {"first_page_s": page, "catalogue_s": form}
+
+
+def post(url: str, body: dict) -> float:
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=60) as r:
+        r.read()
+    return time.perf_counter() - t0
+
+
+def bench_plan(url: str, n: int) -> dict:
+    post(url + "api/plan", REFERENCE)  # the first plan pays the imports and the catalogue
+    fresh = [post(url + "api/plan", {**REFERENCE, "median": 20_000 + 137 * i}) for i in range(n)]
+    memo = [post(url + "api/plan", REFERENCE) for _ in range(min(n, 20))]
+    return {"fresh_s": fresh, "memoised_s": memo}
+
+
+def bench_slider(url: str, moves: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    outside = []
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            tempfile.mkdtemp(), executable_path="/usr/bin/chromium", headless=True,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+            viewport={"width": 1400, "height": 1000})
+        ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())
+        page = ctx.new_page()
+        page.goto(url)
+        page.wait_for_function(SETTLED, timeout=60_000)
+        page.evaluate("() => { window.servesize.timings.length = 0; }")
+        slider = page.locator("#r-median")
+        slider.focus()
+        for _ in range(moves):
+            t0 = time.perf_counter()
+            slider.press("ArrowRight")
+            page.wait_for_function(SETTLED, timeout=60_000)
+            outside.append(time.perf_counter() - t0)
+            page.wait_for_timeout(250)  # a person lets go, looks, moves again (and the charts get their turn)
+        inside = [t / 1000 for t in page.evaluate("() => window.servesize.timings")]
+        ctx.close()
+    return {"in_page_s": inside, "outside_s": outside}
+
+
+def describe(name: str, xs: list[float]) -> str:
+    xs = sorted(xs)
+    p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+    return (f"{name:<42} n={len(xs):<3} median {1000 * statistics.median(xs):7.1f} ms   p95 {1000 * p95:7.1f} ms   "
+            f"max {1000 * xs[-1]:7.1f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--moves", type=int, default=40)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    s = bench_start(args.starts)
+    print(describe("serve start -> first page (GET /)", s["first_page_s"]))
+    print(describe("serve start -> the form (GET /api/catalogue)", s["catalogue_s"]))
+    proc, url, _ = start()
+    try:
+        wait_ok(url)
+        r = bench_plan(url, args.requests)
+        print(describe("POST /api/plan, a new scenario each time", r["fresh_s"]))
+        print(describe("POST /api/plan, the same scenario (memo)", r["memoised_s"]))
+        if not args.no_browser:
+            b = bench_slider(url, args.moves)
+            print(describe("slider change -> verdict drawn (in page)", b["in_page_s"]))
+            print(describe("key press -> page settled (outside)", b["outside_s"]))
+    finally:
+        stop(proc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The explorer's aiohttp application: the page's assets and the JSON API (``handlers``).
+
+    GET  /                    the page (static/index.html); /static/* its script and style
+    GET  /api/catalogue       the form (the Scenario's declaration), the models, the GPUs, the presets
+    POST /api/plan            the verdict, tiles, memory bar, recipe, bill, hypotheses (``views.plan_view``)
+    POST /api/explain         every number's derivation, by section (what --explain prints), fetched on demand
+    POST /api/memory          vLLM's memory budget and pool (``servesize memory --json``) and the bar
+    POST /api/fit             what fits (``servesize fit --json``), with the row texts
+    POST /api/fit/cell        the derivation behind one fit row
+    POST /api/fit/matrix      one GPU type's column of the what-fits matrix
+    POST /api/sensitivity     where each assumption flips the verdict (the heavy part of ``plan``)
+    POST /api/charts/NAME     decode | miss | scaling | batch: one chart's series
+    POST /api/frontier        every catalogue model x split on these GPUs, ranked
+    POST /api/calibrate       a pasted vLLM start-up log -> its calibration, beside the prediction
+    POST /api/record          an uploaded ``servesize measure`` record -> what it measured, beside it
+
+A refusal is HTTP 400 ``{"error": message, "field": name}``. Work is bounded per request (fills and
+draws capped, the body at ``server.MAX_BODY_BYTES``); no endpoint reads a file a client names or
+makes a network request. The numbers are computed in worker threads: the verdict on its own
+worker, the charts and panels on another, so a chart never delays a verdict; a chart whose page
+has gone away (the client closed the request) is not computed at all. The handlers (and with them
+the engine) are imported on the first API request, so the page itself is served at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+
+from aiohttp import web
+
+from servesize.errors import ServesizeError
+from servesize.web.server import FAST, HEAVY, HOSTS, MAX_BODY_BYTES, json_response
+
+STATIC = "static"
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+       "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+       "frame-ancestors 'none'")
+
+
+def static_text(name: str) -> bytes:
+    return resources.files("servesize.web").joinpath(STATIC, name).read_bytes()
+
+
+# -- middleware: errors as JSON, the Host check, the security headers ---------------------------------
+
+def _hostname(host: str) -> str:
+    """'127.0.0.1:8765' -> '127.0.0.1'; '[::1]:8765' -> '[::1]'."""
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    hosts = request.app[HOSTS]
+    if hosts and _hostname(request.host or "") not in hosts:
+        return json_response({"error": f"this explorer answers only to {', '.join(hosts)} (Host {request.host!r} "
+                                       "refused)", "field": None}, 403)
+    try:
+        response = await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        response = json_response({"error": f"the request is larger than {MAX_BODY_BYTES // 2**20} MiB; use the "
+                                          "command line for larger files", "field": None}, 413)
+    except web.HTTPException as exc:
+        response = json_response({"error": exc.reason, "field": None}, exc.status)
+    except ServesizeError as exc:
+        from servesize.web.requests import refusal
+
+        response = json_response(refusal(exc), 400)
+    except Exception as exc:  # a bug: one line to the page, the traceback to the terminal that started it
+        traceback.print_exc(file=sys.stderr)
+        response = json_response({"error": f"internal error: {type(exc).__name__}: {exc} (a bug; the traceback is in "
+                                          "the terminal running servesize serve; please report it)", "field": None}, 500)
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+async def index(request: web.Request) -> web.Response:
+    return web.Response(body=static_text("index.html"), content_type="text/html", charset="utf-8")
+
+
+def _lazy(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A route whose handler (and the engine behind it) is imported when it is first asked for."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        from servesize.web import handlers
+
+        return await getattr(handlers, name)(request)
+
+    handle.__name__ = name
+    return handle
+
+
+ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "post_plan"),
+          ("POST", "/api/explain", "post_explain"), ("POST", "/api/memory", "post_memory"),
+          ("POST", "/api/fit", "post_fit"), ("POST", "/api/fit/cell", "post_fit_cell"),
+          ("POST", "/api/fit/matrix", "post_fit_matrix"), ("POST", "/api/sensitivity", "post_sensitivity"),
+          ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
+          ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"))
+
+
+def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
+    """The application; ``hosts``: the Host names it answers to (empty: any, for a non-loopback bind)."""
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
+    app[FAST] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="servesize-verdict")
+    app[HEAVY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-charts")
+    app[HOSTS] = hosts
+    app.router.add_get("/", index)
+    app.router.add_static("/static/", str(resources.files("servesize.web").joinpath(STATIC)), show_index=False,
+                          follow_symlinks=False)
+    for method, path, name in ROUTES:
+        app.router.add_route(method, path, _lazy(name))
+
+    async def shutdown(app: web.Application) -> None:
+        for key in (FAST, HEAVY):
+            app[key].shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(shutdown)
+    return app
+
+
+def _warm() -> None:
+    """Import the engine and build the catalogue while the browser loads the page."""
+    from servesize.web.handlers import catalogue
+
+    catalogue()
+
+
+# -- serving -------------------------------------------------------------------------------------------
+
+async def _serve(host: str, port: int, announce: Callable[[str], None], opened: Callable[[str], None] | None) -> None:
+    hosts = LOOPBACK + ((host,) if host not in LOOPBACK else ()) if host not in ("0.0.0.0", "::", "") else ()
+    runner = web.AppRunner(make_app(hosts=hosts), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+    announce(url)
+    loop = asyncio.get_running_loop()
+    loop.run_in_executor(None, _warm)
+    if opened is not None:
+        opened(url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def serve(host: str, port: int, announce: Callable[[str], None], opened: Callable[[str], None] | None = None) -> None:
+    """Serve until interrupted; ``announce(url)`` hears the address once it is listening."""
+    try:
+        asyncio.run(_serve(host, port, announce, opened))
+    except KeyboardInterrupt:
+        pass

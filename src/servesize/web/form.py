@@ -1,0 +1,204 @@
+"""What the explorer's form is made of, served to the page by ``GET /api/catalogue``.
+
+The page draws every control from this: the Scenario's own declaration (``servesize.scenario``:
+kind, bounds, help, group, choices, the default a None takes), the two fields only the page has
+(the load it is priced at: users and a cold burst, declared here with the same ``Param``), and the
+layout: which control goes in which section, and the range a slider spans. A slider's range is a
+view of the field, not its bound: the server enforces the declared bounds, and the text box
+beside every slider takes any value inside them. Where a range has a source (an assumption's
+low/high bracket in data/assumptions.toml, the sensitivity panel's search range) it is read from
+there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import Any
+
+from servesize.assumptions import assumption, modelled_assumptions
+from servesize.engine.weights import PRECISIONS
+from servesize.planning.sensitivity import SENSITIVITY
+from servesize.scenario import FIT_PARAMS, GROUPS, PARAMS, FitQuery, Param, Scenario
+from servesize.web.server import MAX_BODY_BYTES
+
+# -- the page's own fields ----------------------------------------------------------------------
+
+VIEW_GROUPS = {
+    "load": "your load (the page's own: `servesize plan` prices latency at the binding ceiling)",
+}
+
+VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
+    Param("int", "concurrent users: your load; TTFT, burst tolerance and the bill are priced at it (default: the "
+          "binding ceiling, as servesize plan does)", "load", name="load_users", lo=1, hi=1_000_000, metavar="N"),
+    Param("int", "cache misses arriving at the same instant (a cold burst); 'flush' = one replica group's warm "
+          "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N"),
+)}
+BURST_FLUSH = "flush"
+
+# -- bounded work per request ---------------------------------------------------------------------
+
+# The Scenario allows fills <= 100,000 and draws <= 2**20 for a command someone waits for; a page
+# recomputes on every slider move, so the server takes at most these.
+WEB_LIMITS = {"fills": 2000, "draws": 20000}
+MAX_GPUS = 1024              # the GPU count in `gpus` (the fit's placements grow with log2 of it)
+DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many fills; the full one on release
+
+# -- slider ranges ---------------------------------------------------------------------------------
+
+_SENS_FIELD = {"median": "user_median_tokens", "sigma": "user_sigma", "invalidation": "invalidation",
+               "think_time": "think_time_s", "ttft_limit": "ttft_limit_s", "mfu": "mfu",
+               "bandwidth_efficiency": "bandwidth_efficiency", "mtp_speedup": "spec_speedup"}
+
+# fields whose slider range has no published bracket: the span a reader explores, chosen here
+_RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, step, scale)
+    "max_model_len": (4096, 1 << 20, 0, "log"),
+    "cpu_offload_gib": (0, 1024, 32, "linear"),
+    "subagent_median": (500, 120_000, 0, "log"),
+    "subagent_sigma": (0.2, 1.6, 0.01, "linear"),
+    "subagent_ratio": (0, 1, 0.05, "linear"),
+    "prefix": (0, 64_000, 500, "linear"),
+    "warm_turn_tokens": (250, 16_000, 250, "linear"),
+    "load_users": (1, 4096, 0, "log"),
+    "burst": (1, 512, 1, "linear"),
+    "gpu_memory_utilization": (0.5, 0.98, 0.01, "linear"),
+}
+_STEPS = {"median": 0, "sigma": 0.01, "invalidation": 0.005, "think_time": 1, "ttft_limit": 0.5, "mfu": 0.01,
+          "bandwidth_efficiency": 0.01, "mtp_speedup": 0.05, "electricity_price": 0.01, "pue": 0.05}
+_LOG = ("median", "think_time")
+
+
+def slider_range(name: str) -> dict | None:
+    """min, max, step (0 = continuous), scale and where the range comes from."""
+    if name in _SENS_FIELD:
+        _, _, lo, hi, _ = SENSITIVITY[_SENS_FIELD[name]]
+        return {"min": lo, "max": hi, "step": _STEPS[name], "scale": "log" if name in _LOG else "linear",
+                "source": "the sensitivity panel's search range (planning/sensitivity.py)"}
+    param = PARAMS.get(name) or VIEW_PARAMS.get(name)
+    key = param.assumption if param is not None else None
+    row = modelled_assumptions().get(key) if key else None
+    if row is not None and "low" in row and "high" in row:
+        return {"min": row["low"], "max": row["high"], "step": _STEPS.get(name, 0), "scale": "linear",
+                "source": f"the bracket of {key} in data/assumptions.toml"}
+    if name in _RANGES:
+        lo, hi, step, scale = _RANGES[name]
+        return {"min": lo, "max": hi, "step": step, "scale": scale, "source": "the span the page offers"}
+    return None
+
+
+# -- the layout ------------------------------------------------------------------------------------
+
+QUANTIZATIONS = ("native", *PRECISIONS)
+
+PLAN_SECTIONS: tuple[dict, ...] = (
+    {"id": "setup", "title": "Set-up", "lede": "Hardware, model and serving dtypes: these change most numbers on the page.",
+     "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mtp_speedup",
+                "cpu_offload_gib", "max_model_len"]},
+    {"id": "workload", "act": 1, "title": "Workload", "lede": "Who uses it, and what their prompts look like.",
+     "fields": ["preset", "median", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
+                "subagents_share_prefix", "prefix", "workload"]},
+    {"id": "load", "act": 2, "title": "Load and cold traffic",
+     "lede": "How much traffic arrives, how cold it is, and how fast it must be answered.",
+     "fields": ["load_users", "think_time", "warm_turn_tokens", "ttft_limit", "invalidation", "burst"]},
+    {"id": "cost", "act": 3, "title": "Tariff", "lede": "What a kWh costs you, and the facility's overhead.",
+     "fields": ["electricity_price", "currency", "pue"]},
+)
+_NOT_IN_ADVANCED = {"calibration"}  # uploaded in the "test these predictions" section
+FIT_FIELDS = ("gpus", "max_model_len", "gpu_memory_utilization", "precision", "kv_cache_dtype", "budget", "min_concurrency",
+              "all_placements", "models", "vllm_version")
+
+
+def advanced_fields() -> list[str]:
+    shown = {f for s in PLAN_SECTIONS for f in s["fields"]}
+    return [n for n in PARAMS if n not in shown and n not in _NOT_IN_ADVANCED and n not in ("tensor_parallel_size",
+                                                                                         "data_parallel_size")]
+
+
+def _widget(p: Param, name: str) -> str:
+    if name in ("model", "gpus", "split", "workload"):
+        return name
+    if name == "quantization" or p.kind == "choice":
+        return "select"
+    if p.kind == "bool":
+        return "toggle"
+    if slider_range(name) is not None and p.kind in ("tokens", "int", "float", "bytes"):
+        return "slider"
+    return "text"
+
+
+def _json_default(value: Any) -> Any:
+    if value is MISSING:
+        return None
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def describe(p: Param, declared_default: Any = MISSING) -> dict:
+    """One field as the page needs it: kind, bounds, help, choices, default."""
+    choices = list(p.choices) or (list(QUANTIZATIONS) if p.name == "quantization" else [])
+    default_value = None
+    if p.assumption is not None:
+        default_value = assumption(p.assumption)
+    elif p.seed_value is not None:
+        default_value = p.seed_value
+    elif declared_default is not MISSING:
+        default_value = _json_default(declared_default)
+    return {
+        "name": p.name, "kind": p.kind, "group": p.group, "flag": p.flag, "aliases": list(p.flags),
+        "help": p.full_help(), "lo": p.lo, "hi": p.hi, "lo_open": p.lo_open, "range_text": p.range_text(),
+        "choices": choices, "unit": p.unit, "required": declared_default is MISSING,
+        "default": default_value, "default_text": p.describe_default(), "sweep": p.sweep,
+        "widget": _widget(p, p.name), "slider": slider_range(p.name),
+    }
+
+
+def form() -> dict:
+    """The whole form: every field of both views, the sections and the limits."""
+    scenario_defaults = {f.name: f.default for f in fields(Scenario)}
+    fit_defaults = {f.name: f.default for f in fields(FitQuery)}
+    plan_fields = {n: describe(p, scenario_defaults[n]) for n, p in PARAMS.items()}
+    plan_fields.update({n: describe(p, None) for n, p in VIEW_PARAMS.items()})
+    plan_fields["split"] = {"name": "split", "kind": "split", "widget": "split", "group": "engine",
+                            "help": "how the GPUs divide into replicas (data parallel) x GPUs per replica (tensor "
+                                    "parallel); splits whose weights do not fit are disabled",
+                            "fields": ["data_parallel_size", "tensor_parallel_size"]}
+    fit_fields = {n: describe(p, fit_defaults[n]) for n, p in FIT_PARAMS.items()}
+    fit_fields["gpus"]["widget"] = "gpus"
+    fit_fields["precision"]["choices"] = list(QUANTIZATIONS)
+    fit_fields["precision"]["widget"] = "multi"
+    sections = [dict(s) for s in PLAN_SECTIONS]
+    sections.append({"id": "advanced", "title": "Every other field", "collapsed": True,
+                     "lede": "vLLM's remaining flags, the modelled assumptions, a measured pool and the Monte-Carlo, "
+                             "each with its declared bound and default.",
+                     "fields": advanced_fields()})
+    return {
+        "groups": {**GROUPS, **VIEW_GROUPS},
+        "plan": {"fields": plan_fields, "sections": sections},
+        "fit": {"fields": fit_fields, "order": list(FIT_FIELDS)},
+        "limits": {**WEB_LIMITS, "max_gpus": MAX_GPUS, "draft_fills": DRAFT_FILLS, "max_body_bytes": MAX_BODY_BYTES},
+        "burst_flush": BURST_FLUSH,
+    }
+
+
+# -- presets and where the page starts --------------------------------------------------------------
+
+START = {"plan": {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8"},
+         "fit": {"gpus": "1xH100"}}
+
+
+def presets() -> dict:
+    """Named values a click applies; brackets come from data/assumptions.toml."""
+    table = modelled_assumptions()
+    pue = table["power.pue"]
+    out: dict[str, list[dict]] = {
+        "burst": [{"label": "one miss", "values": {"burst": 1}},
+                  {"label": "a burst of 32", "values": {"burst": 32}},
+                  {"label": "full flush (warm users p5 of one group)", "values": {"burst": BURST_FLUSH}}],
+        "pue": [{"label": f"{pue['low']:g} hyperscale", "values": {"pue": pue["low"]}},
+                {"label": f"{pue['default']:g} colocation", "values": {"pue": pue["default"]}},
+                {"label": f"{pue['high']:g} server room", "values": {"pue": pue["high"]}}],
+        "workload": [{"label": "the preset's own fields (clear the overrides)", "values": {
+            n: None for n, p in PARAMS.items() if p.group == "workload" and n != "preset"}},
+                     {"label": "no subagents", "values": {"subagent_ratio": 0}}],
+        "assumptions": [{"label": "servesize's defaults", "values": {"assumptions": "default"}},
+                        {"label": "the warm-capacity seed's values", "values": {"assumptions": "seed"}}],
+    }
+    return out

@@ -1,0 +1,125 @@
+"""The explorer's API handlers: request JSON -> a Scenario (``requests``) -> the library -> a view
+(``views``, ``charts``) -> JSON. The verdict runs on the FAST worker, the charts and panels on HEAVY."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import lru_cache, partial
+
+from aiohttp import web
+
+import servesize.api as api
+from servesize import __version__
+from servesize.errors import ServesizeError
+from servesize.model.hardware import load_gpus
+from servesize.web import charts, views
+from servesize.web.form import START, VIEW_PARAMS, form, presets
+from servesize.web.requests import RequestError, fit_query, plan_request, refusal, scenario_of, text_field
+from servesize.web.server import FAST, HEAVY, compute, json_response, read_body
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> dict:
+    """GET /api/catalogue: everything the page draws its form and tables from."""
+    gpus = []
+    for key, g in load_gpus().items():
+        gpus.append({"key": key, "name": g.name, "vendor": g.vendor, "memory_mib": g.memory_mib,
+                     "memory_text": f"{g.memory_mib:,} MiB ({g.memory_bytes / 2**30:,.1f} GiB)",
+                     "bandwidth_gbps": g.bandwidth_gbps, "fp8": g.fp8, "fp4": g.fp4, "tdp_w": g.tdp_w,
+                     "source": g.source})
+    return views.finite({"version": __version__, "form": form(), "presets": presets(), "start": START,
+                         "models": views.models_view(), "gpus": gpus})
+
+
+# -- handlers ----------------------------------------------------------------------------------------
+
+async def get_catalogue(request: web.Request) -> web.Response:
+    return await compute(request, FAST, catalogue)
+
+
+async def post_plan(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    try:
+        req = plan_request(body)
+        return await compute(request, FAST, partial(views.plan_view, req))
+    except ServesizeError as exc:
+        field = refusal(exc)["field"]
+        loop = asyncio.get_running_loop()
+        document = await loop.run_in_executor(request.app[FAST], views.refused_plan, body, exc, field)
+        return json_response(document, 400)
+
+
+async def post_explain(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    return await compute(request, FAST, partial(views.explain_view, req))
+
+
+async def post_memory(request: web.Request) -> web.Response:
+    scenario, _ = scenario_of(await read_body(request))
+
+    def work() -> dict:
+        report = api.memory(scenario)
+        return views.finite({"memory": report.to_dict(), "bar": views.memory_bar(report)})
+
+    return await compute(request, FAST, work)
+
+
+async def post_fit(request: web.Request) -> web.Response:
+    query = fit_query(await read_body(request))
+    return await compute(request, FAST, partial(views.fit_view, query))
+
+
+async def post_fit_cell(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    if not isinstance(body, dict) or "row" not in body:
+        raise RequestError("give the query and the row: {\"query\": {...}, \"row\": {...}}", "row")
+    query = fit_query(body.get("query"))
+    return await compute(request, FAST, partial(views.cell_derivation, query, body["row"]))
+
+
+async def post_fit_matrix(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("gpu"), str):
+        raise RequestError("give the query and one GPU type: {\"query\": {...}, \"gpu\": \"H100\"}", "gpu")
+    query = fit_query(body.get("query"))
+    return await compute(request, HEAVY, partial(charts.fit_matrix_column, query, body["gpu"]))
+
+
+_CHARTS = {"decode": charts.decode_chart, "scaling": charts.scaling_chart, "batch": charts.batch_chart}
+
+
+async def post_chart(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    req = plan_request(await read_body(request))
+    if name == "miss":
+        return await compute(request, HEAVY, partial(charts.miss_chart, req.scenario, req.load.load_users))
+    if name not in _CHARTS:
+        raise web.HTTPNotFound(reason=f"no chart {name!r}; charts: decode, miss, scaling, batch")
+    return await compute(request, HEAVY, partial(_CHARTS[name], req.scenario))
+
+
+async def post_sensitivity(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    return await compute(request, HEAVY, partial(charts.sensitivity_panel, req.scenario))
+
+
+async def post_frontier(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    return await compute(request, HEAVY, partial(charts.frontier, req.scenario))
+
+
+_PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a panel reads the Scenario from it
+
+
+async def post_calibrate(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    log = text_field(body, "vllm_log", "a vLLM start-up log")
+    scenario, _ = scenario_of({k: v for k, v in body.items() if k != "vllm_log"}, extra=_PAGE_FIELDS)
+    return await compute(request, FAST, partial(views.calibrate_view, scenario, log))
+
+
+async def post_record(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    record = text_field(body, "record", "a servesize measure run record (the .jsonl file)")
+    scenario, _ = scenario_of({k: v for k, v in body.items() if k != "record"}, extra=_PAGE_FIELDS)
+    return await compute(request, FAST, partial(views.record_view, scenario, record))

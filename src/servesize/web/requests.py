@@ -1,0 +1,241 @@
+"""Request JSON -> a Scenario / FitQuery, or a refusal that names the field (HTTP 400).
+
+A request is one flat JSON object: the Scenario's fields by their names (values as the command
+line reads them: ``"31k"`` or ``31000``), the page's own load and tariff fields
+(``servesize.web.form.VIEW_PARAMS``), and the content of an upload:
+
+- ``model``       a catalogue name (or the Hugging Face id of a catalogue entry), or a config.json's
+                  content as an object; a path or any other Hugging Face id is refused: the server
+                  reads no file a client names and makes no network request;
+- ``workload``    a workload file's content as an object (``Workload.from_dict``), never a path;
+- ``calibration`` a Calibration as ``/api/calibrate`` returned it (``Calibration.from_dict``), never
+                  a path.
+
+Every refusal is ``RequestError(message, field)``; the Scenario's own one-line messages name the
+flag (``--max-model-len 0 is out of range``), which maps back to the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from servesize.errors import BadInput, DoesNotFit, ServesizeError
+from servesize.model.catalogue import find_entry
+from servesize.model.hardware import parse_gpus
+from servesize.scenario import FIT_PARAMS, PARAMS, FitQuery, Scenario
+from servesize.vllm_logs.calibration import Calibration
+from servesize.web.form import BURST_FLUSH, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
+from servesize.workload.model import Workload
+
+
+class RequestError(BadInput):
+    """A request the explorer refuses: one line, and the field it is about (None: the request as a whole)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+    def to_dict(self) -> dict:
+        return {"error": str(self), "field": self.field}
+
+
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+
+
+def _flag_index() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for params in (PARAMS, FIT_PARAMS, VIEW_PARAMS):
+        for name, p in params.items():
+            for spelling in (p.flag, *p.flags):
+                out.setdefault(spelling.lstrip("-"), name)
+            if p.kind == "bool":
+                out.setdefault("no-" + p.flag.lstrip("-"), name)
+    return out
+
+
+_FLAGS = _flag_index()
+
+
+def field_of(exc: ServesizeError) -> str | None:
+    """The field a library refusal is about: the first flag its message names, else the model
+    for a deployment that does not fit."""
+    if isinstance(exc, RequestError):
+        return exc.field
+    for match in _FLAG.finditer(str(exc)):
+        name = _FLAGS.get(match.group(1))
+        if name is not None:
+            return name
+    return "model" if isinstance(exc, DoesNotFit) else None
+
+
+def refusal(exc: ServesizeError) -> dict:
+    """The HTTP 400 body for any library refusal."""
+    return {"error": str(exc), "field": field_of(exc)}
+
+
+# -- reading one request ------------------------------------------------------------------------
+
+UPLOAD_FIELDS = ("model", "workload", "calibration")
+CONTROL_FIELDS = ("draft",)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The page's own load: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
+
+    load_users: int | None = None   # the page's field: Scenario.users is fleet sizing, a different thing
+    burst: int | str | None = None      # a count, or BURST_FLUSH
+
+    def given(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    scenario: Scenario
+    load: Load
+    draft: bool = False
+
+
+def _object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object of fields, e.g. "
+                           '{"model": "qwen3.6-27b", "gpus": "1xH200"}')
+    return body
+
+
+def _unknown(body: dict, known: set[str]) -> None:
+    for name in body:
+        if name not in known:
+            raise RequestError(f"unknown field {name!r}; the fields are those of `servesize plan` by their "
+                               "Scenario names (GET /api/catalogue lists them)", name)
+
+
+def _model(value: Any) -> Any:
+    if isinstance(value, dict):
+        return value  # a config.json's content: the Scenario parses it (InlineConfig), never stores or runs it
+    if not isinstance(value, str) or not value.strip():
+        raise RequestError("model: give a catalogue name (servesize models) or upload a config.json", "model")
+    if find_entry(value) is None:
+        raise RequestError(f"model {value.strip()!r} is not in the catalogue; the explorer reads no files and makes no "
+                           "network requests: upload the model's config.json instead", "model")
+    return value
+
+
+def _workload(value: Any) -> Workload | None:
+    if value is None or isinstance(value, Workload):
+        return value
+    if not isinstance(value, dict):
+        raise RequestError("workload: upload a workload file's content (servesize workload fit writes one), not a "
+                           "path: the explorer reads no files", "workload")
+    try:
+        return Workload.from_dict(value)
+    except BadInput as exc:
+        raise RequestError(str(exc), "workload") from None
+
+
+def _calibration(value: Any) -> Calibration | None:
+    if value is None or isinstance(value, Calibration):
+        return value
+    if not isinstance(value, dict):
+        raise RequestError("calibration: paste the vLLM start-up log (POST /api/calibrate reads it), not a path: "
+                           "the explorer reads no files", "calibration")
+    try:
+        return Calibration.from_dict(value)
+    except (BadInput, TypeError, ValueError) as exc:
+        raise RequestError(f"calibration: {exc}", "calibration") from None
+
+
+def _gpus(value: Any) -> Any:
+    if isinstance(value, str) and value.strip():
+        try:
+            count = parse_gpus(value).count
+        except BadInput as exc:
+            raise RequestError(str(exc), "gpus") from None
+        if count > MAX_GPUS:
+            raise RequestError(f"--gpus {value!r}: the explorer plans at most {MAX_GPUS:,} GPUs", "gpus")
+    return value
+
+
+def _limits(values: dict) -> None:
+    for name, most in WEB_LIMITS.items():
+        if values.get(name) is None:
+            continue
+        typed = PARAMS[name].parse(values[name])
+        if typed > most:
+            raise RequestError(f"{PARAMS[name].flag} {typed:,} is more than the explorer computes per request "
+                               f"({most:,}); run `servesize plan` for more", name)
+
+
+def scenario_of(body: Any, *, extra: tuple[str, ...] = ()) -> tuple[Scenario, dict]:
+    """The Scenario a request describes, and the request's other (``extra``) fields, unread."""
+    body = _object(body)
+    _unknown(body, set(PARAMS) | set(extra))
+    values = {k: v for k, v in body.items() if k in PARAMS and v is not None}
+    if "model" not in values or "gpus" not in values:
+        missing = "model" if "model" not in values else "gpus"
+        raise RequestError(f"{missing} is required", missing)
+    values["model"] = _model(values["model"])
+    values["gpus"] = _gpus(values["gpus"])
+    values["workload"] = _workload(values.get("workload"))
+    values["calibration"] = _calibration(values.get("calibration"))
+    _limits(values)
+    try:
+        scenario = Scenario(**values)
+    except BadInput as exc:
+        raise RequestError(str(exc), field_of(exc)) from None
+    return scenario, {k: body[k] for k in extra if k in body}
+
+
+def _load(values: dict) -> Load:
+    typed: dict[str, Any] = {}
+    for name, p in VIEW_PARAMS.items():
+        value = values.get(name)
+        if value is None or value == "":
+            continue
+        if name == "burst" and value == BURST_FLUSH:
+            typed[name] = BURST_FLUSH
+            continue
+        try:
+            typed[name] = p.parse(value)
+        except BadInput as exc:
+            raise RequestError(str(exc), name) from None
+    return Load(**typed)
+
+
+def plan_request(body: Any) -> PlanRequest:
+    """POST /api/plan (and the panels that take the same body)."""
+    scenario, rest = scenario_of(body, extra=(*VIEW_PARAMS, *CONTROL_FIELDS))
+    draft = rest.get("draft", False)
+    if not isinstance(draft, bool):
+        raise RequestError("draft must be true or false", "draft")
+    return PlanRequest(scenario, _load(rest), draft)
+
+
+def fit_query(body: Any) -> FitQuery:
+    """POST /api/fit: FitQuery's fields; ``models`` only catalogue names."""
+    body = _object(body)
+    _unknown(body, set(FIT_PARAMS))
+    values = {k: v for k, v in body.items() if v is not None}
+    if "gpus" not in values:
+        raise RequestError("gpus is required", "gpus")
+    values["gpus"] = _gpus(values["gpus"])
+    names = values.get("models")
+    if isinstance(names, str):
+        for name in (x.strip() for x in names.split(",") if x.strip()):
+            if find_entry(name) is None:
+                raise RequestError(f"models: {name!r} is not in the catalogue (the explorer reads no files)", "models")
+    try:
+        return FitQuery(**values)
+    except BadInput as exc:
+        raise RequestError(str(exc), field_of(exc)) from None
+
+
+def text_field(body: Any, name: str, what: str) -> str:
+    """An uploaded text (a vLLM log, a run record) from the request."""
+    value = body.get(name) if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        raise RequestError(f"{name}: paste or upload {what}", name)
+    return value

@@ -1,0 +1,55 @@
+"""What the explorer's server needs before the engine is loaded: the worker pools, JSON in and out,
+and the body limit. Nothing here imports the library, so `servesize serve` answers its first page
+while the engine is still being imported."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+
+from servesize.errors import BadInput
+
+MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is the largest)
+
+FAST: web.AppKey[ThreadPoolExecutor] = web.AppKey("fast", ThreadPoolExecutor)
+HEAVY: web.AppKey[ThreadPoolExecutor] = web.AppKey("heavy", ThreadPoolExecutor)
+HOSTS: web.AppKey[tuple[str, ...]] = web.AppKey("hosts", tuple)
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
+async def read_body(request: web.Request) -> Any:
+    """The request's JSON (an empty body is {}); one line when it is not JSON."""
+    try:
+        text = await request.text()
+    except UnicodeDecodeError:
+        raise BadInput("the request body is not UTF-8 text") from None
+    try:
+        return json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"the request body is not JSON: {exc.msg} (line {exc.lineno})") from None
+
+
+async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:
+    """Run ``work`` on a worker thread; a heavy request whose client has gone is skipped."""
+    loop = asyncio.get_running_loop()
+
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    def run() -> Any:
+        if pool is HEAVY and gone():
+            return None
+        return work()
+
+    result = await loop.run_in_executor(request.app[pool], run)
+    return json_response(result if result is not None else {"skipped": True})

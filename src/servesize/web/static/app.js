@@ -1,0 +1,951 @@
+/* servesize explorer. The form is drawn from GET /api/catalogue (the Scenario's declaration); every
+   number comes from the JSON API. This file holds no formula, bound, default or catalogue constant:
+   it sends what the controls hold and draws what comes back. */
+"use strict";
+
+const App = {
+  cat: null,             // GET /api/catalogue
+  view: "plan",
+  plan: {},              // view 2: the fields given explicitly (what a share link carries)
+  fit: {},               // view 1
+  planSeq: 0,            // every plan request gets the next number; only the latest is drawn
+  shownSeq: 0,
+  draftBusy: false, draftAgain: false,
+  heavy: null,           // AbortController of the panels computed after a verdict
+  last: null,            // the last full plan view
+  fitSeq: 0, lastFit: null, fitSort: { key: null, dir: -1 },
+  timings: [],           // control change -> verdict drawn, ms (benchmarks/bench_web.py reads them)
+};
+window.servesize = App;
+
+// -- small helpers ----------------------------------------------------------------------------------
+
+function $(sel, root) { return (root || document).querySelector(sel); }
+function $$(sel, root) { return Array.from((root || document).querySelectorAll(sel)); }
+
+function h(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const kid of kids.flat()) if (kid !== null && kid !== undefined) e.appendChild(typeof kid === "string" ? document.createTextNode(kid) : kid);
+  return e;
+}
+
+async function post(path, body, signal) {
+  const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body), signal });
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = { error: `the server answered ${res.status} without JSON` }; }
+  return { ok: res.ok, status: res.status, data };
+}
+
+function banner(text) {
+  const b = $("#banner");
+  b.textContent = text || "";
+  b.hidden = !text;
+}
+
+// a value as a control shows it: 31000 -> "31k" for token fields, 0.8100000001 -> "0.81"
+function showValue(spec, v) {
+  if (v === null || v === undefined || v === "") return "";
+  if (typeof v === "boolean") return v ? "on" : "off";
+  if (typeof v === "string" && /^-?\d+(\.\d+)?$/.test(v.trim())) v = Number(v);   // a share link's plain number
+  if (typeof v === "number") {
+    if (spec && spec.kind === "tokens" && v >= 1000 && v % 1000 === 0) return (v / 1000) + "k";
+    if (Number.isInteger(v)) return String(v);
+    return String(+v.toPrecision(4));
+  }
+  return String(v);
+}
+
+// -- the form, generated from the declaration ------------------------------------------------------------
+
+function fieldBox(spec, extra, pfx) {
+  pfx = pfx || "f-";
+  const label = h("label", { class: "flabel", for: pfx + spec.name, title: spec.help },
+    h("span", { class: "tip", text: spec.label || spec.name.replaceAll("_", " ") }),
+    h("span", { class: "val", id: pfx.replace("f-", "v-").replace("fit-", "fitv-") + spec.name }));
+  const box = h("div", { class: "field", dataset: { field: spec.name } }, label, extra,
+    h("div", { class: "hint", text: [spec.default_text, spec.range_text ? "bounds " + spec.range_text : ""].filter(Boolean).join(" · ") }),
+    h("div", { class: "err", dataset: { errFor: spec.name } }));
+  return box;
+}
+
+function toPos(s, v) {
+  if (!isFinite(v)) return 0;
+  const t = s.scale === "log" ? Math.log(Math.max(v, s.min) / s.min) / Math.log(s.max / s.min) : (v - s.min) / (s.max - s.min);
+  return Math.round(Math.min(1, Math.max(0, t)) * 1000);
+}
+
+function fromPos(spec, pos) {
+  const s = spec.slider, t = pos / 1000;
+  let v = s.scale === "log" ? s.min * Math.pow(s.max / s.min, t) : s.min + t * (s.max - s.min);
+  if (s.step > 0) v = Math.round(v / s.step) * s.step;
+  else v = +v.toPrecision(s.scale === "log" ? 3 : 4);
+  if (spec.kind === "tokens" || spec.kind === "int") v = Math.round(v);
+  return +v.toPrecision(12);
+}
+
+function makeControl(spec, store, changed, pfx) {
+  pfx = pfx || "f-";
+  const set = (v, draft) => {
+    if (v === "" || v === null || v === undefined) delete store[spec.name]; else store[spec.name] = v;
+    changed(spec.name, draft);
+  };
+  switch (spec.widget) {
+    case "slider": {
+      const range = h("input", { type: "range", min: 0, max: 1000, step: 1, id: pfx.replace("f-", "r-").replace("fit-", "fitr-") + spec.name, "aria-label": spec.name });
+      const text = h("input", { type: "text", class: "num", id: pfx + spec.name, autocomplete: "off", spellcheck: "false" });
+      range.addEventListener("input", () => { const v = fromPos(spec, +range.value); text.value = showValue(spec, v); set(v, true); });
+      range.addEventListener("change", () => set(fromPos(spec, +range.value), false));
+      text.addEventListener("change", () => set(text.value.trim(), false));
+      const box = fieldBox(spec, h("div", { class: "slider-row" }, range, text), pfx);
+      box.sync = v => { if (document.activeElement !== text) text.value = showValue(spec, v); const n = typeof v === "number" ? v : parseFloat(v); if (isFinite(n)) range.value = toPos(spec.slider, n); };
+      return box;
+    }
+    case "select": {
+      const sel = h("select", { id: pfx + spec.name });
+      if (!spec.required) sel.appendChild(h("option", { value: "", text: "default" + (spec.default !== null && spec.default !== undefined ? ` (${showValue(spec, spec.default)})` : "") }));
+      for (const c of spec.choices) sel.appendChild(h("option", { value: c, text: c }));
+      sel.addEventListener("change", () => set(sel.value, false));
+      const box = fieldBox(spec, sel, pfx);
+      box.sync = (v, explicit) => { sel.value = explicit ? String(v) : ""; };
+      return box;
+    }
+    case "toggle": {
+      const cb = h("input", { type: "checkbox", id: pfx + spec.name });
+      cb.addEventListener("change", () => set(cb.checked, false));
+      const box = fieldBox(spec, h("label", { class: "toggle" }, cb, h("span", { class: "track" }), h("span", { text: spec.help })), pfx);
+      box.sync = v => { cb.checked = v === true || v === "true"; };
+      return box;
+    }
+    default: {
+      const text = h("input", { type: "text", id: pfx + spec.name, autocomplete: "off", spellcheck: "false",
+        placeholder: spec.default_text || "" });
+      text.addEventListener("change", () => set(text.value.trim(), false));
+      const box = fieldBox(spec, text, pfx);
+      box.sync = (v, explicit) => { if (document.activeElement !== text) { text.value = explicit ? showValue(spec, v) : ""; text.placeholder = showValue(spec, v) || spec.default_text || ""; } };
+      return box;
+    }
+  }
+}
+
+function modelControl(spec, store, changed) {
+  const list = h("datalist", { id: "model-list" });
+  for (const m of App.cat.models.rows) list.appendChild(h("option", { value: m.key, text: m.display }));
+  const input = h("input", { type: "text", id: "f-model", list: "model-list", autocomplete: "off", spellcheck: "false",
+    placeholder: "search the catalogue" });
+  input.addEventListener("change", () => { if (input.value.trim()) { store.model = input.value.trim(); changed("model", false); } });
+  const file = h("input", { type: "file", id: "f-model-file", accept: ".json,application/json" });
+  file.addEventListener("change", async () => {
+    const f = file.files[0];
+    if (!f) return;
+    try { store.model = JSON.parse(await f.text()); } catch (e) { showError("model", `${f.name} is not JSON: ${e.message}`); return; }
+    input.value = "";
+    changed("model", false);
+  });
+  const about = h("div", { class: "muted small", id: "model-about" });
+  const box = fieldBox(spec, h("div", {}, input, list, h("label", { class: "upload" }, "or upload a config.json ", file), about));
+  box.sync = () => {
+    const m = store.model;
+    if (m && typeof m === "object") { about.textContent = "uploaded config.json (" + (m._name_or_path || m.model_type || "unnamed") + "): parsed on the server, never stored"; return; }
+    if (document.activeElement !== input) input.value = m || "";
+    const row = App.cat.models.rows.find(r => r.key === m);
+    about.textContent = row ? `${row.display} · ${row.text.params} · ${row.layers} · KV ${row.text.kv_per_token}/token` : "";
+  };
+  return box;
+}
+
+function gpusControl(spec, store, changed, counts, pfx) {
+  pfx = pfx || "f-";
+  const parse = () => { const m = /^(\d+)\s*x\s*(.+)$/i.exec(store.gpus || ""); return m ? [+m[1], m[2]] : [1, store.gpus || ""]; };
+  const sel = h("select", { id: pfx + "gpus-type" });
+  for (const g of App.cat.gpus) sel.appendChild(h("option", { value: g.key, text: `${g.key} · ${g.memory_text}` }));
+  const range = h("input", { type: "range", id: pfx + "gpus-range", min: counts[0], max: counts[1], step: 1, "aria-label": "GPU count" });
+  const num = h("input", { type: "text", class: "num", id: pfx + "gpus-count", autocomplete: "off" });
+  const write = draft => {
+    const n = num.value.trim() || "1";
+    store.gpus = `${n}x${sel.value}`;
+    if (pfx === "f-" && /^\d+$/.test(n)) {   // the plan's split uses every GPU: TP kept when it divides them, DP the rest
+      let tp = +(store.tensor_parallel_size || 1);
+      if (+n % tp) tp = 1;
+      if (tp > 1) store.tensor_parallel_size = tp; else delete store.tensor_parallel_size;
+      if (+n / tp > 1) store.data_parallel_size = +n / tp; else delete store.data_parallel_size;
+    }
+    changed("gpus", draft);
+  };
+  sel.addEventListener("change", () => write(false));
+  range.addEventListener("input", () => { num.value = range.value; write(true); });
+  range.addEventListener("change", () => write(false));
+  num.addEventListener("change", () => { range.value = num.value; write(false); });
+  const box = fieldBox(spec, h("div", {}, sel, h("div", { class: "slider-row" }, range, num)), pfx);
+  box.sync = () => {
+    const [n, type] = parse();
+    const g = App.cat.gpus.find(x => x.key.toLowerCase() === String(type).toLowerCase() || x.key.toLowerCase().startsWith(String(type).toLowerCase() + "-"));
+    if (g) sel.value = g.key;
+    if (document.activeElement !== num) num.value = n;
+    range.value = n;
+  };
+  return box;
+}
+
+function splitControl(spec, store, changed) {
+  const seg = h("div", { class: "seg", id: "seg-split" });
+  const box = fieldBox({ ...spec, default_text: "replicas × GPUs per replica", range_text: "" }, seg);
+  box.sync = () => {};
+  box.draw = splits => {
+    seg.textContent = "";
+    for (const s of splits || []) {
+      const b = h("button", { type: "button", "aria-pressed": s.current ? "true" : "false", title: s.fits ? `DP ${s.dp} × TP ${s.tp}` : s.reason,
+        class: s.fits ? "" : "nofit", disabled: !s.fits && !s.current, dataset: { dp: s.dp, tp: s.tp }, text: `DP ${s.dp} × TP ${s.tp}` });
+      b.addEventListener("click", () => {
+        store.tensor_parallel_size = s.tp; store.data_parallel_size = s.dp;
+        if (s.tp === 1) delete store.tensor_parallel_size;
+        if (s.dp === 1) delete store.data_parallel_size;
+        changed("split", false);
+      });
+      seg.appendChild(b);
+    }
+  };
+  return box;
+}
+
+function workloadControl(spec, store, changed) {
+  const file = h("input", { type: "file", id: "f-workload-file", accept: ".json,application/json" });
+  const about = h("div", { class: "muted small" });
+  const clear = h("button", { type: "button", class: "btn small", text: "use the fields instead", hidden: true });
+  file.addEventListener("change", async () => {
+    const f = file.files[0];
+    if (!f) return;
+    try { store.workload = JSON.parse(await f.text()); } catch (e) { showError("workload", `${f.name} is not JSON: ${e.message}`); return; }
+    changed("workload", false);
+  });
+  clear.addEventListener("click", () => { delete store.workload; file.value = ""; changed("workload", false); });
+  const box = fieldBox({ ...spec, label: "workload file" }, h("div", {}, h("label", { class: "upload" }, "upload a workload (servesize workload fit --out, JSON) ", file), clear, about));
+  box.sync = () => { const on = !!store.workload; clear.hidden = !on; about.textContent = on ? "an uploaded workload: the fields above override it" : ""; };
+  return box;
+}
+
+const LABELS = {
+  model: "Model", gpus: "GPUs", split: "Split (DP × TP)", quantization: "Weights", kv_cache_dtype: "KV cache dtype",
+  mamba_ssm_cache_dtype: "Recurrent-state dtype", mtp_speedup: "MTP decode speed-up (×)", cpu_offload_gib: "CPU offload (GiB)",
+  max_model_len: "max_model_len (tokens)", median: "User prompt median (tokens)", sigma: "User prompt sigma",
+  subagent_median: "Subagent prompt median (tokens)", subagent_sigma: "Subagent prompt sigma", subagent_ratio: "Subagent ratio",
+  subagents_share_prefix: "Subagents share the user prefix", prefix: "System / shared prefix (tokens)",
+  load_users: "Concurrent users (your load)", think_time: "Think time (s)", warm_turn_tokens: "Warm turn (tokens)",
+  ttft_limit: "TTFT budget (s)", invalidation: "Cache-miss rate", burst: "Cold burst (misses at once)",
+  electricity_price: "Electricity price per kWh", currency: "Currency", pue: "Facility PUE", preset: "Workload preset",
+  gpu_memory_utilization: "GPU memory utilisation", precision: "Precisions", min_concurrency: "Minimum concurrency",
+  all_placements: "Every placement", models: "Models", vllm_version: "vLLM version", budget: "Budget",
+};
+
+const PRESETS_AFTER = { workload: "workload", burst: "burst", pue: "pue" };  // which preset row follows which control
+
+// the stores are the objects the controls write into: replaced in place, never re-bound
+function replaceStore(store, values) {
+  for (const k of Object.keys(store)) delete store[k];
+  Object.assign(store, values);
+}
+
+function buildPlanForm() {
+  const side = $("#planControls");
+  const fields = App.cat.form.plan.fields;
+  App.planBoxes = {};
+  const changed = (name, draft) => onPlanChange(name, draft);
+  for (const sec of App.cat.form.plan.sections) {
+    const grid = h("div", { class: "ctl-grid" });
+    const panel = sec.collapsed
+      ? h("details", { class: "panel controls fold", id: "sec-" + sec.id }, h("summary", { text: sec.title }), h("p", { class: "lede", text: sec.lede }), grid)
+      : h("div", { class: "panel controls", id: "sec-" + sec.id }, h("div", { class: "section-h", text: (sec.act ? sec.act + " · " : "") + sec.title }), h("p", { class: "lede", text: sec.lede }), grid);
+    for (const name of sec.fields) {
+      const spec = { ...fields[name], label: LABELS[name] };
+      let box;
+      if (spec.widget === "model") box = modelControl(spec, App.plan, changed);
+      else if (spec.widget === "gpus") box = gpusControl(spec, App.plan, changed, [1, 8]);
+      else if (spec.widget === "split") box = splitControl(spec, App.plan, changed);
+      else if (spec.widget === "workload") box = workloadControl(spec, App.plan, changed);
+      else box = makeControl(spec, App.plan, changed);
+      App.planBoxes[name] = box;
+      grid.appendChild(box);
+      const presets = App.cat.presets[PRESETS_AFTER[name]];
+      if (presets) grid.appendChild(presetRow(presets, App.plan, changed));
+    }
+    if (sec.collapsed) grid.appendChild(presetRow(App.cat.presets.assumptions, App.plan, changed));
+    side.appendChild(panel);
+  }
+}
+
+function presetRow(presets, store, changed) {
+  return h("div", { class: "preset" }, h("span", { class: "plab", text: "presets" }),
+    presets.map(p => h("button", { type: "button", text: p.label, onclick: () => {
+      for (const [k, v] of Object.entries(p.values)) { if (v === null) delete store[k]; else store[k] = v; }
+      changed(Object.keys(p.values)[0], false);
+    } })));
+}
+
+function buildFitForm() {
+  const grid = $("#fitFields");
+  const fields = App.cat.form.fit.fields;
+  App.fitBoxes = {};
+  const changed = (name, draft) => scheduleFit(draft);
+  for (const name of App.cat.form.fit.order) {
+    const spec = { ...fields[name], label: LABELS[name] };
+    let box;
+    if (name === "gpus") box = gpusControl(spec, App.fit, changed, [1, 64], "fit-");
+    else if (spec.widget === "multi") box = multiControl(spec, App.fit, changed, "fit-");
+    else box = makeControl(spec, App.fit, changed, "fit-");
+    App.fitBoxes[name] = box;
+    grid.appendChild(box);
+  }
+}
+
+function multiControl(spec, store, changed, pfx) {
+  const wrap = h("div", { class: "checks" });
+  const boxes = spec.choices.map(c => h("label", {}, h("input", { type: "checkbox", value: c }), " " + c));
+  boxes.forEach(b => wrap.appendChild(b));
+  wrap.addEventListener("change", () => {
+    const on = boxes.map(b => b.firstChild).filter(c => c.checked).map(c => c.value);
+    if (on.length) store[spec.name] = on.join(","); else delete store[spec.name];
+    changed(spec.name, false);
+  });
+  const box = fieldBox(spec, wrap, pfx);
+  box.sync = () => { const on = (store[spec.name] || "").split(","); boxes.forEach(b => { b.firstChild.checked = on.includes(b.firstChild.value); }); };
+  return box;
+}
+
+// -- errors beside the control -------------------------------------------------------------------------
+
+const FIELD_BOX = { tensor_parallel_size: "split", data_parallel_size: "split" };
+
+function clearErrors(root) {
+  for (const e of $$(".err", root)) e.textContent = "";
+  for (const f of $$(".field.bad", root)) f.classList.remove("bad");
+}
+
+function showError(field, message, root) {
+  const name = FIELD_BOX[field] || field;
+  const target = name ? $(`[data-err-for="${CSS.escape(name)}"]`, root) : null;
+  if (!target) { banner(message); return; }
+  target.textContent = message;
+  const box = target.closest(".field");
+  if (box) box.classList.add("bad");
+  const fold = target.closest("details");
+  if (fold) fold.open = true;
+}
+
+// -- view 2: the plan --------------------------------------------------------------------------------------
+
+function planBody(draft) { return { ...App.plan, ...(draft ? { draft: true } : {}) }; }
+
+function onPlanChange(name, draft) {
+  App.changedAt = performance.now();
+  if (!draft) { cancelAnimationFrame(App.draftFrame); App.draftFrame = 0; requestPlan(false); return; }
+  // a drag: one draft per frame at most, and none when the release (a click, a key) follows at once
+  if (!App.draftFrame) App.draftFrame = requestAnimationFrame(() => { App.draftFrame = 0; requestDraft(); });
+}
+
+function requestDraft() {
+  if (App.draftBusy) { App.draftAgain = true; return; }
+  App.draftBusy = true;
+  requestPlan(true).finally(() => {
+    App.draftBusy = false;
+    if (App.draftAgain) { App.draftAgain = false; requestDraft(); }
+  });
+}
+
+async function requestPlan(draft) {
+  const seq = ++App.planSeq;
+  const started = App.changedAt || performance.now();
+  if (!draft) {
+    App.draftAgain = false;                  // the full answer supersedes any draft still to send
+    if (App.heavy) { App.heavy.abort(); App.heavy = null; }
+  }
+  const verdict = $("#verdict");
+  verdict.dataset.pending = "true";
+  let res;
+  try { res = await post("/api/plan", planBody(draft)); } catch (e) { banner("the server did not answer: " + e.message); return; }
+  if (seq !== App.planSeq) return;           // a newer request is on its way: draw that one
+  verdict.dataset.pending = "false";
+  clearErrors($("#view-plan"));
+  banner("");
+  if (!res.ok) {
+    verdict.dataset.state = "error";
+    verdict.dataset.seq = seq;
+    showError(res.data.field, res.data.error, $("#view-plan"));
+    syncPlanControls(App.last);
+    if (res.data.splits) App.planBoxes.split.draw(res.data.splits);
+    markStale(res.data.error);
+    return;
+  }
+  App.drawn = { seq, body: planBody(draft) };   // what an opened "why?" asks /api/explain about
+  drawPlan(res.data, seq, draft);
+  if (!draft) {
+    App.timings.push(performance.now() - started);
+    App.last = res.data;
+    writeHash();
+    scheduleHeavy(seq);
+  }
+}
+
+function unstale() { $("#verdict").classList.remove("stale"); $("#view-plan .main").classList.remove("stale"); }
+
+function syncPlanControls(view) {
+  const eff = view ? view.effective : {};
+  for (const [name, box] of Object.entries(App.planBoxes)) {
+    const explicit = Object.prototype.hasOwnProperty.call(App.plan, name);
+    const value = explicit ? App.plan[name] : eff[name];
+    if (box.sync) box.sync(value, explicit);
+    const v = $("#v-" + name);
+    if (v) v.textContent = explicit ? "" : (value !== undefined && value !== null ? "now " + showValue(App.cat.form.plan.fields[name], value) : "");
+  }
+  if (view) App.planBoxes.split.draw(view.splits);
+}
+
+function drawPlan(view, seq, draft) {
+  syncPlanControls(view);
+  drawVerdict(view, seq, draft);
+  drawTiles(view.tiles);
+  drawMemory(view.memory);
+  drawLengths(view.lengths);
+  if (!draft) {
+    drawRecipe(view.recipe);
+    drawBill(view.bill);
+    drawTest(view.test);
+  }
+}
+
+function markStale(message) {
+  const box = $("#verdict");
+  for (const old of $$(".v-stale", box)) old.remove();
+  box.classList.add("stale");
+  $("#view-plan .main").classList.add("stale");
+  box.prepend(h("p", { class: "v-stale", id: "verdictStale", text: "Not updated, the last change was refused: " + message
+    + (App.last ? " The figures below are the last answer." : "") }));
+}
+
+function drawVerdict(view, seq, draft) {
+  unstale();
+  const v = view.verdict, box = $("#verdict");
+  box.textContent = "";
+  box.dataset.state = draft ? "draft" : "full";
+  box.dataset.seq = seq;
+  box.dataset.binding = v.binding;
+  box.dataset.users = v.users;
+  box.append(
+    h("p", { class: "v-title", text: view.title + (draft ? " · draft (fewer fills while you drag)" : "") }),
+    h("h2", { class: "v-head", id: "verdictHead" }, h("span", { class: "big", dataset: { value: v.users }, text: v.users_text }),
+      ` users: `, h("span", { class: "bind c-" + v.binding, text: v.binding }), " binds first"),
+    h("p", { class: "v-why", text: v.why }),
+    h("p", { class: "v-next", text: v.next.text }));
+  if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
+  const max = Math.max(...v.ceilings.map(c => c.users || 0)) || 1;
+  const bars = h("div", { class: "ceil-bars", id: "ceilingBars" });
+  for (const c of v.ceilings) {
+    const fill = h("span", { class: "fill bg-" + c.name });
+    fill.style.width = Math.max(1, 100 * (c.users || 0) / max) + "%";
+    bars.appendChild(h("div", { class: "ceil" + (c.binding ? " binding" : ""), dataset: { ceiling: c.name, value: c.users } },
+      h("span", { class: "cname", text: c.name }), h("span", { class: "track" }, fill),
+      h("span", { class: "cval", text: c.text + " users" }), h("span", { class: "cmeans muted", text: c.means })));
+  }
+  box.appendChild(bars);
+  box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
+}
+
+// -- derivations on demand: fetched once per drawn plan, when a "why?" is first opened -------------------
+
+function explainBox(summary, sections, id) {
+  const pre = h("pre", { class: "steps", id, text: "computing the derivation…" });
+  const box = h("details", { class: "why", dataset: { explain: sections.join(",") } }, h("summary", { text: summary }), pre);
+  box.addEventListener("toggle", () => { if (box.open) fillExplain(box, pre); });
+  return box;
+}
+
+async function fillExplain(box, pre) {
+  const drawn = App.drawn;
+  if (!App.explain || App.explain.seq !== drawn.seq) {
+    App.explain = { seq: drawn.seq, answer: post("/api/explain", drawn.body) };
+  }
+  const res = await App.explain.answer;
+  if (!res.ok) { pre.textContent = res.data.error; return; }
+  pre.textContent = box.dataset.explain.split(",").flatMap(k => res.data.sections[k] || []).map(x => x.text).join("\n") || "given";
+  box.dataset.filled = String(drawn.seq);
+}
+
+function drawTiles(tiles) {
+  const box = $("#tiles");
+  box.textContent = "";
+  for (const t of tiles) {
+    const why = explainBox("why? (the derivation)", t.explain);
+    box.appendChild(h("div", { class: "tile" + (t.big ? " big" : "") + (t.status ? " st-" + t.status : ""), dataset: { tile: t.id, value: t.value } },
+      h("div", { class: "tl", text: t.label }),
+      h("div", { class: "tv" }, t.text, t.status ? h("span", { class: "badge", text: t.status }) : null),
+      h("div", { class: "ts", text: t.sub }),
+      why,
+      h("div", { class: "refute", text: "Proved wrong if: " + t.refuted_by })));
+  }
+}
+
+function drawMemory(m, box, caption) {
+  box = box || $("#memoryBar");
+  box.textContent = "";
+  if (!m) return;
+  (caption || $("#memoryCaption")).textContent = m.caption;
+  const bar = h("div", { class: "membar", role: "img", "aria-label": m.segments.map(s => `${s.label} ${s.text}`).join(", ") });
+  for (const s of m.segments) {
+    const seg = h("span", { class: "mseg m-" + s.id, title: `${s.label}: ${s.text}`, dataset: { seg: s.id, bytes: s.bytes } });
+    seg.style.width = (100 * s.share) + "%";
+    bar.appendChild(seg);
+  }
+  box.append(bar, h("div", { class: "legend" }, m.segments.map(s => h("span", { class: "li" }, h("span", { class: "sw m-" + s.id }), `${s.label} ${s.text}`))));
+  if (m.log_lines.length) box.appendChild(h("p", { class: "small" }, "vLLM will log: ", h("code", { text: m.log_lines.join(" · ") })));
+  for (const w of m.warnings) box.appendChild(h("p", { class: "small warn", text: w }));
+  box.appendChild(m.steps.length
+    ? h("details", { class: "why" }, h("summary", { text: "the memory derivation" }), h("pre", { class: "steps", text: m.steps.map(s => s.text).join("\n") }))
+    : explainBox("the memory derivation", ["memory"]));
+}
+
+function drawLengths(a) {
+  $("#capA").textContent = a.series.map(s => s.text).join(" · ");
+  Charts.line($("#chartA"), {
+    xlog: true, xLabel: "prompt length (tokens)", yLabel: "share per ln(length)",
+    series: a.series.map((s, i) => ({ name: s.name, x: a.x, y: s.y, cls: i ? "c2" : "c1", dash: i ? "long" : null })),
+    vlines: [{ x: a.cap, label: a.cap_text, cls: "crit" }],
+  });
+}
+
+function drawRecipe(r) {
+  $("#recipe").textContent = r.command;
+  const ul = $("#recipeNotes");
+  ul.textContent = "";
+  for (const n of r.notes) ul.appendChild(h("li", { text: n }));
+}
+
+function drawBill(b) {
+  const box = $("#bill");
+  box.textContent = "";
+  if (!b.available) { box.appendChild(h("p", { class: "muted", text: b.note })); return; }
+  box.append(h("div", { class: "bill-grid" },
+    h("div", { class: "bill-main", dataset: { value: b.cost_per_month } }, h("span", { class: "big", text: b.text.month }), h("span", { class: "muted", text: ` (price ${b.price_per_kwh} ${b.currency}/kWh, PUE ${b.pue})` })),
+    h("div", { text: b.text.kw }), h("div", { text: b.text.user }), h("div", { text: b.text.tokens })),
+    h("p", { class: "small muted", text: b.note + "; prefill busy " + (100 * b.duty.prefill_duty).toFixed(0) + "%, decoding " + (100 * b.duty.decode_duty).toFixed(0) + "%, idle " + (100 * b.duty.idle_fraction).toFixed(0) + "% of the time" }),
+    explainBox("the bill's derivation", ["power"]));
+}
+
+function download(name, content) {
+  const text = typeof content === "string" ? content : JSON.stringify(content, null, 2) + "\n";
+  const a = h("a", { href: URL.createObjectURL(new Blob([text], { type: "application/json" })), download: name });
+  document.body.appendChild(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+function drawTest(t) {
+  const box = $("#testBody");
+  box.textContent = "";
+  const list = h("ol", { class: "hyp", id: "hypotheses" });
+  for (const x of t.hypotheses) list.appendChild(h("li", { dataset: { hyp: x.id } }, h("b", { text: x.claim }),
+    h("div", { class: "small", text: "measured by: " + x.measured_by }), h("div", { class: "small refute", text: "proved wrong if: " + x.refuted_if })));
+  const files = h("div", { class: "preset" }, h("span", { class: "plab", text: "files" }),
+    Object.keys(t.files).map(name => h("button", { type: "button", class: "dl", dataset: { file: name }, text: "⬇ " + name, onclick: () => download(name, t.files[name]) })));
+  box.append(h("p", { class: "small", text: "1. Save the files; 2. run this against your server (its URL in place of localhost:8000):" }),
+    h("pre", { class: "code", id: "testCommand", text: t.command }), h("button", { type: "button", class: "btn small", dataset: { copy: "testCommand" }, text: "Copy" }),
+    files, h("p", { class: "small", text: "The hypotheses it checks (servesize-test.json holds them with the scenario):" }), list);
+}
+
+// -- the panels computed after the verdict ---------------------------------------------------------------
+
+function scheduleHeavy(seq) {
+  clearTimeout(App.heavyTimer);
+  App.heavyTimer = setTimeout(() => runHeavy(seq), 200);
+}
+
+const HEAVY = [
+  ["/api/charts/decode", drawDecode], ["/api/charts/miss", drawMiss], ["/api/sensitivity", drawSensitivity],
+  ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/frontier", drawFrontier],
+];
+
+async function runHeavy(seq) {
+  if (seq !== App.planSeq) return;
+  const ctl = new AbortController();
+  App.heavy = ctl;
+  const body = planBody(false);
+  for (const [path, draw] of HEAVY) {
+    let res;
+    try { res = await post(path, body, ctl.signal); } catch (e) { return; }   // aborted: a newer plan is coming
+    if (ctl.signal.aborted || seq !== App.planSeq) return;
+    if (res.ok && !res.data.skipped) draw(res.data); else if (!res.ok) banner(res.data.error);
+  }
+  $("#verdict").dataset.panels = String(seq);
+}
+
+function drawDecode(d) {
+  $("#capC").textContent = d.caption;
+  const zone = [{ x0: d.warm_zone[0], x1: d.warm_zone[1], cls: "c3" }];
+  Charts.line($("#chartC"), {
+    xlog: true, ylog: true, xLabel: "concurrent decoders per replica", yLabel: "tok/s per user",
+    series: [{ name: "p50 per user", x: d.n, y: d.p50, cls: "c1", band: { lo: d.p5, hi: d.p95 } }],
+    hlines: [{ y: d.floor, label: `floor ${d.floor} tok/s`, cls: "crit" }, { y: d.comfortable, label: `comfortable ${d.comfortable}`, cls: "warn" }],
+    vlines: [{ x: Math.max(1, d.decode_ceiling), label: `ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
+    legendExtra: [{ name: "p5-p95", cls: "c1", kind: "soft" }, { name: "GPU-resident warm sessions p5-p95", cls: "c3", kind: "soft" }],
+  });
+  $("#capD").textContent = d.aggregate_caption;
+  Charts.line($("#chartD"), {
+    xlog: true, xLabel: "concurrent decoders per replica", yLabel: "aggregate tok/s (system)",
+    series: [{ name: "aggregate p50", x: d.n, y: d.aggregate_p50, cls: "c3" }],
+    vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
+  });
+}
+
+function drawMiss(m) {
+  $("#capG").textContent = m.caption;
+  const dash = { cache: null, decode: "long", latency: "dot", saturation: "dashdot" };
+  Charts.line($("#chartG"), {
+    xLabel: "cache-miss rate", yLabel: "users", fmtX: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
+    series: Object.keys(m.ceilings).map(c => ({ name: c, x: m.x, y: m.ceilings[c], cls: c, dash: dash[c] })),
+    vlines: [{ x: m.current, label: "now", cls: "text" }, ...m.binding_changes.slice(0, 1).map(x => ({ x, label: "binding changes", cls: "muted" }))],
+    hlines: App.plan.load_users ? [{ y: m.load, label: `your load ${Math.round(m.load)}`, cls: "text" }] : [],
+  });
+  $("#capF").textContent = m.burst_caption;
+  Charts.line($("#chartF"), {
+    xLabel: "cache-miss rate", yLabel: "misses at once (B*)", fmtX: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
+    series: [{ name: "B*", x: m.x, y: m.burst_tolerance, cls: "c1" }],
+    hlines: [{ y: 1, label: "absorbs < 1 miss below this", cls: "crit" }],
+    vlines: [{ x: m.current, label: "now", cls: "text" }],
+  });
+}
+
+function drawScaling(s) {
+  $("#capB").textContent = s.caption;
+  const pts = arr => arr.filter(p => p.p5 !== null);
+  const tp = pts(s.tp), dp = pts(s.dp);
+  const cur = [...s.tp, ...s.dp].find(p => p.tp === s.current.tp && p.dp === s.current.dp && p.p5 !== null);
+  Charts.line($("#chartB"), {
+    xLabel: "GPUs", yLabel: "warm users p5", fmtX: v => String(v),
+    series: [{ name: "TP: one shared cache (band to p95)", x: tp.map(p => p.gpus), y: tp.map(p => p.p5), cls: "c1", dots: true, band: { lo: tp.map(p => p.p5), hi: tp.map(p => p.p95) } },
+             { name: `DP: replicas of TP ${s.current.tp} (system, sticky routing)`, x: dp.map(p => p.gpus), y: dp.map(p => p.p5), cls: "c3", dash: "long", dots: true }],
+    points: cur ? [{ x: cur.gpus, y: cur.p5, label: "your configuration", cls: "text" }] : [],
+  });
+}
+
+function drawBatch(b) {
+  $("#capE").textContent = b.caption;
+  const ok = b.points.filter(p => p.pool_tokens !== undefined);
+  const box = $("#chartE");
+  Charts.line(box, {
+    xlog: true, xLabel: "max_num_batched_tokens", yLabel: "warm users p5",
+    series: [{ name: "warm users p5", x: ok.map(p => p.tokens), y: ok.map(p => p.warm_p5), cls: "c1", dots: true }],
+    vlines: b.current ? [{ x: b.current, label: "now " + b.current, cls: "text" }] : [],
+  });
+  box.appendChild(h("div", { class: "table-wrap" }, h("table", { class: "data small" },
+    h("thead", {}, h("tr", {}, ["max_num_batched_tokens", "activation reserve", "KV pool", "warm users p5"].map(t => h("th", { text: t })))),
+    h("tbody", {}, b.points.map(p => h("tr", { class: p.tokens === b.current ? "current" : "" },
+      h("td", { class: "num", text: p.tokens.toLocaleString("en") }),
+      ...(p.reason ? [h("td", { colspan: 3, text: p.reason })]
+        : [h("td", { class: "num", text: p.activation_text }), h("td", { class: "num", text: p.pool_text + " tokens" }),
+           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })])))))));
+}
+
+function drawSensitivity(s) {
+  $("#capSens").textContent = s.caption;
+  const box = $("#sensRows");
+  box.textContent = "";
+  for (const r of s.rows) {
+    const [lo, hi] = r.range, span = hi - lo || 1;
+    const pos = v => Math.min(100, Math.max(0, 100 * (v - lo) / span));
+    const track = h("div", { class: "sens-track" });
+    const base = h("span", { class: "sens-base bg-" + (r.binding_at_current || "muted") });
+    track.appendChild(base);
+    if (r.flip_at !== null && r.flip_at !== undefined) {
+      const after = h("span", { class: "sens-after bg-" + r.binds_after });
+      const right = r.flip_at > r.current;
+      after.style.left = (right ? pos(r.flip_at) : 0) + "%";
+      after.style.width = (right ? 100 - pos(r.flip_at) : pos(r.flip_at)) + "%";
+      track.appendChild(after);
+      const tick = h("span", { class: "sens-tick" });
+      tick.style.left = pos(r.flip_at) + "%";
+      track.appendChild(tick);
+    }
+    const now = h("span", { class: "sens-now", text: "▼" });
+    now.style.left = pos(r.current) + "%";
+    track.appendChild(now);
+    box.appendChild(h("div", { class: "sens-row", dataset: { sens: r.name, flip: r.flip_at ?? "" } },
+      h("span", { class: "sens-name", text: r.name.replaceAll("_", " ") }), track, h("span", { class: "sens-text small", text: r.text })));
+  }
+  box.appendChild(h("p", { class: "small muted", text: "Colour: the ceiling that binds; beyond the tick, the one that takes over (further flips are not searched)." }));
+}
+
+function drawFrontier(f) {
+  $("#capFrontier").textContent = f.caption;
+  const box = $("#frontier");
+  box.textContent = "";
+  const table = h("table", { class: "data", id: "frontierTable" },
+    h("thead", {}, h("tr", {}, ["model", "split", "users", "binding", "warm p5", "cache", "decode", "latency", "saturation", "bill / month"].map(t => h("th", { text: t })))));
+  const body = h("tbody");
+  for (const r of f.rows) {
+    const tr = h("tr", { class: r.current ? "current" : "", dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users } },
+      h("td", { text: r.model }), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
+      h("td", {}, h("span", { class: "bind c-" + r.binding, text: r.binding })), h("td", { class: "num", text: Math.round(r.warm_p5).toLocaleString("en") }),
+      ...["cache", "decode", "latency", "saturation"].map(c => h("td", { class: "num", text: r.ceilings[c] === null ? "-" : Math.round(r.ceilings[c]).toLocaleString("en") })),
+      h("td", { class: "num", text: r.cost_per_month === null ? "-" : Math.round(r.cost_per_month).toLocaleString("en") }));
+    tr.addEventListener("click", () => {
+      App.plan.model = r.model;
+      if (r.tp > 1) App.plan.tensor_parallel_size = r.tp; else delete App.plan.tensor_parallel_size;
+      if (r.dp > 1) App.plan.data_parallel_size = r.dp; else delete App.plan.data_parallel_size;
+      for (const k of ["mtp_speedup", "spec_acceptance", "num_speculative_tokens"]) delete App.plan[k];
+      window.scrollTo({ top: 0 });
+      requestPlan(false);
+    });
+    body.appendChild(tr);
+  }
+  table.appendChild(body);
+  box.appendChild(table);
+  if (f.refused.length) box.appendChild(h("details", { class: "fold" }, h("summary", { text: `${f.refused.length} model × split combinations do not fit` }),
+    h("ul", { class: "small" }, f.refused.map(r => h("li", { text: `${r.model} DP ${r.dp} × TP ${r.tp}: ${r.reason}` })))));
+}
+
+// -- the way back: a log, a record ----------------------------------------------------------------------
+
+async function calibrate() {
+  const text = $("#logText").value;
+  clearErrors($("#testCard"));
+  const res = await post("/api/calibrate", { ...App.plan, vllm_log: text });
+  const out = $("#calibrateOut");
+  out.textContent = "";
+  if (!res.ok) { showError(res.data.field || "vllm_log", res.data.error); return; }
+  const d = res.data;
+  out.append(h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
+    h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: showValue(null, c.predicted) + " " + c.unit }),
+      h("td", { class: "num", text: (Array.isArray(c.logged) ? c.logged.map(x => showValue(null, x)).join("–") : showValue(null, c.logged)) + " " + c.unit }),
+      h("td", { class: "num", text: c.error_pct === null ? showValue(null, c.error) : c.error_pct.toFixed(2) + "%" }))))),
+    h("p", { class: "small muted", text: d.notes.join(" ") }));
+  App.plan.calibration = d.calibration;
+  requestPlan(false);
+}
+
+async function loadRecord(file) {
+  clearErrors($("#testCard"));
+  const out = $("#recordOut");
+  out.textContent = "";
+  const res = await post("/api/record", { ...App.plan, record: await file.text() });
+  if (!res.ok) { showError(res.data.field || "record", res.data.error); return; }
+  const d = res.data;
+  out.appendChild(h("p", { class: "verdict-line", id: "recordVerdict", text: d.verdict.line }));
+  if (d.kind === "sessions") {
+    out.appendChild(h("table", { class: "data small" }, h("thead", {}, h("tr", {}, ["users", "warm-hit rate", "decode tok/s p50", "errors"].map(t => h("th", { text: t })))),
+      h("tbody", {}, d.rungs.map(g => h("tr", {}, h("td", { class: "num", text: String(g.users) }),
+        h("td", { class: "num", text: g.warm_hit_rate === null ? "-" : (100 * g.warm_hit_rate).toFixed(0) + "%" }),
+        h("td", { class: "num", text: g.decode_tok_per_s_p50 === null ? "-" : g.decode_tok_per_s_p50.toFixed(1) }), h("td", { class: "num", text: String(g.errors) }))))));
+  }
+  if (d.apply) out.appendChild(h("button", { type: "button", class: "btn", id: "applyRecord", text: `Plan with the measured pool (${Math.round(d.apply.pool_tokens).toLocaleString("en")} tokens)`,
+    onclick: () => { Object.assign(App.plan, d.apply); requestPlan(false); } }));
+}
+
+// -- view 1: what fits -------------------------------------------------------------------------------------
+
+function scheduleFit(draft) {
+  clearTimeout(App.fitTimer);
+  App.fitTimer = setTimeout(runFit, draft ? 150 : 0);
+}
+
+async function runFit() {
+  const seq = ++App.fitSeq;
+  const res = await post("/api/fit", App.fit);
+  if (seq !== App.fitSeq) return;
+  clearErrors($("#view-fit"));
+  banner("");
+  const eff = res.ok ? res.data.effective : {};
+  for (const [name, box] of Object.entries(App.fitBoxes)) {
+    const explicit = name in App.fit;
+    if (box.sync) box.sync(explicit ? App.fit[name] : (eff[name] ?? App.cat.form.fit.fields[name].default), explicit);
+    const v = $("#fitv-" + name);
+    if (v) v.textContent = explicit || eff[name] === undefined ? "" : "now " + showValue(App.cat.form.fit.fields[name], eff[name]);
+  }
+  const table = $("#fitTable");
+  table.dataset.seq = seq;
+  if (!res.ok) { table.dataset.state = "error"; showError(res.data.field, res.data.error, $("#view-fit")); return; }
+  table.dataset.state = "full";
+  App.lastFit = res.data;
+  writeHash();
+  drawFit();
+}
+
+const FIT_COLS = [
+  ["model", "model", r => r.display + " (" + r.model + ")"], ["precision", "weights", r => r.precision],
+  ["tp", "placement", r => r.text.placement], ["weights_bytes_per_gpu", "weights / GPU", r => r.text.weights_per_gpu],
+  ["concurrent_per_replica", "concurrent / replica", r => r.concurrent_per_replica.toLocaleString("en")],
+  ["concurrent_total", "across the group", r => r.concurrent_total.toLocaleString("en")],
+  ["kv_bytes_per_sequence", "KV / sequence", r => r.text.kv_per_sequence],
+];
+
+function drawFit() {
+  const d = App.lastFit, box = $("#fitTable");
+  $("#fitCaption").textContent = "What fits: " + d.caption;
+  const rows = [...d.rows];
+  const { key, dir } = App.fitSort;
+  if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
+  box.textContent = "";
+  const head = h("tr", {}, FIT_COLS.map(([k, label]) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
+    onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", { text: "" }));
+  const body = h("tbody");
+  for (const r of rows) {
+    body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
+      concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
+      FIT_COLS.map(([k, , f]) => h("td", { class: typeof r[k] === "number" ? "num" : "", text: f(r) })),
+      h("td", {}, h("button", { type: "button", class: "btn small", text: "why", onclick: () => explainCell(r) }),
+        h("button", { type: "button", class: "btn small", text: "plan it →", onclick: () => openInPlan(r) }))));
+  }
+  box.appendChild(h("table", { class: "data", id: "fitRows" }, h("thead", {}, head), body));
+  const refused = $("#fitRefusedBody");
+  refused.textContent = "";
+  refused.appendChild(h("ul", { class: "small" }, d.fit.refused.map(r => h("li", { text: `${r.model}: ${r.reason}` }))));
+}
+
+async function explainCell(row) {
+  const res = await post("/api/fit/cell", { query: App.fit, row });
+  const card = $("#fitCellCard"), body = $("#fitCellBody");
+  card.hidden = false;
+  body.textContent = "";
+  if (!res.ok) { body.appendChild(h("p", { class: "crit", text: res.data.error })); return; }
+  $("#fitCellTitle").textContent = `Derivation: ${res.data.title} → ${res.data.concurrency} sequences per replica`;
+  const bar = h("div", {}), caption = h("p", { class: "cs" });
+  body.append(caption, bar, h("pre", { class: "steps", id: "fitCellSteps", text: res.data.steps.map(s => s.text).join("\n") }));
+  drawMemory(res.data.memory, bar, caption);
+  card.scrollIntoView({ block: "nearest" });
+}
+
+function openInPlan(r) {
+  replaceStore(App.plan, { model: r.model, gpus: App.fit.gpus });
+  if (r.quantization !== "native") App.plan.quantization = r.quantization;
+  if (r.tp > 1) App.plan.tensor_parallel_size = r.tp;
+  if (r.replicas > 1) App.plan.data_parallel_size = r.replicas;
+  for (const k of ["kv_cache_dtype", "gpu_memory_utilization", "vllm_version", "budget"]) if (App.fit[k] !== undefined) App.plan[k] = App.fit[k];
+  switchView("plan");
+  requestPlan(false);
+}
+
+async function runMatrix() {
+  const gpus = App.cat.gpus.map(g => g.key);
+  const cells = {};
+  const box = $("#matrixTable");
+  for (let i = 0; i < gpus.length; i++) {
+    $("#matrixProgress").textContent = ` ${i + 1} of ${gpus.length}: ${gpus[i]}…`;
+    const res = await post("/api/fit/matrix", { query: App.fit, gpu: gpus[i] });
+    if (!res.ok) { $("#matrixProgress").textContent = " " + res.data.error; return; }
+    cells[gpus[i]] = res.data.cells;
+    drawMatrix(box, gpus.slice(0, i + 1), cells, res.data.count);
+  }
+  $("#matrixProgress").textContent = " done";
+}
+
+function drawMatrix(box, gpus, cells, count) {
+  box.textContent = "";
+  const models = App.cat.models.rows.map(r => r.key);
+  box.appendChild(h("table", { class: "data small", id: "matrix" },
+    h("thead", {}, h("tr", {}, h("th", { text: `model \\ ${count} ×` }), gpus.map(g => h("th", { text: g })))),
+    h("tbody", {}, models.map(m => h("tr", {}, h("td", { text: m }), gpus.map(g => {
+      const c = cells[g][m];
+      return h("td", { class: "num" + (c ? "" : " muted"), title: c ? `${c.precision}, TP ${c.tp} × ${c.replicas}` : "does not fit", text: c ? c.concurrent_total.toLocaleString("en") : "—" });
+    }))))));
+}
+
+function drawKvTable() {
+  const m = App.cat.models;
+  $("#kvNote").textContent = m.note;
+  $("#kvTable").appendChild(h("table", { class: "data small", id: "kvRows" },
+    h("thead", {}, h("tr", {}, ["model", "params", "layers", "heads", "KV heads", "KV / token", "KV / 1Ki tokens", "state / sequence", "weights"].map(t => h("th", { text: t })))),
+    h("tbody", {}, m.rows.map(r => h("tr", { dataset: { model: r.key, kv: r.kv_bytes_per_token } }, h("td", {}, r.display, h("div", { class: "muted small", text: r.hf_id || r.key })),
+      h("td", { text: r.text.params }), h("td", { text: r.layers }), h("td", { class: "num", text: String(r.heads) }), h("td", { class: "num", text: String(r.kv_heads) }),
+      h("td", { class: "num", text: r.text.kv_per_token }), h("td", { class: "num", text: r.text.kv_per_1ki }), h("td", { class: "num", text: r.text.state }), h("td", { text: r.weights }))))));
+}
+
+// -- the share link, the theme, the tabs -------------------------------------------------------------------
+
+function hashFields() {
+  if (App.view === "fit") return App.fit;
+  return App.last ? App.last.share.fields : Object.fromEntries(Object.entries(App.plan).filter(([, v]) => typeof v !== "object"));
+}
+
+function writeHash() {
+  const p = new URLSearchParams({ view: App.view });
+  for (const [k, v] of Object.entries(hashFields())) p.set(k, typeof v === "boolean" ? String(v) : String(v));
+  history.replaceState(null, "", "#" + p.toString());
+}
+
+function readHash() {
+  const text = location.hash.replace(/^#/, "");
+  if (!text) return false;
+  const p = new URLSearchParams(text);
+  const view = p.get("view") === "fit" ? "fit" : "plan";
+  const store = {};
+  for (const [k, v] of p.entries()) if (k !== "view") store[k] = v;
+  App.view = view;
+  replaceStore(view === "fit" ? App.fit : App.plan, store);
+  return true;
+}
+
+function onHashChange() {   // a link pasted into this tab (the page's own writes use replaceState: no event)
+  if (!readHash()) return;
+  App.last = null; App.lastFit = null;
+  switchView(App.view);
+}
+
+function share() {
+  writeHash();
+  const box = $("#shareBox"), link = $("#shareLink");
+  box.hidden = false;
+  link.value = location.href;
+  link.select();
+  const left = App.view === "plan" && App.last ? App.last.share.left_out : [];
+  $("#shareNote").textContent = left.length ? `not in the link (upload them again): ${left.join(", ")}` : "";
+  if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(link.value).catch(() => {});
+}
+
+function applyTheme(theme) {
+  if (theme) document.documentElement.dataset.theme = theme; else delete document.documentElement.dataset.theme;
+}
+
+function switchView(view) {
+  App.view = view;
+  $("#view-fit").hidden = view !== "fit";
+  $("#view-plan").hidden = view !== "plan";
+  for (const t of $$(".tabs button")) t.setAttribute("aria-selected", String(t.dataset.view === view));
+  if (view === "fit" && !App.lastFit) runFit();
+  if (view === "plan" && !App.last) requestPlan(false);
+  writeHash();
+}
+
+async function init() {
+  let res;
+  try { res = await fetch("/api/catalogue"); App.cat = await res.json(); } catch (e) { banner("cannot load the catalogue: " + e.message); return; }
+  $("#loading").hidden = true;
+  $("#version").textContent = App.cat.version;
+  const shared = readHash();
+  if (!shared || App.view !== "plan") replaceStore(App.plan, App.cat.start.plan);
+  if (!shared || App.view !== "fit") replaceStore(App.fit, App.cat.start.fit);
+  window.addEventListener("hashchange", onHashChange);
+  buildPlanForm();
+  buildFitForm();
+  drawKvTable();
+  $("#shareBtn").addEventListener("click", share);
+  $("#themeBtn").addEventListener("click", () => {
+    const dark = document.documentElement.dataset.theme === "dark" || (!document.documentElement.dataset.theme && matchMedia("(prefers-color-scheme: dark)").matches);
+    applyTheme(dark ? "light" : "dark");
+  });
+  for (const t of $$(".tabs button")) t.addEventListener("click", () => switchView(t.dataset.view));
+  $("#calibrateBtn").addEventListener("click", calibrate);
+  $("#recordFile").addEventListener("change", e => { if (e.target.files[0]) loadRecord(e.target.files[0]); });
+  $("#matrixBtn").addEventListener("click", runMatrix);
+  document.addEventListener("click", e => {
+    const id = e.target.dataset && e.target.dataset.copy;
+    if (id && navigator.clipboard) navigator.clipboard.writeText($("#" + id).textContent).catch(() => {});
+  });
+  switchView(App.view);
+}
+
+document.addEventListener("DOMContentLoaded", init);

@@ -1,0 +1,660 @@
+"""The JSON documents the explorer renders, each built from library calls only.
+
+``plan_view`` answers ``POST /api/plan``: the verdict first, then the tiles, the memory bar, the
+recipe, the bill, the length distribution, the predictions as falsifiable hypotheses, the
+derivations behind every number, and ``plan``: exactly what ``servesize plan --json`` prints for the
+same Scenario (its sensitivity panel aside, which ``POST /api/sensitivity`` computes). Every figure
+shown is formatted here, with its unit, so the page never converts one: GiB = 2**30 B, tokens, users,
+tok/s, seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+import servesize.api as api
+from servesize.derivation import Derivation
+from servesize.engine.deployment import Deployment
+from servesize.engine.memory import MemoryReport
+from servesize.errors import ServesizeError
+from servesize.flags import flags_of
+from servesize.measure.record import parse_record
+from servesize.measure.sessions import verdict as bracket_verdict
+from servesize.model.catalogue import InlineConfig, load_catalogue
+from servesize.model.hardware import parse_gpus
+from servesize.planning.ceilings import CEILINGS, CeilingCache, contexts_of, decode_setup
+from servesize.planning.decode import decode_curve
+from servesize.planning.inputs import knob_value, sub_ratio_of
+from servesize.planning.latency import LatencyReport, latency_report
+from servesize.planning.plan import Plan, power_of
+from servesize.resolve import ENGINE_FIELDS, calibrated, deployment_of
+from servesize.scenario import PARAMS, Scenario
+from servesize.units import GiB, fmt_bytes, fmt_tokens
+from servesize.vllm_logs.calibration import Calibration, calibrate_against
+from servesize.web.form import BURST_FLUSH, DRAFT_FILLS, VIEW_PARAMS
+from servesize.web.requests import Load, PlanRequest, RequestError, scenario_of
+from servesize.workload.model import length_mass
+
+MAX_DECODERS = 4096  # the per-user decode tile and chart stop here (a bank of 400 fills x this many contexts)
+
+
+def finite(obj: Any) -> Any:
+    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return finite(obj.item())
+    if isinstance(obj, np.ndarray):
+        return finite(obj.tolist())
+    if hasattr(obj, "to_dict"):
+        return finite(obj.to_dict())
+    return obj
+
+
+# -- the plan, memoised ---------------------------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def planned(scenario: Scenario) -> Plan:
+    """``servesize.plan`` without the sensitivity panel, memoised on the (hashable, frozen) Scenario:
+    a share link opened twice or a slider let go where it was costs nothing the second time."""
+    return api.plan(scenario, sensitivity=False)
+
+
+def drafted(scenario: Scenario, draft: bool) -> Scenario:
+    return scenario.replace(fills=min(scenario.fills, DRAFT_FILLS)) if draft else scenario
+
+
+# -- figures as text (one place, every unit said) ----------------------------------------------------
+
+def users_text(x: float | None) -> str:
+    return "unbounded" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def seconds_text(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "unbounded (the queue grows)"
+    return f"{x:.2f} s" if x < 10 else f"{x:,.1f} s"
+
+
+def tok_s_text(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:,.0f} tok/s" if x >= 100 else f"{x:,.1f} tok/s"
+
+
+def steps_of(*derivations: Derivation | None) -> list[dict]:
+    """Derivation steps as the page shows them: the engine's own rendering, with the value."""
+    out = []
+    for d in derivations:
+        for s in (d.steps if d is not None else ()):
+            out.append({"name": s.name, "text": s.render(), "value": finite(s.value), "unit": s.unit})
+    return out
+
+
+# -- the load the page prices ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AtLoad:
+    """The plan evaluated at the page's load: the binding ceiling unless ``users`` is given."""
+
+    users: float
+    given: bool
+    burst: float
+    latency: LatencyReport
+    decoders: int                # concurrent decoders per replica the decode tile is read at
+    decode: dict                 # p5/p50/p95 per-user tok/s there (the plan's own context bank)
+    decode_status: str           # ok / tight / over against the comfortable and hard floors
+
+
+def _burst(plan: Plan, load: Load) -> float:
+    if load.burst == BURST_FLUSH:
+        return float(max(1, math.floor(plan.warm_users.p5 / plan.fixed.dp)))
+    return float(load.burst) if load.burst is not None else 1.0
+
+
+def _latency(plan: Plan, users: float, burst: float, same_as_plan: bool) -> LatencyReport:
+    if same_as_plan and plan.latency is not None:
+        return plan.latency
+    return latency_report(plan.result.moments, users / plan.fixed.dp, sub_ratio_of(plan.workload),
+                          plan.workload.think_time_s, float(knob_value(plan.knobs, "ttft_limit_s")),
+                          plan.knobs.a("latency.discipline"), burst=burst)
+
+
+def decode_bank(plan: Plan):
+    """The plan's decode setup and its own context bank (the same seed: the same numbers)."""
+    setup = decode_setup(plan.fixed, plan.knobs)
+    return setup, contexts_of(plan.workload, plan.knobs, setup.topk_tokens, CeilingCache())
+
+
+def decode_status(p50: float, plan: Plan) -> str:
+    comfortable = plan.result.decode_comfortable
+    if comfortable is not None and p50 >= comfortable.floor_tok_s:
+        return "ok"
+    return "tight" if p50 >= plan.result.decode.floor_tok_s else "over"
+
+
+def at_load(plan: Plan, load: Load) -> AtLoad:
+    binding_users = plan.result.values[plan.binding]
+    users = float(load.load_users) if load.load_users is not None else binding_users
+    burst = _burst(plan, load)
+    latency = _latency(plan, users, burst, load.load_users is None and burst == 1.0)
+    max_seqs = plan.memory.deployment.max_num_seqs if plan.memory is not None else MAX_DECODERS
+    decoders = int(max(1, min(round(users / plan.fixed.dp), max_seqs or MAX_DECODERS, MAX_DECODERS)))
+    setup, bank = decode_bank(plan)
+    curve = decode_curve(setup, None, [decoders], bank=bank)
+    decode = {k: float(curve[k][0]) for k in ("p5", "p50", "p95")}
+    return AtLoad(users, load.load_users is not None, burst, latency, decoders, decode, decode_status(decode["p50"], plan))
+
+
+# -- the verdict and the tiles ------------------------------------------------------------------------
+
+_CEILING_MEANS = {
+    "cache": "warm user sessions the KV pool holds (p5 of the Monte-Carlo fills)",
+    "decode": "users whose per-user decode (p50) stays at or above the floor",
+    "latency": "users at which a cache miss's mean TTFT reaches the budget",
+    "saturation": "users at which prefill is busy 100% of the time",
+}
+
+
+def _why(plan: Plan) -> str:
+    r, k = plan.result, plan.knobs
+    users = users_text(r.values[r.binding])
+    return {
+        "cache": f"Past {users} users the pool cannot keep every returning user's context: their next request "
+                 "finds it evicted and re-prefills it all (a cold miss).",
+        "decode": f"Past {users} concurrent users each one decodes below the {r.decode.floor_tok_s:g} tok/s floor "
+                  "(p50): the HBM bandwidth is shared by too many sequences.",
+        "latency": f"Past {users} users a cache miss waits longer than the {knob_value(k, 'ttft_limit_s'):g} s TTFT "
+                   "budget on average (M/G/1 over the prefill queue).",
+        "saturation": f"Past {users} users prefill is busy all the time: the queue grows without bound.",
+    }[r.binding]
+
+
+def verdict(plan: Plan, at: AtLoad) -> dict:
+    r = plan.result
+    order = sorted(CEILINGS, key=lambda c: r.values[c])
+    binding_users = r.values[r.binding]
+    runner = order[1]
+    head = r.headroom()
+    out = {
+        "binding": r.binding, "users": binding_users, "users_text": users_text(binding_users),
+        "headline": f"{users_text(binding_users)} users: {r.binding} binds first",
+        "why": _why(plan),
+        "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
+                 "text": f"next: {runner} at {users_text(r.values[runner])} users"
+                         + (f" (x{head[runner]:.2f})" if head.get(runner) else "")},
+        "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": _CEILING_MEANS[c],
+                      "binding": c == r.binding, "headroom": head.get(c)} for c in CEILINGS],
+        "load": None,
+    }
+    if at.given:
+        fits = at.users <= binding_users
+        share = at.users / binding_users if binding_users > 0 else math.inf
+        out["load"] = {"users": at.users, "fits": fits, "share_of_binding": finite(share),
+                       "text": (f"your {users_text(at.users)} users fit: {share:.0%} of the binding ceiling" if fits else
+                                f"your {users_text(at.users)} users are over the {r.binding} ceiling by "
+                                f"{users_text(at.users - binding_users)}")}
+    return out
+
+
+def _tile(tid: str, label: str, value: Any, text: str, sub: str, *, status: str | None = None,
+          explain: tuple[str, ...] = (), refuted_by: str = "", big: bool = False) -> dict:
+    """``explain``: the sections of ``explain_view`` that derive this number (fetched when opened)."""
+    return {"id": tid, "label": label, "value": finite(value), "text": text, "sub": sub, "status": status,
+            "explain": list(explain), "refuted_by": refuted_by, "big": big}
+
+
+def _warm_tile(plan: Plan) -> dict:
+    w = plan.result.warm
+    return _tile("warm", "Warm users (p5): the planning number", w.users.p5, users_text(w.users.p5),
+                 f"p50 {users_text(w.users.p50)} · p95 {users_text(w.users.p95)}; all warm sessions (with subagents) "
+                 f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills", big=True,
+                 explain=("warm",),
+                 refuted_by="servesize measure sessions: the warm-hit rate falls under its --warm-target at a rung "
+                            f"of {users_text(w.users.p5)} users or fewer")
+
+
+def _pool_tile(plan: Plan) -> dict:
+    f = plan.fixed
+    bytes_per_replica = f.pool_tokens * f.kv_bytes_per_token_rank
+    lines = "; ".join(f.memory.get("log_lines") or [])
+    return _tile("pool", "KV pool per replica", f.pool_tokens, f"{fmt_tokens(f.pool_tokens)} tokens",
+                 f"{fmt_bytes(bytes_per_replica)} of KV per GPU at {f.kv_bytes_per_token_rank:,} B/token/GPU; "
+                 f"vLLM logs: {lines}" if lines else f.pool_source,
+                 explain=("memory", "pool"),
+                 refuted_by=f"servesize measure pool: its [low, high) interval excludes {f.pool_tokens:,.0f} tokens; "
+                            "or the 'GPU KV cache size' line of the server's start-up log (paste it below)")
+
+
+def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
+    r = plan.result
+    floor = r.decode.floor_tok_s
+    agg = at.decode["p50"] * at.decoders * plan.fixed.dp
+    where = f"at {at.decoders:,} concurrent decoders per replica" + ("" if at.given else " (the binding ceiling)")
+    return [
+        _tile("decode", "Per-user decode (p50)", at.decode["p50"], tok_s_text(at.decode["p50"]),
+              f"{where}; p5 {tok_s_text(at.decode['p5'])}, p95 {tok_s_text(at.decode['p95'])}; floor {floor:g}, "
+              f"comfortable {knob_value(plan.knobs, 'comfortable_floor'):g}", status=at.decode_status,
+              explain=("decode",),
+              refuted_by=f"servesize measure sessions: decode tok/s per user at the rung nearest "
+                         f"{users_text(r.decode.n * plan.fixed.dp)} users is below {floor:g}"),
+        _tile("aggregate", "Aggregate decode (p50)", agg, tok_s_text(agg),
+              f"{at.decoders:,} x {tok_s_text(at.decode['p50'])} x {plan.fixed.dp} replica(s)", status=at.decode_status,
+              refuted_by="servesize measure sessions: decode tok/s per user at the rung nearest that load, times its "
+                         "users"),
+    ]
+
+
+def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
+    lat, prefill, dp = at.latency, plan.result.prefill, plan.fixed.dp
+    ok_burst = lat.burst_tolerance >= at.burst
+    where = f"at {users_text(at.users)} users" + ("" if at.given else " (the binding ceiling)")
+    budget = f"{lat.ttft_limit_s:g} s"
+    return [
+        _tile("burst", "Cold-burst tolerance B*", lat.burst_tolerance, f"{lat.burst_tolerance:,.1f} misses",
+              f"simultaneous misses a replica answers within the {budget} budget {where}; a burst of "
+              f"{at.burst:,.0f} drains in {seconds_text(lat.burst_drain_s)}", status="ok" if ok_burst else "over",
+              explain=("latency",),
+              refuted_by="send that many cold requests at once to the loaded server and time the last one's first "
+                         "token (servesize measure does not send bursts yet)"),
+        _tile("cold_rate", "Cold requests per second", prefill.max_cold_rate_per_s * dp,
+              f"{prefill.max_cold_rate_per_s * dp:,.2f} /s",
+              f"misses per second at which prefill alone saturates ({dp} replica(s) x 1 / {seconds_text(prefill.miss_s)})",
+              explain=("prefill",),
+              refuted_by="a prefill benchmark on the server: the TTFT of a lone cold request of the mean length"),
+        _tile("ttft_miss", "TTFT of a miss", lat.miss_ttft_s, seconds_text(lat.miss_ttft_s),
+              f"mean, {where}: the queue, then its own full prefill; budget {budget}",
+              status="ok" if lat.miss_ttft_s <= lat.ttft_limit_s else "over", explain=("latency",),
+              refuted_by="servesize measure sessions: ttft_miss at the rung nearest that load"),
+        _tile("ttft_hit", "TTFT of a hit", lat.hit_ttft_s, seconds_text(lat.hit_ttft_s),
+              f"mean, {where}: the queue, then the new turn ({plan.workload.warm_turn_tokens:,} tokens)",
+              explain=("latency",),
+              refuted_by="servesize measure sessions: ttft_hit at the rung nearest that load"),
+    ]
+
+
+def tiles(plan: Plan, at: AtLoad) -> list[dict]:
+    return [_warm_tile(plan), _pool_tile(plan), *_decode_tiles(plan, at), *_latency_tiles(plan, at)]
+
+
+# -- memory, recipe, bill ---------------------------------------------------------------------------
+
+def memory_bar(report: MemoryReport, *, steps: bool = True) -> dict:
+    """One GPU's memory, stacked: weights, the engine's reserve, the KV pool, and what vLLM leaves free."""
+    b = report.budget
+    parts = [("weights", "weights", b.weights_bytes), ("activation", "activation peak", b.activation_bytes),
+             ("cuda_graphs", "CUDA graphs", b.cudagraph_bytes), ("non_torch", "non-torch", b.non_torch_bytes),
+             ("kv_pool", "KV cache", b.available_bytes)]
+    used = sum(x for _, _, x in parts)
+    free = b.total_bytes - used
+    segments = [{"id": k, "label": label, "bytes": x, "text": fmt_bytes(x), "share": x / b.total_bytes}
+                for k, label, x in parts if x > 0]
+    if free > 0:
+        segments.append({"id": "free", "label": "not requested", "bytes": free, "text": fmt_bytes(free),
+                         "share": free / b.total_bytes})
+    util = report.deployment.gpu_memory_utilization
+    return {"total_bytes": b.total_bytes, "total_text": fmt_bytes(b.total_bytes), "segments": segments,
+            "overcommitted": free < 0, "budget": b.budget,
+            "caption": f"one GPU of {report.gpus.count}x{report.gpus.gpu.key}: {fmt_bytes(b.total_bytes)} as nvidia-smi "
+                       f"reports it ({report.gpus.gpu.memory_mib:,} MiB); vLLM requests {util} of it",
+            "log_lines": list(report.pool.log_lines), "warnings": list(report.warnings),
+            "steps": steps_of(report.derivation) if steps else []}
+
+
+def power_at(plan: Plan, at: AtLoad, load: Load):
+    """The bill and its note: the plan's own, or at the page's load when one is given."""
+    if load.load_users is None:
+        return plan.power, plan.power_note
+    return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=at.users)
+
+
+def bill(plan: Plan, at: AtLoad, load: Load) -> dict:
+    power, note = power_at(plan, at, load)
+    if power is None:
+        return {"available": False, "note": note}
+    per_user, cur = power.cost_per_user_month, power.currency
+    return {"available": True, "note": note, "kw_at_meter": power.kw_at_meter, "kwh_per_month": power.kwh_per_month,
+            "cost_per_month": power.cost_per_month, "cost_per_user_month": finite(per_user),
+            "cost_per_million_output_tokens": finite(power.cost_per_million_output_tokens),
+            "price_per_kwh": power.price_per_kwh, "pue": power.pue, "currency": cur,
+            "text": {"kw": f"{power.kw_at_meter:,.2f} kW at the meter",
+                     "month": f"{power.cost_per_month:,.0f} {cur} per month",
+                     "user": f"{per_user:,.2f} {cur} per user per month" if math.isfinite(per_user) else "-",
+                     "tokens": f"{power.cost_per_million_output_tokens:,.3f} {cur} per million output tokens"},
+            "duty": {k: power.to_dict()[k] for k in ("prefill_duty", "decode_duty", "idle_fraction")}}
+
+
+# -- the length distribution (chart A) ---------------------------------------------------------------
+
+LENGTH_BINS = 60
+
+
+def lengths(plan: Plan) -> dict:
+    """Prompt-length density of each class (share-weighted, per unit of ln length) and the cap."""
+    w = plan.workload
+    cap = float(w.max_model_len)
+    lo = max(1.0, min(c.median_tokens for c in w.classes()) / 50)
+    hi = max(cap, max(c.median_tokens for c in w.classes()) * 20)
+    edges = np.geomspace(lo, hi, LENGTH_BINS + 1)
+    centres = np.sqrt(edges[:-1] * edges[1:])
+    dln = np.diff(np.log(edges))
+    p_sub = w.subagent_probability
+    series = []
+    for cls, share in ((w.user, 1.0 - p_sub), (w.subagent, p_sub)):
+        if cls is None or share <= 0:
+            continue
+        mass = length_mass(cls, edges)
+        above = float(length_mass(cls, np.array([cap, math.inf]))[0])
+        series.append({"name": cls.name, "share": share, "y": (share * mass / dln).tolist(), "above_cap": above,
+                       "median": float(cls.median_tokens), "prefix": int(cls.prefix_tokens),
+                       "text": f"{cls.name}: median {fmt_tokens(cls.median_tokens)}, {above:.1%} above the cap "
+                               f"(they are cut to {fmt_tokens(cap)})"})
+    return {"x": centres.tolist(), "cap": cap, "cap_text": f"max_model_len {fmt_tokens(cap)}", "series": series,
+            "y_label": "share of requests per unit of ln(length)"}
+
+
+# -- the split control ---------------------------------------------------------------------------------
+
+def splits(scenario: Scenario) -> list[dict]:
+    """Every DP x TP split of the GPUs, and whether its weights fit (the engine's own refusal if not)."""
+    count = parse_gpus(scenario.gpus, memory=scenario.gpu_memory).count
+    out = []
+    for tp in (t for t in range(1, count + 1) if count % t == 0):
+        dp = count // tp
+        try:
+            api.memory(scenario.replace(tensor_parallel_size=tp, data_parallel_size=dp, calibration=None))
+            fits, reason = True, None
+        except ServesizeError as exc:
+            fits, reason = False, str(exc)
+        out.append({"dp": dp, "tp": tp, "label": f"{dp} x {tp}", "fits": fits, "reason": reason,
+                    "current": (tp, dp) == (scenario.tensor_parallel_size, scenario.data_parallel_size)})
+    return out
+
+
+# -- what every control holds, resolved --------------------------------------------------------------
+
+def effective(plan: Plan, at: AtLoad) -> dict:
+    """The value each field took (a None resolved by the engine, the workload or the assumptions)."""
+    out: dict[str, Any] = {}
+    if plan.memory is not None:
+        dep = plan.memory.deployment
+        out.update({name: getattr(dep, name) for name in ENGINE_FIELDS})
+    w, k = plan.workload, plan.knobs
+    out.update({"median": w.user.median_tokens, "sigma": getattr(w.user, "sigma", None), "prefix": w.user.prefix_tokens,
+                "invalidation": w.invalidation, "think_time": w.think_time_s, "output_tokens": w.output_tokens,
+                "warm_turn_tokens": w.warm_turn_tokens, "subagents_share_prefix": w.subagents_share_prefix,
+                "subagent_ratio": w.subagent_ratio if w.subagent is not None else 0.0})
+    if w.subagent is not None:
+        out.update({"subagent_median": w.subagent.median_tokens, "subagent_sigma": getattr(w.subagent, "sigma", None),
+                    "subagent_prefix": w.subagent.prefix_tokens})
+    for name in ("bandwidth_efficiency", "decode_floor", "comfortable_floor", "mfu"):
+        out[name] = knob_value(k, name)
+    out["ttft_limit"] = knob_value(k, "ttft_limit_s")
+    out["mtp_speedup"] = plan.result.spec_speedup
+    out["tp_efficiency"] = decode_setup(plan.fixed, k).tp_eff
+    out["cpu_offload_gib"] = k.cpu_offload_bytes / GiB
+    out["load_users"], out["burst"] = at.users, at.burst
+    if plan.power is not None:
+        out["electricity_price"], out["pue"], out["currency"] = plan.power.price_per_kwh, plan.power.pue, plan.power.currency
+    return finite(out)
+
+
+def share(scenario: Scenario, load: Load) -> dict:
+    """What a share link carries: the fields that differ from their declared defaults (an uploaded
+    config, workload or calibration is content, not a link, and is left out with a note)."""
+    fields: dict[str, Any] = {}
+    left_out = []
+    for name, value in scenario.explicit().items():
+        if PARAMS[name].kind in ("model", "workload", "calibration") and not isinstance(value, str):
+            left_out.append(name)
+            continue
+        fields[name] = value
+    fields.update(load.given())
+    return {"fields": finite(fields), "left_out": left_out}
+
+
+# -- test these predictions ------------------------------------------------------------------------------
+
+PREDICT_GROUPS = ("model", "engine", "knobs", "calibration", "monte_carlo")
+WORKLOAD_FILE = "servesize-workload.json"
+CONFIG_FILE = "config.json"
+CALIBRATION_FILE = "servesize-calibration.json"
+
+
+def _hypotheses(plan: Plan, at: AtLoad) -> list[dict]:
+    r, f = plan.result, plan.fixed
+    lat = at.latency
+    return [
+        {"id": "pool", "claim": f"the engine builds a KV pool of {f.pool_tokens:,.0f} tokens per replica",
+         "predicted": f.pool_tokens, "unit": "tokens",
+         "measured_by": "measure pool (the first half of measure server), and the start-up log's 'GPU KV cache size'",
+         "refuted_if": f"the measured [low, high) interval excludes {f.pool_tokens:,.0f} tokens (measure pool prints "
+                       "'inside' and the relative error)"},
+        {"id": "warm", "claim": f"{users_text(r.warm.users.p5)} users stay warm (p5); {users_text(r.warm.users.p50)} at "
+                                "the median", "predicted": r.warm.users.p50, "unit": "users",
+         "measured_by": "measure sessions: the warm-hit rate on a ladder of user counts around the prediction",
+         "refuted_if": "its 'warm users' verdict line is marked ✗ (the knee lies well outside the prediction)"},
+        {"id": "decode", "claim": f"per-user decode stays >= {r.decode.floor_tok_s:g} tok/s (p50) up to "
+                                  f"{users_text(r.decode.n * f.dp)} concurrent users", "predicted": r.decode.n * f.dp,
+         "unit": "users", "measured_by": "measure sessions: decode tok/s per user at each rung",
+         "refuted_if": f"at the rung nearest {users_text(r.decode.n * f.dp)} users the per-user decode p50 is below "
+                       f"{r.decode.floor_tok_s:g} tok/s (its 'decode tok/s per user at the knee' verdict)"},
+        {"id": "ttft", "claim": f"at {users_text(at.users)} users a miss's mean TTFT is {seconds_text(lat.miss_ttft_s)}, "
+                                f"a hit's {seconds_text(lat.hit_ttft_s)}", "predicted": finite(lat.miss_ttft_s),
+         "unit": "s", "measured_by": "measure sessions: ttft_miss and ttft_hit at the rung nearest that load",
+         "refuted_if": f"the measured mean miss TTFT there exceeds the {lat.ttft_limit_s:g} s budget while the "
+                       f"latency ceiling ({users_text(r.values['latency'])} users) is above that load"},
+        {"id": "binding", "claim": f"{r.binding} binds first, at {users_text(r.values[r.binding])} users",
+         "predicted": r.values[r.binding], "unit": "users",
+         "measured_by": "measure server: the pool, then the ladder, each beside this prediction",
+         "refuted_if": "another limit is reached first on the ladder (cold misses before the decode floor, or "
+                       "the reverse)"},
+    ]
+
+
+def test_plan(scenario: Scenario, plan: Plan, at: AtLoad) -> dict:
+    """The measurement that checks these predictions: the command, the files it reads, the hypotheses."""
+    words = flags_of(scenario, PREDICT_GROUPS)
+    files = {WORKLOAD_FILE: plan.workload.to_dict()}
+    if isinstance(scenario.model, InlineConfig):
+        words.insert(0, CONFIG_FILE)
+        files[CONFIG_FILE] = scenario.model.config()
+    if isinstance(scenario.calibration, Calibration):  # a pasted log's calibration: the file calibrate --out writes
+        words += ["--calibration", CALIBRATION_FILE]
+        files[CALIBRATION_FILE] = scenario.calibration.to_dict()
+    predict = shlex.join(words)
+    command = (f"servesize measure server --url http://localhost:8000 --predict {shlex.quote(predict)} "
+               f"--workload {WORKLOAD_FILE} --record-dir servesize-test")
+    hypotheses = _hypotheses(plan, at)
+    document = {"servesize_test": 1, "command": command, "scenario": share(scenario, Load())["fields"],
+                "hypotheses": hypotheses, "files": sorted(files)}
+    return {"command": command, "hypotheses": hypotheses, "files": {**files, "servesize-test.json": document}}
+
+
+# -- the whole plan view ------------------------------------------------------------------------------
+
+def plan_view(req: PlanRequest) -> dict:
+    scenario = drafted(req.scenario, req.draft)
+    plan = planned(scenario)
+    at = at_load(plan, req.load)
+    document = plan.to_dict()
+    document["sensitivity"] = {}
+    return finite({
+        "draft": req.draft,
+        "verdict": verdict(plan, at),
+        "tiles": tiles(plan, at),
+        "memory": memory_bar(plan.memory, steps=False) if plan.memory is not None else None,
+        "recipe": {"command": plan.recipe, "notes": list(plan.recipe_notes)},
+        "bill": bill(plan, at, req.load),
+        "lengths": lengths(plan),
+        "splits": splits(req.scenario),
+        "effective": effective(plan, at),
+        "share": share(req.scenario, req.load),
+        "test": test_plan(req.scenario, plan, at),
+        "assumptions": list(plan.assumptions),
+        "workload_text": plan.workload.describe(),
+        "title": f"{plan.fixed.name} on {plan.fixed.n_gpu}x{plan.fixed.gpu_key} (DP {plan.fixed.dp} x TP {plan.fixed.tp})",
+        "plan": document,
+    })
+
+
+def explain_view(req: PlanRequest) -> dict:
+    """POST /api/explain: every number's derivation, by section, as ``servesize plan --explain`` renders
+    it, for the plan ``plan_view`` answered (fetched when a "why?" is first opened)."""
+    plan = planned(drafted(req.scenario, req.draft))
+    at = at_load(plan, req.load)
+    power, _ = power_at(plan, at, req.load)
+    sections = {
+        "memory": steps_of(plan.memory.derivation if plan.memory is not None else None),
+        "pool": steps_of(plan.fixed.derivation), "warm": steps_of(plan.result.warm.derivation),
+        "decode": steps_of(plan.result.decode.derivation), "prefill": steps_of(plan.result.prefill.derivation),
+        "latency": steps_of(at.latency.derivation), "power": steps_of(power.derivation if power is not None else None),
+        "all": steps_of(plan.derivation),
+    }
+    return finite({"sections": sections})
+
+
+def refused_plan(body: Any, exc: ServesizeError, field: str | None) -> dict:
+    """A plan request's 400 body: the message, its field, and (when the Scenario itself is valid)
+    the splits, so the page can show which ones would fit."""
+    out: dict[str, Any] = {"error": str(exc), "field": field}
+    try:
+        scenario, _ = scenario_of(body, extra=(*VIEW_PARAMS, "draft"))
+        out["splits"] = splits(scenario)
+    except ServesizeError:
+        pass
+    return out
+
+
+# -- view 1 ---------------------------------------------------------------------------------------------
+
+def fit_view(query) -> dict:
+    result = api.fit(query)
+    doc = result.to_dict()
+    rows = []
+    for p in doc["placements"]:
+        # the fit labels a checkpoint served as it is 'native (fp8)': the Scenario's quantization for it is native
+        quantization = "native" if str(p["precision"]).startswith("native") else p["precision"]
+        rows.append({**p, "quantization": quantization, "text": {
+            "weights_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]), "kv_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"]),
+            "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
+            + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
+            "placement": f"TP {p['tp']} x {p['replicas']} replica(s)"}})
+    return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc),
+                   "caption": f"{doc['gpus']['count']}x{doc['gpus']['gpu']} ({doc['gpus']['memory_mib']:,} MiB each), "
+                              f"concurrency at {doc['context']:,} tokens per sequence, vLLM {doc['vllm_version']}, "
+                              f"{doc['budget']} budget"})
+
+
+def fit_effective(query, doc: dict) -> dict:
+    """The value each fit field took; the utilisation is the engine's default for the vLLM version
+    (Deployment.resolved: it does not depend on the model, so any catalogue entry resolves it)."""
+    entry = next(iter(load_catalogue().values()))
+    util = Deployment(vllm_version=query.vllm_version, gpu_memory_utilization=query.gpu_memory_utilization) \
+        .resolved(entry.architecture(), parse_gpus(query.gpus)).gpu_memory_utilization
+    return {"max_model_len": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
+            "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
+            "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}
+
+
+def cell_derivation(query, row: dict) -> dict:
+    """The derivation behind one fit row: the memory report of that placement at the fit's context."""
+    if not isinstance(row, dict) or not isinstance(row.get("model"), str):
+        raise RequestError("row: give the placement to explain (model, precision, tp, replicas)", "row")
+    try:
+        tp, replicas = int(row.get("tp", 1)), int(row.get("replicas", 1))
+    except (TypeError, ValueError):
+        raise RequestError("row: tp and replicas must be whole numbers", "row") from None
+    scenario = Scenario(model=row["model"], gpus=query.gpus, tensor_parallel_size=tp, data_parallel_size=replicas,
+                        quantization=str(row.get("quantization", "native")), kv_cache_dtype=query.kv_cache_dtype,
+                        gpu_memory_utilization=query.gpu_memory_utilization, max_model_len=query.max_model_len,
+                        vllm_version=query.vllm_version, budget=query.budget)
+    report = api.memory(scenario)
+    return finite({"title": f"{row['model']} {row.get('precision')} on TP {tp} x {replicas}",
+                   "concurrency": int(report.pool.max_concurrency), "memory": memory_bar(report),
+                   "steps": steps_of(report.derivation),
+                   "note": "the calculator seed's simple budget (utilisation minus weights) is used for the concurrency "
+                           "when budget is 'simple'" if query.budget == "simple" else ""})
+
+
+def models_view() -> dict:
+    """The catalogue's KV cost per token (``servesize models``), as the reference table."""
+    result = api.models()
+    rows = []
+    for r in result.rows:
+        a = r.arch
+        mla = a.kv_lora_rank is not None
+        rows.append({
+            "key": r.key, "display": r.display, "hf_id": r.hf_id, "source": r.source,
+            "params": r.ledger.total, "active_params": r.ledger.active, "layers": r.layers_text,
+            "heads": a.num_attention_heads, "kv_heads": "MLA" if mla else a.num_kv_heads,
+            "kv_bytes_per_token": r.kv_bytes_per_token, "windowed_bytes_per_token": r.windowed_bytes_per_token,
+            "window_tokens": r.window_tokens, "state_bytes_per_sequence": r.state_bytes_per_sequence,
+            "weights": r.quantisation_text, "context": a.max_position_embeddings,
+            "text": {"params": f"{r.ledger.total / 1e9:,.2f}B" + (f" / {r.ledger.active / 1e9:,.2f}B active"
+                                                                   if r.ledger.active != r.ledger.total else ""),
+                     "kv_per_token": fmt_bytes(r.kv_bytes_per_token, "KiB")
+                     + (f" + {fmt_bytes(r.windowed_bytes_per_token, 'KiB')} up to {r.window_tokens:,} tokens"
+                        if r.windowed_bytes_per_token else ""),
+                     "kv_per_1ki": fmt_bytes(r.kv_bytes_per_token * 1024, "MiB"),
+                     "state": fmt_bytes(r.state_bytes_per_sequence, "MiB") if r.state_bytes_per_sequence else "-"},
+        })
+    return finite({"units": result.to_dict()["units"], "rows": rows,
+                   "note": "KV per token: whole model, 16-bit cache, TP 1, the layers that grow with context; "
+                           "sliding/chunked layers stop growing at their window; state: GDN/Mamba, constant per "
+                           "sequence. KiB = 2**10 B, MiB = 2**20 B."})
+
+
+# -- the way back: a start-up log, a run record ------------------------------------------------------------
+
+def calibrate_view(scenario: Scenario, log_text: str) -> dict:
+    """A vLLM start-up log -> its Calibration, and the prediction for the same flags beside what it logged."""
+    calibration = api.calibrate(log_text, source="pasted log")
+    uncalibrated = scenario.replace(calibration=None, pool_tokens=None)
+    check = calibrate_against(calibration, api.memory(uncalibrated))
+    rows = [{"name": c.name, "predicted": finite(c.predicted), "logged": finite(c.logged), "error": finite(c.error),
+             "error_pct": finite(c.error_pct), "unit": c.unit} for c in check.checks]
+    try:  # the rule that decides what a calibration fixes (resolve.calibrated): does this log give a pool?
+        found = calibrated(uncalibrated.replace(calibration=calibration), deployment_of(uncalibrated))
+        usable, why = True, found.pool_source or ""
+    except ServesizeError as exc:
+        usable, why = False, str(exc)
+    return finite({"calibration": calibration.to_dict() if usable else None, "usable": usable, "applies": why,
+                   "checks": rows, "notes": list(check.notes) + list(calibration.notes)})
+
+
+def record_view(scenario: Scenario, record_text: str) -> dict:
+    """A ``servesize measure`` run record -> what it measured, beside the page's prediction."""
+    contents = parse_record(record_text, "uploaded record")
+    kind = contents.header.get("kind")
+    end = next((e for e in reversed(contents.events) if e.get("type") == "end"), None)
+    if end is None or not isinstance(end.get("result"), dict):
+        raise RequestError(f"the record of this 'measure {kind}' run has no end line (it was interrupted): "
+                           "continue it with --resume, then upload it again", "record")
+    result = end["result"]
+    plan = planned(scenario)
+    if kind == "pool":
+        pool = result.get("pool_tokens") or {}
+        low, high, measured = pool.get("low"), pool.get("high"), pool.get("measured")
+        check = bracket_verdict("KV pool tokens", plan.fixed.pool_tokens, low, high)
+        return finite({"kind": kind, "measured_pool_tokens": measured, "low": low, "high": high,
+                       "predicted_pool_tokens": plan.fixed.pool_tokens, "verdict": check,
+                       "apply": {"pool_tokens": int(measured)} if measured else None})
+    if kind == "sessions":
+        knee = result.get("knee") or {}
+        check = bracket_verdict("warm users", plan.warm_users.p50, knee.get("warm_users"), knee.get("cold_users"))
+        rungs = [{k: g.get(k) for k in ("users", "warm_hit_rate", "decode_tok_per_s_p50", "ttft_hit", "ttft_miss",
+                                        "errors")} for g in result.get("rungs", []) if isinstance(g, dict)]
+        return finite({"kind": kind, "knee": knee, "predicted_warm_users_p50": plan.warm_users.p50, "verdict": check,
+                       "rungs": rungs, "recorded_verdicts": result.get("verdicts", []), "apply": None})
+    raise RequestError(f"a 'measure {kind}' record is not one the explorer reads (pool or sessions)", "record")

@@ -1,0 +1,432 @@
+"""The explorer end to end in a real headless Chromium, against servesize installed from its wheel:
+moving the controls gives the numbers `servesize plan --json` / `servesize fit --json` print for the
+same inputs; a share link comes back to the same numbers; a bad value is refused beside its control;
+an uploaded config.json, a pasted vLLM log and a measure record all work; no request leaves 127.0.0.1
+(the `page` fixture checks that after every test)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+from dataclasses import dataclass, field
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+QWEN3_8B = FIXTURES / "model-configs" / "Qwen--Qwen3-8B" / "config.json"
+
+SETTLED = """() => {
+  const v = document.querySelector('#verdict'), app = window.servesize;
+  return app && v.dataset.pending === 'false' && +v.dataset.seq === app.planSeq && v.dataset.state !== 'draft'
+    && v.dataset.state !== 'empty';
+}"""
+FIT_SETTLED = """() => {
+  const t = document.querySelector('#fitTable'), app = window.servesize;
+  return app && t.dataset.state && +t.dataset.seq === app.fitSeq;
+}"""
+PANELS = "() => document.querySelector('#verdict').dataset.panels === String(window.servesize.planSeq)"
+
+
+def settle(page, state: str = "full") -> None:
+    page.wait_for_function(SETTLED, timeout=60_000)
+    got = page.get_attribute("#verdict", "data-state")
+    errors = [e.text_content() for e in page.query_selector_all("#view-plan .err:not(:empty)")]
+    assert got == state, f"the verdict is {got!r}: {page.text_content('#banner')!r} {errors}"
+
+
+def open_plan(page, server: str, hash_: str = "", state: str = "full") -> None:
+    page.goto(server + hash_)
+    page.wait_for_selector("#verdict[data-seq]:not([data-seq='0'])", timeout=60_000)
+    settle(page, state)
+
+
+# -- the controls --------------------------------------------------------------------------------------
+
+def type_into(page, field_name: str, value: str, pfx: str = "f-") -> None:
+    box = page.locator(f"#{pfx}{field_name}")
+    box.fill(value)
+    box.press("Enter")
+
+
+def move_slider(page, field_name: str, key: str, presses: int) -> str:
+    """Press an arrow key on the slider, as a person does; the value it lands on, as its text box shows it."""
+    slider = page.locator(f"#r-{field_name}")
+    slider.focus()
+    for _ in range(presses):
+        slider.press(key)
+    page.wait_for_function(SETTLED, timeout=60_000)
+    return page.input_value(f"#f-{field_name}")
+
+
+def choose(page, field_name: str, value: str, pfx: str = "f-") -> None:
+    page.select_option(f"#{pfx}{field_name}", value)
+
+
+def set_gpus(page, gpu: str, count: int, pfx: str = "f-") -> None:
+    page.select_option(f"#{pfx}gpus-type", gpu)
+    type_into(page, "gpus-count", str(count), pfx)
+
+
+def split(page, dp: int, tp: int) -> None:
+    page.wait_for_function(SETTLED, timeout=60_000)
+    page.click(f"#seg-split button[data-dp='{dp}'][data-tp='{tp}']")
+
+
+# -- what the page shows ---------------------------------------------------------------------------------
+
+def shown(page) -> dict:
+    """The numbers the page drew (each element carries the exact value it was sent)."""
+    return page.evaluate("""() => {
+      const num = s => { const e = document.querySelector(s); return e ? Number(e.dataset.value) : null; };
+      const out = {binding: document.querySelector('#verdict').dataset.binding,
+                   users: Number(document.querySelector('#verdict').dataset.users), ceilings: {}, tiles: {}, memory: {}};
+      for (const c of document.querySelectorAll('#ceilingBars [data-ceiling]')) out.ceilings[c.dataset.ceiling] = Number(c.dataset.value);
+      for (const t of document.querySelectorAll('#tiles [data-tile]'))
+        out.tiles[t.dataset.tile] = t.dataset.value === 'null' ? null : Number(t.dataset.value);
+      for (const m of document.querySelectorAll('#memoryBar [data-seg]')) out.memory[m.dataset.seg] = Number(m.dataset.bytes);
+      out.recipe = document.querySelector('#recipe').textContent;
+      out.bill = num('#bill [data-value]');
+      out.headline = document.querySelector('#verdictHead').textContent;
+      return out;
+    }""")
+
+
+def assert_same_plan(page, doc: dict, *, model_named: bool = True) -> None:
+    """``model_named``: False for an uploaded config.json, which the recipe can only call 'uploaded config.json'
+    (the command line names it after its folder)."""
+    got = shown(page)
+    if not model_named:
+        got["recipe"] = got["recipe"].replace("uploaded config.json", doc["recipe"].split()[2], 1)
+    assert got["binding"] == doc["binding"]
+    assert got["users"] == doc["ceilings"][doc["binding"]]
+    assert got["ceilings"] == doc["ceilings"]
+    assert got["tiles"]["warm"] == doc["warm_users"]["p5"]
+    assert got["tiles"]["pool"] == doc["pool_tokens"]
+    assert got["tiles"]["ttft_miss"] == doc["latency"]["miss_ttft_s"]
+    assert got["tiles"]["burst"] == doc["latency"]["burst_tolerance"]
+    assert got["recipe"] == doc["recipe"]
+    assert got["memory"]["weights"] == doc["memory"]["weights_bytes_per_gpu"]
+    assert got["memory"]["kv_pool"] == doc["memory"]["available_kv_bytes_per_gpu"]
+    if doc["power"] is not None:
+        assert got["bill"] == doc["power"]["cost_per_month"]
+    assert doc["binding"] in got["headline"]
+
+
+# -- five configurations, set with the controls ---------------------------------------------------------------
+
+@dataclass
+class Config:
+    name: str
+    model: str
+    gpu: str
+    count: int
+    cli: list[str]
+    split: tuple[int, int] | None = None
+    selects: dict = field(default_factory=dict)
+    texts: dict = field(default_factory=dict)
+    slider: tuple[str, str, int, str] | None = None  # field, key, presses, flag
+
+
+CONFIGS = [
+    Config("dense", "llama-3.1-8b", "H100-SXM", 1, ["--gpus", "1xH100-SXM"],
+           selects={"quantization": "", "kv_cache_dtype": ""}, slider=("median", "ArrowRight", 6, "--median")),
+    Config("moe", "qwen3-30b-a3b", "H100-SXM", 1, ["--gpus", "1xH100-SXM", "-q", "fp8", "--kv-cache-dtype", "fp8",
+                                                  "--invalidation", "0.05"],
+           texts={"invalidation": "0.05"}, slider=("think_time", "ArrowLeft", 40, "--think-time")),
+    Config("hybrid-gdn", "qwen3.6-27b", "H200-SXM", 1, ["--gpus", "1xH200-SXM", "-q", "fp8", "--kv-cache-dtype", "fp8",
+                                                       "--prefix", "20k", "--mamba-ssm-cache-dtype", "float32"],
+           selects={"mamba_ssm_cache_dtype": "float32"}, texts={"prefix": "20k"},
+           slider=("sigma", "ArrowLeft", 30, "--sigma")),
+    Config("tp2", "llama-3.1-70b", "H100-SXM", 2, ["--gpus", "2xH100-SXM", "-tp", "2", "-q", "fp8", "--max-model-len", "64k"],
+           split=(1, 2), texts={"max_model_len": "64k"}, selects={"kv_cache_dtype": ""}),
+    Config("dp2-offload", "qwen3-8b", "H100-SXM", 2, ["--gpus", "2xH100-SXM", "-dp", "2", "-q", "fp8",
+                                                     "--kv-cache-dtype", "fp8", "--cpu-offload-gib", "64"],
+           split=(2, 1), texts={"cpu_offload_gib": "64"}, slider=("ttft_limit", "ArrowRight", 30, "--ttft-limit")),
+]
+
+
+def drive(page, config: Config) -> list[str]:
+    """Set ``config`` with the controls; the CLI arguments of the same inputs."""
+    type_into(page, "model", config.model)
+    set_gpus(page, config.gpu, config.count)
+    for name, value in config.selects.items():
+        choose(page, name, value)
+    for name, value in config.texts.items():
+        type_into(page, name, value)
+    if config.split:
+        split(page, *config.split)
+    args = [config.model, *config.cli]
+    if config.slider:
+        name, key, presses, flag = config.slider
+        args += [flag, move_slider(page, name, key, presses)]
+    settle(page)
+    return args
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_the_controls_give_the_numbers_servesize_plan_prints(page, server, cli, config):
+    open_plan(page, server)
+    args = drive(page, config)
+    assert_same_plan(page, cli("plan", *args))
+
+
+def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots):
+    open_plan(page, server)
+    page.wait_for_function(PANELS, timeout=120_000)
+    doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8")
+    flips = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('#sensRows [data-sens]')]"
+                          ".map(r => [r.dataset.sens, r.dataset.flip === '' ? null : Number(r.dataset.flip)]))")
+    assert flips == {name: row.get("flip_at") for name, row in doc["sensitivity"].items()}
+    frontier = page.locator("#frontierTable tr.current")
+    assert frontier.count() == 1 and frontier.get_attribute("data-model") == "qwen3.6-27b"
+    assert float(frontier.get_attribute("data-users")) > 0
+    page.click("#tiles [data-tile=warm] details.why summary")  # a number's derivation, fetched when opened
+    page.wait_for_function("() => document.querySelector('#tiles [data-tile=warm] details.why').dataset.filled")
+    assert "warm_users" in page.text_content("#tiles [data-tile=warm] pre.steps")
+    page.click("#verdict details.why summary")
+    page.wait_for_function("() => document.querySelector('#verdict details.why').dataset.filled")
+    assert "binding = decode" in page.text_content("#explainSteps")
+    for chart in "ABCDEFG":
+        assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(shots / "plan.png"))
+    page.evaluate("() => document.documentElement.classList.add('capture')")
+    page.screenshot(path=str(shots / "plan-full.png"), full_page=True)
+    page.evaluate("() => document.documentElement.classList.remove('capture')")
+    page.click("#themeBtn")
+    assert page.evaluate("() => document.documentElement.dataset.theme") in ("dark", "light")
+    if page.evaluate("() => document.documentElement.dataset.theme") != "dark":
+        page.click("#themeBtn")
+    page.screenshot(path=str(shots / "plan-dark.png"))
+
+
+def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
+    open_plan(page, server)
+    page.evaluate("""() => { const r = document.querySelector('#r-median'); r.value = String(+r.value + 40);
+                              r.dispatchEvent(new Event('input')); }""")
+    page.wait_for_function("() => document.querySelector('#verdict').dataset.state === 'draft'", timeout=60_000)
+    assert "draft" in page.text_content("#verdict .v-title")
+    page.evaluate("() => document.querySelector('#r-median').dispatchEvent(new Event('change'))")
+    settle(page, "full")
+
+
+def test_a_share_link_comes_back_to_the_same_numbers(page, browser, server):
+    open_plan(page, server)
+    drive(page, CONFIGS[3])
+    type_into(page, "load_users", "90")
+    settle(page)
+    before = shown(page)
+    page.click("#shareBtn")
+    link = page.input_value("#shareLink")
+    assert link.startswith(server) and "model=llama-3.1-70b" in link and "load_users=90" in link
+    assert "ttft_limit" not in link  # only what differs from the defaults
+    other = browser.new_page()
+    try:
+        other.goto(link)
+        other.wait_for_selector("#verdict[data-seq]:not([data-seq='0'])", timeout=60_000)
+        settle(other)
+        assert shown(other) == before
+        assert other.input_value("#f-max_model_len") == "64k" and other.input_value("#f-load_users") == "90"
+    finally:
+        other.close()
+
+
+def test_a_bad_value_is_refused_beside_its_control(page, server, shots):
+    open_plan(page, server)
+    type_into(page, "max_model_len", "0")
+    settle(page, "error")
+    assert "--max-model-len 0 is out of range" in page.text_content("#view-plan [data-err-for='max_model_len']")
+    page.screenshot(path=str(shots / "plan-error.png"))
+    type_into(page, "max_model_len", "")
+    settle(page, "full")
+    assert page.text_content("#view-plan [data-err-for='max_model_len']") == ""
+    type_into(page, "median", "lots")
+    settle(page, "error")
+    assert "--median 'lots' is not a token count" in page.text_content("#view-plan [data-err-for='median']")
+    type_into(page, "median", "")
+    type_into(page, "model", "llama-3.1-70b")
+    choose(page, "quantization", "")
+    set_gpus(page, "H100-SXM", 1)
+    settle(page, "error")
+    assert "does not fit" in page.text_content("#view-plan [data-err-for='split']")
+    assert page.locator("#seg-split button.nofit").count() == 1
+    set_gpus(page, "H100-SXM", 2)  # two GPUs: DP 2 x TP 1 does not fit either (disabled), DP 1 x TP 2 does
+    settle(page, "error")
+    assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']") is False  # the current split stays clickable
+    split(page, 1, 2)
+    settle(page, "full")
+    assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']")
+
+
+def test_a_share_link_is_validated_when_it_is_opened(page, server):
+    page.goto(server + "#view=plan&model=qwen3.6-27b&gpus=1xH200&sigma=9")
+    page.wait_for_selector("#verdict[data-seq]:not([data-seq='0'])", timeout=60_000)
+    settle(page, "error")
+    assert "--sigma 9 is out of range" in page.text_content("#view-plan [data-err-for='sigma']")
+    page.goto(server + "#view=plan&model=qwen3.6-27b&gpus=1xH200&sigma=0.7")  # a link pasted into the same tab
+    settle(page, "full")
+    assert page.input_value("#f-sigma") == "0.7" and page.text_content("#view-plan [data-err-for='sigma']") == ""
+
+
+def test_an_uploaded_config_json_is_planned(page, server, cli, tmp_path):
+    open_plan(page, server)
+    set_gpus(page, "H100-SXM", 1)
+    choose(page, "quantization", "")
+    choose(page, "kv_cache_dtype", "")
+    page.set_input_files("#f-model-file", str(QWEN3_8B))
+    settle(page)
+    assert "uploaded config.json" in page.text_content("#model-about")
+    assert_same_plan(page, cli("plan", str(QWEN3_8B), "--gpus", "1xH100-SXM"), model_named=False)
+    tested = cli("plan", *predicted_by_the_test_command(page, tmp_path))  # the command names the config it saves
+    assert tested["ceilings"] == shown(page)["ceilings"]
+    page.click("#shareBtn")
+    assert "not in the link" in page.text_content("#shareNote")
+
+
+def predicted_by_the_test_command(page, folder: pathlib.Path) -> list[str]:
+    """The `servesize plan` arguments of the prediction the page's measure command makes: its --predict
+    words and its --workload, with every file it names downloaded from the page into ``folder``."""
+    command = shlex.split(page.text_content("#testCommand"))
+    assert command[:3] == ["servesize", "measure", "server"]
+    args = [*shlex.split(command[command.index("--predict") + 1]), "--workload", command[command.index("--workload") + 1]]
+    for i, word in enumerate(args):
+        if page.query_selector(f"button[data-file='{word}']") is not None:
+            with page.expect_download() as download:
+                page.click(f"button[data-file='{word}']")
+            download.value.save_as(folder / word)
+            args[i] = str(folder / word)
+    return args
+
+
+def test_the_predictions_come_with_the_command_that_tests_them(page, server, cli, tmp_path):
+    open_plan(page, server)
+    type_into(page, "median", "45k")
+    settle(page)
+    doc = cli("plan", *predicted_by_the_test_command(page, tmp_path))
+    assert_same_plan(page, doc)
+    with page.expect_download() as download:
+        page.click("button[data-file='servesize-test.json']")
+    test_file = json.loads(pathlib.Path(download.value.path()).read_text())
+    assert test_file["command"] == page.text_content("#testCommand")
+    claims = {h["id"]: h for h in test_file["hypotheses"]}
+    assert claims["pool"]["predicted"] == doc["pool_tokens"] and claims["binding"]["predicted"] == doc["ceilings"][doc["binding"]]
+    assert all(h["refuted_if"] and h["measured_by"] for h in test_file["hypotheses"])
+
+
+def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
+    entry = next(x for x in json.loads((FIXTURES / "vllm-logs-public.json").read_text())
+                 if x["id"] == "vllm-17327-qwen3-30b-a3b-4xa10")
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(entry["quotes"]) + "\n")
+    page.goto(server + "#view=plan&model=qwen3-30b-a3b&gpus=4xA10&tensor_parallel_size=4&max_model_len=8192"
+                       "&vllm_version=0.8.5&median=3000&prefix=1500&subagent_median=2000&subagent_prefix=500")
+    page.wait_for_selector("#verdict[data-seq]:not([data-seq='0'])", timeout=60_000)
+    settle(page)
+    page.fill("#logText", log.read_text())
+    page.click("#calibrateBtn")
+    page.wait_for_selector("#calibrateTable")
+    page.wait_for_function("() => document.querySelector('#tiles [data-tile=pool] .ts').textContent.length > 0")
+    settle(page)
+    calibration = tmp_path / "calibration.json"
+    cli("calibrate", "--vllm-log", str(log), "--out", str(calibration))
+    doc = cli("plan", "qwen3-30b-a3b", "--gpus", "4xA10", "-tp", "4", "--max-model-len", "8192", "--vllm-version", "0.8.5",
+              "--median", "3000", "--prefix", "1500", "--subagent-median", "2000", "--subagent-prefix", "500",
+              "--calibration", str(calibration))
+    assert shown(page)["tiles"]["pool"] == doc["pool_tokens"]
+    assert shown(page)["ceilings"] == doc["ceilings"]
+    # the command that tests these predictions carries the calibration too, as the file calibrate --out writes
+    args = predicted_by_the_test_command(page, tmp_path)
+    assert "--calibration" in args
+    assert cli("plan", *args)["ceilings"] == doc["ceilings"]
+
+
+def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):
+    record = tmp_path / "pool.jsonl"
+    record.write_text("\n".join(json.dumps(x) for x in (
+        {"type": "header", "kind": "pool", "version": 1, "params": {"prompt_tokens": 4097}},
+        {"type": "end", "result": {"pool_tokens": {"low": 2_400_000, "high": 2_500_000, "measured": 2_450_000}}})) + "\n")
+    open_plan(page, server)
+    page.set_input_files("#recordFile", str(record))
+    page.wait_for_selector("#recordVerdict")
+    assert "KV pool tokens" in page.text_content("#recordVerdict")
+    page.click("#applyRecord")
+    page.wait_for_function("() => Number(document.querySelector('#tiles [data-tile=pool]').dataset.value) === 2450000")
+    settle(page)
+    doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--pool-tokens", "2450000")
+    assert shown(page)["ceilings"] == doc["ceilings"]
+
+
+def fit_rows(page) -> set:
+    return {tuple(r) for r in page.evaluate("""() => [...document.querySelectorAll('#fitRows tbody tr')].map(r =>
+        [r.dataset.model, r.dataset.precision, Number(r.dataset.tp), Number(r.dataset.replicas), Number(r.dataset.concurrent)])""")}
+
+
+def cli_rows(doc: dict) -> set:
+    return {(p["model"], p["precision"], p["tp"], p["replicas"], p["concurrent_per_replica"]) for p in doc["placements"]}
+
+
+def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, shots):
+    page.goto(server + "#view=fit")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    set_gpus(page, "H100-SXM", 4, "fit-")
+    type_into(page, "max_model_len", "32768", "fit-")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    assert page.get_attribute("#fitTable", "data-state") == "full"
+    assert fit_rows(page) == cli_rows(cli("fit", "--gpus", "4xH100-SXM", "--max-model-len", "32768"))
+    page.screenshot(path=str(shots / "fit.png"))
+    page.screenshot(path=str(shots / "fit-full.png"), full_page=True)
+    page.click("#fitRows th[data-sort='concurrent_total']")
+    totals = page.evaluate("() => [...document.querySelectorAll('#fitRows tbody tr')].map(r => Number(r.dataset.total))")
+    assert totals == sorted(totals, reverse=True)
+    row = page.locator("#fitRows tbody tr[data-model='llama-3.1-70b']").first
+    row.locator("button", has_text="why").click()
+    page.wait_for_selector("#fitCellSteps")
+    assert "max_concurrency" in page.text_content("#fitCellSteps")
+    assert f"→ {row.get_attribute('data-concurrent')} sequences" in page.text_content("#fitCellTitle")
+    tp, replicas, weights = (row.get_attribute(f"data-{k}") for k in ("tp", "replicas", "quantization"))
+    row.locator("button", has_text="plan it").click()
+    settle(page)
+    opened = ["llama-3.1-70b", "--gpus", "4xH100-SXM", "-q", weights, "-tp", tp, "-dp", replicas]
+    assert_same_plan(page, cli("plan", *opened))
+    type_into(page, "median", "45k")  # the plan's controls drive the deployment the row opened
+    settle(page)
+    assert_same_plan(page, cli("plan", *opened, "--median", "45k"))
+
+
+def test_a_checkpoint_served_as_it_is_opens_as_native(page, server, cli):
+    page.goto(server + "#view=fit&gpus=1xH100")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    row = page.locator("#fitRows tbody tr[data-model='gpt-oss-20b']").first
+    assert row.get_attribute("data-precision").startswith("native")
+    row.locator("button", has_text="why").click()
+    page.wait_for_selector("#fitCellSteps")
+    assert f"→ {row.get_attribute('data-concurrent')} sequences" in page.text_content("#fitCellTitle")
+    row.locator("button", has_text="plan it").click()
+    settle(page)
+    assert_same_plan(page, cli("plan", "gpt-oss-20b", "--gpus", "1xH100", "-tp", row.get_attribute("data-tp")))
+
+
+def test_the_fit_view_filters_by_precision_and_kv_dtype(page, server, cli):
+    page.goto(server + "#view=fit&gpus=1xH200")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    for precision in ("fp8", "int4"):
+        page.check(f"[data-field='precision'] input[value='{precision}']")
+    choose(page, "kv_cache_dtype", "fp8", "fit-")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    assert fit_rows(page) == cli_rows(cli("fit", "--gpus", "1xH200", "--precision", "fp8,int4", "--kv-cache-dtype", "fp8"))
+    page.reload()
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)  # the share link keeps the filters
+    assert page.is_checked("[data-field='precision'] input[value='int4']")
+
+
+def test_nothing_is_requested_outside_the_servers_origin(page, browser, server):
+    open_plan(page, server)
+    page.wait_for_function(PANELS, timeout=120_000)
+    page.click("#tab-fit")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    seen = browser.network.seen
+    assert seen and all(url.startswith(server) for url in seen), [u for u in seen if not u.startswith(server)]
+    assert browser.network.blocked == []

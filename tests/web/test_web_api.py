@@ -1,0 +1,202 @@
+"""The JSON API, in-process (aiohttp's test server): the numbers are the library's, refusals are 400 with
+the field, the body is bounded, and nothing outside the request is read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+import servesize as s
+from servesize.web.app import make_app
+from servesize.web.form import MAX_BODY_BYTES
+from servesize.web.views import finite
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+BASE = {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8"}
+
+
+def call(method: str, path: str, body=None, *, headers=None, raw: bytes | None = None):
+    """(status, JSON or text) of one request to a fresh application."""
+
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+            response = await client.request(method, path, data=data, headers=headers)
+            text = await response.text()
+            try:
+                return response.status, json.loads(text), response.headers
+            except ValueError:
+                return response.status, text, response.headers
+
+    return asyncio.run(go())
+
+
+def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
+    status, view, _ = call("POST", "/api/plan", BASE)
+    assert status == 200
+    expected = finite(s.plan(s.Scenario(**BASE), sensitivity=False).to_dict())
+    assert view["plan"] == expected
+    assert view["verdict"]["binding"] == expected["binding"]
+    assert view["verdict"]["users"] == expected["ceilings"][expected["binding"]]
+    tiles = {t["id"]: t for t in view["tiles"]}
+    assert tiles["warm"]["value"] == expected["warm_users"]["p5"]
+    assert tiles["pool"]["value"] == expected["pool_tokens"]
+
+
+def test_every_derivation_is_the_engines_own_rendering():
+    status, doc, _ = call("POST", "/api/explain", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    assert [x["text"] for x in doc["sections"]["all"]] == [step.render() for step in plan.derivation.steps]
+    assert [x["text"] for x in doc["sections"]["memory"]] == [step.render() for step in plan.memory.derivation.steps]
+
+
+def test_the_sensitivity_panel_is_the_plans_own():
+    status, panel, _ = call("POST", "/api/sensitivity", BASE)
+    assert status == 200
+    assert panel["sensitivity"] == finite(s.plan(s.Scenario(**BASE)).sensitivity)
+
+
+def test_memory_and_fit_are_the_commands_documents():
+    status, doc, _ = call("POST", "/api/memory", BASE)
+    assert status == 200 and doc["memory"] == finite(s.memory(s.Scenario(**BASE)).to_dict())
+    status, doc, _ = call("POST", "/api/fit", {"gpus": "4xH100", "max_model_len": "32K"})
+    assert status == 200 and doc["fit"] == finite(s.fit("4xH100", max_model_len=32768).to_dict())
+
+
+@pytest.mark.parametrize(("body", "field"), [({**BASE, "max_model_len": 0}, "max_model_len"),
+                                            ({**BASE, "nonsense": 1}, "nonsense"),
+                                            ({**BASE, "model": "/etc/hostname"}, "model"),
+                                            ({"model": "llama-3.1-70b", "gpus": "1xH100"}, "tensor_parallel_size")])
+def test_a_refusal_is_400_with_the_field(body, field):
+    status, doc, _ = call("POST", "/api/plan", body)
+    assert status == 400 and doc["field"] == field and doc["error"]
+
+
+def test_a_split_that_does_not_fit_comes_back_with_the_splits_that_do():
+    status, doc, _ = call("POST", "/api/plan", {"model": "llama-3.1-70b", "gpus": "2xH100", "data_parallel_size": 2})
+    assert status == 400
+    fits = {(x["dp"], x["tp"]): x["fits"] for x in doc["splits"]}
+    assert fits == {(2, 1): False, (1, 2): True}
+
+
+def test_a_body_that_is_not_json_is_refused_in_one_line():
+    status, doc, _ = call("POST", "/api/plan", raw=b"{not json")
+    assert status == 400 and "not JSON" in doc["error"]
+
+
+def test_the_request_size_is_bounded():
+    status, doc, _ = call("POST", "/api/calibrate", raw=b"x" * (MAX_BODY_BYTES + 1),
+                          headers={"Content-Type": "application/json"})
+    assert status == 413 and "MiB" in doc["error"]
+
+
+def test_a_foreign_host_header_is_refused():
+    status, doc, _ = call("GET", "/api/catalogue", headers={"Host": "attacker.example:80"})
+    assert status == 403
+
+
+def test_the_page_and_its_assets_are_served_with_a_same_origin_policy():
+    status, text, headers = call("GET", "/")
+    assert status == 200 and "<title>" in text
+    assert "connect-src 'self'" in headers["Content-Security-Policy"]
+    for asset in ("app.js", "charts.js", "style.css"):
+        assert call("GET", f"/static/{asset}")[0] == 200
+    assert call("GET", "/static/../app.py")[0] in (403, 404)
+
+
+def _log(log_id: str) -> str:
+    entry = next(x for x in json.loads((FIXTURES / "vllm-logs-public.json").read_text()) if x["id"] == log_id)
+    return "\n".join(entry["quotes"])
+
+
+def test_a_calibration_comes_from_a_pasted_log_and_replaces_the_pool():
+    log = _log("vllm-17327-qwen3-30b-a3b-4xa10")
+    body = {"model": "qwen3-30b-a3b", "gpus": "4xA10", "tensor_parallel_size": 4, "max_model_len": 8192,
+            "vllm_version": "0.8.5", "median": 3000, "prefix": 1500, "subagent_median": 2000, "subagent_prefix": 500}
+    status, doc, _ = call("POST", "/api/calibrate", {**body, "vllm_log": log})
+    assert status == 200 and doc["usable"]
+    calibration = s.calibrate(log, source="pasted log")
+    assert doc["calibration"] == finite(calibration.to_dict())
+    status, view, _ = call("POST", "/api/plan", {**body, "calibration": doc["calibration"]})
+    assert status == 200
+    expected = s.plan(s.Scenario(**body, calibration=calibration), sensitivity=False)
+    assert view["plan"]["pool_tokens"] == expected.fixed.pool_tokens
+    assert "calibration" in view["plan"]["pool_source"]
+
+
+def test_a_log_that_fixes_no_pool_is_compared_but_not_applied():
+    body = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
+            "max_num_seqs": 16, "vllm_version": "0.19.0"}
+    status, doc, _ = call("POST", "/api/calibrate", {**body, "vllm_log": _log("vllm-40691-qwen35-27b-h20")})
+    assert status == 200 and not doc["usable"] and doc["calibration"] is None
+    assert "--pool-tokens" in doc["applies"]
+    assert any(c["logged"] == 290_864 for c in doc["checks"])  # the line vLLM printed, beside the prediction
+
+
+def test_a_pool_record_gives_the_measured_pool_beside_the_prediction():
+    record = "\n".join(json.dumps(x) for x in (
+        {"type": "header", "kind": "pool", "version": 1, "params": {}},
+        {"type": "end", "result": {"pool_tokens": {"low": 2_900_000, "high": 3_000_000, "measured": 2_950_000}}}))
+    status, doc, _ = call("POST", "/api/record", {**BASE, "record": record})
+    assert status == 200
+    predicted = s.plan(s.Scenario(**BASE), sensitivity=False).fixed.pool_tokens
+    assert doc["predicted_pool_tokens"] == predicted
+    assert doc["verdict"]["mark"] == ("✓" if 2_900_000 <= predicted < 3_000_000 else doc["verdict"]["mark"])
+    assert doc["apply"] == {"pool_tokens": 2_950_000}
+
+
+@pytest.mark.parametrize("text", ["not a record", '{"type": "header", "kind": "pool"}', "[1, 2]"])
+def test_a_record_that_is_not_a_finished_run_is_refused(text):
+    status, doc, _ = call("POST", "/api/record", {**BASE, "record": text})
+    assert status == 400 and doc["field"] in ("record", None) and doc["error"]
+
+
+def test_every_chart_answers_with_series():
+    for name in ("decode", "miss", "scaling", "batch"):
+        status, doc, _ = call("POST", f"/api/charts/{name}", BASE)
+        assert status == 200, (name, doc)
+    assert call("POST", "/api/charts/nonsense", BASE)[0] == 404
+
+
+def test_serve_refuses_a_port_that_is_not_one_in_one_line(capsys):
+    from servesize.cli import main
+
+    assert main(["serve", "--port", "70000"]) == 2
+    assert capsys.readouterr().err.strip() == "servesize: --port 70000 is not a port number (0-65535; 0 picks a free one)"
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(capsys):
+    import socket
+
+    from servesize.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servesize: cannot listen on 127.0.0.1:{port}") and err.count("\n") == 1
+
+
+def test_a_matrix_column_is_the_best_chosen_placement_of_each_model_on_that_gpu():
+    status, doc, _ = call("POST", "/api/fit/matrix", {"query": {"gpus": "2xH100", "max_model_len": 8192}, "gpu": "B200"})
+    assert status == 200 and doc["gpu"] == "B200" and doc["count"] == 2
+    best: dict = {}
+    for p in s.fit("2xB200", max_model_len=8192).placements:
+        if p.chosen and p.concurrent_total > best.get(p.model, -1):
+            best[p.model] = p.concurrent_total
+    assert {m: c["concurrent_total"] for m, c in doc["cells"].items()} == best
+
+
+def test_a_fit_row_of_a_checkpoint_served_as_it_is_explains_as_native():
+    status, view, _ = call("POST", "/api/fit", {"gpus": "1xH100"})
+    row = next(r for r in view["rows"] if r["model"] == "gpt-oss-20b")
+    assert row["precision"].startswith("native") and row["quantization"] == "native"
+    status, cell, _ = call("POST", "/api/fit/cell", {"query": {"gpus": "1xH100"}, "row": row})
+    assert status == 200 and cell["concurrency"] == row["concurrent_per_replica"]
