@@ -277,8 +277,10 @@ def test_an_uploaded_config_json_is_planned(page, server, cli, tmp_path):
     choose(page, "quantization", "")
     choose(page, "kv_cache_dtype", "")
     page.set_input_files("#f-model-file", str(QWEN3_8B))
+    # the page reads the file asynchronously: until it has, the previous plan is the settled one
+    page.wait_for_function("() => document.querySelector('#model-about').textContent.includes('uploaded config.json')",
+                           timeout=60_000)
     settle(page)
-    assert "uploaded config.json" in page.text_content("#model-about")
     assert_same_plan(page, cli("plan", str(QWEN3_8B), "--gpus", "1xH100-SXM"), model_named=False)
     tested = cli("plan", *predicted_by_the_test_command(page, tmp_path))  # the command names the config it saves
     assert tested["ceilings"] == shown(page)["ceilings"]
