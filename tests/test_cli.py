@@ -52,9 +52,10 @@ def test_a_tp_size_that_does_not_divide_the_heads_is_refused(capsys):
     assert_one_line_error(code, out, err, "does not divide")
 
 
-def test_a_model_that_does_not_fit_says_what_to_try(capsys):
+def test_a_model_that_does_not_fit_says_what_to_try_and_exits_with_the_would_not_start_code(capsys):
     code, out, err = run(capsys, "memory", "llama-3.1-405b", "--gpus", "1xH100")
-    assert_one_line_error(code, out, err, "does not fit", "tensor-parallel")
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
+    assert "would not start" in err and "tensor-parallel" in err
 
 
 def test_an_unknown_gpu_is_one_line_with_suggestions(capsys):

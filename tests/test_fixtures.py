@@ -15,7 +15,16 @@ URL = re.compile(r"https://\S+")
 def test_every_fixture_file_is_one_whose_sources_this_module_checks():
     # A new kind of fixture needs a source check below before it can land.
     assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
-                                                   "seeds.json"}
+                                                   "seeds.json", "vllm-cli"}
+
+
+# ---------------------------------------------------------------- vllm-cli/
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "vllm-cli").glob("*")), ids=lambda p: p.name)
+def test_every_vllm_cli_dump_names_the_release_it_was_read_from_and_how(path):
+    doc = json.loads(path.read_text())
+    assert URL.match(doc["source"]["url"]) and doc["source"]["how"] and doc["vllm_version"] in path.name
+    assert doc["flags"] and set(doc["switches"]) <= set(doc["flags"])
 
 
 # ---------------------------------------------------------------- vllm-logs-public.json

@@ -24,7 +24,18 @@ from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogu
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
-from servesize.resolve import PlanInputs, calibrated, deployment_of, display_name, gpus_of, knobs_of, model_of, plan_inputs, workload_of
+from servesize.resolve import (
+    PlanInputs,
+    calibrated,
+    deployment_of,
+    display_name,
+    gpus_of,
+    knobs_of,
+    model_of,
+    plan_inputs,
+    with_serve_line,
+    workload_of,
+)
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
@@ -54,15 +65,18 @@ def models(names: list[str] | None = None, *, explain: bool = False) -> ModelsRe
 
 def memory(scenario: Scenario) -> MemoryReport:
     """vLLM's memory budget and KV pool for the scenario's flags, down to the lines it logs."""
+    scenario, line = with_serve_line(scenario)
     model = model_of(scenario.model)
-    measured = calibrated(scenario, deployment_of(scenario))
+    measured = calibrated(scenario, deployment_of(scenario, model))
     return memory_report(model.architecture, gpus_of(scenario), measured.deployment, budget=scenario.budget,
-                         name=display_name(model))
+                         name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
+                         flags_estimated=line.estimated if line else ())
 
 
 def _fixed(inputs: PlanInputs) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
-                           name=inputs.name)
+                           name=inputs.name, flags_not_affecting=inputs.flags_not_affecting,
+                           flags_estimated=inputs.flags_estimated)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()

@@ -1,7 +1,13 @@
 """Units and their spellings. Bytes are integers; GiB = 2**30, GB = 10**9.
 
-Token counts accept ``31k``, ``2.77M``, ``1,337,000``; memory accepts ``80GiB``,
-``81559MiB``, ``141GB``, ``16M`` (M/G/K alone are binary, as vLLM's own flags read them).
+servesize's own token counts accept ``31k``, ``2.77M``, ``1,337,000`` (decimal, either case);
+memory accepts ``80GiB``, ``81559MiB``, ``141GB``, ``16M`` (M/G/K alone are binary).
+
+vLLM's own numeric flags (``--max-model-len``, ``--max-num-batched-tokens``,
+``--kv-cache-memory-bytes``) follow vLLM's rule instead (``vllm/utils/argparse_utils.py``
+human_readable_int, from 0.8.5): a lower-case suffix is decimal (k = 10**3, m, g, t), an
+upper-case one binary (K = 2**10, M, G, T), and a binary suffix takes no decimals:
+``parse_vllm_int('16K')`` = 16,384, ``parse_vllm_int('16k')`` = 16,000.
 """
 
 from __future__ import annotations
@@ -62,6 +68,38 @@ def parse_bytes(text: str | int | float) -> int:
     if suffix not in _BYTE_SUFFIX:
         raise BadInput(f"cannot read {text!r} as memory: unknown unit {suffix!r} (use B, KiB, MiB, GiB, GB, ...)")
     return _whole(value * _BYTE_SUFFIX[suffix], text, "a byte count")
+
+
+_VLLM_NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_VLLM_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_vllm_int(text: str | int | float) -> int:
+    """vLLM's human-readable integer: ``'25.6k'`` -> 25,600, ``'1K'`` -> 1,024, ``'32768'`` -> 32,768."""
+    if isinstance(text, bool):
+        raise BadInput(f"{text!r} is not a number")
+    if isinstance(text, int):
+        return text
+    if isinstance(text, float):
+        return _whole(text, text, "a whole number") if text.is_integer() else _refuse_fraction(text)
+    value = str(text).strip().replace(",", "").replace("_", "")
+    match = _VLLM_NUMBER.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _VLLM_BINARY:
+            if "." in number:
+                raise BadInput(f"{text!r}: vLLM allows no decimals with a binary suffix like {suffix}; "
+                               f"did you mean {number}{suffix.lower()}?")
+            return int(number) * _VLLM_BINARY[suffix]
+        return int(float(number) * _VLLM_DECIMAL[suffix])  # int(), as vLLM truncates
+    if not re.fullmatch(r"\d+", value):
+        raise BadInput(f"cannot read {text!r} as vLLM reads a number (e.g. 32768, 32k = 32,000, 32K = 32,768)")
+    return int(value)
+
+
+def _refuse_fraction(value: float) -> int:
+    raise BadInput(f"{value!r} is not a whole number")
 
 
 def _whole(value: float, text, what: str) -> int:

@@ -447,3 +447,44 @@ def _mtp(b: _Builder, arch: Architecture) -> None:
              group_experts="mtp", group_shared="mtp")
     else:
         b.notes.append(f"{k} MTP module(s) declared but their tensor layout for {fam!r} is not modelled: not counted")
+
+
+# ---------------------------------------------------------------------------------------
+# speculative-decoding drafts
+
+
+def speculator_ledger(draft: Architecture, method: str) -> ParamLedger:
+    """The parameters a draft adds to a served model (--speculative-config).
+
+    ``draft_model``: the draft's whole ledger (its own embedding and LM head). EAGLE heads (vLLM
+    llama_eagle.py / llama_eagle3.py) load only what their checkpoint holds and take the rest from
+    the target: the token embedding is the target's; EAGLE-1 also uses the target's LM head and adds
+    a fusion layer fc over [embedding; hidden] (2h -> h); EAGLE-3 has its own LM head over
+    ``draft_vocab_size``, fuses three hidden states (fc 3h -> h), feeds 2h into its first layer's
+    q/k/v projections and normalises the hidden input (hidden_norm)."""
+    full = parameter_ledger(draft)
+    if method == "draft_model":
+        return full
+    if method not in ("eagle", "eagle3"):
+        raise UnsupportedArchitecture(draft.model_type, f"no draft ledger for speculative method {method!r}", ("method",))
+    b = _Builder(f"{draft.name} ({method} head)")
+    h = draft.hidden_size
+    b.add("embedding", "embed_tokens", "0", linear=False, note="the target's embedding (shared)")
+    if method == "eagle":
+        b.add("lm_head", "lm_head", "0", linear=True, note="the target's LM head (shared)")
+        b.add("attention", "fc", "2 * hidden * hidden", linear=True, note="fusion of [embedding; hidden]", hidden=h)
+    else:
+        vocab = int(draft.config.get("draft_vocab_size") or draft.vocab_size)
+        b.add("lm_head", "lm_head", "draft_vocab * hidden", linear=True, note="EAGLE-3's own LM head", draft_vocab=vocab,
+              hidden=h)
+        b.add("attention", "fc", "3 * hidden * hidden", linear=True, note="fusion of three hidden states", hidden=h)
+        q = draft.num_attention_heads * draft.head_dim
+        kv = draft.num_kv_heads * draft.head_dim
+        b.add("attention", "qkv_wide_input", "hidden * (q + 2 * kv)", linear=True,
+              note="the first layer's q/k/v take [embedding; hidden] (2h), not h", hidden=h, q=q, kv=kv)
+        b.add("norms", "hidden_norm", "hidden", linear=False, note="RMSNorm on the fused hidden input", hidden=h)
+    for group in ("attention", "mlp", "norms"):
+        if full.groups.get(group):
+            b.add(group, f"draft_{group}", "params", linear=full.linear.get(group, 0) == full.groups[group],
+                  note=f"the head's decoder layer(s): {group}", params=full.groups[group])
+    return b.finish(draft)
