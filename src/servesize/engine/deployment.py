@@ -21,7 +21,7 @@ from servesize.model.layers import MLA, GatedDeltaNet
 if TYPE_CHECKING:
     from servesize.engine.speculative import Speculation
 
-# --max-model-len auto (or -1): vLLM picks the largest length whose one request fits (v0.13+).
+# --max-model-len auto (or -1): vLLM picks the largest length whose one request fits (v0.14+).
 AUTO_MAX_MODEL_LEN = -1
 # vLLM SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS: the floor of the profile batch when
 # chunked prefill is off (CPU MLA), and the CPU API server's per-rank default.
@@ -165,8 +165,8 @@ class Deployment:
     def _max_len(self, arch: Architecture) -> int:
         limit = derived_max_model_len(arch)
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
-            if self.version < (0, 13, 0):
-                raise BadInput(f"--max-model-len auto arrived in vLLM 0.13; {self.vllm_version} needs a number")
+            if self.version < (0, 14, 0):
+                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number")
             if not limit:
                 raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below")
             return AUTO_MAX_MODEL_LEN  # the largest that fits: memory_report searches for it once the budget is known

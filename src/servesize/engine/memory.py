@@ -28,6 +28,11 @@ from servesize.model.ledger import speculator_ledger
 from servesize.model.quantization import DTYPE_BYTES
 from servesize.units import GiB, fmt_bytes
 
+
+def _gib(n_bytes: int) -> str:
+    """As vLLM prints memory (GiB, 2 decimals), or MiB below 0.1 GiB where two decimals say nothing."""
+    return fmt_bytes(n_bytes) if n_bytes >= GiB // 10 else fmt_bytes(n_bytes, "MiB")
+
 DEFAULT_ENGINE_ASSUMPTIONS = EngineAssumptions()
 
 
@@ -217,16 +222,14 @@ def _auto_fit(arch: Architecture, dep: Deployment, sized: list[_Stage], gpus: Gp
 
 def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: str) -> None:
     """vLLM's own start-up check (check_enough_kv_cache_memory): one request at max_model_len must fit."""
-    if dep.num_gpu_blocks_override is not None:
-        return  # the override replaces the block count after the check; the log the override came from started
     check = start_check(stage.arch, dep, stage.budget.available_bytes, gpus.gpu)
-    if check.fits:
+    if check is None or check.fits:
         return
     fix = (f"the largest --max-model-len that starts is {check.largest_max_model_len:,}"
            if check.largest_max_model_len else "not even one token fits: free memory first")
     raise WouldNotStart(
         f"vLLM would refuse to start {name}: one request at max_model_len {dep.max_model_len:,} needs "
-        f"{check.needed_bytes / GiB:.2f} GiB of KV cache, more than the {check.available_bytes / GiB:.2f} GiB available "
-        f"per GPU; {fix} (or raise --gpu-memory-utilization, or add GPUs)",
+        f"{_gib(check.needed_bytes)} of KV cache, more than the {_gib(check.available_bytes)} available per GPU; "
+        f"{fix} (or raise --gpu-memory-utilization, or add GPUs)",
         check.largest_max_model_len)
 

@@ -538,7 +538,9 @@ def _lines(dep: Deployment, tokens: int, L: int, concurrency: float, combined: b
 # ---------------------------------------------------------------------------------------
 # vLLM's start-up check and --max-model-len auto
 
-NULL_BLOCK_RESERVED_FROM = (0, 29, 0)  # check_enough_kv_cache_memory plans against the usable blocks (0.29+)
+NULL_BLOCK_RESERVED_FROM = (0, 29, 0)  # the check and auto-fit plan against the usable blocks (0.29+)
+GROUP_CHECK_FROM = (0, 17, 0)  # the check counts group block ids x bytes per block id (before: a sum over layers)
+OVERRIDE_CHECKED_FROM = (0, 22, 0)  # --num-gpu-blocks-override replaces the memory the check plans against
 
 
 @dataclass(frozen=True)
@@ -605,23 +607,39 @@ class StartCheck:
         return self.needed_bytes <= self.available_bytes
 
 
-def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> StartCheck:
+def _check_bytes(layout: _Layout, dep: Deployment, available_bytes: int) -> int | None:
+    """The memory vLLM's start-up check plans against (None: the check does not run on it)."""
+    if dep.num_gpu_blocks_override is not None:
+        if dep.version < OVERRIDE_CHECKED_FROM:
+            return None  # older releases check the profiled memory, which an override alone does not tell
+        available_bytes = dep.num_gpu_blocks_override * layout.bytes_per_block
+    return available_bytes - (layout.bytes_per_block if dep.version >= NULL_BLOCK_RESERVED_FROM else 0)
+
+
+def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> StartCheck | None:
+    """vLLM's check that one request at max_model_len fits, as the release runs it (None: not run)."""
     layout = _layout(arch, dep, gpu)
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
-    usable = available_bytes - (layout.bytes_per_block if dep.version >= NULL_BLOCK_RESERVED_FROM else 0)
+    usable = _check_bytes(layout, dep, available_bytes)
+    if usable is None or not any(s.kind not in STATE_KINDS for s, _, _ in layout.specs) and arch.attention_free:
+        return None if usable is None else StartCheck(0, usable, _lengths(dep)[0])
+    per_group = dep.version >= GROUP_CHECK_FROM
     L = _lengths(dep)[0]
-    needed = _request_bytes(layout, dep, L, checkpoint, per_group=False)
+    needed = _request_bytes(layout, dep, L, checkpoint, per_group)
     largest = L if needed <= usable else _largest_fitting(
-        lambda n: _request_bytes(layout, dep, n, checkpoint, per_group=False) <= usable, L)
+        lambda n: _request_bytes(layout, dep, n, checkpoint, per_group) <= usable, L)
     return StartCheck(needed, usable, largest)
 
 
 def auto_max_model_len(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> int:
     """--max-model-len auto (vLLM 0.14+ _auto_fit_max_model_len): the longest length whose one
-    request's group blocks fit the available memory, at most the model's own context (dep's)."""
+    request's group blocks fit the memory the check plans against, at most the model's own context
+    (dep's max_model_len); an attention-free model keeps its derived length."""
+    if arch.attention_free:
+        return _lengths(dep)[0]
     layout = _layout(arch, dep, gpu)
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
-    if not any(s.kind not in STATE_KINDS for s, _, _ in layout.specs):
-        return _lengths(dep)[0]  # attention-free: vLLM keeps the derived max_model_len
-    return _largest_fitting(lambda n: _request_bytes(layout, dep, n, checkpoint, per_group=True) <= available_bytes,
+    usable = _check_bytes(layout, dep, available_bytes)
+    usable = available_bytes if usable is None else usable
+    return _largest_fitting(lambda n: _request_bytes(layout, dep, n, checkpoint, per_group=True) <= usable,
                             _lengths(dep)[0])

@@ -123,8 +123,14 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
         "  vLLM will log:",
     ]
     lines += [f"    {line}" for line in p.log_lines]
-    lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  note: {n}" for n in p.notes + report.notes]
     lines += [f"  warning: {wn}" for wn in report.warnings]
+    if report.extra_weight_bytes:
+        lines.append(f"  loaded with the weights: {fmt_bytes(report.extra_weight_bytes)} per GPU (LoRA slots / draft)")
+    if report.flags_estimated:
+        lines.append("  estimated either way: " + "; ".join(report.flags_estimated))
+    if report.flags_not_affecting:
+        lines.append("  not affecting these figures: " + ", ".join(report.flags_not_affecting))
     if explain:
         lines += ["", "derivation:", report.derivation.render()]
     return "\n".join(lines)
