@@ -43,8 +43,9 @@ class WouldNotStart(DoesNotFit):
 
     exit_code = 3
 
-    def __init__(self, message: str, largest_max_model_len: int = 0):
+    def __init__(self, message: str, largest_max_model_len: int = 0, available_bytes: int | None = None):
         self.largest_max_model_len = largest_max_model_len
+        self.available_bytes = available_bytes  # per GPU, as vLLM would have logged it
         super().__init__(message)
 
 

@@ -37,6 +37,10 @@ CPU_MLA_FORCED_FROM = (0, 28, 0)
 # Sliding-window and chunked-local specs reserve for every batch in flight (max_in_flight_tokens,
 # kv_cache_interface.py from 0.26.0); async scheduling, on by default on CUDA, keeps two in flight.
 IN_FLIGHT_BATCHES_FROM = (0, 26, 0)
+# Hybrid models: prefix caching on by default from 0.26.0; asked for, it checkpoints the recurrent
+# states every block ('align' mode) from 0.15.0.
+HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)
+ALIGN_MODE_FROM = (0, 15, 0)
 
 
 def derived_max_model_len(arch: Architecture) -> int | None:
@@ -144,10 +148,9 @@ class Deployment:
         mnbt, seqs = self._batch(arch, gpus, max_len, chunked)
         mode = self.mamba_cache_mode
         if mode is None and arch.has_state:
-            # Hybrid (attention + Mamba/GDN) models get prefix caching only from 0.26.0
-            # (ModelConfig.is_prefix_caching_supported); with it, the states are checkpointed every
-            # block ('align'); without it one state block per request ('none').
-            mode = "align" if (prefix_caching and self.version >= (0, 26, 0)) else "none"
+            # With prefix caching on, the states are checkpointed every block ('align', from 0.15:
+            # MambaModelConfig.verify_and_update_config); without it one state block per request ('none').
+            mode = "align" if (prefix_caching and self.version >= ALIGN_MODE_FROM) else "none"
         return replace(self, gpu_memory_utilization=util, max_model_len=max_len, max_num_batched_tokens=mnbt,
                        max_num_seqs=seqs, mamba_cache_mode=mode, enable_prefix_caching=prefix_caching,
                        enable_chunked_prefill=chunked)
@@ -183,14 +186,16 @@ class Deployment:
         return self.device == "cpu" and bool(arch.count(MLA)) and self.version >= CPU_MLA_FORCED_FROM
 
     def _prefix_caching(self, arch: Architecture) -> bool:
-        """On unless asked off; attention-free models have none by default (ModelConfig.is_prefix_caching_supported),
-        and the CPU build turns it off for MLA (platforms/cpu.py: 'forcing chunked prefill and prefix caching to be
-        disabled')."""
+        """As asked; by default on, except for attention-free models and, before 0.26, for hybrid
+        (attention + Mamba/GDN) models (ModelConfig.is_prefix_caching_supported); the CPU build turns
+        it off for MLA (platforms/cpu.py: 'forcing chunked prefill and prefix caching to be disabled')."""
         if self._cpu_mla(arch):
             return False
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
-        return not arch.attention_free
+        if arch.attention_free:
+            return False
+        return not arch.has_state or self.version >= HYBRID_PREFIX_CACHING_FROM
 
     def _chunked_prefill(self, arch: Architecture) -> bool:
         if self._cpu_mla(arch):

@@ -231,5 +231,5 @@ def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: 
         f"vLLM would refuse to start {name}: one request at max_model_len {dep.max_model_len:,} needs "
         f"{_gib(check.needed_bytes)} of KV cache, more than the {_gib(check.available_bytes)} available per GPU; "
         f"{fix} (or raise --gpu-memory-utilization, or add GPUs)",
-        check.largest_max_model_len)
+        check.largest_max_model_len, stage.budget.available_bytes)
 
