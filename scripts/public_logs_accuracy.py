@@ -23,7 +23,7 @@ import json
 import pathlib
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-logs-available.json"

@@ -282,3 +282,37 @@ def test_a_quantisation_the_release_does_not_know_is_one_line():
 def test_quantised_kv_caches_pack_their_pages_as_vllms_backends_do(dtype, per_token):
     r = report("llama-3.1-8b", "1xH100", kv_cache_dtype=dtype, max_model_len=8192, vllm_version="0.33.0")
     assert r.pool.kv_bytes_per_token == per_token
+
+
+# -- vision towers -------------------------------------------------------------------------------
+
+# Qwen/Qwen2.5-VL-7B-Instruct's published config.json (its text and vision geometry; the vision_config
+# fields as the public copies of that file carry them); its model card counts 8.29B parameters.
+QWEN2_5_VL_7B = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "hidden_size": 3584,
+                 "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+                 "vocab_size": 152064, "max_position_embeddings": 128000, "torch_dtype": "bfloat16",
+                 "tie_word_embeddings": False,
+                 "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                                   "num_heads": 16, "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+                                   "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                                   "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+                                   "temporal_patch_size": 2}}
+
+
+def test_qwen2_5_vls_vision_tower_is_counted_and_the_total_is_the_published_8_29b():
+    from servesize.model.ledger import parameter_ledger
+
+    ledger = parameter_ledger(from_config(QWEN2_5_VL_7B, "qwen2.5-vl-7b"))
+    hv, iv = 1280, 3420
+    blocks = 32 * (4 * hv * hv + 3 * hv * iv + 3 * hv + hv + 2 * iv + hv + 2 * hv)
+    merger = (4 * hv) ** 2 + 4 * hv * 3584 + hv + 4 * hv + 3584
+    assert ledger.groups["vision"] == 3 * 2 * 14 * 14 * hv + blocks + merger
+    assert ledger.total / 1e9 == pytest.approx(8.29, abs=0.005)
+
+
+def test_language_model_only_leaves_the_vision_tower_unloaded():
+    arch = from_config(QWEN2_5_VL_7B, "qwen2.5-vl-7b")
+    full = report(arch, "1xH100", max_model_len=32768)
+    text = report(arch, "1xH100", max_model_len=32768, language_model_only=True)
+    vision = next(g.bytes for g in full.weights.groups if g.group == "vision")
+    assert full.weights.per_gpu_bytes - text.weights.per_gpu_bytes == vision

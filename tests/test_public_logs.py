@@ -5,12 +5,14 @@ docs/accuracy.md (whose table scripts/public_logs_accuracy.py generates; this te
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("public_logs_accuracy", ROOT / "scripts" / "public_logs_accuracy.py")
 acc = importlib.util.module_from_spec(_spec)
+sys.modules["public_logs_accuracy"] = acc  # dataclasses look their module up there
 _spec.loader.exec_module(acc)
 CASES = acc.cases()
 

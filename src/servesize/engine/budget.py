@@ -111,7 +111,7 @@ def _moe_workspace_bytes_per_token(arch: Architecture, dep: Deployment, a: Engin
 
 def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumptions, d: Derivation) -> int:
     tp = dep.tensor_parallel_size
-    tokens = dep.max_num_batched_tokens
+    tokens = int(dep.max_num_batched_tokens or 0)  # resolved: never None
     q_width = arch.num_attention_heads * arch.head_dim // tp
     kv_width = 2 * kv_heads_per_rank(arch.num_kv_heads, tp) * arch.head_dim
     dense_width = arch.intermediate_size // tp

@@ -36,7 +36,7 @@ class Placement:
     model: str
     display: str
     params: int
-    active_params: int
+    active_params: int  # as publishers count them: the input embedding left out
     precision: str
     tp: int
     replicas: int
@@ -123,8 +123,19 @@ def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, preci
         return "does not fit"
     replicas = gpus.count // tp
     kv_seq = kv_per_token(arch, s.kv_cache_dtype, tp).bytes_per_sequence(s.context)
-    return Placement(key, display, w.ledger.total, w.ledger.active, precision if precision != "native" else w.precision,
+    return Placement(key, display, w.ledger.total, published_active(w.ledger, key), precision if precision != "native" else w.precision,
                      tp, replicas, w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve)
+
+
+def published_active(ledger, key: str) -> int:
+    """Active parameters as the model's publisher counts them: the catalogue says whether its source
+    counts the input embedding (Qwen does, OpenAI does not); otherwise it is left out."""
+    from servesize.model.catalogue import find_entry
+
+    entry = find_entry(key)
+    if entry is not None and entry.published_active_counts_embedding:
+        return ledger.active
+    return ledger.active_as_published
 
 
 def _chosen(options: list[Placement], min_concurrency: int) -> Placement:

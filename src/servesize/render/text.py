@@ -150,7 +150,7 @@ def _fit(result: FitResult, explain: bool = False) -> str:
     for p in result.placements:
         if not (p.chosen or result.all_placements):
             continue
-        params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
+        params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.2f}B active)" if p.active_params != p.params else "")
         placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
         row: tuple[str, ...] = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
                f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
@@ -262,7 +262,8 @@ def _models(models: ModelsResult, explain: bool = False) -> str:
         a = r.arch
         params = _billions(r.ledger.total)
         if r.ledger.num_experts:
-            params += f" / {_billions(r.ledger.active)}"
+            counts_embedding = r.entry is not None and r.entry.published_active_counts_embedding
+            params += f" / {_billions(r.ledger.active if counts_embedding else r.ledger.active_as_published)}"
         kv_heads = "MLA" if a.count(MLA) else (str(a.num_kv_heads) if any(layer.is_attention for layer in a.layers) else "-")
         head_dim = f"{mla_latent_dim(a)}L" if a.count(MLA) else str(a.head_dim)
         kv = _kib(r.kv_bytes_per_token)
@@ -282,7 +283,8 @@ def _models(models: ModelsResult, explain: bool = False) -> str:
              for row in table]
     lines += [
         "",
-        "params: total (excluding MTP modules) / active per token for MoE, B = 10**9 parameters.",
+        "params: total (excluding MTP modules) / active per token for MoE, counted as the publisher counts it (the "
+        "input embedding left out unless the catalogue's source counts it), B = 10**9 parameters.",
         "KV/token: whole model, 16-bit cache, tensor parallel 1; full-attention and MLA layers (MLA: the latent, hd = its width).",
         "  '+N ≤W' = sliding/chunked layers, which stop growing at W tokens; state/seq = GDN/Mamba state, constant per sequence.",
         "KiB = 2**10 B, MiB = 2**20 B.  * = built from a partial config.",
