@@ -316,3 +316,22 @@ def test_language_model_only_leaves_the_vision_tower_unloaded():
     text = report(arch, "1xH100", max_model_len=32768, language_model_only=True)
     vision = next(g.bytes for g in full.weights.groups if g.group == "vision")
     assert full.weights.per_gpu_bytes - text.weights.per_gpu_bytes == vision
+
+
+def _plan(capsys, *argv):
+    from servesize.cli import main
+    code = main(["plan", "llama-3.1-8b", "--gpus", "1xA10G", "--max-model-len", "16k", "--no-sensitivity", "--fills", "400",
+                 "--json", *argv])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_a_gpu_without_a_published_flops_figure_plans_what_it_can_and_names_what_the_rest_needs(capsys):
+    d = _plan(capsys)  # NVIDIA publishes no A10G tensor figure: cache and decode are computed, the rest asks for it
+    assert set(d["ceilings_need"]) == {"latency", "saturation"}
+    assert all("--gpu-flops" in why for why in d["ceilings_need"].values())
+    assert d["binding"] in ("cache", "decode") and d["prefill"] is None
+    given = _plan(capsys, "--gpu-flops", "125")
+    assert given["ceilings_need"] == {} and given["prefill"] is not None
+    assert given["ceilings"]["cache"] == d["ceilings"]["cache"] and given["ceilings"]["latency"] > 0

@@ -471,7 +471,8 @@ class Scenario:
         if self.model is None and self.vllm_serve is None:
             raise BadInput("name a MODEL (catalogue name, config.json path or Hugging Face id), or give --vllm-serve "
                            "'vllm serve MODEL ...'")
-        check_vocabulary(self.quantization, self.kv_cache_dtype, parse_version(self.vllm_version))
+        # --quantization is checked with the checkpoint (engine.quant_methods.weight_format), which may name its own
+        check_vocabulary("native", self.kv_cache_dtype, parse_version(self.vllm_version))
 
     def replace(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated again); unknown names are refused."""

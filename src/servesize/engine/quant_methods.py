@@ -39,10 +39,18 @@ def _checkpoint_method(arch: Architecture) -> str | None:
     return q.checkpoint_method if q is not None else None
 
 
-def check_vocabulary(quantization: str, kv_cache_dtype: str, version: tuple[int, int, int]) -> None:
-    """--quantization and --kv-cache-dtype must be values this vLLM release accepts (or servesize's own names)."""
+def _same_method(a: str, b: str) -> bool:
+    return a.lower().replace("_", "-") == b.lower().replace("_", "-")
+
+
+def check_vocabulary(quantization: str, kv_cache_dtype: str, version: tuple[int, int, int],
+                     checkpoint_method: str | None = None) -> None:
+    """--quantization and --kv-cache-dtype must be values this vLLM release accepts (or servesize's own
+    names). A quantised checkpoint's own method name is accepted in either spelling (auto_round for
+    auto-round): vLLM replaces the value with the checkpoint's override (ModelConfig._verify_quantization)."""
     name = quantization.strip()
-    if name not in SERVESIZE_NAMES and not accepts("quantization", name, version):
+    own = checkpoint_method is not None and _same_method(name, checkpoint_method)
+    if name not in SERVESIZE_NAMES and not own and not accepts("quantization", name, version):
         raise BadInput(f"--quantization {name!r} is not a method vLLM {show_version(version)} accepts "
                        f"({', '.join(vocabulary('quantization', version))}); servesize also takes native, bf16, fp16, "
                        "int8, int4, nvfp4")
@@ -53,14 +61,16 @@ def check_vocabulary(quantization: str, kv_cache_dtype: str, version: tuple[int,
 
 def weight_format(arch: Architecture, method: str, version: tuple[int, int, int]) -> WeightFormat:
     name = method.strip()
-    check_vocabulary(name, "auto", version)
+    stored = _checkpoint_method(arch)
+    check_vocabulary(name, "auto", version, stored)
     if name in SERVESIZE_NAMES:
         return WeightFormat(name, "servesize precision" if name not in ("native", "auto") else "the checkpoint as stored")
+    if stored is not None and _same_method(name, stored):
+        return WeightFormat("native", f"{name}: the checkpoint's own method, read as stored")
     row = methods().get(name)
     if row is None:
         raise UnsupportedArchitecture(arch.model_type, f"--quantization {name} is vLLM's, but servesize has no bytes-per-weight "
                                       f"model for it (it models {', '.join(sorted(methods()))})", ("quantization",))
-    stored = _checkpoint_method(arch)
     if stored is not None:
         if stored in row.get("checkpoint", ()):
             return WeightFormat("native", f"{name} reads the checkpoint's {stored} weights as stored")

@@ -67,6 +67,9 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     }
     lines = ["ceilings (users):"]
     for k in CEILINGS:
+        if k in r.missing:
+            lines.append(f"  {k:<11}{'-':>10}   {desc[k]}: needs {r.missing[k]}")
+            continue
         mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
     if r.decode_comfortable is not None:
@@ -78,7 +81,8 @@ def _plan_ceilings(plan: Plan) -> list[str]:
 def _plan_serving(plan: Plan) -> list[str]:
     r, w = plan.result, plan.result.warm
     lines = [f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
-             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)"]
+             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)" if r.prefill is not None
+             else "prefill: not timed (no dense FLOP/s figure for this GPU: give --gpu-flops)"]
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
