@@ -130,7 +130,8 @@ def test_a_wrapper_text_type_or_a_renamed_design_reads_as_its_family():
 
     renamed = {t: f.name for t, f in MODEL_TYPES.items() if t != f.name}
     assert renamed == {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
-                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3"}
+                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3",
+                       "qwen2_5_vl_text": "qwen2_5_vl"}
     assert from_config(QWEN35).model_type == "qwen3_5"
 
 
