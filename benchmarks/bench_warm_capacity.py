@@ -1,7 +1,7 @@
 """Time one warm_capacity call: 1,500 fills (target <= 50 ms). Measured, not asserted.
 
 Run:  .venv/bin/python benchmarks/bench_warm_capacity.py [--repeats 21]
-Case: the seed's reference workload, Qwen3.6-27B FP8 KV on one H200 (pool 2.77M tokens,
+Case: the seed's reference workload, Qwen3.6-27B FP8 KV on one H200 (pool 2.77m tokens,
 32,768 B/token, 75 MiB state per session). Each fill draws only the sessions it reaches (about
 100 here, in column blocks of 64), so ``draws`` (2,000) no longer sets the work. Two figures: a
 fresh call (its random numbers drawn), and a call on a bank already drawn, as a sensitivity scan

@@ -104,14 +104,14 @@ class Predicted:
 
 def flags_alone(case: dict) -> Predicted:
     from servesize.api import memory
-    from servesize.errors import WouldNotStart
+    from servesize.errors import DoesNotFit
 
     logged = case["reported"]["available_kv_gib"] * GIB
     try:
         avail = memory(_scenario(case)).budget.available_bytes
         refused = False
-    except WouldNotStart as exc:
-        avail, refused = exc.available_bytes, True
+    except DoesNotFit as exc:  # WouldNotStart carries what vLLM would have had; weights too big carry nothing
+        avail, refused = getattr(exc, "available_bytes", None), True
     if avail is None:
         return Predicted(None, None, refused)
     return Predicted(int(avail), avail / logged - 1, refused)

@@ -180,7 +180,7 @@ def test_the_workload_cap_is_the_models_own_context_unless_given():
 
 
 def test_a_calibrated_pool_wins_over_the_modelled_one():
-    plan = s.plan(s.Scenario(**REFERENCE, **FAST, pool_tokens="2.77M"), sensitivity=False)
+    plan = s.plan(s.Scenario(**REFERENCE, **FAST, pool_tokens="2.77m"), sensitivity=False)
     assert plan.fixed.pool_tokens == 2_770_000 and plan.fixed.pool_source == "--pool-tokens (measured)"
 
 
@@ -213,3 +213,14 @@ def test_a_config_jsons_content_is_a_model_and_plans_like_the_catalogue_entry():
     assert hash(s.Scenario(model=config, gpus="1xH100")) == hash(s.Scenario(model=dict(config), gpus="1xH100"))
     with pytest.raises(s.BadInput, match="not plain JSON"):
         s.Scenario(model={"model_type": float("nan")}, gpus="1xH100")
+
+
+def test_a_whole_number_is_read_exactly_up_to_its_bound():
+    assert s.Scenario(**REFERENCE, seed="9223372036854775807").seed == 2**63 - 1
+    with pytest.raises(s.BadInput, match="--seed 9,223,372,036,854,775,808 is out of range"):
+        s.Scenario(**REFERENCE, seed=str(2**63))
+
+
+def test_a_sweep_refuses_a_value_plan_would_refuse():
+    with pytest.raises(s.BadInput, match="no MTP head"):
+        s.sweep(s.Scenario(model="llama-3.1-8b", gpus="1xH100", **FAST), "spec_acceptance", ["0.5"])

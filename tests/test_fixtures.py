@@ -15,7 +15,8 @@ URL = re.compile(r"https://\S+")
 def test_every_fixture_file_is_one_whose_sources_this_module_checks():
     # A new kind of fixture needs a source check below before it can land.
     assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
-                                                   "seeds.json", "vllm-cli", "vllm-logs-available.json"}
+                                                   "seeds.json", "vllm-cli", "vllm-logs-available.json",
+                                                   "decode-benchmarks.json"}
 
 
 # ---------------------------------------------------------------- vllm-logs-available.json
@@ -182,3 +183,20 @@ def test_every_seed_figure_is_quoted_and_names_tests_that_exist(figure):
     for node in figure["checked_by"]:
         path, name = node.split("::")
         assert re.search(rf"^def {re.escape(name)}\(", (TESTS.parent / path).read_text(), re.M), node
+
+
+# ---------------------------------------------------------------- decode-benchmarks.json
+
+BENCHMARKS = json.loads((FIXTURES / "decode-benchmarks.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("source", BENCHMARKS["sources"], ids=lambda s: s["id"])
+def test_every_decode_benchmark_source_names_its_url_publisher_and_quotes(source):
+    assert URL.fullmatch(source["url"]), source["url"]
+    assert source["publisher"].strip() and source["what"].strip()
+    assert source["quotes"] and all(q.strip() for q in source["quotes"])
+
+
+def test_every_decode_benchmark_case_names_a_listed_source():
+    ids = {s["id"] for s in BENCHMARKS["sources"]}
+    assert all(case["source"] in ids for case in BENCHMARKS["cases"])

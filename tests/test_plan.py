@@ -54,7 +54,7 @@ def test_tp2_keeps_about_202_users_warm(capsys):
 
 
 def test_the_median_sweep_reproduces_the_seeds_table(capsys):
-    d = plan_json(capsys, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+    d = plan_json(capsys, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77m",
                   "--sweep", "median=31k,45k,60k,80k,100k,140k")
     p50 = [row["warm_users"]["p50"] for row in d["sweep"]["rows"]]
     for got, want in zip(p50, [86, 56, 42, 33, 28, 23]):
@@ -81,7 +81,7 @@ def test_the_json_holds_every_required_key(capsys):
 
 def test_data_parallel_recipe_says_to_use_a_session_sticky_router(capsys):
     code = main(["plan", *SEED, *FAST, "--gpus", "2xH200", "-dp", "2", "--kv-cache-dtype", "fp8",
-                 "--pool-tokens", "2.77M"])
+                 "--pool-tokens", "2.77m"])
     out = capsys.readouterr().out
     assert code == 0
     assert "run 2 of these behind a session-sticky router" in out
@@ -98,7 +98,7 @@ def test_a_bad_workload_value_is_one_line_and_exit_2(capsys):
 
 
 def test_explain_lists_the_named_assumptions_with_their_sources(capsys):
-    code = main(["plan", *SEED, *FAST, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+    code = main(["plan", *SEED, *FAST, "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77m",
                  "--explain"])
     out = capsys.readouterr().out
     assert code == 0
@@ -108,7 +108,7 @@ def test_explain_lists_the_named_assumptions_with_their_sources(capsys):
 
 def test_plot_writes_a_png(capsys, tmp_path):
     path = tmp_path / "plan.png"
-    code = main(["plan", *SEED, "--fills", "200", "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77M",
+    code = main(["plan", *SEED, "--fills", "200", "--gpus", "1xH200", "--kv-cache-dtype", "fp8", "--pool-tokens", "2.77m",
                  "--plot", str(path)])
     capsys.readouterr()
     assert code == 0

@@ -74,12 +74,13 @@ def test_the_draw_stays_between_idle_and_the_prefill_plateau_at_every_load():
         assert 80 <= bill.w_per_gpu <= 630
 
 
-def test_the_bill_explains_itself_and_names_no_currency():
+def test_the_bill_explains_itself_and_names_its_currency():
     bill = power_bill(H200, 1, 1, 1.0, 0.17, 4720, 64)
     assert bill.derivation.value("kw_at_meter") == bill.kw_at_meter
-    d = bill.to_dict()
-    assert d["currency"] == "the unit of price_per_kwh"
-    assert "EUR" not in str(d) and "€" not in str(d)
+    assert bill.to_dict()["currency"] == "EUR"  # the default tariff is the EU average in euros
+    usd = power_bill(H200, 1, 1, 1.0, 0.17, 4720, 64, price_per_kwh=0.12, currency="USD")
+    assert usd.to_dict()["currency"] == "USD" and "USD/month" in usd.derivation.render()
+    assert usd.cost_per_month == pytest.approx(bill.cost_per_month * 0.12 / 0.19)
 
 
 @pytest.mark.parametrize("bad", [dict(n_gpu=3, replicas=2), dict(pue=0.9), dict(price_per_kwh=-1), dict(rate_group_per_s=-1)])

@@ -10,6 +10,7 @@ import pytest
 from servesize.cli import main
 from servesize.workload.files import load_workload
 from servesize.workload.fit import fit_lognormal, fit_observations, kolmogorov_p_value, ks_statistic
+from servesize.workload.presets import preset
 from servesize.workload.readers import read_token_counts
 
 
@@ -53,10 +54,28 @@ def test_the_kolmogorov_p_value_is_one_for_tiny_d_and_small_for_large_d():
     assert kolmogorov_p_value(1.36 / math.sqrt(10_000), 10_000) == pytest.approx(0.05, abs=0.005)
 
 
-def test_min_tokens_drops_short_requests_before_fitting(tmp_path):
-    path = write_csv(tmp_path / "p.csv", [10, 500, 2_000, 20_000, 200_000])
-    fit = fit_workload(path, min_tokens=1_000)
-    assert fit.user_fit.n == 3 and fit.dropped == 2
+def test_nothing_is_dropped_unless_min_tokens_asks_and_the_count_dropped_is_printed(tmp_path, capsys):
+    values = [10, 500, 2_000, 20_000, 200_000] * 4 + [700, 900]
+    path = write_csv(tmp_path / "p.csv", values)
+    kept = fit_workload(path)
+    assert kept.user_fit.n == 22 and kept.dropped == 0
+    asked = fit_workload(path, min_tokens=1_000)
+    assert asked.user_fit.n == 12 and asked.dropped == 10
+    assert main(["workload", "fit", str(path), "--min-tokens", "1000"]) == 0
+    assert "10 dropped under --min-tokens 1,000" in capsys.readouterr().out
+    assert main(["workload", "fit", str(path)]) == 0
+    assert "0 dropped under --min-tokens 0" in capsys.readouterr().out
+
+
+def test_dropping_short_requests_moves_the_median_of_a_short_workload(tmp_path):
+    # the seed's 1,000-token floor on a chat-like log: a third of it below 1,000 moves the fitted median up
+    sample = lognormal_sample(6_000, median=1_455, sigma=0.9, seed=3)
+    path = write_csv(tmp_path / "chat.csv", sample)
+    whole, floored = fit_workload(path), fit_workload(path, min_tokens=1_000)
+    share_below = float(np.mean(sample < 1_000))
+    assert 0.25 < share_below < 0.40 and abs(floored.dropped - share_below * 6_000) <= 5  # the CSV rounds to whole tokens
+    assert whole.user_fit.median == pytest.approx(1_455, rel=0.05)
+    assert floored.user_fit.median > 1.3 * whole.user_fit.median
 
 
 def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_path):
@@ -64,11 +83,14 @@ def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_p
                                 "prompt_tokens_details": {"cached_tokens": c}}}
             for i, (p, c) in enumerate([(10_000, 8_000), (20_000, 15_000), (40_000, 0)])]
     path = tmp_path / "usage.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
     obs = read_token_counts(path)
-    assert obs.format == "openai" and obs.user == [10_000, 20_000, 40_000]
+    assert obs.format == "openai" and obs.user == [10_000, 20_000, 40_000] * 4
     fit = fit_workload(path)
     assert fit.cache_hit_rate() == pytest.approx((8_000 + 15_000 + 0) / (10_000 + 20_000 + 40_000))
+    # one request in three reports no cached token: it matched no prefix (the --invalidation definition)
+    assert fit.fields["invalidation"].value == pytest.approx(1 / 3, abs=1e-4)
+    assert fit.fields["output_tokens"].value == 10 and fit.workload.output_tokens == 10
 
 
 def test_batch_api_output_and_a_dotted_column_are_read(tmp_path):
@@ -93,6 +115,8 @@ def test_the_written_file_is_a_workload_plan_accepts(tmp_path):
         assert rc == 0
         w = load_workload(tmp_path / out)
         assert w.user.prefix_tokens == 12_000 and w.user.sigma == pytest.approx(0.81, rel=0.05)
+        # what the file does not say is the preset's (coding-agent), read back from the preset, not the file
+        assert (w.think_time_s, w.output_tokens, w.invalidation) == (30.0, 1_000, 0.01)
 
 
 def test_the_plot_is_a_png(tmp_path):
@@ -132,15 +156,31 @@ def test_a_missing_file_exits_2(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_the_claude_code_trace_fits(traces_dir, capsys):
+def test_the_claude_code_trace_fits_every_field_from_the_file(traces_dir, capsys):
     path = traces_dir / "claude-code-sessions.jsonl.gz"
     fit = fit_workload(path)
     # session length = each request's input tokens (`in`, the full prompt: 64 x its prefix-block hashes)
-    assert fit.observations.format == "claude-code"
+    assert fit.observations.format == "claude-code" and fit.observations.skipped == 0
     assert fit.user_fit.n > 40_000
     assert 60_000 < fit.user_fit.median < 150_000       # measured: median ~99k, sigma ~0.66
     assert 0.4 < fit.user_fit.sigma < 1.0
     assert fit.subagent_fit is not None and fit.workload.subagent_ratio < 0.1
+    f = fit.fields
+    assert 14_000 < f["user_prefix_tokens"].value < 16_000   # median system + tool tokens: the seed's 15k
+    assert 0.0 < f["invalidation"].value < 0.05              # in-session hash-block reuse (README: 0.964 hit rate)
+    assert 100 < f["think_time_s"].value < 200               # mean gap between requests (median ~18 s)
+    assert 300 < f["output_tokens"].value < 600 and f["warm_turn_tokens"].fitted
+    assert fit.from_preset() == []
     with capsys.disabled():
         print(f"\nclaude-code trace: median {fit.user_fit.median:,.0f}, sigma {fit.user_fit.sigma:.3f}, "
-              f"KS D {fit.user_fit.ks_d:.3f}, n {fit.user_fit.n:,}")
+              f"KS D {fit.user_fit.ks_d:.3f}, n {fit.user_fit.n:,}; prefix {f['user_prefix_tokens'].value:,}, "
+              f"invalidation {f['invalidation'].value:.4f}, think {f['think_time_s'].value:.1f} s, "
+              f"output {f['output_tokens'].value}, warm turn {f['warm_turn_tokens'].value}")
+
+
+def test_the_mooncake_conversation_trace_gives_the_chat_presets_prefix(traces_dir):
+    fit = fit_workload(traces_dir / "mooncake-conversation.jsonl.gz", preset_name="chat")
+    assert fit.observations.format == "mooncake" and fit.user_fit.n == 12_031
+    assert fit.fields["user_prefix_tokens"].value == 512 == preset("chat").values["user_prefix_tokens"]
+    assert 0.55 < fit.fields["invalidation"].value < 0.65     # the chat preset's 'upper bound 0.61'
+    assert 300 < fit.fields["output_tokens"].value < 400

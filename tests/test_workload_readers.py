@@ -54,10 +54,11 @@ def test_claude_code_sessions_split_user_and_subagent_requests_and_their_prefixe
     assert obs.prefix_tokens == [3_000 + 12_000] and obs.subagent_prefix_tokens == [1_000]
 
 
-def test_a_bad_count_inside_a_subagent_names_its_place(tmp_path):
-    session = {"requests": [{"in": 64}, {"type": "subagent", "requests": [{"in": "lots"}]}]}
-    with pytest.raises(BadInput, match=r"record 1, requests\[1\]\.requests\[0\]\.in: expected a token count"):
-        read_token_counts(jsonl(tmp_path, [session]))
+def test_a_bad_count_inside_a_subagent_is_skipped_and_names_its_place(tmp_path):
+    session = {"requests": [{"in": 64}, {"type": "subagent", "requests": [{"in": "lots"}, {"in": 640}]}]}
+    obs = read_token_counts(jsonl(tmp_path, [session]))
+    assert obs.user == [64] and obs.subagent == [640] and obs.skipped == 1
+    assert obs.skip_examples == ["record 1, requests[1].requests[0].in: 'lots' is not a number"]
 
 
 def test_later_records_are_read_in_the_first_ones_format(tmp_path):
@@ -72,10 +73,13 @@ def test_a_dotted_column_reads_any_record_shape(tmp_path):
     assert (obs.format, obs.field, obs.user, obs.records) == ("jsonl", "field 'meta.n'", [10, 30], 3)
 
 
-def test_a_json_array_holding_a_non_object_is_refused_by_record_number(tmp_path):
+def test_a_json_array_holding_a_non_object_skips_it_by_record_number_and_refuses_one_that_starts_so(tmp_path):
     path = tmp_path / "a.json"
     path.write_text(json.dumps([{"input_length": 5}, 7]))
-    with pytest.raises(BadInput, match="record 2: expected a JSON object, got int"):
+    obs = read_token_counts(path)
+    assert obs.user == [5] and obs.skip_examples == ["record 2: not a JSON object"]
+    path.write_text(json.dumps([7, {"input_length": 5}]))
+    with pytest.raises(BadInput, match="record 1: expected a JSON object, got int"):
         read_token_counts(path)
 
 

@@ -4,7 +4,7 @@
     sc = s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
     s.memory(sc)      # MemoryReport: budget, pool, the lines vLLM logs
     s.plan(sc)        # Plan: warm users, ceilings, binding, recipe, bill, sensitivity
-    s.fit("4xH100", context=8192)          # every model x precision x placement that fits
+    s.fit("4xH100", max_model_len=8192)    # what fits: one row per model (all_placements=True: every one)
 
 Each function is resolve (``servesize.resolve``: every rule, named) -> engine / planner -> result.
 """
@@ -30,11 +30,9 @@ from servesize.resolve import (
     deployment_of,
     display_name,
     gpus_of,
-    knobs_of,
     model_of,
     plan_inputs,
     with_serve_line,
-    workload_of,
 )
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
@@ -96,7 +94,7 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
     return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
-                     memory=report)
+                     memory=report, origin=inputs.origin)
 
 
 def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
@@ -107,15 +105,11 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
     _, fixed = _fixed(inputs)
-    limit = inputs.workload.max_model_len if scenario.max_model_len is None else None
     cases = []
     for value, typed in zip(values, typed_values):
-        varied = scenario.replace(**{name: typed})
-        workload = workload_of(varied)
-        if limit is not None:
-            workload = workload.replace(max_model_len=limit)
+        varied = plan_inputs(scenario.replace(**{name: typed}))  # every rule and refusal, as plan applies them
         label = value.strip() if isinstance(value, str) else f"{typed:g}"
-        cases.append(SweepCase(label, float(typed), workload, knobs_of(varied)))
+        cases.append(SweepCase(label, float(typed), varied.workload, varied.knobs))
     return sweep_cases(fixed, name, cases)
 
 
@@ -135,9 +129,16 @@ def sweep_values(param: str, values: list[Any]) -> tuple[str, list[Any]]:
 
 
 def fit(gpus: str | FitQuery, **options: Any) -> FitResult:
-    """Every model x precision x placement these GPUs can serve, with the concurrency each allows.
+    """What these GPUs can serve, with the concurrency each placement allows: one row per model by default
+    (the checkpoint's own precision, the smallest placement that serves), every precision and placement with
+    ``all_placements=True``.
 
-    ``fit("4xH100", context=32768, models="llama-3.1-8b,qwen3-8b")``; options are FitQuery's fields."""
+    ``fit("4xH100", max_model_len=32768, models="llama-3.1-8b,qwen3-8b")``; options are FitQuery's fields
+    (``context=`` is accepted as the old name of ``max_model_len``)."""
+    if "context" in options:  # the name fit took before vLLM's --max-model-len
+        if "max_model_len" in options:
+            raise BadInput("give the sequence length once: max_model_len (context is its old name)")
+        options["max_model_len"] = options.pop("context")
     query = gpus if isinstance(gpus, FitQuery) else FitQuery(gpus=gpus, **options)
     names = query.model_names()
     if names:
@@ -147,7 +148,7 @@ def fit(gpus: str | FitQuery, **options: Any) -> FitResult:
             models.append((display_name(m), m.entry.display if m.entry else display_name(m), m.architecture))
     else:
         models = [(e.key, e.display, e.architecture()) for e in load_catalogue().values()]
-    return fit_placements(models, parse_gpus(query.gpus), context=query.context, precisions=query.precisions(),
+    return fit_placements(models, parse_gpus(query.gpus), context=query.max_model_len, precisions=query.precisions(),
                           budget=query.budget, kv_cache_dtype=query.kv_cache_dtype,
                           gpu_memory_utilization=query.gpu_memory_utilization, vllm_version=query.vllm_version,
                           min_concurrency=query.min_concurrency, all_placements=query.all_placements)
@@ -168,6 +169,8 @@ def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | N
 
 
 def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int = DEFAULT_MIN_TOKENS,
-                 prefix_tokens: int | None = None) -> WorkloadFit:
-    """A log-normal workload fitted from a request log (CSV, JSONL or JSON; gzip allowed)."""
-    return fit_observations(read_token_counts(path, column), min_tokens=min_tokens, prefix_tokens=prefix_tokens)
+                 prefix_tokens: int | None = None, preset: str | None = None, distribution: str = "auto") -> WorkloadFit:
+    """A workload fitted from a request log (CSV, JSONL or JSON; gzip allowed): every field fitted from the
+    file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks."""
+    return fit_observations(read_token_counts(path, column), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
+                            preset_name=preset, distribution=distribution)

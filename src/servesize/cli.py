@@ -22,11 +22,11 @@ from servesize import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("servesize.commands.models", "the model catalogue: parameters, layers, KV bytes per token"),
     "gpus": ("servesize.commands.gpus", "the GPU catalogue: memory as nvidia-smi reports it, bandwidth, FLOP/s"),
-    "fit": ("servesize.commands.fit", "what can these GPUs serve: models x precision x placement, with concurrency"),
+    "fit": ("servesize.commands.fit", "what can these GPUs serve: one row per model (--all: every precision and placement)"),
     "memory": ("servesize.commands.memory", "vLLM's memory budget and KV pool for one deployment, down to the lines it logs"),
     "plan": ("servesize.commands.plan", "warm users, decode speed, latency: which ceiling binds, and the vLLM recipe"),
     "calibrate": ("servesize.commands.calibrate", "read real vLLM startup logs and write a calibration file"),
-    "workload fit": ("servesize.commands.workload_fit", "fit a log-normal session-length workload from request logs"),
+    "workload fit": ("servesize.commands.workload_fit", "fit a workload from request logs: each field from the file or a preset"),
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
@@ -158,7 +158,12 @@ def _emit(result, args) -> int:
         from servesize.render.text import render_text
 
         sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
-    return getattr(result, "exit_code", 0)
+    code = getattr(result, "exit_code", 0)
+    if code:  # the report is out, but the command did not do what was asked: say why, on stderr
+        sys.stdout.flush()
+        reason = getattr(result, "failure", None) or f"the command did not complete (exit {code})"
+        print(f"servesize: {reason}", file=sys.stderr)
+    return code
 
 
 def _finite(obj):

@@ -3,7 +3,7 @@
 Every error servesize raises on purpose derives from ``ServesizeError``; the CLI prints
 ``servesize: <message>`` and exits with the error's ``exit_code``: 2 for bad input and refusals,
 3 when servesize predicts that vLLM itself would refuse to start (``WouldNotStart``), 130 on Ctrl-C
-during a measurement. Anything else is a bug and is reported as one too (exit 1).
+and 143 on SIGTERM during a measurement. Anything else is a bug and is reported as one too (exit 1).
 """
 
 
@@ -53,3 +53,9 @@ class Interrupted(ServesizeError):
     """Ctrl-C during a measurement: one line naming the record to resume, exit 130."""
 
     exit_code = 130
+
+
+class Terminated(ServesizeError):
+    """SIGTERM during a measurement: ended as Ctrl-C ends it (the record kept, one line), exit 143 (128 + 15)."""
+
+    exit_code = 143

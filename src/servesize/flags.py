@@ -116,7 +116,7 @@ def _default_of(cls: type, name: str) -> str:
 
 
 def _type_of(p: Param) -> str:
-    kind = {"tokens": "tokens (32k, 2.77M)", "bytes": "bytes (80GiB, 81559MiB)", "choice": " \\| ".join(p.choices),
+    kind = {"tokens": "tokens (32k, 2.77m)", "bytes": "bytes (80GiB, 81559MiB)", "choice": " \\| ".join(p.choices),
             "bool": "on/off", "workload": "file", "calibration": "file", "vllm_int": "vLLM number (8192, 8k, 8K)",
             "vllm_len": "vLLM number (32768, 32k, 32K) or auto", "vllm_bytes": "vLLM number (16G, 16g) or bytes (6.51GiB)",
             "json": "JSON object"}.get(p.kind, p.kind)

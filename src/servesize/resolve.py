@@ -10,9 +10,14 @@ Each rule is one named function, with the reason it exists:
                           value checked against the vocabulary of the chosen vLLM release;
 - ``gpus_of``             --gpus with the figures the user supplies (memory, bandwidth, FLOP/s, TDP);
 - ``calibrated``          a measured pool or a calibration file: the most direct measurement wins;
-- ``workload_of``         a workload file or the seed reference, then single-field overrides, then
-                          the cap: --max-model-len, else at most the model's own context;
-- ``knobs_of``            the modelled assumptions the planner takes;
+- ``preset_of``           --preset, else the preset a workload file names, else coding-agent (the seed's);
+- ``workload_of``         the preset, then a workload file's fields, then single-field flags, then the
+                          cap: --max-model-len, else the workload's, at most the model's own context
+                          (``resolved_workload`` also says where each field came from);
+- ``check_prefixes``      a shared prefix at or above its class's median session is refused;
+- ``knobs_of``            the modelled assumptions the planner takes (a preset without speculative
+                          decoding switches MTP off unless a flag asks);
+- ``speculation_note``    the one line a reader needs when the preset's MTP and the model disagree;
 - ``check_speculation``   speculative decoding is modelled only through a model's own MTP head;
 - ``planned_deployment``  the deployment the plan sizes: the workload's cap is the engine's
                           --max-model-len, and the MTP head the recipe serves with is in the memory.
@@ -50,8 +55,17 @@ from servesize.scenario import PARAMS, Param, Scenario, params_in
 from servesize.units import GiB
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.files import load_calibration
-from servesize.workload.files import load_workload
-from servesize.workload.model import Workload
+from servesize.workload.catalogue import preset_names
+from servesize.workload.files import read_workload_data
+from servesize.workload.model import SessionClass, Workload
+from servesize.workload.presets import (
+    ORIGIN_FIELDS,
+    Preset,
+    WorkloadOrigin,
+    file_preset,
+    preset,
+    workload_from_data,
+)
 
 ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "dtype",
                  "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
@@ -69,7 +83,9 @@ WORKLOAD_FIELDS = {"median": "median", "sigma": "sigma", "prefix": "prefix", "su
 # Scenario knob field -> Knobs field
 KNOB_FIELDS = {"bandwidth_efficiency": "bandwidth_efficiency", "tp_efficiency": "tp_efficiency",
                "mtp_speedup": "mtp_speedup", "spec_acceptance": "spec_acceptance", "decode_floor": "decode_floor",
-               "comfortable_floor": "comfortable_floor", "mfu": "mfu", "ttft_limit": "ttft_limit_s"}
+               "comfortable_floor": "comfortable_floor", "mfu": "mfu", "ttft_limit": "ttft_limit_s",
+               "decode_compute_efficiency": "compute_efficiency", "electricity_price": "price_per_kwh",
+               "currency": "currency", "pue": "pue"}
 
 
 @lru_cache(maxsize=128)
@@ -303,39 +319,129 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
 
 # -- the workload ---------------------------------------------------------------------------
 
-def base_workload(scenario_workload: Workload | str | None) -> Workload:
-    if scenario_workload is None:
-        return Workload.seed_reference()
-    if isinstance(scenario_workload, Workload):
-        return scenario_workload
-    return load_workload(scenario_workload)
+# Scenario workload field -> the field name a WorkloadOrigin records it under
+ORIGIN_OF = {"median": "user_median_tokens", "sigma": "user_sigma", "prefix": "user_prefix_tokens",
+             "subagent_ratio": "subagent_ratio", "subagent_median": "subagent", "subagent_sigma": "subagent",
+             "subagent_prefix": "subagent", "subagents_share_prefix": "subagents_share_prefix",
+             "invalidation": "invalidation", "think_time": "think_time_s", "output_tokens": "output_tokens",
+             "warm_turn_tokens": "warm_turn_tokens"}
+
+
+def _file_data(scenario_workload: Workload | str | None) -> dict | None:
+    return read_workload_data(scenario_workload) if isinstance(scenario_workload, str) else None
+
+
+def preset_of(scenario: Any, data: dict | None = None) -> Preset:
+    """--preset, else the preset a workload file names, else the default (coding-agent, the seed's)."""
+    named = getattr(scenario, "preset", None)
+    return preset(named if named is not None else file_preset(data))
+
+
+def base_workload(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
+    """The preset, then a workload file's fields over it (a Workload object given whole replaces both)."""
+    given_workload = getattr(scenario, "workload", None)
+    data = _file_data(given_workload)
+    chosen = preset_of(scenario, data)
+    origin = WorkloadOrigin.of_preset(chosen)
+    if isinstance(given_workload, Workload):
+        return given_workload, origin.with_file("(a Workload object)", {f: "file (a Workload object)"
+                                                                       for f in ORIGIN_FIELDS if f != "speculative"})
+    workload = chosen.workload()
+    if data is not None:
+        assert isinstance(given_workload, str)
+        workload, origin = workload_from_data(data, workload, origin, given_workload)
+    return workload, origin
 
 
 def workload_of(scenario: Scenario, model_limit: int | None = None) -> Workload:
-    """The base workload, its single-field overrides, then the cap.
+    return resolved_workload(scenario, model_limit)[0]
+
+
+def resolved_workload(scenario: Any, model_limit: int | None = None) -> tuple[Workload, WorkloadOrigin]:
+    """The base workload, its single-field overrides, the checks a workload must pass, then the cap.
 
     Prefixes and lengths go first, so a smaller cap below can check that they fit. The cap is
-    --max-model-len when given; otherwise the workload's own, at most the model's context."""
-    workload = overridden_workload(scenario)
-    if scenario.max_model_len is not None:
-        return workload.replace(max_model_len=scenario.max_model_len)
+    --max-model-len when given; otherwise the workload's own, at most the model's context (a preset
+    without a cap takes the model's)."""
+    workload, origin = overridden(scenario)
+    check_prefixes(workload, origin)
+    cap = getattr(scenario, "max_model_len", None)
+    if cap is not None:
+        return workload.replace(max_model_len=cap), origin.given({"max_model_len": f"flag --max-model-len {cap:,}"})
     if model_limit and workload.max_model_len > model_limit:
-        return workload.replace(max_model_len=model_limit)
-    return workload
+        return workload.replace(max_model_len=model_limit), origin
+    return workload, origin
 
 
 def overridden_workload(scenario: Any) -> Workload:
     """The base workload with the scenario's workload fields applied (anything with those attributes:
     a Scenario, or a command's parsed flags)."""
-    workload = base_workload(getattr(scenario, "workload", None))
-    if getattr(scenario, "subagents_share_prefix", None) is not None:
-        workload = workload.replace(subagents_share_prefix=scenario.subagents_share_prefix)
+    return overridden(scenario)[0]
+
+
+def overridden(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
+    workload, origin = base_workload(scenario)
+    flags: dict[str, str] = {}
+    share = getattr(scenario, "subagents_share_prefix", None)
+    if share is not None:
+        workload = workload.replace(subagents_share_prefix=share)
+        flags["subagents_share_prefix"] = f"flag {PARAMS['subagents_share_prefix'].flag}"
+    workload = _subagent_from_flags(scenario, workload, origin)
     knobs = Knobs()
     for name, planner_name in WORKLOAD_FIELDS.items():
         value = getattr(scenario, name, None)
         if value is not None:
             workload, knobs = _apply(workload, knobs, name, planner_name, value)
-    return workload
+            flags[ORIGIN_OF[name]] = f"flag {PARAMS[name].flag} {value:,}" if isinstance(value, int) \
+                else f"flag {PARAMS[name].flag} {value:g}"
+    origin = origin.given(flags)
+    if workload.subagent is not None and workload.subagent_ratio > 0 and not origin.preset.has_subagents:
+        origin = origin.noting(f"preset {origin.preset.name} ({origin.preset.description}) has no subagents; "
+                               f"planning with the subagent class the flags give (r = {workload.subagent_ratio:g})")
+    return workload, origin
+
+
+def _subagent_from_flags(scenario: Any, workload: Workload, origin: WorkloadOrigin) -> Workload:
+    """A workload without a subagent class (chat, rag, batch) gets one only from --subagent-median and
+    --subagent-sigma together; a ratio alone has nothing to apply to."""
+    if workload.subagent is not None:
+        return workload
+    median, sigma = getattr(scenario, "subagent_median", None), getattr(scenario, "subagent_sigma", None)
+    ratio = getattr(scenario, "subagent_ratio", None)
+    if median is None and sigma is None:
+        if ratio:
+            raise BadInput(f"--subagent-ratio {ratio:g}: the workload (preset {origin.preset.name}) has no subagent "
+                           "class; give --subagent-median and --subagent-sigma too, or --preset coding-agent")
+        return workload
+    if median is None or sigma is None:
+        raise BadInput(f"the workload (preset {origin.preset.name}) has no subagent class: a new one needs both "
+                       "--subagent-median and --subagent-sigma")
+    prefix = getattr(scenario, "subagent_prefix", None) or 0
+    return workload.replace(subagent=SessionClass("subagent", median, sigma, prefix, source="flags"))
+
+
+def check_prefixes(workload: Workload, origin: WorkloadOrigin) -> None:
+    """A class's shared prefix below its median session: a prefix at or above it means most sessions would
+    be nothing but the prefix (usually a preset's prefix left under a shorter workload's median)."""
+    classes = [("user", workload.user, "user_prefix_tokens", "user_median_tokens", "--prefix")]
+    if workload.subagent is not None and workload.subagent_ratio > 0:
+        classes.append(("subagent", workload.subagent, "subagent", "subagent", "--subagent-prefix"))
+    for name, cls, prefix_field, median_field, prefix_flag in classes:
+        prefix = workload.user.prefix_tokens if name == "subagent" and workload.subagents_share_prefix \
+            else cls.prefix_tokens
+        if prefix >= cls.median_tokens:
+            raise BadInput(
+                f"the {name} prefix ({prefix:,} tokens, {_short(origin.sources.get(prefix_field, ''))}) is at or "
+                f"above the median {name} session ({cls.median_tokens:,.0f} tokens, "
+                f"{_short(origin.sources.get(median_field, ''))}): a session holds its prefix, so most would be "
+                f"nothing else; pass {prefix_flag} below {cls.median_tokens:,.0f} (your system prompt + tools), "
+                f"or a preset that fits (--preset {', '.join(n for n in preset_names() if n != origin.preset.name)})")
+
+
+def _short(source: str) -> str:
+    """'preset chat' / 'flag --median 2,000' / 'file w.json' from a full source line."""
+    head = source.split(":", 1)[0]
+    return head or "default"
 
 
 def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value: Any) -> tuple[Workload, Knobs]:
@@ -348,10 +454,22 @@ def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value
 # -- the modelled knobs ---------------------------------------------------------------------
 
 def knobs_of(scenario: Scenario) -> Knobs:
+    """The modelled knobs; a preset without speculative decoding (batch) switches MTP off unless a flag
+    asks for it."""
     values: dict[str, Any] = {knob: getattr(scenario, name) for name, knob in KNOB_FIELDS.items()}
+    spec_asked = any(getattr(scenario, n) is not None for n in ("mtp_speedup", "spec_acceptance",
+                                                                 "num_speculative_tokens"))
+    if not spec_asked and speculative_of(scenario) == "none":
+        values["mtp_speedup"] = 1.0
     return Knobs(assumptions=scenario.assumptions, sticky_routing=scenario.sticky_routing, fills=scenario.fills,
                  draws=scenario.draws, seed=scenario.seed, spec_tokens=scenario.num_speculative_tokens,
                  cpu_offload_bytes=float(scenario.cpu_offload_gib or 0.0) * GiB, **values)
+
+
+def speculative_of(scenario: Scenario) -> str:
+    """The preset's speculative decoding ('mtp' or 'none'); a workload file does not change it."""
+    data = _file_data(scenario.workload)
+    return preset_of(scenario, data).speculative
 
 
 def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) -> None:
@@ -404,8 +522,21 @@ class PlanInputs:
     knobs: Knobs
     pool_tokens: float | None
     pool_source: str | None
+    origin: WorkloadOrigin | None = None
     flags_not_affecting: tuple[str, ...] = ()
     flags_estimated: tuple[str, ...] = ()
+
+
+def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadOrigin, knobs: Knobs) -> str | None:
+    """The one line a reader needs when the preset's speculative decoding and the model disagree."""
+    if origin.preset.speculative == "mtp" and not model.architecture.mtp_layers:
+        return (f"preset {origin.preset.name} serves with MTP where the model has a head; "
+                f"{model.architecture.name} has none: decoding without speculation")
+    if origin.preset.speculative == "none" and model.architecture.mtp_layers and knobs.mtp_speedup == 1.0 \
+            and scenario.mtp_speedup is None:
+        return (f"preset {origin.preset.name} serves without speculative decoding (saturated batches are not "
+                "memory-bound); --mtp-speedup or --num-speculative-tokens turns the model's MTP head on")
+    return None
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:
@@ -415,11 +546,14 @@ def plan_inputs(scenario: Scenario) -> PlanInputs:
     model = model_of(scenario.model)
     knobs = knobs_of(scenario)
     check_speculation(scenario, model, knobs)
-    workload = workload_of(scenario, derived_max_model_len(model.architecture))
+    workload, origin = resolved_workload(scenario, derived_max_model_len(model.architecture))
+    note = speculation_note(scenario, model, origin, knobs)
+    if note:
+        origin = origin.noting(note)
     measured = calibrated(scenario, deployment_of(scenario, model))
     deployment = planned_deployment(measured.deployment, model, workload, knobs, scenario)
     return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
-                      deployment, workload, knobs, measured.pool_tokens, measured.pool_source,
+                      deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin,
                       line.not_affecting if line else (), line.estimated if line else ())
 
 

@@ -40,7 +40,9 @@ from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload import model as workload_model
+from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload
+from servesize.workload.presets import presets
 
 KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration",
          "vllm_int", "vllm_len", "vllm_bytes", "json")
@@ -48,7 +50,8 @@ KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "
 GROUPS = {
     "model": "model and GPUs",
     "engine": "vLLM engine flags (same names and meanings as vllm serve)",
-    "workload": "workload (default: the warm-capacity seed's reference coding-agent workload)",
+    "workload": "workload (a preset, then a workload file, then these fields; default preset: coding-agent, the "
+                "warm-capacity seed's reference workload)",
     "knobs": "modelled assumptions (default: data/assumptions.toml; see --explain)",
     "calibration": "measured pool and calibration",
     "monte_carlo": "Monte-Carlo",
@@ -70,7 +73,8 @@ class Param:
     lo, hi      inclusive bounds (``lo_open``: lo itself is refused).
     flags       extra command-line spellings (the first flag is always --name-with-dashes).
     assumption  the data/assumptions.toml entry whose value a None takes (knobs).
-    seed_value  the seed reference workload's value a None takes (workload fields).
+    seed_value  the default preset's value (coding-agent, the seed's reference workload) a None takes
+                unless a preset or workload file says otherwise (workload fields).
     sweep       may be varied by ``servesize.sweep`` (it does not change the memory).
     """
 
@@ -101,7 +105,7 @@ class Param:
         if self.seed_value is not None:
             shown = f"{self.seed_value:,}" if isinstance(self.seed_value, int) and not isinstance(self.seed_value, bool) \
                 else f"{self.seed_value:g}" if isinstance(self.seed_value, float) else str(self.seed_value)
-            return f"seed reference {shown}"
+            return f"default: the preset's; coding-agent {shown}"
         return ""
 
     def full_help(self) -> str:
@@ -147,8 +151,9 @@ def _read_tokens(p: Param, value: Any) -> int:
         raise p._refuse(value, "a token count")
     try:
         return parse_tokens(value)
-    except BadInput:
-        raise p._refuse(value, "a token count (e.g. 32768, 32k, 2.77M)") from None
+    except BadInput as exc:
+        why = str(exc).partition("as a token count: ")[2]
+        raise p._refuse(value, f"a token count ({why or 'e.g. 32768, 32k = 32,000, 32K = 32,768, 2.77m'})") from None
 
 
 def _read_bytes(p: Param, value: Any) -> int:
@@ -165,6 +170,8 @@ def _read_int(p: Param, value: Any) -> int:
         raise p._refuse(value, "a whole number")
     if isinstance(value, int):
         return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value.strip()) <= 40:
+        return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
     try:
         number = float(str(value).strip()) if not isinstance(value, float) else value
     except ValueError:
@@ -393,8 +400,12 @@ class Scenario:
                      "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
 
     # -- workload ---------------------------------------------------------------------------
-    workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload; the fields "
-                                         "below override it", "workload", metavar="FILE")
+    preset: str | None = _p("choice", "workload preset (data/workloads.toml, each field sourced): "
+                            + "; ".join(f"{p.name}: {p.description}" for p in presets()),
+                            "workload", choices=preset_names(), metavar="NAME")
+    workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload: its fields "
+                                         "replace the preset's; the fields below replace both", "workload",
+                                         metavar="FILE")
     median: int | None = _p("tokens", "user session median prompt length", "workload", lo=1, hi=MAX_TOKENS, unit="tokens",
                             seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS")
     sigma: float | None = _p("float", "user log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
@@ -441,8 +452,18 @@ class Scenario:
                                          sweep=True, metavar="TOK_S")
     mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=0.0, hi=1.0, lo_open=True,
                            assumption="prefill.mfu", sweep=True, metavar="F")
+    decode_compute_efficiency: float | None = _p(
+        "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
+        lo=0.0, hi=1.0, lo_open=True, assumption="decode.compute_efficiency", sweep=True, metavar="F")
     ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
                                   unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS")
+    electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,
+                                        hi=100.0, unit="per kWh", assumption="power.price_per_kwh",
+                                        flags=("--price-per-kwh",), metavar="PRICE")
+    currency: str | None = _p("text", "currency of --electricity-price and every cost printed (default EUR: the "
+                              "default price is the EU average in euros)", "knobs", metavar="CODE")
+    pue: float | None = _p("float", "power usage effectiveness: facility W per IT W", "knobs", lo=1.0, hi=5.0,
+                           assumption="power.pue", metavar="PUE")
     cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
                                        hi=float(1 << 20), unit="GiB", sweep=True, metavar="GIB")
     sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
@@ -451,7 +472,7 @@ class Scenario:
                           "knobs", default="default", choices=("default", "seed"))
 
     # -- measured pool, calibration -------------------------------------------------------
-    pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77M", "calibration", lo=1,
+    pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77m", "calibration", lo=1,
                                  hi=10**13, unit="tokens", metavar="TOKENS")
     calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
                                                "replaces the model's", "calibration", metavar="FILE")
@@ -522,13 +543,16 @@ def _shared(name: str, default: Any = MISSING) -> Any:
 
 @dataclass(frozen=True)
 class FitQuery:
-    """``servesize fit``: every catalogue model x precision x placement these GPUs can serve."""
+    """``servesize fit``: what these GPUs can serve: by default one row per model (the checkpoint's own precision,
+    the smallest placement that serves); ``all_placements`` for every precision and placement."""
 
     gpus: str = _shared("gpus")
-    context: int = _p("tokens", "tokens per sequence the concurrency is counted at", "fit", default=8192, lo=1,
-                      hi=MAX_TOKENS, unit="tokens", metavar="TOKENS")
-    precision: str | None = _p("text", "comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: a "
-                               "quantised checkpoint as it is; any other at bf16, fp8 and int4)", "fit", metavar="LIST")
+    max_model_len: int = _p("tokens", "tokens per sequence the concurrency is counted at, as vLLM's --max-model-len "
+                            "(8192 = 8K; 8k is 8,000)", "fit", default=8192, lo=1, hi=MAX_TOKENS, unit="tokens",
+                            flags=("--context",), metavar="TOKENS")
+    precision: str | None = _p("text", "comma list of native, bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: the "
+                               "checkpoint's own; with --all, a quantised checkpoint as it is and any other at bf16, fp8 "
+                               "and int4)", "fit", metavar="LIST")
     models: str | None = _p("text", "comma list of catalogue names or config paths (default: the whole catalogue)",
                             "fit", metavar="LIST")
     budget: str = _shared("budget", "engine")
@@ -537,14 +561,26 @@ class FitQuery:
     vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
     min_concurrency: int = _p("int", "smallest per-replica concurrency a placement should reach", "fit",
                               default=DEFAULT_MIN_CONCURRENCY, lo=1, hi=1 << 20, metavar="N")
-    all_placements: bool = _p("bool", "list every TP x replicas placement that fits", "fit", default=False)
+    all_placements: bool = _p("bool", "every precision and every TP x replicas placement that fits (default: one row "
+                              "per model, the checkpoint's own precision on the smallest placement that serves)", "fit",
+                              default=False, flags=("--all",))
 
     def __post_init__(self) -> None:
         for name, param in FIT_PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
 
+    @property
+    def context(self) -> int:
+        """The same number, under the name ``fit`` used before it took vLLM's."""
+        return self.max_model_len
+
     def precisions(self) -> tuple[str, ...] | None:
-        return _comma_list(self.precision)
+        """The precisions asked for: --precision, else the checkpoint's own (one row per model), else under
+        --all None (a quantised checkpoint as it is, any other at bf16, fp8 and int4)."""
+        given = _comma_list(self.precision)
+        if given is not None or self.all_placements:
+            return given
+        return ("native",)
 
     def model_names(self) -> tuple[str, ...] | None:
         return _comma_list(self.models)

@@ -1,13 +1,15 @@
 """Units and their spellings. Bytes are integers; GiB = 2**30, GB = 10**9.
 
-servesize's own token counts accept ``31k``, ``2.77M``, ``1,337,000`` (decimal, either case);
-memory accepts ``80GiB``, ``81559MiB``, ``141GB``, ``16M`` (M/G/K alone are binary).
+Token counts are read as vLLM reads ``--max-model-len`` (``human_readable_int``): a lowercase
+suffix is decimal (``31k`` = 31,000, ``2.77m`` = 2,770,000), an uppercase one binary and whole
+(``16K`` = 16,384, ``1M`` = 1,048,576; ``2.77M`` is refused, as vLLM refuses it); plain numbers may
+carry commas (``1,337,000``). Memory accepts ``80GiB``, ``81559MiB``, ``141GB``, ``16M`` (M/G/K
+alone are binary, as vLLM's own flags read them).
 
 vLLM's own numeric flags (``--max-model-len``, ``--max-num-batched-tokens``,
-``--kv-cache-memory-bytes``) follow vLLM's rule instead (``vllm/utils/argparse_utils.py``
-human_readable_int, from 0.8.5): a lower-case suffix is decimal (k = 10**3, m, g, t), an
-upper-case one binary (K = 2**10, M, G, T), and a binary suffix takes no decimals:
-``parse_vllm_int('16K')`` = 16,384, ``parse_vllm_int('16k')`` = 16,000.
+``--kv-cache-memory-bytes``) are read by ``parse_vllm_int``, vLLM's ``human_readable_int``
+itself (``vllm/utils/argparse_utils.py``, from 0.8.5): the same suffixes, a decimal fraction
+truncated as vLLM truncates it (``'25.6k'`` = 25,600), commas allowed as above.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ MB = 10**6
 GB = 10**9
 TB = 10**12
 
-_TOKEN_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+_TOKEN_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_TOKEN_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _BYTE_SUFFIX = {
     "": 1, "b": 1,
     "k": KiB, "kib": KiB, "kb": KB,
@@ -37,7 +40,8 @@ _BYTE_SUFFIX = {
 _NUMBER = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
 
 
-def _split(text: str, what: str) -> tuple[float, str]:
+def _split(text: str, what: str) -> tuple[float, str, str]:
+    """(value, suffix as written, the mantissa's text)."""
     match = _NUMBER.match(str(text))
     if not match:
         raise BadInput(f"cannot read {text!r} as {what}")
@@ -47,24 +51,33 @@ def _split(text: str, what: str) -> tuple[float, str]:
         if len(exponent.lstrip("+-")) > 2:  # 1e400 overflows a float; 1e999999999 would take minutes to build
             raise BadInput(f"cannot read {text!r} as {what}: the exponent is out of range")
         value *= 10 ** int(exponent)
-    return value, suffix.lower()
+    return value, suffix, mantissa
 
 
 def parse_tokens(text: str | int | float) -> int:
-    """``'31k'`` -> 31000, ``'2.77M'`` -> 2770000, ``'1,337,000'`` -> 1337000."""
+    """As vLLM reads token counts: ``'31k'`` -> 31000, ``'2.77m'`` -> 2770000, ``'16K'`` -> 16384,
+    ``'1,337,000'`` -> 1337000; ``'2.77M'`` (a fraction with a binary suffix) is refused."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _whole(float(text), text, "a token count")
-    value, suffix = _split(str(text), "a token count (e.g. 31k, 2.77M)")
-    if suffix not in _TOKEN_SUFFIX:
-        raise BadInput(f"cannot read {text!r} as a token count: unknown suffix {suffix!r} (use k or M)")
-    return _whole(value * _TOKEN_SUFFIX[suffix], text, "a token count")
+    value, suffix, mantissa = _split(str(text), "a token count (e.g. 32768, 31k, 16K, 2.77m)")
+    if suffix in _TOKEN_BINARY:
+        if not mantissa.replace(",", "").replace("_", "").isdigit():
+            raise BadInput(f"cannot read {text!r} as a token count: a binary suffix ({suffix} = 2**"
+                           f"{_TOKEN_BINARY[suffix].bit_length() - 1}, as vLLM reads it) takes a whole number; "
+                           f"did you mean {str(text).strip()[:-1]}{suffix.lower()} (decimal)?")
+        return _whole(value * _TOKEN_BINARY[suffix], text, "a token count")
+    if suffix not in _TOKEN_DECIMAL:
+        raise BadInput(f"cannot read {text!r} as a token count: unknown suffix {suffix!r} "
+                       "(k, m = 10**3, 10**6; K, M = 2**10, 2**20, as vLLM reads them)")
+    return _whole(value * _TOKEN_DECIMAL[suffix], text, "a token count")
 
 
 def parse_bytes(text: str | int | float) -> int:
     """``'80GiB'`` -> 85899345920, ``'141GB'`` -> 141e9, ``'16M'`` -> 16 MiB."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _whole(float(text), text, "a byte count")
-    value, suffix = _split(str(text), "memory (e.g. 80GiB, 81559MiB, 141GB)")
+    value, suffix, _ = _split(str(text), "memory (e.g. 80GiB, 81559MiB, 141GB)")
+    suffix = suffix.lower()
     if suffix not in _BYTE_SUFFIX:
         raise BadInput(f"cannot read {text!r} as memory: unknown unit {suffix!r} (use B, KiB, MiB, GiB, GB, ...)")
     return _whole(value * _BYTE_SUFFIX[suffix], text, "a byte count")

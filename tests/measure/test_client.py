@@ -180,6 +180,15 @@ def test_a_refused_connection_is_a_result():
     assert r.error["type"] == "connection_refused"
 
 
+def test_a_client_used_outside_async_with_says_so():
+    """A programming error, not a request failure: raised, with what was missing, not an AttributeError on None."""
+    client = StreamClient("http://127.0.0.1:9")
+    with pytest.raises(RuntimeError, match="outside 'async with'"):
+        asyncio.run(client.complete("hello", request_id="x"))
+    with pytest.raises(RuntimeError, match="outside 'async with'"):
+        asyncio.run(client.get("/v1/models"))
+
+
 def test_summarise_gives_quantiles_of_a_known_list():
     s = summarise([0.1, 0.2, 0.3, 0.4, 0.5])
     assert s["n"] == 5 and s["p50_s"] == pytest.approx(0.3) and s["max_s"] == 0.5
@@ -221,3 +230,23 @@ def test_unexpected_event_shapes_are_a_malformed_sse_result_not_a_crash(body):
 
     r = asyncio.run(go())
     assert not r.ok and r.error["type"] == "malformed_sse"
+
+
+def test_the_threaded_test_server_serves_stops_and_a_stop_after_a_failed_start_is_a_no_op():
+    import socket
+    import urllib.request
+
+    with TestServer(ServerConfig()) as server:
+        assert server.port != 0
+        with urllib.request.urlopen(server.url + "/health", timeout=10) as resp:
+            assert resp.status == 200
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        failed = TestServer(ServerConfig(), port=taken.getsockname()[1])
+        with pytest.raises(OSError):
+            failed.start()
+        failed.stop()  # was an AttributeError on the event that a failed start never made
+    finally:
+        taken.close()

@@ -123,3 +123,71 @@ def test_prompt_ids_that_tokenize_to_the_same_tokens_are_refused():
 
     with pytest.raises(ServesizeError, match="same tokens"):
         asyncio.run(PromptFactory(UnkTokenizer()).start())
+
+
+def test_tokenize_going_away_on_the_last_count_keeps_the_count_already_measured():
+    """After 12 counts without an exact match the closest length is counted once more; /tokenize failing
+    just then leaves that length's earlier count on the prompt (it used to be None)."""
+    class TwoTokensPerWord:  # no odd length can be met exactly; /tokenize dies on its 16th call
+        model = "m"
+        calls = 0
+
+        async def post_json(self, path, body):
+            self.calls += 1
+            if self.calls == 16:  # 1 + 2 while starting, 12 in the loop, then the last count
+                raise OSError("gone")
+            words = body["prompt"].split()
+            return 200, {"count": 2 * len(words), "tokens": words, "max_model_len": 4096}
+
+    async def go():
+        f = PromptFactory(TwoTokensPerWord(), seed=1)
+        return f, await f.make(0, 257)
+    factory, prompt = asyncio.run(go())
+    assert prompt.tokens == 2 * len(prompt.text.split()) and not prompt.exact
+    assert "/tokenize unavailable" in factory.note
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"type": "header", "kind": "pool", "params": {"url": "u", "rounds": "three"}}\n', "'rounds' is \"three\", not int"),
+    ('{"type": "header", "kind": "pool", "params": {"rounds": 3}}\n', "has no 'url'"),
+    ('{"type": "header", "kind": "pool", "params": []}\n', "holds no run parameters"),
+    ('{"type": "header", "kind": "pool", "params": {"url": "u"}}\n' + "[" * 100_000 + "]" * 100_000 + "\n{}\n", "line 2"),
+    ('{"type": "header", "kind": "pool", "params": {"url": "u"}}\n{"type": "x", "v": NaN}\n{"type": "y"}\n', "line 2"),
+    ("3\n", "line 1 is not a record event"),
+    ('{"type": "note"}\n', "no header line"),
+])
+def test_a_damaged_record_is_refused_in_one_line_naming_what_is_wrong(tmp_path, content, words):
+    from servesize.measure.pool import PoolConfig
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(content)
+    with pytest.raises(BadInput) as exc:
+        PoolConfig.from_params(read_record(path, "pool").header["params"])
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_only_a_regular_file_is_read_as_a_record(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput, match="not a regular file"):
+        read_record(fifo)  # a FIFO would block the read forever
+    with pytest.raises(BadInput, match="not a regular file"):
+        read_record(tmp_path)
+
+
+def test_resume_truncates_a_torn_line_and_keeps_it_in_the_segment_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = RunRecord.create(path, "pool", {"url": "u"})
+    rec.append("request", n=1)
+    rec.close()
+    complete = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(b'{"type": "request", "n": ')
+    rec, contents = RunRecord.resume(path, "pool")
+    rec.close()
+    assert "cut short (25 bytes" in contents.repair
+    lines = path.read_bytes().split(b"\n")
+    assert path.read_bytes().startswith(complete) and len(lines) == 4 and lines[-1] == b""
+    assert read_record(path).events[-1]["dropped"] == '{"type": "request", "n": '

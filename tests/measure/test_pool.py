@@ -294,4 +294,21 @@ def test_json_and_plot_outputs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and png.stat().st_size > 0
     assert "KV pool kept warm:  [4,992, 5,008) tokens" in out
-    assert "servesize prediction (--predicted-tokens): 4,500 tokens" in out
+    assert "prediction: 4,500 tokens (given as --predicted-tokens)" in out
+
+
+def test_a_predict_is_named_in_the_report_and_kept_in_the_record_for_resume(tmp_path, capsys):
+    rec = tmp_path / "r.jsonl"
+    predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB --max-model-len 4096"  # one 4k request fits: vLLM starts
+    assert main(["memory", *predict.split(), "--json"]) == 0
+    usable = json.loads(capsys.readouterr().out)["usable_kv_tokens"]  # servesize memory's own figure (5,104)
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+        code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet",
+                     "--predict", predict])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert f"prediction: {usable:,} tokens (the usable KV tokens of `servesize memory {predict}`)" in out
+        assert "prediction object" not in out
+        code = main(["measure", "pool", "--resume", str(rec), "--url", server.url, "--json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["prediction"]["tokens"] == usable and predict in doc["prediction"]["source"]

@@ -80,7 +80,20 @@ def test_verdicts_are_brackets_within_25_percent():
 def test_the_knee_is_the_last_rung_above_target_before_the_first_below():
     def g(users, rate):
         return RungStats(users, 1, 10, 0, {}, 10, 10, rate, "cached_tokens", {}, {}, {}, None, None, None)
-    assert knee([g(2, 1.0), g(4, 0.95), g(8, 0.5), g(16, 0.95)], 0.9) == {"warm_users": 4, "cold_users": 8}
+    assert knee([g(2, 1.0), g(4, 0.95), g(8, 0.5), g(16, 0.95)], 0.9) == \
+        {"warm_users": 4, "cold_users": 8, "inconclusive_users": None}
+
+
+def test_a_failed_rung_is_never_warm_and_leaves_the_knee_open_above_the_last_warm_rung():
+    def g(users, rate, status="measured"):
+        return RungStats(users, 1, 10, 0, {}, 10, 10, rate, "cached_tokens", {}, {}, {}, None, None, None, status=status)
+    # the 4-user rung's few completed requests were all warm, but most of its requests failed
+    rungs = [g(2, 1.0), g(4, 1.0, "failed")]
+    assert knee(rungs, 0.9) == {"warm_users": 2, "cold_users": None, "inconclusive_users": 4}
+    assert knee([g(2, None)], 0.9) == {"warm_users": None, "cold_users": None, "inconclusive_users": 2}  # no signal
+    # the prediction is judged against what was measured: >= 2 users, nothing above
+    assert verdict("warm users", 3, 2, None)["mark"] == "?"
+    assert verdict("warm users", 0.5, 2, None)["mark"] == "✗"  # at least 75% below a lower bound of 2
 
 
 def _r(rid, *, returning, cached=None, ttft=None, prompt=None, turn=1, prefix=300, reusable=1300, error=None, itl=None,
@@ -98,8 +111,9 @@ def test_a_rungs_statistics_are_counted_from_its_requests():
         _r("failed", returning=True, error={"type": "http_error", "message": "HTTP 500"}),
     ]
     g = rung_stats(4, 10.0, results, preemptions=2.0, metrics_hit_ratio=0.5)
-    assert (g.requests, g.errors, g.error_types, g.returning, g.warm_hits) == (4, 1, {"http_error": 1}, 2, 1)
-    assert g.signal == "cached_tokens" and g.warm_hit_rate == 1 / 2
+    assert (g.requests, g.errors, g.error_types, g.returning, g.warm_hits) == (4, 1, {"http_error": 1}, 3, 1)
+    # the failed returning request is a miss, counted: 1 warm of 3 returning sent, not 1 of the 2 that completed
+    assert g.signal == "cached_tokens" and g.warm_hit_rate == 1 / 3 and g.returning_errors == 1
     assert g.ttft_hit["n"] == 1 and g.ttft_hit["p50_s"] == 0.1
     assert g.ttft_miss["n"] == 2 and g.ttft_miss["p50_s"] == pytest.approx((1.0 + 0.9) / 2)  # first turns are misses too
     assert g.itl == {"p50_s": pytest.approx(0.015), "p95_s": pytest.approx(0.030 + 0.95 * (0.040 - 0.030))}
@@ -149,7 +163,7 @@ def test_a_short_ladder_finds_the_knee_of_a_small_pool():
     assert r.rungs[2].warm_hit_rate < r.warm_target
     assert all(g.errors == 0 for g in r.rungs)
     assert r.rungs[0].decode_tok_per_s_p50 > 0  # 4 tokens 20 ms apart: only a 60 ms stall in each request would hide it
-    assert r.knee == {"warm_users": 2, "cold_users": 16}
+    assert r.knee == {"warm_users": 2, "cold_users": 16, "inconclusive_users": None}
     assert [(v["name"], v["mark"]) for v in r.verdicts] == [("warm users", "✓")]
 
 
@@ -163,7 +177,7 @@ def test_a_rung_bounded_by_count_sends_exactly_that_many_requests_per_user():
     assert r.rungs[0].requests == served == 3 * 2
 
 
-def test_errors_above_the_first_rung_end_the_ladder_as_a_finding_and_keep_every_request(tmp_path):
+def test_errors_above_the_first_rung_fail_that_rung_end_the_ladder_and_keep_every_request(tmp_path):
     # 1 user x 2 requests succeed, then the server fails every request: the second rung stops the ladder
     async def go(record):
         async with TestServer(ServerConfig(faults=[Fault("status", status=500, after=2)])) as server:
@@ -174,8 +188,13 @@ def test_errors_above_the_first_rung_end_the_ladder_as_a_finding_and_keep_every_
     record.close()
     assert [g.users for g in r.rungs] == [1, 2]
     assert (r.rungs[0].errors, r.rungs[1].errors, r.rungs[1].error_types) == (0, 4, {"http_error": 4})
-    assert r.rungs[1].stop.startswith("error rate 100% > 5%") and r.exit_code == 0
-    assert len(read_record(tmp_path / "s.jsonl", "sessions").of_type("request")) == 2 + 4
+    assert r.rungs[1].stop.startswith("error rate 100% > 5%: 4 of 4 requests failed") and r.rungs[1].failed
+    assert r.exit_code == 2 and r.failure.startswith("the 2-user rung failed (error rate 100%")
+    assert r.knee == {"warm_users": 1, "cold_users": None, "inconclusive_users": 2}
+    contents = read_record(tmp_path / "s.jsonl", "sessions")
+    assert len(contents.of_type("request")) == 2 + 4
+    assert [e["users"] for e in contents.of_type("rung")] == [1]  # only the measured rung is complete
+    assert [e["users"] for e in contents.of_type("rung_failed")] == [2]
 
 
 def test_an_error_rate_over_the_limit_on_the_first_rung_ends_the_ladder_with_exit_2(tmp_path, capsys):
@@ -185,11 +204,16 @@ def test_an_error_rate_over_the_limit_on_the_first_rung_ends_the_ladder_with_exi
         code = main(["measure", "sessions", "--url", server.url, "--users", "1,2,4", "--duration", "1", "--median", "500",
                      "--prefix", "100", "--think-time", "0.02", "--output-tokens", "2", "--turn-tokens", "50",
                      "--max-model-len", "4000", "--subagent-ratio", "0", "--record", str(rec), "--json", "--quiet"])
-    out = json.loads(capsys.readouterr().out)
-    assert code == 2  # the report still comes out; nothing was measured
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert code == 2  # the report still comes out; nothing was measured, and stderr says why in one line
+    assert captured.err.startswith("servesize: the 1-user rung failed (error rate 100%") and captured.err.count("\n") == 1
+    assert "--resume" in captured.err
     assert len(out["rungs"]) == 1 and out["rungs"][0]["stop"].startswith("error rate 100%")
+    assert out["failure"] and out["knee"]["inconclusive_users"] == 1
     lines = [json.loads(x) for x in open(rec)]
-    assert lines[0]["type"] == "header" and [e["type"] for e in lines].count("rung") == 1
+    types = [e["type"] for e in lines]
+    assert lines[0]["type"] == "header" and types.count("rung") == 0 and types.count("rung_failed") == 1
     assert [e["type"] for e in lines].count("request") == out["rungs"][0]["requests"] >= 1
 
 
@@ -209,3 +233,44 @@ def test_resume_skips_completed_rungs(tmp_path, capsys):
 def test_sessions_needs_a_ladder_or_a_prediction(capsys):
     assert main(["measure", "sessions", "--url", "http://127.0.0.1:9"]) == 2
     assert "--users" in capsys.readouterr().err
+
+
+def test_a_verdict_line_says_what_its_mark_means():
+    assert verdict("warm users", 59, 30, 42)["line"] == \
+        "~ warm users: predicted 59, measured [30, 42): 40% above it: near: beyond ±25%, within ±50%"
+    assert verdict("warm users", 9, 8, 16)["line"] == "✓ warm users: predicted 9, measured [8, 16): inside the measured range"
+    assert verdict("warm users", 40, 8, 16)["line"].endswith("150% above it: disagrees: beyond ±50%")
+    assert verdict("warm users", 10, 4, None)["line"].startswith("? warm users: predicted 10, measured >= 4 (a lower bound)")
+    assert verdict("warm users", 3, None, 4)["line"] == "✓ warm users: predicted 3, measured < 4: inside the measured range"
+
+
+def test_the_rung_table_shows_a_rate_on_the_side_of_the_target_the_knee_put_it():
+    from servesize.measure.report import hit_rate_text, render_sessions
+    from servesize.measure.sessions import SessionsResult
+
+    assert hit_rate_text(0.898, 0.9) == "89.8%" and hit_rate_text(0.8996, 0.9) == "89.96%"
+    assert hit_rate_text(0.9, 0.9) == "90.0%" and hit_rate_text(None, 0.9) == "-"
+
+    def g(users, rate):
+        return RungStats(users, 1, 50, 0, {}, 49, round(49 * rate), rate, "cached_tokens", {}, {}, {}, None, None, None)
+    rungs = [g(30, 1.0), g(42, 0.898)]
+    r = SessionsResult(url="u", model="m", workload_line="w", rungs=rungs, signal="cached_tokens", warm_target=0.9,
+                       knee=knee(rungs, 0.9), verdicts=[], notes=[], record_path=None)
+    text = render_sessions(r)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("42 "))
+    assert "89.8%" in row and "below 90%" in row and "0.90" not in row
+    assert "warm-hit rate >= 90% up to 30 users, below it at 42: warm capacity in [30, 42) users" in text
+
+
+def test_resuming_an_older_record_measures_again_a_rung_it_recorded_as_complete_with_too_many_errors():
+    from servesize.measure.record import RecordContents
+    from servesize.measure.sessions import SessionsRun
+
+    def stats(users, stop=None):
+        return RungStats(users, 1, 34, 24 if stop else 0, {}, 30, 10, 1.0, "cached_tokens", {}, {}, {}, None, None, None,
+                         stop=stop).to_dict()
+    old = [{"type": "rung", "users": 2, "stats": stats(2)},
+           {"type": "rung", "users": 4, "stats": stats(4, "error rate 71% > 5% (connection_refused x24)")}]
+    run = SessionsRun(SessionsConfig(url="u", params=LADDER, users=[2, 4]), resume=RecordContents(header={}, events=old))
+    assert list(run._completed_rungs()) == [2]  # the 4-user rung is measured again
+    assert run.attempts[4] == 1

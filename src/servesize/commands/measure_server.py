@@ -10,7 +10,6 @@ from typing import Any
 
 from servesize.commands import measure_sessions
 from servesize.errors import BadInput
-from servesize.units import parse_tokens
 
 HELP = "measure a live server end to end: its KV pool, then the warm-capacity ladder, against the prediction"
 EPILOG = """\
@@ -26,11 +25,15 @@ again with the same --record-dir to continue an interrupted run.
 """
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from servesize.commands._measure import add_flag
+
     measure_sessions.add_arguments(p)
     g = p.add_argument_group("pool measurement")
-    g.add_argument("--prompt-tokens", type=parse_tokens, default=4097, metavar="S", help="tokens per pool prompt (default 4097)")
-    g.add_argument("--rounds", type=int, default=3, metavar="R", help="rounds per pool probe (default 3)")
-    p.add_argument("--record-dir", metavar="DIR", help="where both run records go (default: servesize-server-<time>/)")
+    add_flag(g, "prompt_tokens", 4097, help="tokens per pool prompt")
+    add_flag(g, "rounds", 3, help="rounds per pool probe")
+    p.add_argument("--record-dir", metavar="DIR",
+                   help="where both run records go (default: servesize-server-<time>/); a folder holding an "
+                        "unfinished run continues it, and is refused when the flags describe another run")
 
 
 @dataclass
@@ -39,8 +42,13 @@ class ServerReport:
     sessions: Any
     exit_code: int = 0
 
+    @property
+    def failure(self) -> str | None:
+        reasons = [r for r in (getattr(self.pool, "failure", None), getattr(self.sessions, "failure", None)) if r]
+        return "; ".join(reasons) or None
+
     def to_dict(self) -> dict:
-        return {"pool": self.pool.to_dict(), "sessions": self.sessions.to_dict()}
+        return {"pool": self.pool.to_dict(), "sessions": self.sessions.to_dict(), "failure": self.failure}
 
     def render(self, explain: bool = False) -> str:
         from servesize.measure.report import render_pool, render_sessions
@@ -50,7 +58,9 @@ class ServerReport:
 
 def run(args):
     from servesize.commands import measure_pool
-    from servesize.commands._measure import Recording, check_url
+    from servesize.commands._measure import Recording, check_url, refuse_other_params
+    from servesize.measure.pool import predicted_tokens_of
+    from servesize.measure.record import read_record
 
     check_url(args.url, "server")
     if not args.predict:
@@ -62,13 +72,26 @@ def run(args):
         raise BadInput(f"--record-dir {folder}: cannot create it ({exc.strerror or exc})") from None
     pool_record, sessions_record = folder / "pool.jsonl", folder / "sessions.jsonl"
 
-    def recording(path: pathlib.Path) -> Recording:  # a record already there continues (the run was interrupted)
+    def recording(path: pathlib.Path) -> Recording:
+        # a record already there continues (the run was interrupted or failed), but only with the flags it was
+        # taken with: new flags (another --predict, workload or ladder) would be silently ignored otherwise
         return Recording(args.url, resume=str(path) if path.exists() else None,
-                         record=None if path.exists() else str(path), fsync=args.fsync, quiet=args.quiet)
+                         record=None if path.exists() else str(path), fsync=args.fsync, quiet=args.quiet,
+                         same_params=True)
 
-    pool_args = argparse.Namespace(**{**_pool_defaults(), "url": args.url, "model": args.model,
-                                      "prompt_tokens": args.prompt_tokens, "rounds": args.rounds})
-    pool = measure_pool.measure(pool_args, recording(pool_record), measure_pool.predicted_pool(args.predict))
+    pool_args = argparse.Namespace(**{**_pool_defaults(), "url": args.url, "model": args.model, "predict": args.predict,
+                                      "prompt_tokens": args.prompt_tokens, "rounds": args.rounds, "seed": args.seed,
+                                      "timeout": args.timeout, "stall_timeout": args.stall_timeout})
+    predicted = measure_pool.predicted_pool(args.predict)
+    # both records are checked before anything is measured: a folder of another run is refused whole
+    if pool_record.exists():
+        tokens = predicted_tokens_of(predicted)
+        refuse_other_params(str(pool_record), read_record(pool_record, "pool").header["params"],
+                            measure_pool.pool_config(pool_args, tokens).to_params())
+    if sessions_record.exists():
+        refuse_other_params(str(sessions_record), read_record(sessions_record, "sessions").header["params"],
+                            measure_sessions.config_maker(args)().to_params())
+    pool = measure_pool.measure(pool_args, recording(pool_record), predicted)
     sessions = measure_sessions.measure(args, recording(sessions_record))
     return ServerReport(pool, sessions, max(getattr(pool, "exit_code", 0), getattr(sessions, "exit_code", 0)))
 

@@ -8,7 +8,6 @@ import asyncio
 from servesize.errors import BadInput
 from servesize.flags import add_params
 from servesize.scenario import params_in
-from servesize.units import parse_tokens
 
 HELP = "load a live server with simulated agentic users on a ladder"
 EPILOG = """\
@@ -24,38 +23,38 @@ user, preemptions. Workload defaults are the seed's reference workload (servesiz
 
 
 def _users(text: str) -> list[int]:
-    try:
-        out = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--users takes a comma list of user counts, e.g. 4,8,16 (not {text!r})") from None
-    if not out or out[0] < 1:
-        raise argparse.ArgumentTypeError("--users counts must be >= 1")
+    from servesize.measure.sessions import MAX_RUNGS, MAX_USERS
+
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts or len(parts) > MAX_RUNGS or any(len(x) > 7 or not x.isdigit() for x in parts):
+        raise BadInput(f"--users {text!r} is not a comma list of 1 to {MAX_RUNGS} user counts, e.g. 4,8,16")
+    out = sorted({int(x) for x in parts})
+    if out[0] < 1 or out[-1] > MAX_USERS:
+        raise BadInput(f"--users {text!r} is out of range: each count in [1, {MAX_USERS:,}]")
     return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from servesize.commands._measure import add_common, add_flag
+
     p.add_argument("--url", help="the server, e.g. http://localhost:8000")
     p.add_argument("--model", help="model name (default: the server's first /v1/models entry)")
     add_params(p, params_in("workload"))
     s = p.add_argument_group("sessions")
-    s.add_argument("--turns-per-session", type=int, default=8)
-    s.add_argument("--max-model-len", type=parse_tokens, help="the server's cap (default: /v1/models max_model_len)")
-    p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16")
-    p.add_argument("--predicted-users", type=float, help="predicted warm users: the ladder goes x0.5 .. x2 around it")
-    p.add_argument("--predicted-decode", type=float, help="predicted decode tok/s per user at the knee (verdict only)")
+    add_flag(s, "turns_per_session", 8)
+    add_flag(s, "max_model_len")
+    p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16 (1 to 64 counts, each in [1, 100,000])")
+    add_flag(p, "predicted_users")
+    add_flag(p, "predicted_decode")
     p.add_argument("--predict", metavar='"MODEL --gpus ... [plan flags]"',
                    help="take the predictions from `servesize plan` with these arguments and this run's workload "
                         "flags (warm users p50 and the decode speed there)")
-    p.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds per rung (default 120)")
-    p.add_argument("--warm-target", type=float, default=0.9, help="warm-hit rate that counts as comfortable (default 0.9)")
-    p.add_argument("--max-error-rate", type=float, default=0.05, help="stop the ladder above this error rate (default 0.05)")
-    p.add_argument("--max-ttft-p95", type=float, metavar="S", help="stop the ladder when warm-hit TTFT p95 exceeds S seconds")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-request total timeout (default 600)")
-    p.add_argument("--stall-timeout", type=float, default=60.0, metavar="S", help="longest silence between chunks (default 60)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--record", metavar="FILE", help="the JSONL run record (default: servesize-sessions-<time>.jsonl here)")
-    p.add_argument("--resume", metavar="FILE", help="continue the run recorded in FILE (completed rungs are kept)")
-    p.add_argument("--fsync", action="store_true")
+    add_flag(p, "duration", 120.0)
+    add_flag(p, "requests_per_user")
+    add_flag(p, "warm_target", 0.9)
+    add_flag(p, "max_error_rate", 0.05)
+    add_flag(p, "max_ttft_p95")
+    add_common(p, "sessions", "continue the run recorded in FILE (measured rungs are kept; failed ones are measured again)")
     p.add_argument("--plot", metavar="FILE.png", help="write warm-hit rate and TTFT vs users")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
@@ -87,10 +86,12 @@ def build_params(args):
                                        seed=args.seed)
 
 
-def predicted(args) -> tuple[float | None, float | None]:
-    """(warm users p50, decode tok/s per user there) from --predict, or the flags given."""
+def predicted(args) -> tuple[float | None, float | None, str | None]:
+    """(warm users p50, decode tok/s per user there, where they came from) from --predict, or the flags given."""
     users, decode = args.predicted_users, args.predicted_decode
+    source = "given as --predicted-users" if users else None
     if args.predict and not users:
+        source = f"`servesize plan {args.predict}` with this run's workload flags"
         from servesize.api import plan
         from servesize.flags import given, scenario_from_flags
 
@@ -98,16 +99,15 @@ def predicted(args) -> tuple[float | None, float | None]:
         users = result.warm_users.p50
         if decode is None and result.result.decode.at_ceiling is not None:
             decode = result.result.decode.at_ceiling.p50_tok_s
-    return users, decode
+    return users, decode, source
 
 
-def measure(args, rec):
-    """Run (or continue) the ladder described by ``args`` into the record ``rec``."""
-    from servesize.commands._measure import open_record, run_recorded
-    from servesize.measure.sessions import SessionsConfig, ladder, measure_sessions
+def config_maker(args):
+    """A function making the SessionsConfig the flags describe (it may ask the server and run the planner)."""
+    from servesize.measure.sessions import SessionsConfig, ladder
 
     def new_config():
-        users, decode = predicted(args)
+        users, decode, source = predicted(args)
         if args.users:
             rungs = args.users
         elif users:
@@ -117,9 +117,18 @@ def measure(args, rec):
         return SessionsConfig(url=args.url, params=build_params(args), users=rungs, model=args.model,
                               duration_s=args.duration, warm_target=args.warm_target, max_error_rate=args.max_error_rate,
                               max_ttft_p95_s=args.max_ttft_p95, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
-                              predicted_users=users, predicted_decode_tok_per_s=decode)
+                              predicted_users=users, predicted_decode_tok_per_s=decode,
+                              requests_per_user=args.requests_per_user, predicted_source=source)
 
-    cfg, record, contents = open_record(rec, "sessions", SessionsConfig, new_config)
+    return new_config
+
+
+def measure(args, rec):
+    """Run (or continue) the ladder described by ``args`` into the record ``rec``."""
+    from servesize.commands._measure import open_record, run_recorded
+    from servesize.measure.sessions import SessionsConfig, measure_sessions
+
+    cfg, record, contents = open_record(rec, "sessions", SessionsConfig, config_maker(args))
     return run_recorded(rec, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
                                                                       progress=progress))
 

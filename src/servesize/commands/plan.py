@@ -13,15 +13,25 @@ HELP = "warm users, decode speed, latency: which ceiling binds, and the vLLM rec
 EPILOG = """\
 examples:
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --median 31k
-  servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --pool-tokens 2.77M \\
+  servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --pool-tokens 2.77m \\
       --state-dtype bfloat16 --assumptions seed          the seed's headline (86 warm users p50)
   servesize plan qwen3.6-27b --gpus 2xH200 -tp 2 -q fp8 --kv-cache-dtype fp8 --sweep median=31k,45k,60k,80k
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --workload my-workload.toml --think-time 43 --plot plan.png
   servesize plan llama-3.1-8b --gpus 4xH100 -dp 4 --cpu-offload-gib 200 --json
 
-Workload flags override --workload FILE, which overrides the warm-capacity seed's reference
-workload (each flag's help gives the seed's value). --max-model-len is both the engine's flag and
-the workload's cap (default: the workload's, at most the model's own context).
+A workload is a preset (--preset coding-agent, the default: the warm-capacity seed's reference
+workload; chat, rag, batch; data/workloads.toml gives each field's source), then the fields a
+--workload FILE fitted from your logs, then single flags; the plan's first lines say which. A prefix
+at or above the median session is refused. --max-model-len is both the engine's flag and the
+workload's cap (default: the workload's, at most the model's own context).
+
+Decode is the longer of memory and compute time per step (MTP verification included); the plan
+shows the speed at one user and at the recommended --max-num-seqs, and when one user alone misses
+the floor it says so and sizes the batch at 80% of that best speed.
+
+  servesize plan llama-3.1-8b --gpus 1xL40S --preset chat
+  servesize plan llama-3.1-8b --gpus 1xH100 --median 2k --prefix 300 --max-model-len 32k
+  servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --electricity-price 0.12 --currency USD --pue 1.3
 """
 
 

@@ -182,6 +182,13 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
     notes: list[str] = []
     for s in sized:
         if s.budget.available_bytes <= 0:
+            held = s.weights.per_gpu_bytes + s.extra
+            if held > s.budget.total_bytes or s.budget.budget == "simple":
+                # more than the GPU has: loading fails (out of memory) before any start-up check is reached
+                raise DoesNotFit(
+                    f"{name or arch.name} does not fit: {fmt_bytes(held)} of weights per GPU plus the reserve exceed "
+                    f"{fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of {gpus.gpu.key}); try a "
+                    "larger --tensor-parallel-size, a smaller precision, or more GPUs")
             raise WouldNotStart(
                 f"{name or arch.name} would not start: {fmt_bytes(s.weights.per_gpu_bytes + s.extra)} of weights per GPU "
                 f"plus the reserve exceed {fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of "

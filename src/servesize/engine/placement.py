@@ -19,7 +19,7 @@ from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
 from servesize.engine.weights import normalise_precision, weights
-from servesize.errors import ServesizeError
+from servesize.errors import ServesizeError, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 
@@ -112,18 +112,27 @@ def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, preci
         w = weights(arch, precision, tp)
         util = dep.resolved(arch, gpus).gpu_memory_utilization or 0.0  # resolved: never None
         simple = simple_concurrency(arch, gpus, tp, w.total_bytes, s.context, util, s.kv_cache_dtype)
+        kv_seq = kv_per_token(arch, s.kv_cache_dtype, tp).bytes_per_sequence(s.context)
         if s.budget == "simple":
             conc, reserve = simple, 0
+            available = (gpus.gpu.memory_bytes * util * tp - w.total_bytes) / tp
         else:
             rep = memory_report(arch, gpus, dep, budget="engine", assumptions=s.assumptions, name=key)
             conc, reserve = int(rep.pool.max_concurrency), rep.budget.reserve_bytes
+            available = rep.budget.available_bytes
+    except WouldNotStart as exc:
+        if exc.available_bytes is None:  # the weights themselves leave no room
+            return f"TP{tp}: {exc}"
+        conc, available = 0, exc.available_bytes  # the start-up check: one sequence does not fit
     except ServesizeError as exc:
-        return str(exc)
+        return f"TP{tp}: {exc}"
     if conc < 1:
-        return "does not fit"
+        return (f"TP{tp}: {w.per_gpu_bytes / 2**30:.2f} GiB of weights per GPU fit, but one {s.context:,}-token "
+                f"sequence needs {kv_seq / 2**30:.2f} GiB of KV per GPU and {max(0.0, available) / 2**30:.2f} GiB "
+                "is available")
     replicas = gpus.count // tp
-    kv_seq = kv_per_token(arch, s.kv_cache_dtype, tp).bytes_per_sequence(s.context)
-    return Placement(key, display, w.ledger.total, published_active(w.ledger, key), precision if precision != "native" else w.precision,
+    return Placement(key, display, w.ledger.total, published_active(w.ledger, key),
+                     precision if precision != "native" else w.precision,
                      tp, replicas, w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve)
 
 
@@ -163,19 +172,20 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
             ("native",) if arch.quantization is not None else DEFAULT_PRECISIONS)
         for precision in (normalise_precision(p) for p in chosen_precisions):
             options: list[Placement] = []
-            reason = "does not fit"
+            reasons: list[str] = []  # one per placement tried: weights per GPU at that TP, or KV needed vs available
             for tp in _tp_sizes(gpus.count):
                 try:
                     check_parallelism(arch, tp)
-                except ServesizeError:
+                except ServesizeError as exc:
+                    reasons.append(f"TP{tp}: {str(exc).split(';')[0]}")
                     continue
                 found = _placement(key, display, arch, gpus, precision, tp, settings)
                 if isinstance(found, str):
-                    reason = found if found != "does not fit" else reason
+                    reasons.append(found.split(";")[0])
                 else:
                     options.append(found)
             if not options:
-                refused.append((f"{key} {precision}", reason.split(";")[0]))
+                refused.append((f"{key} {precision}", "; ".join(reasons) or "does not fit"))
                 continue
             chosen = _chosen(options, min_concurrency)
             out += [Placement(**{**o.to_dict(), "chosen": o is chosen}) for o in options]

@@ -73,8 +73,17 @@ def collect_between() -> None:
 
 ERROR_TYPES = (
     "connection_refused", "connect_error", "connect_timeout", "http_error", "malformed_sse", "server_error_event",
-    "stall_timeout", "total_timeout", "connection_reset", "truncated_stream", "bad_url", "client_error",
+    "stall_timeout", "total_timeout", "connection_reset", "truncated_stream", "bad_url", "client_error", "not_openai",
 )
+
+NOT_OPENAI = ("not an OpenAI-compatible endpoint: {what} answered an HTML page, not {expected} ({page}); is --url the "
+              "API server itself (e.g. http://localhost:8000), not a web UI, a proxy's login page or a dashboard?")
+
+
+def is_html(text: bytes | str) -> bool:
+    """A body that is a web page: its first non-blank character opens a tag (<!DOCTYPE, <html, <head, ...)."""
+    head = text.lstrip()[:1]
+    return head in (b"<", "<")
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -178,16 +187,22 @@ class StreamClient:
             await self.session.close()
             self.session = None
 
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The session ``__aenter__`` opened; a clear error for a client used outside ``async with``."""
+        if self.session is None:
+            raise RuntimeError(f"StreamClient({self.base_url}) used outside 'async with': no open session")
+        return self.session
+
     # -- small JSON endpoints ---------------------------------------------------------------
     async def get(self, path: str, *, timeout_s: float | None = None) -> tuple[int, str]:
         """(status, body text) of a GET; raises aiohttp/OS errors for the caller to word."""
         t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
-        async with self.session.get(self.base_url + path, timeout=t) as resp:
+        async with self._open_session().get(self.base_url + path, timeout=t) as resp:
             return resp.status, await resp.text()
 
     async def post_json(self, path: str, body: dict, *, timeout_s: float | None = None) -> tuple[int, Any]:
         t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
-        async with self.session.post(self.base_url + path, json=body, timeout=t) as resp:
+        async with self._open_session().post(self.base_url + path, json=body, timeout=t) as resp:
             text = await resp.text()
             try:
                 return resp.status, json.loads(text)
@@ -203,6 +218,8 @@ class StreamClient:
                            "(is the server running, and is --url right?)") from None
         if status != 200:
             raise BadInput(f"{self.base_url}/v1/models answered HTTP {status}: {excerpt(text)}")
+        if is_html(text):
+            raise BadInput(NOT_OPENAI.format(what=f"{self.base_url}/v1/models", expected="a model list", page=excerpt(text, 80)))
         try:
             return list(json.loads(text)["data"])
         except (ValueError, KeyError, TypeError):
@@ -234,6 +251,7 @@ class StreamClient:
     async def complete(self, prompt: str, *, max_tokens: int = 1, request_id: str = "", tags: dict | None = None,
                        extra_body: dict | None = None) -> RequestResult:
         """One streaming request; every failure is returned in ``result.error``, never raised."""
+        session = self._open_session()
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
         body = json.dumps(self.body(prompt, max_tokens, extra_body))
         result = RequestResult(id=request_id, tags=dict(tags or {}))
@@ -245,7 +263,7 @@ class StreamClient:
         stall_cm = asyncio.timeout(None)
         try:
             async with total_cm:
-                async with self.session.post(self.base_url + path, data=body, timeout=timeout,
+                async with session.post(self.base_url + path, data=body, timeout=timeout,
                                              headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as resp:
                     result.status = resp.status
                     if resp.status >= 400:
@@ -296,6 +314,10 @@ class StreamClient:
         parser.end_of_body()
 
 
+MAX_SSE_LINE_BYTES = 16 << 20  # one SSE line: a token event is ~200 bytes, a usage event ~300
+MAX_SSE_EVENT_LINES = 10_000  # data lines in one event (OpenAI servers send one)
+
+
 class StreamParser:
     """An SSE body, read into a ``RequestResult``: lines -> events -> tokens, usage and timings.
 
@@ -307,7 +329,7 @@ class StreamParser:
     non-empty text; ``finish()`` derives inter-token latency and decode speed from the token times.
     Every malformed input is an ``error`` on the result, never an exception."""
 
-    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending")
+    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending", "_sniffed")
 
     def __init__(self, result: RequestResult, t0_ns: int, *, chat: bool = False):
         self.result = result
@@ -319,6 +341,7 @@ class StreamParser:
         self._data: list[bytes] = []  # data lines of the event being assembled
         self._t_event = 0
         self._pending = b""  # an incomplete last line
+        self._sniffed = False  # the body's first non-blank bytes have been looked at (an HTML page is no stream)
 
     def _fail(self, kind: str, message: str) -> bool:
         self.result.error = {"type": kind, "message": message}
@@ -330,7 +353,13 @@ class StreamParser:
             self.result.first_byte_s = (now_ns - self.t0) / 1e9
         self._pending += chunk
         if b"\n" not in chunk:
+            if len(self._pending) > MAX_SSE_LINE_BYTES:
+                if not self._sniffed and not self._sniff(final=True):
+                    return False
+                return self._fail("malformed_sse", f"an SSE line longer than {MAX_SSE_LINE_BYTES:,} bytes: not a token stream")
             return True
+        if not self._sniffed and not self._sniff(final=False):
+            return False
         lines = self._pending.split(b"\n")
         self._pending = lines.pop()
         for raw in lines:
@@ -342,11 +371,30 @@ class StreamParser:
                 return False
         return True
 
+    def _sniff(self, final: bool) -> bool:
+        """Look once at the body's first non-blank line (once it is complete, or the body has ended): an HTML
+        page (a web UI or a proxy's login page served with HTTP 200) or a single JSON document is not an SSE
+        stream, and says so. Deciding on the whole line makes the verdict the same however the body was split."""
+        head = self._pending.lstrip()
+        if not head or (b"\n" not in head and not final):
+            return True
+        self._sniffed = True
+        line = head.split(b"\n", 1)[0][:200]
+        if is_html(line):
+            return self._fail("not_openai", NOT_OPENAI.format(what="the completions endpoint", expected="an SSE stream",
+                                                              page=_text(line)))
+        if line[:1] in (b"{", b"["):
+            return self._fail("malformed_sse", f"the answer is a JSON document, not an SSE stream (did the server ignore "
+                                               f"stream: true?): {_text(line)}")
+        return True
+
     def _field(self, line: bytes, now_ns: int) -> bool:
         if line.startswith(b"data:"):
             if not self._data:
                 self._t_event = now_ns
             self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            if len(self._data) > MAX_SSE_EVENT_LINES:
+                return self._fail("malformed_sse", f"an SSE event of more than {MAX_SSE_EVENT_LINES:,} data lines: not a token stream")
             return True
         if line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
             return True  # a comment or a field the harness does not use
@@ -412,6 +460,8 @@ class StreamParser:
 
     def end_of_body(self) -> None:
         """The body ended: without [DONE] (and no earlier error) the stream was cut short."""
+        if self.result.error is None and not self._sniffed and not self._sniff(final=True):
+            return
         if self.result.error is None and not self.done:
             self._fail("truncated_stream", f"stream ended before [DONE] after {len(self.token_ns)} token chunks")
 

@@ -32,7 +32,7 @@ def plot_pool(result: PoolResult, path) -> None:
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     coarse = sorted((p for p in result.probes if p.stage == "coarse"), key=lambda p: p.n)
-    ax1.plot([p.n for p in coarse], [p.verdict.warm_fraction for p in coarse], "o-")
+    ax1.plot([p.n for p in coarse], [p.decided.warm_fraction for p in coarse], "o-")
     if result.n_cold is not None:
         ax1.axvline(result.n_warm + 0.5, color="grey", ls="--", lw=1, label=f"edge: {result.n_warm} warm / {result.n_cold} cold")
         ax1.legend(loc="lower left")
@@ -43,7 +43,7 @@ def plot_pool(result: PoolResult, path) -> None:
     for warm, colour, label in ((True, "tab:green", "warm (hit)"), (False, "tab:red", "cold (miss)")):
         xs, ys = [], []
         for p in result.probes:
-            for rnd, flags in zip(p.rounds[1:], p.verdict.flags):
+            for rnd, flags in zip(p.rounds[1:], p.decided.flags):
                 for r, f in zip(rnd, flags):
                     if f == warm and r.ttft_s is not None:
                         xs.append(sum(p.sizes))
@@ -63,7 +63,12 @@ def plot_sessions(result: SessionsResult, path) -> None:
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     users = [g.users for g in result.rungs]
-    ax1.plot(users, [g.warm_hit_rate if g.warm_hit_rate is not None else float("nan") for g in result.rungs], "o-")
+    nan = float("nan")
+    # a failed rung is no measurement: no point for it, a cross on the axis instead
+    ax1.plot(users, [g.warm_hit_rate if g.warm_hit_rate is not None and not g.failed else nan for g in result.rungs], "o-")
+    failed = [g.users for g in result.rungs if g.failed]
+    if failed:
+        ax1.plot(failed, [0.0] * len(failed), "x", color="tab:red", ms=10, label="FAILED rung (no measurement)")
     ax1.axhline(result.warm_target, color="grey", ls="--", lw=1, label=f"target {result.warm_target:.0%}")
     ax1.set_xlabel("simulated users")
     ax1.set_ylabel("warm-hit rate (returning requests)")
@@ -71,8 +76,8 @@ def plot_sessions(result: SessionsResult, path) -> None:
     ax1.legend(loc="lower left")
     for key, colour in (("ttft_hit", "tab:green"), ("ttft_miss", "tab:red")):
         for q, style in (("p50_s", "o-"), ("p95_s", "o--")):
-            ys = [getattr(g, key).get(q) for g in result.rungs]
-            ax2.plot(users, [y * 1000 if y is not None else float("nan") for y in ys], style, color=colour,
+            ys = [None if g.failed else getattr(g, key).get(q) for g in result.rungs]
+            ax2.plot(users, [y * 1000 if y is not None else nan for y in ys], style, color=colour,
                      label=f"{'hits' if key == 'ttft_hit' else 'misses'} {q[:3]}")
     ax2.set_xlabel("simulated users")
     ax2.set_ylabel("TTFT (ms)")

@@ -39,7 +39,8 @@ from servesize.errors import BadInput, ServesizeError
 from servesize.measure.client import RequestResult, StreamClient, collect_between
 from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
 from servesize.measure.prompts import PromptFactory
-from servesize.measure.record import RecordContents, RunRecord
+from servesize.measure.record import RecordContents, RunRecord, typed
+from servesize.scenario import MAX_TOKENS
 
 SIGNALS = ("cached_tokens", "metrics", "ttft")
 
@@ -65,14 +66,19 @@ class PoolConfig:
     fine_order: str = "sequential"
     seed: int = 0
     use_tokenize: bool = True
+    predicted_source: str | None = None  # what the prediction is, in words (e.g. the --predict arguments)
 
     def __post_init__(self) -> None:
-        if self.rounds < 2:
-            raise BadInput("--rounds must be at least 2 (round 1 fills the cache, later rounds test warmth)")
-        if self.prompt_tokens < 2:
-            raise BadInput("--prompt-tokens must be at least 2")
-        if self.max_parallel < 1:
-            raise BadInput("--max-parallel must be at least 1")
+        if not 2 <= self.rounds <= MAX_ROUNDS:
+            raise BadInput(f"--rounds must be in [2, {MAX_ROUNDS}] (round 1 fills the cache, later rounds test warmth)")
+        if not 2 <= self.prompt_tokens <= MAX_TOKENS:
+            raise BadInput(f"--prompt-tokens must be in [2, {MAX_TOKENS:,}]")
+        if not 1 <= self.max_parallel <= MAX_PARALLEL:
+            raise BadInput(f"--max-parallel must be in [1, {MAX_PARALLEL:,}]")
+        if self.block_size is not None and not 1 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise BadInput(f"--block-size must be in [1, {MAX_BLOCK_SIZE:,}] tokens")
+        if self.predicted_tokens is not None and not 0 <= self.predicted_tokens <= MAX_POOL_TOKENS:
+            raise BadInput(f"the predicted pool must be in [0, {MAX_POOL_TOKENS:,}] tokens, not {self.predicted_tokens:,}")
         unknown = [s for s in self.signals if s not in SIGNALS]
         if unknown or not self.signals:
             raise BadInput(f"signals must be drawn from {', '.join(SIGNALS)}, not {', '.join(unknown) or 'none'}")
@@ -90,9 +96,16 @@ class PoolConfig:
 
     @classmethod
     def from_params(cls, params: dict) -> PoolConfig:
-        p = dict(params)
+        """From a run record's header, every field checked (BadInput, one line, for a damaged one)."""
+        p = typed(cls, params, "the run record's header")
         p["signals"] = tuple(p.get("signals", SIGNALS))
-        return cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
+        return cls(**p)
+
+
+MAX_ROUNDS = 100
+MAX_PARALLEL = 100_000  # prompts in one probe: each is a connection and a prompt held in memory
+MAX_BLOCK_SIZE = 1 << 16
+MAX_POOL_TOKENS = 10**13  # as servesize plan --pool-tokens
 
 
 # -- pure pieces ------------------------------------------------------------------------------
@@ -222,21 +235,26 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
         fraction["cached_tokens"] = _mean([f for rnd in per["cached_tokens"] for f in rnd])
 
     later_deltas = deltas[1:]
-    if later_deltas and all(d is not None and d.hits is not None and d.queries for d in later_deltas):
+    # the usable rounds' hit counts: the signal needs every later round to have one
+    hits = [d.hits for d in later_deltas if d is not None and d.hits is not None and d.queries]
+    if later_deltas and len(hits) == len(later_deltas):
         cacheable = sum(cacheable_tokens(s, block_size) for s in sizes)
-        ratios = [min(1.0, d.hits / cacheable) if cacheable else 1.0 for d in later_deltas]
+        ratios = [min(1.0, h / cacheable) if cacheable else 1.0 for h in hits]
         fraction["metrics"] = _mean(ratios)
         flags = []
         for rnd, ratio in zip(later, ratios):
             k = len(rnd) if ratio >= 1.0 else math.floor(ratio * len(rnd))
-            order = sorted(range(len(rnd)), key=lambda i: rnd[i].ttft_s if rnd[i].ttft_s is not None else math.inf)
+            ttft = [math.inf if r.ttft_s is None else r.ttft_s for r in rnd]
+            order = sorted(range(len(rnd)), key=ttft.__getitem__)
             warm_set = set(order[:k])
             flags.append([i in warm_set for i in range(len(rnd))])
         per["metrics"] = flags
 
-    cold = [r.ttft_s for r in rounds[0]]
-    if all(t is not None and t > 0 for t in cold) and all(r.ttft_s is not None for rnd in later for r in rnd):
-        per["ttft"] = [[r.ttft_s < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
+    # the TTFT rule needs every cold TTFT (positive) and every later one
+    cold = [r.ttft_s for r in rounds[0] if r.ttft_s is not None and r.ttft_s > 0]
+    later_ttft = [[r.ttft_s for r in rnd if r.ttft_s is not None] for rnd in later]
+    if len(cold) == len(rounds[0]) and all(len(ts) == len(rnd) for ts, rnd in zip(later_ttft, later)):
+        per["ttft"] = [[t < ttft_ratio * cold[i] for i, t in enumerate(ts)] for ts in later_ttft]
         fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
 
     first_hits = [r.cached_tokens for r in rounds[0] if r.cached_tokens]
@@ -273,6 +291,13 @@ class Probe:
     def key(self) -> int:
         return self.n if self.stage == "coarse" else self.extra_blocks
 
+    @property
+    def decided(self) -> Verdict:
+        """The verdict of a probe that ran all its rounds, as every probe in a run's (and a result's) list did."""
+        if self.verdict is None:
+            raise RuntimeError(f"probe {self.seq} ({self.stage}, n={self.n}) has no verdict: its rounds did not all run")
+        return self.verdict
+
     def summary(self) -> dict:
         v = self.verdict
         return {"seq": self.seq, "stage": self.stage, "n": self.n, "extra_blocks": self.extra_blocks,
@@ -295,6 +320,16 @@ class ProbeFailed(ServesizeError):
     pass
 
 
+@dataclass
+class _Live:
+    """What a run holds while its client is open: made by ``_setup``, passed to every probe."""
+
+    client: StreamClient
+    scraper: MetricsScraper
+    prompts: PromptFactory
+    model: str  # the model the server serves, as resolved
+
+
 class PoolRun:
     """One ``measure pool`` run: set-up, coarse bisection, fine bisection, result."""
 
@@ -310,24 +345,20 @@ class PoolRun:
         self.seq = 0
         self.prompt_counter = 0
         self.server_reports_cached = False  # latched once any response carries cached_tokens
-        self.model: str | None = None
         self.block_size: int | None = None
         self.block_size_source: str | None = None
         self.prompt_tokens = config.prompt_tokens
         self.engine: MetricsSnapshot | None = None
-        self.client: StreamClient | None = None
-        self.scraper: MetricsScraper | None = None
-        self.prompts: PromptFactory | None = None
         self._replay: dict[tuple[str, int], Probe] = {}
 
     # -- set-up --
-    async def _setup(self) -> None:
+    async def _setup(self, client: StreamClient) -> _Live:
         cfg = self.cfg
-        self.model = await self.client.resolve_model()
-        self.scraper = MetricsScraper(self.client, enabled=True)
-        self.engine = await self.scraper.scrape()
-        if self.scraper.note:
-            self.notes.append(self.scraper.note)
+        model = await client.resolve_model()
+        scraper = MetricsScraper(client, enabled=True)
+        self.engine = await scraper.scrape()
+        if scraper.note:
+            self.notes.append(scraper.note)
         if cfg.block_size:
             self.block_size, self.block_size_source = cfg.block_size, "--block-size"
         elif self.engine is not None and self.engine.block_size:
@@ -343,16 +374,18 @@ class PoolRun:
                 self.notes.append(f"prompt length {cfg.prompt_tokens} -> {aligned} tokens (= {(aligned - 1) // self.block_size} "
                                   f"blocks of {self.block_size} + 1), so every cached block is a full block")
             self.prompt_tokens = aligned
-        self.prompts = PromptFactory(self.client, seed=cfg.seed, use_tokenize=cfg.use_tokenize)
-        await self.prompts.start()
-        if self.prompts.note:
-            self.notes.append(self.prompts.note)
-        self.record.append("info", model=self.model, block_size=self.block_size, block_size_source=self.block_size_source,
-                           prompt_tokens=self.prompt_tokens, nonce=self.prompts.nonce, prompt_mode=self.prompts.mode,
+        prompts = PromptFactory(client, seed=cfg.seed, use_tokenize=cfg.use_tokenize)
+        await prompts.start()
+        if prompts.note:
+            self.notes.append(prompts.note)
+        self.record.append("info", model=model, block_size=self.block_size, block_size_source=self.block_size_source,
+                           prompt_tokens=self.prompt_tokens, nonce=prompts.nonce, prompt_mode=prompts.mode,
                            engine=self.engine.to_dict() if self.engine else None, notes=list(self.notes))
+        return _Live(client=client, scraper=scraper, prompts=prompts, model=model)
 
     def _load_replay(self) -> None:
-        """Completed probes of a resumed record, by (stage, key); incomplete probes are run again."""
+        """Completed probes of a resumed record, by (stage, key); incomplete probes are run again. Every
+        recorded field is checked as it is read: a damaged record is BadInput (one line), never a crash."""
         if self.resume is None:
             return
         requests: dict[int, dict[int, dict[int, RequestResult]]] = {}
@@ -360,40 +393,48 @@ class PoolRun:
         for e in self.resume.events:
             t = e.get("type")
             if t == "request":
-                requests.setdefault(e["probe"], {}).setdefault(e["round"], {})[e["index"]] = RequestResult.from_dict(e["result"])
+                probe, rnd, index = (_count_field(e, k) for k in ("probe", "round", "index"))
+                result = RequestResult.from_dict(typed(RequestResult, e.get("result"), "a 'request' event of the run record"))
+                requests.setdefault(probe, {}).setdefault(rnd, {})[index] = result
             elif t == "round":
                 d = e.get("delta")
-                deltas.setdefault(e["probe"], {})[e["round"]] = MetricsDelta(**d) if d else None
+                deltas.setdefault(_count_field(e, "probe"), {})[_count_field(e, "round")] = \
+                    MetricsDelta(**typed(MetricsDelta, d, "a 'round' event of the run record")) if d is not None else None
             elif t == "probe":
-                seq = e["seq"]
-                rounds = [[requests[seq][r][i] for i in sorted(requests[seq][r])] for r in sorted(requests.get(seq, {}))]
-                p = Probe(seq=seq, stage=e["stage"], n=e["n"], extra_blocks=e["extra_blocks"], sizes=e["sizes"], rounds=rounds,
-                          deltas=[deltas.get(seq, {}).get(r) for r in sorted(requests.get(seq, {}))],
-                          verdict=Verdict(**e["verdict"]))
+                p = _replayed_probe(e, requests, deltas)
                 self._replay[(p.stage, p.key)] = p
             if t in ("request", "round", "probe"):
-                self.seq = max(self.seq, int(e.get("probe", e.get("seq", 0))))
+                self.seq = max(self.seq, _count_field(e, "probe" if t != "probe" else "seq"))
         if self._replay:
             self.notes.append(f"resumed: {len(self._replay)} completed probe(s) taken from the record")
 
     # -- one probe --
-    async def _probe(self, stage: str, n: int, extra_blocks: int) -> Probe:
+    def _sizes(self, n: int, extra_blocks: int) -> list[int]:
+        """n prompts of S tokens and, in the fine stage, one more of extra_blocks whole blocks + 1."""
+        sizes = [self.prompt_tokens] * n
+        if extra_blocks:
+            if self.block_size is None:  # the fine stage runs only once the block size is known
+                raise RuntimeError(f"a probe of {extra_blocks} extra block(s) with the block size unknown")
+            sizes.append(extra_blocks * self.block_size + 1)
+        return sizes
+
+    async def _probe(self, live: _Live, stage: str, n: int, extra_blocks: int) -> Probe:
         replayed = self._replay.get((stage, n if stage == "coarse" else extra_blocks))
         if replayed is not None:
             self.probes.append(replayed)
             return replayed
         cfg = self.cfg
         self.seq += 1
-        sizes = [self.prompt_tokens] * n + ([extra_blocks * self.block_size + 1] if extra_blocks else [])
+        sizes = self._sizes(n, extra_blocks)
         probe = Probe(seq=self.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes)
         prompts = []
         for size in sizes:
             self.prompt_counter += 1
-            prompts.append(await self.prompts.make(self.prompt_counter, size))
+            prompts.append(await live.prompts.make(self.prompt_counter, size))
         for rnd in range(1, cfg.rounds + 1):
-            await self._round(probe, rnd, prompts)
-        if self.scraper.note and self.scraper.note not in self.notes:
-            self.notes.append(self.scraper.note)
+            await self._round(live, probe, rnd, prompts)
+        if live.scraper.note and live.scraper.note not in self.notes:
+            self.notes.append(live.scraper.note)
         self.server_reports_cached = self.server_reports_cached or any(
             r.cached_tokens_reported for rnd in probe.rounds for r in rnd)
         probe.verdict = classify(sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=cfg.signals,
@@ -404,18 +445,18 @@ class PoolRun:
         self.probes.append(probe)
         return probe
 
-    async def _round(self, probe: Probe, rnd: int, prompts: list) -> None:
+    async def _round(self, live: _Live, probe: Probe, rnd: int, prompts: list) -> None:
         """One round of a probe: every prompt once (in parallel; in order for the sequential fine stage),
         each result recorded as it completes, then the round's /metrics delta. ProbeFailed when any failed."""
         cfg = self.cfg
         label = f"n={probe.n}" + (f" + {probe.extra_blocks} block(s)" if probe.extra_blocks else "")
         self.progress(f"probe {probe.seq} ({probe.stage}, {label}, {sum(probe.sizes):,} tokens): round {rnd}/{cfg.rounds}")
-        before = await self.scraper.scrape()
+        before = await live.scraper.scrape()
         done = 0
 
         async def one(i: int, text: str, pid: str) -> RequestResult:
             nonlocal done
-            r = await self.client.complete(text, max_tokens=1, request_id=f"{pid}-r{rnd}",
+            r = await live.client.complete(text, max_tokens=1, request_id=f"{pid}-r{rnd}",
                                            tags={"probe": probe.seq, "round": rnd, "index": i})
             self.record.append("request", probe=probe.seq, round=rnd, index=i, result=r.to_dict())
             done += 1
@@ -426,7 +467,7 @@ class PoolRun:
             results = [await one(i, p.text, p.id) for i, p in enumerate(prompts)]
         else:
             results = await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))
-        after = await self.scraper.scrape()
+        after = await live.scraper.scrape()
         collect_between()
         d = delta(before, after)
         probe.rounds.append(list(results))
@@ -444,42 +485,92 @@ class PoolRun:
         cfg = self.cfg
         self._load_replay()
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
-            self.client = client
-            await self._setup()
+            live = await self._setup(client)
             predicted_tokens = predicted_tokens_of(self.predicted) if self.predicted is not None else cfg.predicted_tokens
-            per_prompt = self.prompt_tokens - 1
-            start = max(1, predicted_tokens // per_prompt) if predicted_tokens else None
-            if start is None and self.engine is not None and self.engine.engine_pool_tokens:
-                start = max(1, self.engine.engine_pool_tokens // per_prompt)
-                self.notes.append("search started from the engine's own figure (no prediction given)")
-            if start is not None and start > cfg.max_parallel:
-                self.notes.append(f"the predicted capacity ({start} prompts) is above --max-parallel {cfg.max_parallel}")
-            coarse = Bisection(lo=0, start=start, limit=cfg.max_parallel)
-            while (n := coarse.next()) is not None:
-                probe = await self._probe("coarse", n, 0)
-                coarse.observe(n, probe.verdict.warm)
-            fine = None
-            signal = self.probes[-1].verdict.signal if self.probes else None
-            fine_ok = (cfg.fine and self.block_size and coarse.hi is not None
-                       and (signal in ("cached_tokens", "metrics") or self.server_reports_cached))
-            if cfg.fine and coarse.hi is not None and not fine_ok:
-                if not self.block_size:
-                    self.notes.append("no fine stage: the block size is unknown")
-                else:
-                    self.notes.append(f"no fine stage: the {signal} signal cannot see a partial eviction; the pool is known to the prompt")
-            m = (self.prompt_tokens - 1) // self.block_size if self.block_size else 0
-            if fine_ok and m > 1:
-                fine_start = None
-                if predicted_tokens:
-                    guess = predicted_tokens // self.block_size - coarse.lo * m
-                    fine_start = guess if 0 < guess < m else None
-                fine = Bisection(lo=0, hi=m, start=fine_start)
-                while (j := fine.next()) is not None:
-                    probe = await self._probe("fine", coarse.lo, j)
-                    fine.observe(j, probe.verdict.warm)
-        if self.prompts.note and self.prompts.note not in self.notes:  # e.g. /tokenize went away mid-run
-            self.notes.append(self.prompts.note)
-        return PoolResult.build(self, coarse, fine, predicted_tokens)
+            coarse = await self._coarse_stage(live, predicted_tokens)
+            fine = await self._fine_stage(live, coarse, predicted_tokens)
+        if live.prompts.note and live.prompts.note not in self.notes:  # e.g. /tokenize went away mid-run
+            self.notes.append(live.prompts.note)
+        return PoolResult.build(self, live.model, coarse, fine, predicted_tokens)
+
+    async def _coarse_stage(self, live: _Live, predicted_tokens: int | None) -> Bisection:
+        """n prompts of S tokens, n galloping from the predicted capacity (else the engine's figure), then bisected."""
+        cfg = self.cfg
+        per_prompt = self.prompt_tokens - 1
+        start = max(1, predicted_tokens // per_prompt) if predicted_tokens else None
+        if start is None and self.engine is not None and self.engine.engine_pool_tokens:
+            start = max(1, self.engine.engine_pool_tokens // per_prompt)
+            self.notes.append("search started from the engine's own figure (no prediction given)")
+        if start is not None and start > cfg.max_parallel:
+            self.notes.append(f"the predicted capacity ({start} prompts) is above --max-parallel {cfg.max_parallel}")
+        coarse = Bisection(lo=0, start=start, limit=cfg.max_parallel)
+        while (n := coarse.next()) is not None:
+            probe = await self._probe(live, "coarse", n, 0)
+            coarse.observe(n, probe.decided.warm)
+        return coarse
+
+    async def _fine_stage(self, live: _Live, coarse: Bisection, predicted_tokens: int | None) -> Bisection | None:
+        """One more prompt of j blocks beside the n_warm prompts, j bisected: the pool to the block. It needs a
+        cold edge, a known block size and a signal that sees a partial eviction (None, with a note, without)."""
+        cfg, block = self.cfg, self.block_size
+        if not cfg.fine or coarse.hi is None:
+            return None
+        signal = self.probes[-1].decided.signal if self.probes else None
+        if not block:
+            self.notes.append("no fine stage: the block size is unknown")
+            return None
+        if signal not in ("cached_tokens", "metrics") and not self.server_reports_cached:
+            self.notes.append(f"no fine stage: the {signal} signal cannot see a partial eviction; the pool is known to the prompt")
+            return None
+        m = (self.prompt_tokens - 1) // block
+        if m <= 1:
+            return None
+        fine_start = None
+        if predicted_tokens:
+            guess = predicted_tokens // block - coarse.lo * m
+            fine_start = guess if 0 < guess < m else None
+        fine = Bisection(lo=0, hi=m, start=fine_start)
+        while (j := fine.next()) is not None:
+            probe = await self._probe(live, "fine", coarse.lo, j)
+            fine.observe(j, probe.decided.warm)
+        return fine
+
+
+def _count_field(event: dict, name: str) -> int:
+    value = event.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise BadInput(f"a {event.get('type')!r} event of the run record has no {name!r} count: the record is damaged")
+    return value
+
+
+def _replayed_probe(e: dict, requests: dict, deltas: dict) -> Probe:
+    """A completed probe from its 'probe' event and the requests and rounds recorded before it."""
+    where = "a 'probe' event of the run record"
+    seq, n, extra = _count_field(e, "seq"), _count_field(e, "n"), _count_field(e, "extra_blocks")
+    stage, sizes = e.get("stage"), e.get("sizes")
+    if stage not in ("coarse", "fine") or not isinstance(sizes, list) or \
+            not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
+        raise BadInput(f"{where} has no stage or prompt sizes: the record is damaged")
+    rounds_of = requests.get(seq, {})
+    rounds = [[rounds_of[r][i] for i in sorted(rounds_of[r])] for r in sorted(rounds_of)]
+    if any(len(rnd) != len(sizes) for rnd in rounds):
+        raise BadInput(f"{where} (probe {seq}) has rounds without every request: the record is damaged")
+    verdict = Verdict(**typed(Verdict, e.get("verdict"), where + " verdict"))
+    return Probe(seq=seq, stage=stage, n=n, extra_blocks=extra, sizes=sizes, rounds=rounds,
+                 deltas=[deltas.get(seq, {}).get(r) for r in sorted(rounds_of)], verdict=verdict)
+
+
+def _pool_interval(coarse: Bisection, fine: Bisection | None, block_size: int | None,
+                  per_prompt: int) -> tuple[int, int | None, str]:
+    """The pool in tokens, [low, high) (high None: a lower bound only), and how well it is known."""
+    if fine is not None:
+        if block_size is None:  # the fine stage runs only once the block size is known
+            raise RuntimeError("a block-level (fine) bisection with the block size unknown")
+        low = coarse.lo * per_prompt + fine.lo * block_size
+        return low, low + block_size, "block"
+    if coarse.hi is not None:
+        return coarse.lo * per_prompt, coarse.hi * per_prompt, "prompt"
+    return coarse.lo * per_prompt, None, "lower bound"
 
 
 @dataclass
@@ -527,18 +618,13 @@ class PoolResult:
         return self.pool_low_tokens <= value and (self.pool_high_tokens is None or value < self.pool_high_tokens)
 
     @classmethod
-    def build(cls, run: PoolRun, coarse: Bisection, fine: Bisection | None, predicted_tokens: int | None) -> PoolResult:
+    def build(cls, run: PoolRun, model: str, coarse: Bisection, fine: Bisection | None,
+              predicted_tokens: int | None) -> PoolResult:
         B = run.block_size
         per_prompt = run.prompt_tokens - 1  # resident per prompt: never its last token; exact when S - 1 is whole blocks
         notes = list(run.notes)
-        if fine is not None:
-            low = coarse.lo * per_prompt + fine.lo * B
-            high = low + B
-            resolution = "block"
-        elif coarse.hi is not None:
-            low, high, resolution = coarse.lo * per_prompt, coarse.hi * per_prompt, "prompt"
-        else:
-            low, high, resolution = coarse.lo * per_prompt, None, "lower bound"
+        low, high, resolution = _pool_interval(coarse, fine, B, per_prompt)
+        if resolution == "lower bound":
             notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
                          f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
         if coarse.hi == 1:
@@ -550,7 +636,7 @@ class PoolResult:
             for note in p.verdict.notes if p.verdict else []:
                 if note not in signal_notes:
                     signal_notes.append(note)
-        if run.probes and "cached_tokens" not in run.probes[-1].verdict.by_signal and "cached_tokens" in run.cfg.signals:
+        if run.probes and "cached_tokens" not in run.probes[-1].decided.by_signal and "cached_tokens" in run.cfg.signals:
             signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
                                 "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
         engine_tokens = run.engine.engine_pool_tokens if run.engine else None
@@ -565,8 +651,9 @@ class PoolResult:
                          f"engine's null block (block 0)")
         src = None
         if predicted_tokens is not None:
-            src = "prediction object" if run.predicted is not None else "--predicted-tokens"
-        return cls(url=run.cfg.url, model=run.model, prompt_tokens=run.prompt_tokens, rounds=run.cfg.rounds, block_size=B,
+            src = run.cfg.predicted_source or (f"from the {type(run.predicted).__name__} given" if run.predicted is not None
+                                               else "given as --predicted-tokens")
+        return cls(url=run.cfg.url, model=model, prompt_tokens=run.prompt_tokens, rounds=run.cfg.rounds, block_size=B,
                    block_size_source=run.block_size_source, n_warm=coarse.lo, n_cold=coarse.hi,
                    extra_blocks_warm=fine.lo if fine else 0, extra_blocks_cold=fine.hi if fine else None,
                    pool_low_tokens=low, pool_high_tokens=high, resolution=resolution,

@@ -161,7 +161,7 @@ class PromptFactory:
             n = round((tokens - self._fixed) / self.tokens_per_word)
             return Prompt(pid, self._text(uid, n), tokens, False)
         n = tokens + self._offset.get(tokens, -len(uid))
-        best: tuple[int, int] | None = None  # (|error|, n)
+        best: tuple[int, int, int] | None = None  # (|error|, n, the count /tokenize gave for n)
         for _ in range(12):
             count = await self.count(self._text(uid, n))
             if count is None:  # /tokenize went away mid-run: keep the rate it measured, lengths become estimates
@@ -174,9 +174,12 @@ class PromptFactory:
                 self._offset[tokens] = n - tokens
                 return Prompt(pid, self._text(uid, n), tokens, True)
             if best is None or abs(count - tokens) < best[0]:
-                best = (abs(count - tokens), n)
+                best = (abs(count - tokens), n, count)
             step = tokens - count
             n += step if abs(step) > 1 else (1 if step > 0 else -1)
-        n = best[1]
+        if best is None:  # every pass of the loop returns or sets it
+            raise RuntimeError("PromptFactory.make: no /tokenize count was kept")
+        _, n, counted = best
         count = await self.count(self._text(uid, n))
-        return Prompt(pid, self._text(uid, n), count, False)
+        # /tokenize can go away on this last call too: n's count from the loop stands (it was None here before)
+        return Prompt(pid, self._text(uid, n), counted if count is None else count, False)

@@ -1,31 +1,54 @@
 """The run record: one JSON object per line, appended and flushed as each outcome arrives.
 
 Line 1 is the header (``{"type": "header", "kind": "pool" | "sessions", "params": {...}, ...}``);
-every later line is an event with a ``type`` (``request``, ``round``, ``probe``, ``rung``, ``note``,
-``segment``, ``end``, ...). Nothing is rewritten in place, so a crash or Ctrl-C loses at most the
-line being written; ``read_record`` drops a torn last line. ``--resume FILE`` reads the file back,
-replays what is complete and appends the rest to the same file (a ``segment`` line marks each
-continuation).
+every later line is an event with a ``type`` (``request``, ``round``, ``probe``, ``rung``,
+``rung_failed``, ``note``, ``segment``, ``end``, ``interrupted``, ...). Nothing is rewritten in place,
+so a crash, Ctrl-C or SIGTERM loses at most the line being written.
+
+``--resume FILE`` reads the file back, replays what is complete and appends the rest to the same file
+(a ``segment`` line marks each continuation). Before it appends, it repairs the end of the file, so
+that two events are never glued onto one line:
+
+- a last line cut short (a crash mid-write: not JSON, no newline) is truncated away, back to the end of
+  the last complete record; the segment line says how many bytes were dropped and keeps an excerpt;
+- a last line that is a complete record without its newline is kept and ended with one.
+
+Reading is bounded: a record over ``MAX_RECORD_BYTES`` or a line over ``MAX_LINE_BYTES`` is refused,
+and so is a line nested deeper than the decoder allows, one holding NaN or Infinity, or an event that
+is not a JSON object with a ``type``. Every refusal is one line naming the file and the line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
+import stat
 import time
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Union, get_args, get_origin
 
 from servesize.errors import BadInput
 
 FORMAT_VERSION = 1
+MAX_RECORD_BYTES = 1 << 30  # 1 GiB: about a million recorded requests; a longer campaign is several runs
+MAX_LINE_BYTES = 16 << 20  # 16 MiB: a request line is ~1 KB, a run's 'end' line well under a megabyte
+DROPPED_EXCERPT_CHARS = 1000  # how much of a truncated torn line the segment line keeps
 
 
 @dataclass
 class RecordContents:
     header: dict
     events: list[dict] = field(default_factory=list)
-    torn_tail: bool = False  # the last line was cut short (a crash mid-write) and was dropped
+    torn_tail: bool = False  # the last line was cut short (a crash mid-write) and is not an event
+    torn_bytes: bytes = b""  # that line, as it was
+    unterminated: bool = False  # the last line is a complete event that lacks its newline
+    complete_bytes: int = 0  # the file's length up to the end of its last complete line
+    segments: int = 0  # continuations (--resume) the record already holds
+    repair: str | None = None  # what --resume did to the file's end before appending, if anything
 
     def of_type(self, kind: str) -> list[dict]:
         return [e for e in self.events if e.get("type") == kind]
@@ -38,6 +61,7 @@ class RunRecord:
         self.path = pathlib.Path(path) if path is not None else None
         self.fsync = fsync
         self.lines = 0
+        self.segment = 0  # this writer's continuation number (0: the first run)
         self._fh = None
         if self.path is not None:
             try:
@@ -55,18 +79,35 @@ class RunRecord:
 
     @classmethod
     def resume(cls, path, kind: str, *, fsync: bool = False) -> tuple[RunRecord, RecordContents]:
+        """Open a record to continue it: its end repaired (see the module docstring), a segment line appended."""
         contents = read_record(path, kind)
-        if contents.torn_tail:  # end the torn line so the next event starts on a line of its own
+        dropped = None
+        if contents.torn_tail:
+            try:
+                os.truncate(path, contents.complete_bytes)
+            except OSError as exc:
+                raise BadInput(f"cannot repair the run record {path}: {exc.strerror}") from None
+            dropped = contents.torn_bytes.decode("utf-8", "replace")[:DROPPED_EXCERPT_CHARS]
+            contents.repair = (f"the last line of {path} was cut short ({len(contents.torn_bytes):,} bytes, a write that "
+                               f"a crash interrupted; not a complete record): truncated it, back to the last complete record")
+        elif contents.unterminated:
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write("\n")
+            contents.repair = f"the last record of {path} lacked its newline: ended it, so the next event starts a line of its own"
         rec = cls(path, fsync=fsync)
-        rec.append("segment", resumed=time.time(), events_before=len(contents.events))
+        rec.segment = contents.segments + 1
+        rec.append("segment", resumed=time.time(), events_before=len(contents.events), repaired=contents.repair,
+                   dropped=dropped)
         return rec, contents
 
     def append(self, type_: str, **fields) -> None:
         if self._fh is None:
             return
-        line = json.dumps({"type": type_, **fields}, default=_default, separators=(",", ":"))
+        event = {"type": type_, **fields}
+        try:
+            line = json.dumps(event, default=_default, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # NaN or Infinity somewhere: JSON has neither, so they are written as null
+            line = json.dumps(_finite(json.loads(json.dumps(event, default=_default))), separators=(",", ":"))
         self._fh.write(line + "\n")
         self._fh.flush()
         if self.fsync:
@@ -93,38 +134,168 @@ def _default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def read_record(path, kind: str | None = None) -> RecordContents:
-    """Read a record back; BadInput (one line) when it is missing, not a record, or of another kind."""
-    p = pathlib.Path(path)
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode(raw: bytes) -> dict | None:
+    """One line as an event, or None when it is not a JSON object with a string ``type``."""
     try:
-        text = p.read_text(encoding="utf-8")
+        event = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON (a torn line), NaN, or nested past the decoder's limit
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        return None
+    return event
+
+
+def _open_regular(p: pathlib.Path):
+    try:
+        st = p.stat()
     except FileNotFoundError:
         raise BadInput(f"no run record at {p} (nothing to resume)") from None
     except OSError as exc:
         raise BadInput(f"cannot read the run record {p}: {exc.strerror}") from None
-    lines = [line for line in text.split("\n") if line.strip()]
-    events, torn = [], False
-    for i, line in enumerate(lines):
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            # a line cut short by a crash: the last line, or one a resumed segment follows
-            if i == len(lines) - 1:
-                torn = True
-                continue
-            if _is_segment(lines[i + 1]):
-                continue
-            raise BadInput(f"{p} line {i + 1} is not JSON: the run record is damaged") from None
-    if not events or events[0].get("type") != "header":
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"the run record {p} is not a regular file")
+    if st.st_size > MAX_RECORD_BYTES:
+        raise BadInput(f"the run record {p} is {st.st_size:,} bytes, over the {MAX_RECORD_BYTES:,} servesize reads")
+    try:
+        return open(p, "rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read the run record {p}: {exc.strerror}") from None
+
+
+def _lines(p: pathlib.Path):
+    """(line number, bytes without the newline, ended by a newline, offset after it) for each line."""
+    offset = 0
+    with _open_regular(p) as fh:
+        for number, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            ended = raw.endswith(b"\n")
+            if len(raw) > MAX_LINE_BYTES and not ended:
+                raise BadInput(f"{p} line {number} is longer than {MAX_LINE_BYTES:,} bytes: not a servesize run record")
+            offset += len(raw)
+            yield number, raw.rstrip(b"\n"), ended, offset
+
+
+def read_record(path, kind: str | None = None) -> RecordContents:
+    """Read a record back; BadInput (one line) when it is missing, not a record, damaged or of another kind."""
+    p = pathlib.Path(path)
+    events: list[dict] = []
+    contents = RecordContents(header={})
+    pending: tuple[int, bytes] | None = None  # a line that is not an event, kept until what follows says what it is
+    for number, raw, ended, offset in _lines(p):
+        if not raw.strip():
+            if ended:
+                contents.complete_bytes = offset
+            continue
+        event = _decode(raw)
+        if pending is not None:
+            # an earlier resume ended a torn line with a newline instead of truncating it: a segment line follows it
+            if event is None or event["type"] != "segment":
+                raise BadInput(f"{p} line {pending[0]} is not a record event: the run record is damaged")
+            pending = None
+        if event is None:
+            if not ended:  # the last line, cut short by a crash mid-write
+                contents.torn_tail, contents.torn_bytes = True, raw
+                break
+            pending = (number, raw)
+            contents.complete_bytes = offset
+            continue
+        events.append(event)
+        if ended:
+            contents.complete_bytes = offset
+        else:
+            contents.unterminated = True
+    if pending is not None:
+        raise BadInput(f"{p} line {pending[0]} is not a record event: the run record is damaged")
+    return _with_header(p, events, contents, kind)
+
+
+def _with_header(p: pathlib.Path, events: list[dict], contents: RecordContents, kind: str | None) -> RecordContents:
+    """The contents, once the first event is a header of the kind asked for, with its parameters."""
+    if not events or events[0]["type"] != "header":
         raise BadInput(f"{p} is not a servesize run record (no header line)")
     header = events[0]
     if kind is not None and header.get("kind") != kind:
         raise BadInput(f"{p} records a 'measure {header.get('kind')}' run, not 'measure {kind}'")
-    return RecordContents(header=header, events=events[1:], torn_tail=torn)
+    if not isinstance(header.get("params"), dict):
+        raise BadInput(f"{p}: the header line holds no run parameters: the run record is damaged")
+    contents.header, contents.events = header, events[1:]
+    contents.segments = sum(1 for e in contents.events if e["type"] == "segment")
+    return contents
 
 
-def _is_segment(line: str) -> bool:
-    try:
-        return json.loads(line).get("type") == "segment"
-    except (ValueError, AttributeError):
-        return False
+# -- typed reading of recorded objects ------------------------------------------------------------
+
+def typed(cls: type, data: Any, where: str) -> dict:
+    """``data`` (a recorded dict) checked against the fields of the dataclass ``cls``: every required field
+    present, every value of its declared type (a float finite, an int not a bool); unknown keys dropped.
+    BadInput (one line, naming ``where`` and the field) otherwise."""
+    if not isinstance(data, dict):
+        raise BadInput(f"{where} is not a JSON object: the run record is damaged")
+    hints = _hints(cls)
+    out = {}
+    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+        if name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise BadInput(f"{where} has no {name!r}: the run record is damaged")
+            continue
+        if not _accepts(hints[name], data[name]):
+            raise BadInput(f"{where}: {name!r} is {_show(data[name])}, not {_type_name(hints[name])}: the run record is damaged")
+        out[name] = data[name]
+    return out
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _accepts(tp: Any, v: Any) -> bool:
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return any(_accepts(a, v) for a in get_args(tp))
+    if tp is type(None):
+        return v is None
+    if tp is Any:
+        return True
+    if tp is bool:
+        return isinstance(v, bool)
+    if tp is int:
+        return isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63
+    if tp is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if tp is str:
+        return isinstance(v, str)
+    if tp is dict or origin is dict:
+        return isinstance(v, dict)
+    if tp is list or origin is list or origin is tuple:
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        return isinstance(v, list) and (not args or all(_accepts(args[0], x) for x in v))
+    if hasattr(tp, "__dataclass_fields__"):
+        return isinstance(v, dict)  # checked field by field where it is built
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _show(v: Any) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:40] + "..."

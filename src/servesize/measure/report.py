@@ -47,6 +47,8 @@ def render_pool(r: PoolResult, explain: bool = False) -> str:
     else:
         pool = f"[{r.pool_low_tokens:,}, {r.pool_high_tokens:,}) tokens"
         if r.resolution == "block":
+            if r.block_size is None:  # build() gives 'block' only from the fine stage, which needs it
+                raise RuntimeError("a pool known to the block without a block size")
             pool += f"  = {r.pool_low_tokens // r.block_size:,} blocks of {r.block_size}, known to the block"
         else:
             pool += f"  ({r.n_warm} prompts warm, {r.n_cold} cold: known to the prompt)"
@@ -60,10 +62,10 @@ def render_pool(r: PoolResult, explain: bool = False) -> str:
         out.append("engine's own figure: not published (no vllm:cache_config_info)")
     if r.predicted_tokens is not None:
         inside = ", inside the interval" if r.inside(r.predicted_tokens) else ""
-        out.append(f"servesize prediction ({r.predicted_source}): {r.predicted_tokens:,} tokens, "
+        out.append(f"prediction: {r.predicted_tokens:,} tokens ({r.predicted_source}), "
                    f"{_pct(r.relative_error(r.predicted_tokens))} vs measured {r.measured_tokens:,.0f}{inside}")
     else:
-        out.append("servesize prediction: none given (--predicted-tokens N)")
+        out.append('prediction: none given (--predicted-tokens N, or --predict "MODEL --gpus ... [vLLM flags]")')
     notes = r.notes + r.signal_notes
     if notes:
         out.append("")
@@ -83,29 +85,73 @@ def render_pool(r: PoolResult, explain: bool = False) -> str:
     return "\n".join(out)
 
 
+def hit_rate_text(rate: float | None, target: float) -> str:
+    """A warm-hit rate with enough digits that it is never shown on the other side of the target than
+    it is (0.898 against 90% reads 89.8%, 0.8996 reads 89.96%, never 90.0%)."""
+    if rate is None:
+        return "-"
+    for digits in range(1, 6):
+        shown = round(rate * 100, digits)
+        if (shown >= target * 100) == (rate >= target):
+            return f"{rate * 100:.{digits}f}%"
+    return f"{rate * 100:.6f}%"
+
+
+RUNG_STATE = {"warm": "warm", "below": "below {target}", "failed": "FAILED", "no signal": "no signal"}
+
+
+def short_stop(stop: str | None) -> str:
+    """A stop reason's head (``error rate 83% > 5%``); the whole reason is in the notes."""
+    return (stop or "").split(":")[0]
+
+
+def _rung_row(g, target: float) -> list[str]:
+    hits = f"{g.warm_hits}/{g.returning}" if g.returning else "-"
+    if g.returning_errors:
+        hits += f" ({g.returning_errors} failed)"
+    head = [str(g.users), str(g.requests), f"{g.errors}", hits, hit_rate_text(g.warm_hit_rate, target),
+            RUNG_STATE[g.state(target)].format(target=f"{target:.0%}")]
+    if g.failed:  # no measurement: its few completed requests' timings are not shown as if they were one
+        return head + ["-"] * 7 + [short_stop(g.stop)]
+    return head + [_ms(g.ttft_hit.get("p50_s")), _ms(g.ttft_hit.get("p95_s")), _ms(g.ttft_miss.get("p50_s")),
+                   _ms(g.ttft_miss.get("p95_s")), _ms(g.itl.get("p50_s")),
+                   "-" if g.decode_tok_per_s_p50 is None else f"{g.decode_tok_per_s_p50:,.1f}",
+                   "-" if g.preemptions is None else f"{g.preemptions:,.0f}", short_stop(g.stop)]
+
+
+def knee_line(r: SessionsResult) -> str:
+    k, target = r.knee, f"{r.warm_target:.0%}"
+    warm, cold, unknown = k["warm_users"], k["cold_users"], k.get("inconclusive_users")
+    why = next((short_stop(g.stop) or g.state(r.warm_target) for g in r.rungs if g.users == unknown), "")
+    if cold is not None:
+        if warm is None:
+            return f"knee: even the first rung ({cold} users) was below a warm-hit rate of {target}: warm capacity < {cold} users"
+        return f"knee: warm-hit rate >= {target} up to {warm} users, below it at {cold}: warm capacity in [{warm}, {cold}) users"
+    if unknown is not None:
+        if warm is None:
+            return f"knee: not measured: the first rung ({unknown} users) is no measurement ({why})"
+        return (f"knee: warm-hit rate >= {target} up to {warm} users; the {unknown}-user rung is no measurement ({why}): "
+                f"warm capacity >= {warm} users, its upper edge not measured")
+    if warm is None:
+        return "knee: not measured (no rung ran)"
+    return f"knee: every rung kept a warm-hit rate >= {target}: warm capacity >= {warm} users (the ladder's top)"
+
+
 @render_text.register
 def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     out = [f"measure sessions: {r.url}  model {r.model}"]
     out.append(r.workload_line)
     out.append("")
-    rows = []
-    for g in r.rungs:
-        rows.append([str(g.users), str(g.requests), f"{g.errors}", "-" if g.warm_hit_rate is None else f"{g.warm_hit_rate:.2f}",
-                     _ms(g.ttft_hit.get("p50_s")), _ms(g.ttft_hit.get("p95_s")), _ms(g.ttft_miss.get("p50_s")),
-                     _ms(g.ttft_miss.get("p95_s")), _ms(g.itl.get("p50_s")),
-                     "-" if g.decode_tok_per_s_p50 is None else f"{g.decode_tok_per_s_p50:,.1f}",
-                     "-" if g.preemptions is None else f"{g.preemptions:,.0f}", g.stop or ""])
-    out.append(table(["users", "requests", "errors", "warm hits", "hit TTFT p50", "hit p95", "miss TTFT p50", "miss p95",
-                      "ITL p50", "tok/s/user", "preempt", "stopped"], rows, "rrrrrrrrrrrl"))
+    rows = [_rung_row(g, r.warm_target) for g in r.rungs]
+    out.append(table(["users", "requests", "errors", "warm hits", "warm-hit rate", "rung", "hit TTFT p50", "hit p95",
+                      "miss TTFT p50", "miss p95", "ITL p50", "tok/s/user", "preempt", "stopped"], rows,
+                     "rrrrrlrrrrrrrl"))
     out.append("")
-    out.append(f"warmth signal: {r.signal}")
-    knee = r.knee
-    if knee["warm_users"] is None:
-        out.append(f"knee: no rung kept a warm-hit rate >= {r.warm_target:.0%}")
-    elif knee["cold_users"] is None:
-        out.append(f"knee: every rung kept a warm-hit rate >= {r.warm_target:.0%}: warm capacity >= {knee['warm_users']} users")
-    else:
-        out.append(f"knee: warm-hit rate >= {r.warm_target:.0%} up to {knee['warm_users']} users, below it at {knee['cold_users']}")
+    out.append(f"warmth signal: {r.signal}; warm hits = warm returning requests / returning requests sent (a failed one "
+               f"is a miss); a rung with more than {r.max_error_rate:.0%} of its requests failed is FAILED: no measurement")
+    out.append(knee_line(r))
+    if r.verdicts and r.predicted_source:
+        out.append(f"predictions: {r.predicted_source}")
     for v in r.verdicts:
         out.append(v["line"])
     if r.notes:

@@ -22,8 +22,11 @@ served more than the shared prefix plus half of the session's own previous promp
 cold TTFT predicted for its length by a linear fit over first turns). Per rung: warm-hit rate,
 TTFT p50/p95 of hits and misses, inter-token latency, decode tok/s per user, preemptions
 (/metrics delta), errors. A rung lasts ``duration_s``, or ends sooner once every user has sent
-``requests_per_user`` requests. Stop conditions end the ladder: error rate over ``max_error_rate``,
-hit TTFT p95 over ``max_ttft_p95_s``. Every random draw is seeded (seed, rung, user).
+``requests_per_user`` requests. Stop conditions end the ladder: a rung that **failed** (more than
+``max_error_rate`` of its requests failed, or none completed: it is never warm, its warm-hit rate is not a
+finding, the record does not hold it as complete and ``--resume`` measures it again; the run exits 2 and
+says why), or hit TTFT p95 over ``max_ttft_p95_s``. The warm-hit rate counts every returning request
+sent: one that failed is a miss, never left out. Every random draw is seeded (seed, rung, user).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from servesize.errors import BadInput
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
-from servesize.measure.record import RecordContents, RunRecord
+from servesize.measure.record import RecordContents, RunRecord, typed
+from servesize.scenario import MAX_TOKENS
 
 LADDER_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
 
@@ -69,8 +73,18 @@ class SessionParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.user.median_tokens <= 0 or self.user.sigma < 0:
-            raise BadInput("--median must be > 0 and --sigma >= 0")
+        if not 1 <= self.max_model_len <= MAX_TOKENS:
+            raise BadInput(f"--max-model-len {self.max_model_len:,} is out of range: [1, {MAX_TOKENS:,}]")
+        for flag, c in (("--", self.user), ("--subagent-", self.subagent if self.subagent_ratio > 0 else None)):
+            if c is not None and not (0 < c.median_tokens <= MAX_TOKENS and 0 <= c.sigma <= 5
+                                      and 0 <= c.prefix_tokens <= self.max_model_len):
+                raise BadInput(f"{flag}median must be in (0, {MAX_TOKENS:,}], {flag}sigma in [0, 5] and {flag}prefix in "
+                               f"[0, --max-model-len {self.max_model_len:,}], not {c.median_tokens:g}, {c.sigma:g} and "
+                               f"{c.prefix_tokens:,}")
+        if not (1 <= self.turns_per_session <= 10_000 and 1 <= self.subagent_turns <= 10_000):
+            raise BadInput("--turns-per-session must be in [1, 10,000]")
+        if self.think_time_s > 1e6 or self.output_tokens > self.max_model_len:
+            raise BadInput("--think-time must be at most 1e6 s and --output-tokens at most --max-model-len")
         if not 0 <= self.invalidation <= 1:
             raise BadInput("--invalidation must be in [0, 1]")
         if self.subagent_ratio < 0:
@@ -84,19 +98,19 @@ class SessionParams:
     @classmethod
     def from_workload(cls, workload: Any, **overrides) -> SessionParams:
         """Adapt a ``servesize.workload.model.Workload`` (duck-typed: log-normal classes only)."""
-        def cls_of(c) -> ClassParams | None:
-            if c is None:
-                return None
+        def cls_of(c) -> ClassParams:
             if not hasattr(c, "sigma"):
                 raise BadInput(f"measure sessions needs log-normal classes; {getattr(c, 'name', c)} is {getattr(c, 'kind', '?')}")
             return ClassParams(float(c.median_tokens), float(c.sigma), int(c.prefix_tokens))
-        sub = cls_of(getattr(workload, "subagent", None))
+        subagent = getattr(workload, "subagent", None)
+        sub = cls_of(subagent) if subagent is not None else None
         if sub is not None and getattr(workload, "subagents_share_prefix", False):
             sub = ClassParams(sub.median_tokens, sub.sigma, workload.user.prefix_tokens)
-        p = dict(user=cls_of(workload.user), subagent=sub, subagent_ratio=float(getattr(workload, "subagent_ratio", 0.0)),
-                 invalidation=float(getattr(workload, "invalidation", 0.0)), max_model_len=int(workload.max_model_len),
-                 think_time_s=float(workload.think_time_s), output_tokens=int(workload.output_tokens),
-                 turn_tokens=int(getattr(workload, "warm_turn_tokens", 512)))
+        p: dict[str, Any] = dict(
+            user=cls_of(workload.user), subagent=sub, subagent_ratio=float(getattr(workload, "subagent_ratio", 0.0)),
+            invalidation=float(getattr(workload, "invalidation", 0.0)), max_model_len=int(workload.max_model_len),
+            think_time_s=float(workload.think_time_s), output_tokens=int(workload.output_tokens),
+            turn_tokens=int(getattr(workload, "warm_turn_tokens", 512)))
         p.update(overrides)
         return cls(**p)
 
@@ -105,9 +119,11 @@ class SessionParams:
 
     @classmethod
     def from_dict(cls, d: dict) -> SessionParams:
-        d = dict(d)
-        d["user"] = ClassParams(**d["user"])
-        d["subagent"] = ClassParams(**d["subagent"]) if d.get("subagent") else None
+        """From a run record's header, every field checked (BadInput, one line, for a damaged one)."""
+        where = "the run record's workload parameters"
+        d = typed(cls, d, where)
+        d["user"] = ClassParams(**typed(ClassParams, d["user"], where + " (user)"))
+        d["subagent"] = ClassParams(**typed(ClassParams, d["subagent"], where + " (subagent)")) if d.get("subagent") else None
         return cls(**d)
 
     def describe(self) -> str:
@@ -181,6 +197,8 @@ class SessionGenerator:
     def _new_session(self, kind: str) -> _Session:
         p = self.p
         cls = p.user if kind == "user" else p.subagent
+        if cls is None:  # next() draws 'subagent' only when the params have a subagent class
+            raise RuntimeError("SessionGenerator: a subagent session asked for, but the params have no subagent class")
         self.sessions_started += 1
         seq = (self.rung & 0xFF) << 16 | (self.user & 0xFF) << 8 | (self.sessions_started & 0xFF)
         uid = id_words(self.nonce, seq) + [f"u{self.user}s{self.sessions_started}"]
@@ -258,14 +276,18 @@ def _summary(values: list[float]) -> dict:
 
 @dataclass
 class RungStats:
+    """One rung's statistics. ``status``: 'measured', or 'failed' when more than the run's
+    ``max_error_rate`` of its requests failed (or none completed): a failed rung is never warm,
+    never counted as complete in the record, and ``--resume`` measures it again."""
+
     users: int
     duration_s: float
     requests: int
     errors: int
     error_types: dict
-    returning: int
+    returning: int  # returning requests sent, failed ones included
     warm_hits: int
-    warm_hit_rate: float | None
+    warm_hit_rate: float | None  # warm hits / returning requests sent: a failed returning request is a miss
     signal: str
     ttft_hit: dict
     ttft_miss: dict
@@ -274,6 +296,8 @@ class RungStats:
     preemptions: float | None
     metrics_hit_ratio: float | None
     stop: str | None = None
+    status: str = "measured"  # 'measured' | 'failed'
+    returning_errors: int = 0  # returning requests that failed (counted as misses in the warm-hit rate)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -282,76 +306,125 @@ class RungStats:
     def from_dict(cls, d: dict) -> RungStats:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def state(self, target: float) -> str:
+        """'warm' (warm-hit rate >= target), 'below', 'failed', or 'no signal' (warmth could not be judged)."""
+        if self.failed:
+            return "failed"
+        if self.warm_hit_rate is None:
+            return "no signal"
+        return "warm" if self.warm_hit_rate >= target else "below"
+
+
+def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ratio: float) -> tuple[str, dict[str, bool]]:
+    """Which signal judged warmth, and warm or not per returning request (by id)."""
+    reports = any(r.cached_tokens_reported for r in ok)
+    warm: dict[str, bool] = {}
+    if returning and reports:
+        for r in returning:
+            warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
+        return "cached_tokens", warm
+    fit = ttft_fit(ok)
+    if fit is None:
+        return "none", warm
+    a, b = fit
+    for r in returning:
+        cold = a + b * max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"])
+        warm[r.id] = r.ttft_s is not None and cold > 0 and r.ttft_s < ttft_ratio * cold
+    return "ttft", warm
+
 
 def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, ttft_ratio: float = 0.4,
                preemptions: float | None = None, metrics_hit_ratio: float | None = None) -> RungStats:
+    """A rung's statistics from its requests. The warm-hit rate counts every returning request sent:
+    one that failed is a miss (it was not served warm), never left out. Without a single returning
+    request that completed there is nothing to judge warmth by, and the rate is None."""
     ok = [r for r in results if r.ok]
     errors = [r for r in results if not r.ok]
-    returning = [r for r in ok if r.tags.get("returning")]
-    reports = any(r.cached_tokens_reported for r in ok)
-    signal = "cached_tokens" if returning and reports else "ttft"
-    warm: dict[str, bool] = {}
-    if signal == "cached_tokens":
-        for r in returning:
-            warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
-    else:
-        fit = ttft_fit(ok)
-        if fit is None:
-            signal = "none"
-        else:
-            a, b = fit
-            for r in returning:
-                cold = a + b * max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"])
-                warm[r.id] = r.ttft_s is not None and cold > 0 and r.ttft_s < ttft_ratio * cold
+    returning_all = [r for r in results if r.tags.get("returning")]
+    returning = [r for r in returning_all if r.ok]
+    signal, warm = _warm_flags(ok, returning, ttft_ratio)
     hits = [r for r in ok if warm.get(r.id)]
     misses = [r for r in ok if not warm.get(r.id)]
     itl_p50 = [r.itl["p50_s"] for r in ok if r.itl]
     itl_p95 = sorted(r.itl["p95_s"] for r in ok if r.itl)
     decode = sorted(r.decode_tok_per_s for r in ok if r.decode_tok_per_s)
+    judged = bool(returning) and signal != "none"
     return RungStats(
         users=users, duration_s=duration_s, requests=len(results), errors=len(errors),
-        error_types=dict(Counter(r.error["type"] for r in errors)), returning=len(returning), warm_hits=len(hits),
-        warm_hit_rate=(sum(1 for r in returning if warm.get(r.id)) / len(returning)) if returning and signal != "none" else None,
+        error_types=dict(Counter(r.error["type"] for r in results if r.error is not None)),  # the errors: not ok = error set
+        returning=len(returning_all), warm_hits=len(hits),
+        warm_hit_rate=sum(1 for r in returning if warm.get(r.id)) / len(returning_all) if judged else None,
         signal=signal, ttft_hit=_summary([r.ttft_s for r in hits if r.ttft_s is not None]),
         ttft_miss=_summary([r.ttft_s for r in misses if r.ttft_s is not None]),
         itl={"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
              "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
         decode_tok_per_s_p50=_quantile(decode, 0.5) if decode else None,
-        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio)
+        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning))
 
 
 def knee(rungs: list[RungStats], target: float) -> dict:
-    """The largest rung (from the bottom, without a gap) keeping warm-hit rate >= target, and the next."""
-    warm_users, cold_users = None, None
+    """From the bottom rung up: the last rung that kept a warm-hit rate >= target, and the rung that ended
+    the run of warm ones: ``cold_users`` when it was measured below the target, ``inconclusive_users`` when
+    it failed or could not be judged (then the knee's upper edge is not measured)."""
+    warm_users = cold_users = inconclusive_users = None
     for g in sorted(rungs, key=lambda g: g.users):
-        if g.warm_hit_rate is not None and g.warm_hit_rate >= target:
-            if cold_users is None:
-                warm_users = g.users
-        elif cold_users is None:
+        state = g.state(target)
+        if state == "warm":
+            warm_users = g.users
+            continue
+        if state == "below":
             cold_users = g.users
-    return {"warm_users": warm_users, "cold_users": cold_users}
+        else:
+            inconclusive_users = g.users
+        break
+    return {"warm_users": warm_users, "cold_users": cold_users, "inconclusive_users": inconclusive_users}
+
+
+MARKS = {"✓": "agrees: within ±{band} of the measured range", "~": "near: beyond ±{band}, within ±{band2}",
+         "✗": "disagrees: beyond ±{band2}", "?": "not decided"}
+
+
+def _bracket(low: float | None, high: float | None) -> str:
+    if high is None:
+        return f">= {low:g} (a lower bound)"
+    if low is None or low <= 0:
+        return f"< {high:g}"
+    return f"{low:g}" if high == low else f"[{low:g}, {high:g})"
 
 
 def verdict(name: str, predicted: float, low: float | None, high: float | None, band: float = 0.25) -> dict:
-    """5c's bracket verdicts: ✓ inside the measured bracket [low, high) or within ±band of it, ~ within
-    ±2·band, ✗ beyond. ``high`` None: only a lower bound was measured (a point when ``point`` use low == high)."""
-    if low is None:
-        return {"name": name, "predicted": predicted, "mark": "?", "line": f"? {name}: predicted {predicted:g}, not measured"}
-    if high is not None and low <= predicted < high:
-        err = 0.0
-    elif predicted < low or high is None or high == low:
+    """5c's bracket verdicts on a prediction against what was measured: inside the measured range
+    [low, high) or within ±band of it ✓, within ±2·band ~, beyond ✗, not decided ?. ``low == high``: a
+    point. ``high`` None: only a lower bound was measured (the ladder ended on warm or inconclusive
+    rungs): a prediction above it is not decided, one below it is at least that far off. ``low`` None
+    (or 0): only an upper bound (even the first rung was below the target). The line says in words
+    what the mark means."""
+    out: dict[str, Any] = {"name": name, "predicted": predicted, "low": low, "high": high}
+    if low is None and high is None:
+        return {**out, "mark": "?", "relative_error": None, "line": f"? {name}: predicted {predicted:g}, not measured"}
+    bracket = _bracket(low, high)
+    head = f"{name}: predicted {predicted:g}, measured {bracket}"
+    b1, b2 = f"{band:.0%}", f"{2 * band:.0%}"
+    if high is None:  # a lower bound only
+        assert low is not None
         err = (predicted - low) / low
-    else:
-        err = (predicted - high) / high
+        if err >= 0 or abs(err) <= band:
+            return {**out, "mark": "?", "relative_error": None,
+                    "line": f"? {head}: not decided (the ladder did not reach the knee's upper edge)"}
+        mark = "✗" if abs(err) > 2 * band else "~"
+        text = f"at least {abs(err):.0%} below it: " + MARKS[mark].format(band=b1, band2=b2)
+        return {**out, "mark": mark, "relative_error": err, "line": f"{mark} {head}: {text}"}
+    lo = low if low is not None else 0.0
+    if lo <= predicted < high or (lo == high == predicted):
+        return {**out, "mark": "✓", "relative_error": 0.0, "line": f"✓ {head}: inside the measured range"}
+    err = (predicted - high) / high if predicted >= high and high != lo else (predicted - lo) / lo
     mark = "✓" if abs(err) <= band else ("~" if abs(err) <= 2 * band else "✗")
-    if high is None:
-        bracket = f">= {low:g}"
-    elif high == low:
-        bracket = f"{low:g}"
-    else:
-        bracket = f"[{low:g}, {high:g})"
-    return {"name": name, "predicted": predicted, "low": low, "high": high, "relative_error": err, "mark": mark,
-            "line": f"{mark} {name}: predicted {predicted:g}, measured {bracket} ({err:+.0%}; ✓ within ±{band:.0%})"}
+    text = f"{abs(err):.0%} {'above' if err > 0 else 'below'} it: " + MARKS[mark].format(band=b1, band2=b2)
+    return {**out, "mark": mark, "relative_error": err, "line": f"{mark} {head}: {text}"}
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -364,6 +437,8 @@ class SessionsConfig:
     model: str | None = None
     duration_s: float = 120.0
     warm_target: float = 0.9
+    # A rung whose requests failed beyond this share (or that completed none) is failed: never warm, not
+    # complete in the record (--resume measures it again), and it ends the ladder.
     max_error_rate: float = 0.05
     max_ttft_p95_s: float | None = None
     timeout_s: float = 600.0
@@ -374,14 +449,22 @@ class SessionsConfig:
     # A rung also ends once every user has sent this many requests (None: the duration alone). A rung
     # bounded by count sends the same requests however fast the server, or the machine, runs.
     requests_per_user: int | None = None
+    # after a failed request a user waits at least this long before the next (a dead server gets a few
+    # requests a second per user, not a flood into the record)
+    error_backoff_s: float = 1.0
+    predicted_source: str | None = None  # where the predictions came from (for the report)
 
     def __post_init__(self) -> None:
         if not (self.timeout_s > 0 and self.stall_timeout_s > 0 and self.duration_s > 0):
             raise BadInput("--timeout, --stall-timeout and --duration must be positive seconds")
         if self.requests_per_user is not None and self.requests_per_user < 1:
-            raise BadInput("requests per user must be at least 1")
+            raise BadInput("--requests-per-user must be at least 1")
         if not 0 <= self.max_error_rate <= 1 or not 0 < self.warm_target <= 1:
             raise BadInput("--max-error-rate must be in [0, 1] and --warm-target in (0, 1]")
+        if not self.users or any(u < 1 or u > MAX_USERS for u in self.users) or len(set(self.users)) > MAX_RUNGS:
+            raise BadInput(f"the ladder must have 1 to {MAX_RUNGS} rungs of 1 to {MAX_USERS:,} users, not {self.users}")
+        if not 0 <= self.error_backoff_s <= 3600:
+            raise BadInput("the error back-off must be in [0, 3600] seconds")
 
     def to_params(self) -> dict:
         d = asdict(self)
@@ -390,9 +473,14 @@ class SessionsConfig:
 
     @classmethod
     def from_params(cls, d: dict) -> SessionsConfig:
-        d = dict(d)
+        """From a run record's header, every field checked (BadInput, one line, for a damaged one)."""
+        d = typed(cls, d, "the run record's header")
         d["params"] = SessionParams.from_dict(d["params"])
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        return cls(**d)
+
+
+MAX_USERS = 100_000  # simulated users on one rung: each is a coroutine and a connection
+MAX_RUNGS = 64
 
 
 @dataclass
@@ -411,12 +499,22 @@ class SessionsResult:
                                "rung); DP routing; the real distribution of your users' sessions (the simulated one is "
                                "log-normal and seeded); replies fed back as the model wrote them (filler is used).")
     exit_code: int = 0
+    failure: str | None = None  # why the run did not measure what it set out to (exit 2); None when it did
+    max_error_rate: float = 0.05
+    predicted_source: str | None = None
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "workload": self.workload_line, "signal": self.signal,
-                "warm_target": self.warm_target, "knee": self.knee, "rungs": [g.to_dict() for g in self.rungs],
-                "verdicts": [{k: v for k, v in x.items()} for x in self.verdicts], "notes": self.notes,
-                "record": self.record_path, "does_not_establish": self.does_not_establish}
+                "warm_target": self.warm_target, "max_error_rate": self.max_error_rate, "knee": self.knee,
+                "rungs": [g.to_dict() for g in self.rungs],
+                "verdicts": [{k: v for k, v in x.items()} for x in self.verdicts],
+                "predicted_source": self.predicted_source, "notes": self.notes,
+                "failure": self.failure, "record": self.record_path, "does_not_establish": self.does_not_establish}
+
+
+# A request error that says the URL is not a server to measure: the rung ends at once (every other request
+# would say the same) instead of sending requests for the rest of its duration.
+FATAL_ERRORS = ("not_openai", "bad_url")
 
 
 class SessionsRun:
@@ -427,6 +525,7 @@ class SessionsRun:
         self.resume = resume
         self.progress = progress or (lambda msg: None)
         self.notes: list[str] = []
+        self.attempts: Counter[int] = Counter()  # failed attempts of each rung (by users) in the record so far
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
@@ -438,7 +537,9 @@ class SessionsRun:
                 stats = done.get(users)
                 if stats is None:
                     stats = await self._rung(client, scraper, prompts, index, users)
-                    self.record.append("rung", users=users, stats=stats.to_dict())
+                    # only a measured rung is complete; a failed one is recorded as such and measured again on --resume
+                    self.record.append("rung_failed" if stats.failed else "rung", users=users, attempt=self.attempts[users] + 1,
+                                       stats=stats.to_dict())
                     collect_between()
                 rungs.append(stats)
                 if stats.stop:
@@ -450,13 +551,25 @@ class SessionsRun:
         return self._result(model, rungs)
 
     def _completed_rungs(self) -> dict[int, RungStats]:
-        """The rungs a resumed record already holds, by user count (they are not run again)."""
+        """The rungs a resumed record holds as measured, by user count: they are not run again. A failed rung
+        (a ``rung_failed`` event, or a ``rung`` of a record written before failed rungs had their own event
+        whose error rate passed the limit) is measured again."""
         done: dict[int, RungStats] = {}
-        if self.resume is not None:
-            for e in self.resume.of_type("rung"):
-                done[e["users"]] = RungStats.from_dict(e["stats"])
-            if done:
-                self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        if self.resume is None:
+            return done
+        for e in self.resume.of_type("rung_failed"):
+            self.attempts[_users_of(e)] += 1
+        for e in self.resume.of_type("rung"):
+            stats = _stats_of(e)
+            if stats.failed or (stats.stop or "").startswith("error rate"):
+                self.attempts[stats.users] += 1
+                continue
+            done[stats.users] = stats
+        if done:
+            self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        redo = sorted(set(self.attempts) - set(done))
+        if redo:
+            self.notes.append(f"resumed: the failed rung(s) of {', '.join(map(str, redo))} users are measured again")
         return done
 
     async def _open(self, client: StreamClient) -> tuple[str, MetricsScraper, PromptFactory]:
@@ -474,12 +587,14 @@ class SessionsRun:
         return model, scraper, prompts
 
     def _result(self, model: str, rungs: list[RungStats]) -> SessionsResult:
-        """The knee, the verdicts on the predictions, and the exit: 2 when the first rung already failed."""
+        """The knee, the verdicts on the predictions, and the exit: 2, with the reason, when a rung failed
+        (what was asked was not measured); the rungs below it are still reported."""
         cfg = self.cfg
-        signals = sorted({g.signal for g in rungs})
+        signals = sorted({g.signal for g in rungs if not g.failed}) or ["none"]
         k = knee(rungs, cfg.warm_target)
         verdicts = []
         if cfg.predicted_users is not None:
+            # [warm, cold): measured both edges; >= warm: the ladder ended warm or on a rung that failed
             verdicts.append(verdict("warm users", cfg.predicted_users, k["warm_users"], k["cold_users"]))
         if cfg.predicted_decode_tok_per_s is not None:
             at = next((g for g in rungs if g.users == k["warm_users"]), None)
@@ -487,12 +602,17 @@ class SessionsRun:
             verdicts.append(verdict("decode tok/s per user at the knee", cfg.predicted_decode_tok_per_s, measured, measured))
         if "ttft" in signals:
             self.notes.append("warm hits judged by TTFT (no cached_tokens): start vLLM with --enable-prompt-tokens-details")
-        # errors on the first rung mean nothing was measured (a dead or refusing server): exit 2; errors
-        # higher up are a finding (the service broke under that load) and end the ladder there
-        failed = bool(rungs) and bool(rungs[0].stop) and rungs[0].stop.startswith("error rate")
-        return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs, exit_code=2 if failed else 0,
-                              signal="+".join(signals), warm_target=cfg.warm_target, knee=k, verdicts=verdicts,
-                              notes=self.notes, record_path=str(self.record.path) if self.record.path else None)
+        failed = next((g for g in rungs if g.failed), None)
+        failure = None
+        if failed is not None:
+            where = f"; the record {self.record.path} keeps every request: measure it again with --resume {self.record.path}" \
+                if self.record.path else ""
+            failure = f"the {failed.users}-user rung failed ({failed.stop}): it is not a measurement{where}"
+        return SessionsResult(url=cfg.url, model=model, workload_line=cfg.params.describe(), rungs=rungs,
+                              exit_code=2 if failure else 0, signal="+".join(signals), warm_target=cfg.warm_target, knee=k,
+                              verdicts=verdicts, notes=self.notes, failure=failure, max_error_rate=cfg.max_error_rate,
+                              predicted_source=cfg.predicted_source,
+                              record_path=str(self.record.path) if self.record.path else None)
 
     async def _rung(self, client: StreamClient, scraper: MetricsScraper, prompts: PromptFactory, index: int,
                     users: int) -> RungStats:
@@ -503,7 +623,9 @@ class SessionsRun:
         before = await scraper.scrape()
         results: list[RequestResult] = []
         tpw = prompts.tokens_per_word
-        rung_nonce = random.Random(f"{prompts.nonce}/{index}").getrandbits(32)
+        rung_nonce = random.Random(f"{prompts.nonce}/{index}/{self.attempts[users]}").getrandbits(32)
+        attempt = self.attempts[users] + 1
+        fatal: list[RequestResult] = []
 
         async def user_loop(u: int) -> None:
             gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
@@ -511,7 +633,7 @@ class SessionsRun:
             await asyncio.sleep(stagger)
             last_tokens: dict[str, int] = {}
             sent = 0
-            while loop.time() < t_end and sent != cfg.requests_per_user:
+            while loop.time() < t_end and sent != cfg.requests_per_user and not fatal:
                 turn = gen.next()
                 prefix_tokens = round(turn.prefix_words * tpw)
                 reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
@@ -524,18 +646,18 @@ class SessionsRun:
                     last_tokens[turn.session] = r.prompt_tokens
                 sent += 1
                 results.append(r)
-                self.record.append("request", rung=index, users=users, result=r.to_dict())
+                self.record.append("request", rung=index, users=users, attempt=attempt, result=r.to_dict())
+                if r.error is not None and r.error["type"] in FATAL_ERRORS:
+                    fatal.append(r)
                 errs = sum(1 for x in results if not x.ok)
                 self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
                               f"{max(0.0, t_end - loop.time()):.0f} s left")
                 remaining = t_end - loop.time()
-                if remaining <= 0 or sent == cfg.requests_per_user:
+                if remaining <= 0 or sent == cfg.requests_per_user or fatal:
                     break
                 pause = gen.think_time()
                 if not r.ok:
-                    # an error is no reason to come straight back: at least ERROR_BACKOFF_S, so a dead
-                    # server gets a few requests a second per user, not a flood into the record
-                    pause = max(pause, ERROR_BACKOFF_S)
+                    pause = max(pause, cfg.error_backoff_s)  # an error is no reason to come straight back
                 await asyncio.sleep(min(pause, remaining))
 
         await asyncio.gather(*(user_loop(u) for u in range(users)))
@@ -543,21 +665,45 @@ class SessionsRun:
         d = delta(before, after)
         stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
                            preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None)
-        if stats.requests and stats.errors / stats.requests > cfg.max_error_rate:
-            top = ", ".join(f"{k} x{v}" for k, v in stats.error_types.items())
-            first = next(r for r in results if not r.ok)
-            stats.stop = (f"error rate {stats.errors / stats.requests:.0%} > {cfg.max_error_rate:.0%} ({top}; first: "
-                          f"{first.error_line()})")
+        failure = self._failure(stats, results)
+        if failure:
+            stats.status, stats.stop = "failed", failure
         elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
                 and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
             stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
         return stats
 
+    def _failure(self, stats: RungStats, results: list[RequestResult]) -> str | None:
+        """Why a rung is not a measurement: no request completed, or more of them failed than the run allows."""
+        cfg = self.cfg
+        if not stats.requests:
+            return "no request completed within the rung"
+        if stats.errors / stats.requests <= cfg.max_error_rate:
+            return None
+        top = ", ".join(f"{k} x{v}" for k, v in stats.error_types.items())
+        first = next(r for r in results if not r.ok)
+        return (f"error rate {stats.errors / stats.requests:.0%} > {cfg.max_error_rate:.0%}: {stats.errors} of "
+                f"{stats.requests} requests failed ({top}; first: {first.error_line()})")
 
-ERROR_BACKOFF_S = 1.0
+
+def _users_of(event: dict) -> int:
+    users = event.get("users")
+    if isinstance(users, bool) or not isinstance(users, int):
+        raise BadInput(f"a {event.get('type')!r} event of the run record has no user count: the record is damaged")
+    return users
+
+
+def _stats_of(event: dict) -> RungStats:
+    """A recorded rung's statistics, checked: BadInput (one line) when the event is damaged."""
+    stats = event.get("stats")
+    if not isinstance(stats, dict):
+        raise BadInput("a 'rung' event of the run record has no statistics: the record is damaged")
+    g = RungStats.from_dict(typed(RungStats, stats, "a 'rung' event of the run record"))
+    if g.users != _users_of(event):
+        raise BadInput("a 'rung' event of the run record names two user counts: the record is damaged")
+    return g
 
 
 async def measure_sessions(config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
                            progress: Callable[[str], None] | None = None) -> SessionsResult:
     return await SessionsRun(config, record=record, resume=resume, progress=progress).run()
-

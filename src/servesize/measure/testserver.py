@@ -43,10 +43,14 @@ from aiohttp import web
 
 @dataclass
 class Fault:
-    """One injected failure. ``kind``: 'status' | 'malformed' | 'stall' | 'reset'.
+    """One injected failure. ``kind``: 'status' | 'malformed' | 'stall' | 'reset' | 'html' | 'die'.
 
     Faults apply to completion requests numbered ``after`` (0-based) onwards, ``times`` of them
     (None: all). Mid-stream faults ('malformed', 'stall', 'reset') strike after ``at_chunk`` chunks.
+    'html' answers HTTP 200 with a web page (a proxy's login page, a web UI on the wrong port). 'die'
+    kills the server at that request: it stops listening (new connections are refused), this request and
+    every later one on a connection already open are cut (reset), and so is every other endpoint; the
+    requests received before it are answered in full, so what a test counts does not depend on timing.
     """
 
     kind: str
@@ -75,6 +79,7 @@ class ServerConfig:
     published_blocks: int | None = None  # num_gpu_blocks in cache_config_info (default: the true count)
     faults: list[Fault] = field(default_factory=list)
     timing: bool = False  # add server-side timestamps (x_server) to the first chunk
+    html_models: bool = False  # /v1/models answers an HTML page with HTTP 200 (a web UI, not the API server)
 
     def ttft_s(self, uncached_tokens: int) -> float:
         return self.ttft_base_s + self.ttft_per_token_s * uncached_tokens
@@ -82,6 +87,10 @@ class ServerConfig:
     @property
     def capacity_blocks(self) -> int:
         return self.capacity_tokens // self.block_size
+
+
+HTML_PAGE = ("<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\n<body><form action=\"/login\">"
+             "<input name=\"user\"></form></body></html>\n")
 
 
 class BlockCache:
@@ -143,6 +152,7 @@ class TestServer:
         self.completions = 0  # completion requests received
         self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
         self.in_flight = 0
+        self.dead = False  # a 'die' fault struck: the server answers nothing more
         self._handlers: set[asyncio.Task] = set()  # handlers of the completions in flight, ended at stop
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -155,7 +165,7 @@ class TestServer:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._dead_middleware])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
@@ -171,7 +181,10 @@ class TestServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=2048)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        bound = self._runner.addresses  # the site's sockets' names: (host, port) for a TCP site
+        if not bound:
+            raise RuntimeError(f"the test server's site on {self.host}:{self.port} started without a listening socket")
+        self.port = bound[0][1]
         return self.url
 
     async def stop_async(self) -> None:
@@ -196,17 +209,19 @@ class TestServer:
 
         def serve() -> None:
             loop = asyncio.new_event_loop()
-            self._loop = loop
             asyncio.set_event_loop(loop)
+            # made with the loop, so stop() can always reach it: a stop() during a start slower than
+            # start()'s wait ends the server as soon as it is up, and one after a failed start is a no-op
+            stopping = asyncio.Event()
+            self._loop, self._stopping = loop, stopping
             try:
                 loop.run_until_complete(self.start_async())
-                self._stopping = asyncio.Event()
             except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
                 failure.append(exc)
                 ready.set()
                 return
             ready.set()
-            loop.run_until_complete(self._stopping.wait())
+            loop.run_until_complete(stopping.wait())
             loop.run_until_complete(self.stop_async())
             loop.close()
 
@@ -218,7 +233,7 @@ class TestServer:
         return self.url
 
     def stop(self) -> None:
-        if self._thread is None or self._loop is None:
+        if self._thread is None or self._loop is None or self._stopping is None:
             return
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(10)
@@ -253,6 +268,8 @@ class TestServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         c = self.config
+        if c.html_models:
+            return web.Response(status=200, text=HTML_PAGE, content_type="text/html")
         return web.json_response({"object": "list", "data": [
             {"id": c.model, "object": "model", "owned_by": "servesize", "max_model_len": c.max_model_len}]})
 
@@ -307,6 +324,24 @@ class TestServer:
             return True
         return False
 
+    async def _die(self, request: web.Request) -> web.Response:
+        """The 'die' fault: stop listening, then cut this request's connection (the response returned is never sent)."""
+        if not self.dead:
+            self.dead = True
+            if self._runner is not None:
+                for site in list(self._runner.sites):
+                    await site.stop()
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=503, text="the test server was killed")
+
+    @web.middleware
+    async def _dead_middleware(self, request: web.Request, handler):
+        """Once killed, every request on a connection still open is cut, whatever the endpoint."""
+        if self.dead:
+            return await self._die(request)
+        return await handler(request)
+
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t_received = time.perf_counter_ns()
         t0 = asyncio.get_running_loop().time()
@@ -317,6 +352,10 @@ class TestServer:
             return req
         if req.fault is not None and req.fault.kind == "status":
             return self._error(req.fault.status, f"injected failure on request {index}")
+        if req.fault is not None and req.fault.kind == "html":
+            return web.Response(status=200, text=HTML_PAGE, content_type="text/html")
+        if req.fault is not None and req.fault.kind == "die":
+            return await self._die(request)
         entry = self._admit(req, t_received)
         task = asyncio.current_task()
         assert task is not None  # a request handler always runs in a task

@@ -15,18 +15,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
 from servesize.planning.decode import (
     ContextBank,
     DecodeCeiling,
     DecodeSetup,
+    DecodeSpeed,
     ExpertRouting,
     FloorNeverReached,
     contexts_from,
     decode_ceiling,
+    decode_speed_in,
+    median_speed,
     tp_efficiency,
 )
-from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, sub_ratio_of
+from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
 from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
@@ -34,6 +38,29 @@ from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
+
+
+@dataclass(frozen=True)
+class FloorOutOfReach:
+    """The hard floor no batch meets: one user alone decodes slower. The plan then sizes the batch at
+    ``fraction`` x the best speed (decode.unreachable_floor_fraction) and says so."""
+
+    floor_tok_s: float
+    best_tok_s: float
+    fraction: float
+
+    @property
+    def used_tok_s(self) -> float:
+        return self.best_tok_s * self.fraction
+
+    def to_dict(self) -> dict:
+        return {"floor_tok_s": self.floor_tok_s, "one_user_tok_s": self.best_tok_s, "fraction": self.fraction,
+                "sized_at_tok_s": self.used_tok_s}
+
+    def text(self) -> str:
+        return (f"the {self.floor_tok_s:g} tok/s floor is out of reach: one user alone decodes at "
+                f"{self.best_tok_s:.1f} tok/s (p50), so the batch is sized at {self.used_tok_s:.1f} tok/s, "
+                f"{self.fraction:.0%} of that (decode.unreachable_floor_fraction)")
 
 
 @dataclass(frozen=True)
@@ -48,6 +75,7 @@ class Ceilings:
     spec_speedup: float
     values: dict
     binding: str
+    floor_out_of_reach: FloorOutOfReach | None = None
     missing: dict = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
 
     def headroom(self) -> dict:
@@ -55,21 +83,48 @@ class Ceilings:
         return {k: (v / low if low > 0 and k not in self.missing else None) for k, v in self.values.items()}
 
 
-def decode_setup(fixed: Fixed, knobs: Knobs) -> DecodeSetup:
+def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None = None,
+                 compute_efficiency: float | None = None) -> DecodeSetup:
+    """What one replica group reads and computes per decode step (planning.decode).
+
+    Under ``decode.roofline = memory`` (the seed's) the compute leg and the MTP drafts' own cost are left
+    out. ``bandwidth_efficiency`` / ``compute_efficiency`` override the knobs (the plan's bounds)."""
     experts = None
     if fixed.expert_bytes:
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
+    speedup = spec_speedup_of(fixed, knobs)
+    drafts = spec_tokens_of(knobs) if speedup > 1 else 0
+    compute: dict = {}
+    if knobs.a("decode.roofline") == "max":
+        # F: every matmul weight once per token, the lm_head included (the embedding is a gather)
+        per_draft_params = fixed.mtp_matmul_params + fixed.lm_head_params
+        compute = dict(
+            peak_flops_per_s=fixed.peak_flops_per_gpu,
+            compute_efficiency=float(compute_efficiency if compute_efficiency is not None
+                                     else knob_value(knobs, "compute_efficiency")),
+            flops_per_token=2.0 * (fixed.gemm_params + fixed.lm_head_params),
+            query_tokens_per_step=1.0 + drafts * float(knobs.a("decode.mtp_verified_tokens_per_draft")),
+            draft_flops_per_sequence=drafts * 2.0 * per_draft_params,
+            draft_bytes_per_step=drafts * (fixed.mtp_bytes + fixed.lm_head_bytes),
+            attention_flops_per_context_token=(knobs.a("decode.attention_flops_per_context_token")
+                                               * fixed.attention_width * fixed.full_attention_layers),
+            window_attention_flops_per_token=(knobs.a("decode.attention_flops_per_context_token")
+                                              * fixed.attention_width * fixed.window_attention_layers),
+        )
     return DecodeSetup(
         bandwidth_bytes_per_s=fixed.bandwidth_bytes_per_s, weight_bytes_per_step=fixed.weight_bytes_read,
         kv_bytes_per_token_read=fixed.kv_bytes_per_token_rank * fixed.tp,
         state_bytes_per_sequence=fixed.state_bytes_rank * fixed.tp, tp=fixed.tp, experts=experts,
-        spec_speedup=spec_speedup_of(fixed, knobs), bandwidth_efficiency=float(knob_value(knobs, "bandwidth_efficiency")),
+        spec_speedup=speedup,
+        bandwidth_efficiency=float(bandwidth_efficiency if bandwidth_efficiency is not None
+                                   else knob_value(knobs, "bandwidth_efficiency")),
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
+        **compute,
     )
 
 
@@ -91,7 +146,7 @@ class CeilingCache:
     - ``prefill``: prefill costs, by setup and length distribution.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.banks: dict = {}
         self.warm: dict = {}
         self.contexts: dict = {}
@@ -177,7 +232,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     dp = fixed.dp
     warm = warm_of(fixed, workload, knobs, cache)
     setup = decode_setup(fixed, knobs)
-    dec = decode_of(setup, workload, knobs, float(knob_value(knobs, "decode_floor")), cache)
+    dec, out_of_reach = decode_at_floor(setup, workload, knobs, cache)
     dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
     missing: dict = {}
     costs = m = None
@@ -200,4 +255,57 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     }
     binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
     return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    missing)
+                    out_of_reach, missing)
+
+
+def decode_at_floor(setup: DecodeSetup, workload: Workload, knobs: Knobs,
+                    cache: CeilingCache) -> tuple[DecodeCeiling, FloorOutOfReach | None]:
+    """The decode ceiling at the hard floor, or, when one user alone misses it, at the comfortable speed
+    the hardware can give (a fraction of its best), never a silent ceiling of 0."""
+    floor = float(knob_value(knobs, "decode_floor"))
+    dec = decode_of(setup, workload, knobs, floor, cache)
+    if dec.n > 0:
+        return dec, None
+    out = FloorOutOfReach(floor, float(dec.p50_one_more_tok_s), float(knobs.a("decode.unreachable_floor_fraction")))
+    return decode_of(setup, workload, knobs, out.used_tok_s, cache), out
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """Per-user decode at n decoders per replica: the p50, and its bounds over the assumption brackets."""
+
+    n: int
+    speed: DecodeSpeed
+    low_tok_s: float
+    high_tok_s: float
+
+    def to_dict(self) -> dict:
+        return {"concurrent_decoders": self.n, "per_user_tok_s_p50": self.speed.p50_tok_s,
+                "bounds_tok_s": [self.low_tok_s, self.high_tok_s], "bound": self.speed.bound,
+                "compute_over_memory": self.speed.compute_share}
+
+
+def efficiency_bracket(knobs: Knobs, knob: str, assumption_name: str) -> tuple[float, float]:
+    """(low, high) of a modelled efficiency: the assumption's bracket, or the value given (or the seed's) both ends."""
+    given = getattr(knobs, knob)
+    if given is not None or knobs.assumptions == "seed":
+        value = float(knob_value(knobs, knob))
+        return value, value
+    entry = modelled_assumptions()[assumption_name]
+    return float(entry.get("low", entry["default"])), float(entry.get("high", entry["default"]))
+
+
+def decode_points(fixed: Fixed, workload: Workload, knobs: Knobs, ns, cache: CeilingCache) -> tuple[DecodePoint, ...]:
+    """Per-user speed at each n (per replica), with bounds: the low and high ends of the bandwidth and compute
+    efficiency brackets (data/assumptions.toml), the rest of the plan as it is."""
+    setup = decode_setup(fixed, knobs)
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    bw_lo, bw_hi = efficiency_bracket(knobs, "bandwidth_efficiency", "decode.bandwidth_efficiency")
+    c_lo, c_hi = efficiency_bracket(knobs, "compute_efficiency", "decode.compute_efficiency")
+    low = decode_setup(fixed, knobs, bandwidth_efficiency=bw_lo, compute_efficiency=c_lo)
+    high = decode_setup(fixed, knobs, bandwidth_efficiency=bw_hi, compute_efficiency=c_hi)
+    points = []
+    for n in sorted({int(max(1, n)) for n in ns}):
+        speed = decode_speed_in(setup, bank, n)
+        points.append(DecodePoint(n, speed, median_speed(low, bank, n), median_speed(high, bank, n)))
+    return tuple(points)

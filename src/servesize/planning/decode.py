@@ -1,4 +1,4 @@
-"""Decode speed: a memory-bandwidth roofline per replica group (working-set-model.md 2.7).
+"""Decode speed: a roofline per replica group, memory and compute (working-set-model.md 2.7).
 
 Every decode step of a replica group streams, from HBM:
 
@@ -8,10 +8,22 @@ Every decode step of a replica group streams, from HBM:
                   + sum over the n active contexts of L_i x kv_bytes_per_token_read
                   + 2 x n x state_bytes               (recurrent state read and written)
 
-and each of the n users gets ``spec_speedup`` tokens per step, so
+                  + draft_bytes                       (MTP: the head and lm_head, once per draft)
 
-    per-user tok/s = spec_speedup x tp x bandwidth x bandwidth_efficiency x tp_efficiency
-                     / step_bytes(n)
+and computes, with q = 1 + k query tokens per sequence (k MTP drafts verified with the token of
+its own) and F = 2 x (matmul parameters + lm_head) FLOPs per token:
+
+    step_flops(n) = n x (q x F + draft_flops)         GEMMs (draft_flops: k MTP-head passes)
+                  + q x A x sum over the n contexts   attention, A = 4 x d x L_a per context token
+                                                      (+ the sliding layers over min(L, window))
+
+The step takes the longer of the two (the roofline, ``decode.roofline``):
+
+    step_s = max(step_bytes / (tp x bandwidth x bandwidth_efficiency x tp_efficiency),
+                 step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
+
+and each of the n users gets ``spec_speedup`` tokens per step: per-user tok/s = spec_speedup / step_s.
+A setup without compute figures (peak 0) is the seed's memory-only roofline.
 
 The contexts L_i are Monte-Carlo draws from the workload (prefix included: there is no
 prefix-sharing saving on reads). Percentiles are taken over ``fills`` draws of the n
@@ -197,6 +209,15 @@ class DecodeSetup:
     tp_efficiency: float | None = None
     topk_tokens: int = 0
     topk_bytes_per_token: float = 0.0
+    # the compute leg (0 peak: memory only, the seed's roofline)
+    peak_flops_per_s: float = 0.0
+    compute_efficiency: float = field(default_factory=lambda: assumption("decode.compute_efficiency"))
+    flops_per_token: float = 0.0
+    query_tokens_per_step: float = 1.0
+    draft_flops_per_sequence: float = 0.0
+    draft_bytes_per_step: float = 0.0
+    attention_flops_per_context_token: float = 0.0
+    window_attention_flops_per_token: float = 0.0
 
     def __post_init__(self):
         if self.bandwidth_bytes_per_s <= 0:
@@ -213,6 +234,13 @@ class DecodeSetup:
             raise BadInput(f"TP efficiency must be in (0, 1], got {self.tp_efficiency!r}")
         if self.topk_tokens < 0 or self.topk_bytes_per_token < 0:
             raise BadInput("sparse top-k settings must be >= 0")
+        if min(self.peak_flops_per_s, self.flops_per_token, self.draft_flops_per_sequence, self.draft_bytes_per_step,
+               self.attention_flops_per_context_token, self.window_attention_flops_per_token) < 0:
+            raise BadInput("FLOP/s, FLOPs and draft bytes must be >= 0")
+        if not 0 < self.compute_efficiency <= 1:
+            raise BadInput(f"compute efficiency must be in (0, 1], got {self.compute_efficiency!r}")
+        if self.query_tokens_per_step < 1:
+            raise BadInput(f"query tokens per step must be >= 1, got {self.query_tokens_per_step!r}")
 
     @property
     def tp_eff(self) -> float:
@@ -223,11 +251,35 @@ class DecodeSetup:
         """tp x bandwidth x bandwidth_efficiency x tp_efficiency: what the group really streams."""
         return self.tp * self.bandwidth_bytes_per_s * self.bandwidth_efficiency * self.tp_eff
 
+    @property
+    def effective_flops_per_s(self) -> float:
+        """tp x peak x tp_efficiency x compute_efficiency: what the group really computes (0: memory only)."""
+        return self.tp * self.peak_flops_per_s * self.tp_eff * self.compute_efficiency
+
+    @property
+    def prices_compute(self) -> bool:
+        return self.peak_flops_per_s > 0
+
     def weight_bytes(self, n) -> np.ndarray | float:
-        """Weights read per step at n concurrent decoders (vectorised in n)."""
+        """Weights read per step at n concurrent decoders (vectorised in n), the MTP drafts' included."""
+        base = float(self.weight_bytes_per_step + self.draft_bytes_per_step)
         if self.experts is None:
-            return np.full(np.shape(n), float(self.weight_bytes_per_step)) if np.ndim(n) else float(self.weight_bytes_per_step)
-        return self.weight_bytes_per_step + self.experts.union_bytes(n)
+            return np.full(np.shape(n), base) if np.ndim(n) else base
+        return base + self.experts.union_bytes(n)
+
+    def step_flops(self, n: int, context_sum, window_sum=0.0):
+        """FLOPs of one step: n sequences x (q tokens x F + drafts) + q x attention over the contexts."""
+        gemm = n * (self.query_tokens_per_step * self.flops_per_token + self.draft_flops_per_sequence)
+        attention = self.query_tokens_per_step * (self.attention_flops_per_context_token * np.asarray(context_sum, dtype=float)
+                                                  + self.window_attention_flops_per_token * np.asarray(window_sum, dtype=float))
+        return gemm + attention
+
+    def step_seconds(self, step_bytes, step_flops=None):
+        """The roofline: the longer of the memory time and (when priced) the compute time."""
+        memory_s = np.asarray(step_bytes, dtype=float) / self.effective_bandwidth_bytes_per_s
+        if not self.prices_compute or step_flops is None:
+            return memory_s
+        return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / self.effective_flops_per_s)
 
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
         """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
@@ -340,13 +392,20 @@ def _p50(x: np.ndarray) -> float:
     return float(hi - (hi - lo) * 0.5)  # numpy's lerp at t = 0.5
 
 
-def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
+def _legs(setup: DecodeSetup, bank: ContextBank, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per fill: the step's bytes and (when compute is priced) its FLOPs."""
     sums, topk_sums = bank.context_sums(n)
     kv = sums * setup.kv_bytes_per_token_read
     if setup.topk_tokens and setup.topk_bytes_per_token:
         kv = kv + topk_sums * setup.topk_bytes_per_token
     step = setup.weight_bytes(n) + kv + 2.0 * n * setup.state_bytes_per_sequence
-    return setup.per_user_tokens_per_s(step)
+    flops = setup.step_flops(n, sums, topk_sums) if setup.prices_compute else None
+    return step, flops
+
+
+def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
+    step, flops = _legs(setup, bank, n)
+    return setup.spec_speedup / setup.step_seconds(step, flops)
 
 
 @dataclass(frozen=True)
@@ -364,6 +423,18 @@ class DecodeSpeed:
     state_bytes: float
     fills: int
     derivation: Derivation
+    memory_s_p50: float = 0.0
+    compute_s_p50: float = 0.0
+
+    @property
+    def bound(self) -> str:
+        """Which leg of the roofline sets the step: 'memory' or 'compute'."""
+        return "compute" if self.compute_s_p50 > self.memory_s_p50 else "memory"
+
+    @property
+    def compute_share(self) -> float:
+        """Compute time / memory time of the median step (1 = the ridge point)."""
+        return self.compute_s_p50 / self.memory_s_p50 if self.memory_s_p50 > 0 else 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -374,9 +445,47 @@ class DecodeSpeed:
             "weight_bytes_per_step": self.weight_bytes,
             "kv_bytes_per_step_p50": self.kv_bytes_p50,
             "state_bytes_per_step": self.state_bytes,
+            "memory_s_p50": self.memory_s_p50, "compute_s_p50": self.compute_s_p50, "bound": self.bound,
             "fills": self.fills,
             "derivation": self.derivation.to_list(),
         }
+
+
+def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
+    weights = float(setup.weight_bytes(n))
+    if setup.experts is None:
+        d.given("weight_bytes_per_step", weights, unit="B",
+                note="every streamed weight once per step (see dense_weights_read_per_step for the embedding convention)"
+                + (", the MTP drafts' head and lm_head once per draft" if setup.draft_bytes_per_step else ""))
+        return
+    e = setup.experts
+    formula = ("shared_bytes + all_expert_bytes * min(n * k / E, 1)" if e.union == "linear"
+               else "shared_bytes + all_expert_bytes * (1 - (1 - k / E) ** n)")
+    d.step("weight_bytes_per_step", formula, unit="B",
+           note="no-overlap upper bound on the expert union" if e.union == "linear" else "expected union under uniform routing",
+           shared_bytes=setup.weight_bytes_per_step + setup.draft_bytes_per_step, all_expert_bytes=e.all_expert_bytes,
+           n=n, k=e.experts_per_token, E=e.num_experts)
+
+
+def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, memory_s: float) -> float:
+    """The compute leg of the median step, derived; returns its seconds."""
+    eff = d.step("effective_flops", "tp * peak_flops_per_s * tp_efficiency * compute_efficiency", unit="FLOP/s",
+                 source="GPU catalogue (dense, weights' dtype); data/assumptions.toml decode.compute_efficiency",
+                 tp=setup.tp, peak_flops_per_s=setup.peak_flops_per_s, tp_efficiency=setup.tp_eff,
+                 compute_efficiency=setup.compute_efficiency)
+    flops = d.step("step_flops_p50",
+                   "n * (q * flops_per_token + draft_flops) + q * attention_flops_per_context_token * context_tokens_p50",
+                   unit="FLOP", note="q = 1 + drafts verified per sequence; attention 4 x d x L_a per context token"
+                   + (" (+ the sliding layers over min(L, window))" if setup.window_attention_flops_per_token else ""),
+                   n=n, q=setup.query_tokens_per_step, flops_per_token=setup.flops_per_token,
+                   draft_flops=setup.draft_flops_per_sequence,
+                   attention_flops_per_context_token=setup.attention_flops_per_context_token, context_tokens_p50=ctx_p50)
+    compute_s = d.step("compute_s_p50", "step_flops_p50 / effective_flops", unit="s", step_flops_p50=flops,
+                       effective_flops=eff)
+    d.step("step_s_p50", "max(memory_s_p50, compute_s_p50)", unit="s", memory_s_p50=memory_s, compute_s_p50=compute_s,
+           note="the roofline: " + ("compute-bound" if compute_s > memory_s else "memory-bound")
+           + f" (compute / memory = {compute_s / memory_s:.2f})")
+    return float(compute_s)
 
 
 def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
@@ -395,44 +504,55 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
         "effective_bandwidth", "tp * bandwidth_bytes_per_s * bandwidth_efficiency * tp_efficiency", unit="B/s",
         tp=setup.tp, bandwidth_bytes_per_s=setup.bandwidth_bytes_per_s, bandwidth_efficiency=bw_eff, tp_efficiency=tp_eff,
     )
+    _weights_step(d, setup, n)
     weights = float(setup.weight_bytes(n))
-    if setup.experts is None:
-        d.given("weight_bytes_per_step", weights, unit="B",
-                note="every streamed weight once per step (see dense_weights_read_per_step for the embedding convention)")
-    else:
-        e = setup.experts
-        if e.union == "linear":
-            d.step(
-                "weight_bytes_per_step", "shared_bytes + all_expert_bytes * min(n * k / E, 1)", unit="B",
-                note="no-overlap upper bound on the expert union", shared_bytes=setup.weight_bytes_per_step,
-                all_expert_bytes=e.all_expert_bytes, n=n, k=e.experts_per_token, E=e.num_experts,
-            )
-        else:
-            d.step(
-                "weight_bytes_per_step", "shared_bytes + all_expert_bytes * (1 - (1 - k / E) ** n)", unit="B",
-                note="expected union under uniform routing", shared_bytes=setup.weight_bytes_per_step,
-                all_expert_bytes=e.all_expert_bytes, n=n, k=e.experts_per_token, E=e.num_experts,
-            )
     kv_p50 = ctx_p50 * setup.kv_bytes_per_token_read
     d.step(
         "kv_bytes_per_step_p50", "context_tokens_p50 * kv_bytes_per_token_read", unit="B",
         note=f"sum of the n active contexts, p50 over {bank.fills} fills (mean context {mean_ctx:,.0f} tokens)",
         context_tokens_p50=ctx_p50, kv_bytes_per_token_read=setup.kv_bytes_per_token_read,
     )
+    topk_bytes = 0.0
     if setup.topk_tokens and setup.topk_bytes_per_token:
-        topk_p50 = float(np.percentile(topk_sums, 50)) * setup.topk_bytes_per_token
-        d.given("sparse_topk_bytes_per_step_p50", topk_p50, unit="B",
+        topk_bytes = float(np.percentile(topk_sums, 50)) * setup.topk_bytes_per_token
+        d.given("sparse_topk_bytes_per_step_p50", topk_bytes, unit="B",
                 note=f"min(L, {setup.topk_tokens}) x {setup.topk_bytes_per_token} B per sequence")
     state = d.step("state_bytes_per_step", "2 * n * state_bytes_per_sequence", unit="B", note="recurrent state read and written",
                    n=n, state_bytes_per_sequence=setup.state_bytes_per_sequence)
+    step_bytes = d.step("step_bytes_p50", "weight_bytes_per_step + kv_bytes_per_step_p50 + topk_bytes + state_bytes_per_step",
+                        unit="B", weight_bytes_per_step=weights, kv_bytes_per_step_p50=kv_p50, topk_bytes=topk_bytes,
+                        state_bytes_per_step=state, note="the median fill's step")
+    memory_s = d.step("memory_s_p50", "step_bytes_p50 / effective_bandwidth", unit="s", step_bytes_p50=step_bytes,
+                      effective_bandwidth=eff_bw)
+    compute_s = _compute_steps(d, setup, n, ctx_p50, memory_s) if setup.prices_compute else 0.0
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
-    step_p50 = float(setup.spec_speedup * eff_bw / p50)
-    d.given("step_bytes_p50", step_p50, unit="B", note="weights + KV + state, the step whose speed is the p50")
-    d.step("per_user_tok_s_p50", "spec_speedup * effective_bandwidth / step_bytes_p50", unit="tok/s",
-           source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup, effective_bandwidth=eff_bw, step_bytes_p50=step_p50)
+    if setup.prices_compute:
+        d.step("per_user_tok_s_p50", "spec_speedup / max(memory_s_p50, compute_s_p50)", unit="tok/s",
+               source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,
+               memory_s_p50=memory_s, compute_s_p50=compute_s,
+               note="p50 over the fills of the per-fill speed; the median step above gives it to rounding")
+    else:
+        d.step("per_user_tok_s_p50", "spec_speedup * effective_bandwidth / step_bytes_p50", unit="tok/s",
+               source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup, effective_bandwidth=eff_bw,
+               step_bytes_p50=float(setup.spec_speedup * eff_bw / p50))
     agg = d.step("aggregate_tok_s_p50", "n * per_user_tok_s_p50", unit="tok/s", n=n, per_user_tok_s_p50=p50)
-    return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d)
+    step_p50 = float(setup.spec_speedup * eff_bw / p50)
+    return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d, float(memory_s), compute_s)
+
+
+def decode_speed_in(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
+    """Per-user speed at n decoders over contexts already drawn (a bank shared with the ceilings)."""
+    if n < 1 or int(n) != n:
+        raise BadInput(f"concurrent decoders must be a whole number >= 1, got {n!r}")
+    if bank.topk_tokens != setup.topk_tokens:
+        raise BadInput("the context bank was drawn for another top-k / window than this decode setup")
+    return _speed_result(setup, bank, int(n))
+
+
+def median_speed(setup: DecodeSetup, bank: ContextBank, n: int) -> float:
+    """The p50 per-user tok/s at n decoders, nothing else (no derivation)."""
+    return _p50(_speeds(setup, bank, int(n)))
 
 
 def decode_speed(

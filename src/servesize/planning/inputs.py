@@ -38,6 +38,10 @@ class Knobs:
     comfortable_floor: float | None = None
     mfu: float | None = None
     ttft_limit_s: float | None = None
+    price_per_kwh: float | None = None
+    currency: str | None = None
+    pue: float | None = None
+    compute_efficiency: float | None = None
     cpu_offload_bytes: float = 0.0
     sticky_routing: bool = True
     fills: int = 1500
@@ -57,6 +61,10 @@ KNOB_SOURCE = {
     "comfortable_floor": ("decode.floor_comfortable_tok_s", "--comfortable-floor"),
     "mfu": ("prefill.mfu", "--mfu"),
     "ttft_limit_s": ("latency.ttft_limit_s", "--ttft-limit"),
+    "compute_efficiency": ("decode.compute_efficiency", "--decode-compute-efficiency"),
+    "price_per_kwh": ("power.price_per_kwh", "--electricity-price"),
+    "currency": ("power.currency", "--currency"),
+    "pue": ("power.pue", "--pue"),
 }
 
 
@@ -93,6 +101,11 @@ class Fixed:
     window_tokens: int = 0             # sliding / chunked layers: what each decode step reads at most
     window_bytes_per_token_rank: int = 0
     window_bytes_per_session_rank: int = 0  # the window's blocks a warm session keeps resident
+    window_attention_layers: int = 0   # sliding / chunked layers: each attends over min(L, window)
+    lm_head_params: float = 0.0        # the output projection (the embedding when tied): every decoded token
+    lm_head_bytes: float = 0.0
+    mtp_matmul_params: float = 0.0     # the MTP module's matmul weights (one draft pass each)
+    mtp_bytes: float = 0.0             # its bytes, when the deployment serves it
 
 
 def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
@@ -150,6 +163,9 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
                   "every text weight once per step, the input embedding only gathered"))
     gemm = ledger.active - sum(ledger.groups.get(k, 0) for k in ("embedding", "lm_head", "vision"))
     d.given("gemm_params", gemm, note="active parameters minus embedding, lm_head (and vision)")
+    tied = not ledger.groups.get("lm_head")
+    head_params = ledger.groups.get("embedding", 0) if tied else ledger.groups.get("lm_head", 0)
+    head_bytes = groups.get("embedding", 0) if tied else groups.get("lm_head", 0)
     # architecture: attention width, full-attention layers
     width = arch.num_attention_heads * arch.head_dim
     full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
@@ -182,6 +198,9 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         },
         derivation=d, window_tokens=int(window if window_groups else 0), window_bytes_per_token_rank=int(window_bpt),
         window_bytes_per_session_rank=int(window_charge),
+        window_attention_layers=sum(1 for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)) if window_groups else 0,
+        lm_head_params=float(head_params), lm_head_bytes=float(head_bytes),
+        mtp_matmul_params=float(ledger.linear.get("mtp", 0)), mtp_bytes=float(groups.get("mtp", 0)),
     )
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
-from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_setup
+from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of
 from servesize.planning.latency import latency_report
-from servesize.planning.recipe import recipe_for
+from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
 from servesize.workload.model import Workload
 
@@ -33,6 +33,8 @@ class Plan:
     sensitivity: dict
     assumptions: tuple[dict, ...]
     latency: Any = None
+    decode_points: tuple = ()          # per-user decode at 1 decoder and at the recipe's --max-num-seqs
+    origin: Any = None                 # workload.presets.WorkloadOrigin: where each workload field came from
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
 
@@ -70,6 +72,10 @@ class Plan:
                 "comfortable_ceiling_per_replica": None if r.decode_comfortable is None else r.decode_comfortable.n,
                 "spec_speedup": r.spec_speedup,
                 "p50_at_ceiling_tok_s": None if r.decode.at_ceiling is None else r.decode.at_ceiling.p50_tok_s,
+                "floor_reached": r.floor_out_of_reach is None,
+                "floor_out_of_reach": None if r.floor_out_of_reach is None else r.floor_out_of_reach.to_dict(),
+                "points": [p.to_dict() for p in self.decode_points],
+                "roofline": self.knobs.a("decode.roofline"),
             },
             "prefill": None if r.prefill is None else {
                 "miss_ttft_s": r.prefill.miss_s, "hit_ttft_s": r.prefill.hit_s,
@@ -83,6 +89,7 @@ class Plan:
             "sensitivity": self.sensitivity,
             "assumptions": list(self.assumptions),
             "workload": self.workload.to_dict(),
+            "workload_origin": None if self.origin is None else self.origin.to_dict(),
             "memory": self.fixed.memory,
         }
         return out
@@ -95,7 +102,7 @@ def _power_dict(p):
     return d
 
 
-def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings) -> list:
+def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, origin=None) -> list:
     which = knobs.assumptions
     rows = []
 
@@ -112,30 +119,44 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
         else ("none: the model has no MTP head" if not fixed.has_mtp else f"{which}: decode.mtp_speedup"))
     add("decode.tp_efficiency", decode_setup(fixed, knobs).tp_eff, "fraction",
         "flag --tp-efficiency" if knobs.tp_efficiency is not None else f"{which}: 0.90 per TP doubling")
-    add("latency.discipline", knobs.a("latency.discipline"), "", f"{which}: data/assumptions.toml")
-    for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
-                "power.host_w_per_gpu", "power.pue", "power.price_per_kwh", "power.hours_per_month"):
+    for key in ("decode.roofline", "decode.mtp_verified_tokens_per_draft", "decode.attention_flops_per_context_token",
+                "decode.unreachable_floor_fraction", "latency.discipline"):
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
-    u = workload.user
-    add("workload.user_median_tokens", float(u.median_tokens), "tokens", getattr(u, "source", "") or "workload")
-    add("workload.user_sigma", float(getattr(u, "sigma", float("nan"))), "", getattr(u, "source", "") or "workload")
-    add("workload.user_prefix_tokens", int(u.prefix_tokens), "tokens", "workload")
-    if workload.subagent is not None:
-        s = workload.subagent
-        add("workload.subagent_median_tokens", float(s.median_tokens), "tokens", getattr(s, "source", "") or "workload")
-        add("workload.subagent_sigma", float(getattr(s, "sigma", float("nan"))), "", "workload")
-        add("workload.subagent_prefix_tokens", int(s.prefix_tokens), "tokens", "workload")
-        add("workload.subagent_ratio", workload.subagent_ratio, "per user request", "workload")
-        add("workload.subagents_share_prefix", workload.subagents_share_prefix, "", "workload")
-    add("workload.invalidation", workload.invalidation, "fraction", "workload (also the cache-miss rate of the prefill queue)")
-    add("workload.max_model_len", workload.max_model_len, "tokens", "--max-model-len (the workload cap)")
-    add("workload.think_time_s", workload.think_time_s, "s", "workload")
-    add("workload.output_tokens", workload.output_tokens, "tokens/request", "workload")
-    add("workload.warm_turn_tokens", workload.warm_turn_tokens, "tokens", "workload")
+    for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
+                "power.host_w_per_gpu", "power.hours_per_month"):
+        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
+    rows += workload_rows(workload, origin)
     add("pool_tokens", fixed.pool_tokens, "tokens per replica", fixed.pool_source)
     add("routing", "sticky" if knobs.sticky_routing else "random", "", "--no-sticky-routing" if not knobs.sticky_routing else "default")
     add("monte_carlo", f"fills {knobs.fills}, draws {knobs.draws}, seed {knobs.seed}", "", "--fills/--draws/--seed")
     return rows
+
+
+def workload_rows(workload: Workload, origin=None) -> list[dict]:
+    """One row per workload field, with where its value came from (preset, file or flag)."""
+    sources = dict(origin.sources) if origin is not None else {}
+
+    def src(name: str, fallback: str = "workload") -> str:
+        return sources.get(name, fallback)
+
+    u = workload.user
+    rows = [("workload.user_median_tokens", float(u.median_tokens), "tokens", src("user_median_tokens")),
+            ("workload.user_sigma", float(getattr(u, "sigma", float("nan"))), "", src("user_sigma")),
+            ("workload.user_prefix_tokens", int(u.prefix_tokens), "tokens", src("user_prefix_tokens"))]
+    if workload.subagent is not None:
+        s = workload.subagent
+        rows += [("workload.subagent_median_tokens", float(s.median_tokens), "tokens", src("subagent")),
+                 ("workload.subagent_sigma", float(getattr(s, "sigma", float("nan"))), "", src("subagent")),
+                 ("workload.subagent_prefix_tokens", int(s.prefix_tokens), "tokens", src("subagent")),
+                 ("workload.subagent_ratio", workload.subagent_ratio, "per user request", src("subagent_ratio")),
+                 ("workload.subagents_share_prefix", workload.subagents_share_prefix, "", src("subagents_share_prefix"))]
+    rows += [("workload.invalidation", workload.invalidation, "fraction",
+              src("invalidation") + " (also the cache-miss rate of the prefill queue)"),
+             ("workload.max_model_len", workload.max_model_len, "tokens", src("max_model_len", "--max-model-len")),
+             ("workload.think_time_s", workload.think_time_s, "s", src("think_time_s")),
+             ("workload.output_tokens", workload.output_tokens, "tokens/request", src("output_tokens")),
+             ("workload.warm_turn_tokens", workload.warm_turn_tokens, "tokens", src("warm_turn_tokens"))]
+    return [{"name": n, "value": v, "unit": unit, "source": source} for n, v, unit, source in rows]
 
 
 def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
@@ -151,15 +172,17 @@ def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings):
     rate_group = users / fixed.dp * (1 + r) / workload.think_time_s
     bill = power_bill(states, fixed.n_gpu, fixed.dp, rate_group, result.moments.mean_s,
                       seed_decode_capacity(result.decode.n, result.decode.floor_tok_s), users,
-                      pue=knobs.a("power.pue"), price_per_kwh=knobs.a("power.price_per_kwh"),
+                      pue=float(knob_value(knobs, "pue")), price_per_kwh=float(knob_value(knobs, "price_per_kwh")),
+                      currency=str(knob_value(knobs, "currency")),
                       output_tokens_per_request=workload.output_tokens, hours_per_month=knobs.a("power.hours_per_month"))
     return bill, f"at the binding ceiling ({users:,.0f} users), {fixed.n_gpu} GPU(s)"
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
-              sensitivity_fills: int = 300, memory=None) -> Plan:
+              sensitivity_fills: int = 300, memory=None, origin=None) -> Plan:
     cache = CeilingCache()
     res = ceilings(fixed, workload, knobs, cache)
+    points = decode_points(fixed, workload, knobs, (1, max_num_seqs(fixed, res)), cache)
     d = Derivation()
     d.extend(fixed.derivation)
     d.extend(res.warm.derivation)
@@ -181,7 +204,8 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
-                tuple(assumption_table(fixed, workload, knobs, res)), latency=rep, memory=memory, derivation=d)
+                tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,
+                origin=origin, memory=memory, derivation=d)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ pass is priced as prefill):
 ``decode_capacity_tok_s`` is the output rate the group sustains while decoding. The seed
 uses decode_ceiling x 40 tok/s (its capacity at the floor: ``seed_decode_capacity``); a
 caller that knows the operating point's real aggregate speed should pass that instead
-(working-set-model.md 5b.8). Prices are in the user's currency: nothing here knows which.
+(working-set-model.md 5b.8). Prices are in ``currency`` (power.currency, default EUR: the default
+tariff is the EU average in euros); every cost the bill prints carries it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class PowerBill:
     price_per_kwh: float
     states: PowerStates
     derivation: Derivation
+    currency: str = "EUR"
 
     @property
     def idle_floor_kw(self) -> float:
@@ -119,7 +121,7 @@ class PowerBill:
             "cost_per_user_month": self.cost_per_user_month,
             "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
             "n_gpu": self.n_gpu, "pue": self.pue, "price_per_kwh": self.price_per_kwh,
-            "currency": "the unit of price_per_kwh", "states": self.states.to_dict(),
+            "currency": self.currency, "states": self.states.to_dict(),
             "derivation": self.derivation.to_list(),
         }
 
@@ -136,6 +138,7 @@ def power_bill(
     price_per_kwh: float | None = None,
     output_tokens_per_request: float | None = None,
     hours_per_month: float | None = None,
+    currency: str | None = None,
 ) -> PowerBill:
     """kW at the meter, cost per month, per user per month and per 1M output tokens.
 
@@ -154,6 +157,7 @@ def power_bill(
     if price < 0 or hours <= 0 or users < 0:
         raise BadInput("price must be >= 0, hours > 0, users >= 0")
     d_p, d_d = duty_cycles(rate_group_per_s, mean_service_s, decode_capacity_tok_s, out)
+    cur = assumption("power.currency") if currency is None else currency
 
     d = Derivation()
     d.step("d_p", "min(1, rate_group * E_S)", note="prefill duty", source="working-set-model.md 2.10",
@@ -172,14 +176,14 @@ def power_bill(
     kw = d.step("kw_at_meter", "n_gpu * (w_per_gpu + host_w_per_gpu) * pue / 1000", unit="kW",
                 n_gpu=n_gpu, w_per_gpu=w, host_w_per_gpu=states.host_w_per_gpu, pue=pue)
     kwh = d.step("kwh_per_month", "kw_at_meter * hours", unit="kWh", kw_at_meter=kw, hours=hours)
-    cost = d.step("cost_per_month", "kwh_per_month * price_per_kwh", unit="currency/month",
+    cost = d.step("cost_per_month", "kwh_per_month * price_per_kwh", unit=f"{cur}/month",
                   kwh_per_month=kwh, price_per_kwh=price)
-    per_user = d.step("cost_per_user_month", "cost_per_month / users if users > 0 else float('nan')", unit="currency/user/month",
+    per_user = d.step("cost_per_user_month", "cost_per_month / users if users > 0 else float('nan')", unit=f"{cur}/user/month",
                       cost_per_month=cost, users=users)
     out_rate = rate_group_per_s * replicas * out
     if out_rate > 0:
         per_mtok = d.step("cost_per_million_output_tokens", "kw_at_meter * price_per_kwh / 3600 / output_tok_s * 1000000",
-                          unit="currency/1M tokens", kw_at_meter=kw, price_per_kwh=price, output_tok_s=out_rate)
+                          unit=f"{cur}/1M tokens", kw_at_meter=kw, price_per_kwh=price, output_tok_s=out_rate)
     else:
         per_mtok = float("inf")
         d.given("cost_per_million_output_tokens", "undefined", note="no output tokens")
@@ -188,4 +192,5 @@ def power_bill(
         cost_per_month=float(cost), cost_per_user_month=float(per_user),
         cost_per_million_output_tokens=float(per_mtok), n_gpu=int(n_gpu), pue=float(pue),
         price_per_kwh=float(price), states=states, derivation=d,
+        currency=cur,
     )

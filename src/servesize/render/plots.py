@@ -90,26 +90,45 @@ def plot_plan(plan: Plan, path, median_values=None) -> str:
 
 
 def plot_fit(result: WorkloadFit, path) -> str:
-    """Histogram of prompt lengths on a log axis, with the fitted density (per unit of ln tokens)."""
+    """Left: histogram of prompt lengths on a log axis with the fitted density (per unit of ln tokens).
+    Right: the observed CDF beside the log-normal's, with the KS distance D marked where it is largest."""
     plt = _pyplot()
 
-    x = result.user_values
+    x = np.sort(result.user_values)
     f = result.user_fit
     edges = np.geomspace(x.min(), x.max() * 1.0001, min(80, max(10, int(np.sqrt(x.size)))))
     counts, _ = np.histogram(x, bins=edges)
     density = counts / (x.size * np.diff(np.log(edges)))  # per unit ln(tokens): comparable to the normal pdf of ln x
     grid = np.geomspace(edges[0], edges[-1], 400)
     pdf = np.exp(-0.5 * ((np.log(grid) - f.mu) / f.sigma) ** 2) / (f.sigma * math.sqrt(2 * math.pi))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (ax, cdf_ax) = plt.subplots(1, 2, figsize=(13, 4.8))
     ax.bar(edges[:-1], density, width=np.diff(edges), align="edge", alpha=0.5, color="tab:blue",
            label=f"observed (n = {x.size:,})")
-    ax.plot(grid, pdf, color="tab:red", lw=2,
-            label=f"log-normal fit: median {f.median:,.0f}, sigma {f.sigma:.2f} (KS D = {f.ks_d:.3f})")
+    ax.plot(grid, pdf, color="tab:red", lw=2, label=f"log-normal: median {f.median:,.0f}, sigma {f.sigma:.2f}")
     ax.axvline(f.median, color="tab:red", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("prompt tokens per request (log scale)")
     ax.set_ylabel("density per unit ln(tokens)")
-    ax.set_title(f"servesize workload fit: {pathlib.Path(result.observations.path).name}")
     ax.legend(loc="upper left", fontsize=8)
+    # the CDFs and where they are furthest apart (the KS D)
+    observed = np.arange(1, x.size + 1) / x.size
+    fitted = _lognormal_cdf(x, f.mu, f.sigma)
+    gap = np.maximum(np.abs(observed - fitted), np.abs(observed - 1.0 / x.size - fitted))
+    at = int(np.argmax(gap))
+    cdf_ax.step(x, observed, where="post", color="tab:blue", label="observed")
+    cdf_ax.plot(x, fitted, color="tab:red", lw=1.5, label="log-normal fit")
+    cdf_ax.vlines(x[at], min(observed[at], fitted[at]), max(observed[at], fitted[at]), color="k", lw=2,
+                  label=f"KS D = {f.ks_d:.3f}")
+    cdf_ax.set_xscale("log")
+    cdf_ax.set_xlabel("prompt tokens per request (log scale)")
+    cdf_ax.set_ylabel("fraction of requests at or below")
+    cdf_ax.legend(loc="upper left", fontsize=8)
+    written = "the log-normal" if result.distribution == "lognormal" else "the observed distribution (empirical)"
+    fig.suptitle(f"servesize workload fit: {pathlib.Path(result.observations.path).name} (written as {written})")
     fig.tight_layout()
     return _save(fig, path, dpi=110)
+
+
+def _lognormal_cdf(x: np.ndarray, mu: float, sigma: float) -> np.ndarray:
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * (1.0 + erf((np.log(x) - mu) / (sigma * math.sqrt(2.0))))

@@ -19,9 +19,9 @@ from servesize.planning.ceilings import CEILINGS
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan
 from servesize.planning.warm_capacity import WarmCapacity
-from servesize.units import GB, GiB, KiB, MiB, fmt_bytes, fmt_tokens
+from servesize.units import GB, GiB, KiB, MiB, fmt_bytes
 from servesize.vllm_logs.calibration import CalibrationCheck
-from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, WorkloadFit, fit_meaning
+from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, NEVER_IN_A_LOG, WorkloadFit, fit_meaning
 
 
 @singledispatch
@@ -32,7 +32,8 @@ def render_text(result: Any, explain: bool = False) -> str:
 
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
-    lines = _plan_head(plan) + _plan_ceilings(plan) + _plan_serving(plan) + _plan_bill(plan)
+    lines = (_plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
+             + _plan_bill(plan))
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")
         lines += [f"  {name:<22}{s['text']}" for name, s in plan.sensitivity.items()]
@@ -43,11 +44,35 @@ def _plan(plan: Plan, explain: bool = False) -> str:
     return "\n".join(lines)
 
 
+_FIELD_WORDS = {"user_median_tokens": "median", "user_sigma": "sigma", "user_prefix_tokens": "prefix",
+                "subagent": "subagent class", "subagent_ratio": "subagent ratio",
+                "subagents_share_prefix": "shared subagent prefix", "invalidation": "invalidation",
+                "max_model_len": "cap", "think_time_s": "think time", "output_tokens": "output tokens",
+                "warm_turn_tokens": "warm turn"}
+
+
+def _plan_workload(plan: Plan) -> list[str]:
+    """The first thing a plan says: which preset, what it assumes, and what replaced it."""
+    origin = plan.origin
+    if origin is None:
+        return ["workload: " + plan.workload.describe().replace("\n", "\n          ")]
+    p = origin.preset
+    lines = [f"workload: preset {p.name}, {p.description}: {p.summary()}"]
+    by_flag = [origin.sources[f].removeprefix("flag ") for f in origin.overridden() if origin.layer(f) == "flag"]
+    by_file = [_FIELD_WORDS.get(f, f) for f in origin.overridden() if origin.layer(f) == "file"]
+    if by_file:
+        lines.append(f"  from {origin.file}: {', '.join(by_file)}")
+    if by_flag:
+        lines.append(f"  from flags: {', '.join(by_flag)}")
+    lines += [f"  note: {n}" for n in origin.notes]
+    return lines
+
+
 def _plan_head(plan: Plan) -> list[str]:
     f, w = plan.fixed, plan.result.warm
     lines = [f"{f.name} on {f.n_gpu}x{f.gpu_key} (TP {f.tp}, DP {f.dp}), KV {f.kv_cache_dtype}, "
              f"pool {f.pool_tokens:,.0f} tokens per replica ({f.pool_source})",
-             "  workload: " + plan.workload.describe().replace("\n", "\n            "),
+             "  sessions: " + plan.workload.describe().replace("\n", "\n            "),
              f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
              f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})"]
     if plan.knobs.cpu_offload_bytes:
@@ -59,9 +84,12 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     r = plan.result
     head = r.headroom()
     mtp = f" (MTP {r.spec_speedup:.2f}x)" if r.spec_speedup > 1 else ""
+    floor = (f"p50 >= {r.decode.floor_tok_s:g} tok/s per user{mtp}" if r.floor_out_of_reach is None else
+             f"p50 >= {r.decode.floor_tok_s:.1f} tok/s per user{mtp}: the {r.floor_out_of_reach.floor_tok_s:g} "
+             "tok/s floor is out of reach")
     desc = {
         "cache": "warm user sessions p5",
-        "decode": f"p50 >= {r.decode.floor_tok_s:g} tok/s per user{mtp}",
+        "decode": floor,
         "latency": f"mean miss TTFT <= {knob_value(plan.knobs, 'ttft_limit_s'):g} s",
         "saturation": "prefill duty 100%",
     }
@@ -72,10 +100,39 @@ def _plan_ceilings(plan: Plan) -> list[str]:
             continue
         mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
-    if r.decode_comfortable is not None:
-        lines.append(f"  (decode at the comfortable {r.decode_comfortable.floor_tok_s:g} tok/s: "
-                     f"{r.decode_comfortable.n * plan.fixed.dp:,} users)")
+    c = r.decode_comfortable
+    if c is not None and c.n > 0:
+        lines.append(f"  (decode at the comfortable {c.floor_tok_s:g} tok/s: {c.n * plan.fixed.dp:,} users)")
+    elif c is not None:
+        lines.append(f"  (the comfortable {c.floor_tok_s:g} tok/s is out of reach: one user alone gets "
+                     f"{c.p50_one_more_tok_s:.1f} tok/s)")
     return lines
+
+
+def _plan_decode(plan: Plan) -> list[str]:
+    if not plan.decode_points:
+        return []
+    k = plan.knobs
+    lines = [f"decode per user, p50 (bounds: bandwidth efficiency {_bracket(plan, 'bandwidth_efficiency')}, "
+             f"compute {_bracket(plan, 'compute_efficiency')}; roofline {k.a('decode.roofline')}):"]
+    mns = max(p.n for p in plan.decode_points)
+    for point in plan.decode_points:
+        label = "1 user" if point.n == 1 else f"{point.n} users"
+        if point.n == mns:
+            label += " (--max-num-seqs)"
+        legs = point.speed.bound + (f"-bound, compute/memory {point.speed.compute_share:.2f}"
+                                    if point.speed.compute_s_p50 else "-bound")
+        lines.append(f"  {label:<26}{point.speed.p50_tok_s:>8.1f} tok/s  ({point.low_tok_s:.1f} - "
+                     f"{point.high_tok_s:.1f}), {legs}; aggregate {point.speed.aggregate_p50_tok_s:,.0f} tok/s")
+    return lines
+
+
+def _bracket(plan: Plan, knob: str) -> str:
+    from servesize.planning.ceilings import efficiency_bracket
+
+    name = {"bandwidth_efficiency": "decode.bandwidth_efficiency", "compute_efficiency": "decode.compute_efficiency"}[knob]
+    lo, hi = efficiency_bracket(plan.knobs, knob, name)
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
 
 
 def _plan_serving(plan: Plan) -> list[str]:
@@ -96,9 +153,13 @@ def _plan_bill(plan: Plan) -> list[str]:
     p, r = plan.power, plan.result
     if p is None:
         return [f"power: {plan.power_note}"]
-    per_user = f"{p.cost_per_user_month:.2f} per user per month " if math.isfinite(p.cost_per_user_month) else ""
+    cur = p.currency
+    per_user = f"{cur} {p.cost_per_user_month:.2f} per user per month, " if math.isfinite(p.cost_per_user_month) else ""
+    per_mtok = (f"{cur} {p.cost_per_million_output_tokens:.3f} per 1M output tokens "
+                if math.isfinite(p.cost_per_million_output_tokens) else "")
     return [f"power at {r.values[r.binding]:,.0f} users: {p.kw_at_meter:.2f} kW at the meter, "
-            f"{p.cost_per_month:,.0f} per month, {per_user}(price {p.price_per_kwh}/kWh, PUE {p.pue})"]
+            f"{cur} {p.cost_per_month:,.0f} per month, {per_user}{per_mtok}"
+            f"(electricity {cur} {p.price_per_kwh:g}/kWh, PUE {p.pue:g})"]
 
 
 @render_text.register
@@ -140,14 +201,27 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
     return "\n".join(lines)
 
 
+_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _precision_label(precision: str) -> str:
+    """'native (bfloat16)' -> 'bf16': the checkpoint's own precision, as the calculator seed prints it."""
+    if precision.startswith("native (") and precision.endswith(")"):
+        inner = precision[len("native ("):-1]
+        return _SHORT_DTYPES.get(inner, inner)
+    return precision
+
+
 @render_text.register
 def _fit(result: FitResult, explain: bool = False) -> str:
     g = result.gpus
     total_gib = g.count * g.gpu.memory_bytes / GiB
+    which = ("every precision and placement that fits" if result.all_placements else
+             "each at its checkpoint's own precision on the smallest placement that serves (--all: every one)")
     head = (f"{g.count} x {g.gpu.name} · {total_gib:,.0f} GiB of device memory (nvidia-smi) · "
             f"{g.gpu.bandwidth_gbps:,.0f} GB/s each\n"
-            f"Models that fit at {fmt_tokens(result.context)} context ({result.budget} budget, vLLM {result.vllm_version}), "
-            "with the concurrency each allows:\n")
+            f"Models that fit at --max-model-len {result.context:,} ({result.budget} budget, vLLM {result.vllm_version}), "
+            f"{which}:\n")
     rows: list[tuple[str, ...]] = [("model", "params", "precision", "weights", "placement", "per replica", "across group")]
     if explain:
         rows[0] += ("simple budget", "reserve/GPU")
@@ -156,22 +230,26 @@ def _fit(result: FitResult, explain: bool = False) -> str:
             continue
         params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.2f}B active)" if p.active_params != p.params else "")
         placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
-        row: tuple[str, ...] = (p.model, params, p.precision, f"{p.weights_bytes / GiB:.1f} GiB", placement,
-               f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
+        row: tuple[str, ...] = (p.model, params, _precision_label(p.precision), f"{p.weights_bytes / GiB:.1f} GiB",
+                                placement, f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
         if explain:
             row += (f"~{p.simple_concurrent_per_replica}", f"{p.reserve_bytes_per_gpu / GiB:.2f} GiB")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-    tail = ("\nConcurrency = sequences whose KV fits at once at the full context; shorter requests use less. "
+    tail = ("\nConcurrency = sequences whose KV fits at once at the full --max-model-len; shorter requests use less. "
             "Placement = smallest TP holding at least "
-            f"{DEFAULT_MIN_CONCURRENCY} per replica (--all-placements lists all).")
+            f"{DEFAULT_MIN_CONCURRENCY} per replica.")
     if explain:
         tail += ("\n'simple budget' is the calculator seed's formula (utilisation x nvidia-smi memory - weights); "
                  "the difference from the engine budget is the named reserve (activation peak at "
                  "max_num_batched_tokens + non-torch + CUDA graphs) and CUDA's smaller visible total, per GPU as shown.")
     if result.refused and explain:
-        tail += "\nNot shown: " + "; ".join(f"{m} ({r})" for m, r in result.refused)
+        tail += "\nNot shown, and why at each placement tried:"
+        for model, reason in result.refused:
+            tail += f"\n  {model}:" + "".join(f"\n    {part.strip()}" for part in reason.split("; "))
+    elif result.refused:
+        tail += f"\n{len(result.refused)} model/precision pair(s) fit nowhere on these GPUs (--explain says why)."
     return head + table + tail
 
 
@@ -218,10 +296,11 @@ def _calibration_check(check: CalibrationCheck, explain: bool = False) -> str:
 def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
     o, f = fit.observations, fit.user_fit
     lines = [
-        f"{o.path}: {o.format}, {o.field}; {o.records:,} records, {len(o.user):,} prompt lengths"
-        + (f" ({fit.dropped:,} under {fit.min_tokens:,} tokens dropped)" if fit.dropped else ""),
+        f"{o.path}: {o.format}, {o.field}; {o.records:,} records, {len(o.user):,} prompt lengths; "
+        f"{o.skipped:,} unreadable row(s) skipped; {fit.dropped:,} dropped under --min-tokens {fit.min_tokens:,}",
         f"user class: log-normal median {f.median:,.0f} tokens, sigma {f.sigma:.3f} (n = {f.n:,})",
         f"  goodness of fit: {fit_meaning(f.ks_d, f.n, f.ks_p)}",
+        f"  written as: {'the log-normal' if fit.distribution == 'lognormal' else 'the observed distribution itself (empirical)'}",
     ]
     if fit.subagent_fit is not None:
         s = fit.subagent_fit
@@ -232,13 +311,21 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
     hit = fit.cache_hit_rate()
     if hit is not None:
         lines.append(f"observed prefix-cache hit rate (cached / prompt tokens): {hit:.1%}")
-    lines.append(f"prefix: {fit.workload.user.prefix_tokens:,} tokens ({fit.prefix_source})")
+    lines.append(f"fields (fitted from the file, or preset {fit.preset_name}'s):")
+    for name, field_fit in fit.fields.items():
+        if field_fit.fitted:
+            shown = f"{field_fit.value:,}" if isinstance(field_fit.value, (int, float)) else str(field_fit.value)
+            lines.append(f"  {name:<20} {shown:>14}  fitted: {field_fit.how}")
+        else:
+            lines.append(f"  {name:<20} {'preset':>14}  {field_fit.how}")
+    lines += [f"  {name:<20} {'preset':>14}  {why}" for name, why in NEVER_IN_A_LOG.items()]
+    lines += [f"note: {n}" for n in fit.notes]
     if fit.out:
         lines.append(f"wrote {fit.out} (use it with: servesize plan MODEL --gpus ... --workload {fit.out})")
     if fit.plot:
         lines.append(f"wrote {fit.plot}")
     if explain:
-        lines += ["", fit.derivation.render(), "", "workload written:", fit.workload.describe()]
+        lines += ["", fit.derivation.render(), "", "workload (fitted fields over the preset):", fit.workload.describe()]
     return "\n".join(lines)
 
 

@@ -14,10 +14,11 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
+from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
 
 
-def load_workload(path) -> Workload:
-    """Read a JSON or TOML workload file (as written by ``servesize workload fit``)."""
+def read_workload_data(path) -> dict:
+    """The table a JSON or TOML workload file holds (as written by ``servesize workload fit``)."""
     p = pathlib.Path(path)
     try:
         raw = p.read_bytes()
@@ -34,7 +35,16 @@ def load_workload(path) -> Workload:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"workload file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    return Workload.from_dict(data)
+    if not isinstance(data, dict):
+        raise BadInput(f"workload file {str(p)!r} must hold a table/object at the top level")
+    return data
+
+
+def load_workload(path) -> Workload:
+    """A workload file read over the preset it names (coding-agent when it names none)."""
+    data = read_workload_data(path)
+    chosen = preset(file_preset(data))
+    return workload_from_data(data, chosen.workload(), WorkloadOrigin.of_preset(chosen), str(path))[0]
 
 
 def save_workload(workload: Workload, path) -> pathlib.Path:
@@ -58,31 +68,32 @@ def _toml_value(value: Any) -> str:
 
 
 def to_toml(data: dict) -> str:
-    """A small TOML writer for the workload file: scalars first, then one table per dict."""
-    head, tables = [], []
-    for key, value in data.items():
-        if value is None:
-            continue  # TOML has no null: an absent table means None
+    """A small TOML writer for the workload file: scalars first, then one table per dict (nested dicts as
+    dotted sub-tables); None is left out (TOML has no null: an absent key)."""
+    out = _toml_table(data, "")
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _toml_table(table: dict, prefix: str) -> list[str]:
+    out = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, dict)]
+    for key, value in table.items():
         if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            head.append(f"{key} = {_toml_value(value)}")
-    out = head[:]
-    for key, table in tables:
-        out.append("")
-        out.append(f"[{key}]")
-        for k, v in table.items():
-            if v is None:
-                continue
-            if isinstance(v, dict):
-                raise TypeError("nested tables are not written")
-            out.append(f"{k} = {_toml_value(v)}")
-    return "\n".join(out) + "\n"
+            name = f"{prefix}{_toml_key(key)}"
+            out += ["", f"[{name}]"] + _toml_table(value, name + ".")
+    return out
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
 
 
 def save_workload_dict(data: dict, path) -> pathlib.Path:
     p = pathlib.Path(path)
-    text = to_toml(data) if p.suffix.lower() == ".toml" else json.dumps(data, indent=2) + "\n"
+    if p.suffix.lower() == ".toml":
+        # TOML has no null, and an absent table means "the preset's": no subagent class is an empty table
+        text = to_toml({**data, "subagent": {}} if "subagent" in data and data["subagent"] is None else data)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
     try:
         p.write_text(text)
     except OSError as exc:

@@ -7,7 +7,17 @@ pool fill in ``warm_capacity`` draws. Cached tokens are part of the prompt: they
 
 The fit is the log-normal maximum-likelihood estimate: mu = mean(ln x), sigma = std(ln x)
 (population, ddof 0), median = exp(mu). Its goodness of fit is the Kolmogorov-Smirnov D
-statistic: the largest vertical gap between the observed and the fitted CDF.
+statistic: the largest vertical gap between the observed and the fitted CDF. Where the log-normal
+fits badly (D >= 0.10, ``--distribution auto``) the workload takes the observed distribution itself
+(an empirical class of 1,000 quantiles).
+
+The file says only what it says. Every other field is fitted where the file has it, else left to
+the preset the workload file names (``FieldFit``: the value and how it was found, or why not):
+the shared prefix (system + tool tokens per session, or leading hash blocks), the invalidation (the
+fraction of requests that find no cached prefix of their own: from hash blocks, or from each
+record's cached tokens), the subagent class and ratio (where the file labels requests), the think
+time (gaps between a session's requests), output tokens and the warm turn (a session's prompt
+growth). Nothing is dropped unless ``min_tokens`` asks; unreadable rows are skipped and counted.
 """
 
 from __future__ import annotations
@@ -21,12 +31,13 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.workload.model import SEED_SUBAGENT_PREFIX_TOKENS, SEED_USER_PREFIX_TOKENS, SessionClass, Workload
+from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
-DEFAULT_MIN_TOKENS = 1_000   # the seed dropped rows under 1,000 tokens before fitting (working-set-model.md item 19)
+DEFAULT_MIN_TOKENS = 0       # nothing dropped unless asked (the seed dropped rows under 1,000, biasing short workloads up)
 MIN_SUBAGENT_SAMPLES = 30    # fewer subagent requests than this: no separate subagent class is fitted
-MIN_SAMPLES = 2
+MIN_SAMPLES = 2            # a log-normal needs two distinct values
+MIN_WORKLOAD_SAMPLES = 10  # a workload from fewer readable lengths than this is refused: too few to say anything
 
 
 # --- fitting -----------------------------------------------------------------------------------
@@ -113,18 +124,46 @@ def fit_lognormal(x) -> LogNormalFit:
 
 # --- the command's result ----------------------------------------------------------------------
 
+DISTRIBUTIONS = ("auto", "lognormal", "empirical")
+POOR_FIT_D = 0.10        # auto: at or above this KS D the log-normal is 'a poor fit' (fit_meaning) -> empirical
+EMPIRICAL_POINTS = 1000  # an empirical class is written as this many evenly spaced quantiles of the sample
+# Workload fields a request log cannot state: deployment choices, always the preset's (or a flag's)
+NEVER_IN_A_LOG = {
+    "max_model_len": "a deployment choice (--max-model-len), not in a request log",
+    "subagents_share_prefix": "how the client builds its prompts; a log gives lengths, not prompt contents",
+    "speculative": "a deployment choice (MTP or none), not in a request log",
+}
+
+
+@dataclass(frozen=True)
+class FieldFit:
+    """One workload field: fitted from the file (``value`` set, ``how`` says from what) or left to the preset
+    (``value`` None, ``how`` says why the file cannot say)."""
+
+    name: str
+    value: Any
+    how: str
+
+    @property
+    def fitted(self) -> bool:
+        return self.value is not None
+
+
 @dataclass
 class WorkloadFit:
-    """What ``servesize workload fit`` found, and the workload it builds."""
+    """What ``servesize workload fit`` found, and the workload it builds over its preset."""
 
     observations: Observations
     min_tokens: int
     user_values: np.ndarray
     user_fit: LogNormalFit
+    distribution: str
     subagent_values: np.ndarray | None
     subagent_fit: LogNormalFit | None
     workload: Workload
-    prefix_source: str
+    preset_name: str
+    fields: dict[str, FieldFit]
+    notes: list[str]
     derivation: Derivation
     out: str | None = None
     plot: str | None = None
@@ -134,16 +173,43 @@ class WorkloadFit:
     def dropped(self) -> int:
         return len(self.observations.user) - int(self.user_values.size)
 
+    @property
+    def prefix_source(self) -> str:
+        return self.fields["user_prefix_tokens"].how
+
     def cache_hit_rate(self) -> float | None:
         o = self.observations
         return o.cached_tokens / o.cached_prompt_tokens if o.cached_prompt_tokens > 0 else None
 
+    def fitted(self) -> list[str]:
+        return [name for name, f in self.fields.items() if f.fitted]
+
+    def from_preset(self) -> list[str]:
+        return [name for name, f in self.fields.items() if not f.fitted]
+
     def workload_dict(self) -> dict:
-        data = self.workload.to_dict()
+        """The file ``plan --workload`` reads: the preset it stands on, the fields fitted, and how."""
+        w = self.workload
+        data: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION, "preset": self.preset_name}
+        user = w.user.to_dict()
+        if not self.fields["user_prefix_tokens"].fitted:
+            user.pop("prefix_tokens", None)
+        data["user"] = user
+        if self.fields["subagent"].fitted:
+            data["subagent"] = {} if w.subagent is None else w.subagent.to_dict()
+        for name, key in (("subagent_ratio", "subagent_ratio"), ("invalidation", "invalidation"),
+                          ("think_time_s", "think_time_s"), ("output_tokens", "output_tokens"),
+                          ("warm_turn_tokens", "warm_turn_tokens")):
+            if self.fields[name].fitted:
+                data[key] = getattr(w, key)
+        o = self.observations
         data["fit"] = {
-            "file": pathlib.Path(self.observations.path).name, "format": self.observations.format,
-            "field": self.observations.field, "n": self.user_fit.n, "min_tokens": self.min_tokens,
-            "ks_d": round(self.user_fit.ks_d, 6), "prefix_source": self.prefix_source,
+            "file": pathlib.Path(o.path).name, "format": o.format, "field": o.field, "n": self.user_fit.n,
+            "min_tokens": self.min_tokens, "dropped_below_min_tokens": self.dropped, "skipped_bad_rows": o.skipped,
+            "distribution": self.distribution, "ks_d": round(self.user_fit.ks_d, 6),
+            "fitted": {name: f.how for name, f in self.fields.items() if f.fitted},
+            "from_preset": {**{name: f.how for name, f in self.fields.items() if not f.fitted}, **NEVER_IN_A_LOG},
+            "notes": list(self.notes),
         }
         return data
 
@@ -151,62 +217,190 @@ class WorkloadFit:
         o = self.observations
         return {
             "file": o.path, "format": o.format, "field": o.field, "records": o.records,
-            "values_read": len(o.user), "min_tokens": self.min_tokens, "dropped_below_min": self.dropped,
-            "user": self.user_fit.to_dict(),
+            "values_read": len(o.user), "skipped_bad_rows": o.skipped, "skip_examples": list(o.skip_examples),
+            "min_tokens": self.min_tokens, "dropped_below_min": self.dropped,
+            "user": self.user_fit.to_dict(), "distribution": self.distribution,
             "subagent": None if self.subagent_fit is None else self.subagent_fit.to_dict(),
             "subagent_values_read": len(o.subagent),
             "observed_cache_hit_rate": self.cache_hit_rate(),
-            "prefix_source": self.prefix_source,
+            "preset": self.preset_name,
+            "fields": {name: {"value": f.value, "fitted": f.fitted, "how": f.how} for name, f in self.fields.items()},
+            "notes": list(self.notes),
             "workload": self.workload.to_dict(),
             "out": self.out, "plot": self.plot,
             "derivation": self.derivation.to_list(),
         }
 
 
+def _filtered(values: list[float], min_tokens: int) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    return arr[arr >= max(min_tokens, 1)] if min_tokens > 0 else arr[arr > 0]
 
-def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
-                     prefix_tokens: int | None = None) -> WorkloadFit:
-    """Filter (x >= min_tokens), fit, and build the workload (other fields: the seed's defaults)."""
+
+def _choose_distribution(choice: str, fit: LogNormalFit) -> str:
+    if choice not in DISTRIBUTIONS:
+        raise BadInput(f"--distribution {choice!r} is not one of {', '.join(DISTRIBUTIONS)}")
+    if choice != "auto":
+        return choice
+    return "lognormal" if fit.ks_d < POOR_FIT_D else "empirical"
+
+
+def empirical_points(values: np.ndarray, points: int = EMPIRICAL_POINTS) -> np.ndarray:
+    """The sample itself when small, else ``points`` quantiles at (i + 0.5) / points: a bootstrap from them
+    draws the same distribution to within 1 / points in probability."""
+    if values.size <= points:
+        return np.sort(values)
+    return np.round(np.quantile(values, (np.arange(points) + 0.5) / points), 1)
+
+
+def _user_class(values: np.ndarray, fit: LogNormalFit, distribution: str, prefix: int, name: str):
+    if distribution == "lognormal":
+        return SessionClass("user", round(fit.median, 1), round(fit.sigma, 4), prefix,
+                            source=f"fitted from {name} (n={fit.n}, KS D={fit.ks_d:.3f})")
+    return EmpiricalClass("user", empirical_points(values), prefix,
+                          source=f"empirical from {name} (n={fit.n}; the log-normal's KS D is {fit.ks_d:.3f})")
+
+
+def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
+    if prefix_tokens is not None:
+        return FieldFit("user_prefix_tokens", int(prefix_tokens), "given with --prefix-tokens")
+    if obs.prefix_tokens:
+        return FieldFit("user_prefix_tokens", int(round(float(np.median(obs.prefix_tokens)))),
+                        f"median system + tool tokens over {len(obs.prefix_tokens):,} sessions")
+    if obs.hash_prefix_tokens:
+        return FieldFit("user_prefix_tokens", int(obs.hash_prefix_tokens),
+                        f"leading hash blocks shared by more than half the requests ({obs.cold_basis.split(':')[0]})")
+    return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
+
+
+def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
+    """From hash blocks (an infinite cache within the file's scope), else from each record's cached tokens:
+    the fraction of requests that match no cached prefix of their own (the --invalidation definition)."""
+    if obs.cold:
+        f = float(np.mean(obs.cold))
+        return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {len(obs.cold):,} requests cold by {obs.cold_basis}")
+    if obs.cached_pairs:
+        cached = np.array([c for c, _ in obs.cached_pairs])
+        limit = float(prefix) if prefix is not None else 0.0
+        f = float(np.mean(cached <= limit))
+        basis = (f"cached tokens no more than the {prefix:,}-token prefix" if prefix is not None
+                 else "no cached tokens (the file does not say its prefix)")
+        return FieldFit("invalidation", round(f, 4),
+                        f"{f:.1%} of {cached.size:,} requests report {basis}; the server's own evictions count too, "
+                        "so it is an upper bound on the workload's own invalidation")
+    return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
+
+
+def _mean_field(name: str, values: list[float], what: str, unit: str, integer: bool) -> FieldFit:
+    if not values:
+        return FieldFit(name, None, f"the file has no {what}")
+    arr = np.asarray(values, dtype=np.float64)
+    mean = float(arr.mean())
+    value: Any = int(round(mean)) if integer else round(mean, 2)
+    if integer and value < 1:
+        return FieldFit(name, None, f"the {what} average below one token")
+    return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {float(np.median(arr)):,.4g}{unit})")
+
+
+def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
+                     ) -> tuple[FieldFit, FieldFit, np.ndarray | None, LogNormalFit | None, Any]:
+    """(subagent class, subagent ratio, values, fit, class): from labelled requests, or left to the preset."""
+    if not obs.labels_field:
+        why = "the file does not label subagent requests"
+        return FieldFit("subagent", None, why), FieldFit("subagent_ratio", None, why), None, None, None
+    sv = _filtered(obs.subagent, min_tokens)
+    if sv.size == 0:
+        how = f"no request is labelled a subagent's ({obs.labels_field})"
+        return FieldFit("subagent", "none", how), FieldFit("subagent_ratio", 0.0, how), None, None, None
+    if sv.size < MIN_SUBAGENT_SAMPLES:
+        why = f"only {sv.size} subagent requests ({obs.labels_field}): too few to fit (< {MIN_SUBAGENT_SAMPLES})"
+        return FieldFit("subagent", None, why), FieldFit("subagent_ratio", None, why), None, None, None
+    fit = fit_lognormal(sv)
+    sub_prefix = int(round(float(np.median(obs.subagent_prefix_tokens)))) if obs.subagent_prefix_tokens else 0
+    cls = SessionClass("subagent", round(fit.median, 1), round(fit.sigma, 4), sub_prefix,
+                       source=f"fitted from {name} (n={fit.n}, KS D={fit.ks_d:.3f})")
+    ratio = round(fit.n / n_user, 6)
+    return (FieldFit("subagent", f"log-normal median {fit.median:,.0f}, sigma {fit.sigma:.3f}",
+                     f"{fit.n:,} labelled subagent requests ({obs.labels_field}); prefix "
+                     + (f"median {sub_prefix:,} over {len(obs.subagent_prefix_tokens):,}" if obs.subagent_prefix_tokens
+                        else "0: the file gives none")),
+            FieldFit("subagent_ratio", ratio, f"{fit.n:,} subagent / {n_user:,} user requests"), sv, fit, cls)
+
+
+def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS, prefix_tokens: int | None = None,
+                     preset_name: str | None = None, distribution: str = "auto") -> WorkloadFit:
+    """The workload the file implies over a preset: each field fitted from the file or left to the preset."""
+    from servesize.workload.presets import preset
+
+    chosen = preset(preset_name)
     if not obs.user:
-        raise BadInput(f"{obs.path}: no token counts found in {obs.field}")
-    user = np.asarray(obs.user, dtype=np.float64)
-    user = user[user >= max(min_tokens, 1)]
-    if user.size < MIN_SAMPLES:
-        raise BadInput(f"{obs.path}: only {user.size} of {len(obs.user):,} prompt lengths are >= {min_tokens:,} tokens; "
-                       "lower --min-tokens or check the column")
+        raise BadInput(f"{obs.path}: no readable prompt lengths in {obs.field}"
+                       + (f" ({obs.skipped:,} rows skipped: {obs.skip_examples[0]})" if obs.skipped else ""))
+    user = _filtered(obs.user, min_tokens)
+    if user.size < MIN_WORKLOAD_SAMPLES:
+        raise BadInput(f"{obs.path}: only {user.size} of {len(obs.user):,} prompt lengths are >= {max(min_tokens, 1):,} "
+                       f"tokens, too few to fit (at least {MIN_WORKLOAD_SAMPLES}); lower --min-tokens or check the column"
+                       + (f" ({obs.skipped:,} unreadable rows skipped: {obs.skip_examples[0]})" if obs.skipped else ""))
+    name = pathlib.Path(obs.path).name
     d = Derivation()
-    d.given("n", int(user.size), note=f"prompt lengths >= {min_tokens:,} tokens from {obs.field}")
+    d.given("n", int(user.size), note=f"prompt lengths from {obs.field}" + (f" (>= {min_tokens:,} tokens)" if min_tokens else ""))
     user_fit = fit_lognormal(user)
     d.given("mu", user_fit.mu, note="mean(ln x): the maximum-likelihood log-normal location")
     d.given("sigma", user_fit.sigma, note="std(ln x), ddof 0: the maximum-likelihood shape")
     d.given("median_tokens", user_fit.median, unit="tokens", note="exp(mu)")
     d.given("ks_d", user_fit.ks_d, note="max |observed CDF - fitted CDF|")
+    dist = _choose_distribution(distribution, user_fit)
 
-    sub_values = sub_fit = None
-    if len(obs.subagent) > 0:
-        sv = np.asarray(obs.subagent, dtype=np.float64)
-        sv = sv[sv >= max(min_tokens, 1)]
-        if sv.size >= MIN_SUBAGENT_SAMPLES:
-            sub_values, sub_fit = sv, fit_lognormal(sv)
-
-    if prefix_tokens is not None:
-        prefix, source = int(prefix_tokens), "given with --prefix-tokens"
-    elif obs.prefix_tokens:
-        prefix = int(round(float(np.median(obs.prefix_tokens))))
-        source = f"median system + tool tokens over {len(obs.prefix_tokens):,} sessions in the file"
-    else:
-        prefix, source = SEED_USER_PREFIX_TOKENS, "the seed default; the file does not say"
-    user_cls = SessionClass("user", round(user_fit.median, 1), round(user_fit.sigma, 4), prefix,
-                            source=f"fitted from {pathlib.Path(obs.path).name} (n={user_fit.n}, KS D={user_fit.ks_d:.3f})")
-    kwargs: dict[str, Any] = {}
-    if sub_fit is not None:
-        sub_prefix = int(round(float(np.median(obs.subagent_prefix_tokens)))) if obs.subagent_prefix_tokens else SEED_SUBAGENT_PREFIX_TOKENS
-        kwargs["subagent"] = SessionClass("subagent", round(sub_fit.median, 1), round(sub_fit.sigma, 4), sub_prefix,
-                                          source=f"fitted from {pathlib.Path(obs.path).name} (n={sub_fit.n})")
-        kwargs["subagent_ratio"] = d.step("subagent_ratio", "n_subagent / n_user", note="subagent requests per user request",
-                                          n_subagent=sub_fit.n, n_user=user_fit.n)
+    prefix = _prefix_field(obs, prefix_tokens)
+    sub, ratio, sub_values, sub_fit, sub_cls = _subagent_fields(obs, min_tokens, int(user.size), name)
+    fields = {
+        "user_median_tokens": FieldFit("user_median_tokens", round(user_fit.median, 1) if dist == "lognormal"
+                                       else float(np.median(user)),
+                                       f"{'log-normal MLE' if dist == 'lognormal' else 'the sample median'} of "
+                                       f"{user.size:,} prompt lengths ({obs.field})"),
+        "user_sigma": FieldFit("user_sigma", round(user_fit.sigma, 4) if dist == "lognormal" else "empirical",
+                               f"KS D = {user_fit.ks_d:.3f}" + ("" if dist == "lognormal" else
+                                                                ": the observed distribution itself is used")),
+        "user_prefix_tokens": prefix,
+        "subagent": sub, "subagent_ratio": ratio,
+        "invalidation": _invalidation_field(obs, prefix.value),
+        "think_time_s": _mean_field("think_time_s", obs.gaps_s, f"gaps between a session's requests ({obs.think_field})"
+                                    if obs.think_field else "think times", " s", integer=False),
+        "output_tokens": _mean_field("output_tokens", obs.output, f"output counts ({obs.output_field})"
+                                     if obs.output_field else "output counts", "", integer=True),
+        "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
+                                        "prompt growths from one request of a session to the next", "", integer=True),
+    }
+    base = chosen.workload()
+    user_prefix = prefix.value if prefix.fitted else base.user.prefix_tokens
+    changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
+    if sub.fitted:
+        changes["subagent"] = sub_cls  # None: the file labels requests and none is a subagent's
+    for key in ("subagent_ratio", "invalidation", "think_time_s", "output_tokens", "warm_turn_tokens"):
+        if fields[key].fitted:
+            changes[key] = fields[key].value
+    if fields["think_time_s"].fitted and fields["think_time_s"].value <= 0:
+        changes.pop("think_time_s")
+        fields["think_time_s"] = FieldFit("think_time_s", None, "every gap is 0 s")
+    notes = _fit_notes(obs, fields, chosen, user_fit, base, user_prefix)
     try:
-        workload = Workload(user=user_cls, **kwargs)
+        workload = base.replace(**changes)
     except BadInput as exc:
         raise BadInput(f"the fitted workload is not usable: {exc}") from None
-    return WorkloadFit(obs, int(min_tokens), user, user_fit, sub_values, sub_fit, workload, source, d)
+    return WorkloadFit(obs, int(min_tokens), user, user_fit, dist, sub_values, sub_fit, workload, chosen.name, fields,
+                       notes, d)
+
+
+def _fit_notes(obs: Observations, fields: dict[str, FieldFit], chosen, user_fit: LogNormalFit, base: Workload,
+               user_prefix: int) -> list[str]:
+    notes = []
+    if not fields["user_prefix_tokens"].fitted and user_prefix >= user_fit.median:
+        notes.append(f"the file does not say its prefix, and preset {chosen.name}'s {user_prefix:,} tokens is at or above "
+                     f"the fitted median {user_fit.median:,.0f}: plan will refuse it; pass --prefix-tokens or a preset "
+                     "that fits (--preset chat)")
+    if fields["subagent"].fitted and base.subagent is None and not chosen.has_subagents \
+            and fields["subagent_ratio"].value:
+        notes.append(f"the file labels subagent requests, which preset {chosen.name} has none of")
+    if obs.skipped:
+        notes.append(f"{obs.skipped:,} unreadable row(s) skipped: " + "; ".join(obs.skip_examples))
+    return notes

@@ -19,7 +19,7 @@ Sampling follows the warm-capacity seed (working-set-model.md 2.6, steps 1-4) ex
    so its prefix is 0 and it occupies its full length;
 4. (the caller) a warm session costs max(full - prefix, 0) unique tokens, a cold one its full length.
 
-Every default below is the seed's reference workload and says where it comes from.
+Every default below is the seed's reference workload (the coding-agent preset, data/workloads.toml).
 """
 
 from __future__ import annotations
@@ -31,25 +31,29 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.workload.catalogue import reference_value
 from servesize.workload.draws import RawDraw, draw_numbers
 
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
+SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s",
+                 "output_tokens", "warm_turn_tokens")
+FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset"})  # beside the scalar fields
 
-# --- the seed's reference workload (working-set-model.md 2.6; seed 000, "One measurement is not
-# --- a capacity plan") ------------------------------------------------------------------------
-SEED_USER_MEDIAN_TOKENS = 31_000    # MLE log-normal fit on 1,850 real coding-agent prompts (seed 000)
-SEED_USER_SIGMA = 0.81              # same fit (seed 000; working-set-model.md 2.6)
-SEED_USER_PREFIX_TOKENS = 15_000    # seed's sys_user: shared system prompt + tools (2.6)
-SEED_SUBAGENT_MEDIAN_TOKENS = 8_000 # assumed by the seed, not measured (2.6)
-SEED_SUBAGENT_SIGMA = 0.9           # assumed by the seed, not measured (2.6)
-SEED_SUBAGENT_PREFIX_TOKENS = 3_000 # seed's sys_sub: the subagent's own, leaner prefix (2.6)
-SEED_SUBAGENT_RATIO = 0.10          # subagent requests per user request (2.6)
-SEED_INVALIDATION = 0.01            # fraction of requests that match no cached prefix (2.6)
-SEED_MAX_MODEL_LEN = 180_000        # seed's cap: --max-model-len 180k, not the model's 262k (seed 000)
-SEED_THINK_TIME_S = 30.0            # one request per 30 s per user (working-set-model.md 2.9)
-SEED_OUTPUT_TOKENS = 1_000          # output tokens per request (2.10)
-SEED_WARM_TURN_TOKENS = 2_000       # new tokens prefilled on a warm hit (2.8, "turn tokens")
+# --- the seed's reference workload: the coding-agent preset of data/workloads.toml, where each value
+# --- carries its source (working-set-model.md 2.6; seed 000, "One measurement is not a capacity plan")
+SEED_USER_MEDIAN_TOKENS = int(reference_value("user_median_tokens"))
+SEED_USER_SIGMA = float(reference_value("user_sigma"))
+SEED_USER_PREFIX_TOKENS = int(reference_value("user_prefix_tokens"))
+SEED_SUBAGENT_MEDIAN_TOKENS = int(reference_value("subagent_median_tokens"))
+SEED_SUBAGENT_SIGMA = float(reference_value("subagent_sigma"))
+SEED_SUBAGENT_PREFIX_TOKENS = int(reference_value("subagent_prefix_tokens"))
+SEED_SUBAGENT_RATIO = float(reference_value("subagent_ratio"))
+SEED_INVALIDATION = float(reference_value("invalidation"))
+SEED_MAX_MODEL_LEN = int(reference_value("max_model_len"))
+SEED_THINK_TIME_S = float(reference_value("think_time_s"))
+SEED_OUTPUT_TOKENS = int(reference_value("output_tokens"))
+SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
 
 _MAX_SIGMA = 5.0
 _MAX_TOKENS = 100_000_000
@@ -211,7 +215,8 @@ class EmpiricalClass:
 RequestClass = SessionClass | EmpiricalClass
 
 
-def _class_from_dict(data: Any, where: str) -> RequestClass:
+def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestClass:
+    """A request class from its table in a workload file; ``prefix_tokens`` when the table gives none."""
     if not isinstance(data, dict):
         raise BadInput(f"workload file: {where} must be a table/object, got {type(data).__name__}")
     kind = data.get("kind", "lognormal")
@@ -227,10 +232,11 @@ def _class_from_dict(data: Any, where: str) -> RequestClass:
         for key in ("median_tokens", "sigma"):
             if key not in data:
                 raise BadInput(f"workload file: {where}.{key} is missing")
-        return SessionClass(name, data["median_tokens"], data["sigma"], data.get("prefix_tokens", 0), data.get("source", ""))
+        return SessionClass(name, data["median_tokens"], data["sigma"], data.get("prefix_tokens", prefix_tokens),
+                            data.get("source", ""))
     if "lengths" not in data:
         raise BadInput(f"workload file: {where}.lengths is missing")
-    return EmpiricalClass(name, data["lengths"], data.get("prefix_tokens", 0), data.get("source", ""))
+    return EmpiricalClass(name, data["lengths"], data.get("prefix_tokens", prefix_tokens), data.get("source", ""))
 
 
 # --- samples -----------------------------------------------------------------------------------
@@ -492,28 +498,32 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Any) -> Workload:
-        """Read ``to_dict()`` back; an optional ``fit`` table (how it was fitted) is ignored."""
+        """Read ``to_dict()`` back, absent fields at the seed's values; an optional ``fit`` table (how it was
+        fitted) and ``preset`` name are ignored here (``servesize.workload.presets.workload_from_data`` fills
+        absent fields from the file's preset instead)."""
         if not isinstance(data, dict):
             raise BadInput("workload file must hold a table/object at the top level")
         version = data.get(FORMAT_KEY, FORMAT_VERSION)
         if version != FORMAT_VERSION:
             raise BadInput(f"workload file: {FORMAT_KEY} = {version!r} is not a version this servesize reads (1)")
         scalar = {f.name for f in fields(cls)} - {"user", "subagent"}
-        allowed = scalar | {"user", "subagent", FORMAT_KEY, "fit"}
+        allowed = scalar | FILE_KEYS
         unknown = sorted(set(data) - allowed)
         if unknown:
             raise BadInput(f"workload file: unknown field(s): {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
         if "user" not in data:
             raise BadInput("workload file: the [user] class is missing")
-        user = _class_from_dict(data["user"], "user")
+        user = class_from_dict(data["user"], "user")
         sub_data = data.get("subagent")
-        subagent = None if sub_data in (None, {}) else _class_from_dict(sub_data, "subagent")
+        subagent = None if sub_data in (None, {}) else class_from_dict(sub_data, "subagent")
         kwargs = {k: data[k] for k in scalar if k in data}
         return cls(user=user, subagent=subagent, **kwargs)
 
     def describe(self) -> str:
         lines = [self.user.describe()]
-        if self.subagent is not None:
+        if self.subagent is not None and self.subagent_ratio == 0:
+            lines.append("no subagent requests (r = 0)")
+        elif self.subagent is not None:
             lines.append(self.subagent.describe() + (" (shares the user prefix)" if self.subagents_share_prefix else ""))
             lines.append(f"subagent requests per user request r = {self.subagent_ratio:g} (share {self.subagent_probability:.3f})")
         lines.append(f"invalidation f = {self.invalidation:g}; max_model_len = {self.max_model_len:,} tokens")

@@ -1,20 +1,30 @@
-"""Request logs -> prompt token counts (the observations ``workload fit`` fits).
+"""Request logs -> what they say about the workload (the observations ``workload fit`` fits).
 
 Formats, detected from the content (gzip allowed, detected from the magic bytes):
 
-- CSV with a header: the ``--column`` named, else the first of the usual names
-  (prompt_tokens, input_tokens, input_length, ...).
+- CSV with a header: the ``--column`` named, else the first of the usual names (prompt_tokens,
+  input_tokens, input_length, ContextTokens, ...; matched without regard to case), and where the
+  header has them: output tokens (completion_tokens, output_tokens, GeneratedTokens, ...), cached
+  tokens, a think time, a session id with a timestamp (think time from the gaps), a request class
+  (``subagent`` marks a subagent request);
 - JSONL (one object per line) or a JSON array of objects:
   - OpenAI-style usage records: ``usage.prompt_tokens`` (also under ``response`` or
-    ``response.body``, as the batch API writes it); ``usage.prompt_tokens_details.cached_tokens``
-    gives the observed prefix-cache hit rate;
-  - Anthropic-style usage: ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``;
+    ``response.body``, as the batch API writes it), ``usage.completion_tokens``,
+    ``usage.prompt_tokens_details.cached_tokens`` (the observed prefix-cache hits);
+  - Anthropic-style usage: ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``,
+    ``output_tokens``; the cache reads are the hits;
   - Claude Code sessions (kv-cache-tester traces, one session per line): every top-level
-    ``requests[].in`` (the full input tokens of that request: ``in`` = 64 x the number of
-    prefix-block hashes) is a user-class request; requests nested inside ``type: subagent``
-    entries are subagent-class; ``system_tokens + tool_tokens`` of a session is its prefix;
-  - Mooncake traces: ``input_length``;
+    ``requests[].in`` is a user-class request, its ``out`` the output, the gaps between its ``t`` the
+    think time; requests nested inside ``type: subagent`` entries are subagent-class;
+    ``system_tokens + tool_tokens`` is the session's prefix; ``hash_ids`` (``block_size`` tokens per
+    id, unique within a session) tell which requests found a cached prefix of their own;
+  - Mooncake traces: ``input_length``, ``output_length``; ``hash_ids`` (512 tokens per id, global):
+    the leading blocks more than half the requests share are the shared prefix;
   - any object with ``--column`` as a dotted path (``usage.prompt_tokens``).
+
+A row whose count cannot be read (a word, NaN, a negative or empty cell, a truncated JSON line) is
+skipped and counted, never fatal unless nothing readable is left; a file that is not one of these
+formats at all is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import json
 import math
 import pathlib
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -34,24 +45,57 @@ from typing import Any
 from servesize.errors import BadInput
 
 CSV_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "prompt_len", "prompt_length",
-               "num_prompt_tokens", "context_tokens", "tokens", "in")
-_HASH_IDS = re.compile(r'"hash_ids":\s*\[[0-9,\s]*\]')
+               "num_prompt_tokens", "context_tokens", "contexttokens", "tokens", "in")
+OUTPUT_COLUMNS = ("completion_tokens", "output_tokens", "output_length", "generated_tokens", "generatedtokens",
+                  "num_output_tokens", "out")
+CACHED_COLUMNS = ("cached_tokens", "cached_prompt_tokens", "cache_read_input_tokens", "cached_input_tokens")
+THINK_COLUMNS = ("think_time_s", "think_time", "think_s")
+SESSION_COLUMNS = ("session_id", "session", "conversation_id", "conversation", "user_id")
+TIME_COLUMNS = ("timestamp", "time", "t", "created", "start_time")
+CLASS_COLUMNS = ("request_class", "class", "type", "role")
+MOONCAKE_BLOCK_TOKENS = 512   # Mooncake FAST'25 traces: 512 tokens per hash id (their README)
+HASH_IDS_KEPT = 1024          # leading hash ids kept per request: enough to reach past any shared prefix
+MAX_SKIP_EXAMPLES = 3
+_HASH_IDS = re.compile(r'"hash_ids":\s*\[([0-9,\s]*)\]')
 
 
 @dataclass
 class Observations:
-    """Prompt token counts read from one file."""
+    """What one file says about its requests; lists are per request unless named otherwise."""
 
     path: str
     format: str
-    field: str                       # what was read, in words
+    field: str                       # what was read as the prompt length, in words
     user: list[float] = dataclass_field(default_factory=list)
     subagent: list[float] = dataclass_field(default_factory=list)
     prefix_tokens: list[float] = dataclass_field(default_factory=list)  # per-session user prefix, when the file says
     subagent_prefix_tokens: list[float] = dataclass_field(default_factory=list)
     cached_tokens: float = 0.0       # sum of cached prompt tokens over records that report them
     cached_prompt_tokens: float = 0.0  # sum of prompt tokens over those same records
+    cached_pairs: list[tuple[float, float]] = dataclass_field(default_factory=list)  # (cached, prompt) per request
+    cold: list[bool] = dataclass_field(default_factory=list)  # per request, from hash blocks (infinite cache)
+    cold_basis: str = ""
+    hash_prefix_tokens: float | None = None   # leading blocks more than half of all requests share
+    output: list[float] = dataclass_field(default_factory=list)
+    output_field: str = ""
+    gaps_s: list[float] = dataclass_field(default_factory=list)   # between one session's user-class requests
+    turn_growth: list[float] = dataclass_field(default_factory=list)  # a session's prompt growth, request to request
+    think_field: str = ""
+    labels_field: str = ""           # what marked subagent requests, when anything did
+    id_lists: list[list] = dataclass_field(default_factory=list, repr=False)  # leading hash ids (global-scope traces)
     records: int = 0
+    skipped: int = 0
+    skip_examples: list[str] = dataclass_field(default_factory=list)
+
+    def skip(self, why: str) -> None:
+        """A row that could not be read: counted, and its reason kept for the first few."""
+        self.skipped += 1
+        if len(self.skip_examples) < MAX_SKIP_EXAMPLES:
+            self.skip_examples.append(why)
+
+
+class _BadRow(Exception):
+    """One unreadable row (skipped and counted)."""
 
 
 def _open_text(path: pathlib.Path) -> str:
@@ -71,17 +115,27 @@ def _open_text(path: pathlib.Path) -> str:
 
 
 def _number(value, where: str) -> float | None:
-    """A token count, None for an empty cell; anything else is an error naming where."""
+    """A token count or seconds; None for an absent or empty value; _BadRow for anything unreadable."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, bool):
-        raise BadInput(f"{where}: expected a token count, got {value!r}")
+        raise _BadRow(f"{where}: {value!r} is not a number")
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise BadInput(f"{where}: expected a token count, got {value!r}") from None
+        raise _BadRow(f"{where}: {value!r} is not a number") from None
     if not math.isfinite(x) or x < 0:
-        raise BadInput(f"{where}: expected a token count >= 0, got {value!r}")
+        raise _BadRow(f"{where}: {value!r} is not a count >= 0")
+    return x
+
+
+def _count(value, where: str) -> float:
+    """A prompt length: a number > 0, else _BadRow (an empty cell is a row without its count)."""
+    x = _number(value, where)
+    if x is None:
+        raise _BadRow(f"{where}: empty")
+    if x == 0:
+        raise _BadRow(f"{where}: 0 tokens")
     return x
 
 
@@ -101,16 +155,77 @@ def _usage(obj: dict):
     return None
 
 
-def _csv_column(names: list[str], column: str | None, path: str) -> str:
+# --------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------
+
+def _find(names: list[str], wanted: tuple[str, ...]) -> int | None:
+    lower = [n.lower() for n in names]
+    return next((lower.index(w) for w in wanted if w in lower), None)
+
+
+def _csv_column(names: list[str], column: str | None, path: str) -> int:
     """The column to read: the one named, else the first of the usual names the header has."""
     if column is not None:
         if column not in names:
             raise BadInput(f"{path}: no column {column!r} in the CSV header (columns: {', '.join(names[:12])})")
-        return column
-    found = next((c for c in CSV_COLUMNS if c in names), None)
+        return names.index(column)
+    found = _find(names, CSV_COLUMNS)
     if found is None:
         raise BadInput(f"{path}: no token column found (tried {', '.join(CSV_COLUMNS)}); name one with --column")
     return found
+
+
+@dataclass(frozen=True)
+class _CsvLayout:
+    prompt: int
+    output: int | None
+    cached: int | None
+    think: int | None
+    session: int | None
+    time: int | None
+    klass: int | None
+
+
+def _cell(row: list[str], i: int | None) -> str | None:
+    return row[i] if i is not None and i < len(row) else None
+
+
+def _csv_time(text: str | None, where: str) -> float | None:
+    """A timestamp in seconds: a number, or an ISO date and time."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(text.strip()[:26]).timestamp()
+    except ValueError:
+        raise _BadRow(f"{where}: {text!r} is not a timestamp") from None
+
+
+def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations, last: dict) -> None:
+    cls = _cell(row, lay.klass)
+    is_sub = cls is not None and "subagent" in cls.lower()
+    x = _count(_cell(row, lay.prompt), where)
+    out = _number(_cell(row, lay.output), f"{where}, output")
+    cached = _number(_cell(row, lay.cached), f"{where}, cached")
+    think = _number(_cell(row, lay.think), f"{where}, think time")
+    stamp = _csv_time(_cell(row, lay.time), f"{where}, time") if lay.session is not None else None
+    (obs.subagent if is_sub else obs.user).append(x)
+    if out is not None:
+        obs.output.append(out)
+    if cached is not None and not is_sub:
+        _observe_cached(obs, cached, x)
+    if think is not None and not is_sub:
+        obs.gaps_s.append(think)
+    session = _cell(row, lay.session)
+    if stamp is not None and session is not None and not is_sub:
+        if session in last:
+            obs.gaps_s.append(max(0.0, stamp - last[session]))
+        last[session] = stamp
 
 
 def _read_csv(text: str, path: str, column: str | None) -> Observations:
@@ -122,26 +237,44 @@ def _read_csv(text: str, path: str, column: str | None) -> Observations:
     except csv.Error as exc:
         raise BadInput(f"{path}: not a readable CSV file: {exc}") from None
     names = [h.strip() for h in header]
-    col = _csv_column(names, column, path)
-    i = names.index(col)
-    obs = Observations(path, "csv", f"column {col!r}")
+    lay = _CsvLayout(_csv_column(names, column, path), _find(names, OUTPUT_COLUMNS), _find(names, CACHED_COLUMNS),
+                     _find(names, THINK_COLUMNS), _find(names, SESSION_COLUMNS), _find(names, TIME_COLUMNS),
+                     _find(names, CLASS_COLUMNS))
+    obs = Observations(path, "csv", f"column {names[lay.prompt]!r}")
+    obs.output_field = f"column {names[lay.output]!r}" if lay.output is not None else ""
+    obs.think_field = (f"column {names[lay.think]!r}" if lay.think is not None else
+                       f"gaps between {names[lay.time]!r} within {names[lay.session]!r}"
+                       if lay.session is not None and lay.time is not None else "")
+    obs.labels_field = f"column {names[lay.klass]!r}" if lay.klass is not None else ""
+    last: dict = {}
     try:
         for line_no, row in enumerate(reader, start=2):
             if not row or all(not c.strip() for c in row):
                 continue
             obs.records += 1
-            if i >= len(row):
-                raise BadInput(f"{path} line {line_no}: the row has no {col!r} cell")
-            x = _number(row[i], f"{path} line {line_no}, column {col!r}")
-            if x is not None:
-                obs.user.append(x)
+            try:
+                _read_csv_row(row, lay, f"line {line_no}", obs, last)
+            except _BadRow as bad:
+                obs.skip(str(bad))
     except csv.Error as exc:
         raise BadInput(f"{path}: not a readable CSV file: {exc}") from None
     return obs
 
 
-def _records(text: str, path: str) -> Iterator[tuple[int, Any]]:
-    """(record number or line number, parsed value) for a JSON array or JSONL text."""
+# --------------------------------------------------------------------------------------------
+# JSON records: one reader per format, the format chosen from the first record
+# --------------------------------------------------------------------------------------------
+
+def _keep_leading_ids(match: re.Match) -> str:
+    """hash_ids lists are most of a trace's bytes; only the leading ids are needed (prefixes)."""
+    body = match.group(1)
+    parts = body.split(",", HASH_IDS_KEPT)
+    return '"hash_ids":[' + ",".join(parts[:HASH_IDS_KEPT]) + "]"
+
+
+def _records(text: str, path: str, obs_skip: Callable[[str], None]) -> Iterator[tuple[int, Any]]:
+    """(record number or line number, parsed value) for a JSON array or JSONL text; a JSONL line that is
+    not JSON (a truncated last line, a stray log line) is skipped and counted."""
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -154,20 +287,14 @@ def _records(text: str, path: str) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         if '"hash_ids"' in line:
-            # prefix-block hash lists are most of a trace's bytes and are not needed here:
-            # dropping them before parsing makes reading ~5x faster
-            line = _HASH_IDS.sub('"hash_ids":null', line)
+            line = _HASH_IDS.sub(_keep_leading_ids, line)
         try:
             yield line_no, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BadInput(f"{path} line {line_no}: not valid JSON ({exc.msg}); expected one JSON object per line") from None
+            obs_skip(f"line {line_no}: not valid JSON ({exc.msg})")
 
 
-# --------------------------------------------------------------------------------------------
-# JSON records: one reader per format, the format chosen from the first record
-# --------------------------------------------------------------------------------------------
-
-# Adds one record's token counts to the observations; the str says where the record is, for errors.
+# Adds one record's counts to the observations; the str says where the record is, for messages.
 _RecordReader = Callable[[dict, str, Observations], None]
 
 
@@ -176,31 +303,33 @@ class _JsonFormat:
     format: str  # Observations.format
     field: str  # what is read, in words (Observations.field)
     read: _RecordReader
+    output_field: str = ""
+    finish: Callable[[Observations], None] | None = None
 
 
 def _observe_cached(obs: Observations, cached_tokens: float, prompt_tokens: float) -> None:
     """A record that reports its prefix-cache hits counts towards the observed hit rate."""
     obs.cached_tokens += cached_tokens
     obs.cached_prompt_tokens += prompt_tokens
+    obs.cached_pairs.append((cached_tokens, prompt_tokens))
 
 
 def _field_reader(field_path: str) -> _RecordReader:
     """One token count per record, at a (dotted) field path."""
     def read(rec: dict, loc: str, obs: Observations) -> None:
-        x = _number(_dotted(rec, field_path), f"{loc}, field {field_path!r}")
-        if x is not None:
-            obs.user.append(x)
+        obs.user.append(_count(_dotted(rec, field_path), f"{loc}, field {field_path!r}"))
     return read
 
 
 def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
-    """usage.prompt_tokens, and usage.prompt_tokens_details.cached_tokens where the record reports it."""
+    """usage.prompt_tokens, completion_tokens and prompt_tokens_details.cached_tokens where the record reports them."""
     u = _usage(rec) or {}
-    x = _number(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
-    if x is None:
-        return
-    obs.user.append(x)
+    x = _count(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
+    out = _number(u.get("completion_tokens"), f"{loc}, usage.completion_tokens")
     cached = _number(_dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
+    obs.user.append(x)
+    if out is not None:
+        obs.output.append(out)
     if cached is not None:
         _observe_cached(obs, cached, x)
 
@@ -208,12 +337,15 @@ def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
 def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
     """The prompt is input + cache read + cache creation tokens; the cache reads are its prefix-cache hits."""
     u = _usage(rec) or {}
-    fresh, cache_read, cache_creation = (_number(u.get(k), f"{loc}, usage.{k}")
-                                         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    fresh, cache_read, cache_creation, out = (
+        _number(u.get(k), f"{loc}, usage.{k}")
+        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"))
     if fresh is None:
-        return
+        raise _BadRow(f"{loc}, usage.input_tokens: empty")
     total = sum(p for p in (fresh, cache_read, cache_creation) if p is not None)
-    obs.user.append(total)
+    obs.user.append(_count(total, f"{loc}, usage"))
+    if out is not None:
+        obs.output.append(out)
     if cache_read is not None:
         _observe_cached(obs, cache_read, total)
 
@@ -234,29 +366,118 @@ def _read_subagent(subagent: dict, where: str, obs: Observations) -> None:
     if prefix > 0:
         obs.subagent_prefix_tokens.append(prefix)
     for k, q in enumerate(subagent["requests"]):
-        x = _number(q.get("in") if isinstance(q, dict) else None, f"{where}.requests[{k}].in")
-        if x is not None:
-            obs.subagent.append(x)
+        try:
+            if not isinstance(q, dict):
+                raise _BadRow(f"{where}.requests[{k}]: not an object")
+            obs.subagent.append(_count(q.get("in"), f"{where}.requests[{k}].in"))
+            out = _number(q.get("out"), f"{where}.requests[{k}].out")
+            if out is not None:
+                obs.output.append(out)
+        except _BadRow as bad:
+            obs.skip(str(bad))
+
+
+@dataclass
+class _SessionCache:
+    """Which of one session's requests find a cached prefix of their own (hash ids unique within it)."""
+
+    prefix_blocks: int
+    seen: set = dataclass_field(default_factory=set)
+
+    def cold(self, ids: list) -> bool:
+        """Cold: the first block past the shared prefix is in no earlier request of the session."""
+        if not ids:
+            return True
+        probe = ids[min(self.prefix_blocks, len(ids) - 1)]
+        warm = probe in self.seen
+        self.seen.update(ids)
+        return not warm
+
+
+def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) -> None:
+    x = _count(r.get("in"), f"{where}.in")
+    out = _number(r.get("out"), f"{where}.out")
+    t = _number(r.get("t"), f"{where}.t")
+    obs.user.append(x)
+    if out is not None:
+        obs.output.append(out)
+    if t is not None:
+        if state.get("t") is not None:
+            obs.gaps_s.append(max(0.0, t - state["t"]))
+        state["t"] = t
+    cold = None
+    ids = r.get("hash_ids")
+    if isinstance(ids, list) and state.get("cache") is not None:
+        cold = state["cache"].cold(ids)
+        obs.cold.append(cold)
+    if state.get("in") is not None and x > state["in"] and not cold:
+        obs.turn_growth.append(x - state["in"])  # a warm request's new tail (a cold one re-prefills it all)
+    state["in"] = x
 
 
 def _read_claude_code(rec: dict, loc: str, obs: Observations) -> None:
-    """One session: its prefix, every top-level requests[].in as a user-class request, subagents apart."""
+    """One session: its prefix, every top-level request as a user-class request, subagents apart."""
     reqs = rec.get("requests")
     if not isinstance(reqs, list):
-        raise BadInput(f"{loc}: expected a 'requests' list (Claude Code session format)")
+        raise _BadRow(f"{loc}: no 'requests' list (Claude Code session format)")
     prefix = _prefix_tokens(rec, f"{loc}, ")
     if prefix > 0:
         obs.prefix_tokens.append(prefix)
+    block = _number(rec.get("block_size"), f"{loc}, block_size") or 0
+    state: dict = {"cache": _SessionCache(int(prefix // block)) if block else None}
+    if block and not obs.cold_basis:
+        obs.cold_basis = (f"hash_ids ({block:g} tokens each, unique within a session): a request is cold when its first "
+                          "block past the session's system + tool prefix is in no earlier request of the session")
     for j, r in enumerate(reqs):
         where = f"{loc}, requests[{j}]"
-        if not isinstance(r, dict):
-            raise BadInput(f"{where}: expected an object")
-        if _is_subagent(r):
-            _read_subagent(r, where, obs)
-            continue
-        x = _number(r.get("in"), f"{where}.in")
-        if x is not None:
-            obs.user.append(x)
+        try:
+            if not isinstance(r, dict):
+                raise _BadRow(f"{where}: not an object")
+            if _is_subagent(r):
+                _read_subagent(r, where, obs)
+            else:
+                _read_claude_request(r, where, obs, state)
+        except _BadRow as bad:
+            obs.skip(str(bad))
+
+
+def _read_mooncake(rec: dict, loc: str, obs: Observations) -> None:
+    obs.user.append(_count(rec.get("input_length"), f"{loc}, input_length"))
+    out = _number(rec.get("output_length"), f"{loc}, output_length")
+    if out is not None:
+        obs.output.append(out)
+    ids = rec.get("hash_ids")
+    if isinstance(ids, list):
+        obs.id_lists.append(ids[:64])
+
+
+def shared_leading_blocks(id_lists: list[list]) -> int:
+    """The largest k such that more than half of the requests start with the same k ids."""
+    n, k = len(id_lists), 0
+    while n:
+        heads = Counter(tuple(ids[:k + 1]) for ids in id_lists if len(ids) > k)
+        if not heads or 2 * heads.most_common(1)[0][1] <= n:
+            return k
+        k += 1
+    return k
+
+
+def _finish_mooncake(obs: Observations) -> None:
+    """Global hash ids: the shared prefix is the leading blocks more than half the requests share; a request is cold
+    when its first block past that prefix was never seen before (an infinite cache)."""
+    id_lists = obs.id_lists
+    if not id_lists:
+        return
+    k = shared_leading_blocks(id_lists)
+    obs.hash_prefix_tokens = float(k * MOONCAKE_BLOCK_TOKENS)
+    seen: set = set()
+    for ids in id_lists:
+        probe = ids[min(k, len(ids) - 1)] if ids else None
+        obs.cold.append(probe not in seen)
+        seen.update(ids)
+    obs.cold_basis = (f"hash_ids ({MOONCAKE_BLOCK_TOKENS} tokens each, global): {k} leading block(s) are shared by more "
+                      "than half the requests (the shared prefix); a request is cold when its first block past "
+                      "them was never seen before (an infinite cache)")
 
 
 def _has_claude_code_requests(rec: dict) -> bool:
@@ -275,10 +496,13 @@ def _field_format(field_path: str) -> _JsonFormat:
 
 # The formats a first record is recognised by, tried in this order.
 _FORMATS: tuple[tuple[Callable[[dict], bool], _JsonFormat], ...] = (
-    (_has_claude_code_requests, _JsonFormat("claude-code", "requests[].in (input tokens per request)", _read_claude_code)),
-    (_usage_has("prompt_tokens"), _JsonFormat("openai", "usage.prompt_tokens", _read_openai)),
-    (_usage_has("input_tokens"), _JsonFormat("anthropic", "usage input + cache read + cache creation tokens", _read_anthropic)),
-    (lambda rec: "input_length" in rec, _JsonFormat("mooncake", "input_length", _field_reader("input_length"))),
+    (_has_claude_code_requests, _JsonFormat("claude-code", "requests[].in (input tokens per request)", _read_claude_code,
+                                            "requests[].out")),
+    (_usage_has("prompt_tokens"), _JsonFormat("openai", "usage.prompt_tokens", _read_openai, "usage.completion_tokens")),
+    (_usage_has("input_tokens"), _JsonFormat("anthropic", "usage input + cache read + cache creation tokens",
+                                             _read_anthropic, "usage.output_tokens")),
+    (lambda rec: "input_length" in rec, _JsonFormat("mooncake", "input_length", _read_mooncake, "output_length",
+                                                    _finish_mooncake)),
 )
 
 
@@ -294,29 +518,56 @@ def _detect(rec: dict, column: str | None) -> _JsonFormat | None:
     return _field_format(flat_key) if flat_key is not None else None
 
 
+def _first_format(rec: Any, loc: str, path: str, column: str | None) -> _JsonFormat:
+    """The format the first readable record shows; a file that starts with anything else is refused."""
+    if not isinstance(rec, dict):
+        raise BadInput(f"{path} {loc}: expected a JSON object, got {type(rec).__name__}")
+    fmt = _detect(rec, column)
+    if fmt is None:
+        raise BadInput(f"{path} {loc}: no token count recognised (usage.prompt_tokens, requests[].in, "
+                       "input_length, prompt_tokens, ...); name the field with --column")
+    return fmt
+
+
 def _read_json_records(text: str, path: str, column: str | None) -> Observations:
-    """JSONL or a JSON array of objects, every record read in the format the first one shows."""
+    """JSONL or a JSON array of objects, every record read in the format the first readable one shows."""
     found: tuple[_JsonFormat, Observations] | None = None
-    for where, rec in _records(text, path):
-        loc = f"{path} record {where}"
-        if not isinstance(rec, dict):
-            raise BadInput(f"{loc}: expected a JSON object, got {type(rec).__name__}")
+    early_skips: list[str] = []
+
+    def skip(why: str) -> None:
         if found is None:
-            fmt = _detect(rec, column)
-            if fmt is None:
-                raise BadInput(f"{loc}: no token count recognised (usage.prompt_tokens, requests[].in, "
-                               "input_length, prompt_tokens, ...); name the field with --column")
-            found = fmt, Observations(path, fmt.format, fmt.field)
+            early_skips.append(why)
+        else:
+            found[1].skip(why)
+
+    for where, rec in _records(text, path, skip):
+        loc = f"record {where}"
+        if found is None:
+            fmt = _first_format(rec, loc, path, column)
+            found = fmt, Observations(path, fmt.format, fmt.field, output_field=fmt.output_field)
+            for why in early_skips:
+                found[1].skip(why)
         fmt, obs = found
         obs.records += 1
-        fmt.read(rec, loc, obs)
+        try:
+            if not isinstance(rec, dict):
+                raise _BadRow(f"{loc}: not a JSON object")
+            fmt.read(rec, loc, obs)
+        except _BadRow as bad:
+            obs.skip(str(bad))
     if found is None:
-        raise BadInput(f"{path}: the file holds no records")
-    return found[1]
+        raise BadInput(f"{path}: the file holds no records" + (f" ({early_skips[0]})" if early_skips else ""))
+    fmt, obs = found
+    if fmt.finish is not None:
+        fmt.finish(obs)
+    if fmt.format == "claude-code":
+        obs.think_field = "gaps between a session's requests[].t"
+        obs.labels_field = "type: subagent entries"
+    return obs
 
 
 def read_token_counts(path, column: str | None = None) -> Observations:
-    """Prompt token counts from a CSV, JSONL or JSON file (gzip allowed), format auto-detected."""
+    """What a CSV, JSONL or JSON request log (gzip allowed) says about its requests, format auto-detected."""
     p = pathlib.Path(path)
     text = _open_text(p)
     if not text.strip():

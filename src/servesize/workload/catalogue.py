@@ -1,0 +1,61 @@
+"""The workload presets as data (data/workloads.toml): every field a value and its source.
+
+Only this loader reads the file. ``servesize.workload.presets`` turns a preset into a Workload;
+``servesize.workload.model`` takes the coding-agent preset's values as the Workload's defaults
+(the warm-capacity seed's reference workload), so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+DEFAULT_PRESET = "coding-agent"  # the warm-capacity seed's reference workload
+
+# every field a preset may give, in the order a reader meets them
+FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "subagent_median_tokens", "subagent_sigma",
+          "subagent_prefix_tokens", "subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len",
+          "think_time_s", "output_tokens", "warm_turn_tokens", "speculative")
+REQUIRED = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "invalidation", "think_time_s", "output_tokens",
+            "warm_turn_tokens", "speculative")
+SUBAGENT_FIELDS = ("subagent_median_tokens", "subagent_sigma", "subagent_prefix_tokens", "subagent_ratio")
+SPECULATIVE = ("mtp", "none")
+
+
+@lru_cache(maxsize=1)
+def preset_table() -> dict[str, dict[str, Any]]:
+    """name -> {description, source, field -> {value, source}}, checked once."""
+    text = resources.files("servesize").joinpath("data/workloads.toml").read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    for name, preset in raw.items():
+        _check(name, preset)
+    return raw
+
+
+def _check(name: str, preset: dict[str, Any]) -> None:
+    """A preset with a field missing, unknown or unsourced is a bug in the data file: fail loudly."""
+    meta = {"description", "source"}
+    unknown = sorted(set(preset) - set(FIELDS) - meta)
+    missing = [f for f in (*REQUIRED, *meta) if f not in preset]
+    if unknown or missing:
+        raise ValueError(f"data/workloads.toml [{name}]: unknown {unknown}, missing {missing}")
+    given_sub = [f for f in SUBAGENT_FIELDS if f in preset]
+    if given_sub and len(given_sub) != len(SUBAGENT_FIELDS):
+        raise ValueError(f"data/workloads.toml [{name}]: a subagent class needs all of {', '.join(SUBAGENT_FIELDS)}")
+    for field in set(preset) - meta:
+        entry = preset[field]
+        if not isinstance(entry, dict) or set(entry) != {"value", "source"} or not str(entry["source"]).strip():
+            raise ValueError(f"data/workloads.toml [{name}.{field}] needs a value and a source")
+    if preset["speculative"]["value"] not in SPECULATIVE:
+        raise ValueError(f"data/workloads.toml [{name}.speculative] must be one of {SPECULATIVE}")
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(preset_table())
+
+
+def reference_value(field: str) -> Any:
+    """The default preset's (the seed's reference workload's) value of one field."""
+    return preset_table()[DEFAULT_PRESET][field]["value"]

@@ -1,0 +1,418 @@
+"""Property-based tests (hypothesis) over the harness's inputs: run records, SSE streams, the measure command line.
+
+Properties, for every generated case: no traceback (only servesize's own one-line refusals), exit 0 or 2
+from the command line, one line on every error, and every case bounded by the code's own caps (record
+and line sizes, SSE line and event sizes, flag ranges); a case also runs under an alarm (``CASE_CAP_S``)
+that fails it as a hang, a cap and not a measurement. The seed is fixed (``derandomize``), so CI runs the
+same cases every time; ``SERVESIZE_FUZZ_EXAMPLES=10000`` runs that many cases per property instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import signal
+import tempfile
+from dataclasses import asdict
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")  # the project's test extra installs it (pyproject: [test])
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from servesize.cli import main  # noqa: E402
+from servesize.errors import BadInput  # noqa: E402
+from servesize.measure.client import ERROR_TYPES, RequestResult, StreamParser  # noqa: E402
+from servesize.measure.metrics import MetricsDelta  # noqa: E402
+from servesize.measure.pool import PoolConfig, PoolRun, Verdict  # noqa: E402
+from servesize.measure.record import RunRecord, read_record  # noqa: E402
+from servesize.measure.sessions import (  # noqa: E402
+    ClassParams,
+    RungStats,
+    SessionParams,
+    SessionsConfig,
+    SessionsRun,
+)
+
+EXAMPLES = int(os.environ.get("SERVESIZE_FUZZ_EXAMPLES", "0") or 0)
+CASE_CAP_S = 60  # a case past this is a hang (the caps should end every case in well under a second)
+
+
+def fuzz(default_examples: int):
+    return settings(max_examples=EXAMPLES or default_examples, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
+class Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def capped():
+    """Fail the case as a hang if it runs past CASE_CAP_S (SIGALRM: the main thread, where pytest runs)."""
+    def on_alarm(signum, frame):
+        raise Hang(f"a fuzz case ran past its {CASE_CAP_S} s cap")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(CASE_CAP_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def assert_one_line(message: str) -> None:
+    assert message and "\n" not in message.strip() and "Traceback" not in message, message
+
+
+# -- run records -------------------------------------------------------------------------------------------
+
+PARAMS = SessionParams(user=ClassParams(500, 0.5, 100), max_model_len=4000, think_time_s=0.02, output_tokens=2,
+                       turn_tokens=50)
+SESSIONS_CFG = SessionsConfig(url="http://127.0.0.1:9", params=PARAMS, users=[1, 2])
+POOL_CFG = PoolConfig(url="http://127.0.0.1:9")
+REQUEST = RequestResult(id="r1", tags={"rung": 0, "returning": True, "prefix_tokens": 100, "reusable_tokens": 300},
+                        prompt_tokens=400, cached_tokens=300, cached_tokens_reported=True, ttft_s=0.01).to_dict()
+RUNG = RungStats(1, 1.0, 3, 0, {}, 2, 2, 1.0, "cached_tokens", {"n": 2}, {"n": 1}, {"p50_s": 0.001, "p95_s": None},
+                 800.0, 0.0, 0.5).to_dict()
+VERDICT = asdict(Verdict(signal="cached_tokens", warm=True, warm_fraction=1.0, flags=[[True]]))
+TEMPLATES = [
+    {"type": "info", "model": "m", "tokens_per_word": 1.0, "nonce": 7},
+    {"type": "request", "rung": 0, "users": 1, "attempt": 1, "result": REQUEST},
+    {"type": "request", "probe": 1, "round": 1, "index": 0, "result": REQUEST},
+    {"type": "round", "probe": 1, "round": 1, "delta": asdict(MetricsDelta(100.0, 50.0, 0.0))},
+    {"type": "probe", "seq": 1, "stage": "coarse", "n": 1, "extra_blocks": 0, "sizes": [400], "verdict": VERDICT},
+    {"type": "rung", "users": 1, "attempt": 1, "stats": RUNG},
+    {"type": "rung_failed", "users": 2, "attempt": 1, "stats": {**RUNG, "users": 2, "status": "failed"}},
+    {"type": "segment", "resumed": 1.0, "events_before": 3},
+    {"type": "end", "result": {}},
+    {"type": "interrupted", "signal": "SIGTERM"},
+]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+@st.composite
+def mutated_event(draw) -> dict:
+    """A template event, perhaps with one field (at the top or one level down) replaced, removed or kept."""
+    event = json.loads(json.dumps(draw(st.sampled_from(TEMPLATES))))
+    target = event
+    nested = [k for k, v in event.items() if isinstance(v, dict)]
+    if nested and draw(st.booleans()):
+        target = event[draw(st.sampled_from(nested))]
+    keys = sorted(target)
+    if keys:
+        key = draw(st.sampled_from(keys))
+        action = draw(st.sampled_from(["keep", "keep", "replace", "remove"]))
+        if action == "replace":
+            target[key] = draw(json_values)
+        elif action == "remove":
+            del target[key]
+    return event
+
+
+def header(kind: str, params: dict) -> dict:
+    return {"type": "header", "kind": kind, "version": 1, "params": params, "started": 1.0}
+
+
+@st.composite
+def header_line(draw) -> bytes:
+    kind = draw(st.sampled_from(["sessions", "pool"]))
+    params = json.loads(json.dumps((SESSIONS_CFG if kind == "sessions" else POOL_CFG).to_params()))
+    if draw(st.booleans()):  # one parameter damaged
+        key = draw(st.sampled_from(sorted(params)))
+        params[key] = draw(json_values)
+    return json.dumps(header(kind, params)).encode()
+
+
+odd_lines = st.sampled_from([
+    b"", b"   ", b"not json", b"[1, 2]", b"3", b'"text"', b'{"no": "type"}', b'{"type": 5}', b'{"type": "x", "v": NaN}',
+    b'{"type": "x", "v": Infinity}', b'{"type": "x", "v": 1e400}', b"\xff\xfe", b"[" * 5000 + b"]" * 5000,
+    b"{" * 3000, b'{"type": "x", "n": ' + b"9" * 5000 + b"}",
+])
+
+
+@st.composite
+def record_bytes(draw) -> bytes:
+    lines = [draw(header_line())] if draw(st.integers(0, 9)) else []
+    for _ in range(draw(st.integers(0, 12))):
+        if draw(st.integers(0, 5)):
+            lines.append(json.dumps(draw(mutated_event())).encode())
+        else:
+            lines.append(draw(odd_lines))
+    body = b"\n".join(lines)
+    end = draw(st.sampled_from(["newline", "none", "torn"]))
+    if end == "newline":
+        return body + b"\n"
+    if end == "torn" and body:
+        return body[: draw(st.integers(0, len(body)))]
+    return body
+
+
+def _replay(contents) -> None:
+    """What --resume does with a record's contents: the run's config from its header, then the replay."""
+    kind = contents.header.get("kind")
+    if kind == "sessions":
+        cfg = SessionsConfig.from_params(contents.header["params"])
+        SessionsRun(cfg, resume=contents)._completed_rungs()
+    else:
+        cfg = PoolConfig.from_params(contents.header["params"])
+        PoolRun(cfg, resume=contents)._load_replay()
+
+
+@fuzz(300)
+@given(record_bytes())
+def test_reading_and_resuming_any_record_is_a_result_or_one_line_never_a_crash_and_never_loses_a_line(data):
+    with capped(), tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "r.jsonl"
+        path.write_bytes(data)
+        try:
+            contents = read_record(path)
+        except BadInput as exc:
+            assert_one_line(str(exc))
+            return
+        try:
+            _replay(contents)
+        except BadInput as exc:
+            assert_one_line(str(exc))
+        before = read_record(path)
+        rec, resumed = RunRecord.resume(path, contents.header["kind"])
+        rec.append("note", text="after")
+        rec.close()
+        after = read_record(path)
+        # every event read before is still there, in order, followed by the segment and the new event
+        assert after.events[: len(before.events)] == before.events
+        assert [e["type"] for e in after.events[len(before.events):]] == ["segment", "note"]
+        assert not after.torn_tail and not after.unterminated
+        text = path.read_bytes()
+        assert text.endswith(b"\n")
+        assert after.segments == before.segments + 1
+        last_two = [json.loads(line) for line in text.rstrip(b"\n").split(b"\n")[-2:]]  # each a line of its own
+        assert [e["type"] for e in last_two] == ["segment", "note"]
+
+
+# -- the SSE stream parser ------------------------------------------------------------------------------------
+
+def parse(chunks: list[bytes], chat: bool = False) -> tuple[RequestResult, StreamParser]:
+    r = RequestResult(id="x")
+    p = StreamParser(r, 0, chat=chat)
+    for i, chunk in enumerate(chunks, start=1):
+        if not p.feed(chunk, i * 1000):
+            break
+    else:
+        p.end_of_body()
+    p.finish()
+    return r, p
+
+
+def split(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    pieces, last = [], 0
+    for c in points + [len(body)]:
+        pieces.append(body[last:c])
+        last = c
+    return [x for x in pieces if x] or [b""]
+
+
+sse_noise = st.lists(st.sampled_from([
+    b"data: {\"choices\": [{\"text\": \"a\"}]}\n\n", b"data: [DONE]\n\n", b": comment\n", b"event: x\n", b"\r\n", b"\n",
+    b"data: {\"usage\": {\"prompt_tokens\": 3}}\n\n", b"data: {\"choices\": [{\"text\": 5}]}\n\n", b"data: {bad json\n\n",
+    b"data: {\"error\": {\"message\": \"boom\"}}\n\n", b"<!DOCTYPE html><html>", b"{\"id\": 1}", b"retry: 10\n",
+    b"data: {\"choices\": [{\"delta\": {\"content\": \"b\"}}]}\n\n", b"data: {\"usage\": {\"prompt_tokens\": -1}}\n\n",
+    b"data: {\"usage\": {\"prompt_tokens_details\": {\"cached_tokens\": 2}, \"prompt_tokens\": 3}}\n\n", b"\xff\xfe",
+    b"data: {\"choices\": \"x\"}\n\n", b"data: 1\n\n",
+]) | st.binary(max_size=40), max_size=20).map(b"".join)
+
+
+@fuzz(500)
+@given(sse_noise, st.lists(st.integers(0, 10_000), max_size=8), st.booleans())
+def test_any_body_split_anywhere_parses_to_the_same_result_and_never_raises(body, cuts, chat):
+    with capped():
+        whole, _ = parse([body], chat)
+        pieces, p = parse(split(body, cuts), chat)
+    assert whole.error is None or whole.error["type"] in ERROR_TYPES
+    assert whole.error is None or whole.error["type"] != "truncated_stream" or not p.done
+    same = ("chunks", "prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_reported")
+    assert {k: getattr(pieces, k) for k in same} == {k: getattr(whole, k) for k in same}
+    assert (pieces.error or {}).get("type") == (whole.error or {}).get("type")
+    if whole.error is not None and whole.error["type"] != "not_openai":  # that one quotes the page as far as it had come
+        assert pieces.error == whole.error
+    if whole.ok:
+        assert p.done  # a result without an error is a stream that reached [DONE]
+
+
+tokens = st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=5), min_size=1,
+                  max_size=30)
+
+
+@fuzz(300)
+@given(tokens, st.integers(0, 10_000), st.booleans(), st.lists(st.integers(0, 100_000), max_size=10), st.booleans())
+def test_a_well_formed_stream_gives_every_token_its_usage_and_the_time_of_its_first_event(texts, prompt, crlf, cuts, chat):
+    nl = b"\r\n" if crlf else b"\n"
+    events = []
+    for t in texts:
+        choice = {"delta": {"content": t}} if chat else {"text": t}
+        events.append(b"data: " + json.dumps({"choices": [choice]}).encode() + nl + nl)
+    events.append(b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": len(texts)}})
+                  .encode() + nl + nl)
+    body = b": keep-alive" + nl + b"".join(events) + b"data: [DONE]" + nl + nl
+    chunks = split(body, cuts)
+    with capped():
+        r, p = parse(chunks, chat)
+    assert r.ok, r.error
+    assert (r.chunks, r.prompt_tokens, r.completion_tokens) == (len(texts), prompt, len(texts))
+    assert len(p.token_ns) == sum(1 for t in texts if t)
+    # the first token's time is that of the read that completed the first event's data line
+    first_line_end = body.index(nl, body.index(b"data: ")) + len(nl) - 1
+    ends = [sum(len(c) for c in chunks[: i + 1]) for i in range(len(chunks))]
+    read = next(i for i, e in enumerate(ends, start=1) if e > first_line_end)
+    assert r.ttft_s == read * 1000 / 1e9
+
+
+def test_an_sse_line_without_end_is_refused_at_its_cap_not_held_forever():
+    from servesize.measure.client import MAX_SSE_LINE_BYTES
+
+    r = RequestResult(id="x")
+    p = StreamParser(r, 0)
+    chunk = b"data: " + b"x" * (1 << 20)
+    fed = 0
+    while p.feed(chunk, 1):
+        fed += len(chunk)
+        assert fed <= MAX_SSE_LINE_BYTES + len(chunk)
+    assert r.error["type"] == "malformed_sse" and "longer than" in r.error["message"]
+
+
+# -- the measure command line -----------------------------------------------------------------------------------
+
+numbers = st.sampled_from(["0", "-1", "-16", "1", "2", "3", "16", "1.5", "0.5", "1e3", "1e400", "-1e400", "1e999999999", "nan",
+                           "inf", "-inf", "", " ", "abc", "4k", "2.77M", "1,2", "9" * 5000, "0x10", "1_000", "10%", "1e-400"])
+POOL_FLAGS = ["--prompt-tokens", "--rounds", "--predicted-tokens", "--max-parallel", "--block-size", "--warm-share",
+              "--timeout", "--stall-timeout", "--seed"]
+SESSIONS_FLAGS = ["--turns-per-session", "--max-model-len", "--predicted-users", "--predicted-decode", "--duration",
+                  "--requests-per-user", "--warm-target", "--max-error-rate", "--max-ttft-p95", "--timeout",
+                  "--stall-timeout", "--seed", "--users", "--median", "--prefix", "--think-time", "--output-tokens",
+                  "--turn-tokens"]
+SERVER_FLAGS = SESSIONS_FLAGS + ["--prompt-tokens", "--rounds"]
+URLS = st.sampled_from(["http://127.0.0.1:9", "http://127.0.0.1:9/v1", "127.0.0.1:9", "ftp://x", "http://", "http://[::1",
+                        "http://127.0.0.1:99999", ""])
+
+
+@st.composite
+def measure_argv(draw) -> list[str]:
+    command = draw(st.sampled_from(["pool", "sessions", "server"]))
+    flags = {"pool": POOL_FLAGS, "sessions": SESSIONS_FLAGS, "server": SERVER_FLAGS}[command]
+    argv = ["measure", command, "--quiet"]
+    if draw(st.integers(0, 5)):
+        argv += ["--url", draw(URLS)]
+    for flag in draw(st.lists(st.sampled_from(flags), max_size=4, unique=True)):
+        argv += [flag, draw(numbers | st.integers(-5, 300).map(str))]
+    if command == "server":
+        argv += ["--predict", "llama-3.1-8b --gpus 1xH100", "--record-dir", "run"]
+    elif draw(st.booleans()):
+        argv += ["--users", draw(st.sampled_from(["1", "1,2", "0", "-1", "1,,2", "100001", ",", "a,b", "1e3"]))] \
+            if command == "sessions" else []
+    if draw(st.integers(0, 4)) == 0:
+        argv += ["--json"]
+    return argv
+
+
+def run_cli(argv: list[str], record: bytes | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)  # default record files land here, not in the checkout
+        try:
+            if record is not None:
+                pathlib.Path("old.jsonl").write_bytes(record)
+            with capped(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(argv)
+        finally:
+            os.chdir(cwd)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_cli_contract(code: int, err: str) -> None:
+    assert code in (0, 2), (code, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    if code:
+        assert err.startswith("servesize") and err.count("\n") == 1, err
+
+
+@fuzz(150)
+@given(measure_argv())
+def test_any_measure_command_line_exits_0_or_2_with_one_line(argv):
+    code, _, err = run_cli(argv)
+    assert_cli_contract(code, err)
+
+
+@fuzz(100)
+@given(record_bytes(), st.sampled_from(["pool", "sessions"]), st.booleans())
+def test_resuming_any_record_from_the_command_line_exits_0_or_2_with_one_line(record, command, give_url):
+    argv = ["measure", command, "--resume", "old.jsonl", "--quiet"] + (["--url", "http://127.0.0.1:9"] if give_url else [])
+    code, _, err = run_cli(argv, record)
+    assert code in (0, 2), (code, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    # a refusal is its last line; before it, resume may say what it resumed and what it repaired
+    lines = err.strip().split("\n")
+    assert all(line.startswith("servesize") for line in lines) and len(lines) <= 3, err
+
+
+# -- a rung's statistics and the knee, over any mix of results -----------------------------------------------
+
+@st.composite
+def request_results(draw) -> list[RequestResult]:
+    out = []
+    for i in range(draw(st.integers(0, 30))):
+        returning = draw(st.booleans())
+        prefix = draw(st.integers(0, 200))
+        ok = draw(st.integers(0, 3)) > 0
+        cached = draw(st.none() | st.integers(0, 2000))
+        out.append(RequestResult(
+            id=f"r{i}", tags={"returning": returning, "turn": 1 if returning else 0, "prefix_tokens": prefix,
+                              "reusable_tokens": prefix + draw(st.integers(0, 1500))},
+            prompt_tokens=draw(st.none() | st.integers(1, 4000)), cached_tokens=cached, cached_tokens_reported=cached is not None,
+            ttft_s=draw(st.none() | st.floats(0, 100)), error=None if ok else {"type": "connection_refused", "message": "x"}))
+    return out
+
+
+@fuzz(200)
+@given(st.lists(request_results(), min_size=1, max_size=5), st.floats(0.05, 1.0), st.floats(0.0, 1.0))
+def test_no_rung_is_warm_from_failed_requests_and_no_figure_is_nan_or_out_of_range(rungs, target, max_error_rate):
+    import math
+
+    from servesize.measure.sessions import knee
+
+    stats = []
+    for users, results in enumerate(rungs, start=1):
+        g = rung_stats_of(users, results, max_error_rate)
+        assert 0 <= g.errors <= g.requests and 0 <= g.returning_errors <= g.returning and g.warm_hits <= g.requests
+        if g.warm_hit_rate is not None:
+            assert 0 <= g.warm_hit_rate <= 1 and not math.isnan(g.warm_hit_rate)
+            # a failed returning request is a miss: the rate is never above what the completed ones allow
+            assert g.warm_hit_rate <= (g.returning - g.returning_errors) / g.returning
+        stats.append(g)
+    k = knee(stats, target)
+    warm = {g.users for g in stats if g.state(target) == "warm"}
+    assert k["warm_users"] is None or k["warm_users"] in warm
+    for g in stats:
+        if g.requests == 0 or g.errors / g.requests > max_error_rate:
+            assert g.failed and g.state(target) == "failed"  # never warm, whatever its completed requests said
+
+
+def rung_stats_of(users, results, max_error_rate):
+    """A rung's statistics and its failure, as SessionsRun._rung decides them."""
+    from servesize.measure.sessions import rung_stats
+
+    g = rung_stats(users, 1.0, results)
+    cfg = SessionsConfig(url="u", params=PARAMS, users=[1], max_error_rate=max_error_rate)
+    failure = SessionsRun(cfg)._failure(g, results)
+    if failure:
+        g.status, g.stop = "failed", failure
+    return g
