@@ -80,10 +80,10 @@ def test_a_scenario_reads_text_the_way_the_command_line_does():
 @pytest.mark.parametrize("field,value,fragment", [
     ("gpu_memory_utilization", 1.5, "--gpu-memory-utilization 1.5 is out of range: (0, 1]"),
     ("max_model_len", 0, "--max-model-len 0 is out of range"),
-    ("max_model_len", "1e400", "--max-model-len '1e400' is not a token count"),
+    ("max_model_len", "1e400", "--max-model-len '1e400' is not a number as vLLM reads it"),
     ("prefix", "-1", "--prefix '-1' is not a token count"),
     ("tensor_parallel_size", 0, "--tensor-parallel-size 0 is out of range"),
-    ("kv_cache_dtype", "fp4", "--kv-cache-dtype 'fp4' is not one of"),
+    ("kv_cache_dtype", "fp4", "--kv-cache-dtype 'fp4' is not one of the values vLLM 0.33.0 accepts"),
     ("mfu", float("nan"), "--mfu nan is not a finite number"),
     ("draws", 10**9, "--draws 1,000,000,000 is out of range"),
     ("enforce_eager", "maybe", "--enforce-eager 'maybe' is not true or false"),
@@ -121,7 +121,7 @@ def test_each_generated_flag_sets_its_scenario_field():
     sc = scenario_from_args(args)
     assert (sc.tensor_parallel_size, sc.mamba_ssm_cache_dtype, sc.sticky_routing, sc.think_time,
             sc.warm_turn_tokens) == (2, "bfloat16", False, 43.0, 1000)
-    assert sc.enable_prefix_caching is True  # not given: the declared default
+    assert sc.enable_prefix_caching is None  # not given: the model's default, decided by the engine
 
 
 def test_predict_text_reads_into_the_same_scenario_as_keywords():

@@ -130,7 +130,8 @@ def test_a_wrapper_text_type_or_a_renamed_design_reads_as_its_family():
 
     renamed = {t: f.name for t, f in MODEL_TYPES.items() if t != f.name}
     assert renamed == {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
-                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3"}
+                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k2": "deepseek_v3",
+                       "qwen2_5_vl_text": "qwen2_5_vl"}
     assert from_config(QWEN35).model_type == "qwen3_5"
 
 
@@ -204,13 +205,19 @@ def test_a_mamba2_config_reads_as_state_layers_with_their_state_shapes():
     assert per.state_bytes_per_sequence == 64 * (shape.conv_elements + shape.ssm_elements) * 2
 
 
-def test_a_model_without_attention_has_no_token_pool_and_memory_says_so(capsys, tmp_path):
+def test_an_attention_free_model_is_sized_as_vllm_sizes_it_one_block_per_sequence(capsys, tmp_path):
     import json
 
     from servesize.cli import main
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(MAMBA2))
-    assert main(["memory", str(cfg), "--gpus", "1xH100", "--max-model-len", "4096"]) == 2
-    err = capsys.readouterr().err
-    assert "without attention layers" in err and len(err.strip().splitlines()) == 1
+    assert main(["memory", str(cfg), "--gpus", "1xH100", "--max-model-len", "4096", "--kv-cache-memory-bytes", "4GiB",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # one sequence's state in every layer: conv (4 - 1) x (80 x 64 + 2 x 128) x 2 B + SSM 80 x 64 x 128 x 2 B
+    state = 3 * (80 * 64 + 2 * 1 * 128) * 2 + 80 * 64 * 128 * 2
+    blocks = 4 * 2**30 // (64 * state)
+    assert doc["num_blocks"] == blocks and doc["block_size"] == 4096  # a block is a whole sequence
+    assert doc["max_concurrency"] == round(blocks / 1, 2)  # one state block per request, no prefix caching
+    assert doc["kv_cache_tokens"] == blocks * 4096

@@ -52,9 +52,19 @@ def test_a_tp_size_that_does_not_divide_the_heads_is_refused(capsys):
     assert_one_line_error(code, out, err, "does not divide")
 
 
-def test_a_model_that_does_not_fit_says_what_to_try(capsys):
-    code, out, err = run(capsys, "memory", "llama-3.1-405b", "--gpus", "1xH100")
-    assert_one_line_error(code, out, err, "does not fit", "tensor-parallel")
+def test_weights_larger_than_the_gpu_do_not_fit_and_exit_2(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-405b", "--gpus", "1xH100")  # loading runs out of memory
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "does not fit" in err and "tensor-parallel" in err
+
+
+def test_weights_that_load_but_leave_no_cache_memory_exit_with_the_would_not_start_code(capsys):
+    # 67.67 GiB of FP8 weights load on an H100, but 0.85 of its memory leaves no room for cache blocks:
+    # vLLM's profiler refuses ("No available memory for the cache blocks")
+    code, out, err = run(capsys, "memory", "llama-3.1-70b", "-q", "fp8", "--gpus", "1xH100",
+                         "--gpu-memory-utilization", "0.85")
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
+    assert "would not start" in err and "tensor-parallel" in err
 
 
 def test_an_unknown_gpu_is_one_line_with_suggestions(capsys):

@@ -15,7 +15,30 @@ URL = re.compile(r"https://\S+")
 def test_every_fixture_file_is_one_whose_sources_this_module_checks():
     # A new kind of fixture needs a source check below before it can land.
     assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
-                                                   "seeds.json", "decode-benchmarks.json", "published-hit-rates.json"}
+                                                   "seeds.json", "vllm-cli", "vllm-logs-available.json",
+                                                   "decode-benchmarks.json", "published-hit-rates.json"}
+
+
+# ---------------------------------------------------------------- vllm-logs-available.json
+
+AVAILABLE_CASES = json.loads((FIXTURES / "vllm-logs-available.json").read_text())
+
+
+@pytest.mark.parametrize("case", AVAILABLE_CASES, ids=lambda c: c["id"])
+def test_every_available_memory_log_names_its_url_quotes_its_available_line_and_states_its_flags(case):
+    source = case["source"]
+    assert source["url"].startswith("https://github.com/") and f"/{source['number']}" in source["url"]
+    assert any("Available KV cache memory" in q for q in case["quotes"])
+    assert case["scenario"]["gpus"] and case["scenario"]["vllm_version"] and case["reported"]["available_kv_gib"]
+
+
+# ---------------------------------------------------------------- vllm-cli/
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "vllm-cli").glob("*")), ids=lambda p: p.name)
+def test_every_vllm_cli_dump_names_the_release_it_was_read_from_and_how(path):
+    doc = json.loads(path.read_text())
+    assert URL.match(doc["source"]["url"]) and doc["source"]["how"] and doc["vllm_version"] in path.name
+    assert doc["flags"] and set(doc["switches"]) <= set(doc["flags"])
 
 
 # ---------------------------------------------------------------- vllm-logs-public.json

@@ -16,6 +16,7 @@ import pytest
 from servesize.engine.deployment import Deployment
 from servesize.engine.memory import memory_report
 from servesize.model.architecture import from_config, load_config_file
+from servesize.model.catalogue import resolve_model
 from servesize.model.hardware import parse_gpus
 from servesize.units import GiB
 
@@ -151,7 +152,10 @@ def test_the_warm_capacity_seeds_own_log_needs_the_mtp_layer_in_the_attention_gr
     Qwen3.6-27B FP8 on one H200 with MTP (2 drafts), FP16 KV. With MTP the draft's attention layer joins the attention group
     (17 layers, 3 padding GDN slots) and the conv state grows by the draft tokens, so the block is
     16 x cdiv(5 x 10240 x 2 + 48 x 128 x 128 x 4, 16 x 4096) = 800 tokens: 440 x 800 = 352,000."""
-    a = arch("nvidia--Qwen3.6-27B-NVFP4")
+    # The geometry of Qwen3.6-27B (the NVFP4 fixture's, as served with vLLM's fp8: the bf16 checkpoint's
+    # geometry is the same, catalogue entry qwen3.6-27b).
+    a = resolve_model("qwen3.6-27b").architecture
+    assert a.layers == arch("nvidia--Qwen3.6-27B-NVFP4").layers
     dep = Deployment(max_model_len=262144, vllm_version="0.19.0", quantization="fp8", num_speculative_tokens=2,
                      num_gpu_blocks_override=1760)
     pool = memory_report(a, parse_gpus("1xH200"), dep).pool

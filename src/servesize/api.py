@@ -33,6 +33,7 @@ from servesize.resolve import (
     gpus_of,
     model_of,
     plan_inputs,
+    with_serve_line,
 )
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
@@ -63,15 +64,18 @@ def models(names: list[str] | None = None, *, explain: bool = False) -> ModelsRe
 
 def memory(scenario: Scenario) -> MemoryReport:
     """vLLM's memory budget and KV pool for the scenario's flags, down to the lines it logs."""
+    scenario, line = with_serve_line(scenario)
     model = model_of(scenario.model)
-    measured = calibrated(scenario, deployment_of(scenario))
+    measured = calibrated(scenario, deployment_of(scenario, model))
     return memory_report(model.architecture, gpus_of(scenario), measured.deployment, budget=scenario.budget,
-                         name=display_name(model))
+                         name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
+                         flags_estimated=line.estimated if line else ())
 
 
 def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
-                           name=inputs.name)
+                           name=inputs.name, flags_not_affecting=inputs.flags_not_affecting,
+                           flags_estimated=inputs.flags_estimated)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()

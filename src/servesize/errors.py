@@ -1,12 +1,16 @@
-"""Errors that reach the user as one line and exit code 2.
+"""Errors that reach the user as one line, with their exit code.
 
 Every error servesize raises on purpose derives from ``ServesizeError``; the CLI prints
-``servesize: <message>`` and exits 2. Anything else is a bug and is reported as one too.
+``servesize: <message>`` and exits with the error's ``exit_code``: 2 for bad input and refusals,
+3 when servesize predicts that vLLM itself would refuse to start (``WouldNotStart``), 130 on Ctrl-C
+and 143 on SIGTERM during a measurement. Anything else is a bug and is reported as one too (exit 1).
 """
 
 
 class ServesizeError(Exception):
     """A refusal or bad input: the message is the whole user-facing line."""
+
+    exit_code = 2
 
 
 class BadInput(ServesizeError):
@@ -29,6 +33,20 @@ class UnsupportedArchitecture(ServesizeError):
 
 class DoesNotFit(ServesizeError):
     """The model cannot be served on the requested GPUs with these settings."""
+
+
+class WouldNotStart(DoesNotFit):
+    """vLLM itself would refuse to start with these flags (its own start-up check fails): exit 3.
+
+    The message is vLLM's reason and the fix: the largest ``--max-model-len`` that starts, as vLLM
+    estimates it (``largest_max_model_len``; 0 when not even one token fits)."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, largest_max_model_len: int = 0, available_bytes: int | None = None):
+        self.largest_max_model_len = largest_max_model_len
+        self.available_bytes = available_bytes  # per GPU, as vLLM would have logged it
+        super().__init__(message)
 
 
 class Interrupted(ServesizeError):

@@ -41,7 +41,8 @@ def _help(p: Param, default: Any = None) -> str:
 def add_param(parser: Any, p: Param, *, required: bool = False, default: Any = None) -> None:
     """One flag (or the MODEL positional) for ``p`` on ``parser`` (a parser or an argument group)."""
     if p.name in POSITIONAL:
-        parser.add_argument(p.name, type=p.parse, metavar=p.metavar or p.name.upper(), help=_help(p))
+        parser.add_argument(p.name, type=p.parse, nargs="?", default=None, metavar=p.metavar or p.name.upper(),
+                            help=_help(p))
         return
     if p.kind == "bool":
         parser.add_argument(p.flag, *p.flags, dest=p.name, action=argparse.BooleanOptionalAction, default=None,
@@ -154,8 +155,10 @@ def _default_of(cls: type, name: str) -> str:
 
 def _type_of(p: Param) -> str:
     kind = {"tokens": "tokens (32k, 2.77m)", "bytes": "bytes (80GiB, 81559MiB)", "choice": " \\| ".join(p.choices),
-            "bool": "on/off", "workload": "file", "calibration": "file"}.get(p.kind, p.kind)
-    bounds = p.range_text() if p.kind in ("tokens", "bytes", "int", "float") else ""
+            "bool": "on/off", "workload": "file", "calibration": "file", "vllm_int": "vLLM number (8192, 8k, 8K)",
+            "vllm_len": "vLLM number (32768, 32k, 32K) or auto", "vllm_bytes": "vLLM number (16G, 16g) or bytes (6.51GiB)",
+            "json": "JSON object"}.get(p.kind, p.kind)
+    bounds = p.range_text() if p.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_len", "vllm_bytes") else ""
     return f"{kind} {bounds}".strip()
 
 

@@ -2,8 +2,13 @@
 
 Each rule is one named function, with the reason it exists:
 
+- ``served``              a pasted ``vllm serve`` line -> the Scenario fields it sets (flags given to
+                          servesize win), and the flags it carries that change no figure;
 - ``model_of``            MODEL -> Architecture (catalogue entries are parsed once per process);
-- ``deployment_of``       vLLM's flags -> Deployment (the engine fills its own defaults later);
+- ``deployment_of``       vLLM's flags -> Deployment (the engine fills its own defaults later): the
+                          speculative config with its draft, multimodal limits, LoRA slots; every
+                          value checked against the vocabulary of the chosen vLLM release;
+- ``gpus_of``             --gpus with the figures the user supplies (memory, bandwidth, FLOP/s, TDP);
 - ``calibrated``          a measured pool or a calibration file: the most direct measurement wins;
 - ``preset_of``           --preset, else the preset a workload file names, else coding-agent (the seed's);
 - ``workload_of``         the preset, then a workload file's fields, then single-field flags, then the
@@ -29,13 +34,27 @@ Each rule is one named function, with the reason it exists:
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from servesize.engine.deployment import Deployment, derived_max_model_len
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, derived_max_model_len
+from servesize.engine.speculative import NEEDS_DRAFT, Speculation, method_of
+from servesize.engine.versions import parse_version
+from servesize.engine.vocabulary import (
+    accepts,
+    canonical_flag,
+    flag_effects,
+    known_flag,
+    show_version,
+    takes_value,
+    vocabulary,
+)
 from servesize.errors import BadInput
+from servesize.model.architecture import Architecture
 from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
 from servesize.model.hardware import GpuGroup, parse_gpus
 from servesize.planning.fleet import FleetSpace, ModelChoice
@@ -43,7 +62,7 @@ from servesize.planning.fleet_result import FleetOption
 from servesize.planning.inputs import Knobs, spec_tokens_of
 from servesize.planning.prices import gpu_hour_prices, parse_price, with_overrides
 from servesize.planning.sensitivity import apply_param
-from servesize.scenario import PARAMS, FleetQuery, Scenario
+from servesize.scenario import PARAMS, FleetQuery, Param, Scenario, params_in
 from servesize.units import GiB
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.files import load_calibration
@@ -60,10 +79,14 @@ from servesize.workload.presets import (
 )
 from servesize.workload.teams import Team, TeamMix
 
-ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "dtype", "quantization", "kv_cache_dtype",
-                 "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                 "kv_cache_memory_bytes", "num_gpu_blocks_override", "enable_prefix_caching", "enforce_eager",
-                 "mamba_ssm_cache_dtype", "mamba_cache_mode", "vllm_version", "device")
+ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "dtype",
+                 "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+                 "max_num_batched_tokens", "block_size", "kv_cache_memory_bytes", "num_gpu_blocks_override",
+                 "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "disable_hybrid_kv_cache_manager",
+                 "mamba_ssm_cache_dtype", "mamba_cache_mode", "enable_lora", "max_loras", "max_lora_rank",
+                 "fully_sharded_loras", "vllm_version", "device")
+# Scenario engine fields that are servesize's own (no `vllm serve` flag sets them).
+SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens")
 # Scenario workload field -> the planner's parameter name (planning.sensitivity.apply_param)
 WORKLOAD_FIELDS = {"median": "median", "sigma": "sigma", "prefix": "prefix", "subagent_ratio": "subagent_ratio",
                    "subagent_median": "subagent_median", "subagent_sigma": "subagent_sigma",
@@ -104,14 +127,166 @@ def hf_id_of(model: ResolvedModel, spec: str | InlineConfig) -> str:
 
 
 def gpus_of(scenario: Scenario) -> GpuGroup:
-    return parse_gpus(scenario.gpus, memory=scenario.gpu_memory)
+    """--gpus, with any figure the user supplies in place of (or where the catalogue lacks) its own."""
+    group = parse_gpus(scenario.gpus, memory=scenario.gpu_memory)
+    if scenario.gpu_bandwidth is None and scenario.gpu_flops is None and scenario.gpu_tdp is None:
+        return group
+    gpu = group.gpu.with_figures(bandwidth_gbps=scenario.gpu_bandwidth, dense_tflops=scenario.gpu_flops,
+                                 tdp_w=scenario.gpu_tdp)
+    return replace(group, gpu=gpu)
 
 
-def deployment_of(scenario: Scenario) -> Deployment:
-    """vLLM's flags as given; None leaves the engine's own default for the version and GPU."""
+def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Deployment:
+    """vLLM's flags as given; None leaves the engine's own default for the version and GPU.
+
+    Every --quantization and --kv-cache-dtype value is checked against the chosen release's
+    vocabulary; --speculative-config resolves its draft like MODEL; --limit-mm-per-prompt with every
+    modality at 0 is vLLM's language-model-only mode."""
     values: dict[str, Any] = {name: getattr(scenario, name) for name in ENGINE_FIELDS}
     values["num_speculative_tokens"] = scenario.num_speculative_tokens or 0
+    version = parse_version(scenario.vllm_version)
+    if scenario.speculative_config is not None:
+        if scenario.num_speculative_tokens:
+            raise BadInput("give --speculative-config or --num-speculative-tokens, not both")
+        target = (model or model_of(scenario.model)).architecture
+        values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
+    if scenario.limit_mm_per_prompt is not None:
+        values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
+
+
+def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:
+    """--speculative-config: the method (as this release names it) and, for EAGLE heads and draft
+    models, the draft's architecture, found like MODEL (catalogue name, config path or HF id)."""
+    method = config.get("method")
+    if method is not None and not accepts("speculative_method", str(method), version):
+        raise BadInput(f"--speculative-config method {method!r} is not one vLLM {show_version(version)} accepts: "
+                       f"{', '.join(vocabulary('speculative_method', version))}")
+    draft = None
+    if config.get("model") is not None and method_of(config, target) in NEEDS_DRAFT:
+        draft = model_of(str(config["model"])).architecture
+    return Speculation.from_config(config, target, draft)
+
+
+def language_model_only(limits: dict) -> bool:
+    """vLLM skips the multimodal encoder when every modality's limit is 0 (language-model-only mode)."""
+    counts = []
+    for modality, value in limits.items():
+        count = value.get("count", 0) if isinstance(value, dict) else value
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise BadInput(f"--limit-mm-per-prompt {modality!r}: expected a count >= 0, got {value!r}")
+        counts.append(count)
+    return bool(counts) and all(c == 0 for c in counts)
+
+
+# -- a pasted `vllm serve` line -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServeLine:
+    """What a `vllm serve ...` line says, in Scenario terms."""
+
+    model: str | None
+    fields: dict[str, Any]  # Scenario field -> the value the line gives (parsed as vLLM reads it)
+    not_affecting: tuple[str, ...]  # flags vLLM knows that change no figure servesize computes
+    estimated: tuple[str, ...]  # flags that move a term servesize estimates anyway (the reserve)
+
+
+def _vllm_params(version: tuple[int, int, int]) -> dict[str, Param]:
+    """Every spelling a `vllm serve` line may use for a Scenario engine field, in this release."""
+    out: dict[str, Param] = {}
+    for p in params_in("engine"):
+        if p.name in SERVESIZE_ONLY:
+            continue
+        for flag in (p.flag, *p.flags):
+            if known_flag(flag, version):
+                out[flag] = p
+    return out
+
+
+def _serve_tokens(text: str) -> list[str]:
+    try:
+        words = shlex.split(text.replace("\\\n", " "))
+    except ValueError as exc:  # an unclosed quote
+        raise BadInput(f"--vllm-serve: {exc}") from None
+    if words[:2] == ["vllm", "serve"]:
+        return words[2:]
+    if words[:1] == ["serve"]:
+        return words[1:]
+    for i in range(len(words) - 1):  # python -m vllm.entrypoints.openai.api_server ...
+        if words[i] == "-m" and words[i + 1].startswith("vllm.entrypoints"):
+            return words[i + 2:]
+    raise BadInput("--vllm-serve takes a `vllm serve MODEL [flags]` line (or `python -m vllm.entrypoints.openai.api_server "
+                   "[flags]`)")
+
+
+def served(text: str, version: tuple[int, int, int]) -> ServeLine:
+    """Read a `vllm serve` line with the vocabulary of ``version``: each flag is modelled (a Scenario
+    field), changes no figure (listed), moves an estimated term (listed), changes memory in a way
+    servesize does not model (refused, with why), or is not a flag of that release (refused)."""
+    words = _serve_tokens(text)
+    params = _vllm_params(version)
+    effects = flag_effects()
+    model: str | None = None
+    fields: dict[str, Any] = {}
+    plain: list[str] = []
+    estimated: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-"):
+            if model is not None:
+                raise BadInput(f"--vllm-serve: a second model {word!r} (the line already serves {model!r})")
+            model = word
+            continue
+        if not known_flag(word, version):
+            raise BadInput(f"--vllm-serve: {word.split('=', 1)[0]} is not a flag of vllm serve {show_version(version)}")
+        flag = canonical_flag(word)
+        value: str | None = word.split("=", 1)[1] if "=" in word else None
+        if value is None and takes_value(word, version):
+            if i >= len(words):
+                raise BadInput(f"--vllm-serve: {flag} needs a value")
+            value, i = words[i], i + 1
+        if flag == "--model":
+            model = value
+            continue
+        _read_serve_flag(flag, value, params, effects, version, fields, plain, estimated)
+    return ServeLine(model, fields, tuple(plain), tuple(estimated))
+
+
+def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], effects: dict, version: tuple[int, int, int],
+                     fields: dict[str, Any], plain: list[str], estimated: list[str]) -> None:
+    negated = flag.startswith("--no-") and "--" + flag[5:] in params
+    param = params.get("--" + flag[5:] if negated else flag)
+    if param is not None:
+        if param.kind == "bool":
+            fields[param.name] = (not negated) if value is None else param.parse(value)
+        else:
+            fields[param.name] = param.parse(value)
+        return
+    refused = effects.get("refuse", {}).get(flag)
+    if refused is not None and not (refused.get("v0_only") and version >= (0, 8, 0)):
+        raise BadInput(f"--vllm-serve: {flag} {refused['why']}; servesize does not model that (drop the flag to size "
+                       "without it)")
+    if flag in effects.get("estimate", {}):
+        estimated.append(f"{flag}: {effects['estimate'][flag]['why']}")
+        return
+    plain.append(flag if value is None else f"{flag} {value}")
+
+
+def with_serve_line(scenario: Scenario) -> tuple[Scenario, ServeLine | None]:
+    """The Scenario with the fields a pasted `vllm serve` line sets; a field given to servesize
+    itself (a value other than its declared default) wins over the line's."""
+    if scenario.vllm_serve is None:
+        return scenario, None
+    line = served(scenario.vllm_serve, parse_version(scenario.vllm_version))
+    given = scenario.explicit()
+    changes = {name: value for name, value in line.fields.items() if name not in given}
+    if scenario.model is None:
+        if line.model is None:
+            raise BadInput("--vllm-serve names no model, and no MODEL was given")
+        changes["model"] = line.model
+    return scenario.replace(**changes), line
 
 
 # -- a measured pool ------------------------------------------------------------------------
@@ -312,6 +487,8 @@ def speculative_of(scenario: Scenario) -> str:
 def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) -> None:
     """servesize models speculative decoding only through a model's own MTP module, and no more
     speed-up than the drafts can give."""
+    if scenario.speculative_config is not None:
+        return  # the draft is named; its speed-up is the decode knobs' (mtp_speedup / spec_acceptance)
     asked = [name for name in ("mtp_speedup", "spec_acceptance", "num_speculative_tokens")
              if getattr(scenario, name) is not None
              and not (name == "mtp_speedup" and scenario.mtp_speedup == 1.0)
@@ -336,6 +513,7 @@ def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: W
     ignores this, so ``assumptions='seed'`` leaves it out."""
     deployment = replace(deployment, max_model_len=workload.max_model_len)
     serves_mtp = (model.architecture.mtp_layers and scenario.num_speculative_tokens is None
+                  and scenario.speculative_config is None
                   and scenario.assumptions != "seed" and knobs.mtp_speedup != 1.0)
     if serves_mtp:
         deployment = replace(deployment, num_speculative_tokens=spec_tokens_of(knobs))
@@ -357,6 +535,8 @@ class PlanInputs:
     pool_tokens: float | None
     pool_source: str | None
     origin: WorkloadOrigin | None = None
+    flags_not_affecting: tuple[str, ...] = ()
+    flags_estimated: tuple[str, ...] = ()
 
 
 def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadOrigin, knobs: Knobs) -> str | None:
@@ -372,6 +552,9 @@ def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadO
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:
+    scenario, line = with_serve_line(scenario)
+    if scenario.max_model_len == AUTO_MAX_MODEL_LEN:
+        scenario = scenario.replace(max_model_len=auto_fitted_length(scenario))
     model = model_of(scenario.model)
     knobs = knobs_of(scenario)
     check_speculation(scenario, model, knobs)
@@ -379,10 +562,11 @@ def plan_inputs(scenario: Scenario) -> PlanInputs:
     note = speculation_note(scenario, model, origin, knobs)
     if note:
         origin = origin.noting(note)
-    measured = calibrated(scenario, deployment_of(scenario))
+    measured = calibrated(scenario, deployment_of(scenario, model))
     deployment = planned_deployment(measured.deployment, model, workload, knobs, scenario)
     return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
-                      deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin)
+                      deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin,
+                      line.not_affecting if line else (), line.estimated if line else ())
 
 
 # -- fleet: plan --users N and servesize fleet ------------------------------------------------
@@ -493,12 +677,16 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
         if len(lists[name] or ()) > most:
             raise BadInput(f"--{name.replace('_', '-')} takes at most {most} values (a search space to read, "
                            "not to enumerate); run the fleet once per group")
-    knobs = knobs_of(query)  # type: ignore[arg-type]  # a FleetQuery has every field knobs_of reads
+    gpus = tuple(dict.fromkeys(find_gpu(g) for g in lists["gpus_from"])) if lists["gpus_from"] \
+        else tuple(load_gpus().values())
     models: list[ModelChoice] = []
     specs: dict[str, str | InlineConfig] = {}
     for spec in lists["models"] or ():
         model = model_of(spec)
-        check_speculation(query, model, knobs)  # type: ignore[arg-type]
+        # what every fleet of this model shares, as a Scenario (its GPUs, one of the search's, are not read here)
+        shared = Scenario(model=spec, gpus=f"1x{gpus[0].key}", **query.shared())
+        knobs = knobs_of(shared)
+        check_speculation(shared, model, knobs)
         teams, base = teams_of(query, derived_max_model_len(model.architecture))
         cap = max(t.workload.max_model_len for t in teams)
         template = Deployment(gpu_memory_utilization=query.gpu_memory_utilization,
@@ -506,7 +694,7 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
                               enforce_eager=query.enforce_eager, mamba_ssm_cache_dtype=query.mamba_ssm_cache_dtype,
                               mamba_cache_mode=query.mamba_cache_mode,
                               num_speculative_tokens=query.num_speculative_tokens or 0, vllm_version=query.vllm_version)
-        deployment = planned_deployment(template, model, base.replace(max_model_len=cap), knobs, query)  # type: ignore[arg-type]
+        deployment = planned_deployment(template, model, base.replace(max_model_len=cap), knobs, shared)
         models.append(ModelChoice(display_name(model), hf_id_of(model, spec), model.architecture, deployment,
                                   TeamMix(teams), knobs))
         specs[display_name(model)] = spec
@@ -518,8 +706,6 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     precisions = lists["precision"] or ("native",)
     for precision in precisions:
         normalise_precision(precision)  # an unknown precision is refused before the search
-    gpus = tuple(dict.fromkeys(find_gpu(g) for g in lists["gpus_from"])) if lists["gpus_from"] \
-        else tuple(load_gpus().values())
     overrides = dict(parse_price(text) for text in query.gpu_hour_price or ())
     currency = fleet_currency(query)
     prices = with_overrides(overrides, currency, query.price_includes_power)
@@ -558,3 +744,14 @@ def plan_command(scenario: Scenario) -> str:
         else:
             parts += [p.flag, shlex.quote(f"{value:g}" if isinstance(value, float) else str(value))]
     return " ".join(parts)
+
+
+
+def auto_fitted_length(scenario: Scenario) -> int:
+    """--max-model-len auto in a plan: the length vLLM's auto-fit picks for these flags becomes the
+    engine's max_model_len, and so the workload's cap."""
+    from servesize.engine.memory import memory_report
+
+    model = model_of(scenario.model)
+    report = memory_report(model.architecture, gpus_of(scenario), deployment_of(scenario, model), budget=scenario.budget)
+    return report.pool.max_model_len

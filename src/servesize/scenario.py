@@ -24,18 +24,20 @@ distinguishable from "given the default"; the rules that fill them live in ``ser
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from servesize.assumptions import assumption
-from servesize.engine.kv_cache import KV_CACHE_DTYPES
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
+from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
 from servesize.model.catalogue import InlineConfig
-from servesize.units import parse_bytes, parse_tokens
+from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload import model as workload_model
 from servesize.workload.catalogue import preset_names
@@ -43,7 +45,7 @@ from servesize.workload.model import Workload
 from servesize.workload.presets import presets
 
 KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration",
-         "list")
+         "list", "vllm_int", "vllm_len", "vllm_bytes", "json")
 
 GROUPS = {
     "model": "model and GPUs",
@@ -65,8 +67,10 @@ _FALSE = ("false", "no", "off", "0")
 class Param:
     """How one Scenario field is typed, bounded and explained.
 
-    kind        tokens ('31k'), bytes ('80GiB'), int, float, choice, bool, text, version,
-                workload (a Workload or a workload file), calibration (a Calibration or its file).
+    kind        tokens ('31k', servesize's decimal reading), bytes ('80GiB'), int, float, choice, bool, text,
+                version, workload (a Workload or a workload file), calibration (a Calibration or its file);
+                vllm_int / vllm_len / vllm_bytes: one of vLLM's own numeric flags, read by vLLM's rule
+                (k = 1000, K = 1024; vllm_len also takes auto / -1); json: a JSON object (text or a dict).
     lo, hi      inclusive bounds (``lo_open``: lo itself is refused).
     flags       extra command-line spellings (the first flag is always --name-with-dashes).
     assumption  the data/assumptions.toml entry whose value a None takes (knobs).
@@ -115,7 +119,8 @@ class Param:
         if value is None:
             return None
         typed: Any = _READERS[self.kind](self, value)
-        if self.kind in ("tokens", "bytes", "int", "float"):
+        if self.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_bytes") or (
+                self.kind == "vllm_len" and typed != AUTO_MAX_MODEL_LEN):
             self._check_bounds(typed)
         return typed
 
@@ -219,6 +224,42 @@ def _read_version(p: Param, value: Any) -> str:
     return text
 
 
+def _read_vllm_int(p: Param, value: Any) -> int:
+    try:
+        return parse_vllm_int(value)
+    except BadInput:
+        raise p._refuse(value, "a number as vLLM reads it (32768, 32k = 32,000, 32K = 32,768)") from None
+
+
+def _read_vllm_len(p: Param, value: Any) -> int:
+    if isinstance(value, str) and value.strip().lower() in ("auto", "-1"):
+        return AUTO_MAX_MODEL_LEN
+    if value == AUTO_MAX_MODEL_LEN and not isinstance(value, bool):
+        return AUTO_MAX_MODEL_LEN
+    return _read_vllm_int(p, value)
+
+
+def _read_vllm_bytes(p: Param, value: Any) -> int:
+    if isinstance(value, str) and value.strip()[-1:].lower() == "b":  # an explicit unit: 6.51GiB, 80GB, 512MiB
+        return _read_bytes(p, value)
+    return _read_vllm_int(p, value)
+
+
+def _read_json(p: Param, value: Any) -> str:
+    """A JSON object, kept as canonical text (sorted keys) so a Scenario stays hashable."""
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value), sort_keys=True)
+    if not isinstance(value, str) or not value.strip():
+        raise p._refuse(value, "a JSON object")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {value!r}")
+    return json.dumps(parsed, sort_keys=True)
+
+
 def _read_model(p: Param, value: Any) -> str | InlineConfig:
     if isinstance(value, InlineConfig):
         return value
@@ -251,7 +292,8 @@ def _read_calibration(p: Param, value: Any) -> Calibration | str:
 
 _READERS = {"model": _read_model, "tokens": _read_tokens, "bytes": _read_bytes, "int": _read_int, "float": _read_float,
             "choice": _read_choice, "bool": _read_bool, "text": _read_text, "version": _read_version,
-            "workload": _read_workload, "calibration": _read_calibration, "list": _read_list}
+            "workload": _read_workload, "calibration": _read_calibration, "list": _read_list,
+            "vllm_int": _read_vllm_int, "vllm_len": _read_vllm_len, "vllm_bytes": _read_vllm_bytes, "json": _read_json}
 
 MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the workload's own cap)
 
@@ -271,61 +313,104 @@ class Scenario:
 
     # -- model and GPUs -------------------------------------------------------------------
     model: str | InlineConfig = _p("model", "catalogue name (servesize models), Hugging Face id, or path to a config.json / "
-                                   "model folder (the library also takes a config.json's content as a dict)",
-                    "model", default=MISSING, metavar="MODEL")
-    gpus: str = _p("text", "N x GPU type, e.g. 1xH200, 4xH100 (servesize gpus lists them)", "model", default=MISSING,
+                                   "model folder (the library also takes a config.json's content as a dict); may be "
+                                   "left out when --vllm-serve names it", "model", default=None, metavar="MODEL")
+    gpus: str = _p("text", "N x GPU type, e.g. 1xH200, 4xH100 (servesize gpus lists them)", "model", default=None,
                    metavar="NxGPU")
     gpu_memory: int | None = _p("bytes", "override the GPU's memory as nvidia-smi reports it, e.g. 81559MiB", "model",
                                 lo=1 << 20, hi=1 << 44, metavar="BYTES", unit="B")
+    gpu_bandwidth: float | None = _p("float", "override (or supply) the GPU's peak memory bandwidth, GB/s", "model",
+                                     lo=0.0, hi=1e6, lo_open=True, unit="GB/s", metavar="GB_S")
+    gpu_flops: float | None = _p("float", "override (or supply) the GPU's dense TFLOP/s at the compute dtype (bf16, or "
+                                 "fp8 for fp8 weights)", "model", lo=0.0, hi=1e6, lo_open=True, unit="TFLOP/s",
+                                 metavar="TFLOPS")
+    gpu_tdp: float | None = _p("float", "override (or supply) the GPU's board power, W", "model", lo=0.0, hi=1e5,
+                               lo_open=True, unit="W", metavar="WATTS")
     # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.users_sizing)
     users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
                            "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
                            "model", lo=1, hi=10_000_000, metavar="N")
 
     # -- vLLM engine flags ----------------------------------------------------------------
+    vllm_serve: str | None = _p(
+        "text", "a whole `vllm serve MODEL ...` line: its model and flags are read as vLLM reads them (every flag of "
+        "--vllm-version is accepted; those that change no figure are listed; a flag vLLM does not know is refused); "
+        "flags given to servesize win", "engine", flags=("--serve",), metavar="'vllm serve ...'")
     tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel)", "engine", default=1, lo=1, hi=1024,
                                    flags=("-tp",), metavar="N")
-    data_parallel_size: int = _p("int", "replicas (data parallel)", "engine", default=1, lo=1, hi=4096, flags=("-dp",),
-                                 metavar="N")
+    data_parallel_size: int = _p("int", "replicas (data parallel; with --enable-expert-parallel, DP attention: each rank "
+                                 "its own KV pool, the experts split over all TP x DP ranks)", "engine", default=1, lo=1,
+                                 hi=4096, flags=("-dp",), metavar="N")
+    pipeline_parallel_size: int = _p("int", "pipeline stages per replica (layers split across them; the pool is the "
+                                     "smallest stage's)", "engine", default=1, lo=1, hi=256, flags=("-pp",), metavar="N")
+    enable_expert_parallel: bool = _p("bool", "experts split whole over the TP x DP ranks instead of each sharded over TP",
+                                      "engine", default=False, flags=("-ep",))
     dtype: str = _p("choice", "dtype of unquantised weights (default: the config's)", "engine", default="auto",
                     choices=("auto", "bfloat16", "float16", "half", "float32"))
-    quantization: str = _p("text", "native (the checkpoint's own), bf16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4",
-                           "engine", default="native", flags=("-q",), metavar="FORMAT")
-    kv_cache_dtype: str = _p("choice", "KV cache element type", "engine", default="auto", choices=tuple(KV_CACHE_DTYPES))
+    quantization: str = _p("text", "vLLM's --quantization method (fp8, modelopt_fp4, awq_marlin, compressed-tensors, "
+                           "bitsandbytes, experts_int8, ...: those the --vllm-version accepts, read with the checkpoint's "
+                           "quantization_config), or servesize's native / bf16 / fp16 and the calculator seed's int8 / "
+                           "int4 / nvfp4", "engine", default="native", flags=("-q",), metavar="METHOD")
+    kv_cache_dtype: str = _p("text", "KV cache element type, as the --vllm-version accepts it (auto, bfloat16, fp8, "
+                             "fp8_e5m2, nvfp4, int8_per_token_head, fp8_ds_mla, ...)", "engine", default="auto",
+                             metavar="DTYPE")
     gpu_memory_utilization: float | None = _p(
         "float", "fraction of GPU memory vLLM may use (default: the vLLM version's, 0.90 before v0.20, 0.92 from v0.20)",
         "engine", lo=0.0, hi=1.0, lo_open=True, metavar="U")
     max_model_len: int | None = _p(
-        "tokens", "longest request, e.g. 32768 or 32k (memory: default the model's context; plan: the workload's cap, "
-        "at most the model's)", "engine", lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
-    max_num_seqs: int | None = _p("int", "sequences in one batch (default: 1024 on >= 70 GiB GPUs, else 256)", "engine",
-                                  lo=1, hi=1 << 20, metavar="N")
+        "vllm_len", "longest request, read as vLLM reads it (32768, 32k = 32,000, 32K = 32,768; auto or -1: the largest "
+        "that fits; memory: default the model's context; plan: the workload's cap, at most the model's)", "engine",
+        lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
+    max_num_seqs: int | None = _p("int", "sequences in one batch (default: 1024 on >= 70 GiB GPUs, else 256; CPU 128 per "
+                                  "rank)", "engine", lo=1, hi=1 << 20, metavar="N")
     max_num_batched_tokens: int | None = _p(
-        "tokens", "the profile batch; the activation reserve grows with it (default 16384 / 8192 / 2048 by GPU memory)",
-        "engine", lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
-    block_size: int | None = _p("int", "KV block size in tokens (default 16; MLA backends force 64/128)", "engine",
-                                lo=1, hi=1 << 16, metavar="TOKENS")
+        "vllm_int", "the profile batch, read as vLLM reads it (8K = 8,192); the activation reserve grows with it "
+        "(default 16384 / 8192 / 2048 by GPU memory; the CPU build 2048 per rank)", "engine", lo=1, hi=MAX_TOKENS,
+        metavar="TOKENS", unit="tokens")
+    block_size: int | None = _p("int", "KV block size in tokens (default 16, CPU 128; MLA backends force 16/32/64/128)",
+                                "engine", lo=1, hi=1 << 16, metavar="TOKENS")
     kv_cache_memory_bytes: int | None = _p(
-        "bytes", "KV memory per GPU, taken as given (vLLM then ignores the utilisation budget)", "engine",
+        "vllm_bytes", "KV memory per GPU, taken as given (vLLM then ignores the utilisation budget); vLLM's spelling "
+        "(16G = 16 GiB, 16g = 16e9) or an explicit unit (6.51GiB, 80GB)", "engine",
         lo=1, hi=1 << 50, flags=("--kv-cache-memory",), metavar="BYTES", unit="B")
     num_gpu_blocks_override: int | None = _p("int", "the engine's block count, taken as given", "engine", lo=1,
                                              hi=1 << 32, metavar="N")
-    enable_prefix_caching: bool = _p("bool", "automatic prefix caching (on by default)", "engine", default=True)
+    enable_prefix_caching: bool | None = _p("bool", "automatic prefix caching (default on; off for attention-free "
+                                            "models and MLA on the CPU build)", "engine")
+    enable_chunked_prefill: bool | None = _p("bool", "chunked prefill (default on in V1); off, the profile batch must "
+                                             "hold a whole max_model_len prompt", "engine")
     enforce_eager: bool = _p("bool", "no CUDA graphs (nothing reserved for them)", "engine", default=False)
+    disable_hybrid_kv_cache_manager: bool = _p("bool", "every sliding-window layer cached as full attention (no window "
+                                               "savings)", "engine", default=False)
     mamba_ssm_cache_dtype: str | None = _p(
-        "choice", "recurrent-state dtype for GDN/Mamba layers (default: the config's mamba_ssm_dtype)", "engine",
-        choices=("auto", "float32", "bfloat16", "float16"), flags=("--state-dtype",))
+        "choice", "recurrent-state dtype for GDN/Mamba layers (default: the config's mamba_ssm_dtype; the CPU build "
+        "float32)", "engine", choices=("auto", "float32", "bfloat16", "float16"), flags=("--state-dtype",))
     mamba_cache_mode: str | None = _p(
         "choice", "recurrent-state blocks per request: none = 1, align = 2 (default: align with prefix caching, "
         "which hybrids get from v0.26)", "engine", choices=("none", "align"))
+    speculative_config: str | None = _p(
+        "json", "vLLM's --speculative-config JSON: {\"method\": \"mtp\" | \"eagle\" | \"eagle3\" | \"draft_model\" | "
+        "\"ngram\" | \"suffix\", \"model\": draft (catalogue name, config path or HF id), \"num_speculative_tokens\": "
+        "k}: the draft's weights, its attention layers in the pool, k more state rows for hybrids", "engine",
+        metavar="JSON")
     num_speculative_tokens: int | None = _p(
-        "int", "MTP draft tokens (adds the MTP weights, its attention layer and state slots; memory: default 0; "
+        "int", "MTP draft tokens, short for --speculative-config '{\"method\": \"mtp\", ...}' (memory: default 0; "
         "plan: default the model's MTP head with decode.mtp_drafts drafts when it has one)", "engine",
         lo=0, hi=16, flags=("--spec-tokens",), metavar="K")
-    vllm_version: str = _p("version", "engine version whose rules apply (log formula, defaults, CUDA graphs)", "engine",
-                           default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z")
-    device: str = _p("choice", "cpu: vLLM's CPU build (block size a multiple of 32)", "engine", default="cuda",
-                     choices=("cuda", "cpu"))
+    enable_lora: bool = _p("bool", "reserve LoRA adapter slots: max_loras x max_lora_rank A/B matrices for every "
+                           "attention and MLP projection (vLLM allocates them with the weights)", "engine", default=False)
+    max_loras: int = _p("int", "LoRA adapters served in one batch (each one slot)", "engine", default=1, lo=1, hi=1024,
+                        metavar="N")
+    max_lora_rank: int = _p("int", "the largest LoRA rank a slot holds", "engine", default=16, lo=1, hi=4096,
+                            metavar="R")
+    fully_sharded_loras: bool = _p("bool", "shard the LoRA A and B matrices over TP as well", "engine", default=False)
+    limit_mm_per_prompt: str | None = _p(
+        "json", "vLLM's per-prompt multimodal limits, e.g. '{\"image\": 0, \"video\": 0}': every modality at 0 loads "
+        "the language model only (no vision tower)", "engine", metavar="JSON")
+    vllm_version: str = _p("version", "engine version whose rules apply (log formula, defaults, CUDA graphs, flag and "
+                           "value vocabulary)", "engine", default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z")
+    device: str = _p("choice", "cpu: vLLM's CPU build (its defaults: block 128, batch 2048 per rank, float32 states, "
+                     "MLA block 16)", "engine", default="cuda", choices=("cuda", "cpu"))
     budget: str = _p("choice", "engine: vLLM's own budget with a named reserve estimate; simple: the calculator seed's "
                      "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
 
@@ -417,6 +502,13 @@ class Scenario:
     def __post_init__(self) -> None:
         for name, param in PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
+        if self.gpus is None:
+            raise BadInput("--gpus is required: N x GPU type, e.g. 1xH200 (servesize gpus lists them)")
+        if self.model is None and self.vllm_serve is None:
+            raise BadInput("name a MODEL (catalogue name, config.json path or Hugging Face id), or give --vllm-serve "
+                           "'vllm serve MODEL ...'")
+        # --quantization is checked with the checkpoint (engine.quant_methods.weight_format), which may name its own
+        check_vocabulary("native", self.kv_cache_dtype, parse_version(self.vllm_version))
 
     def replace(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated again); unknown names are refused."""

@@ -5,6 +5,11 @@ suffix is decimal (``31k`` = 31,000, ``2.77m`` = 2,770,000), an uppercase one bi
 (``16K`` = 16,384, ``1M`` = 1,048,576; ``2.77M`` is refused, as vLLM refuses it); plain numbers may
 carry commas (``1,337,000``). Memory accepts ``80GiB``, ``81559MiB``, ``141GB``, ``16M`` (M/G/K
 alone are binary, as vLLM's own flags read them).
+
+vLLM's own numeric flags (``--max-model-len``, ``--max-num-batched-tokens``,
+``--kv-cache-memory-bytes``) are read by ``parse_vllm_int``, vLLM's ``human_readable_int``
+itself (``vllm/utils/argparse_utils.py``, from 0.8.5): the same suffixes, a decimal fraction
+truncated as vLLM truncates it (``'25.6k'`` = 25,600), commas allowed as above.
 """
 
 from __future__ import annotations
@@ -76,6 +81,38 @@ def parse_bytes(text: str | int | float) -> int:
     if suffix not in _BYTE_SUFFIX:
         raise BadInput(f"cannot read {text!r} as memory: unknown unit {suffix!r} (use B, KiB, MiB, GiB, GB, ...)")
     return _whole(value * _BYTE_SUFFIX[suffix], text, "a byte count")
+
+
+_VLLM_NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_VLLM_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_vllm_int(text: str | int | float) -> int:
+    """vLLM's human-readable integer: ``'25.6k'`` -> 25,600, ``'1K'`` -> 1,024, ``'32768'`` -> 32,768."""
+    if isinstance(text, bool):
+        raise BadInput(f"{text!r} is not a number")
+    if isinstance(text, int):
+        return text
+    if isinstance(text, float):
+        return _whole(text, text, "a whole number") if text.is_integer() else _refuse_fraction(text)
+    value = str(text).strip().replace(",", "").replace("_", "")
+    match = _VLLM_NUMBER.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _VLLM_BINARY:
+            if "." in number:
+                raise BadInput(f"{text!r}: vLLM allows no decimals with a binary suffix like {suffix}; "
+                               f"did you mean {number}{suffix.lower()}?")
+            return int(number) * _VLLM_BINARY[suffix]
+        return int(float(number) * _VLLM_DECIMAL[suffix])  # int(), as vLLM truncates
+    if not re.fullmatch(r"\d+", value):
+        raise BadInput(f"cannot read {text!r} as vLLM reads a number (e.g. 32768, 32k = 32,000, 32K = 32,768)")
+    return int(value)
+
+
+def _refuse_fraction(value: float) -> int:
+    raise BadInput(f"{value!r} is not a whole number")
 
 
 def _whole(value: float, text, what: str) -> int:

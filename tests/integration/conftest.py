@@ -68,13 +68,13 @@ def vllm_python() -> pathlib.Path:
     return vllm_venv() / "bin" / "python"
 
 
-def make_tiny_model(vllm_python: pathlib.Path, out: pathlib.Path, dtype: str = "bfloat16") -> dict:
+def make_tiny_model(vllm_python: pathlib.Path, out: pathlib.Path, dtype: str = "bfloat16", family: str = "llama") -> dict:
     """Run make_tiny_model.py in the vLLM venv; returns its JSON summary (path, shape)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         env.pop(k, None)
     r = subprocess.run(
-        [str(vllm_python), str(HERE / "make_tiny_model.py"), str(out), "--dtype", dtype],
+        [str(vllm_python), str(HERE / "make_tiny_model.py"), str(out), "--dtype", dtype, "--family", family],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     if r.returncode != 0:
@@ -85,6 +85,24 @@ def make_tiny_model(vllm_python: pathlib.Path, out: pathlib.Path, dtype: str = "
 @pytest.fixture(scope="session")
 def tiny_model(vllm_python, tmp_path_factory) -> dict:
     return make_tiny_model(vllm_python, tmp_path_factory.mktemp("tiny-llama") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_of(vllm_python, tmp_path_factory):
+    """family -> the tiny model of make_tiny_model.py --family (each built once per session)."""
+    built: dict[str, dict] = {}
+
+    def get(family: str) -> dict:
+        if family not in built:
+            built[family] = make_tiny_model(vllm_python, tmp_path_factory.mktemp(f"tiny-{family}") / "model", family=family)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def start_timeout_s() -> int:
+    return START_TIMEOUT_S
 
 
 @pytest.fixture(scope="session")

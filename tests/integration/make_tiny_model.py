@@ -112,16 +112,69 @@ def build_tokenizer(seed: int = SEED):
     return tok
 
 
+# One tiny random-weight model per architecture kind the integration suite starts (``--family``).
+# Each entry: the transformers model_type and the fields that differ from COMMON. The shapes are
+# small and chosen so the KV arithmetic is plain; vLLM's CPU build must accept each (its attention
+# kernels take head sizes that are multiples of 32; the MLA reference kernel needs kv_lora_rank 512
+# and a rope dim of 64).
+COMMON = dict(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=NUM_LAYERS,
+              num_attention_heads=NUM_HEADS, num_key_value_heads=NUM_KV_HEADS, head_dim=HEAD_DIM,
+              tie_word_embeddings=False)
+FAMILIES: dict[str, tuple[str, dict]] = {
+    # GQA, every layer full attention: 2 layers x 2 KV heads x 32
+    "llama": ("llama", {}),
+    # an explicit head_dim (64) that is not hidden / heads (32)
+    "qwen3": ("qwen3", dict(head_dim=64)),
+    # 5 sliding (window 64) : 1 global, as Gemma 3 interleaves them
+    "gemma3": ("gemma3_text", dict(num_hidden_layers=6, sliding_window=64, query_pre_attn_scalar=32,
+                                   layer_types=["sliding_attention"] * 5 + ["full_attention"])),
+    # Mistral v0.1 style: the window (256) on every layer
+    "mistral_swa": ("mistral", dict(sliding_window=256)),
+    # routed experts: 8 experts, top 2, explicit head_dim
+    "qwen3_moe": ("qwen3_moe", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64, head_dim=64,
+                                    decoder_sparse_step=1, mlp_only_layers=[])),
+    # full and sliding (window 64) layers, attention sinks, 4 experts top 2
+    "gpt_oss": ("gpt_oss", dict(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+                                head_dim=64, layer_types=["sliding_attention", "full_attention"])),
+    # Gated DeltaNet hybrid: 3 linear-attention layers and 1 full, routed + shared expert
+    "qwen3_next": ("qwen3_next", dict(num_hidden_layers=4, full_attention_interval=4, head_dim=64,
+                                      linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                                      linear_value_head_dim=32, linear_conv_kernel_dim=4, num_experts=4,
+                                      num_experts_per_tok=2, moe_intermediate_size=64,
+                                      shared_expert_intermediate_size=64, decoder_sparse_step=1,
+                                      mlp_only_layers=[])),
+    # attention-free: every layer a Mamba2 mixer
+    "mamba2": ("mamba2", dict(num_heads=8, head_dim=32, state_size=16, n_groups=1, expand=2, conv_kernel=4,
+                              chunk_size=64, num_attention_heads=None, num_key_value_heads=None, intermediate_size=None)),
+    # multi-head latent attention (no q LoRA), routed + shared experts after one dense layer
+    "deepseek_v2": ("deepseek_v2", dict(kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=32,
+                                        v_head_dim=32, head_dim=None, num_key_value_heads=NUM_HEADS,
+                                        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                                        n_shared_experts=1, first_k_dense_replace=1, topk_method="greedy",
+                                        n_group=1, topk_group=1)),
+}
+
+
+def family_config(family: str, vocab_size: int, max_positions: int, dtype: str, ids: dict):
+    from transformers import AutoConfig
+
+    model_type, extra = FAMILIES[family]
+    fields = {**COMMON, **extra, **ids, "vocab_size": vocab_size, "max_position_embeddings": max_positions, "dtype": dtype}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    return AutoConfig.for_model(model_type, **fields)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=pathlib.Path, help="directory to write (created)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    ap.add_argument("--family", default="llama", choices=sorted(FAMILIES))
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--max-positions", type=int, default=MAX_POSITIONS)
     args = ap.parse_args(argv)
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     tok = build_tokenizer(args.seed)
     hf_tok = PreTrainedTokenizerFast(
@@ -137,22 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     vocab_size_padded = -(-vocab_size // 64) * 64
 
     torch.manual_seed(args.seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size_padded,
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=args.max_positions,
-        bos_token_id=tok.token_to_id("<s>"),
-        eos_token_id=tok.token_to_id("</s>"),
-        pad_token_id=tok.token_to_id("<pad>"),
-        tie_word_embeddings=False,
-        dtype=args.dtype,
-    )
-    model = LlamaForCausalLM(config).to(getattr(torch, args.dtype))
+    ids = dict(bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
+               pad_token_id=tok.token_to_id("<pad>"))
+    config = family_config(args.family, vocab_size_padded, args.max_positions, args.dtype, ids)
+    model = AutoModelForCausalLM.from_config(config).to(getattr(torch, args.dtype))
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     hf_tok.save_pretrained(args.out)
@@ -162,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "path": str(args.out),
+                "family": args.family,
+                "model_type": written["model_type"],
                 "vocab_size": written["vocab_size"],
                 "tokenizer_vocab": vocab_size,
                 "num_hidden_layers": written["num_hidden_layers"],
-                "num_key_value_heads": written["num_key_value_heads"],
+                "num_key_value_heads": written.get("num_key_value_heads"),
                 "head_dim": written.get("head_dim"),
                 "dtype": args.dtype,
                 "params": sum(p.numel() for p in model.parameters()),

@@ -48,16 +48,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     model: str
-    block_size: int = 32  # the CPU backend needs a multiple of 32 (its default is 128)
-    kv_cache_memory_bytes: int = 16 * 2**20  # bytes, passed as a plain integer
-    max_model_len: int = 4096
+    block_size: int | None = 32  # the CPU backend wants a multiple of 32; None: its default (128)
+    kv_cache_memory_bytes: int | str = 16 * 2**20  # bytes: a plain integer, or vLLM's spelling ('12M' = 12 MiB)
+    max_model_len: int | str = 4096
     max_num_seqs: int = 64
     dtype: str = "bfloat16"  # KV dtype follows it (kv_cache_dtype auto): 2 B; float32: 4 B
-    max_num_batched_tokens: int | None = None
+    max_num_batched_tokens: int | str | None = None
     served_model_name: str = SERVED_MODEL_NAME
     host: str = "127.0.0.1"
     port: int | None = None  # None: pick a free loopback port at start
     extra_args: tuple[str, ...] = ()
+    prefix_caching: bool | None = True  # None: the engine's default for the model
+    max_num_seqs_flag: bool = True  # False: leave --max-num-seqs to the engine's default
+    in_process: bool = False  # engine core and worker in the API server's process (one interpreter start, not three)
 
     def flags(self, port: int) -> list[str]:
         f = [
@@ -66,16 +69,21 @@ class ServerConfig:
             "--host", self.host,
             "--port", str(port),
             "--dtype", self.dtype,
-            "--block-size", str(self.block_size),
             "--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes),
             "--max-model-len", str(self.max_model_len),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--enable-prefix-caching",
             "--enforce-eager",
             "--enable-prompt-tokens-details",
         ]  # fmt: skip
+        if self.block_size is not None:
+            f += ["--block-size", str(self.block_size)]
+        if self.max_num_seqs_flag:
+            f += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.prefix_caching is not None:
+            f += ["--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching"]
         if self.max_num_batched_tokens is not None:
             f += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.in_process:
+            f += ["--distributed-executor-backend", "uni"]
         return f + list(self.extra_args)
 
 
@@ -115,6 +123,10 @@ class VllmServer:
             DO_NOT_TRACK="1",
             PYTHONUNBUFFERED="1",
         )
+        if self.config.in_process:
+            # the engine core runs in the API server's process, the worker in the engine's (--distributed-executor-backend
+            # uni): vLLM starts one interpreter instead of three, which halves a start-up on two cores
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         # The project venv must not leak into the vLLM venv's interpreter.
         for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
             env.pop(k, None)

@@ -328,7 +328,7 @@ SERVER = ["--median", "500", "--prefix", "100", "--think-time", "0.02", "--outpu
 
 def test_measure_server_refuses_a_record_dir_of_a_run_with_other_flags(tmp_path, capsys):
     folder = tmp_path / "run"
-    predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB"
+    predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB --max-model-len 4096"  # one 4k request fits: vLLM starts
     with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status")])) as server:
         code, _, err = cli(capsys, "measure", "server", "--url", server.url, "--predict", predict, "--record-dir", folder, *SERVER)
         assert code == 2 and "HTTP 500" in one_line(err)

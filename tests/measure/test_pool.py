@@ -299,7 +299,7 @@ def test_json_and_plot_outputs(tmp_path, capsys):
 
 def test_a_predict_is_named_in_the_report_and_kept_in_the_record_for_resume(tmp_path, capsys):
     rec = tmp_path / "r.jsonl"
-    predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB"
+    predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB --max-model-len 4096"  # one 4k request fits: vLLM starts
     assert main(["memory", *predict.split(), "--json"]) == 0
     usable = json.loads(capsys.readouterr().out)["usable_kv_tokens"]  # servesize memory's own figure (5,104)
     with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:

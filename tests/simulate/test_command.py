@@ -61,8 +61,8 @@ def test_without_a_pool_there_is_the_curve_alone(capsys, sessions_file):
 
 
 def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(capsys, sessions_file):
-    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "1GiB",
-                         "--json", "--quiet", "--no-bounds")
+    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "2GiB",
+                         "--max-model-len", "16000", "--json", "--quiet", "--no-bounds")  # 2 GiB starts only shorter lengths
     assert code == 0, err
     doc = json.loads(out)
     assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize memory: llama-3.1-8b")

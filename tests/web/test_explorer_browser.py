@@ -247,6 +247,7 @@ def test_a_bad_value_is_refused_beside_its_control(page, server, shots):
     settle(page, "error")
     assert "--median 'lots' is not a token count" in page.text_content("#view-plan [data-err-for='median']")
     type_into(page, "median", "")
+    type_into(page, "max_model_len", "16K")  # bf16 70B on 2xH100 starts at 16K, not at its own 131k context
     type_into(page, "model", "llama-3.1-70b")
     choose(page, "quantization", "")
     set_gpus(page, "H100-SXM", 1)

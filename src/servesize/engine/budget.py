@@ -51,11 +51,21 @@ class EngineAssumptions:
     cudagraph_bytes: int = int(0.53 * GiB)
     # Activation peak of the profile run: the live tensors of one layer for every token of the
     # profile batch (max_num_batched_tokens), in the model dtype: 4 residual-stream copies, the
-    # q/k/v projections, and the MLP's gate+up output and activation (3 x its width per rank;
-    # for MoE, top-k experts' workspaces). Plus fp32 logits for max_num_seqs sampler rows.
+    # q/k/v projections, and a dense MLP's gate+up output and activation (3 x its width per rank).
     residual_copies: int = 4
     mlp_width_factor: int = 3
-    logits_bytes_per_element: int = 4
+    # A MoE layer's fused-experts workspaces instead of the MLP's (vLLM's TritonExperts.workspace_shapes,
+    # 0.10-0.33: (M, topk, max(N/2, K)) + (M, topk, max(N, K)) + (M, K), N = 2 x expert width per
+    # rank, K = hidden; 0.9: (M, topk, max(2N', K)) + (M, topk, N') + (M, topk, K), N' the expert
+    # width; M = the batch, in chunks of VLLM_FUSED_MOE_CHUNK_SIZE = 32768 before 0.18).
+    fused_moe_chunk_tokens: int = 32768
+    # The profile's dummy sampler run (gpu_model_runner._dummy_sampler_run: max_num_seqs rows, top-p
+    # and top-k set): the logits in the model dtype (2 B), the sampler's float32 copy (4 B) and the
+    # softmax probabilities FlashInfer's top-k/top-p sampling draws from (4 B) per vocabulary entry
+    # (v1/sample/sampler.py, ops/topk_topp_sampler.py forward_cuda; FlashInfer is the default
+    # sampler on CUDA when installed, as in vLLM's images). Without FlashInfer the PyTorch path
+    # sorts the logits (4 B values + 8 B indices more): 22 B.
+    sampler_bytes_per_logit: int = 10
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -86,28 +96,52 @@ class MemoryBudget:
         }
 
 
+def _moe_workspace_bytes_per_token(arch: Architecture, dep: Deployment, a: EngineAssumptions) -> tuple[int, str]:
+    """Elements per batch token of vLLM's fused-experts workspaces for one MoE layer, and the formula."""
+    moe = arch.moe
+    assert moe is not None
+    tp = dep.tensor_parallel_size
+    k, h = moe.experts_per_token, arch.hidden_size
+    # expert parallel keeps each expert whole on its rank; otherwise each rank holds 1/tp of every expert
+    width = moe.expert_intermediate_size if dep.enable_expert_parallel else moe.expert_intermediate_size // tp
+    if dep.version < (0, 10, 0):
+        return k * (max(2 * width, h) + width + h), "topk * (max(2 * width, hidden) + width + hidden)"
+    return k * (max(width, h) + max(2 * width, h)) + h, "topk * (max(width, hidden) + max(2 * width, hidden)) + hidden"
+
+
 def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumptions, d: Derivation) -> int:
     tp = dep.tensor_parallel_size
-    tokens = dep.max_num_batched_tokens
+    tokens = int(dep.max_num_batched_tokens or 0)  # resolved: never None
     q_width = arch.num_attention_heads * arch.head_dim // tp
     kv_width = 2 * kv_heads_per_rank(arch.num_kv_heads, tp) * arch.head_dim
+    dense_width = arch.intermediate_size // tp
     if arch.moe is not None:
-        mlp_width = max(arch.moe.experts_per_token * arch.moe.expert_intermediate_size + arch.moe.shared_intermediate_size,
-                        arch.moe.dense_intermediate_size if arch.moe.first_dense_layers or arch.moe.moe_every > 1 else 0) // tp
-    else:
-        mlp_width = arch.intermediate_size // tp
+        dense_width = (arch.moe.shared_intermediate_size // tp if arch.moe.shared_intermediate_size else 0)
     per_token = d.step(
         "activation_bytes_per_token",
         "dtype_bytes * (residual_copies * hidden + q_width + kv_width + mlp_width_factor * mlp_width)",
         unit="B", dtype_bytes=arch.dtype_bytes, residual_copies=a.residual_copies, hidden=arch.hidden_size,
-        q_width=q_width, kv_width=kv_width, mlp_width_factor=a.mlp_width_factor, mlp_width=mlp_width,
-        note="named estimate: one layer's live tensors per token of the profile batch",
+        q_width=q_width, kv_width=kv_width, mlp_width_factor=a.mlp_width_factor, mlp_width=dense_width,
+        note="named estimate: one layer's live tensors per token of the profile batch"
+        + ("; a MoE layer's shared expert as its MLP" if arch.moe is not None else ""),
     )
+    forward = d.step("forward_activation_bytes", "max_num_batched_tokens * activation_bytes_per_token", unit="B",
+                     max_num_batched_tokens=tokens, activation_bytes_per_token=per_token)
+    moe_bytes = 0
+    if arch.moe is not None:
+        per, formula = _moe_workspace_bytes_per_token(arch, dep, a)
+        chunk = min(tokens, a.fused_moe_chunk_tokens) if dep.version < (0, 18, 0) else tokens
+        moe_bytes = d.step("fused_moe_workspace_bytes", "tokens * workspace_elements_per_token * dtype_bytes", unit="B",
+                           tokens=chunk, workspace_elements_per_token=per, dtype_bytes=arch.dtype_bytes,
+                           note=f"fused-experts workspaces: {formula} elements per token")
+    sampler = d.step("sampler_bytes", "max_num_seqs * vocab * sampler_bytes_per_logit", unit="B",
+                     max_num_seqs=dep.max_num_seqs, vocab=arch.vocab_size, sampler_bytes_per_logit=a.sampler_bytes_per_logit,
+                     note="the dummy sampler run: max_num_seqs rows of the whole vocabulary (logits, fp32 copy, probabilities)")
     return d.step(
-        "activation_peak_bytes", "max_num_batched_tokens * activation_bytes_per_token + max_num_seqs * vocab * logits_bytes",
-        unit="B", max_num_batched_tokens=tokens, activation_bytes_per_token=per_token, max_num_seqs=dep.max_num_seqs,
-        vocab=arch.vocab_size // tp, logits_bytes=a.logits_bytes_per_element,
-        note="estimate of the torch peak vLLM profiles at start-up; grows with --max-num-batched-tokens",
+        "activation_peak_bytes", "max(forward + fused_moe_workspace, sampler)", unit="B",
+        forward=forward, fused_moe_workspace=moe_bytes, sampler=sampler,
+        note="estimate of the torch peak vLLM profiles at start-up: the forward pass and the sampler run one after "
+             "the other, so the larger of the two",
     )
 
 

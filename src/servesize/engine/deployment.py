@@ -1,18 +1,46 @@
 """Deployment: a model on GPUs with engine settings, named as vLLM names them.
 
-Defaults that changed between vLLM releases are resolved from ``vllm_version`` here, once,
-so every later stage sees concrete values. Each version rule cites where it comes from.
+Defaults that changed between vLLM releases, or that differ by platform (CUDA, ROCm, the CPU
+build) and GPU, are resolved from ``vllm_version``, ``device`` and the GPU here, once, so every
+later stage sees concrete values. Each rule cites where it comes from (the release sources read:
+``vllm/engine/arg_utils.py`` get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args,
+``vllm/platforms/cpu.py`` check_and_update_config, ``vllm/config/vllm.py`` max_concurrent_batches).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
 from servesize.errors import BadInput, DoesNotFit
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
-from servesize.model.layers import GatedDeltaNet
+from servesize.model.layers import MLA, GatedDeltaNet
+
+if TYPE_CHECKING:
+    from servesize.engine.speculative import Speculation
+
+# --max-model-len auto (or -1): vLLM picks the largest length whose one request fits (v0.14+).
+AUTO_MAX_MODEL_LEN = -1
+# vLLM SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS: the floor of the profile batch when
+# chunked prefill is off (CPU MLA), and the CPU API server's per-rank default.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# The CPU build's OpenAI-server defaults, per rank of TP x PP (arg_utils.py get_batch_defaults,
+# 'cpu specific default values', in every release read from 0.22 to 0.33).
+CPU_SERVER_BATCHED_TOKENS_PER_RANK = 2048
+CPU_SERVER_SEQS_PER_RANK = 128
+# The CPU MLA reference kernel compiles only for block 16 (platforms/cpu.py, from 0.28); CPUs
+# with AMX tiles take the AMX MLA backend instead, which keeps the CPU default block.
+CPU_MLA_BLOCK = 16
+CPU_MLA_FORCED_FROM = (0, 28, 0)
+# Sliding-window and chunked-local specs reserve for every batch in flight (max_in_flight_tokens,
+# kv_cache_interface.py from 0.26.0); async scheduling, on by default on CUDA, keeps two in flight.
+IN_FLIGHT_BATCHES_FROM = (0, 26, 0)
+# Hybrid models: prefix caching on by default from 0.26.0; asked for, it checkpoints the recurrent
+# states every block ('align' mode) from 0.15.0.
+HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)
+ALIGN_MODE_FROM = (0, 15, 0)
 
 
 def derived_max_model_len(arch: Architecture) -> int | None:
@@ -47,21 +75,31 @@ def _cuda_total_bytes(gpus: GpuGroup) -> int:
 class Deployment:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    enable_expert_parallel: bool = False
     dtype: str = "auto"
     quantization: str = "native"
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
+    max_model_len: int | None = None  # AUTO_MAX_MODEL_LEN: the largest that fits, as vLLM picks it
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     num_gpu_blocks_override: int | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None  # None: the model's default (off for attention-free models)
+    enable_chunked_prefill: bool | None = None
     enforce_eager: bool = False
+    disable_hybrid_kv_cache_manager: bool = False
     mamba_ssm_cache_dtype: str | None = None
     mamba_cache_mode: str | None = None
-    num_speculative_tokens: int = 0
+    num_speculative_tokens: int = 0  # the model's own MTP head, when ``speculation`` is None
+    speculation: Speculation | None = field(default=None, compare=False)
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    fully_sharded_loras: bool = False
+    language_model_only: bool = False  # --limit-mm-per-prompt with every modality at 0: no encoder loaded
     vllm_version: str = DEFAULT_VLLM_VERSION
     device: str = "cuda"
 
@@ -73,50 +111,143 @@ class Deployment:
     def era(self) -> str:
         return log_era(self.version)
 
+    @property
+    def world_size(self) -> int:
+        """GPUs one replica spans: TP x PP."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def spec_tokens(self) -> int:
+        """Draft tokens per step, whichever way speculation was asked for."""
+        return self.speculation.num_speculative_tokens if self.speculation is not None else self.num_speculative_tokens
+
+    @property
+    def mtp_tokens(self) -> int:
+        """Draft tokens of the model's own MTP head (0 when speculation uses something else)."""
+        if self.speculation is None:
+            return self.num_speculative_tokens
+        return self.speculation.num_speculative_tokens if self.speculation.method == "mtp" else 0
+
+    @property
+    def in_flight_batches(self) -> int:
+        """Batches scheduled but not yet settled (VllmConfig.max_concurrent_batches): the pipeline's
+        depth, or 2 with async scheduling (on by default on CUDA, off on the CPU build and with
+        speculation other than EAGLE/MTP/draft models/ngram); before 0.26 sliding windows reserved one."""
+        pp = self.pipeline_parallel_size
+        if self.version < IN_FLIGHT_BATCHES_FROM:
+            return 1
+        asynchronous = self.device == "cuda" and (self.speculation is None or self.speculation.async_ok)
+        return 2 if asynchronous and pp == 1 else pp
+
     def resolved(self, arch: Architecture, gpus: GpuGroup | None) -> Deployment:
-        """Fill every default the engine would fill, for this version and hardware."""
-        v = self.version
+        """Fill every default the engine would fill, for this version, platform and hardware."""
+        util = self._utilisation()
+        max_len = self._max_len(arch)
+        prefix_caching = self._prefix_caching(arch)
+        chunked = self._chunked_prefill(arch)
+        mnbt, seqs = self._batch(arch, gpus, max_len, chunked)
+        mode = self.mamba_cache_mode
+        if mode is None and arch.has_state:
+            # With prefix caching on, the states are checkpointed every block ('align', from 0.15:
+            # MambaModelConfig.verify_and_update_config); without it one state block per request ('none').
+            mode = "align" if (prefix_caching and self.version >= ALIGN_MODE_FROM) else "none"
+        return replace(self, gpu_memory_utilization=util, max_model_len=max_len, max_num_batched_tokens=mnbt,
+                       max_num_seqs=seqs, mamba_cache_mode=mode, enable_prefix_caching=prefix_caching,
+                       enable_chunked_prefill=chunked)
+
+    # -- the defaults, one rule each ---------------------------------------------------------
+    def _utilisation(self) -> float:
         util = self.gpu_memory_utilization
         if util is None:
             # 0.90 until 0.19.x; 0.92 from 0.20.0 (config/cache.py default, vLLM PR #38284).
-            util = 0.92 if v >= (0, 20, 0) else 0.90
+            util = 0.92 if self.version >= (0, 20, 0) else 0.90
         if not 0 < util <= 1:
             raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+        return util
+
+    def _max_len(self, arch: Architecture) -> int:
         limit = derived_max_model_len(arch)
+        if self.max_model_len == AUTO_MAX_MODEL_LEN:
+            if self.version < (0, 14, 0):
+                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number")
+            if not limit:
+                raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below")
+            return AUTO_MAX_MODEL_LEN  # the largest that fits: memory_report searches for it once the budget is known
         max_len = self.max_model_len or limit
         if not max_len:
             raise BadInput("the config has no max_position_embeddings: pass --max-model-len")
         if limit and max_len > limit:
             raise BadInput(f"--max-model-len {max_len:,} is above {arch.name}'s {limit:,}-token context "
                            "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
-        # vLLM EngineArgs defaults for the OpenAI server (arg_utils.py): by the CUDA-visible memory,
-        # >= 160 GiB: 16384 batched tokens / 1024 sequences (from 0.28.0); >= 70 GiB and not an A100
-        # (PR #17885): 8192 / 1024; otherwise 2048 / 256. V0 had chunked prefill off by default,
-        # so its profile batch was max_model_len.
+        return max_len
+
+    def _cpu_mla(self, arch: Architecture) -> bool:
+        """The CPU build's reference MLA backend (no AMX): block 16, no chunked prefill, no prefix caching."""
+        return self.device == "cpu" and bool(arch.count(MLA)) and self.version >= CPU_MLA_FORCED_FROM
+
+    def _prefix_caching(self, arch: Architecture) -> bool:
+        """As asked; by default on, except for attention-free models and, before 0.26, for hybrid
+        (attention + Mamba/GDN) models (ModelConfig.is_prefix_caching_supported); the CPU build turns
+        it off for MLA (platforms/cpu.py: 'forcing chunked prefill and prefix caching to be disabled')."""
+        if self._cpu_mla(arch):
+            return False
+        if self.enable_prefix_caching is not None:
+            return self.enable_prefix_caching
+        if arch.attention_free:
+            return False
+        return not arch.has_state or self.version >= HYBRID_PREFIX_CACHING_FROM
+
+    def _chunked_prefill(self, arch: Architecture) -> bool:
+        if self._cpu_mla(arch):
+            return False
+        if self.enable_chunked_prefill is not None:
+            return self.enable_chunked_prefill
+        return self.version >= (0, 8, 0)  # V1 schedules chunked prefills; V0 had it off by default
+
+    def _tier(self, gpus: GpuGroup | None) -> tuple[int, int]:
+        """(batched tokens, sequences) the OpenAI server defaults to on this device.
+
+        CUDA, by the CUDA-visible memory: >= 160 GiB 16384 / 1024 (from 0.28.0); >= 70 GiB and not
+        an A100 (PR #17885) 8192 / 1024; otherwise 2048 / 256. The CPU build: 2048 / 128 per rank of
+        TP x PP."""
+        if self.device == "cpu":
+            return CPU_SERVER_BATCHED_TOKENS_PER_RANK * self.world_size, CPU_SERVER_SEQS_PER_RANK * self.world_size
         total = _cuda_total_bytes(gpus) if gpus is not None else 0
         a100 = gpus is not None and "a100" in gpus.gpu.name.lower()
-        if v >= (0, 28, 0) and total >= 160 * 2**30:
-            tier = (16384, 1024)
-        elif total >= 70 * 2**30 and not a100:
-            tier = (8192, 1024)
-        else:
-            tier = (2048, 256)
+        if self.version >= (0, 28, 0) and total >= 160 * 2**30:
+            return 16384, 1024
+        if total >= 70 * 2**30 and not a100:
+            return 8192, 1024
+        return 2048, 256
+
+    def _batch(self, arch: Architecture, gpus: GpuGroup | None, max_len: int, chunked: bool) -> tuple[int, int]:
+        """max_num_batched_tokens and max_num_seqs as the engine settles them.
+
+        V0 had chunked prefill off by default, so its profile batch was max_model_len. In V1, left
+        unset: without chunked prefill the batch must hold one whole prompt (max(max_model_len,
+        default)); it never exceeds max_num_seqs x max_model_len; and max_num_seqs never exceeds
+        the batch. The CPU build's MLA path sets max(max_model_len, 2048) whatever was asked."""
+        v = self.version
+        batched_default, seqs_default = self._tier(gpus)
+        length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
+        seqs = self.max_num_seqs or (seqs_default if v >= (0, 8, 0) else 256)
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
-            mnbt = max_len if v < (0, 8, 0) else tier[0]
-        seqs = self.max_num_seqs or (tier[1] if v >= (0, 8, 0) else 256)
-        mode = self.mamba_cache_mode
-        if mode is None and arch.has_state:
-            # Hybrid (attention + Mamba/GDN) models get prefix caching only from 0.26.0
-            # (ModelConfig.is_prefix_caching_supported); with it, the states are checkpointed every
-            # block ('align'); without it one state block per request ('none').
-            mode = "align" if (self.enable_prefix_caching and v >= (0, 26, 0)) else "none"
-        return replace(self, gpu_memory_utilization=util, max_model_len=max_len, max_num_batched_tokens=mnbt,
-                       max_num_seqs=seqs, mamba_cache_mode=mode)
+            if v < (0, 8, 0):
+                mnbt = length
+            else:
+                mnbt = batched_default if chunked else max(length, batched_default)
+                mnbt = min(seqs * length, mnbt) if length else mnbt
+        if self._cpu_mla(arch):
+            mnbt = max(length, DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        if self.max_num_seqs is None and v >= (0, 8, 0):
+            seqs = min(seqs, mnbt)
+        return mnbt, seqs
 
 
-def check_parallelism(arch: Architecture, tp: int) -> None:
-    """vLLM's own checks: heads divide by TP; KV heads divide TP or TP divides them."""
+def check_parallelism(arch: Architecture, tp: int, pp: int = 1) -> None:
+    """vLLM's own checks: heads divide by TP; KV heads divide TP or TP divides them; PP no deeper
+    than the layers."""
     if tp < 1:
         raise BadInput(f"--tensor-parallel-size must be at least 1, got {tp}")
     if arch.num_attention_heads and arch.num_attention_heads % tp:
@@ -131,3 +262,5 @@ def check_parallelism(arch: Architecture, tp: int) -> None:
     first = arch.layers[0] if arch.layers else None
     if isinstance(first, GatedDeltaNet) and (first.num_value_heads % tp or first.num_key_heads % tp):
         raise DoesNotFit(f"tensor parallel size {tp} does not divide the linear-attention heads of {arch.name}")
+    if pp > arch.num_layers:
+        raise DoesNotFit(f"pipeline parallel size {pp} is more than the {arch.num_layers} layers of {arch.name}")

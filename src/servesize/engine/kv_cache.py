@@ -21,24 +21,48 @@ from servesize.model.architecture import Architecture
 from servesize.model.layers import MLA, FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
 from servesize.model.quantization import DTYPE_BYTES
 
-# vLLM --kv-cache-dtype values -> bytes per element (None = the model dtype).
+# vLLM --kv-cache-dtype values with one plain element size (None = the model dtype).
 KV_CACHE_DTYPES: dict[str, int | None] = {
     "auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4,
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1,
 }
+# Quantised KV caches whose page vLLM's backend packs (customize_spec, 0.32/0.33 sources):
+# per-token-head modes add an fp32 scale per K and per V side after each head's data
+# (triton_attn.py, mla_attention.py); int4 packs two values a byte; NVFP4 stores fp4 data plus
+# one fp8 scale per 16 values (utils/torch_utils.py nvfp4_kv_cache_full_dim: d // 2 + d // 16).
+PER_TOKEN_HEAD = {"int8_per_token_head": 1.0, "fp8_per_token_head": 1.0, "int4_per_token_head": 0.5}
+PER_TOKEN_HEAD_SCALE_BYTES = 2 * 4
+NVFP4_KV = "nvfp4"
 # DeepSeek's FlashMLA fp8 cache stores 512 fp8 latent values, 4 fp32 scales and 64 bf16 rope
-# values per token: 512 + 16 + 128 = 656 bytes (vllm-kv-sizing.md §3.2, MLAAttentionSpec).
-FP8_DS_MLA_BYTES_PER_TOKEN = 656
+# values per token: 512 + 16 + 128 = 656 bytes (vllm-kv-sizing.md §3.2, MLAAttentionSpec);
+# its NVFP4 layout 352 (mla_attention.py: {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}).
+DS_MLA_BYTES_PER_TOKEN = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
+FP8_DS_MLA_BYTES_PER_TOKEN = DS_MLA_BYTES_PER_TOKEN["fp8_ds_mla"]
 # The sparse-attention indexer key (DeepSeek-V3.2): index_head_dim fp8 values plus one fp32
 # scale per 128 values -> 128 + 4 = 132 bytes per token per layer.
 INDEXER_SCALE_BYTES_PER_128 = 4
+MODELLED_KV_CACHE_DTYPES = (*KV_CACHE_DTYPES, *PER_TOKEN_HEAD, NVFP4_KV, "nvfp4_ds_mla")
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+    """Bytes of one cached element for the plain dtypes (the packed ones: ``head_bytes``)."""
+    if kv_cache_dtype in PER_TOKEN_HEAD or kv_cache_dtype in (NVFP4_KV, "nvfp4_ds_mla"):
+        return 1
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise BadInput(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+        raise BadInput(f"--kv-cache-dtype {kv_cache_dtype!r}: servesize models {', '.join(MODELLED_KV_CACHE_DTYPES)}; "
+                       "the others' page layouts are their backends' own")
     b = KV_CACHE_DTYPES[kv_cache_dtype]
     return DTYPE_BYTES[model_dtype] if b is None else b
+
+
+def head_bytes(kv_cache_dtype: str, head_dim_k: int, head_dim_v: int, kv_bytes: int) -> int:
+    """Bytes one KV head caches per token (its K and V side, with any inline scales)."""
+    if kv_cache_dtype in PER_TOKEN_HEAD:
+        per = PER_TOKEN_HEAD[kv_cache_dtype]
+        return int(head_dim_k * per) + int(head_dim_v * per) + PER_TOKEN_HEAD_SCALE_BYTES
+    if kv_cache_dtype == NVFP4_KV:
+        return (head_dim_k // 2 + head_dim_k // 16) + (head_dim_v // 2 + head_dim_v // 16)
+    return (head_dim_k + head_dim_v) * kv_bytes
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
@@ -49,10 +73,14 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
 def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: str = "auto") -> int:
     """Bytes one attention layer caches per token on one TP rank (0 for state layers)."""
     if isinstance(layer, KvHeadAttention):
-        return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim + layer.head_dim_v) * kv_bytes
+        return kv_heads_per_rank(layer.num_kv_heads, tp) * head_bytes(kv_cache_dtype, layer.head_dim, layer.head_dim_v, kv_bytes)
     if isinstance(layer, Mla):
-        if kv_cache_dtype == "fp8_ds_mla":
-            return FP8_DS_MLA_BYTES_PER_TOKEN
+        if kv_cache_dtype in DS_MLA_BYTES_PER_TOKEN:
+            return DS_MLA_BYTES_PER_TOKEN[kv_cache_dtype]
+        if kv_cache_dtype in PER_TOKEN_HEAD:  # the latent is one head, single-sided
+            return int(layer.latent_dim * PER_TOKEN_HEAD[kv_cache_dtype]) + PER_TOKEN_HEAD_SCALE_BYTES
+        if kv_cache_dtype == NVFP4_KV:
+            raise BadInput("--kv-cache-dtype nvfp4 is not an MLA cache layout; vLLM's MLA NVFP4 cache is nvfp4_ds_mla")
         return layer.latent_dim * kv_bytes  # latent replicated on every rank
     return 0
 

@@ -1,6 +1,13 @@
 """One deployment's memory, end to end: weights per GPU -> budget -> KV pool -> log lines.
 
-``memory_report`` is the public entry point the CLI, ``fit``, ``plan`` and ``measure`` share.
+``memory_report`` is the public entry point the CLI, ``fit``, ``plan`` and ``measure`` share. Its
+steps, in vLLM's order: resolve the engine's defaults (Deployment.resolved); place the weights
+(tensor, expert and pipeline parallel; MLA's replicated projections; the vision tower unless the
+language model only is loaded), add what loads with them (LoRA slots, a speculative draft); the
+budget; ``--max-model-len auto`` (the longest that fits); vLLM's own start-up check (a predicted
+refusal is ``WouldNotStart``, with the largest length that starts); the pool and its log lines.
+With pipeline parallelism every stage is sized and the pool is the smallest stage's, as vLLM takes
+the minimum block count over its workers.
 """
 
 from __future__ import annotations
@@ -9,14 +16,22 @@ from dataclasses import dataclass, field, replace
 
 from servesize.derivation import Derivation
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
-from servesize.engine.deployment import Deployment, check_parallelism
-from servesize.engine.kv_cache import kv_per_token
-from servesize.engine.pool import KvPool, kv_pool
-from servesize.engine.weights import Weights, weights
-from servesize.errors import DoesNotFit
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, check_parallelism
+from servesize.engine.lora import lora_slot_bytes
+from servesize.engine.pool import KvPool, auto_max_model_len, kv_pool, start_check
+from servesize.engine.quant_methods import weight_format
+from servesize.engine.weights import Placement, Weights, mla_replicated_params, weights
+from servesize.errors import DoesNotFit, UnsupportedArchitecture, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
-from servesize.units import fmt_bytes
+from servesize.model.ledger import speculator_ledger
+from servesize.model.quantization import DTYPE_BYTES
+from servesize.units import GiB, fmt_bytes
+
+
+def _gib(n_bytes: int) -> str:
+    """As vLLM prints memory (GiB, 2 decimals), or MiB below 0.1 GiB where two decimals say nothing."""
+    return fmt_bytes(n_bytes) if n_bytes >= GiB // 10 else fmt_bytes(n_bytes, "MiB")
 
 DEFAULT_ENGINE_ASSUMPTIONS = EngineAssumptions()
 
@@ -31,19 +46,32 @@ class MemoryReport:
     pool: KvPool
     derivation: Derivation = field(compare=False)
     warnings: tuple[str, ...] = ()
+    extra_weight_bytes: int = 0  # per GPU, loaded with the weights: LoRA slots, a speculative draft
+    flags_not_affecting: tuple[str, ...] = ()  # `vllm serve` flags accepted that change no figure here
+    flags_estimated: tuple[str, ...] = ()  # flags that move a term servesize estimates anyway
+    notes: tuple[str, ...] = ()
 
     @property
     def replicas(self) -> int:
         return self.deployment.data_parallel_size
 
+    @property
+    def model_bytes_per_gpu(self) -> int:
+        """What vLLM's 'Model loading took' counts: the weights and what loads with them."""
+        return self.weights.per_gpu_bytes + self.extra_weight_bytes
+
     def to_dict(self) -> dict:
         dep = self.deployment
+        deployment = {k: getattr(dep, k) for k in dep.__dataclass_fields__ if k != "speculation"}
+        deployment["speculation"] = dep.speculation.describe() if dep.speculation is not None else None
         return {
             "model": self.model,
             "gpus": {"count": self.gpus.count, "gpu": self.gpus.gpu.key, "memory_mib": self.gpus.gpu.memory_mib},
-            "deployment": {k: getattr(dep, k) for k in dep.__dataclass_fields__},
+            "deployment": deployment,
             "weights_bytes_per_gpu": self.weights.per_gpu_bytes,
             "weights_bytes_total": self.weights.total_bytes,
+            "extra_weight_bytes_per_gpu": self.extra_weight_bytes,
+            "model_loading_bytes_per_gpu": self.model_bytes_per_gpu,
             "weights": self.weights.to_dict(),
             "kv_bytes_per_token": self.pool.kv_bytes_per_token,
             "state_bytes_per_sequence": self.pool.state_bytes_per_sequence,
@@ -58,37 +86,157 @@ class MemoryReport:
             "pool": self.pool.to_dict(),
             "log_lines": list(self.pool.log_lines),
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "flags_not_affecting": list(self.flags_not_affecting),
+            "flags_estimated": list(self.flags_estimated),
             "derivation": self.derivation.to_list(),
         }
 
 
+def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """vLLM's get_pp_indices: an even split; the remainder to the stages before the last, from the
+    second-to-last backwards (the last stage holds the LM head)."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [(s, s + n) for s, n in zip(starts, sizes)]
+
+
+def _stage_arch(arch: Architecture, first: int, last: int) -> Architecture:
+    """The layers one pipeline stage holds (the MTP module rides on the last stage)."""
+    keep_mtp = last == arch.num_layers
+    return replace(arch, layers=arch.layers[first:last], mtp_layers=arch.mtp_layers if keep_mtp else 0)
+
+
+def _placement(arch: Architecture, dep: Deployment, stage: tuple[int, int] | None) -> Placement:
+    tp, pp = dep.tensor_parallel_size, dep.pipeline_parallel_size
+    ep = tp * dep.data_parallel_size if (dep.enable_expert_parallel and arch.moe is not None) else 1
+    replicated = mla_replicated_params(arch)
+    return Placement(tp=tp, ep=ep, stage=(stage[0], stage[1], pp) if stage and pp > 1 else None,
+                     replicated=(("attention", replicated),) if replicated else (),
+                     skip=("vision",) if dep.language_model_only else ())
+
+
+def _extra_weights(arch: Architecture, dep: Deployment, d: Derivation, last_stage: bool) -> int:
+    """Bytes per GPU loaded with the weights: LoRA slots and a speculative draft's own weights."""
+    extra = 0
+    if dep.enable_lora:
+        lora_dtype = DTYPE_BYTES[dep.dtype] if dep.dtype not in ("auto", None) else arch.dtype_bytes
+        extra += lora_slot_bytes(arch, dep.tensor_parallel_size, dep.max_loras, dep.max_lora_rank, lora_dtype,
+                                 dep.fully_sharded_loras, d)
+    spec = dep.speculation
+    if spec is not None and spec.draft is not None and last_stage:
+        tp = spec.draft_tensor_parallel_size or dep.tensor_parallel_size
+        w = weights(spec.draft, "native", tp, ledger=speculator_ledger(spec.draft, spec.method))
+        extra += int(d.step("draft_weights_bytes_per_gpu", "draft_bytes", unit="B", draft_bytes=w.per_gpu_bytes,
+                            note=f"{spec.method} draft {spec.draft_name}: its own weights at TP {tp}"))
+    return extra
+
+
+@dataclass(frozen=True)
+class _Stage:
+    weights: Weights
+    extra: int
+    budget: MemoryBudget
+    arch: Architecture
+    derivation: Derivation
+
+
+def _size_stage(arch: Architecture, gpus: GpuGroup, dep: Deployment, precision: str, stage: tuple[int, int] | None,
+                budget: str, assumptions: EngineAssumptions) -> _Stage:
+    d = Derivation()
+    last = stage is None or stage[1] == arch.num_layers
+    w = weights(arch, precision, dep.tensor_parallel_size, dtype=dep.dtype, include_mtp=dep.mtp_tokens > 0 and last,
+                placement=_placement(arch, dep, stage))
+    d.extend(w.derivation)
+    extra = _extra_weights(arch, dep, d, last)
+    stage_arch = _stage_arch(arch, *stage) if stage is not None and dep.pipeline_parallel_size > 1 else arch
+    b = memory_budget(stage_arch, gpus.gpu, dep, w.per_gpu_bytes + extra, budget=budget, assumptions=assumptions,
+                      derivation=d)
+    return _Stage(w, extra, b, stage_arch, d)
+
+
+def _check_layout(arch: Architecture, dep: Deployment, gpus: GpuGroup) -> None:
+    tp, dp, pp = dep.tensor_parallel_size, dep.data_parallel_size, dep.pipeline_parallel_size
+    if tp * dp * pp > gpus.count:
+        raise DoesNotFit(f"TP {tp} x DP {dp} x PP {pp} needs {tp * dp * pp} GPUs; --gpus gives {gpus.count}")
+    check_parallelism(arch, tp, pp)
+    kinds = {layer.kind for layer in arch.layers}
+    if pp > 1 and len(kinds) > 1:
+        raise UnsupportedArchitecture(arch.model_type, "pipeline parallelism over several KV-cache layer kinds is not "
+                                      "modelled (vLLM projects the hybrid groups onto each stage)", ("pipeline_parallel_size",))
+
 
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
-                  assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS, name: str | None = None) -> MemoryReport:
+                  assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS, name: str | None = None,
+                  flags_not_affecting: tuple[str, ...] = (), flags_estimated: tuple[str, ...] = ()) -> MemoryReport:
     if budget == "simple" and deployment.gpu_memory_utilization is None:
         deployment = replace(deployment, gpu_memory_utilization=SEED_GPU_MEMORY_UTILIZATION)
     dep = deployment.resolved(arch, gpus)
-    tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
-    if tp * dp > gpus.count:
-        raise DoesNotFit(f"TP {tp} x DP {dp} needs {tp * dp} GPUs; --gpus gives {gpus.count}")
-    check_parallelism(arch, tp)
-    d = Derivation()
-    w = weights(arch, dep.quantization, tp, dtype=dep.dtype, include_mtp=dep.num_speculative_tokens > 0)
-    d.extend(w.derivation)
-    b = memory_budget(arch, gpus.gpu, dep, w.per_gpu_bytes, budget=budget, assumptions=assumptions, derivation=d)
-    if b.available_bytes <= 0:
-        raise DoesNotFit(
-            f"{name or arch.name} does not fit: {fmt_bytes(w.per_gpu_bytes)} of weights per GPU plus the reserve exceed "
-            f"{fmt_bytes(b.requested_bytes)} ({dep.gpu_memory_utilization} of {gpus.gpu.key}); try a larger "
-            "--tensor-parallel-size, a smaller precision, or more GPUs"
-        )
-    pool = kv_pool(arch, dep, b.available_bytes, gpus.gpu, derivation=d)
+    _check_layout(arch, dep, gpus)
+    precision = weight_format(arch, dep.quantization, dep.version).precision
+    pp = dep.pipeline_parallel_size
+    stages: list[tuple[int, int] | None] = list(pipeline_stages(arch.num_layers, pp)) if pp > 1 else [None]
+    sized = [_size_stage(arch, gpus, dep, precision, stage, budget, assumptions) for stage in stages]
+    notes: list[str] = []
+    for s in sized:
+        if s.budget.available_bytes <= 0:
+            held = s.weights.per_gpu_bytes + s.extra
+            if held > s.budget.total_bytes or s.budget.budget == "simple":
+                # more than the GPU has: loading fails (out of memory) before any start-up check is reached
+                raise DoesNotFit(
+                    f"{name or arch.name} does not fit: {fmt_bytes(held)} of weights per GPU plus the reserve exceed "
+                    f"{fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of {gpus.gpu.key}); try a "
+                    "larger --tensor-parallel-size, a smaller precision, or more GPUs")
+            raise WouldNotStart(
+                f"{name or arch.name} would not start: {fmt_bytes(s.weights.per_gpu_bytes + s.extra)} of weights per GPU "
+                f"plus the reserve exceed {fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of "
+                f"{gpus.gpu.key}), so vLLM finds no memory for the cache blocks; try a larger --tensor-parallel-size, "
+                "a smaller precision, more GPUs or a higher --gpu-memory-utilization")
+    if dep.max_model_len == AUTO_MAX_MODEL_LEN:
+        dep, note = _auto_fit(arch, dep, sized, gpus)
+        notes.append(note)
+    pools = [kv_pool(s.arch, dep, s.budget.available_bytes, gpus.gpu, derivation=s.derivation) for s in sized]
+    at = min(range(len(pools)), key=lambda i: pools[i].num_blocks)
+    chosen, pool = sized[at], pools[at]
+    stage = stages[at]
+    if stage is not None and pp > 1:
+        notes.append(f"pipeline stage {at + 1} of {pp} (layers {stage[0]}..{stage[1] - 1}) holds the fewest "
+                     f"blocks ({pool.num_blocks:,}); vLLM sizes every stage's pool to it")
+    _refuse_if_vllm_would(chosen, dep, gpus, name or arch.name)
     warnings = list(arch.warnings)
-    one_request = kv_per_token(arch, dep.kv_cache_dtype, tp).bytes_per_sequence(int(dep.max_model_len or 0))
-    if pool.max_concurrency < 1:
-        warnings.append(
-            f"one request at max_model_len {dep.max_model_len:,} needs {fmt_bytes(one_request)} of KV per GPU, more than the "
-            f"{fmt_bytes(b.available_bytes)} available: vLLM refuses to start; lower --max-model-len"
-        )
-    return MemoryReport(name or arch.name, gpus, dep, w, b, pool, d, tuple(warnings))
+    if dep.enable_expert_parallel and arch.moe is None:
+        notes.append("--enable-expert-parallel has no experts to place in a dense model")
+    return MemoryReport(name or arch.name, gpus, dep, chosen.weights, chosen.budget, pool, chosen.derivation,
+                        tuple(warnings), chosen.extra, tuple(flags_not_affecting), tuple(flags_estimated), tuple(notes))
+
+
+def _auto_fit(arch: Architecture, dep: Deployment, sized: list[_Stage], gpus: GpuGroup) -> tuple[Deployment, str]:
+    """vLLM's auto-fit: the longest max_model_len every worker's memory holds one request of."""
+    from servesize.engine.deployment import derived_max_model_len
+
+    limit = derived_max_model_len(arch) or 0
+    full = replace(dep, max_model_len=limit)
+    fitted = min(auto_max_model_len(s.arch, full, s.budget.available_bytes, gpus.gpu) for s in sized)
+    if fitted <= 0:
+        raise WouldNotStart("vLLM cannot auto-fit max_model_len: not enough memory to serve even a single token; "
+                            "try a higher --gpu-memory-utilization or a larger --tensor-parallel-size")
+    if fitted >= limit:
+        return full, f"auto-fit max_model_len: the full context {limit:,} fits"
+    return replace(dep, max_model_len=fitted), f"auto-fit max_model_len: reduced from {limit:,} to {fitted:,} to fit"
+
+
+def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: str) -> None:
+    """vLLM's own start-up check (check_enough_kv_cache_memory): one request at max_model_len must fit."""
+    check = start_check(stage.arch, dep, stage.budget.available_bytes, gpus.gpu)
+    if check is None or check.fits:
+        return
+    fix = (f"the largest --max-model-len that starts is {check.largest_max_model_len:,}"
+           if check.largest_max_model_len else "not even one token fits: free memory first")
+    raise WouldNotStart(
+        f"vLLM would refuse to start {name}: one request at max_model_len {dep.max_model_len:,} needs "
+        f"{_gib(check.needed_bytes)} of KV cache, more than the {_gib(check.available_bytes)} available per GPU; "
+        f"{fix} (or raise --gpu-memory-utilization, or add GPUs)",
+        check.largest_max_model_len, stage.budget.available_bytes)
 

@@ -14,7 +14,8 @@ from servesize.model.ledger import ParamLedger, parameter_ledger
 
 KIND_SHORT = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", MLA: "MLA", GDN: "GDN", MAMBA: "Mamba"}
 UNITS = {
-    "params": "parameters (count); total excludes MTP modules, active = per token",
+    "params": "parameters (count); total excludes MTP modules, active = per token as publishers count it (the input "
+              "embedding lookup left out)",
     "kv_bytes_per_token": "bytes per token of context, whole model, 16-bit cache, full-attention + MLA layers",
     "windowed_bytes_per_token": "bytes per token for sliding/chunked layers, only up to window_tokens",
     "all_layers_bytes_per_token": "the calculator seed's figure: every attention layer as if full attention",
@@ -57,7 +58,8 @@ class ModelRow:
 
     def to_dict(self, explain: bool = False) -> dict:
         L = self.ledger
-        params = {"total": L.total, "active": L.active, "total_with_mtp": L.total_with_mtp,
+        params = {"total": L.total, "active": L.active_as_published, "active_with_embedding": L.active,
+                  "total_with_mtp": L.total_with_mtp,
                   "groups": dict(L.groups), "linear": dict(L.linear), "notes": list(L.notes)}
         if explain:
             params["derivation"] = L.derivation.to_list()

@@ -19,7 +19,7 @@ from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
 from servesize.engine.weights import normalise_precision, weights
-from servesize.errors import ServesizeError
+from servesize.errors import ServesizeError, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 
@@ -36,7 +36,7 @@ class Placement:
     model: str
     display: str
     params: int
-    active_params: int
+    active_params: int  # as publishers count them: the input embedding left out
     precision: str
     tp: int
     replicas: int
@@ -120,6 +120,10 @@ def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, preci
             rep = memory_report(arch, gpus, dep, budget="engine", assumptions=s.assumptions, name=key)
             conc, reserve = int(rep.pool.max_concurrency), rep.budget.reserve_bytes
             available = rep.budget.available_bytes
+    except WouldNotStart as exc:
+        if exc.available_bytes is None:  # the weights themselves leave no room
+            return f"TP{tp}: {exc}"
+        conc, available = 0, exc.available_bytes  # the start-up check: one sequence does not fit
     except ServesizeError as exc:
         return f"TP{tp}: {exc}"
     if conc < 1:
@@ -127,8 +131,20 @@ def _placement(key: str, display: str, arch: Architecture, gpus: GpuGroup, preci
                 f"sequence needs {kv_seq / 2**30:.2f} GiB of KV per GPU and {max(0.0, available) / 2**30:.2f} GiB "
                 "is available")
     replicas = gpus.count // tp
-    return Placement(key, display, w.ledger.total, w.ledger.active, precision if precision != "native" else w.precision,
+    return Placement(key, display, w.ledger.total, published_active(w.ledger, key),
+                     precision if precision != "native" else w.precision,
                      tp, replicas, w.total_bytes, w.per_gpu_bytes, conc, conc * replicas, kv_seq, simple, reserve)
+
+
+def published_active(ledger, key: str) -> int:
+    """Active parameters as the model's publisher counts them: the catalogue says whether its source
+    counts the input embedding (Qwen does, OpenAI does not); otherwise it is left out."""
+    from servesize.model.catalogue import find_entry
+
+    entry = find_entry(key)
+    if entry is not None and entry.published_active_counts_embedding:
+        return ledger.active
+    return ledger.active_as_published
 
 
 def _chosen(options: list[Placement], min_concurrency: int) -> Placement:

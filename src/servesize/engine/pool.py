@@ -19,11 +19,11 @@ Follows vLLM's V1 KV-cache manager (../shared/vllm-kv-sizing.md §3-§8):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servesize.derivation import Derivation
-from servesize.engine.deployment import Deployment
+from servesize.engine.deployment import CPU_MLA_BLOCK, CPU_MLA_FORCED_FROM, Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
 from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture
 from servesize.model.architecture import Architecture
@@ -94,24 +94,48 @@ class _LayerSpec:
     window: int = 0  # sliding / chunked kinds: tokens
 
 
+def state_cache_dtype(arch: Architecture, dep: Deployment) -> str | None:
+    """The recurrent-state dtype vLLM stores: --mamba-ssm-cache-dtype, else the config's.
+
+    The CPU build (platforms/cpu.py, on CPUs with AVX-512 BF16, which its x86 wheels need for bf16)
+    resets it to float32 unless a 16-bit type was asked for and the model's state backend is the
+    accelerated GDN one."""
+    asked = dep.mamba_ssm_cache_dtype
+    if dep.device == "cpu":
+        if asked in ("bfloat16", "float16") and arch.count(GDN):
+            return asked
+        return "float32"
+    return asked
+
+
 def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     tp = dep.tensor_parallel_size
     kv_bytes = kv_element_bytes(dep.kv_cache_dtype, arch.dtype)
-    ssm_b = ssm_dtype_bytes(arch, dep.mamba_ssm_cache_dtype) if arch.has_state else 0
+    ssm_b = ssm_dtype_bytes(arch, state_cache_dtype(arch, dep)) if arch.has_state else 0
     specs = []
+    if dep.disable_hybrid_kv_cache_manager and arch.has_state:
+        raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers")
     for layer in arch.layers:
-        if isinstance(layer, WindowedAttention):
+        if isinstance(layer, WindowedAttention) and dep.disable_hybrid_kv_cache_manager:
+            # vLLM unify_hybrid_kv_cache_specs: a windowed layer is cached as full attention (every token kept)
+            specs.append(_LayerSpec(FULL, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
+        elif isinstance(layer, WindowedAttention):
             specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
         elif layer.is_attention:
             specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
         else:
-            s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.num_speculative_tokens)
+            s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.spec_tokens)
             specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
-    if dep.num_speculative_tokens and arch.mtp_layers:
+    if dep.mtp_tokens and arch.mtp_layers:
         # An MTP draft module's attention layer(s) join the model's attention KV-cache group
         # (vllm-kv-sizing.md, version notes: group size 16 -> 17 for Qwen3.5/3.6-27B).
         first = next(s for s in specs if s.kind in (FULL, MLA))
         specs += [_LayerSpec(first.kind, first.bytes_per_token)] * arch.mtp_layers
+    if dep.speculation is not None:
+        # A draft model's or EAGLE head's own attention layers join the pool the same way.
+        for layer in dep.speculation.draft_attention_layers():
+            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype),
+                                    window=getattr(layer, "window", 0)))
     if arch.index_head_dim:
         specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.count(MLA)
     return specs
@@ -119,16 +143,30 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
 
 def _base_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None, notes: list[str]) -> int:
     if dep.device == "cpu":
-        block = dep.block_size or CPU_DEFAULT_BLOCK
-        if block % 32:
-            raise DoesNotFit(f"the CPU backend needs a block size that is a multiple of 32, got {block}")
-        return block
+        return _cpu_block_size(arch, dep, notes)
     block = dep.block_size or CUDA_DEFAULT_BLOCK
     if arch.count(MLA):
         forced, why = _mla_block_size(arch, dep, gpu)
         if forced is not None and forced != block:
             notes.append(f"the MLA attention backend forces the KV block size to {forced} ({why})")
             block = forced
+    return block
+
+
+def _cpu_block_size(arch: Architecture, dep: Deployment, notes: list[str]) -> int:
+    """The CPU build: default block 128, any multiple of 32 (a warning otherwise, from 0.28); its
+    reference MLA kernel (CPUs without AMX tiles) takes block 16 only, whatever was asked."""
+    if arch.count(MLA) and dep.version >= CPU_MLA_FORCED_FROM:
+        if dep.block_size not in (None, CPU_MLA_BLOCK):
+            notes.append(f"the CPU MLA backend requires block size {CPU_MLA_BLOCK} and overrides --block-size "
+                         f"{dep.block_size} (CPUs with AMX tiles take the AMX MLA backend instead)")
+        return CPU_MLA_BLOCK
+    block = dep.block_size or CPU_DEFAULT_BLOCK
+    if block % 32:
+        if dep.version < CPU_MLA_FORCED_FROM:
+            raise DoesNotFit(f"the CPU backend of vLLM {dep.vllm_version} needs a block size that is a multiple of 32, "
+                             f"got {block}")
+        notes.append(f"the CPU backend prefers block sizes that are multiples of 32 (vLLM warns at {block})")
     return block
 
 
@@ -173,15 +211,18 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
 
 
 def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
+    """Blocks one request at max_model_len holds in a group of this kind (the spec's
+    max_memory_usage_bytes / page). Windows reserve for every batch in flight (from 0.26)."""
     L, mnbt = _lengths(dep)
+    in_flight = dep.in_flight_batches * mnbt
     if spec.kind in (FULL, MLA, INDEXER):
         return cdiv(L, block)
     if spec.kind == SLIDING:
-        return cdiv(min(spec.window - 1 + mnbt, L), block) + 1
+        return cdiv(min(spec.window - 1 + in_flight, L), block) + 1
     if spec.kind == CHUNKED:
-        return cdiv(min(spec.window + mnbt, L), block)
+        return cdiv(min(spec.window + in_flight, L), block)
     mode = dep.mamba_cache_mode or "none"
-    spec_blocks = dep.num_speculative_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
+    spec_blocks = dep.spec_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
     if mode == "all":
         return cdiv(L, block)
     return (2 + checkpoint_blocks if mode == "align" else 1) + spec_blocks
@@ -206,6 +247,11 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
     specs = _layer_specs(arch, dep)
     block = _base_block_size(arch, dep, gpu, notes)
     kinds = _group_by_kind(arch, specs)
+    if not kinds.attention:
+        # Attention-free (vLLM's mamba_block_size = max_model_len without prefix caching): a block is a sequence.
+        block = _lengths(dep)[0]
+        notes.append(f"attention-free: each block holds one sequence's state (up to {block:,} tokens), so the pool "
+                     "is a count of sequences, whatever their length")
     if kinds.one_group:
         grouping = _one_group(kinds, block, available_bytes, d, notes)
     else:
@@ -246,12 +292,16 @@ def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
         by_kind.setdefault(s.kind, []).append(s)
     attention = [k for k in by_kind if k not in STATE_KINDS]
     state = [k for k in by_kind if k in STATE_KINDS]
-    if not attention:
-        raise UnsupportedArchitecture(arch.model_type, "a model without attention layers has no token pool to size", ("layer_types",))
     sizes = {k: {s.bytes_per_token for s in by_kind[k]} for k in attention}
     if any(len(v) > 1 for v in sizes.values()):
         raise UnsupportedArchitecture(arch.model_type, "attention layers of one kind with different KV head sizes are not modelled",
                                       ("head_dim", "layer_types"))
+    windows = {k: {s.window for s in by_kind[k]} for k in attention}
+    if any(len(v) > 1 for v in windows.values()):
+        raise UnsupportedArchitecture(arch.model_type, "windowed layers of one kind with different windows are not modelled",
+                                      ("sliding_window", "layer_types"))
+    if not attention and len({s.state_bytes for s in specs}) > 1:
+        raise UnsupportedArchitecture(arch.model_type, "recurrent layers of different state sizes are not modelled", ("layer_types",))
     per_token = {k: next(iter(v)) for k, v in sizes.items()}
     uniform = len(by_kind) == 1
     # vLLM UniformTypeKVCacheSpecs: full attention / MLA / indexer layers of different page sizes, no windows, no state.
@@ -269,16 +319,26 @@ class _Grouping:
 
 
 def _one_group(kinds: _Kinds, block: int, available_bytes: int, d: Derivation, notes: list[str]) -> _Grouping:
-    """Every layer in one group: ``num_blocks = available // (page x layers)``."""
+    """Every layer in one group: ``num_blocks = available // (page x layers)``.
+
+    An attention-free model (every layer Mamba/SSM) is one group too: its page is one sequence's
+    state, and a block holds one whole sequence (mamba_block_size = max_model_len, 'none' mode)."""
     if not kinds.uniform:
         notes.append("layers of one attention type with different page sizes share one group (UniformTypeKVCacheSpecs)")
-    page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
-        f"{len(kinds.by_kind[k])} * {kinds.per_token[k]}" for k in kinds.attention) + ")", unit="B", block_size=block)
+    layers = len(kinds.specs)
+    if not kinds.attention:
+        state = kinds.specs[0].state_bytes
+        page = d.step("page_bytes_all_layers", "layers * state_bytes", unit="B", layers=layers, state_bytes=state,
+                      note="attention-free: one page holds one sequence's recurrent state in every layer")
+        kind, page_per_layer = kinds.state[0], state
+    else:
+        page = d.step("page_bytes_all_layers", "block_size * (" + " + ".join(
+            f"{len(kinds.by_kind[k])} * {kinds.per_token[k]}" for k in kinds.attention) + ")", unit="B", block_size=block)
+        kind = kinds.attention[0] if kinds.uniform else "+".join(kinds.attention)
+        page_per_layer = page // layers if kinds.uniform else page
     n = d.step("num_blocks", "available // page_bytes_all_layers", unit="blocks",
                available=available_bytes, page_bytes_all_layers=page)
-    layers = len(kinds.specs)
-    kind = kinds.attention[0] if kinds.uniform else "+".join(kinds.attention)
-    group = KvGroup(kind, layers, block, page // layers if kinds.uniform else page, 0)
+    group = KvGroup(kind, layers, block, page_per_layer, 0)
     return _Grouping([group], layers, 0, block, n)
 
 
@@ -362,10 +422,15 @@ def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, ch
     """Each group with the blocks one request at max_model_len holds in it (per layer); their sum is a derivation step."""
     L, _ = _lengths(dep)
     blocks_inputs: dict[str, Any]  # Derivation.step inputs
-    if kinds.one_group:
+    if kinds.one_group and not kinds.uniform:  # UniformTypeKVCacheSpecs: full attention / MLA of several page sizes
         g, block = grouping.groups[0], grouping.block_size
         groups = [KvGroup(g.kind, g.layers, block, g.page_bytes, cdiv(L, block))]
         blocks_expr, blocks_inputs = "cdiv(max_model_len, block_size)", {"max_model_len": L, "block_size": block}
+    elif kinds.one_group:
+        g, spec = grouping.groups[0], kinds.specs[0]
+        blocks = _per_request_blocks(spec, g.block_size, dep, checkpoint)
+        groups = [KvGroup(g.kind, g.layers, g.block_size, g.page_bytes, blocks)]
+        blocks_expr, blocks_inputs = _one_kind_blocks_expression(spec, g.block_size, dep, blocks)
     else:
         spec_by_kind = {k: v[0] for k, v in kinds.by_kind.items()}
         groups = [KvGroup(g.kind, g.layers, g.block_size, g.page_bytes,
@@ -376,6 +441,22 @@ def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, ch
     per_request = d.step("blocks_per_request", blocks_expr, unit="blocks", **blocks_inputs,
                          note="per group at max_model_len: full cdiv(L, B); sliding cdiv(min(W-1+chunk, L), B)+1; state 1 (+1 align)")
     return groups, per_request
+
+
+def _one_kind_blocks_expression(spec: _LayerSpec, block: int, dep: Deployment, blocks: int) -> tuple[str, dict[str, Any]]:
+    """The per-request block count of a model whose layers are all one kind, as the expression vLLM's spec uses."""
+    L, mnbt = _lengths(dep)
+    in_flight = {"max_model_len": L, "block_size": block, "in_flight_batches": dep.in_flight_batches,
+                 "max_num_batched_tokens": mnbt}
+    if spec.kind == SLIDING:
+        return ("cdiv(min(window - 1 + in_flight_batches * max_num_batched_tokens, max_model_len), block_size) + 1",
+                {"window": spec.window, **in_flight})
+    if spec.kind == CHUNKED:
+        return ("cdiv(min(chunk + in_flight_batches * max_num_batched_tokens, max_model_len), block_size)",
+                {"chunk": spec.window, **in_flight})
+    if spec.kind in STATE_KINDS:
+        return "state_blocks", {"state_blocks": blocks}
+    return "cdiv(max_model_len, block_size)", {"max_model_len": L, "block_size": block}
 
 
 def _log_lines(dep: Deployment, n: int, block: int, groups: list[KvGroup], concurrency: float,
@@ -452,3 +533,113 @@ def _lines(dep: Deployment, tokens: int, L: int, concurrency: float, combined: b
     size = f"{where} KV cache size: {tokens:,} tokens"
     conc = f"Maximum concurrency for {L:,} tokens per request: {concurrency:.2f}x"
     return (f"{size}, {conc}",) if combined else (size, conc)
+
+
+# ---------------------------------------------------------------------------------------
+# vLLM's start-up check and --max-model-len auto
+
+NULL_BLOCK_RESERVED_FROM = (0, 29, 0)  # the check and auto-fit plan against the usable blocks (0.29+)
+GROUP_CHECK_FROM = (0, 17, 0)  # the check counts group block ids x bytes per block id (before: a sum over layers)
+OVERRIDE_CHECKED_FROM = (0, 22, 0)  # --num-gpu-blocks-override replaces the memory the check plans against
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Each layer spec with its page and block size, and the bytes one block id spans over all layers."""
+
+    specs: list[tuple[_LayerSpec, int, int]]  # (spec, page bytes of one layer, block size)
+    group_blocks: list[tuple[_LayerSpec, int]]  # one entry per KV-cache group: (a spec of its kind, its block size)
+    bytes_per_block: int
+
+
+def _layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> _Layout:
+    d, notes = Derivation(), list[str]()
+    specs = _layer_specs(arch, dep)
+    block = _base_block_size(arch, dep, gpu, notes)
+    kinds = _group_by_kind(arch, specs)
+    if not kinds.attention:
+        L = _lengths(dep)[0]
+        state = specs[0].state_bytes
+        return _Layout([(s, state, L) for s in specs], [(specs[0], L)], state * len(specs))
+    if kinds.one_group:
+        laid = [(s, block * s.bytes_per_token, block) for s in specs]
+        return _Layout(laid, [(specs[0], block)], sum(page for _, page, _ in laid))
+    page, block, block_of = _hybrid_pages(arch, dep, gpu, kinds, block, d, notes)
+    grouping = _hybrid_groups(kinds, page, block, block_of, 1, d, notes)
+    laid = [(s, page, block_of[s.kind]) for s in specs]
+    firsts = {k: v[0] for k, v in kinds.by_kind.items()}
+    return _Layout(laid, [(firsts[g.kind], g.block_size) for g in grouping.groups], page * grouping.group_size)
+
+
+def _request_bytes(layout: _Layout, dep: Deployment, length: int, checkpoint: int, per_group: bool) -> int:
+    """Bytes one request of ``length`` tokens needs: summed over layers (the start-up check) or, as
+    auto-fit counts it, the group block ids it takes times the bytes one block id spans."""
+    at = replace(dep, max_model_len=length)
+    if per_group:
+        return layout.bytes_per_block * sum(_per_request_blocks(s, b, at, checkpoint) for s, b in layout.group_blocks)
+    return sum(page * _per_request_blocks(s, b, at, checkpoint) for s, page, b in layout.specs)
+
+
+def _largest_fitting(fits, upper: int) -> int:
+    """vLLM's binary search over 1..upper (0 when not even one token fits)."""
+    if not fits(1):
+        return 0
+    lo, hi, best = 1, upper, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+@dataclass(frozen=True)
+class StartCheck:
+    """vLLM's check that one request at max_model_len fits (check_enough_kv_cache_memory)."""
+
+    needed_bytes: int
+    available_bytes: int  # what the check compares with: available, less the null block from 0.29
+    largest_max_model_len: int  # vLLM's estimate of the longest length that would start (0: none)
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.available_bytes
+
+
+def _check_bytes(layout: _Layout, dep: Deployment, available_bytes: int) -> int | None:
+    """The memory vLLM's start-up check plans against (None: the check does not run on it)."""
+    if dep.num_gpu_blocks_override is not None:
+        if dep.version < OVERRIDE_CHECKED_FROM:
+            return None  # older releases check the profiled memory, which an override alone does not tell
+        available_bytes = dep.num_gpu_blocks_override * layout.bytes_per_block
+    return available_bytes - (layout.bytes_per_block if dep.version >= NULL_BLOCK_RESERVED_FROM else 0)
+
+
+def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> StartCheck | None:
+    """vLLM's check that one request at max_model_len fits, as the release runs it (None: not run)."""
+    layout = _layout(arch, dep, gpu)
+    checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
+    usable = _check_bytes(layout, dep, available_bytes)
+    if usable is None or not any(s.kind not in STATE_KINDS for s, _, _ in layout.specs) and arch.attention_free:
+        return None if usable is None else StartCheck(0, usable, _lengths(dep)[0])
+    per_group = dep.version >= GROUP_CHECK_FROM
+    L = _lengths(dep)[0]
+    needed = _request_bytes(layout, dep, L, checkpoint, per_group)
+    largest = L if needed <= usable else _largest_fitting(
+        lambda n: _request_bytes(layout, dep, n, checkpoint, per_group) <= usable, L)
+    return StartCheck(needed, usable, largest)
+
+
+def auto_max_model_len(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> int:
+    """--max-model-len auto (vLLM 0.14+ _auto_fit_max_model_len): the longest length whose one
+    request's group blocks fit the memory the check plans against, at most the model's own context
+    (dep's max_model_len); an attention-free model keeps its derived length."""
+    if arch.attention_free:
+        return _lengths(dep)[0]
+    layout = _layout(arch, dep, gpu)
+    checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
+    usable = _check_bytes(layout, dep, available_bytes)
+    usable = available_bytes if usable is None else usable
+    return _largest_fitting(lambda n: _request_bytes(layout, dep, n, checkpoint, per_group=True) <= usable,
+                            _lengths(dep)[0])

@@ -105,6 +105,11 @@ class Architecture:
     def has_state(self) -> bool:
         return any(layer.kind in STATE_KINDS for layer in self.layers)
 
+    @property
+    def attention_free(self) -> bool:
+        """No layer attends over the context (a pure Mamba/SSM stack): vLLM's 'attention_free' models."""
+        return not any(layer.is_attention for layer in self.layers)
+
 
 # ---------------------------------------------------------------------------------------
 # Reading config.json

@@ -357,6 +357,7 @@ class Family:
 
 
 _GEMMA3 = Family("gemma3", _gemma3)
+_QWEN2_5_VL = Family("qwen2_5_vl", partial(_dense, bias_by_default=True))
 _LLAMA4 = Family("llama4", _llama4, tie_default=False)
 _DEEPSEEK_V3 = Family("deepseek_v3", _deepseek)
 _QWEN3_5 = Family("qwen3_5", _qwen_gdn)
@@ -371,6 +372,8 @@ MODEL_TYPES: dict[str, Family] = {
     "phi3": Family("phi3", partial(_dense, may_slide=True)),
     "qwen2": Family("qwen2", partial(_dense, bias_by_default=True)),
     "qwen3": Family("qwen3", _dense),
+    "qwen2_5_vl": _QWEN2_5_VL,
+    "qwen2_5_vl_text": _QWEN2_5_VL,
     "mixtral": Family("mixtral", partial(_moe, may_slide=True)),
     "qwen2_moe": Family("qwen2_moe", partial(_moe, bias_by_default=True)),
     "qwen3_moe": Family("qwen3_moe", _moe),

@@ -58,6 +58,8 @@ class Gpu:
     bandwidth_note: str = ""
     confidence: str = ""  # which figures gpu-specs.md tags [U] or [D]; empty when all are [V]
     memory_override_bytes: int | None = None  # set by with_memory()
+    dense_tflops_override: float | None = None  # set by with_figures(): the dense rate at any compute dtype
+    figures_note: str = ""  # which figures the user supplied
 
     @property
     def memory_bytes(self) -> int:
@@ -79,10 +81,37 @@ class Gpu:
             raise BadInput(f"{self.key} has no FP8 tensor cores; use bf16 (or fp16) compute on it")
         if column == "fp4" and not self.fp4:
             raise BadInput(f"{self.key} has no FP4 tensor cores; use fp8 or bf16 compute on it")
+        if self.dense_tflops_override is not None:
+            return self.dense_tflops_override * 1e12
         tflops = getattr(self, f"{column}_dense_tflops")
         if not tflops:
-            raise BadInput(f"no published dense {column.upper()} figure for {self.key}; servesize will not guess one")
+            raise BadInput(f"no published dense {column.upper()} figure for {self.key}; servesize will not guess one "
+                           "(give yours with --gpu-flops TFLOPS)")
         return tflops * 1e12
+
+    def with_figures(self, *, bandwidth_gbps: float | None = None, dense_tflops: float | None = None,
+                     tdp_w: float | None = None) -> Gpu:
+        """A copy with the figures the user supplies (--gpu-bandwidth, --gpu-flops, --gpu-tdp) in place of,
+        or where the catalogue lacks, its own."""
+        changes: dict = {}
+        said = []
+        if bandwidth_gbps is not None:
+            if bandwidth_gbps <= 0:
+                raise BadInput(f"--gpu-bandwidth must be > 0 GB/s, got {bandwidth_gbps!r}")
+            changes["bandwidth_gbps"] = float(bandwidth_gbps)
+            said.append(f"bandwidth {bandwidth_gbps:g} GB/s")
+        if dense_tflops is not None:
+            if dense_tflops <= 0:
+                raise BadInput(f"--gpu-flops must be > 0 TFLOP/s, got {dense_tflops!r}")
+            changes["dense_tflops_override"] = float(dense_tflops)
+            said.append(f"dense {dense_tflops:g} TFLOP/s")
+        if tdp_w is not None:
+            if tdp_w <= 0:
+                raise BadInput(f"--gpu-tdp must be > 0 W, got {tdp_w!r}")
+            changes["tdp_w"] = int(round(tdp_w))
+            said.append(f"TDP {tdp_w:g} W")
+        note = "user-supplied: " + ", ".join(said)
+        return replace(self, figures_note=f"{self.figures_note}; {note}" if self.figures_note else note, **changes)
 
     def with_memory(self, memory_bytes: int | str) -> Gpu:
         """A copy whose total memory is ``memory_bytes`` (an int or ``'80GiB'``, ``'81559MiB'``)."""

@@ -39,12 +39,12 @@ from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttenti
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
           "shared_experts", "norms", "indexer", "vision", "mtp")
 
-_DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2"}
+_DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "qwen2_5_vl"}
 _MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "minimax_m2", "glm4_moe"}
 _DEEPSEEK = {"deepseek_v2", "deepseek_v3", "deepseek_v32"}
 _GDN = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 # Families whose attention_bias puts a bias on q, k and v only (o_proj has none).
-_QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "glm4_moe"}
+_QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "glm4_moe", "qwen2_5_vl"}
 # q/k RMSNorm over one head (weight of head_dim), shared by all heads.
 _PER_HEAD_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3"}
 
@@ -81,6 +81,12 @@ class ParamLedger:
         return self.total - self.groups["experts"] + self.expert_params_per_token
 
     @property
+    def active_as_published(self) -> int:
+        """Active parameters as model publishers count them: the input embedding is a table lookup, not
+        compute, and is left out (gpt-oss-120b 5.1B, Qwen3-30B-A3B 3.3B); the LM head stays in."""
+        return self.active - self.groups.get("embedding", 0)
+
+    @property
     def linear_total(self) -> int:
         return sum(v for g, v in self.linear.items() if g != "mtp")
 
@@ -88,6 +94,7 @@ class ParamLedger:
         return {
             "name": self.name, "groups": dict(self.groups), "linear": dict(self.linear),
             "total": self.total, "total_with_mtp": self.total_with_mtp, "active": self.active,
+            "active_as_published": self.active_as_published,
             "expert_params_per_token": self.expert_params_per_token,
             "num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
             "notes": list(self.notes), "derivation": self.derivation.to_list(),
@@ -372,6 +379,8 @@ def _vision(b: _Builder, arch: Architecture) -> None:
         _siglip(b, arch, vc)
     elif vtype in ("qwen3_5", "qwen3_5_moe", "qwen3_5_vision", "qwen3_5_moe_vision", "qwen3_vl"):
         _qwen3_vl_vision(b, arch, vc)
+    elif vtype in ("qwen2_5_vl", "qwen2_5_vl_vision") or (arch.model_type == "qwen2_5_vl" and "depth" in vc):
+        _qwen2_5_vl_vision(b, arch, vc)
     else:
         raise UnsupportedArchitecture(arch.model_type, f"vision tower {vtype!r} has no tensor layout in the ledger",
                                       ("vision_config.model_type",))
@@ -391,6 +400,26 @@ def _siglip(b: _Builder, arch: Architecture, vc) -> None:
           linear=False, note="projection biases, two LayerNorms per block, post LayerNorm", v_layers=n, v_hidden=hv, v_inter=iv)
     b.add("vision", "projector", "v_hidden * hidden + v_hidden", linear=True,
           note="Gemma3 mm_input_projection_weight and mm_soft_emb_norm", v_hidden=hv, hidden=arch.hidden_size)
+
+
+def _qwen2_5_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
+    """Qwen2.5-VL's vision tower (transformers modeling_qwen2_5_vl.py): a bias-free Conv3d patch
+    embedding, blocks of RMSNorm + qkv/proj attention (biases) + a gated SiLU MLP (biases), and a
+    patch merger (RMSNorm, then two linears over merge^2 patches); rotary positions, no table."""
+    hv, iv, n = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
+    patch, tp = int(vc.get("patch_size") or vc.get("spatial_patch_size") or 14), int(vc.get("temporal_patch_size", 2))
+    ch = int(vc.get("in_channels") or vc.get("in_chans") or 3)
+    merge, out = int(vc.get("spatial_merge_size", 2)), int(vc.get("out_hidden_size") or arch.hidden_size)
+    b.add("vision", "patch_embed", "channels * temporal_patch * patch * patch * v_hidden", linear=False,
+          note="Conv3d patch embedding, no bias", channels=ch, temporal_patch=tp, patch=patch, v_hidden=hv)
+    b.add("vision", "blocks", "v_layers * (4 * v_hidden * v_hidden + 3 * v_hidden * v_inter)", linear=True,
+          note="attn.qkv, attn.proj, mlp.gate_proj, up_proj, down_proj", v_layers=n, v_hidden=hv, v_inter=iv)
+    b.add("vision", "block_biases_norms", "v_layers * (3 * v_hidden + v_hidden + 2 * v_inter + v_hidden + 2 * v_hidden)",
+          linear=False, note="qkv, proj and MLP biases, norm1 and norm2 (RMSNorm)", v_layers=n, v_hidden=hv, v_inter=iv)
+    b.add("vision", "merger", "(v_hidden * merge ** 2) ** 2 + v_hidden * merge ** 2 * out_hidden", linear=True,
+          note="merger mlp.0 and mlp.2", v_hidden=hv, merge=merge, out_hidden=out)
+    b.add("vision", "merger_biases_norm", "v_hidden + v_hidden * merge ** 2 + out_hidden", linear=False,
+          note="merger ln_q (RMSNorm) and biases", v_hidden=hv, merge=merge, out_hidden=out)
 
 
 def _qwen3_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
@@ -447,3 +476,44 @@ def _mtp(b: _Builder, arch: Architecture) -> None:
              group_experts="mtp", group_shared="mtp")
     else:
         b.notes.append(f"{k} MTP module(s) declared but their tensor layout for {fam!r} is not modelled: not counted")
+
+
+# ---------------------------------------------------------------------------------------
+# speculative-decoding drafts
+
+
+def speculator_ledger(draft: Architecture, method: str) -> ParamLedger:
+    """The parameters a draft adds to a served model (--speculative-config).
+
+    ``draft_model``: the draft's whole ledger (its own embedding and LM head). EAGLE heads (vLLM
+    llama_eagle.py / llama_eagle3.py) load only what their checkpoint holds and take the rest from
+    the target: the token embedding is the target's; EAGLE-1 also uses the target's LM head and adds
+    a fusion layer fc over [embedding; hidden] (2h -> h); EAGLE-3 has its own LM head over
+    ``draft_vocab_size``, fuses three hidden states (fc 3h -> h), feeds 2h into its first layer's
+    q/k/v projections and normalises the hidden input (hidden_norm)."""
+    full = parameter_ledger(draft)
+    if method == "draft_model":
+        return full
+    if method not in ("eagle", "eagle3"):
+        raise UnsupportedArchitecture(draft.model_type, f"no draft ledger for speculative method {method!r}", ("method",))
+    b = _Builder(f"{draft.name} ({method} head)")
+    h = draft.hidden_size
+    b.add("embedding", "embed_tokens", "0", linear=False, note="the target's embedding (shared)")
+    if method == "eagle":
+        b.add("lm_head", "lm_head", "0", linear=True, note="the target's LM head (shared)")
+        b.add("attention", "fc", "2 * hidden * hidden", linear=True, note="fusion of [embedding; hidden]", hidden=h)
+    else:
+        vocab = int(draft.config.get("draft_vocab_size") or draft.vocab_size)
+        b.add("lm_head", "lm_head", "draft_vocab * hidden", linear=True, note="EAGLE-3's own LM head", draft_vocab=vocab,
+              hidden=h)
+        b.add("attention", "fc", "3 * hidden * hidden", linear=True, note="fusion of three hidden states", hidden=h)
+        q = draft.num_attention_heads * draft.head_dim
+        kv = draft.num_kv_heads * draft.head_dim
+        b.add("attention", "qkv_wide_input", "hidden * (q + 2 * kv)", linear=True,
+              note="the first layer's q/k/v take [embedding; hidden] (2h), not h", hidden=h, q=q, kv=kv)
+        b.add("norms", "hidden_norm", "hidden", linear=False, note="RMSNorm on the fused hidden input", hidden=h)
+    for group in ("attention", "mlp", "norms"):
+        if full.groups.get(group):
+            b.add(group, f"draft_{group}", "params", linear=full.linear.get(group, 0) == full.groups[group],
+                  note=f"the head's decoder layer(s): {group}", params=full.groups[group])
+    return b.finish(draft)

@@ -8,7 +8,7 @@ Fail closed: a method, bit width or algorithm without a reader here raises
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servesize.errors import UnsupportedArchitecture
@@ -29,6 +29,9 @@ class Quantization:
     per_module: tuple[tuple[str, str], ...] = ()  # ModelOpt mixed: (module, algo)
     kv_cache_bits: int | None = None
     source: str = ""
+    checkpoint_method: str = ""  # quantization_config.quant_method as written (what vLLM's --quantization must match)
+    zero_point: bool = True  # integer formats: a zero point stored per group (GPTQ/AWQ) or not (symmetric)
+    double_quant: bool = False  # bitsandbytes 4-bit: the absmax itself quantised to 8 bits
 
 
 def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization | None:
@@ -39,7 +42,7 @@ def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization
     read = _READERS.get(method)
     if read is None:
         raise UnsupportedArchitecture(family, f"quantization method {method!r} is not modelled", ("quantization_config.quant_method",))
-    return read(q, method, skip, family)
+    return replace(read(q, method, skip, family), checkpoint_method=method)
 
 
 def _fp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
@@ -63,7 +66,26 @@ def _integer(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: s
 
 
 def _bitsandbytes(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
-    raise UnsupportedArchitecture(family, "bitsandbytes checkpoints are not modelled", ("quantization_config.quant_method",))
+    """A pre-quantised bitsandbytes checkpoint: 4-bit (NF4/FP4) in blocks of 64 with an absmax per
+    block (fp32, or 8-bit plus an fp32 per 256 blocks when double-quantised), or LLM.int8()."""
+    if q.get("load_in_8bit"):
+        return Quantization("int8", 8, unquantized=skip, source="quantization_config: bitsandbytes int8 (row-wise fp32 scale)",
+                            zero_point=False)
+    if not q.get("load_in_4bit", True):
+        raise UnsupportedArchitecture(family, "bitsandbytes config neither 4-bit nor 8-bit", ("quantization_config",))
+    double = bool(q.get("bnb_4bit_use_double_quant"))
+    return Quantization("bnb4", 4, group_size=64, unquantized=skip, zero_point=False, double_quant=double,
+                        source=f"quantization_config: bitsandbytes 4-bit {q.get('bnb_4bit_quant_type', 'fp4')}, block 64"
+                        + (", double-quantised absmax" if double else ""))
+
+
+def _fbgemm_fp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    # FBGEMM fp8: fp8 weights with one fp32 scale per output channel (vLLM quantization/fbgemm_fp8.py).
+    return Quantization("fp8", 8, unquantized=skip, source="quantization_config: fbgemm_fp8 (per-channel scales)")
+
+
+def _mxfp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    return Quantization("mxfp8", 8, group_size=32, unquantized=skip, source="quantization_config: mxfp8 (E8M0 scale per 32)")
 
 
 def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
@@ -80,11 +102,16 @@ def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...]
     group = next((w.get("group_size") for w in weights if w.get("group_size")), None)
     if b == 8 and types == {"float"}:
         return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
-    if b == 8 and types == {"int"}:
-        return Quantization("int8", 8, unquantized=skip, source="quantization_config: compressed-tensors int8")
+    if b == 8 and types == {"int"} and not group:
+        return Quantization("int8", 8, unquantized=skip, zero_point=False, source="quantization_config: compressed-tensors int8")
+    if b in (4, 8) and types == {"int"} and group:
+        symmetric = all(w.get("symmetric", True) for w in weights)
+        return Quantization(f"int{b}", b, group_size=int(group), unquantized=skip, zero_point=not symmetric,
+                            source=f"quantization_config: compressed-tensors int{b} group {group}"
+                            + (" symmetric" if symmetric else " with zero points"))
     if b == 4 and types == {"int"}:
-        return Quantization("int4", 4, group_size=int(group) if group else None, unquantized=skip,
-                            source=f"quantization_config: compressed-tensors int4 group {group}")
+        return Quantization("int4", 4, group_size=None, unquantized=skip, zero_point=False,
+                            source="quantization_config: compressed-tensors int4 per channel")
     if b == 4 and types == {"float"}:
         return Quantization("nvfp4", 4, group_size=int(group or 16), unquantized=skip,
                             source="quantization_config: compressed-tensors nvfp4")
@@ -125,6 +152,8 @@ _READERS: dict[str, Callable[[Mapping[str, Any], str, tuple[str, ...], str], Qua
     "mxfp4": _mxfp4,
     **dict.fromkeys(("gptq", "awq", "gptq_marlin", "awq_marlin", "auto-round", "autoround"), _integer),
     "bitsandbytes": _bitsandbytes,
+    "fbgemm_fp8": _fbgemm_fp8,
+    "mxfp8": _mxfp8,
     "compressed-tensors": _compressed_tensors,
     "modelopt": _modelopt,
 }

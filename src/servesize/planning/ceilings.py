@@ -11,7 +11,8 @@ Per replica group, everything TP-wide is the group's: b x tp and state x tp byte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.assumptions import modelled_assumptions
@@ -76,10 +77,11 @@ class Ceilings:
     values: dict
     binding: str
     floor_out_of_reach: FloorOutOfReach | None = None
+    missing: dict = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
 
     def headroom(self) -> dict:
         low = self.values[self.binding]
-        return {k: (v / low if low > 0 else None) for k, v in self.values.items()}
+        return {k: (v / low if low > 0 and k not in self.missing else None) for k, v in self.values.items()}
 
 
 def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None = None,
@@ -234,21 +236,28 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     setup = decode_setup(fixed, knobs)
     dec, out_of_reach = decode_at_floor(setup, workload, knobs, cache)
     dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
-    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
-    m = moments_from(costs, workload.invalidation)
-    r = sub_ratio_of(workload)
-    ttft = float(knob_value(knobs, "ttft_limit_s"))
-    lat = latency_ceiling_users(m, r, workload.think_time_s, ttft, knobs.a("latency.discipline"))
-    sat = saturation_ceiling_users(m, r, workload.think_time_s)
+    missing: dict = {}
+    costs = m = None
+    lat = sat = math.inf
+    if fixed.peak_flops_per_gpu > 0:
+        costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
+        m = moments_from(costs, workload.invalidation)
+        r = sub_ratio_of(workload)
+        ttft = float(knob_value(knobs, "ttft_limit_s"))
+        lat = latency_ceiling_users(m, r, workload.think_time_s, ttft, knobs.a("latency.discipline"))
+        sat = saturation_ceiling_users(m, r, workload.think_time_s)
+    else:
+        need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
+        missing = {"latency": need, "saturation": need}
     values = {
         "cache": float(warm.users.p5),
         "decode": float(dec.n * dp),
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),
     }
-    binding = min(CEILINGS, key=lambda k: values[k])
+    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
     return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach)
+                    out_of_reach, missing)
 
 
 def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,

@@ -218,7 +218,8 @@ _KINDS = (("no price", "no price"), ("does not divide", "TP does not divide the 
           ("--max-gpus", "needs more than --max-gpus"), ("tok/s floor", "one user misses the decode floor"),
           ("shared prefixes", "pool under the shared prefixes"), ("sticky", "no replicas keep them warm (random routing)"),
           ("TTFT", "a lone miss exceeds the TTFT limit"), ("cache ceiling 0", "the pool keeps no user warm"),
-          ("no TDP", "no TDP to price the power bill"))
+          ("no TDP", "no TDP to price the power bill"), ("would refuse to start", "vLLM would not start"),
+          ("would not start", "vLLM would not start"))
 
 
 def _kind(reason: str) -> str:

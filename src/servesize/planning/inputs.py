@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
+from servesize.errors import BadInput
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
 from servesize.workload.model import Workload
@@ -170,8 +171,12 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
     prec = str(w.precision).lower()
     dtype = "fp8" if ("fp8" in prec and getattr(gpu, "fp8", False)) else "bf16"
-    peak = gpu.dense_flops_per_s(dtype)
-    d.given("peak_flops_per_gpu", peak, unit="FLOP/s", source=f"GPU catalogue: {gpu.key} dense {dtype}")
+    try:
+        peak = gpu.dense_flops_per_s(dtype)
+        d.given("peak_flops_per_gpu", peak, unit="FLOP/s", source=f"GPU catalogue: {gpu.key} dense {dtype}")
+    except BadInput:  # no published figure: the ceilings that need it say so, the others are computed
+        peak = 0.0
+        d.given("peak_flops_per_gpu", peak, unit="FLOP/s", note=f"{gpu.key} has no dense {dtype} figure; give --gpu-flops")
     return Fixed(
         name=report.model, hf_id=hf_id or report.model, tp=tp, dp=dp, n_gpu=tp * dp, gpu_key=gpu.key,
         bandwidth_bytes_per_s=float(gpu.bandwidth_bytes_per_s), peak_flops_per_gpu=float(peak), peak_dtype=dtype,

@@ -78,8 +78,10 @@ class Plan:
                 "points": [p.to_dict() for p in self.decode_points],
                 "roofline": self.knobs.a("decode.roofline"),
             },
-            "prefill": {"miss_ttft_s": r.prefill.miss_s, "hit_ttft_s": r.prefill.hit_s,
-                        "thrash_ratio": r.prefill.thrash_ratio, "mean_service_s": r.moments.mean_s},
+            "prefill": None if r.prefill is None else {
+                "miss_ttft_s": r.prefill.miss_s, "hit_ttft_s": r.prefill.hit_s,
+                "thrash_ratio": r.prefill.thrash_ratio, "mean_service_s": r.moments.mean_s},
+            "ceilings_need": dict(r.missing),
             "latency": None if self.latency is None else {k: v for k, v in self.latency.to_dict().items() if k != "derivation"},
             "offload_restore": w.restore,
             "recipe": self.recipe, "recipe_notes": list(self.recipe_notes),
@@ -162,7 +164,9 @@ def workload_rows(workload: Workload, origin=None) -> list[dict]:
 def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *, users: float | None = None):
     """The power bill at ``users`` (default: the binding ceiling), at the knobs' price and PUE."""
     if not fixed.tdp_w:
-        return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped"
+        return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped (give --gpu-tdp W)"
+    if result.moments is None:
+        return None, "the prefill duty needs the GPU's dense FLOP/s (--gpu-flops); power and the bill are skipped"
     at_binding = users is None
     users = result.values[result.binding] if users is None else float(users)
     r = sub_ratio_of(workload)
@@ -198,10 +202,12 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     d.extend(fixed.derivation)
     d.extend(res.warm.derivation)
     d.extend(res.decode.derivation)
-    d.extend(res.prefill.derivation)
-    rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
-                         float(knob_value(knobs, "ttft_limit_s")), knobs.a("latency.discipline"))
-    d.extend(rep.derivation)
+    rep = None
+    if res.prefill is not None:
+        d.extend(res.prefill.derivation)
+        rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
+                             float(knob_value(knobs, "ttft_limit_s")), knobs.a("latency.discipline"))
+        d.extend(rep.derivation)
     for k in CEILINGS:
         d.given(f"ceiling_{k}_users", res.values[k], unit="users",
                 note={"cache": "warm user sessions p5 (system)", "decode": f"decode ceiling per replica x {fixed.dp}",

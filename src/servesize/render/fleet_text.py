@@ -37,13 +37,21 @@ def _head(result: FleetResult) -> list[str]:
 
 
 def _table(options: tuple[FleetOption, ...] | list[FleetOption], currency: str) -> list[str]:
-    lines = [f"  {'#':>2}  {'GPUs':<14}{'TP x DP':<9}{'model':<18}{'weights':<10}{'KV':<6}{'cost/month':>14}"
+    # each text column as wide as its longest entry (a precision can be vLLM's own name, e.g. fp8_per_tensor)
+    def width(header: str, values: list[str], least: int) -> int:
+        return max([least, len(header) + 2, *(len(v) + 2 for v in values)])
+
+    wg = width("GPUs", [o.gpus for o in options], 14)
+    wm = width("model", [o.model for o in options], 18)
+    ww = width("weights", [_weights(o) for o in options], 10)
+    wk = width("KV", [o.kv_cache_dtype for o in options], 6)
+    lines = [f"  {'#':>2}  {'GPUs':<{wg}}{'TP x DP':<9}{'model':<{wm}}{'weights':<{ww}}{'KV':<{wk}}{'cost/month':>14}"
              f"{'per user-month':>16}{'users':>8}  binds"]
     for i, o in enumerate(options, 1):
         binds = o.binding if len(o.teams) == 1 else f"{o.binding} ({o.binding_team})"
-        lines.append(f"  {i:>2}  {o.gpus:<14}{f'{o.tp} x {o.dp}':<9}{o.model:<18}{_weights(o):<10}{o.kv_cache_dtype:<6}"
-                     f"{_money(o.cost_per_month, currency):>14}{_money(o.cost_per_user_month, currency):>16}"
-                     f"{_users(o):>8}  {binds}")
+        lines.append(f"  {i:>2}  {o.gpus:<{wg}}{f'{o.tp} x {o.dp}':<9}{o.model:<{wm}}{_weights(o):<{ww}}"
+                     f"{o.kv_cache_dtype:<{wk}}{_money(o.cost_per_month, currency):>14}"
+                     f"{_money(o.cost_per_user_month, currency):>16}{_users(o):>8}  {binds}")
     return lines
 
 

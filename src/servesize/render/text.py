@@ -117,6 +117,9 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     }
     lines = ["ceilings (users):"]
     for k in CEILINGS:
+        if k in r.missing:
+            lines.append(f"  {k:<11}{'-':>10}   {desc[k]}: needs {r.missing[k]}")
+            continue
         mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
     c = r.decode_comfortable
@@ -157,7 +160,8 @@ def _bracket(plan: Plan, knob: str) -> str:
 def _plan_serving(plan: Plan) -> list[str]:
     r, w = plan.result, plan.result.warm
     lines = [f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
-             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)"]
+             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)" if r.prefill is not None
+             else "prefill: not timed (no dense FLOP/s figure for this GPU: give --gpu-flops)"]
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
@@ -206,8 +210,14 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
         "  vLLM will log:",
     ]
     lines += [f"    {line}" for line in p.log_lines]
-    lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  note: {n}" for n in p.notes + report.notes]
     lines += [f"  warning: {wn}" for wn in report.warnings]
+    if report.extra_weight_bytes:
+        lines.append(f"  loaded with the weights: {fmt_bytes(report.extra_weight_bytes)} per GPU (LoRA slots / draft)")
+    if report.flags_estimated:
+        lines.append("  estimated either way: " + "; ".join(report.flags_estimated))
+    if report.flags_not_affecting:
+        lines.append("  not affecting these figures: " + ", ".join(report.flags_not_affecting))
     if explain:
         lines += ["", "derivation:", report.derivation.render()]
     return "\n".join(lines)
@@ -240,7 +250,7 @@ def _fit(result: FitResult, explain: bool = False) -> str:
     for p in result.placements:
         if not (p.chosen or result.all_placements):
             continue
-        params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.1f}B active)" if p.active_params != p.params else "")
+        params = f"{p.params / 1e9:.2f}B" + (f" ({p.active_params / 1e9:.2f}B active)" if p.active_params != p.params else "")
         placement = (f"TP x{p.tp}, " if p.tp > 1 else "1 GPU, ") + f"{p.replicas} replica{'s' if p.replicas > 1 else ''}"
         row: tuple[str, ...] = (p.model, params, _precision_label(p.precision), f"{p.weights_bytes / GiB:.1f} GiB",
                                 placement, f"~{p.concurrent_per_replica}", f"{p.concurrent_total}")
@@ -365,7 +375,8 @@ def _models(models: ModelsResult, explain: bool = False) -> str:
         a = r.arch
         params = _billions(r.ledger.total)
         if r.ledger.num_experts:
-            params += f" / {_billions(r.ledger.active)}"
+            counts_embedding = r.entry is not None and r.entry.published_active_counts_embedding
+            params += f" / {_billions(r.ledger.active if counts_embedding else r.ledger.active_as_published)}"
         kv_heads = "MLA" if a.count(MLA) else (str(a.num_kv_heads) if any(layer.is_attention for layer in a.layers) else "-")
         head_dim = f"{mla_latent_dim(a)}L" if a.count(MLA) else str(a.head_dim)
         kv = _kib(r.kv_bytes_per_token)
@@ -385,7 +396,8 @@ def _models(models: ModelsResult, explain: bool = False) -> str:
              for row in table]
     lines += [
         "",
-        "params: total (excluding MTP modules) / active per token for MoE, B = 10**9 parameters.",
+        "params: total (excluding MTP modules) / active per token for MoE, counted as the publisher counts it (the "
+        "input embedding left out unless the catalogue's source counts it), B = 10**9 parameters.",
         "KV/token: whole model, 16-bit cache, tensor parallel 1; full-attention and MLA layers (MLA: the latent, hd = its width).",
         "  '+N ≤W' = sliding/chunked layers, which stop growing at W tokens; state/seq = GDN/Mamba state, constant per sequence.",
         "KiB = 2**10 B, MiB = 2**20 B.  * = built from a partial config.",

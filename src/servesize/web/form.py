@@ -113,10 +113,21 @@ def advanced_fields() -> list[str]:
                                                                                          "data_parallel_size")]
 
 
+def _listed() -> dict[str, tuple[str, ...]]:
+    """Text fields the page offers as a list: the precisions and the KV dtypes servesize models (the CLI takes
+    every name the --vllm-version accepts and says which it cannot model)."""
+    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
+
+    return {"quantization": tuple(QUANTIZATIONS), "kv_cache_dtype": tuple(dict.fromkeys(MODELLED_KV_CACHE_DTYPES))}
+
+
+_LISTED = _listed()
+
+
 def _widget(p: Param, name: str) -> str:
     if name in ("model", "gpus", "split", "workload"):
         return name
-    if name == "quantization" or p.kind == "choice":
+    if name in _LISTED or p.kind == "choice":
         return "select"
     if p.kind == "bool":
         return "toggle"
@@ -133,7 +144,7 @@ def _json_default(value: Any) -> Any:
 
 def describe(p: Param, declared_default: Any = MISSING) -> dict:
     """One field as the page needs it: kind, bounds, help, choices, default."""
-    choices = list(p.choices) or (list(QUANTIZATIONS) if p.name == "quantization" else [])
+    choices = list(p.choices) or list(_LISTED.get(p.name, ()))
     default_value = None
     if p.assumption is not None:
         default_value = assumption(p.assumption)

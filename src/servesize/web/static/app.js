@@ -51,13 +51,17 @@ function banner(text) {
   b.hidden = !text;
 }
 
+// kinds the server reads as token counts (vLLM's rule: 64k = 64,000) and as whole numbers
+const TOKEN_KINDS = new Set(["tokens", "vllm_len"]);
+const WHOLE_KINDS = new Set(["int", "vllm_int"]);
+
 // a value as a control shows it: 31000 -> "31k" for token fields, 0.8100000001 -> "0.81"
 function showValue(spec, v) {
   if (v === null || v === undefined || v === "") return "";
   if (typeof v === "boolean") return v ? "on" : "off";
   if (typeof v === "string" && /^-?\d+(\.\d+)?$/.test(v.trim())) v = Number(v);   // a share link's plain number
   if (typeof v === "number") {
-    if (spec && spec.kind === "tokens" && v >= 1000 && v % 1000 === 0) return (v / 1000) + "k";
+    if (spec && TOKEN_KINDS.has(spec.kind) && v >= 1000 && v % 1000 === 0) return (v / 1000) + "k";
     if (Number.isInteger(v)) return String(v);
     return String(+v.toPrecision(4));
   }
@@ -88,7 +92,7 @@ function fromPos(spec, pos) {
   let v = s.scale === "log" ? s.min * Math.pow(s.max / s.min, t) : s.min + t * (s.max - s.min);
   if (s.step > 0) v = Math.round(v / s.step) * s.step;
   else v = +v.toPrecision(s.scale === "log" ? 3 : 4);
-  if (spec.kind === "tokens" || spec.kind === "int") v = Math.round(v);
+  if (TOKEN_KINDS.has(spec.kind) || WHOLE_KINDS.has(spec.kind)) v = Math.round(v);
   return +v.toPrecision(12);
 }
 

@@ -1,0 +1,125 @@
+"""Speculative decoding as vLLM runs it (--speculative-config), and what each method costs in memory.
+
+vLLM's SpeculativeConfig (config/speculative.py) names a method and a draft:
+
+- ``mtp`` (and the model-specific ``deepseek_mtp``, ``qwen3_next_mtp``, ``qwen3_5_mtp``, ...): the
+  target checkpoint's own multi-token-prediction module(s). Their weights are loaded, their
+  attention layer(s) join the target's KV-cache group, and every Mamba/GDN state holds the draft
+  tokens (conv state ``conv_kernel - 1 + k`` rows; ``k`` more state blocks per request).
+- ``eagle`` / ``eagle3``: a small draft head (``model``: its checkpoint). Its decoder layer(s) join
+  the KV pool; it shares the target's token embedding (and, for EAGLE-1, its LM head); an EAGLE-3
+  head has its own LM head over ``draft_vocab_size`` and a fusion layer over 3 hidden states.
+- ``draft_model``: a whole smaller model, its own weights and its own attention layers in the pool.
+- ``ngram`` / ``ngram_gpu`` / ``suffix``: drafts from the prompt itself, no weights and no KV; the
+  draft tokens still widen the recurrent states of hybrid models.
+
+``Speculation.from_config`` reads the JSON vLLM takes (already parsed), with the draft's
+architecture resolved by the caller; anything else vLLM offers (medusa, mlp_speculator, dflash,
+dspark, custom_class) is refused, not guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.model.architecture import Architecture
+from servesize.model.layers import Layer
+
+# vLLM's async scheduling stays on with these methods (config/vllm.py: EagleModelTypes, NgramGPUTypes,
+# draft_model); with ngram/suffix (CPU-side drafting) it is switched off.
+ASYNC_METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram_gpu")
+MODELLED = ("mtp", "eagle", "eagle3", "draft_model", "ngram", "ngram_gpu", "suffix")
+NEEDS_DRAFT = ("eagle", "eagle3", "draft_model")
+# Keys of vLLM's SpeculativeConfig that change nothing servesize computes (sampling, kernels, drafting policy).
+IGNORED_KEYS = frozenset({
+    "prompt_lookup_max", "prompt_lookup_min", "disable_padded_drafter_batch", "disable_eagle_block_drop",
+    "use_local_argmax_reduction", "rejection_sample_method", "draft_sample_method", "synthetic_acceptance_rates",
+    "synthetic_acceptance_length", "enable_adaptive_verification", "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
+    "revision", "code_revision", "attention_backend", "moe_backend", "enforce_eager", "parallel_drafting",
+    "index_share_for_mtp_iteration", "use_heterogeneous_vocab", "disable_by_batch_size", "acceptance_method",
+    "num_speculative_tokens_per_batch_size", "disable_log_stats", "speculative_token_tree",
+})
+KNOWN_KEYS = IGNORED_KEYS | {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
+                             "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len"}
+
+
+def method_of(config: Mapping[str, Any], target: Architecture) -> str:
+    """vLLM's method, normalised: any '<family>_mtp' is 'mtp'; when absent, inferred as vLLM does
+    (SpeculativeConfig.__post_init__: 'eagle3'/'eagle' in the draft's name, else a draft model; no
+    draft named and a target with an MTP head: its MTP module)."""
+    method = config.get("method")
+    model = config.get("model")
+    if method is None:
+        if model is None:
+            if target.mtp_layers:
+                return "mtp"
+            raise BadInput("--speculative-config names neither a method nor a draft model, and "
+                           f"{target.name} has no MTP head to draft with")
+        name = str(model).lower()
+        return "eagle3" if "eagle3" in name else "eagle" if "eagle" in name else "draft_model"
+    method = str(method)
+    return "mtp" if method.endswith("_mtp") else method
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """One --speculative-config: the method, the draft tokens per step and the draft's architecture."""
+
+    method: str
+    num_speculative_tokens: int
+    draft: Architecture | None = None
+    draft_name: str | None = None
+    draft_tensor_parallel_size: int | None = None
+    ignored: tuple[str, ...] = ()  # keys accepted that change nothing servesize computes
+
+    @property
+    def async_ok(self) -> bool:
+        return self.method in ASYNC_METHODS
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], target: Architecture, draft: Architecture | None = None) -> Speculation:
+        unknown = sorted(set(config) - KNOWN_KEYS)
+        if unknown:
+            raise BadInput(f"--speculative-config: unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig fields: "
+                           f"method, model, num_speculative_tokens, draft_tensor_parallel_size, ...)")
+        method = method_of(config, target)
+        if method not in MODELLED:
+            raise UnsupportedArchitecture(target.model_type, f"speculative method {method!r} is not modelled "
+                                          f"(servesize models {', '.join(MODELLED)})", ("speculative_config.method",))
+        k = _draft_tokens(config, method, target)
+        if method == "mtp" and not target.mtp_layers:
+            raise BadInput(f"--speculative-config method mtp: {target.name}'s config declares no MTP module")
+        if method in NEEDS_DRAFT and draft is None:
+            raise BadInput(f"--speculative-config method {method} needs the draft's config: give \"model\" as a "
+                           "catalogue name, a config.json path or a Hugging Face id")
+        for key in ("quantization", "kv_cache_dtype", "max_model_len"):
+            if config.get(key) is not None:
+                raise UnsupportedArchitecture(target.model_type, f"a draft with its own {key} is not modelled",
+                                              (f"speculative_config.{key}",))
+        tp = config.get("draft_tensor_parallel_size") or config.get("tensor_parallel_size")
+        ignored = tuple(sorted(set(config) & IGNORED_KEYS))
+        return cls(method, k, draft if method in NEEDS_DRAFT else None, config.get("model"),
+                   int(tp) if tp else None, ignored)
+
+    def draft_attention_layers(self) -> tuple[Layer, ...]:
+        """The draft's own attention layers, which vLLM gives KV-cache specs beside the target's."""
+        if self.draft is None:
+            return ()
+        return tuple(layer for layer in self.draft.layers if layer.is_attention)
+
+    def describe(self) -> str:
+        draft = f" with {self.draft_name}" if self.draft_name else ""
+        return f"{self.method}{draft}, {self.num_speculative_tokens} draft token(s) per step"
+
+
+def _draft_tokens(config: Mapping[str, Any], method: str, target: Architecture) -> int:
+    k = config.get("num_speculative_tokens")
+    if k is None and method == "mtp" and target.mtp_layers:
+        return target.mtp_layers  # vLLM: n_predict of the MTP module when not given
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
+        raise BadInput(f"--speculative-config num_speculative_tokens must be a whole number from 1 to 64, got {k!r}")
+    return k

@@ -1,0 +1,93 @@
+"""servesize against the real vLLM CPU engine, across architectures: for each kind of KV cache vLLM
+has, a tiny random-weight model (make_tiny_model.py --family) is started at two settings, and
+`servesize memory`, given the server's own command line (--vllm-serve), must print both lines the
+engine logged, character for character.
+
+    family       what it exercises
+    llama        GQA, every layer full attention
+    qwen3        an explicit head_dim (64) that is not hidden / heads (32)
+    gemma3       5 sliding-window layers : 1 global (hybrid groups, group size 1)
+    mistral_swa  the window on every layer (vLLM charges cdiv(min(W - 1 + batch, L), B) + 1 blocks)
+    qwen3_moe    routed experts
+    gpt_oss      sliding and full layers, attention sinks, experts
+    qwen3_next   Gated DeltaNet + full attention (state-aligned block, padded state page)
+    mamba2       attention-free (a block is one sequence)
+    deepseek_v2  MLA (the CPU build's reference MLA kernel forces block 16, no prefix caching)
+
+Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
+setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
+`--kv-cache-memory-bytes 12M` and `--max-num-batched-tokens 1K` in vLLM's own number spelling
+(12 MiB and 1,024), and turns prefix caching off for the hybrid.
+
+Each (family, setting) starts one server for the module (in-process engine: one interpreter
+start); its start-up seconds are recorded in the log directory (starts.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from vllm_server import ServerConfig, VllmServer
+
+from servesize.cli import main
+
+pytestmark = pytest.mark.vllm
+
+FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2")
+SETTINGS = {
+    "A": dict(block_size=None, max_model_len=4096, kv_cache_memory_bytes=16 * 2**20),
+    "B": dict(block_size=32, max_model_len=3000, kv_cache_memory_bytes="12M", max_num_batched_tokens="1K"),
+}
+EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "deepseek_v2": dict(block_size=64)}
+CASES = [(f, s) for f in FAMILIES for s in SETTINGS]
+
+
+@pytest.fixture(scope="module")
+def started(vllm_python, tiny_model_of, vllm_log_dir, start_timeout_s):
+    """(family, setting) -> the server's command line and its start-up log, one start per case."""
+    logs: dict[tuple[str, str], tuple[str, str]] = {}
+    seconds: dict[str, float] = {}
+
+    def get(family: str, setting: str) -> tuple[str, str]:
+        if (family, setting) not in logs:
+            fields = {**SETTINGS[setting], **(EXTRA_B.get(family, {}) if setting == "B" else {})}
+            cfg = ServerConfig(model=tiny_model_of(family)["path"], prefix_caching=fields.pop("prefix_caching", None),
+                               max_num_seqs_flag=False, in_process=True, **fields)
+            srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-{setting}.log")
+            srv.start(timeout_s=start_timeout_s)
+            try:
+                logs[family, setting] = (srv.command_line, srv.log_text())
+                seconds[f"{family}-{setting}"] = round(srv.startup_s or 0.0, 1)
+            finally:
+                srv.stop()
+            (vllm_log_dir / "starts.json").write_text(json.dumps(seconds, indent=1))
+        return logs[family, setting]
+
+    return get
+
+
+def logged_lines(log: str) -> list[str]:
+    """The KV-cache lines as the engine printed them, prefixes dropped."""
+    return [m.group(1) for m in re.finditer(r"\] ((?:CPU|GPU) KV cache size: .*x)\s*$", log, re.MULTILINE)]
+
+
+def version_of(log: str) -> str:
+    m = re.search(r"Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+)\)", log)
+    return m.group(1) if m else "0.32.0"
+
+
+@pytest.mark.parametrize("family,setting", CASES, ids=[f"{f}-{s}" for f, s in CASES])
+def test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exactly(capsys, started, family, setting):
+    command, log = started(family, setting)
+    lines = logged_lines(log)
+    assert len(lines) == 1, lines  # 0.28+: tokens and concurrency on one line
+    code = main(["memory", "--gpus", "1xH100", "--device", "cpu", "--vllm-version", version_of(log),
+                 "--vllm-serve", command, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["log_lines"] == lines
+    # the serve line's host, port and server-only flags change no figure, and are listed as such
+    assert "--host 127.0.0.1" in doc["flags_not_affecting"] and "--enable-prompt-tokens-details" in doc["flags_not_affecting"]

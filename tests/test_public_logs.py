@@ -1,0 +1,39 @@
+"""Every public start-up log with an "Available KV cache memory" line (tests/fixtures/vllm-logs-available.json),
+replayed: both printed lines exactly from what the log states, and the available memory from the flags alone
+within 10% -- or the fact the log does not state that the prediction needs, named in the fixture and in
+docs/accuracy.md (whose table scripts/public_logs_accuracy.py generates; this test checks it is current)."""
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("public_logs_accuracy", ROOT / "scripts" / "public_logs_accuracy.py")
+acc = importlib.util.module_from_spec(_spec)
+sys.modules["public_logs_accuracy"] = acc  # dataclasses look their module up there
+_spec.loader.exec_module(acc)
+CASES = acc.cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["id"])
+def test_each_log_prints_its_own_lines_from_what_it_states(case):
+    result = acc.exact(case)
+    assert result.ok, result.detail
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["id"])
+def test_from_the_flags_alone_the_available_memory_is_within_10_percent_or_the_missing_fact_is_named(case):
+    predicted = acc.flags_alone(case)
+    if case.get("missing_for_flags_alone"):
+        assert len(case["missing_for_flags_alone"]) > 20  # named, in words a reader can act on
+        return
+    assert predicted.error is not None and abs(predicted.error) <= 0.10, predicted
+
+
+def test_the_accuracy_page_holds_the_generated_table():
+    page = (ROOT / "docs" / "accuracy.md").read_text()
+    start, end = "<!-- public-logs:start -->\n", "<!-- public-logs:end -->"
+    assert start in page and end in page
+    assert page.split(start, 1)[1].split(end, 1)[0] == acc.markdown(acc.rows())
