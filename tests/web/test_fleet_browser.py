@@ -5,10 +5,14 @@ share link comes back to the same fleet; a bad value is refused beside its contr
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+import sys
+import tempfile
 
 import pytest
-from test_explorer_browser import assert_same_plan, settle, shown, type_into
+from test_explorer_browser import assert_same_plan, open_plan, settle, shown, type_into
 
 pytestmark = pytest.mark.browser
 
@@ -98,9 +102,9 @@ def test_the_fleet_view_gives_the_fleet_servesize_fleet_prints(page, server, cli
     assert all(v >= doc["users"] for v in shown(page)["ceilings"].values())
 
 
-def add_team(page, name: str, users: int, preset: str = "", priority: str = "") -> None:
-    page.click("#fl-team-add")
-    row = page.locator("#fl-teams .team-row").last
+def add_team(page, name: str, users: int, preset: str = "", priority: str = "", pfx: str = "fl-") -> None:
+    page.click(f"#{pfx}team-add")
+    row = page.locator(f"#{pfx}teams .team-row").last
     row.locator(".team-name").fill(name)
     row.locator(".team-users").fill(str(users))
     if priority:
@@ -166,3 +170,71 @@ def test_a_bad_fleet_value_is_refused_beside_its_control(page, server):
     type_into(page, "max_gpus", "", "fl-")
     fleet_settle(page)
     assert fleet_shown(page) == before
+
+
+TEAMS_SETTLED = """() => {
+  const o = document.querySelector('#planTeamsOut'), app = window.servesize;
+  return app && o.dataset.pending === 'false' && +o.dataset.seq === app.teamsSeq && o.dataset.state !== 'empty';
+}"""
+DEPLOYMENT = {"model": "qwen3.6-27b", "gpus": "2xH200-SXM", "data_parallel_size": 2, "quantization": "fp8",
+              "kv_cache_dtype": "fp8"}
+TEAMS = ["agents=100:coding-agent", "support=200:chat"]
+
+
+def library_teams(env: dict, scenario: dict, team: list[str], priority: list[str]) -> dict:
+    """``servesize.teams(...)`` of the installed wheel (the library call the panel makes; no command prints it)."""
+    code = ("import json, sys, servesize as s; a = json.loads(sys.argv[1]); "
+            "print(json.dumps(s.teams(s.Scenario(**a['scenario']), a['team'], a['priority']).to_dict()))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps({"scenario": scenario, "team": team, "priority": priority})],
+                          env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def plan_teams_shown(page) -> dict:
+    return page.evaluate("""() => {
+      const v = document.querySelector('#planTeamsVerdict');
+      return {rows: [...document.querySelectorAll('#planTeamRows tbody tr')].map(r => ({...r.dataset})),
+              choice: v.dataset.choice, shared: v.dataset.shared, partitioned: v.dataset.partitioned, text: v.textContent};
+    }""")
+
+
+def test_the_plan_views_teams_panel_is_servesize_teams_of_the_deployment(page, browser, server, installed_env, shots):
+    open_plan(page, server, "#view=plan&" + "&".join(f"{k}={v}" for k, v in DEPLOYMENT.items()))
+    add_team(page, "agents", 100, "coding-agent", pfx="pt-")
+    add_team(page, "support", 200, "chat", priority="1", pfx="pt-")
+    page.locator("#pt-teams .team-row").last.locator(".team-priority").press("Enter")
+    page.wait_for_function(TEAMS_SETTLED, timeout=120_000)
+    assert page.get_attribute("#planTeamsOut", "data-state") == "full", page.text_content("#planTeamsCard")
+    doc = library_teams(installed_env, DEPLOYMENT, TEAMS, ["support=1"])
+    got = plan_teams_shown(page)
+    assert [(r["team"], int(r["users"]), float(r["warm"]), float(r["alone"]), r["binding"], float(r["ttft"]),
+             r["meets"] == "true") for r in got["rows"]] == [
+        (t["name"], t["users"], t["warm_users"]["p5"], t["warm_users_alone"]["p5"], t["binding"], t["miss_ttft_s"],
+         t["meets_target"]) for t in doc["shared"]["teams"]]
+    split = doc["split"]
+    assert (got["shared"], got["partitioned"]) == (str(split["shared_replicas"]), str(split["partitioned_replicas"]))
+    expected = "share" if split["shared_replicas"] < split["partitioned_replicas"] else \
+        "partition" if split["partitioned_replicas"] < split["shared_replicas"] else "either"
+    assert got["choice"] == expected
+    page.locator("#planTeamsCard").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "plan-teams.png"))
+    # a share link carries the teams; a bad priority is refused beside the teams
+    page.click("#shareBtn")
+    link = page.input_value("#shareLink")
+    assert link.count("team=") == 2
+    other = browser.new_page()
+    try:
+        other.goto(link)
+        other.wait_for_function(TEAMS_SETTLED, timeout=120_000)
+        assert plan_teams_shown(other) == got
+    finally:
+        other.close()
+    page.locator("#pt-teams .team-row").last.locator(".team-name").fill("helpdesk")
+    page.locator("#pt-teams .team-row").last.locator(".team-name").press("Enter")
+    page.wait_for_function(TEAMS_SETTLED, timeout=120_000)
+    assert page.get_attribute("#planTeamsOut", "data-state") == "full"  # the priority follows the renamed team
+    page.locator("#pt-teams .team-row").last.locator(".team-users").fill("lots")
+    page.locator("#pt-teams .team-row").last.locator(".team-users").press("Enter")
+    page.wait_for_function(TEAMS_SETTLED, timeout=120_000)
+    assert page.get_attribute("#planTeamsOut", "data-state") == "error"
+    assert "not a whole number of users" in page.text_content("#planTeamsCard [data-err-for='team']")

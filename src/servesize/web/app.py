@@ -12,6 +12,7 @@
     POST /api/charts/NAME     decode | miss | scaling | batch: one chart's series
     POST /api/frontier        every catalogue model x split on these GPUs, ranked
     POST /api/fleet           the cheapest fleet for N users or several teams (``servesize fleet --json``), drawn
+    POST /api/teams           several teams on the plan's deployment (``servesize.teams``): shared, alone, split
     POST /api/calibrate       a pasted vLLM start-up log -> its calibration, beside the prediction
     POST /api/record          an uploaded ``servesize measure`` record -> what it measured, beside it
 
@@ -107,7 +108,7 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/fit/matrix", "post_fit_matrix"), ("POST", "/api/sensitivity", "post_sensitivity"),
           ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
           ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
-          ("POST", "/api/fleet", "post_fleet"))
+          ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:

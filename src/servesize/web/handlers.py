@@ -21,6 +21,7 @@ from servesize.web.requests import (
     plan_request,
     refusal,
     scenario_of,
+    teams_request,
     text_field,
 )
 from servesize.web.server import FAST, FLEET, HEAVY, compute, json_response, read_body
@@ -136,3 +137,9 @@ async def post_record(request: web.Request) -> web.Response:
 async def post_fleet(request: web.Request) -> web.Response:
     query = fleet_query(await read_body(request))
     return await compute(request, FLEET, partial(fleet_view.fleet_view, query))
+
+
+async def post_teams(request: web.Request) -> web.Response:
+    rest, team, priority = teams_request(await read_body(request))
+    scenario, _ = scenario_of(rest, extra=_PAGE_FIELDS)
+    return await compute(request, HEAVY, partial(fleet_view.teams_view, scenario, team, priority))

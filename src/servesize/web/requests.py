@@ -298,3 +298,20 @@ def fleet_query(body: Any) -> FleetQuery:
         return FleetQuery(**values)
     except BadInput as exc:
         raise RequestError(str(exc), field_of(exc)) from None
+
+
+def teams_request(body: Any) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """POST /api/teams: the plan view's request with ``team`` (NAME=USERS[:PRESET], a list or one comma text) and
+    ``priority`` (NAME=LEVEL); the rest is read by ``scenario_of``."""
+    body = _object(body)
+    values = {"team": body.get("team"), "priority": body.get("priority")}
+    if values["team"] is None or values["team"] == "":
+        raise RequestError("team: give each team as NAME=USERS[:PRESET], e.g. agents=100:coding-agent", "team")
+    for name in ("team", "priority"):
+        if values[name] is not None and values[name] != "":
+            _listed(values, name)
+        else:
+            values[name] = None
+    _team_presets(values["team"] or [])
+    rest = {k: v for k, v in body.items() if k not in ("team", "priority")}
+    return rest, tuple(values["team"] or ()), tuple(values["priority"] or ())

@@ -16,6 +16,8 @@ const App = {
   fitSeq: 0, lastFit: null, fitSort: { key: null, dir: -1 },
   fleet: {},             // view 3: the fleet query's fields given explicitly
   fleetSeq: 0, fleetCtl: null, lastFleet: null,
+  teams: {},             // the plan view's teams panel: team and priority, as the fleet's fields
+  teamsSeq: 0, teamsCtl: null,
   timings: [],           // control change -> verdict drawn, ms (benchmarks/bench_web.py reads them)
 };
 window.servesize = App;
@@ -409,6 +411,7 @@ async function requestPlan(draft) {
     App.last = res.data;
     writeHash();
     scheduleHeavy(seq);
+    if (App.teams.team) requestTeams();
   }
 }
 
@@ -898,7 +901,7 @@ function buildFleetForm() {
     for (const name of sec.fields) {
       const spec = { ...fields[name], label: LABELS[name] };
       let box;
-      if (spec.widget === "teams") box = teamsControl(spec, App.fleet, changed);
+      if (spec.widget === "teams") box = teamsControl(spec, App.fleet, changed, "fl-", fleetTeamsWrote);
       else if (spec.widget === "multi") box = multiControl(spec, App.fleet, changed, "fl-", true);
       else box = makeControl(spec, App.fleet, changed, "fl-");
       App.fleetBoxes[name] = box;
@@ -913,10 +916,9 @@ function buildFleetForm() {
 
 // the teams: one row per team (name, users, its preset or the fleet's workload, a priority), written into
 // the query's own repeatable fields, team = NAME=USERS[:PRESET] and priority = NAME=LEVEL
-function teamsControl(spec, store, changed) {
+function teamsControl(spec, store, changed, pfx, wrote) {
   const presets = App.cat.form.fleet.fields.preset.choices;
-  const rows = h("div", { class: "team-rows", id: "fl-teams" });
-  let usersBefore = null;
+  const rows = h("div", { class: "team-rows", id: pfx + "teams" });
   const read = () => {
     const team = [], priority = [];
     for (const r of $$(".team-row", rows)) {
@@ -929,15 +931,9 @@ function teamsControl(spec, store, changed) {
   };
   const write = () => {
     const [team, priority] = read();
-    if (team.length) {
-      if (store.users !== undefined) { usersBefore = store.users; delete store.users; }   // teams replace --users
-      store.team = team;
-    } else {
-      delete store.team;
-      if (store.users === undefined && usersBefore !== null) store.users = usersBefore;
-    }
+    if (team.length) store.team = team; else delete store.team;
     if (priority.length) store.priority = priority; else delete store.priority;
-    $("#fl-users").disabled = !!store.team;
+    if (wrote) wrote();
     changed("team", false);
   };
   const row = (name, users, preset, level) => {
@@ -953,10 +949,10 @@ function teamsControl(spec, store, changed) {
     for (const e of $$("input, select", r)) e.addEventListener("change", write);
     return r;
   };
-  const add = h("button", { type: "button", class: "btn small", id: "fl-team-add", text: "+ add a team",
+  const add = h("button", { type: "button", class: "btn small", id: pfx + "team-add", text: "+ add a team",
     onclick: () => { rows.appendChild(row()); $(".team-name", rows.lastChild).focus(); } });
-  const box = fieldBox({ ...spec, default_text: "none: the users above share one workload", range_text: "" },
-    h("div", {}, rows, add, h("div", { class: "err", dataset: { errFor: "priority" } })), "fl-");
+  const box = fieldBox({ ...spec, default_text: pfx === "fl-" ? "none: the users above share one workload" : "", range_text: "" },
+    h("div", {}, rows, add, h("div", { class: "err", dataset: { errFor: "priority" } })), pfx);
   box.sync = () => {   // rows rebuilt only when the query says something else (a share link, a preset)
     if (JSON.stringify(read()) === JSON.stringify([store.team || [], store.priority || []])) return;
     rows.textContent = "";
@@ -968,6 +964,16 @@ function teamsControl(spec, store, changed) {
     }
   };
   return box;
+}
+
+// teams replace the one workload's users (FleetQuery takes one or the other); the users come back with no team
+function fleetTeamsWrote() {
+  if (App.fleet.team) {
+    if (App.fleet.users !== undefined) { App.fleetUsersBefore = App.fleet.users; delete App.fleet.users; }
+  } else if (App.fleet.users === undefined && App.fleetUsersBefore !== undefined) {
+    App.fleet.users = App.fleetUsersBefore;
+  }
+  syncFleetControls();
 }
 
 function syncFleetControls() {
@@ -1112,6 +1118,19 @@ function drawFleetFrontier(d) {
       h("td", {}, h("span", { class: "bind c-" + o.binding, text: o.binding })))))));
 }
 
+function teamsTable(rows, ceilings, id) {
+  return h("table", { class: "data teams", id },
+    h("thead", {}, h("tr", {}, ["team", "users", "priority", "warm p5 shared", "(alone)", ...ceilings, "miss TTFT", "hit TTFT", "binds"].map(t => h("th", { text: t })))),
+    h("tbody", {}, rows.map(t => h("tr", { class: t.meets_target ? "" : "short", dataset: { team: t.name, users: t.users, warm: t.warm_users.p5,
+      alone: t.warm_users_alone.p5, binding: t.binding, ttft: t.miss_ttft_s, meets: t.meets_target } },
+      h("td", { text: t.name }), h("td", { class: "num", text: count(t.users) }), h("td", { class: "num", text: String(t.priority) }),
+      h("td", { class: "num", text: count(t.warm_users.p5) }), h("td", { class: "num muted", text: `(${count(t.warm_users_alone.p5)})` }),
+      ...ceilings.map(c => h("td", { class: "num" + (c === t.binding ? " binding" : ""), text: count(t.ceilings[c]) })),
+      h("td", { class: "num", text: t.miss_ttft_s === null ? "-" : t.miss_ttft_s.toFixed(2) + " s" }),
+      h("td", { class: "num", text: t.hit_ttft_s === null ? "-" : t.hit_ttft_s.toFixed(2) + " s" }),
+      h("td", {}, h("span", { class: "bind c-" + t.binding, text: t.binding + (t.meets_target ? "" : " (short)") }))))));
+}
+
 function drawFleetTeams(d) {
   const f = d.fleet, card = $("#fleetTeamsCard"), pool = f.shared_pool;
   card.hidden = !(f.teams.length > 1);
@@ -1119,18 +1138,7 @@ function drawFleetTeams(d) {
   $("#fleetTeamsCaption").textContent = d.teams_caption || "no shared fleet in the search space serves every team";
   const teams = $("#fleetTeams");
   teams.textContent = "";
-  if (pool) {
-    teams.appendChild(h("table", { class: "data", id: "fleetTeamRows" },
-      h("thead", {}, h("tr", {}, ["team", "users", "priority", "warm p5 shared", "(alone)", ...d.ceilings, "miss TTFT", "hit TTFT", "binds"].map(t => h("th", { text: t })))),
-      h("tbody", {}, pool.teams.map(t => h("tr", { class: t.meets_target ? "" : "short", dataset: { team: t.name, users: t.users, warm: t.warm_users.p5,
-        alone: t.warm_users_alone.p5, binding: t.binding, ttft: t.miss_ttft_s, meets: t.meets_target } },
-        h("td", { text: t.name }), h("td", { class: "num", text: count(t.users) }), h("td", { class: "num", text: String(t.priority) }),
-        h("td", { class: "num", text: count(t.warm_users.p5) }), h("td", { class: "num muted", text: `(${count(t.warm_users_alone.p5)})` }),
-        ...d.ceilings.map(c => h("td", { class: "num" + (c === t.binding ? " binding" : ""), text: count(t.ceilings[c]) })),
-        h("td", { class: "num", text: t.miss_ttft_s === null ? "-" : t.miss_ttft_s.toFixed(2) + " s" }),
-        h("td", { class: "num", text: t.hit_ttft_s === null ? "-" : t.hit_ttft_s.toFixed(2) + " s" }),
-        h("td", {}, h("span", { class: "bind c-" + t.binding, text: t.binding + (t.meets_target ? "" : " (short)") })))))));
-  }
+  if (pool) teams.appendChild(teamsTable(pool.teams, d.ceilings, "fleetTeamRows"));
   const part = $("#fleetPartition");
   part.textContent = "";
   if (f.partition) {
@@ -1152,6 +1160,44 @@ function drawFleetTeams(d) {
   v.dataset.choice = f.verdict ? f.verdict.choice : "";
 }
 
+// -- the plan view's teams panel: several teams on this deployment (servesize.teams) ---------------------
+
+function buildPlanTeams() {
+  const spec = { ...App.cat.form.fleet.fields.team, label: "Teams on this deployment" };
+  App.planTeamsBox = teamsControl(spec, App.teams, () => requestTeams(), "pt-");
+  $("#planTeamsForm").appendChild(App.planTeamsBox);
+  App.planTeamsBox.sync();
+}
+
+async function requestTeams() {
+  const out = $("#planTeamsOut");
+  const seq = ++App.teamsSeq;
+  if (App.teamsCtl) App.teamsCtl.abort();
+  clearErrors($("#planTeamsCard"));
+  if (!App.teams.team) { out.textContent = ""; out.dataset.state = "empty"; out.dataset.seq = seq; out.dataset.pending = "false"; writeHash(); return; }
+  const ctl = new AbortController();
+  App.teamsCtl = ctl;
+  out.dataset.pending = "true";
+  let res;
+  try { res = await post("/api/teams", { ...App.plan, ...App.teams }, ctl.signal); } catch (e) { return; }   // aborted: a newer one
+  if (seq !== App.teamsSeq) return;
+  out.dataset.pending = "false";
+  out.dataset.seq = seq;
+  if (!res.ok) {
+    out.dataset.state = "error";
+    showError(["team", "priority"].includes(res.data.field) ? res.data.field : "team", res.data.error, $("#planTeamsCard"));
+    return;
+  }
+  out.dataset.state = "full";
+  writeHash();
+  const d = res.data, pool = d.teams.shared;
+  out.textContent = "";
+  out.append(h("p", { class: "cs", text: d.caption }), teamsTable(pool.teams, d.ceilings, "planTeamRows"),
+    h("p", { class: "small", id: "planTeamsMeets", text: d.meets + (pool.floor_note ? "; " + pool.floor_note : "") }),
+    h("p", { class: "verdict-line", id: "planTeamsVerdict", dataset: { choice: d.verdict.choice, shared: d.teams.split.shared_replicas ?? "",
+      partitioned: d.teams.split.partitioned_replicas ?? "" }, text: "Verdict: " + d.verdict.text }));
+}
+
 function openFleetInPlan() {
   const d = App.lastFleet;
   if (!d || !d.open_plan) return;
@@ -1166,7 +1212,8 @@ function openFleetInPlan() {
 function hashFields() {
   if (App.view === "fit") return App.fit;
   if (App.view === "fleet") return App.fleet;
-  return App.last ? App.last.share.fields : Object.fromEntries(Object.entries(App.plan).filter(([, v]) => typeof v !== "object"));
+  const fields = App.last ? App.last.share.fields : Object.fromEntries(Object.entries(App.plan).filter(([, v]) => typeof v !== "object"));
+  return { ...fields, ...App.teams };
 }
 
 function writeHash() {
@@ -1184,11 +1231,15 @@ function readHash() {
   const p = new URLSearchParams(text);
   const view = ["fit", "fleet"].includes(p.get("view")) ? p.get("view") : "plan";
   const store = {};
-  const listed = view === "fleet" ? App.cat.form.fleet.fields : {};
+  const listed = App.cat.form.fleet.fields;
+  const teams = {};
   for (const k of new Set(p.keys())) {
     if (k === "view") continue;
-    store[k] = listed[k] && listed[k].kind === "list" ? p.getAll(k) : p.get(k);
+    const value = listed[k] && listed[k].kind === "list" ? p.getAll(k) : p.get(k);
+    if (view === "plan" && (k === "team" || k === "priority")) teams[k] = value;   // the plan view's teams panel
+    else store[k] = view === "fleet" ? value : p.get(k);
   }
+  if (view === "plan") replaceStore(App.teams, teams);
   App.view = view;
   replaceStore(view === "fit" ? App.fit : view === "fleet" ? App.fleet : App.plan, store);
   return true;
@@ -1198,6 +1249,7 @@ function onHashChange() {   // a link pasted into this tab (the page's own write
   if (!readHash()) return;
   App.last = null; App.lastFit = null; App.lastFleet = null;
   if (App.view === "fleet") syncFleetControls();
+  if (App.planTeamsBox) App.planTeamsBox.sync();
   switchView(App.view);
 }
 
@@ -1242,6 +1294,7 @@ async function init() {
   buildPlanForm();
   buildFitForm();
   buildFleetForm();
+  buildPlanTeams();
   drawKvTable();
   $("#shareBtn").addEventListener("click", share);
   $("#themeBtn").addEventListener("click", () => {
