@@ -275,3 +275,22 @@ def test_the_catalogue_carries_the_fleet_form_from_its_declaration():
     assert form["fields"]["max_gpus"]["hi"] == FLEET_PARAMS["max_gpus"].hi
     assert form["fields"]["gpus_from"]["choices"] == [g["key"] for g in cat["gpus"]]
     assert cat["start"]["fleet"]["users"] >= 1
+
+
+def test_an_uploaded_workload_is_searched_as_the_library_searches_it():
+    from servesize.workload.model import Workload
+
+    workload = s.plan(s.Scenario(**BASE, preset="chat"), sensitivity=False).workload.to_dict()
+    body = {"models": "qwen3.6-27b", "users": 200, "gpus_from": "H200-SXM", "max_gpus": 8, "workload": workload}
+    status, view, _ = call("POST", "/api/fleet", body)
+    assert status == 200
+    expected = s.fleet(**{**body, "workload": Workload.from_dict(workload)})
+    assert view["fleet"] == finite(expected.to_dict())
+    # the winner opens in the plan view with the workload's content, and plans as the confirming Scenario
+    assert view["open_plan"]["workload"] == workload
+    status, opened, _ = call("POST", "/api/plan", view["open_plan"])
+    assert status == 200
+    confirm = s.Scenario(**{**expected.confirm, "workload": Workload.from_dict(workload)})
+    assert opened["plan"]["ceilings"] == finite(s.plan(confirm, sensitivity=False).to_dict())["ceilings"]
+    status, doc, _ = call("POST", "/api/fleet", {**body, "workload": "/etc/passwd"})
+    assert status == 400 and doc["field"] == "workload"

@@ -19,6 +19,7 @@ from servesize.planning.fleet_result import FleetOption, FleetResult
 from servesize.scenario import FleetQuery, Scenario
 from servesize.web.requests import Load
 from servesize.web.views import finite, share
+from servesize.workload.model import Workload
 
 
 @lru_cache(maxsize=16)
@@ -90,6 +91,10 @@ def _plan_fields(confirm: dict | None) -> dict | None:
     """The winner's confirming Scenario as the plan view's fields (only what differs from the defaults)."""
     if confirm is None:
         return None
+    workload = confirm.get("workload")
+    if isinstance(workload, dict):  # an uploaded workload: the plan view sends its content, as its upload does
+        fields = share(Scenario(**{**confirm, "workload": Workload.from_dict(workload)}), Load())["fields"]
+        return {**fields, "workload": workload}
     return share(Scenario(**confirm), Load())["fields"]
 
 
