@@ -1,7 +1,8 @@
-"""Time the explorer: `servesize serve` start to first page, POST /api/plan, and a slider move to the
-updated verdict in the browser.
+"""Time the explorer: `servesize serve` start to first page, POST /api/plan, a slider move to the
+updated verdict in the browser, and the fleet view's searches (POST /api/fleet, POST /api/teams).
 
     python benchmarks/bench_web.py [--starts 5] [--requests 60] [--moves 40] [--no-browser]
+                                   [--fleet-requests 10] [--fleet-only]
 
 Measured, not asserted. Targets (docs/benchmarks.md, issue 8): a slider change to the updated verdict
 <= 150 ms p95 in the browser; POST /api/plan <= 50 ms p95 without the sensitivity panel; serve start to
@@ -14,7 +15,11 @@ first page <= 1 s.
 - slider: Debian's headless Chromium (Playwright, /usr/bin/chromium) presses ArrowRight on the
   median slider; the page records, for each full answer, the time from the control's change event to
   the verdict drawn (``window.servesize.timings``), and this script the time from the key press to
-  the page settled as seen from outside (Playwright's own round trips included).
+  the page settled as seen from outside (Playwright's own round trips included);
+- fleet: POST /api/fleet for the fleet view's start (qwen3.6-27b over every GPU with a price, up to 64
+  GPUs) with a different user count each time (so the server's memo of recent searches never
+  answers), one at a time; the three-team query of docs/fleet.md the same way (a different research
+  team size each time); and POST /api/teams, two teams on 2xH200 (the plan view's panel).
 """
 
 from __future__ import annotations
@@ -94,6 +99,23 @@ def bench_plan(url: str, n: int) -> dict:
     return {"fresh_s": fresh, "memoised_s": memo}
 
 
+FLEET_START = {"models": "qwen3.6-27b"}
+FLEET_TEAMS = {"models": "qwen3.6-27b", "gpus_from": "H200-SXM,L40S"}
+DEPLOYMENT = {"model": "qwen3.6-27b", "gpus": "2xH200", "data_parallel_size": 2, "quantization": "fp8",
+              "kv_cache_dtype": "fp8"}
+
+
+def bench_fleet(url: str, n: int) -> dict:
+    post(url + "api/fleet", {**FLEET_START, "users": 399})  # the first search pays the imports
+    one = [post(url + "api/fleet", {**FLEET_START, "users": 400 + 7 * i}) for i in range(n)]
+    memo = [post(url + "api/fleet", {**FLEET_START, "users": 400}) for _ in range(min(n, 5))]
+    teams = [post(url + "api/fleet", {**FLEET_TEAMS, "team": ["agents=120:coding-agent", "support=300:chat",
+                                                             f"research={40 + i}:rag"]}) for i in range(n)]
+    panel = [post(url + "api/teams", {**DEPLOYMENT, "team": ["agents=100:coding-agent", f"support={200 + i}:chat"]})
+             for i in range(n)]
+    return {"fleet_s": one, "memo_s": memo, "teams_s": teams, "panel_s": panel}
+
+
 def bench_slider(url: str, moves: int) -> dict:
     from playwright.sync_api import sync_playwright
 
@@ -129,13 +151,30 @@ def describe(name: str, xs: list[float]) -> str:
             f"max {1000 * xs[-1]:7.1f} ms")
 
 
+def print_fleet(f: dict) -> None:
+    print(describe("POST /api/fleet, 400-ish users, priced GPUs", f["fleet_s"]))
+    print(describe("POST /api/fleet, the same query (memo)", f["memo_s"]))
+    print(describe("POST /api/fleet, three teams on H200/L40S", f["teams_s"]))
+    print(describe("POST /api/teams, two teams on 2xH200", f["panel_s"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--moves", type=int, default=40)
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--fleet-requests", type=int, default=10)
+    ap.add_argument("--fleet-only", action="store_true", help="only the fleet view's requests")
     args = ap.parse_args()
+    if args.fleet_only:
+        proc, url, _ = start()
+        try:
+            wait_ok(url)
+            print_fleet(bench_fleet(url, args.fleet_requests))
+        finally:
+            stop(proc)
+        return
     s = bench_start(args.starts)
     print(describe("serve start -> first page (GET /)", s["first_page_s"]))
     print(describe("serve start -> the form (GET /api/catalogue)", s["catalogue_s"]))
@@ -149,6 +188,7 @@ def main() -> None:
             b = bench_slider(url, args.moves)
             print(describe("slider change -> verdict drawn (in page)", b["in_page_s"]))
             print(describe("key press -> page settled (outside)", b["outside_s"]))
+        print_fleet(bench_fleet(url, args.fleet_requests))
     finally:
         stop(proc)
 

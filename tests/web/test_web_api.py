@@ -202,3 +202,95 @@ def test_a_fit_row_of_a_checkpoint_served_as_it_is_explains_as_native():
     assert row["precision"].startswith("native") and row["quantization"] == "native"
     status, cell, _ = call("POST", "/api/fit/cell", {"query": {"gpus": "1xH100"}, "row": row})
     assert status == 200 and cell["concurrency"] == row["concurrent_per_replica"]
+
+
+# -- the fleet view ---------------------------------------------------------------------------------
+
+FLEET = {"models": "qwen3.6-27b", "users": 300, "gpus_from": "H100-SXM,H200-SXM,L40S", "max_gpus": 24}
+
+
+def test_the_fleet_is_what_servesize_fleet_answers_for_the_same_query():
+    status, view, _ = call("POST", "/api/fleet", FLEET)
+    assert status == 200
+    result = s.fleet(**FLEET)
+    assert view["fleet"] == finite(result.to_dict())
+    assert view["headline"]["found"] and result.winner.gpus in view["headline"]["shape"]
+    assert view["frontier_chart"]["x"] == [o.users_served for o in result.frontier]
+    assert view["frontier_chart"]["y"] == [o.cost_per_month for o in result.frontier]
+    # the "open in plan" fields are the confirming Scenario's: planning them is planning the confirm command
+    confirm = s.Scenario(**view["open_plan"])
+    assert s.plan(confirm, sensitivity=False).ceilings == s.plan(s.Scenario(**result.confirm), sensitivity=False).ceilings
+
+
+def test_a_fleet_of_teams_comes_with_each_teams_figures_and_the_verdict():
+    body = {"models": "qwen3.6-27b", "gpus_from": "H200-SXM", "team": ["agents=120:coding-agent", "support=300:chat"],
+            "priority": "support=1"}  # a repeatable field as one text, as a share link carries it
+    status, view, _ = call("POST", "/api/fleet", body)
+    assert status == 200
+    result = s.fleet(models="qwen3.6-27b", gpus_from="H200-SXM", team=["agents=120:coding-agent", "support=300:chat"],
+                     priority=["support=1"])
+    assert view["fleet"] == finite(result.to_dict())
+    assert [t["name"] for t in view["fleet"]["shared_pool"]["teams"]] == ["agents", "support"]
+    assert view["fleet"]["verdict"]["choice"] in ("share", "partition", "either")
+    assert view["open_plan"] is None  # several teams: no single plan confirms them
+
+
+def test_no_fleet_in_the_space_is_an_answer_not_a_refusal():
+    status, view, _ = call("POST", "/api/fleet", {"models": "llama-3.1-70b", "users": 5000, "gpus_from": "L4", "max_gpus": 8})
+    assert status == 200
+    assert view["fleet"]["winner"] is None and not view["headline"]["found"]
+    assert view["headline"]["text"].startswith("skipped: ")
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({**FLEET, "users": 0}, "users"),
+    ({"models": "qwen3.6-27b"}, "users"),
+    ({**FLEET, "team": ["a=3"]}, "users"),                              # users and teams together
+    ({"users": 4}, "models"),
+    ({**FLEET, "models": "/etc/hostname"}, "models"),
+    ({**FLEET, "max_gpus": 5000}, "max_gpus"),               # out of the declared bounds
+    ({**FLEET, "max_gpus": 1000}, "max_gpus"),               # inside them, beyond what the page searches
+    ({**FLEET, "tensor_parallel_size": "two"}, "tensor_parallel_size"),
+    ({**FLEET, "fills": 10 ** 5}, "fills"),
+    ({**FLEET, "nonsense": 1}, "nonsense"),
+    ({"models": "qwen3.6-27b", "team": ["a=3:/etc/passwd"]}, "team"),  # a team's workload file: never read here
+    ({"models": "qwen3.6-27b", "team": ["a=many"]}, "team"),
+    ({"models": "qwen3.6-27b", "team": [f"t{i}=3" for i in range(9)]}, "team"),
+    ({"models": "qwen3.6-27b", "team": ["a=3"], "priority": ["b=1"]}, "priority"),
+])
+def test_a_fleet_refusal_is_400_with_the_field(body, field):
+    status, doc, _ = call("POST", "/api/fleet", body)
+    assert status == 400 and doc["field"] == field and doc["error"], doc
+
+
+def test_the_catalogue_carries_the_fleet_form_from_its_declaration():
+    from servesize.scenario import FLEET_PARAMS
+
+    status, cat, _ = call("GET", "/api/catalogue")
+    assert status == 200
+    form = cat["form"]["fleet"]
+    assert set(form["fields"]) == set(FLEET_PARAMS)
+    shown = [f for sec in form["sections"] for f in sec["fields"]]
+    assert len(shown) == len(set(shown)) and set(shown) | {"priority", "workload"} == set(FLEET_PARAMS)
+    assert form["fields"]["max_gpus"]["hi"] == FLEET_PARAMS["max_gpus"].hi
+    assert form["fields"]["gpus_from"]["choices"] == [g["key"] for g in cat["gpus"]]
+    assert cat["start"]["fleet"]["users"] >= 1
+
+
+def test_an_uploaded_workload_is_searched_as_the_library_searches_it():
+    from servesize.workload.model import Workload
+
+    workload = s.plan(s.Scenario(**BASE, preset="chat"), sensitivity=False).workload.to_dict()
+    body = {"models": "qwen3.6-27b", "users": 200, "gpus_from": "H200-SXM", "max_gpus": 8, "workload": workload}
+    status, view, _ = call("POST", "/api/fleet", body)
+    assert status == 200
+    expected = s.fleet(**{**body, "workload": Workload.from_dict(workload)})
+    assert view["fleet"] == finite(expected.to_dict())
+    # the winner opens in the plan view with the workload's content, and plans as the confirming Scenario
+    assert view["open_plan"]["workload"] == workload
+    status, opened, _ = call("POST", "/api/plan", view["open_plan"])
+    assert status == 200
+    confirm = s.Scenario(**{**expected.confirm, "workload": Workload.from_dict(workload)})
+    assert opened["plan"]["ceilings"] == finite(s.plan(confirm, sensitivity=False).to_dict())["ceilings"]
+    status, doc, _ = call("POST", "/api/fleet", {**body, "workload": "/etc/passwd"})
+    assert status == 400 and doc["field"] == "workload"

@@ -11,13 +11,15 @@
     POST /api/sensitivity     where each assumption flips the verdict (the heavy part of ``plan``)
     POST /api/charts/NAME     decode | miss | scaling | batch: one chart's series
     POST /api/frontier        every catalogue model x split on these GPUs, ranked
+    POST /api/fleet           the cheapest fleet for N users or several teams (``servesize fleet --json``), drawn
+    POST /api/teams           several teams on the plan's deployment (``servesize.teams``): shared, alone, split
     POST /api/calibrate       a pasted vLLM start-up log -> its calibration, beside the prediction
     POST /api/record          an uploaded ``servesize measure`` record -> what it measured, beside it
 
 A refusal is HTTP 400 ``{"error": message, "field": name}``. Work is bounded per request (fills and
 draws capped, the body at ``server.MAX_BODY_BYTES``); no endpoint reads a file a client names or
 makes a network request. The numbers are computed in worker threads: the verdict on its own
-worker, the charts and panels on another, so a chart never delays a verdict; a chart whose page
+worker, the charts and panels on another, a fleet search on a third, so a chart never delays a verdict; a chart whose page
 has gone away (the client closed the request) is not computed at all. The handlers (and with them
 the engine) are imported on the first API request, so the page itself is served at once.
 """
@@ -34,7 +36,7 @@ from importlib import resources
 from aiohttp import web
 
 from servesize.errors import ServesizeError
-from servesize.web.server import FAST, HEAVY, HOSTS, MAX_BODY_BYTES, json_response
+from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, MAX_BODY_BYTES, json_response
 
 STATIC = "static"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -105,7 +107,8 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/fit", "post_fit"), ("POST", "/api/fit/cell", "post_fit_cell"),
           ("POST", "/api/fit/matrix", "post_fit_matrix"), ("POST", "/api/sensitivity", "post_sensitivity"),
           ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
-          ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"))
+          ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
+          ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
@@ -113,6 +116,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
     app[FAST] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="servesize-verdict")
     app[HEAVY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-charts")
+    app[FLEET] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-fleet")
     app[HOSTS] = hosts
     app.router.add_get("/", index)
     app.router.add_static("/static/", str(resources.files("servesize.web").joinpath(STATIC)), show_index=False,
@@ -121,7 +125,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
         app.router.add_route(method, path, _lazy(name))
 
     async def shutdown(app: web.Application) -> None:
-        for key in (FAST, HEAVY):
+        for key in (FAST, HEAVY, FLEET):
             app[key].shutdown(wait=False, cancel_futures=True)
 
     app.on_cleanup.append(shutdown)

@@ -18,7 +18,7 @@ from typing import Any
 from servesize.assumptions import assumption, modelled_assumptions
 from servesize.engine.weights import PRECISIONS
 from servesize.planning.sensitivity import SENSITIVITY
-from servesize.scenario import FIT_PARAMS, GROUPS, PARAMS, FitQuery, Param, Scenario
+from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario
 from servesize.web.server import MAX_BODY_BYTES
 
 # -- the page's own fields ----------------------------------------------------------------------
@@ -41,6 +41,9 @@ BURST_FLUSH = "flush"
 # recomputes on every slider move, so the server takes at most these.
 WEB_LIMITS = {"fills": 2000, "draws": 20000}
 MAX_GPUS = 1024              # the GPU count in `gpus` (the fit's placements grow with log2 of it)
+# a fleet search grows with --max-gpus (replica counts per shape) and the teams (one window each): the
+# command line takes up to 4,096 GPUs; the page searches at most 256 (a few seconds over every GPU type)
+FLEET_LIMITS = {"max_gpus": 256, "items": 8}  # items: teams, priorities, GPU-hour prices
 DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many fills; the full one on release
 
 # -- slider ranges ---------------------------------------------------------------------------------
@@ -107,6 +110,45 @@ FIT_FIELDS = ("gpus", "max_model_len", "gpu_memory_utilization", "precision", "k
               "all_placements", "models", "vllm_version")
 
 
+FLEET_SECTIONS: tuple[dict, ...] = (
+    {"id": "fleet-who", "title": "Who to serve",
+     "lede": "N users on one workload, or several teams, each with its own preset and priority.",
+     "fields": ["users", "team", "preset", "median", "sigma", "prefix", "subagent_ratio", "think_time", "invalidation",
+                "ttft_limit"]},
+    {"id": "fleet-space", "title": "What to search",
+     "lede": "GPU type x count x weight precision x KV dtype x TP/DP: every combination of these lists.",
+     "fields": ["models", "gpus_from", "max_gpus", "precision", "kv_cache_dtype", "tensor_parallel_size", "top"]},
+    {"id": "fleet-price", "title": "Prices",
+     "lede": "GPU-hour prices are dated public rentals (data/prices.toml); give your own per GPU.",
+     "fields": ["gpu_hour_price", "currency", "price_includes_power", "electricity_price", "pue"]},
+)
+_FLEET_NOT_SHOWN = {"priority", "workload"}  # priority: in the teams control; a workload file: `servesize fleet`
+
+
+def fleet_advanced_fields() -> list[str]:
+    shown = {f for s in FLEET_SECTIONS for f in s["fields"]}
+    return [n for n in FLEET_PARAMS if n not in shown and n not in _FLEET_NOT_SHOWN]
+
+
+def fleet_form(gpu_keys: list[str]) -> dict:
+    """The fleet view's form: FleetQuery's declaration; the comma lists as check boxes where the choices are known."""
+    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
+
+    defaults = {f.name: f.default for f in fields(FleetQuery)}
+    out = {n: describe(p, defaults[n]) for n, p in FLEET_PARAMS.items()}
+    lists = {"precision": list(QUANTIZATIONS), "kv_cache_dtype": list(dict.fromkeys(MODELLED_KV_CACHE_DTYPES)),
+             "gpus_from": gpu_keys}
+    for name, choices in lists.items():
+        out[name].update(widget="multi", choices=choices)
+    out["team"]["widget"] = "teams"
+    out["team"]["fields"] = ["team", "priority"]
+    sections = [dict(s) for s in FLEET_SECTIONS]
+    sections.append({"id": "fleet-advanced", "title": "Every other field", "collapsed": True,
+                     "lede": "vLLM's remaining flags, the modelled assumptions and the Monte-Carlo, as `servesize fleet` "
+                             "takes them.", "fields": fleet_advanced_fields()})
+    return {"fields": out, "sections": sections, "limits": FLEET_LIMITS}
+
+
 def advanced_fields() -> list[str]:
     shown = {f for s in PLAN_SECTIONS for f in s["fields"]}
     return [n for n in PARAMS if n not in shown and n not in _NOT_IN_ADVANCED and n not in ("tensor_parallel_size",
@@ -161,7 +203,7 @@ def describe(p: Param, declared_default: Any = MISSING) -> dict:
     }
 
 
-def form() -> dict:
+def form(gpu_keys: list[str] | None = None) -> dict:
     """The whole form: every field of both views, the sections and the limits."""
     scenario_defaults = {f.name: f.default for f in fields(Scenario)}
     fit_defaults = {f.name: f.default for f in fields(FitQuery)}
@@ -184,6 +226,7 @@ def form() -> dict:
         "groups": {**GROUPS, **VIEW_GROUPS},
         "plan": {"fields": plan_fields, "sections": sections},
         "fit": {"fields": fit_fields, "order": list(FIT_FIELDS)},
+        "fleet": fleet_form(gpu_keys or []),
         "limits": {**WEB_LIMITS, "max_gpus": MAX_GPUS, "draft_fills": DRAFT_FILLS, "max_body_bytes": MAX_BODY_BYTES},
         "burst_flush": BURST_FLUSH,
     }
@@ -192,7 +235,8 @@ def form() -> dict:
 # -- presets and where the page starts --------------------------------------------------------------
 
 START = {"plan": {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8"},
-         "fit": {"gpus": "1xH100"}}
+         "fit": {"gpus": "1xH100"},
+         "fleet": {"models": "qwen3.6-27b", "users": 400}}
 
 
 def presets() -> dict:

@@ -12,10 +12,19 @@ import servesize.api as api
 from servesize import __version__
 from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
-from servesize.web import charts, views
+from servesize.web import charts, fleet_view, views
 from servesize.web.form import START, VIEW_PARAMS, form, presets
-from servesize.web.requests import RequestError, fit_query, plan_request, refusal, scenario_of, text_field
-from servesize.web.server import FAST, HEAVY, compute, json_response, read_body
+from servesize.web.requests import (
+    RequestError,
+    fit_query,
+    fleet_query,
+    plan_request,
+    refusal,
+    scenario_of,
+    teams_request,
+    text_field,
+)
+from servesize.web.server import FAST, FLEET, HEAVY, compute, json_response, read_body
 
 
 @lru_cache(maxsize=1)
@@ -27,7 +36,7 @@ def catalogue() -> dict:
                      "memory_text": f"{g.memory_mib:,} MiB ({g.memory_bytes / 2**30:,.1f} GiB)",
                      "bandwidth_gbps": g.bandwidth_gbps, "fp8": g.fp8, "fp4": g.fp4, "tdp_w": g.tdp_w,
                      "source": g.source})
-    return views.finite({"version": __version__, "form": form(), "presets": presets(), "start": START,
+    return views.finite({"version": __version__, "form": form(list(load_gpus())), "presets": presets(), "start": START,
                          "models": views.models_view(), "gpus": gpus})
 
 
@@ -123,3 +132,14 @@ async def post_record(request: web.Request) -> web.Response:
     record = text_field(body, "record", "a servesize measure run record (the .jsonl file)")
     scenario, _ = scenario_of({k: v for k, v in body.items() if k != "record"}, extra=_PAGE_FIELDS)
     return await compute(request, FAST, partial(views.record_view, scenario, record))
+
+
+async def post_fleet(request: web.Request) -> web.Response:
+    query = fleet_query(await read_body(request))
+    return await compute(request, FLEET, partial(fleet_view.fleet_view, query))
+
+
+async def post_teams(request: web.Request) -> web.Response:
+    rest, team, priority = teams_request(await read_body(request))
+    scenario, _ = scenario_of(rest, extra=_PAGE_FIELDS)
+    return await compute(request, HEAVY, partial(fleet_view.teams_view, scenario, team, priority))

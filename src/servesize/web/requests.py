@@ -24,9 +24,10 @@ from typing import Any
 from servesize.errors import BadInput, DoesNotFit, ServesizeError
 from servesize.model.catalogue import find_entry
 from servesize.model.hardware import parse_gpus
-from servesize.scenario import FIT_PARAMS, PARAMS, FitQuery, Scenario
+from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
-from servesize.web.form import BURST_FLUSH, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
+from servesize.web.form import BURST_FLUSH, FLEET_LIMITS, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
+from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload
 
 
@@ -46,7 +47,7 @@ _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 def _flag_index() -> dict[str, str]:
     out: dict[str, str] = {}
-    for params in (PARAMS, FIT_PARAMS, VIEW_PARAMS):
+    for params in (PARAMS, FIT_PARAMS, VIEW_PARAMS, FLEET_PARAMS):
         for name, p in params.items():
             for spelling in (p.flag, *p.flags):
                 out.setdefault(spelling.lstrip("-"), name)
@@ -239,3 +240,78 @@ def text_field(body: Any, name: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RequestError(f"{name}: paste or upload {what}", name)
     return value
+
+
+# -- the fleet view ---------------------------------------------------------------------------------
+
+def _catalogue_models(value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise RequestError("models: give a comma list of catalogue models, e.g. qwen3.6-27b,llama-3.1-70b", "models")
+    for name in (x.strip() for x in value.split(",") if x.strip()):
+        if find_entry(name) is None:
+            raise RequestError(f"models: {name!r} is not in the catalogue (the explorer reads no files and makes no "
+                               "network requests)", "models")
+
+
+def _listed(values: dict, name: str) -> None:
+    """A repeatable field given as one text ('H200=3.10, H100=2.50', as a share link carries it) -> its items."""
+    value = values.get(name)
+    if isinstance(value, str):
+        values[name] = [x.strip() for x in value.split(",") if x.strip()] or None
+    if values[name] is not None and (not isinstance(values[name], list) or len(values[name]) > FLEET_LIMITS["items"]):
+        raise RequestError(f"{name}: give at most {FLEET_LIMITS['items']} items, as a list of strings", name)
+
+
+def _team_presets(teams: list) -> None:
+    """Each team's workload is a preset name here: a workload file is a path, and the server reads no file."""
+    for spec in teams:
+        if not isinstance(spec, str):
+            raise RequestError("team: each team is a string NAME=USERS[:PRESET]", "team")
+        workload = spec.partition("=")[2].partition(":")[2].strip()
+        if workload and workload not in preset_names():
+            raise RequestError(f"team {spec!r}: {workload!r} is not a preset ({', '.join(preset_names())}); the explorer "
+                               "reads no files, so a team's own workload file is for `servesize fleet --team`", "team")
+
+
+def fleet_query(body: Any) -> FleetQuery:
+    """POST /api/fleet: FleetQuery's fields by name; ``models`` only catalogue names, a team's workload only a
+    preset, a workload only as uploaded content; the search bounded (``form.FLEET_LIMITS``)."""
+    body = _object(body)
+    _unknown(body, set(FLEET_PARAMS))
+    values = {k: v for k, v in body.items() if v is not None and v != ""}
+    if "models" not in values:
+        raise RequestError("models is required: a comma list of catalogue models", "models")
+    _catalogue_models(values["models"])
+    for name in ("team", "priority", "gpu_hour_price"):
+        if name in values:
+            _listed(values, name)
+    _team_presets(values.get("team") or [])
+    if "workload" in values:
+        values["workload"] = _workload(values["workload"])
+    _limits(values)
+    if values.get("max_gpus") is not None:
+        most = FLEET_LIMITS["max_gpus"]
+        if FLEET_PARAMS["max_gpus"].parse(values["max_gpus"]) > most:
+            raise RequestError(f"--max-gpus {values['max_gpus']} is more than the explorer searches per request "
+                               f"({most}); run `servesize fleet` for more", "max_gpus")
+    try:
+        return FleetQuery(**values)
+    except BadInput as exc:
+        raise RequestError(str(exc), field_of(exc)) from None
+
+
+def teams_request(body: Any) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """POST /api/teams: the plan view's request with ``team`` (NAME=USERS[:PRESET], a list or one comma text) and
+    ``priority`` (NAME=LEVEL); the rest is read by ``scenario_of``."""
+    body = _object(body)
+    values = {"team": body.get("team"), "priority": body.get("priority")}
+    if values["team"] is None or values["team"] == "":
+        raise RequestError("team: give each team as NAME=USERS[:PRESET], e.g. agents=100:coding-agent", "team")
+    for name in ("team", "priority"):
+        if values[name] is not None and values[name] != "":
+            _listed(values, name)
+        else:
+            values[name] = None
+    _team_presets(values["team"] or [])
+    rest = {k: v for k, v in body.items() if k not in ("team", "priority")}
+    return rest, tuple(values["team"] or ()), tuple(values["priority"] or ())

@@ -18,6 +18,7 @@ MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is
 
 FAST: web.AppKey[ThreadPoolExecutor] = web.AppKey("fast", ThreadPoolExecutor)
 HEAVY: web.AppKey[ThreadPoolExecutor] = web.AppKey("heavy", ThreadPoolExecutor)
+FLEET: web.AppKey[ThreadPoolExecutor] = web.AppKey("fleet", ThreadPoolExecutor)
 HOSTS: web.AppKey[tuple[str, ...]] = web.AppKey("hosts", tuple)
 
 
@@ -39,7 +40,8 @@ async def read_body(request: web.Request) -> Any:
 
 
 async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:
-    """Run ``work`` on a worker thread; a heavy request whose client has gone is skipped."""
+    """Run ``work`` on a worker thread; a chart or fleet request whose client has gone (a newer one superseded
+    it) is skipped."""
     loop = asyncio.get_running_loop()
 
     def gone() -> bool:
@@ -47,7 +49,7 @@ async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any
         return transport is None or transport.is_closing()
 
     def run() -> Any:
-        if pool is HEAVY and gone():
+        if pool is not FAST and gone():
             return None
         return work()
 

@@ -14,6 +14,10 @@ const App = {
   heavy: null,           // AbortController of the panels computed after a verdict
   last: null,            // the last full plan view
   fitSeq: 0, lastFit: null, fitSort: { key: null, dir: -1 },
+  fleet: {},             // view 3: the fleet query's fields given explicitly
+  fleetSeq: 0, fleetCtl: null, lastFleet: null,
+  teams: {},             // the plan view's teams panel: team and priority, as the fleet's fields
+  teamsSeq: 0, teamsCtl: null,
   timings: [],           // control change -> verdict drawn, ms (benchmarks/bench_web.py reads them)
 };
 window.servesize = App;
@@ -70,11 +74,17 @@ function showValue(spec, v) {
 
 // -- the form, generated from the declaration ------------------------------------------------------------
 
+// a control's companion ids: f-x -> v-x (its value) / r-x (its slider); fit-x -> fitv-x; fl-x -> flv-x
+function idFor(pfx, kind) {
+  if (pfx === "f-") return kind + "-";
+  return pfx.slice(0, -1) + kind + "-";
+}
+
 function fieldBox(spec, extra, pfx) {
   pfx = pfx || "f-";
   const label = h("label", { class: "flabel", for: pfx + spec.name, title: spec.help },
     h("span", { class: "tip", text: spec.label || spec.name.replaceAll("_", " ") }),
-    h("span", { class: "val", id: pfx.replace("f-", "v-").replace("fit-", "fitv-") + spec.name }));
+    h("span", { class: "val", id: idFor(pfx, "v") + spec.name }));
   const box = h("div", { class: "field", dataset: { field: spec.name } }, label, extra,
     h("div", { class: "hint", text: [spec.default_text, spec.range_text ? "bounds " + spec.range_text : ""].filter(Boolean).join(" · ") }),
     h("div", { class: "err", dataset: { errFor: spec.name } }));
@@ -104,7 +114,7 @@ function makeControl(spec, store, changed, pfx) {
   };
   switch (spec.widget) {
     case "slider": {
-      const range = h("input", { type: "range", min: 0, max: 1000, step: 1, id: pfx.replace("f-", "r-").replace("fit-", "fitr-") + spec.name, "aria-label": spec.name });
+      const range = h("input", { type: "range", min: 0, max: 1000, step: 1, id: idFor(pfx, "r") + spec.name, "aria-label": spec.name });
       const text = h("input", { type: "text", class: "num", id: pfx + spec.name, autocomplete: "off", spellcheck: "false" });
       range.addEventListener("input", () => { const v = fromPos(spec, +range.value); text.value = showValue(spec, v); set(v, true); });
       range.addEventListener("change", () => set(fromPos(spec, +range.value), false));
@@ -237,6 +247,9 @@ function workloadControl(spec, store, changed) {
 }
 
 const LABELS = {
+  users: "Users to serve", team: "Teams", gpus_from: "GPU types to search (none ticked: every GPU with a price)",
+  max_gpus: "Most GPUs in one fleet", tensor_parallel_size: "GPUs per replica (TP list)", top: "Fleets to list",
+  gpu_hour_price: "Your GPU-hour prices (GPU=PRICE, comma separated)", price_includes_power: "Prices include power",
   model: "Model", gpus: "GPUs", split: "Split (DP × TP)", quantization: "Weights", kv_cache_dtype: "KV cache dtype",
   mamba_ssm_cache_dtype: "Recurrent-state dtype", mtp_speedup: "MTP decode speed-up (×)", cpu_offload_gib: "CPU offload (GiB)",
   max_model_len: "max_model_len (tokens)", median: "User prompt median (tokens)", sigma: "User prompt sigma",
@@ -309,7 +322,7 @@ function buildFitForm() {
   }
 }
 
-function multiControl(spec, store, changed, pfx) {
+function multiControl(spec, store, changed, pfx, showDefault) {
   const wrap = h("div", { class: "checks" });
   const boxes = spec.choices.map(c => h("label", {}, h("input", { type: "checkbox", value: c }), " " + c));
   boxes.forEach(b => wrap.appendChild(b));
@@ -319,7 +332,11 @@ function multiControl(spec, store, changed, pfx) {
     changed(spec.name, false);
   });
   const box = fieldBox(spec, wrap, pfx);
-  box.sync = () => { const on = (store[spec.name] || "").split(","); boxes.forEach(b => { b.firstChild.checked = on.includes(b.firstChild.value); }); };
+  box.sync = () => {
+    const value = store[spec.name] !== undefined ? store[spec.name] : (showDefault ? spec.default || "" : "");
+    const on = String(value).split(",").map(x => x.trim());
+    boxes.forEach(b => { b.firstChild.checked = on.includes(b.firstChild.value); });
+  };
   return box;
 }
 
@@ -394,6 +411,7 @@ async function requestPlan(draft) {
     App.last = res.data;
     writeHash();
     scheduleHeavy(seq);
+    if (App.teams.team) requestTeams();
   }
 }
 
@@ -868,16 +886,342 @@ function drawKvTable() {
       h("td", { class: "num", text: r.text.kv_per_token }), h("td", { class: "num", text: r.text.kv_per_1ki }), h("td", { class: "num", text: r.text.state }), h("td", { text: r.weights }))))));
 }
 
+// -- view 3: the cheapest fleet ------------------------------------------------------------------------------
+
+function buildFleetForm() {
+  const side = $("#fleetControls");
+  const form = App.cat.form.fleet, fields = form.fields;
+  App.fleetBoxes = {};
+  const changed = () => runFleet();
+  for (const sec of form.sections) {
+    const grid = h("div", { class: "ctl-grid" });
+    const panel = sec.collapsed
+      ? h("details", { class: "panel controls fold", id: "sec-" + sec.id }, h("summary", { text: sec.title }), h("p", { class: "lede", text: sec.lede }), grid)
+      : h("div", { class: "panel controls", id: "sec-" + sec.id }, h("div", { class: "section-h", text: sec.title }), h("p", { class: "lede", text: sec.lede }), grid);
+    for (const name of sec.fields) {
+      const spec = { ...fields[name], label: LABELS[name] };
+      let box;
+      if (spec.widget === "teams") box = teamsControl(spec, App.fleet, changed, "fl-", fleetTeamsWrote);
+      else if (spec.widget === "multi") box = multiControl(spec, App.fleet, changed, "fl-", true);
+      else box = makeControl(spec, App.fleet, changed, "fl-");
+      App.fleetBoxes[name] = box;
+      grid.appendChild(box);
+      if (name === "preset") grid.appendChild(presetRow(App.cat.presets.workload, App.fleet, changed));
+    }
+    side.appendChild(panel);
+  }
+  side.appendChild(h("div", { class: "panel controls" }, h("button", { type: "button", class: "btn", id: "fleetRun", text: "Search again", onclick: () => runFleet() })));
+  syncFleetControls();
+}
+
+// the teams: one row per team (name, users, its preset or the fleet's workload, a priority), written into
+// the query's own repeatable fields, team = NAME=USERS[:PRESET] and priority = NAME=LEVEL
+function teamsControl(spec, store, changed, pfx, wrote) {
+  const presets = App.cat.form.fleet.fields.preset.choices;
+  const rows = h("div", { class: "team-rows", id: pfx + "teams" });
+  const read = () => {
+    const team = [], priority = [];
+    for (const r of $$(".team-row", rows)) {
+      const [name, users, preset, level] = $$("input, select", r).map(e => e.value.trim());
+      if (!name && !users) continue;
+      team.push(`${name}=${users}` + (preset ? ":" + preset : ""));
+      if (level) priority.push(`${name}=${level}`);
+    }
+    return [team, priority];
+  };
+  const write = () => {
+    const [team, priority] = read();
+    if (team.length) store.team = team; else delete store.team;
+    if (priority.length) store.priority = priority; else delete store.priority;
+    if (wrote) wrote();
+    changed("team", false);
+  };
+  const row = (name, users, preset, level) => {
+    const sel = h("select", { class: "team-preset", "aria-label": "team workload" }, h("option", { value: "", text: "the fleet's workload" }),
+      presets.map(p => h("option", { value: p, text: p })));
+    sel.value = preset || "";
+    const r = h("div", { class: "team-row" },
+      h("input", { type: "text", class: "team-name", placeholder: "name", value: name || "", "aria-label": "team name" }),
+      h("input", { type: "text", class: "num team-users", placeholder: "users", value: users || "", "aria-label": "team users" }),
+      sel,
+      h("input", { type: "text", class: "num team-priority", placeholder: "priority", value: level || "", "aria-label": "team priority", title: "prefill-queue priority: higher first; empty = 0" }),
+      h("button", { type: "button", class: "btn small team-remove", text: "×", title: "remove this team", onclick: () => { r.remove(); write(); } }));
+    for (const e of $$("input, select", r)) e.addEventListener("change", write);
+    return r;
+  };
+  const add = h("button", { type: "button", class: "btn small", id: pfx + "team-add", text: "+ add a team",
+    onclick: () => { rows.appendChild(row()); $(".team-name", rows.lastChild).focus(); } });
+  const box = fieldBox({ ...spec, default_text: pfx === "fl-" ? "none: the users above share one workload" : "", range_text: "" },
+    h("div", {}, rows, add, h("div", { class: "err", dataset: { errFor: "priority" } })), pfx);
+  box.sync = () => {   // rows rebuilt only when the query says something else (a share link, a preset)
+    if (JSON.stringify(read()) === JSON.stringify([store.team || [], store.priority || []])) return;
+    rows.textContent = "";
+    const levels = Object.fromEntries((store.priority || []).map(x => x.split("=")));
+    for (const t of store.team || []) {
+      const [name, rest] = [t.slice(0, t.indexOf("=")), t.slice(t.indexOf("=") + 1)];
+      const [users, preset] = rest.split(":");
+      rows.appendChild(row(name, users, preset, levels[name]));
+    }
+  };
+  return box;
+}
+
+// teams replace the one workload's users (FleetQuery takes one or the other); the users come back with no team
+function fleetTeamsWrote() {
+  if (App.fleet.team) {
+    if (App.fleet.users !== undefined) { App.fleetUsersBefore = App.fleet.users; delete App.fleet.users; }
+  } else if (App.fleet.users === undefined && App.fleetUsersBefore !== undefined) {
+    App.fleet.users = App.fleetUsersBefore;
+  }
+  syncFleetControls();
+}
+
+function syncFleetControls() {
+  const fields = App.cat.form.fleet.fields;
+  for (const [name, box] of Object.entries(App.fleetBoxes || {})) {
+    const explicit = Object.prototype.hasOwnProperty.call(App.fleet, name);
+    if (box.sync) box.sync(explicit ? App.fleet[name] : fields[name].default, explicit);
+  }
+  const users = $("#fl-users");
+  if (users) users.disabled = !!App.fleet.team;
+}
+
+async function runFleet() {
+  const seq = ++App.fleetSeq;
+  if (App.fleetCtl) App.fleetCtl.abort();        // a newer query supersedes the search still running
+  const ctl = new AbortController();
+  App.fleetCtl = ctl;
+  const box = $("#fleetVerdict"), progress = $("#fleetProgress");
+  box.dataset.pending = "true";
+  progress.hidden = false;
+  progress.textContent = "searching GPU type × count × precision × KV dtype × TP/DP (about a second)…";
+  $("#view-fleet .main").classList.add("searching");
+  let res;
+  try { res = await post("/api/fleet", App.fleet, ctl.signal); } catch (e) {
+    if (!ctl.signal.aborted) { banner("the server did not answer: " + e.message); box.dataset.pending = "false"; }
+    return;
+  }
+  if (seq !== App.fleetSeq) return;              // a newer search is on its way: draw that one
+  App.fleetCtl = null;
+  box.dataset.pending = "false";
+  progress.hidden = true;
+  $("#view-fleet .main").classList.remove("searching");
+  clearErrors($("#view-fleet"));
+  banner("");
+  syncFleetControls();
+  if (!res.ok) {
+    box.dataset.state = "error";
+    box.dataset.seq = seq;
+    const field = res.data.field === "priority" ? "priority" : res.data.field;
+    showError(field, res.data.error, $("#view-fleet"));
+    for (const old of $$(".v-stale", box)) old.remove();
+    box.prepend(h("p", { class: "v-stale", id: "fleetStale", text: "Not updated, the last change was refused: " + res.data.error }));
+    return;
+  }
+  App.lastFleet = res.data;
+  writeHash();
+  drawFleet(res.data, seq);
+}
+
+const money = (v, cur) => v === null || v === undefined ? "-" : (v >= 100 ? Math.round(v).toLocaleString("en") : v.toFixed(2)) + " " + cur;
+const count = v => v === null || v === undefined ? "-" : Math.round(v).toLocaleString("en");
+
+function drawFleet(d, seq) {
+  const f = d.fleet, w = f.winner, hl = d.headline, box = $("#fleetVerdict");
+  box.textContent = "";
+  box.dataset.state = hl.found ? "full" : "none";
+  box.dataset.seq = seq;
+  box.dataset.users = f.users;
+  box.dataset.gpus = w ? w.gpus : "";
+  box.dataset.cost = w ? w.cost_per_month : "";
+  box.dataset.perUser = w ? w.cost_per_user_month : "";
+  box.dataset.binding = w ? w.binding : "";
+  box.append(h("p", { class: "v-title", text: hl.title }));
+  if (hl.found) {
+    box.append(h("h2", { class: "v-head", id: "fleetHead" }, h("span", { class: "big", text: hl.shape })),
+      h("p", { class: "v-cost", id: "fleetCost" }, h("b", { text: hl.cost }), " · ", h("b", { text: hl.per_user })),
+      h("p", { class: "v-why", text: hl.text }));
+    const ceilings = (f.plan && f.plan.ceilings) || null;
+    if (ceilings) {
+      const max = Math.max(...Object.values(ceilings).map(x => x || 0)) || 1;
+      const bars = h("div", { class: "ceil-bars", id: "fleetCeilings" });
+      for (const c of d.ceilings) {
+        const fill = h("span", { class: "fill bg-" + c });
+        fill.style.width = Math.max(1, 100 * (ceilings[c] || 0) / max) + "%";
+        bars.appendChild(h("div", { class: "ceil" + (c === f.plan.binding ? " binding" : ""), dataset: { ceiling: c, value: ceilings[c] } },
+          h("span", { class: "cname", text: c }), h("span", { class: "track" }, fill), h("span", { class: "cval", text: count(ceilings[c]) + " users" })));
+      }
+      box.appendChild(bars);
+    }
+  } else {
+    box.append(h("h2", { class: "v-head crit", id: "fleetHead", text: "none serves them" }), h("p", { class: "v-why", text: hl.text }));
+  }
+  if (hl.next) box.appendChild(h("p", { class: "v-next", text: hl.next }));
+  drawFleetOptions(f);
+  drawFleetFrontier(d);
+  drawFleetTeams(d);
+  $("#fleetRecipe").textContent = f.recipe || "no fleet in the search space serves everyone";
+  const notes = $("#fleetRecipeNotes");
+  notes.textContent = "";
+  for (const n of f.recipe_notes) notes.appendChild(h("li", { text: n }));
+  $("#fleetConfirm").textContent = f.plan_command || (f.teams.length > 1 ? "several teams: servesize plan plans one workload; the table above is the teams' own check" : "-");
+  $("#fleetOpenPlan").hidden = !d.open_plan;
+  $("#fleetSearched").textContent = `${f.searched.shapes.toLocaleString("en")} replica shapes fit, at most ${f.max_gpus} GPUs; ${f.price_basis}, ${f.currency}, ${f.hours_per_month} h/month; routing ${f.routing}.`
+    + (d.skipped_text ? ` Skipped: ${d.skipped_text}.` : "");
+  const skipped = $("#fleetSkippedBody");
+  skipped.textContent = "";
+  skipped.appendChild(h("ul", { class: "small", id: "fleetSkippedList" }, f.skipped.map(x => h("li", { text: `${x.what}: ${x.why}` }))));
+  const prices = $("#fleetPrices");
+  prices.textContent = "";
+  prices.appendChild(h("table", { class: "data small", id: "fleetPriceRows" },
+    h("thead", {}, h("tr", {}, ["GPU", "per GPU-hour", "provider, offer", "date", "source"].map(t => h("th", { text: t })))),
+    h("tbody", {}, f.prices.map(p => h("tr", { dataset: { gpu: p.gpu, price: p.per_hour } }, h("td", { text: p.gpu }),
+      h("td", { class: "num", text: `${p.per_hour} ${p.currency}` }), h("td", { text: `${p.provider}, ${p.offer}` }),
+      h("td", { text: p.date || "given" }), h("td", { class: "small muted", text: p.source }))))));
+}
+
+function optionRow(o, i, teams) {
+  return h("tr", { class: i === 0 ? "current" : "", dataset: { gpus: o.gpus, tp: o.tp, dp: o.dp, model: o.model, precision: o.precision,
+    kv: o.kv_cache_dtype, cost: o.cost_per_month, perUser: o.cost_per_user_month, users: o.users_served, binding: o.binding } },
+    h("td", { class: "num", text: String(i + 1) }), h("td", { text: o.gpus }), h("td", { text: `${o.tp} × ${o.dp}` }), h("td", { text: o.model }),
+    h("td", { text: o.weights_precision }), h("td", { text: o.kv_cache_dtype }), h("td", { class: "num", text: money(o.cost_per_month, o.currency) }),
+    h("td", { class: "num", text: money(o.cost_per_user_month, o.currency) }),
+    h("td", { class: "num", text: (o.users_served_is_lower_bound ? "≥" : "") + count(o.users_served) }),
+    h("td", {}, h("span", { class: "bind c-" + o.binding, text: o.binding + (teams > 1 ? ` (${o.binding_team})` : "") })));
+}
+
+function drawFleetOptions(f) {
+  const box = $("#fleetOptions");
+  box.textContent = "";
+  if (!f.options.length) { box.appendChild(h("p", { class: "muted", text: "none: see what was skipped, and why" })); return; }
+  box.appendChild(h("table", { class: "data", id: "fleetOptionRows" },
+    h("thead", {}, h("tr", {}, ["#", "GPUs", "TP × DP", "model", "weights", "KV", "cost / month", "per user-month", "users served", "binds"].map(t => h("th", { text: t })))),
+    h("tbody", {}, f.options.map((o, i) => optionRow(o, i, f.teams.length)))));
+}
+
+function drawFleetFrontier(d) {
+  const c = d.frontier_chart, f = d.fleet;
+  $("#capFleet").textContent = c.caption;
+  Charts.line($("#chartFleet"), {
+    xLabel: "users served", yLabel: `cost per month (${c.currency})`,
+    series: [{ name: "frontier: no cheaper fleet serves as many", x: c.x, y: c.y, cls: "c1", dots: true }],
+    vlines: [{ x: c.users, label: `${c.users.toLocaleString("en")} users asked for`, cls: "crit" }],
+    points: f.winner ? [{ x: f.winner.users_served, y: f.winner.cost_per_month, label: "cheapest that serves all", cls: "text" }] : [],
+  });
+  const box = $("#fleetFrontier");
+  box.textContent = "";
+  box.appendChild(h("table", { class: "data small", id: "fleetFrontierRows" },
+    h("thead", {}, h("tr", {}, ["users served", "cost / month", "fleet", "binds"].map(t => h("th", { text: t })))),
+    h("tbody", {}, f.frontier.map(o => h("tr", { dataset: { gpus: o.gpus, users: o.users_served, cost: o.cost_per_month } },
+      h("td", { class: "num", text: count(o.users_served) }), h("td", { class: "num", text: money(o.cost_per_month, o.currency) }),
+      h("td", { text: `${o.gpus} (TP ${o.tp} × DP ${o.dp}) ${o.model} ${o.weights_precision} KV ${o.kv_cache_dtype}` }),
+      h("td", {}, h("span", { class: "bind c-" + o.binding, text: o.binding })))))));
+}
+
+function teamsTable(rows, ceilings, id) {
+  return h("table", { class: "data teams", id },
+    h("thead", {}, h("tr", {}, ["team", "users", "priority", "warm p5 shared", "(alone)", ...ceilings, "miss TTFT", "hit TTFT", "binds"].map(t => h("th", { text: t })))),
+    h("tbody", {}, rows.map(t => h("tr", { class: t.meets_target ? "" : "short", dataset: { team: t.name, users: t.users, warm: t.warm_users.p5,
+      alone: t.warm_users_alone.p5, binding: t.binding, ttft: t.miss_ttft_s, meets: t.meets_target } },
+      h("td", { text: t.name }), h("td", { class: "num", text: count(t.users) }), h("td", { class: "num", text: String(t.priority) }),
+      h("td", { class: "num", text: count(t.warm_users.p5) }), h("td", { class: "num muted", text: `(${count(t.warm_users_alone.p5)})` }),
+      ...ceilings.map(c => h("td", { class: "num" + (c === t.binding ? " binding" : ""), text: count(t.ceilings[c]) })),
+      h("td", { class: "num", text: t.miss_ttft_s === null ? "-" : t.miss_ttft_s.toFixed(2) + " s" }),
+      h("td", { class: "num", text: t.hit_ttft_s === null ? "-" : t.hit_ttft_s.toFixed(2) + " s" }),
+      h("td", {}, h("span", { class: "bind c-" + t.binding, text: t.binding + (t.meets_target ? "" : " (short)") }))))));
+}
+
+function drawFleetTeams(d) {
+  const f = d.fleet, card = $("#fleetTeamsCard"), pool = f.shared_pool;
+  card.hidden = !(f.teams.length > 1);
+  if (card.hidden) return;
+  $("#fleetTeamsCaption").textContent = d.teams_caption || "no shared fleet in the search space serves every team";
+  const teams = $("#fleetTeams");
+  teams.textContent = "";
+  if (pool) teams.appendChild(teamsTable(pool.teams, d.ceilings, "fleetTeamRows"));
+  const part = $("#fleetPartition");
+  part.textContent = "";
+  if (f.partition) {
+    part.appendChild(h("p", { class: "small", text: "Each team on replicas of its own (its cheapest fleet alone):" }));
+    part.appendChild(h("table", { class: "data small", id: "fleetPartitionRows" },
+      h("thead", {}, h("tr", {}, ["team", "users", "its fleet", "cost / month", "binds"].map(t => h("th", { text: t })))),
+      h("tbody", {}, f.partition.cheapest.map(s => h("tr", { dataset: { team: s.team, gpus: s.option ? s.option.gpus : "", cost: s.option ? s.option.cost_per_month : "" } },
+        h("td", { text: s.team }), h("td", { class: "num", text: count(s.users) }),
+        h("td", { text: s.option ? `${s.option.gpus} (TP ${s.option.tp} × DP ${s.option.dp}) ${s.option.weights_precision} KV ${s.option.kv_cache_dtype}` : "none: " + s.reason }),
+        h("td", { class: "num", text: s.option ? money(s.option.cost_per_month, s.option.currency) : "-" }),
+        h("td", { text: s.option ? s.option.binding : "" }))))));
+    if (f.partition.same_shape && f.partition.same_shape_replicas !== null && f.winner)
+      part.appendChild(h("p", { class: "small", id: "fleetSameShape", text: "On the shared winner's replica shape: "
+        + f.partition.same_shape.map(s => `${s.team} ${s.option ? s.option.dp : "-"}`).join(", ")
+        + ` replicas = ${f.partition.same_shape_replicas} (shared: ${f.winner.dp})` }));
+  }
+  const v = $("#teamsVerdict");
+  v.textContent = f.verdict ? "Verdict: " + f.verdict.text : "";
+  v.dataset.choice = f.verdict ? f.verdict.choice : "";
+}
+
+// -- the plan view's teams panel: several teams on this deployment (servesize.teams) ---------------------
+
+function buildPlanTeams() {
+  const spec = { ...App.cat.form.fleet.fields.team, label: "Teams on this deployment" };
+  App.planTeamsBox = teamsControl(spec, App.teams, () => requestTeams(), "pt-");
+  $("#planTeamsForm").appendChild(App.planTeamsBox);
+  App.planTeamsBox.sync();
+}
+
+async function requestTeams() {
+  const out = $("#planTeamsOut");
+  const seq = ++App.teamsSeq;
+  if (App.teamsCtl) App.teamsCtl.abort();
+  clearErrors($("#planTeamsCard"));
+  if (!App.teams.team) { out.textContent = ""; out.dataset.state = "empty"; out.dataset.seq = seq; out.dataset.pending = "false"; writeHash(); return; }
+  const ctl = new AbortController();
+  App.teamsCtl = ctl;
+  out.dataset.pending = "true";
+  let res;
+  try { res = await post("/api/teams", { ...App.plan, ...App.teams }, ctl.signal); } catch (e) { return; }   // aborted: a newer one
+  if (seq !== App.teamsSeq) return;
+  out.dataset.pending = "false";
+  out.dataset.seq = seq;
+  if (!res.ok) {
+    out.dataset.state = "error";
+    showError(["team", "priority"].includes(res.data.field) ? res.data.field : "team", res.data.error, $("#planTeamsCard"));
+    return;
+  }
+  out.dataset.state = "full";
+  writeHash();
+  const d = res.data, pool = d.teams.shared;
+  out.textContent = "";
+  out.append(h("p", { class: "cs", text: d.caption }), teamsTable(pool.teams, d.ceilings, "planTeamRows"),
+    h("p", { class: "small", id: "planTeamsMeets", text: d.meets + (pool.floor_note ? "; " + pool.floor_note : "") }),
+    h("p", { class: "verdict-line", id: "planTeamsVerdict", dataset: { choice: d.verdict.choice, shared: d.teams.split.shared_replicas ?? "",
+      partitioned: d.teams.split.partitioned_replicas ?? "" }, text: "Verdict: " + d.verdict.text }));
+}
+
+function openFleetInPlan() {
+  const d = App.lastFleet;
+  if (!d || !d.open_plan) return;
+  replaceStore(App.plan, d.open_plan);
+  App.last = null;
+  window.scrollTo({ top: 0 });
+  switchView("plan");
+}
+
 // -- the share link, the theme, the tabs -------------------------------------------------------------------
 
 function hashFields() {
   if (App.view === "fit") return App.fit;
-  return App.last ? App.last.share.fields : Object.fromEntries(Object.entries(App.plan).filter(([, v]) => typeof v !== "object"));
+  if (App.view === "fleet") return App.fleet;
+  const fields = App.last ? App.last.share.fields : Object.fromEntries(Object.entries(App.plan).filter(([, v]) => typeof v !== "object"));
+  return { ...fields, ...App.teams };
 }
 
 function writeHash() {
   const p = new URLSearchParams({ view: App.view });
-  for (const [k, v] of Object.entries(hashFields())) p.set(k, typeof v === "boolean" ? String(v) : String(v));
+  for (const [k, v] of Object.entries(hashFields())) {
+    if (Array.isArray(v)) v.forEach(x => p.append(k, String(x)));    // a repeatable field: one entry per item
+    else if (typeof v !== "object") p.set(k, String(v));
+  }
   history.replaceState(null, "", "#" + p.toString());
 }
 
@@ -885,17 +1229,27 @@ function readHash() {
   const text = location.hash.replace(/^#/, "");
   if (!text) return false;
   const p = new URLSearchParams(text);
-  const view = p.get("view") === "fit" ? "fit" : "plan";
+  const view = ["fit", "fleet"].includes(p.get("view")) ? p.get("view") : "plan";
   const store = {};
-  for (const [k, v] of p.entries()) if (k !== "view") store[k] = v;
+  const listed = App.cat.form.fleet.fields;
+  const teams = {};
+  for (const k of new Set(p.keys())) {
+    if (k === "view") continue;
+    const value = listed[k] && listed[k].kind === "list" ? p.getAll(k) : p.get(k);
+    if (view === "plan" && (k === "team" || k === "priority")) teams[k] = value;   // the plan view's teams panel
+    else store[k] = view === "fleet" ? value : p.get(k);
+  }
+  if (view === "plan") replaceStore(App.teams, teams);
   App.view = view;
-  replaceStore(view === "fit" ? App.fit : App.plan, store);
+  replaceStore(view === "fit" ? App.fit : view === "fleet" ? App.fleet : App.plan, store);
   return true;
 }
 
 function onHashChange() {   // a link pasted into this tab (the page's own writes use replaceState: no event)
   if (!readHash()) return;
-  App.last = null; App.lastFit = null;
+  App.last = null; App.lastFit = null; App.lastFleet = null;
+  if (App.view === "fleet") syncFleetControls();
+  if (App.planTeamsBox) App.planTeamsBox.sync();
   switchView(App.view);
 }
 
@@ -918,9 +1272,11 @@ function switchView(view) {
   App.view = view;
   $("#view-fit").hidden = view !== "fit";
   $("#view-plan").hidden = view !== "plan";
+  $("#view-fleet").hidden = view !== "fleet";
   for (const t of $$(".tabs button")) t.setAttribute("aria-selected", String(t.dataset.view === view));
   if (view === "fit" && !App.lastFit) runFit();
   if (view === "plan" && !App.last) requestPlan(false);
+  if (view === "fleet" && !App.lastFleet) runFleet();
   writeHash();
 }
 
@@ -932,9 +1288,13 @@ async function init() {
   const shared = readHash();
   if (!shared || App.view !== "plan") replaceStore(App.plan, App.cat.start.plan);
   if (!shared || App.view !== "fit") replaceStore(App.fit, App.cat.start.fit);
+  // a link to the fleet view with no fields (#view=fleet) starts where the view starts
+  if (!shared || App.view !== "fleet" || !Object.keys(App.fleet).length) replaceStore(App.fleet, App.cat.start.fleet);
   window.addEventListener("hashchange", onHashChange);
   buildPlanForm();
   buildFitForm();
+  buildFleetForm();
+  buildPlanTeams();
   drawKvTable();
   $("#shareBtn").addEventListener("click", share);
   $("#themeBtn").addEventListener("click", () => {
@@ -945,6 +1305,7 @@ async function init() {
   $("#calibrateBtn").addEventListener("click", calibrate);
   $("#recordFile").addEventListener("change", e => { if (e.target.files[0]) loadRecord(e.target.files[0]); });
   $("#matrixBtn").addEventListener("click", runMatrix);
+  $("#fleetOpenPlan").addEventListener("click", openFleetInPlan);
   document.addEventListener("click", e => {
     const id = e.target.dataset && e.target.dataset.copy;
     if (id && navigator.clipboard) navigator.clipboard.writeText($("#" + id).textContent).catch(() => {});

@@ -1,0 +1,166 @@
+"""The explorer's fleet view (POST /api/fleet): ``servesize.fleet(query)`` as the page draws it; and the plan
+view's teams panel (POST /api/teams): ``servesize.teams(scenario, team, priority)`` for its deployment.
+
+The answer is the library's own document (``FleetResult.to_dict()``, what ``servesize fleet --json``
+prints) under ``"fleet"``; beside it only words and the shape the page needs: the headline, the
+frontier as a chart's series, the skipped-shape summary, and the winner's confirming Scenario as the
+plan view's fields (its "open in plan" button). No figure here is computed outside the library.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import servesize.api as api
+from servesize.planning.ceilings import CEILINGS
+from servesize.planning.fleet_result import FleetOption, FleetResult
+from servesize.scenario import FleetQuery, Scenario
+from servesize.web.requests import Load
+from servesize.web.views import finite, share
+from servesize.workload.model import Workload
+
+
+@lru_cache(maxsize=16)
+def _memoised(query: FleetQuery) -> FleetResult:
+    return api.fleet(query)
+
+
+def searched(query: FleetQuery) -> FleetResult:
+    """``servesize.fleet`` memoised on the (frozen) query: a share link opened twice searches once."""
+    try:
+        hash(query)
+    except TypeError:  # an uploaded workload that does not hash: search it every time
+        return api.fleet(query)
+    return _memoised(query)
+
+
+def money(value: float | None, currency: str) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f} {currency}" if value >= 100 else f"{value:,.2f} {currency}"
+
+
+def _weights(o: FleetOption) -> str:
+    return o.weights_precision.replace("native (", "").rstrip(")")
+
+
+def shape_text(o: FleetOption) -> str:
+    return f"{o.gpus}, TP {o.tp} x DP {o.dp}, {o.model} {_weights(o)}, KV {o.kv_cache_dtype}"
+
+
+def _who(result: FleetResult) -> str:
+    teams = result.teams
+    if len(teams) == 1:
+        return f"{result.users:,} users ({teams[0].source or 'the workload'})"
+    return f"{len(teams)} teams, {result.users:,} users (" + ", ".join(f"{t.name} {t.users:,}" for t in teams) + ")"
+
+
+def headline(result: FleetResult) -> dict:
+    """The verdict first: the cheapest fleet that serves everyone, or why none in the search space does."""
+    w = result.winner
+    if w is None:
+        summary = ", ".join(f"{n} {kind}" for kind, n in result.skipped_summary().items()) or "no shape was searched"
+        return {"found": False, "title": f"No fleet of at most {result.max_gpus} GPUs serves {_who(result)}",
+                "text": f"skipped: {summary}",
+                "next": "try more GPU types, a larger max GPUs, fp8 weights or KV, or your own prices"}
+    power = "" if w.power_per_month is None else \
+        f" (GPUs {money(w.rent_per_month, w.currency)} + power {money(w.power_per_month, w.currency)})"
+    binds = w.binding if len(w.teams) == 1 else f"{w.binding} ({w.binding_team})"
+    return {"found": True, "title": f"The cheapest fleet that serves {_who(result)}",
+            "shape": shape_text(w),
+            "cost": f"{money(w.cost_per_month, w.currency)}/month{power}",
+            "per_user": f"{money(w.cost_per_user_month, w.currency)} per user-month",
+            "text": f"at {w.price_per_gpu_hour:g} {w.currency}/GPU-hour; it serves {w.users_served:,.0f} users, "
+                    f"{binds} binds first",
+            "next": result.recipe_notes[-1] if result.recipe_notes else ""}
+
+
+def frontier_chart(result: FleetResult) -> dict:
+    """Cost against users served, each frontier fleet a point (the library's frontier, in order)."""
+    points = list(result.frontier)
+    return {"x": [o.users_served for o in points], "y": [o.cost_per_month for o in points],
+            "labels": [f"{o.gpus} (TP {o.tp} x DP {o.dp}) {_weights(o)}" for o in points],
+            "users": result.users, "currency": result.currency,
+            "caption": "each point: a fleet that serves more users than every cheaper one, up to the first that "
+                       f"serves all {result.users:,}; the line marks the users asked for"}
+
+
+def _plan_fields(confirm: dict | None) -> dict | None:
+    """The winner's confirming Scenario as the plan view's fields (only what differs from the defaults)."""
+    if confirm is None:
+        return None
+    workload = confirm.get("workload")
+    if isinstance(workload, dict):  # an uploaded workload: the plan view sends its content, as its upload does
+        fields = share(Scenario(**{**confirm, "workload": Workload.from_dict(workload)}), Load())["fields"]
+        return {**fields, "workload": workload}
+    return share(Scenario(**confirm), Load())["fields"]
+
+
+def _teams_text(result: FleetResult) -> str | None:
+    pool = result.shared_pool
+    if pool is None:
+        return None
+    return (f"the teams on the shared winner ({pool.tp * pool.dp}x{pool.gpu}, {pool.dp} replica(s), routing "
+            f"{pool.routing}): warm users p5 shared (alone on the same pool), ceilings in each team's users")
+
+
+def fleet_view(query: FleetQuery) -> dict:
+    result = searched(query)
+    doc = result.to_dict()
+    return finite({
+        "fleet": doc,
+        "headline": headline(result),
+        "frontier_chart": frontier_chart(result),
+        "skipped_text": ", ".join(f"{n} {kind}" for kind, n in result.skipped_summary().items()),
+        "open_plan": _plan_fields(result.confirm),
+        "teams_caption": _teams_text(result),
+        "ceilings": list(CEILINGS),
+        "query": _query_text(query),
+    })
+
+
+def _query_text(query: FleetQuery) -> dict[str, Any]:
+    """The value each list field took (the page shows defaults it was not given)."""
+    return {"precision": query.precision, "kv_cache_dtype": query.kv_cache_dtype,
+            "tensor_parallel_size": query.tensor_parallel_size, "max_gpus": query.max_gpus}
+
+
+# -- the plan view's teams panel ----------------------------------------------------------------------
+
+def split_verdict(split: dict, tp: int) -> dict:
+    """Sharing this replica shape or giving each team replicas of its own: the fewer replicas, in words."""
+    shared, parted, each = split["shared_replicas"], split["partitioned_replicas"], split["team_replicas"]
+    per_team = ", ".join(f"{name} {'-' if n is None else n}" for name, n in each.items())
+    shape = f"replicas of this shape ({tp} GPU(s) each)"
+    if shared is None and parted is None:
+        return {"choice": "none", "text": f"no number of {shape} serves every team, shared or each on its own"}
+    if shared is None:
+        return {"choice": "partition", "text": f"partition: no number of shared {shape} serves every team; each team on "
+                                               f"its own needs {parted} ({per_team})"}
+    if parted is None:
+        return {"choice": "share", "text": f"share: {shared} shared {shape} serve every team; a team on its own is "
+                                           f"served by none ({per_team})"}
+    if shared < parted:
+        choice, lead = "share", f"share: {shared} shared {shape} serve every team, {parted - shared} fewer than"
+    elif parted < shared:
+        choice, lead = "partition", f"partition: {parted} {shape}, each team on its own ({per_team}), {shared - parted} " \
+                                    "fewer than"
+    else:
+        choice, lead = "either", f"either: {shared} {shape} shared or split ({per_team}), as many as"
+    other = f"each team on its own ({parted}: {per_team})" if choice == "share" else f"one shared pool ({shared})"
+    return {"choice": choice, "text": f"{lead} {other}"}
+
+
+def teams_view(scenario: Scenario, team: tuple[str, ...], priority: tuple[str, ...]) -> dict:
+    panel = api.teams(scenario, list(team), list(priority) or None)
+    doc = panel.to_dict()
+    shared = doc["shared"]
+    short = [t["name"] for t in shared["teams"] if not t["meets_target"]]
+    meets = (f"this deployment ({shared['gpus']}, {shared['data_parallel_size']} replica(s)) serves every team"
+             if not short else f"this deployment ({shared['gpus']}) falls short for {', '.join(short)}")
+    return finite({"teams": doc, "ceilings": list(CEILINGS), "meets": meets,
+                   "verdict": split_verdict(doc["split"], shared["tensor_parallel_size"]),
+                   "caption": f"every team on {shared['gpus']} (routing {shared['routing']}): warm users p5 sharing the "
+                              "pool (alone on it), each ceiling in the team's own users at the teams' mix"})
