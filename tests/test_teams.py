@@ -3,7 +3,9 @@ waits are Pollaczek-Khinchine and Cobham by hand, and one team that is exactly t
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -16,7 +18,14 @@ from servesize.planning.decode import decode_ceiling
 from servesize.planning.fill_pass import warm_at_budgets, warm_of_teams
 from servesize.planning.inputs import knob_value
 from servesize.planning.latency import ServiceMoments
-from servesize.planning.teams import MixedQueue, decoders_meeting, replica_ceilings, shared_pool, split_on_shape
+from servesize.planning.teams import (
+    MixedQueue,
+    ShapeSplit,
+    decoders_meeting,
+    replica_ceilings,
+    shared_pool,
+    split_on_shape,
+)
 from servesize.resolve import plan_inputs
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import EmpiricalClass, Workload
@@ -267,3 +276,42 @@ def test_the_teams_panel_of_a_scenarios_deployment_shares_its_replicas_and_split
         panel.split.team_replicas.values())
     with pytest.raises(BadInput, match="drop users"):
         s.teams(scenario.replace(users=5), team=["a=5"])
+
+
+@pytest.mark.parametrize(("shared", "alone", "choice"), [
+    (3, {"a": 1, "b": 1}, "partition"), (2, {"a": 1, "b": 2}, "share"), (2, {"a": 1, "b": 1}, "either"),
+    (None, {"a": 1, "b": 1}, "partition"), (2, {"a": None, "b": 1}, "share"), (None, {"a": None, "b": 1}, "none")])
+def test_sharing_or_splitting_is_the_fewer_replicas(shared, alone, choice):
+    split = ShapeSplit(shared, alone)
+    got, text = split.verdict(tp=2)
+    assert got == choice and text.startswith(choice if choice != "none" else "no number")
+    assert "(2 GPU(s) each)" in text
+
+
+def test_plan_team_prints_the_library_teams_panel(capsys):
+    from servesize.cli import main
+
+    argv = ["plan", "qwen3.6-27b", "--gpus", "2xH200", "-dp", "2", "-q", "fp8", "--kv-cache-dtype", "fp8",
+            "--fills", "400", "--team", "agents=60", "--team", "support=150:chat", "--priority", "support=1"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    scenario = s.Scenario(model="qwen3.6-27b", gpus="2xH200", data_parallel_size=2, quantization="fp8",
+                          kv_cache_dtype="fp8", fills=400)
+    panel = s.teams(scenario, team=["agents=60", "support=150:chat"], priority=["support=1"])
+    assert doc == json.loads(json.dumps(panel.to_dict()))
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"sharing or splitting: {panel.verdict()[1]}" in text
+    for t in panel.shared.teams:
+        assert re.search(rf"^  {t.name}\s+{t.users:,}\s+{t.warm.p5:,.0f}\s", text, re.M)
+
+
+@pytest.mark.parametrize(("extra", "message"), [(["--priority", "a=1"], "name them with --team"),
+                                                (["--team", "a=5", "--sweep", "median=10k,20k"], "one workload"),
+                                                (["--team", "a=lots"], "whole number of users")])
+def test_plan_team_refuses_in_one_line(capsys, extra, message):
+    from servesize.cli import main
+
+    assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesize: ") and message in err and err.count("\n") == 1

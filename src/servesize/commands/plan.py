@@ -32,11 +32,21 @@ the floor it says so and sizes the batch at 80% of that best speed.
   servesize plan llama-3.1-8b --gpus 1xL40S --preset chat
   servesize plan llama-3.1-8b --gpus 1xH100 --median 2k --prefix 300 --max-model-len 32k
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --electricity-price 0.12 --currency USD --pue 1.3
+  servesize plan qwen3.6-27b --gpus 2xH200 -dp 2 -q fp8 --kv-cache-dtype fp8 \\
+      --team agents=60 --team support=150:chat --priority support=1      several teams on one deployment
 """
 
 
 def add_arguments(parser) -> None:
     add_params(parser, (p for group in GROUPS if group != "fit" for p in _params(group)), required=("gpus",))
+    teams = parser.add_argument_group("teams (several teams sharing this deployment)")
+    teams.add_argument("--team", action="append", metavar="NAME=USERS[:WORKLOAD]",
+                       help="a team on this deployment (WORKLOAD: a preset name or a workload file; default the "
+                            "workload above); repeat per team: each team's warm users sharing the pool under LRU "
+                            "and alone on it, its ceilings and miss TTFT, and whether sharing or splitting the "
+                            "replicas needs fewer")
+    teams.add_argument("--priority", action="append", metavar="NAME=LEVEL",
+                       help="a team's prefill-queue priority (higher first; default 0 for all); repeat per team")
     out = parser.add_argument_group("output")
     out.add_argument("--sweep", metavar="PARAM=V1,V2,...",
                      help="e.g. median=31k,45k,60k or prefix=3k,15k,30k or mfu=0.3,0.45,0.6")
@@ -87,9 +97,16 @@ def _sweep_of(text: str) -> tuple[str, list[str]]:
 
 
 def run(args):
-    from servesize.api import plan, sweep, sweep_values
+    from servesize.api import plan, sweep, sweep_values, teams
+    from servesize.errors import BadInput
 
     scenario = scenario_from_args(args)
+    if args.priority and not args.team:
+        raise BadInput("--priority ranks teams: name them with --team NAME=USERS[:WORKLOAD]")
+    if args.team:
+        if args.sweep or args.plot:
+            raise BadInput("--team answers for the teams on this deployment; --sweep and --plot plan one workload")
+        return teams(scenario, args.team, args.priority)
     swept = _sweep_of(args.sweep) if args.sweep else None
     if swept:
         sweep_values(*swept)  # a bad sweep is refused before the long work

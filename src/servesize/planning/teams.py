@@ -377,6 +377,30 @@ class ShapeSplit:
             return None
         return sum(v for v in self.team_replicas.values() if v is not None)
 
+    def verdict(self, tp: int) -> tuple[str, str]:
+        """Sharing this replica shape or giving each team replicas of its own: ('share' | 'partition' | 'either' |
+        'none', the fewer replicas in words)."""
+        shared, parted = self.shared_replicas, self.partitioned_replicas
+        per_team = ", ".join(f"{name} {'-' if n is None else n}" for name, n in self.team_replicas.items())
+        shape = f"replicas of this shape ({tp} GPU(s) each)"
+        if shared is None and parted is None:
+            return "none", f"no number of {shape} serves every team, shared or each on its own"
+        if shared is None:
+            return "partition", (f"partition: no number of shared {shape} serves every team; each team on its own "
+                                 f"needs {parted} ({per_team})")
+        if parted is None:
+            return "share", (f"share: {shared} shared {shape} serve every team; a team on its own is served by none "
+                             f"({per_team})")
+        if shared < parted:
+            choice, lead = "share", f"share: {shared} shared {shape} serve every team, {parted - shared} fewer than"
+        elif parted < shared:
+            choice, lead = "partition", (f"partition: {parted} {shape}, each team on its own ({per_team}), "
+                                         f"{shared - parted} fewer than")
+        else:
+            choice, lead = "either", f"either: {shared} {shape} shared or split ({per_team}), as many as"
+        other = f"each team on its own ({parted}: {per_team})" if choice == "share" else f"one shared pool ({shared})"
+        return choice, f"{lead} {other}"
+
     def to_dict(self) -> dict:
         return {"shared_replicas": self.shared_replicas, "team_replicas": dict(self.team_replicas),
                 "partitioned_replicas": self.partitioned_replicas}
@@ -404,8 +428,13 @@ class TeamsPanel:
     shared: SharedPool
     split: ShapeSplit
 
+    def verdict(self) -> tuple[str, str]:
+        return self.split.verdict(self.shared.tp)
+
     def to_dict(self) -> dict:
-        return {"shared": self.shared.to_dict(), "split": self.split.to_dict()}
+        choice, text = self.verdict()
+        return {"shared": self.shared.to_dict(), "split": self.split.to_dict(),
+                "verdict": {"choice": choice, "text": text}}
 
 
 def teams_panel(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache | None = None) -> TeamsPanel:

@@ -6,6 +6,7 @@ import math
 
 from servesize.planning.ceilings import CEILINGS
 from servesize.planning.fleet_result import FleetOption, FleetResult
+from servesize.planning.teams import SharedPool, TeamsPanel
 
 
 def _money(value: float | None, currency: str) -> str:
@@ -90,7 +91,11 @@ def _shared(result: FleetResult) -> list[str]:
     pool = result.shared_pool
     if pool is None:
         return []
-    lines = [f"the teams on the shared winner ({pool.tp * pool.dp}x{pool.gpu}, {pool.dp} replica(s), routing "
+    return _team_rows(pool, "the shared winner")
+
+
+def _team_rows(pool: SharedPool, where: str) -> list[str]:
+    lines = [f"the teams on {where} ({pool.tp * pool.dp}x{pool.gpu}, {pool.dp} replica(s), routing "
              f"{pool.routing}): warm users p5 shared (alone on the same pool), ceilings in each team's users",
              f"  {'team':<14}{'users':>7}{'warm p5':>9}{'(alone)':>9}" + "".join(f"{k:>11}" for k in CEILINGS)
              + f"{'miss TTFT':>11}  binds"]
@@ -152,4 +157,16 @@ def render_fleet(result: FleetResult, explain: bool = False) -> str:
     if result.verdict is not None:
         lines.append(f"verdict: {result.verdict['text']}")
     lines += _frontier(result) + _skipped(result, explain) + _prices(result, explain)
+    return "\n".join(lines)
+
+
+def render_teams(panel: TeamsPanel, explain: bool = False) -> str:
+    """``servesize plan ... --team``: every team on this deployment, and sharing its replicas against splitting them."""
+    pool = panel.shared
+    short = [t.name for t in pool.teams if not t.meets]
+    head = (f"this deployment ({pool.tp * pool.dp}x{pool.gpu}, {pool.dp} replica(s)) serves every team" if not short
+            else f"this deployment ({pool.tp * pool.dp}x{pool.gpu}) falls short for {', '.join(short)}")
+    lines = [head, *_team_rows(pool, "this deployment")]
+    _, verdict = panel.verdict()
+    lines.append(f"sharing or splitting: {verdict}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from servesize.planning.ceilings import CEILINGS
 from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan
+from servesize.planning.teams import TeamsPanel
 from servesize.planning.warm_capacity import WarmCapacity
 from servesize.units import GB, GiB, KiB, MiB, fmt_bytes
 from servesize.vllm_logs.calibration import CalibrationCheck
@@ -39,6 +40,13 @@ def _fleet(result: FleetResult, explain: bool = False) -> str:
     if explain and result.plan is not None:  # the winner's plan, every number derived
         text += "\n\nthe cheapest fleet's plan:\n" + _plan(result.plan, explain=True)
     return text
+
+
+@render_text.register
+def _teams(result: TeamsPanel, explain: bool = False) -> str:
+    from servesize.render.fleet_text import render_teams  # plan --team: several teams on one deployment
+
+    return render_teams(result, explain)
 
 
 def _plan_sizing(plan: Plan) -> list[str]:

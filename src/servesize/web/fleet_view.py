@@ -129,30 +129,6 @@ def _query_text(query: FleetQuery) -> dict[str, Any]:
 
 # -- the plan view's teams panel ----------------------------------------------------------------------
 
-def split_verdict(split: dict, tp: int) -> dict:
-    """Sharing this replica shape or giving each team replicas of its own: the fewer replicas, in words."""
-    shared, parted, each = split["shared_replicas"], split["partitioned_replicas"], split["team_replicas"]
-    per_team = ", ".join(f"{name} {'-' if n is None else n}" for name, n in each.items())
-    shape = f"replicas of this shape ({tp} GPU(s) each)"
-    if shared is None and parted is None:
-        return {"choice": "none", "text": f"no number of {shape} serves every team, shared or each on its own"}
-    if shared is None:
-        return {"choice": "partition", "text": f"partition: no number of shared {shape} serves every team; each team on "
-                                               f"its own needs {parted} ({per_team})"}
-    if parted is None:
-        return {"choice": "share", "text": f"share: {shared} shared {shape} serve every team; a team on its own is "
-                                           f"served by none ({per_team})"}
-    if shared < parted:
-        choice, lead = "share", f"share: {shared} shared {shape} serve every team, {parted - shared} fewer than"
-    elif parted < shared:
-        choice, lead = "partition", f"partition: {parted} {shape}, each team on its own ({per_team}), {shared - parted} " \
-                                    "fewer than"
-    else:
-        choice, lead = "either", f"either: {shared} {shape} shared or split ({per_team}), as many as"
-    other = f"each team on its own ({parted}: {per_team})" if choice == "share" else f"one shared pool ({shared})"
-    return {"choice": choice, "text": f"{lead} {other}"}
-
-
 def teams_view(scenario: Scenario, team: tuple[str, ...], priority: tuple[str, ...]) -> dict:
     panel = api.teams(scenario, list(team), list(priority) or None)
     doc = panel.to_dict()
@@ -161,6 +137,6 @@ def teams_view(scenario: Scenario, team: tuple[str, ...], priority: tuple[str, .
     meets = (f"this deployment ({shared['gpus']}, {shared['data_parallel_size']} replica(s)) serves every team"
              if not short else f"this deployment ({shared['gpus']}) falls short for {', '.join(short)}")
     return finite({"teams": doc, "ceilings": list(CEILINGS), "meets": meets,
-                   "verdict": split_verdict(doc["split"], shared["tensor_parallel_size"]),
+                   "verdict": doc["verdict"],
                    "caption": f"every team on {shared['gpus']} (routing {shared['routing']}): warm users p5 sharing the "
                               "pool (alone on it), each ceiling in the team's own users at the teams' mix"})
