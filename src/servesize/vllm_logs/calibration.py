@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from servesize.errors import BadInput
 from servesize.units import GiB, cdiv
@@ -84,19 +84,54 @@ class Calibration:
             raise BadInput(f"unknown calibration field(s): {', '.join(unknown)}")
         if "source" not in data or "era" not in data:
             raise BadInput("a calibration needs at least 'source' and 'era'")
-        kw = dict(data)
-        if kw.get("available_kv_bytes_per_gpu") is not None:
-            lo, hi = kw["available_kv_bytes_per_gpu"]
-            kw["available_kv_bytes_per_gpu"] = (int(lo), int(hi))
-        for name in ("ranks", "notes"):
-            if name in kw:
-                kw[name] = tuple(kw[name])
+        kw = {name: _field_value(name, value) for name, value in data.items()}
         return cls(**kw)
+
+
+_TEXT_FIELDS = {"source", "era", "num_blocks_how", "pool_tokens_how"}
+_COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "num_blocks", "kv_cache_tokens_logged",
+                 "cpu_kv_cache_tokens_logged", "max_concurrency_tokens", "pool_tokens"}
+_MAX_CALIBRATION_NUMBER = 1e15  # as parse.MAX_LOG_NUMBER: no count or byte figure of a start-up comes near it
+
+
+def _field_value(name: str, value: Any) -> Any:
+    """One calibration field, checked against its kind (text, count, figure, byte interval, list of text);
+    refused naming the field and the value, never passed on to fail later."""
+    if name in _TEXT_FIELDS:
+        return _checked(name, value, isinstance(value, str), "text")
+    if name in ("ranks", "notes"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return tuple(_checked(name, value, ok, "a list of text"))
+    if value is None:
+        return None
+    if name == "available_kv_bytes_per_gpu":
+        ok = isinstance(value, list) and len(value) == 2 and all(_is_count(v) for v in value) and value[0] <= value[1]
+        lo, hi = _checked(name, value, ok, "[lo, hi] bytes (two whole numbers, lo <= hi)")
+        return int(lo), int(hi)
+    if name in _COUNT_FIELDS:
+        return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
+    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
+        return _checked(name, value, isinstance(value, str), "text or null")
+    lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+        and lo <= value <= _MAX_CALIBRATION_NUMBER
+    return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
+
+
+def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
+    if not ok:
+        raise BadInput(f"calibration field {name!r} must be {kind}, got {str(value)[:40]!r}")
+    return value
+
+
+def _is_count(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and float(value).is_integer() and 0 <= value <= _MAX_CALIBRATION_NUMBER)
 
 
 def gib_interval(gib: float) -> tuple[int, int]:
     """Bytes [lo, hi) that a figure printed as ``gib`` with two decimals can stand for."""
-    return int(math.ceil((gib - GIB_HALF_STEP) * GiB)), int(math.ceil((gib + GIB_HALF_STEP) * GiB))
+    return max(0, int(math.ceil((gib - GIB_HALF_STEP) * GiB))), int(math.ceil((gib + GIB_HALF_STEP) * GiB))
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,7 +426,8 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
         return _Derived(tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
                                      "while Mamba/GDN groups need only 1-2 blocks per request"))
     if lines.era == "v1-new":
-        return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len ({C} x {L:,}), not the "
+        logged = f" ({C} x {L:,})" if C is not None and L is not None else ""
+        return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len{logged}, not the "
                                "pool, and with several KV-cache groups the pool depends on them; pass --block-size and "
                                "--kv-cache-groups"))
     return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "

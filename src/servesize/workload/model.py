@@ -240,7 +240,7 @@ def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestCla
     kind = data.get("kind", "lognormal")
     allowed = {"lognormal": {"name", "kind", "median_tokens", "sigma", "prefix_tokens", "source"},
                "empirical": {"name", "kind", "lengths", "prefix_tokens", "source"}}
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in allowed:
         raise BadInput(f"workload file: {where}.kind must be 'lognormal' or 'empirical', got {kind!r}")
     unknown = sorted(set(data) - allowed[kind])
     if unknown:
