@@ -22,14 +22,15 @@ from typing import Any
 from servesize.errors import BadInput
 
 # -- files -------------------------------------------------------------------------------------------
-MAX_CONFIG_BYTES = 16 << 20          # a config.json: the largest real one here is ~40 KB (a VLM's)
+MAX_CONFIG_BYTES = 16 << 20          # a config.json: the largest in tests/fixtures is 88,567 bytes (an NVFP4 module list)
 MAX_LOG_BYTES = 256 << 20            # a vLLM start-up log: a few KB to a few MB with debug lines
 MAX_INPUT_BYTES = 2 << 30            # a request log or trace on disk (the 460 MB Claude Code trace is 31 MB gzipped)
 MAX_DECOMPRESSED_BYTES = 1 << 30     # what a gzip file may expand to (the 460 MB Claude Code trace fits): a gzip bomb stops here
 MAX_SMALL_FILE_BYTES = 64 << 20      # a workload or calibration file servesize wrote (a few KB)
 MAX_LINE_CHARS = 256 << 20           # one line of a request log: the largest Claude Code session line is ~3 MB
-MAX_LOG_LINE_CHARS = 1 << 20         # one vLLM log line is scanned up to here (its config line is ~10 KB)
-MAX_JSON_DEPTH = 64                  # nesting of any JSON servesize reads: real files nest under 10 deep
+MAX_LOG_LINE_CHARS = 1 << 20         # one vLLM log line is scanned up to here (a config line is a few KB)
+MAX_LOG_NUMBER = 10**15              # any count or GiB figure in a vLLM log or a calibration file (a pool is ~1e7 tokens)
+MAX_JSON_DEPTH = 64                  # nesting of any JSON servesize reads: the fixture configs nest 5 deep at most
 
 # -- model geometry ----------------------------------------------------------------------------------
 MAX_LAYERS = 4096                    # num_hidden_layers: the deepest real model is ~126 layers (Llama 3.1 405B)

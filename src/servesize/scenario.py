@@ -36,6 +36,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
+from servesize.limits import MAX_DRAWS, MAX_FILLS
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -493,9 +494,9 @@ class Scenario:
                                                "replaces the model's", "calibration", metavar="FILE")
 
     # -- Monte-Carlo ----------------------------------------------------------------------
-    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=100_000, metavar="N")
+    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=MAX_FILLS, metavar="N")
     draws: int = _p("int", "sessions drawn per fill (grown when a fill needs more)", "monte_carlo", default=2000, lo=1,
-                    hi=1 << 20, metavar="N")
+                    hi=MAX_DRAWS, metavar="N")
     seed: int = _p("int", "RNG seed: the same inputs give the same output", "monte_carlo", default=0, lo=0,
                    hi=2**63 - 1, metavar="N")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
 
@@ -91,7 +92,7 @@ class Calibration:
 _TEXT_FIELDS = {"source", "era", "num_blocks_how", "pool_tokens_how"}
 _COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "num_blocks", "kv_cache_tokens_logged",
                  "cpu_kv_cache_tokens_logged", "max_concurrency_tokens", "pool_tokens"}
-_MAX_CALIBRATION_NUMBER = 1e15  # as parse.MAX_LOG_NUMBER: no count or byte figure of a start-up comes near it
+_MAX_CALIBRATION_NUMBER = MAX_LOG_NUMBER  # no count or byte figure of a start-up comes near it
 
 
 def _field_value(name: str, value: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput
-from servesize.limits import MAX_LOG_LINE_CHARS
+from servesize.limits import MAX_LOG_LINE_CHARS, MAX_LOG_NUMBER
 
 # --------------------------------------------------------------------------------------------
 # Lines
@@ -38,7 +38,6 @@ _RANK = re.compile(
 _NUM = r"([0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?)"
 
 
-MAX_LOG_NUMBER = 1e15  # any count or GiB figure a vLLM log prints is far under this (a pool is ~1e7 tokens)
 
 
 class _Malformed(ValueError):
