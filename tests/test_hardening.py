@@ -403,3 +403,29 @@ def test_docs_list_every_cap_in_servesize_limits_with_its_value():
     assert set(rows) == set(caps), set(rows) ^ set(caps)
     for name, value in caps.items():
         assert rows[name] in _shown_value(value), (name, rows[name], value)
+
+
+def test_the_explorers_last_resort_says_it_is_a_bug_and_deep_json_is_a_400(monkeypatch, capsys):
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    import servesize.web.handlers as handlers
+    from servesize.web.app import make_app
+
+    async def broken(request):
+        raise RuntimeError("an invariant broke")
+
+    monkeypatch.setattr(handlers, "post_fit", broken)
+
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            bug = await client.post("/api/fit", data="{}")
+            deep = await client.post("/api/plan", data="[" * 100_000 + "]" * 100_000)
+            return bug.status, await bug.json(), deep.status, await deep.json()
+
+    status, body, deep_status, deep_body = asyncio.run(go())
+    assert status == 500 and body["error"].startswith("bug: RuntimeError: an invariant broke")
+    assert "please report it" in body["error"]
+    assert deep_status == 400 and "nested deeper" in deep_body["error"]
+    capsys.readouterr()  # the traceback went to the terminal's stderr
