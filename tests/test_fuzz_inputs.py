@@ -135,7 +135,8 @@ def often(good: list, bad: list):
     """A good value six times in seven: most cases then reach the engine, not only the parser."""
     return st.sampled_from(good) if not bad else st.one_of(*[st.sampled_from(good)] * 6, st.sampled_from(bad))
 JUNK = ["0", "-1", "1", "2", "16", "0.5", "1.5", "nan", "inf", "-inf", "1e400", "1e999999999", "9" * 400, "", " ", "abc",
-        "32k", "32K", "1m", "2.77m", "1_000", "0x10", "1e9", "-0", "1,2", "=", "--json", "\x00", "é", "1/0", "16GiB", "80GB"]
+        "32k", "32K", "1m", "2.77m", "1_000", "0x10", "1e9", "-0", "1,2", "=", "--json", "\x00", "é", "1/0", "16GiB", "80GB",
+        "[" * 3000 + "]" * 3000, '{"a":' * 100 + "1" + "}" * 100]
 GOOD = {
     "gpus": ["1xH100", "2xH100", "1xH200", "8xA100-80GB", "4xL40S", "1xRTX-4090", "0xH100", "1xNOPE", "H100", "3xH100",
              "1xB200", "1025xH100"],

@@ -75,6 +75,8 @@ FLAG_CASES = [
     (["measure", "pool", "--url", "http://127.0.0.1:9", "--prompt-tokens", "1e400"], "--prompt-tokens"),
     (["measure", "sessions", "--url", "http://127.0.0.1:9", "--median", "1e400"], "--median"),
     (["measure", "pool", "--url", "http://127.0.0.1:9", "--block-size", "-16"], "--block-size"),
+    (MEMORY + ["--speculative-config", "[" * 5000 + "]" * 5000], "--speculative-config"),  # was a RecursionError
+    (MEMORY + ["--limit-mm-per-prompt", '{"a":' * 100 + "1" + "}" * 100], "--limit-mm-per-prompt"),
 ]
 
 
@@ -429,3 +431,13 @@ def test_the_explorers_last_resort_says_it_is_a_bug_and_deep_json_is_a_400(monke
     assert "please report it" in body["error"]
     assert deep_status == 400 and "nested deeper" in deep_body["error"]
     capsys.readouterr()  # the traceback went to the terminal's stderr
+
+
+def test_an_uploaded_config_nested_past_the_cap_is_a_refusal_naming_it():
+    from servesize.web.requests import plan_request
+
+    nested: dict = {"a": 1}
+    for _ in range(900):
+        nested = {"a": nested}
+    with pytest.raises(ServesizeError, match="nested deeper than 64"):
+        plan_request({"model": {"model_type": "llama", "extra": nested}, "gpus": "1xH100"})

@@ -36,7 +36,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
-from servesize.limits import MAX_DRAWS, MAX_FILLS
+from servesize.limits import MAX_DRAWS, MAX_FILLS, MAX_JSON_DEPTH, check_depth
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -246,6 +246,11 @@ def _read_vllm_bytes(p: Param, value: Any) -> int:
     return _read_vllm_int(p, value)
 
 
+def _clipped(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _read_json(p: Param, value: Any) -> str:
     """A JSON object, kept as canonical text (sorted keys) so a Scenario stays hashable."""
     if isinstance(value, Mapping):
@@ -255,9 +260,12 @@ def _read_json(p: Param, value: Any) -> str:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {value!r}") from None
+        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {_clipped(value)}") from None
+    except RecursionError:
+        raise BadInput(f"{p.flag}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_depth(parsed, p.flag)
     if not isinstance(parsed, dict):
-        raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {value!r}")
+        raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {_clipped(value)}")
     return json.dumps(parsed, sort_keys=True)
 
 

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.limits import check_depth
 from servesize.model.architecture import Architecture, from_config, load_config_file
 
 _SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -223,10 +224,11 @@ class InlineConfig:
     def of(cls, config: Mapping[str, Any], name: str | None = None) -> InlineConfig:
         if not isinstance(config, Mapping):
             raise BadInput(f"a model config must be a JSON object, got {type(config).__name__}")
+        check_depth(config, "the model config")
         try:
             text = json.dumps(config, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise BadInput(f"the model config is not plain JSON: {exc}") from None
+            raise BadInput(f"the model config is not plain JSON: {str(exc)[:120]}") from None
         label = name or str(config.get("_name_or_path") or "") or "uploaded config.json"
         return cls(text, label)
 
