@@ -441,3 +441,60 @@ def test_an_uploaded_config_nested_past_the_cap_is_a_refusal_naming_it():
         nested = {"a": nested}
     with pytest.raises(ServesizeError, match="nested deeper than 64"):
         plan_request({"model": {"model_type": "llama", "extra": nested}, "gpus": "1xH100"})
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["memory", "qwen3.6-27b", "--gpus", "1xH100", "--vllm-version", "0.8.5", "--num-gpu-blocks-override", "1", "--json"],
+     "usable_kv_tokens"),
+])
+def test_a_pool_smaller_than_its_state_blocks_holds_zero_tokens_never_a_negative_figure(argv, field, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    steps = {step["name"]: step["value"] for step in json.loads(out)["derivation"]}
+    assert steps[field] == 0
+
+
+def test_a_zero_block_log_calibrates_to_a_zero_pool_never_a_negative_one():
+    text = ("CPU KV cache size: 0 tokens, Maximum concurrency for 0 tokens per request: 0x\n"
+            "CPU KV cache size: 699,008 tokens, Maximum concurrency for 2,048 tokens per request: 341.31x")
+    cal = calibrate(parse_vllm_log(text, "fuzzed.log"), block_size=16)
+    assert cal.pool_tokens is None or cal.pool_tokens >= 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["fit", "--gpus", "1xH100", "--models", "[" * 3000], "unknown model"),          # was OSError: file name too long
+    (["memory", "~nosuchuser-x/config.json", "--gpus", "1xH100"], "no such user"),  # was RuntimeError
+    (["memory", "/" + "a" * 3000 + ".json", "--gpus", "1xH100"], "config"),
+])
+def test_a_model_name_that_is_no_path_is_one_short_line(argv, fragment, capsys):
+    code, _, err = run(argv, capsys)
+    assert_refused(code, err, fragment)
+    assert len(err) < 500
+
+
+def test_config_strings_that_servesize_looks_up_must_be_names():
+    config = json.loads((CONFIGS / "Qwen--Qwen3.5-27B" / "config.json").read_text())
+    config["text_config"]["mamba_ssm_dtype"] = [None]
+    with pytest.raises(BadInput, match="'mamba_ssm_dtype'"):
+        from_config(config)
+
+
+def test_a_workload_class_source_must_be_text_and_prompts_hold_a_token(tmp_path):
+    from servesize.workload.files import load_workload
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"user": {"kind": "lognormal", "median_tokens": 1000, "sigma": 1.0, "source": -1}}))
+    with pytest.raises(BadInput, match="user.source must be text"):
+        load_workload(path)
+    rows = [{"usage": {"prompt_tokens": 1000 + i}} for i in range(20)] + [{"usage": {"prompt_tokens": 1e-11}}]
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    obs = read_token_counts(log)
+    assert obs.skipped == 1 and "at least one" in obs.skip_examples[0]
+
+
+def test_a_count_in_the_config_line_printed_with_a_decimal_reads(tmp_path):
+    text = ("INFO Initializing a V1 LLM engine (v0.10.2) with config: model='m', max_seq_len=16.0, block_size=16.0,\n"
+            "INFO GPU KV cache size: 1,024 tokens\n")
+    facts = parse_vllm_log(text)
+    assert facts.value("max_model_len") == 16 and facts.value("block_size") == 16

@@ -45,12 +45,12 @@ def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BY
                gunzip: bool = False) -> bytes:
     """The bytes of the regular file at ``path``, at most ``max_bytes`` (and decompressed when it is gzip
     and ``gunzip``), or one line naming ``what`` and the reason."""
-    name = os.fspath(path)
-    info = require_regular(name, what)
+    info = require_regular(path, what)
+    name = _shown(os.fspath(path))
     if info.st_size > max_bytes:
         raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
     try:
-        with open(name, "rb") as fh:
+        with open(path, "rb") as fh:
             raw = read_at_most(fh, max_bytes)
     except OSError as exc:
         raise BadInput(f"{what} {name}: cannot read it ({exc.strerror or exc})") from None
@@ -62,6 +62,11 @@ def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BY
 
 
 _CHUNK = 4 << 20
+
+
+def _shown(name: str) -> str:
+    """A file name as a message shows it: a name past 200 characters is cut (the message stays one short line)."""
+    return name if len(name) <= 200 else name[:197] + "..."
 
 
 def read_at_most(fh, max_bytes: int) -> bytes:
@@ -79,9 +84,10 @@ def read_at_most(fh, max_bytes: int) -> bytes:
 def require_regular(path: str | os.PathLike, what: str) -> os.stat_result:
     """The stat of the regular file at ``path``; a directory, FIFO, socket or device is refused before
     anything opens it (opening a FIFO blocks until a writer comes)."""
-    name = os.fspath(path)
+    full = os.fspath(path)
+    name = _shown(full)
     try:
-        info = os.stat(name)
+        info = os.stat(full)
     except FileNotFoundError:
         raise BadInput(f"{what} {name}: cannot read it (no such file)") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name

@@ -118,7 +118,7 @@ class Architecture:
 def load_config_file(path: str | pathlib.Path) -> dict:
     """Read a config.json (or a model folder holding one). Errors are one line."""
     p = pathlib.Path(path)
-    if p.is_dir():
+    if _is_dir(p):
         for name in ("config.json", "config.partial.json"):
             if (p / name).is_file():
                 p = p / name
@@ -134,6 +134,13 @@ def load_config_file(path: str | pathlib.Path) -> dict:
     if not isinstance(data, dict):
         raise BadInput(f"{path}: a config.json must be a JSON object")
     return data
+
+
+def _is_dir(p: pathlib.Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system: read_input says so
+        return False
 
 
 def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:

@@ -393,8 +393,16 @@ def _qwen_gdn_fields(c: CommonFields) -> dict[str, Any]:
     return {
         "attn_output_gate": bool(text.get("attn_output_gate", True)),
         "mtp_layers": c.whole("mtp_num_hidden_layers", None, hi=MAX_LAYERS) or c.whole("num_nextn_predict_layers", 0, hi=MAX_LAYERS),
-        "mamba_ssm_dtype": text.get("mamba_ssm_dtype"),
+        "mamba_ssm_dtype": _dtype_name(c, "mamba_ssm_dtype"),
     }
+
+
+def _dtype_name(c: CommonFields, key: str) -> str | None:
+    """A dtype field (``mamba_ssm_dtype``): absent or one of the dtypes servesize knows the bytes of."""
+    value = c.text.get(key)
+    if value is not None and (not isinstance(value, str) or value not in DTYPE_BYTES):
+        raise BadInput(f"config field {key!r} must be one of {', '.join(sorted(DTYPE_BYTES))}, got {_shown(value)}")
+    return value
 
 
 def _qwen_gdn(c: CommonFields) -> FamilyParts:

@@ -403,9 +403,9 @@ def _pool_from_block_count(lines: _PoolLines, n: int | None) -> _Derived[int | N
     if n is None or not B or not G:
         return None
     if G == 1:
-        return _Derived((n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
+        return _Derived(max(0, n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
     if lines.mamba:
-        return _Derived((n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
+        return _Derived(max(0, n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
                                       f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)"))
     return None
 

@@ -101,7 +101,7 @@ def _config_facts(m: re.Match) -> dict:
     ):
         hit = re.search(rf"\b{key}=([0-9.]+)\b", text)
         if hit:
-            out[name] = conv(hit.group(1))
+            out[name] = _i(hit.group(1)) if conv is int else _n(hit.group(1))
     for key in ("kv_cache_dtype", "quantization", "dtype", "enforce_eager", "enable_prefix_caching"):
         hit = re.search(rf"\b{key}=([A-Za-z0-9_.]+)", text)
         if hit:

@@ -246,6 +246,9 @@ def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestCla
     if unknown:
         raise BadInput(f"workload file: unknown field(s) in {where}: {', '.join(unknown)}")
     name = data.get("name", where)
+    for key, text in (("name", name), ("source", data.get("source", ""))):
+        if not isinstance(text, str):
+            raise BadInput(f"workload file: {where}.{key} must be text, got {str(text)[:40]!r}")
     if kind == "lognormal":
         for key in ("median_tokens", "sigma"):
             if key not in data:

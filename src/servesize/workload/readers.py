@@ -121,12 +121,12 @@ def _number(value, where: str) -> float | None:
 
 
 def _count(value, where: str) -> float:
-    """A prompt length: a number > 0, else _BadRow (an empty cell is a row without its count)."""
+    """A prompt length: a number >= 1, else _BadRow (an empty cell is a row without its count)."""
     x = _number(value, where)
     if x is None:
         raise _BadRow(f"{where}: empty")
-    if x == 0:
-        raise _BadRow(f"{where}: 0 tokens")
+    if x < 1:
+        raise _BadRow(f"{where}: {x:g} tokens (a prompt holds at least one)")
     return x
 
 
