@@ -498,3 +498,30 @@ def test_a_count_in_the_config_line_printed_with_a_decimal_reads(tmp_path):
             "INFO GPU KV cache size: 1,024 tokens\n")
     facts = parse_vllm_log(text)
     assert facts.value("max_model_len") == 16 and facts.value("block_size") == 16
+
+
+def test_a_v0_peak_below_the_weights_it_includes_is_no_activation_figure():
+    text = ("Model loading took 25.0 GiB memory and 5.4 seconds\n"
+            "Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB "
+            "memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90\n"
+            "# GPU blocks: 1478, # CPU blocks: 2048\n")
+    cal = calibrate(parse_vllm_log(text, "v0.log"))
+    assert cal.activation_gib is None
+    assert any("lines disagree" in note for note in cal.notes)
+
+
+@pytest.mark.parametrize("argv", [
+    MEMORY + ["--max-num-seqs", "²"],                                  # '²'.isdigit() is True; int('²') a ValueError
+    ["measure", "sessions", "--url", "http://127.0.0.1:9", "--users", "²"],
+    MEMORY + ["--vllm-version", "9" * 5000],                            # past Python's int digit limit
+])
+def test_unicode_digits_and_endless_versions_are_one_line(argv, capsys):
+    code, _, err = run(argv, capsys)
+    assert_refused(code, err)
+
+
+def test_a_log_whose_version_has_a_superscript_digit_calibrates(tmp_path, capsys):
+    path = tmp_path / "server.log"
+    path.write_text("INFO vLLM API server version 0.2¹\nINFO GPU KV cache size: 1,024 tokens\n")
+    code, _, err = run(["calibrate", "--vllm-log", str(path)], capsys)
+    assert code == 0 and "bug" not in err, err

@@ -172,7 +172,8 @@ def _read_int(p: Param, value: Any) -> int:
         raise p._refuse(value, "a whole number")
     if isinstance(value, int):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value.strip()) <= 40:
+    if isinstance(value, str) and value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit() \
+            and len(value.strip()) <= 40:  # ASCII: '²'.isdigit() is True, int('²') a ValueError
         return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
     try:
         number = float(str(value).strip()) if not isinstance(value, float) else value

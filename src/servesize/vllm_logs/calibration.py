@@ -475,7 +475,11 @@ def _activation_gib(facts: LogFacts, weights_gib: float | None) -> _Derived[floa
     activation = facts.value("activation_gib") or (facts.value("suggestion") or {}).get("activation_gib")
     profile = facts.value("v0_memory_profile") or {}
     if activation is None and "peak_torch_memory" in profile and weights_gib is not None:
-        return _Derived(round(profile["peak_torch_memory"] - weights_gib, 4),
+        peak = profile["peak_torch_memory"]
+        if peak < weights_gib:  # the peak includes the weights: these two lines are not from one start-up
+            return _Derived(None, notes=(f"activation unknown: the V0 peak_torch_memory ({peak} GiB) is below the weights "
+                                         f"({weights_gib} GiB) it includes, so the lines disagree",))
+        return _Derived(round(peak - weights_gib, 4),
                         notes=("activation = V0 peak_torch_memory - weights (the V0 peak includes the weights)",))
     return _Derived(activation)
 
