@@ -21,6 +21,7 @@ from servesize.engine.models_table import ModelRow, ModelsResult, model_row
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.errors import BadInput
+from servesize.limits import require_regular
 from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
@@ -339,6 +340,7 @@ def _simulation_trace(trace: Any, trace_format: str | None, trace_block_size: in
 
 def _is_workload_file(path: str) -> bool:
     """A workload file as ``servesize workload fit --out`` writes it (JSON with its format key), not a trace."""
+    require_regular(path, "trace")
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)

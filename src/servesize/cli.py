@@ -14,7 +14,9 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import sys
+import threading
 
 from servesize import __version__
 
@@ -46,6 +48,9 @@ examples:
 Every command takes --json (one JSON document on stdout, nothing else) and --explain
 (the derivation of each number). Exit codes: 0 ok, 2 refused or bad input.
 """
+
+
+BUG_EXIT = 1  # an exception servesize did not expect: a bug, printed as one (one line)
 
 
 class UsageError(Exception):
@@ -110,7 +115,41 @@ def _command_named(argv: list[str], commands) -> str | None:
     return None
 
 
+class _SigTerm(BaseException):
+    """SIGTERM outside a measurement (a long plan, fleet or simulate): ended as Ctrl-C ends it."""
+
+
+def _on_sigterm(signum, frame):
+    raise _SigTerm
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: its exit code (0 ok, 2 refused or bad input, 3 vLLM would not start, 130 Ctrl-C,
+    143 SIGTERM, 1 a bug, printed as one). SIGTERM anywhere ends the command with one line, as Ctrl-C does;
+    a measurement installs its own handler for the run (the record is closed first)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return _main(argv)
+    except _SigTerm:
+        print("servesize: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("servesize: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the last resort: a bug, said to be one (tests/test_fuzz_inputs.py fails if a case reaches it)
+        if os.environ.get("SERVESIZE_DEBUG"):
+            raise
+        text = str(exc).splitlines()[0][:200] if str(exc).strip() else ""
+        print(f"servesize: bug: {type(exc).__name__}: {text} -- servesize's fault, not your input's; "
+              "rerun with SERVESIZE_DEBUG=1 for the traceback and please report it", file=sys.stderr)
+        return BUG_EXIT
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str] | None) -> int:
     from servesize.errors import ServesizeError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -135,17 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
-    except KeyboardInterrupt:
-        print("servesize: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # a bug: still one line, the traceback only on request
-        if os.environ.get("SERVESIZE_DEBUG"):
-            raise
-        print(f"servesize: internal error: {type(exc).__name__}: {exc} (a bug; rerun with SERVESIZE_DEBUG=1 "
-              "for the traceback and please report it)", file=sys.stderr)
-        return 1
 
 
 def _emit(result, args) -> int:

@@ -3,7 +3,8 @@
 Every error servesize raises on purpose derives from ``ServesizeError``; the CLI prints
 ``servesize: <message>`` and exits with the error's ``exit_code``: 2 for bad input and refusals,
 3 when servesize predicts that vLLM itself would refuse to start (``WouldNotStart``), 130 on Ctrl-C
-and 143 on SIGTERM during a measurement. Anything else is a bug and is reported as one too (exit 1).
+and 143 on SIGTERM (a measurement records it first). Anything else is a bug, printed as one line
+that says so (``servesize: bug: ...``, exit 1); the fuzz suite (tests/test_fuzz_inputs.py) fails on any case that reaches it.
 """
 
 

@@ -36,6 +36,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
+from servesize.limits import MAX_DRAWS, MAX_FILLS, MAX_JSON_DEPTH, check_depth
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -171,7 +172,8 @@ def _read_int(p: Param, value: Any) -> int:
         raise p._refuse(value, "a whole number")
     if isinstance(value, int):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value.strip()) <= 40:
+    if isinstance(value, str) and value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit() \
+            and len(value.strip()) <= 40:  # ASCII: '²'.isdigit() is True, int('²') a ValueError
         return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
     try:
         number = float(str(value).strip()) if not isinstance(value, float) else value
@@ -245,6 +247,11 @@ def _read_vllm_bytes(p: Param, value: Any) -> int:
     return _read_vllm_int(p, value)
 
 
+def _clipped(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _read_json(p: Param, value: Any) -> str:
     """A JSON object, kept as canonical text (sorted keys) so a Scenario stays hashable."""
     if isinstance(value, Mapping):
@@ -254,9 +261,12 @@ def _read_json(p: Param, value: Any) -> str:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {value!r}") from None
+        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {_clipped(value)}") from None
+    except RecursionError:
+        raise BadInput(f"{p.flag}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_depth(parsed, p.flag)
     if not isinstance(parsed, dict):
-        raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {value!r}")
+        raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {_clipped(value)}")
     return json.dumps(parsed, sort_keys=True)
 
 
@@ -493,9 +503,9 @@ class Scenario:
                                                "replaces the model's", "calibration", metavar="FILE")
 
     # -- Monte-Carlo ----------------------------------------------------------------------
-    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=100_000, metavar="N")
+    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=MAX_FILLS, metavar="N")
     draws: int = _p("int", "sessions drawn per fill (grown when a fill needs more)", "monte_carlo", default=2000, lo=1,
-                    hi=1 << 20, metavar="N")
+                    hi=MAX_DRAWS, metavar="N")
     seed: int = _p("int", "RNG seed: the same inputs give the same output", "monte_carlo", default=0, lo=0,
                    hi=2**63 - 1, metavar="N")
 

@@ -61,7 +61,8 @@ def parse_tokens(text: str | int | float) -> int:
         return _whole(float(text), text, "a token count")
     value, suffix, mantissa = _split(str(text), "a token count (e.g. 32768, 31k, 16K, 2.77m)")
     if suffix in _TOKEN_BINARY:
-        if not mantissa.replace(",", "").replace("_", "").isdigit():
+        digits = mantissa.replace(",", "").replace("_", "")
+        if not (digits.isascii() and digits.isdigit()):
             raise BadInput(f"cannot read {text!r} as a token count: a binary suffix ({suffix} = 2**"
                            f"{_TOKEN_BINARY[suffix].bit_length() - 1}, as vLLM reads it) takes a whole number; "
                            f"did you mean {str(text).strip()[:-1]}{suffix.lower()} (decimal)?")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from servesize.commands._types import positive_int as _positive_int
 from servesize.errors import BadInput
+from servesize.limits import MAX_LOG_BYTES, read_input
 
 if TYPE_CHECKING:
     from servesize.vllm_logs.calibration import Calibration
@@ -104,8 +105,9 @@ def _calibration_rows(cal: Calibration) -> list[str]:
     if cal.kv_cache_tokens_logged is not None:
         rows.append(f"    KV tokens as logged    {cal.kv_cache_tokens_logged:,}")
     if cal.max_concurrency is not None:
-        rows.append(f"    max concurrency        {cal.max_concurrency:.2f}x at "
-                    f"{cal.max_concurrency_tokens or cal.max_model_len:,} tokens")
+        per_request = cal.max_concurrency_tokens or cal.max_model_len
+        rows.append(f"    max concurrency        {cal.max_concurrency:.2f}x"
+                    + (f" at {per_request:,} tokens" if per_request else " (tokens per request not logged)"))
     pool = "unknown" if cal.pool_tokens is None else f"{cal.pool_tokens:,} tokens"
     rows.append(f"    pool                   {pool}  ({cal.pool_tokens_how})")
     rows += _memory_rows(cal)
@@ -119,13 +121,7 @@ def _memory_rows(cal: Calibration) -> list[str]:
 
 
 def _read(path: str) -> str:
-    p = pathlib.Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise BadInput(f"--vllm-log {path}: is a directory, not a log file") from None
-    except OSError as exc:
-        raise BadInput(f"--vllm-log {path}: cannot read it ({exc.strerror or exc})") from None
+    data = read_input(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True)
     return data.decode("utf-8", errors="replace")
 
 

@@ -26,7 +26,7 @@ def _users(text: str) -> list[int]:
     from servesize.measure.sessions import MAX_RUNGS, MAX_USERS
 
     parts = [x.strip() for x in text.split(",") if x.strip()]
-    if not parts or len(parts) > MAX_RUNGS or any(len(x) > 7 or not x.isdigit() for x in parts):
+    if not parts or len(parts) > MAX_RUNGS or any(len(x) > 7 or not (x.isascii() and x.isdigit()) for x in parts):
         raise BadInput(f"--users {text!r} is not a comma list of 1 to {MAX_RUNGS} user counts, e.g. 4,8,16")
     out = sorted({int(x) for x in parts})
     if out[0] < 1 or out[-1] > MAX_USERS:

@@ -498,10 +498,11 @@ def _usable_tokens(kinds: _Kinds, groups: list[KvGroup], n: int, d: Derivation) 
     full_groups = _full_groups(kinds, groups)
     other_blocks = sum(g.blocks_per_request for g in groups if g not in full_groups)
     attn_block = full_groups[0].block_size
-    usable = d.step("usable_kv_tokens", "block_size * (num_blocks - 1 - other_blocks) // full_groups", unit="tokens",
-                    block_size=attn_block, num_blocks=n, other_blocks=other_blocks, full_groups=len(full_groups),
-                    note="block 0 is the null block; window/state groups pin their blocks per request (shown for one request)")
-    return max(usable, 0), attn_block
+    usable = d.step("usable_kv_tokens", "max(0, block_size * (num_blocks - 1 - other_blocks) // full_groups)",
+                    unit="tokens", block_size=attn_block, num_blocks=n, other_blocks=other_blocks, full_groups=len(full_groups),
+                    note="block 0 is the null block; window/state groups pin their blocks per request (shown for one request); "
+                         "0 when the state blocks alone take the pool")
+    return usable, attn_block
 
 
 def _token_line_notes(dep: Deployment, groups: list[KvGroup], tokens: int, usable: int, attn_block: int,

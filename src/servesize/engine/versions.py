@@ -15,9 +15,11 @@ def parse_version(text: str) -> tuple[int, int, int]:
     core = str(text).strip().lstrip("v").split("+")[0]
     parts = []
     for piece in core.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if not piece.isdigit() else piece
+        digits = "".join(ch for ch in piece if "0" <= ch <= "9")  # ASCII only: '¹'.isdigit() is True
         if not digits:
             break
+        if len(digits) > 6:
+            raise BadInput(f"--vllm-version {text[:40]!r} is not a version such as 0.19.0")
         parts.append(int(digits))
     if not parts:
         raise BadInput(f"--vllm-version {text!r} is not a version such as 0.19.0")

@@ -79,7 +79,7 @@ def canonical_flag(flag: str) -> str:
     if spelled.startswith("--"):
         return "--" + spelled[2:].replace("_", "-").split(".", 1)[0]
     spelled = spelled.split(".", 1)[0]
-    if len(spelled) > 2 and spelled[:2] == "-O" and spelled[2:].isdigit():
+    if len(spelled) > 2 and spelled[:2] == "-O" and spelled[2:].isascii() and spelled[2:].isdigit():
         return "-O"
     return spelled
 

@@ -11,14 +11,14 @@ The layer kinds and what each caches are in ``layers.py``; one reader per model 
 
 from __future__ import annotations
 
-import json
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
-from servesize.model.families import SUPPORTED_MODEL_TYPES, family_of, read_common
+from servesize.limits import MAX_CONFIG_BYTES, parse_json, read_input
+from servesize.model.families import SUPPORTED_MODEL_TYPES, config_int, family_of, read_common
 from servesize.model.layers import (
     ATTENTION_KINDS,
     CHUNKED,
@@ -118,24 +118,29 @@ class Architecture:
 def load_config_file(path: str | pathlib.Path) -> dict:
     """Read a config.json (or a model folder holding one). Errors are one line."""
     p = pathlib.Path(path)
-    if p.is_dir():
+    if _is_dir(p):
         for name in ("config.json", "config.partial.json"):
             if (p / name).is_file():
                 p = p / name
                 break
         else:
             raise BadInput(f"{path}: folder has no config.json")
-    if not p.is_file():
-        raise BadInput(f"{path}: no such file")
+    raw = read_input(p, "config", MAX_CONFIG_BYTES)
     try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read ({exc})") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text (a config.json is JSON)") from None
+    data = parse_json(text, str(path))
     if not isinstance(data, dict):
         raise BadInput(f"{path}: a config.json must be a JSON object")
     return data
+
+
+def _is_dir(p: pathlib.Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system: read_input says so
+        return False
 
 
 def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
@@ -149,13 +154,14 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         if key in text:
             raise UnsupportedArchitecture(family.name, "unrecognised KV-cache field", (key,))
     quant = parse_quantization(config.get("quantization_config") or text.get("quantization_config"), family.name)
+    _rope_scaling(text, family.name)
     geometry: dict[str, Any] = {
         "head_dim": common.head_dim, "head_dim_explicit": common.head_dim_explicit, "num_kv_heads": common.num_kv_heads,
     }
     return Architecture(
-        name=name or (config.get("_name_or_path") or family.name),
+        name=name or str(config.get("_name_or_path") or family.name),
         model_type=family.name,
-        architectures=tuple(config.get("architectures") or ()),
+        architectures=_names(config, "architectures"),
         hidden_size=common.hidden_size,
         vocab_size=common.vocab_size,
         num_attention_heads=common.num_attention_heads,
@@ -163,11 +169,42 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         intermediate_size=common.intermediate_size,
         tie_word_embeddings=common.tie_word_embeddings,
         dtype=common.dtype,
-        max_position_embeddings=int(text.get("max_position_embeddings") or 0),
+        max_position_embeddings=config_int(text, "max_position_embeddings", family.name, 0, lo=1),
         moe=parts.moe,
         quantization=quant,
         config=dict(text),
-        vision_config=config.get("vision_config"),
+        vision_config=_table(config, "vision_config", family.name),
         warnings=common.warnings + parts.warnings,
         **{**geometry, **parts.fields},
     )
+
+
+def _names(config: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """A list of names (``architectures``): absent is none; anything but a list of strings is refused."""
+    value = config.get(key) or ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise BadInput(f"config field {key!r} must be a list of class names, got {str(value)[:40]!r}")
+    return tuple(value)
+
+
+def _table(config: Mapping[str, Any], key: str, family: str) -> Mapping[str, Any] | None:
+    """A nested config table (``vision_config``): absent/null is none; anything but a JSON object is refused."""
+    value = config.get(key)
+    if value is None or isinstance(value, Mapping):
+        return value
+    raise BadInput(f"config field {key!r} must be a JSON object, got {type(value).__name__}")
+
+
+def _rope_scaling(text: Mapping[str, Any], family: str) -> None:
+    """rope_scaling, read by the context limit (engine.deployment): an object whose factor is a finite
+    number > 0 and whose original_max_position_embeddings is a whole number >= 1."""
+    rope = text.get("rope_scaling")
+    if rope is None:
+        return
+    if not isinstance(rope, Mapping):
+        raise BadInput(f"config field 'rope_scaling' must be a JSON object, got {type(rope).__name__}")
+    factor = rope.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor < 1e6):
+        raise BadInput(f"config field 'rope_scaling.factor' must be a number in (0, 1e6), got {factor!r:.40}")
+    config_int(rope, "original_max_position_embeddings", family, None, lo=1, prefix="rope_scaling.")

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.limits import check_depth
 from servesize.model.architecture import Architecture, from_config, load_config_file
 
 _SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -223,10 +224,11 @@ class InlineConfig:
     def of(cls, config: Mapping[str, Any], name: str | None = None) -> InlineConfig:
         if not isinstance(config, Mapping):
             raise BadInput(f"a model config must be a JSON object, got {type(config).__name__}")
+        check_depth(config, "the model config")
         try:
             text = json.dumps(config, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise BadInput(f"the model config is not plain JSON: {exc}") from None
+            raise BadInput(f"the model config is not plain JSON: {str(exc)[:120]}") from None
         label = name or str(config.get("_name_or_path") or "") or "uploaded config.json"
         return cls(text, label)
 
@@ -245,14 +247,28 @@ def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
     entry = find_entry(spec)
     if entry is not None:
         return ResolvedModel(entry.architecture(), entry, f"catalogue: {entry.key}")
-    path = pathlib.Path(spec).expanduser()
-    if path.exists() or spec.endswith(".json") or spec.startswith((".", "/", "~")):
+    path = _path(spec)
+    if _exists(path) or spec.endswith(".json") or spec.startswith((".", "/", "~")):
         config = load_config_file(path)
         return ResolvedModel(from_config(config, _name_from_path(path, config)), None, f"file: {path}")
     if _looks_like_hf_id(spec):
         config_path = _hf_download(spec)
         return ResolvedModel(from_config(load_config_file(config_path), spec), None, f"huggingface: {spec}")
     raise BadInput(_unknown_message(spec))
+
+
+def _path(spec: str) -> pathlib.Path:
+    try:
+        return pathlib.Path(spec).expanduser()
+    except RuntimeError:  # ~nosuchuser
+        raise BadInput(f"{spec[:80]!r}: no such user's home folder") from None
+
+
+def _exists(path: pathlib.Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _name_from_path(path: pathlib.Path, config: dict) -> str:
@@ -286,5 +302,6 @@ def _unknown_message(spec: str) -> str:
     names = list(load_catalogue())
     close = difflib.get_close_matches(spec.lower(), names, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    return (f"unknown model {spec!r}: {hint}servesize models lists them; "
+    shown = spec if len(spec) <= 80 else spec[:77] + "..."
+    return (f"unknown model {shown!r}: {hint}servesize models lists them; "
             "or pass a config.json path, a model folder, or a Hugging Face id (org/name)")

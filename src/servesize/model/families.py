@@ -8,12 +8,14 @@ refuses a design of its family it does not model, naming the fields.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.limits import MAX_CONFIG_INT, MAX_LAYERS
 from servesize.model.layers import ChunkedLocal, FullAttention, GatedDeltaNet, Layer, Mamba2, Mla, Moe, SlidingWindow
 from servesize.model.quantization import DTYPE_BYTES
 
@@ -21,18 +23,37 @@ from servesize.model.quantization import DTYPE_BYTES
 # Fields every family reads the same way
 
 
-def _req(cfg: Mapping, key: str, model_type: str):
-    if key not in cfg or cfg[key] is None:
-        raise UnsupportedArchitecture(model_type, f"config lacks required field {key!r}", (key,))
-    return cfg[key]
+REQUIRED: Any = object()  # config_int: no default, the field must be there
+HEAD_DIM_RATIO = 8  # heads x head_dim within 1/8..8 x hidden_size: every model here is within 0.5..2 x
 
 
-def required_int(cfg: Mapping, key: str, model_type: str) -> int:
-    """``cfg[key]`` as a non-negative integer; refuse when absent, reject when not an integer."""
-    value = _req(cfg, key, model_type)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
-        raise BadInput(f"config field {key!r} must be a non-negative integer, got {value!r}")
+def config_int(cfg: Mapping, key: str, model_type: str, default: Any = REQUIRED, *, lo: int = 0,
+               hi: int = MAX_CONFIG_INT, prefix: str = "") -> Any:
+    """``cfg[key]`` as a whole number in [lo, hi] (JSON's 4096.0 reads as 4096); ``default`` when the field
+    is absent or null, and a refusal naming the field when it is required. A string, list, bool, NaN,
+    fraction or a number out of range is refused, naming the field, the value and the range."""
+    name = prefix + key
+    value = cfg.get(key) if isinstance(cfg, Mapping) else None
+    if value is None:
+        if default is REQUIRED:
+            raise UnsupportedArchitecture(model_type, f"config lacks required field {name!r}", (name,))
+        return default
+    number = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not number:
+        raise BadInput(f"config field {name!r} must be a whole number in [{lo:,}, {hi:,}], got {_shown(value)}")
+    if not lo <= value <= hi:
+        raise BadInput(f"config field {name!r} = {_shown(value)} is out of range: [{lo:,}, {hi:,}]")
     return int(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def required_int(cfg: Mapping, key: str, model_type: str, lo: int = 0, hi: int = MAX_CONFIG_INT) -> int:
+    """``cfg[key]`` as a whole number in [lo, hi]; refuse when absent (``config_int``)."""
+    return int(config_int(cfg, key, model_type, lo=lo, hi=hi))
 
 
 @dataclass(frozen=True)
@@ -53,9 +74,17 @@ class CommonFields:
     intermediate_size: int
     warnings: tuple[str, ...] = ()
 
-    def required(self, key: str) -> int:
-        """A required non-negative integer field of this family's config."""
-        return required_int(self.text, key, self.family)
+    def required(self, key: str, lo: int = 1, hi: int = MAX_CONFIG_INT) -> int:
+        """A required whole-number field of this family's config (a count or width: >= 1 unless said)."""
+        return required_int(self.text, key, self.family, lo, hi)
+
+    def whole(self, key: str, default: Any, lo: int = 0, hi: int = MAX_CONFIG_INT) -> Any:
+        """An optional whole-number field: ``default`` when absent or null, else checked (``config_int``)."""
+        return config_int(self.text, key, self.family, default, lo=lo, hi=hi)
+
+    def window(self, key: str) -> int | None:
+        """A window or chunk in tokens: absent or null is none; else a positive whole number."""
+        return self.whole(key, None, lo=1)
 
     def refuse(self, reason: str, fields: tuple[str, ...]) -> UnsupportedArchitecture:
         return UnsupportedArchitecture(self.family, reason, fields)
@@ -70,22 +99,36 @@ class CommonFields:
 def read_common(config: Mapping[str, Any], text: Mapping[str, Any], family: Family) -> CommonFields:
     """Hidden size, vocabulary, layer count, head geometry (cross-checked), dtype, tying and MLP width."""
     name = family.name
-    hidden = required_int(text, "hidden_size", name)
-    vocab = required_int(text, "vocab_size", name)
-    n_layers = required_int(text, "num_hidden_layers", name)
-    if n_layers == 0:
-        raise BadInput("config says num_hidden_layers = 0")
-    heads = required_int(text, "num_attention_heads", name) if family.needs_attention_heads else int(text.get("num_attention_heads") or 0)
-    kv_heads = int(text.get("num_key_value_heads") or heads)
+    hidden = required_int(text, "hidden_size", name, lo=1)
+    vocab = required_int(text, "vocab_size", name, lo=1)
+    n_layers = required_int(text, "num_hidden_layers", name, lo=1, hi=MAX_LAYERS)
+    if family.needs_attention_heads:
+        heads = required_int(text, "num_attention_heads", name, lo=1)
+    else:
+        heads = config_int(text, "num_attention_heads", name, 0)
+    kv_heads = config_int(text, "num_key_value_heads", name, heads, lo=1 if heads else 0, hi=max(heads, 1))
     head_dim_explicit = text.get("head_dim") is not None
-    head_dim = required_int(text, "head_dim", name) if head_dim_explicit else _implied_head_dim(hidden, heads, name)
+    head_dim = required_int(text, "head_dim", name, lo=1) if head_dim_explicit else _implied_head_dim(hidden, heads, name)
     if heads and kv_heads and heads % kv_heads:
         raise UnsupportedArchitecture(name, f"{heads} attention heads are not a multiple of {kv_heads} KV heads",
                                       ("num_attention_heads", "num_key_value_heads"))
+    if heads and head_dim_explicit:
+        _check_head_dim(hidden, heads, head_dim, name)
     dtype = _dtype(config, text)
     tie, warnings = _tie_word_embeddings(config, text, family)
     return CommonFields(name, text, hidden, vocab, n_layers, heads, kv_heads, head_dim, head_dim_explicit, dtype, tie,
-                        int(text.get("intermediate_size") or 0), warnings)
+                        config_int(text, "intermediate_size", name, 0), warnings)
+
+
+def _check_head_dim(hidden: int, heads: int, head_dim: int, family: str) -> None:
+    """An explicit head_dim need not be hidden_size / heads (Qwen3-0.6B: 128 x 16 heads = 2 x its 1,024 hidden;
+    Gemma 3 27B: 0.76 x), but attention that is HEAD_DIM_RATIO times wider or narrower than the residual
+    stream is a typo, not a design: refuse it naming the three fields."""
+    ratio = head_dim * heads / hidden
+    if not 1 / HEAD_DIM_RATIO <= ratio <= HEAD_DIM_RATIO:
+        raise BadInput(f"config head_dim {head_dim} x num_attention_heads {heads} = {head_dim * heads:,} is {ratio:.3g} x "
+                       f"hidden_size {hidden:,}; real models stay within {1 / HEAD_DIM_RATIO:g}-{HEAD_DIM_RATIO:g} x "
+                       "(fields: head_dim, num_attention_heads, hidden_size)")
 
 
 def _dtype(config: Mapping[str, Any], text: Mapping[str, Any]) -> str:
@@ -131,18 +174,27 @@ class FamilyParts:
 def _layers_from_types(c: CommonFields, types: Any, mapping: Mapping[str, Layer]) -> list[Layer]:
     if not isinstance(types, list) or len(types) != c.num_layers:
         raise c.refuse(f"layer_types must list {c.num_layers} layers", ("layer_types", "num_hidden_layers"))
-    unknown = sorted({t for t in types if t not in mapping})
+    unknown = sorted({repr(t) for t in types if not isinstance(t, str) or t not in mapping})
     if unknown:
-        raise c.refuse(f"unrecognised layer type(s) {', '.join(map(repr, unknown))}", ("layer_types",))
+        raise c.refuse(f"unrecognised layer type(s) {', '.join(unknown[:5])}", ("layer_types",))
     return [mapping[t] for t in types]
 
 
-def _every_nth_full(n_layers: int, every: Any, other: str) -> list[str]:
+def _every_nth_full(n_layers: int, every: int, other: str) -> list[str]:
     """Layer types where every ``every``-th layer is full attention and the rest ``other``."""
-    return ["full_attention" if (i + 1) % int(every) == 0 else other for i in range(n_layers)]
+    return ["full_attention" if (i + 1) % every == 0 else other for i in range(n_layers)]
 
 
-def _types_or_period(c: CommonFields, period_key: str, period: Any, other: str, missing: str) -> Any:
+def _period(c: CommonFields, *keys: str) -> int | None:
+    """A layer period (every n-th layer is global): the first of ``keys`` present, a whole number >= 1."""
+    for key in keys:
+        value = c.whole(key, None, lo=1, hi=MAX_LAYERS)
+        if value is not None:
+            return value
+    return None
+
+
+def _types_or_period(c: CommonFields, period_key: str, period: int | None, other: str, missing: str) -> Any:
     """``layer_types``, or the types a period field implies; both given -> they must agree."""
     types = c.text.get("layer_types")
     if types is None:
@@ -152,9 +204,11 @@ def _types_or_period(c: CommonFields, period_key: str, period: Any, other: str, 
     return _agreeing(c, types, period_key, period, other)
 
 
-def _agreeing(c: CommonFields, types: Any, period_key: str, period: Any, other: str) -> Any:
+def _agreeing(c: CommonFields, types: Any, period_key: str, period: int | None, other: str) -> Any:
     """Cross-check: ``layer_types`` must be the types a period field implies, when both are given."""
-    if period and list(types) != _every_nth_full(c.num_layers, period, other):
+    if not isinstance(types, list):
+        raise c.refuse("layer_types must be a list of layer type names", ("layer_types",))
+    if period and types != _every_nth_full(c.num_layers, period, other):
         raise c.refuse(f"layer_types disagrees with {period_key}", ("layer_types", period_key))
     return types
 
@@ -166,9 +220,9 @@ def _agreeing(c: CommonFields, types: Any, period_key: str, period: Any, other: 
 def _dense(c: CommonFields, *, may_slide: bool = False, slides_by_default: bool = False,
            bias_by_default: bool = False) -> FamilyParts:
     """Llama-style decoder: every layer full attention, or every layer one sliding window (Mistral, Phi-3)."""
-    window = c.text.get("sliding_window")
+    window = c.window("sliding_window") if may_slide else None
     use_swa = c.text.get("use_sliding_window", slides_by_default)
-    layer: Layer = c.sliding(int(window)) if window and use_swa and may_slide else c.full()
+    layer: Layer = c.sliding(window) if window and use_swa else c.full()
     return FamilyParts([layer] * c.num_layers, fields={"attention_bias": bool(c.text.get("attention_bias", bias_by_default))})
 
 
@@ -179,40 +233,63 @@ def _dense(c: CommonFields, *, may_slide: bool = False, slides_by_default: bool 
 def _routed_experts(c: CommonFields) -> Moe:
     """Mixtral / Qwen-MoE / MiniMax / GLM experts: every layer MoE (after first_k_dense_replace)."""
     text, inter = c.text, c.intermediate_size
-    n_exp = int(text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts") or 0)
+    n_exp = _first_int(c, ("num_local_experts", "num_experts", "n_routed_experts"))
     if not n_exp:
         raise c.refuse("a mixture-of-experts model without an expert count", ("num_experts", "num_local_experts", "n_routed_experts"))
-    expert_inter = int(text.get("moe_intermediate_size") or inter)
-    shared_n = int(text.get("n_shared_experts") or 0)
-    shared_inter = int(text.get("shared_expert_intermediate_size") or text.get("shared_intermediate_size") or 0)
+    expert_inter = c.whole("moe_intermediate_size", None, lo=1) or inter
+    shared_n = c.whole("n_shared_experts", 0)
+    shared_inter = _first_int(c, ("shared_expert_intermediate_size", "shared_intermediate_size"))
     if shared_n and not shared_inter:
         shared_inter = shared_n * expert_inter
     if shared_inter and not shared_n:
         shared_n = 1
-    sparse_step = int(text.get("decoder_sparse_step") or 1)
+    sparse_step = c.whole("decoder_sparse_step", 1, lo=1)
     if sparse_step != 1 or text.get("mlp_only_layers"):
         raise c.refuse("dense layers interleaved by decoder_sparse_step/mlp_only_layers are not modelled",
                        ("decoder_sparse_step", "mlp_only_layers"))
-    return Moe(n_exp, c.required("num_experts_per_tok"), expert_inter, shared_n, shared_inter,
-               int(text.get("first_k_dense_replace") or 0), 1, inter)
+    return Moe(n_exp, _experts_per_token(c, n_exp), expert_inter, shared_n, shared_inter,
+               _dense_first(c), 1, inter)
+
+
+def _first_int(c: CommonFields, keys: tuple[str, ...]) -> int:
+    """The first of ``keys`` the config sets (each checked), else 0."""
+    for key in keys:
+        value = c.whole(key, None)
+        if value:
+            return int(value)
+    return 0
+
+
+def _experts_per_token(c: CommonFields, n_experts: int) -> int:
+    """num_experts_per_tok, in [1, the expert count]: 64 of 8 experts would give more active than total."""
+    k = c.required("num_experts_per_tok")
+    if k > n_experts:
+        raise BadInput(f"config num_experts_per_tok {k} exceeds the {n_experts} experts "
+                       "(fields: num_experts_per_tok and the expert count)")
+    return k
+
+
+def _dense_first(c: CommonFields) -> int:
+    """first_k_dense_replace: leading dense layers, at most every layer."""
+    return int(c.whole("first_k_dense_replace", 0, hi=c.num_layers))
 
 
 def _moe(c: CommonFields, *, may_slide: bool = False, bias_by_default: bool = False) -> FamilyParts:
-    window = c.text.get("sliding_window")
-    layer: Layer = c.sliding(int(window)) if may_slide and window else c.full()
+    window = c.window("sliding_window") if may_slide else None
+    layer: Layer = c.sliding(window) if window else c.full()
     return FamilyParts([layer] * c.num_layers, _routed_experts(c),
                        fields={"attention_bias": bool(c.text.get("attention_bias", bias_by_default))})
 
 
 def _minimax_m2(c: CommonFields) -> FamilyParts:
     parts = _moe(c)
-    mtp = int(c.text.get("num_mtp_modules") or 0) if c.text.get("use_mtp") else 0
+    mtp = c.whole("num_mtp_modules", 0, hi=MAX_LAYERS) if c.text.get("use_mtp") else 0
     return replace(parts, fields={**parts.fields, "mtp_layers": mtp})
 
 
 def _glm4_moe(c: CommonFields) -> FamilyParts:
     parts = _moe(c, bias_by_default=True)
-    return replace(parts, fields={**parts.fields, "mtp_layers": int(c.text.get("num_nextn_predict_layers") or 0)})
+    return replace(parts, fields={**parts.fields, "mtp_layers": c.whole("num_nextn_predict_layers", 0, hi=MAX_LAYERS)})
 
 
 def _gpt_oss(c: CommonFields) -> FamilyParts:
@@ -220,7 +297,8 @@ def _gpt_oss(c: CommonFields) -> FamilyParts:
     types = c.text.get("layer_types")
     window = c.required("sliding_window")
     layers = _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
-    moe = Moe(c.required("num_local_experts"), c.required("num_experts_per_tok"), c.intermediate_size)
+    n_exp = c.required("num_local_experts")
+    moe = Moe(n_exp, _experts_per_token(c, n_exp), c.intermediate_size)
     return FamilyParts(layers, moe, fields={"attention_bias": bool(c.text.get("attention_bias", True))})
 
 
@@ -231,7 +309,7 @@ def _gpt_oss(c: CommonFields) -> FamilyParts:
 def _gemma3(c: CommonFields) -> FamilyParts:
     """Gemma 3: sliding layers with every n-th global, by layer_types or sliding_window_pattern."""
     window = c.required("sliding_window")
-    pattern = c.text.get("sliding_window_pattern") or c.text.get("_sliding_window_pattern")
+    pattern = _period(c, "sliding_window_pattern", "_sliding_window_pattern")
     types = _types_or_period(c, "sliding_window_pattern", pattern, "sliding_attention",
                              "neither layer_types nor sliding_window_pattern says which layers are local")
     return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
@@ -244,7 +322,7 @@ def _gemma2(c: CommonFields) -> FamilyParts:
     if types is None:
         types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(c.num_layers)]
     else:
-        pattern = c.text.get("sliding_window_pattern") or c.text.get("_sliding_window_pattern")
+        pattern = _period(c, "sliding_window_pattern", "_sliding_window_pattern")
         types = _agreeing(c, types, "sliding_window_pattern", pattern, "sliding_attention")
     return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
 
@@ -252,20 +330,21 @@ def _gemma2(c: CommonFields) -> FamilyParts:
 def _llama4(c: CommonFields) -> FamilyParts:
     """Llama 4: chunked local attention on the RoPE layers, global NoPE layers; MoE every n-th layer."""
     text, inter, warnings = c.text, c.intermediate_size, []
-    chunk = text.get("attention_chunk_size")
+    chunk = c.window("attention_chunk_size")
     no_rope = text.get("no_rope_layers")
     if no_rope is None:
         # transformers Llama4TextConfig default: every 4th layer is a global NoPE layer.
         no_rope = [int((i + 1) % 4 != 0) for i in range(c.num_layers)]
         warnings.append("no_rope_layers absent: every 4th layer global (transformers' Llama4TextConfig default)")
-    if len(no_rope) != c.num_layers:
+    if not isinstance(no_rope, list) or len(no_rope) != c.num_layers:
         raise c.refuse("no_rope_layers length differs from num_hidden_layers", ("no_rope_layers", "num_hidden_layers"))
     full = c.full()
-    local: Layer = ChunkedLocal(c.num_kv_heads, c.head_dim, c.head_dim, int(chunk)) if chunk else full
+    local: Layer = ChunkedLocal(c.num_kv_heads, c.head_dim, c.head_dim, chunk) if chunk else full
     layers = [local if uses_rope else full for uses_rope in no_rope]
-    step = int(text.get("interleave_moe_layer_step") or 1)
-    moe = Moe(c.required("num_local_experts"), c.required("num_experts_per_tok"), inter,
-              1, inter, 0, step, int(text.get("intermediate_size_mlp") or inter))
+    step = c.whole("interleave_moe_layer_step", 1, lo=1, hi=c.num_layers)
+    n_exp = c.required("num_local_experts")
+    moe = Moe(n_exp, _experts_per_token(c, n_exp), inter,
+              1, inter, 0, step, c.whole("intermediate_size_mlp", None, lo=1) or inter)
     return FamilyParts(layers, moe, warnings=tuple(warnings))
 
 
@@ -276,22 +355,22 @@ def _llama4(c: CommonFields) -> FamilyParts:
 def _deepseek(c: CommonFields, *, indexer: bool = False) -> FamilyParts:
     """DeepSeek-V2/V3 (Kimi K2): MLA layers, shared + routed experts after the first dense layers, MTP."""
     kv_lora, rope = c.required("kv_lora_rank"), c.required("qk_rope_head_dim")
-    nope, v_dim = c.required("qk_nope_head_dim"), c.required("v_head_dim")
+    nope, v_dim = c.required("qk_nope_head_dim", lo=0), c.required("v_head_dim")
     fields: dict[str, Any] = {
         "head_dim": nope + rope, "head_dim_explicit": True,
         "num_kv_heads": c.num_attention_heads,  # MLA decompresses to per-head K/V; the cache holds one latent
-        "q_lora_rank": c.text.get("q_lora_rank"), "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope,
+        "q_lora_rank": c.whole("q_lora_rank", None, lo=1), "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope,
         "qk_nope_head_dim": nope, "v_head_dim": v_dim,
     }
     if indexer:  # DeepSeek-V3.2 sparse attention
         fields.update(index_head_dim=c.required("index_head_dim"), index_n_heads=c.required("index_n_heads"))
     n_exp = c.required("n_routed_experts")
-    freq = int(c.text.get("moe_layer_freq") or 1)
-    shared_n = int(c.text.get("n_shared_experts") or 0)
+    freq = c.whole("moe_layer_freq", 1, lo=1, hi=c.num_layers)
+    shared_n = c.whole("n_shared_experts", 0)
     expert_inter = c.required("moe_intermediate_size")
-    moe = Moe(n_exp, c.required("num_experts_per_tok"), expert_inter, shared_n, shared_n * expert_inter,
-              int(c.text.get("first_k_dense_replace") or 0), freq, c.intermediate_size)
-    fields["mtp_layers"] = int(c.text.get("num_nextn_predict_layers") or 0)
+    moe = Moe(n_exp, _experts_per_token(c, n_exp), expert_inter, shared_n, shared_n * expert_inter,
+              _dense_first(c), freq, c.intermediate_size)
+    fields["mtp_layers"] = c.whole("num_nextn_predict_layers", 0, hi=MAX_LAYERS)
     return FamilyParts([Mla(kv_lora, rope)] * c.num_layers, moe, fields)
 
 
@@ -301,7 +380,7 @@ def _deepseek(c: CommonFields, *, indexer: bool = False) -> FamilyParts:
 
 def _qwen_gdn_layers(c: CommonFields) -> list[Layer]:
     """Gated DeltaNet layers with every n-th full attention, by layer_types or full_attention_interval."""
-    interval = c.text.get("full_attention_interval")
+    interval = _period(c, "full_attention_interval")
     types = _types_or_period(c, "full_attention_interval", interval, "linear_attention",
                              "neither layer_types nor full_attention_interval")
     gdn = GatedDeltaNet(c.required("linear_num_key_heads"), c.required("linear_num_value_heads"), c.required("linear_key_head_dim"),
@@ -313,9 +392,17 @@ def _qwen_gdn_fields(c: CommonFields) -> dict[str, Any]:
     text = c.text
     return {
         "attn_output_gate": bool(text.get("attn_output_gate", True)),
-        "mtp_layers": int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0),
-        "mamba_ssm_dtype": text.get("mamba_ssm_dtype"),
+        "mtp_layers": c.whole("mtp_num_hidden_layers", None, hi=MAX_LAYERS) or c.whole("num_nextn_predict_layers", 0, hi=MAX_LAYERS),
+        "mamba_ssm_dtype": _dtype_name(c, "mamba_ssm_dtype"),
     }
+
+
+def _dtype_name(c: CommonFields, key: str) -> str | None:
+    """A dtype field (``mamba_ssm_dtype``): absent or one of the dtypes servesize knows the bytes of."""
+    value = c.text.get(key)
+    if value is not None and (not isinstance(value, str) or value not in DTYPE_BYTES):
+        raise BadInput(f"config field {key!r} must be one of {', '.join(sorted(DTYPE_BYTES))}, got {_shown(value)}")
+    return value
 
 
 def _qwen_gdn(c: CommonFields) -> FamilyParts:
@@ -327,8 +414,8 @@ def _qwen_gdn_moe(c: CommonFields) -> FamilyParts:
     """Qwen3-Next, Qwen3.5/3.6 MoE: the Gated DeltaNet hybrid with routed experts and one gated shared expert."""
     layers = _qwen_gdn_layers(c)
     n_exp = c.required("num_experts")
-    shared_inter = int(c.text.get("shared_expert_intermediate_size") or 0)
-    moe = Moe(n_exp, c.required("num_experts_per_tok"), c.required("moe_intermediate_size"),
+    shared_inter = c.whole("shared_expert_intermediate_size", 0)
+    moe = Moe(n_exp, _experts_per_token(c, n_exp), c.required("moe_intermediate_size"),
               1 if shared_inter else 0, shared_inter, 0, 1, c.intermediate_size)
     if c.text.get("mlp_only_layers"):
         raise c.refuse("dense mlp_only_layers are not modelled", ("mlp_only_layers",))
@@ -338,7 +425,7 @@ def _qwen_gdn_moe(c: CommonFields) -> FamilyParts:
 def _mamba2(c: CommonFields) -> FamilyParts:
     """Mamba2: every layer an SSM mixer, no attention."""
     m = Mamba2(c.required("num_heads"), c.required("head_dim"), c.required("state_size"),
-               int(c.text.get("n_groups") or 1), int(c.text.get("conv_kernel") or 4))
+               c.whole("n_groups", 1, lo=1), c.whole("conv_kernel", 4, lo=1, hi=1024))
     return FamilyParts([m] * c.num_layers)
 
 
@@ -405,7 +492,11 @@ def family_of(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
     if not outer_type:
         raise UnsupportedArchitecture("<missing>", "config has no model_type", ("model_type",))
     text = config.get("text_config") or config
+    if not isinstance(text, Mapping):
+        raise BadInput(f"config field 'text_config' must be a JSON object, got {type(text).__name__}")
     model_type = text.get("model_type") or outer_type
+    if not isinstance(outer_type, str) or not isinstance(model_type, str):
+        raise UnsupportedArchitecture(repr(outer_type)[:40], "model_type must be a string", ("model_type",))
     if outer_type not in SUPPORTED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedArchitecture(
             outer_type,

@@ -34,6 +34,7 @@ from typing import Any
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
 from servesize.model.architecture import Architecture
+from servesize.model.families import REQUIRED, config_int
 from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
 
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
@@ -386,9 +387,14 @@ def _vision(b: _Builder, arch: Architecture) -> None:
                                       ("vision_config.model_type",))
 
 
+def _v(arch: Architecture, vc, key: str, default: Any = REQUIRED, lo: int = 1) -> Any:
+    """A vision_config count or width: a whole number (>= 1 unless said), refused naming the field."""
+    return config_int(vc, key, arch.model_type, default, lo=lo, prefix="vision_config.")
+
+
 def _siglip(b: _Builder, arch: Architecture, vc) -> None:
-    hv, iv, n = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
-    patch, image, ch = int(vc["patch_size"]), int(vc["image_size"]), int(vc.get("num_channels", 3))
+    hv, iv, n = _v(arch, vc, "hidden_size"), _v(arch, vc, "intermediate_size"), _v(arch, vc, "num_hidden_layers")
+    patch, image, ch = _v(arch, vc, "patch_size"), _v(arch, vc, "image_size"), _v(arch, vc, "num_channels", 3)
     if vc.get("vision_use_head"):
         raise UnsupportedArchitecture(arch.model_type, "SigLIP with an attention-pooling head is not modelled",
                                       ("vision_config.vision_use_head",))
@@ -406,10 +412,10 @@ def _qwen2_5_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
     """Qwen2.5-VL's vision tower (transformers modeling_qwen2_5_vl.py): a bias-free Conv3d patch
     embedding, blocks of RMSNorm + qkv/proj attention (biases) + a gated SiLU MLP (biases), and a
     patch merger (RMSNorm, then two linears over merge^2 patches); rotary positions, no table."""
-    hv, iv, n = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
-    patch, tp = int(vc.get("patch_size") or vc.get("spatial_patch_size") or 14), int(vc.get("temporal_patch_size", 2))
-    ch = int(vc.get("in_channels") or vc.get("in_chans") or 3)
-    merge, out = int(vc.get("spatial_merge_size", 2)), int(vc.get("out_hidden_size") or arch.hidden_size)
+    hv, iv, n = _v(arch, vc, "hidden_size"), _v(arch, vc, "intermediate_size"), _v(arch, vc, "depth")
+    patch, tp = (_v(arch, vc, "patch_size", None) or _v(arch, vc, "spatial_patch_size", 14)), _v(arch, vc, "temporal_patch_size", 2)
+    ch = (_v(arch, vc, "in_channels", None) or _v(arch, vc, "in_chans", 3))
+    merge, out = _v(arch, vc, "spatial_merge_size", 2), _v(arch, vc, "out_hidden_size", arch.hidden_size)
     b.add("vision", "patch_embed", "channels * temporal_patch * patch * patch * v_hidden", linear=False,
           note="Conv3d patch embedding, no bias", channels=ch, temporal_patch=tp, patch=patch, v_hidden=hv)
     b.add("vision", "blocks", "v_layers * (4 * v_hidden * v_hidden + 3 * v_hidden * v_inter)", linear=True,
@@ -423,14 +429,14 @@ def _qwen2_5_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
 
 
 def _qwen3_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
-    hv, iv, n = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
-    patch, tp, ch = int(vc["patch_size"]), int(vc.get("temporal_patch_size", 2)), int(vc.get("in_channels", 3))
-    merge, out = int(vc.get("spatial_merge_size", 2)), int(vc.get("out_hidden_size") or arch.hidden_size)
+    hv, iv, n = _v(arch, vc, "hidden_size"), _v(arch, vc, "intermediate_size"), _v(arch, vc, "depth")
+    patch, tp, ch = _v(arch, vc, "patch_size"), _v(arch, vc, "temporal_patch_size", 2), _v(arch, vc, "in_channels", 3)
+    merge, out = _v(arch, vc, "spatial_merge_size", 2), _v(arch, vc, "out_hidden_size", arch.hidden_size)
     if vc.get("deepstack_visual_indexes"):
         raise UnsupportedArchitecture(arch.model_type, "deepstack mergers are not modelled", ("vision_config.deepstack_visual_indexes",))
     b.add("vision", "patch_pos_embed", "channels * temporal_patch * patch * patch * v_hidden + v_hidden + positions * v_hidden",
           linear=False, note="Conv3d patch embedding (+ bias) and learned position embedding",
-          channels=ch, temporal_patch=tp, patch=patch, v_hidden=hv, positions=int(vc.get("num_position_embeddings", 0)))
+          channels=ch, temporal_patch=tp, patch=patch, v_hidden=hv, positions=_v(arch, vc, "num_position_embeddings", 0))
     b.add("vision", "blocks", "v_layers * (3 * v_hidden * v_hidden + v_hidden * v_hidden + 2 * v_hidden * v_inter)", linear=True,
           note="attn.qkv, attn.proj, mlp.linear_fc1, mlp.linear_fc2", v_layers=n, v_hidden=hv, v_inter=iv)
     b.add("vision", "block_biases_norms", "v_layers * (3 * v_hidden + v_hidden + v_inter + v_hidden + 4 * v_hidden)",
@@ -503,7 +509,7 @@ def speculator_ledger(draft: Architecture, method: str) -> ParamLedger:
         b.add("lm_head", "lm_head", "0", linear=True, note="the target's LM head (shared)")
         b.add("attention", "fc", "2 * hidden * hidden", linear=True, note="fusion of [embedding; hidden]", hidden=h)
     else:
-        vocab = int(draft.config.get("draft_vocab_size") or draft.vocab_size)
+        vocab = config_int(draft.config, "draft_vocab_size", draft.model_type, None, lo=1) or draft.vocab_size
         b.add("lm_head", "lm_head", "draft_vocab * hidden", linear=True, note="EAGLE-3's own LM head", draft_vocab=vocab,
               hidden=h)
         b.add("attention", "fc", "3 * hidden * hidden", linear=True, note="fusion of three hidden states", hidden=h)

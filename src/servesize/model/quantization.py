@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servesize.errors import UnsupportedArchitecture
+from servesize.errors import BadInput, UnsupportedArchitecture
 
 # config.json torch_dtype / dtype -> bytes per element
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4, "fp32": 4, "fp16": 2, "bf16": 2}
@@ -34,22 +34,60 @@ class Quantization:
     double_quant: bool = False  # bitsandbytes 4-bit: the absmax itself quantised to 8 bits
 
 
-def parse_quantization(q: Mapping[str, Any] | None, family: str) -> Quantization | None:
+def parse_quantization(q: Any, family: str) -> Quantization | None:
     if not q:
         return None
-    method = str(q.get("quant_method", "")).lower()
-    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())  # module patterns left at 16 bits
+    if not isinstance(q, Mapping):  # "fp8" as a string, a list: not what transformers writes
+        raise BadInput(f"config field 'quantization_config' must be a JSON object with a quant_method, got {_shown(q)}")
+    method = q.get("quant_method", "")
+    if not isinstance(method, str):
+        raise BadInput(f"config field 'quantization_config.quant_method' must be a string, got {_shown(method)}")
+    method = method.lower()
+    skip = _patterns(q.get("modules_to_not_convert") or q.get("ignore") or ())  # module patterns left at 16 bits
     read = _READERS.get(method)
     if read is None:
         raise UnsupportedArchitecture(family, f"quantization method {method!r} is not modelled", ("quantization_config.quant_method",))
     return replace(read(q, method, skip, family), checkpoint_method=method)
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise BadInput(f"config field 'quantization_config.modules_to_not_convert' must be a list of module names, got {_shown(value)}")
+    return tuple(value)
+
+
+def _whole(q: Mapping[str, Any], key: str, default: Any, lo: int, hi: int) -> Any:
+    """quantization_config[key] as a whole number in [lo, hi], ``default`` when absent, else refused by name."""
+    value = q.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())) \
+            or not lo <= value <= hi:
+        raise BadInput(f"config field 'quantization_config.{key}' must be a whole number in [{lo}, {hi:,}], got {_shown(value)}")
+    return int(value)
+
+
 def _fp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
-    block = q.get("weight_block_size")
+    block = _block(q.get("weight_block_size"))
     scales = f" block {block[0]}x{block[1]}" if block else " per-tensor"
-    return Quantization("fp8", 8, block=tuple(block) if block else None, unquantized=skip,
-                        source="quantization_config: fp8" + scales)
+    return Quantization("fp8", 8, block=block, unquantized=skip, source="quantization_config: fp8" + scales)
+
+
+def _block(value: Any) -> tuple[int, int] | None:
+    """weight_block_size: absent (per-tensor scales) or two whole numbers >= 1 ([128, 128])."""
+    if value is None:
+        return None
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        not isinstance(v, bool) and isinstance(v, int) and 1 <= v <= 1 << 20 for v in value)
+    if not ok:
+        raise BadInput("config field 'quantization_config.weight_block_size' must be two whole numbers >= 1 "
+                       f"(rows, columns: [128, 128]), got {_shown(value)}")
+    return int(value[0]), int(value[1])
 
 
 def _mxfp4(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
@@ -59,9 +97,12 @@ def _mxfp4(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str
 
 def _integer(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
     """GPTQ / AWQ / AutoRound: integer weights with a scale (and zero) per group."""
-    bits = int(q.get("bits") or q.get("w_bit") or 4)
-    group = q.get("group_size") or q.get("q_group_size") or 128
-    return Quantization("int4" if bits == 4 else f"int{bits}", bits, group_size=int(group) if group and int(group) > 0 else None,
+    bits = _whole(q, "bits", None, 1, 16) or _whole(q, "w_bit", 4, 1, 16)
+    if bits not in (2, 3, 4, 8):
+        raise UnsupportedArchitecture(family, f"{method} {bits}-bit weights are not modelled", ("quantization_config.bits",))
+    key = "group_size" if q.get("group_size") is not None else "q_group_size"
+    group = _whole(q, key, 128, -1, 1 << 20)  # -1 (or 0): one scale per output channel
+    return Quantization("int4" if bits == 4 else f"int{bits}", bits, group_size=group if group > 0 else None,
                         unquantized=skip, source=f"quantization_config: {method} {bits}-bit group {group}")
 
 
@@ -90,16 +131,19 @@ def _mxfp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str
 
 def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
     groups = q.get("config_groups") or {}
-    weights = [g.get("weights") or {} for g in groups.values()]
     field = ("quantization_config.config_groups",)
+    if not isinstance(groups, Mapping) or not all(isinstance(g, Mapping) and isinstance(g.get("weights") or {}, Mapping)
+                                                  for g in groups.values()):
+        raise UnsupportedArchitecture(family, "compressed-tensors config_groups must map names to {weights: {...}}", field)
+    weights = [g.get("weights") or {} for g in groups.values()]
     if not weights:
         raise UnsupportedArchitecture(family, "compressed-tensors config without config_groups", field)
-    widths = {int(w.get("num_bits", 0)) for w in weights}
+    widths = {_whole(w, "num_bits", 0, 0, 64) for w in weights}
     types = {str(w.get("type", "")) for w in weights}
     if len(widths) != 1:
         raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths", field)
     b = widths.pop()
-    group = next((w.get("group_size") for w in weights if w.get("group_size")), None)
+    group = next((g for g in (_whole(w, "group_size", None, 1, 1 << 20) for w in weights) if g), None)
     if b == 8 and types == {"float"}:
         return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
     if b == 8 and types == {"int"} and not group:
@@ -125,7 +169,9 @@ _MODELOPT_ALGOS = {"FP8", "NVFP4", "W4A16_NVFP4", "W4A8_NVFP4_FP8"}
 def _modelopt(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
     algo = str(q.get("quant_algo", "")).upper()
     kv = q.get("kv_cache_scheme") or {}
-    kv_bits = int(kv["num_bits"]) if kv.get("num_bits") else None
+    if not isinstance(kv, Mapping):
+        raise BadInput(f"config field 'quantization_config.kv_cache_scheme' must be a JSON object, got {_shown(kv)}")
+    kv_bits = _whole(kv, "num_bits", None, 1, 64) or None
     if q.get("quantized_layers"):
         return _modelopt_mixed(q, algo, skip, kv_bits, family)
     if algo == "FP8":
@@ -138,7 +184,11 @@ def _modelopt(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: 
 
 def _modelopt_mixed(q: Mapping[str, Any], algo: str, skip: tuple[str, ...], kv_bits: int | None, family: str) -> Quantization:
     """ModelOpt ``quantized_layers``: an algorithm per module (e.g. NVFP4 experts, FP8 attention)."""
-    per_module = tuple((name, str(spec.get("quant_algo", "")).upper()) for name, spec in q["quantized_layers"].items())
+    layers = q["quantized_layers"]
+    if not isinstance(layers, Mapping) or not all(isinstance(spec, Mapping) for spec in layers.values()):
+        raise UnsupportedArchitecture(family, "ModelOpt quantized_layers must map module names to {quant_algo: ...}",
+                                      ("quantization_config.quantized_layers",))
+    per_module = tuple((name, str(spec.get("quant_algo", "")).upper()) for name, spec in layers.items())
     unknown = sorted({a for _, a in per_module if a not in _MODELOPT_ALGOS})
     if unknown:
         raise UnsupportedArchitecture(family, f"ModelOpt algorithms {unknown} are not modelled", ("quantization_config.quantized_layers",))

@@ -52,6 +52,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.limits import MAX_DRAWS
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -61,7 +62,7 @@ from servesize.workload.model import Workload
 # host-to-device copies reach roughly 50 GB/s of it. A modelled assumption: pass the GPU's own
 # figure (or a measured one) as pcie_bytes_per_s.
 DEFAULT_PCIE_BYTES_PER_S = 50 * GB
-_MAX_DRAWS = 1 << 20
+_MAX_DRAWS = MAX_DRAWS  # the most a fill grows its draws to (servesize.limits)
 _MAX_ELEMENTS_PER_CHUNK = 4_000_000  # rows are processed in chunks of at most this many cells
 _PROBE = 32  # the first sessions of every fill: the median warm session's restore size
 PERCENTILES = (5, 50, 95)

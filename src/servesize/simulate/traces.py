@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import math
 import pathlib
 import re
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_DECOMPRESSED_BYTES, parse_json, read_at_most, require_regular
 from servesize.workload.readers import _dotted, _usage
 
 MOONCAKE_BLOCK_SIZE = 512  # tokens per hash id in the FAST'25 traces (kvcache-ai/Mooncake, FAST25-release/README.md)
@@ -326,6 +326,7 @@ def stable_id(value: Any) -> int:
 # ----------------------------------------------------------------------------------------------
 
 def _opener(path: pathlib.Path):
+    require_regular(path, "trace")
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
@@ -354,8 +355,10 @@ def iter_lines(path: pathlib.Path, report: ReadReport) -> Iterator[tuple[int, by
 
 def _json(line: bytes) -> Any:
     try:
-        return json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return parse_json(line, "the line", walk=False)
+    except BadInput as exc:
+        raise BadRecord(str(exc)[:120]) from None
+    except UnicodeDecodeError as exc:
         raise BadRecord(f"not JSON ({exc.__class__.__name__}: {str(exc)[:60]})") from None
 
 
@@ -709,9 +712,12 @@ def _json_array(path: pathlib.Path) -> list | None:
         return None
     try:
         with _opener(path)() as fh:
-            data = json.loads(fh.read())
-    except (ValueError, EOFError, OSError) as exc:
+            raw = read_at_most(fh, MAX_DECOMPRESSED_BYTES)
+    except (EOFError, OSError, zlib.error) as exc:
         raise BadInput(f"{path}: a JSON array that cannot be read ({exc})") from None
+    if len(raw) > MAX_DECOMPRESSED_BYTES:
+        raise BadInput(f"{path}: a JSON array over {MAX_DECOMPRESSED_BYTES:,} bytes (write it as JSONL, one record a line)")
+    data = parse_json(raw, str(path))
     if not isinstance(data, list):
         raise BadInput(f"{path}: expected a JSON array of records")
     return data

@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
 
@@ -84,19 +85,54 @@ class Calibration:
             raise BadInput(f"unknown calibration field(s): {', '.join(unknown)}")
         if "source" not in data or "era" not in data:
             raise BadInput("a calibration needs at least 'source' and 'era'")
-        kw = dict(data)
-        if kw.get("available_kv_bytes_per_gpu") is not None:
-            lo, hi = kw["available_kv_bytes_per_gpu"]
-            kw["available_kv_bytes_per_gpu"] = (int(lo), int(hi))
-        for name in ("ranks", "notes"):
-            if name in kw:
-                kw[name] = tuple(kw[name])
+        kw = {name: _field_value(name, value) for name, value in data.items()}
         return cls(**kw)
+
+
+_TEXT_FIELDS = {"source", "era", "num_blocks_how", "pool_tokens_how"}
+_COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "num_blocks", "kv_cache_tokens_logged",
+                 "cpu_kv_cache_tokens_logged", "max_concurrency_tokens", "pool_tokens"}
+_MAX_CALIBRATION_NUMBER = MAX_LOG_NUMBER  # no count or byte figure of a start-up comes near it
+
+
+def _field_value(name: str, value: Any) -> Any:
+    """One calibration field, checked against its kind (text, count, figure, byte interval, list of text);
+    refused naming the field and the value, never passed on to fail later."""
+    if name in _TEXT_FIELDS:
+        return _checked(name, value, isinstance(value, str), "text")
+    if name in ("ranks", "notes"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return tuple(_checked(name, value, ok, "a list of text"))
+    if value is None:
+        return None
+    if name == "available_kv_bytes_per_gpu":
+        ok = isinstance(value, list) and len(value) == 2 and all(_is_count(v) for v in value) and value[0] <= value[1]
+        lo, hi = _checked(name, value, ok, "[lo, hi] bytes (two whole numbers, lo <= hi)")
+        return int(lo), int(hi)
+    if name in _COUNT_FIELDS:
+        return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
+    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
+        return _checked(name, value, isinstance(value, str), "text or null")
+    lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+        and lo <= value <= _MAX_CALIBRATION_NUMBER
+    return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
+
+
+def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
+    if not ok:
+        raise BadInput(f"calibration field {name!r} must be {kind}, got {str(value)[:40]!r}")
+    return value
+
+
+def _is_count(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and float(value).is_integer() and 0 <= value <= _MAX_CALIBRATION_NUMBER)
 
 
 def gib_interval(gib: float) -> tuple[int, int]:
     """Bytes [lo, hi) that a figure printed as ``gib`` with two decimals can stand for."""
-    return int(math.ceil((gib - GIB_HALF_STEP) * GiB)), int(math.ceil((gib + GIB_HALF_STEP) * GiB))
+    return max(0, int(math.ceil((gib - GIB_HALF_STEP) * GiB))), int(math.ceil((gib + GIB_HALF_STEP) * GiB))
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,9 +403,9 @@ def _pool_from_block_count(lines: _PoolLines, n: int | None) -> _Derived[int | N
     if n is None or not B or not G:
         return None
     if G == 1:
-        return _Derived((n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
+        return _Derived(max(0, n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
     if lines.mamba:
-        return _Derived((n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
+        return _Derived(max(0, n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
                                       f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)"))
     return None
 
@@ -391,7 +427,8 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
         return _Derived(tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
                                      "while Mamba/GDN groups need only 1-2 blocks per request"))
     if lines.era == "v1-new":
-        return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len ({C} x {L:,}), not the "
+        logged = f" ({C} x {L:,})" if C is not None and L is not None else ""
+        return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len{logged}, not the "
                                "pool, and with several KV-cache groups the pool depends on them; pass --block-size and "
                                "--kv-cache-groups"))
     return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "
@@ -438,7 +475,11 @@ def _activation_gib(facts: LogFacts, weights_gib: float | None) -> _Derived[floa
     activation = facts.value("activation_gib") or (facts.value("suggestion") or {}).get("activation_gib")
     profile = facts.value("v0_memory_profile") or {}
     if activation is None and "peak_torch_memory" in profile and weights_gib is not None:
-        return _Derived(round(profile["peak_torch_memory"] - weights_gib, 4),
+        peak = profile["peak_torch_memory"]
+        if peak < weights_gib:  # the peak includes the weights: these two lines are not from one start-up
+            return _Derived(None, notes=(f"activation unknown: the V0 peak_torch_memory ({peak} GiB) is below the weights "
+                                         f"({weights_gib} GiB) it includes, so the lines disagree",))
+        return _Derived(round(peak - weights_gib, 4),
                         notes=("activation = V0 peak_torch_memory - weights (the V0 peak includes the weights)",))
     return _Derived(activation)
 

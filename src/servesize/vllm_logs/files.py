@@ -6,6 +6,7 @@ import json
 import pathlib
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_SMALL_FILE_BYTES, parse_json, read_input
 from servesize.vllm_logs.calibration import Calibration
 
 
@@ -16,12 +17,7 @@ def save_calibrations(calibrations: list[Calibration] | tuple[Calibration, ...],
 
 
 def load_calibrations(path: str | pathlib.Path) -> tuple[Calibration, ...]:
-    try:
-        data = json.loads(pathlib.Path(path).read_text())
-    except OSError as exc:
-        raise BadInput(f"cannot read calibration {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = parse_json(read_input(path, "calibration", MAX_SMALL_FILE_BYTES).decode("utf-8", errors="replace"), str(path))
     if isinstance(data, dict) and "calibrations" in data:
         return tuple(Calibration.from_dict(d) for d in data["calibrations"])
     return (Calibration.from_dict(data),)

@@ -12,6 +12,7 @@ This module reads text it is given; the command (``servesize calibrate``) reads 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 
 from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput
+from servesize.limits import MAX_LOG_LINE_CHARS, MAX_LOG_NUMBER
 
 # --------------------------------------------------------------------------------------------
 # Lines
@@ -36,12 +38,34 @@ _RANK = re.compile(
 _NUM = r"([0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?)"
 
 
+
+
+class _Malformed(ValueError):
+    """A number in a matched line that cannot be what vLLM printed (refused with the line: exit 2)."""
+
+
 def _n(text: str) -> float:
-    return float(text.replace(",", ""))
+    try:
+        x = float(text.replace(",", ""))
+    except ValueError:
+        raise _Malformed(f"{text[:40]!r} is not a number") from None
+    if not math.isfinite(x) or abs(x) > MAX_LOG_NUMBER:
+        raise _Malformed(f"{text[:40]!r} is past any figure vLLM prints ({MAX_LOG_NUMBER:g})")
+    return x
 
 
 def _i(text: str) -> int:
-    return int(text.replace(",", ""))
+    """A count as vLLM prints it (``290,864``; ``16.0`` reads as 16); a fraction is refused."""
+    x = _n(text)
+    if not x.is_integer():
+        raise _Malformed(f"{text[:40]!r} is not a whole number")
+    return int(x)
+
+
+def _not_negative(value: float, what: str) -> float:
+    if value < 0:
+        raise _Malformed(f"{what} {value:g} GiB is negative")
+    return value
 
 
 @dataclass(frozen=True)
@@ -77,7 +101,7 @@ def _config_facts(m: re.Match) -> dict:
     ):
         hit = re.search(rf"\b{key}=([0-9.]+)\b", text)
         if hit:
-            out[name] = conv(hit.group(1))
+            out[name] = _i(hit.group(1)) if conv is int else _n(hit.group(1))
     for key in ("kv_cache_dtype", "quantization", "dtype", "enforce_eager", "enable_prefix_caching"):
         hit = re.search(rf"\b{key}=([A-Za-z0-9_.]+)", text)
         if hit:
@@ -100,14 +124,14 @@ def _args_facts(m: re.Match) -> dict:
                       ("kv_cache_memory_bytes", int), ("num_gpu_blocks_override", int)):
         hit = re.search(rf"'{key}':\s*([0-9.]+)", text)
         if hit:
-            out[key] = conv(float(hit.group(1))) if conv is int else conv(hit.group(1))
+            out[key] = _i(hit.group(1)) if conv is int else _n(hit.group(1))
     return out
 
 
 def _v0_profile_facts(m: re.Match) -> dict:
     """V0 (~0.6): 'Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=... kv_cache_size=3.81GiB
     gpu_memory_utilization=0.90'. peak_torch_memory includes the weights (vllm-kv-sizing.md §2.2)."""
-    pairs = {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)(?:GiB)?", m.group(1))}
+    pairs = {k: _n(v) for k, v in re.findall(r"(\w+)=([0-9.]+)(?:GiB)?", m.group(1))}
     out: dict[str, Any] = {"v0_memory_profile": pairs}
     if "total_gpu_memory" in pairs:
         out["total_gpu_memory_gib"] = pairs["total_gpu_memory"]
@@ -136,19 +160,19 @@ def _suggestion_facts(m: re.Match) -> dict:
                          ("cudagraph_gib", r"([0-9.]+) GiB for (?:CUDAGraph|[A-Z]PU graph) memory")):
         hit = re.search(pattern, text)
         if hit:
-            parts[key] = float(hit.group(1))
+            parts[key] = _n(hit.group(1))
     fit = re.findall(r"--kv-cache-memory=(\d+)", text)
     if fit:
-        parts["kv_cache_memory_to_fit_bytes"] = int(fit[0])
+        parts["kv_cache_memory_to_fit_bytes"] = _i(fit[0])
         if len(fit) > 1:
-            parts["kv_cache_memory_to_fill_bytes"] = int(fit[1])
+            parts["kv_cache_memory_to_fill_bytes"] = _i(fit[1])
     in_use = re.search(r"Current kv cache memory in use is (\d+) bytes", text)
     if in_use:
-        parts["kv_cache_in_use_bytes"] = int(in_use.group(1))
+        parts["kv_cache_in_use_bytes"] = _i(in_use.group(1))
     else:
         in_use = re.search(r"Current kv cache memory in use is ([0-9.]+) GiB", text)
         if in_use:
-            parts["kv_cache_in_use_gib"] = float(in_use.group(1))
+            parts["kv_cache_in_use_gib"] = _n(in_use.group(1))
     out: dict[str, Any] = {"suggestion": parts, "total_gpu_memory_gib": parts["total_gib"],
                            "gpu_memory_utilization": parts["gpu_memory_utilization"]}
     return out
@@ -163,51 +187,52 @@ _PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match], Any]]] = [
     ("max_num_batched_tokens", re.compile(r"max_num_batched_tokens=" + _NUM), lambda m: _i(m.group(1))),
     ("mamba_cache_mode", re.compile(r"Mamba cache mode is set to '(\w+)'"), lambda m: m.group(1)),
     ("model_loading_gib", re.compile(r"(?:Model loading took|Loading model weights took)\s+([0-9.]+)\s*(GiB|GB)"),
-     lambda m: float(m.group(1))),
+     lambda m: _n(m.group(1))),
     ("gpu_kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
     ("cpu_kv_cache_tokens", re.compile(r"CPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
     ("max_concurrency", re.compile(r"Maximum concurrency for\s+" + _NUM + r"\s+tokens per request:\s*([0-9.]+)\s*x"),
-     lambda m: {"max_concurrency": float(m.group(2)), "max_concurrency_tokens": _i(m.group(1))}),
+     lambda m: {"max_concurrency": _n(m.group(2)), "max_concurrency_tokens": _i(m.group(1))}),
     ("gpu_blocks", re.compile(r"#?\s*(?:GPU|cuda) blocks:\s*" + _NUM + r"(?:,\s*#?\s*CPU blocks:\s*" + _NUM + r")?"),
      lambda m: {"gpu_blocks": _i(m.group(1)), **({"cpu_blocks": _i(m.group(2))} if m.group(2) else {})}),
-    ("available_kv_gib", re.compile(r"Available KV cache memory:\s*([0-9.]+)\s*GiB"), lambda m: float(m.group(1))),
+    ("available_kv_gib", re.compile(r"Available KV cache memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
     ("attention_block_size", re.compile(r"Setting attention block size to\s+" + _NUM + r"\s+tokens"),
      lambda m: _i(m.group(1))),
-    ("mamba_padding_pct", re.compile(r"Padding mamba page size by\s+([0-9.]+)%"), lambda m: float(m.group(1))),
+    ("mamba_padding_pct", re.compile(r"Padding mamba page size by\s+([0-9.]+)%"), lambda m: _n(m.group(1))),
     ("padding_layers", re.compile(r"Add (\d+) padding layers?, may waste at most ([0-9.]+)% KV cache memory"),
-     lambda m: {"padding_layers": int(m.group(1)), "padding_waste_pct": float(m.group(2))}),
-    ("forced_block_size", re.compile(r"Forcing kv cache block size to (\d+)"), lambda m: int(m.group(1))),
-    ("cudagraph_estimate_gib", re.compile(r"Estimated CUDA graph memory:\s*([0-9.]+)\s*GiB"), lambda m: float(m.group(1))),
+     lambda m: {"padding_layers": _i(m.group(1)), "padding_waste_pct": _n(m.group(2))}),
+    ("forced_block_size", re.compile(r"Forcing kv cache block size to (\d+)"), lambda m: _i(m.group(1))),
+    ("cudagraph_estimate_gib", re.compile(r"Estimated CUDA graph memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
     ("cudagraph_profiling", re.compile(
         r"CUDA graph memory profiling is enabled.*?--gpu-memory-utilization=([0-9.]+) is equivalent to "
         r"--gpu-memory-utilization=([0-9.]+) without CUDA graph memory profiling"),
-     lambda m: {"cudagraph_profiling": {"enabled": True, "gpu_memory_utilization": float(m.group(1)),
-                                        "equivalent_without": float(m.group(2))},
-                "gpu_memory_utilization": float(m.group(1))}),
+     lambda m: {"cudagraph_profiling": {"enabled": True, "gpu_memory_utilization": _n(m.group(1)),
+                                        "equivalent_without": _n(m.group(2))},
+                "gpu_memory_utilization": _n(m.group(1))}),
     ("cudagraph_profiling_off", re.compile(
         r"CUDA graph memory profiling is disabled.*?from ([0-9.]+) to ([0-9.]+)"),
-     lambda m: {"cudagraph_profiling": {"enabled": False, "gpu_memory_utilization": float(m.group(1)),
-                                        "suggested": float(m.group(2))},
-                "gpu_memory_utilization": float(m.group(1))}),
+     lambda m: {"cudagraph_profiling": {"enabled": False, "gpu_memory_utilization": _n(m.group(1)),
+                                        "suggested": _n(m.group(2))},
+                "gpu_memory_utilization": _n(m.group(1))}),
     ("cudagraph_actual_gib", re.compile(r"Graph capturing finished in [0-9.]+ secs?, took ([0-9.]+) GiB"),
-     lambda m: float(m.group(1))),
+     lambda m: _n(m.group(1))),
     ("cudagraph_pool", re.compile(r"CUDA graph pool memory:\s*([0-9.]+) GiB \(actual\),\s*([0-9.]+) GiB \(estimated\)"),
-     lambda m: {"cudagraph_actual_gib": float(m.group(1)), "cudagraph_estimate_gib": float(m.group(2))}),
+     lambda m: {"cudagraph_actual_gib": _n(m.group(1)), "cudagraph_estimate_gib": _n(m.group(2))}),
     ("v0_memory_profile", re.compile(r"Memory profiling results:\s*(.*)"), _v0_profile_facts),
     ("v0_budget", re.compile(
         r"total_gpu_memory \(([0-9.]+)GiB\) x gpu_memory_utilization \(([0-9.]+)\) = ([0-9.]+)GiB"),
-     lambda m: {"total_gpu_memory_gib": float(m.group(1)), "gpu_memory_utilization": float(m.group(2)),
-                "requested_gib": float(m.group(3))}),
+     lambda m: {"total_gpu_memory_gib": _n(m.group(1)), "gpu_memory_utilization": _n(m.group(2)),
+                "requested_gib": _n(m.group(3))}),
     ("v0_breakdown", re.compile(
         r"model weights take (-?[0-9.]+)GiB; non_torch_memory takes (-?[0-9.]+)GiB; PyTorch activation peak memory "
         r"takes (-?[0-9.]+)GiB; the rest of the memory reserved for KV Cache is (-?[0-9.]+)GiB"),
-     lambda m: {"weights_gib": float(m.group(1)), "non_torch_gib": float(m.group(2)),
-                "activation_gib": float(m.group(3)), "available_kv_gib": float(m.group(4))}),
+     lambda m: {"weights_gib": _not_negative(_n(m.group(1)), "model weights"), "non_torch_gib": _n(m.group(2)),
+                "activation_gib": _not_negative(_n(m.group(3)), "PyTorch activation peak memory"),
+                "available_kv_gib": _not_negative(_n(m.group(4)), "the memory reserved for KV Cache")}),
     ("suggestion", re.compile(
         r"Free memory on device \(([0-9.]+)/([0-9.]+) GiB\) on startup\. Desired GPU memory utilization is "
         r"\(([0-9.]+), ([0-9.]+) GiB\)"), _suggestion_facts),
     ("kv_cache_memory_given", re.compile(r"reserved ([0-9.]+) GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
-     lambda m: {"available_kv_gib": float(m.group(1)), "kv_cache_memory_given": True}),
+     lambda m: {"available_kv_gib": _n(m.group(1)), "kv_cache_memory_given": True}),
     ("startup_error", re.compile(
         r"(The model's max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"
         r"|To serve at least one request with the models?'s max seq len|No available memory for the cache blocks"
@@ -242,7 +267,10 @@ def _scan_line(line: str, line_no: int) -> list[Fact]:
         m = pattern.search(line)
         if not m:
             continue
-        value = read(m)
+        try:
+            value = read(m)
+        except _Malformed as exc:
+            raise BadInput(f"line {line_no}: {exc} in this {name.replace('_', ' ')} line: {line[:120]}") from None
         rank = _rank_of(line, m.start())
         if isinstance(value, dict):
             out += [Fact(k, v, line_no, line, rank) for k, v in value.items()]
@@ -364,14 +392,17 @@ def parse_vllm_log(text: str, source: str = "<log>") -> LogFacts:
     has_kv = False
     lines = text.split("\n")
     for no, raw in enumerate(lines, start=1):
-        line = _ANSI.sub("", raw).replace("\r", " ").strip()
+        line = _ANSI.sub("", raw[:MAX_LOG_LINE_CHARS]).replace("\r", " ").strip()
         if not line:
             continue
         if has_kv and _START.search(line):
             segments.append([])
             bounds.append([no, no])
             has_kv = False
-        found = _scan_line(line, no)
+        try:
+            found = _scan_line(line, no)
+        except BadInput as exc:
+            raise BadInput(f"{source}: {exc}") from None
         segments[-1] += found
         bounds[-1][1] = no
         if any(f.name in _KV_FACTS for f in found):

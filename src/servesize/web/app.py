@@ -77,8 +77,9 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
         response = json_response(refusal(exc), 400)
     except Exception as exc:  # a bug: one line to the page, the traceback to the terminal that started it
         traceback.print_exc(file=sys.stderr)
-        response = json_response({"error": f"internal error: {type(exc).__name__}: {exc} (a bug; the traceback is in "
-                                          "the terminal running servesize serve; please report it)", "field": None}, 500)
+        response = json_response({"error": f"bug: {type(exc).__name__}: {exc} (servesize's fault, not your input's; the "
+                                          "traceback is in the terminal running servesize serve; please report it)",
+                                  "field": None}, 500)
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "no-referrer"

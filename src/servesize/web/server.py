@@ -37,6 +37,8 @@ async def read_body(request: web.Request) -> Any:
         return json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise BadInput(f"the request body is not JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise BadInput("the request body is JSON nested deeper than servesize reads") from None
 
 
 async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_SMALL_FILE_BYTES, check_depth, parse_json, read_input
 from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
@@ -20,21 +21,17 @@ from servesize.workload.presets import WorkloadOrigin, file_preset, preset, work
 def read_workload_data(path) -> dict:
     """The table a JSON or TOML workload file holds (as written by ``servesize workload fit``)."""
     p = pathlib.Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = read_input(p, "workload file", MAX_SMALL_FILE_BYTES).decode("utf-8", errors="replace")
     if p.suffix.lower() == ".toml":
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise BadInput(f"workload file {str(p)!r} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise BadInput(f"workload file {str(p)!r}: TOML nested deeper than Python's reader allows") from None
+        check_depth(data, f"workload file {str(p)!r}")
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"workload file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        data = parse_json(text, f"workload file {str(p)!r}")
     if not isinstance(data, dict):
         raise BadInput(f"workload file {str(p)!r} must hold a table/object at the top level")
     return data

@@ -240,12 +240,15 @@ def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestCla
     kind = data.get("kind", "lognormal")
     allowed = {"lognormal": {"name", "kind", "median_tokens", "sigma", "prefix_tokens", "source"},
                "empirical": {"name", "kind", "lengths", "prefix_tokens", "source"}}
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in allowed:
         raise BadInput(f"workload file: {where}.kind must be 'lognormal' or 'empirical', got {kind!r}")
     unknown = sorted(set(data) - allowed[kind])
     if unknown:
         raise BadInput(f"workload file: unknown field(s) in {where}: {', '.join(unknown)}")
     name = data.get("name", where)
+    for key, text in (("name", name), ("source", data.get("source", ""))):
+        if not isinstance(text, str):
+            raise BadInput(f"workload file: {where}.{key} must be text, got {str(text)[:40]!r}")
     if kind == "lognormal":
         for key in ("median_tokens", "sigma"):
             if key not in data:

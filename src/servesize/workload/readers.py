@@ -30,9 +30,7 @@ formats at all is refused.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import json
 import math
 import pathlib
 import re
@@ -43,6 +41,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_INPUT_BYTES, MAX_LINE_CHARS, parse_json, read_input
 
 CSV_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "prompt_len", "prompt_length",
                "num_prompt_tokens", "context_tokens", "contexttokens", "tokens", "in")
@@ -99,15 +98,7 @@ class _BadRow(Exception):
 
 
 def _open_text(path: pathlib.Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise BadInput(f"{str(path)!r} looks gzip-compressed but cannot be decompressed: {exc}") from None
+    raw = read_input(path, "request log", MAX_INPUT_BYTES, gunzip=True)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -122,20 +113,20 @@ def _number(value, where: str) -> float | None:
         raise _BadRow(f"{where}: {value!r} is not a number")
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise _BadRow(f"{where}: {value!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _BadRow(f"{where}: {str(value)[:40]!r} is not a number") from None
     if not math.isfinite(x) or x < 0:
         raise _BadRow(f"{where}: {value!r} is not a count >= 0")
     return x
 
 
 def _count(value, where: str) -> float:
-    """A prompt length: a number > 0, else _BadRow (an empty cell is a row without its count)."""
+    """A prompt length: a number >= 1, else _BadRow (an empty cell is a row without its count)."""
     x = _number(value, where)
     if x is None:
         raise _BadRow(f"{where}: empty")
-    if x == 0:
-        raise _BadRow(f"{where}: 0 tokens")
+    if x < 1:
+        raise _BadRow(f"{where}: {x:g} tokens (a prompt holds at least one)")
     return x
 
 
@@ -214,6 +205,7 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
     cached = _number(_cell(row, lay.cached), f"{where}, cached")
     think = _number(_cell(row, lay.think), f"{where}, think time")
     stamp = _csv_time(_cell(row, lay.time), f"{where}, time") if lay.session is not None else None
+    _check_cached(cached, x, where)
     (obs.subagent if is_sub else obs.user).append(x)
     if out is not None:
         obs.output.append(out)
@@ -277,21 +269,22 @@ def _records(text: str, path: str, obs_skip: Callable[[str], None]) -> Iterator[
     not JSON (a truncated last line, a stray log line) is skipped and counted."""
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
-        yield from enumerate(data, start=1)
+        yield from enumerate(parse_json(text, path), start=1)
         return
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_CHARS:
+            obs_skip(f"line {line_no}: {len(line):,} characters, over the {MAX_LINE_CHARS:,} servesize reads in one line")
+            continue
         if '"hash_ids"' in line:
             line = _HASH_IDS.sub(_keep_leading_ids, line)
         try:
-            yield line_no, json.loads(line)
-        except json.JSONDecodeError as exc:
-            obs_skip(f"line {line_no}: not valid JSON ({exc.msg})")
+            record = parse_json(line, f"line {line_no}")
+        except BadInput as exc:
+            obs_skip(str(exc))
+            continue
+        yield line_no, record
 
 
 # Adds one record's counts to the observations; the str says where the record is, for messages.
@@ -305,6 +298,13 @@ class _JsonFormat:
     read: _RecordReader
     output_field: str = ""
     finish: Callable[[Observations], None] | None = None
+
+
+def _check_cached(cached_tokens: float | None, prompt_tokens: float, where: str) -> None:
+    """A request cannot find more of its prompt cached than its prompt holds: such a row is skipped and
+    counted (its reason quoted), never averaged into a hit rate over 100%."""
+    if cached_tokens is not None and cached_tokens > prompt_tokens:
+        raise _BadRow(f"{where}: {cached_tokens:,.0f} cached tokens exceed the {prompt_tokens:,.0f} prompt tokens")
 
 
 def _observe_cached(obs: Observations, cached_tokens: float, prompt_tokens: float) -> None:
@@ -327,6 +327,7 @@ def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
     x = _count(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
     out = _number(u.get("completion_tokens"), f"{loc}, usage.completion_tokens")
     cached = _number(_dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
+    _check_cached(cached, x, loc)
     obs.user.append(x)
     if out is not None:
         obs.output.append(out)
@@ -394,10 +395,20 @@ class _SessionCache:
         return not warm
 
 
+def _hash_ids(value, where: str) -> list | None:
+    """A request's hash ids: absent, or a list of ids (numbers or strings); anything else is a bad row."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in value):
+        raise _BadRow(f"{where}.hash_ids: not a list of block ids")
+    return value
+
+
 def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) -> None:
     x = _count(r.get("in"), f"{where}.in")
     out = _number(r.get("out"), f"{where}.out")
     t = _number(r.get("t"), f"{where}.t")
+    ids = _hash_ids(r.get("hash_ids"), where)
     obs.user.append(x)
     if out is not None:
         obs.output.append(out)
@@ -406,8 +417,7 @@ def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) ->
             obs.gaps_s.append(max(0.0, t - state["t"]))
         state["t"] = t
     cold = None
-    ids = r.get("hash_ids")
-    if isinstance(ids, list) and state.get("cache") is not None:
+    if ids is not None and state.get("cache") is not None:
         cold = state["cache"].cold(ids)
         obs.cold.append(cold)
     if state.get("in") is not None and x > state["in"] and not cold:
@@ -442,12 +452,13 @@ def _read_claude_code(rec: dict, loc: str, obs: Observations) -> None:
 
 
 def _read_mooncake(rec: dict, loc: str, obs: Observations) -> None:
-    obs.user.append(_count(rec.get("input_length"), f"{loc}, input_length"))
+    x = _count(rec.get("input_length"), f"{loc}, input_length")
     out = _number(rec.get("output_length"), f"{loc}, output_length")
+    ids = _hash_ids(rec.get("hash_ids"), loc)
+    obs.user.append(x)
     if out is not None:
         obs.output.append(out)
-    ids = rec.get("hash_ids")
-    if isinstance(ids, list):
+    if ids is not None:
         obs.id_lists.append(ids[:64])
 
 

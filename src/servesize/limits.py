@@ -1,0 +1,144 @@
+"""The caps on what an input may make servesize do, in one place, and the readers that enforce them.
+
+Every file servesize reads (config.json, request logs, workload and calibration files, vLLM logs) goes
+through ``read_input``: only a regular file (a FIFO, a device or a directory is refused before it is
+opened, so nothing blocks), at most its kind's size on disk, gzip decompressed to at most
+``MAX_DECOMPRESSED_BYTES`` (a gzip bomb stops there), and JSON through ``parse_json``: nested at most
+``MAX_JSON_DEPTH`` deep. docs/ENGINEERING.md ("Limits")
+lists these caps beside the others (Monte-Carlo sizes, measure's records), and a test keeps the list
+whole. Each cap sits far past any real input: the figure beside it says what the largest real one is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import stat
+import zlib
+from typing import Any
+
+from servesize.errors import BadInput
+
+# -- files -------------------------------------------------------------------------------------------
+MAX_CONFIG_BYTES = 16 << 20          # a config.json: the largest in tests/fixtures is 88,567 bytes (an NVFP4 module list)
+MAX_LOG_BYTES = 256 << 20            # a vLLM start-up log: a few KB to a few MB with debug lines
+MAX_INPUT_BYTES = 2 << 30            # a request log or trace on disk (the 460 MB Claude Code trace is 31 MB gzipped)
+MAX_DECOMPRESSED_BYTES = 1 << 30     # what a gzip file may expand to (the 460 MB Claude Code trace fits): a gzip bomb stops here
+MAX_SMALL_FILE_BYTES = 64 << 20      # a workload or calibration file servesize wrote (a few KB)
+MAX_LINE_CHARS = 256 << 20           # one line of a request log: the largest Claude Code session line is ~3 MB
+MAX_LOG_LINE_CHARS = 1 << 20         # one vLLM log line is scanned up to here (a config line is a few KB)
+MAX_LOG_NUMBER = 10**15              # any count or GiB figure in a vLLM log or a calibration file (a pool is ~1e7 tokens)
+MAX_JSON_DEPTH = 64                  # nesting of any JSON servesize reads: the fixture configs nest 5 deep at most
+
+# -- model geometry ----------------------------------------------------------------------------------
+MAX_LAYERS = 4096                    # num_hidden_layers: the deepest real model is ~126 layers (Llama 3.1 405B)
+MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, widths, experts, positions)
+
+# -- Monte-Carlo -------------------------------------------------------------------------------------
+MAX_FILLS = 100_000                  # --fills: the default is 1,500
+MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
+
+
+def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
+               gunzip: bool = False) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` (and decompressed when it is gzip
+    and ``gunzip``), or one line naming ``what`` and the reason."""
+    info = require_regular(path, what)
+    name = _shown(os.fspath(path))
+    if info.st_size > max_bytes:
+        raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
+    try:
+        with open(path, "rb") as fh:
+            raw = read_at_most(fh, max_bytes)
+    except OSError as exc:
+        raise BadInput(f"{what} {name}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:  # grew while we read it
+        raise BadInput(f"{what} {name}: over the {max_bytes:,} bytes servesize reads")
+    if gunzip and raw[:2] == b"\x1f\x8b":
+        return gunzip_bounded(raw, f"{what} {name}")
+    return raw
+
+
+_CHUNK = 4 << 20
+
+
+def _shown(name: str) -> str:
+    """A file name as a message shows it: a name past 200 characters is cut (the message stays one short line)."""
+    return name if len(name) <= 200 else name[:197] + "..."
+
+
+def read_at_most(fh, max_bytes: int) -> bytes:
+    """Up to ``max_bytes + 1`` bytes of ``fh``, read in chunks (``read(n)`` would allocate all n at once)."""
+    parts, size = [], 0
+    while size <= max_bytes:
+        chunk = fh.read(min(_CHUNK, max_bytes + 1 - size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
+
+
+def require_regular(path: str | os.PathLike, what: str) -> os.stat_result:
+    """The stat of the regular file at ``path``; a directory, FIFO, socket or device is refused before
+    anything opens it (opening a FIFO blocks until a writer comes)."""
+    full = os.fspath(path)
+    name = _shown(full)
+    try:
+        info = os.stat(full)
+    except FileNotFoundError:
+        raise BadInput(f"{what} {name}: cannot read it (no such file)") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise BadInput(f"{what} {name!r}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise BadInput(f"{what} {name}: is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise BadInput(f"{what} {name}: not a regular file (a pipe, socket or device); save it to a file first")
+    return info
+
+
+def gunzip_bounded(raw: bytes, what: str, max_bytes: int | None = None) -> bytes:
+    """``raw`` gzip-decompressed, refused once it would pass ``max_bytes`` (``MAX_DECOMPRESSED_BYTES``)."""
+    max_bytes = MAX_DECOMPRESSED_BYTES if max_bytes is None else max_bytes
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+            out = read_at_most(fh, max_bytes)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BadInput(f"{what} looks gzip-compressed but cannot be decompressed: {exc}") from None
+    if len(out) > max_bytes:
+        raise BadInput(f"{what} decompresses to more than {max_bytes:,} bytes (the cap on a decompressed file)")
+    return out
+
+
+def parse_json(text: str | bytes, what: str, *, walk: bool = True) -> Any:
+    """JSON text as Python, nested at most ``MAX_JSON_DEPTH`` deep, else one line naming ``what``.
+
+    An integer longer than Python's ``sys.get_int_max_str_digits()`` (4,300) is refused here; a long one
+    under it (400 digits) is read, and each caller's number check refuses it (it overflows a float). NaN
+    and Infinity spellings are read as Python reads them: callers check their values are finite.
+    ``walk=False`` (a trace's hot path, whose readers never recurse) keeps only the decoder's own limit
+    (a RecursionError past ~1,000 levels, refused here)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise BadInput(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer past the interpreter's digit limit, bytes that are not UTF-8
+        raise BadInput(f"{what}: {str(exc)[:120]}") from None
+    if walk:
+        check_depth(data, what)
+    return data
+
+
+def check_depth(data: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a list/dict structure nested deeper than ``limit`` (iteratively: no recursion to exhaust)."""
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        obj, depth = stack.pop()
+        if depth > limit:
+            raise BadInput(f"{what}: JSON nested deeper than {limit} levels")
+        children = obj.values() if isinstance(obj, dict) else obj
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))

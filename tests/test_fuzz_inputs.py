@@ -1,0 +1,603 @@
+"""The project's fuzz suite (hypothesis): the command line, config.json, request logs, workload and
+calibration files, vLLM logs and the web API, each fed generated and mutated inputs.
+
+Properties, for every case: no traceback and no case that reaches the command line's last-resort
+handler (``servesize: bug: ...``); the command line exits 0, 2 or 3 (3: the documented prediction that
+vLLM would not start) and every line it writes to stderr starts ``servesize``, its refusal one line;
+the library raises only ``ServesizeError`` with a one-line message; an accepted ``--json`` document
+holds no NaN, no Infinity and no negative figure; and every case runs under the suite's memory cap
+(``CASE_MEMORY_BYTES`` of address space past the process's own, set with ``RLIMIT_AS``: the kernel
+refuses the allocation, so a case past it fails as a MemoryError). ``CASE_HANG_S`` is an alarm that
+fails a case as a hang; it is a cap, not a measurement (no case's duration is asserted).
+
+The seed is fixed (``derandomize``), so CI runs the same cases every time; ``SERVESIZE_FUZZ_EXAMPLES=N``
+runs N cases per target instead (docs/hardening.md records the 10,000-case run). The harness's own
+fuzz targets (records, SSE streams, measure's flags) are in tests/measure/test_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gzip
+import io
+import json
+import math
+import os
+import pathlib
+import resource
+import signal
+import tempfile
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")  # the project's test extra installs it (pyproject: [test])
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import servesize.api as api  # noqa: E402
+from servesize.cli import build_parser, main  # noqa: E402
+from servesize.errors import ServesizeError  # noqa: E402
+from servesize.model.architecture import from_config  # noqa: E402
+from servesize.model.ledger import parameter_ledger  # noqa: E402
+from servesize.vllm_logs.calibration import calibrate  # noqa: E402
+from servesize.vllm_logs.files import load_calibrations  # noqa: E402
+from servesize.vllm_logs.parse import parse_vllm_log  # noqa: E402
+from servesize.workload.files import load_workload  # noqa: E402
+from servesize.workload.readers import read_token_counts  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent
+CONFIGS = sorted((ROOT / "fixtures" / "model-configs").glob("*/config.json"))
+LOGS = sorted((ROOT / "data" / "vllm-logs").glob("*.log"))
+PUBLIC_LOGS = json.loads((ROOT / "fixtures" / "vllm-logs-public.json").read_text())
+QUOTES = sorted({q for entry in PUBLIC_LOGS for q in entry.get("quotes", [])})
+
+EXAMPLES = int(os.environ.get("SERVESIZE_FUZZ_EXAMPLES", "0") or 0)
+CASE_HANG_S = 300                 # an alarm: a case past this is a hang (caps end every case long before)
+CASE_MEMORY_BYTES = 2 << 30       # address space a case may add to the process's own
+
+
+def fuzz(default_examples: int):
+    return settings(max_examples=EXAMPLES or default_examples, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
+class Hang(Exception):
+    pass
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * resource.getpagesize()
+
+
+@contextlib.contextmanager
+def capped():
+    """The case under the suite's caps: CASE_MEMORY_BYTES more address space (RLIMIT_AS), CASE_HANG_S."""
+    def on_alarm(signum, frame):
+        raise Hang(f"a fuzz case ran past its {CASE_HANG_S} s hang cap")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _address_space() + CASE_MEMORY_BYTES
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    signal.alarm(CASE_HANG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def assert_one_line(message: str) -> None:
+    assert message.strip() and "\n" not in message.strip() and "Traceback" not in message, message
+
+
+def refusal_or(call):
+    """``call()``'s value, or None when it refused with a ServesizeError of one line; anything else fails."""
+    try:
+        return call()
+    except ServesizeError as exc:
+        assert_one_line(str(exc))
+        return None
+
+
+def assert_figures_sane(obj, path: str = "") -> None:
+    """No NaN, Infinity or negative number anywhere in an accepted document."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            assert_figures_sane(value, f"{path}.{key}")
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            assert_figures_sane(value, f"{path}[]")
+    elif isinstance(obj, float):
+        assert math.isfinite(obj) and obj >= 0, (path, obj)
+    elif isinstance(obj, int) and not isinstance(obj, bool):
+        assert obj >= 0, (path, obj)
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} in a --json document")
+
+
+# -- the command line --------------------------------------------------------------------------------------
+
+COMMANDS = ["memory", "plan", "fit", "workload fit", "calibrate", "models", "gpus", "fleet"]
+MODELS = ["llama-3.1-8b", "qwen3.6-27b", "qwen3-30b-a3b", "gpt-oss-20b", "qwen3.5-35b-a3b", "gemma-3-27b", "mixtral-8x7b",
+          "llama-4-scout-17b-16e", "qwen3-next-80b-a3b-thinking", "deepseek-v3", str(CONFIGS[0]), str(CONFIGS[0].parent)]
+BAD_MODELS = ["nosuchmodel", "org/name", "/dev/null", "/", "", "-q"]
+GPUS = ["1xH100", "2xH100", "1xH200", "8xA100-80GB", "4xL40S", "1xB200", "2xH200"]
+
+
+def often(good: list, bad: list):
+    """A good value six times in seven: most cases then reach the engine, not only the parser."""
+    return st.sampled_from(good) if not bad else st.one_of(*[st.sampled_from(good)] * 6, st.sampled_from(bad))
+JUNK = ["0", "-1", "1", "2", "16", "0.5", "1.5", "nan", "inf", "-inf", "1e400", "1e999999999", "9" * 400, "", " ", "abc",
+        "32k", "32K", "1m", "2.77m", "1_000", "0x10", "1e9", "-0", "1,2", "=", "--json", "\x00", "é", "1/0", "16GiB", "80GB",
+        "[" * 3000 + "]" * 3000, '{"a":' * 100 + "1" + "}" * 100]
+GOOD = {
+    "gpus": ["1xH100", "2xH100", "1xH200", "8xA100-80GB", "4xL40S", "1xRTX-4090", "0xH100", "1xNOPE", "H100", "3xH100",
+             "1xB200", "1025xH100"],
+    "gpu_memory": ["80GiB", "81559MiB", "0", "1TiB"], "models": ["llama-3.1-8b,qwen3.6-27b", "nosuch", ""],
+    "quantization": ["fp8", "awq", "gptq", "none", "nvfp4", "bogus"], "kv_cache_dtype": ["auto", "fp8", "fp8_e5m2", "int3"],
+    "max_model_len": ["8k", "32768", "128k", "1m", "auto", "-1"], "vllm_version": ["0.8.5", "0.11.0", "0.20.1", "9.9.9", "x"],
+    "precision": ["bf16,fp8", "fp4", "int4", "?"], "sweep": ["median=8k,31k", "spec_acceptance=0.5", "sigma=0,1", "nope=1",
+                                                               "median=" + ",".join(["8k"] * 40)],
+    "speculative_config": ['{"method": "mtp", "num_speculative_tokens": 2}', "{}", "[]", "{", '{"method": "ngram"}',
+                           '{"num_speculative_tokens": -3}'],
+    "limit_mm_per_prompt": ['{"image": 0}', '{"image": -1}', "[1]", "x"], "team": ["a=10", "a=-1", "=", "a=10:chat"],
+    "priority": ["a=high", "a=1"], "gpu_hour_price": ["H100=2.5", "H100=-1", "H100=nan"], "gpus_from": ["H100,H200", "nope"],
+    "column": ["prompt_tokens", "usage.prompt_tokens", "nope"], "preset": ["coding-agent", "chat", "rag", "batch", "x"],
+    "users": ["1", "10", "1000", "0", "100000000"], "median": ["31k", "100", "0", "1e8"],
+}
+PLAUSIBLE = {  # by the flag's metavar: values a user would type, so that most cases get past the parser
+    "TOKENS": ["8k", "32k", "4096", "131072", "64K"], "N": ["1", "2", "4", "8", "64"], "U": ["0.9", "0.5", "0.95"],
+    "F": ["0.1", "0.5", "0.9"], "S": ["0.5", "1.0", "1.5"], "R": ["0.1", "0.5", "8"], "X": ["1.5", "2"], "A": ["0.7"],
+    "SECONDS": ["5", "30", "0.5"], "TOK_S": ["10", "25"], "K": ["1", "2", "3"], "GIB": ["0", "16"], "BYTES": ["8GiB", "20e9"],
+    "GB_S": ["3350", "900"], "TFLOPS": ["989", "300"], "WATTS": ["700", "350"], "PUE": ["1.2"], "PRICE": ["0.15", "0.3"],
+    "CODE": ["USD", "EUR"], "LIST": ["1,2", "bf16,fp8"], "K,": ["2"], "N,": ["1", "2"],
+}
+SKIP = {"help", "plot", "out", "json", "explain", "fills", "draws"}  # --plot/--out write files; fills/draws are set below
+
+
+def _options(command: str) -> list:
+    parser = build_parser(load=command)
+    node = parser
+    for word in command.split():
+        sub = next(a for a in node._actions if a.__class__.__name__ == "_SubParsersAction")
+        node = sub.choices[word]
+    return [a for a in node._actions if a.option_strings and a.dest not in SKIP]
+
+
+OPTIONS = {command: _options(command) for command in COMMANDS}
+
+
+@st.composite
+def _value(draw, action, files: dict[str, str], plausible: bool = False) -> str:
+    if action.dest in ("workload",):
+        return draw(st.sampled_from([files["workload"], files["bad_json"], files["fifo"], "/nonexistent"]))
+    if action.dest == "calibration":
+        return draw(st.sampled_from([files["calibration"], files["bad_json"], files["fifo"], files["workload"]]))
+    if action.dest == "vllm_log":
+        return draw(st.sampled_from([*map(str, LOGS[:6]), files["fifo"], files["bad_json"], "/nonexistent"]))
+    if action.choices and (plausible or draw(st.integers(0, 4))):
+        return str(draw(st.sampled_from(sorted(map(str, action.choices)))))
+    good = GOOD.get(action.dest) or PLAUSIBLE.get(str(action.metavar).rstrip(","))
+    if good and (plausible or draw(st.integers(0, 3))):
+        return draw(st.sampled_from(good[:2] if plausible and action.dest in GOOD else good))
+    if draw(st.integers(0, 3)) == 0:
+        return str(draw(st.integers(-(2**70), 2**70)))
+    return draw(st.sampled_from(JUNK))
+
+
+@st.composite
+def cli_argv(draw, files: dict[str, str], plausible: bool = False) -> list[str]:
+    """A command line: any command, flags with values a user would type or junk; ``plausible``: the engine's
+    commands with typed values only (so that most cases are accepted and their --json is checked)."""
+    command = draw(st.sampled_from(["memory", "plan", "plan", "fit", "fleet"] if plausible else COMMANDS))
+    argv = command.split()
+    if command in ("memory", "plan"):
+        argv.append(draw(often(MODELS, [] if plausible else BAD_MODELS)))
+    if command == "workload fit":
+        argv.append(draw(st.sampled_from([files["requests"], files["requests_gz"], files["bad_json"], files["fifo"],
+                                          files["csv"], "/nonexistent"])))
+    if command == "calibrate":
+        argv += ["--vllm-log", draw(st.sampled_from(list(map(str, LOGS))))]
+    if command in ("memory", "plan", "fit") and (plausible or draw(st.integers(0, 5))):
+        argv += ["--gpus", draw(often(GPUS, [] if plausible else GOOD["gpus"]))]
+    if command == "fleet" and (plausible or draw(st.integers(0, 5))):
+        argv += ["--models", draw(st.sampled_from(["llama-3.1-8b", "qwen3.6-27b", "llama-3.1-8b,qwen3-30b-a3b"])),
+                 "--users", draw(st.sampled_from(["1", "40", "0"]))]
+    options = OPTIONS[command]
+    count = draw(st.sampled_from([0, 1, 1, 1, 2, 2, 3]))
+    for action in draw(st.lists(st.sampled_from(options), min_size=count, max_size=count, unique_by=lambda a: a.dest)) \
+            if options else []:
+        flag = draw(st.sampled_from(action.option_strings))
+        argv += [flag] if action.nargs == 0 else [flag, draw(_value(action, files, plausible))]
+    if command in ("plan", "fleet"):  # small Monte-Carlo sizes keep a case fast (their caps are tested on their own)
+        argv += ["--fills", "20", "--draws", "200"]
+        if command == "plan":
+            argv += ["--no-sensitivity"] if draw(st.integers(0, 3)) else []
+    if draw(st.booleans()):
+        argv.append("--json")
+    return argv
+
+
+def _write_files(tmp: pathlib.Path) -> dict[str, str]:
+    requests = "\n".join(json.dumps({"usage": {"prompt_tokens": 1000 + 37 * i, "completion_tokens": 50 + i,
+                                               "prompt_tokens_details": {"cached_tokens": 500 + i}}}) for i in range(40))
+    (tmp / "requests.jsonl").write_text(requests + "\n")
+    (tmp / "requests.jsonl.gz").write_bytes(gzip.compress(requests.encode()))
+    (tmp / "requests.csv").write_text("prompt_tokens,output_tokens\n" + "\n".join(f"{900 + 11 * i},{40 + i}" for i in range(40)))
+    (tmp / "bad.json").write_text("[" * 2000 + "]" * 2000)
+    fifo = tmp / "fifo"
+    os.mkfifo(fifo)
+    code = main(["workload", "fit", str(tmp / "requests.jsonl"), "--out", str(tmp / "workload.json")])
+    assert code == 0
+    code = main(["calibrate", "--vllm-log", str(LOGS[0]), "--out", str(tmp / "calibration.json")])
+    assert code == 0
+    return {"requests": str(tmp / "requests.jsonl"), "requests_gz": str(tmp / "requests.jsonl.gz"),
+            "csv": str(tmp / "requests.csv"), "bad_json": str(tmp / "bad.json"), "fifo": str(fifo),
+            "workload": str(tmp / "workload.json"), "calibration": str(tmp / "calibration.json")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return _write_files(tmp_path_factory.mktemp("fuzz"))
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with capped(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_cli_contract(argv: list[str], code: int, out: str, err: str) -> None:
+    assert code in (0, 2, 3), (argv, code, err)
+    assert "Traceback" not in err and "servesize: bug:" not in err, (argv, err)
+    lines = err.strip().split("\n") if err.strip() else []
+    assert all(line.startswith("servesize") for line in lines), (argv, err)  # progress lines, then the refusal
+    if code:
+        assert lines, (argv, code)
+    if code == 0 and "--json" in argv:
+        assert_figures_sane(json.loads(out, parse_constant=_no_constants), "")
+
+
+@fuzz(120)
+@given(data=st.data())
+def test_any_command_line_exits_0_2_or_3_with_one_line_and_sane_json(files, data):
+    argv = data.draw(cli_argv(files))
+    code, out, err = run_cli(argv)
+    event(f"{argv[0]} exit {code}")
+    assert_cli_contract(argv, code, out, err)
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_plausible_command_lines_are_mostly_accepted_and_their_json_is_sane(files, data):
+    argv = data.draw(cli_argv(files, plausible=True))
+    code, out, err = run_cli(argv)
+    event(f"{argv[0]} exit {code}")
+    assert_cli_contract(argv, code, out, err)
+
+
+# -- config.json -------------------------------------------------------------------------------------------
+
+REAL_CONFIGS = [json.loads(p.read_text()) for p in CONFIGS]
+json_scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
+                | st.sampled_from([0, -1, 1, 2, 7, 8, 64, 128, 4096, 10**9, 1e9, 0.5, "8", "fp8", [128], [0, 0], [], {}]))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=10)
+QUANT_VARIANTS = ["fp8", [1], {"quant_method": "fp8", "weight_block_size": [128]},
+                  {"quant_method": "fp8", "weight_block_size": [0, 0]}, {"quant_method": "gptq", "bits": 4, "group_size": "abc"},
+                  {"quant_method": "awq", "bits": "x"}, {"quant_method": 5}, {"quant_method": "compressed-tensors", "config_groups": []},
+                  {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": "8"}}}},
+                  {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": "fp8"},
+                  {"quant_method": "modelopt", "quantized_layers": {"x": "FP8"}}, {"quant_method": "bitsandbytes"}]
+
+
+@st.composite
+def mutated_config(draw) -> dict:
+    config = copy.deepcopy(draw(st.sampled_from(REAL_CONFIGS)))
+    for _ in range(draw(st.integers(1, 3))):
+        target = config
+        if isinstance(config.get("text_config"), dict) and draw(st.booleans()):
+            target = config["text_config"]
+        keys = sorted(target)
+        action = draw(st.sampled_from(["replace", "replace", "remove", "quant", "add"]))
+        if action == "quant":
+            config["quantization_config"] = draw(st.sampled_from(QUANT_VARIANTS))
+        elif action == "add":
+            target[draw(st.sampled_from(["head_dim", "sliding_window", "num_experts_per_tok", "layer_types",
+                                         "num_key_value_heads", "rope_scaling", "vision_config", "text_config"]))] = draw(json_values)
+        elif keys:
+            key = draw(st.sampled_from(keys))
+            if action == "remove":
+                del target[key]
+            else:
+                target[key] = draw(json_values)
+    return config
+
+
+@st.composite
+def generated_config(draw) -> dict:
+    """A dict from scratch: a model_type servesize knows, and a handful of its fields with any values."""
+    fields = ["hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "num_local_experts", "num_experts_per_tok", "sliding_window", "max_position_embeddings"]
+    config = {"model_type": draw(st.sampled_from(["llama", "mixtral", "qwen3_moe", "gemma3", "mamba2", "deepseek_v3", "x"]))}
+    for key in draw(st.lists(st.sampled_from(fields), max_size=len(fields), unique=True)):
+        config[key] = draw(json_scalars)
+    return config
+
+
+def _read_config(config: dict) -> None:
+    arch = refusal_or(lambda: from_config(config, "fuzzed"))
+    if arch is None:
+        return
+    assert 1 <= arch.num_layers and arch.hidden_size >= 1 and arch.vocab_size >= 1
+    ledger = refusal_or(lambda: parameter_ledger(arch))
+    if ledger is not None:
+        assert ledger.total >= 0
+
+
+@fuzz(400)
+@given(st.one_of(mutated_config(), generated_config()))
+def test_any_config_json_is_read_or_refused_by_name_never_a_crash(config):
+    with capped():
+        _read_config(config)
+
+
+@fuzz(60)
+@given(mutated_config())
+def test_memory_over_a_mutated_config_file_exits_0_2_or_3_with_sane_json(config):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "config.json"
+        path.write_text(json.dumps(config))
+        argv = ["memory", str(path), "--gpus", "8xH100", "--json"]
+        code, out, err = run_cli(argv)
+        assert_cli_contract(argv, code, out, err)
+
+
+# -- request logs (workload fit's readers) ------------------------------------------------------------------
+
+RECORD_TEMPLATES = [
+    {"usage": {"prompt_tokens": 1200, "completion_tokens": 80, "prompt_tokens_details": {"cached_tokens": 600}}},
+    {"response": {"body": {"usage": {"prompt_tokens": 900, "completion_tokens": 10}}}},
+    {"usage": {"input_tokens": 50, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 20, "output_tokens": 30}},
+    {"input_length": 3000, "output_length": 100, "hash_ids": [1, 2, 3, 4, 5, 6]},
+    {"session_id": "s", "system_tokens": 500, "tool_tokens": 200, "block_size": 16,
+     "requests": [{"t": 0, "in": 1000, "out": 20, "hash_ids": [1, 2]}, {"t": 5, "in": 1500, "out": 30, "hash_ids": [1, 2, 3]},
+                  {"type": "subagent", "requests": [{"t": 6, "in": 400, "out": 10}]}]},
+]
+ODD_LINES = ["", "not json", "[1,2]", "3", '{"usage": null}', '{"usage": {"prompt_tokens": NaN}}', "[" * 3000,
+             '{"usage": {"prompt_tokens": ' + "9" * 400 + "}}", '{"usage": {"prompt_tokens": 1e400}}', "\ufeff{}",
+             '{"usage": {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 1818}}}']
+
+
+def _mutate(record: dict, draw) -> dict:
+    record = copy.deepcopy(record)
+    target = record
+    while isinstance(target, dict) and target and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(target)))
+        if not isinstance(target[key], dict):
+            break
+        target = target[key]
+    if isinstance(target, dict) and target:
+        key = draw(st.sampled_from(sorted(target)))
+        target[key] = draw(json_values)
+    return record
+
+
+@st.composite
+def request_log(draw) -> tuple[str, bytes]:
+    kind = draw(st.sampled_from(["jsonl", "json", "csv"]))
+    n = draw(st.integers(0, 40))
+    template = draw(st.sampled_from(RECORD_TEMPLATES))
+    if kind == "csv":
+        header = draw(st.sampled_from(["prompt_tokens,output_tokens,cached_tokens", "input_length", "x,y",
+                                       "session_id,timestamp,prompt_tokens,class", ""]))
+        cells = st.sampled_from(["1000", "2000", "0", "-5", "nan", "", "abc", "9" * 400, "1e3", "1500.5", "2026-01-01T00:00:00Z"])
+        width = max(1, header.count(",") + 1)
+        rows = [",".join(draw(cells) for _ in range(draw(st.integers(0, width + 1)))) for _ in range(n)]
+        text = "\n".join([header, *rows])
+    else:
+        records = []
+        for i in range(n):
+            if draw(st.integers(0, 6)) == 0:
+                records.append(None)
+            else:
+                record = copy.deepcopy(template)
+                if "usage" in record and "prompt_tokens" in record["usage"]:
+                    record["usage"]["prompt_tokens"] += 17 * i
+                records.append(_mutate(record, draw) if draw(st.integers(0, 3)) == 0 else record)
+        if kind == "json":
+            text = json.dumps([r for r in records if r is not None])
+        else:
+            text = "\n".join(json.dumps(r) if r is not None else draw(st.sampled_from(ODD_LINES)) for r in records)
+    data = text.encode("utf-8", "surrogatepass")
+    if draw(st.integers(0, 5)) == 0:
+        data = gzip.compress(data)
+        if draw(st.booleans()):
+            data = data[: draw(st.integers(0, len(data)))]  # a torn download
+    return kind, data
+
+
+@fuzz(300)
+@given(request_log(), st.sampled_from([None, "usage.prompt_tokens", "prompt_tokens", "nope"]))
+def test_any_request_log_is_read_or_refused_in_one_line(log, column):
+    kind, data = log
+    with capped(), tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"requests.{kind}"
+        path.write_bytes(data)
+        obs = refusal_or(lambda: read_token_counts(path, column))
+        if obs is None:
+            return
+        assert obs.skipped >= 0 and obs.records >= 0
+        assert all(math.isfinite(x) and x > 0 for x in obs.user + obs.subagent)
+        assert obs.cached_tokens <= obs.cached_prompt_tokens
+        fitted = refusal_or(lambda: api.fit_workload(str(path), column=column))
+        if fitted is not None:
+            assert_figures_sane(json.loads(json.dumps(fitted.to_dict(), allow_nan=True), parse_constant=_no_constants))
+
+
+# -- workload and calibration files --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def written(files) -> dict[str, dict]:
+    return {"workload": json.loads(pathlib.Path(files["workload"]).read_text()),
+            "calibration": json.loads(pathlib.Path(files["calibration"]).read_text())}
+
+
+@fuzz(300)
+@given(data=st.data())
+def test_any_workload_or_calibration_file_is_read_or_refused_in_one_line(written, data):
+    which = data.draw(st.sampled_from(["workload", "calibration"]))
+    document = copy.deepcopy(written[which])
+    for _ in range(data.draw(st.integers(0, 3))):
+        document = _mutate(document, data.draw) if isinstance(document, dict) else document
+    suffix = data.draw(st.sampled_from([".json", ".toml"])) if which == "workload" else ".json"
+    with capped(), tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"file{suffix}"
+        if suffix == ".toml":
+            from servesize.workload.files import to_toml
+            try:  # the writer writes what servesize writes; a value TOML cannot hold is not a reader's case
+                text = to_toml(document) if isinstance(document, dict) else None
+            except TypeError:
+                return
+            if text is None:
+                return
+            path.write_text(text)
+        else:
+            path.write_text(json.dumps(document))
+        if which == "workload":
+            workload = refusal_or(lambda: load_workload(path))
+            if workload is not None:
+                assert_figures_sane(json.loads(json.dumps(workload.to_dict()), parse_constant=_no_constants))
+        else:
+            found = refusal_or(lambda: load_calibrations(path))
+            for cal in found or ():
+                assert cal.pool_tokens is None or cal.pool_tokens >= 0
+
+
+# -- vLLM logs (calibrate) ------------------------------------------------------------------------------------
+
+REAL_LOG_LINES = [line for p in LOGS for line in p.read_text(errors="replace").splitlines() if line.strip()]
+
+
+@st.composite
+def mutated_line(draw) -> str:
+    line = draw(st.sampled_from(REAL_LOG_LINES + QUOTES))
+    action = draw(st.sampled_from(["keep", "digits", "number", "cut", "junk"]))
+    if action == "digits":
+        return "".join(draw(st.sampled_from("0123456789,.-")) if c.isdigit() and draw(st.booleans()) else c for c in line)
+    if action == "number":
+        import re
+        return re.sub(r"[0-9][0-9,.]*", lambda m: draw(st.sampled_from(["0", "16.0", "-5", "1e400", "9" * 400, "1.2.3",
+                                                                        ",", "0.00", m.group(0)])), line)
+    if action == "cut":
+        return line[: draw(st.integers(0, len(line)))]
+    if action == "junk":
+        return line + draw(st.text(max_size=20))
+    return line
+
+
+@st.composite
+def vllm_log(draw) -> str:
+    base = draw(st.sampled_from(LOGS)).read_text(errors="replace").splitlines()
+    lines = list(base)
+    for _ in range(draw(st.integers(0, 4))):
+        action = draw(st.sampled_from(["drop", "replace", "insert"]))
+        i = draw(st.integers(0, max(0, len(lines) - 1)))
+        if action == "drop" and lines:
+            del lines[i]
+        elif action == "replace" and lines:
+            lines[i] = draw(mutated_line())
+        else:
+            lines.insert(i, draw(mutated_line()))
+    return "\n".join(lines)
+
+
+@fuzz(400)
+@given(vllm_log(), st.sampled_from([{}, {"block_size": 16}, {"kv_cache_groups": 3}, {"mamba_cache_mode": "align"},
+                                    {"block_size": 784, "kv_cache_groups": 4}]))
+def test_any_vllm_log_is_calibrated_or_refused_in_one_line(text, knobs):
+    with capped():
+        facts = refusal_or(lambda: parse_vllm_log(text, "fuzzed.log"))
+        if facts is None:
+            return
+        cal = refusal_or(lambda: calibrate(facts, **knobs))
+        if cal is None:
+            return
+        assert cal.pool_tokens is None or cal.pool_tokens >= 0
+        assert_figures_sane({k: v for k, v in cal.to_dict().items() if k not in ("non_torch_gib",)})
+
+
+@fuzz(80)
+@given(vllm_log(), st.booleans())
+def test_calibrate_over_any_vllm_log_exits_0_or_2_with_one_line(text, as_json):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "server.log"
+        path.write_text(text)
+        argv = ["calibrate", "--vllm-log", str(path)] + (["--json"] if as_json else [])
+        code, out, err = run_cli(argv)
+        assert code in (0, 2), (code, err)
+        assert "Traceback" not in err and "servesize: bug:" not in err, err
+        if code:
+            assert err.startswith("servesize") and err.count("\n") == 1, err
+
+
+# -- the web API (its request readers and views, in-process) -------------------------------------------------
+
+WEB_BASE = {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8", "fills": 20, "draws": 200}
+WEB_FIELDS = ["model", "gpus", "quantization", "kv_cache_dtype", "max_model_len", "median", "sigma", "prefix", "users",
+              "load_users", "think_time", "gpu_memory_utilization", "tensor_parallel_size", "max_num_seqs", "fills", "draws",
+              "seed", "mtp_speedup", "spec_acceptance", "workload", "calibration", "config", "preset", "nope", "sweep"]
+
+
+WEB_GOOD = {"sigma": [0.5, 1.0], "prefix": ["8k", 2000], "load_users": [1, 10], "think_time": [5, 30],
+            "gpu_memory_utilization": [0.9], "tensor_parallel_size": [1, 2], "max_num_seqs": [64, 256], "seed": [0, 7],
+            "mtp_speedup": [1.5], "spec_acceptance": [0.7]}
+
+
+@st.composite
+def web_body(draw):
+    if draw(st.integers(0, 9)) == 0:
+        return draw(json_values)
+    body = dict(WEB_BASE)
+    for key in draw(st.lists(st.sampled_from(WEB_FIELDS), max_size=3, unique=True)):
+        good = GOOD.get(key) or WEB_GOOD.get(key, ["1"])
+        body[key] = draw(st.sampled_from(good)) if draw(st.integers(0, 2)) else draw(json_values | st.sampled_from(JUNK))
+    body["fills"], body["draws"] = 20, 200  # small Monte-Carlo sizes (their caps are the Scenario's)
+    return body
+
+
+@fuzz(120)
+@given(web_body(), st.sampled_from(["plan", "memory", "fit"]))
+def test_any_web_api_body_is_a_view_or_a_400_with_one_line(body, endpoint):
+    from servesize.web import views
+    from servesize.web.requests import fit_query, plan_request, refusal, scenario_of
+
+    def answer():
+        if endpoint == "plan":
+            return views.plan_view(plan_request(body))
+        if endpoint == "memory":
+            scenario, _ = scenario_of(body)
+            return views.finite({"memory": api.memory(scenario).to_dict()})
+        return views.fit_view(fit_query({k: v for k, v in body.items() if k in ("gpus", "max_model_len")}
+                                        if isinstance(body, dict) else body))
+
+    with capped():
+        try:
+            view = answer()
+            event(f"{endpoint} view")
+        except ServesizeError as exc:
+            event(f"{endpoint} refused")
+            assert_one_line(str(exc))
+            document = refusal(exc)
+            assert_one_line(document["error"])
+            return
+        json.dumps(view, allow_nan=False)  # the page's JSON: no NaN or Infinity
