@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.engine.memory import MemoryReport, memory_report
 from servesize.engine.models_table import ModelRow, ModelsResult, model_row
@@ -25,7 +25,6 @@ from servesize.limits import require_regular
 from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
 from servesize.planning.inputs import Fixed, fixed_from_memory
-from servesize.planning.plan import Plan, SweepCase, make_plan, sweep_cases
 from servesize.resolve import (
     PlanInputs,
     calibrated,
@@ -42,6 +41,9 @@ from servesize.vllm_logs.calibration import calibrate as calibrate_facts
 from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
 from servesize.workload.fit import DEFAULT_MIN_TOKENS, WorkloadFit, fit_observations
 from servesize.workload.readers import read_token_counts
+
+if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
+    from servesize.planning.plan import Plan
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
 
@@ -100,6 +102,8 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     report, fixed = _fixed(inputs)
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
+    from servesize.planning.plan import make_plan
+
     return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
                      memory=report, origin=inputs.origin)
 
@@ -185,6 +189,8 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
 
     ``values`` are typed values or their text ('31k'); the memory is the scenario's own throughout
     (a parameter that changes the memory, such as the draft count, is planned once per value)."""
+    from servesize.planning.plan import SweepCase, sweep_cases
+
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
     _, fixed = _fixed(inputs)

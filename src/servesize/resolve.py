@@ -39,7 +39,7 @@ import shlex
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, derived_max_model_len
 from servesize.engine.speculative import NEEDS_DRAFT, Speculation, method_of
@@ -57,11 +57,7 @@ from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
 from servesize.model.hardware import GpuGroup, parse_gpus
-from servesize.planning.fleet import FleetSpace, ModelChoice
-from servesize.planning.fleet_result import FleetOption
 from servesize.planning.inputs import Knobs, spec_tokens_of
-from servesize.planning.prices import gpu_hour_prices, parse_price, with_overrides
-from servesize.planning.sensitivity import apply_param
 from servesize.scenario import PARAMS, FleetQuery, Param, Scenario, params_in
 from servesize.units import GiB
 from servesize.vllm_logs.calibration import Calibration
@@ -77,7 +73,11 @@ from servesize.workload.presets import (
     preset,
     workload_from_data,
 )
-from servesize.workload.teams import Team, TeamMix
+from servesize.workload.teams import Team
+
+if TYPE_CHECKING:  # the fleet's modules load with the first fleet: memory, fit and plan start without them
+    from servesize.planning.fleet import FleetSpace
+    from servesize.planning.fleet_result import FleetOption
 
 ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "dtype",
                  "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
@@ -457,6 +457,8 @@ def _short(source: str) -> str:
 
 
 def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value: Any) -> tuple[Workload, Knobs]:
+    from servesize.planning.sensitivity import apply_param
+
     try:
         return apply_param(workload, knobs, planner_name, value)
     except BadInput as exc:
@@ -644,6 +646,8 @@ def teams_of(query: FleetQuery, model_limit: int | None = None) -> tuple[tuple[T
 def fleet_currency(query: FleetQuery) -> str:
     """The fleet's currency: --currency, else the price list's. A power bill added to the prices must be in it:
     the default tariff is in EUR (power.currency), so another currency needs its own --electricity-price."""
+    from servesize.planning.prices import gpu_hour_prices
+
     listed = {p.currency for p in gpu_hour_prices().values()}
     currency = query.currency or (listed.pop() if len(listed) == 1 else "USD")
     if not query.price_includes_power:
@@ -670,6 +674,9 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     from servesize.engine.kv_cache import KV_CACHE_DTYPES
     from servesize.engine.weights import normalise_precision
     from servesize.model.hardware import find_gpu, load_gpus
+    from servesize.planning.fleet import FleetSpace, ModelChoice
+    from servesize.planning.prices import parse_price, with_overrides
+    from servesize.workload.teams import TeamMix
 
     lists = query.lists()
     for name, most in (("models", 8), ("gpus_from", 64), ("precision", 4), ("kv_cache_dtype", 4),
