@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -525,3 +526,17 @@ def test_a_log_whose_version_has_a_superscript_digit_calibrates(tmp_path, capsys
     path.write_text("INFO vLLM API server version 0.2¹\nINFO GPU KV cache size: 1,024 tokens\n")
     code, _, err = run(["calibrate", "--vllm-log", str(path)], capsys)
     assert code == 0 and "bug" not in err, err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"method": "ngram", "n": ' + "1" * 5000 + "}", "digits"),  # was a ValueError out of the library
+    ("{bad", "not valid JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+    ("[" * 100 + "]" * 100, "nested deeper than"),
+])
+def test_a_json_flag_is_read_as_every_json_input_is(text, message):
+    import servesize as s
+    from servesize.errors import BadInput
+
+    with pytest.raises(BadInput, match=re.escape(message)) as info:
+        s.Scenario(model="llama-3.1-8b", gpus="1xH100", speculative_config=text)
+    assert str(info.value).startswith("--speculative-config ") and "\n" not in str(info.value)

@@ -123,7 +123,7 @@ def parse_json(text: str | bytes, what: str, *, walk: bool = True) -> Any:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadInput(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise BadInput(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise BadInput(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # an integer past the interpreter's digit limit, bytes that are not UTF-8

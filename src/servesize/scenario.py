@@ -36,7 +36,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.errors import BadInput
-from servesize.limits import MAX_DRAWS, MAX_FILLS, MAX_JSON_DEPTH, check_depth
+from servesize.limits import MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -258,13 +258,7 @@ def _read_json(p: Param, value: Any) -> str:
         return json.dumps(dict(value), sort_keys=True)
     if not isinstance(value, str) or not value.strip():
         raise p._refuse(value, "a JSON object")
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{p.flag}: not valid JSON ({exc.msg} at column {exc.colno}): {_clipped(value)}") from None
-    except RecursionError:
-        raise BadInput(f"{p.flag}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    check_depth(parsed, p.flag)
+    parsed = parse_json(value, f"{p.flag} {_clipped(value)}")
     if not isinstance(parsed, dict):
         raise BadInput(f"{p.flag}: expected a JSON object ({{...}}), got {_clipped(value)}")
     return json.dumps(parsed, sort_keys=True)
