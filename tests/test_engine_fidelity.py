@@ -22,6 +22,10 @@ from servesize.units import GiB, MiB, cdiv
 MISTRAL_V01 = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "vocab_size": 32000, "intermediate_size": 14336, "sliding_window": 4096,
                "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+# state-spaces/mamba2-2.7b's geometry (as tests/test_architecture.py's MAMBA2): 64 Mamba2 layers, no attention.
+MAMBA2_27B = {"model_type": "mamba2", "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50288,
+              "num_heads": 80, "head_dim": 64, "state_size": 128, "n_groups": 1, "expand": 2, "conv_kernel": 4,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": True}
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 4288, "intermediate_size": 256,
               "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
@@ -64,6 +68,54 @@ def test_the_cpu_build_keeps_recurrent_states_in_float32():
     assert r.pool.block_size == 128 * cdiv(state_fp32, 128 * attn)
     assert cpu_bf16.pool.block_size == 128 * cdiv(state_bf16, 128 * attn)
     assert gpu.pool.block_size == 16 * cdiv(state_bf16, 16 * attn)
+
+
+def test_on_a_cpu_without_avx512_bf16_the_cpu_build_keeps_the_state_type_asked_for():
+    # platforms/cpu.py resets the SSM state to float32 only when torch finds AVX-512 BF16 (an AVX2 EPYC keeps bf16)
+    arch = from_config(MAMBA2_27B, "mamba2-2.7b")
+    def state(**dep):
+        return report(arch, "1xH200", max_model_len=4096, kv_cache_memory_bytes=GiB, vllm_version="0.32.0",
+                      **dep).pool.state_bytes_per_sequence
+    d_inner, heads = 2 * 2560, 2 * 2560 // 64
+    conv_bf16 = (4 - 1) * (d_inner + 2 * 1 * 128) * 2
+    ssm = heads * 64 * 128  # elements per layer
+    assert state(device="cpu", cpu_avx512_bf16=False) == 64 * (conv_bf16 + ssm * 2) == state()  # as on CUDA
+    assert state(device="cpu", cpu_avx512_bf16=True) == 64 * (conv_bf16 + ssm * 4)  # reset to float32
+    assert state(device="cpu", cpu_avx512_bf16=False, mamba_ssm_cache_dtype="float32") == 64 * (conv_bf16 + ssm * 4)
+
+
+def test_the_cpu_flag_is_read_from_the_first_flags_line_of_proc_cpuinfo(tmp_path):
+    from servesize.model.hardware import cpu_flags_have_avx512_bf16, host_has_avx512_bf16
+
+    epyc_avx2 = "processor\t: 0\nflags\t\t: fpu sse avx avx2 fma\n"
+    zen4 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n"
+    assert (cpu_flags_have_avx512_bf16(epyc_avx2), cpu_flags_have_avx512_bf16(zen4)) == (False, True)
+    assert not cpu_flags_have_avx512_bf16("flags : avx512_bf16x\n")  # a whole word, not a prefix
+    info = tmp_path / "cpuinfo"
+    info.write_text(zen4)
+    assert host_has_avx512_bf16.__wrapped__(str(info)) is True
+    assert host_has_avx512_bf16.__wrapped__(str(tmp_path / "absent")) is False
+
+
+def test_a_scenario_for_the_cpu_build_says_which_cpu_or_reads_this_machines():
+    from servesize.model.hardware import host_has_avx512_bf16
+    from servesize.resolve import deployment_of
+    from servesize.scenario import Scenario
+
+    assert deployment_of(Scenario(model="llama-3.1-8b", gpus="1xH100", device="cpu", cpu_avx512_bf16="no")).cpu_avx512_bf16 is False
+    assert deployment_of(Scenario(model="llama-3.1-8b", gpus="1xH100", device="cpu", cpu_avx512_bf16="yes")).cpu_avx512_bf16 is True
+    assert deployment_of(Scenario(model="llama-3.1-8b", gpus="1xH100", device="cpu")).cpu_avx512_bf16 is host_has_avx512_bf16()
+
+
+def test_mamba2_layers_hold_a_prefill_checkpoint_block_in_align_mode_from_0_32():
+    from servesize.engine.pool import _LayerSpec, _per_request_blocks
+    from servesize.model.layers import MAMBA
+
+    spec = _LayerSpec(MAMBA, state_bytes=1)
+    def blocks(version):
+        dep = Deployment(vllm_version=version, mamba_cache_mode="align", max_model_len=4096, max_num_batched_tokens=2048)
+        return _per_request_blocks(spec, 4096, dep)
+    assert (blocks("0.31.0"), blocks("0.32.0")) == (2, 3)
 
 
 # -- windows ------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from servesize.engine.vocabulary import (
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
-from servesize.model.hardware import GpuGroup, parse_gpus
+from servesize.model.hardware import GpuGroup, host_has_avx512_bf16, parse_gpus
 from servesize.planning.inputs import Knobs, spec_tokens_of
 from servesize.scenario import PARAMS, FleetQuery, Param, Scenario, params_in
 from servesize.units import GiB
@@ -86,7 +86,7 @@ ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_paralle
                  "mamba_ssm_cache_dtype", "mamba_cache_mode", "enable_lora", "max_loras", "max_lora_rank",
                  "fully_sharded_loras", "vllm_version", "device")
 # Scenario engine fields that are servesize's own (no `vllm serve` flag sets them).
-SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens")
+SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens", "cpu_avx512_bf16")
 # Scenario workload field -> the planner's parameter name (planning.sensitivity.apply_param)
 WORKLOAD_FIELDS = {"median": "median", "sigma": "sigma", "prefix": "prefix", "subagent_ratio": "subagent_ratio",
                    "subagent_median": "subagent_median", "subagent_sigma": "subagent_sigma",
@@ -144,6 +144,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     modality at 0 is vLLM's language-model-only mode."""
     values: dict[str, Any] = {name: getattr(scenario, name) for name in ENGINE_FIELDS}
     values["num_speculative_tokens"] = scenario.num_speculative_tokens or 0
+    values["cpu_avx512_bf16"] = cpu_avx512_bf16_of(scenario)
     version = parse_version(scenario.vllm_version)
     if scenario.speculative_config is not None:
         if scenario.num_speculative_tokens:
@@ -153,6 +154,14 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     if scenario.limit_mm_per_prompt is not None:
         values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
+
+
+def cpu_avx512_bf16_of(scenario: Scenario) -> bool:
+    """Whether the CPU build runs on a CPU with AVX-512 BF16: as asked, else this machine's (vLLM
+    decides from the machine it starts on, so a prediction for --device cpu reads the same machine)."""
+    if scenario.cpu_avx512_bf16 != "auto":
+        return scenario.cpu_avx512_bf16 == "yes"
+    return scenario.device == "cpu" and host_has_avx512_bf16()
 
 
 def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:

@@ -415,6 +415,10 @@ class Scenario:
                            "value vocabulary)", "engine", default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z")
     device: str = _p("choice", "cpu: vLLM's CPU build (its defaults: block 128, batch 2048 per rank, float32 states, "
                      "MLA block 16)", "engine", default="cuda", choices=("cuda", "cpu"))
+    cpu_avx512_bf16: str = _p("choice", "with --device cpu, the CPU vLLM runs on: auto reads this machine's "
+                              "/proc/cpuinfo; yes/no: one with/without AVX-512 BF16 (vLLM's CPU build stores "
+                              "recurrent states in float32 only on CPUs with it)", "engine", default="auto",
+                              choices=("auto", "yes", "no"))
     budget: str = _p("choice", "engine: vLLM's own budget with a named reserve estimate; simple: the calculator seed's "
                      "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
 

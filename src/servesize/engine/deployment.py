@@ -102,6 +102,7 @@ class Deployment:
     language_model_only: bool = False  # --limit-mm-per-prompt with every modality at 0: no encoder loaded
     vllm_version: str = DEFAULT_VLLM_VERSION
     device: str = "cuda"
+    cpu_avx512_bf16: bool = True  # the CPU build's machine has AVX-512 BF16 (platforms/cpu.py decides by it)
 
     @property
     def version(self) -> tuple[int, int, int]:

@@ -28,7 +28,7 @@ from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes,
 from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
-from servesize.model.layers import CHUNKED, FULL, GDN, MLA, SLIDING, STATE_KINDS, GatedDeltaNet, WindowedAttention
+from servesize.model.layers import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, STATE_KINDS, GatedDeltaNet, WindowedAttention
 from servesize.units import cdiv
 
 INDEXER = "indexer"
@@ -38,6 +38,10 @@ FLASHMLA_BLOCK = 64
 CUTLASS_MLA_BLOCK = 128
 FLASHINFER_MLA_BLOCK = 32
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
+# Mamba2 layers hold a prefill checkpoint block in 'align' mode (MambaMixer2.get_kv_cache_spec,
+# num_prefill_checkpoint_blocks=1): read in the 0.32.0 wheel and checked against its engine
+# (tests/integration); releases before 0.32 are not checked and keep the 2-block rule.
+MAMBA2_CHECKPOINT_FROM = (0, 32, 0)
 CUDA_DEFAULT_BLOCK = 16
 CPU_DEFAULT_BLOCK = 128  # the CPU backend: a multiple of 32, default 128 (vllm-kv-sizing.md, version notes)
 # vLLM V0 swap space: 4 GiB of pinned CPU blocks by default ('# CPU blocks' in the V0 log).
@@ -97,11 +101,12 @@ class _LayerSpec:
 def state_cache_dtype(arch: Architecture, dep: Deployment) -> str | None:
     """The recurrent-state dtype vLLM stores: --mamba-ssm-cache-dtype, else the config's.
 
-    The CPU build (platforms/cpu.py, on CPUs with AVX-512 BF16, which its x86 wheels need for bf16)
-    resets it to float32 unless a 16-bit type was asked for and the model's state backend is the
-    accelerated GDN one."""
+    The CPU build (platforms/cpu.py, CpuPlatform.check_and_update_config), only on a CPU with
+    AVX-512 BF16 (``torch.cpu._is_avx512_bf16_supported()``), resets it to float32 unless a 16-bit
+    type was asked for and the model's state backend is the accelerated GDN one; on any other CPU
+    (AVX2 only, say) the state keeps the type asked for, as on CUDA."""
     asked = dep.mamba_ssm_cache_dtype
-    if dep.device == "cpu":
+    if dep.device == "cpu" and dep.cpu_avx512_bf16:
         if asked in ("bfloat16", "float16") and arch.count(GDN):
             return asked
         return "float32"
@@ -225,6 +230,10 @@ def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoin
     spec_blocks = dep.spec_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
     if mode == "all":
         return cdiv(L, block)
+    if spec.kind == MAMBA and dep.version >= MAMBA2_CHECKPOINT_FROM:
+        # MambaMixer2.get_kv_cache_spec: num_prefill_checkpoint_blocks=1 (the block-boundary state
+        # is exported from inside one forward pass), so 'align' mode holds one more block.
+        checkpoint_blocks = max(checkpoint_blocks, 1)
     return (2 + checkpoint_blocks if mode == "align" else 1) + spec_blocks
 
 

@@ -290,3 +290,30 @@ def parse_gpus(spec: str, memory: int | str | None = None) -> GpuGroup:
     if memory is not None:
         gpu = gpu.with_memory(memory)
     return GpuGroup(count=count, gpu=gpu)
+
+
+# /proc/cpuinfo lists every core's flags; the first core's line is all the check needs.
+_CPUINFO = "/proc/cpuinfo"
+_CPUINFO_MAX_BYTES = 1 << 20
+
+
+@lru_cache(maxsize=1)
+def host_has_avx512_bf16(cpuinfo: str = _CPUINFO) -> bool:
+    """Whether this machine's CPU has AVX-512 BF16, as vLLM's CPU build asks torch
+    (``torch.cpu._is_avx512_bf16_supported``, from cpuinfo's CPUID reading; Linux lists the same
+    bit as the ``avx512_bf16`` flag). False where the file cannot be read (not Linux, not x86)."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            text = f.read(_CPUINFO_MAX_BYTES)
+    except OSError:
+        return False
+    return cpu_flags_have_avx512_bf16(text)
+
+
+def cpu_flags_have_avx512_bf16(cpuinfo_text: str) -> bool:
+    """The first ``flags`` line of a /proc/cpuinfo text names ``avx512_bf16``."""
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return "avx512_bf16" in value.split()
+    return False
