@@ -17,7 +17,9 @@ engine logged, character for character.
 Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
 setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
 `--kv-cache-memory-bytes 12M` and `--max-num-batched-tokens 1K` in vLLM's own number spelling
-(12 MiB and 1,024), and turns prefix caching off for the hybrid.
+(12 MiB and 1,024), and turns prefix caching off for the hybrid. Setting C asks the attention-free
+model for prefix caching (Mamba2 'align' mode). A case ending "-avx2" starts the engine deciding as on
+a CPU without AVX-512 BF16 and runs servesize with `--cpu-avx512-bf16 no`.
 
 Each (family, setting) starts one server for the module (in-process engine: one interpreter
 start); its start-up seconds are recorded in the log directory (starts.json).
@@ -44,7 +46,11 @@ EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "deepseek_v2": dict(block_s
 # Setting C: the attention-free model with prefix caching asked for, which puts its Mamba2 layers in
 # 'align' mode (three state blocks per request from 0.32: MambaMixer2's prefill checkpoint block).
 SETTINGS["C"] = dict(SETTINGS["A"], prefix_caching=True)
-CASES = [(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
+# The same starts on a CPU without AVX-512 BF16 (vLLM keeps the states' own dtype there): "A-avx2" etc.
+# decide as an AVX2 machine would, so both kinds of x86 CPU are checked on whichever machine runs the tests.
+AVX2 = "-avx2"
+CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
+         + [("qwen3_next", "B" + AVX2), ("mamba2", "A" + AVX2), ("mamba2", "C" + AVX2)])
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +61,11 @@ def started(vllm_python, tiny_model_of, vllm_log_dir, start_timeout_s):
 
     def get(family: str, setting: str) -> tuple[str, str]:
         if (family, setting) not in logs:
-            fields = {**SETTINGS[setting], **(EXTRA_B.get(family, {}) if setting == "B" else {})}
+            base = setting.removesuffix(AVX2)
+            fields = {**SETTINGS[base], **(EXTRA_B.get(family, {}) if base == "B" else {})}
             cfg = ServerConfig(model=tiny_model_of(family)["path"], prefix_caching=fields.pop("prefix_caching", None),
-                               max_num_seqs_flag=False, in_process=True, **fields)
+                               max_num_seqs_flag=False, in_process=True, without_avx512_bf16=setting.endswith(AVX2),
+                               **fields)
             srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-{setting}.log")
             srv.start(timeout_s=start_timeout_s)
             try:
@@ -86,7 +94,8 @@ def test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exa
     command, log = started(family, setting)
     lines = logged_lines(log)
     assert len(lines) == 1, lines  # 0.28+: tokens and concurrency on one line
-    code = main(["memory", "--gpus", "1xH100", "--device", "cpu", "--vllm-version", version_of(log),
+    cpu = ["--cpu-avx512-bf16", "no"] if setting.endswith(AVX2) else []  # else servesize reads this machine's CPU
+    code = main(["memory", "--gpus", "1xH100", "--device", "cpu", *cpu, "--vllm-version", version_of(log),
                  "--vllm-serve", command, "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err

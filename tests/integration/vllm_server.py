@@ -61,6 +61,9 @@ class ServerConfig:
     prefix_caching: bool | None = True  # None: the engine's default for the model
     max_num_seqs_flag: bool = True  # False: leave --max-num-seqs to the engine's default
     in_process: bool = False  # engine core and worker in the API server's process (one interpreter start, not three)
+    # False: vLLM decides as on a CPU without AVX-512 BF16 (an AVX2 EPYC, say), whatever this CPU has: torch's
+    # check is answered False in the server's interpreter (a sitecustomize on its path); its kernels are unchanged
+    without_avx512_bf16: bool = False
 
     def flags(self, port: int) -> list[str]:
         f = [
@@ -130,7 +133,18 @@ class VllmServer:
         # The project venv must not leak into the vLLM venv's interpreter.
         for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
             env.pop(k, None)
+        if self.config.without_avx512_bf16:
+            env["PYTHONPATH"] = str(self._no_avx512_bf16_site())
         return env
+
+    def _no_avx512_bf16_site(self) -> pathlib.Path:
+        site = pathlib.Path(self.log_path).parent / "no-avx512-bf16-site"
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "sitecustomize.py").write_text(
+            "# vLLM's CPU platform decides dtypes by torch.cpu._is_avx512_bf16_supported(): answer as an AVX2 CPU would\n"
+            "import torch\n"
+            "torch.cpu._is_avx512_bf16_supported = lambda: False\n")
+        return site
 
     def start(self, timeout_s: float = 300.0) -> VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
