@@ -189,7 +189,8 @@ class FleetResult:
         if self.winner is not None:
             return None
         best = max(self.frontier, key=lambda o: o.users_served, default=None)
-        reached = f"; the most any searched fleet serves is {best.users_served:,.0f} users, on {best.gpus}" if best else ""
+        reached = f"; the most any searched fleet serves is {best.users_served:,.0f} users, on {best.gpus}" \
+            if best is not None and best.users_served >= 0.5 else ""
         return (f"no fleet of at most {self.max_gpus} GPUs in the search space serves all {self.users:,} users"
                 f"{reached}; try more GPU types (--gpus-from), a larger --max-gpus, fp8 weights or KV, or your own "
                 "prices")
