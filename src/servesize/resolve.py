@@ -150,9 +150,20 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
             raise BadInput("give --speculative-config or --num-speculative-tokens, not both")
         target = (model or model_of(scenario.model)).architecture
         values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
+    elif scenario.num_speculative_tokens:
+        check_mtp_head((model or model_of(scenario.model)).architecture)
     if scenario.limit_mm_per_prompt is not None:
         values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
+
+
+def check_mtp_head(target: Architecture) -> None:
+    """--num-speculative-tokens is vLLM's MTP speculation ({"method": "mtp"}): a model without an MTP head has no
+    draft layers to run, and vLLM refuses the method for it."""
+    if not target.mtp_layers:
+        raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head, and {target.name} has none "
+                       "(vLLM refuses method mtp for it): drop the flag, or name a draft with --speculative-config "
+                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'")
 
 
 def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:

@@ -35,6 +35,7 @@ from servesize.engine.deployment import AUTO_MAX_MODEL_LEN
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
+from servesize.engine.vocabulary import check_release
 from servesize.errors import BadInput, clip
 from servesize.limits import MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
@@ -231,7 +232,7 @@ def _read_text(p: Param, value: Any) -> str:
 
 def _read_version(p: Param, value: Any) -> str:
     text = _read_text(p, str(value))
-    parse_version(text)
+    check_release(parse_version(text), text)
     return text
 
 
