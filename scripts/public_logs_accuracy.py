@@ -41,6 +41,13 @@ def _scenario(case: dict, **changes):
     return Scenario(**{**case["scenario"], **changes})
 
 
+def _given_memory(case: dict, **changes):
+    """The scenario the exact check runs: the logged KV memory taken as given, which vLLM allocates beside the
+    weights, so a checkpoint the catalogue stands in for at 16 bits takes the case's ``exact_scenario`` (its
+    quantisation) for the weights to fit beside it; the pool's arithmetic does not depend on the weights."""
+    return _scenario(case, **{**case.get("exact_scenario", {}), **changes})
+
+
 def _logged_lines(case: dict) -> list[str]:
     import re
 
@@ -71,19 +78,19 @@ def exact(case: dict) -> Exact:
     lo, hi = int((gib - HALF_STEP_GIB) * GIB), int((gib + HALF_STEP_GIB) * GIB) - 1
     if reported.get("refused"):
         try:
-            memory(_scenario(case, kv_cache_memory_bytes=hi))
+            memory(_given_memory(case, kv_cache_memory_bytes=hi))
         except WouldNotStart as exc:
             return Exact(True, None, f"refused, as logged: {exc}")
         return Exact(False, None, "servesize predicts a start; vLLM refused")
     logged = _logged_lines(case)
     if case.get("basis") == "blocks":
         blocks = reported["kv_cache_tokens"] // 16
-        rep = memory(_scenario(case, num_gpu_blocks_override=blocks))
+        rep = memory(_given_memory(case, num_gpu_blocks_override=blocks))
         return Exact(_printed(rep, logged), blocks, f"from the logged token line's {blocks:,} blocks")
-    n_lo = memory(_scenario(case, kv_cache_memory_bytes=lo)).pool.num_blocks
-    n_hi = memory(_scenario(case, kv_cache_memory_bytes=hi)).pool.num_blocks
+    n_lo = memory(_given_memory(case, kv_cache_memory_bytes=lo)).pool.num_blocks
+    n_hi = memory(_given_memory(case, kv_cache_memory_bytes=hi)).pool.num_blocks
     for n in range(n_lo, n_hi + 1):
-        rep = memory(_scenario(case, kv_cache_memory_bytes=hi, num_gpu_blocks_override=n))
+        rep = memory(_given_memory(case, kv_cache_memory_bytes=hi, num_gpu_blocks_override=n))
         if _printed(rep, logged):
             return Exact(True, n, f"{n:,} blocks of {rep.pool.block_size} tokens (the interval allows {n_lo:,}..{n_hi:,})")
     return Exact(False, None, f"no block count in {n_lo:,}..{n_hi:,} prints the logged lines")

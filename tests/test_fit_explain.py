@@ -22,9 +22,15 @@ def fit_json(capsys, *argv):
 
 
 @pytest.mark.parametrize("text, tokens", [("8k", 8_000), ("8K", 8_192), ("32k", 32_000), ("32K", 32_768),
-                                          ("2.77m", 2_770_000), ("1M", 1_048_576), ("1,337,000", 1_337_000)])
+                                          ("2.77m", 2_770_000), ("1M", 1_048_576), ("1337000", 1_337_000)])
 def test_token_counts_are_read_as_vllm_reads_them(text, tokens):
     assert parse_tokens(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["1,337,000", "1,024", "1_6k", "1_024"])
+def test_a_digit_separator_is_refused_as_vllm_refuses_1_6k_and_1_024_with_a_comma(text):
+    with pytest.raises(BadInput, match="without ',' or '_'"):
+        parse_tokens(text)
 
 
 def test_a_fraction_with_a_binary_suffix_is_refused_with_the_decimal_spelling():

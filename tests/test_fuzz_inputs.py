@@ -601,3 +601,145 @@ def test_any_web_api_body_is_a_view_or_a_400_with_one_line(body, endpoint):
             assert_one_line(document["error"])
             return
         json.dumps(view, allow_nan=False)  # the page's JSON: no NaN or Infinity
+
+
+# --- issue 16: bounds ---
+# Values that pass a flag's declared range but no physics (tiny and huge values at and just inside every numeric
+# Scenario field's bounds), vLLM's vocabulary on models and releases that do not take it, and config.json fields
+# that are not what they say: each exits 0, 2 or 3 with one line, never the bug line, never a numpy warning.
+
+import warnings  # noqa: E402
+
+from servesize.engine.vocabulary import vocabulary  # noqa: E402
+from servesize.scenario import PARAMS  # noqa: E402
+
+BOUNDS_NUMERIC = ("tokens", "bytes", "int", "float", "vllm_int", "vllm_len", "vllm_bytes")
+BOUNDS_SKIP = {"fills", "draws", "users"}  # Monte-Carlo sizes have their own cap tests; --users sizes a fleet
+BOUNDS_FIELDS = {command: [p for p in PARAMS.values() if p.kind in BOUNDS_NUMERIC and p.name not in BOUNDS_SKIP
+                           and p.lo is not None and any(p.flag in a.option_strings for a in OPTIONS[command])]
+                 for command in ("memory", "plan")}
+BOUNDS_MODELS = ["llama-3.1-8b", "qwen3.6-27b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b"]
+BOUNDS_GPUS = {"llama-3.1-8b": "1xH100", "qwen3.6-27b": "1xH200", "qwen3-30b-a3b": "1xH200",
+               "deepseek-v3": "8xH200", "gpt-oss-20b": "1xH100"}
+
+
+def _edges(p) -> list[float]:
+    """The values at and just inside (and just past) a declared range: where 1e-300 used to divide by zero."""
+    lo, hi = float(p.lo), float(p.hi if p.hi is not None else 2 * p.lo + 1e6)
+    inside = [lo, math.nextafter(lo, hi), lo * (1 + 1e-9) if lo else 1e-300, hi, math.nextafter(hi, lo), hi * (1 - 1e-12)]
+    outside = [math.nextafter(lo, -math.inf), 5e-324, -5e-324, hi * (1 + 1e-12), math.nextafter(hi, math.inf)]
+    return inside + outside
+
+
+def _spelled(p, value: float) -> str:
+    if p.kind in ("float",):
+        return repr(value)
+    return str(int(value)) if math.isfinite(value) and abs(value) < 1e30 else repr(value)
+
+
+@st.composite
+def bounds_value(draw, p) -> str:
+    """A field's value at its edges, or anywhere in its range on a log scale (tiny and huge alike)."""
+    if draw(st.integers(0, 2)):
+        return _spelled(p, draw(st.sampled_from(_edges(p))))
+    lo, hi = max(float(p.lo), 1e-300), float(p.hi if p.hi is not None else 1e12)
+    exponent = draw(st.floats(math.log10(lo), math.log10(max(hi, lo * 10)), allow_nan=False))
+    return _spelled(p, min(hi, max(float(p.lo), 10 ** exponent)))
+
+
+VOCABULARY_CASES = [  # a value vLLM knows, given where vLLM would not take it (the model, or the release)
+    *[["--kv-cache-dtype", dtype] for dtype in vocabulary("kv_cache_dtype", (0, 33, 0))],
+    *[["--num-speculative-tokens", k] for k in ("1", "3", "16")],
+    *[["--vllm-version", v] for v in ("0.0.0", "0.6.3", "0.6.4", "0.33.9", "0.34.0", "1.0.0", "99.0.0")],
+    ["--quantization", "fp8"], ["--quantization", "modelopt_fp4"], ["--quantization", "gptq_marlin"],
+    ["--mamba-cache-mode", "align"], ["--max-num-batched-tokens", "1", "--no-enable-chunked-prefill"],
+    ["--max-num-batched-tokens", "8", "--max-num-seqs", "1024"], ["--kv-cache-memory-bytes", "1000GiB"],
+    ["--num-gpu-blocks-override", "4294967296"], ["--max-model-len", "1_6k"], ["--max-model-len", "1,024"],
+]
+
+
+@st.composite
+def bounds_argv(draw) -> list[str]:
+    """memory or plan on a real model, with one to three numeric fields at their edges or a vocabulary case."""
+    command = draw(st.sampled_from(["memory", "memory", "plan"]))
+    model = draw(st.sampled_from(BOUNDS_MODELS))
+    argv = [command, model, "--gpus", BOUNDS_GPUS[model]]
+    if model == "deepseek-v3":
+        argv += ["-tp", "8"]
+    for p in draw(st.lists(st.sampled_from(BOUNDS_FIELDS[command]), min_size=0, max_size=3, unique_by=lambda q: q.name)):
+        argv += [p.flag, draw(bounds_value(p))]
+    if draw(st.integers(0, 2)) == 0:
+        argv += draw(st.sampled_from(VOCABULARY_CASES))
+    if command == "plan":
+        argv += ["--fills", "20", "--draws", "200", "--no-sensitivity"]
+    return argv + (["--json"] if draw(st.booleans()) else [])
+
+
+def run_cli_strict(argv: list[str]) -> tuple[int, str, str]:
+    """run_cli with numpy's RuntimeWarnings as errors: a warning becomes the bug line, which the contract refuses
+    (pytest would otherwise record the warning instead of letting it reach stderr)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        return run_cli(argv)
+
+
+@fuzz(150)
+@given(bounds_argv())
+def test_values_at_the_edges_of_every_declared_range_exit_0_2_or_3_with_one_line_and_no_warning(argv):
+    code, out, err = run_cli_strict(argv)
+    event(f"{argv[0]} exit {code}")
+    assert_cli_contract(argv, code, out, err)
+    if code:
+        assert len(err.strip().split("\n")[-1]) <= 1000, argv  # a refusal line is bounded (errors.MAX_MESSAGE_CHARS)
+
+
+BOUNDS_CONFIG_FIELDS = ["intermediate_size", "tie_word_embeddings", "architectures", "hidden_size", "vocab_size",
+                        "num_key_value_heads", "num_attention_heads", "head_dim", "max_position_embeddings",
+                        "num_hidden_layers", "torch_dtype", "rope_scaling", "model_type"]
+BOUNDS_CONFIG_VALUES = [None, "NaN", "nan", "true", "false", 0, 1, -1, 0.5, 1e300, 2**70, 5e-324, True, False, [], {},
+                        "", ["BertModel"], ["LlamaModel"], ["LlamaForSequenceClassification"], ["XLMRobertaModel"],
+                        ["LlamaForCausalLM", "BertModel"], {"factor": 0}, {"factor": 1e300, "rope_type": "yarn"}]
+BOUNDS_BASE_CONFIGS = [c for c, p in zip(REAL_CONFIGS, CONFIGS)
+                       if p.parent.name in ("meta-llama--Meta-Llama-3.1-8B", "Qwen--Qwen3-30B-A3B", "Qwen--Qwen3.5-27B")]
+
+
+@st.composite
+def malformed_config(draw) -> dict:
+    config = copy.deepcopy(draw(st.sampled_from(BOUNDS_BASE_CONFIGS)))
+    text = config.get("text_config", config)
+    for key in draw(st.lists(st.sampled_from(BOUNDS_CONFIG_FIELDS), min_size=1, max_size=2, unique=True)):
+        value = draw(st.sampled_from(BOUNDS_CONFIG_VALUES))
+        target = config if key in ("architectures", "model_type") else text
+        if draw(st.integers(0, 5)) == 0:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    return config
+
+
+@fuzz(150)
+@given(malformed_config())
+def test_a_config_with_a_field_that_is_not_what_it_says_is_sized_or_refused_naming_the_file(config):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "config.json"
+        path.write_text(json.dumps(config))
+        argv = ["memory", str(path), "--gpus", "8xH200", "--json"]
+        code, out, err = run_cli_strict(argv)
+    event(f"config exit {code}")
+    assert_cli_contract(argv, code, out, err)
+    if code == 2:
+        assert str(path) in err or "config" in err, err  # the refusal says which file (or which config field)
+
+
+def test_the_bounds_generator_makes_a_value_at_the_edge_of_a_declared_range_and_it_is_answered():
+    """One generated example shown: a flag set to its declared lower bound's next float (e.g. --mfu 0.010000000000000002)."""
+    def at_an_edge(argv: list[str]) -> bool:
+        pairs = dict(zip(argv[4::2], argv[5::2]))
+        return any(p.flag in pairs and p.kind == "float" and float(pairs[p.flag]) == math.nextafter(p.lo, math.inf)
+                   for p in BOUNDS_FIELDS["memory"])
+
+    example = hypothesis.find(bounds_argv(), at_an_edge, settings=settings(derandomize=True, database=None,
+                                                                           max_examples=2000))
+    print("a bounds case:", " ".join(example))
+    code, out, err = run_cli_strict(example)
+    assert_cli_contract(example, code, out, err)

@@ -8,10 +8,32 @@ that says so (``servesize: bug: ...``, exit 1); the fuzz suite (tests/test_fuzz_
 """
 
 
+MAX_ECHO_CHARS = 60  # how much of a value a refusal repeats: a 5,000-digit number is cut, with an ellipsis
+MAX_MESSAGE_CHARS = 1000  # a refusal line longer than this (an echo clip() missed) keeps its start and its fix
+
+
+def clip(value: object, limit: int = MAX_ECHO_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters with an ellipsis: how a one-line refusal echoes a value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    keep = MAX_MESSAGE_CHARS // 2 - 3
+    return f"{message[:keep]} ... {message[-keep:]}"
+
+
 class ServesizeError(Exception):
-    """A refusal or bad input: the message is the whole user-facing line."""
+    """A refusal or bad input: the message is the whole user-facing line (bounded: MAX_MESSAGE_CHARS)."""
 
     exit_code = 2
+
+    def __init__(self, *args: object):
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (_bounded(args[0]),)
+        super().__init__(*args)
 
 
 class BadInput(ServesizeError):

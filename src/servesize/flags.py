@@ -183,7 +183,8 @@ def markdown_table() -> str:
             spelling = p.name.upper() if p.name in POSITIONAL else ", ".join(f"`{f}`" for f in (p.flag, *p.flags))
             if p.kind == "bool" and p.name not in POSITIONAL:
                 spelling += f", `--no-{p.name.replace('_', '-')}`"
-            out.append(f"| {spelling} | {_type_of(p)} | {_default_of(cls, p.name)} | {p.help.replace('|', '/')}{note} |")
+            why = f" (bounded: {p.bound_why})" if p.bound_why else ""
+            out.append(f"| {spelling} | {_type_of(p)} | {_default_of(cls, p.name)} | {p.help.replace('|', '/')}{why}{note} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -35,6 +35,7 @@ Each rule is one named function, with the reason it exists:
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -53,7 +54,7 @@ from servesize.engine.vocabulary import (
     takes_value,
     vocabulary,
 )
-from servesize.errors import BadInput
+from servesize.errors import BadInput, clip
 from servesize.model.architecture import Architecture
 from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
 from servesize.model.hardware import GpuGroup, host_has_avx512_bf16, parse_gpus
@@ -151,6 +152,8 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
             raise BadInput("give --speculative-config or --num-speculative-tokens, not both")
         target = (model or model_of(scenario.model)).architecture
         values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
+    elif scenario.num_speculative_tokens:
+        check_mtp_head((model or model_of(scenario.model)).architecture)
     if scenario.limit_mm_per_prompt is not None:
         values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
@@ -162,6 +165,15 @@ def cpu_avx512_bf16_of(scenario: Scenario) -> bool:
     if scenario.cpu_avx512_bf16 != "auto":
         return scenario.cpu_avx512_bf16 == "yes"
     return scenario.device == "cpu" and host_has_avx512_bf16()
+
+
+def check_mtp_head(target: Architecture) -> None:
+    """--num-speculative-tokens is vLLM's MTP speculation ({"method": "mtp"}): a model without an MTP head has no
+    draft layers to run, and vLLM refuses the method for it."""
+    if not target.mtp_layers:
+        raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head, and {target.name} has none "
+                       "(vLLM refuses method mtp for it): drop the flag, or name a draft with --speculative-config "
+                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'")
 
 
 def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:
@@ -317,6 +329,39 @@ def calibration_of(scenario: Scenario) -> tuple[Calibration, str] | None:
     return load_calibration(scenario.calibration), f"calibration {scenario.calibration}"
 
 
+def _model_words(text: str) -> frozenset[str]:
+    """A model name as the words it is made of: its last path part, lowercase, split at what is not a letter or digit
+    (Meta-Llama-3.1-8B-Instruct -> meta, llama, 3, 1, 8b, instruct)."""
+    last = str(text).replace("\\", "/").rstrip("/").rpartition("/")[2].lower()
+    return frozenset(w for w in re.split(r"[^a-z0-9]+", last) if w)
+
+
+CALIBRATION_GPU_MEMORY_TOLERANCE = 0.05  # the log's total memory is CUDA's, a few % under nvidia-smi's
+
+
+def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
+    """A calibration measures one model at one TP on one GPU: applied to another, its pool is another
+    deployment's. Refuse, naming the field that differs (a field the log did not state is not compared)."""
+    if cal.tensor_parallel_size is not None and cal.tensor_parallel_size != deployment.tensor_parallel_size:
+        raise BadInput(f"{where} was measured at tensor_parallel_size {cal.tensor_parallel_size:,}, not this "
+                       f"scenario's {deployment.tensor_parallel_size}: give -tp {cal.tensor_parallel_size} or a "
+                       "calibration of this deployment")
+    if cal.model and scenario.model is not None:
+        model = model_of(scenario.model)
+        theirs = _model_words(cal.model)
+        ours = [w for w in (_model_words(display_name(model)), _model_words(hf_id_of(model, scenario.model)),
+                            _model_words(model.architecture.name)) if w]
+        if theirs and not any(theirs <= w or w <= theirs for w in ours):  # one name's words within the other's
+            raise BadInput(f"{where} was measured on model {clip(cal.model)}, not {display_name(model)}: give that "
+                           "MODEL, or a calibration of this one")
+    if cal.total_gpu_memory_gib:
+        gpu = gpus_of(scenario).gpu
+        logged, ours_gib = cal.total_gpu_memory_gib, gpu.memory_bytes / GiB
+        if abs(logged - ours_gib) > CALIBRATION_GPU_MEMORY_TOLERANCE * ours_gib:
+            raise BadInput(f"{where} was measured on a GPU of {logged:.2f} GiB, not {gpu.key}'s {ours_gib:.2f} GiB: "
+                           "give that GPU with --gpus (or --gpu-memory), or a calibration of this one")
+
+
 def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     """The most direct measurement wins: --pool-tokens, else the calibration's pool, else the engine's
     own available KV bytes (the pool then follows exactly), else its block count."""
@@ -326,6 +371,7 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     if found is None:
         return Calibrated(deployment, None, None)
     cal, where = found
+    check_calibration_matches(cal, scenario, deployment, where)
     if cal.pool_tokens:
         return Calibrated(deployment, float(cal.pool_tokens), f"{where} (pool)")
     if cal.available_kv_bytes_per_gpu:

@@ -35,7 +35,8 @@ from servesize.engine.deployment import AUTO_MAX_MODEL_LEN
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
-from servesize.errors import BadInput
+from servesize.engine.vocabulary import check_release
+from servesize.errors import BadInput, clip
 from servesize.limits import MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
@@ -73,6 +74,7 @@ class Param:
                 vllm_int / vllm_len / vllm_bytes: one of vLLM's own numeric flags, read by vLLM's rule
                 (k = 1000, K = 1024; vllm_len also takes auto / -1); json: a JSON object (text or a dict).
     lo, hi      inclusive bounds (``lo_open``: lo itself is refused).
+    bound_why   why the bound is where it is, when physics and not the type sets it (said when it refuses).
     flags       extra command-line spellings (the first flag is always --name-with-dashes).
     assumption  the data/assumptions.toml entry whose value a None takes (knobs).
     seed_value  the default preset's value (coding-agent, the seed's reference workload) a None takes
@@ -94,6 +96,7 @@ class Param:
     assumption: str | None = None
     seed_value: Any = None
     sweep: bool = False
+    bound_why: str = ""
 
     @property
     def flag(self) -> str:
@@ -129,7 +132,8 @@ class Param:
         lo_bad = self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo)
         hi_bad = self.hi is not None and v > self.hi
         if lo_bad or hi_bad:
-            raise BadInput(f"{self.flag} {_show(v)} is out of range: {self.range_text()}")
+            why = f" ({self.bound_why})" if self.bound_why else ""
+            raise BadInput(f"{self.flag} {_show(v)} is out of range: {self.range_text()}{why}")
 
     def range_text(self) -> str:
         if self.lo is not None and self.hi is not None:
@@ -139,12 +143,14 @@ class Param:
         return f"<= {_show(self.hi)}" if self.hi is not None else ""
 
     def _refuse(self, value: Any, what: str) -> BadInput:
-        return BadInput(f"{self.flag} {value!r} is not {what}")
+        return BadInput(f"{self.flag} {clip(value)} is not {what}")
 
 
 def _show(v: float) -> str:
     if isinstance(v, float) and not v.is_integer():
         return f"{v:g}"
+    if abs(v) >= 10**30:  # a 300-digit whole number: its magnitude, not its digits
+        return f"{float(v):.3g}" if abs(v) < 1e308 else f"a number of {len(str(abs(int(v)))):,} digits"
     return f"{int(v):,}" if abs(v) >= 10_000 else f"{int(v)}"
 
 
@@ -172,6 +178,8 @@ def _read_int(p: Param, value: Any) -> int:
         raise p._refuse(value, "a whole number")
     if isinstance(value, int):
         return int(value)
+    if isinstance(value, str) and ("_" in value or "," in value):
+        raise p._refuse(value, "a whole number (write it without ',' or '_' between the digits)")
     if isinstance(value, str) and value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit() \
             and len(value.strip()) <= 40:  # ASCII: '²'.isdigit() is True, int('²') a ValueError
         return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
@@ -187,6 +195,8 @@ def _read_int(p: Param, value: Any) -> int:
 def _read_float(p: Param, value: Any) -> float:
     if isinstance(value, bool):
         raise p._refuse(value, "a number")
+    if isinstance(value, str) and ("_" in value or "," in value):  # float('1_0') is 10.0; '0,5' may mean 0.5
+        raise p._refuse(value, "a number (write it without ',' or '_': 0.5, 1000)")
     try:
         number = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError, OverflowError):
@@ -199,7 +209,7 @@ def _read_float(p: Param, value: Any) -> float:
 def _read_choice(p: Param, value: Any) -> str:
     text = str(value).strip()
     if text not in p.choices:
-        raise BadInput(f"{p.flag} {value!r} is not one of {', '.join(p.choices)}")
+        raise BadInput(f"{p.flag} {clip(value)} is not one of {', '.join(p.choices)}")
     return text
 
 
@@ -222,7 +232,7 @@ def _read_text(p: Param, value: Any) -> str:
 
 def _read_version(p: Param, value: Any) -> str:
     text = _read_text(p, str(value))
-    parse_version(text)
+    check_release(parse_version(text), text)
     return text
 
 
@@ -248,8 +258,7 @@ def _read_vllm_bytes(p: Param, value: Any) -> int:
 
 
 def _clipped(value: str) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return clip(value, 80)
 
 
 def _read_json(p: Param, value: Any) -> str:
@@ -310,6 +319,13 @@ def _p(kind: str, help: str, group: str, *, default: Any = None, **extra: Any) -
 
 _SEED = workload_model  # the seed reference workload's constants, for the generated help
 
+# Lower bounds no physics violates, so that a value inside a declared range gives a finite figure (1e-300 passed
+# an open bound at 0 and divided by zero, or overflowed, downstream).
+_EFFICIENCY_FLOOR = 0.01
+_EFFICIENCY_WHY = "below 1% no engine runs a GPU; a smaller fraction only divides the figures toward infinity"
+_THINK_FLOOR_S = 0.01
+_THINK_WHY = "a user who waits under 10 ms between requests is a load generator, not a user"
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -324,12 +340,13 @@ class Scenario:
     gpu_memory: int | None = _p("bytes", "override the GPU's memory as nvidia-smi reports it, e.g. 81559MiB", "model",
                                 lo=1 << 20, hi=1 << 44, metavar="BYTES", unit="B")
     gpu_bandwidth: float | None = _p("float", "override (or supply) the GPU's peak memory bandwidth, GB/s", "model",
-                                     lo=0.0, hi=1e6, lo_open=True, unit="GB/s", metavar="GB_S")
+                                     lo=1.0, hi=1e6, unit="GB/s", metavar="GB_S",
+                                     bound_why="no accelerator's memory moves under 1 GB/s")
     gpu_flops: float | None = _p("float", "override (or supply) the GPU's dense TFLOP/s at the compute dtype (bf16, or "
-                                 "fp8 for fp8 weights)", "model", lo=0.0, hi=1e6, lo_open=True, unit="TFLOP/s",
-                                 metavar="TFLOPS")
-    gpu_tdp: float | None = _p("float", "override (or supply) the GPU's board power, W", "model", lo=0.0, hi=1e5,
-                               lo_open=True, unit="W", metavar="WATTS")
+                                 "fp8 for fp8 weights)", "model", lo=0.01, hi=1e6, unit="TFLOP/s",
+                                 metavar="TFLOPS", bound_why="no accelerator computes under 10 GFLOP/s")
+    gpu_tdp: float | None = _p("float", "override (or supply) the GPU's board power, W", "model", lo=1.0, hi=1e5,
+                               unit="W", metavar="WATTS", bound_why="no accelerator board draws under 1 W")
     # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.users_sizing)
     users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
                            "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
@@ -449,9 +466,9 @@ class Scenario:
     invalidation: float | None = _p("float", "fraction of requests that match no cached prefix (also the miss rate)",
                                     "workload", lo=0.0, hi=1.0, seed_value=_SEED.SEED_INVALIDATION, sweep=True,
                                     metavar="F")
-    think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=0.0, hi=1e6,
-                                  lo_open=True, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
-                                  metavar="SECONDS")
+    think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=_THINK_FLOOR_S,
+                                  hi=1e6, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
+                                  metavar="SECONDS", bound_why=_THINK_WHY)
     output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
                                    unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
     warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
@@ -459,11 +476,12 @@ class Scenario:
                                       flags=("--turn-tokens",), metavar="TOKENS")
 
     # -- modelled assumptions -------------------------------------------------------------
-    bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=0.0, hi=1.0,
-                                            lo_open=True, assumption="decode.bandwidth_efficiency", sweep=True,
-                                            metavar="F")
+    bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=_EFFICIENCY_FLOOR,
+                                            hi=1.0, assumption="decode.bandwidth_efficiency", sweep=True,
+                                            metavar="F", bound_why=_EFFICIENCY_WHY)
     tp_efficiency: float | None = _p("float", "bandwidth/FLOP efficiency of the TP group (default 0.90 per doubling)",
-                                     "knobs", lo=0.0, hi=1.0, lo_open=True, sweep=True, metavar="F")
+                                     "knobs", lo=_EFFICIENCY_FLOOR, hi=1.0, sweep=True, metavar="F",
+                                     bound_why=_EFFICIENCY_WHY)
     mtp_speedup: float | None = _p("float", "tokens per step with MTP speculation (1.0 = off)", "knobs", lo=1.0,
                                    hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X")
     spec_acceptance: float | None = _p("float", "per-draft MTP acceptance (speedup 1 + a + ... + a^k)", "knobs",
@@ -473,11 +491,12 @@ class Scenario:
     comfortable_floor: float | None = _p("float", "comfortable decode speed", "knobs", lo=0.0, hi=100_000.0,
                                          lo_open=True, unit="tok/s", assumption="decode.floor_comfortable_tok_s",
                                          sweep=True, metavar="TOK_S")
-    mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=0.0, hi=1.0, lo_open=True,
-                           assumption="prefill.mfu", sweep=True, metavar="F")
+    mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=_EFFICIENCY_FLOOR,
+                           hi=1.0, assumption="prefill.mfu", sweep=True, metavar="F", bound_why=_EFFICIENCY_WHY)
     decode_compute_efficiency: float | None = _p(
         "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
-        lo=0.0, hi=1.0, lo_open=True, assumption="decode.compute_efficiency", sweep=True, metavar="F")
+        lo=_EFFICIENCY_FLOOR, hi=1.0, assumption="decode.compute_efficiency", sweep=True, metavar="F",
+        bound_why=_EFFICIENCY_WHY)
     ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
                                   unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS")
     electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,

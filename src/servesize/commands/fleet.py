@@ -56,6 +56,10 @@ class FleetOutput:
     def exit_code(self) -> int:
         return self.result.exit_code
 
+    @property
+    def failure(self) -> str | None:
+        return self.result.failure
+
     def to_dict(self) -> dict:
         out = self.result.to_dict()
         if self.plot:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
-from servesize.errors import BadInput, DoesNotFit
+from servesize.errors import BadInput, DoesNotFit, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 from servesize.model.layers import MLA, GatedDeltaNet
@@ -147,6 +147,7 @@ class Deployment:
         prefix_caching = self._prefix_caching(arch)
         chunked = self._chunked_prefill(arch)
         mnbt, seqs = self._batch(arch, gpus, max_len, chunked)
+        _check_scheduler(mnbt, seqs, max_len, chunked)
         mode = self.mamba_cache_mode
         if mode is None and arch.has_state:
             # With prefix caching on, the states are checkpointed every block ('align', from 0.15:
@@ -244,6 +245,19 @@ class Deployment:
         if self.max_num_seqs is None and v >= (0, 8, 0):
             seqs = min(seqs, mnbt)
         return mnbt, seqs
+
+
+def _check_scheduler(mnbt: int, seqs: int, max_len: int, chunked: bool) -> None:
+    """vLLM's SchedulerConfig checks at start-up: without chunked prefill one batch must hold a whole
+    max_model_len prompt; a batch of max_num_seqs sequences needs a token each."""
+    if not chunked and max_len != AUTO_MAX_MODEL_LEN and mnbt < max_len:
+        raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) is smaller than max_model_len "
+                            f"({max_len:,}) with chunked prefill off; give --max-num-batched-tokens {max_len} or more, "
+                            f"a --max-model-len of at most {mnbt}, or --enable-chunked-prefill")
+    if mnbt < seqs:
+        raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) must be at least "
+                            f"max_num_seqs ({seqs:,}); give --max-num-seqs {mnbt} or less, or --max-num-batched-tokens "
+                            f"{seqs} or more")
 
 
 def check_parallelism(arch: Architecture, tp: int, pp: int = 1) -> None:

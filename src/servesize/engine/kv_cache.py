@@ -73,6 +73,10 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
 def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: str = "auto") -> int:
     """Bytes one attention layer caches per token on one TP rank (0 for state layers)."""
     if isinstance(layer, KvHeadAttention):
+        if kv_cache_dtype in DS_MLA_BYTES_PER_TOKEN:
+            raise BadInput(f"--kv-cache-dtype {kv_cache_dtype} is vLLM's cache layout for MLA (DeepSeek's latent "
+                           "attention) and this model's attention is not MLA: vLLM finds no attention backend for it; "
+                           f"use {'fp8' if kv_cache_dtype.startswith('fp8') else 'nvfp4'} (or auto)")
         return kv_heads_per_rank(layer.num_kv_heads, tp) * head_bytes(kv_cache_dtype, layer.head_dim, layer.head_dim_v, kv_bytes)
     if isinstance(layer, Mla):
         if kv_cache_dtype in DS_MLA_BYTES_PER_TOKEN:

@@ -18,7 +18,7 @@ from servesize.derivation import Derivation
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
 from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, check_parallelism
 from servesize.engine.lora import lora_slot_bytes
-from servesize.engine.pool import KvPool, auto_max_model_len, kv_pool, start_check
+from servesize.engine.pool import KvPool, auto_max_model_len, bytes_per_block, kv_pool, start_check
 from servesize.engine.quant_methods import weight_format
 from servesize.engine.weights import Placement, Weights, mla_replicated_params, weights
 from servesize.errors import DoesNotFit, UnsupportedArchitecture, WouldNotStart
@@ -204,6 +204,7 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
     if stage is not None and pp > 1:
         notes.append(f"pipeline stage {at + 1} of {pp} (layers {stage[0]}..{stage[1] - 1}) holds the fewest "
                      f"blocks ({pool.num_blocks:,}); vLLM sizes every stage's pool to it")
+    _refuse_if_larger_than_gpu(chosen, dep, gpus, name or arch.name)
     _refuse_if_vllm_would(chosen, dep, gpus, name or arch.name)
     warnings = list(arch.warnings)
     if dep.enable_expert_parallel and arch.moe is None:
@@ -225,6 +226,43 @@ def _auto_fit(arch: Architecture, dep: Deployment, sized: list[_Stage], gpus: Gp
     if fitted >= limit:
         return full, f"auto-fit max_model_len: the full context {limit:,} fits"
     return replace(dep, max_model_len=fitted), f"auto-fit max_model_len: reduced from {limit:,} to {fitted:,} to fit"
+
+
+def _given_kv_bytes(stage: _Stage, dep: Deployment, gpus: GpuGroup) -> tuple[int, str, str] | None:
+    """The KV memory per GPU a flag makes vLLM allocate, the flag's words, and the flag's name (None: vLLM sizes it)."""
+    if dep.num_gpu_blocks_override is not None:
+        per_block = bytes_per_block(stage.arch, dep, gpus.gpu)
+        return (dep.num_gpu_blocks_override * per_block,
+                f"--num-gpu-blocks-override {dep.num_gpu_blocks_override:,} blocks of {per_block:,} B",
+                "--num-gpu-blocks-override")
+    if dep.kv_cache_memory_bytes is not None:
+        return dep.kv_cache_memory_bytes, "--kv-cache-memory-bytes", "--kv-cache-memory-bytes"
+    return None
+
+
+def _refuse_if_larger_than_gpu(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: str) -> None:
+    """A KV cache taken as given (--kv-cache-memory-bytes, --num-gpu-blocks-override) is allocated beside the
+    weights without the utilisation budget: more than the GPU's memory fails at start-up (CUDA out of memory)."""
+    given = _given_kv_bytes(stage, dep, gpus)
+    if given is None:
+        return
+    kv, what, flag = given
+    held, total = stage.weights.per_gpu_bytes + stage.extra, gpus.gpu.memory_bytes
+    if held + kv <= total:
+        return
+    if held >= total:
+        raise DoesNotFit(f"{name} does not fit: {fmt_bytes(held)} of weights per GPU exceed the {fmt_bytes(total)} "
+                         f"of {gpus.gpu.key}; try a larger --tensor-parallel-size, a smaller precision, or more GPUs")
+    room = total - held
+    if flag == "--num-gpu-blocks-override":
+        most = f"{flag} at most {room // bytes_per_block(stage.arch, dep, gpus.gpu):,}"
+    else:
+        most = f"{flag} at most {fmt_bytes(room)}"
+    raise WouldNotStart(
+        f"vLLM would fail to start {name}: {fmt_bytes(kv)} of KV cache per GPU ({what}) plus {fmt_bytes(held)} of "
+        f"weights exceed the {fmt_bytes(total)} of {gpus.gpu.key} (CUDA out of memory while allocating the cache); "
+        f"give {most} (less the activations' reserve), or leave it out and vLLM sizes the pool itself",
+        0, kv)
 
 
 def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: str) -> None:

@@ -626,6 +626,11 @@ def _check_bytes(layout: _Layout, dep: Deployment, available_bytes: int) -> int 
     return available_bytes - (layout.bytes_per_block if dep.version >= NULL_BLOCK_RESERVED_FROM else 0)
 
 
+def bytes_per_block(arch: Architecture, dep: Deployment, gpu: Gpu | None = None) -> int:
+    """The bytes one block id spans over every layer of one rank: what vLLM allocates per block it is told of."""
+    return _layout(arch, dep, gpu).bytes_per_block
+
+
 def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> StartCheck | None:
     """vLLM's check that one request at max_model_len fits, as the release runs it (None: not run)."""
     layout = _layout(arch, dep, gpu)

@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 
 from servesize.engine.versions import parse_version
+from servesize.errors import BadInput, clip
 
 KINDS = ("flags", "switches", "quantization", "kv_cache_dtype", "speculative_method")
 Version = tuple[int, int, int]
@@ -37,6 +38,18 @@ def release_read(version: Version) -> Version:
     read = releases()
     earlier = [r for r in read if r <= version]
     return earlier[-1] if earlier else read[0]
+
+
+def check_release(version: Version, text: str) -> None:
+    """A --vllm-version is one of the releases whose rules servesize holds: from the oldest release read to
+    any patch release of the newest minor read; another (0.0.0, 99.0.0) has rules nobody read: refused."""
+    read = releases()
+    first, newest = read[0], read[-1]
+    if first <= version < (newest[0], newest[1] + 1, 0):
+        return
+    raise BadInput(f"--vllm-version {clip(text)} is not a release servesize knows the rules of: give one from "
+                   f"{show_version(first)} to {newest[0]}.{newest[1]}.x (the releases read into "
+                   "data/vllm_vocabulary.toml)")
 
 
 def _spans(text: str) -> list[tuple[Version, Version | None]]:

@@ -148,6 +148,7 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
     if not isinstance(config, Mapping):
         raise BadInput("a config must be a JSON object")
     text, family = family_of(config)
+    _check_generative(config, family.name)
     common = read_common(config, text, family)
     parts = family.read(common)
     for key in ("kv_cache_quant_method",):
@@ -177,6 +178,22 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         warnings=common.warnings + parts.warnings,
         **{**geometry, **parts.fields},
     )
+
+
+# Heads that generate no text (encoders, classifiers, embedding and reward models): vLLM serves them as pooling
+# models, with no KV cache for decoding; servesize sizes text generation and refuses them by name.
+_NOT_GENERATIVE = ("ForSequenceClassification", "ForTokenClassification", "ForMaskedLM", "ForQuestionAnswering",
+                   "ForMultipleChoice", "ForNextSentencePrediction", "ForPreTraining", "ForImageClassification",
+                   "ForAudioClassification", "ForEmbedding", "ForRewardModel", "ForProcessRewardModel")
+
+
+def _check_generative(config: Mapping[str, Any], family: str) -> None:
+    for name in _names(config, "architectures"):
+        bare_model = name.endswith("Model") and not name.endswith(("LMHeadModel", "MTPModel"))
+        if bare_model or any(head in name for head in _NOT_GENERATIVE):
+            raise UnsupportedArchitecture(name, "a model that generates no text (an encoder, a classifier or an "
+                                          "embedding model: vLLM serves it for pooling, with no decode KV cache); "
+                                          "servesize sizes text generation", ("architectures",))
 
 
 def _names(config: Mapping[str, Any], key: str) -> tuple[str, ...]:

@@ -17,9 +17,10 @@ from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, ServesizeError
 from servesize.limits import check_depth
 from servesize.model.architecture import Architecture, from_config, load_config_file
+from servesize.model.ledger import parameter_ledger
 
 _SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
@@ -250,11 +251,22 @@ def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
     path = _path(spec)
     if _exists(path) or spec.endswith(".json") or spec.startswith((".", "/", "~")):
         config = load_config_file(path)
-        return ResolvedModel(from_config(config, _name_from_path(path, config)), None, f"file: {path}")
+        return ResolvedModel(_from_file(config, _name_from_path(path, config), path), None, f"file: {path}")
     if _looks_like_hf_id(spec):
         config_path = _hf_download(spec)
-        return ResolvedModel(from_config(load_config_file(config_path), spec), None, f"huggingface: {spec}")
+        return ResolvedModel(_from_file(load_config_file(config_path), spec, config_path), None, f"huggingface: {spec}")
     raise BadInput(_unknown_message(spec))
+
+
+def _from_file(config: dict, name: str, path: object) -> Architecture:
+    """from_config, its refusal naming the file it read (the field is named already)."""
+    try:
+        arch = from_config(config, name)
+        parameter_ledger(arch)  # a field the parameter count reads (intermediate_size) is refused here, with the file
+        return arch
+    except ServesizeError as exc:
+        exc.args = (f"{str(path)[-120:]}: {exc.args[0] if exc.args else exc}",)
+        raise
 
 
 def _path(spec: str) -> pathlib.Path:

@@ -146,7 +146,9 @@ def _tie_word_embeddings(config: Mapping[str, Any], text: Mapping[str, Any], fam
     if tie is None:
         tie = family.tie_default
         return bool(tie), (f"tie_word_embeddings absent: took {tie} (the {family.name} default)",)
-    return bool(tie), ()
+    if not isinstance(tie, bool):  # "NaN", "false" or 0 would read as a truth value: the embeddings counted once
+        raise BadInput(f"config field 'tie_word_embeddings' must be true or false, got {_shown(tie)}")
+    return tie, ()
 
 
 def _implied_head_dim(hidden: int, heads: int, family: str) -> int:

@@ -298,6 +298,14 @@ def _mamba2(b: _Builder, arch: Architecture) -> None:
 # feed-forward
 
 
+def _require_mlp_width(family: str, width: int) -> None:
+    """A dense MLP of width 0 is a config without intermediate_size (or with null), not a model without an MLP:
+    counting it as nothing would have Llama-3.1-8B at 2.39B parameters."""
+    if width <= 0:
+        raise UnsupportedArchitecture(family, "config lacks intermediate_size (the width of its dense MLP layers), "
+                                      "or gives null", ("intermediate_size",))
+
+
 def _ffn(b: _Builder, arch: Architecture, layer_ids: list[int], prefix: str, *, group_dense: str = "mlp",
          group_router: str = "router", group_experts: str = "experts", group_shared: str = "shared_experts") -> None:
     fam, h, moe, cfg = arch.model_type, arch.hidden_size, arch.moe, arch.config
@@ -309,6 +317,8 @@ def _ffn(b: _Builder, arch: Architecture, layer_ids: list[int], prefix: str, *, 
         n = len(layer_ids)
         if cfg.get("mlp_bias"):
             raise UnsupportedArchitecture(fam, "MLP biases are not modelled", ("mlp_bias",))
+        if fam != "mamba2":  # a Mamba-2 block is its mixer alone, with no MLP
+            _require_mlp_width(fam, arch.intermediate_size)
         b.add(group_dense, key("dense", "gate_up_down"), "layers * 3 * hidden * intermediate", linear=True,
               layers=n, hidden=h, intermediate=arch.intermediate_size)
         return
@@ -317,6 +327,7 @@ def _ffn(b: _Builder, arch: Architecture, layer_ids: list[int], prefix: str, *, 
     n, E = len(moe_ids), moe.num_experts
     if dense_n:
         width = moe.dense_intermediate_size or arch.intermediate_size
+        _require_mlp_width(fam, width)
         b.add(group_dense, key("dense", "gate_up_down"), "layers * 3 * hidden * intermediate", linear=True,
               note="dense (non-MoE) layers", layers=dense_n, hidden=h, intermediate=width)
     if not n:

@@ -443,6 +443,9 @@ def replicas_for_plan(per_replica: Mapping[str, float], users: int, sticky: bool
         else:
             need[key] = replicas_for(float(value), float(users))
     sets = max(need, key=lambda k: (need[k], -per_replica[k]))
+    if need[sets] > MAX_GPUS:
+        raise BadInput(f"{users:,} users need more than {MAX_GPUS:,} replicas by the {sets} ceiling (one replica holds "
+                       f"{per_replica[sets]:.3g} users): check the workload and the knobs, or ask for fewer users")
     return {"users": users, "replicas": need[sets], "sets_replicas": sets, "replicas_by_ceiling": need,
             "per_replica": dict(per_replica)}
 

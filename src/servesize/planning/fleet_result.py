@@ -183,6 +183,18 @@ class FleetResult:
         """2 (refused) when nothing in the search space serves every team."""
         return 0 if self.winner is not None else 2
 
+    @property
+    def failure(self) -> str | None:
+        """Why nothing was chosen, as the one line the CLI prints with exit 2 (None when a fleet was)."""
+        if self.winner is not None:
+            return None
+        best = max(self.frontier, key=lambda o: o.users_served, default=None)
+        reached = f"; the most any searched fleet serves is {best.users_served:,.0f} users, on {best.gpus}" \
+            if best is not None and best.users_served >= 0.5 else ""
+        return (f"no fleet of at most {self.max_gpus} GPUs in the search space serves all {self.users:,} users"
+                f"{reached}; try more GPU types (--gpus-from), a larger --max-gpus, fp8 weights or KV, or your own "
+                "prices")
+
     def skipped_summary(self) -> dict[str, int]:
         """How many shapes each kind of reason removed."""
         return dict(Counter(_kind(why) for _, why in self.skipped).most_common())

@@ -205,11 +205,19 @@ class ReplicaCeilings:
         return out
 
 
+# A replica count past any fleet (planning.fleet.MAX_GPUS is 4,096): what replicas_for answers when a ceiling so
+# small that users / ceiling is past exact float integers (or infinite) would need more, instead of counting to it.
+REPLICAS_PAST_COUNTING = 2**53
+
+
 def replicas_for(per_replica: float, users: float) -> int:
     """The smallest whole d >= 1 with d x per_replica >= users (as the plan scales a ceiling by its replicas)."""
     if per_replica <= 0:
         raise BadInput("a ceiling of 0 users per replica is met by no number of replicas")
-    d = max(1, math.ceil(users / per_replica))
+    ratio = users / per_replica
+    if not ratio < REPLICAS_PAST_COUNTING:  # a ceiling of 1e-300 users: inf, or a count no loop below should walk
+        return REPLICAS_PAST_COUNTING
+    d = max(1, math.ceil(ratio))
     while d > 1 and (d - 1) * per_replica >= users:
         d -= 1
     while d * per_replica < users:

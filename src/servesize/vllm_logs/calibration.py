@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, clip
 from servesize.limits import MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
@@ -93,6 +93,8 @@ _TEXT_FIELDS = {"source", "era", "num_blocks_how", "pool_tokens_how"}
 _COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "num_blocks", "kv_cache_tokens_logged",
                  "cpu_kv_cache_tokens_logged", "max_concurrency_tokens", "pool_tokens"}
 _MAX_CALIBRATION_NUMBER = MAX_LOG_NUMBER  # no count or byte figure of a start-up comes near it
+# Counts with a range of their own: the Scenario's (--tensor-parallel-size 1..1,024, --block-size 1..65,536)
+_COUNT_BOUNDS = {"tensor_parallel_size": (1, 1024), "block_size": (1, 1 << 16)}
 
 
 def _field_value(name: str, value: Any) -> Any:
@@ -109,6 +111,10 @@ def _field_value(name: str, value: Any) -> Any:
         ok = isinstance(value, list) and len(value) == 2 and all(_is_count(v) for v in value) and value[0] <= value[1]
         lo, hi = _checked(name, value, ok, "[lo, hi] bytes (two whole numbers, lo <= hi)")
         return int(lo), int(hi)
+    if name in _COUNT_BOUNDS:
+        lo, hi = _COUNT_BOUNDS[name]
+        ok = _is_count(value) and lo <= value <= hi
+        return int(_checked(name, value, ok, f"a whole number in [{lo:,}, {hi:,}]"))
     if name in _COUNT_FIELDS:
         return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
     if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
@@ -121,7 +127,7 @@ def _field_value(name: str, value: Any) -> Any:
 
 def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
     if not ok:
-        raise BadInput(f"calibration field {name!r} must be {kind}, got {str(value)[:40]!r}")
+        raise BadInput(f"calibration field {name!r} must be {kind}, got {clip(str(value), 40)}")
     return value
 
 
