@@ -133,3 +133,43 @@ def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them()
     assert all(g.signal != "cached_tokens" for g in r.rungs)
     assert r.knee["warm_users"] is None  # no rung can be judged (one session length: no TTFT fit): no capacity claimed
     assert sum("impossible" in n for n in r.notes) == 1
+
+
+def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp_path, capsys):
+    from servesize.measure.testserver import Fault
+
+    rec = tmp_path / "p.jsonl"
+    lying = dict(capacity_tokens=POOL, lie="over_prompt")
+    with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20)])) as server:  # the run breaks mid-search
+        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
+    assert code == 2 and "HTTP 500" in err
+    assert [e["signal"] for e in read_record(rec).of_type("distrust")] == ["cached_tokens"]
+    with TestServer(ServerConfig(**lying)) as server:
+        code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 16) and doc["signal"] == "metrics"
+
+
+def test_a_resumed_sessions_record_judges_again_the_rungs_a_refuted_counter_had_judged(tmp_path, capsys):
+    rec = tmp_path / "s.jsonl"
+    flags = ["--median", "1500", "--sigma", "0.01", "--prefix", "200", "--think-time", "0.001", "--output-tokens", "4",
+             "--turn-tokens", "100", "--max-model-len", "4000", "--subagent-ratio", "0", "--duration", "600",
+             "--requests-per-user", "5", "--users", "1,2,16", "--quiet", "--json"]
+    config = dict(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001, lie="claim_warm")
+    with TestServer(ServerConfig(**config)) as server:
+        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--record", rec, *flags)
+    assert code == 0, err
+    first = json.loads(out)
+    recorded = {e["users"]: e["stats"]["signal"] for e in read_record(rec).of_type("rung")}
+    assert recorded[1] == "cached_tokens" and first["rungs"][0]["signal"] != "cached_tokens"  # judged again in the run
+    with TestServer(ServerConfig(**config)) as server:  # every rung complete: the resume sends nothing...
+        code, out, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet", "--json")
+        served = server.completions
+    assert code == 0, err
+    assert served == 0
+    again = json.loads(out)
+    # ... and still does not take the lower rungs' recorded verdicts, made by the counter refuted later
+    assert [g["signal"] for g in again["rungs"]] == [g["signal"] for g in first["rungs"]]
+    assert again["knee"] == first["knee"] and again["knee"]["warm_users"] != 16
+    assert any("refuted before" in n for n in again["notes"])
