@@ -120,28 +120,42 @@ class Recording:
 
 
 def open_record(rec: Recording, kind: str, config_cls: Any, make_config: Callable[[], Any]):
-    """(config, record, resumed contents): from --resume FILE, or a new record from the flags."""
-    from servesize.measure.record import RunRecord, read_record
+    """(config, record, resumed contents): from --resume FILE, or a new record from the flags. The record is
+    locked before it is read: a second run on it is refused (one line, the holder's pid) before it says or
+    sends anything."""
+    from servesize.measure.record import RecordLock, RunRecord
 
     if rec.resume:
-        recorded = read_record(rec.resume, kind).header["params"]
-        if rec.same_params:
-            refuse_other_params(rec.resume, recorded, make_config().to_params())
-        cfg = config_cls.from_params(recorded)
-        if rec.url:
-            cfg.url = rec.url
-        what = "the same parameters" if rec.same_params else "its recorded parameters"
-        print(f"servesize: resuming {rec.resume} with {what} ("
-              + ", ".join(f"{k} {v}" for k, v in cfg.to_params().items() if k in _SHOWN and v is not None)
-              + (")" if rec.same_params else "); other measurement flags are not applied"), file=sys.stderr)
-        record, contents = RunRecord.resume(rec.resume, kind, fsync=rec.fsync)
-        if contents.repair:
-            print(f"servesize: {contents.repair}", file=sys.stderr)
-        return cfg, record, contents
+        lock = RecordLock.acquire(rec.resume, create=False)
+        try:
+            return _resumed(rec, rec.resume, kind, config_cls, make_config, lock)
+        except BaseException:
+            lock.release()
+            raise
     check_url(rec.url, kind)
     cfg = make_config()
     path = rec.record or time.strftime(f"servesize-{kind}-%Y%m%d-%H%M%S.jsonl")
     return cfg, RunRecord.create(path, kind, cfg.to_params(), fsync=rec.fsync), None
+
+
+def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config: Callable[[], Any], lock: Any):
+    """open_record's --resume branch, the record already locked (``lock`` passes to the RunRecord)."""
+    from servesize.measure.record import RunRecord, read_record
+
+    recorded = read_record(path, kind).header["params"]
+    if rec.same_params:
+        refuse_other_params(path, recorded, make_config().to_params())
+    cfg = config_cls.from_params(recorded)
+    if rec.url:
+        cfg.url = rec.url
+    what = "the same parameters" if rec.same_params else "its recorded parameters"
+    print(f"servesize: resuming {path} with {what} ("
+          + ", ".join(f"{k} {v}" for k, v in cfg.to_params().items() if k in _SHOWN and v is not None)
+          + (")" if rec.same_params else "); other measurement flags are not applied"), file=sys.stderr)
+    record, contents = RunRecord.resume(path, kind, fsync=rec.fsync, lock=lock)
+    if contents.repair:
+        print(f"servesize: {contents.repair}", file=sys.stderr)
+    return cfg, record, contents
 
 
 def refuse_other_params(path: str, recorded: dict, new: dict) -> None:

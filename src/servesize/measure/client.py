@@ -127,6 +127,9 @@ class RequestResult:
     decode_tok_per_s: float | None = None
     error: dict | None = None
     server: dict | None = None  # x_server timing, test server only
+    # why the usage this server reported cannot be true (more tokens cached than the prompt has), or None;
+    # the request itself completed, but its cached_tokens is no evidence of anything
+    usage_impossible: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -456,6 +459,8 @@ class StreamParser:
                 r.cached_tokens_reported = True
         except (TypeError, ValueError):
             return self._fail("malformed_sse", f"usage is not token counts: {excerpt(str(usage))}")
+        if r.cached_tokens is not None and r.prompt_tokens is not None and r.cached_tokens > r.prompt_tokens:
+            r.usage_impossible = f"{r.cached_tokens:,} cached tokens for a prompt of {r.prompt_tokens:,}"
         return True
 
     def end_of_body(self) -> None:
@@ -483,10 +488,15 @@ def _text(raw: bytes) -> str:
     return excerpt(raw.decode("utf-8", "replace"))
 
 
+MAX_USAGE_COUNT = 2**63 - 1  # a token count a usage event may hold (Infinity, 1e400 or 10**400 are no count)
+
+
 def _count(value) -> int | None:
+    """A usage token count: a whole number in [0, MAX_USAGE_COUNT] (an integral float is taken), else ValueError."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_USAGE_COUNT \
+            or (isinstance(value, float) and not value.is_integer()):
         raise ValueError(value)
     return int(value)
 

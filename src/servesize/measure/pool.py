@@ -25,6 +25,17 @@ Warm or cold, per request, from the most trusted signal available (it is named i
 - ``ttft``: the seed's rule, warm = TTFT < 0.4 x the same prompt's cold (round 1) TTFT. It cannot
   see a partial eviction (vLLM frees a request's tail blocks first), so it decides the coarse stage
   only.
+
+The server's counts are checked against the prompt and against the harness's own clock before they
+decide anything (a lying or broken server must not report a pool it does not have). A count is
+**refuted** when it is impossible (more tokens cached than the prompt has; more prefix-cache hits than
+queries in a round) or when the requests it calls warm were no faster than cold: more than
+``REFUTE_SHARE`` of them had a TTFT of at least ``REFUTE_TTFT_RATIO`` x their own prompt's cold TTFT,
+where a real hit skips the prefill of the whole cached prefix. A refuted signal is not trusted for the
+rest of the run (a ``distrust`` event in the record, one line in the report); the next signal decides,
+and the probes it had decided are decided again (the search restarts from them, sending nothing again).
+The check sees a cold request claimed warm; it cannot see a count that lies by a few blocks (a partial
+hit is faster than cold too), which is why the block-level stage needs a signal that passed it.
 """
 
 from __future__ import annotations
@@ -43,6 +54,13 @@ from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
 
 SIGNALS = ("cached_tokens", "metrics", "ttft")
+COUNTERS = ("cached_tokens", "metrics")  # the server's own counts, checked against the client's TTFTs
+# A request a counter calls warm, whose TTFT is at least this share of its own prompt's cold TTFT, showed
+# no speed-up: a real hit skips the prefill of every cached token (the default 4,097-token prompt's
+# prefill is most of its cold TTFT); and a counter whose warm claims in a probe are contradicted more often
+# than REFUTE_SHARE is refuted (a few slow warm requests are scheduling noise, not a lie).
+REFUTE_TTFT_RATIO = 0.8
+REFUTE_SHARE = 0.5
 
 
 @dataclass
@@ -211,6 +229,7 @@ class Verdict:
     by_signal: dict[str, float] = field(default_factory=dict)  # every available signal's warm fraction
     flags: list[list[bool]] = field(default_factory=list)  # rounds 2..R, per request
     notes: list[str] = field(default_factory=list)
+    refuted: dict[str, str] = field(default_factory=dict)  # a server count this probe caught out, and why
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -218,55 +237,117 @@ class Verdict:
 
 def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None], *,
              block_size: int | None, signals: tuple[str, ...] = SIGNALS, ttft_ratio: float = 0.4,
-             warm_share: float = 1.0, server_reports_cached: bool = False) -> Verdict:
+             warm_share: float = 1.0, server_reports_cached: bool = False,
+             distrusted: tuple[str, ...] | frozenset[str] = ()) -> Verdict:
     """Decide one probe from its rounds (round 1 is the cold fill). Pure: no I/O.
 
     ``server_reports_cached``: this server has reported cached_tokens at least once in the run. vLLM
     omits prompt_tokens_details when nothing was cached (in some releases), so from then on a missing
-    field reads as 0 instead of disqualifying the strongest signal exactly when it says 'cold'."""
+    field reads as 0 instead of disqualifying the strongest signal exactly when it says 'cold'.
+    ``distrusted``: signals refuted earlier in the run, never used again; a counter this probe refutes
+    (impossible, or contradicted by the TTFTs: the module docstring) is named in ``refuted`` and skipped."""
     later = rounds[1:]
-    need = [cacheable_tokens(s, block_size) if block_size else math.ceil(0.9 * (s - 1)) for s in sizes]
     per: dict[str, list[list[bool]]] = {}
     fraction: dict[str, float] = {}
-    notes: list[str] = []
-
+    impossible: dict[str, str] = {}
     if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
-        per["cached_tokens"] = [[r.cached_tokens_or_zero >= need[i] for i, r in enumerate(rnd)] for rnd in later]
-        fraction["cached_tokens"] = _mean([f for rnd in per["cached_tokens"] for f in rnd])
-
-    later_deltas = deltas[1:]
-    # the usable rounds' hit counts: the signal needs every later round to have one
-    hits = [d.hits for d in later_deltas if d is not None and d.hits is not None and d.queries]
-    if later_deltas and len(hits) == len(later_deltas):
-        cacheable = sum(cacheable_tokens(s, block_size) for s in sizes)
-        ratios = [min(1.0, h / cacheable) if cacheable else 1.0 for h in hits]
-        fraction["metrics"] = _mean(ratios)
-        flags = []
-        for rnd, ratio in zip(later, ratios):
-            k = len(rnd) if ratio >= 1.0 else math.floor(ratio * len(rnd))
-            ttft = [math.inf if r.ttft_s is None else r.ttft_s for r in rnd]
-            order = sorted(range(len(rnd)), key=ttft.__getitem__)
-            warm_set = set(order[:k])
-            flags.append([i in warm_set for i in range(len(rnd))])
-        per["metrics"] = flags
-
-    # the TTFT rule needs every cold TTFT (positive) and every later one
-    cold = [r.ttft_s for r in rounds[0] if r.ttft_s is not None and r.ttft_s > 0]
-    later_ttft = [[r.ttft_s for r in rnd if r.ttft_s is not None] for rnd in later]
-    if len(cold) == len(rounds[0]) and all(len(ts) == len(rnd) for ts, rnd in zip(later_ttft, later)):
-        per["ttft"] = [[t < ttft_ratio * cold[i] for i, t in enumerate(ts)] for ts in later_ttft]
+        per["cached_tokens"], fraction["cached_tokens"] = _cached_flags(sizes, later, block_size)
+        if reason := _impossible_cached(sizes, rounds):
+            impossible["cached_tokens"] = reason
+    if (metrics := _metrics_flags(sizes, later, deltas[1:], block_size)) is not None:
+        per["metrics"], fraction["metrics"] = metrics
+        if reason := _impossible_hits(deltas):
+            impossible["metrics"] = reason
+    cold = _cold_ttfts(rounds)
+    if cold is not None:
+        per["ttft"] = [[(r.ttft_s or 0.0) < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
         fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
-
+    refuted: dict[str, str] = {}
+    for s in COUNTERS:
+        if s in per and (why := impossible.get(s) or _contradicted(per[s], later, cold)):
+            refuted[s] = why
+    notes = []
     first_hits = [r.cached_tokens for r in rounds[0] if r.cached_tokens]
     if first_hits:
         notes.append(f"{len(first_hits)} round-1 request(s) were served partly from cache (ids not unique, or a shared prefix)")
-
     for s in signals:
-        if s in per:
+        if s in per and s not in distrusted and s not in refuted:
             return Verdict(signal=s, warm=fraction[s] >= warm_share - 1e-9, warm_fraction=fraction[s], by_signal=fraction,
-                           flags=per[s], notes=notes)
+                           flags=per[s], notes=notes, refuted=refuted)
+    caught = {**{s: "refuted earlier in the run" for s in distrusted}, **refuted}
+    if caught:
+        raise ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
+                             + "; and no other signal is available (TTFT needs every request's first token): nothing is "
+                               "reported rather than a pool the server's counts alone claim")
     raise ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
                          "and TTFT could not be read; nothing can be measured")
+
+
+def _cached_flags(sizes: list[int], later: list[list[RequestResult]], block_size: int | None) -> tuple[list[list[bool]], float]:
+    """Warm per request from cached_tokens: every cacheable token (>= 90% without a block size) served from cache."""
+    need = [cacheable_tokens(s, block_size) if block_size else math.ceil(0.9 * (s - 1)) for s in sizes]
+    flags = [[r.cached_tokens_or_zero >= need[i] for i, r in enumerate(rnd)] for rnd in later]
+    return flags, _mean([f for rnd in flags for f in rnd])
+
+
+def _metrics_flags(sizes: list[int], later: list[list[RequestResult]], later_deltas: list[MetricsDelta | None],
+                   block_size: int | None) -> tuple[list[list[bool]], float] | None:
+    """Warm per request from each round's prefix-cache hits (the fastest k requests of a round with k x S hit
+    tokens); None unless every later round has a usable delta."""
+    hits = [d.hits for d in later_deltas if d is not None and d.hits is not None and d.queries]
+    if not later_deltas or len(hits) != len(later_deltas):
+        return None
+    cacheable = sum(cacheable_tokens(s, block_size) for s in sizes)
+    ratios = [min(1.0, h / cacheable) if cacheable else 1.0 for h in hits]
+    flags = []
+    for rnd, ratio in zip(later, ratios):
+        k = len(rnd) if ratio >= 1.0 else math.floor(ratio * len(rnd))
+        ttft = [math.inf if r.ttft_s is None else r.ttft_s for r in rnd]
+        order = sorted(range(len(rnd)), key=ttft.__getitem__)
+        warm_set = set(order[:k])
+        flags.append([i in warm_set for i in range(len(rnd))])
+    return flags, _mean(ratios)
+
+
+def _cold_ttfts(rounds: list[list[RequestResult]]) -> list[float] | None:
+    """Each prompt's cold (round 1) TTFT, when every request of every round has a TTFT (and the cold ones are
+    positive); else None: the TTFT rule and the cross-check need all of them."""
+    cold = [r.ttft_s for r in rounds[0] if r.ttft_s is not None and r.ttft_s > 0]
+    if len(cold) != len(rounds[0]) or any(r.ttft_s is None for rnd in rounds[1:] for r in rnd):
+        return None
+    return cold
+
+
+def _impossible_cached(sizes: list[int], rounds: list[list[RequestResult]]) -> str | None:
+    """Why a cached_tokens count of this probe cannot be true: more than its prompt (as the server counted it,
+    or, not counted, as the harness built it)."""
+    for rnd in rounds:
+        for i, r in enumerate(rnd):
+            if r.usage_impossible:
+                return f"reported {r.usage_impossible}: impossible"
+            if r.prompt_tokens is None and r.cached_tokens is not None and r.cached_tokens > sizes[i]:
+                return f"reported {r.cached_tokens:,} cached tokens for a prompt of {sizes[i]:,}: impossible"
+    return None
+
+
+def _impossible_hits(deltas: list[MetricsDelta | None]) -> str | None:
+    for d in deltas:
+        if d is not None and d.hits is not None and d.queries is not None and d.hits > d.queries:
+            return f"prefix-cache hits rose by {d.hits:,.0f} in a round whose queries rose by {d.queries:,.0f}: impossible"
+    return None
+
+
+def _contradicted(flags: list[list[bool]], later: list[list[RequestResult]], cold: list[float] | None) -> str | None:
+    """Why the TTFTs refute a counter's warm claims: most of the requests it called warm were no faster than cold."""
+    if cold is None:
+        return None
+    ratios = [r.ttft_s / cold[i] for fl, rnd in zip(flags, later) for i, (f, r) in enumerate(zip(fl, rnd))
+              if f and r.ttft_s is not None]
+    slow = sum(1 for x in ratios if x >= REFUTE_TTFT_RATIO)
+    if not ratios or slow <= REFUTE_SHARE * len(ratios):
+        return None
+    return (f"called {len(ratios)} later-round request(s) warm, but {slow} of them were no faster than cold (TTFT >= "
+            f"{REFUTE_TTFT_RATIO:.0%} of the same prompt's cold TTFT; median {_median(ratios):.0%})")
 
 
 def _mean(values) -> float:
@@ -288,8 +369,9 @@ class Probe:
     verdict: Verdict | None = None
 
     @property
-    def key(self) -> int:
-        return self.n if self.stage == "coarse" else self.extra_blocks
+    def key(self) -> tuple[str, int, int]:
+        """What the probe measured: a resumed or restarted search takes a completed probe of the same key."""
+        return self.stage, self.n, self.extra_blocks
 
     @property
     def decided(self) -> Verdict:
@@ -318,6 +400,11 @@ def _median(values) -> float | None:
 
 class ProbeFailed(ServesizeError):
     pass
+
+
+class _Restart(Exception):
+    """A signal was refuted and an earlier probe it had decided now reads otherwise: search again from the
+    completed probes (they are taken, not sent again)."""
 
 
 @dataclass
@@ -349,7 +436,8 @@ class PoolRun:
         self.block_size_source: str | None = None
         self.prompt_tokens = config.prompt_tokens
         self.engine: MetricsSnapshot | None = None
-        self._replay: dict[tuple[str, int], Probe] = {}
+        self._replay: dict[tuple[str, int, int], Probe] = {}
+        self.distrusted: dict[str, str] = {}  # signals refuted in this run (and its record), and why
 
     # -- set-up --
     async def _setup(self, client: StreamClient) -> _Live:
@@ -402,7 +490,9 @@ class PoolRun:
                     MetricsDelta(**typed(MetricsDelta, d, "a 'round' event of the run record")) if d is not None else None
             elif t == "probe":
                 p = _replayed_probe(e, requests, deltas)
-                self._replay[(p.stage, p.key)] = p
+                self._replay[p.key] = p
+            elif t == "distrust" and e.get("signal") in COUNTERS:
+                self.distrusted[e["signal"]] = str(e.get("reason"))
             if t in ("request", "round", "probe"):
                 self.seq = max(self.seq, _count_field(e, "probe" if t != "probe" else "seq"))
         if self._replay:
@@ -418,9 +508,35 @@ class PoolRun:
             sizes.append(extra_blocks * self.block_size + 1)
         return sizes
 
+    def _classify(self, probe: Probe) -> Verdict:
+        return classify(probe.sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=self.cfg.signals,
+                        server_reports_cached=self.server_reports_cached, ttft_ratio=self.cfg.ttft_ratio,
+                        warm_share=self.cfg.warm_share, distrusted=frozenset(self.distrusted))
+
+    def _distrust(self, verdict: Verdict) -> None:
+        """Latch the signals ``verdict`` refuted (one line each, a 'distrust' event); when that changes the
+        verdict of a probe taken before, restart the search from the completed probes (_Restart)."""
+        new = {s: why for s, why in verdict.refuted.items() if s not in self.distrusted}
+        if not new:
+            return
+        for s, why in new.items():
+            self.distrusted[s] = why
+            self.notes.append(f"the server's {s} is not trusted for this run: it {why}; warmth is judged by "
+                              f"{verdict.signal} instead")
+            self.record.append("distrust", signal=s, reason=why)
+        changed = False
+        for p in self.probes:
+            was = p.decided.warm
+            p.verdict = self._classify(p)
+            changed = changed or p.verdict.warm != was
+        if changed:
+            raise _Restart()
+
     async def _probe(self, live: _Live, stage: str, n: int, extra_blocks: int) -> Probe:
-        replayed = self._replay.get((stage, n if stage == "coarse" else extra_blocks))
+        replayed = self._replay.get((stage, n, extra_blocks))
         if replayed is not None:
+            if replayed.decided.signal in self.distrusted:
+                replayed.verdict = self._classify(replayed)
             self.probes.append(replayed)
             return replayed
         cfg = self.cfg
@@ -437,12 +553,11 @@ class PoolRun:
             self.notes.append(live.scraper.note)
         self.server_reports_cached = self.server_reports_cached or any(
             r.cached_tokens_reported for rnd in probe.rounds for r in rnd)
-        probe.verdict = classify(sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=cfg.signals,
-                                 server_reports_cached=self.server_reports_cached,
-                                 ttft_ratio=cfg.ttft_ratio, warm_share=cfg.warm_share)
+        probe.verdict = self._classify(probe)
         self.record.append("probe", seq=probe.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes,
                            verdict=probe.verdict.to_dict())
-        self.probes.append(probe)
+        self.probes.append(probe)  # before _distrust: a restart takes it with the others
+        self._distrust(probe.verdict)
         return probe
 
     async def _round(self, live: _Live, probe: Probe, rnd: int, prompts: list) -> None:
@@ -487,11 +602,27 @@ class PoolRun:
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
             live = await self._setup(client)
             predicted_tokens = predicted_tokens_of(self.predicted) if self.predicted is not None else cfg.predicted_tokens
-            coarse = await self._coarse_stage(live, predicted_tokens)
-            fine = await self._fine_stage(live, coarse, predicted_tokens)
+            coarse, fine = await self._search(live, predicted_tokens)
         if live.prompts.note and live.prompts.note not in self.notes:  # e.g. /tokenize went away mid-run
             self.notes.append(live.prompts.note)
         return PoolResult.build(self, live.model, coarse, fine, predicted_tokens)
+
+    async def _search(self, live: _Live, predicted_tokens: int | None) -> tuple[Bisection, Bisection | None]:
+        """Both stages; searched again from the completed probes whenever a refuted signal changes one of them
+        (at most once per counter: a signal refuted stays refuted)."""
+        for _ in COUNTERS:
+            try:
+                coarse = await self._coarse_stage(live, predicted_tokens)
+                return coarse, await self._fine_stage(live, coarse, predicted_tokens)
+            except _Restart:
+                self._replay.update({p.key: p for p in self.probes})
+                self.probes = []
+        coarse = await self._coarse_stage(live, predicted_tokens)
+        return coarse, await self._fine_stage(live, coarse, predicted_tokens)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     async def _coarse_stage(self, live: _Live, predicted_tokens: int | None) -> Bisection:
         """n prompts of S tokens, n galloping from the predicted capacity (else the engine's figure), then bisected."""
@@ -500,9 +631,9 @@ class PoolRun:
         start = max(1, predicted_tokens // per_prompt) if predicted_tokens else None
         if start is None and self.engine is not None and self.engine.engine_pool_tokens:
             start = max(1, self.engine.engine_pool_tokens // per_prompt)
-            self.notes.append("search started from the engine's own figure (no prediction given)")
+            self._note("search started from the engine's own figure (no prediction given)")
         if start is not None and start > cfg.max_parallel:
-            self.notes.append(f"the predicted capacity ({start} prompts) is above --max-parallel {cfg.max_parallel}")
+            self._note(f"the predicted capacity ({start} prompts) is above --max-parallel {cfg.max_parallel}")
         coarse = Bisection(lo=0, start=start, limit=cfg.max_parallel)
         while (n := coarse.next()) is not None:
             probe = await self._probe(live, "coarse", n, 0)
@@ -517,10 +648,11 @@ class PoolRun:
             return None
         signal = self.probes[-1].decided.signal if self.probes else None
         if not block:
-            self.notes.append("no fine stage: the block size is unknown")
+            self._note("no fine stage: the block size is unknown")
             return None
-        if signal not in ("cached_tokens", "metrics") and not self.server_reports_cached:
-            self.notes.append(f"no fine stage: the {signal} signal cannot see a partial eviction; the pool is known to the prompt")
+        trusted_counts = signal in COUNTERS or (self.server_reports_cached and "cached_tokens" not in self.distrusted)
+        if not trusted_counts:
+            self._note(f"no fine stage: the {signal} signal cannot see a partial eviction; the pool is known to the prompt")
             return None
         m = (self.prompt_tokens - 1) // block
         if m <= 1:

@@ -13,6 +13,12 @@ that two events are never glued onto one line:
   the last complete record; the segment line says how many bytes were dropped and keeps an excerpt;
 - a last line that is a complete record without its newline is kept and ended with one.
 
+A record is locked while a run writes it: ``RecordLock`` holds an exclusive, non-blocking ``flock`` on
+the record's own file from before it is read (or created) until the run closes it, so a second run on
+the same record (two ``--resume`` at once, or a new run with the same ``--record``) is refused in one line
+naming the record and the process that holds it, instead of both appending rungs measured while they
+loaded the server together. The lock dies with its process: a crashed run leaves none behind.
+
 Reading is bounded: a record over ``MAX_RECORD_BYTES`` or a line over ``MAX_LINE_BYTES`` is refused,
 and so is a line nested deeper than the decoder allows, one holding NaN or Infinity, or an event that
 is not a JSON object with a ``type``. Every refusal is one line naming the file and the line.
@@ -20,6 +26,8 @@ is not a JSON object with a ``type``. Every refusal is one line naming the file 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import io
 import json
 import math
@@ -55,32 +63,114 @@ class RecordContents:
         return [e for e in self.events if e.get("type") == kind]
 
 
-class RunRecord:
-    """Append-only JSONL writer. ``RunRecord(None)`` records nothing (and costs nothing)."""
+class RecordLock:
+    """An exclusive ``flock`` on a run record's file, taken without waiting: ``acquire`` raises BadInput (one
+    line, naming the record and the holding pid) when another run holds it. ``flock`` belongs to this open
+    file, so reading or closing the record through other files of this process never drops it; it is
+    released by ``release`` or when the process ends, however it ends."""
 
-    def __init__(self, path: str | os.PathLike | None, *, fsync: bool = False):
+    def __init__(self, path: pathlib.Path, fd: int):
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, path, *, create: bool) -> RecordLock:
+        """Lock the record at ``path`` (``create``: making it, empty, when it is not there). Only a regular
+        file is locked: a FIFO or a device is refused before anything waits on it (O_NONBLOCK)."""
+        p = pathlib.Path(path)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(p, flags, 0o644)
+        except FileNotFoundError:
+            raise BadInput(f"no run record at {p} (nothing to resume)") from None
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+                raise BadInput(f"the run record {p} is not a regular file") from None
+            raise BadInput(f"cannot write the run record {p}: {exc.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise BadInput(f"the run record {p} is not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BadInput(f"the run record {p} is in use by another run ({_holder(fd)}): two runs writing one record "
+                               f"would record rungs twice, measured while they loaded the server together; wait for it "
+                               f"to end, or stop it") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(p, fd)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the locking file releases the flock
+            self._fd = -1
+
+
+def _holder(fd: int) -> str:
+    """'pid N' of the process holding a flock on ``fd``'s file, from /proc/locks (Linux); else in words."""
+    st = os.fstat(fd)
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            table = fh.read(1 << 20)
+    except OSError:
+        return "another process"
+    for line in table.splitlines():
+        fields = line.split()
+        # '1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF' (a line with '->' is a waiter, not a holder)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and "->" not in fields:
+            inode = fields[5].rsplit(":", 1)[-1]
+            if inode == str(st.st_ino) and fields[4].isdigit():
+                return f"pid {fields[4]}"
+    return "another process"
+
+
+class RunRecord:
+    """Append-only JSONL writer. ``RunRecord(None)`` records nothing (and costs nothing). Made by ``create``
+    or ``resume``, it holds the record's ``RecordLock`` until ``close``."""
+
+    def __init__(self, path: str | os.PathLike | None, *, fsync: bool = False, lock: RecordLock | None = None):
         self.path = pathlib.Path(path) if path is not None else None
         self.fsync = fsync
         self.lines = 0
         self.segment = 0  # this writer's continuation number (0: the first run)
         self._fh = None
+        self._lock = lock
         if self.path is not None:
             try:
                 self._fh = open(self.path, "a", encoding="utf-8")
             except OSError as exc:
+                self._release()
                 raise BadInput(f"cannot write the run record {self.path}: {exc.strerror}") from None
 
     @classmethod
-    def create(cls, path, kind: str, params: dict, *, fsync: bool = False) -> RunRecord:
-        if path is not None and pathlib.Path(path).exists() and pathlib.Path(path).stat().st_size > 0:
-            raise BadInput(f"the run record {path} already exists; continue it with --resume {path} or choose another --record")
-        rec = cls(path, fsync=fsync)
+    def create(cls, path, kind: str, params: dict, *, fsync: bool = False, lock: RecordLock | None = None) -> RunRecord:
+        """A new record with its header; ``lock`` (else one taken here) is held until ``close``."""
+        if path is not None and lock is None:
+            lock = RecordLock.acquire(path, create=True)
+        try:
+            if path is not None and pathlib.Path(path).stat().st_size > 0:
+                raise BadInput(f"the run record {path} already exists; continue it with --resume {path} or choose another --record")
+            rec = cls(path, fsync=fsync, lock=lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         rec.append("header", kind=kind, version=FORMAT_VERSION, params=params, started=time.time())
         return rec
 
     @classmethod
-    def resume(cls, path, kind: str, *, fsync: bool = False) -> tuple[RunRecord, RecordContents]:
-        """Open a record to continue it: its end repaired (see the module docstring), a segment line appended."""
+    def resume(cls, path, kind: str, *, fsync: bool = False, lock: RecordLock | None = None) -> tuple[RunRecord, RecordContents]:
+        """Open a record to continue it: locked (``lock``, else one taken here), its end repaired (see the module
+        docstring), a segment line appended."""
+        lock = lock or RecordLock.acquire(path, create=False)
+        try:
+            return cls._resume(path, kind, fsync, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _resume(cls, path, kind: str, fsync: bool, lock: RecordLock) -> tuple[RunRecord, RecordContents]:
         contents = read_record(path, kind)
         dropped = None
         if contents.torn_tail:
@@ -95,7 +185,7 @@ class RunRecord:
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write("\n")
             contents.repair = f"the last record of {path} lacked its newline: ended it, so the next event starts a line of its own"
-        rec = cls(path, fsync=fsync)
+        rec = cls(path, fsync=fsync, lock=lock)
         rec.segment = contents.segments + 1
         rec.append("segment", resumed=time.time(), events_before=len(contents.events), repaired=contents.repair,
                    dropped=dropped)
@@ -119,6 +209,12 @@ class RunRecord:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> RunRecord:
         return self

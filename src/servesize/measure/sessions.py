@@ -27,6 +27,13 @@ TTFT p50/p95 of hits and misses, inter-token latency, decode tok/s per user, pre
 finding, the record does not hold it as complete and ``--resume`` measures it again; the run exits 2 and
 says why), or hit TTFT p95 over ``max_ttft_p95_s``. The warm-hit rate counts every returning request
 sent: one that failed is a miss, never left out. Every random draw is seeded (seed, rung, user).
+
+The server's cached_tokens are checked before they judge a rung (as ``measure pool`` checks them): a count
+above its prompt is impossible, and warm claims whose TTFT was no faster than the cold TTFT predicted for
+their length (more than ``REFUTE_SHARE`` of them at ``REFUTE_TTFT_RATIO`` x or more) are contradicted. A
+refuted counter is not trusted for the rest of the run (a ``distrust`` event, one line in the report): the
+TTFT rule judges instead (or nothing does: the rung has no signal and the knee stops below it), and the
+rungs it had judged are judged again (on --resume, measured again).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any
 from servesize.errors import BadInput
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
+from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
@@ -298,6 +306,7 @@ class RungStats:
     stop: str | None = None
     status: str = "measured"  # 'measured' | 'failed'
     returning_errors: int = 0  # returning requests that failed (counted as misses in the warm-hit rate)
+    refuted: str | None = None  # why this rung's cached_tokens could not be true (then another signal judged it)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -319,26 +328,72 @@ class RungStats:
         return "warm" if self.warm_hit_rate >= target else "below"
 
 
-def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ratio: float) -> tuple[str, dict[str, bool]]:
-    """Which signal judged warmth, and warm or not per returning request (by id)."""
+def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ratio: float,
+                distrust_cached: bool = False) -> tuple[str, dict[str, bool], str | None]:
+    """Which signal judged warmth, warm or not per returning request (by id), and why cached_tokens was
+    refuted (None when it was not, or was not there)."""
     reports = any(r.cached_tokens_reported for r in ok)
     warm: dict[str, bool] = {}
-    if returning and reports:
+    refuted = None
+    if returning and reports and not distrust_cached:
         for r in returning:
             warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
-        return "cached_tokens", warm
+        refuted = _refuted_cached(ok, returning, warm)
+        if refuted is None:
+            return "cached_tokens", warm, None
+        warm = {}
     fit = ttft_fit(ok)
     if fit is None:
-        return "none", warm
+        return "none", warm, refuted
     a, b = fit
     for r in returning:
         cold = a + b * max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"])
         warm[r.id] = r.ttft_s is not None and cold > 0 and r.ttft_s < ttft_ratio * cold
-    return "ttft", warm
+    return "ttft", warm, refuted
+
+
+def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool]) -> str | None:
+    """Why the rung's cached_tokens cannot be trusted: a count above its prompt, or warm claims whose TTFT
+    was no faster than the cold TTFT predicted for their length (the fit over first turns, else the first
+    turns' median TTFT per uncached token)."""
+    bad = next((r for r in ok if r.usage_impossible), None)
+    if bad is not None:
+        return f"reported {bad.usage_impossible}: impossible"
+    cold = _cold_model(ok)
+    if cold is None:
+        return None
+    ratios = []
+    for r in returning:
+        predicted = cold(max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"]))
+        if warm.get(r.id) and r.ttft_s is not None and predicted > 0:
+            ratios.append(r.ttft_s / predicted)
+    slow = sum(1 for x in ratios if x >= REFUTE_TTFT_RATIO)
+    if not ratios or slow <= REFUTE_SHARE * len(ratios):
+        return None
+    ratios.sort()
+    return (f"called {len(ratios)} returning request(s) warm, but {slow} of them were no faster than cold (TTFT >= "
+            f"{REFUTE_TTFT_RATIO:.0%} of the cold TTFT for their length; median {_quantile(ratios, 0.5):.0%})")
+
+
+def _cold_model(ok: list[RequestResult]):
+    """The cold TTFT of a request with x tokens past the shared prefix: the linear fit over first turns, else
+    (first turns of one length) their median TTFT per such token, times x; None without first turns."""
+    fit = ttft_fit(ok)
+    if fit is not None:
+        a, b = fit
+        return lambda x: a + b * x
+    per_token = sorted(r.ttft_s / (r.prompt_tokens - r.tags["prefix_tokens"]) for r in ok
+                       if r.tags.get("turn") == 0 and r.ttft_s is not None and r.prompt_tokens
+                       and r.prompt_tokens > r.tags["prefix_tokens"])
+    if not per_token:
+        return None
+    rate = _quantile(per_token, 0.5)
+    return lambda x: rate * x
 
 
 def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, ttft_ratio: float = 0.4,
-               preemptions: float | None = None, metrics_hit_ratio: float | None = None) -> RungStats:
+               preemptions: float | None = None, metrics_hit_ratio: float | None = None,
+               distrust_cached: bool = False) -> RungStats:
     """A rung's statistics from its requests. The warm-hit rate counts every returning request sent:
     one that failed is a miss (it was not served warm), never left out. Without a single returning
     request that completed there is nothing to judge warmth by, and the rate is None."""
@@ -346,7 +401,7 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
     errors = [r for r in results if not r.ok]
     returning_all = [r for r in results if r.tags.get("returning")]
     returning = [r for r in returning_all if r.ok]
-    signal, warm = _warm_flags(ok, returning, ttft_ratio)
+    signal, warm, refuted = _warm_flags(ok, returning, ttft_ratio, distrust_cached)
     hits = [r for r in ok if warm.get(r.id)]
     misses = [r for r in ok if not warm.get(r.id)]
     itl_p50 = [r.itl["p50_s"] for r in ok if r.itl]
@@ -363,7 +418,8 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
         itl={"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
              "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
         decode_tok_per_s_p50=_quantile(decode, 0.5) if decode else None,
-        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning))
+        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning),
+        refuted=refuted)
 
 
 def knee(rungs: list[RungStats], target: float) -> dict:
@@ -526,6 +582,8 @@ class SessionsRun:
         self.progress = progress or (lambda msg: None)
         self.notes: list[str] = []
         self.attempts: Counter[int] = Counter()  # failed attempts of each rung (by users) in the record so far
+        self.distrust: str | None = None  # why the server's cached_tokens was refuted in this run (or its record)
+        self._results: dict[int, list[RequestResult]] = {}  # each measured rung's requests, to judge it again
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
@@ -542,6 +600,8 @@ class SessionsRun:
                                        stats=stats.to_dict())
                     collect_between()
                 rungs.append(stats)
+                if stats.refuted and self.distrust is None:
+                    self._distrust(stats.refuted, stats.signal, rungs)
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
                     break
@@ -549,6 +609,37 @@ class SessionsRun:
                 if note and note not in self.notes:
                     self.notes.append(note)
         return self._result(model, rungs)
+
+    def _distrust(self, why: str, instead: str, rungs: list[RungStats]) -> None:
+        """Latch the refutation of cached_tokens (one line, a 'distrust' event) and judge again, without it,
+        every rung it had judged."""
+        self.distrust = why
+        judged = "warmth is judged by TTFT instead" if instead == "ttft" else \
+            "and TTFT cannot stand in (no fit over first turns): warmth is not judged"
+        self.notes.append(f"the server's cached_tokens is not trusted for this run: it {why}; {judged}")
+        self.record.append("distrust", signal="cached_tokens", reason=why)
+        self._rejudge(rungs)
+
+    def _rejudge(self, rungs: list[RungStats]) -> None:
+        """Each rung cached_tokens judged, judged again from its requests without it (its status and stop kept)."""
+        for k, g in enumerate(rungs):
+            results = self._results.get(g.users)
+            if g.signal != "cached_tokens" or results is None:
+                continue
+            again = rung_stats(g.users, g.duration_s, results, ttft_ratio=self.cfg.ttft_ratio, preemptions=g.preemptions,
+                               metrics_hit_ratio=g.metrics_hit_ratio, distrust_cached=True)
+            again.status, again.stop, again.refuted = g.status, g.stop, g.refuted
+            rungs[k] = again
+
+    def _recorded_requests(self) -> dict[tuple[int, int], list[RequestResult]]:
+        """The resumed record's requests by (users, attempt)."""
+        out: dict[tuple[int, int], list[RequestResult]] = {}
+        for e in self.resume.of_type("request") if self.resume is not None else []:
+            attempt = e.get("attempt")
+            if isinstance(attempt, int) and not isinstance(attempt, bool):
+                r = RequestResult.from_dict(typed(RequestResult, e.get("result"), "a 'request' event of the run record"))
+                out.setdefault((_users_of(e), attempt), []).append(r)
+        return out
 
     def _completed_rungs(self) -> dict[int, RungStats]:
         """The rungs a resumed record holds as measured, by user count: they are not run again. A failed rung
@@ -567,6 +658,18 @@ class SessionsRun:
             done[stats.users] = stats
         if done:
             self.notes.append(f"resumed: {len(done)} completed rung(s) taken from the record")
+        distrust = self.resume.of_type("distrust")
+        if distrust:  # refuted in an earlier segment: the rungs it judged are judged again from their requests
+            requests = self._recorded_requests()
+            for e in self.resume.of_type("rung"):
+                attempt = e.get("attempt")
+                if _users_of(e) in done and isinstance(attempt, int):
+                    self._results[_users_of(e)] = requests.get((_users_of(e), attempt), [])
+            self.distrust = str(distrust[0].get("reason"))
+            rungs = list(done.values())
+            self._rejudge(rungs)
+            done = {g.users: g for g in rungs}
+            self.notes.append(f"the server's cached_tokens is not trusted for this run (refuted before): it {self.distrust}")
         redo = sorted(set(self.attempts) - set(done))
         if redo:
             self.notes.append(f"resumed: the failed rung(s) of {', '.join(map(str, redo))} users are measured again")
@@ -663,8 +766,10 @@ class SessionsRun:
         await asyncio.gather(*(user_loop(u) for u in range(users)))
         after = await scraper.scrape()
         d = delta(before, after)
+        self._results[users] = results
         stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
-                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None)
+                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
+                           distrust_cached=self.distrust is not None)
         failure = self._failure(stats, results)
         if failure:
             stats.status, stats.stop = "failed", failure

@@ -13,6 +13,12 @@ Time to first token is injected: ``ttft_base_s + ttft_per_token_s * uncached_tok
 token every ``itl_s``. Faults can be injected (HTTP status, malformed SSE, a stall, a reset
 connection) and each endpoint can be switched off to test what the harness does without it.
 
+A lying server (``lie``) reports cache counts its own cache and timing contradict: ``over_prompt``
+reports ``lie_factor`` x the prompt as cached (more than the prompt: impossible); ``claim_warm`` reports
+every cacheable token as cached while the TTFT is still the true one (a cold request claimed warm);
+``cached_fn`` replaces the count with any function of (request index, prompt tokens, true cached) (the
+fuzz suite's generator). ``lie_metrics`` makes /metrics' hit counter add up the lies too.
+
 Every completion is logged (``server.log``: prompt and cached tokens, the TTFT injected) with the
 server's own ``perf_counter_ns`` stamps: received, first token sent, last token sent. Tests compare a
 client's timestamps with these, which holds however loaded the machine is (a client cannot see a
@@ -80,6 +86,22 @@ class ServerConfig:
     faults: list[Fault] = field(default_factory=list)
     timing: bool = False  # add server-side timestamps (x_server) to the first chunk
     html_models: bool = False  # /v1/models answers an HTML page with HTTP 200 (a web UI, not the API server)
+    lie: str | None = None  # None | 'over_prompt' | 'claim_warm': the cached_tokens reported (see the module docstring)
+    lie_factor: float = 2.0  # over_prompt: cached_tokens reported = this x the prompt's tokens
+    lie_metrics: bool = False  # /metrics' prefix-cache hits count the reported (lying) figure, not the true one
+    cached_fn: Any = None  # (index, prompt_tokens, true_cached) -> the value reported as cached_tokens (any JSON value)
+
+    def reported_cached(self, index: int, prompt_tokens: int, cached: int) -> Any:
+        """What the server says was cached: the truth, unless it lies."""
+        if self.cached_fn is not None:
+            return self.cached_fn(index, prompt_tokens, cached)
+        if self.lie == "over_prompt":
+            return int(self.lie_factor * prompt_tokens)
+        if self.lie == "claim_warm":
+            return max(0, (prompt_tokens - 1) // self.block_size * self.block_size)
+        if self.lie is not None:
+            raise ValueError(f"lie must be 'over_prompt' or 'claim_warm', not {self.lie!r}")
+        return cached
 
     def ttft_s(self, uncached_tokens: int) -> float:
         return self.ttft_base_s + self.ttft_per_token_s * uncached_tokens
@@ -391,9 +413,12 @@ class TestServer:
         """Admit the prompt to the block cache; the request's log entry (what was cached, the TTFT injected)."""
         c = self.config
         cached = self.cache.admit(req.tokens)
+        reported = c.reported_cached(req.index, len(req.tokens), cached)
         self.prefix_queries += len(req.tokens)
-        self.prefix_hits += cached
+        lied = reported if isinstance(reported, int) and not isinstance(reported, bool) else cached
+        self.prefix_hits += lied if c.lie_metrics else cached
         entry = {"index": req.index, "prompt_tokens": len(req.tokens), "cached_tokens": cached,
+                 "reported_cached_tokens": reported,
                  "ttft_injected_s": c.ttft_s(len(req.tokens) - cached), "t_received_ns": t_received_ns}
         self.log.append(entry)
         return entry
@@ -402,7 +427,7 @@ class TestServer:
         c = self.config
         n = len(req.tokens)
         usage: dict[str, Any] = {"prompt_tokens": n, "completion_tokens": req.max_tokens, "total_tokens": n + req.max_tokens}
-        cached = entry["cached_tokens"]
+        cached = entry["reported_cached_tokens"]
         if c.report_cached_tokens and not (c.omit_zero_cached and cached == 0):
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         return usage

@@ -1,0 +1,175 @@
+"""measure pool and measure sessions against a server whose cache counts lie: the client's own evidence
+(the prompt it sent, the TTFTs it timed) overrules them, and no capacity the lie alone claims is reported.
+
+The issue's example: a server reporting cached_tokens larger than the prompt made `measure pool` exit 0 with
+"KV pool kept warm: >= 16,384 tokens" (the true pool 4,096; every probe 'warm' up to --max-parallel 32 of
+512 resident tokens each) and `measure sessions` report a knee above the true one. Where a verdict rests on
+TTFT, the test server's delays are made large against scheduling noise (as tests/measure/test_pool.py's
+TTFT tests do): a cold prompt of 513 tokens waits 513 x 2 ms = 1.026 s for its first token, a warm one 2 ms,
+and a measured TTFT is never below the injected one, so a cold request claimed warm is at least as slow as
+its own cold round whatever the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from servesize.cli import main
+from servesize.measure.pool import PoolConfig, measure_pool
+from servesize.measure.record import read_record
+from servesize.measure.sessions import ClassParams, SessionParams, SessionsConfig, measure_sessions
+from servesize.measure.testserver import ServerConfig, TestServer
+
+POOL = 4096  # 256 blocks of 16: 8 prompts of 513 tokens (32 blocks each, the last token recomputed)
+SLOW = dict(ttft_base_s=0.0, ttft_per_token_s=0.002)  # cold 513-token prompt: 1.026 s; warm: 2 ms
+ISSUE = ["--prompt-tokens", "513", "--max-parallel", "32", "--rounds", "2", "--quiet", "--json"]
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def pool_cli(capsys, tmp_path, config: ServerConfig, *extra) -> tuple[int, dict | None, str]:
+    with TestServer(config) as server:
+        code, out, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *ISSUE, *extra)
+    return code, json.loads(out) if out else None, err
+
+
+def test_the_lies_are_what_the_issue_saw_before_any_check(tmp_path):
+    """The lying server's own log: what it reported against what it cached (the ground truth the others use)."""
+    async def go():
+        async with TestServer(ServerConfig(capacity_tokens=POOL, lie="over_prompt")) as server:
+            await measure_pool(PoolConfig(url=server.url, prompt_tokens=513, rounds=2, max_parallel=10, fine=False))
+            return server.log
+    log = asyncio.run(go())
+    assert all(e["reported_cached_tokens"] == 2 * e["prompt_tokens"] for e in log)
+    assert all(e["cached_tokens"] <= e["prompt_tokens"] - 1 for e in log)
+
+
+def test_cached_tokens_above_the_prompt_are_refuted_and_the_counters_find_the_true_pool(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="over_prompt"))
+    assert code == 0, err
+    pool = doc["pool_tokens"]
+    assert (pool["low"], pool["high"], pool["resolution"]) == (POOL, POOL + 16, "block")  # not '>= 16,384'
+    assert doc["signal"] == "metrics"
+    said = [n for n in doc["notes"] if "not trusted" in n]
+    assert said == ["the server's cached_tokens is not trusted for this run: it reported 1,026 cached tokens for a "
+                    "prompt of 513: impossible; warmth is judged by metrics instead"]
+    assert [e["signal"] for e in read_record(tmp_path / "p.jsonl").of_type("distrust")] == ["cached_tokens"]
+
+
+def test_cached_counts_claiming_warmth_that_ttft_denies_are_refuted(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="claim_warm", **SLOW), "--no-fine")
+    assert code == 0, err
+    pool = doc["pool_tokens"]
+    assert (pool["low"], pool["high"]) == (POOL, POOL + 512) and pool["low"] <= POOL < pool["high"]
+    assert doc["signal"] == "metrics"
+    assert any("cached_tokens is not trusted" in n and "no faster than cold" in n for n in doc["notes"])
+
+
+def test_when_every_counter_lies_the_ttft_rule_finds_the_pool_to_the_prompt(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="claim_warm", lie_metrics=True, **SLOW))
+    assert code == 0, err
+    pool = doc["pool_tokens"]
+    assert (pool["low"], pool["high"], pool["resolution"]) == (POOL, POOL + 512, "prompt")
+    assert doc["signal"] == "ttft" or "ttft" in doc["signal"].split("+")
+    refuted = sorted(e["signal"] for e in read_record(tmp_path / "p.jsonl").of_type("distrust"))
+    assert refuted == ["cached_tokens", "metrics"]
+    assert any("no fine stage" in n for n in doc["notes"])  # TTFT cannot see a partial eviction
+
+
+def test_hits_above_queries_are_refuted_too(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="over_prompt", lie_metrics=True, **SLOW))
+    assert code == 0, err
+    assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 512)
+    assert any("metrics is not trusted" in n and "impossible" in n for n in doc["notes"])
+
+
+def test_with_only_the_lying_counter_allowed_the_run_refuses_rather_than_report_its_pool(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="over_prompt"),
+                              "--signals", "cached_tokens")
+    assert code == 2 and doc is None
+    assert err.count("\n") == 1 and err.startswith("servesize: no trustworthy warmth signal: the server's cached_tokens "
+                                                   "reported 1,026 cached tokens for a prompt of 513: impossible")
+
+
+# -- sessions ---------------------------------------------------------------------------------------------
+# tests/measure/test_sessions.py's ladder (its true knee is [2, 16): 16 users' first prompts are 2.6 pools),
+# with TTFT large against noise: 1 ms per uncached token, so a first turn (1,300 tokens past the shared
+# prefix) waits 1.3 s, a warm returning turn about 0.1 s.
+LADDER = SessionParams(user=ClassParams(1500, 0.0, 200), max_model_len=4000, think_time_s=0.0, output_tokens=4,
+                       turn_tokens=100, seed=3)
+
+
+def sessions_on(config: ServerConfig):
+    async def go():
+        async with TestServer(config) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[1, 2, 16], duration_s=600, requests_per_user=5)
+            return await measure_sessions(cfg)
+    return asyncio.run(go())
+
+
+def test_sessions_against_warmth_claims_ttft_denies_never_report_the_lies_knee():
+    r = sessions_on(ServerConfig(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001,
+                                 lie="claim_warm"))
+    # the 16-user rung's returning requests were evicted (cold, 1.3 s or more), all claimed warm: caught
+    g16 = r.rungs[2]
+    assert g16.refuted is not None and g16.refuted.startswith(f"called {16 * 4} returning request(s) warm, but ")
+    assert "no faster than cold" in g16.refuted
+    # a counter caught lying judges nothing: the rungs it had judged are judged again without it, and with one
+    # session length (no TTFT fit over first turns) nothing can: no rung is warm, no capacity is claimed
+    assert [g.signal for g in r.rungs] == ["none", "none", "none"]
+    assert [g.state(r.warm_target) for g in r.rungs] == ["no signal"] * 3
+    assert r.knee == {"warm_users": None, "cold_users": None, "inconclusive_users": 1}  # the lie said >= 16
+    assert sum("cached_tokens is not trusted for this run" in n for n in r.notes) == 1
+
+
+def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them():
+    r = sessions_on(ServerConfig(capacity_tokens=8000, itl_s=0.001, lie="over_prompt"))
+    assert r.rungs[0].refuted is not None and r.rungs[0].refuted.endswith(": impossible")
+    assert all(g.signal != "cached_tokens" for g in r.rungs)
+    assert r.knee["warm_users"] is None  # no rung can be judged (one session length: no TTFT fit): no capacity claimed
+    assert sum("impossible" in n for n in r.notes) == 1
+
+
+def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp_path, capsys):
+    from servesize.measure.testserver import Fault
+
+    rec = tmp_path / "p.jsonl"
+    lying = dict(capacity_tokens=POOL, lie="over_prompt")
+    with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20)])) as server:  # the run breaks mid-search
+        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
+    assert code == 2 and "HTTP 500" in err
+    assert [e["signal"] for e in read_record(rec).of_type("distrust")] == ["cached_tokens"]
+    with TestServer(ServerConfig(**lying)) as server:
+        code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 16) and doc["signal"] == "metrics"
+
+
+def test_a_resumed_sessions_record_judges_again_the_rungs_a_refuted_counter_had_judged(tmp_path, capsys):
+    rec = tmp_path / "s.jsonl"
+    flags = ["--median", "1500", "--sigma", "0.01", "--prefix", "200", "--think-time", "0.001", "--output-tokens", "4",
+             "--turn-tokens", "100", "--max-model-len", "4000", "--subagent-ratio", "0", "--duration", "600",
+             "--requests-per-user", "5", "--users", "1,2,16", "--quiet", "--json"]
+    config = dict(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001, lie="claim_warm")
+    with TestServer(ServerConfig(**config)) as server:
+        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--record", rec, *flags)
+    assert code == 0, err
+    first = json.loads(out)
+    recorded = {e["users"]: e["stats"]["signal"] for e in read_record(rec).of_type("rung")}
+    assert recorded[1] == "cached_tokens" and first["rungs"][0]["signal"] != "cached_tokens"  # judged again in the run
+    with TestServer(ServerConfig(**config)) as server:  # every rung complete: the resume sends nothing...
+        code, out, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet", "--json")
+        served = server.completions
+    assert code == 0, err
+    assert served == 0
+    again = json.loads(out)
+    # ... and still does not take the lower rungs' recorded verdicts, made by the counter refuted later
+    assert [g["signal"] for g in again["rungs"]] == [g["signal"] for g in first["rungs"]]
+    assert again["knee"] == first["knee"] and again["knee"]["warm_users"] != 16
+    assert any("refuted before" in n for n in again["notes"])
