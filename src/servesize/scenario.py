@@ -323,7 +323,7 @@ _SEED = workload_model  # the seed reference workload's constants, for the gener
 # an open bound at 0 and divided by zero, or overflowed, downstream).
 _EFFICIENCY_FLOOR = 0.01
 _EFFICIENCY_WHY = "below 1% no engine runs a GPU; a smaller fraction only divides the figures toward infinity"
-_THINK_FLOOR_S = 0.01
+_THINK_FLOOR_S = workload_model.MIN_THINK_TIME_S
 _THINK_WHY = "a user who waits under 10 ms between requests is a load generator, not a user"
 
 
