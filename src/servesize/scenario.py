@@ -239,8 +239,9 @@ def _read_version(p: Param, value: Any) -> str:
 def _read_vllm_int(p: Param, value: Any) -> int:
     try:
         return parse_vllm_int(value)
-    except BadInput:
-        raise p._refuse(value, "a number as vLLM reads it (32768, 32k = 32,000, 32K = 32,768)") from None
+    except BadInput as exc:
+        why = str(exc).partition("as vLLM reads a number: ")[2]
+        raise p._refuse(value, f"a number as vLLM reads it ({why or '32768, 32k = 32,000, 32K = 32,768'})") from None
 
 
 def _read_vllm_len(p: Param, value: Any) -> int:
