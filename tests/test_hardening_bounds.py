@@ -268,3 +268,24 @@ def test_clip_cuts_a_value_to_60_characters_with_an_ellipsis_and_any_refusal_lin
     assert clip("1_6k") == "'1_6k'"
     long = ServesizeError("a" * 5000 + " the fix")
     assert len(str(long)) <= MAX_MESSAGE_CHARS and str(long).endswith(" the fix")
+
+
+def test_a_workload_whose_think_time_is_1e_300_is_refused_as_the_flag_is():
+    from servesize.resolve import workload_of
+    from servesize.scenario import Scenario
+    from servesize.workload.model import MIN_THINK_TIME_S
+
+    workload = workload_of(Scenario(model="llama-3.1-8b", gpus="1xH100"))
+    for tiny in (1e-300, 5e-324, MIN_THINK_TIME_S / 2):
+        with pytest.raises(BadInput, match="think_time_s"):
+            workload.replace(think_time_s=tiny)
+    assert workload.replace(think_time_s=MIN_THINK_TIME_S).think_time_s == MIN_THINK_TIME_S
+
+
+@pytest.mark.parametrize("price", ["H100=2_5", "H100=2,5", "H100=" + "9" * 5000])
+def test_a_gpu_hour_price_with_a_separator_or_5000_digits_is_refused_in_a_short_line(price):
+    from servesize.planning.prices import parse_price
+
+    with pytest.raises(BadInput) as refused:
+        parse_price(price)
+    assert len(str(refused.value)) < 200, str(refused.value)

@@ -239,8 +239,9 @@ def _read_version(p: Param, value: Any) -> str:
 def _read_vllm_int(p: Param, value: Any) -> int:
     try:
         return parse_vllm_int(value)
-    except BadInput:
-        raise p._refuse(value, "a number as vLLM reads it (32768, 32k = 32,000, 32K = 32,768)") from None
+    except BadInput as exc:
+        why = str(exc).partition("as vLLM reads a number: ")[2]
+        raise p._refuse(value, f"a number as vLLM reads it ({why or '32768, 32k = 32,000, 32K = 32,768'})") from None
 
 
 def _read_vllm_len(p: Param, value: Any) -> int:
@@ -323,7 +324,7 @@ _SEED = workload_model  # the seed reference workload's constants, for the gener
 # an open bound at 0 and divided by zero, or overflowed, downstream).
 _EFFICIENCY_FLOOR = 0.01
 _EFFICIENCY_WHY = "below 1% no engine runs a GPU; a smaller fraction only divides the figures toward infinity"
-_THINK_FLOOR_S = 0.01
+_THINK_FLOOR_S = workload_model.MIN_THINK_TIME_S
 _THINK_WHY = "a user who waits under 10 ms between requests is a load generator, not a user"
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, EmpiricalClass, SessionClass, Workload
+from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
 DEFAULT_MIN_TOKENS = 0       # nothing dropped unless asked (the seed dropped rows under 1,000, biasing short workloads up)
@@ -379,9 +379,10 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     for key in ("subagent_ratio", "invalidation", "think_time_s", "output_tokens", "warm_turn_tokens"):
         if fields[key].fitted:
             changes[key] = fields[key].value
-    if fields["think_time_s"].fitted and fields["think_time_s"].value <= 0:
+    if fields["think_time_s"].fitted and fields["think_time_s"].value < MIN_THINK_TIME_S:
         changes.pop("think_time_s")
-        fields["think_time_s"] = FieldFit("think_time_s", None, "every gap is 0 s")
+        fields["think_time_s"] = FieldFit("think_time_s", None, "every gap is 0 s" if fields["think_time_s"].value <= 0
+                                          else f"the mean gap is under {MIN_THINK_TIME_S:g} s: a load generator's")
     notes = _fit_notes(obs, fields, chosen, user_fit, base, user_prefix)
     try:
         workload = base.replace(**changes)

@@ -57,6 +57,7 @@ SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
 
 _MAX_SIGMA = 5.0
 _MAX_TOKENS = 100_000_000
+MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a load generator, not a user
 
 
 def _number(owner: str, name: str, value: Any) -> float:
@@ -318,7 +319,7 @@ class Workload:
         if cap != int(cap):
             raise BadInput(f"workload.max_model_len must be a whole number of tokens, got {self.max_model_len!r}")
         object.__setattr__(self, "max_model_len", int(cap))
-        object.__setattr__(self, "think_time_s", _check_range("workload", "think_time_s", self.think_time_s, 0, 1e6, lo_open=True))
+        object.__setattr__(self, "think_time_s", _check_range("workload", "think_time_s", self.think_time_s, MIN_THINK_TIME_S, 1e6))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
         turn = _check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS)
         object.__setattr__(self, "warm_turn_tokens", int(round(turn)))
