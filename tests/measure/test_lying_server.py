@@ -59,6 +59,7 @@ def test_cached_tokens_above_the_prompt_are_refuted_and_the_counters_find_the_tr
     assert said == ["the server's cached_tokens is not trusted for this run: it reported 1,026 cached tokens for a "
                     "prompt of 513: impossible; warmth is judged by metrics instead"]
     assert [e["signal"] for e in read_record(tmp_path / "p.jsonl").of_type("distrust")] == ["cached_tokens"]
+    assert not any("served partly from cache" in n for n in doc["notes"] + doc["signal_notes"])  # the lie's own count
 
 
 def test_cached_counts_claiming_warmth_that_ttft_denies_are_refuted(tmp_path, capsys):
@@ -173,3 +174,18 @@ def test_a_resumed_sessions_record_judges_again_the_rungs_a_refuted_counter_had_
     assert [g["signal"] for g in again["rungs"]] == [g["signal"] for g in first["rungs"]]
     assert again["knee"] == first["knee"] and again["knee"]["warm_users"] != 16
     assert any("refuted before" in n for n in again["notes"])
+
+
+def test_hits_that_make_no_request_warm_do_not_make_the_probe_warm():
+    """Found by the lying-server fuzz: one prompt of 33 tokens (32 cacheable), 8 hit tokens a round and every
+    TTFT as slow as cold. The token share (0.25) met --warm-share 0.25 and called the probe warm, though no
+    request was (and so none the TTFT check could see)."""
+    from servesize.measure.client import RequestResult
+    from servesize.measure.metrics import MetricsDelta
+    from servesize.measure.pool import classify
+
+    rounds = [[RequestResult(id=f"r{k}", ttft_s=1.0)] for k in range(4)]
+    deltas = [MetricsDelta(queries=33.0, hits=8.0, preemptions=0.0)] * 4
+    v = classify([33], rounds, deltas, block_size=16, warm_share=0.25)
+    assert v.signal == "metrics" and v.by_signal["metrics"] == 8 / 32
+    assert v.flags == [[False]] * 3 and v.warm_fraction == 0.0 and not v.warm

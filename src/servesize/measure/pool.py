@@ -268,11 +268,14 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
             refuted[s] = why
     notes = []
     first_hits = [r.cached_tokens for r in rounds[0] if r.cached_tokens]
-    if first_hits:
+    if first_hits and "cached_tokens" not in refuted and "cached_tokens" not in distrusted:
         notes.append(f"{len(first_hits)} round-1 request(s) were served partly from cache (ids not unique, or a shared prefix)")
     for s in signals:
         if s in per and s not in distrusted and s not in refuted:
-            return Verdict(signal=s, warm=fraction[s] >= warm_share - 1e-9, warm_fraction=fraction[s], by_signal=fraction,
+            # metrics decide by the requests they make warm (the ones the TTFT check saw), not by a share of tokens:
+            # a round's hits that make no request warm are no warm request (found by the lying-server fuzz)
+            share = _mean([f for rnd in per[s] for f in rnd]) if s == "metrics" else fraction[s]
+            return Verdict(signal=s, warm=share >= warm_share - 1e-9, warm_fraction=share, by_signal=fraction,
                            flags=per[s], notes=notes, refuted=refuted)
     caught = {**{s: "refuted earlier in the run" for s in distrusted}, **refuted}
     if caught:
