@@ -743,3 +743,109 @@ def test_the_bounds_generator_makes_a_value_at_the_edge_of_a_declared_range_and_
     print("a bounds case:", " ".join(example))
     code, out, err = run_cli_strict(example)
     assert_cli_contract(example, code, out, err)
+
+
+# --- issue 16: explorer ---
+# Requests a hostile page could make the browser send to the explorer on 127.0.0.1: foreign origins, simple
+# (non-JSON) content types, a path or Hugging Face id in any string field that names a model (the request's
+# model, a speculative draft, a pasted serve line's draft), and integers past Python's digit limit. Each goes
+# through the real application; each is refused with 400, 403 or 415 and one line, never a 500, and no path a
+# request names is opened, listed or looked at (the readers refuse before the file system is asked).
+
+from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+
+from servesize.web.app import make_app  # noqa: E402
+
+HOSTILE_ORIGINS = st.sampled_from(["http://evil.example", "null", "https://127.0.0.1.evil.example", "http://127.0.0.1:9",
+                                   "file://", "http://localhost"])
+HOSTILE_TYPES = st.sampled_from(["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", "image/png",
+                                 "application/jsonx", "text/json", ""])
+HOSTILE_PATHS = st.sampled_from(["/etc/shadow", "/etc/passwd", "/nonexistent/config.json", "/", "~/config.json",
+                                 "../../../../etc/hosts", "./config.json", "/dev/zero", "/proc/self/environ",
+                                 "some-org/some-model", "C:\\\\Windows\\\\win.ini", "config.json"])
+HOSTILE_ROUTES = st.sampled_from(["/api/plan", "/api/memory", "/api/explain", "/api/calibrate", "/api/fit",
+                                  "/api/teams"])
+WEB_TOUCHED: list[str] = []  # every path opened or listed while a hostile case runs (the audit hook below)
+_WEB_AUDIT: list[bool] = []  # [recording]: installed once (an audit hook cannot be removed), records only in a case
+
+
+def _web_audit(event: str, args: tuple) -> None:
+    if _WEB_AUDIT[0] and event in ("open", "os.listdir", "os.scandir") and args:
+        WEB_TOUCHED.append(str(args[0]))
+
+
+@st.composite
+def hostile_request(draw):
+    """(route, body bytes, headers, class): one hostile request of one class."""
+    route = draw(HOSTILE_ROUTES)
+    body: dict = {"model": "qwen3-8b", "gpus": "1xH100", "fills": 20, "draws": 200}
+    headers = {"Content-Type": "application/json"}
+    kind = draw(st.sampled_from(["origin", "content-type", "path", "digits"]))
+    if kind == "origin":
+        headers["Origin"] = draw(HOSTILE_ORIGINS)
+    elif kind == "content-type":
+        headers["Content-Type"] = draw(HOSTILE_TYPES)
+    elif kind == "path":
+        path = draw(HOSTILE_PATHS)
+        draft = json.dumps({"method": draw(st.sampled_from(["draft_model", "eagle3", "eagle"])), "model": path,
+                            "num_speculative_tokens": 2})
+        where = draw(st.sampled_from(["model", "speculative_config", "vllm_serve", "workload", "calibration"]))
+        body[where] = {"model": path, "speculative_config": draft, "workload": path, "calibration": path,
+                       "vllm_serve": f"vllm serve qwen3-8b --speculative-config '{draft}'"}[where]
+        route = draw(st.sampled_from(["/api/plan", "/api/memory", "/api/explain"]))
+    text = json.dumps(body)
+    if kind == "digits":  # an integer past the interpreter's digit limit (4,300)
+        text = text[:-1] + ', "median": ' + "9" * draw(st.integers(4301, 6000)) + "}"
+    if route == "/api/calibrate" and kind != "path":
+        text = text[:-1] + ', "vllm_log": "GPU KV cache size: 1,024 tokens"}'
+    return route, text.encode(), headers, kind
+
+
+async def _send(route: str, data: bytes, headers: dict) -> tuple[int, dict]:
+    async with TestClient(TestServer(make_app())) as client:
+        response = await client.post(route, data=data, headers=headers)
+        return response.status, json.loads(await response.text())
+
+
+@fuzz(80)
+@given(hostile_request())
+def test_a_hostile_request_is_refused_in_one_line_and_reads_no_file_it_names(case):
+    import asyncio
+    import sys
+
+    if not _WEB_AUDIT:
+        _WEB_AUDIT.append(False)
+        sys.addaudithook(_web_audit)
+    route, data, headers, kind = case
+    WEB_TOUCHED.clear()
+    _WEB_AUDIT[0] = True
+    try:
+        with capped():
+            status, doc = asyncio.run(_send(route, data, headers))
+    finally:
+        _WEB_AUDIT[0] = False
+    event(f"{kind}: {status}")
+    expected = {"origin": {403}, "content-type": {415}, "path": {400}, "digits": {400}}[kind]
+    assert status in expected, (kind, status, doc)
+    assert_one_line(doc["error"])
+    named = [p for p in WEB_TOUCHED if any(h in p for h in ("shadow", "passwd", "nonexistent", "environ", "win.ini",
+                                                             "some-org", "/dev/zero", "etc/hosts"))]
+    assert named == [], named
+
+
+def test_the_explorer_generator_makes_one_request_of_each_class_and_each_is_refused():
+    seen: dict[str, tuple] = {}
+
+    @settings(max_examples=200, derandomize=True, deadline=None, database=None)
+    @given(hostile_request())
+    def collect(case):
+        seen.setdefault(case[3], case)
+
+    collect()
+    assert set(seen) == {"origin", "content-type", "path", "digits"}
+    import asyncio
+
+    for kind, (route, data, headers, _) in sorted(seen.items()):
+        status, doc = asyncio.run(_send(route, data, headers))
+        assert status in (400, 403, 415), (kind, route, headers, data[:200])
+        assert_one_line(doc["error"])

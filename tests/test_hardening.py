@@ -423,8 +423,9 @@ def test_the_explorers_last_resort_says_it_is_a_bug_and_deep_json_is_a_400(monke
 
     async def go():
         async with TestClient(TestServer(make_app())) as client:
-            bug = await client.post("/api/fit", data="{}")
-            deep = await client.post("/api/plan", data="[" * 100_000 + "]" * 100_000)
+            json_type = {"Content-Type": "application/json"}
+            bug = await client.post("/api/fit", data="{}", headers=json_type)
+            deep = await client.post("/api/plan", data="[" * 100_000 + "]" * 100_000, headers=json_type)
             return bug.status, await bug.json(), deep.status, await deep.json()
 
     status, body, deep_status, deep_body = asyncio.run(go())

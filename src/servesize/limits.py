@@ -17,6 +17,9 @@ import json
 import os
 import stat
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from servesize.errors import BadInput
@@ -39,6 +42,28 @@ MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, width
 # -- Monte-Carlo -------------------------------------------------------------------------------------
 MAX_FILLS = 100_000                  # --fills: the default is 1,500
 MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
+
+
+# Set while a request of the explorer is computed: why no file a request names may be touched. Every reader
+# (read_input, require_regular, model/catalogue.resolve_model) refuses before any stat or open while it is set.
+_NO_FILES: ContextVar[str | None] = ContextVar("servesize_no_files", default=None)
+
+
+@contextmanager
+def files_forbidden(why: str) -> Iterator[None]:
+    """Within this block, a path given to a reader is refused with ``why`` before the file system is asked."""
+    token = _NO_FILES.set(why)
+    try:
+        yield
+    finally:
+        _NO_FILES.reset(token)
+
+
+def check_may_read(name: str, what: str) -> None:
+    """Refuse ``name`` when files are forbidden here (the explorer), without touching it."""
+    why = _NO_FILES.get()
+    if why is not None:
+        raise BadInput(f"{what} {_shown(str(name))[:80]!r}: {why}")
 
 
 def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
@@ -86,6 +111,7 @@ def require_regular(path: str | os.PathLike, what: str) -> os.stat_result:
     anything opens it (opening a FIFO blocks until a writer comes)."""
     full = os.fspath(path)
     name = _shown(full)
+    check_may_read(full, what)
     try:
         info = os.stat(full)
     except FileNotFoundError:

@@ -25,7 +25,8 @@ def call(method: str, path: str, body=None, *, headers=None, raw: bytes | None =
     async def go():
         async with TestClient(TestServer(make_app())) as client:
             data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-            response = await client.request(method, path, data=data, headers=headers)
+            sent = {"Content-Type": "application/json", **(headers or {})} if method == "POST" else headers
+            response = await client.request(method, path, data=data, headers=sent)
             text = await response.text()
             try:
                 return response.status, json.loads(text), response.headers
@@ -88,7 +89,7 @@ def test_a_split_that_does_not_fit_comes_back_with_the_splits_that_do():
 
 def test_a_body_that_is_not_json_is_refused_in_one_line():
     status, doc, _ = call("POST", "/api/plan", raw=b"{not json")
-    assert status == 400 and "not JSON" in doc["error"]
+    assert status == 400 and "not valid JSON" in doc["error"]
 
 
 def test_the_request_size_is_bounded():

@@ -36,10 +36,11 @@ def run(args) -> int:
 
     if not 0 <= args.port <= 65535:
         raise BadInput(f"--port {args.port} is not a port number (0-65535; 0 picks a free one)")
-    if args.host not in LOOPBACK:
-        print(f"servesize: listening on {args.host}: anyone who can reach it can use the page", file=sys.stderr)
+    check_host(args.host)
 
-    def announce(url: str) -> None:
+    def announce(url: str) -> None:  # only once the socket is bound: nothing says "listening" before it is
+        if args.host not in LOOPBACK:
+            print(f"servesize: listening on {args.host}: anyone who can reach it can use the page", file=sys.stderr)
         print(f"servesize explorer: {url}  (Ctrl-C stops it)", flush=True)
 
     def opened(url: str) -> None:
@@ -49,6 +50,22 @@ def run(args) -> int:
 
     try:
         serve(args.host, args.port, announce, opened if args.open else None)
-    except OSError as exc:
-        raise BadInput(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name the resolver cannot encode
+        raise BadInput(f"cannot listen on {args.host[:80]}:{args.port}: {getattr(exc, 'strerror', None) or exc}") from None
     return 0
+
+
+MAX_HOST_CHARS = 253  # a DNS name's most (RFC 1035); each dot-separated label at most 63
+
+
+def check_host(host: str) -> None:
+    """--host: an address or a host name the resolver can take, else one line (a 300-character name was a
+    UnicodeError from the IDNA codec)."""
+    shown = host if len(host) <= 80 else host[:77] + "..."
+    if not host or len(host) > MAX_HOST_CHARS or any(len(label) > 63 for label in host.split(".")):
+        raise BadInput(f"--host {shown!r} is not an address or host name (at most {MAX_HOST_CHARS} characters, "
+                       "63 between dots)")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise BadInput(f"--host {shown!r} is not a host name servesize can look up") from None

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from servesize.errors import BadInput, ServesizeError
-from servesize.limits import check_depth
+from servesize.limits import check_depth, check_may_read
 from servesize.model.architecture import Architecture, from_config, load_config_file
 from servesize.model.ledger import parameter_ledger
 
@@ -248,6 +248,7 @@ def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
     entry = find_entry(spec)
     if entry is not None:
         return ResolvedModel(entry.architecture(), entry, f"catalogue: {entry.key}")
+    check_may_read(spec, "model")  # the explorer: neither a path nor a download, not even a look
     path = _path(spec)
     if _exists(path) or spec.endswith(".json") or spec.startswith((".", "/", "~")):
         config = load_config_file(path)

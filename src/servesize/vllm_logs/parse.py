@@ -318,12 +318,14 @@ class LogFacts:
     def per_rank(self, name: str) -> dict[str, Any]:
         """Value per worker ('engine' for lines without one; repeats without a tag get '#2', '#3')."""
         out: dict[str, Any] = {}
+        repeats: dict[str, int] = {}  # tag -> the next '#k' it takes: linear in the lines, however many repeat
         for f in self.all(name):
             key = f.rank or "engine"
             if key in out:
-                k = 2
-                while f"{key}#{k}" in out:
+                k = repeats.get(key, 2)
+                while f"{key}#{k}" in out:  # only a tag spelled '#k' in the log itself is skipped here
                     k += 1
+                repeats[key] = k + 1
                 key = f"{key}#{k}"
             out[key] = f.value
         return out

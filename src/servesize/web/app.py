@@ -18,10 +18,14 @@
 
 A refusal is HTTP 400 ``{"error": message, "field": name}``. Work is bounded per request (fills and
 draws capped, the body at ``server.MAX_BODY_BYTES``); no endpoint reads a file a client names or
-makes a network request. The numbers are computed in worker threads: the verdict on its own
-worker, the charts and panels on another, a fleet search on a third, so a chart never delays a verdict; a chart whose page
-has gone away (the client closed the request) is not computed at all. The handlers (and with them
-the engine) are imported on the first API request, so the page itself is served at once.
+makes a network request (while a request is computed every reader refuses a path before touching it:
+``limits.files_forbidden``). A POST is executed only as application/json from the explorer's own page
+(no Origin, or its own): another page the browser visits gets 403, a text/plain or form POST 415.
+The numbers are computed in worker threads: the verdict on its own worker, the charts and panels on
+another, a fleet search on a third, a pasted log or record on a fourth, so neither a chart nor an
+upload delays a verdict; a chart or upload whose page has gone away (the client closed the request)
+is not computed at all. The handlers (and with them the engine) are imported on the first API
+request, so the page itself is served at once.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from importlib import resources
 from aiohttp import web
 
 from servesize.errors import ServesizeError
-from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, MAX_BODY_BYTES, json_response
+from servesize.limits import files_forbidden
+from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, MAX_BODY_BYTES, NO_FILES, UPLOADS, json_response
 
 STATIC = "static"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -58,14 +63,34 @@ def _hostname(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def foreign(request: web.Request) -> str | None:
+    """Why a POST is not the explorer's own page's, or None. A page elsewhere can make the browser POST to
+    127.0.0.1 (a 'simple' request: text/plain or a form, no preflight), so only application/json is executed,
+    and only with no Origin or this server's own (browsers send one on every cross-origin POST)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return f"a page at {origin[:80]!r} may not use this explorer (only its own page at {request.host!r} may)"
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        return "a request from another site may not use this explorer"
+    return None
+
+
 @web.middleware
 async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
     hosts = request.app[HOSTS]
     if hosts and _hostname(request.host or "") not in hosts:
         return json_response({"error": f"this explorer answers only to {', '.join(hosts)} (Host {request.host!r} "
                                        "refused)", "field": None}, 403)
+    if request.method not in ("GET", "HEAD"):
+        why = foreign(request)
+        if why is not None:
+            return json_response({"error": why, "field": None}, 403)
+        if request.content_type != "application/json":
+            return json_response({"error": f"the explorer's API takes application/json, not "
+                                           f"{request.content_type[:60]!r}", "field": None}, 415)
     try:
-        response = await handler(request)
+        with files_forbidden(NO_FILES):
+            response = await handler(request)
     except web.HTTPRequestEntityTooLarge:
         response = json_response({"error": f"the request is larger than {MAX_BODY_BYTES // 2**20} MiB; use the "
                                           "command line for larger files", "field": None}, 413)
@@ -118,6 +143,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
     app[FAST] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="servesize-verdict")
     app[HEAVY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-charts")
     app[FLEET] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-fleet")
+    app[UPLOADS] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-uploads")
     app[HOSTS] = hosts
     app.router.add_get("/", index)
     app.router.add_static("/static/", str(resources.files("servesize.web").joinpath(STATIC)), show_index=False,
@@ -126,7 +152,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
         app.router.add_route(method, path, _lazy(name))
 
     async def shutdown(app: web.Application) -> None:
-        for key in (FAST, HEAVY, FLEET):
+        for key in (FAST, HEAVY, FLEET, UPLOADS):
             app[key].shutdown(wait=False, cancel_futures=True)
 
     app.on_cleanup.append(shutdown)

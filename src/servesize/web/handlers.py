@@ -1,9 +1,9 @@
 """The explorer's API handlers: request JSON -> a Scenario (``requests``) -> the library -> a view
-(``views``, ``charts``) -> JSON. The verdict runs on the FAST worker, the charts and panels on HEAVY."""
+(``views``, ``charts``) -> JSON. The verdict runs on the FAST worker, the charts and panels on HEAVY, a pasted
+log or record on UPLOADS (so an upload never holds up a verdict)."""
 
 from __future__ import annotations
 
-import asyncio
 from functools import lru_cache, partial
 
 from aiohttp import web
@@ -24,7 +24,7 @@ from servesize.web.requests import (
     teams_request,
     text_field,
 )
-from servesize.web.server import FAST, FLEET, HEAVY, compute, json_response, read_body
+from servesize.web.server import FAST, FLEET, HEAVY, UPLOADS, compute, in_worker, json_response, read_body
 
 
 @lru_cache(maxsize=1)
@@ -53,8 +53,7 @@ async def post_plan(request: web.Request) -> web.Response:
         return await compute(request, FAST, partial(views.plan_view, req))
     except ServesizeError as exc:
         field = refusal(exc)["field"]
-        loop = asyncio.get_running_loop()
-        document = await loop.run_in_executor(request.app[FAST], views.refused_plan, body, exc, field)
+        document = await in_worker(request, FAST, views.refused_plan, body, exc, field)
         return json_response(document, 400)
 
 
@@ -124,14 +123,14 @@ async def post_calibrate(request: web.Request) -> web.Response:
     body = await read_body(request)
     log = text_field(body, "vllm_log", "a vLLM start-up log")
     scenario, _ = scenario_of({k: v for k, v in body.items() if k != "vllm_log"}, extra=_PAGE_FIELDS)
-    return await compute(request, FAST, partial(views.calibrate_view, scenario, log))
+    return await compute(request, UPLOADS, partial(views.calibrate_view, scenario, log))
 
 
 async def post_record(request: web.Request) -> web.Response:
     body = await read_body(request)
     record = text_field(body, "record", "a servesize measure run record (the .jsonl file)")
     scenario, _ = scenario_of({k: v for k, v in body.items() if k != "record"}, extra=_PAGE_FIELDS)
-    return await compute(request, FAST, partial(views.record_view, scenario, record))
+    return await compute(request, UPLOADS, partial(views.record_view, scenario, record))
 
 
 async def post_fleet(request: web.Request) -> web.Response:

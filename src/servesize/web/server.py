@@ -5,6 +5,7 @@ while the engine is still being imported."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -13,13 +14,17 @@ from typing import Any
 from aiohttp import web
 
 from servesize.errors import BadInput
+from servesize.limits import files_forbidden, parse_json
 
 MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is the largest)
+NO_FILES = ("the explorer reads no file and makes no network request a request names: give a catalogue name, "
+            "or upload the content")
 
 FAST: web.AppKey[ThreadPoolExecutor] = web.AppKey("fast", ThreadPoolExecutor)
 HEAVY: web.AppKey[ThreadPoolExecutor] = web.AppKey("heavy", ThreadPoolExecutor)
 FLEET: web.AppKey[ThreadPoolExecutor] = web.AppKey("fleet", ThreadPoolExecutor)
 HOSTS: web.AppKey[tuple[str, ...]] = web.AppKey("hosts", tuple)
+UPLOADS: web.AppKey[ThreadPoolExecutor] = web.AppKey("uploads", ThreadPoolExecutor)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -33,18 +38,23 @@ async def read_body(request: web.Request) -> Any:
         text = await request.text()
     except UnicodeDecodeError:
         raise BadInput("the request body is not UTF-8 text") from None
-    try:
-        return json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"the request body is not JSON: {exc.msg} (line {exc.lineno})") from None
-    except RecursionError:
-        raise BadInput("the request body is JSON nested deeper than servesize reads") from None
+    return parse_json(text, "the request body") if text.strip() else {}
+
+
+async def in_worker(request: web.Request, pool: web.AppKey, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on one of the app's worker threads, where no file a request names may be read."""
+    loop = asyncio.get_running_loop()
+
+    def run() -> Any:
+        with files_forbidden(NO_FILES):
+            return fn(*args)
+
+    return await loop.run_in_executor(request.app[pool], contextvars.copy_context().run, run)
 
 
 async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:
     """Run ``work`` on a worker thread; a chart or fleet request whose client has gone (a newer one superseded
     it) is skipped."""
-    loop = asyncio.get_running_loop()
 
     def gone() -> bool:
         transport = request.transport
@@ -55,5 +65,5 @@ async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any
             return None
         return work()
 
-    result = await loop.run_in_executor(request.app[pool], run)
+    result = await in_worker(request, pool, run)
     return json_response(result if result is not None else {"skipped": True})

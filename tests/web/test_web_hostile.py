@@ -1,0 +1,238 @@
+"""The explorer under a hostile page (issue 16): any page the user happens to visit can make the browser
+POST to 127.0.0.1, so the API executes only application/json from its own page, never touches a path a
+request names (not even to look), takes huge numbers as a refusal, and an upload never holds up a verdict.
+Each request goes through the real application (aiohttp's test server), as the browser's would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import sys
+import threading
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from servesize.web.app import ROUTES, make_app
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+SMALL_CONFIG = FIXTURES / "model-configs" / "Qwen--Qwen3-0.6B" / "config.json"
+BASE = {"model": "qwen3-8b", "gpus": "1xH100", "fills": 20, "draws": 200}
+JSON = {"Content-Type": "application/json"}
+
+
+async def _request(client, method, path, body, headers):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    response = await client.request(method, path, data=data, headers=headers)
+    text = await response.text()
+    try:
+        return response.status, json.loads(text)
+    except ValueError:
+        return response.status, text
+
+
+def call(path: str, body=None, headers=None, method: str = "POST"):
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            return await _request(client, method, path, BASE if body is None else body,
+                                  JSON if headers is None else headers)
+
+    return asyncio.run(go())
+
+
+# -- who may POST ---------------------------------------------------------------------------------------
+
+POSTS = [path.replace("{name}", "decode") for method, path, _ in ROUTES if method == "POST"]
+
+
+@pytest.mark.parametrize("path", POSTS)
+def test_a_post_from_a_foreign_origin_is_refused_before_anything_runs(path, monkeypatch):
+    import servesize.web.handlers as handlers
+
+    ran = []
+    monkeypatch.setattr(handlers, "plan_request", lambda *a, **k: ran.append(a))
+    for origin in ("http://evil.example", "null", "http://127.0.0.1:1"):
+        status, doc = call(path, headers={**JSON, "Origin": origin})
+        assert status == 403 and "may not use this explorer" in doc["error"], (path, origin, doc)
+    status, doc = call(path, headers={**JSON, "Sec-Fetch-Site": "cross-site"})
+    assert status == 403
+    assert ran == []
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                                          "image/png", ""])
+def test_a_post_that_is_not_application_json_is_refused_with_415(content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    status, doc = call("/api/plan", json.dumps(BASE).encode(), headers=headers)
+    assert status == 415 and "application/json" in doc["error"]
+
+
+def test_the_explorers_own_page_may_post_with_its_own_origin():
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            own = f"http://{client.host}:{client.port}"
+            return await _request(client, "POST", "/api/memory", BASE,
+                                  {**JSON, "Origin": own, "Sec-Fetch-Site": "same-origin"})
+
+    status, doc = asyncio.run(go())
+    assert status == 200 and doc["memory"]["pool"]["kv_cache_tokens"] > 0
+
+
+def test_the_page_itself_sends_application_json():
+    script = (pathlib.Path(__file__).resolve().parents[2] / "src/servesize/web/static/app.js").read_text()
+    assert '"Content-Type": "application/json"' in script
+
+
+# -- no path a request names is touched ------------------------------------------------------------------
+
+class Touches:
+    """Every open (the interpreter's audit event) and stat of a path under ``root``, from any thread."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root, self.seen = str(root), []
+
+    def audit(self, event: str, args: tuple) -> None:
+        if event in ("open", "os.listdir", "os.scandir") and args and self.root in str(args[0]):
+            self.seen.append((event, str(args[0])))
+
+
+_AUDITED: list[Touches] = []
+
+
+def _hook(event, args):
+    for t in _AUDITED:
+        t.audit(event, args)
+
+
+sys.addaudithook(_hook)  # an audit hook cannot be removed: it records only while a test has a Touches in _AUDITED
+
+
+@pytest.fixture
+def secret(tmp_path, monkeypatch):
+    """A real, readable model folder and config.json: were the server to read a named path, it would succeed."""
+    folder = tmp_path / "secret-model"
+    folder.mkdir()
+    shutil.copy(SMALL_CONFIG, folder / "config.json")
+    touches = Touches(folder)
+    real_stat = os.stat
+
+    def stat(path, *a, **k):
+        if str(folder) in str(path):
+            touches.seen.append(("stat", str(path)))
+        return real_stat(path, *a, **k)
+
+    monkeypatch.setattr(os, "stat", stat)
+    _AUDITED.append(touches)
+    yield folder, touches
+    _AUDITED.remove(touches)
+
+
+def _draft(path: str) -> str:
+    return json.dumps({"method": "draft_model", "model": path, "num_speculative_tokens": 2})
+
+
+def _named_paths(folder: pathlib.Path) -> list[tuple[str, dict]]:
+    config = str(folder / "config.json")
+    return [
+        ("/api/memory", {**BASE, "speculative_config": _draft(config)}),
+        ("/api/memory", {**BASE, "speculative_config": _draft(str(folder))}),
+        ("/api/plan", {**BASE, "speculative_config": _draft(config)}),
+        ("/api/memory", {**BASE, "vllm_serve": f"vllm serve qwen3-8b --speculative-config '{_draft(config)}'"}),
+        ("/api/memory", {**BASE, "model": config}),
+        ("/api/memory", {**BASE, "workload": config}),
+        ("/api/memory", {**BASE, "calibration": config}),
+    ]
+
+
+def test_a_request_naming_a_server_path_is_a_400_and_reads_nothing(secret):
+    folder, touches = secret
+    for path, body in _named_paths(folder):
+        status, doc = call(path, body)
+        assert status == 400, (body, doc)
+        assert "\n" not in doc["error"]
+    # a serve line's model: the request's own model wins (the web form always gives one), and the path is unread
+    status, _ = call("/api/memory", {**BASE, "vllm_serve": f"vllm serve {folder / 'config.json'}"})
+    assert status == 200
+    assert touches.seen == []
+
+
+def test_the_same_draft_named_from_the_catalogue_is_sized():
+    status, doc = call("/api/memory", {**BASE, "speculative_config": _draft("qwen3-0.6b")})
+    assert status == 200 and doc["memory"]["pool"]["kv_cache_tokens"] > 0
+
+
+def test_the_command_line_still_reads_the_draft_path_the_user_gives(secret):
+    from servesize.cli import main
+
+    folder, touches = secret
+    code = main(["memory", "qwen3-8b", "--gpus", "1xH100", "--speculative-config", _draft(str(folder / "config.json")),
+                 "--json"])
+    assert code == 0 and touches.seen  # the terminal's user names their own files; the explorer's visitors do not
+
+
+# -- numbers and uploads --------------------------------------------------------------------------------
+
+def test_a_5000_digit_integer_in_a_body_is_a_400():
+    status, doc = call("/api/plan", '{"model": "qwen3-8b", "gpus": "1xH100", "median": ' + "9" * 5000 + "}")
+    assert status == 400 and len(doc["error"]) < 300
+
+
+def test_calibrate_reads_40000_repeated_kv_lines_in_one_pass():
+    line = "INFO 12-01 [kv_cache_utils.py:1] GPU KV cache size: 290,864 tokens"
+    body = {"model": "qwen3.5-27b", "gpus": "1xH20-3e", "vllm_log": "\n".join([line] * 40_000)}
+    status, doc = call("/api/calibrate", body)
+    assert status in (200, 400) and isinstance(doc, dict)
+
+
+def test_repeated_untagged_lines_are_numbered_each_once():
+    from servesize.vllm_logs.parse import Fact, LogFacts
+
+    facts = tuple(Fact("gpu_kv_cache_tokens", i, i, "", None) for i in range(1, 40_001))
+    per = LogFacts("log", facts, 1, 1, 1, 40_000, ()).per_rank("gpu_kv_cache_tokens")
+    assert len(per) == 40_000 and per["engine"] == 1 and per["engine#2"] == 2 and per["engine#40000"] == 40_000
+
+
+def test_a_verdict_is_answered_while_an_upload_is_still_being_computed(monkeypatch):
+    """An upload runs on a worker of its own: a plan asked for while a calibrate is held in its worker is
+    answered first (decided by the order of events, not by a clock)."""
+    import servesize.web.views as views
+
+    release, started, order = threading.Event(), threading.Event(), []
+
+    def held_calibrate(scenario, log):
+        started.set()
+        release.wait(120)
+        order.append("calibrate")
+        return {"held": True}
+
+    monkeypatch.setattr(views, "calibrate_view", held_calibrate)
+
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            upload = asyncio.ensure_future(_request(client, "POST", "/api/calibrate", {**BASE, "vllm_log": "x"}, JSON))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 120)
+            plan = await _request(client, "POST", "/api/plan", BASE, JSON)
+            order.append("plan")
+            release.set()
+            return plan, await upload
+
+    (plan_status, _), (upload_status, upload) = asyncio.run(go())
+    assert order == ["plan", "calibrate"]
+    assert plan_status == 200 and upload_status == 200 and upload == {"held": True}
+
+
+# -- serve --host ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host, says", [("a" * 300, "not an address or host name"),
+                                        ("x" * 64 + ".example", "not an address or host name"),
+                                        ("256.1.1.1", "cannot listen on 256.1.1.1")])
+def test_serve_on_a_host_it_cannot_listen_on_says_so_in_one_line_and_never_that_it_listens(capsys, host, says):
+    from servesize.cli import main
+
+    code = main(["serve", "--host", host, "--port", "0"])
+    out, err = capsys.readouterr()
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+    assert "listening" not in err and "explorer:" not in out
