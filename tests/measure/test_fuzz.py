@@ -520,7 +520,7 @@ def test_measure_against_a_lying_server_never_reports_a_false_capacity_nor_a_bug
             # one user's session (about 150 tokens) stays warm; eight users' (about 100 unique tokens each) cycle
             # through the 512-token pool and evict each other: the true knee is [1, 8)
             argv = ["measure", "sessions", "--url", server.url, "--users", "1,8", "--requests-per-user", "3", "--median",
-                    "120", "--sigma", "0.3", "--prefix", "20", "--think-time", "0.001", "--output-tokens", "2", "--turn-tokens",
+                    "120", "--sigma", "0.3", "--prefix", "20", "--think-time", "0.01", "--output-tokens", "2", "--turn-tokens",
                     "10", "--max-model-len", "2000", "--subagent-ratio", "0", "--duration", "60", "--record",
                     f"{tmp}/r.jsonl", "--quiet", "--json"]
         out, err = io.StringIO(), io.StringIO()

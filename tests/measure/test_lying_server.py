@@ -154,7 +154,7 @@ def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp
 
 def test_a_resumed_sessions_record_judges_again_the_rungs_a_refuted_counter_had_judged(tmp_path, capsys):
     rec = tmp_path / "s.jsonl"
-    flags = ["--median", "1500", "--sigma", "0.01", "--prefix", "200", "--think-time", "0.001", "--output-tokens", "4",
+    flags = ["--median", "1500", "--sigma", "0.01", "--prefix", "200", "--think-time", "0.01", "--output-tokens", "4",
              "--turn-tokens", "100", "--max-model-len", "4000", "--subagent-ratio", "0", "--duration", "600",
              "--requests-per-user", "5", "--users", "1,2,16", "--quiet", "--json"]
     config = dict(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001, lie="claim_warm")
