@@ -76,6 +76,7 @@ from servesize.workload.presets import (
 from servesize.workload.teams import Team
 
 if TYPE_CHECKING:  # the fleet's modules load with the first fleet: memory, fit and plan start without them
+    from servesize.engine.placement import Split
     from servesize.planning.fleet import FleetSpace
     from servesize.planning.fleet_result import FleetOption
 
@@ -329,6 +330,27 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead")
 
 
+# -- the split of --gpus NxGPU ----------------------------------------------------------------
+
+def split_of(scenario: Scenario, model: ResolvedModel, measured: Calibrated, deployment: Deployment | None = None
+             ) -> tuple[Deployment, Split]:
+    """Every GPU --gpus names is used: a TP, DP (or both) left at 1 while TP x DP x PP is short of the count is
+    chosen (engine.placement.choose_split: fit's rule for TP, as many replicas as the GPUs hold for DP); one given
+    wins. A measured pool is one replica's at the TP measured, so it fixes TP."""
+    from servesize.engine.placement import Split, choose_split
+
+    dep = deployment or measured.deployment
+    gpus = gpus_of(scenario)
+    tp, dp, pp = dep.tensor_parallel_size, dep.data_parallel_size, dep.pipeline_parallel_size
+    if tp * dp * pp >= gpus.count:
+        return dep, Split(tp, dp, pp, gpus.count, False, "TP x DP x PP as given")
+    fixed_pool = measured.pool_tokens is not None or dep.kv_cache_memory_bytes is not None \
+        or dep.num_gpu_blocks_override is not None
+    split = choose_split(model.architecture, gpus, dep, tp_given=tp != 1 or fixed_pool, dp_given=dp != 1,
+                         budget=scenario.budget)
+    return replace(dep, tensor_parallel_size=split.tp, data_parallel_size=split.dp), split
+
+
 # -- the workload ---------------------------------------------------------------------------
 
 # Scenario workload field -> the field name a WorkloadOrigin records it under
@@ -539,6 +561,7 @@ class PlanInputs:
     origin: WorkloadOrigin | None = None
     flags_not_affecting: tuple[str, ...] = ()
     flags_estimated: tuple[str, ...] = ()
+    split: Split | None = None  # how --gpus is split into replicas (engine.placement.choose_split)
 
 
 def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadOrigin, knobs: Knobs) -> str | None:
@@ -565,10 +588,11 @@ def plan_inputs(scenario: Scenario) -> PlanInputs:
     if note:
         origin = origin.noting(note)
     measured = calibrated(scenario, deployment_of(scenario, model))
-    deployment = planned_deployment(measured.deployment, model, workload, knobs, scenario)
+    deployment, split = split_of(scenario, model, measured,
+                                 planned_deployment(measured.deployment, model, workload, knobs, scenario))
     return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
                       deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin,
-                      line.not_affecting if line else (), line.estimated if line else ())
+                      line.not_affecting if line else (), line.estimated if line else (), split)
 
 
 # -- fleet: plan --users N and servesize fleet ------------------------------------------------
