@@ -255,11 +255,20 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
     return ServeLine(model, fields, tuple(plain), tuple(estimated))
 
 
+# Scenario fields whose `vllm serve` value is one of a release's choices (engine.vocabulary): a line is read as
+# vLLM's parser reads it, so servesize's own names (int4, bf16, native) are refused there.
+SERVE_VOCABULARY = {"quantization": "quantization", "kv_cache_dtype": "kv_cache_dtype"}
+
+
 def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], effects: dict, version: tuple[int, int, int],
                      fields: dict[str, Any], plain: list[str], estimated: list[str]) -> None:
     negated = flag.startswith("--no-") and "--" + flag[5:] in params
     param = params.get("--" + flag[5:] if negated else flag)
     if param is not None:
+        kind = SERVE_VOCABULARY.get(param.name)
+        if kind is not None and value is not None and not accepts(kind, value.strip(), version):
+            raise BadInput(f"--vllm-serve: {flag} {value!r} is not a value vllm serve {show_version(version)} accepts "
+                           f"({', '.join(vocabulary(kind, version))})")
         if param.kind == "bool":
             fields[param.name] = (not negated) if value is None else param.parse(value)
         else:
