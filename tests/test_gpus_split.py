@@ -81,7 +81,12 @@ def test_a_tp_the_heads_refuse_is_never_chosen_and_six_gpus_are_all_used():
     report = s.memory(s.Scenario(model="qwen3-8b", gpus="6xH100", max_model_len=131072 // 4))
     tp, dp = report.deployment.tensor_parallel_size, report.deployment.data_parallel_size
     assert tp * dp == 6 and 32 % tp == 0  # qwen3-8b has 32 attention heads: TP 3 and 6 are refused
-    assert any("TP 3: tensor parallel size 3 does not divide" in t for t in report.placement.tried)
+    assert [t.split(":")[0] for t in report.placement.tried] == ["TP 1", "TP 2", "TP 4"]  # 3 and 6 not tried
+
+
+def test_when_no_tp_fits_the_widest_the_heads_allow_says_why():
+    with pytest.raises(s.ServesizeError, match="one request at max_model_len 131,072 needs 20.00 GiB of KV cache"):
+        s.memory(s.Scenario(model="llama-3.3-70b", gpus="3xH100"))  # TP 2 (3 divides no head count of 64)
 
 
 def test_a_measured_pool_fixes_tp_and_only_dp_is_chosen():

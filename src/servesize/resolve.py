@@ -356,7 +356,7 @@ def split_of(scenario: Scenario, model: ResolvedModel, measured: Calibrated, dep
     fixed_pool = measured.pool_tokens is not None or dep.kv_cache_memory_bytes is not None \
         or dep.num_gpu_blocks_override is not None
     split = choose_split(model.architecture, gpus, dep, tp_given=tp != 1 or fixed_pool, dp_given=dp != 1,
-                         budget=scenario.budget)
+                         budget=scenario.budget, max_dp=int(PARAMS["data_parallel_size"].hi or 1))
     return replace(dep, tensor_parallel_size=split.tp, data_parallel_size=split.dp), split
 
 

@@ -223,16 +223,22 @@ class Split:
                 + (f" x PP {self.pp}" if self.pp > 1 else "") + f": {self.reason}")
 
 
-def _split_sizes(gpus: int) -> list[int]:
-    """The TP sizes tried for ``gpus`` GPUs: the powers of two (as fit tries them) and the divisors."""
-    return sorted(set(_tp_sizes(gpus)) | {d for d in range(1, gpus + 1) if gpus % d == 0})
+MAX_SPLIT_TP = 1024  # the most TP tried when the model names no attention heads (the -tp bound)
+
+
+def _split_sizes(arch: Architecture, gpus: int) -> list[int]:
+    """The TP sizes tried for ``gpus`` GPUs: those up to the GPUs that divide the attention heads (vLLM refuses the
+    rest; check_parallelism says why for the powers of two, as fit tries them)."""
+    heads = arch.num_attention_heads or 0
+    top = min(gpus, heads or MAX_SPLIT_TP)
+    divisors = {d for d in range(1, top + 1) if not heads or heads % d == 0}
+    return sorted(divisors | {t for t in _tp_sizes(min(gpus, MAX_SPLIT_TP))})
 
 
 def _replica_holds(arch: Architecture, gpu, dep: Deployment, tp: int, pp: int, assumptions: EngineAssumptions,
                    budget: str) -> tuple[int, int] | str:
     """(sequences of --max-model-len one TP x PP replica holds, that length), or why it does not fit."""
     try:
-        check_parallelism(arch, tp, pp)
         rep = memory_report(arch, GpuGroup(tp * pp, gpu), _with_split(dep, tp, 1, pp), budget=budget,
                             assumptions=assumptions)
     except ServesizeError as exc:
@@ -253,15 +259,23 @@ def _search_tp(arch: Architecture, gpu, dep: Deployment, room: int, pp: int, min
     held: dict[int, int] = {}
     tried: list[str] = []
     length = "max-model-len"
-    for tp in _split_sizes(room):
+    allowed: list[int] = []
+    for tp in _split_sizes(arch, room):
+        try:
+            check_parallelism(arch, tp, pp)
+        except ServesizeError as exc:
+            tried.append(f"TP {tp}: {str(exc).split(';')[0]}")
+            continue
+        allowed.append(tp)
         found = _replica_holds(arch, gpu, dep, tp, pp, assumptions, budget)
         if isinstance(found, str) or found[0] < 1:
             tried.append(f"TP {tp}: {found if isinstance(found, str) else 'not one sequence fits'}")
             continue
         held[tp], length = found[0], f"{found[1]:,}-token"
         tried.append(f"TP {tp}: {found[0]:,} sequences per replica")
-    if not held:
-        return 1, "no TP size fits; planned at TP 1 to say why", tuple(tried)
+    if not held:  # the widest TP the heads allow says best why it does not fit
+        tp = max(allowed, default=1)
+        return tp, f"no TP fits; planned at the widest the heads allow ({tp}) to say why", tuple(tried)
     whole = {tp: n for tp, n in held.items() if room % tp == 0}
     pool = whole or held
     enough = [tp for tp in sorted(pool) if pool[tp] >= min_concurrency]
@@ -277,7 +291,7 @@ def _search_tp(arch: Architecture, gpu, dep: Deployment, room: int, pp: int, min
 
 def choose_split(arch: Architecture, gpus: GpuGroup, dep: Deployment, *, tp_given: bool, dp_given: bool,
                  min_concurrency: int = DEFAULT_MIN_CONCURRENCY, assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS,
-                 budget: str = "engine") -> Split:
+                 budget: str = "engine", max_dp: int = 4096) -> Split:
     """The split of ``gpus`` for ``dep``: TP and DP as given; a TP not given found by fit's rule (the smallest TP
     whose replica holds DEFAULT_MIN_CONCURRENCY sequences at --max-model-len); a DP not given as many replicas as
     the GPUs hold. A split that leaves GPUs idle says so."""
@@ -292,12 +306,14 @@ def choose_split(arch: Architecture, gpus: GpuGroup, dep: Deployment, *, tp_give
     if dp_given:
         why += f"; DP {dp} as given"
     else:
-        dp = max(1, n // (tp * pp))
-        why += f"; DP {dp}: as many replicas as {n} GPUs hold"
+        dp = max(1, min(max_dp, n // (tp * pp)))
+        why += (f"; DP {dp}: as many replicas as {n} GPUs hold" if dp < max_dp
+                else f"; DP {dp}: the most replicas -dp takes")
     used = tp * dp * pp
     if used < n:
         why += f"; {n - used} of {n} GPUs idle (TP x DP x PP = {used}): " + (
             "the TP and DP given use no more" if tp_given and dp_given
+            else f"one deployment takes at most {max_dp} replicas" if dp == max_dp and not dp_given
             else f"TP {tp} chosen for the DP {dp} given" if dp_given
             else f"TP {tp} x PP {pp} does not divide {n}" if tp_given
             else f"no TP that divides {n} fits")
