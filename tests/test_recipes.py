@@ -80,7 +80,7 @@ def test_every_recipe_plan_prints_over_the_catalogue_reads_back_as_the_deploymen
         planned += 1
         placeholders += plan.fixed.served.placeholder is not None
         read_back_plan(sc, plan)
-    assert planned >= 150 and placeholders >= 40, (planned, refused, placeholders)
+    assert planned >= 250 and placeholders >= 100, (planned, refused, placeholders)  # 319 and 127 today
 
 
 FLEET_GPUS = "H100-SXM,H200"
