@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.engine.memory import MemoryReport, memory_report
@@ -33,6 +34,7 @@ from servesize.resolve import (
     gpus_of,
     model_of,
     plan_inputs,
+    split_of,
     with_serve_line,
 )
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
@@ -70,9 +72,11 @@ def memory(scenario: Scenario) -> MemoryReport:
     scenario, line = with_serve_line(scenario)
     model = model_of(scenario.model)
     measured = calibrated(scenario, deployment_of(scenario, model))
-    return memory_report(model.architecture, gpus_of(scenario), measured.deployment, budget=scenario.budget,
-                         name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
-                         flags_estimated=line.estimated if line else ())
+    deployment, split = split_of(scenario, model, measured)
+    report = memory_report(model.architecture, gpus_of(scenario), deployment, budget=scenario.budget,
+                           name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
+                           flags_estimated=line.estimated if line else ())
+    return replace(report, placement=split)
 
 
 def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
@@ -104,8 +108,9 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
         progress("planning (Monte-Carlo fills)...")
     from servesize.planning.plan import make_plan
 
-    return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
-                     memory=report, origin=inputs.origin)
+    result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
+                       memory=report, origin=inputs.origin)
+    return replace(result, placement=inputs.split)
 
 
 # fleet: plan --users N and servesize fleet --------------------------------------------------

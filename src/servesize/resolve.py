@@ -77,6 +77,7 @@ from servesize.workload.presets import (
 from servesize.workload.teams import Team
 
 if TYPE_CHECKING:  # the fleet's modules load with the first fleet: memory, fit and plan start without them
+    from servesize.engine.placement import Split
     from servesize.planning.fleet import FleetSpace
     from servesize.planning.fleet_result import FleetOption
 
@@ -275,11 +276,20 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
     return ServeLine(model, fields, tuple(plain), tuple(estimated))
 
 
+# Scenario fields whose `vllm serve` value is one of a release's choices (engine.vocabulary): a line is read as
+# vLLM's parser reads it, so servesize's own names (int4, bf16, native) are refused there.
+SERVE_VOCABULARY = {"quantization": "quantization", "kv_cache_dtype": "kv_cache_dtype"}
+
+
 def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], effects: dict, version: tuple[int, int, int],
                      fields: dict[str, Any], plain: list[str], estimated: list[str]) -> None:
     negated = flag.startswith("--no-") and "--" + flag[5:] in params
     param = params.get("--" + flag[5:] if negated else flag)
     if param is not None:
+        kind = SERVE_VOCABULARY.get(param.name)
+        if kind is not None and value is not None and not accepts(kind, value.strip(), version):
+            raise BadInput(f"--vllm-serve: {flag} {value!r} is not a value vllm serve {show_version(version)} accepts "
+                           f"({', '.join(vocabulary(kind, version))})")
         if param.kind == "bool":
             fields[param.name] = (not negated) if value is None else param.parse(value)
         else:
@@ -382,6 +392,27 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
         return Calibrated(replace(deployment, num_gpu_blocks_override=cal.num_blocks), None,
                           f"engine arithmetic on the block count logged in {where.removeprefix('calibration ')}")
     raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead")
+
+
+# -- the split of --gpus NxGPU ----------------------------------------------------------------
+
+def split_of(scenario: Scenario, model: ResolvedModel, measured: Calibrated, deployment: Deployment | None = None
+             ) -> tuple[Deployment, Split]:
+    """Every GPU --gpus names is used: a TP, DP (or both) left at 1 while TP x DP x PP is short of the count is
+    chosen (engine.placement.choose_split: fit's rule for TP, as many replicas as the GPUs hold for DP); one given
+    wins. A measured pool is one replica's at the TP measured, so it fixes TP."""
+    from servesize.engine.placement import Split, choose_split
+
+    dep = deployment or measured.deployment
+    gpus = gpus_of(scenario)
+    tp, dp, pp = dep.tensor_parallel_size, dep.data_parallel_size, dep.pipeline_parallel_size
+    if tp * dp * pp >= gpus.count:
+        return dep, Split(tp, dp, pp, gpus.count, False, "TP x DP x PP as given")
+    fixed_pool = measured.pool_tokens is not None or dep.kv_cache_memory_bytes is not None \
+        or dep.num_gpu_blocks_override is not None
+    split = choose_split(model.architecture, gpus, dep, tp_given=tp != 1 or fixed_pool, dp_given=dp != 1,
+                         budget=scenario.budget, max_dp=int(PARAMS["data_parallel_size"].hi or 1))
+    return replace(dep, tensor_parallel_size=split.tp, data_parallel_size=split.dp), split
 
 
 # -- the workload ---------------------------------------------------------------------------
@@ -594,6 +625,7 @@ class PlanInputs:
     origin: WorkloadOrigin | None = None
     flags_not_affecting: tuple[str, ...] = ()
     flags_estimated: tuple[str, ...] = ()
+    split: Split | None = None  # how --gpus is split into replicas (engine.placement.choose_split)
 
 
 def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadOrigin, knobs: Knobs) -> str | None:
@@ -620,10 +652,11 @@ def plan_inputs(scenario: Scenario) -> PlanInputs:
     if note:
         origin = origin.noting(note)
     measured = calibrated(scenario, deployment_of(scenario, model))
-    deployment = planned_deployment(measured.deployment, model, workload, knobs, scenario)
+    deployment, split = split_of(scenario, model, measured,
+                                 planned_deployment(measured.deployment, model, workload, knobs, scenario))
     return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
                       deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin,
-                      line.not_affecting if line else (), line.estimated if line else ())
+                      line.not_affecting if line else (), line.estimated if line else (), split)
 
 
 # -- fleet: plan --users N and servesize fleet ------------------------------------------------

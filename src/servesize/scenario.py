@@ -358,11 +358,12 @@ class Scenario:
         "text", "a whole `vllm serve MODEL ...` line: its model and flags are read as vLLM reads them (every flag of "
         "--vllm-version is accepted; those that change no figure are listed; a flag vLLM does not know is refused); "
         "flags given to servesize win", "engine", flags=("--serve",), metavar="'vllm serve ...'")
-    tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel)", "engine", default=1, lo=1, hi=1024,
-                                   flags=("-tp",), metavar="N")
+    tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel); left at 1 when --gpus names more GPUs "
+                                   "than TP x DP x PP, servesize chooses it (plan's placement)", "engine", default=1,
+                                   lo=1, hi=1024, flags=("-tp",), metavar="N")
     data_parallel_size: int = _p("int", "replicas (data parallel; with --enable-expert-parallel, DP attention: each rank "
-                                 "its own KV pool, the experts split over all TP x DP ranks)", "engine", default=1, lo=1,
-                                 hi=4096, flags=("-dp",), metavar="N")
+                                 "its own KV pool, the experts split over all TP x DP ranks); left at 1, as many as "
+                                 "--gpus holds", "engine", default=1, lo=1, hi=4096, flags=("-dp",), metavar="N")
     pipeline_parallel_size: int = _p("int", "pipeline stages per replica (layers split across them; the pool is the "
                                      "smallest stage's)", "engine", default=1, lo=1, hi=256, flags=("-pp",), metavar="N")
     enable_expert_parallel: bool = _p("bool", "experts split whole over the TP x DP ranks instead of each sharded over TP",

@@ -295,3 +295,14 @@ def test_an_uploaded_workload_is_searched_as_the_library_searches_it():
     assert opened["plan"]["ceilings"] == finite(s.plan(confirm, sensitivity=False).to_dict())["ceilings"]
     status, doc, _ = call("POST", "/api/fleet", {**body, "workload": "/etc/passwd"})
     assert status == 400 and doc["field"] == "workload"
+
+
+def test_eight_gpus_left_unsplit_show_the_split_plan_chose_pressed_and_why():
+    body = {"model": "qwen3-8b", "gpus": "8xH100", "fills": 50}
+    status, view, _ = call("POST", "/api/plan", body)
+    assert status == 200
+    placement = s.plan(s.Scenario(**body), sensitivity=False).placement
+    assert view["plan"]["placement"]["gpus_used"] == 8 and view["placement_text"] == placement.text()
+    current = [(x["dp"], x["tp"]) for x in view["splits"] if x["current"]]
+    assert current == [(placement.dp, placement.tp)]
+    assert view["title"].startswith(f"qwen3-8b on 8xH100-SXM (DP {placement.dp} x TP {placement.tp})")

@@ -18,6 +18,7 @@ examples:
   servesize plan qwen3.6-27b --gpus 2xH200 -tp 2 -q fp8 --kv-cache-dtype fp8 --sweep median=31k,45k,60k,80k
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --workload my-workload.toml --think-time 43 --plot plan.png
   servesize plan llama-3.1-8b --gpus 4xH100 -dp 4 --cpu-offload-gib 200 --json
+  servesize plan llama-3.3-70b --gpus 8xH100                   every GPU: servesize chooses TP x DP (the first line says why)
 
 A workload is a preset (--preset coding-agent, the default: the warm-capacity seed's reference
 workload; chat, rag, batch; data/workloads.toml gives each field's source), then the fields a

@@ -13,6 +13,7 @@ the minimum block count over its workers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
@@ -50,6 +51,7 @@ class MemoryReport:
     flags_not_affecting: tuple[str, ...] = ()  # `vllm serve` flags accepted that change no figure here
     flags_estimated: tuple[str, ...] = ()  # flags that move a term servesize estimates anyway
     notes: tuple[str, ...] = ()
+    placement: Any = None  # engine.placement.Split: how --gpus was split into replicas (api.memory)
 
     @property
     def replicas(self) -> int:
@@ -68,6 +70,7 @@ class MemoryReport:
             "model": self.model,
             "gpus": {"count": self.gpus.count, "gpu": self.gpus.gpu.key, "memory_mib": self.gpus.gpu.memory_mib},
             "deployment": deployment,
+            "placement": None if self.placement is None else self.placement.to_dict(),
             "weights_bytes_per_gpu": self.weights.per_gpu_bytes,
             "weights_bytes_total": self.weights.total_bytes,
             "extra_weight_bytes_per_gpu": self.extra_weight_bytes,

@@ -190,3 +190,131 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
             chosen = _chosen(options, min_concurrency)
             out += [Placement(**{**o.to_dict(), "chosen": o is chosen}) for o in options]
     return FitResult(gpus, context, budget, version, tuple(out), tuple(refused), all_placements)
+
+
+# -- the split of N GPUs for one deployment (plan and memory with --gpus NxGPU and no TP/DP) --------
+
+@dataclass(frozen=True)
+class Split:
+    """How N GPUs are split into replicas: TP x PP GPUs each, DP of them, and why."""
+
+    tp: int
+    dp: int
+    pp: int
+    gpus: int            # the GPUs named
+    chosen: bool         # servesize chose TP and/or DP (False: every one was given)
+    reason: str
+    tried: tuple[str, ...] = ()  # per TP tried: what one replica holds, or why it does not fit
+
+    @property
+    def gpus_used(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def idle(self) -> int:
+        return self.gpus - self.gpus_used
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "dp": self.dp, "pp": self.pp, "gpus": self.gpus, "gpus_used": self.gpus_used,
+                "gpus_idle": self.idle, "chosen": self.chosen, "reason": self.reason, "tried": list(self.tried)}
+
+    def text(self) -> str:
+        return (f"placement: {self.gpus_used} of {self.gpus} GPUs as TP {self.tp} x DP {self.dp}"
+                + (f" x PP {self.pp}" if self.pp > 1 else "") + f": {self.reason}")
+
+
+MAX_SPLIT_TP = 1024  # the most TP tried when the model names no attention heads (the -tp bound)
+
+
+def _split_sizes(arch: Architecture, gpus: int) -> list[int]:
+    """The TP sizes tried for ``gpus`` GPUs: those up to the GPUs that divide the attention heads (vLLM refuses the
+    rest; check_parallelism says why for the powers of two, as fit tries them)."""
+    heads = arch.num_attention_heads or 0
+    top = min(gpus, heads or MAX_SPLIT_TP)
+    divisors = {d for d in range(1, top + 1) if not heads or heads % d == 0}
+    return sorted(divisors | {t for t in _tp_sizes(min(gpus, MAX_SPLIT_TP))})
+
+
+def _replica_holds(arch: Architecture, gpu, dep: Deployment, tp: int, pp: int, assumptions: EngineAssumptions,
+                   budget: str) -> tuple[int, int] | str:
+    """(sequences of --max-model-len one TP x PP replica holds, that length), or why it does not fit."""
+    try:
+        rep = memory_report(arch, GpuGroup(tp * pp, gpu), _with_split(dep, tp, 1, pp), budget=budget,
+                            assumptions=assumptions)
+    except ServesizeError as exc:
+        return str(exc).split(";")[0]
+    return int(rep.pool.max_concurrency), rep.pool.max_model_len
+
+
+def _with_split(dep: Deployment, tp: int, dp: int, pp: int) -> Deployment:
+    from dataclasses import replace
+
+    return replace(dep, tensor_parallel_size=tp, data_parallel_size=dp, pipeline_parallel_size=pp)
+
+
+def _search_tp(arch: Architecture, gpu, dep: Deployment, room: int, pp: int, min_concurrency: int,
+               assumptions: EngineAssumptions, budget: str) -> tuple[int, str, tuple[str, ...]]:
+    """fit's rule over the TP sizes ``room`` GPUs allow: the smallest TP whose replica holds at least
+    ``min_concurrency`` sequences, else the one holding most; TPs that divide ``room`` (no GPU idle) first."""
+    held: dict[int, int] = {}
+    tried: list[str] = []
+    length = "max-model-len"
+    allowed: list[int] = []
+    for tp in _split_sizes(arch, room):
+        try:
+            check_parallelism(arch, tp, pp)
+        except ServesizeError as exc:
+            tried.append(f"TP {tp}: {str(exc).split(';')[0]}")
+            continue
+        allowed.append(tp)
+        found = _replica_holds(arch, gpu, dep, tp, pp, assumptions, budget)
+        if isinstance(found, str) or found[0] < 1:
+            tried.append(f"TP {tp}: {found if isinstance(found, str) else 'not one sequence fits'}")
+            continue
+        held[tp], length = found[0], f"{found[1]:,}-token"
+        tried.append(f"TP {tp}: {found[0]:,} sequences per replica")
+    if not held:  # the widest TP the heads allow says best why it does not fit
+        tp = max(allowed, default=1)
+        return tp, f"no TP fits; planned at the widest the heads allow ({tp}) to say why", tuple(tried)
+    whole = {tp: n for tp, n in held.items() if room % tp == 0}
+    pool = whole or held
+    enough = [tp for tp in sorted(pool) if pool[tp] >= min_concurrency]
+    if enough:
+        tp = enough[0]
+        why = (f"the smallest TP whose replica holds >= {min_concurrency} {length} sequences ({pool[tp]:,}), "
+               "so the most replicas")
+    else:
+        tp = max(pool, key=lambda t: (pool[t], -t))
+        why = f"no TP holds {min_concurrency} {length} sequences per replica; TP {tp} holds the most ({pool[tp]:,})"
+    return tp, why, tuple(tried)
+
+
+def choose_split(arch: Architecture, gpus: GpuGroup, dep: Deployment, *, tp_given: bool, dp_given: bool,
+                 min_concurrency: int = DEFAULT_MIN_CONCURRENCY, assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS,
+                 budget: str = "engine", max_dp: int = 4096) -> Split:
+    """The split of ``gpus`` for ``dep``: TP and DP as given; a TP not given found by fit's rule (the smallest TP
+    whose replica holds DEFAULT_MIN_CONCURRENCY sequences at --max-model-len); a DP not given as many replicas as
+    the GPUs hold. A split that leaves GPUs idle says so."""
+    tp, dp, pp, n = dep.tensor_parallel_size, dep.data_parallel_size, dep.pipeline_parallel_size, gpus.count
+    tried: tuple[str, ...] = ()
+    if tp_given:
+        why = f"TP {tp} as given"
+    else:
+        room = max(1, n // (pp * (dp if dp_given else 1)))
+        tp, why, tried = _search_tp(arch, gpus.gpu, dep, room, pp, min_concurrency, assumptions, budget)
+        why = f"TP {tp}: {why} (fit's rule, engine.placement.DEFAULT_MIN_CONCURRENCY)"
+    if dp_given:
+        why += f"; DP {dp} as given"
+    else:
+        dp = max(1, min(max_dp, n // (tp * pp)))
+        why += (f"; DP {dp}: as many replicas as {n} GPUs hold" if dp < max_dp
+                else f"; DP {dp}: the most replicas -dp takes")
+    used = tp * dp * pp
+    if used < n:
+        why += f"; {n - used} of {n} GPUs idle (TP x DP x PP = {used}): " + (
+            "the TP and DP given use no more" if tp_given and dp_given
+            else f"one deployment takes at most {max_dp} replicas" if dp == max_dp and not dp_given
+            else f"TP {tp} chosen for the DP {dp} given" if dp_given
+            else f"TP {tp} x PP {pp} does not divide {n}" if tp_given
+            else f"no TP that divides {n} fits")
+    return Split(tp, dp, pp, n, not (tp_given and dp_given), why, tried)

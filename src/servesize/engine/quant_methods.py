@@ -80,3 +80,53 @@ def weight_format(arch: Architecture, method: str, version: tuple[int, int, int]
         raise BadInput(f"--quantization {name} reads checkpoints quantised for it, and {arch.name} is a 16-bit checkpoint "
                        f"(no quantization_config); vLLM refuses it")
     return WeightFormat(row["online"], f"{name}: vLLM quantises the 16-bit checkpoint at load time ({row['online']})")
+
+
+# -- what a recipe passes to vLLM for the weights the plan sized ----------------------------------------
+
+SIXTEEN_BIT_NAMES = ("bf16", "bfloat16", "fp16", "float16", "half")
+# The calculator seed's conventions: weight formats, not vLLM methods. vLLM serves them from a checkpoint
+# quantised so (it reads the quantization_config; no --quantization is needed).
+SEED_FORMAT_CHECKPOINTS = {
+    "int4": "an int4 weight-only checkpoint (AWQ, GPTQ or compressed-tensors W4A16)",
+    "int8": "an int8 checkpoint (compressed-tensors W8A8 / W8A16 or GPTQ 8-bit)",
+    "nvfp4": "an NVFP4 checkpoint (ModelOpt or compressed-tensors)",
+}
+# vLLM's online method closest to a seed convention, where a release has one (quantisation at load time).
+SEED_FORMAT_ONLINE = {"int8": "int8_per_channel_weight_only", "nvfp4": "nvfp4_per_token"}
+
+
+@dataclass(frozen=True)
+class ServedWeights:
+    """How a recipe serves the weights a plan sized: the --quantization value vLLM takes (None: vLLM reads the
+    checkpoint's own quantization_config, or it is 16-bit), and, when the model's checkpoint cannot give those
+    weights, the checkpoint it needs (the recipe then names a placeholder, never the model's own id)."""
+
+    quantization: str | None = None
+    needs: str | None = None         # e.g. "an int4 weight-only checkpoint (AWQ, GPTQ ...)"
+    placeholder: str | None = None   # what the recipe serves instead of the checkpoint id
+    online: str | None = None        # a vLLM online method that quantises the model's own checkpoint instead
+    how: str = "vLLM reads its quantization_config, so no --quantization"
+
+
+def served_weights(arch: Architecture, method: str, version: tuple[int, int, int]) -> ServedWeights:
+    """What ``vllm serve`` must be given for the weights ``method`` sized (engine.weights via weight_format)."""
+    name = method.strip()
+    stored = arch.quantization
+    if name in ("native", "auto"):
+        return ServedWeights()
+    if name in SIXTEEN_BIT_NAMES:
+        if stored is None:
+            return ServedWeights()
+        return ServedWeights(needs="a 16-bit checkpoint", placeholder="<16-BIT-CHECKPOINT>",
+                             how=f"vLLM does not de-quantise {stored.checkpoint_method or stored.method} weights")
+    if name in SEED_FORMAT_CHECKPOINTS:
+        if stored is not None and stored.method == name:
+            return ServedWeights()
+        online = SEED_FORMAT_ONLINE.get(name)
+        return ServedWeights(needs=SEED_FORMAT_CHECKPOINTS[name], placeholder=f"<{name.upper()}-CHECKPOINT>",
+                             online=online if online and stored is None and accepts("quantization", online, version)
+                             else None)
+    if not accepts("quantization", name, version):  # the checkpoint's own method in another spelling: vLLM reads it
+        return ServedWeights()
+    return ServedWeights(quantization=name)  # a vLLM method weight_format accepted: online, or the checkpoint's own

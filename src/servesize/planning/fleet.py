@@ -41,7 +41,7 @@ from servesize.planning.fleet_result import FleetOption, FleetResult, Partition,
 from servesize.planning.inputs import Fixed, Knobs, fixed_from_memory, knob_value, spec_speedup_of
 from servesize.planning.plan import bill_at, make_plan
 from servesize.planning.prices import GpuPrice
-from servesize.planning.recipe import routing_note, serve_command
+from servesize.planning.recipe import checkpoint_note, routing_note, serve_command
 from servesize.planning.teams import ReplicaCeilings, replica_ceilings, replicas_for, shared_pool
 from servesize.planning.warm_capacity import _MAX_DRAWS
 from servesize.workload.teams import TeamMix
@@ -392,7 +392,9 @@ def _with_winner(result: FleetResult, winner: FleetOption, sized: list[Sized], s
         plan = make_plan(fixed, dep, mix.single, knobs, with_sensitivity=False)
         return replace(result, winner=winner, plan=plan, recipe=plan.recipe, recipe_notes=plan.recipe_notes)
     pool = shared_pool(fixed, mix, knobs, cache=cache)
-    notes = [f"--max-num-seqs {pool.decoders_per_replica}: the decoders per replica that keep "
+    checkpoint = checkpoint_note(fixed)
+    notes = [checkpoint] if checkpoint else []
+    notes += [f"--max-num-seqs {pool.decoders_per_replica}: the decoders per replica that keep "
              f"{float(knob_value(knobs, 'decode_floor')):g} tok/s, every team's users counted"]
     routing = routing_note(fixed, knobs)
     if routing:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
+from servesize.engine.quant_methods import ServedWeights, served_weights
 from servesize.errors import BadInput
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
@@ -106,6 +107,7 @@ class Fixed:
     lm_head_bytes: float = 0.0
     mtp_matmul_params: float = 0.0     # the MTP module's matmul weights (one draft pass each)
     mtp_bytes: float = 0.0             # its bytes, when the deployment serves it
+    served: ServedWeights = field(default_factory=ServedWeights)  # what the recipe passes vLLM for these weights
 
 
 def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
@@ -201,6 +203,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         window_attention_layers=sum(1 for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)) if window_groups else 0,
         lm_head_params=float(head_params), lm_head_bytes=float(head_bytes),
         mtp_matmul_params=float(ledger.linear.get("mtp", 0)), mtp_bytes=float(groups.get("mtp", 0)),
+        served=served_weights(arch, dep.quantization, dep.version),
     )
 
 

@@ -36,6 +36,7 @@ class Plan:
     decode_points: tuple = ()          # per-user decode at 1 decoder and at the recipe's --max-num-seqs
     origin: Any = None                 # workload.presets.WorkloadOrigin: where each workload field came from
     sizing: dict | None = None         # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
+    placement: Any = None              # engine.placement.Split: how --gpus is split into replicas (api.plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
 
@@ -93,6 +94,7 @@ class Plan:
             "workload_origin": None if self.origin is None else self.origin.to_dict(),
             "memory": self.fixed.memory,
             "sizing": self.sizing,
+            "placement": None if self.placement is None else self.placement.to_dict(),
         }
         return out
 

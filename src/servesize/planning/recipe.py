@@ -22,11 +22,19 @@ def max_num_seqs(fixed: Fixed, result: Ceilings) -> int:
 
 
 def serve_command(fixed: Fixed, dep, knobs: Knobs, max_num_seqs: int, spec_speedup: float) -> str:
-    """The ``vllm serve`` line of one replica of ``fixed`` (the flags the plan sized it with)."""
-    parts = ["vllm serve", fixed.hf_id, f"--tensor-parallel-size {fixed.tp}", f"--kv-cache-dtype {fixed.kv_cache_dtype}",
-             f"--max-model-len {fixed.max_model_len}", f"--max-num-seqs {max_num_seqs}", "--enable-prefix-caching"]
-    if dep.quantization not in ("native", None):
-        parts.append(f"--quantization {dep.quantization}")
+    """The ``vllm serve`` line of one replica of ``fixed`` (the flags the plan sized it with), in the words vLLM
+    takes: --quantization only as a method the release accepts (engine.quant_methods.served_weights), and a
+    placeholder for the checkpoint when the model's own cannot give the weights sized (checkpoint_note says which)."""
+    served = fixed.served
+    parts = ["vllm serve", served.placeholder or fixed.hf_id, f"--tensor-parallel-size {fixed.tp}"]
+    if dep.pipeline_parallel_size > 1:
+        parts.append(f"--pipeline-parallel-size {dep.pipeline_parallel_size}")
+    if dep.enable_expert_parallel:
+        parts.append("--enable-expert-parallel")
+    parts += [f"--kv-cache-dtype {fixed.kv_cache_dtype}", f"--max-model-len {fixed.max_model_len}",
+              f"--max-num-seqs {max_num_seqs}", "--enable-prefix-caching"]
+    if served.quantization is not None:
+        parts.append(f"--quantization {served.quantization}")
     if dep.mamba_ssm_cache_dtype not in (None, "auto"):
         parts.append(f"--mamba-ssm-cache-dtype {dep.mamba_ssm_cache_dtype}")
     util = dep.gpu_memory_utilization or fixed.memory.get("gpu_memory_utilization")
@@ -37,6 +45,39 @@ def serve_command(fixed: Fixed, dep, knobs: Knobs, max_num_seqs: int, spec_speed
     if knobs.cpu_offload_bytes:
         parts.append(f"--kv-offloading-size {knobs.cpu_offload_bytes / GiB:g}")
     return " ".join(parts)
+
+
+def checkpoint_note(fixed: Fixed) -> str | None:
+    """When the recipe serves a placeholder: which checkpoint it needs, whether the catalogue has one, and the
+    online method that quantises the model's own checkpoint instead (a different format: plan it to size it)."""
+    served = fixed.served
+    if served.placeholder is None:
+        return None
+    have = quantised_siblings(fixed.name, fixed.memory.get("weights_precision"))
+    found = ("the catalogue has " + ", ".join(f"{k} ({hf})" for k, hf in have) + ": plan it to size it as stored"
+             if have else "none in the catalogue")
+    text = (f"{served.placeholder}: these figures are for {fixed.memory.get('weights_precision')} weights, which "
+            f"{fixed.hf_id} is not: serve {served.needs} of this model ({found}); {served.how}")
+    if served.online:
+        text += f"; or let vLLM quantise {fixed.hf_id} at load time with --quantization {served.online} (plan -q {served.online})"
+    return text
+
+
+def quantised_siblings(name: str, precision: str | None) -> list[tuple[str, str]]:
+    """Catalogue checkpoints of the same model (key ``name-...``, or ``name`` less a suffix) stored at ``precision``
+    (int4 / int8 / nvfp4, or 16-bit for bf16 / fp16)."""
+    from servesize.model.catalogue import load_catalogue
+
+    base = name
+    out: list[tuple[str, str]] = []
+    for key, entry in load_catalogue().items():
+        if key == name or not (key.startswith(base + "-") or base.startswith(key + "-")):
+            continue
+        q = entry.architecture().quantization
+        sixteen = precision in ("bf16", "fp16")
+        if (q is None and sixteen) or (q is not None and not sixteen and q.method in (precision, "mixed")):
+            out.append((key, entry.hf_id))
+    return out
 
 
 def routing_note(fixed: Fixed, knobs: Knobs) -> str | None:
@@ -56,7 +97,9 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
     per_replica_gpu_p5 = gpu_resident_p5_per_replica(fixed, result)
     mns = max_num_seqs(fixed, result)
     command = serve_command(fixed, dep, knobs, mns, result.spec_speedup)
-    notes = [f"--max-num-seqs {mns} = min(decode ceiling {result.decode.n} at {result.decode.floor_tok_s:.3g} tok/s, "
+    checkpoint = checkpoint_note(fixed)
+    notes = [checkpoint] if checkpoint else []
+    notes += [f"--max-num-seqs {mns} = min(decode ceiling {result.decode.n} at {result.decode.floor_tok_s:.3g} tok/s, "
              f"GPU-resident warm sessions p5 {per_replica_gpu_p5:,.0f}) per replica"]
     if result.floor_out_of_reach is not None:
         notes.append(result.floor_out_of_reach.text())

@@ -49,6 +49,11 @@ def _teams(result: TeamsPanel, explain: bool = False) -> str:
     return render_teams(result, explain)
 
 
+def _placement(split) -> list[str]:
+    """How --gpus was split, first, when servesize chose the split or GPUs stay idle (engine.placement.Split)."""
+    return [split.text()] if split is not None and (split.chosen or split.idle) else []
+
+
 def _plan_sizing(plan: Plan) -> list[str]:
     """plan --users N: the direct answer first."""
     s = plan.sizing
@@ -64,6 +69,7 @@ def _plan_sizing(plan: Plan) -> list[str]:
 def _plan(plan: Plan, explain: bool = False) -> str:
     lines = (_plan_sizing(plan) + _plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
              + _plan_bill(plan))
+    lines = _placement(plan.placement) + lines
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")
         lines += [f"  {name:<22}{s['text']}" for name, s in plan.sensitivity.items()]
@@ -196,7 +202,7 @@ def _plan_bill(plan: Plan) -> list[str]:
 def _memory(report: MemoryReport, explain: bool = False) -> str:
     dep, b, p, w = report.deployment, report.budget, report.pool, report.weights
     gpu = report.gpus.gpu
-    lines = [
+    lines = _placement(report.placement) + [
         f"{report.model} on {report.gpus.count} x {gpu.name} (TP {dep.tensor_parallel_size}, DP {dep.data_parallel_size}), "
         f"vLLM {dep.vllm_version}",
         f"  weights          {fmt_bytes(w.per_gpu_bytes)} per GPU ({w.precision}; {fmt_bytes(w.total_bytes)} in all)",
@@ -214,7 +220,8 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
         f"  KV per token     {p.kv_bytes_per_token:,} B per GPU"
         + (f"; state {fmt_bytes(p.state_bytes_per_sequence, 'MiB')} per sequence" if p.state_bytes_per_sequence else ""),
         f"  blocks           {p.num_blocks:,} of {p.block_size} tokens ({len(p.groups)} group(s) of {p.group_size} layer(s))",
-        f"  usable           {p.usable_kv_tokens:,} tokens of context per replica",
+        f"  usable           {p.usable_kv_tokens:,} tokens of context per replica"
+        + (f" ({report.replicas} replicas, each its own pool)" if report.replicas > 1 else ""),
         "  vLLM will log:",
     ]
     lines += [f"    {line}" for line in p.log_lines]

@@ -365,9 +365,12 @@ def lengths(plan: Plan) -> dict:
 
 # -- the split control ---------------------------------------------------------------------------------
 
-def splits(scenario: Scenario) -> list[dict]:
-    """Every DP x TP split of the GPUs, and whether its weights fit (the engine's own refusal if not)."""
+def splits(scenario: Scenario, plan: Plan | None = None) -> list[dict]:
+    """Every DP x TP split of the GPUs, and whether its weights fit (the engine's own refusal if not); the current
+    one is the plan's (servesize chooses it when the scenario leaves TP and DP at 1)."""
     count = parse_gpus(scenario.gpus, memory=scenario.gpu_memory).count
+    now = (plan.fixed.tp, plan.fixed.dp) if plan is not None else (scenario.tensor_parallel_size,
+                                                                      scenario.data_parallel_size)
     out = []
     for tp in (t for t in range(1, count + 1) if count % t == 0):
         dp = count // tp
@@ -377,7 +380,7 @@ def splits(scenario: Scenario) -> list[dict]:
         except ServesizeError as exc:
             fits, reason = False, str(exc)
         out.append({"dp": dp, "tp": tp, "label": f"{dp} x {tp}", "fits": fits, "reason": reason,
-                    "current": (tp, dp) == (scenario.tensor_parallel_size, scenario.data_parallel_size)})
+                    "current": (tp, dp) == now})
     return out
 
 
@@ -497,7 +500,9 @@ def plan_view(req: PlanRequest) -> dict:
         "recipe": {"command": plan.recipe, "notes": list(plan.recipe_notes)},
         "bill": bill(plan, at, req.load),
         "lengths": lengths(plan),
-        "splits": splits(req.scenario),
+        "splits": splits(req.scenario, plan),
+        "placement_text": plan.placement.text() if plan.placement is not None and (plan.placement.chosen or plan.placement.idle)
+        else None,
         "effective": effective(plan, at),
         "share": share(req.scenario, req.load),
         "test": test_plan(req.scenario, plan, at),
