@@ -294,10 +294,17 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     if scenario is None:
         pool = None if pool_tokens is None else _pool_of_tokens(pool_tokens, block_size or source.block_size)
         return sim.run_simulation(source, pool, opts, progress=progress)
-    report = memory(scenario)
-    pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize memory: {report.model} on "
-                        f"{report.gpus.count}x{report.gpus.gpu.key}", report.pool.max_model_len,
-                        report.deployment.max_num_seqs)
+    fitted = simulation_workload(trace, source, opts.replay, getattr(scenario, "preset", None))
+    pool_note = None
+    try:  # the pool plan uses for this workload (its preset's speculative decoding included)
+        inputs = plan_inputs(scenario.replace(workload=fitted.workload))
+    except BadInput as exc:
+        pool_note = f"plan cannot take the fitted workload ({exc}); the pool is the scenario's own"
+        inputs = plan_inputs(scenario)
+    report, fixed = _fixed(inputs, check_prefixes=False)
+    pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize plan's pool: {report.model} on "
+                        f"{report.gpus.count}x{report.gpus.gpu.key}, the workload fitted from the trace",
+                        report.pool.max_model_len, report.deployment.max_num_seqs)
     if pool_tokens is not None:
         pool = replace(_pool_of_tokens(pool_tokens, pool.block_size), max_model_len=pool.max_model_len,
                        max_num_seqs=pool.max_num_seqs)
@@ -306,15 +313,53 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
         from servesize.planning.ceilings import decode_setup, prefill_setup
         from servesize.simulate.cache import ModelledService
 
-        inputs = plan_inputs(scenario)
-        _, fixed = _fixed(inputs, check_prefixes=False)  # service times need the engine, not the seed's prefixes
         return ModelledService(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs),
                                replay.input_tokens, replay.output_tokens)
 
     def plan_fn(workload):
         return sim.plan_summary(plan(scenario.replace(workload=workload), sensitivity=False))
 
-    return sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress)
+    result = sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress,
+                                fitted=fitted)
+    if pool_note:
+        result.notes.append(pool_note)
+    return result
+
+
+def simulation_workload(trace: Any, source: Any, replay_opts: Any, preset_name: str | None = None) -> Any:
+    """The one workload plan and simulate read from a trace: a file ``workload fit`` reads is fitted by it (the
+    same function, so ``plan --workload`` on its output plans this workload); a workload file is itself; a Trace
+    object goes through the same fitter (workload/fit.py) via what the trace says."""
+    from dataclasses import replace
+
+    from servesize.simulate.users import fit_trace_workload
+    from servesize.workload.model import Workload
+
+    opts = replace(replay_opts, users=None)
+    if isinstance(trace, Workload):
+        return _given_workload(trace, source, opts)
+    if isinstance(trace, (str, os.PathLike)):
+        path = os.fspath(trace)
+        if path.lower().endswith(".toml") or _is_workload_file(path):
+            from servesize.workload.files import load_workload
+
+            return _given_workload(load_workload(path), source, opts)
+        try:
+            found = fit_workload(path, preset=preset_name)
+        except BadInput:
+            found = None  # a format only the simulator reads (a run record): fitted from the trace below
+        return fit_trace_workload(source, opts, fitted=found, preset=preset_name)
+    return fit_trace_workload(source, opts, preset=preset_name)
+
+
+def _given_workload(workload: Any, source: Any, opts: Any) -> Any:
+    from dataclasses import replace as dc_replace
+
+    from servesize.simulate.users import fit_trace_workload
+
+    fitted = fit_trace_workload(source, opts)
+    return dc_replace(fitted, workload=workload, think_time_source="the workload the sessions were generated from",
+                      fields={}, notes=())
 
 
 def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:

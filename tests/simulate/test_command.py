@@ -19,7 +19,7 @@ def sessions_file(tmp_path):
         for k in range(5):
             ids = ids + [100 * s + len(ids) + j for j in range(3)]
             reqs.append(req(10.0 * k, 64 * len(ids) + 10, list(ids), out=20, api_time=1.0))
-        sessions.append(claude_session(f"trace_{s}", reqs))
+        sessions.append(claude_session(f"trace_{s}", reqs, tool_tokens=100, system_tokens=28))  # a 2-block prefix
     return write_jsonl(tmp_path / "cc.jsonl", sessions)
 
 
@@ -65,10 +65,11 @@ def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(ca
                          "--max-model-len", "16000", "--json", "--quiet", "--no-bounds")  # 2 GiB starts only shorter lengths
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize memory: llama-3.1-8b")
+    assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize plan's pool: llama-3.1-8b")
     assert doc["exact"]["service"] == "model"
     assert doc["plan"]["warm_users"]["p50"] >= 0
-    assert doc["fitted_workload"]["workload"]["user"]["prefix_tokens"] == 0  # ids local to each session: nothing shared
+    # the workload is servesize workload fit's: the prefix is the file's system + tool tokens (28 + 100)
+    assert doc["fitted_workload"]["workload"]["user"]["prefix_tokens"] == 128
 
 
 @pytest.mark.parametrize("argv, message", [
