@@ -398,3 +398,84 @@ def _is_workload_file(path: str) -> bool:
     except OSError:
         return False
     return head.lstrip().startswith(b"{") and b'"servesize_workload"' in head
+
+
+# -- the engine simulator (servesize.simulate.engine): vLLM's scheduler at N users, beside the plan ----------
+
+def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None, search: bool = True,
+                    requests: str = "main", align: str | None = None, sessions_per_user: int | None = None,
+                    warmup: float = 0.5, max_users: int | None = None, seed: int = 0,
+                    trace_format: str | None = None, trace_block_size: int | None = None,
+                    synthetic_sessions: int | None = None, with_plan: bool = True,
+                    progress: Callable[[str], None] | None = None) -> Any:
+    """The deployment's engine (its pool, --max-num-seqs, --max-num-batched-tokens, the planner's step rooflines)
+    replaying the trace's sessions (or sessions generated from a Workload) closed-loop: at ``users``, and (with
+    ``search``) the users at which the comfort SLO breaks, beside plan's users for the same workload and pool
+    (the workload ``simulate`` and ``plan --workload`` both read from the file)."""
+    import time
+    from dataclasses import replace
+
+    from servesize.limits import MAX_ENGINE_USERS
+    from servesize.planning.ceilings import decode_setup, prefill_setup
+    from servesize.planning.inputs import knob_value
+    from servesize.simulate import engine as eng
+    from servesize.simulate.replay import ReplayOptions
+
+    started = time.perf_counter()
+    source = _simulation_trace(trace, trace_format, trace_block_size, synthetic_sessions, seed)
+    ropts = ReplayOptions(requests=requests, align=align, sessions_per_user=sessions_per_user, warmup=0.0, seed=seed)
+    fitted = simulation_workload(trace, source, ropts, getattr(scenario, "preset", None))
+    notes: list[str] = []
+    try:
+        planned = scenario.replace(workload=fitted.workload)
+        inputs = plan_inputs(planned)
+    except BadInput as exc:
+        notes.append(f"plan cannot take the fitted workload ({exc}); the engine is the scenario's own")
+        planned, inputs, with_plan = scenario, plan_inputs(scenario), False
+    report, fixed = _fixed(inputs, check_prefixes=False)
+    dep = report.deployment
+    cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
+                           int(dep.max_num_batched_tokens or 8192))
+    times = eng.StepTimes(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs))
+    comfort = eng.Comfort(ttft_limit_s=float(knob_value(inputs.knobs, "ttft_limit_s")),
+                          decode_floor_tok_s=float(knob_value(inputs.knobs, "decode_floor")))
+    ropts = replace(ropts, block_size=cfg.block_size, max_model_len=report.pool.max_model_len)
+    think = fitted.workload.think_time_s
+    at, _ = eng.engine_users(source, ropts, cfg, times, comfort, users=users, warmup=warmup,
+                             think_time_s=think) if users else (None, None)
+    found = None
+    if search:
+        _, found = eng.engine_users(source, ropts, cfg, times, comfort, warmup=warmup, think_time_s=think,
+                                    max_users=max_users or MAX_ENGINE_USERS, progress=progress)
+    plan_doc, line, p = None, None, None
+    if with_plan:
+        p = plan(planned, sensitivity=False)
+        plan_users = float(p.result.values[p.binding])
+        plan_doc = {"users": plan_users, "binding": p.binding,
+                    "ceilings": {k: float(v) for k, v in p.result.values.items()}, "dp": fixed.dp,
+                    "pool_tokens": float(fixed.pool_tokens)}
+        if found is not None:
+            line = eng.disagreement(plan_users, p.binding, found, dp=fixed.dp)
+    step_model = (f"planning/prefill.py (MFU {float(knob_value(inputs.knobs, 'mfu')):g}) + planning/decode.py "
+                  f"(bandwidth efficiency {times.decode.bandwidth_efficiency:g}"
+                  + (f", MTP {times.decode.spec_speedup:.2f} tokens a step" if times.decode.spec_speedup > 1 else "")
+                  + f"), {report.model} on {report.gpus.count}x{report.gpus.gpu.key}")
+    choices = {"requests": requests, "align": ropts.align or "stagger", "warmup": warmup, "seed": seed,
+               "sessions_per_user": sessions_per_user, "block_size": cfg.block_size,
+               "max_model_len": report.pool.max_model_len, "one_replica_of": fixed.dp}
+    return eng.EngineReport(trace=source.to_dict(), config=cfg, step_model=step_model, comfort=comfort,
+                            choices=choices, at=at, found=found, plan=plan_doc, disagreement=line,
+                            workload=fitted.to_dict(), notes=notes + list(fitted.notes),
+                            seconds=time.perf_counter() - started, plan_object=p)
+
+
+def check_plan(scenario: Scenario, trace: Any = None, **engine_options: Any) -> Plan:
+    """``plan``, with ``Plan.disagreement`` set where the engine simulator's users-at-SLO differ by more than 15%:
+    the sessions are the ``trace``'s, else generated from the scenario's workload."""
+    from dataclasses import replace
+
+    source = trace if trace is not None else plan_inputs(scenario).workload
+    report = simulate_engine(source, scenario, **engine_options)
+    if report.plan_object is None:
+        raise BadInput("the plan could not be checked: " + "; ".join(report.notes))
+    return replace(report.plan_object, disagreement=report.disagreement)

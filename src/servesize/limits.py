@@ -40,6 +40,10 @@ MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, width
 MAX_FILLS = 100_000                  # --fills: the default is 1,500
 MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
 
+# -- the engine simulator ----------------------------------------------------------------------------
+MAX_ENGINE_STEPS = 50_000_000        # steps of one engine run: 1,000 generated coding sessions take ~2M (jumps count each step)
+MAX_ENGINE_USERS = 4096              # users the engine simulator's search goes up to (one H200 serves tens to hundreds)
+
 
 def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
                gunzip: bool = False) -> bytes:
