@@ -165,3 +165,27 @@ def test_bad_engine_settings_are_one_line_errors():
         trace = make_trace([("a", 0.0, 32, _ids(1, 32), 1), ("b", 1.0, 32, _ids(2, 32), 1)], block_size=B)
         engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=10, block_size=B),
                      FixedStepTimes(0.001, 0.01), Comfort())
+
+
+def test_the_disagreement_line_names_both_answers_the_binding_ceiling_and_what_broke():
+    from servesize.simulate.engine import EngineUsers, disagreement
+
+    found = EngineUsers(40, Comfort(), {}, breaks_at=41, reason="6.0% of turns wait > 10 s for the first token")
+    assert disagreement(44, "decode", found) is None  # +10%: within 15%
+    line = disagreement(24, "cache", found)
+    assert line.startswith("plan 24 users (cache binds) vs the engine simulator's 40 (-40%)")
+    assert "whole context fits" in line and line.endswith("at 41 the engine breaks on 6.0% of turns wait > 10 s "
+                                                         "for the first token")
+    assert disagreement(30, "cache", found, dp=2).startswith("plan 30 users (cache binds) vs the engine simulator's 80")
+
+
+def test_one_user_alone_sets_the_baseline_a_budget_one_miss_exceeds_is_never_zero_users():
+    # every prompt takes 12 s to prefill: one user alone misses a 10 s budget on every turn, and so do 2 users
+    def run_at(n):
+        rows = [(f"u{k}", 0.0, 1200, _ids(k + 1, 1200), 2) for k in range(n)]
+        times = FixedStepTimes(prefill_per_token_s=0.01, decode_step_s=0.001)
+        return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B,
+                                                           max_num_batched_tokens=1200), times, warmup=0.0)
+
+    found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0), max_users=8)
+    assert found.users >= 1 and found.points[1]["ttft_miss"] == 1.0 and found.points[1]["comfortable"]
