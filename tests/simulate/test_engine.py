@@ -88,6 +88,7 @@ def test_a_decoder_shares_the_step_with_a_chunk_and_takes_one_token_of_the_budge
                           warmup=0.0)
     # b's 600 tokens go 99 a step beside a's one decode token: ceil(600 / 99) = 7 chunks
     assert run.prefill_chunks == 1 + 7
+    assert run.mixed_steps == 7  # each of b's chunks stalls a's decode token for the chunk's 99 ms
 
 
 def test_a_pool_too_small_for_everyone_preempts_the_last_scheduled_and_recomputes_it():

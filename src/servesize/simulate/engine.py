@@ -160,6 +160,7 @@ class EngineRun:
     jumps: int = 0
     events: int = 0               # arrivals + admissions + finishes + preemptions
     prefill_chunks: int = 0
+    mixed_steps: int = 0          # steps that carry prefill chunks and decoders together (a decode's stall)
     too_large: int = 0
     clock_s: float = 0.0
     busy_s: float = 0.0
@@ -202,7 +203,8 @@ class EngineRun:
                 "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
                 "warm_share": self.warm_share, "token_hit_rate": self.token_hit_rate,
                 "preemptions": int(self.preemptions.sum()), "too_large": self.too_large, "steps": self.steps,
-                "prefill_steps": self.prefill_steps, "events": self.events, "jumps": self.jumps,
+                "prefill_steps": self.prefill_steps, "mixed_steps": self.mixed_steps, "events": self.events,
+                "jumps": self.jumps,
                 "simulated_s": self.clock_s, "busy_share": self.busy_s / self.clock_s if self.clock_s else 0.0,
                 "decoders_per_step_p50": _pct(np.asarray(self.decoders_per_step), 50),
                 "decoders_per_step_p95": _pct(np.asarray(self.decoders_per_step), 95), "stopped": self.stopped}
@@ -431,6 +433,7 @@ class _Engine:
         run.busy_s += dt
         run.steps += 1
         run.prefill_steps += prefill_s > 0
+        run.mixed_steps += prefill_s > 0 and bool(decoders)
         if len(run.decoders_per_step) < _SAMPLE_STEPS:
             run.decoders_per_step.append(len(decoders))
         finished = []
@@ -585,8 +588,10 @@ class Comfort:
                            f"(allowed {allowed:.1%}; one user alone {base['ttft_miss']:.1%})")
         allowed = max(1 - self.decode_percentile / 100, base["slow"] + BASELINE_SLACK * (baseline is not None))
         if got["slow"] > allowed + 1e-12:
+            mixed = run.mixed_steps / max(run.steps - run.decode_only_steps, 1)
             return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
-                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%})")
+                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}; {run.mixed_steps:,} steps, "
+                           f"{mixed:.0%} of those not decode-only, stall decodes behind a prefill chunk)")
         need = min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
         if got["warm"] < need - 1e-12:
             return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {base['warm']:.1%})"

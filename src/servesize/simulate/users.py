@@ -190,9 +190,8 @@ def trace_observations(trace: Trace, replay: Replay) -> Observations:
     obs.labels_field = "the trace's subagent flag" if sub.any() else ""
     obs.output = replay.output_tokens[replay.output_tokens > 0].astype(np.float64).tolist()
     obs.records = trace.requests
-    shared = shared_prefix_blocks(replay)
-    if shared:
-        obs.hash_prefix_tokens = float(shared * replay.block_size)
+    if replay.num_nodes:  # the ids say what the sessions share (0 blocks is a finding too)
+        obs.hash_prefix_tokens = float(shared_prefix_blocks(replay) * replay.block_size)
     if trace.has_sessions:
         keep = np.zeros(trace.requests, dtype=bool)
         keep[replay.source[~sub]] = True

@@ -269,7 +269,7 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
     if obs.prefix_tokens:
         return FieldFit("user_prefix_tokens", int(round(float(np.median(obs.prefix_tokens)))),
                         f"median system + tool tokens over {len(obs.prefix_tokens):,} sessions")
-    if obs.hash_prefix_tokens:
+    if obs.hash_prefix_tokens is not None:  # 0 is a finding too: no leading block is shared by most requests
         return FieldFit("user_prefix_tokens", int(obs.hash_prefix_tokens),
                         f"leading hash blocks shared by more than half the requests ({obs.cold_basis.split(':')[0]})")
     return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
