@@ -77,17 +77,19 @@ def _first_line(r: dict) -> str:
 
 
 def table(found: list[dict]) -> str:
-    lines = ["| workload | plan users (binds) | engine users at SLO | breaks one user later on | gap | plan's first line |",
-             "|---|---:|---:|---|---:|---|"]
+    """The compact table docs/accuracy.md prints; each row's full first line is in --json (``disagreement``)."""
+    lines = ["| workload | plan users (binds) | engine users at SLO | gap | one user more, the engine breaks on |",
+             "|---|---:|---:|---:|---|"]
     for r in found:
         if "error" in r:
-            lines.append(f"| {r['workload']} | | | {r['error']} | | |")
+            lines.append(f"| {r['workload']} | | | | {r['error']} |")
             continue
         gap = "" if r["gap"] is None else f"{r['gap']:+.0%}"
         engine = f"{'>= ' if r['capped'] else ''}{r['engine_users']:,}"
         planned = "-" if r["plan_users"] is None else f"{r['plan_users']:,.0f} ({r['plan_binding']})"
-        lines.append(f"| {r['workload']} | {planned} | {engine} | "
-                     f"{r['engine_reason'] or '-'} | {gap} | {_first_line(r)} |")
+        verdict = "" if r["plan_users"] is None else (" (within 15%)" if not r["disagreement"] else "")
+        lines.append(f"| {r['workload']} | {planned} | {engine} | {gap}{verdict} | "
+                     f"{r['engine_reason'] or _first_line(r)} |")
     return "\n".join(lines)
 
 

@@ -588,10 +588,10 @@ class Comfort:
                            f"(allowed {allowed:.1%}; one user alone {base['ttft_miss']:.1%})")
         allowed = max(1 - self.decode_percentile / 100, base["slow"] + BASELINE_SLACK * (baseline is not None))
         if got["slow"] > allowed + 1e-12:
-            mixed = run.mixed_steps / max(run.steps - run.decode_only_steps, 1)
+            mixed = run.mixed_steps / max(run.prefill_steps, 1)
             return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
-                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}; {run.mixed_steps:,} steps, "
-                           f"{mixed:.0%} of those not decode-only, stall decodes behind a prefill chunk)")
+                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}): {mixed:.0%} of the steps "
+                           "that prefill also carry decodes, which wait for the chunk")
         need = min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
         if got["warm"] < need - 1e-12:
             return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {base['warm']:.1%})"
