@@ -78,3 +78,29 @@ def test_the_shipped_traces_give_one_workload_to_plan_and_simulate(traces_dir, n
     if name.startswith("claude"):  # the figures: prefix 14,948 in both; think time no longer the bare mean
         assert fields["user_prefix_tokens"] == 14_948
         assert fit.workload.think_time_s < 60 < 151.5
+
+
+def test_think_time_is_one_distribution_read_through_its_accessors(tmp_path):
+    import json
+
+    from servesize.errors import BadInput
+    from servesize.workload.files import load_workload
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"servesize_workload": 1, "user": {"median_tokens": 5000, "sigma": 0.5},
+                                "think_time_median_s": 10, "think_time_sigma": 1.0}))
+    w = load_workload(str(path))
+    assert w.think_time_s == pytest.approx(10 * math.exp(0.5))  # the mean, which the planner's rates read
+    assert w.think_time_median_s == pytest.approx(10.0) and w.think_time_quantile_s(0.5) == pytest.approx(10.0)
+    # a flag that sets the think time scales the distribution and keeps its shape
+    faster = w.replace(think_time_s=2 * w.think_time_s)
+    assert faster.think_time_sigma == 1.0 and faster.think_time_median_s == pytest.approx(20.0)
+    # pauses drawn through the accessor have the fitted median; without a shape they are exponential
+    draws = w.think_times(np.random.default_rng(0), 20_000)
+    assert np.median(draws) == pytest.approx(10.0, rel=0.05)
+    plain = w.replace(think_time_sigma=None)
+    assert plain.think_time_median_s == pytest.approx(plain.think_time_s * math.log(2))
+    path.write_text(json.dumps({"servesize_workload": 1, "user": {"median_tokens": 5000, "sigma": 0.5},
+                                "think_time_sigma": -1}))
+    with pytest.raises(BadInput, match="think_time_sigma must be in"):
+        load_workload(str(path))
