@@ -13,6 +13,12 @@ Three figures:
 2. the one-pass LRU curve over the same replay (every pool size at once). Target: under 30 s.
 3. the same replay through kvcache-simulator (its own JSONL reader and its C++ batch backend) at the same
    budgets in blocks, LRU / FIFO / optimal beside servesize's LRU / FIFO / Belady, with both run times.
+4. the engine simulator (simulate --engine: vLLM's scheduler, chunked prefill, the exact cache, preemption,
+   the planner's step rooflines) on Qwen 3.6 27B FP8 on one H200: 1,000 sessions generated from the
+   coding-agent and chat presets (100 users x 10 sessions), and 750 Claude Code sessions (50 users x 15):
+   sessions/s and events/s (arrivals, admissions, finishes, preemptions) of the engine run alone, steps/s
+   beside (a decode-only stretch is one vectorised jump but counts every step). Target: 1,000 sessions in
+   seconds. `--engine-only` runs just this part.
 """
 
 from __future__ import annotations
@@ -105,12 +111,50 @@ def bench_reference(replay, curve: LruCurve, curve_s: float, label: str) -> None
           f"{curve_s:.2f} s, FIFO and Belady at the {len(budgets)} budgets {ours_bounds_s:.1f} s")
 
 
+def bench_engine(traces: pathlib.Path, repeats: int) -> None:
+    from servesize.api import _fixed, plan_inputs
+    from servesize.planning.ceilings import decode_setup, prefill_setup
+    from servesize.scenario import Scenario
+    from servesize.simulate.engine import EngineConfig, StepTimes, simulate_engine
+    from servesize.simulate.synthetic import synthesize
+
+    cases = []
+    for preset in ("coding-agent", "chat"):
+        sc = Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8", preset=preset)
+        inputs = plan_inputs(sc)
+        cases.append((f"{preset} preset, 1,000 generated sessions, 100 users x 10",
+                      synthesize(inputs.workload, sessions=1000, seed=0), inputs, 100, 10))
+    cc = traces / "claude-code-sessions.jsonl.gz"
+    if cc.exists():
+        sc = Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
+        cases.append(("Claude Code trace, 750 sessions, 50 users x 15", read_trace(cc), plan_inputs(sc), 50, 15))
+    for label, trace, inputs, users, per_user in cases:
+        report, fixed = _fixed(inputs, check_prefixes=False)
+        dep = report.deployment
+        cfg = EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
+                           int(dep.max_num_batched_tokens or 8192))
+        times = StepTimes(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs))
+        replay = build_replay(trace, ReplayOptions(users=users, sessions_per_user=per_user, align="stagger", warmup=0.0,
+                                                   block_size=cfg.block_size, max_model_len=report.pool.max_model_len))
+        run, seconds = timed(lambda rp=replay, c=cfg, t=times: simulate_engine(rp, c, t), repeats)
+        med = statistics.median(seconds)
+        sessions = replay.sessions  # those that start before the first user runs out (replay.py's cut)
+        print(f"engine simulator, {label}: median {med:.2f} s (min {min(seconds):.2f}, {repeats} runs) for "
+              f"{replay.requests:,} requests of {sessions:,} sessions; {sessions / med:,.0f} sessions/s, {run.events / med:,.0f} events/s, "
+              f"{run.steps / med:,.0f} steps/s ({run.steps:,} steps, {run.jumps:,} jumps, {run.events:,} events, "
+              f"{run.preemptions.sum():,} preemptions, {run.clock_s / 3600:.1f} simulated hours)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=pathlib.Path, default=TRACES)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-reference", action="store_true", help="skip the kvcache-simulator side-by-side")
+    parser.add_argument("--engine-only", action="store_true", help="time only the engine simulator (figure 4)")
     args = parser.parse_args()
+    if args.engine_only:
+        bench_engine(args.traces, args.repeats)
+        return
     start = time.perf_counter()
     trace = read_trace(args.traces / "claude-code-sessions.jsonl.gz")
     read_s = time.perf_counter() - start
@@ -129,6 +173,7 @@ def main() -> None:
         moon = build_replay(read_trace(args.traces / "mooncake-conversation.jsonl.gz"), ReplayOptions(warmup=0.5))
         moon_curve, moon_s = timed(lambda: lru_curve(moon), 1)
         bench_reference(moon, moon_curve, moon_s[0], "Mooncake conversation, second half, 512-token blocks")
+    bench_engine(args.traces, args.repeats)
 
 
 if __name__ == "__main__":

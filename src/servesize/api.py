@@ -299,10 +299,17 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     if scenario is None:
         pool = None if pool_tokens is None else _pool_of_tokens(pool_tokens, block_size or source.block_size)
         return sim.run_simulation(source, pool, opts, progress=progress)
-    report = memory(scenario)
-    pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize memory: {report.model} on "
-                        f"{report.gpus.count}x{report.gpus.gpu.key}", report.pool.max_model_len,
-                        report.deployment.max_num_seqs)
+    fitted = simulation_workload(trace, source, opts.replay, getattr(scenario, "preset", None))
+    pool_note = None
+    try:  # the pool plan uses for this workload (its preset's speculative decoding included)
+        inputs = plan_inputs(scenario.replace(workload=fitted.workload))
+    except BadInput as exc:
+        pool_note = f"plan cannot take the fitted workload ({exc}); the pool is the scenario's own"
+        inputs = plan_inputs(scenario)
+    report, fixed = _fixed(inputs, check_prefixes=False)
+    pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize plan's pool: {report.model} on "
+                        f"{report.gpus.count}x{report.gpus.gpu.key}, the workload fitted from the trace",
+                        report.pool.max_model_len, report.deployment.max_num_seqs)
     if pool_tokens is not None:
         pool = replace(_pool_of_tokens(pool_tokens, pool.block_size), max_model_len=pool.max_model_len,
                        max_num_seqs=pool.max_num_seqs)
@@ -311,15 +318,53 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
         from servesize.planning.ceilings import decode_setup, prefill_setup
         from servesize.simulate.cache import ModelledService
 
-        inputs = plan_inputs(scenario)
-        _, fixed = _fixed(inputs, check_prefixes=False)  # service times need the engine, not the seed's prefixes
         return ModelledService(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs),
                                replay.input_tokens, replay.output_tokens)
 
     def plan_fn(workload):
         return sim.plan_summary(plan(scenario.replace(workload=workload), sensitivity=False))
 
-    return sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress)
+    result = sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress,
+                                fitted=fitted)
+    if pool_note:
+        result.notes.append(pool_note)
+    return result
+
+
+def simulation_workload(trace: Any, source: Any, replay_opts: Any, preset_name: str | None = None) -> Any:
+    """The one workload plan and simulate read from a trace: a file ``workload fit`` reads is fitted by it (the
+    same function, so ``plan --workload`` on its output plans this workload); a workload file is itself; a Trace
+    object goes through the same fitter (workload/fit.py) via what the trace says."""
+    from dataclasses import replace
+
+    from servesize.simulate.users import fit_trace_workload
+    from servesize.workload.model import Workload
+
+    opts = replace(replay_opts, users=None)
+    if isinstance(trace, Workload):
+        return _given_workload(trace, source, opts)
+    if isinstance(trace, (str, os.PathLike)):
+        path = os.fspath(trace)
+        if path.lower().endswith(".toml") or _is_workload_file(path):
+            from servesize.workload.files import load_workload
+
+            return _given_workload(load_workload(path), source, opts)
+        try:
+            found = fit_workload(path, preset=preset_name)
+        except BadInput:
+            found = None  # a format only the simulator reads (a run record): fitted from the trace below
+        return fit_trace_workload(source, opts, fitted=found, preset=preset_name)
+    return fit_trace_workload(source, opts, preset=preset_name)
+
+
+def _given_workload(workload: Any, source: Any, opts: Any) -> Any:
+    from dataclasses import replace as dc_replace
+
+    from servesize.simulate.users import fit_trace_workload
+
+    fitted = fit_trace_workload(source, opts)
+    return dc_replace(fitted, workload=workload, think_time_source="the workload the sessions were generated from",
+                      fields={}, notes=())
 
 
 def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:
@@ -358,3 +403,84 @@ def _is_workload_file(path: str) -> bool:
     except OSError:
         return False
     return head.lstrip().startswith(b"{") and b'"servesize_workload"' in head
+
+
+# -- the engine simulator (servesize.simulate.engine): vLLM's scheduler at N users, beside the plan ----------
+
+def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None, search: bool = True,
+                    requests: str = "main", align: str | None = None, sessions_per_user: int | None = None,
+                    warmup: float = 0.5, max_users: int | None = None, seed: int = 0,
+                    trace_format: str | None = None, trace_block_size: int | None = None,
+                    synthetic_sessions: int | None = None, with_plan: bool = True,
+                    progress: Callable[[str], None] | None = None) -> Any:
+    """The deployment's engine (its pool, --max-num-seqs, --max-num-batched-tokens, the planner's step rooflines)
+    replaying the trace's sessions (or sessions generated from a Workload) closed-loop: at ``users``, and (with
+    ``search``) the users at which the comfort SLO breaks, beside plan's users for the same workload and pool
+    (the workload ``simulate`` and ``plan --workload`` both read from the file)."""
+    import time
+    from dataclasses import replace
+
+    from servesize.limits import MAX_ENGINE_USERS
+    from servesize.planning.ceilings import decode_setup, prefill_setup
+    from servesize.planning.inputs import knob_value
+    from servesize.simulate import engine as eng
+    from servesize.simulate.replay import ReplayOptions
+
+    started = time.perf_counter()
+    source = _simulation_trace(trace, trace_format, trace_block_size, synthetic_sessions, seed)
+    ropts = ReplayOptions(requests=requests, align=align, sessions_per_user=sessions_per_user, warmup=0.0, seed=seed)
+    fitted = simulation_workload(trace, source, ropts, getattr(scenario, "preset", None))
+    notes: list[str] = []
+    try:
+        planned = scenario.replace(workload=fitted.workload)
+        inputs = plan_inputs(planned)
+    except BadInput as exc:
+        notes.append(f"plan cannot take the fitted workload ({exc}); the engine is the scenario's own")
+        planned, inputs, with_plan = scenario, plan_inputs(scenario), False
+    report, fixed = _fixed(inputs, check_prefixes=False)
+    dep = report.deployment
+    cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
+                           int(dep.max_num_batched_tokens or 8192))
+    times = eng.StepTimes(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs))
+    comfort = eng.Comfort(ttft_limit_s=float(knob_value(inputs.knobs, "ttft_limit_s")),
+                          decode_floor_tok_s=float(knob_value(inputs.knobs, "decode_floor")))
+    ropts = replace(ropts, block_size=cfg.block_size, max_model_len=report.pool.max_model_len)
+    think = fitted.workload.think_time_s
+    at, _ = eng.engine_users(source, ropts, cfg, times, comfort, users=users, warmup=warmup,
+                             think_time_s=think) if users else (None, None)
+    found = None
+    if search:
+        _, found = eng.engine_users(source, ropts, cfg, times, comfort, warmup=warmup, think_time_s=think,
+                                    max_users=max_users or MAX_ENGINE_USERS, progress=progress)
+    plan_doc, line, p = None, None, None
+    if with_plan:
+        p = plan(planned, sensitivity=False)
+        plan_users = float(p.result.values[p.binding])
+        plan_doc = {"users": plan_users, "binding": p.binding,
+                    "ceilings": {k: float(v) for k, v in p.result.values.items()}, "dp": fixed.dp,
+                    "pool_tokens": float(fixed.pool_tokens)}
+        if found is not None:
+            line = eng.disagreement(plan_users, p.binding, found, dp=fixed.dp)
+    step_model = (f"planning/prefill.py (MFU {float(knob_value(inputs.knobs, 'mfu')):g}) + planning/decode.py "
+                  f"(bandwidth efficiency {times.decode.bandwidth_efficiency:g}"
+                  + (f", MTP {times.decode.spec_speedup:.2f} tokens a step" if times.decode.spec_speedup > 1 else "")
+                  + f"), {report.model} on {report.gpus.count}x{report.gpus.gpu.key}")
+    choices = {"requests": requests, "align": ropts.align or "stagger", "warmup": warmup, "seed": seed,
+               "sessions_per_user": sessions_per_user, "block_size": cfg.block_size,
+               "max_model_len": report.pool.max_model_len, "one_replica_of": fixed.dp}
+    return eng.EngineReport(trace=source.to_dict(), config=cfg, step_model=step_model, comfort=comfort,
+                            choices=choices, at=at, found=found, plan=plan_doc, disagreement=line,
+                            workload=fitted.to_dict(), notes=notes + list(fitted.notes),
+                            seconds=time.perf_counter() - started, plan_object=p)
+
+
+def check_plan(scenario: Scenario, trace: Any = None, **engine_options: Any) -> Plan:
+    """``plan``, with ``Plan.disagreement`` set where the engine simulator's users-at-SLO differ by more than 15%:
+    the sessions are the ``trace``'s, else generated from the scenario's workload."""
+    from dataclasses import replace
+
+    source = trace if trace is not None else plan_inputs(scenario).workload
+    report = simulate_engine(source, scenario, **engine_options)
+    if report.plan_object is None:
+        raise BadInput("the plan could not be checked: " + "; ".join(report.notes))
+    return replace(report.plan_object, disagreement=report.disagreement)

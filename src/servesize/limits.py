@@ -43,6 +43,10 @@ MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, width
 MAX_FILLS = 100_000                  # --fills: the default is 1,500
 MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
 
+# -- the engine simulator ----------------------------------------------------------------------------
+MAX_ENGINE_STEPS = 50_000_000        # steps of one engine run: 1,000 generated coding sessions take ~2M (jumps count each step)
+MAX_ENGINE_USERS = 4096              # users the engine simulator's search goes up to (one H200 serves tens to hundreds)
+
 
 # Set while a request of the explorer is computed: why no file a request names may be touched. Every reader
 # (read_input, require_regular, model/catalogue.resolve_model) refuses before any stat or open while it is set.

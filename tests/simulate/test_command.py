@@ -19,7 +19,7 @@ def sessions_file(tmp_path):
         for k in range(5):
             ids = ids + [100 * s + len(ids) + j for j in range(3)]
             reqs.append(req(10.0 * k, 64 * len(ids) + 10, list(ids), out=20, api_time=1.0))
-        sessions.append(claude_session(f"trace_{s}", reqs))
+        sessions.append(claude_session(f"trace_{s}", reqs, tool_tokens=100, system_tokens=28))  # a 2-block prefix
     return write_jsonl(tmp_path / "cc.jsonl", sessions)
 
 
@@ -65,10 +65,11 @@ def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(ca
                          "--max-model-len", "16000", "--json", "--quiet", "--no-bounds")  # 2 GiB starts only shorter lengths
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize memory: llama-3.1-8b")
+    assert doc["pool"]["block_size"] == 16 and doc["pool"]["source"].startswith("servesize plan's pool: llama-3.1-8b")
     assert doc["exact"]["service"] == "model"
     assert doc["plan"]["warm_users"]["p50"] >= 0
-    assert doc["fitted_workload"]["workload"]["user"]["prefix_tokens"] == 0  # ids local to each session: nothing shared
+    # the workload is servesize workload fit's: the prefix is the file's system + tool tokens (28 + 100)
+    assert doc["fitted_workload"]["workload"]["user"]["prefix_tokens"] == 128
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -104,3 +105,25 @@ def test_a_workload_file_is_turned_into_sessions(capsys, tmp_path):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["trace"]["format"] == "synthetic" and doc["trace"]["sessions"] == 40
+
+
+def test_engine_runs_the_scheduler_on_the_deployment_and_sets_plan_beside_it(capsys, sessions_file):
+    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
+                         "--engine", "--engine-max-users", "8", "--json", "--quiet")
+    assert code == 0, err
+    doc = json.loads(out)
+    eng = doc["engine"]
+    assert eng["block_size"] == 16 and eng["max_num_batched_tokens"] >= 2048 and eng["mixed_step"] == "sum"
+    found = doc["users_at_slo"]
+    assert 1 <= found["users"] <= 8 and found["points"][0]["users"] == 1
+    assert doc["plan"]["binding"] in ("cache", "decode", "latency", "saturation")
+    assert (doc["disagreement"] is None) == (abs(doc["plan"]["users"] - found["users"]) <= 0.15 * found["users"])
+    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
+                         "--engine", "--users", "3", "--no-users-search", "--quiet")
+    assert code == 0, err
+    assert "engine simulator (vLLM V1 scheduler)" in out and "plan for the same workload and pool" in out
+
+
+def test_engine_without_a_deployment_is_one_line(capsys, sessions_file):
+    code, out, err = run(capsys, sessions_file, "--engine", "--pool-tokens", "4096")
+    assert code == 2 and err.count("\n") == 1 and "--engine prices every step on a deployment" in err

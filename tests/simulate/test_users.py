@@ -70,12 +70,15 @@ def test_generated_sessions_grow_by_one_reply_and_one_turn_and_share_the_user_pr
 
 
 def test_a_workload_fitted_from_generated_sessions_recovers_their_prefix_and_think_time():
-    trace = synthesize(WORKLOAD, sessions=400, turns_per_session=6, seed=1)
+    made = WORKLOAD.replace(think_time_sigma=0.8)  # log-normal pauses of mean 7 s: median 7 exp(-0.32) = 5.08 s
+    trace = synthesize(made, sessions=400, turns_per_session=6, seed=1)
     fitted = fit_trace_workload(trace, ReplayOptions(block_size=B))
     w = fitted.workload
     assert w.user.prefix_tokens == 512
-    # the think time is the median pause; for an exponential of mean 7 s that is 7 ln 2
-    assert w.think_time_s == pytest.approx(7 * math.log(2), rel=0.1)
+    # the think time is a log-normal fitted to the 2,000 pauses: its median, shape and mean come back
+    assert w.think_time_median_s == pytest.approx(7 * math.exp(-0.32), rel=0.06)
+    assert w.think_time_sigma == pytest.approx(0.8, rel=0.06)
+    assert w.think_time_s == pytest.approx(7.0, rel=0.08)
     assert w.output_tokens == 40 and w.invalidation == 0.0
     assert fitted.requests_per_session_p50 == 6
     assert 2000 < w.user.median_tokens < 2000 + 5 * 340

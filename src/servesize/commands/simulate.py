@@ -33,6 +33,8 @@ examples:
   servesize simulate mooncake-conversation.jsonl.gz --pool-tokens 2M --json
   servesize simulate requests.jsonl --pool-tokens 500k --block-size 16     (an OpenAI-style log)
   servesize simulate sessions.jsonl --pool-tokens 32768 --block-size 32   (a measure sessions record)
+  servesize simulate claude-code-sessions.jsonl.gz qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --engine
+                                                  (vLLM's scheduler at N users: users at the comfort SLO beside plan)
 """
 
 
@@ -92,6 +94,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sessions", type=int, default=None, metavar="N", help="sessions to generate from a workload file")
     g.add_argument("--plot", metavar="PNG", default=None, help="write hit rate against pool size (and users) as a PNG")
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    e = parser.add_argument_group("the engine simulator (--engine; needs MODEL --gpus)")
+    e.add_argument("--engine", action="store_true",
+                   help="run vLLM's V1 scheduler step by step instead of the cache replay: continuous batching, chunked "
+                        "prefill within --max-num-batched-tokens, --max-num-seqs, the exact prefix cache, preemption, "
+                        "the planner's step rooflines; TTFT and decode p50/p95 at --users N, and the users at which the "
+                        "comfort SLO (--ttft-limit at p95, --decode-floor for 95%% of requests, warm) breaks, beside plan")
+    e.add_argument("--engine-max-users", type=int, default=None, metavar="N",
+                   help="the most users the engine's search tries (default 4,096)")
 
 
 class _Progress:
@@ -131,6 +141,8 @@ def run(args):
     elif args.gpus is not None:
         raise BadInput("--gpus needs MODEL (simulate TRACE MODEL --gpus ...)")
     progress = _Progress(args.quiet)
+    if args.engine:
+        return _engine(args, scenario, progress)
     try:
         result = simulate(args.trace, scenario, pool_tokens=args.pool_tokens, block_size=args.block_size,
                           requests=args.requests, align=args.align, warmup=args.warmup, users=args.users,
@@ -145,3 +157,21 @@ def run(args):
     if args.plot:
         result.plot = plot_simulation(result, args.plot)
     return result
+
+
+def _engine(args, scenario, progress):
+    from servesize.api import simulate_engine
+
+    if scenario is None:
+        raise BadInput("--engine prices every step on a deployment: give MODEL and --gpus")
+    if args.pool_tokens is not None or args.plot:
+        raise BadInput("--engine takes the pool from MODEL and its flags: drop --pool-tokens and --plot")
+    try:
+        return simulate_engine(args.trace, scenario, users=args.users, search=args.users_search or args.users is None,
+                               requests=args.requests, align=args.align if args.align != "trace" else None,
+                               sessions_per_user=args.sessions_per_user, warmup=args.warmup,
+                               max_users=args.engine_max_users, seed=args.seed, trace_format=args.trace_format,
+                               trace_block_size=args.trace_block_size, synthetic_sessions=args.sessions,
+                               progress=progress)
+    finally:
+        progress.done()

@@ -39,6 +39,9 @@ class Plan:
     placement: Any = None              # engine.placement.Split: how --gpus is split into replicas (api.plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
+    # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
+    # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
+    disagreement: str | None = None
 
     @property
     def ceilings(self) -> dict[str, float]:
@@ -59,6 +62,7 @@ class Plan:
         r = self.result
         w = r.warm
         out = {
+            "disagreement": self.disagreement,
             "model": self.fixed.name,
             "gpus": f"{self.fixed.n_gpu}x{self.fixed.gpu_key}",
             "tensor_parallel_size": self.fixed.tp, "data_parallel_size": self.fixed.dp,

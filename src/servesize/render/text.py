@@ -67,7 +67,8 @@ def _plan_sizing(plan: Plan) -> list[str]:
 
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
-    lines = (_plan_sizing(plan) + _plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
+    lines = ([f"differs from the engine simulator: {plan.disagreement}"] if plan.disagreement else [])
+    lines += (_plan_sizing(plan) + _plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
              + _plan_bill(plan))
     lines = _placement(plan.placement) + lines
     if plan.sensitivity:
@@ -84,7 +85,7 @@ _FIELD_WORDS = {"user_median_tokens": "median", "user_sigma": "sigma", "user_pre
                 "subagent": "subagent class", "subagent_ratio": "subagent ratio",
                 "subagents_share_prefix": "shared subagent prefix", "invalidation": "invalidation",
                 "max_model_len": "cap", "think_time_s": "think time", "output_tokens": "output tokens",
-                "warm_turn_tokens": "warm turn"}
+                "warm_turn_tokens": "warm turn", "think_time_sigma": "think-time spread"}
 
 
 def _plan_workload(plan: Plan) -> list[str]:

@@ -148,16 +148,21 @@ def _durations(trace: Trace, keep: np.ndarray, root: np.ndarray, start: np.ndarr
     return out
 
 
-def think_gap_s(trace: Trace, keep: np.ndarray) -> float:
-    """The median pause between one request's end and the next request of its session (0 if none)."""
+def think_gaps_s(trace: Trace, keep: np.ndarray) -> np.ndarray:
+    """Every pause between one request's end and the next request of its session (>= 0)."""
     idx = np.flatnonzero(keep)
     if idx.size < 2:
-        return 0.0
+        return np.zeros(0)
     order = idx[np.lexsort((trace.t_s[idx], trace.session[idx]))]
     same = trace.session[order][1:] == trace.session[order][:-1]
     gaps = trace.t_s[order][1:] - trace.t_s[order][:-1] - np.nan_to_num(trace.service_s[order][:-1])
-    gaps = gaps[same]
-    return float(np.median(np.maximum(gaps, 0.0))) if gaps.size else 0.0
+    return np.maximum(gaps[same], 0.0)
+
+
+def think_gap_s(trace: Trace, keep: np.ndarray) -> float:
+    """The median pause between one request's end and the next request of its session (0 if none)."""
+    gaps = think_gaps_s(trace, keep)
+    return float(np.median(gaps)) if gaps.size else 0.0
 
 
 @dataclass

@@ -123,7 +123,8 @@ def _plan(res: Any) -> list[str]:
              f"p95 {w['p95']:,.0f} (binding ceiling: {res.plan['binding']})",
              "  workload: " + res.plan["workload"].replace("\n", "; ")]
     if f is not None:
-        extra = [f"think {f.workload.think_time_s:g} s ({f.think_time_source})"]
+        wl = f.workload
+        extra = [f"think time median {wl.think_time_median_s:.3g} s, mean {wl.think_time_s:g} s"]
         if f.session_peak_tokens_p50 is not None:
             extra.append(f"session peak context p50 {f.session_peak_tokens_p50:,.0f} tokens")
         if f.requests_per_session_p50 is not None:

@@ -183,7 +183,8 @@ def _users_stage(trace: Trace, opts: SimulateOptions, pool: PoolSpec, res: Simul
 
 def run_simulation(trace: Trace, pool: PoolSpec | None, opts: SimulateOptions, *,
                    model_service: Callable[[Replay], ServiceTimes] | None = None,
-                   plan_fn: Callable[[Workload], dict] | None = None, progress: Progress | None = None) -> SimulationResult:
+                   plan_fn: Callable[[Workload], dict] | None = None, progress: Progress | None = None,
+                   fitted: TraceWorkload | None = None) -> SimulationResult:
     say = progress or (lambda msg: None)
     clock: dict[str, float] = {}
     t = time.perf_counter()
@@ -222,7 +223,7 @@ def run_simulation(trace: Trace, pool: PoolSpec | None, opts: SimulateOptions, *
         clock["users_s"] = time.perf_counter() - t
     if plan_fn is not None:
         say("fitting a workload from the trace for plan")
-        res.fitted = fit_trace_workload(trace, replace(ropts, users=None))
+        res.fitted = fitted or fit_trace_workload(trace, replace(ropts, users=None))
         try:
             res.plan = plan_fn(res.fitted.workload)
         except BadInput as exc:

@@ -91,5 +91,5 @@ def synthesize(workload: Workload, *, sessions: int = DEFAULT_SESSIONS, turns_pe
             s.tokens += grow
             if s is sub:
                 user.turns += 1  # a subagent turn is one of the conversation's requests
-            now += float(rng.exponential(workload.think_time_s))
+            now += float(workload.think_times(rng))  # the workload's think-time distribution (log-normal when fitted)
     return b.build(name)

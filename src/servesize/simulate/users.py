@@ -28,16 +28,16 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.simulate.curve import lru_curve
-from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gap_s
+from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gaps_s
 from servesize.simulate.traces import Trace
-from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, fit_lognormal
-from servesize.workload.model import SessionClass, Workload
+from servesize.workload.fit import WorkloadFit, fit_observations
+from servesize.workload.model import Workload
+from servesize.workload.readers import Observations
 
 MAX_USERS_SEARCHED = 4096  # past this, a pool holds more users than any one replay here is sized for
 BEYOND = (2, 4)            # after the search, N x these are replayed too: how fast the hit rate falls past the answer
 PREFIX_SHARE = 0.5          # a leading block is "shared" when at least half of the sessions start with it
 COLD_SHARE = 0.5            # a request an unbounded cache serves less than half of counts as invalidated
-MAX_FIT_TOKENS = 100_000_000  # the Workload's own bound on a token count
 
 Progress = Callable[[str], None]
 
@@ -158,9 +158,12 @@ class TraceWorkload:
     requests_per_session_p50: float | None
     think_time_source: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    fields: dict = field(default_factory=dict)  # workload/fit.py's FieldFit per field: value, fitted, how
+    preset: str = ""
 
     def to_dict(self) -> dict:
-        return {"workload": self.workload.to_dict(), "user_fit": self.user_fit,
+        return {"workload": self.workload.to_dict(), "user_fit": self.user_fit, "fields": self.fields,
+                "preset": self.preset,
                 "session_peak_tokens_p50": self.session_peak_tokens_p50,
                 "requests_per_session_p50": self.requests_per_session_p50,
                 "think_time_source": self.think_time_source, "notes": list(self.notes)}
@@ -173,51 +176,53 @@ def _per_session(replay: Replay, values: np.ndarray, how: str) -> np.ndarray:
     return np.asarray([getattr(np, how)(p) if how != "size" else p.size for p in parts], dtype=np.float64)
 
 
-def _invalidation(replay: Replay, main: np.ndarray) -> float:
-    ideal = unbounded_hit_blocks(replay) * replay.block_size
-    later = main.copy()
-    later[_first_requests(replay)] = False
-    if not later.any():
-        return 0.0
-    return float(np.mean(ideal[later] < COLD_SHARE * replay.input_tokens[later]))
-
-
-def fit_trace_workload(trace: Trace, opts: ReplayOptions) -> TraceWorkload:
-    """The Workload ``plan`` should be given for the requests this replay sends (see the module docstring)."""
-    replay = build_replay(trace, replace(opts, users=None, warmup=0.0))
+def trace_observations(trace: Trace, replay: Replay) -> Observations:
+    """What a Trace given as an object (no file ``workload fit`` can read) says, in the form workload/fit.py reads:
+    the replayed requests' prompt lengths (main and subagent), outputs, the pauses within a session (from a
+    request's end to the next) and, per request after a session's first, whether an unbounded cache would serve
+    less than half of it (cold)."""
+    obs = Observations(trace.name, f"trace ({trace.format})", "the replayed requests' prompt tokens",
+                       output_field="the trace's output tokens")
     sub = trace.subagent[replay.source]
-    main = ~sub
-    lengths = replay.input_tokens[main].astype(np.float64)
-    lengths = lengths[lengths > 0]
-    if lengths.size < 2:
-        raise BadInput(f"{trace.name}: too few requests to fit a workload from ({lengths.size})")
-    fit = fit_lognormal(lengths)
-    prefix = shared_prefix_blocks(replay) * replay.block_size
-    keep = np.zeros(trace.requests, dtype=bool)
-    keep[replay.source] = True
-    think = think_gap_s(trace, keep) if trace.has_sessions else 0.0
-    kwargs: dict = {}
-    notes = []
-    if sub.sum() >= MIN_SUBAGENT_SAMPLES:
-        sub_fit = fit_lognormal(replay.input_tokens[sub][replay.input_tokens[sub] > 0])
-        kwargs["subagent"] = SessionClass("subagent", round(sub_fit.median, 1), round(sub_fit.sigma, 4), 0,
-                                          source=f"fitted from {trace.name} (n={sub_fit.n})")
-        kwargs["subagent_ratio"] = float(sub.sum() / max(main.sum(), 1))
-    if think > 0:
-        kwargs["think_time_s"] = think
-    else:
-        notes.append("think time: not in the trace (no sessions); the seed's default is kept")
-    out = replay.output_tokens[replay.output_tokens > 0]
-    if out.size:
-        kwargs["output_tokens"] = max(1, int(np.median(out)))
-    top = int(min(max(lengths.max(), prefix + 1), MAX_FIT_TOKENS))
-    user = SessionClass("user", round(fit.median, 1), round(fit.sigma, 4), int(min(prefix, top)),
-                        source=f"fitted from {trace.name} (n={fit.n}, KS D={fit.ks_d:.3f})")
-    workload = Workload(user=user, invalidation=_invalidation(replay, main), max_model_len=top, **kwargs)
+    tokens = replay.input_tokens.astype(np.float64)
+    obs.user = tokens[~sub][tokens[~sub] > 0].tolist()
+    obs.subagent = tokens[sub][tokens[sub] > 0].tolist()
+    obs.labels_field = "the trace's subagent flag" if sub.any() else ""
+    obs.output = replay.output_tokens[replay.output_tokens > 0].astype(np.float64).tolist()
+    obs.records = trace.requests
+    if replay.num_nodes:  # the ids say what the sessions share (0 blocks is a finding too)
+        obs.hash_prefix_tokens = float(shared_prefix_blocks(replay) * replay.block_size)
+    if trace.has_sessions:
+        keep = np.zeros(trace.requests, dtype=bool)
+        keep[replay.source[~sub]] = True
+        obs.gaps_s = think_gaps_s(trace, keep).tolist()
+        obs.think_field = "pauses from a request's end to its session's next request"
+        ideal = unbounded_hit_blocks(replay) * replay.block_size
+        later = ~sub
+        later[_first_requests(replay)] = False
+        obs.cold = (ideal[later] < COLD_SHARE * replay.input_tokens[later]).tolist()
+        obs.cold_basis = "the trace's block ids (an unbounded cache serves less than half of the request)"
+    return obs
+
+
+def fit_trace_workload(trace: Trace, opts: ReplayOptions, *, fitted: WorkloadFit | None = None,
+                       preset: str | None = None) -> TraceWorkload:
+    """The Workload ``plan`` is given for this trace: ``fitted`` (``servesize workload fit`` on the same file, so
+    plan --workload and simulate read one workload), else workload/fit.py over ``trace_observations``."""
+    replay = build_replay(trace, replace(opts, users=None, warmup=0.0))
+    if fitted is None:
+        try:
+            fitted = fit_observations(trace_observations(trace, replay), preset_name=preset)
+        except BadInput as exc:
+            raise BadInput(f"{trace.name}: {exc}") from None
+    notes = list(fitted.notes)
+    if not fitted.fields["think_time_s"].fitted:
+        notes.append(f"think time: {fitted.fields['think_time_s'].how}; preset {fitted.preset_name}'s is kept")
     peaks = _per_session(replay, replay.input_tokens.astype(np.float64), "max") if trace.has_sessions else np.zeros(0)
     counts = _per_session(replay, replay.input_tokens, "size") if trace.has_sessions else np.zeros(0)
-    return TraceWorkload(workload=workload, user_fit=fit.to_dict(),
+    return TraceWorkload(workload=fitted.workload, user_fit=fitted.user_fit.to_dict(),
                          session_peak_tokens_p50=float(np.median(peaks)) if peaks.size else None,
                          requests_per_session_p50=float(np.median(counts)) if counts.size else None,
-                         think_time_source="median pause from a request's end to its session's next request"
-                         if think > 0 else "the seed's default (the trace has no sessions)", notes=tuple(notes))
+                         think_time_source=fitted.fields["think_time_s"].how, notes=tuple(notes),
+                         fields={k: {"value": f.value, "fitted": f.fitted, "how": f.how}
+                                 for k, f in fitted.fields.items()}, preset=fitted.preset_name)

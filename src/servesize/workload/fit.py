@@ -198,10 +198,12 @@ class WorkloadFit:
         if self.fields["subagent"].fitted:
             data["subagent"] = {} if w.subagent is None else w.subagent.to_dict()
         for name, key in (("subagent_ratio", "subagent_ratio"), ("invalidation", "invalidation"),
-                          ("think_time_s", "think_time_s"), ("output_tokens", "output_tokens"),
-                          ("warm_turn_tokens", "warm_turn_tokens")):
+                          ("think_time_s", "think_time_s"), ("think_time_sigma", "think_time_sigma"),
+                          ("output_tokens", "output_tokens"), ("warm_turn_tokens", "warm_turn_tokens")):
             if self.fields[name].fitted:
                 data[key] = getattr(w, key)
+        if self.fields["think_time_sigma"].fitted:
+            data["think_time_median_s"] = w.think_time_median_s  # for the reader: derived from the two above
         o = self.observations
         data["fit"] = {
             "file": pathlib.Path(o.path).name, "format": o.format, "field": o.field, "n": self.user_fit.n,
@@ -267,7 +269,7 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
     if obs.prefix_tokens:
         return FieldFit("user_prefix_tokens", int(round(float(np.median(obs.prefix_tokens)))),
                         f"median system + tool tokens over {len(obs.prefix_tokens):,} sessions")
-    if obs.hash_prefix_tokens:
+    if obs.hash_prefix_tokens is not None:  # 0 is a finding too: no leading block is shared by most requests
         return FieldFit("user_prefix_tokens", int(obs.hash_prefix_tokens),
                         f"leading hash blocks shared by more than half the requests ({obs.cold_basis.split(':')[0]})")
     return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
@@ -300,6 +302,33 @@ def _mean_field(name: str, values: list[float], what: str, unit: str, integer: b
     if integer and value < 1:
         return FieldFit(name, None, f"the {what} average below one token")
     return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {float(np.median(arr)):,.4g}{unit})")
+
+
+def _think_fields(gaps: list[float], what: str) -> dict[str, FieldFit]:
+    """The think time as a distribution: the log-normal MLE over the positive pauses, its mean the planner's
+    ``think_time_s`` (median x exp(sigma^2 / 2)), its shape ``think_time_sigma``; the median is reported. The bare
+    sample mean is never used: one long pause (a lunch break) moves it by minutes."""
+    if not gaps:
+        why = f"the file has no {what}"
+        return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
+    arr = np.asarray(gaps, dtype=np.float64)
+    positive = arr[arr > 0]
+    if not positive.size:
+        why = f"every one of the {what} is 0 s"
+        return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
+    zeros = f"; {arr.size - positive.size:,} pauses of 0 s left out" if positive.size < arr.size else ""
+    if positive.size < MIN_SAMPLES or not np.std(np.log(positive)) > 0:
+        value = float(np.median(positive))
+        how = f"every one of the {positive.size:,} positive {what} is {value:,.4g} s (no spread: sigma 0){zeros}"
+        return {"think_time_s": FieldFit("think_time_s", round(value, 2), how),
+                "think_time_sigma": FieldFit("think_time_sigma", 0.0, how)}
+    fit = fit_lognormal(positive)
+    mean = fit.median * math.exp(0.5 * fit.sigma ** 2)
+    how = (f"log-normal MLE of {positive.size:,} {what}: median {fit.median:,.4g} s, sigma {fit.sigma:.3f}, "
+           f"KS D = {fit.ks_d:.3f}{zeros}; think_time_s is its mean, median x exp(sigma^2/2) = {mean:,.4g} s "
+           f"(the bare sample mean, {float(arr.mean()):,.4g} s, is not used)")
+    return {"think_time_s": FieldFit("think_time_s", round(mean, 2), how),
+            "think_time_sigma": FieldFit("think_time_sigma", round(fit.sigma, 4), how)}
 
 
 def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
@@ -364,8 +393,8 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         "user_prefix_tokens": prefix,
         "subagent": sub, "subagent_ratio": ratio,
         "invalidation": _invalidation_field(obs, prefix.value),
-        "think_time_s": _mean_field("think_time_s", obs.gaps_s, f"gaps between a session's requests ({obs.think_field})"
-                                    if obs.think_field else "think times", " s", integer=False),
+        **_think_fields(obs.gaps_s, f"pauses between a session's requests ({obs.think_field})"
+                        if obs.think_field else "think times"),
         "output_tokens": _mean_field("output_tokens", obs.output, f"output counts ({obs.output_field})"
                                      if obs.output_field else "output counts", "", integer=True),
         "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
@@ -376,11 +405,13 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
     if sub.fitted:
         changes["subagent"] = sub_cls  # None: the file labels requests and none is a subagent's
-    for key in ("subagent_ratio", "invalidation", "think_time_s", "output_tokens", "warm_turn_tokens"):
+    for key in ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
+                "warm_turn_tokens"):
         if fields[key].fitted:
             changes[key] = fields[key].value
     if fields["think_time_s"].fitted and fields["think_time_s"].value < MIN_THINK_TIME_S:
         changes.pop("think_time_s")
+        changes.pop("think_time_sigma", None)
         fields["think_time_s"] = FieldFit("think_time_s", None, "every gap is 0 s" if fields["think_time_s"].value <= 0
                                           else f"the mean gap is under {MIN_THINK_TIME_S:g} s: a load generator's")
     notes = _fit_notes(obs, fields, chosen, user_fit, base, user_prefix)

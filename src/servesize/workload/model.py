@@ -37,8 +37,9 @@ from servesize.workload.draws import RawDraw, draw_numbers
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
 SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s",
-                 "output_tokens", "warm_turn_tokens")
-FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset"})  # beside the scalar fields
+                 "output_tokens", "warm_turn_tokens", "think_time_sigma")
+# beside the scalar fields; think_time_median_s is derived (written for the reader; read only without think_time_s)
+FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"})
 
 # --- the seed's reference workload: the coding-agent preset of data/workloads.toml, where each value
 # --- carries its source (working-set-model.md 2.6; seed 000, "One measurement is not a capacity plan")
@@ -290,7 +291,10 @@ class Workload:
     subagents_share_prefix  subagents start with the user prefix instead of their own. Seed: False.
     invalidation            f, fraction of requests that match no cached prefix (cold). Seed: 0.01.
     max_model_len           the engine's --max-model-len; longer prompts pile up at it. Seed: 180k.
-    think_time_s            seconds between a user's requests (planner). Seed: 30 s.
+    think_time_s            the MEAN pause between a user's requests (planner: rates, Little's law). Seed: 30 s.
+    think_time_sigma        the log-normal shape of the pauses (fitted from a trace's gaps); None: the shape
+                            is not known and pauses are drawn exponential with that mean. The median is
+                            derived (``think_time_median_s``); read pauses through ``think_times``.
     output_tokens           output tokens per request (decode, power). Seed: 1,000.
     warm_turn_tokens        new tokens prefilled on a warm hit (prefill). Seed: 2,000.
     """
@@ -304,6 +308,7 @@ class Workload:
     think_time_s: float = SEED_THINK_TIME_S
     output_tokens: int = SEED_OUTPUT_TOKENS
     warm_turn_tokens: int = SEED_WARM_TURN_TOKENS
+    think_time_sigma: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.user, (SessionClass, EmpiricalClass)):
@@ -320,6 +325,9 @@ class Workload:
             raise BadInput(f"workload.max_model_len must be a whole number of tokens, got {self.max_model_len!r}")
         object.__setattr__(self, "max_model_len", int(cap))
         object.__setattr__(self, "think_time_s", _check_range("workload", "think_time_s", self.think_time_s, MIN_THINK_TIME_S, 1e6))
+        if self.think_time_sigma is not None:
+            object.__setattr__(self, "think_time_sigma", _check_range("workload", "think_time_sigma",
+                                                                      self.think_time_sigma, 0, _MAX_SIGMA))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
         turn = _check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS)
         object.__setattr__(self, "warm_turn_tokens", int(round(turn)))
@@ -344,6 +352,29 @@ class Workload:
     def replace(self, **changes) -> Workload:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+    # -- think time: one distribution, read through these ----------------------------------
+    @property
+    def think_time_median_s(self) -> float:
+        """The median pause: mean x exp(-sigma^2 / 2) for the fitted log-normal, mean x ln 2 for the exponential."""
+        if self.think_time_sigma is None:
+            return self.think_time_s * math.log(2.0)
+        return self.think_time_s * math.exp(-0.5 * self.think_time_sigma ** 2)
+
+    def think_time_quantile_s(self, q: float) -> float:
+        """The q-quantile of the pause (log-normal when the shape is fitted, else exponential)."""
+        if not 0 < q < 1:
+            raise BadInput(f"a think-time quantile must be in (0, 1), got {q!r}")
+        if self.think_time_sigma is None:
+            return -self.think_time_s * math.log1p(-q)
+        z = math.sqrt(2.0) * _erfinv(2.0 * q - 1.0)
+        return self.think_time_median_s * math.exp(self.think_time_sigma * z)
+
+    def think_times(self, rng: np.random.Generator, n: int | None = None):
+        """Pauses drawn from the think-time distribution (its mean is ``think_time_s``)."""
+        if self.think_time_sigma is None:
+            return rng.exponential(self.think_time_s, n)
+        return rng.lognormal(math.log(self.think_time_median_s), self.think_time_sigma, n)
 
     # -- derived -------------------------------------------------------------------------
     def classes(self) -> tuple[RequestClass, ...]:
@@ -516,6 +547,8 @@ class Workload:
             "think_time_s": self.think_time_s,
             "output_tokens": self.output_tokens,
             "warm_turn_tokens": self.warm_turn_tokens,
+            "think_time_sigma": self.think_time_sigma,
+            "think_time_median_s": self.think_time_median_s,
         }
 
     @classmethod
@@ -539,6 +572,9 @@ class Workload:
         sub_data = data.get("subagent")
         subagent = None if sub_data in (None, {}) else class_from_dict(sub_data, "subagent")
         kwargs = {k: data[k] for k in scalar if k in data}
+        think = think_mean_from(data)
+        if think is not None:
+            kwargs["think_time_s"] = think
         return cls(user=user, subagent=subagent, **kwargs)
 
     def describe(self) -> str:
@@ -549,4 +585,33 @@ class Workload:
             lines.append(self.subagent.describe() + (" (shares the user prefix)" if self.subagents_share_prefix else ""))
             lines.append(f"subagent requests per user request r = {self.subagent_ratio:g} (share {self.subagent_probability:.3f})")
         lines.append(f"invalidation f = {self.invalidation:g}; max_model_len = {self.max_model_len:,} tokens")
+        if self.think_time_sigma is not None:  # a fitted distribution: its median first, the mean the rates use
+            lines.append(f"think time: median {self.think_time_median_s:.3g} s (log-normal sigma "
+                         f"{self.think_time_sigma:.2f}), mean {self.think_time_s:.3g} s")
         return "\n".join(lines)
+
+
+def _erfinv(y: float) -> float:
+    """erf^-1 by Newton's method on math.erf (|y| < 1)."""
+    x = 0.0
+    for _ in range(60):
+        step = (math.erf(x) - y) / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
+        x -= step
+        if abs(step) < 1e-13:
+            break
+    return x
+
+
+def think_time_mean(median_s: float, sigma: float | None) -> float:
+    """The mean pause of a distribution given by its median: log-normal (sigma) or exponential (None)."""
+    return median_s * math.exp(0.5 * sigma ** 2) if sigma is not None else median_s / math.log(2.0)
+
+
+def think_mean_from(data: dict) -> float | None:
+    """A file that gives ``think_time_median_s`` and no ``think_time_s``: the mean it implies (else None)."""
+    if "think_time_median_s" not in data or "think_time_s" in data:
+        return None
+    median = _check_range("workload", "think_time_median_s", data["think_time_median_s"], 0, 1e6, lo_open=True)
+    sigma = data.get("think_time_sigma")
+    return think_time_mean(median, None if sigma is None else _check_range("workload", "think_time_sigma", sigma, 0,
+                                                                          _MAX_SIGMA))

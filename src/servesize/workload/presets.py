@@ -19,7 +19,15 @@ from typing import Any
 
 from servesize.errors import BadInput
 from servesize.workload.catalogue import DEFAULT_PRESET, FIELDS, preset_names, preset_table
-from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, SCALAR_FIELDS, SessionClass, Workload, class_from_dict
+from servesize.workload.model import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    SCALAR_FIELDS,
+    SessionClass,
+    Workload,
+    class_from_dict,
+    think_mean_from,
+)
 
 # the cap a Workload needs when neither the preset nor a flag gives one; resolve replaces it with
 # the model's own context (a Workload always has a cap)
@@ -110,7 +118,7 @@ def presets() -> list[Preset]:
 # Workload fields as origin names (the preset's field names)
 ORIGIN_FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "subagent", "subagent_ratio",
                  "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s", "output_tokens",
-                 "warm_turn_tokens", "speculative")
+                 "warm_turn_tokens", "speculative", "think_time_sigma")
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,7 @@ class WorkloadOrigin:
         else:
             sources["subagent"] = f"preset {p.name}: no subagent class"
         sources.setdefault("max_model_len", f"preset {p.name} gives none: the model's own context")
+        sources.setdefault("think_time_sigma", f"preset {p.name} gives a mean only: pauses drawn exponential")
         return cls(p, sources)
 
     def given(self, changes: Mapping[str, str]) -> WorkloadOrigin:
@@ -174,7 +183,7 @@ def _check_file(data: Any) -> None:
     version = data.get(FORMAT_KEY, FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise BadInput(f"workload file: {FORMAT_KEY} = {version!r} is not a version this servesize reads (1)")
-    allowed = set(SCALAR_FIELDS) | {"user", "subagent", FORMAT_KEY, "fit", "preset"}
+    allowed = set(SCALAR_FIELDS) | {"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise BadInput(f"workload file: unknown field(s): {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
@@ -218,6 +227,10 @@ def workload_from_data(data: Any, base: Workload, origin: WorkloadOrigin, path: 
         if key in data:
             changes[key] = data[key]
             said_by[key] = said(key)
+    think = think_mean_from(data)
+    if think is not None:  # a file that states the median pause (and its shape), not the mean
+        changes["think_time_s"] = think
+        said_by["think_time_s"] = said("think_time_median_s")
     try:
         workload = base.replace(**changes)
     except BadInput as exc:

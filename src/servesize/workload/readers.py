@@ -412,10 +412,11 @@ def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) ->
     obs.user.append(x)
     if out is not None:
         obs.output.append(out)
-    if t is not None:
+    if t is not None:  # the pause: from the previous request's end (t + api_time) to this request
         if state.get("t") is not None:
             obs.gaps_s.append(max(0.0, t - state["t"]))
-        state["t"] = t
+        served = _number(r.get("api_time"), f"{where}.api_time")
+        state["t"] = t + (served if served is not None and served > 0 else 0.0)
     cold = None
     if ids is not None and state.get("cache") is not None:
         cold = state["cache"].cold(ids)
@@ -572,7 +573,7 @@ def _read_json_records(text: str, path: str, column: str | None) -> Observations
     if fmt.finish is not None:
         fmt.finish(obs)
     if fmt.format == "claude-code":
-        obs.think_field = "gaps between a session's requests[].t"
+        obs.think_field = "pauses from a request's end (t + api_time) to its session's next requests[].t"
         obs.labels_field = "type: subagent entries"
     return obs
 

@@ -1,0 +1,801 @@
+"""A step-level model of vLLM's V1 engine: its scheduler, its prefix cache and its step times, at N users.
+
+What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM 0.8 to 0.11):
+
+- **continuous batching**: every step schedules the running requests first, in order, then the waiting ones
+  first come first served; a request joins or leaves the batch at any step;
+- **chunked prefill**: a step carries at most ``max_num_batched_tokens`` new tokens; a running decode takes
+  one, a prefill takes what is left of the budget, so a long prompt spreads over ceil(L / budget) steps (the
+  KV of the chunks already done stays, and their full blocks are cached as they fill);
+- **max_num_seqs**: no waiting request is admitted while that many run;
+- **the exact prefix cache** of cache.py (``BlockPool``: the free queue, LRU eviction, hits pinned, blocks freed
+  tail first, the last prompt token recomputed); a waiting request is admitted only when its blocks fit;
+- **preemption by recompute**: a running request that needs a block when none is free preempts the request
+  scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
+  them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
+  preempted;
+- **step times from the planner's rooflines**: a step's decoders cost what planning/decode.py's DecodeSetup
+  says for their contexts (weights once, KV per context token, compute where priced, MTP's speedup as tokens
+  per step), its prefill chunks what planning/prefill.py's PrefillSetup says for each chunk over its cached
+  part; a mixed step costs the sum (``MIXED_STEP``: prefill is compute-bound, decode memory-bound; summing is
+  the conservative reading, the overlapped reading would take the larger).
+
+Users are closed-loop: each user sends its next request a pause after its previous answer ends, the pause
+the trace had there (its gap less the trace's own service time) or the workload's think-time distribution
+(sessions generated from a workload). A step in which nothing but decoding happens repeats until the next
+arrival, finish or block boundary, and is advanced in one vectorised jump (the same rooflines, step by step).
+
+Reported: time to first token (arrival to the end of the step that finishes its prefill, queueing included)
+and each request's decode speed (its output after the first token over the time it took), p50 and p95, over
+the requests that arrive after the warm-up; and the users at which the comfort SLO (DESIGN.md: warm, the
+decode floor at p95 of requests, the TTFT budget at p95) breaks, by a bounded search over N.
+
+Not modelled: CUDA graphs' padding, the async scheduler's overlap, priorities, the V1 ``long_prefill_token
+_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), recurrent-state
+blocks of hybrid models, CPU offload, pipeline parallelism and routing across data-parallel replicas (one
+replica).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.limits import MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
+from servesize.simulate.replay import Replay, ReplayOptions, build_replay
+from servesize.simulate.traces import Trace
+
+MIXED_STEP = "sum"      # a step with prefill chunks and decoders costs prefill + decode (see the docstring)
+JUMP_STEPS = 512        # decode-only steps advanced in one vectorised jump, at most
+DEFAULT_TTFT_PERCENTILE = 95.0
+DEFAULT_DECODE_PERCENTILE = 95.0  # the decode floor holds for this share of requests (their p5 speed)
+DEFAULT_WARM_SHARE = 0.95         # returning turns that find at least half their prefix cached (the SLO's "warm")
+DEFAULT_WARMUP = 0.5              # requests arriving in the first half of the simulated time are not counted
+
+Progress = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------------------------
+# the engine's settings and its step times
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One replica's scheduler and pool: ``num_blocks`` as vLLM counts them (the null block included)."""
+
+    num_blocks: int
+    block_size: int
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    output_blocks: bool = True
+
+    def __post_init__(self):
+        if not 2 <= self.num_blocks <= 1 << 31:
+            raise BadInput(f"the pool must have between 2 and {1 << 31:,} blocks, got {self.num_blocks:,}")
+        if self.block_size < 1:
+            raise BadInput(f"the block size must be >= 1 token, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise BadInput(f"--max-num-seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise BadInput(f"--max-num-batched-tokens must be >= 1, got {self.max_num_batched_tokens}")
+
+
+class StepTimes:
+    """Seconds of one engine step, from the planner's own rooflines (planning/prefill.py, planning/decode.py)."""
+
+    def __init__(self, prefill, decode):
+        self.prefill, self.decode = prefill, decode
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Tokens a decoding sequence gains per step: 1, or MTP's expected accepted tokens + 1."""
+        return float(self.decode.spec_speedup)
+
+    def prefill_s(self, tokens: float, prior: float) -> float:
+        return float(self.prefill.seconds(float(tokens), float(prior)))
+
+    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
+        """One step of len(contexts[-1]) decoders for each row of ``contexts`` (rows: successive steps)."""
+        d = self.decode
+        step_bytes = d.step_bytes(contexts)
+        flops = None
+        if d.prices_compute:
+            topk = np.minimum(contexts, d.topk_tokens).sum(axis=-1) if d.topk_tokens else 0.0
+            flops = d.step_flops(contexts.shape[-1], contexts.sum(axis=-1), topk)
+        return np.asarray(d.step_seconds(step_bytes, flops), dtype=np.float64)
+
+
+class FixedStepTimes:
+    """Step times as constants (worked examples): ``prefill_per_token_s`` per new token, ``decode_step_s`` +
+    ``decode_per_seq_s`` per decoder per step."""
+
+    def __init__(self, prefill_per_token_s: float, decode_step_s: float, decode_per_seq_s: float = 0.0,
+                 tokens_per_step: float = 1.0):
+        self.a, self.b, self.c, self.k = prefill_per_token_s, decode_step_s, decode_per_seq_s, tokens_per_step
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        return self.k
+
+    def prefill_s(self, tokens: float, prior: float) -> float:
+        return self.a * float(tokens)
+
+    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
+        n = contexts.shape[-1]
+        return np.full(contexts.shape[:-1], self.b + self.c * n, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# the result
+# ----------------------------------------------------------------------------------------------
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if x.size else None
+
+
+@dataclass
+class EngineRun:
+    """One simulation at one user count: per request, and the engine's counters."""
+
+    users: int
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray     # NaN: never answered (too large for the pool, or the run stopped)
+    finish_s: np.ndarray
+    hit_tokens: np.ndarray        # cached tokens at the request's (first) admission
+    ideal_tokens: np.ndarray      # what an unbounded cache would have served
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    preemptions: np.ndarray       # per request
+    steps: int = 0
+    prefill_steps: int = 0
+    decode_only_steps: int = 0
+    jumps: int = 0
+    events: int = 0               # arrivals + admissions + finishes + preemptions
+    prefill_chunks: int = 0
+    mixed_steps: int = 0          # steps that carry prefill chunks and decoders together (a decode's stall)
+    too_large: int = 0
+    clock_s: float = 0.0
+    busy_s: float = 0.0
+    decoders_per_step: list[int] = field(default_factory=list)  # a sample (one per step up to a cap)
+    stopped: bool = False         # MAX_ENGINE_STEPS reached
+    warmup: float = DEFAULT_WARMUP
+
+    def measured(self) -> np.ndarray:
+        done = np.isfinite(self.first_token_s)
+        return done & (self.arrival_s >= self.warmup * self.clock_s)
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        m = self.measured()
+        return self.first_token_s[m] - self.arrival_s[m]
+
+    @property
+    def decode_tok_s(self) -> np.ndarray:
+        m = self.measured() & np.isfinite(self.finish_s) & (self.output_tokens > 1)
+        span = self.finish_s[m] - self.first_token_s[m]
+        ok = span > 0
+        return (self.output_tokens[m][ok] - 1) / span[ok]
+
+    @property
+    def warm_share(self) -> float:
+        """Of the measured turns an unbounded cache would serve, the share served at least half of that."""
+        m = self.measured() & (self.ideal_tokens > 0)
+        return float(np.mean(self.hit_tokens[m] * 2 >= self.ideal_tokens[m])) if m.any() else 1.0
+
+    @property
+    def token_hit_rate(self) -> float:
+        m = self.measured()
+        total = float(self.input_tokens[m].sum())
+        return float(self.hit_tokens[m].sum()) / total if total else 0.0
+
+    def summary(self) -> dict:
+        ttft, speed = self.ttft_s, self.decode_tok_s
+        return {"users": self.users, "requests": int(self.arrival_s.size), "measured": int(self.measured().sum()),
+                "ttft_s_p50": _pct(ttft, 50), "ttft_s_p95": _pct(ttft, 95),
+                "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
+                "warm_share": self.warm_share, "token_hit_rate": self.token_hit_rate,
+                "preemptions": int(self.preemptions.sum()), "too_large": self.too_large, "steps": self.steps,
+                "prefill_steps": self.prefill_steps, "mixed_steps": self.mixed_steps, "events": self.events,
+                "jumps": self.jumps,
+                "simulated_s": self.clock_s, "busy_share": self.busy_s / self.clock_s if self.clock_s else 0.0,
+                "decoders_per_step_p50": _pct(np.asarray(self.decoders_per_step), 50),
+                "decoders_per_step_p95": _pct(np.asarray(self.decoders_per_step), 95), "stopped": self.stopped}
+
+
+# ----------------------------------------------------------------------------------------------
+# the engine
+# ----------------------------------------------------------------------------------------------
+
+_SAMPLE_STEPS = 200_000  # decoders per step are kept for at most this many steps (the percentiles' sample)
+
+
+class _Engine:
+    """The scheduler's state over one replay: requests by replay index, users closed-loop."""
+
+    def __init__(self, replay: Replay, cfg: EngineConfig, times, pauses: np.ndarray, starts: dict[int, float],
+                 order: dict[int, list[int]], warmup: float):
+        if cfg.block_size != replay.block_size:
+            raise BadInput(f"the replay is in {replay.block_size}-token blocks, the engine in {cfg.block_size}-token ones")
+        self.r, self.cfg, self.t = replay, cfg, times
+        n = replay.requests
+        self.pool = BlockPool(cfg.num_blocks, replay.num_nodes)
+        self.cap = replay.hittable_blocks()
+        self.seen = np.zeros(max(replay.num_nodes, 1), dtype=bool)
+        self.prompt = replay.input_tokens.astype(np.int64)
+        self.out = replay.output_tokens.astype(np.int64).clip(min=1)
+        self.target = self.prompt.copy()          # tokens to (re)compute before decoding: prompt (+ output so far)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.float64)
+        self.blocks: dict[int, list[int]] = {}
+        self.cached_upto = np.zeros(n, dtype=np.int64)  # prompt nodes already hashed into the pool
+        self.pauses, self.order = pauses, order
+        self.user_of = closed_loop_users(replay)
+        self.next_of = {u: 0 for u in order}
+        self.arrivals: list[tuple[float, int]] = [(starts[u], order[u][0]) for u in order if order[u]]
+        heapq.heapify(self.arrivals)
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.now = 0.0
+        self.run = EngineRun(users=len(order), arrival_s=np.full(n, np.nan), first_token_s=np.full(n, np.nan),
+                             finish_s=np.full(n, np.nan), hit_tokens=np.zeros(n, dtype=np.int64),
+                             ideal_tokens=np.zeros(n, dtype=np.int64), input_tokens=self.prompt, output_tokens=self.out,
+                             preemptions=np.zeros(n, dtype=np.int64), warmup=warmup)
+        self.admitted_once = np.zeros(n, dtype=bool)
+        self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats)
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def _nodes(self, i: int) -> np.ndarray:
+        return self.r.nodes[self.r.offsets[i]:self.r.offsets[i + 1]]
+
+    def _blocks_for(self, tokens: float) -> int:
+        return -(-int(math.ceil(tokens)) // self.cfg.block_size)
+
+    def _grow(self, i: int, tokens: float) -> bool:
+        """Blocks for ``tokens`` KV tokens of request i; False when the pool has too few free."""
+        need = self._blocks_for(tokens) - len(self.blocks[i])
+        if need <= 0:
+            return True
+        if need > self.pool.free:
+            return False
+        self.blocks[i].extend(self.pool.allocate(need).tolist())
+        return True
+
+    def _hash_prompt(self, i: int) -> None:
+        """Hash the prompt blocks request i has computed (full blocks as they fill; all when the prompt is done)."""
+        nodes = self._nodes(i)
+        done = nodes.size if self.computed[i] >= self.prompt[i] else min(int(self.computed[i]) // self.cfg.block_size,
+                                                                           nodes.size)
+        k0 = int(self.cached_upto[i])
+        if done > k0:
+            held = np.asarray(self.blocks[i][k0:done], dtype=np.int32)
+            fresh = self.pool.node_of[held] == UNHASHED
+            if fresh.any():
+                self.pool.cache(held[fresh], nodes[k0:done][fresh])
+            self.cached_upto[i] = done
+
+    def _free(self, i: int) -> None:
+        """Free request i's blocks tail first; its full output blocks stay cached (under ids nothing names)."""
+        held = np.asarray(self.blocks.pop(i), dtype=np.int32)
+        nodes = self._nodes(i)
+        full = int(self.prompt[i] + self.generated[i]) // self.cfg.block_size if self.cfg.output_blocks else 0
+        tail = held[nodes.size:full] if full > nodes.size else held[:0]
+        if tail.size:
+            unhashed = tail[self.pool.node_of[tail] == UNHASHED]
+            self.pool.node_of[unhashed] = ANONYMOUS
+        self.pool.release(held)
+        self.cached_upto[i] = 0
+
+    # -- scheduling -----------------------------------------------------------------------------
+    def _preempt(self) -> int:
+        victim = self.running.pop()
+        self._free(victim)
+        self.computed[victim] = 0
+        self.target[victim] = self.prompt[victim] + int(self.generated[victim])  # recompute prompt + output so far
+        self.waiting.appendleft(victim)
+        self.run.preemptions[victim] += 1
+        self.run.events += 1
+        return victim
+
+    def _schedule_running(self, budget: int) -> tuple[dict[int, int], int, bool]:
+        scheduled: dict[int, int] = {}
+        preempted = False
+        k = 0
+        while k < len(self.running) and budget > 0:
+            i = self.running[k]
+            left = int(self.target[i] - self.computed[i])
+            new = min(left, budget) if left > 0 else 1
+            tokens = self.computed[i] + new if left > 0 else self.prompt[i] + self.generated[i] + self.t.tokens_per_decode_step
+            while not self._grow(i, tokens):
+                preempted = True
+                if self._preempt() == i:
+                    break
+            else:
+                scheduled[i] = new
+                budget -= new
+                k += 1
+                continue
+            break  # request i itself was preempted: nothing after it runs either (it was the last)
+        return scheduled, budget, preempted
+
+    def _admit(self, i: int, budget: int) -> int:
+        """Admit the waiting request i with at most ``budget`` new tokens: the tokens scheduled, or 0 (no room)."""
+        cfg, pool = self.cfg, self.pool
+        nodes = self._nodes(i)
+        hits = pool.lookup(nodes[: int(self.cap[i])])
+        hit_tokens = hits.size * cfg.block_size
+        new = min(int(self.target[i]) - hit_tokens, budget)
+        need = self._blocks_for(hit_tokens + new) - hits.size
+        idle = pool.idle(hits)
+        if need > pool.free - int(np.count_nonzero(idle)):
+            return 0
+        pool.touch(hits, idle)
+        self.blocks[i] = hits.tolist() + (pool.allocate(need).tolist() if need > 0 else [])
+        self.cached_upto[i] = hits.size
+        self.computed[i] = hit_tokens
+        if not self.admitted_once[i]:
+            self.admitted_once[i] = True
+            self.run.hit_tokens[i] = hit_tokens
+        self.running.append(i)
+        self.run.events += 1
+        return new
+
+    def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
+        self.blocked = False
+        while self.waiting and budget > 0:
+            if len(self.running) >= self.cfg.max_num_seqs:
+                self.blocked = True
+                return
+            i = self.waiting[0]
+            new = self._admit(i, budget)
+            if new <= 0:
+                self.blocked = True
+                return
+            self.waiting.popleft()
+            scheduled[i] = new
+            budget -= new
+
+    # -- arrivals and finishes ------------------------------------------------------------------
+    def _arrive(self, i: int, t: float) -> None:
+        run = self.run
+        run.arrival_s[i] = t
+        run.events += 1
+        nodes = self._nodes(i)
+        probe = self.seen[nodes[: int(self.cap[i])]]
+        unseen = np.flatnonzero(~probe)
+        run.ideal_tokens[i] = (unseen[0] if unseen.size else probe.size) * self.cfg.block_size
+        self.seen[nodes] = True
+        out = self.prompt[i] + self.out[i] if self.cfg.output_blocks else self.prompt[i] + 1
+        if self._blocks_for(out) > self.cfg.num_blocks - 1:
+            run.too_large += 1  # more blocks than the pool has: vLLM never schedules it
+            self._next(int(self.user_of[i]), t)
+            return
+        self.waiting.append(i)
+
+    def _next(self, user: int, t: float) -> None:
+        k = self.next_of[user] + 1
+        self.next_of[user] = k
+        if k < len(self.order[user]):
+            j = self.order[user][k]
+            heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
+
+    def _finish(self, i: int) -> None:
+        self.run.finish_s[i] = self.now
+        self.run.events += 1
+        self.running.remove(i)
+        self._free(i)
+        self._next(int(self.user_of[i]), self.now)
+
+    # -- one step -------------------------------------------------------------------------------
+    def _take_arrivals(self) -> None:
+        while self.arrivals and self.arrivals[0][0] <= self.now:
+            t, i = heapq.heappop(self.arrivals)
+            self._arrive(i, t)
+
+    def step(self) -> bool:
+        """One scheduler step (or a jump of identical decode steps); False when nothing is left to do."""
+        self._take_arrivals()
+        if not self.running and not self.waiting:
+            if not self.arrivals:
+                return False
+            self.now = max(self.now, self.arrivals[0][0])  # idle until the next request
+            return True
+        if self._can_jump():
+            self._jump()
+            return True
+        budget = self.cfg.max_num_batched_tokens
+        scheduled, budget, preempted = self._schedule_running(budget)
+        if not preempted:
+            self._schedule_waiting(scheduled, budget)
+        self._execute(scheduled)
+        return True
+
+    def _execute(self, scheduled: dict[int, int]) -> None:
+        run, t = self.run, self.t
+        prefill_s, decoders, contexts = 0.0, [], []
+        for i, new in scheduled.items():
+            if self.computed[i] < self.target[i]:
+                prefill_s += t.prefill_s(new, self.computed[i])
+                run.prefill_chunks += 1
+            else:
+                decoders.append(i)
+                contexts.append(self.prompt[i] + self.generated[i])
+        decode_s = float(t.decode_s(np.asarray(contexts, dtype=np.float64)[None, :])[0]) if decoders else 0.0
+        dt = prefill_s + decode_s
+        self.now += dt
+        run.busy_s += dt
+        run.steps += 1
+        run.prefill_steps += prefill_s > 0
+        run.mixed_steps += prefill_s > 0 and bool(decoders)
+        if len(run.decoders_per_step) < _SAMPLE_STEPS:
+            run.decoders_per_step.append(len(decoders))
+        finished = []
+        for i, new in scheduled.items():
+            if self.computed[i] < self.target[i]:
+                self.computed[i] += new
+                self._hash_prompt(i)
+                if self.computed[i] >= self.target[i]:  # the prefill's last chunk samples a token
+                    if math.isnan(run.first_token_s[i]):
+                        run.first_token_s[i] = self.now
+                    self.generated[i] += 1
+            else:
+                self.generated[i] += t.tokens_per_decode_step
+            if self.computed[i] >= self.target[i] and self.generated[i] >= self.out[i]:
+                finished.append(i)
+        for i in finished:
+            self._finish(i)
+
+    # -- decode-only jumps ----------------------------------------------------------------------
+    def _can_jump(self) -> bool:
+        if not self.running or (self.waiting and not self.blocked):
+            return False
+        return all(self.computed[i] >= self.target[i] for i in self.running) and len(self.running) <= \
+            self.cfg.max_num_batched_tokens
+
+    def _jump(self) -> None:
+        """Advance k identical decode-only steps at once: k stops before the next arrival, finish or missing block."""
+        run, t, bs = self.run, self.t, self.cfg.block_size
+        idx = np.asarray(self.running, dtype=np.int64)
+        s = t.tokens_per_decode_step
+        gen = self.generated[idx]
+        ctx = self.prompt[idx] + gen
+        left = self.out[idx] - gen
+        k_finish = max(1, int(np.min(np.ceil(left / s))))
+        k = min(k_finish, JUMP_STEPS)
+        # blocks: after j steps each needs ceil((ctx + (j + 1) s) / bs); stop where the pool runs short
+        held = np.asarray([len(self.blocks[i]) for i in self.running], dtype=np.int64)
+        j = np.arange(k, dtype=np.float64)
+        need = np.ceil((ctx[None, :] + (j[:, None] + 1) * s) / bs).astype(np.int64) - held[None, :]
+        total = np.maximum(need, 0).sum(axis=1)
+        short = np.flatnonzero(total > self.pool.free)
+        if short.size:
+            k = int(short[0])
+            if k == 0:  # the very next step needs a block the pool lacks: the step-by-step path preempts
+                budget = self.cfg.max_num_batched_tokens
+                scheduled, _, _ = self._schedule_running(budget)
+                self._execute(scheduled)
+                return
+        times = t.decode_s(ctx[None, :] + j[:k, None] * s)
+        ends = self.now + np.cumsum(times)
+        if self.arrivals:  # a step starting at or after the next arrival would see it: stop before
+            starts = ends - times
+            k = max(1, min(k, int(np.searchsorted(starts, self.arrivals[0][0], side="left"))))
+        dt = float(ends[k - 1] - self.now)
+        for m, i in enumerate(self.running):
+            self._grow(i, ctx[m] + k * s)
+        self.generated[idx] += k * s
+        self.now += dt
+        run.busy_s += dt
+        run.steps += k
+        run.decode_only_steps += k
+        run.jumps += 1
+        room = _SAMPLE_STEPS - len(run.decoders_per_step)
+        if room > 0:
+            run.decoders_per_step.extend([idx.size] * min(k, room))
+        for i in [i for i in self.running if self.generated[i] >= self.out[i]]:
+            self._finish(i)
+
+
+# ----------------------------------------------------------------------------------------------
+# driving it: users from a replay, pauses from the trace or the workload
+# ----------------------------------------------------------------------------------------------
+
+def closed_loop_users(replay: Replay) -> np.ndarray:
+    """Whose request each is: the replay's user (``--users N``), else its session (the trace as it is)."""
+    return np.where(replay.user >= 0, replay.user, replay.session)
+
+
+def closed_loop(replay: Replay) -> tuple[np.ndarray, dict[int, float], dict[int, list[int]]]:
+    """Per request, the pause before it (its arrival less its predecessor's arrival and service, in the replay's
+    user order); each user's first arrival; each user's requests in order."""
+    n = replay.requests
+    users_of = closed_loop_users(replay)
+    order: dict[int, list[int]] = {}
+    for i in np.lexsort((replay.arrival_s, users_of)).tolist():
+        order.setdefault(int(users_of[i]), []).append(i)
+    pauses = np.zeros(n, dtype=np.float64)
+    service = np.nan_to_num(replay.service_s, nan=0.0)
+    starts = {}
+    for u, reqs in order.items():
+        starts[u] = float(replay.arrival_s[reqs[0]])
+        a = np.asarray(reqs)
+        if a.size > 1:
+            pauses[a[1:]] = np.maximum(replay.arrival_s[a[1:]] - replay.arrival_s[a[:-1]] - service[a[:-1]], 0.0)
+    return pauses, starts, order
+
+
+def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float = DEFAULT_WARMUP,
+                    max_steps: int = MAX_ENGINE_STEPS) -> EngineRun:
+    """Run the engine over every request of ``replay`` (closed-loop by user) and return what it measured."""
+    if not 0 <= warmup < 1:
+        raise BadInput(f"the warm-up must be in [0, 1), got {warmup!r}")
+    pauses, starts, order = closed_loop(replay)
+    eng = _Engine(replay, cfg, times, pauses, starts, order, warmup)
+    while eng.step():
+        if eng.run.steps >= max_steps:
+            eng.run.stopped = True
+            break
+    eng.run.clock_s = eng.now
+    return eng.run
+
+
+# ----------------------------------------------------------------------------------------------
+# the comfort SLO and users at which it breaks
+# ----------------------------------------------------------------------------------------------
+
+BASELINE_SLACK = 0.02  # load may add this share of misses to what one user alone already has (sampling noise)
+
+
+@dataclass(frozen=True)
+class Comfort:
+    """DESIGN.md's "served comfortably", as the engine sees it: at most 5% of turns (the p95) miss the TTFT
+    budget, at most 5% of requests decode below the floor, and at least 95% of returning turns are warm.
+
+    Where one user alone already misses more (a cold prefill longer than the budget, a prompt prefilled beside
+    a decode), the criterion is that load adds no more than ``BASELINE_SLACK`` to the share one user alone
+    misses: a budget one miss exceeds is a share of turns that miss it, never zero users (DESIGN.md)."""
+
+    ttft_limit_s: float = 10.0
+    decode_floor_tok_s: float = 40.0
+    ttft_percentile: float = DEFAULT_TTFT_PERCENTILE
+    decode_percentile: float = DEFAULT_DECODE_PERCENTILE
+    warm_share: float = DEFAULT_WARM_SHARE
+
+    def shares(self, run: EngineRun) -> dict:
+        ttft, speed = run.ttft_s, run.decode_tok_s
+        return {"ttft_miss": float(np.mean(ttft > self.ttft_limit_s)) if ttft.size else 1.0,
+                "slow": float(np.mean(speed < self.decode_floor_tok_s)) if speed.size else 0.0,
+                "warm": run.warm_share}
+
+    def check(self, run: EngineRun, baseline: dict | None = None) -> tuple[bool, str]:
+        """(met, why), ``baseline`` the ``shares`` of one user alone (None: the run is that one)."""
+        if not run.ttft_s.size:
+            return False, "no request was answered after the warm-up"
+        if run.stopped:
+            return False, f"the run stopped at {MAX_ENGINE_STEPS:,} steps"
+        got = self.shares(run)
+        base = baseline or got
+        allowed = max(1 - self.ttft_percentile / 100, base["ttft_miss"] + BASELINE_SLACK * (baseline is not None))
+        if got["ttft_miss"] > allowed + 1e-12:
+            return False, (f"{got['ttft_miss']:.1%} of turns wait > {self.ttft_limit_s:g} s for the first token "
+                           f"(allowed {allowed:.1%}; one user alone {base['ttft_miss']:.1%})")
+        allowed = max(1 - self.decode_percentile / 100, base["slow"] + BASELINE_SLACK * (baseline is not None))
+        if got["slow"] > allowed + 1e-12:
+            mixed = run.mixed_steps / max(run.prefill_steps, 1)
+            return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
+                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}): {mixed:.0%} of the steps "
+                           "that prefill also carry decodes, which wait for the chunk")
+        need = min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
+        if got["warm"] < need - 1e-12:
+            return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {base['warm']:.1%})"
+        return True, "met"
+
+    def to_dict(self) -> dict:
+        return {"ttft_limit_s": self.ttft_limit_s, "decode_floor_tok_s": self.decode_floor_tok_s,
+                "ttft_percentile": self.ttft_percentile, "decode_percentile": self.decode_percentile,
+                "warm_share": self.warm_share, "baseline_slack": BASELINE_SLACK}
+
+
+@dataclass
+class EngineUsers:
+    """The largest N whose engine run meets the comfort SLO (0: not even one user), and every N tried."""
+
+    users: int
+    comfort: Comfort
+    points: dict[int, dict]
+    capped: bool = False
+    breaks_at: int | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"users": self.users, "capped": self.capped, "breaks_at": self.breaks_at, "reason": self.reason,
+                "comfort": self.comfort.to_dict(), "points": [self.points[n] for n in sorted(self.points)]}
+
+    def line(self) -> str:
+        above = "at least " if self.capped else ""
+        why = f"; at {self.breaks_at:,}: {self.reason}" if self.breaks_at else ""
+        return f"{above}{self.users:,} users served comfortably (engine simulator){why}"
+
+
+def users_at_comfort(run_at: Callable[[int], EngineRun], comfort: Comfort, *, max_users: int = MAX_ENGINE_USERS,
+                     progress: Progress | None = None) -> EngineUsers:
+    """Doubling then bisection over N (each N one engine run) for the largest N meeting ``comfort``."""
+    if not 1 <= max_users <= MAX_ENGINE_USERS:
+        raise BadInput(f"the users searched must be in [1, {MAX_ENGINE_USERS:,}], got {max_users!r}")
+    points: dict[int, dict] = {}
+    verdict: dict[int, tuple[bool, str]] = {}
+    baseline: dict = {}
+
+    def ok(n: int) -> bool:
+        if n not in verdict:
+            if progress is not None:
+                progress(f"engine simulator: {n:,} users")
+            run = run_at(n)
+            if n == 1:
+                baseline.update(comfort.shares(run))
+            verdict[n] = comfort.check(run, None if n == 1 else baseline)
+            points[n] = {**run.summary(), **comfort.shares(run), "comfortable": verdict[n][0], "why": verdict[n][1]}
+        return verdict[n][0]
+
+    if not ok(1):
+        return EngineUsers(0, comfort, points, breaks_at=1, reason=verdict[1][1])
+    good, bad = 1, None
+    while bad is None:
+        n = min(2 * good, max_users)
+        if n == good:
+            return EngineUsers(good, comfort, points, capped=True)
+        good, bad = (n, None) if ok(n) else (good, n)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return EngineUsers(good, comfort, points, breaks_at=bad, reason=verdict[bad][1])
+
+
+def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, comfort: Comfort, *,
+                 users: int | None = None, warmup: float = DEFAULT_WARMUP, max_users: int = MAX_ENGINE_USERS,
+                 think_time_s: float | None = None, progress: Progress | None = None
+                 ) -> tuple[EngineRun | None, EngineUsers | None]:
+    """At ``users`` (one run), or the users at which ``comfort`` breaks (the search).
+
+    A trace of sessions: N users each running sessions back to back (replay.py's ``--users``), closed-loop. A
+    trace of lone requests on one clock (Mooncake): its arrivals compressed or stretched so that they come at the
+    rate N users make, N x (1 + r) / think time (planning.latency.request_rate; ``think_time_s`` the workload's),
+    each request on its own (open-loop)."""
+    if trace.has_sessions:
+        base = replace(opts, users=None, warmup=0.0, block_size=cfg.block_size,
+                       align=opts.align if opts.align in ("t0", "stagger") else "stagger")
+
+        def run_at(n: int) -> EngineRun:
+            return simulate_engine(build_replay(trace, replace(base, users=n)), cfg, times, warmup=warmup)
+    else:
+        if think_time_s is None or not think_time_s > 0:
+            raise BadInput(f"{trace.name}: its requests belong to no sessions; the engine simulator needs the "
+                           "workload's think time to turn its arrival rate into users")
+        replay = build_replay(trace, replace(opts, users=None, warmup=0.0, block_size=cfg.block_size, align="trace"))
+        span = float(replay.arrival_s.max() - replay.arrival_s.min()) if replay.requests > 1 else 0.0
+        if not span > 0:
+            raise BadInput(f"{trace.name}: every request arrives at once: no rate to scale")
+        trace_rate = (replay.requests - 1) / span
+
+        def run_at(n: int) -> EngineRun:
+            from servesize.planning.latency import request_rate
+
+            scale = trace_rate / request_rate(n, think_time_s)  # > 1 stretches the trace's clock
+            scaled = replace(replay, arrival_s=replay.arrival_s * scale)
+            out = simulate_engine(scaled, cfg, times, warmup=warmup)
+            out.users = n
+            return out
+
+    at = run_at(users) if users is not None else None
+    found = users_at_comfort(run_at, comfort, max_users=max_users, progress=progress) if users is None else None
+    return at, found
+
+
+# ----------------------------------------------------------------------------------------------
+# beside the plan: agreement, or the reason they differ
+# ----------------------------------------------------------------------------------------------
+
+AGREEMENT = 0.15  # plan's users and the engine's users-at-SLO agree when within this share of the engine's
+
+_WHY = {  # what each side's limit models, for the one-line reason
+    "cache": "plan's cache ceiling counts sessions whose whole context fits at once (p5 of the warm fill)",
+    "decode": "plan's decode ceiling prices the decoders it expects at once against the floor",
+    "latency": "plan's latency ceiling is a queue of cold and warm prefills against the TTFT budget",
+    "saturation": "plan's saturation ceiling is the prefill work per replica at 100% duty",
+}
+
+
+def disagreement(plan_users: float, plan_binding: str, engine: EngineUsers, dp: int = 1,
+                 tolerance: float = AGREEMENT) -> str | None:
+    """One line, or None when plan's users are within ``tolerance`` of the engine's users-at-SLO (x dp)."""
+    sim = engine.users * dp
+    if sim > 0 and abs(plan_users - sim) <= tolerance * sim:
+        return None
+    if sim == 0 and plan_users < 1:
+        return None
+    gap = f"{(plan_users - sim) / sim:+.0%}" if sim else "the engine serves none"
+    broke = f"at {engine.breaks_at * dp:,} the engine breaks on {engine.reason}" if engine.breaks_at else \
+        f"the engine met the SLO up to its search cap ({engine.users * dp:,})"
+    return (f"plan {plan_users:,.0f} users ({plan_binding} binds) vs the engine simulator's {sim:,} ({gap}): "
+            f"{_WHY.get(plan_binding, plan_binding)}; {broke}")
+
+
+@dataclass
+class EngineReport:
+    """``simulate --engine``: the deployment's engine at N users and/or the users at which comfort breaks."""
+
+    trace: dict
+    config: EngineConfig
+    step_model: str
+    comfort: Comfort
+    choices: dict
+    at: EngineRun | None = None
+    found: EngineUsers | None = None
+    plan: dict | None = None
+    disagreement: str | None = None
+    workload: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    exit_code: int = 0
+    plan_object: Any = field(default=None, repr=False)  # the Plan itself (check_plan sets its disagreement)
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"trace": self.trace, "engine": {"num_blocks": c.num_blocks, "block_size": c.block_size,
+                                                "pool_tokens": (c.num_blocks - 1) * c.block_size,
+                                                "max_num_seqs": c.max_num_seqs,
+                                                "max_num_batched_tokens": c.max_num_batched_tokens,
+                                                "step_model": self.step_model, "mixed_step": MIXED_STEP},
+                "comfort": self.comfort.to_dict(), "choices": self.choices,
+                "at_users": None if self.at is None else self.at.summary(),
+                "users_at_slo": None if self.found is None else self.found.to_dict(),
+                "plan": self.plan, "disagreement": self.disagreement, "fitted_workload": self.workload,
+                "notes": self.notes, "seconds": self.seconds}
+
+    def render(self, explain: bool = False) -> str:
+        c = self.config
+        lines = []
+        if self.disagreement:
+            lines.append(f"plan differs from the engine simulator: {self.disagreement}")
+        lines += [f"engine simulator (vLLM V1 scheduler): {self.trace.get('name', '?')}",
+                  f"  pool {c.num_blocks:,} blocks x {c.block_size} tokens, --max-num-seqs {c.max_num_seqs}, "
+                  f"--max-num-batched-tokens {c.max_num_batched_tokens:,}; steps: {self.step_model}",
+                  f"  comfort: TTFT p{self.comfort.ttft_percentile:g} <= {self.comfort.ttft_limit_s:g} s, decode "
+                  f"p{100 - self.comfort.decode_percentile:g} >= {self.comfort.decode_floor_tok_s:g} tok/s, warm turns "
+                  f">= {self.comfort.warm_share:.0%}"]
+        rows = []
+        if self.at is not None:
+            rows.append(self.at.summary())
+        if self.found is not None:
+            rows += [self.found.points[n] for n in sorted(self.found.points)]
+        if rows:
+            lines.append(f"  {'users':>6} {'TTFT p50':>9} {'p95':>8} {'decode p50':>11} {'p5':>7} {'warm':>6} "
+                         f"{'preempt':>8} {'steps':>10}  verdict")
+        for r in rows:
+            lines.append(f"  {r['users']:>6,} {_s(r['ttft_s_p50']):>9} {_s(r['ttft_s_p95']):>8} "
+                         f"{_v(r['decode_tok_s_p50']):>11} {_v(r['decode_tok_s_p5']):>7} {r['warm_share']:>6.1%} "
+                         f"{r['preemptions']:>8,} {r['steps']:>10,}  {r.get('why', '')}")
+        if self.found is not None:
+            lines.append(self.found.line())
+        if self.plan is not None:
+            lines.append(f"plan for the same workload and pool: {self.plan['users']:,.0f} users "
+                         f"({self.plan['binding']} binds; ceilings " + ", ".join(
+                             f"{k} {v:,.0f}" for k, v in self.plan["ceilings"].items()) + ")")
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append(f"({self.seconds:.1f} s)")
+        return "\n".join(lines)
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
+
+
+def _v(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"

@@ -1,0 +1,192 @@
+"""The engine simulator's worked examples: tiny deterministic workloads, decided by counts and simulated clocks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from tracebuild import make_trace
+
+from servesize.errors import BadInput
+from servesize.simulate.engine import (
+    Comfort,
+    EngineConfig,
+    FixedStepTimes,
+    StepTimes,
+    closed_loop,
+    engine_users,
+    simulate_engine,
+    users_at_comfort,
+)
+from servesize.simulate.replay import ReplayOptions, build_replay
+
+B = 16
+
+
+def _replay(rows, **opts):
+    return build_replay(make_trace(rows, block_size=B, clock="session"), ReplayOptions(warmup=0.0, **opts))
+
+
+def _ids(key: int, tokens: int) -> list[int]:
+    return [1000 * key + j for j in range(tokens // B)]
+
+
+def test_one_user_waits_exactly_its_prefill_for_the_first_token_then_decodes_one_token_a_step():
+    rp = _replay([("a", 0.0, 160, _ids(1, 160), 11)])
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
+    assert run.first_token_s[0] - run.arrival_s[0] == pytest.approx(0.160)  # 160 tokens x 1 ms, one step
+    assert run.steps == 1 + 10  # the prefill step samples the first token, ten decode steps the rest
+    assert run.finish_s[0] == pytest.approx(0.160 + 10 * 0.02)
+    assert run.decode_tok_s[0] == pytest.approx(50.0)  # 10 tokens over 10 steps of 20 ms
+
+
+def test_one_user_on_the_planners_rooflines_waits_prefill_seconds():
+    from servesize.planning.decode import DecodeSetup
+    from servesize.planning.prefill import PrefillSetup
+
+    prefill = PrefillSetup(gemm_params=8e9, attention_width=4096, full_attention_layers=32, peak_flops_per_gpu=1e15)
+    decode = DecodeSetup(bandwidth_bytes_per_s=3.35e12, weight_bytes_per_step=16e9, kv_bytes_per_token_read=131072)
+    rp = _replay([("a", 0.0, 4000, _ids(1, 4000), 5)])
+    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B), StepTimes(prefill, decode), warmup=0.0)
+    assert run.first_token_s[0] == pytest.approx(float(prefill.seconds(4000, 0)), rel=1e-12)
+    ctx = 4000 + np.arange(1, 5)  # each decode step reads the context so far
+    expect = sum(float(decode.step_seconds(decode.step_bytes(np.array([[c]]))[0])) for c in ctx)
+    assert run.finish_s[0] - run.first_token_s[0] == pytest.approx(expect, rel=1e-9)
+
+
+def test_n_users_all_decoding_step_at_the_roofline_of_a_batch_of_n():
+    n = 8
+    rows = [(f"u{k}", 0.0, 32, _ids(k + 1, 32), 101) for k in range(n)]
+    rp = _replay(rows)
+    # a step costs 10 ms + 1 ms per decoder: at a batch of 8, 18 ms
+    times = FixedStepTimes(prefill_per_token_s=1e-4, decode_step_s=0.010, decode_per_seq_s=0.001)
+    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B, max_num_batched_tokens=4096), times,
+                          warmup=0.0)
+    assert run.prefill_steps == 1  # all eight prompts (256 tokens) in one step
+    assert np.allclose(run.decode_tok_s, 1 / 0.018)  # every user: 100 tokens in 100 steps of 18 ms
+    assert run.decoders_per_step.count(n) == 100
+    assert run.jumps >= 1 and run.steps == 101  # the decode-only steps were advanced in jumps, each one counted
+
+
+def test_chunked_prefill_splits_a_long_prompt_into_ceil_length_over_budget_steps():
+    L, budget = 1000, 256
+    rp = _replay([("a", 0.0, L, _ids(1, L), 1)])
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    run = simulate_engine(rp, EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=budget), times,
+                          warmup=0.0)
+    assert run.prefill_chunks == math.ceil(L / budget) == 4
+    assert run.steps == 4 and run.first_token_s[0] == pytest.approx(1.0)  # the same tokens, the same machine time
+
+
+def test_a_decoder_shares_the_step_with_a_chunk_and_takes_one_token_of_the_budget():
+    rows = [("a", 0.0, 32, _ids(1, 32), 50), ("b", 0.05, 600, _ids(2, 600), 1)]
+    rp = _replay(rows)
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    run = simulate_engine(rp, EngineConfig(num_blocks=500, block_size=B, max_num_batched_tokens=100), times,
+                          warmup=0.0)
+    # b's 600 tokens go 99 a step beside a's one decode token: ceil(600 / 99) = 7 chunks
+    assert run.prefill_chunks == 1 + 7
+    assert run.mixed_steps == 7  # each of b's chunks stalls a's decode token for the chunk's 99 ms
+
+
+def test_a_pool_too_small_for_everyone_preempts_the_last_scheduled_and_recomputes_it():
+    # two users, 64-token prompts, 200 tokens of output each: 17 blocks apiece at the end; the pool holds 20
+    rows = [("a", 0.0, 64, _ids(1, 64), 200), ("b", 0.0, 64, _ids(2, 64), 200)]
+    rp = _replay(rows)
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    small = simulate_engine(rp, EngineConfig(num_blocks=21, block_size=B), times, warmup=0.0)
+    big = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
+    assert big.preemptions.sum() == 0
+    assert small.preemptions[1] >= 1 and small.preemptions[0] == 0  # b was scheduled last: b is preempted
+    assert np.isfinite(small.finish_s).all()  # b resumes after a finishes and completes
+    assert small.finish_s[1] > big.finish_s[1] and small.prefill_chunks > big.prefill_chunks  # b recomputed
+
+
+def test_max_num_seqs_holds_the_second_user_until_the_first_finishes():
+    rows = [("a", 0.0, 32, _ids(1, 32), 10), ("b", 0.0, 32, _ids(2, 32), 10)]
+    rp = _replay(rows)
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B, max_num_seqs=1), times, warmup=0.0)
+    first, second = np.argsort(run.first_token_s)
+    assert run.first_token_s[second] == pytest.approx(run.finish_s[first] + 0.032)
+    assert max(run.decoders_per_step) == 1
+
+
+def test_a_returning_turn_hits_its_prefix_and_prefills_only_its_tail_after_its_pause():
+    # a user's second request (t = 10 s in the trace, first served in 1 s there) extends the first by 64 tokens
+    first = _ids(1, 128)
+    rows = [("a", 0.0, 128, first, 1, 1.0), ("a", 10.0, 192, first + [5000, 5001, 5002, 5003], 1)]
+    rp = _replay(rows)
+    pauses, starts, order = closed_loop(rp)
+    assert pauses.tolist() == [0.0, 9.0] and order == {0: [0, 1]}
+    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
+    assert run.hit_tokens.tolist() == [0, 128]
+    assert run.arrival_s[1] == pytest.approx(run.finish_s[0] + 9.0)  # closed loop: the pause after the answer
+    assert run.first_token_s[1] - run.arrival_s[1] == pytest.approx(0.064)  # only the 64-token tail
+
+
+def test_users_at_comfort_is_the_last_n_that_meets_the_slo_and_names_why_the_next_breaks():
+    # a decode step costs 1 ms per user: 25 concurrent decoders get 40 tok/s, 26 get 38.5 (floor 39.5: off the edge)
+    def run_at(n):
+        rows = [(f"u{k}", 0.0, 16, _ids(k + 1, 16), 41) for k in range(n)]
+        times = FixedStepTimes(prefill_per_token_s=1e-6, decode_step_s=0.0, decode_per_seq_s=0.001)
+        return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B), times, warmup=0.0)
+
+    found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0, decode_floor_tok_s=39.5))
+    assert found.users == 25 and found.breaks_at == 26 and "decode" in found.reason
+    assert set(found.points) >= {1, 2, 4, 8, 16, 32, 24, 25, 26}
+
+
+def test_the_search_over_users_runs_closed_loop_sessions_from_a_trace():
+    rows = []
+    for s in range(6):
+        ids = []
+        for turn in range(4):
+            ids = ids + [100 * s + len(ids) + j for j in range(4)]
+            rows.append((f"s{s}", 20.0 * turn, B * len(ids), list(ids), 20, 1.0))
+    trace = make_trace(rows, block_size=B, clock="session")
+    times = FixedStepTimes(prefill_per_token_s=1e-4, decode_step_s=0.002, decode_per_seq_s=0.001)
+    at, found = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times,
+                             Comfort(), users=3)
+    assert found is None and at.users == 3 and np.isfinite(at.finish_s).all()
+    _, found = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times, Comfort(),
+                            max_users=64)
+    # 1 ms a decoder and 2 ms a step: the floor (40 tok/s, 25 ms a step) holds to 23 decoding at once; users think
+    # 19 s between 20-token answers, so far more than 23 users are served
+    assert found.users > 23
+
+
+def test_bad_engine_settings_are_one_line_errors():
+    with pytest.raises(BadInput, match="max-num-batched-tokens"):
+        EngineConfig(num_blocks=10, block_size=B, max_num_batched_tokens=0)
+    with pytest.raises(BadInput, match="no sessions"):
+        trace = make_trace([("a", 0.0, 32, _ids(1, 32), 1), ("b", 1.0, 32, _ids(2, 32), 1)], block_size=B)
+        engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=10, block_size=B),
+                     FixedStepTimes(0.001, 0.01), Comfort())
+
+
+def test_the_disagreement_line_names_both_answers_the_binding_ceiling_and_what_broke():
+    from servesize.simulate.engine import EngineUsers, disagreement
+
+    found = EngineUsers(40, Comfort(), {}, breaks_at=41, reason="6.0% of turns wait > 10 s for the first token")
+    assert disagreement(44, "decode", found) is None  # +10%: within 15%
+    line = disagreement(24, "cache", found)
+    assert line.startswith("plan 24 users (cache binds) vs the engine simulator's 40 (-40%)")
+    assert "whole context fits" in line and line.endswith("at 41 the engine breaks on 6.0% of turns wait > 10 s "
+                                                         "for the first token")
+    assert disagreement(30, "cache", found, dp=2).startswith("plan 30 users (cache binds) vs the engine simulator's 80")
+
+
+def test_one_user_alone_sets_the_baseline_a_budget_one_miss_exceeds_is_never_zero_users():
+    # every prompt takes 12 s to prefill: one user alone misses a 10 s budget on every turn, and so do 2 users
+    def run_at(n):
+        rows = [(f"u{k}", 0.0, 1200, _ids(k + 1, 1200), 2) for k in range(n)]
+        times = FixedStepTimes(prefill_per_token_s=0.01, decode_step_s=0.001)
+        return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B,
+                                                           max_num_batched_tokens=1200), times, warmup=0.0)
+
+    found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0), max_users=8)
+    assert found.users >= 1 and found.points[1]["ttft_miss"] == 1.0 and found.points[1]["comfortable"]

@@ -1,0 +1,38 @@
+"""Plan and the engine simulator on every preset: within 15%, or the plan's first line says why (issue 17).
+
+Minutes of simulation: run with ``-m validation`` (skipped otherwise). scripts/engine_validation.py writes the
+same rows, the traces' too, as docs/accuracy.md's table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from servesize.api import simulate_engine
+from servesize.render.text import render_text
+from servesize.scenario import Scenario
+from servesize.simulate.engine import AGREEMENT
+from servesize.workload.presets import preset
+
+DEPLOYMENT = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
+
+
+@pytest.fixture(autouse=True)
+def _only_when_asked(request):
+    if "validation" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the plan-vs-engine validation runs with -m validation (minutes)")
+
+
+@pytest.mark.validation
+@pytest.mark.parametrize("name", ["coding-agent", "chat", "rag", "batch"])
+def test_plan_agrees_with_the_engine_simulator_or_its_first_line_says_why(name):
+    r = simulate_engine(preset(name).workload(), Scenario(**DEPLOYMENT, preset=name))
+    plan = replace(r.plan_object, disagreement=r.disagreement)  # what api.check_plan returns
+    users, sim = plan.result.values[plan.binding], r.found.users * plan.fixed.dp
+    first = render_text(plan).splitlines()[0]
+    if abs(users - sim) <= AGREEMENT * sim:
+        assert plan.disagreement is None and not first.startswith("differs")
+    else:
+        assert first.startswith(f"differs from the engine simulator: plan {users:,.0f} users ({plan.binding} binds)")
+        assert f"engine simulator's {sim:,}" in first and r.found.reason in first
