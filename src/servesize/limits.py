@@ -40,6 +40,9 @@ MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, width
 MAX_FILLS = 100_000                  # --fills: the default is 1,500
 MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
 
+# -- load model --------------------------------------------------------------------------------------
+MAX_LOAD_USERS = 1 << 24             # users per replica the decode load model searches to: a chat replica serves ~10^3
+
 
 def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
                gunzip: bool = False) -> bytes:
