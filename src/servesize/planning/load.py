@@ -82,37 +82,36 @@ class DecodeLoad:
 class _Point:
     decoders: int
     duty: float
-    decode_s: float
+    speed_tok_s: float
 
 
-def _point(n: int, speed_at: Callable[[int], float], output_tokens: int, cycle_s: float, streams: float,
+def _point(n: int, speed_at: Callable[[int], float], duty_of: Callable[[float], float], streams: float,
            percentile: float, b_floor: int) -> _Point | None:
     """The least fixed point of B -> percentile of Binomial(n (1 + r), d(speed(B))), or None past B_floor."""
     trials = int(math.ceil(n * streams))
     b = 1
     for _ in range(b_floor + 1):  # B strictly grows each round and stops at B_floor: this many rounds suffice
-        t_dec = output_tokens / speed_at(b)
-        duty = t_dec / (cycle_s + t_dec)
+        speed = speed_at(b)
+        duty = duty_of(speed)
         bp = binomial_quantile(trials, duty, percentile, b_floor)
         if bp > b_floor:
             return None
         if bp <= b:
-            return _Point(max(bp, 0), duty, t_dec)
+            return _Point(bp, duty, speed)
         b = bp
     return None
 
 
-def decode_load(b_floor: int, speed_at: Callable[[int], float], output_tokens: int, think_s: float, ttft_s: float,
-                streams_per_user: float, percentile: float, cap: int = MAX_LOAD_USERS) -> DecodeLoad:
-    """The most users per replica whose ``percentile`` of simultaneous decoders stays within ``b_floor``.
+def _search(b_floor: int, speed_at: Callable[[int], float], duty_of: Callable[[float], float], streams: float,
+            percentile: float, cap: int) -> tuple[int, _Point | None, bool]:
+    """(N, the point at N, capped): the most users whose percentile of decoders stays within B_floor.
 
-    ``speed_at(B)``: per-user tok/s (p50) at B concurrent decoders, falling in B; ``speed_at(b_floor)``
-    meets the floor. ``ttft_s``: the mean prefill service of a turn (queueing not counted)."""
+    Feasibility only falls as N grows (more trials, and a duty that only rises with B): bracket by
+    doubling from B_floor, then bisect; the floor still met at ``cap`` returns N = cap, capped."""
     if not 0.0 < percentile < 1.0:
         raise BadInput(f"decode.load_percentile must be in (0, 1), got {percentile!r}")
-    if think_s < 0 or ttft_s < 0 or output_tokens < 1 or streams_per_user < 1:
-        raise BadInput("the load model needs think >= 0 s, TTFT >= 0 s, >= 1 output token and >= 1 stream per user")
-    cycle = think_s + ttft_s
+    if b_floor <= 0:
+        return 0, None, False
     memo: dict = {}
 
     def speed(b: int) -> float:
@@ -121,31 +120,59 @@ def decode_load(b_floor: int, speed_at: Callable[[int], float], output_tokens: i
         return memo[b]
 
     def fits(n: int) -> _Point | None:
-        return _point(n, speed, output_tokens, cycle, streams_per_user, percentile, b_floor)
+        return _point(n, speed, duty_of, streams, percentile, b_floor)
 
-    best, at = 0, _Point(0, 0.0, output_tokens / speed(1)) if b_floor > 0 else None
-    capped = False
-    if b_floor > 0:
-        lo, hi = 0, max(1, b_floor)
-        while hi <= cap and (p := fits(hi)) is not None:  # feasibility falls with N: bracket, then bisect
-            lo, at = hi, p
-            hi *= 2
-        if hi > cap:
-            p = fits(cap)
-            capped = p is not None
-            if capped:
-                lo, at, hi = cap, p, cap + 1
-            else:
-                hi = cap
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            p = fits(mid)
-            if p is not None:
-                lo, at = mid, p
-            else:
-                hi = mid
-        best = lo
-    return _derive(best, b_floor, at, think_s, ttft_s, output_tokens, streams_per_user, percentile, capped)
+    lo, at, hi = 0, None, max(1, b_floor)
+    while hi <= cap and (p := fits(hi)) is not None:
+        lo, at, hi = hi, p, hi * 2
+    if hi > cap:
+        p = fits(cap)
+        if p is not None:
+            return cap, p, True
+        hi = cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = fits(mid)
+        if p is not None:
+            lo, at = mid, p
+        else:
+            hi = mid
+    return lo, at, False
+
+
+def decode_load(b_floor: int, speed_at: Callable[[int], float], output_tokens: int, think_s: float, ttft_s: float,
+                streams_per_user: float, percentile: float, cap: int = MAX_LOAD_USERS) -> DecodeLoad:
+    """The most users per replica whose ``percentile`` of simultaneous decoders stays within ``b_floor``.
+
+    ``speed_at(B)``: per-user tok/s (p50) at B concurrent decoders, falling in B; ``speed_at(b_floor)``
+    meets the floor. ``ttft_s``: the mean prefill service of a turn (queueing not counted)."""
+    if think_s < 0 or ttft_s < 0 or output_tokens < 1 or streams_per_user < 1:
+        raise BadInput("the load model needs think >= 0 s, TTFT >= 0 s, >= 1 output token and >= 1 stream per user")
+    cycle = think_s + ttft_s
+
+    def duty_of(speed: float) -> float:
+        t_dec = output_tokens / speed
+        return t_dec / (cycle + t_dec)
+
+    n, at, capped = _search(b_floor, speed_at, duty_of, streams_per_user, percentile, cap)
+    return _derive(n, b_floor, at, think_s, ttft_s, output_tokens, streams_per_user, percentile, capped)
+
+
+def mix_decode_users(b_floor: int, speed_at: Callable[[int], float], classes: list[tuple[float, int, float]],
+                     percentile: float, cap: int = MAX_LOAD_USERS) -> tuple[int, bool]:
+    """(users, capped) of a mix of classes growing together: ``classes`` = (streams per user of the mix,
+    output tokens, think + TTFT s) per class, streams weighted by the class's share of the users. The
+    decoders are taken as one Binomial at the streams-weighted mean duty (a Poisson-binomial has no more
+    spread than that: the conservative side). One class gives ``decode_load``'s users."""
+    streams = sum(w for w, _, _ in classes)
+    if streams <= 0:
+        raise BadInput("a mix of teams needs users")
+
+    def duty_of(speed: float) -> float:
+        return sum(w * (out / speed) / (cycle + out / speed) for w, out, cycle in classes) / streams
+
+    n, _, capped = _search(b_floor, speed_at, duty_of, streams, percentile, cap)
+    return n, capped
 
 
 def _derive(n: int, b_floor: int, at: _Point | None, think_s: float, ttft_s: float, output_tokens: int,
@@ -155,8 +182,7 @@ def _derive(n: int, b_floor: int, at: _Point | None, think_s: float, ttft_s: flo
     if at is None or n == 0:
         d.step("decode_users", "0", unit="users", note="no batch meets the floor")
         return DecodeLoad(0, b_floor, 0, percentile, 0.0, 0.0, think_s, ttft_s, streams, False, d)
-    speed = d.step("speed_tok_s", "output_tokens / decode_s", unit="tok/s", output_tokens=output_tokens,
-                   decode_s=at.decode_s, note=f"per-user p50 at B = {at.decoders} decoders")
+    speed = d.given("speed_tok_s", at.speed_tok_s, unit="tok/s", note=f"per-user p50 at B = {at.decoders} decoders")
     t_dec = d.step("t_decode_s", "output_tokens / speed_tok_s", unit="s", output_tokens=output_tokens, speed_tok_s=speed)
     duty = d.step("duty", "t_decode_s / (t_think_s + t_ttft_s + t_decode_s)", t_decode_s=t_dec, t_think_s=think_s,
                   t_ttft_s=ttft_s, source="issue 17 load model: think -> TTFT -> decode")
