@@ -88,7 +88,7 @@ class _Point:
 def _point(n: int, speed_at: Callable[[int], float], duty_of: Callable[[float], float], streams: float,
            percentile: float, b_floor: int) -> _Point | None:
     """The least fixed point of B -> percentile of Binomial(n (1 + r), d(speed(B))), or None past B_floor."""
-    trials = int(math.ceil(n * streams))
+    trials = max(n, int(round(n * streams)))  # r subagent streams per turn on average: N (1 + r), rounded, at least N
     b = 1
     for _ in range(b_floor + 1):  # B strictly grows each round and stops at B_floor: this many rounds suffice
         speed = speed_at(b)
