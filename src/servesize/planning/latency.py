@@ -252,7 +252,8 @@ def latency_report(
                 "queueing (latency.lone_miss_over_budget)")
     if disc == "fcfs":
         if own < sla:
-            k = d.step("k", f"2 * (sla - {leg})", unit="s", sla=sla, **{leg: own})
+            k = (d.step("k", "2 * (sla - miss_s)", unit="s", sla=sla, miss_s=own) if request == "miss" else
+                 d.step("k", "2 * (sla - hit_s)", unit="s", sla=sla, hit_s=own))
             lam_sla = d.step("rate_at_limit", "k / (E_S2 + k * E_S)", unit="req/s", k=k, E_S2=m.second_moment_s2, E_S=es)
         else:
             lam_sla = d.given("rate_at_limit", 0.0, unit="req/s", note=f"a lone {request} already exceeds the TTFT limit")
