@@ -128,7 +128,8 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     add("decode.tp_efficiency", decode_setup(fixed, knobs).tp_eff, "fraction",
         "flag --tp-efficiency" if knobs.tp_efficiency is not None else f"{which}: 0.90 per TP doubling")
     for key in ("decode.roofline", "decode.mtp_verified_tokens_per_draft", "decode.attention_flops_per_context_token",
-                "decode.unreachable_floor_fraction", "latency.discipline"):
+                "decode.unreachable_floor_fraction", "decode.load_model", "decode.load_percentile", "latency.discipline",
+                "latency.lone_miss_over_budget"):
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
     for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
                 "power.host_w_per_gpu", "power.hours_per_month"):
