@@ -159,3 +159,12 @@ def test_no_preset_returns_zero_users_because_one_miss_exceeds_the_budget(preset
             assert (0 < p.latency.budget_miss_share <= f) if f > 0 else p.latency.budget_miss_share == 0
             checked += 1
     assert checked >= 2  # the 140k sessions always split them
+
+
+def test_a_floor_still_met_at_the_search_cap_is_a_lower_bound():
+    load = decode_load(500, lambda b: 100.0, output_tokens=100, think_s=1000.0, ttft_s=0.0, streams_per_user=1.0,
+                       percentile=0.95, cap=2_000)
+    assert load.users == 2_000 and load.capped
+    uncapped = decode_load(500, lambda b: 100.0, output_tokens=100, think_s=1000.0, ttft_s=0.0, streams_per_user=1.0,
+                           percentile=0.95)
+    assert not uncapped.capped and uncapped.users > 2_000
