@@ -6,7 +6,7 @@ import json
 import pathlib
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_SMALL_FILE_BYTES, check_numbers, parse_json, read_input, shown_name, write_output
+from servesize.limits import MAX_SMALL_FILE_BYTES, parse_json, read_input, shown_name, write_output
 from servesize.vllm_logs.calibration import Calibration
 
 
@@ -19,7 +19,6 @@ def save_calibrations(calibrations: list[Calibration] | tuple[Calibration, ...],
 def load_calibrations(path: str | pathlib.Path) -> tuple[Calibration, ...]:
     what = f"calibration {shown_name(str(path))}"
     data = parse_json(read_input(path, "calibration", MAX_SMALL_FILE_BYTES).decode("utf-8", errors="replace"), what)
-    check_numbers(data, what)
     if isinstance(data, dict) and "calibrations" in data:
         many = data["calibrations"]
         if not isinstance(many, list) or not many:
