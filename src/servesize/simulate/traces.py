@@ -371,9 +371,12 @@ def number(value: Any, what: str, *, lo: float = 0.0, missing: float | None = No
         return missing
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRecord(f"{what} must be a number, got {value!r:.40}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer past a float's range
+        x = math.inf
     if not math.isfinite(x) or x < lo:
-        raise BadRecord(f"{what} must be a finite number >= {lo:g}, got {value!r}")
+        raise BadRecord(f"{what} must be a finite number >= {lo:g}, got {shown_number(value)}")
     return x
 
 

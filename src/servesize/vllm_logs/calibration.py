@@ -114,8 +114,7 @@ def _field_value(name: str, value: Any) -> Any:
     if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
         return _checked(name, value, isinstance(value, str), "text or null")
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
-        and lo <= value <= _MAX_CALIBRATION_NUMBER
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
 
 
@@ -126,8 +125,8 @@ def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
 
 
 def _is_count(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-            and float(value).is_integer() and 0 <= value <= _MAX_CALIBRATION_NUMBER)
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= _MAX_CALIBRATION_NUMBER
+            and (isinstance(value, int) or float(value).is_integer()))  # bounds first: a 400-digit int overflows a float
 
 
 def gib_interval(gib: float) -> tuple[int, int]:
