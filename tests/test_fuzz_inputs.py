@@ -673,7 +673,8 @@ def output_case(draw, files: dict) -> tuple[str, list[str], str]:
     base = pathlib.Path(files["requests"]).parent
     ext = ".png" if command.endswith("plot") else ".json"
     path = {"device": "/dev/null", "folder": str(base), "folder-slash": f"{base}/",
-            "same-as-input": inputs[command], "unknown-extension": str(base / f"out{draw(st.sampled_from(['.txt', '.yaml', '', '.png.']))}"),
+            "same-as-input": inputs[command],
+            "unknown-extension": str(base / f"out{draw(st.sampled_from(['.txt', '.yaml', '', '.png.']))}"),
             "missing-folder": str(base / "no-such-folder" / f"out{ext}"), "fifo": files["fifo"]}[kind]
     if kind == "unknown-extension" and not command.endswith("plot") and command != "fit-out":
         kind, path = "missing-folder", str(base / "no-such-folder" / "out.json")  # calibrate and records take any extension

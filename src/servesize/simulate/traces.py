@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_DECOMPRESSED_BYTES, MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number, read_at_most, require_regular
+from servesize.limits import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_REQUEST_TOKENS,
+    MAX_TRACE_BLOCKS,
+    parse_json,
+    read_at_most,
+    require_regular,
+    shown_number,
+)
 from servesize.workload.readers import _dotted, _usage
 
 MOONCAKE_BLOCK_SIZE = 512  # tokens per hash id in the FAST'25 traces (kvcache-ai/Mooncake, FAST25-release/README.md)

@@ -564,9 +564,10 @@ def _possible(cal: Calibration) -> Calibration:
     """``cal``, or a refusal when its figures leave the KV cache a memory no start-up could have: the budget
     (total x utilization) less weights, activation peak and non-torch memory is below zero (past the
     two-decimal rounding of the four figures), or the KV memory printed is larger than the GPU."""
-    parts = (cal.total_gpu_memory_gib, cal.gpu_memory_utilization, cal.weights_gib, cal.activation_gib, cal.non_torch_gib)
-    if all(v is not None for v in parts):
-        total, util, weights, activation, non_torch = parts  # type: ignore[misc]
+    parts = [v for v in (cal.total_gpu_memory_gib, cal.gpu_memory_utilization, cal.weights_gib, cal.activation_gib,
+                         cal.non_torch_gib) if v is not None]
+    if len(parts) == 5:
+        total, util, weights, activation, non_torch = parts
         rest = total * util - weights - activation - non_torch
         if rest < -4 * GIB_HALF_STEP:
             raise BadInput(f"{cal.source}: its figures leave the KV cache {rest:.2f} GiB ({total:g} GiB x {util:g} - weights "

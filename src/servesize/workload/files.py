@@ -17,7 +17,6 @@ from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
 
-
 WORKLOAD_SUFFIXES = (".json", ".toml")
 
 
