@@ -573,9 +573,9 @@ def _possible(cal: Calibration) -> Calibration:
             raise BadInput(f"{cal.source}: its figures leave the KV cache {rest:.2f} GiB ({total:g} GiB x {util:g} - weights "
                            f"{weights:g} - activation {activation:g} - non-torch {non_torch:g}): no vLLM start-up prints "
                            "these; is the log edited or two start-ups mixed?")
-    logged, total = cal.available_kv_gib_logged, cal.total_gpu_memory_gib
-    if logged is not None and total is not None and logged > total + GIB_HALF_STEP:
-        raise BadInput(f"{cal.source}: available KV memory {logged:g} GiB is more than the GPU's {total:g} GiB; "
+    logged, gpu = cal.available_kv_gib_logged, cal.total_gpu_memory_gib
+    if logged is not None and gpu is not None and logged > gpu + GIB_HALF_STEP:
+        raise BadInput(f"{cal.source}: available KV memory {logged:g} GiB is more than the GPU's {gpu:g} GiB; "
                        "is the log edited or two start-ups mixed?")
     return cal
 
