@@ -849,3 +849,160 @@ def test_the_explorer_generator_makes_one_request_of_each_class_and_each_is_refu
         status, doc = asyncio.run(_send(route, data, headers))
         assert status in (400, 403, 415), (kind, route, headers, data[:200])
         assert_one_line(doc["error"])
+
+
+# --- issue 16: files ---
+# Wrong shapes at every depth of a workload, calibration or trace file; output paths servesize must not
+# write (devices, folders, the input itself, unknown extensions, missing folders, FIFOs); huge sizes in
+# traces. Every case: exit 0 or 2, a refusal in one line naming what it refuses, never the bug line, and no
+# output file left where the path was refused.
+
+WRONG_SHAPES = [None, True, -1, 0, 1.5, 10**400, -(10**400), 2**70, "x", "", [], [1], [[[]]], {}, {"a": 1},
+                {"calibrations": 5}, float("nan"), float("inf")]
+
+
+def _paths(document, prefix=()):
+    """Every path into ``document`` (dict keys and list indexes), the top level first."""
+    yield prefix
+    if isinstance(document, dict):
+        for key in sorted(document):
+            yield from _paths(document[key], (*prefix, key))
+    elif isinstance(document, list):
+        for i, value in enumerate(document[:4]):
+            yield from _paths(value, (*prefix, i))
+
+
+def _replaced(document, path, value):
+    if not path:
+        return value
+    out = copy.deepcopy(document)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return out
+
+
+@st.composite
+def wrong_shape_file(draw, written: dict) -> tuple[str, object]:
+    """A workload or calibration file (as servesize writes it) with a wrong shape at one place at any depth."""
+    which = draw(st.sampled_from(["workload", "calibration"]))
+    document = written[which]
+    if which == "calibration" and draw(st.booleans()):
+        document = {"calibrations": [document, document]}
+    path = draw(st.sampled_from(list(_paths(document))))
+    return which, _replaced(document, path, draw(st.sampled_from(WRONG_SHAPES)))
+
+
+@fuzz(30)
+@given(data=st.data())
+def test_a_wrong_shape_at_any_depth_of_a_workload_or_calibration_file_is_refused_in_one_line(files, written, data):
+    which, document = data.draw(wrong_shape_file(written))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{which}.json"
+        path.write_text(json.dumps(document))
+        argv = ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "30", "--no-sensitivity", f"--{which}", str(path)]
+        code, out, err = run_cli(argv)
+    event(f"{which}: exit {code}")
+    assert_cli_contract(argv, code, out, err)
+    assert code in (0, 2), (argv, err)
+
+
+OUTPUT_KINDS = ("device", "folder", "folder-slash", "same-as-input", "unknown-extension", "missing-folder", "fifo")
+
+
+@st.composite
+def output_case(draw, files: dict) -> tuple[str, list[str], str]:
+    """(kind, argv, the output path): a command whose output flag names a path servesize must refuse."""
+    kind = draw(st.sampled_from(OUTPUT_KINDS))
+    command = draw(st.sampled_from(["calibrate-out", "fit-out", "fit-plot", "plan-plot", "simulate-plot", "pool-record"]))
+    inputs = {"calibrate-out": str(LOGS[0]), "fit-out": files["requests"], "fit-plot": files["requests"],
+              "plan-plot": files["workload"], "simulate-plot": files["requests"], "pool-record": files["requests"]}
+    base = pathlib.Path(files["requests"]).parent
+    ext = ".png" if command.endswith("plot") else ".json"
+    path = {"device": "/dev/null", "folder": str(base), "folder-slash": f"{base}/",
+            "same-as-input": inputs[command],
+            "unknown-extension": str(base / f"out{draw(st.sampled_from(['.txt', '.yaml', '', '.png.']))}"),
+            "missing-folder": str(base / "no-such-folder" / f"out{ext}"), "fifo": files["fifo"]}[kind]
+    if kind == "unknown-extension" and not command.endswith("plot") and command != "fit-out":
+        kind, path = "missing-folder", str(base / "no-such-folder" / "out.json")  # calibrate and records take any extension
+    argv = {"calibrate-out": ["calibrate", "--vllm-log", inputs[command], "--out", path],
+            "fit-out": ["workload", "fit", inputs[command], "--out", path],
+            "fit-plot": ["workload", "fit", inputs[command], "--plot", path],
+            "plan-plot": ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--workload", inputs[command], "--plot", path],
+            "simulate-plot": ["simulate", inputs[command], "--pool-tokens", "100k", "--quiet", "--plot", path],
+            "pool-record": ["measure", "pool", "--url", "http://127.0.0.1:9", "--quiet", "--record", path]}[command]
+    return kind, argv, path
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_an_output_path_servesize_must_not_write_is_refused_before_work_in_one_line(files, data):
+    kind, argv, path = data.draw(output_case(files))
+    before = {p: p.stat().st_mtime_ns for p in pathlib.Path(files["requests"]).parent.iterdir() if p.is_file()}
+    code, out, err = run_cli(argv)
+    event(f"{kind}: exit {code}")
+    assert_cli_contract(argv, code, out, err)
+    assert code == 2, (argv, err)
+    assert err.strip().count("\n") == 0 and "--" in err, (argv, err)
+    after = {p: p.stat().st_mtime_ns for p in pathlib.Path(files["requests"]).parent.iterdir() if p.is_file()}
+    assert after == before, (argv, "an input or another file changed")
+
+
+TRACE_SIZES = [0, 1, 17, 512, 4096, 100_000, 10**8 + 1, 10**12, 2**63, 2**70, 10**400, -1, 1.5e300]
+
+
+@st.composite
+def huge_trace(draw) -> tuple[str, bytes, list[str]]:
+    """A small trace (Mooncake, OpenAI with sessions, or a Claude Code session) whose lengths are drawn from
+    real sizes and ones no request has, and the replay's users (up to the declared maximum)."""
+    fmt = draw(st.sampled_from(["mooncake", "openai", "claude-code"]))
+    size = lambda: draw(st.sampled_from(TRACE_SIZES))  # noqa: E731
+    n = draw(st.integers(1, 4))
+    if fmt == "mooncake":
+        lines = [{"timestamp": i, "input_length": size(), "output_length": size(), "hash_ids": [i, i + 1]} for i in range(n)]
+    elif fmt == "openai":
+        lines = [{"session_id": f"s{i % 2}", "timestamp": 1000 + i, "usage": {"prompt_tokens": size(), "completion_tokens": size()}}
+                 for i in range(n)]
+    else:
+        lines = [{"id": f"c{i}", "hash_id_lists": [[1, 2, 3]], "requests": [{"t": 0, "in": size(), "out": size(), "hash_ids": 0}]}
+                 for i in range(n)]
+    users = draw(st.sampled_from([None, None, "1", "3", "100000"]))
+    extra = ["--users", users] if users and fmt != "mooncake" else []
+    return fmt, ("\n".join(json.dumps(line) for line in lines) + "\n").encode(), extra
+
+
+@fuzz(60)
+@given(case=huge_trace())
+def test_a_trace_with_huge_sizes_is_replayed_or_refused_in_one_line_under_the_memory_cap(case):
+    fmt, raw, extra = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "trace.jsonl"
+        path.write_bytes(raw)
+        argv = ["simulate", str(path), "--pool-tokens", "1M", "--quiet", "--no-bounds", *extra]
+        code, out, err = run_cli(argv)
+    event(f"{fmt}{' users ' + extra[1] if extra else ''}: exit {code}")
+    assert_cli_contract(argv, code, out, err)
+    assert code in (0, 2), (argv, err)
+
+
+def test_one_generated_example_per_files_class_is_what_its_generator_says(files, written):
+    """One case of each issue-16 generator, drawn with a fixed seed, shown and checked for its class."""
+    seen = {}
+
+    @settings(max_examples=1, derandomize=True, database=None, deadline=None)
+    @given(data=st.data())
+    def draw_one(data):
+        seen["shape"] = data.draw(wrong_shape_file(written))
+        seen["output"] = data.draw(output_case(files))
+        seen["trace"] = data.draw(huge_trace())
+
+    draw_one()
+    which, document = seen["shape"]
+    assert which in ("workload", "calibration") and document != written[which]
+    kind, argv, path = seen["output"]
+    assert kind in OUTPUT_KINDS and path in argv
+    fmt, raw, _ = seen["trace"]
+    assert fmt in ("mooncake", "openai", "claude-code") and raw.endswith(b"\n")
+    print(f"wrong shape: {which} {json.dumps(document, default=str)[:120]}\noutput: {kind} {' '.join(argv)}\n"
+          f"trace: {fmt} {raw[:120]!r}")

@@ -170,6 +170,9 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 2 if not argv else 0
     try:
+        from servesize.commands._outputs import check_outputs
+
+        check_outputs(args)  # before any work: a plot or record that cannot be written is refused now
         return _emit(importlib.import_module(module).run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)

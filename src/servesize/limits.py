@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import stat
 import zlib
@@ -95,9 +96,12 @@ def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BY
 _CHUNK = 4 << 20
 
 
-def _shown(name: str) -> str:
+def shown_name(name: str) -> str:
     """A file name as a message shows it: a name past 200 characters is cut (the message stays one short line)."""
     return name if len(name) <= 200 else name[:197] + "..."
+
+
+_shown = shown_name
 
 
 def read_at_most(fh, max_bytes: int) -> bytes:
@@ -174,3 +178,113 @@ def check_depth(data: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
             raise BadInput(f"{what}: JSON nested deeper than {limit} levels")
         children = obj.values() if isinstance(obj, dict) else obj
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+# -- numbers inside files and sizes that follow from a file ------------------------------------------
+MAX_FILE_NUMBER = 10**15             # any number in a workload file (a pool is ~1e7 tokens, a byte figure ~1e11)
+MAX_REQUEST_TOKENS = 10**8           # one request's prompt or output in a trace (the longest context any model takes is 10M)
+MAX_TRACE_BLOCKS = 1 << 28           # block ids a trace may hold (the Claude Code trace has 94M; 8 bytes each)
+MAX_REPLAY_BLOCKS = 1 << 27          # engine blocks one replay sends (~24 bytes each at peak: ~3 GiB)
+#                                      the Claude Code trace in its own 64-token blocks sends 94M
+MAX_REPLAY_SESSIONS = 1 << 20        # sessions one replay draws (--users x --sessions-per-user; the default at 100,000 users is 400,000)
+
+
+def field_path(path: tuple) -> str:
+    """``("user", "sigma")`` -> ``user.sigma``; a list index as ``[2]``."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out or "the top level"
+
+
+def check_numbers(data: Any, what: str, limit: float = MAX_FILE_NUMBER) -> None:
+    """Refuse, naming the field, any number at any depth of ``data`` that is not finite or lies past
+    ``limit`` either way (an integer past a float's range would overflow where it is used).
+    Iterative, so a deep structure exhausts nothing."""
+    stack: list[tuple[Any, tuple]] = [(data, ())]
+    while stack:
+        obj, path = stack.pop()
+        if isinstance(obj, dict):
+            stack.extend((v, (*path, str(k))) for k, v in obj.items())
+        elif isinstance(obj, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(obj))
+        elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            if isinstance(obj, float) and not math.isfinite(obj):
+                raise BadInput(f"{what}: {field_path(path)} = {obj!r} is not a finite number")
+            if abs(obj) > limit:
+                raise BadInput(f"{what}: {field_path(path)} = {shown_number(obj)} is out of range "
+                               f"(at most {limit:.0e} either way)")
+
+
+def shown_number(value: int | float) -> str:
+    """A number as a message shows it: a long integer cut to its first digits and its length."""
+    if isinstance(value, int):
+        text = str(value) if abs(value) < 10**30 else None
+        if text is None:
+            digits = len(str(abs(value))) if abs(value) < 10**4000 else "4,000+"
+            text = f"{str(value)[:12]}... ({digits} digits)"
+        return text
+    return f"{value:g}"
+
+
+# -- output paths ------------------------------------------------------------------------------------
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output(path: str | os.PathLike, what: str, *, suffixes: tuple[str, ...] | None = None,
+                 inputs: tuple = ()) -> str:
+    """An output path checked before any work starts, or one line saying why not: its format from its
+    extension (one of ``suffixes``), a regular file or a new one in a writable folder (not a directory,
+    device, FIFO or socket), and never one of ``inputs`` (the command's own input files)."""
+    full = os.fspath(path)
+    name = _shown(full)
+    if not full or "\x00" in full:
+        raise BadInput(f"{what} {name!r}: not a file name")
+    if full.endswith(os.sep) or os.path.isdir(full):
+        raise BadInput(f"{what} {name}: is a directory; name the file to write")
+    try:
+        info = os.stat(full)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise BadInput(f"{what} {name}: cannot write it ({exc.strerror or exc})") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise BadInput(f"{what} {name}: not a regular file (a device, pipe or socket); name a file to write")
+    if suffixes is not None and os.path.splitext(full)[1].lower() not in suffixes:
+        raise BadInput(f"{what} {name}: the format comes from the extension; use one of {', '.join(suffixes)}")
+    for given in inputs:
+        if given is not None and _same_file(full, os.fspath(given)):
+            raise BadInput(f"{what} {name}: is the input file itself; writing it would destroy the input")
+    folder = os.path.dirname(os.path.abspath(full))
+    if info is None and not os.path.isdir(folder):
+        raise BadInput(f"{what} {name}: its folder {_shown(folder)} does not exist")
+    if not os.access(full if info is not None else folder, os.W_OK):
+        raise BadInput(f"{what} {name}: cannot write it (permission denied)")
+    return full
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_output(path: str | os.PathLike, data: bytes | str, what: str) -> None:
+    """Write ``data`` to ``path`` whole, or one line (a full disk, a vanished folder); a partial file is removed."""
+    raw = data.encode() if isinstance(data, str) else data
+    full = os.fspath(path)
+    try:
+        with open(full, "wb") as fh:
+            fh.write(raw)
+    except OSError as exc:
+        _remove_partial(full)
+        raise BadInput(f"{what} {_shown(full)}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _remove_partial(full: str) -> None:
+    try:
+        if os.path.isfile(full):
+            os.remove(full)
+    except OSError:
+        pass

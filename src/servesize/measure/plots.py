@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
 from typing import TYPE_CHECKING
 
-from servesize.errors import BadInput
+from servesize.limits import PLOT_SUFFIXES, check_output, write_output
 
 if TYPE_CHECKING:  # pragma: no cover
     from servesize.measure.pool import PoolResult
@@ -21,10 +23,11 @@ def _pyplot():
 
 
 def _save(fig, path) -> None:
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as exc:
-        raise BadInput(f"cannot write the plot {path}: {exc.strerror}") from None
+    """Render to memory in the format the extension names, then write the file whole (a full disk: one line)."""
+    full = check_output(path, "--plot", suffixes=PLOT_SUFFIXES)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=120, bbox_inches="tight", format=os.path.splitext(full)[1][1:].lower())
+    write_output(full, buf.getvalue(), "--plot")
 
 
 def plot_pool(result: PoolResult, path) -> None:

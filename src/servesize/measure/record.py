@@ -199,16 +199,23 @@ class RunRecord:
             line = json.dumps(event, default=_default, separators=(",", ":"), allow_nan=False)
         except ValueError:  # NaN or Infinity somewhere: JSON has neither, so they are written as null
             line = json.dumps(_finite(json.loads(json.dumps(event, default=_default))), separators=(",", ":"))
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        if self.fsync:
-            os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:  # a full disk: the lines before this one are on disk (each is flushed whole)
+            raise BadInput(f"cannot write the run record {self.path} ({exc.strerror or exc}); the {self.lines:,} "
+                           f"lines before are in it: free space and continue with --resume {self.path}") from None
         self.lines += 1
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError:  # the line a full disk refused is still buffered: append said so already
+                pass
         self._release()
 
     def _release(self) -> None:

@@ -5,13 +5,16 @@ The only place in the library that writes image files; each function returns the
 
 from __future__ import annotations
 
+import io
 import math
+import os
 import pathlib
 from dataclasses import replace
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import PLOT_SUFFIXES, check_output, write_output
 from servesize.planning.ceilings import CEILINGS, decode_setup
 from servesize.planning.decode import contexts_from, decode_curve
 from servesize.planning.fleet_result import FleetResult
@@ -32,14 +35,16 @@ def _pyplot():
 
 
 def _save(fig, path, dpi: int) -> str:
+    """Render to memory in the format the extension names, then write the file whole (a full disk: one line)."""
     plt = _pyplot()
+    full = check_output(path, "--plot", suffixes=PLOT_SUFFIXES)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as exc:
-        raise BadInput(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
+        fig.savefig(buf, dpi=dpi, format=os.path.splitext(full)[1][1:].lower())
     finally:
         plt.close(fig)
-    return str(path)
+    write_output(full, buf.getvalue(), "--plot")
+    return full
 
 
 def plot_plan(plan: Plan, path, median_values=None) -> str:

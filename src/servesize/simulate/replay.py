@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, shown_number
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
 
 ALIGNS = ("t0", "stagger", "trace")
@@ -63,6 +64,8 @@ class ReplayOptions:
             raise BadInput(f"--users must be in [1, {MAX_USERS:,}], got {self.users!r}")
         if self.sessions_per_user is not None and not 1 <= self.sessions_per_user <= 10_000:
             raise BadInput(f"--sessions-per-user must be in [1, 10000], got {self.sessions_per_user!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 63:
+            raise BadInput(f"--seed must be a whole number in [0, 2**63), got {shown_number(self.seed)}")
         if self.block_size is not None and not 1 <= self.block_size <= 1 << 16:
             raise BadInput(f"the block size must be in [1, 65536] tokens, got {self.block_size!r}")
 
@@ -209,6 +212,9 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     n_users = opts.users
     per_user = opts.sessions_per_user or max(MIN_SESSIONS_PER_USER, -(-MIN_SESSIONS_DRAWN // n_users))
     need = n_users * per_user
+    if need > MAX_REPLAY_SESSIONS:
+        raise BadInput(f"--users {n_users:,} x {per_user:,} sessions each draws {need:,} sessions, past the {MAX_REPLAY_SESSIONS:,} "
+                       "of one replay (MAX_REPLAY_SESSIONS); use fewer users or --sessions-per-user")
     rng = np.random.default_rng(opts.seed)
     picks = np.concatenate([rng.permutation(mains.size) for _ in range(-(-need // mains.size))])[:need]
     copy_of_draw = np.arange(need, dtype=np.int64) // mains.size
@@ -220,6 +226,8 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     starts = first[:, None] + np.cumsum(lengths, axis=1) - lengths
     stop = float(np.min(starts[:, -1] + durations.reshape(n_users, per_user)[:, -1]))
     counts = hi[picks] - lo[picks]
+    _refuse_blocks(int(np.add.reduceat(trace.input_tokens[grouped] // (opts.block_size or trace.block_size), lo)[picks].sum()),
+                   opts.block_size or trace.block_size, f"--users {n_users:,}")
     draw = np.repeat(np.arange(need, dtype=np.int64), counts)
     within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     source = grouped[np.repeat(lo[picks], counts) + within]
@@ -266,6 +274,13 @@ def _chunk_nodes(trace: Trace, req: np.ndarray, counts: np.ndarray, block: int, 
     return native * scale + sub, valid
 
 
+def _refuse_blocks(total: int, block: int, what: str) -> None:
+    """Refuse before allocating a replay of more than ``MAX_REPLAY_BLOCKS`` engine blocks (its memory)."""
+    if total > MAX_REPLAY_BLOCKS:
+        raise BadInput(f"{what} sends {total:,} blocks of {block} tokens, past the {MAX_REPLAY_BLOCKS:,} one replay holds "
+                       "in memory (MAX_REPLAY_BLOCKS); use fewer users, a larger --block-size or a part of the trace")
+
+
 def _engine_nodes(trace: Trace, source: np.ndarray, copy: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Full engine blocks of each sent request -> chained ids (int32), their offsets and how many ids exist.
 
@@ -276,6 +291,7 @@ def _engine_nodes(trace: Trace, source: np.ndarray, copy: np.ndarray, block: int
     offsets = np.zeros(source.size + 1, dtype=np.int64)
     np.cumsum(full, out=offsets[1:])
     fresh = per_copy * (int(copy.max()) + 1 if copy.size else 1)
+    _refuse_blocks(int(offsets[-1]), block, "this replay")
     raw = np.empty(int(offsets[-1]), dtype=np.int64)
     for lo in range(0, source.size, _CHUNK):
         hi = min(lo + _CHUNK, source.size)

@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_DECOMPRESSED_BYTES, parse_json, read_at_most, require_regular
+from servesize.limits import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_REQUEST_TOKENS,
+    MAX_TRACE_BLOCKS,
+    parse_json,
+    read_at_most,
+    require_regular,
+    shown_number,
+)
 from servesize.workload.readers import _dotted, _usage
 
 MOONCAKE_BLOCK_SIZE = 512  # tokens per hash id in the FAST'25 traces (kvcache-ai/Mooncake, FAST25-release/README.md)
@@ -194,8 +202,9 @@ class TraceBuilder:
     def add_request(self, session: int, t_s: float, input_tokens: int, output_tokens: int, ids: np.ndarray, *,
                     service_s: float = math.nan, subagent: bool = False, cached: float = math.nan, group: int = -1) -> None:
         self._blocks += ids.size
-        if self._blocks > MAX_TOTAL_BLOCKS:
-            raise BadInput(f"{self.report.path}: more than {MAX_TOTAL_BLOCKS:,} prefix blocks; replay a part of it")
+        if self._blocks > min(MAX_TOTAL_BLOCKS, MAX_TRACE_BLOCKS):
+            raise BadInput(f"{self.report.path}: more than {min(MAX_TOTAL_BLOCKS, MAX_TRACE_BLOCKS):,} prefix blocks "
+                           "(MAX_TRACE_BLOCKS); replay a part of it")
         c = self._cols
         c["session"].append(session)
         c["t"].append(t_s)
@@ -370,10 +379,23 @@ def number(value: Any, what: str, *, lo: float = 0.0, missing: float | None = No
         return missing
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRecord(f"{what} must be a number, got {value!r:.40}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer past a float's range
+        x = math.inf
     if not math.isfinite(x) or x < lo:
-        raise BadRecord(f"{what} must be a finite number >= {lo:g}, got {value!r}")
+        raise BadRecord(f"{what} must be a finite number >= {lo:g}, got {shown_number(value)}")
     return x
+
+
+def tokens(value: Any, what: str, *, missing: float | None = None) -> int:
+    """A token count of one request: a whole number in [0, ``MAX_REQUEST_TOKENS``] (a longer prompt than any
+    model takes would only make a replay allocate its blocks), ``missing`` when absent (None: required)."""
+    x = number(value, what, missing=missing)
+    if x > MAX_REQUEST_TOKENS:
+        raise BadRecord(f"{what} = {shown_number(value)} is past the {MAX_REQUEST_TOKENS:,} tokens of any request "
+                        "(MAX_REQUEST_TOKENS)")
+    return int(x)
 
 
 def _ids_list(values: Any, what: str = "hash_ids") -> np.ndarray:
@@ -429,10 +451,10 @@ def _claude_request(b: TraceBuilder, req: Any, ids: list[np.ndarray], session: i
     if not isinstance(hid, int) or isinstance(hid, bool) or not 0 <= hid < len(ids):
         raise BadRecord("hash_ids is missing or not a list of ids")
     block_ids = ids[hid]
-    inp = int(number(req.get("in"), "in"))
+    inp = tokens(req.get("in"), "in")
     if block_ids.size * b.block_size > inp + b.block_size - 1:
         raise BadRecord(f"{block_ids.size:,} hash_ids cover more than in = {inp:,} tokens")
-    b.add_request(session, number(req.get("t"), "t", missing=0.0), inp, int(number(req.get("out"), "out", missing=0.0)),
+    b.add_request(session, number(req.get("t"), "t", missing=0.0), inp, tokens(req.get("out"), "out", missing=0.0),
                   block_ids, service_s=number(req.get("api_time"), "api_time", missing=math.nan), subagent=subagent)
 
 
@@ -516,12 +538,12 @@ def read_hash_jsonl(path: pathlib.Path, lines: Iterator[tuple[int, bytes]], repo
             if not isinstance(rec, dict):
                 raise BadRecord("expected an object")
             ids = _ids_list(rec.get("hash_ids"))
-            inp = int(number(rec.get("input_length"), "input_length"))
+            inp = tokens(rec.get("input_length"), "input_length")
             if ids.size * size > inp + size - 1:
                 raise BadRecord(f"{ids.size:,} hash_ids cover more than input_length = {inp:,} tokens")
             t = number(rec.get("timestamp"), "timestamp", missing=float(line_no)) / 1000.0
             session = b.add_session(SessionInfo(key=str(rec.get("id", f"line {line_no}"))))
-            b.add_request(session, t, inp, int(number(rec.get("output_length"), "output_length", missing=0.0)), ids)
+            b.add_request(session, t, inp, tokens(rec.get("output_length"), "output_length", missing=0.0), ids)
         except BadRecord as exc:
             report.bad(f"line {line_no}", str(exc))
     return b.build(path.name)
@@ -595,7 +617,7 @@ def read_openai(path: pathlib.Path, records: Iterator[tuple[int, Any]], report: 
             if not isinstance(rec, dict):
                 raise BadRecord("expected an object")
             usage = _usage(rec) or {}
-            prompt = int(number(usage.get("prompt_tokens"), "usage.prompt_tokens"))
+            prompt = tokens(usage.get("prompt_tokens"), "usage.prompt_tokens")
             cached = number(_dotted(usage, "prompt_tokens_details.cached_tokens"), "cached_tokens", missing=math.nan)
             key = _first_field(rec, fields)
             key = f"record {where}" if key is None else str(key)
@@ -604,7 +626,7 @@ def read_openai(path: pathlib.Path, records: Iterator[tuple[int, Any]], report: 
             t = _first_field(rec, TIME_FIELDS)
             ids = chains.ids(key, prompt, shared="prefix" if prefix_tokens else "", shared_tokens=prefix_tokens)
             b.add_request(keys[key], _time_s(t) if t is not None else float(where), prompt,
-                          int(number(usage.get("completion_tokens"), "usage.completion_tokens", missing=0.0)), ids, cached=cached)
+                          tokens(usage.get("completion_tokens"), "usage.completion_tokens", missing=0.0), ids, cached=cached)
         except BadRecord as exc:
             report.bad(f"record {where}", str(exc))
     report.notes.append("no block ids in the log: each request is taken to extend its session's previous prompt "
@@ -628,6 +650,7 @@ def _measure_request(b: TraceBuilder, chains: PrefixChains, keys: dict, segment:
     if not isinstance(prompt, int) or prompt <= 0:
         b.report.skip("requests without the server's prompt_tokens")
         return
+    prompt = tokens(prompt, "prompt_tokens")
     key = (segment, str(tags.get("session")))
     if key not in keys:
         keys[key] = b.add_session(SessionInfo(key=f"{key[1]}" if segment == 0 else f"{key[1]}@{segment}",
@@ -638,7 +661,7 @@ def _measure_request(b: TraceBuilder, chains: PrefixChains, keys: dict, segment:
     kind = str(tags.get("kind", "user"))
     ids = chains.ids(key, prompt, shared=kind, shared_tokens=int(number(tags.get("prefix_tokens"), "prefix_tokens", missing=0)),
                      restart=bool(tags.get("salted")))
-    b.add_request(keys[key], (sent - t0[0]) / 1e9, prompt, int(r.get("completion_tokens") or 0), ids,
+    b.add_request(keys[key], (sent - t0[0]) / 1e9, prompt, tokens(r.get("completion_tokens") or 0, "completion_tokens"), ids,
                   service_s=number(r.get("end_s"), "end_s", missing=math.nan), subagent=kind == "subagent",
                   cached=number(r.get("cached_tokens"), "cached_tokens", missing=math.nan),
                   group=int(number(e.get("rung"), "rung", missing=-1, lo=-1)))

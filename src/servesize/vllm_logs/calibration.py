@@ -120,8 +120,7 @@ def _field_value(name: str, value: Any) -> Any:
     if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
         return _checked(name, value, isinstance(value, str), "text or null")
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
-        and lo <= value <= _MAX_CALIBRATION_NUMBER
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
 
 
@@ -132,8 +131,8 @@ def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
 
 
 def _is_count(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-            and float(value).is_integer() and 0 <= value <= _MAX_CALIBRATION_NUMBER)
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= _MAX_CALIBRATION_NUMBER
+            and (isinstance(value, int) or float(value).is_integer()))  # bounds first: a 400-digit int overflows a float
 
 
 def gib_interval(gib: float) -> tuple[int, int]:
@@ -551,7 +550,7 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     non_torch = _non_torch_gib(facts)
     notes = (*facts.notes, *era.notes, *max_model_len.notes, *_rank_notes(facts), *available.notes, *groups.notes,
              *count.notes, *pool.notes, *weights.notes, *activation.notes, *non_torch.notes, *_setup_notes(facts))
-    return Calibration(
+    return _possible(Calibration(
         source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=facts.value("model"),
         tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=max_model_len.value,
         kv_cache_dtype=facts.value("kv_cache_dtype"), gpu_memory_utilization=facts.value("gpu_memory_utilization"),
@@ -564,7 +563,27 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
         weights_gib=weights.value, activation_gib=activation.value, non_torch_gib=non_torch.value,
         cudagraph_gib=_cudagraph_gib(facts), total_gpu_memory_gib=facts.value("total_gpu_memory_gib"),
         ranks=facts.ranks, notes=notes,
-    )
+    ))
+
+
+def _possible(cal: Calibration) -> Calibration:
+    """``cal``, or a refusal when its figures leave the KV cache a memory no start-up could have: the budget
+    (total x utilization) less weights, activation peak and non-torch memory is below zero (past the
+    two-decimal rounding of the four figures), or the KV memory printed is larger than the GPU."""
+    parts = [v for v in (cal.total_gpu_memory_gib, cal.gpu_memory_utilization, cal.weights_gib, cal.activation_gib,
+                         cal.non_torch_gib) if v is not None]
+    if len(parts) == 5:
+        total, util, weights, activation, non_torch = parts
+        rest = total * util - weights - activation - non_torch
+        if rest < -4 * GIB_HALF_STEP:
+            raise BadInput(f"{cal.source}: its figures leave the KV cache {rest:.2f} GiB ({total:g} GiB x {util:g} - weights "
+                           f"{weights:g} - activation {activation:g} - non-torch {non_torch:g}): no vLLM start-up prints "
+                           "these; is the log edited or two start-ups mixed?")
+    logged, gpu = cal.available_kv_gib_logged, cal.total_gpu_memory_gib
+    if logged is not None and gpu is not None and logged > gpu + GIB_HALF_STEP:
+        raise BadInput(f"{cal.source}: available KV memory {logged:g} GiB is more than the GPU's {gpu:g} GiB; "
+                       "is the log edited or two start-ups mixed?")
+    return cal
 
 
 

@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_SMALL_FILE_BYTES, check_depth, parse_json, read_input
+from servesize.limits import MAX_SMALL_FILE_BYTES, check_depth, check_numbers, check_output, parse_json, read_input, write_output
 from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
+
+WORKLOAD_SUFFIXES = (".json", ".toml")
 
 
 def read_workload_data(path) -> dict:
@@ -34,6 +36,7 @@ def read_workload_data(path) -> dict:
         data = parse_json(text, f"workload file {str(p)!r}")
     if not isinstance(data, dict):
         raise BadInput(f"workload file {str(p)!r} must hold a table/object at the top level")
+    check_numbers(data, f"workload file {str(p)!r}")
     return data
 
 
@@ -91,10 +94,7 @@ def save_workload_dict(data: dict, path) -> pathlib.Path:
         text = to_toml({**data, "subagent": {}} if "subagent" in data and data["subagent"] is None else data)
     else:
         text = json.dumps(data, indent=2) + "\n"
-    try:
-        p.write_text(text)
-    except OSError as exc:
-        raise BadInput(f"cannot write workload file {str(p)!r}: {exc.strerror or exc}") from None
+    write_output(check_output(p, "workload file", suffixes=WORKLOAD_SUFFIXES), text, "workload file")
     return p
 
 

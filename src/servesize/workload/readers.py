@@ -30,18 +30,21 @@ formats at all is refused.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 import pathlib
 import re
+import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+import servesize.limits as limits
 from servesize.errors import BadInput
-from servesize.limits import MAX_INPUT_BYTES, MAX_LINE_CHARS, parse_json, read_input
+from servesize.limits import MAX_INPUT_BYTES, MAX_LINE_CHARS, parse_json, read_input, require_regular
 
 CSV_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "prompt_len", "prompt_length",
                "num_prompt_tokens", "context_tokens", "contexttokens", "tokens", "in")
@@ -95,6 +98,61 @@ class Observations:
 
 class _BadRow(Exception):
     """One unreadable row (skipped and counted)."""
+
+
+class _Counted(io.RawIOBase):
+    """A binary stream that refuses past ``limit`` bytes read (a gzip bomb stops at the cap, line by line)."""
+
+    def __init__(self, fh, limit: int, what: str):
+        self.fh, self.limit, self.what, self.count = fh, limit, what, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        data = self.fh.read(len(buf))
+        self.count += len(data)
+        if self.count > self.limit:
+            raise BadInput(f"{self.what} decompresses to more than {self.limit:,} bytes (the cap on a decompressed file)")
+        buf[:len(data)] = data
+        return len(data)
+
+
+def _stream_lines(path: pathlib.Path) -> Iterator[str]:
+    """The lines of a JSONL request log (gzip allowed), read as they come: at most ``MAX_LINE_CHARS`` of one line
+    is held (the rest of a longer line is passed over and the line yielded as too long), so memory stays bounded
+    however large the file. A line over the cap is yielded as its first MAX_LINE_CHARS + 1 characters (the reader
+    skips and counts it)."""
+    what = f"request log {str(path)!r}"
+    info = require_regular(path, "request log")
+    if info.st_size > MAX_INPUT_BYTES:
+        raise BadInput(f"request log {path}: {info.st_size:,} bytes, over the {MAX_INPUT_BYTES:,} servesize reads")
+    with open(path, "rb") as raw:
+        fh = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
+        raw.seek(0)
+        counted = _Counted(fh, limits.MAX_DECOMPRESSED_BYTES if fh is not raw else MAX_INPUT_BYTES, what)
+        text = io.TextIOWrapper(io.BufferedReader(counted, 1 << 20), encoding="utf-8-sig")
+        try:
+            while True:
+                line = text.readline(MAX_LINE_CHARS + 1)
+                if not line:
+                    return
+                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                    while (rest := text.readline(1 << 20)) and not rest.endswith("\n"):
+                        pass  # the rest of an overlong line, passed over
+                yield line
+        except UnicodeDecodeError:
+            raise BadInput(f"{str(path)!r} is not UTF-8 text (CSV, JSONL or JSON, optionally gzip)") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            raise BadInput(f"{what} cannot be read or decompressed: {exc}") from None
+
+
+def _first_char(path: pathlib.Path) -> str:
+    """The first non-blank character of the file (decompressed), from its first non-blank line."""
+    for line in _stream_lines(path):
+        if line.strip():
+            return line.lstrip()[:1]
+    return ""
 
 
 def _open_text(path: pathlib.Path) -> str:
@@ -264,14 +322,18 @@ def _keep_leading_ids(match: re.Match) -> str:
     return '"hash_ids":[' + ",".join(parts[:HASH_IDS_KEPT]) + "]"
 
 
-def _records(text: str, path: str, obs_skip: Callable[[str], None]) -> Iterator[tuple[int, Any]]:
+def _records(text: str | Iterable[str], path: str, obs_skip: Callable[[str], None]) -> Iterator[tuple[int, Any]]:
     """(record number or line number, parsed value) for a JSON array or JSONL text; a JSONL line that is
     not JSON (a truncated last line, a stray log line) is skipped and counted."""
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        yield from enumerate(parse_json(text, path), start=1)
-        return
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    lines: Iterable[str]
+    if isinstance(text, str):
+        if text.lstrip().startswith("["):
+            yield from enumerate(parse_json(text, path), start=1)
+            return
+        lines = text.splitlines()
+    else:
+        lines = text
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         if len(line) > MAX_LINE_CHARS:
@@ -541,7 +603,7 @@ def _first_format(rec: Any, loc: str, path: str, column: str | None) -> _JsonFor
     return fmt
 
 
-def _read_json_records(text: str, path: str, column: str | None) -> Observations:
+def _read_json_records(text: str | Iterable[str], path: str, column: str | None) -> Observations:
     """JSONL or a JSON array of objects, every record read in the format the first readable one shows."""
     found: tuple[_JsonFormat, Observations] | None = None
     early_skips: list[str] = []
@@ -581,10 +643,12 @@ def _read_json_records(text: str, path: str, column: str | None) -> Observations
 def read_token_counts(path, column: str | None = None) -> Observations:
     """What a CSV, JSONL or JSON request log (gzip allowed) says about its requests, format auto-detected."""
     p = pathlib.Path(path)
-    text = _open_text(p)
-    if not text.strip():
+    first = _first_char(p)
+    if not first:
         raise BadInput(f"{str(p)!r}: the file is empty")
-    first = text.lstrip()[:1]
-    if first in "{[":
+    if first == "{":  # JSONL: streamed line by line (a 1 GiB decompressed log is never held whole)
+        return _read_json_records(_stream_lines(p), str(p), column)
+    text = _open_text(p)
+    if first == "[":
         return _read_json_records(text, str(p), column)
     return _read_csv(text, str(p), column)

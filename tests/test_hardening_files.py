@@ -1,0 +1,188 @@
+"""Issue 16, files: output paths checked before work starts, typed file readers, sizes that follow from a file.
+
+Each test is one example of the issue: before the fix it ended in a traceback ("servesize: bug:"), a
+matplotlib error, an exit 0 on a write that failed, an overwritten input, or gigabytes allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+import servesize.limits as limits
+from servesize.cli import main
+from servesize.errors import BadInput
+from servesize.measure.record import RunRecord, read_record
+from servesize.workload.presets import preset
+
+ROOT = pathlib.Path(__file__).resolve().parent
+LOGS = ROOT / "data" / "vllm-logs"
+V0_LOG = LOGS / "v0-llama31-8b-3090-restart.log"
+PLAN = ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "50"]
+
+
+def refused(capsys, *argv, fragments=(), code=2) -> str:
+    rc = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    lines = err.split("\n")
+    assert rc == code, err
+    assert "Traceback" not in err and "servesize: bug:" not in err, err
+    assert all(line.startswith("servesize") for line in lines), err
+    for fragment in fragments:
+        assert fragment in lines[-1], (fragment, err)
+    return lines[-1]
+
+
+# -- output paths ---------------------------------------------------------------------------------------
+
+def test_a_plot_with_an_unknown_extension_is_refused_naming_the_ones_accepted(tmp_path, capsys):
+    line = refused(capsys, *PLAN, "--plot", tmp_path / "out.txt", fragments=("--plot", ".png, .svg, .pdf"))
+    assert not (tmp_path / "out.txt").exists() and "matplotlib" not in line
+
+
+def test_a_plot_naming_a_folder_is_refused_and_writes_no_dot_png(tmp_path, capsys):
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    refused(capsys, *PLAN, "--plot", f"{folder}/", fragments=("is a directory",))
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_plot_to_dev_full_fails_in_one_line_before_the_plan_runs(capsys):
+    refused(capsys, *PLAN, "--plot", "/dev/full", fragments=("not a regular file",))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_measure_record_on_dev_full_is_refused_in_one_line(capsys):
+    refused(capsys, "measure", "pool", "--url", "http://127.0.0.1:9", "--record", "/dev/full", "--quiet",
+            fragments=("--record /dev/full", "not a regular file"))
+
+
+def test_a_full_disk_while_recording_ends_in_one_line_and_keeps_the_lines_written(tmp_path, monkeypatch):
+    path = tmp_path / "r.jsonl"
+    rec = RunRecord.create(path, "pool", {"url": "http://x"})
+    rec.append("probe", n=1)
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rec._fh, "write", full)
+    with pytest.raises(BadInput, match="No space left on device.*--resume"):
+        rec.append("probe", n=2)
+    rec.close()  # the refused line is not retried into an error on close
+    contents = read_record(path)
+    assert contents.header["kind"] == "pool" and [e["type"] for e in contents.events] == ["probe"]
+
+
+def test_a_full_disk_while_writing_a_plot_removes_the_partial_file(tmp_path, monkeypatch):
+    out = tmp_path / "x.png"
+
+    class Full:
+        def __init__(self, *_a, **_k):
+            pass
+
+        def __enter__(self):
+            out.write_bytes(b"part")
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def write(self, _data):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", Full)
+    with pytest.raises(BadInput, match="--plot .*No space left"):
+        limits.write_output(out, b"\x89PNG", "--plot")
+    assert not out.exists()
+
+
+def test_calibrate_refuses_to_write_its_calibration_over_the_log_it_reads(tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text(V0_LOG.read_text())
+    before = log.read_bytes()
+    refused(capsys, "calibrate", "--vllm-log", log, "--out", log, fragments=("is the input file itself",))
+    os.chdir(tmp_path)
+    refused(capsys, "calibrate", "--vllm-log", "x.log", "--out", f"../{tmp_path.name}/x.log",
+            fragments=("is the input file itself",))
+    assert log.read_bytes() == before
+
+
+def test_workload_fit_out_takes_its_format_from_json_or_toml(tmp_path, capsys):
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(json.dumps({"usage": {"prompt_tokens": 1000 + 37 * i}}) + "\n" for i in range(40)))
+    refused(capsys, "workload", "fit", log, "--out", tmp_path / "w.yaml", fragments=(".json, .toml",))
+    assert main(["workload", "fit", str(log), "--out", str(tmp_path / "w.toml")]) == 0
+
+
+# -- typed readers ----------------------------------------------------------------------------------------
+
+def test_a_calibration_file_with_a_number_where_the_list_goes_is_refused_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"calibrations": 5}))
+    refused(capsys, *PLAN, "--calibration", path, fragments=("cal.json", "calibrations must be a list"))
+    path.write_text(json.dumps({"calibrations": [{"source": "a", "era": "v0"}, 7]}))
+    refused(capsys, *PLAN, "--calibration", path, fragments=("calibrations[1]",))
+
+
+@pytest.mark.parametrize("field", [("user", "median_tokens"), ("user", "sigma"), ("subagent", "prefix_tokens"),
+                                   ("think_time_s",), ("max_model_len",)])
+def test_a_workload_number_past_a_floats_range_is_refused_naming_file_and_field(field, tmp_path, capsys):
+    data = preset("coding-agent").workload().to_dict()
+    table = data
+    for key in field[:-1]:
+        table = table[key]
+    table[field[-1]] = 10**400
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(data))
+    line = refused(capsys, *PLAN, "--workload", path, fragments=("wl.json", ".".join(field), "out of range"))
+    assert len(line) < 300
+
+
+def test_calibrate_refuses_a_log_whose_figures_leave_the_kv_cache_negative(tmp_path, capsys):
+    log = tmp_path / "edited.log"
+    log.write_text(V0_LOG.read_text().replace("peak_torch_memory=17.06GiB", "peak_torch_memory=30.00GiB"))
+    refused(capsys, "calibrate", "--vllm-log", log, fragments=("leave the KV cache -9.13 GiB",))
+    log.write_text(V0_LOG.read_text().replace("kv_cache_size=3.81GiB", "kv_cache_size=93.81GiB"))
+    refused(capsys, "calibrate", "--vllm-log", log, fragments=("more than the GPU's 23.58 GiB",))
+    assert main(["calibrate", "--vllm-log", str(V0_LOG)]) == 0  # the real log still calibrates
+
+
+# -- sizes that follow from a file ------------------------------------------------------------------------
+
+def _sessions_log(path: pathlib.Path) -> pathlib.Path:
+    path.write_text("".join(json.dumps({"session_id": f"s{s}", "timestamp": 1000 + 10 * s + i,
+                                        "usage": {"prompt_tokens": 1000 * (i + 1), "completion_tokens": 50}}) + "\n"
+                            for s in range(3) for i in range(4)))
+    return path
+
+
+def test_a_trace_line_of_a_trillion_tokens_is_refused_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps({"input_length": 10**12, "hash_ids": [1, 2, 3], "timestamp": 0}) + "\n")
+    refused(capsys, "simulate", path, "--pool-tokens", "1M", "--quiet", fragments=("big.jsonl", "input_length", "MAX_REQUEST_TOKENS"))
+
+
+def test_prompt_tokens_of_two_to_the_seventy_is_refused_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "p70.jsonl"
+    path.write_text(json.dumps({"usage": {"prompt_tokens": 2**70, "completion_tokens": 5}}) + "\n")
+    refused(capsys, "simulate", path, "--pool-tokens", "1M", "--quiet", fragments=("usage.prompt_tokens", str(2**70)))
+
+
+def test_the_declared_maximum_of_users_is_refused_before_its_blocks_are_allocated(tmp_path, capsys):
+    expected_blocks = 100_000 * 4 * sum(1000 * (i + 1) // 16 for i in range(4))  # 100,000 users x 4 sessions
+    refused(capsys, "simulate", _sessions_log(tmp_path / "s.jsonl"), "--pool-tokens", "100k", "--users", "100000",
+            "--quiet", fragments=(f"{expected_blocks:,} blocks", "MAX_REPLAY_BLOCKS"))
+
+
+def test_users_times_sessions_past_the_cap_is_refused_before_any_draw(tmp_path, capsys):
+    refused(capsys, "simulate", _sessions_log(tmp_path / "s.jsonl"), "--pool-tokens", "100k", "--users", "100000",
+            "--sessions-per-user", "10000", "--quiet", fragments=("MAX_REPLAY_SESSIONS",))
+
+
+def test_a_negative_seed_is_refused_in_one_line(tmp_path, capsys):
+    refused(capsys, "simulate", _sessions_log(tmp_path / "s.jsonl"), "--pool-tokens", "100k", "--users", "2",
+            "--seed", "-1", "--quiet", fragments=("--seed",))
