@@ -173,9 +173,10 @@ def test_prompt_tokens_of_two_to_the_seventy_is_refused_naming_the_field(tmp_pat
 
 
 def test_the_declared_maximum_of_users_is_refused_before_its_blocks_are_allocated(tmp_path, capsys):
-    expected_blocks = 100_000 * 4 * sum(1000 * (i + 1) // 16 for i in range(4))  # 100,000 users x 4 sessions
+    # 100,000 users x 4 sessions at 4-token blocks: 998M blocks, past the cap (at the log's 16-token blocks, 250M fit)
+    expected_blocks = 100_000 * 4 * sum(1000 * (i + 1) // 4 for i in range(4))
     refused(capsys, "simulate", _sessions_log(tmp_path / "s.jsonl"), "--pool-tokens", "100k", "--users", "100000",
-            "--quiet", fragments=(f"{expected_blocks:,} blocks", "MAX_REPLAY_BLOCKS"))
+            "--block-size", "4", "--quiet", fragments=(f"{expected_blocks:,} blocks", "MAX_REPLAY_BLOCKS"))
 
 
 def test_users_times_sessions_past_the_cap_is_refused_before_any_draw(tmp_path, capsys):
