@@ -18,9 +18,7 @@ from servesize.cli import main
 from servesize.errors import BadInput, ServesizeError
 from servesize.planning.prices import gpu_hour_prices, parse_price
 
-# past what one replica of the cheapest shape serves (2xH200 TP2: 173 under the duty-cycle decode model),
-# so the winner and a frontier point need DP > 1
-USERS = 300
+USERS = 150
 PRICES = {"L40S": 0.90, "H100-SXM": 2.20, "H200-SXM": 3.10}  # per GPU-hour, chosen so no one GPU wins by price alone
 SPACE = dict(models="qwen3.6-27b", gpus_from="L40S,H100,H200", tensor_parallel_size="1,2", precision="native,fp8",
              kv_cache_dtype="auto,fp8", max_gpus=8, fills=400,

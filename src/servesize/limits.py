@@ -69,8 +69,6 @@ def check_may_read(name: str, what: str) -> None:
     why = _NO_FILES.get()
     if why is not None:
         raise BadInput(f"{what} {_shown(str(name))[:80]!r}: {why}")
-# -- load model --------------------------------------------------------------------------------------
-MAX_LOAD_USERS = 1 << 24             # users per replica the decode load model searches to: a chat replica serves ~10^3
 
 
 def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,

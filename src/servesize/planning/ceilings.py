@@ -1,11 +1,8 @@
 """The four ceilings in users (working-set-model.md 2.9), for one deployment and workload:
 
 - cache ceiling   = warm *user* sessions p5 (warm_capacity; x replicas under sticky routing);
-- decode ceiling  = the most users whose p95 of simultaneous decoders (duty-cycle load model,
-                    planning.load) still gets a per-user p50 at the floor (per replica group, x dp);
-                    under decode.load_model = all_at_once (the seed's) the batch that meets the floor;
-- latency ceiling = users at which a miss's mean TTFT reaches the limit (M/G/1, per group, x dp), or,
-                    when a lone cold prefill exceeds the limit, a warm turn's (queueing binds, not one miss);
+- decode ceiling  = the largest n whose per-user p50 meets the floor (per replica group, x dp);
+- latency ceiling = users at which a miss's mean TTFT reaches the limit (M/G/1, per group, x dp);
 - saturation      = users at which prefill duty reaches 100% (per group, x dp);
 - binding         = the smallest; headroom = each ceiling / the binding one.
 
@@ -34,8 +31,7 @@ from servesize.planning.decode import (
     tp_efficiency,
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
-from servesize.planning.latency import ceiling_request, latency_ceiling_users, moments_from, saturation_ceiling_users
-from servesize.planning.load import DecodeLoad, decode_load
+from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload.draws import RandomBank
@@ -82,25 +78,6 @@ class Ceilings:
     binding: str
     floor_out_of_reach: FloorOutOfReach | None = None
     missing: dict = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
-    decode_load: DecodeLoad | None = None              # the duty-cycle load model at the floor (None: all at once)
-    decode_comfortable_load: DecodeLoad | None = None  # the same at the comfortable floor
-    latency_request: str = "miss"                      # the turn the latency ceiling holds to the budget
-    dp: int = 1                                        # replica groups the ceilings are summed over
-
-    @property
-    def decode_all_at_once(self) -> float:
-        """The seed's conservative bound: every user decoding at once (the batch that meets the floor, x dp)."""
-        return float(self.decode.n * self.dp)
-
-    @property
-    def decode_users_per_replica(self) -> int:
-        return self.decode.n if self.decode_load is None else self.decode_load.users
-
-    @property
-    def decode_comfortable_users_per_replica(self) -> int | None:
-        if self.decode_comfortable is None:
-            return None
-        return self.decode_comfortable.n if self.decode_comfortable_load is None else self.decode_comfortable_load.users
 
     def headroom(self) -> dict:
         low = self.values[self.binding]
@@ -262,46 +239,25 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     missing: dict = {}
     costs = m = None
     lat = sat = math.inf
-    request = "miss"
     if fixed.peak_flops_per_gpu > 0:
         costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
         m = moments_from(costs, workload.invalidation)
         r = sub_ratio_of(workload)
         ttft = float(knob_value(knobs, "ttft_limit_s"))
-        request = ceiling_request(m, ttft, knobs.a("latency.lone_miss_over_budget"))
-        lat = latency_ceiling_users(m, r, workload.think_time_s, ttft, knobs.a("latency.discipline"), request)
+        lat = latency_ceiling_users(m, r, workload.think_time_s, ttft, knobs.a("latency.discipline"))
         sat = saturation_ceiling_users(m, r, workload.think_time_s)
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
-    ttft_s = 0.0 if m is None else m.mean_s
-    load = load_of(setup, workload, knobs, dec, ttft_s, cache)
-    load_c = None if dec_c is None else load_of(setup, workload, knobs, dec_c, ttft_s, cache)
     values = {
         "cache": float(warm.users.p5),
-        "decode": float((dec.n if load is None else load.users) * dp),
+        "decode": float(dec.n * dp),
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),
     }
     binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
     return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach, missing, load, load_c, request, dp)
-
-
-def load_of(setup: DecodeSetup, workload: Workload, knobs: Knobs, dec: DecodeCeiling, ttft_s: float,
-            cache: CeilingCache) -> DecodeLoad | None:
-    """The decode ceiling in users under the duty-cycle load model (planning.load); None under the seed's
-    every-user-decodes rule (decode.load_model = all_at_once). Memoised on everything it reads."""
-    if knobs.a("decode.load_model") != "duty":
-        return None
-    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    streams = 1.0 + sub_ratio_of(workload)
-    pct = float(knobs.a("decode.load_percentile"))
-    key = ("load", setup, dec.n, id(bank), workload.output_tokens, workload.think_time_s, ttft_s, streams, pct)
-    if key not in cache.decode:
-        cache.decode[key] = decode_load(dec.n, lambda b: median_speed(setup, bank, b), workload.output_tokens,
-                                        workload.think_time_s, ttft_s, streams, pct)
-    return cache.decode[key]
+                    out_of_reach, missing)
 
 
 def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,

@@ -26,7 +26,6 @@ Bursts:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from servesize.assumptions import assumption
@@ -45,7 +44,6 @@ class ServiceMoments:
     second_moment_s2: float  # E[S^2]
     miss_s: float          # E[S | miss]
     hit_s: float           # E[S | hit]
-    miss_s2: float = 0.0   # E[S^2 | miss] (0: unknown; the cold prefill is then taken as its mean)
 
     @property
     def scv(self) -> float:
@@ -70,7 +68,7 @@ def service_moments(miss_rate: float, miss_s: float, miss_s2: float, hit_s: floa
     second = f * miss_s2 + (1 - f) * hit_s2
     if mean <= 0:
         raise BadInput("the prefill server needs a positive mean service time")
-    return ServiceMoments(f, mean, second, miss_s, hit_s, miss_s2)
+    return ServiceMoments(f, mean, second, miss_s, hit_s)
 
 
 def moments_from(costs, miss_rate: float) -> ServiceMoments:
@@ -132,19 +130,15 @@ def ttft_s(rate_per_s: float, m: ServiceMoments, request: str = "miss", discipli
     return queue_wait_s(rate_per_s, m) + own
 
 
-def latency_ceiling_rate(m: ServiceMoments, ttft_limit_s: float | None = None, discipline: str | None = None,
-                         request: str = "miss") -> float:
-    """The total rate at which a miss's (or, ``request='hit'``, a warm turn's) mean TTFT equals the limit
-    (0 if one such request alone already exceeds it)."""
+def latency_ceiling_rate(m: ServiceMoments, ttft_limit_s: float | None = None, discipline: str | None = None) -> float:
+    """The total rate at which a miss's mean TTFT equals the limit (0 if a lone miss already exceeds it)."""
     sla = assumption("latency.ttft_limit_s") if ttft_limit_s is None else ttft_limit_s
     discipline = assumption("latency.discipline") if discipline is None else discipline
     if sla <= 0:
         raise BadInput(f"TTFT limit must be > 0 s, got {sla!r}")
     if discipline not in _DISCIPLINES:
         raise BadInput(f"queue discipline must be 'fcfs' or 'ps', got {discipline!r}")
-    if request not in ("miss", "hit"):
-        raise BadInput(f"request must be 'miss' or 'hit', got {request!r}")
-    a, b, c = m.second_moment_s2, m.mean_s, (m.miss_s if request == "miss" else m.hit_s)
+    a, b, c = m.second_moment_s2, m.mean_s, m.miss_s
     if c >= sla:
         return 0.0
     if discipline == "ps":
@@ -193,9 +187,6 @@ class LatencyReport:
     sub_ratio: float
     discipline: str
     derivation: Derivation
-    ceiling_request: str = "miss"     # the turn the ceiling holds to the budget: "miss", or "hit" (warm queueing)
-    budget_miss_share: float = 0.0    # share of turns whose cold prefill alone exceeds the budget
-    ttft_p95_s: float = 0.0           # TTFT p95 over all turns at this load
 
     def to_dict(self) -> dict:
         return {
@@ -207,8 +198,6 @@ class LatencyReport:
             "burst_tolerance": self.burst_tolerance, "burst": self.burst, "burst_drain_s": self.burst_drain_s,
             "ttft_limit_s": self.ttft_limit_s, "think_time_s": self.think_time_s, "sub_ratio": self.sub_ratio,
             "discipline": self.discipline, "derivation": self.derivation.to_list(),
-            "ceiling_request": self.ceiling_request, "budget_miss_share": self.budget_miss_share,
-            "ttft_p95_s": _finite(self.ttft_p95_s),
         }
 
 
@@ -220,7 +209,6 @@ def latency_report(
     ttft_limit_s: float | None = None,
     discipline: str | None = None,
     burst: float = 1.0,
-    request: str = "miss",
 ) -> LatencyReport:
     """Everything latency says about ``users`` on one replica group, with its derivation."""
     think = assumption("latency.think_time_s") if think_time_s is None else float(think_time_s)
@@ -245,21 +233,14 @@ def latency_report(
     hit_ttft = ttft_s(lam, m, "hit", disc)
     d.given("miss_ttft_s", _finite(miss_ttft), unit="s", note=f"{disc}: " + ("wait + own" if disc == "fcfs" else "own / (1 - rho)"))
     d.given("hit_ttft_s", _finite(hit_ttft), unit="s")
-    own = m.miss_s if request == "miss" else m.hit_s
-    leg = "miss_s" if request == "miss" else "hit_s"
-    if request == "hit":
-        d.given("ceiling_on", "warm turns", note="a lone cold prefill exceeds the TTFT limit: the ceiling binds on "
-                "queueing (latency.lone_miss_over_budget)")
     if disc == "fcfs":
-        if own < sla:
-            k = (d.step("k", "2 * (sla - miss_s)", unit="s", sla=sla, miss_s=own) if request == "miss" else
-                 d.step("k", "2 * (sla - hit_s)", unit="s", sla=sla, hit_s=own))
+        if m.miss_s < sla:
+            k = d.step("k", "2 * (sla - miss_s)", unit="s", sla=sla, miss_s=m.miss_s)
             lam_sla = d.step("rate_at_limit", "k / (E_S2 + k * E_S)", unit="req/s", k=k, E_S2=m.second_moment_s2, E_S=es)
         else:
-            lam_sla = d.given("rate_at_limit", 0.0, unit="req/s", note=f"a lone {request} already exceeds the TTFT limit")
+            lam_sla = d.given("rate_at_limit", 0.0, unit="req/s", note="a lone miss already exceeds the TTFT limit")
     else:
-        lam_sla = d.given("rate_at_limit", latency_ceiling_rate(m, sla, "ps", request), unit="req/s",
-                          note=f"PS: (1 - {leg}/sla) / E_S")
+        lam_sla = d.given("rate_at_limit", latency_ceiling_rate(m, sla, "ps"), unit="req/s", note="PS: (1 - miss_s/sla) / E_S")
     lat_users = d.step("latency_ceiling_users", "rate_at_limit * think_time_s / (1 + r)", unit="users",
                        rate_at_limit=lam_sla, think_time_s=think, r=sub_ratio)
     sat_users = d.step("saturation_ceiling_users", "think_time_s / ((1 + r) * E_S)", unit="users",
@@ -271,13 +252,7 @@ def latency_report(
         bstar = d.given("burst_tolerance", 0.0, unit="misses")
         drain = float("inf")
         d.given("burst_drain_s", "unbounded", unit="s", note="rho >= 1: the backlog never drains")
-    share = d.step("budget_miss_share", "f * p_cold_over", f=m.miss_rate,
-                   p_cold_over=_lognormal_tail(m.miss_s, m.miss_s2, sla),
-                   note="turns whose cold prefill alone exceeds the budget (log-normal fit of E[S|miss], E[S^2|miss])")
-    p95 = ttft_percentile_s(lam, m, 0.95) if disc == "fcfs" else math.inf
-    d.given("ttft_p95_s", _finite(p95), unit="s", note="mean FCFS wait + own prefill, over warm and cold turns")
     return LatencyReport(
-        ceiling_request=request, budget_miss_share=float(share), ttft_p95_s=float(p95),
         moments=m, users=float(users), rate_per_s=float(lam), rho=float(rho), wait_s=float(wait),
         miss_ttft_s=float(miss_ttft), hit_ttft_s=float(hit_ttft),
         latency_ceiling_users=float(max(0.0, lat_users)), saturation_ceiling_users=float(sat_users),
@@ -332,58 +307,10 @@ def _finite(x: float):
 
 def latency_ceiling_users(
     m: ServiceMoments, sub_ratio: float = 0.0, think_time_s: float | None = None,
-    ttft_limit_s: float | None = None, discipline: str | None = None, request: str = "miss",
+    ttft_limit_s: float | None = None, discipline: str | None = None,
 ) -> float:
-    """Users at which a miss's (or a warm turn's) mean TTFT reaches the limit: lambda_sla x think / (1 + r)."""
-    return users_for_rate(latency_ceiling_rate(m, ttft_limit_s, discipline, request), think_time_s, sub_ratio)
-
-
-def ceiling_request(m: ServiceMoments, ttft_limit_s: float, rule: str) -> str:
-    """Which turn the latency ceiling holds to the budget: the miss, or (``rule = 'warm_queueing'`` and a lone
-    cold prefill already over the budget) the warm turn, so the ceiling binds on queueing, never on one miss."""
-    if rule not in ("warm_queueing", "zero"):
-        raise BadInput(f"latency.lone_miss_over_budget must be 'warm_queueing' or 'zero', got {rule!r}")
-    return "hit" if rule == "warm_queueing" and m.miss_s >= ttft_limit_s else "miss"
-
-
-def _lognormal_tail(mean: float, second: float, x: float) -> float:
-    """P(S > x) for the log-normal with E[S] = mean and E[S^2] = second (a two-moment fit)."""
-    if mean <= 0:
-        return 0.0
-    s2 = math.log(max(second / mean**2, 1.0 + 1e-12))
-    mu = math.log(mean) - s2 / 2.0
-    if x <= 0:
-        return 1.0
-    return 0.5 * math.erfc((math.log(x) - mu) / math.sqrt(2.0 * s2))
-
-
-def budget_miss_share(m: ServiceMoments, ttft_limit_s: float) -> float:
-    """The share of turns whose cold prefill alone exceeds the budget: f x P(S_miss > budget), the cold
-    prefill time a two-moment log-normal (E[S|miss], E[S^2|miss])."""
-    return m.miss_rate * _lognormal_tail(m.miss_s, m.miss_s2, ttft_limit_s)
-
-
-def ttft_percentile_s(rate_per_s: float, m: ServiceMoments, q: float = 0.95) -> float:
-    """The q-th percentile of TTFT over all turns: the mean FCFS wait plus the turn's own prefill, a miss
-    (share f, log-normal cold prefill) or a warm hit (its mean). inf at rho >= 1."""
-    wait = queue_wait_s(rate_per_s, m)
-    if not math.isfinite(wait):
-        return math.inf
-
-    def over(t: float) -> float:  # P(TTFT > t)
-        warm = 1.0 if wait + m.hit_s > t else 0.0
-        return m.miss_rate * _lognormal_tail(m.miss_s, m.miss_s2, t - wait) + (1.0 - m.miss_rate) * warm
-
-    lo, hi = wait, max(wait + m.hit_s + m.miss_s, 1e-9)
-    while over(hi) > 1.0 - q:
-        hi *= 2.0
-    for _ in range(60):  # P(TTFT > t) falls in t
-        mid = 0.5 * (lo + hi)
-        if over(mid) > 1.0 - q:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """Users at which a miss's mean TTFT reaches the limit: lambda_sla x think / (1 + r)."""
+    return users_for_rate(latency_ceiling_rate(m, ttft_limit_s, discipline), think_time_s, sub_ratio)
 
 
 def saturation_ceiling_users(m: ServiceMoments, sub_ratio: float = 0.0, think_time_s: float | None = None) -> float:

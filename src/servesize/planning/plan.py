@@ -72,16 +72,10 @@ class Plan:
             "kv_bytes_per_token_per_rank": self.fixed.kv_bytes_per_token_rank,
             "state_bytes_per_session_per_rank": self.fixed.state_bytes_rank,
             "ceilings": dict(r.values), "binding": r.binding, "headroom": r.headroom(),
-            "decode_all_at_once": r.decode_all_at_once,
             "decode": {
                 "floor_tok_s": r.decode.floor_tok_s, "ceiling_per_replica": r.decode.n,
-                "users_per_replica": r.decode_users_per_replica,
-                "decode_all_at_once": r.decode_all_at_once,
-                "load_model": self.knobs.a("decode.load_model"),
-                "load": None if r.decode_load is None else r.decode_load.to_dict(),
                 "comfortable_floor_tok_s": None if r.decode_comfortable is None else r.decode_comfortable.floor_tok_s,
                 "comfortable_ceiling_per_replica": None if r.decode_comfortable is None else r.decode_comfortable.n,
-                "comfortable_users_per_replica": r.decode_comfortable_users_per_replica,
                 "spec_speedup": r.spec_speedup,
                 "p50_at_ceiling_tok_s": None if r.decode.at_ceiling is None else r.decode.at_ceiling.p50_tok_s,
                 "floor_reached": r.floor_out_of_reach is None,
@@ -134,8 +128,7 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     add("decode.tp_efficiency", decode_setup(fixed, knobs).tp_eff, "fraction",
         "flag --tp-efficiency" if knobs.tp_efficiency is not None else f"{which}: 0.90 per TP doubling")
     for key in ("decode.roofline", "decode.mtp_verified_tokens_per_draft", "decode.attention_flops_per_context_token",
-                "decode.unreachable_floor_fraction", "decode.load_model", "decode.load_percentile", "latency.discipline",
-                "latency.lone_miss_over_budget"):
+                "decode.unreachable_floor_fraction", "latency.discipline"):
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
     for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
                 "power.host_w_per_gpu", "power.hours_per_month"):
@@ -215,14 +208,11 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     d.extend(fixed.derivation)
     d.extend(res.warm.derivation)
     d.extend(res.decode.derivation)
-    if res.decode_load is not None:
-        d.extend(res.decode_load.derivation)
     rep = None
     if res.prefill is not None:
         d.extend(res.prefill.derivation)
         rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
-                             float(knob_value(knobs, "ttft_limit_s")), knobs.a("latency.discipline"),
-                             request=res.latency_request)
+                             float(knob_value(knobs, "ttft_limit_s")), knobs.a("latency.discipline"))
         d.extend(rep.derivation)
     for k in CEILINGS:
         d.given(f"ceiling_{k}_users", res.values[k], unit="users",

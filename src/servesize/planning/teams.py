@@ -48,14 +48,12 @@ from servesize.planning.fill_pass import warm_of_teams
 from servesize.planning.inputs import Fixed, Knobs, knob_value
 from servesize.planning.latency import (
     ServiceMoments,
-    ceiling_request,
     latency_ceiling_rate,
     latency_ceiling_users,
     moments_from,
     saturation_ceiling_users,
     ttft_s,
 )
-from servesize.planning.load import decode_load, mix_decode_users
 from servesize.planning.warm_capacity import Percentiles
 from servesize.workload.teams import TeamMix
 
@@ -111,7 +109,7 @@ class MixedQueue:
         mean = float(sum(wi * m.mean_s for wi, m in zip(w, self.moments)))
         second = float(sum(wi * m.second_moment_s2 for wi, m in zip(w, self.moments)))
         own = self.moments[team]
-        return ServiceMoments(own.miss_rate, mean, second, own.miss_s, own.hit_s, own.miss_s2)
+        return ServiceMoments(own.miss_rate, mean, second, own.miss_s, own.hit_s)
 
     @property
     def prioritised(self) -> bool:
@@ -130,20 +128,18 @@ class MixedQueue:
         own = self.moments[team].miss_s if request == "miss" else self.moments[team].hit_s
         return w0 / ((1 - above) * (1 - within)) + own
 
-    def latency_scale(self, team: int, ttft_limit_s: float, request: str = "miss") -> float:
-        """The scale of the whole mix at which team ``team``'s miss (or warm-turn) TTFT reaches the limit
-        (0: a lone such request is over it)."""
-        own = self.moments[team].miss_s if request == "miss" else self.moments[team].hit_s
-        if own >= ttft_limit_s:
+    def latency_scale(self, team: int, ttft_limit_s: float) -> float:
+        """The scale of the whole mix at which team ``team``'s miss TTFT reaches the limit (0: a lone miss is over it)."""
+        if self.moments[team].miss_s >= ttft_limit_s:
             return 0.0
         if not self.prioritised:
-            return latency_ceiling_rate(self.mixture(team), ttft_limit_s, self.discipline, request) / self.rate_per_s
+            return latency_ceiling_rate(self.mixture(team), ttft_limit_s, self.discipline) / self.rate_per_s
         # TTFT rises with the scale, without bound as the load of the levels at or above the team's nears 1
         rho = self.rates_per_s * np.array([m.mean_s for m in self.moments])
         lo, hi = 0.0, 1.0 / float(rho[self.priorities >= self.priorities[team]].sum())
         for _ in range(_BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
-            if self.miss_ttft_s(team, mid, request) <= ttft_limit_s:
+            if self.miss_ttft_s(team, mid) <= ttft_limit_s:
                 lo = mid
             else:
                 hi = mid
@@ -244,49 +240,23 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
                 f"{floor:g} tok/s floor")
     queue = mixed_queue(fixed, mix, knobs, cache)
     at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
-    users = decode_users_of(setup, bank, mix, knobs, queue, n)
-    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, users)
-
-
-def decode_users_of(setup: DecodeSetup, bank, mix: TeamMix, knobs: Knobs, queue: MixedQueue, decoders: int) -> float:
-    """The users of the whole mix one replica group's decoders keep: the plan's duty-cycle load model
-    (planning.load), or under decode.load_model = all_at_once (the seed's) the decoders themselves."""
-    if knobs.a("decode.load_model") != "duty" or decoders <= 0:
-        return float(decoders)
-    pct = float(knobs.a("decode.load_percentile"))
-
-    def speed(b: int) -> float:
-        return median_speed(setup, bank, b)
-
-    if mix.single is not None:  # exactly the plan's (planning.ceilings.load_of)
-        w = mix.single
-        return float(decode_load(decoders, speed, w.output_tokens, w.think_time_s, queue.moments[0].mean_s,
-                                 1.0 + mix.teams[0].sub_ratio, pct).users)
-    total = float(mix.targets.sum())
-    classes = [(t.users * (1.0 + t.sub_ratio) / total, t.workload.output_tokens, t.workload.think_time_s + m.mean_s)
-               for t, m in zip(mix.teams, queue.moments)]
-    return float(mix_decode_users(decoders, speed, classes, pct)[0])
+    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least)
 
 
 def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5: np.ndarray, decoders: int,
-                          at_least: dict[str, np.ndarray] | None = None,
-                          decode_users: float | None = None) -> ReplicaCeilings:
-    """The per-replica ceilings from the warm p5, the decoders (and the users they keep, ``decode_users``:
-    decode_users_of; the decoders themselves when not given) and the prefill queue."""
+                          at_least: dict[str, np.ndarray] | None = None) -> ReplicaCeilings:
+    """The per-replica ceilings from the warm p5, the decoders and the prefill queue."""
     targets = mix.targets
     ttft_limit = float(knob_value(knobs, "ttft_limit_s"))
-    rule = str(knobs.a("latency.lone_miss_over_budget"))
-    requests = [ceiling_request(m, ttft_limit, rule) for m in queue.moments]
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio
         lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
-                                                       queue.discipline, requests[0]))])
+                                                       queue.discipline))])
         sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
     else:
-        lat = np.array([queue.latency_scale(t, ttft_limit, requests[t]) for t in range(len(targets))]) * targets
+        lat = np.array([queue.latency_scale(t, ttft_limit) for t in range(len(targets))]) * targets
         sat = targets / queue.rho
-    users = float(decoders) if decode_users is None else float(decode_users)
-    values = {"cache": warm_p5.astype(float), "decode": users * targets / targets.sum(), "latency": lat,
+    values = {"cache": warm_p5.astype(float), "decode": decoders * targets / targets.sum(), "latency": lat,
               "saturation": sat}
     bounds = {k: np.zeros(len(targets), bool) for k in values} | (at_least or {})
     return ReplicaCeilings(mix.names, targets, values, bounds, knobs.sticky_routing, decoders, queue)
@@ -380,9 +350,7 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     setup = decode_setup(one, knobs)
     dec, out_of_reach = decode_at_floor(setup, mix.decoders(), knobs, cache)
     queue = mixed_queue(one, mix, knobs, cache)
-    bank = contexts_of(mix.decoders(), knobs, setup.topk_tokens, cache)
-    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n,
-                                decode_users=decode_users_of(setup, bank, mix, knobs, queue, dec.n))
+    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n)
     scaled = per.scaled(dp)
     scale_w = dp if knobs.sticky_routing else 1
     teams = []

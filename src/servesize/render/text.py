@@ -124,16 +124,10 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     floor = (f"p50 >= {r.decode.floor_tok_s:g} tok/s per user{mtp}" if r.floor_out_of_reach is None else
              f"p50 >= {r.decode.floor_tok_s:.1f} tok/s per user{mtp}: the {r.floor_out_of_reach.floor_tok_s:g} "
              "tok/s floor is out of reach")
-    ttft = knob_value(plan.knobs, 'ttft_limit_s')
-    load = r.decode_load
-    if load is not None:
-        floor = (f"p{load.percentile * 100:g} of decoders ({load.decoders_at_percentile:,}, duty {load.duty:.3f}) "
-                 f"get {floor}; conservative bound, all decoding at once: {r.decode_all_at_once:,.0f}")
     desc = {
         "cache": "warm user sessions p5",
         "decode": floor,
-        "latency": (f"mean miss TTFT <= {ttft:g} s" if r.latency_request == "miss" else
-                    f"mean warm-turn TTFT <= {ttft:g} s (one cold prefill alone exceeds it: queueing binds)"),
+        "latency": f"mean miss TTFT <= {knob_value(plan.knobs, 'ttft_limit_s'):g} s",
         "saturation": "prefill duty 100%",
     }
     lines = ["ceilings (users):"]
@@ -145,8 +139,7 @@ def _plan_ceilings(plan: Plan) -> list[str]:
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
     c = r.decode_comfortable
     if c is not None and c.n > 0:
-        users = r.decode_comfortable_users_per_replica or 0
-        lines.append(f"  (decode at the comfortable {c.floor_tok_s:g} tok/s: {users * plan.fixed.dp:,} users)")
+        lines.append(f"  (decode at the comfortable {c.floor_tok_s:g} tok/s: {c.n * plan.fixed.dp:,} users)")
     elif c is not None:
         lines.append(f"  (the comfortable {c.floor_tok_s:g} tok/s is out of reach: one user alone gets "
                      f"{c.p50_one_more_tok_s:.1f} tok/s)")
@@ -184,10 +177,6 @@ def _plan_serving(plan: Plan) -> list[str]:
     lines = [f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
              f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)" if r.prefill is not None
              else "prefill: not timed (no dense FLOP/s figure for this GPU: give --gpu-flops)"]
-    if plan.latency is not None and (plan.latency.ceiling_request == "hit" or plan.latency.budget_miss_share >= 1e-4):
-        lines.append(f"TTFT at the binding load: p95 {plan.latency.ttft_p95_s:.2f} s; "
-                     f"{plan.latency.budget_miss_share:.2%} of turns miss the {plan.latency.ttft_limit_s:g} s budget "
-                     f"on their cold prefill alone (cache-miss rate {plan.latency.moments.miss_rate:g})")
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
