@@ -265,12 +265,31 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
 
 
-def decode_load_of(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,
-                   request_s: float) -> DecodeLoad:
-    """The load model's decode ceiling per replica over the plan's own context bank."""
-    return decode_load_ceiling(lambda k: median_speed(setup, bank, k), dec.n, workload.output_tokens,
+def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
+                   request_s: float, lower_bound: bool | None = None) -> DecodeLoad:
+    """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
+    meet the floor)."""
+    return decode_load_ceiling(lambda k: median_speed(setup, bank, k), k_star, workload.output_tokens,
                                think_time_of(workload), request_s, sub_ratio_of(workload),
-                               float(knobs.a("load.percentile")), lower_bound=dec.n >= DECODE_SEARCH_LIMIT)
+                               float(knobs.a("load.percentile")),
+                               lower_bound=k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound)
+
+
+def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
+                              setup: DecodeSetup, k_star: int, lower_bound: bool = False
+                              ) -> tuple[float, float | None] | None:
+    """One replica's decode and latency ceilings in users under the load model, as ``ceilings`` finds them
+    (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s."""
+    if knobs.a("load.model") != "duty" or k_star < 1:
+        return None
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    lat = None
+    request_s = 0.0
+    if fixed.peak_flops_per_gpu > 0:
+        _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
+        request_s = m.mean_s
+    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound)
+    return float(load.users), None if lat is None else float(max(0.0, lat))
 
 
 def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache | None = None, comfortable: bool = True) -> Ceilings:
@@ -293,7 +312,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     load = None
     decode_users = float(dec.n)
     if knobs.a("load.model") == "duty":
-        load = decode_load_of(setup, dec, workload, knobs, bank, 0.0 if m is None else m.mean_s)
+        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s)
         decode_users = float(load.users)
     values = {
         "cache": float(warm.users.p5),

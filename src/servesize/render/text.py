@@ -62,7 +62,7 @@ def _plan_sizing(plan: Plan) -> list[str]:
 
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
-    lines = (_plan_sizing(plan) + ["verdict: " + plan.verdict()] + _plan_workload(plan) + _plan_head(plan)
+    lines = (_plan_sizing(plan) + _plan_workload(plan) + ["verdict: " + plan.verdict()] + _plan_head(plan)
              + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan) + _plan_bill(plan))
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")
