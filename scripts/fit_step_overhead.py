@@ -10,7 +10,7 @@ modelled step is the plan's roofline at the default bandwidth and compute effici
 the median of (measured step - roofline step), rounded to 0.1 ms: a fixed cost per step that the roofline
 does not price (scheduling, kernel launches, sampling). The NIM cases at 5, 25 and 50 users are left out:
 their 5,000-token prefills interleave with the decode, a cost the overhead is not meant to absorb.
-tests/test_step_overhead.py runs this fit and checks the default equals it.
+tests/test_load_model.py runs this fit and checks the default equals it.
 """
 
 from __future__ import annotations
