@@ -280,7 +280,7 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
                               ) -> tuple[float, float | None] | None:
     """One replica's decode and latency ceilings in users under the load model, as ``ceilings`` finds them
     (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s."""
-    if knobs.a("load.model") != "duty" or k_star < 1:
+    if knobs.a("load.model") != "duty" or not 1 <= k_star < DECODE_SEARCH_LIMIT:
         return None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     lat = None
@@ -311,7 +311,8 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
         missing = {"latency": need, "saturation": need}
     load = None
     decode_users = float(dec.n)
-    if knobs.a("load.model") == "duty":
+    # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
+    if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
         load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s)
         decode_users = float(load.users)
     values = {

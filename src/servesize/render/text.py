@@ -127,7 +127,7 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     if r.decode_load is not None:
         dl = r.decode_load
         desc["decode"] = (f"p{dl.percentile:g} of simultaneous decoders ({dl.decoders_at_percentile:,}; mean "
-                          f"{dl.mean_decoders:,.1f}, duty {dl.duty:.1%}) at {floor}; every user decoding at once: "
+                          f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at once: "
                           f"{r.every_user_decode:,.0f}")
     if r.ttft is not None:
         desc["latency"] = (f"load adds <= {r.ttft.allowed_extra_share:.0%} of turns past the {budget:g} s TTFT budget"
