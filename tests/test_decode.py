@@ -195,7 +195,7 @@ def test_impossible_decode_settings_are_refused(bad):
 def test_the_ceiling_explains_itself_from_the_same_numbers():
     result = decode_ceiling(DecodeSetup(**SEED_27B, spec_speedup=1.7), reference_contexts)
     text = result.derivation.render()
-    assert "spec_speedup × effective_bandwidth / step_bytes_p50" in text
+    assert "spec_speedup / (step_bytes_p50 / effective_bandwidth + step_overhead_s)" in text
     assert result.to_dict()["decode_ceiling"] == result.n
     assert result.derivation.value("decode_ceiling") == result.n
 

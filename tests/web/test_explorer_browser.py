@@ -188,7 +188,7 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     assert "warm_users" in page.text_content("#tiles [data-tile=warm] pre.steps")
     page.click("#verdict details.why summary")
     page.wait_for_function("() => document.querySelector('#verdict details.why').dataset.filled")
-    assert "binding = decode" in page.text_content("#explainSteps")
+    assert f"binding = {doc['binding']}" in page.text_content("#explainSteps")
     for chart in "ABCDEFG":
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
     page.evaluate("() => window.scrollTo(0, 0)")

@@ -1,8 +1,11 @@
 """The four ceilings in users (working-set-model.md 2.9), for one deployment and workload:
 
 - cache ceiling   = warm *user* sessions p5 (warm_capacity; x replicas under sticky routing);
-- decode ceiling  = the largest n whose per-user p50 meets the floor (per replica group, x dp);
-- latency ceiling = users at which a miss's mean TTFT reaches the limit (M/G/1, per group, x dp);
+- decode ceiling  = the most users whose p95 of simultaneous decoders still meets the floor (planning.load;
+                    per replica group, x dp); the seed's rule (every user decoding: the largest n whose
+                    per-user p50 meets the floor) is kept beside as the conservative bound;
+- latency ceiling = users at which load adds 5% of turns past the TTFT budget (planning.load; the seed's:
+                    a miss's mean TTFT reaches the limit, M/G/1; per group, x dp);
 - saturation      = users at which prefill duty reaches 100% (per group, x dp);
 - binding         = the smallest; headroom = each ceiling / the binding one.
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
@@ -31,7 +36,8 @@ from servesize.planning.decode import (
     tp_efficiency,
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
-from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users
+from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users, users_for_rate
+from servesize.planning.load import DecodeLoad, TtftLoad, decode_load_ceiling, think_time_of, ttft_ceiling_rate
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload.draws import RandomBank
@@ -78,10 +84,21 @@ class Ceilings:
     binding: str
     floor_out_of_reach: FloorOutOfReach | None = None
     missing: dict = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
+    decode_load: DecodeLoad | None = None   # the load model's decode ceiling (None under the seed's rule)
+    ttft: TtftLoad | None = None            # the load model's latency ceiling (None under the seed's rule)
+    every_user_decode: float = 0.0          # the seed's every-user-decodes ceiling, x dp: the conservative bound
+    ttft_samples: tuple = field(default=(), compare=False, repr=False)  # (miss_s, hit_s) prefill draws
 
     def headroom(self) -> dict:
         low = self.values[self.binding]
         return {k: (v / low if low > 0 and k not in self.missing else None) for k, v in self.values.items()}
+
+    def miss_share_at(self, users: float, dp: int, sub_ratio: float, think_s: float) -> float | None:
+        """The share of turns whose TTFT exceeds the budget at ``users`` in all (None without the load model)."""
+        if self.ttft is None or self.moments is None:
+            return None
+        rate = users / dp * (1.0 + sub_ratio) / think_s
+        return self.ttft.share_at(rate, self.moments, *self.ttft_samples)
 
 
 def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None = None,
@@ -125,6 +142,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
+        step_overhead_s=float(knobs.a("decode.step_overhead_s")),
         **compute,
     )
 
@@ -229,6 +247,51 @@ def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: Ceil
     return cache.prefill[key]
 
 
+def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank):
+    """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT."""
+    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
+    m = moments_from(costs, workload.invalidation)
+    r = sub_ratio_of(workload)
+    think = think_time_of(workload)
+    budget = float(knob_value(knobs, "ttft_limit_s"))
+    sat = saturation_ceiling_users(m, r, think)
+    if knobs.a("load.model") != "duty":
+        return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()
+    pset = prefill_setup(fixed, knobs)
+    lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
+    samples = (np.asarray(pset.miss_seconds(lengths), dtype=float),
+               np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+    ttft = ttft_ceiling_rate(m, *samples, budget, float(knobs.a("load.percentile")))
+    return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
+
+
+def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
+                   request_s: float, lower_bound: bool | None = None) -> DecodeLoad:
+    """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
+    meet the floor)."""
+    return decode_load_ceiling(lambda k: median_speed(setup, bank, k), k_star, workload.output_tokens,
+                               think_time_of(workload), request_s, sub_ratio_of(workload),
+                               float(knobs.a("load.percentile")),
+                               lower_bound=k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound)
+
+
+def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
+                              setup: DecodeSetup, k_star: int, lower_bound: bool = False
+                              ) -> tuple[float, float | None] | None:
+    """One replica's decode and latency ceilings in users under the load model, as ``ceilings`` finds them
+    (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s."""
+    if knobs.a("load.model") != "duty" or not 1 <= k_star < DECODE_SEARCH_LIMIT:
+        return None
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    lat = None
+    request_s = 0.0
+    if fixed.peak_flops_per_gpu > 0:
+        _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
+        request_s = m.mean_s
+    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound)
+    return float(load.users), None if lat is None else float(max(0.0, lat))
+
+
 def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache | None = None, comfortable: bool = True) -> Ceilings:
     cache = cache or CeilingCache()
     dp = fixed.dp
@@ -236,28 +299,32 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     setup = decode_setup(fixed, knobs)
     dec, out_of_reach = decode_at_floor(setup, workload, knobs, cache)
     dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     missing: dict = {}
-    costs = m = None
+    costs = m = ttft = None
+    samples: tuple = ()
     lat = sat = math.inf
     if fixed.peak_flops_per_gpu > 0:
-        costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
-        m = moments_from(costs, workload.invalidation)
-        r = sub_ratio_of(workload)
-        ttft = float(knob_value(knobs, "ttft_limit_s"))
-        lat = latency_ceiling_users(m, r, workload.think_time_s, ttft, knobs.a("latency.discipline"))
-        sat = saturation_ceiling_users(m, r, workload.think_time_s)
+        costs, m, lat, sat, ttft, samples = _prefill_side(fixed, workload, knobs, cache, bank)
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
+    load = None
+    decode_users = float(dec.n)
+    # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
+    if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
+        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s)
+        decode_users = float(load.users)
     values = {
         "cache": float(warm.users.p5),
-        "decode": float(dec.n * dp),
+        "decode": decode_users * dp,
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),
     }
     binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
     return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach, missing)
+                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
+                    ttft_samples=samples)
 
 
 def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,

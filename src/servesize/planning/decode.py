@@ -21,6 +21,9 @@ The step takes the longer of the two (the roofline, ``decode.roofline``):
 
     step_s = max(step_bytes / (tp x bandwidth x bandwidth_efficiency x tp_efficiency),
                  step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
+             + step_overhead_s                 (scheduling, kernel launches, sampling: a fixed cost
+                                                per step, ``decode.step_overhead_s``, fitted to the
+                                                published benchmarks by scripts/fit_step_overhead.py)
 
 and each of the n users gets ``spec_speedup`` tokens per step: per-user tok/s = spec_speedup / step_s.
 A setup without compute figures (peak 0) is the seed's memory-only roofline.
@@ -218,6 +221,7 @@ class DecodeSetup:
     draft_bytes_per_step: float = 0.0
     attention_flops_per_context_token: float = 0.0
     window_attention_flops_per_token: float = 0.0
+    step_overhead_s: float = 0.0  # fixed per step (decode.step_overhead_s); 0 is the pure roofline (the seed's)
 
     def __post_init__(self):
         if self.bandwidth_bytes_per_s <= 0:
@@ -241,6 +245,8 @@ class DecodeSetup:
             raise BadInput(f"compute efficiency must be in (0, 1], got {self.compute_efficiency!r}")
         if self.query_tokens_per_step < 1:
             raise BadInput(f"query tokens per step must be >= 1, got {self.query_tokens_per_step!r}")
+        if not 0 <= self.step_overhead_s < 1:
+            raise BadInput(f"per-step overhead must be in [0, 1) s, got {self.step_overhead_s!r}")
 
     @property
     def tp_eff(self) -> float:
@@ -275,11 +281,12 @@ class DecodeSetup:
         return gemm + attention
 
     def step_seconds(self, step_bytes, step_flops=None):
-        """The roofline: the longer of the memory time and (when priced) the compute time."""
+        """The roofline: the longer of the memory time and (when priced) the compute time, plus the fixed
+        per-step overhead."""
         memory_s = np.asarray(step_bytes, dtype=float) / self.effective_bandwidth_bytes_per_s
         if not self.prices_compute or step_flops is None:
-            return memory_s
-        return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / self.effective_flops_per_s)
+            return memory_s + self.step_overhead_s
+        return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / self.effective_flops_per_s) + self.step_overhead_s
 
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
         """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
@@ -291,8 +298,8 @@ class DecodeSetup:
         return self.weight_bytes(n) + kv + 2.0 * n * self.state_bytes_per_sequence
 
     def per_user_tokens_per_s(self, step_bytes) -> np.ndarray:
-        """spec_speedup x effective bandwidth / step bytes."""
-        return self.spec_speedup * self.effective_bandwidth_bytes_per_s / np.asarray(step_bytes, dtype=float)
+        """spec_speedup / (step bytes / effective bandwidth + per-step overhead) (the memory leg only)."""
+        return self.spec_speedup / self.step_seconds(step_bytes)
 
 
 # --------------------------------------------------------------------------------------
@@ -527,17 +534,19 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
     compute_s = _compute_steps(d, setup, n, ctx_p50, memory_s) if setup.prices_compute else 0.0
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
+    overhead = d.given("step_overhead_s", setup.step_overhead_s, unit="s",
+                       source="modelled: data/assumptions.toml decode.step_overhead_s (scheduling, launches, sampling)")
+    step_p50 = float((setup.spec_speedup / p50 - setup.step_overhead_s) * eff_bw)  # the median fill's roofline bytes
     if setup.prices_compute:
-        d.step("per_user_tok_s_p50", "spec_speedup / max(memory_s_p50, compute_s_p50)", unit="tok/s",
+        d.step("per_user_tok_s_p50", "spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)", unit="tok/s",
                source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,
-               memory_s_p50=memory_s, compute_s_p50=compute_s,
+               memory_s_p50=memory_s, compute_s_p50=compute_s, step_overhead_s=overhead,
                note="p50 over the fills of the per-fill speed; the median step above gives it to rounding")
     else:
-        d.step("per_user_tok_s_p50", "spec_speedup * effective_bandwidth / step_bytes_p50", unit="tok/s",
-               source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup, effective_bandwidth=eff_bw,
-               step_bytes_p50=float(setup.spec_speedup * eff_bw / p50))
+        d.step("per_user_tok_s_p50", "spec_speedup / (step_bytes_p50 / effective_bandwidth + step_overhead_s)",
+               unit="tok/s", source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup,
+               effective_bandwidth=eff_bw, step_bytes_p50=step_p50, step_overhead_s=overhead)
     agg = d.step("aggregate_tok_s_p50", "n * per_user_tok_s_p50", unit="tok/s", n=n, per_user_tok_s_p50=p50)
-    step_p50 = float(setup.spec_speedup * eff_bw / p50)
     return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d, float(memory_s), compute_s)
 
 

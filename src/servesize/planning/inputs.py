@@ -50,8 +50,12 @@ class Knobs:
     seed: int = 0
     decode_fills: int | None = None
     prefill_samples: int | None = None
+    overrides: tuple = ()                  # ((assumption name, value), ...): one assumption switched (the seed line)
 
     def a(self, name: str):
+        for key, value in self.overrides:
+            if key == name:
+                return value
         return assumption(name, "seed" if self.assumptions == "seed" else "default")
 
 

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servesize.assumptions import modelled_assumptions
@@ -12,6 +13,7 @@ from servesize.derivation import Derivation
 from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of
 from servesize.planning.latency import latency_report
+from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
 from servesize.workload.model import Workload
@@ -38,6 +40,7 @@ class Plan:
     sizing: dict | None = None         # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
     placement: Any = None              # engine.placement.Split: how --gpus is split into replicas (api.plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
+    vs_seed: dict | None = None        # plan.seed_difference: the one seed assumption that moves the answer
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
     # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
     # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
@@ -52,6 +55,32 @@ class Plan:
     def binding(self) -> str:
         """The ceiling that binds first (the smallest)."""
         return self.result.binding
+
+    def verdict(self) -> str:
+        """One line: the users, the ceiling that binds, the workload, and (when one moves it) the seed's assumption."""
+        r = self.result
+        head = f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()})"
+        s = self.vs_seed
+        if not s:
+            return head
+        return (head + f"; under the seed's {s['assumption']} = {s['seed_value']} (default {s['default']}): "
+                f"{s['users']:,.0f} users, {s['binding']} binds")
+
+    def workload_name(self) -> str:
+        """The workload in a few words: the preset and what replaced its fields, or the file's name."""
+        o = self.origin
+        if o is None:
+            return "workload: " + self.workload.describe().split("\n")[0]
+        changed = [o.sources[f].removeprefix("flag ") for f in o.overridden() if o.layer(f) == "flag"]
+        name = f"workload {o.preset.name}" + (f" from {o.file}" if getattr(o, "file", None) else "")
+        return name + (f" with {', '.join(changed)}" if changed else "")
+
+    @property
+    def miss_share(self) -> float | None:
+        """The share of turns whose TTFT exceeds the budget at the binding load (None under the seed's rule)."""
+        r = self.result
+        return r.miss_share_at(r.values[r.binding], self.fixed.dp, sub_ratio_of(self.workload),
+                               think_time_of(self.workload))
 
     @property
     def warm_users(self):
@@ -71,6 +100,8 @@ class Plan:
             "pool_tokens": self.fixed.pool_tokens, "pool_source": self.fixed.pool_source,
             "kv_bytes_per_token_per_rank": self.fixed.kv_bytes_per_token_rank,
             "state_bytes_per_session_per_rank": self.fixed.state_bytes_rank,
+            "verdict": self.verdict(),
+            "vs_seed": self.vs_seed,
             "ceilings": dict(r.values), "binding": r.binding, "headroom": r.headroom(),
             "decode": {
                 "floor_tok_s": r.decode.floor_tok_s, "ceiling_per_replica": r.decode.n,
@@ -82,7 +113,12 @@ class Plan:
                 "floor_out_of_reach": None if r.floor_out_of_reach is None else r.floor_out_of_reach.to_dict(),
                 "points": [p.to_dict() for p in self.decode_points],
                 "roofline": self.knobs.a("decode.roofline"),
+                "load_model": self.knobs.a("load.model"),
+                "load": None if r.decode_load is None else r.decode_load.to_dict(),
+                "every_user_bound_users": r.every_user_decode,
+                "step_overhead_s": self.knobs.a("decode.step_overhead_s"),
             },
+            "ttft": None if r.ttft is None else {**r.ttft.to_dict(), "miss_share_at_binding": self.miss_share},
             "prefill": None if r.prefill is None else {
                 "miss_ttft_s": r.prefill.miss_s, "hit_ttft_s": r.prefill.hit_s,
                 "thrash_ratio": r.prefill.thrash_ratio, "mean_service_s": r.moments.mean_s},
@@ -199,6 +235,43 @@ def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s:
                       hours_per_month=knobs.a("power.hours_per_month"))
 
 
+# the modelled assumptions whose default departs from the seed's and that move the ceilings (knob field or None)
+SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("load.model", None),
+                 ("decode.step_overhead_s", None), ("decode.roofline", None),
+                 ("decode.mtp_verified_tokens_per_draft", None))
+
+
+def _answer(c: Ceilings) -> tuple[float, str]:
+    return c.values[c.binding], c.binding
+
+
+def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceilings, cache: CeilingCache) -> dict | None:
+    """Which one assumption, set to the seed's value, moves the answer most, and the answer it gives then.
+
+    None under the seed's assumptions, or when no single switch changes the users or the binding ceiling."""
+    if knobs.assumptions != "default":
+        return None
+    table = modelled_assumptions()
+    users, binding = _answer(res)
+    best = None
+    for name, knob in SEED_SWITCHES:
+        seed_value, default = table[name]["seed"], table[name]["default"]
+        if seed_value == default or (knob is not None and getattr(knobs, knob) is not None):
+            continue
+        switched = replace(knobs, **{knob: seed_value}) if knob else replace(knobs, overrides=((name, seed_value),))
+        other = ceilings(fixed, workload, switched, cache, comfortable=False)
+        o_users, o_binding = _answer(other)
+        moved = abs(math.log(max(o_users, 1.0) / max(users, 1.0))) + (1.0 if o_binding != binding else 0.0)
+        if round(o_users) != round(users) or o_binding != binding:
+            if best is None or moved > best["moved"]:
+                best = {"assumption": name, "seed_value": seed_value, "default": default, "users": o_users,
+                        "binding": o_binding, "moved": moved}
+    if best is None:
+        return None
+    best.pop("moved")
+    return best
+
+
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
               sensitivity_fills: int = 300, memory=None, origin=None) -> Plan:
     cache = CeilingCache()
@@ -224,9 +297,10 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if bill is not None:
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
+    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if with_sensitivity else None
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
                 tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,
-                origin=origin, memory=memory, derivation=d)
+                origin=origin, memory=memory, derivation=d, vs_seed=vs_seed)
 
 
 @dataclass(frozen=True)

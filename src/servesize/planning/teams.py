@@ -40,6 +40,7 @@ from servesize.planning.ceilings import (
     contexts_of,
     decode_at_floor,
     decode_setup,
+    load_ceilings_per_replica,
     prefill_of,
     prefill_setup,
 )
@@ -240,24 +241,33 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
                 f"{floor:g} tok/s floor")
     queue = mixed_queue(fixed, mix, knobs, cache)
     at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
-    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least)
+    load = None if mix.single is None else load_ceilings_per_replica(fixed, mix.single, knobs, cache, setup, n,
+                                                                     lower_bound=n_at_least)
+    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load)
 
 
 def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5: np.ndarray, decoders: int,
-                          at_least: dict[str, np.ndarray] | None = None) -> ReplicaCeilings:
-    """The per-replica ceilings from the warm p5, the decoders and the prefill queue."""
+                          at_least: dict[str, np.ndarray] | None = None,
+                          load: tuple[float, float | None] | None = None) -> ReplicaCeilings:
+    """The per-replica ceilings from the warm p5, the decoders and the prefill queue.
+
+    ``load``: one team's (decode, latency) users under the load model (planning.ceilings.load_ceilings_per_replica);
+    without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds."""
     targets = mix.targets
     ttft_limit = float(knob_value(knobs, "ttft_limit_s"))
+    decode = decoders * targets / targets.sum()
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio
         lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
                                                        queue.discipline))])
         sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
+        if load is not None:
+            decode = np.array([load[0]])
+            lat = lat if load[1] is None else np.array([load[1]])
     else:
         lat = np.array([queue.latency_scale(t, ttft_limit) for t in range(len(targets))]) * targets
         sat = targets / queue.rho
-    values = {"cache": warm_p5.astype(float), "decode": decoders * targets / targets.sum(), "latency": lat,
-              "saturation": sat}
+    values = {"cache": warm_p5.astype(float), "decode": decode, "latency": lat, "saturation": sat}
     bounds = {k: np.zeros(len(targets), bool) for k in values} | (at_least or {})
     return ReplicaCeilings(mix.names, targets, values, bounds, knobs.sticky_routing, decoders, queue)
 
@@ -350,7 +360,8 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     setup = decode_setup(one, knobs)
     dec, out_of_reach = decode_at_floor(setup, mix.decoders(), knobs, cache)
     queue = mixed_queue(one, mix, knobs, cache)
-    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n)
+    load = None if mix.single is None else load_ceilings_per_replica(one, mix.single, knobs, cache, setup, dec.n)
+    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load)
     scaled = per.scaled(dp)
     scale_w = dp if knobs.sticky_routing else 1
     teams = []

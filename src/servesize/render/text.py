@@ -68,8 +68,8 @@ def _plan_sizing(plan: Plan) -> list[str]:
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
     lines = ([f"differs from the engine simulator: {plan.disagreement}"] if plan.disagreement else [])
-    lines += (_plan_sizing(plan) + _plan_workload(plan) + _plan_head(plan) + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan)
-             + _plan_bill(plan))
+    lines += (_plan_sizing(plan) + _plan_workload(plan) + ["verdict: " + plan.verdict()] + _plan_head(plan)
+              + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan) + _plan_bill(plan))
     lines = _placement(plan.placement) + lines
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")
@@ -124,12 +124,22 @@ def _plan_ceilings(plan: Plan) -> list[str]:
     floor = (f"p50 >= {r.decode.floor_tok_s:g} tok/s per user{mtp}" if r.floor_out_of_reach is None else
              f"p50 >= {r.decode.floor_tok_s:.1f} tok/s per user{mtp}: the {r.floor_out_of_reach.floor_tok_s:g} "
              "tok/s floor is out of reach")
+    budget = knob_value(plan.knobs, 'ttft_limit_s')
     desc = {
         "cache": "warm user sessions p5",
         "decode": floor,
-        "latency": f"mean miss TTFT <= {knob_value(plan.knobs, 'ttft_limit_s'):g} s",
+        "latency": f"mean miss TTFT <= {budget:g} s",
         "saturation": "prefill duty 100%",
     }
+    if r.decode_load is not None:
+        dl = r.decode_load
+        desc["decode"] = (f"p{dl.percentile:g} of simultaneous decoders ({dl.decoders_at_percentile:,}; mean "
+                          f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at once: "
+                          f"{r.every_user_decode:,.0f}")
+    if r.ttft is not None:
+        desc["latency"] = (f"load adds <= {r.ttft.allowed_extra_share:.0%} of turns past the {budget:g} s TTFT budget"
+                           + (f" (to the {r.ttft.base_share:.1%} whose own cold prefill exceeds it)"
+                              if r.ttft.base_share >= 0.0005 else ""))
     lines = ["ceilings (users):"]
     for k in CEILINGS:
         if k in r.missing:
@@ -137,6 +147,7 @@ def _plan_ceilings(plan: Plan) -> list[str]:
             continue
         mark = "  <- binding" if k == r.binding else (f"  x{head[k]:.2f}" if head[k] is not None else "")
         lines.append(f"  {k:<11}{r.values[k]:>10,.0f}   {desc[k]}{mark}")
+    lines += _miss_share_line(plan)
     c = r.decode_comfortable
     if c is not None and c.n > 0:
         lines.append(f"  (decode at the comfortable {c.floor_tok_s:g} tok/s: {c.n * plan.fixed.dp:,} users)")
@@ -144,6 +155,19 @@ def _plan_ceilings(plan: Plan) -> list[str]:
         lines.append(f"  (the comfortable {c.floor_tok_s:g} tok/s is out of reach: one user alone gets "
                      f"{c.p50_one_more_tok_s:.1f} tok/s)")
     return lines
+
+
+def _miss_share_line(plan: Plan) -> list[str]:
+    """The share of turns that miss the TTFT budget at the binding load (the load model)."""
+    share = plan.miss_share
+    if share is None:
+        return []
+    r = plan.result
+    budget = knob_value(plan.knobs, 'ttft_limit_s')
+    line = (f"  TTFT: {share:.1%} of turns miss the {budget:g} s budget at {r.values[r.binding]:,.0f} users"
+            + (f"; {r.ttft.base_share:.1%} miss at any load (cold prefill p99.9 {r.ttft.longest_miss_s:.1f} s)"
+               if r.ttft is not None and r.ttft.base_share >= 0.0005 else ""))
+    return [line]
 
 
 def _plan_decode(plan: Plan) -> list[str]:

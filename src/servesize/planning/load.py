@@ -1,0 +1,258 @@
+"""The load model: how many of N users decode at once, and what share of turns miss the TTFT budget.
+
+A user cycles think -> request (a warm tail prefill, or a cold re-prefill, plus ``r`` subagent requests)
+-> decode of the output. Per cycle (the renewal-reward theorem: only means enter):
+
+    D     = output_tokens / v(k)                 one request's decode at the per-user speed v at k decoders
+    C     = think + E[S] + D                     the cycle: think, prefill service, the main request's decode
+    a     = D / C                                the share of a cycle one request stream spends decoding
+    K     ~ Binomial(ceil(N x (1 + r)), a)       simultaneous decoders on a replica of N users (each user's
+                                                 main stream and its subagent streams, independent users)
+    E[K]  = N (1 + r) D / C                      Little's law: arrival rate N (1 + r) / C x time in decode D
+
+The decode ceiling is the largest N whose ``load.percentile`` quantile of K, k_q(N), still meets the floor:
+v(k_q) >= floor, i.e. k_q <= k*, the largest batch that meets it (planning.decode.decode_ceiling). v depends
+on k_q and a on v, so k_q is the least fixed point of k -> quantile(N, a(v(k))), found by iterating from one
+decoder (the map is increasing in k, so the iteration climbs to it, at most k* + 1 steps); admissibility is
+monotone in N, so N is found by bisection, bounded by k* / a at the fastest speed.
+
+The TTFT of a turn is its queue wait W (M/G/1, Pollaczek-Khinchine mean E[W]) plus its own prefill S
+(a miss with probability f, the workload's invalidation). W is taken as an atom at 0 of mass 1 - rho and an
+exponential tail, P(W > t) = rho exp(-rho t / E[W]) (exact for M/M/1), so the share of turns that miss the
+budget b is
+
+    miss(rate) = f E[P(W > b - S_miss)] + (1 - f) E[P(W > b - S_hit)]       (P(W > t) = 1 for t < 0)
+
+over the workload's context draws. At zero load it is the share whose own prefill exceeds b (a cold
+re-prefill of a long context); load adds the rest. The latency ceiling is the largest N at which load adds
+no more than 1 - percentile of turns to that share: a budget one cold prefill exceeds is a share of turns
+that miss, never zero users.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+from servesize.planning.latency import ServiceMoments
+
+
+def think_time_of(workload) -> float:
+    """The mean think time (s) between a user's turns: the one place the load model reads it.
+
+    Little's law and the renewal-reward theorem need the mean gap whatever the distribution's shape, so a
+    workload that carries a fitted distribution answers its mean here (its median is for reporting)."""
+    mean = getattr(workload, "think_time_mean_s", None)
+    return float(workload.think_time_s if mean is None else mean)
+
+
+def binomial_cdf_upto(n: int, p: float, k_max: int) -> np.ndarray:
+    """P(K <= k) for k = 0..k_max, K ~ Binomial(n, p), exactly (log-space recursion, no scipy)."""
+    if n < 0 or not 0.0 <= p <= 1.0:
+        raise BadInput(f"a binomial needs n >= 0 and p in [0, 1], got {n!r}, {p!r}")
+    k_max = int(min(max(k_max, 0), n))
+    if p == 0.0:
+        return np.ones(k_max + 1)
+    if p == 1.0:
+        out = np.zeros(k_max + 1)
+        if k_max == n:
+            out[-1] = 1.0
+        return out
+    k = np.arange(k_max, dtype=float)
+    steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
+    logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
+    return np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+
+
+def binomial_quantile(n: int, p: float, q: float, k_max: int | None = None) -> int:
+    """The smallest k with P(K <= k) >= q; k_max + 1 when it lies beyond k_max (the caller's 'too many')."""
+    if not 0.0 < q < 1.0:
+        raise BadInput(f"a quantile must be in (0, 1), got {q!r}")
+    limit = n if k_max is None else min(n, int(k_max))
+    cdf = binomial_cdf_upto(n, p, limit)
+    hit = np.nonzero(cdf >= q - 1e-12)[0]
+    if hit.size:
+        return int(hit[0])
+    return limit + 1
+
+
+@dataclass(frozen=True)
+class DecodeLoad:
+    """The decode ceiling under the load model, per replica group."""
+
+    users: int                  # the ceiling: most users per replica whose k_q meets the floor
+    decoders_at_percentile: int  # k_q at that many users
+    mean_decoders: float        # E[K]
+    duty: float                 # a: share of a cycle one request stream decodes
+    decode_s: float             # D
+    cycle_s: float              # C
+    speed_tok_s: float          # v(k_q)
+    every_user_decoders: int    # k*: the batch that meets the floor (the seed's every-user-decodes ceiling)
+    percentile: float
+    lower_bound: bool           # k* was the search limit: decode never binds
+    derivation: Derivation
+
+    def to_dict(self) -> dict:
+        return {"users_per_replica": self.users, "decoders_at_percentile": self.decoders_at_percentile,
+                "mean_decoders": self.mean_decoders, "duty": self.duty, "decode_s": self.decode_s,
+                "cycle_s": self.cycle_s, "per_user_tok_s_at_percentile": self.speed_tok_s,
+                "every_user_decoders": self.every_user_decoders, "percentile": self.percentile,
+                "lower_bound": self.lower_bound}
+
+
+class _Cycle:
+    """One replica's users: the fixed point k -> quantile(N (1 + r) streams, a(v(k)))."""
+
+    def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
+                 request_s: float, sub_ratio: float, q: float):
+        self.speed_at, self.k_star, self.out, self.think = speed_at, k_star, float(output_tokens), float(think_s)
+        self.request_s, self.r, self.q = float(request_s), float(sub_ratio), q
+        self._speeds: dict[int, float] = {}
+
+    def speed(self, k: int) -> float:
+        k = max(1, int(k))
+        if k not in self._speeds:
+            self._speeds[k] = float(self.speed_at(k))
+        return self._speeds[k]
+
+    def duty(self, v: float) -> tuple[float, float, float]:
+        d = self.out / v
+        c = self.think + self.request_s + d
+        return d / c, d, c
+
+    def streams(self, users: int) -> int:
+        return int(math.ceil(users * (1.0 + self.r) - 1e-9))
+
+    def fixed_point(self, users: int) -> int:
+        """k_q at ``users`` (k* + 1 when it exceeds k*: the floor is missed)."""
+        k = 1
+        for _ in range(self.k_star + 2):
+            a, _, _ = self.duty(self.speed(k))
+            nxt = max(1, binomial_quantile(self.streams(users), a, self.q, self.k_star))
+            if nxt > self.k_star:
+                return self.k_star + 1
+            if nxt <= k:
+                return k
+            k = nxt
+        return k
+
+    def upper_users(self) -> int:
+        """No more users than k* / a at the fastest speed can keep k_q within k* (a fixed bound for the search)."""
+        a, _, _ = self.duty(self.speed(1))
+        return int(math.ceil((self.k_star + 1) / (a * (1.0 + self.r)))) + 1
+
+
+def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
+                        request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0,
+                        lower_bound: bool = False) -> DecodeLoad:
+    """The most users per replica whose ``percentile`` of simultaneous decoders still meets the floor.
+
+    ``speed_at(k)``: per-user p50 tok/s at k decoders (decreasing in k); ``k_star``: the largest k whose speed
+    meets the floor; ``request_s``: mean prefill service of a turn (E[S], no queue)."""
+    if k_star < 1:
+        raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
+    if think_s <= 0 or output_tokens <= 0:
+        raise BadInput("think time and output length must be > 0")
+    q = float(percentile) / 100.0
+    cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, q)
+    lo, hi = 1, max(2, cyc.upper_users())
+    if cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
+        lo = 0
+    while hi - lo > 1:  # admissible(lo), not admissible(hi): k_q is monotone in N
+        mid = (lo + hi) // 2
+        if cyc.fixed_point(mid) <= k_star:
+            lo = mid
+        else:
+            hi = mid
+    k = cyc.fixed_point(lo) if lo else 0
+    v = cyc.speed(max(k, 1))
+    a, d_s, c_s = cyc.duty(v)
+    mean_k = lo * (1.0 + sub_ratio) * a
+    d = Derivation()
+    d.given("think_time_s", think_s, unit="s", note="the mean gap between a user's turns (load.think_time_of)")
+    d.given("output_tokens", output_tokens, unit="tokens/request")
+    d.given("request_s", request_s, unit="s", note="E[S]: a turn's prefill service, warm or cold, no queue")
+    d.given("per_user_tok_s_at_k", v, unit="tok/s", note=f"p50 at k = {k} decoders (the fixed point)")
+    d_step = d.step("decode_s", "output_tokens / per_user_tok_s_at_k", unit="s", output_tokens=output_tokens,
+                    per_user_tok_s_at_k=v)
+    c_step = d.step("cycle_s", "think_time_s + request_s + decode_s", unit="s", think_time_s=think_s,
+                    request_s=request_s, decode_s=d_step)
+    duty = d.step("duty", "decode_s / cycle_s", note="share of a cycle a request stream decodes", decode_s=d_step,
+                  cycle_s=c_step)
+    d.step("mean_decoders", "users * (1 + r) * duty", unit="decoders", source="Little's law", users=lo, r=sub_ratio,
+           duty=duty)
+    d.given("decoders_at_percentile", k, unit="decoders",
+            note=f"p{percentile:g} of Binomial(ceil(users x (1 + r)), duty): at most k* = {k_star} meet the floor")
+    d.given("decode_ceiling_users", lo, unit="users per replica",
+            note=f"most users whose p{percentile:g} of simultaneous decoders meets the floor (bisection over users)"
+            + ("; a lower bound: the floor is met at the search limit" if lower_bound else ""))
+    return DecodeLoad(lo, k, float(mean_k), float(a), float(d_s), float(c_s), float(v), int(k_star),
+                      float(percentile), lower_bound, d)
+
+
+# --------------------------------------------------------------------------------------
+# TTFT: the share of turns that miss the budget
+# --------------------------------------------------------------------------------------
+
+
+def _tail(t: np.ndarray, rho: float, mean_wait: float) -> np.ndarray:
+    """P(W > t): 1 for t < 0, rho exp(-rho t / E[W]) otherwise (an atom at 0 of mass 1 - rho)."""
+    if rho <= 0 or mean_wait <= 0:
+        return (t < 0).astype(float)
+    return np.where(t < 0, 1.0, rho * np.exp(-rho * np.maximum(t, 0.0) / mean_wait))
+
+
+def miss_share(rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float) -> float:
+    """The share of turns whose TTFT (wait + own prefill) exceeds ``budget_s`` at ``rate_per_s`` requests/s."""
+    rho = rate_per_s * m.mean_s
+    if rho >= 1:
+        return 1.0
+    wait = rate_per_s * m.second_moment_s2 / (2.0 * (1.0 - rho))
+    f = m.miss_rate
+    miss = float(_tail(budget_s - miss_s, rho, wait).mean()) if miss_s.size else 0.0
+    hit = float(_tail(budget_s - hit_s, rho, wait).mean()) if hit_s.size else 0.0
+    return f * miss + (1.0 - f) * hit
+
+
+@dataclass(frozen=True)
+class TtftLoad:
+    """The latency ceiling as a share of turns that miss the TTFT budget."""
+
+    rate_at_ceiling_per_s: float
+    base_share: float           # share of turns that miss at zero load (their own prefill exceeds the budget)
+    allowed_extra_share: float  # 1 - percentile: what load may add
+    budget_s: float
+    percentile: float
+    longest_miss_s: float       # the slowest cold prefill drawn (p99.9)
+
+    def share_at(self, rate_per_s: float, m: ServiceMoments, miss_s, hit_s) -> float:
+        return miss_share(rate_per_s, m, miss_s, hit_s, self.budget_s)
+
+    def to_dict(self) -> dict:
+        return {"base_miss_share": self.base_share, "allowed_extra_share": self.allowed_extra_share,
+                "budget_s": self.budget_s, "percentile": self.percentile,
+                "cold_prefill_p999_s": self.longest_miss_s}
+
+
+def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
+                      percentile: float = 95.0) -> TtftLoad:
+    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget."""
+    if budget_s <= 0:
+        raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
+    allowed = 1.0 - float(percentile) / 100.0
+    base = miss_share(0.0, m, miss_s, hit_s, budget_s)
+    target = min(base + allowed, 1.0)
+    lo, hi = 0.0, 1.0 / m.mean_s
+    for _ in range(60):  # the share rises monotonically with the rate
+        mid = 0.5 * (lo + hi)
+        if miss_share(mid, m, miss_s, hit_s, budget_s) <= target:
+            lo = mid
+        else:
+            hi = mid
+    longest = float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
+    return TtftLoad(lo, float(base), allowed, float(budget_s), float(percentile), longest)

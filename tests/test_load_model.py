@@ -1,0 +1,130 @@
+"""The load model (planning/load.py): users decode a duty-cycle share of the time, TTFT binds as a share of turns
+that miss the budget (never as zero users), the seed's every-user-decodes rule kept beside and under
+--assumptions seed, and the fitted per-step decode overhead."""
+
+import importlib.util
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from servesize.assumptions import assumption
+from servesize.cli import main
+from servesize.planning.load import binomial_cdf_upto, binomial_quantile, decode_load_ceiling
+from servesize.workload.presets import presets
+
+FAST = ["--no-sensitivity", "--fills", "200"]
+CHAT = ["llama-3.3-70b", "--gpus", "8xA100-40GB", "-tp", "8", "--preset", "chat"]
+ROW_140K = ["qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--median", "140k"]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def plan_json(capsys, *argv, fast=FAST):
+    code = main(["plan", *argv, *fast, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_the_binomial_quantile_is_the_brute_force_one():
+    rng = np.random.default_rng(0)
+    for n, p in [(10, 0.3), (200, 0.05), (1000, 0.5), (5, 0.0), (5, 1.0)]:
+        cdf = binomial_cdf_upto(n, p, n)
+        pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+        assert cdf == pytest.approx(np.cumsum(pmf), abs=1e-9)
+        draws = rng.binomial(n, p, 200_000)
+        assert abs(binomial_quantile(n, p, 0.95) - np.percentile(draws, 95)) <= 1
+
+
+def test_more_think_time_admits_more_users_and_never_fewer():
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    k_star = 49  # 60 / (1 + 0.49) = 40.3 >= 40 > 60 / 1.5
+    users = [decode_load_ceiling(speed, k_star, 500, think).users for think in (1, 10, 30, 100, 1000)]
+    assert users == sorted(users) and users[-1] > 50 * users[0]
+    assert decode_load_ceiling(speed, k_star, 500, 1).users >= k_star  # never below the every-user bound
+
+
+def test_the_chat_decode_ceiling_moves_with_think_time_and_matches_littles_law_by_hand(capsys):
+    by_think = {t: plan_json(capsys, *CHAT, "--think-time", str(t)) for t in (10, 99, 1000)}
+    decode = {t: d["ceilings"]["decode"] for t, d in by_think.items()}
+    assert decode[1000] >= 5 * decode[10]
+    # by hand, 99 s: k* decoders meet 40 tok/s (the every-user bound); a reply of 211 tokens at ~40 tok/s takes
+    # D = 5.275 s; a cycle is C = 99 s + the prefill's mean service + D; each user decodes a = D / C of the time.
+    d = by_think[99]
+    k_star = d["decode"]["every_user_bound_users"]
+    decode_s = 211 / 40
+    a = decode_s / (99 + d["prefill"]["mean_service_s"] + decode_s)
+    # Little's law gives mean decoders N a; its p95 (normal approximation to the binomial) N a + 1.645 sqrt(N a (1 - a))
+    # equals k*: with x = sqrt(N a), x^2 + 1.645 sqrt(1 - a) x - k* = 0
+    b = 1.645 * math.sqrt(1 - a)
+    x = (-b + math.sqrt(b * b + 4 * k_star)) / 2
+    by_hand = x * x / a
+    assert decode[99] == pytest.approx(by_hand, rel=0.25)
+    assert d["decode"]["load"]["mean_decoders"] == pytest.approx(decode[99] * a, rel=0.05)
+    # the seed's every-user bound is shown beside, and is the conservative one
+    assert all(v["decode"]["every_user_bound_users"] <= v["ceilings"]["decode"] for v in by_think.values())
+
+
+def test_the_140k_row_gives_users_and_the_share_of_turns_that_miss_the_budget(capsys):
+    d = plan_json(capsys, *ROW_140K)
+    assert d["prefill"]["miss_ttft_s"] > 10  # one cold prefill alone exceeds the 10 s budget
+    users = d["ceilings"][d["binding"]]
+    assert d["ceilings"]["latency"] > 0 and users > 0
+    assert users == pytest.approx(19, abs=3)  # the warm-capacity seed: p5 19 / p50 23 at 140k
+    ttft = d["ttft"]
+    assert 0 < ttft["base_miss_share"] <= ttft["miss_share_at_binding"] < 0.1
+    main(["plan", *ROW_140K, *FAST])
+    text = capsys.readouterr().out
+    assert "of turns miss the 10 s budget at" in text and "verdict: 0 users" not in text
+
+
+@pytest.mark.parametrize("preset", [p.name for p in presets()])
+def test_no_preset_gives_zero_users_because_one_cold_prefill_exceeds_the_budget(capsys, preset):
+    # a tight budget that a cold re-prefill of a long session alone exceeds
+    d = plan_json(capsys, "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8",
+                  "--preset", preset, "--median", "60k", "--max-model-len", "180k", "--ttft-limit", "2")
+    assert d["prefill"]["miss_ttft_s"] > 2 or d["ttft"]["base_miss_share"] > 0
+    assert d["ceilings"]["latency"] > 0 and d["ceilings"][d["binding"]] > 0
+    assert d["ttft"]["miss_share_at_binding"] is not None
+
+
+def test_the_seeds_rule_stays_under_assumptions_seed(capsys):
+    seed = plan_json(capsys, *ROW_140K, "--assumptions", "seed")
+    assert seed["decode"]["load_model"] == "every_user" and seed["ttft"] is None
+    assert seed["ceilings"]["decode"] == seed["decode"]["every_user_bound_users"]
+    assert seed["ceilings"]["latency"] == 0  # the seed's mean-miss rule: a lone miss over the budget
+    assert seed["decode"]["step_overhead_s"] == 0
+
+
+def test_the_seeds_deployment_says_which_assumption_moves_the_answer(capsys):
+    d = plan_json(capsys, "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8",
+                  fast=["--fills", "200"])
+    assert d["verdict"].startswith(f"{d['ceilings'][d['binding']]:,.0f} users: {d['binding']} binds first (workload ")
+    s = d["vs_seed"]
+    assert s is not None and s["assumption"] in d["verdict"] and f"{s['users']:,.0f} users" in d["verdict"]
+    assert (round(s["users"]), s["binding"]) != (round(d["ceilings"][d["binding"]]), d["binding"])
+
+
+def _fit_module():
+    spec = importlib.util.spec_from_file_location("fit_step_overhead", ROOT / "scripts" / "fit_step_overhead.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_per_step_overhead_is_the_fit_to_the_published_benchmarks():
+    fit = _fit_module()
+    residuals = fit.residuals()
+    assert len(residuals) >= 5 and all(m > r for _, m, r in residuals)  # every isolated case is slower than its roofline
+    assert assumption("decode.step_overhead_s") == fit.fitted_overhead_s()
+    assert assumption("decode.step_overhead_s", "seed") == 0.0
+
+
+def test_a_small_moe_no_longer_decodes_at_two_thousand_tokens_a_second_alone(capsys):
+    d = plan_json(capsys, "qwen3.6-35b-a3b", "--gpus", "2xB200")
+    one = d["decode"]["points"][0]
+    assert one["concurrent_decoders"] == 1
+    # MTP 1.7 tokens per step; a step can be no shorter than the overhead
+    assert one["per_user_tok_s_p50"] < 1.7 / assumption("decode.step_overhead_s") < 2150
