@@ -541,3 +541,49 @@ def test_a_json_flag_is_read_as_every_json_input_is(text, message):
     with pytest.raises(BadInput, match=re.escape(message)) as info:
         s.Scenario(model="llama-3.1-8b", gpus="1xH100", speculative_config=text)
     assert str(info.value).startswith("--speculative-config ") and "\n" not in str(info.value)
+
+
+# --- issue 16: explorer (calibrate over repeated lines) ---
+
+def _repeated_kv_log(n: int) -> str:
+    lines = ["INFO vLLM API server version 0.8.5"]
+    lines += [f"INFO GPU KV cache size: {1000 + i % 7:,} tokens" for i in range(n)]
+    return "\n".join(lines)
+
+
+def _line_events(fn) -> int:
+    """Lines executed inside servesize.vllm_logs while fn runs (a deterministic count, not a time)."""
+    import sys
+
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if "vllm_logs" not in frame.f_code.co_filename:
+            return None
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_calibrating_a_log_of_repeated_kv_lines_is_linear_in_its_lines():
+    from servesize.api import calibrate
+
+    small = _line_events(lambda: calibrate(_repeated_kv_log(400), source="x"))
+    large = _line_events(lambda: calibrate(_repeated_kv_log(1600), source="x"))
+    assert large < 4.5 * small  # linear: about 4x for 4x the lines; the quadratic search made it about 16x
+
+
+def test_a_note_on_workers_that_differ_names_at_most_eight_of_them():
+    from servesize.api import calibrate
+
+    cal = calibrate(_repeated_kv_log(5000), source="x")
+    note = next(n for n in cal.notes if "differs between workers" in n)
+    assert "and 4,992 more" in note and len(note) < 400

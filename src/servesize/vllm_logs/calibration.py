@@ -264,7 +264,9 @@ def _rank_notes(facts: LogFacts) -> tuple[str, ...]:
         per = facts.per_rank(name)
         if len(set(per.values())) > 1:
             low = min(facts.all(name), key=lambda f: f.value)
-            notes.append(f"'{what}' differs between workers ({', '.join(f'{k}: {v:,}' for k, v in per.items())}); "
+            shown = ', '.join(f'{k}: {v:,}' for k, v in list(per.items())[:8])  # a note stays one short line
+            more = f", and {len(per) - 8:,} more" if len(per) > 8 else ""
+            notes.append(f"'{what}' differs between workers ({shown}{more}); "
                          f"the pool is the minimum, {low.value:,} (line {low.line_no})")
     return tuple(notes)
 
