@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from servesize.errors import BadInput
-from servesize.limits import files_forbidden, parse_json
+from servesize.limits import parse_json
 
 MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is the largest)
 NO_FILES = ("the explorer reads no file and makes no network request a request names: give a catalogue name, "
@@ -42,14 +42,10 @@ async def read_body(request: web.Request) -> Any:
 
 
 async def in_worker(request: web.Request, pool: web.AppKey, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on one of the app's worker threads, where no file a request names may be read."""
+    """``fn(*args)`` on one of the app's worker threads, in the request's context: the guard middleware's
+    ``files_forbidden`` holds there too (an executor does not carry contextvars by itself)."""
     loop = asyncio.get_running_loop()
-
-    def run() -> Any:
-        with files_forbidden(NO_FILES):
-            return fn(*args)
-
-    return await loop.run_in_executor(request.app[pool], contextvars.copy_context().run, run)
+    return await loop.run_in_executor(request.app[pool], contextvars.copy_context().run, fn, *args)
 
 
 async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:
