@@ -1,7 +1,8 @@
 """Plan and the engine simulator on every preset: within 15%, or the plan's first line says why (issue 17).
 
-Minutes of simulation: run with ``-m validation`` (skipped otherwise). scripts/engine_validation.py writes the
-same rows, the traces' too, as docs/accuracy.md's table."""
+About 20 s of simulation for the four presets, so they run in the suite (only trace tests may skip);
+``-m validation`` selects them alone. scripts/engine_validation.py writes the same rows, the traces' too, as
+docs/accuracy.md's table."""
 
 from __future__ import annotations
 
@@ -16,12 +17,6 @@ from servesize.simulate.engine import AGREEMENT
 from servesize.workload.presets import preset
 
 DEPLOYMENT = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
-
-
-@pytest.fixture(autouse=True)
-def _only_when_asked(request):
-    if "validation" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("the plan-vs-engine validation runs with -m validation (minutes)")
 
 
 @pytest.mark.validation
