@@ -179,6 +179,25 @@ def test_the_declared_maximum_of_users_is_refused_before_its_blocks_are_allocate
             "--block-size", "4", "--quiet", fragments=(f"{expected_blocks:,} blocks", "MAX_REPLAY_BLOCKS"))
 
 
+def test_a_replay_within_the_cap_that_the_machine_cannot_hold_ends_in_one_line(tmp_path, capsys):
+    """Within MAX_REPLAY_BLOCKS (250M blocks at 16 tokens) a replay may still want GiBs; under an address-space
+    limit of 1 GiB more than the process holds, it is one line and exit 2, not the bug line (MemoryError)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        held = int(fh.read().split()[0]) * resource.getpagesize()
+    log = _sessions_log(tmp_path / "s.jsonl")
+    resource.setrlimit(resource.RLIMIT_AS, (held + (1 << 30) if hard == resource.RLIM_INFINITY else min(hard, held + (1 << 30)), hard))
+    try:
+        code = main(["simulate", str(log), "--pool-tokens", "1M", "--users", "100000", "--quiet", "--no-bounds"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "bug" not in err, err
+    assert err.startswith("servesize: out of memory:") and "fewer users" in err, err
+
+
 def test_users_times_sessions_past_the_cap_is_refused_before_any_draw(tmp_path, capsys):
     refused(capsys, "simulate", _sessions_log(tmp_path / "s.jsonl"), "--pool-tokens", "100k", "--users", "100000",
             "--sessions-per-user", "10000", "--quiet", fragments=("MAX_REPLAY_SESSIONS",))

@@ -124,7 +124,7 @@ def _on_sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command: its exit code (0 ok, 2 refused or bad input, 3 vLLM would not start, 130 Ctrl-C,
+    """Run one command: its exit code (0 ok, 2 refused, bad input or out of memory, 3 vLLM would not start, 130 Ctrl-C,
     143 SIGTERM, 1 a bug, printed as one). SIGTERM anywhere ends the command with one line, as Ctrl-C does;
     a measurement installs its own handler for the run (the record is closed first)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("servesize: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        # Inputs are bounded before allocation (limits.MAX_REPLAY_BLOCKS and the rest), but a bounded run can still
+        # need more than this machine (or its ulimit) grants: one line, the frames that held the memory already gone.
+        print("servesize: out of memory: this input needs more memory than the process was given; use fewer users, "
+              "a larger --block-size or a part of the input", file=sys.stderr)
+        return 2
     except Exception as exc:  # the last resort: a bug, said to be one (tests/test_fuzz_inputs.py fails if a case reaches it)
         if os.environ.get("SERVESIZE_DEBUG"):
             raise
