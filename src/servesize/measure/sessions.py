@@ -49,7 +49,7 @@ from typing import Any
 from servesize.errors import BadInput
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
-from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO
+from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
@@ -365,7 +365,7 @@ def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], war
     ratios = []
     for r in returning:
         predicted = cold(max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"]))
-        if warm.get(r.id) and r.ttft_s is not None and predicted > 0:
+        if warm.get(r.id) and r.ttft_s is not None and predicted > 0 and resolvable(predicted):
             ratios.append(r.ttft_s / predicted)
     slow = sum(1 for x in ratios if x >= REFUTE_TTFT_RATIO)
     if not ratios or slow <= REFUTE_SHARE * len(ratios):
