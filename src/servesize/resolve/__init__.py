@@ -6,7 +6,7 @@ Each rule is one named function, with the reason it exists (see each module's do
 - ``model``      MODEL -> Architecture, --gpus with the figures the user supplies, vLLM's flags -> Deployment;
 - ``measured``   a measured pool or a calibration file (the most direct measurement wins), and the split of --gpus;
 - ``workload``   the preset, a workload file, single-field flags and the cap -> the Workload and where each
-                 field came from;
+                 field came from (it takes the workload group, ``scenario.WorkloadFields``);
 - ``knobs``      the modelled assumptions and speculative decoding;
 - ``plan``       ``plan_inputs``: a Scenario resolved for the planner (every rule above, in order);
 - ``fleet``      plan --users N, the teams of a fleet, its currency and search space, the Scenario that confirms it.

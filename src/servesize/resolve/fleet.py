@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servesize.engine.deployment import Deployment, derived_max_model_len
 from servesize.errors import BadInput
@@ -21,7 +20,7 @@ from servesize.planning.inputs import Knobs
 from servesize.resolve.knobs import check_speculation, knobs_of, planned_deployment
 from servesize.resolve.model import display_name, gpus_of, hf_id_of, model_of
 from servesize.resolve.workload import resolved_workload
-from servesize.scenario import PARAMS, FleetQuery, Scenario
+from servesize.scenario import PARAMS, FleetQuery, Scenario, WorkloadFields
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload
@@ -74,8 +73,9 @@ def _priorities(specs_given: tuple[str, ...] | None, names: list[str]) -> dict[s
     return out
 
 
-def teams_from(source: Any, specs_given: tuple[str, ...] | list[str], priorities: tuple[str, ...] | list[str] | None,
-               model_limit: int | None = None) -> tuple[tuple[Team, ...], Workload]:
+def teams_from(source: Scenario | FleetQuery, specs_given: tuple[str, ...] | list[str],
+               priorities: tuple[str, ...] | list[str] | None, model_limit: int | None = None
+               ) -> tuple[tuple[Team, ...], Workload]:
     """Teams from NAME=USERS[:WORKLOAD] specs: each its own workload (a preset name or a workload file, capped as
     ``source`` caps, --max-model-len else the model's context), else ``source``'s (a FleetQuery or Scenario)."""
     base, _ = resolved_workload(source, model_limit)
@@ -86,9 +86,8 @@ def teams_from(source: Any, specs_given: tuple[str, ...] | list[str], priorities
         own, where = base, "the fleet's workload"
         if workload is not None:
             named = workload in preset_names()
-            given = SimpleNamespace(preset=workload if named else None, workload=None if named else workload,
-                                    max_model_len=getattr(source, "max_model_len", None))
-            own = resolved_workload(given, model_limit)[0]
+            given = WorkloadFields(preset=workload) if named else WorkloadFields(workload=workload)
+            own = resolved_workload(given, model_limit, cap=source.max_model_len)[0]
             where = f"preset {workload}" if named else f"file {workload}"
         teams.append(Team(name, users, own, priority.get(name, 0), where))
     return tuple(teams), base

@@ -18,17 +18,13 @@ from servesize.errors import BadInput
 from servesize.model.catalogue import ResolvedModel
 from servesize.planning.inputs import Knobs, spec_tokens_of
 from servesize.resolve.workload import preset_of, workload_file_data
-from servesize.scenario import PARAMS, Scenario
+from servesize.scenario import PARAMS, Scenario, params_in
 from servesize.units import GiB
 from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin
 
-# Scenario knob field -> Knobs field
-KNOB_FIELDS = {"bandwidth_efficiency": "bandwidth_efficiency", "tp_efficiency": "tp_efficiency",
-               "mtp_speedup": "mtp_speedup", "spec_acceptance": "spec_acceptance", "decode_floor": "decode_floor",
-               "comfortable_floor": "comfortable_floor", "mfu": "mfu", "ttft_limit": "ttft_limit_s",
-               "decode_compute_efficiency": "compute_efficiency", "electricity_price": "price_per_kwh",
-               "currency": "currency", "pue": "pue"}
+# Scenario knob field -> Knobs field, from the declaration (cpu_offload_gib is converted to bytes in knobs_of)
+KNOB_FIELDS = {p.name: p.target for p in params_in("knobs")}
 
 
 def knobs_of(scenario: Scenario) -> Knobs:
@@ -39,9 +35,9 @@ def knobs_of(scenario: Scenario) -> Knobs:
                                                                  "num_speculative_tokens"))
     if not spec_asked and speculative_of(scenario) == "none":
         values["mtp_speedup"] = 1.0
-    return Knobs(assumptions=scenario.assumptions, sticky_routing=scenario.sticky_routing, fills=scenario.fills,
-                 draws=scenario.draws, seed=scenario.seed, spec_tokens=scenario.num_speculative_tokens,
-                 cpu_offload_bytes=float(scenario.cpu_offload_gib or 0.0) * GiB, **values)
+    values["cpu_offload_bytes"] = float(scenario.cpu_offload_gib or 0.0) * GiB
+    return Knobs(fills=scenario.fills, draws=scenario.draws, seed=scenario.seed,
+                 spec_tokens=scenario.num_speculative_tokens, **values)
 
 
 def speculative_of(scenario: Scenario) -> str:

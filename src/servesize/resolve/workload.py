@@ -13,7 +13,7 @@ from typing import Any
 
 from servesize.errors import BadInput
 from servesize.planning.inputs import Knobs
-from servesize.scenario import PARAMS, Scenario
+from servesize.scenario import PARAMS, FleetQuery, Scenario, WorkloadFields, params_in
 from servesize.workload.catalogue import preset_names
 from servesize.workload.files import read_workload_data
 from servesize.workload.model import SessionClass, Workload
@@ -26,35 +26,28 @@ from servesize.workload.presets import (
     workload_from_data,
 )
 
-WORKLOAD_FIELDS = {"median": "median", "sigma": "sigma", "prefix": "prefix", "subagent_ratio": "subagent_ratio",
-                   "subagent_median": "subagent_median", "subagent_sigma": "subagent_sigma",
-                   "subagent_prefix": "subagent_prefix", "invalidation": "invalidation", "think_time": "think_time_s",
-                   "output_tokens": "output_tokens", "warm_turn_tokens": "warm_turn_tokens"}
+# Scenario workload field -> the planner's parameter name (planning.sensitivity.apply_param), from the declaration
+WORKLOAD_FIELDS = {p.name: p.target for p in params_in("workload") if p.kind in ("tokens", "float")}
 
 
-# Scenario workload field -> the field name a WorkloadOrigin records it under
-ORIGIN_OF = {"median": "user_median_tokens", "sigma": "user_sigma", "prefix": "user_prefix_tokens",
-             "subagent_ratio": "subagent_ratio", "subagent_median": "subagent", "subagent_sigma": "subagent",
-             "subagent_prefix": "subagent", "subagents_share_prefix": "subagents_share_prefix",
-             "invalidation": "invalidation", "think_time": "think_time_s", "output_tokens": "output_tokens",
-             "warm_turn_tokens": "warm_turn_tokens"}
+# Scenario workload field -> the field name a WorkloadOrigin records it under, from the declaration
+ORIGIN_OF = {p.name: p.origin_key for p in params_in("workload") if p.kind not in ("choice", "workload")}
 
 
 def workload_file_data(scenario_workload: Workload | str | None) -> dict | None:
     return read_workload_data(scenario_workload) if isinstance(scenario_workload, str) else None
 
 
-def preset_of(scenario: Any, data: dict | None = None) -> Preset:
+def preset_of(ask: WorkloadFields, data: dict | None = None) -> Preset:
     """--preset, else the preset a workload file names, else the default (coding-agent, the seed's)."""
-    named = getattr(scenario, "preset", None)
-    return preset(named if named is not None else file_preset(data))
+    return preset(ask.preset if ask.preset is not None else file_preset(data))
 
 
-def base_workload(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
+def base_workload(ask: WorkloadFields) -> tuple[Workload, WorkloadOrigin]:
     """The preset, then a workload file's fields over it (a Workload object given whole replaces both)."""
-    given_workload = getattr(scenario, "workload", None)
+    given_workload = ask.workload
     data = workload_file_data(given_workload)
-    chosen = preset_of(scenario, data)
+    chosen = preset_of(ask, data)
     origin = WorkloadOrigin.of_preset(chosen)
     if isinstance(given_workload, Workload):
         return given_workload, origin.with_file("(a Workload object)", {f: "file (a Workload object)"
@@ -70,15 +63,21 @@ def workload_of(scenario: Scenario, model_limit: int | None = None) -> Workload:
     return resolved_workload(scenario, model_limit)[0]
 
 
-def resolved_workload(scenario: Any, model_limit: int | None = None) -> tuple[Workload, WorkloadOrigin]:
+def cap_of(ask: WorkloadFields) -> int | None:
+    """The --max-model-len a query gives the workload (a Scenario's or a FleetQuery's; a group alone has none)."""
+    return ask.max_model_len if isinstance(ask, (Scenario, FleetQuery)) else None
+
+
+def resolved_workload(ask: WorkloadFields, model_limit: int | None = None, cap: int | None = None
+                      ) -> tuple[Workload, WorkloadOrigin]:
     """The base workload, its single-field overrides, the checks a workload must pass, then the cap.
 
     Prefixes and lengths go first, so a smaller cap below can check that they fit. The cap is
     --max-model-len when given; otherwise the workload's own, at most the model's context (a preset
-    without a cap takes the model's)."""
-    workload, origin = overridden(scenario)
+    without a cap takes the model's). ``cap``: the --max-model-len to apply, else the query's own."""
+    workload, origin = overridden(ask)
     check_prefixes(workload, origin)
-    cap = getattr(scenario, "max_model_len", None)
+    cap = cap if cap is not None else cap_of(ask)
     if cap is not None:
         return workload.replace(max_model_len=cap), origin.given({"max_model_len": f"flag --max-model-len {cap:,}"})
     if model_limit and workload.max_model_len > model_limit:
@@ -86,23 +85,23 @@ def resolved_workload(scenario: Any, model_limit: int | None = None) -> tuple[Wo
     return workload, origin
 
 
-def overridden_workload(scenario: Any) -> Workload:
-    """The base workload with the scenario's workload fields applied (anything with those attributes:
-    a Scenario, or a command's parsed flags)."""
-    return overridden(scenario)[0]
+def overridden_workload(ask: WorkloadFields) -> Workload:
+    """The base workload with the workload group's single fields applied (a Scenario, a FleetQuery, or a
+    command's workload flags as ``WorkloadFields``)."""
+    return overridden(ask)[0]
 
 
-def overridden(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
-    workload, origin = base_workload(scenario)
+def overridden(ask: WorkloadFields) -> tuple[Workload, WorkloadOrigin]:
+    workload, origin = base_workload(ask)
     flags: dict[str, str] = {}
-    share = getattr(scenario, "subagents_share_prefix", None)
+    share = ask.subagents_share_prefix
     if share is not None:
         workload = workload.replace(subagents_share_prefix=share)
         flags["subagents_share_prefix"] = f"flag {PARAMS['subagents_share_prefix'].flag}"
-    workload = _subagent_from_flags(scenario, workload, origin)
+    workload = _subagent_from_flags(ask, workload, origin)
     knobs = Knobs()
     for name, planner_name in WORKLOAD_FIELDS.items():
-        value = getattr(scenario, name, None)
+        value = getattr(ask, name)
         if value is not None:
             workload, knobs = _apply(workload, knobs, name, planner_name, value)
             flags[ORIGIN_OF[name]] = f"flag {PARAMS[name].flag} {value:,}" if isinstance(value, int) \
@@ -114,13 +113,12 @@ def overridden(scenario: Any) -> tuple[Workload, WorkloadOrigin]:
     return workload, origin
 
 
-def _subagent_from_flags(scenario: Any, workload: Workload, origin: WorkloadOrigin) -> Workload:
+def _subagent_from_flags(ask: WorkloadFields, workload: Workload, origin: WorkloadOrigin) -> Workload:
     """A workload without a subagent class (chat, rag, batch) gets one only from --subagent-median and
     --subagent-sigma together; a ratio alone has nothing to apply to."""
     if workload.subagent is not None:
         return workload
-    median, sigma = getattr(scenario, "subagent_median", None), getattr(scenario, "subagent_sigma", None)
-    ratio = getattr(scenario, "subagent_ratio", None)
+    median, sigma, ratio = ask.subagent_median, ask.subagent_sigma, ask.subagent_ratio
     if median is None and sigma is None:
         if ratio:
             raise BadInput(f"--subagent-ratio {ratio:g}: the workload (preset {origin.preset.name}) has no subagent "
@@ -129,7 +127,7 @@ def _subagent_from_flags(scenario: Any, workload: Workload, origin: WorkloadOrig
     if median is None or sigma is None:
         raise BadInput(f"the workload (preset {origin.preset.name}) has no subagent class: a new one needs both "
                        "--subagent-median and --subagent-sigma")
-    prefix = getattr(scenario, "subagent_prefix", None) or 0
+    prefix = ask.subagent_prefix or 0
     return workload.replace(subagent=SessionClass("subagent", median, sigma, prefix, source="flags"))
 
 
