@@ -145,3 +145,18 @@ def test_the_planners_knob_sources_name_the_declared_flag_and_assumption():
         p = by_target[knob]
         assert flag in (p.flag, *p.flags), (knob, flag)
         assert p.assumption in (None, key), (knob, key, p.assumption)
+
+
+def test_every_generated_workload_target_is_a_name_the_planner_applies():
+    """WORKLOAD_FIELDS is generated from Param.to: each target must be one planning.sensitivity.apply_param sets
+    (a drifted ``to`` would be refused there as 'cannot vary')."""
+    from servesize.planning.inputs import Knobs
+    from servesize.planning.sensitivity import apply_param
+    from servesize.resolve.workload import WORKLOAD_FIELDS
+    from servesize.workload.presets import preset
+
+    workload = preset("coding-agent").workload()
+    for name, target in WORKLOAD_FIELDS.items():
+        value = (sc.PARAMS[name].lo or 0) + 1  # inside every declared range, and none of the preset's values
+        changed, _ = apply_param(workload, Knobs(), target, value)
+        assert changed != workload, name
