@@ -482,7 +482,7 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                                  metavar="TFLOPS", bound_why="no accelerator computes under 10 GFLOP/s")
     gpu_tdp: float | None = _p("float", "override (or supply) the GPU's board power, W", "model", lo=1.0, hi=1e5,
                                unit="W", metavar="WATTS", bound_why="no accelerator board draws under 1 W")
-    # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.users_sizing)
+    # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.fleet.users_sizing)
     users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
                            "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
                            "model", lo=1, hi=10_000_000, metavar="N")
