@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servesize.errors import BadInput, ServesizeError
+from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, collect_between
 from servesize.measure.metrics import MetricsDelta, MetricsScraper, MetricsSnapshot, delta
 from servesize.measure.prompts import PromptFactory
@@ -94,7 +95,7 @@ class PoolConfig:
     # round: LRU's cyclic worst case with exactly one request in flight, so the resident figure plus
     # that request's partial block plus the engine's null block is the engine's whole pool.
     fine_order: str = "sequential"
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     use_tokenize: bool = True
     predicted_source: str | None = None  # what the prediction is, in words (e.g. the --predict arguments)
 

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
 from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
@@ -78,7 +79,7 @@ class SessionParams:
     turn_tokens: int = 512
     turns_per_session: int = 8
     subagent_turns: int = 3
-    seed: int = 0
+    seed: int = DEFAULT_SEED
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_model_len <= MAX_TOKENS:

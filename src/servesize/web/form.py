@@ -48,9 +48,8 @@ DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many 
 
 # -- slider ranges ---------------------------------------------------------------------------------
 
-_SENS_FIELD = {"median": "user_median_tokens", "sigma": "user_sigma", "invalidation": "invalidation",
-               "think_time": "think_time_s", "ttft_limit": "ttft_limit_s", "mfu": "mfu",
-               "bandwidth_efficiency": "bandwidth_efficiency", "mtp_speedup": "spec_speedup"}
+# field -> the sensitivity row its slider takes its range from: the row whose planner field the field goes to
+_SENS_FIELD = {p.name: row for row, (_, planner, *_) in SENSITIVITY.items() for p in PARAMS.values() if p.target == planner}
 
 # fields whose slider range has no published bracket: the span a reader explores, chosen here
 _RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, step, scale)
