@@ -212,7 +212,7 @@ def sweep_values(param: str, values: list[Any]) -> tuple[str, list[Any]]:
     name = param.strip().lstrip("-").replace("-", "_")
     if name in ("num_speculative_tokens", "spec_tokens"):
         raise BadInput("--sweep cannot vary the draft count: the memory itself depends on it; "
-                       "run plan once per --num-speculative-tokens value")
+                       "run plan once per --num-speculative-tokens value", field="num_speculative_tokens")
     if name not in SWEEPABLE:
         raise BadInput(f"--sweep cannot vary {param!r}; choose one of: {', '.join(SWEEPABLE)}")
     if not values:
@@ -371,7 +371,7 @@ def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:
     from servesize.simulate.result import PoolSpec
 
     if pool_tokens < 2 * block_size:
-        raise BadInput(f"--pool-tokens {pool_tokens:,} holds fewer than two {block_size}-token blocks")
+        raise BadInput(f"--pool-tokens {pool_tokens:,} holds fewer than two {block_size}-token blocks", field="pool_tokens")
     return PoolSpec(pool_tokens // block_size, block_size, f"--pool-tokens {pool_tokens:,}, the engine's KV cache size")
 
 

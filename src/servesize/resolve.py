@@ -150,7 +150,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     version = parse_version(scenario.vllm_version)
     if scenario.speculative_config is not None:
         if scenario.num_speculative_tokens:
-            raise BadInput("give --speculative-config or --num-speculative-tokens, not both")
+            raise BadInput("give --speculative-config or --num-speculative-tokens, not both", field="speculative_config")
         target = (model or model_of(scenario.model)).architecture
         values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
     elif scenario.num_speculative_tokens:
@@ -174,7 +174,8 @@ def check_mtp_head(target: Architecture) -> None:
     if not target.mtp_layers:
         raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head, and {target.name} has none "
                        "(vLLM refuses method mtp for it): drop the flag, or name a draft with --speculative-config "
-                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'")
+                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'",
+                       field="num_speculative_tokens")
 
 
 def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:
@@ -183,7 +184,7 @@ def speculation_of(config: dict, target: Architecture, version: tuple[int, int, 
     method = config.get("method")
     if method is not None and not accepts("speculative_method", str(method), version):
         raise BadInput(f"--speculative-config method {method!r} is not one vLLM {show_version(version)} accepts: "
-                       f"{', '.join(vocabulary('speculative_method', version))}")
+                       f"{', '.join(vocabulary('speculative_method', version))}", field="speculative_config")
     draft = None
     if config.get("model") is not None and method_of(config, target) in NEEDS_DRAFT:
         draft = model_of(str(config["model"])).architecture
@@ -196,7 +197,7 @@ def language_model_only(limits: dict) -> bool:
     for modality, value in limits.items():
         count = value.get("count", 0) if isinstance(value, dict) else value
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise BadInput(f"--limit-mm-per-prompt {modality!r}: expected a count >= 0, got {value!r}")
+            raise BadInput(f"--limit-mm-per-prompt {modality!r}: expected a count >= 0, got {value!r}", field="limit_mm_per_prompt")
         counts.append(count)
     return bool(counts) and all(c == 0 for c in counts)
 
@@ -229,7 +230,7 @@ def _serve_tokens(text: str) -> list[str]:
     try:
         words = shlex.split(text.replace("\\\n", " "))
     except ValueError as exc:  # an unclosed quote
-        raise BadInput(f"--vllm-serve: {exc}") from None
+        raise BadInput(f"--vllm-serve: {exc}", field="vllm_serve") from None
     if words[:2] == ["vllm", "serve"]:
         return words[2:]
     if words[:1] == ["serve"]:
@@ -238,7 +239,7 @@ def _serve_tokens(text: str) -> list[str]:
         if words[i] == "-m" and words[i + 1].startswith("vllm.entrypoints"):
             return words[i + 2:]
     raise BadInput("--vllm-serve takes a `vllm serve MODEL [flags]` line (or `python -m vllm.entrypoints.openai.api_server "
-                   "[flags]`)")
+                   "[flags]`)", field="vllm_serve")
 
 
 def served(text: str, version: tuple[int, int, int]) -> ServeLine:
@@ -258,16 +259,16 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
         i += 1
         if not word.startswith("-"):
             if model is not None:
-                raise BadInput(f"--vllm-serve: a second model {word!r} (the line already serves {model!r})")
+                raise BadInput(f"--vllm-serve: a second model {word!r} (the line already serves {model!r})", field="vllm_serve")
             model = word
             continue
         if not known_flag(word, version):
-            raise BadInput(f"--vllm-serve: {word.split('=', 1)[0]} is not a flag of vllm serve {show_version(version)}")
+            raise BadInput(f"--vllm-serve: {word.split('=', 1)[0]} is not a flag of vllm serve {show_version(version)}", field="vllm_serve")
         flag = canonical_flag(word)
         value: str | None = word.split("=", 1)[1] if "=" in word else None
         if value is None and takes_value(word, version):
             if i >= len(words):
-                raise BadInput(f"--vllm-serve: {flag} needs a value")
+                raise BadInput(f"--vllm-serve: {flag} needs a value", field="vllm_serve")
             value, i = words[i], i + 1
         if flag == "--model":
             model = value
@@ -289,7 +290,7 @@ def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], eff
         kind = SERVE_VOCABULARY.get(param.name)
         if kind is not None and value is not None and not accepts(kind, value.strip(), version):
             raise BadInput(f"--vllm-serve: {flag} {value!r} is not a value vllm serve {show_version(version)} accepts "
-                           f"({', '.join(vocabulary(kind, version))})")
+                           f"({', '.join(vocabulary(kind, version))})", field="vllm_serve")
         if param.kind == "bool":
             fields[param.name] = (not negated) if value is None else param.parse(value)
         else:
@@ -298,7 +299,7 @@ def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], eff
     refused = effects.get("refuse", {}).get(flag)
     if refused is not None and not (refused.get("v0_only") and version >= (0, 8, 0)):
         raise BadInput(f"--vllm-serve: {flag} {refused['why']}; servesize does not model that (drop the flag to size "
-                       "without it)")
+                       "without it)", field="vllm_serve")
     if flag in effects.get("estimate", {}):
         estimated.append(f"{flag}: {effects['estimate'][flag]['why']}")
         return
@@ -315,7 +316,7 @@ def with_serve_line(scenario: Scenario) -> tuple[Scenario, ServeLine | None]:
     changes = {name: value for name, value in line.fields.items() if name not in given}
     if scenario.model is None:
         if line.model is None:
-            raise BadInput("--vllm-serve names no model, and no MODEL was given")
+            raise BadInput("--vllm-serve names no model, and no MODEL was given", field="vllm_serve")
         changes["model"] = line.model
     return scenario.replace(**changes), line
 
@@ -369,7 +370,7 @@ def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: 
         logged, ours_gib = cal.total_gpu_memory_gib, gpu.memory_bytes / GiB
         if abs(logged - ours_gib) > CALIBRATION_GPU_MEMORY_TOLERANCE * ours_gib:
             raise BadInput(f"{where} was measured on a GPU of {logged:.2f} GiB, not {gpu.key}'s {ours_gib:.2f} GiB: "
-                           "give that GPU with --gpus (or --gpu-memory), or a calibration of this one")
+                           "give that GPU with --gpus (or --gpu-memory), or a calibration of this one", field="gpus")
 
 
 def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
@@ -391,7 +392,7 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     if cal.num_blocks:
         return Calibrated(replace(deployment, num_gpu_blocks_override=cal.num_blocks), None,
                           f"engine arithmetic on the block count logged in {where.removeprefix('calibration ')}")
-    raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead")
+    raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead", field="pool_tokens")
 
 
 # -- the split of --gpus NxGPU ----------------------------------------------------------------
@@ -509,11 +510,11 @@ def _subagent_from_flags(scenario: Any, workload: Workload, origin: WorkloadOrig
     if median is None and sigma is None:
         if ratio:
             raise BadInput(f"--subagent-ratio {ratio:g}: the workload (preset {origin.preset.name}) has no subagent "
-                           "class; give --subagent-median and --subagent-sigma too, or --preset coding-agent")
+                           "class; give --subagent-median and --subagent-sigma too, or --preset coding-agent", field="subagent_ratio")
         return workload
     if median is None or sigma is None:
         raise BadInput(f"the workload (preset {origin.preset.name}) has no subagent class: a new one needs both "
-                       "--subagent-median and --subagent-sigma")
+                       "--subagent-median and --subagent-sigma", field="subagent_median")
     prefix = getattr(scenario, "subagent_prefix", None) or 0
     return workload.replace(subagent=SessionClass("subagent", median, sigma, prefix, source="flags"))
 
@@ -533,7 +534,8 @@ def check_prefixes(workload: Workload, origin: WorkloadOrigin) -> None:
                 f"above the median {name} session ({cls.median_tokens:,.0f} tokens, "
                 f"{_short(origin.sources.get(median_field, ''))}): a session holds its prefix, so most would be "
                 f"nothing else; pass {prefix_flag} below {cls.median_tokens:,.0f} (your system prompt + tools), "
-                f"or a preset that fits (--preset {', '.join(n for n in preset_names() if n != origin.preset.name)})")
+                f"or a preset that fits (--preset {', '.join(n for n in preset_names() if n != origin.preset.name)})",
+                field=prefix_flag.removeprefix("--").replace("-", "_"))
 
 
 def _short(source: str) -> str:
@@ -548,7 +550,7 @@ def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value
     try:
         return apply_param(workload, knobs, planner_name, value)
     except BadInput as exc:
-        raise BadInput(str(exc).replace(f"--{planner_name.replace('_', '-')}", PARAMS[name].flag)) from None
+        raise BadInput(str(exc).replace(f"--{planner_name.replace('_', '-')}", PARAMS[name].flag), field=name) from None
 
 
 # -- the modelled knobs ---------------------------------------------------------------------
@@ -583,12 +585,12 @@ def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) ->
              and not (name == "num_speculative_tokens" and scenario.num_speculative_tokens == 0)]
     if asked and not model.architecture.mtp_layers:
         raise BadInput(f"{model.architecture.name} has no MTP head, and servesize models speculative decoding only "
-                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}")
+                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}", field=asked[0])
     if scenario.mtp_speedup is not None:
         drafts = spec_tokens_of(knobs) or spec_tokens_of(Knobs())
         if scenario.mtp_speedup > drafts + 1:
             raise BadInput(f"--mtp-speedup {scenario.mtp_speedup:g} is more than {drafts} drafts can give "
-                           f"(at most {drafts + 1}x, every draft accepted)")
+                           f"(at most {drafts + 1}x, every draft accepted)", field="mtp_speedup")
 
 
 def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: Workload, knobs: Knobs,
@@ -665,7 +667,7 @@ def users_sizing(scenario: Scenario) -> Scenario:
     """plan --users N: the scenario with one replica of --tensor-parallel-size GPUs of --gpus's type (its count is
     what the sizing answers), planned first to learn what one replica holds."""
     if scenario.data_parallel_size != 1:
-        raise BadInput("--users sizes the data-parallel replicas itself: drop --data-parallel-size")
+        raise BadInput("--users sizes the data-parallel replicas itself: drop --data-parallel-size", field="users")
     gpu = gpus_of(scenario).gpu.key
     return scenario.replace(users=None, gpus=f"{scenario.tensor_parallel_size}x{gpu}")
 
@@ -682,11 +684,11 @@ def _team_spec(spec: str) -> tuple[str, int, str | None]:
     name, sep, rest = spec.partition("=")
     users_text, _, workload = rest.partition(":")
     if not sep or not name.strip() or not users_text.strip():
-        raise BadInput(f"--team {spec!r}: write NAME=USERS[:WORKLOAD], e.g. research=40:rag or support=200:my.toml")
+        raise BadInput(f"--team {spec!r}: write NAME=USERS[:WORKLOAD], e.g. research=40:rag or support=200:my.toml", field="team")
     try:
         users = int(users_text.strip().replace(",", "").replace("_", ""))
     except ValueError:
-        raise BadInput(f"--team {spec!r}: {users_text.strip()!r} is not a whole number of users") from None
+        raise BadInput(f"--team {spec!r}: {users_text.strip()!r} is not a whole number of users", field="team") from None
     return name.strip(), users, workload.strip() or None
 
 
@@ -695,11 +697,11 @@ def _priorities(specs_given: tuple[str, ...] | None, names: list[str]) -> dict[s
     for spec in specs_given or ():
         name, sep, level = spec.partition("=")
         if not sep or name.strip() not in names:
-            raise BadInput(f"--priority {spec!r}: write NAME=LEVEL for one of the teams ({', '.join(names)})")
+            raise BadInput(f"--priority {spec!r}: write NAME=LEVEL for one of the teams ({', '.join(names)})", field="priority")
         try:
             out[name.strip()] = int(level)
         except ValueError:
-            raise BadInput(f"--priority {spec!r}: {level.strip()!r} is not a whole number") from None
+            raise BadInput(f"--priority {spec!r}: {level.strip()!r} is not a whole number", field="priority") from None
     return out
 
 
@@ -743,7 +745,7 @@ def fleet_currency(query: FleetQuery) -> str:
         if tariff_currency != currency or (query.electricity_price is None and currency != Knobs().a("power.currency")):
             raise BadInput(f"the power bill and the GPU prices must be in one currency: the prices are in {currency} "
                            f"and the default electricity price is in {Knobs().a('power.currency')}; give "
-                           f"--electricity-price PRICE --currency {currency}")
+                           f"--electricity-price PRICE --currency {currency}", field="electricity_price")
     return currency
 
 
@@ -751,9 +753,9 @@ def _ints(items: tuple[str, ...] | None, flag: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in items or ())
     except ValueError:
-        raise BadInput(f"{flag} takes whole numbers, e.g. 1,2,4,8") from None
+        raise BadInput(f"{flag} takes whole numbers, e.g. 1,2,4,8", field=flag.removeprefix("--").replace("-", "_")) from None
     if not values or min(values) < 1:
-        raise BadInput(f"{flag} takes whole numbers >= 1, e.g. 1,2,4,8")
+        raise BadInput(f"{flag} takes whole numbers >= 1, e.g. 1,2,4,8", field=flag.removeprefix("--").replace("-", "_"))
     return values
 
 
@@ -794,10 +796,10 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
                                   TeamMix(teams), knobs))
         specs[display_name(model)] = spec
     if not models:
-        raise BadInput("name the model(s) to serve: --models qwen3.6-27b (a comma list compares several)")
+        raise BadInput("name the model(s) to serve: --models qwen3.6-27b (a comma list compares several)", field="models")
     for kv in lists["kv_cache_dtype"] or ():
         if kv not in KV_CACHE_DTYPES:
-            raise BadInput(f"--kv-cache-dtype {kv!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+            raise BadInput(f"--kv-cache-dtype {kv!r} is not one of {', '.join(KV_CACHE_DTYPES)}", field="kv_cache_dtype")
     precisions = lists["precision"] or ("native",)
     for precision in precisions:
         normalise_precision(precision)  # an unknown precision is refused before the search
@@ -806,7 +808,7 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     prices = with_overrides(overrides, currency, query.price_includes_power)
     if not any(g.key in prices for g in gpus):
         raise BadInput(f"no GPU searched has a price in {currency}: give --gpu-hour-price GPU=PRICE "
-                       "(data/prices.toml lists USD prices)")
+                       "(data/prices.toml lists USD prices)", field="gpu_hour_price")
     space = FleetSpace(tuple(models), gpus, prices, precisions, lists["kv_cache_dtype"] or ("auto",),
                        _ints(lists["tensor_parallel_size"], "--tensor-parallel-size"), query.max_gpus, query.budget,
                        query.top, currency, query.price_includes_power)

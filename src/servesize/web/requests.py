@@ -11,13 +11,12 @@ line reads them: ``"31k"`` or ``31000``), the page's own load and tariff fields
 - ``calibration`` a Calibration as ``/api/calibrate`` returned it (``Calibration.from_dict``), never
                   a path.
 
-Every refusal is ``RequestError(message, field)``; the Scenario's own one-line messages name the
-flag (``--max-model-len 0 is out of range``), which maps back to the field.
+Every refusal is ``RequestError(message, field)``; a library refusal carries the field it is about
+(``ServesizeError.field``: set where the value is checked, e.g. ``Param.parse`` for every declared bound).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,39 +34,17 @@ class RequestError(BadInput):
     """A request the explorer refuses: one line, and the field it is about (None: the request as a whole)."""
 
     def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+        super().__init__(message, field=field)
 
     def to_dict(self) -> dict:
         return {"error": str(self), "field": self.field}
 
 
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
-
-
-def _flag_index() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for params in (PARAMS, FIT_PARAMS, VIEW_PARAMS, FLEET_PARAMS):
-        for name, p in params.items():
-            for spelling in (p.flag, *p.flags):
-                out.setdefault(spelling.lstrip("-"), name)
-            if p.kind == "bool":
-                out.setdefault("no-" + p.flag.lstrip("-"), name)
-    return out
-
-
-_FLAGS = _flag_index()
-
-
 def field_of(exc: ServesizeError) -> str | None:
-    """The field a library refusal is about: the first flag its message names, else the model
-    for a deployment that does not fit."""
-    if isinstance(exc, RequestError):
+    """The field a library refusal is about: the one the library set where it checked the value
+    (``ServesizeError.field``), else the model for a deployment that does not fit."""
+    if exc.field is not None:
         return exc.field
-    for match in _FLAG.finditer(str(exc)):
-        name = _FLAGS.get(match.group(1))
-        if name is not None:
-            return name
     return "model" if isinstance(exc, DoesNotFit) else None
 
 
