@@ -20,14 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from servesize.api import Load, Workload, preset_names
 from servesize.errors import BadInput, DoesNotFit, ServesizeError
 from servesize.model.catalogue import find_entry
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.web.form import BURST_FLUSH, FLEET_LIMITS, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
-from servesize.workload.catalogue import preset_names
-from servesize.workload.model import Workload
 
 
 class RequestError(BadInput):
@@ -57,17 +56,6 @@ def refusal(exc: ServesizeError) -> dict:
 
 UPLOAD_FIELDS = ("model", "workload", "calibration")
 CONTROL_FIELDS = ("draft",)
-
-
-@dataclass(frozen=True)
-class Load:
-    """The page's own load: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
-
-    load_users: int | None = None   # the page's field: Scenario.users is fleet sizing, a different thing
-    burst: int | str | None = None      # a count, or BURST_FLUSH
-
-    def given(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass(frozen=True)
