@@ -143,10 +143,14 @@ class Param:
         """Text or a Python value -> the typed value, bounds checked; None passes through."""
         if value is None:
             return None
-        typed: Any = _READERS[self.kind](self, value)
-        if self.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_bytes") or (
-                self.kind == "vllm_len" and typed != AUTO_MAX_MODEL_LEN):
-            self._check_bounds(typed)
+        try:
+            typed: Any = _READERS[self.kind](self, value)
+            if self.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_bytes") or (
+                    self.kind == "vllm_len" and typed != AUTO_MAX_MODEL_LEN):
+                self._check_bounds(typed)
+        except BadInput as exc:
+            exc.field = exc.field or self.name  # the refusal is about this field (the explorer marks its control)
+            raise
         return typed
 
     def _check_bounds(self, v: float) -> None:
@@ -586,10 +590,10 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
         for name, param in PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
         if self.gpus is None:
-            raise BadInput("--gpus is required: N x GPU type, e.g. 1xH200 (servesize gpus lists them)")
+            raise BadInput("--gpus is required: N x GPU type, e.g. 1xH200 (servesize gpus lists them)", field="gpus")
         if self.model is None and self.vllm_serve is None:
             raise BadInput("name a MODEL (catalogue name, config.json path or Hugging Face id), or give --vllm-serve "
-                           "'vllm serve MODEL ...'")
+                           "'vllm serve MODEL ...'", field="model")
         # --quantization is checked with the checkpoint (engine.quant_methods.weight_format), which may name its own
         check_vocabulary("native", self.kv_cache_dtype, parse_version(self.vllm_version))
 
@@ -772,7 +776,8 @@ class FleetQuery(WorkloadFields, KnobFields, MonteCarloFields):
             object.__setattr__(self, name, param.parse(getattr(self, name)))
         if (self.users is None) == (self.team is None):
             raise BadInput("give --users N (one workload) or --team NAME=USERS[:WORKLOAD] (repeated), not both"
-                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team")
+                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team",
+                           field="users")
 
     def replace(self, **changes: Any) -> FleetQuery:
         unknown = sorted(set(changes) - set(FLEET_PARAMS))

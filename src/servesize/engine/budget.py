@@ -152,7 +152,7 @@ def memory_budget(arch: Architecture, gpu: Gpu, dep: Deployment, weights_per_gpu
     d = derivation if derivation is not None else Derivation()
     util = dep.gpu_memory_utilization
     if budget not in ("engine", "simple"):
-        raise BadInput(f"--budget must be engine or simple, got {budget!r}")
+        raise BadInput(f"--budget must be engine or simple, got {budget!r}", field="budget")
     if dep.kv_cache_memory_bytes is not None:
         avail = d.given("available_kv_bytes_per_gpu", dep.kv_cache_memory_bytes, unit="B",
                         note="--kv-cache-memory-bytes: taken as given; vLLM skips the utilisation budget")

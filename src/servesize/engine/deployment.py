@@ -164,23 +164,24 @@ class Deployment:
             # 0.90 until 0.19.x; 0.92 from 0.20.0 (config/cache.py default, vLLM PR #38284).
             util = 0.92 if self.version >= (0, 20, 0) else 0.90
         if not 0 < util <= 1:
-            raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+            raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}", field="gpu_memory_utilization")
         return util
 
     def _max_len(self, arch: Architecture) -> int:
         limit = derived_max_model_len(arch)
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
             if self.version < (0, 14, 0):
-                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number")
+                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number", field="max_model_len")
             if not limit:
-                raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below")
+                raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below", field="max_model_len")
             return AUTO_MAX_MODEL_LEN  # the largest that fits: memory_report searches for it once the budget is known
         max_len = self.max_model_len or limit
         if not max_len:
-            raise BadInput("the config has no max_position_embeddings: pass --max-model-len")
+            raise BadInput("the config has no max_position_embeddings: pass --max-model-len", field="max_model_len")
         if limit and max_len > limit:
             raise BadInput(f"--max-model-len {max_len:,} is above {arch.name}'s {limit:,}-token context "
-                           "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+                           "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+                           field="max_model_len")
         return max_len
 
     def _cpu_mla(self, arch: Architecture) -> bool:
@@ -253,18 +254,18 @@ def _check_scheduler(mnbt: int, seqs: int, max_len: int, chunked: bool) -> None:
     if not chunked and max_len != AUTO_MAX_MODEL_LEN and mnbt < max_len:
         raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) is smaller than max_model_len "
                             f"({max_len:,}) with chunked prefill off; give --max-num-batched-tokens {max_len} or more, "
-                            f"a --max-model-len of at most {mnbt}, or --enable-chunked-prefill")
+                            f"a --max-model-len of at most {mnbt}, or --enable-chunked-prefill", field="max_num_batched_tokens")
     if mnbt < seqs:
         raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) must be at least "
                             f"max_num_seqs ({seqs:,}); give --max-num-seqs {mnbt} or less, or --max-num-batched-tokens "
-                            f"{seqs} or more")
+                            f"{seqs} or more", field="max_num_seqs")
 
 
 def check_parallelism(arch: Architecture, tp: int, pp: int = 1) -> None:
     """vLLM's own checks: heads divide by TP; KV heads divide TP or TP divides them; PP no deeper
     than the layers."""
     if tp < 1:
-        raise BadInput(f"--tensor-parallel-size must be at least 1, got {tp}")
+        raise BadInput(f"--tensor-parallel-size must be at least 1, got {tp}", field="tensor_parallel_size")
     if arch.num_attention_heads and arch.num_attention_heads % tp:
         raise DoesNotFit(
             f"tensor parallel size {tp} does not divide the {arch.num_attention_heads} attention heads of "

@@ -119,7 +119,8 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     ssm_b = ssm_dtype_bytes(arch, state_cache_dtype(arch, dep)) if arch.has_state else 0
     specs = []
     if dep.disable_hybrid_kv_cache_manager and arch.has_state:
-        raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers")
+        raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers",
+        field="disable_hybrid_kv_cache_manager")
     for layer in arch.layers:
         if isinstance(layer, WindowedAttention) and dep.disable_hybrid_kv_cache_manager:
             # vLLM unify_hybrid_kv_cache_specs: a windowed layer is cached as full attention (every token kept)

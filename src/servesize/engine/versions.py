@@ -19,10 +19,10 @@ def parse_version(text: str) -> tuple[int, int, int]:
         if not digits:
             break
         if len(digits) > 6:
-            raise BadInput(f"--vllm-version {text[:40]!r} is not a version such as 0.19.0")
+            raise BadInput(f"--vllm-version {text[:40]!r} is not a version such as 0.19.0", field="vllm_version")
         parts.append(int(digits))
     if not parts:
-        raise BadInput(f"--vllm-version {text!r} is not a version such as 0.19.0")
+        raise BadInput(f"--vllm-version {text!r} is not a version such as 0.19.0", field="vllm_version")
     while len(parts) < 3:
         parts.append(0)
     return tuple(parts)  # type: ignore[return-value]

@@ -49,7 +49,7 @@ def check_release(version: Version, text: str) -> None:
         return
     raise BadInput(f"--vllm-version {clip(text)} is not a release servesize knows the rules of: give one from "
                    f"{show_version(first)} to {newest[0]}.{newest[1]}.x (the releases read into "
-                   "data/vllm_vocabulary.toml)")
+                   "data/vllm_vocabulary.toml)", field="vllm_version")
 
 
 def _spans(text: str) -> list[tuple[Version, Version | None]]:

@@ -45,6 +45,7 @@ class Plan:
     # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
     # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
     disagreement: str | None = None
+    at_load: Any = field(default=None, compare=False, repr=False)  # planning.at_load.AtLoad: api.plan(load=...)
 
     @property
     def ceilings(self) -> dict[str, float]:

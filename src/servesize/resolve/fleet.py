@@ -35,7 +35,7 @@ def users_sizing(scenario: Scenario) -> Scenario:
     """plan --users N: the scenario with one replica of --tensor-parallel-size GPUs of --gpus's type (its count is
     what the sizing answers), planned first to learn what one replica holds."""
     if scenario.data_parallel_size != 1:
-        raise BadInput("--users sizes the data-parallel replicas itself: drop --data-parallel-size")
+        raise BadInput("--users sizes the data-parallel replicas itself: drop --data-parallel-size", field="users")
     gpu = gpus_of(scenario).gpu.key
     return scenario.replace(users=None, gpus=f"{scenario.tensor_parallel_size}x{gpu}")
 
@@ -52,11 +52,11 @@ def _team_spec(spec: str) -> tuple[str, int, str | None]:
     name, sep, rest = spec.partition("=")
     users_text, _, workload = rest.partition(":")
     if not sep or not name.strip() or not users_text.strip():
-        raise BadInput(f"--team {spec!r}: write NAME=USERS[:WORKLOAD], e.g. research=40:rag or support=200:my.toml")
+        raise BadInput(f"--team {spec!r}: write NAME=USERS[:WORKLOAD], e.g. research=40:rag or support=200:my.toml", field="team")
     try:
         users = int(users_text.strip().replace(",", "").replace("_", ""))
     except ValueError:
-        raise BadInput(f"--team {spec!r}: {users_text.strip()!r} is not a whole number of users") from None
+        raise BadInput(f"--team {spec!r}: {users_text.strip()!r} is not a whole number of users", field="team") from None
     return name.strip(), users, workload.strip() or None
 
 
@@ -65,11 +65,11 @@ def _priorities(specs_given: tuple[str, ...] | None, names: list[str]) -> dict[s
     for spec in specs_given or ():
         name, sep, level = spec.partition("=")
         if not sep or name.strip() not in names:
-            raise BadInput(f"--priority {spec!r}: write NAME=LEVEL for one of the teams ({', '.join(names)})")
+            raise BadInput(f"--priority {spec!r}: write NAME=LEVEL for one of the teams ({', '.join(names)})", field="priority")
         try:
             out[name.strip()] = int(level)
         except ValueError:
-            raise BadInput(f"--priority {spec!r}: {level.strip()!r} is not a whole number") from None
+            raise BadInput(f"--priority {spec!r}: {level.strip()!r} is not a whole number", field="priority") from None
     return out
 
 
@@ -113,7 +113,7 @@ def fleet_currency(query: FleetQuery) -> str:
         if tariff_currency != currency or (query.electricity_price is None and currency != Knobs().a("power.currency")):
             raise BadInput(f"the power bill and the GPU prices must be in one currency: the prices are in {currency} "
                            f"and the default electricity price is in {Knobs().a('power.currency')}; give "
-                           f"--electricity-price PRICE --currency {currency}")
+                           f"--electricity-price PRICE --currency {currency}", field="electricity_price")
     return currency
 
 
@@ -121,9 +121,9 @@ def _ints(items: tuple[str, ...] | None, flag: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in items or ())
     except ValueError:
-        raise BadInput(f"{flag} takes whole numbers, e.g. 1,2,4,8") from None
+        raise BadInput(f"{flag} takes whole numbers, e.g. 1,2,4,8", field=flag.removeprefix("--").replace("-", "_")) from None
     if not values or min(values) < 1:
-        raise BadInput(f"{flag} takes whole numbers >= 1, e.g. 1,2,4,8")
+        raise BadInput(f"{flag} takes whole numbers >= 1, e.g. 1,2,4,8", field=flag.removeprefix("--").replace("-", "_"))
     return values
 
 
@@ -164,10 +164,10 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
                                   TeamMix(teams), knobs))
         specs[display_name(model)] = spec
     if not models:
-        raise BadInput("name the model(s) to serve: --models qwen3.6-27b (a comma list compares several)")
+        raise BadInput("name the model(s) to serve: --models qwen3.6-27b (a comma list compares several)", field="models")
     for kv in lists["kv_cache_dtype"] or ():
         if kv not in KV_CACHE_DTYPES:
-            raise BadInput(f"--kv-cache-dtype {kv!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+            raise BadInput(f"--kv-cache-dtype {kv!r} is not one of {', '.join(KV_CACHE_DTYPES)}", field="kv_cache_dtype")
     precisions = lists["precision"] or ("native",)
     for precision in precisions:
         normalise_precision(precision)  # an unknown precision is refused before the search
@@ -176,7 +176,7 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     prices = with_overrides(overrides, currency, query.price_includes_power)
     if not any(g.key in prices for g in gpus):
         raise BadInput(f"no GPU searched has a price in {currency}: give --gpu-hour-price GPU=PRICE "
-                       "(data/prices.toml lists USD prices)")
+                       "(data/prices.toml lists USD prices)", field="gpu_hour_price")
     space = FleetSpace(tuple(models), gpus, prices, precisions, lists["kv_cache_dtype"] or ("auto",),
                        _ints(lists["tensor_parallel_size"], "--tensor-parallel-size"), query.max_gpus, query.budget,
                        query.top, currency, query.price_includes_power)

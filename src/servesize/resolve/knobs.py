@@ -57,12 +57,12 @@ def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) ->
              and not (name == "num_speculative_tokens" and scenario.num_speculative_tokens == 0)]
     if asked and not model.architecture.mtp_layers:
         raise BadInput(f"{model.architecture.name} has no MTP head, and servesize models speculative decoding only "
-                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}")
+                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}", field=asked[0])
     if scenario.mtp_speedup is not None:
         drafts = spec_tokens_of(knobs) or spec_tokens_of(Knobs())
         if scenario.mtp_speedup > drafts + 1:
             raise BadInput(f"--mtp-speedup {scenario.mtp_speedup:g} is more than {drafts} drafts can give "
-                           f"(at most {drafts + 1}x, every draft accepted)")
+                           f"(at most {drafts + 1}x, every draft accepted)", field="mtp_speedup")
 
 
 def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: Workload, knobs: Knobs,

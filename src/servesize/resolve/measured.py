@@ -71,7 +71,7 @@ def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: 
         logged, ours_gib = cal.total_gpu_memory_gib, gpu.memory_bytes / GiB
         if abs(logged - ours_gib) > CALIBRATION_GPU_MEMORY_TOLERANCE * ours_gib:
             raise BadInput(f"{where} was measured on a GPU of {logged:.2f} GiB, not {gpu.key}'s {ours_gib:.2f} GiB: "
-                           "give that GPU with --gpus (or --gpu-memory), or a calibration of this one")
+                           "give that GPU with --gpus (or --gpu-memory), or a calibration of this one", field="gpus")
 
 
 def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
@@ -93,7 +93,7 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     if cal.num_blocks:
         return Calibrated(replace(deployment, num_gpu_blocks_override=cal.num_blocks), None,
                           f"engine arithmetic on the block count logged in {where.removeprefix('calibration ')}")
-    raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead")
+    raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead", field="pool_tokens")
 
 
 # -- the split of --gpus NxGPU ----------------------------------------------------------------

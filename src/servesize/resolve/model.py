@@ -85,7 +85,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     version = parse_version(scenario.vllm_version)
     if scenario.speculative_config is not None:
         if scenario.num_speculative_tokens:
-            raise BadInput("give --speculative-config or --num-speculative-tokens, not both")
+            raise BadInput("give --speculative-config or --num-speculative-tokens, not both", field="speculative_config")
         target = (model or model_of(scenario.model)).architecture
         values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
     elif scenario.num_speculative_tokens:
@@ -109,7 +109,8 @@ def check_mtp_head(target: Architecture) -> None:
     if not target.mtp_layers:
         raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head, and {target.name} has none "
                        "(vLLM refuses method mtp for it): drop the flag, or name a draft with --speculative-config "
-                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'")
+                       "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'",
+                       field="num_speculative_tokens")
 
 
 def speculation_of(config: dict, target: Architecture, version: tuple[int, int, int]) -> Speculation:
@@ -118,7 +119,7 @@ def speculation_of(config: dict, target: Architecture, version: tuple[int, int, 
     method = config.get("method")
     if method is not None and not accepts("speculative_method", str(method), version):
         raise BadInput(f"--speculative-config method {method!r} is not one vLLM {show_version(version)} accepts: "
-                       f"{', '.join(vocabulary('speculative_method', version))}")
+                       f"{', '.join(vocabulary('speculative_method', version))}", field="speculative_config")
     draft = None
     if config.get("model") is not None and method_of(config, target) in NEEDS_DRAFT:
         draft = model_of(str(config["model"])).architecture
@@ -131,7 +132,7 @@ def language_model_only(limits: dict) -> bool:
     for modality, value in limits.items():
         count = value.get("count", 0) if isinstance(value, dict) else value
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise BadInput(f"--limit-mm-per-prompt {modality!r}: expected a count >= 0, got {value!r}")
+            raise BadInput(f"--limit-mm-per-prompt {modality!r}: expected a count >= 0, got {value!r}", field="limit_mm_per_prompt")
         counts.append(count)
     return bool(counts) and all(c == 0 for c in counts)
 

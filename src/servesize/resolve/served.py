@@ -50,7 +50,7 @@ def _serve_tokens(text: str) -> list[str]:
     try:
         words = shlex.split(text.replace("\\\n", " "))
     except ValueError as exc:  # an unclosed quote
-        raise BadInput(f"--vllm-serve: {exc}") from None
+        raise BadInput(f"--vllm-serve: {exc}", field="vllm_serve") from None
     if words[:2] == ["vllm", "serve"]:
         return words[2:]
     if words[:1] == ["serve"]:
@@ -59,7 +59,7 @@ def _serve_tokens(text: str) -> list[str]:
         if words[i] == "-m" and words[i + 1].startswith("vllm.entrypoints"):
             return words[i + 2:]
     raise BadInput("--vllm-serve takes a `vllm serve MODEL [flags]` line (or `python -m vllm.entrypoints.openai.api_server "
-                   "[flags]`)")
+                   "[flags]`)", field="vllm_serve")
 
 
 def served(text: str, version: tuple[int, int, int]) -> ServeLine:
@@ -79,16 +79,16 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
         i += 1
         if not word.startswith("-"):
             if model is not None:
-                raise BadInput(f"--vllm-serve: a second model {word!r} (the line already serves {model!r})")
+                raise BadInput(f"--vllm-serve: a second model {word!r} (the line already serves {model!r})", field="vllm_serve")
             model = word
             continue
         if not known_flag(word, version):
-            raise BadInput(f"--vllm-serve: {word.split('=', 1)[0]} is not a flag of vllm serve {show_version(version)}")
+            raise BadInput(f"--vllm-serve: {word.split('=', 1)[0]} is not a flag of vllm serve {show_version(version)}", field="vllm_serve")
         flag = canonical_flag(word)
         value: str | None = word.split("=", 1)[1] if "=" in word else None
         if value is None and takes_value(word, version):
             if i >= len(words):
-                raise BadInput(f"--vllm-serve: {flag} needs a value")
+                raise BadInput(f"--vllm-serve: {flag} needs a value", field="vllm_serve")
             value, i = words[i], i + 1
         if flag == "--model":
             model = value
@@ -110,7 +110,7 @@ def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], eff
         kind = SERVE_VOCABULARY.get(param.name)
         if kind is not None and value is not None and not accepts(kind, value.strip(), version):
             raise BadInput(f"--vllm-serve: {flag} {value!r} is not a value vllm serve {show_version(version)} accepts "
-                           f"({', '.join(vocabulary(kind, version))})")
+                           f"({', '.join(vocabulary(kind, version))})", field="vllm_serve")
         if param.kind == "bool":
             fields[param.name] = (not negated) if value is None else param.parse(value)
         else:
@@ -119,7 +119,7 @@ def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], eff
     refused = effects.get("refuse", {}).get(flag)
     if refused is not None and not (refused.get("v0_only") and version >= (0, 8, 0)):
         raise BadInput(f"--vllm-serve: {flag} {refused['why']}; servesize does not model that (drop the flag to size "
-                       "without it)")
+                       "without it)", field="vllm_serve")
     if flag in effects.get("estimate", {}):
         estimated.append(f"{flag}: {effects['estimate'][flag]['why']}")
         return
@@ -136,7 +136,7 @@ def with_serve_line(scenario: Scenario) -> tuple[Scenario, ServeLine | None]:
     changes = {name: value for name, value in line.fields.items() if name not in given}
     if scenario.model is None:
         if line.model is None:
-            raise BadInput("--vllm-serve names no model, and no MODEL was given")
+            raise BadInput("--vllm-serve names no model, and no MODEL was given", field="vllm_serve")
         changes["model"] = line.model
     return scenario.replace(**changes), line
 

@@ -122,11 +122,11 @@ def _subagent_from_flags(ask: WorkloadFields, workload: Workload, origin: Worklo
     if median is None and sigma is None:
         if ratio:
             raise BadInput(f"--subagent-ratio {ratio:g}: the workload (preset {origin.preset.name}) has no subagent "
-                           "class; give --subagent-median and --subagent-sigma too, or --preset coding-agent")
+                           "class; give --subagent-median and --subagent-sigma too, or --preset coding-agent", field="subagent_ratio")
         return workload
     if median is None or sigma is None:
         raise BadInput(f"the workload (preset {origin.preset.name}) has no subagent class: a new one needs both "
-                       "--subagent-median and --subagent-sigma")
+                       "--subagent-median and --subagent-sigma", field="subagent_median")
     prefix = ask.subagent_prefix or 0
     return workload.replace(subagent=SessionClass("subagent", median, sigma, prefix, source="flags"))
 
@@ -146,7 +146,8 @@ def check_prefixes(workload: Workload, origin: WorkloadOrigin) -> None:
                 f"above the median {name} session ({cls.median_tokens:,.0f} tokens, "
                 f"{_short(origin.sources.get(median_field, ''))}): a session holds its prefix, so most would be "
                 f"nothing else; pass {prefix_flag} below {cls.median_tokens:,.0f} (your system prompt + tools), "
-                f"or a preset that fits (--preset {', '.join(n for n in preset_names() if n != origin.preset.name)})")
+                f"or a preset that fits (--preset {', '.join(n for n in preset_names() if n != origin.preset.name)})",
+                field=prefix_flag.removeprefix("--").replace("-", "_"))
 
 
 def _short(source: str) -> str:
@@ -161,5 +162,5 @@ def _apply(workload: Workload, knobs: Knobs, name: str, planner_name: str, value
     try:
         return apply_param(workload, knobs, planner_name, value)
     except BadInput as exc:
-        raise BadInput(str(exc).replace(f"--{planner_name.replace('_', '-')}", PARAMS[name].flag)) from None
+        raise BadInput(str(exc).replace(f"--{planner_name.replace('_', '-')}", PARAMS[name].flag), field=name) from None
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
+from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS, sensitivity_ranges
 from servesize.assumptions import assumption, modelled_assumptions
-from servesize.engine.weights import PRECISIONS
-from servesize.planning.sensitivity import SENSITIVITY
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario
 from servesize.web.server import MAX_BODY_BYTES
 
@@ -33,7 +32,6 @@ VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("int", "cache misses arriving at the same instant (a cold burst); 'flush' = one replica group's warm "
           "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N"),
 )}
-BURST_FLUSH = "flush"
 
 # -- bounded work per request ---------------------------------------------------------------------
 
@@ -49,7 +47,8 @@ DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many 
 # -- slider ranges ---------------------------------------------------------------------------------
 
 # field -> the sensitivity row its slider takes its range from: the row whose planner field the field goes to
-_SENS_FIELD = {p.name: row for row, (_, planner, *_) in SENSITIVITY.items() for p in PARAMS.values() if p.target == planner}
+_SENS_FIELD = {p.name: row for row, (_, planner, *_) in sensitivity_ranges().items() for p in PARAMS.values()
+               if p.target == planner}
 
 # fields whose slider range has no published bracket: the span a reader explores, chosen here
 _RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, step, scale)
@@ -72,7 +71,7 @@ _LOG = ("median", "think_time")
 def slider_range(name: str) -> dict | None:
     """min, max, step (0 = continuous), scale and where the range comes from."""
     if name in _SENS_FIELD:
-        _, _, lo, hi, _ = SENSITIVITY[_SENS_FIELD[name]]
+        _, _, lo, hi, _ = sensitivity_ranges()[_SENS_FIELD[name]]
         return {"min": lo, "max": hi, "step": _STEPS[name], "scale": "log" if name in _LOG else "linear",
                 "source": "the sensitivity panel's search range (planning/sensitivity.py)"}
     param = PARAMS.get(name) or VIEW_PARAMS.get(name)
@@ -131,8 +130,6 @@ def fleet_advanced_fields() -> list[str]:
 
 def fleet_form(gpu_keys: list[str]) -> dict:
     """The fleet view's form: FleetQuery's declaration; the comma lists as check boxes where the choices are known."""
-    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
-
     defaults = {f.name: f.default for f in fields(FleetQuery)}
     out = {n: describe(p, defaults[n]) for n, p in FLEET_PARAMS.items()}
     lists = {"precision": list(QUANTIZATIONS), "kv_cache_dtype": list(dict.fromkeys(MODELLED_KV_CACHE_DTYPES)),
@@ -157,8 +154,6 @@ def advanced_fields() -> list[str]:
 def _listed() -> dict[str, tuple[str, ...]]:
     """Text fields the page offers as a list: the precisions and the KV dtypes servesize models (the CLI takes
     every name the --vllm-version accepts and says which it cannot model)."""
-    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
-
     return {"quantization": tuple(QUANTIZATIONS), "kv_cache_dtype": tuple(dict.fromkeys(MODELLED_KV_CACHE_DTYPES))}
 
 
