@@ -2,7 +2,8 @@
 
     python benchmarks/bench_cli.py [--repeats 15] [--kvfit /tmp/kvfit-venv/bin/kvfit]
 
-Each command runs N times in a subprocess (after one warm-up run, with bytecode caching on, as an installed
+First the own-package import time of `import servesize.cli` (and of the api, for scale; target for the
+cli: under 150 ms). Each command runs N times in a subprocess (after one warm-up run, with bytecode caching on, as an installed
 package runs); printed per command: the median wall time, min and max, and the median CPU time of the child
 (user + system, from its rusage): on a busy machine the wall includes waiting for a core, the CPU time does
 not, so the CPU median is the nearer figure for a quiet machine. Targets (issue 18): `plan ... --json` within
@@ -53,6 +54,14 @@ def report(label: str, runs: list[tuple[float, float]]) -> None:
           f"max {max(walls) * 1000:.1f})   cpu median {statistics.median(cpus) * 1000:7.1f} ms   (n={len(runs)})")
 
 
+def own_import_ms(module: str, env: dict) -> float:
+    """The summed self time (ms) of servesize's own modules under ``python -X importtime -c 'import MODULE'``."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, check=True,
+                         capture_output=True, text=True).stderr
+    rows = [line.split("|") for line in err.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    return sum(int(r[0].split(":")[1]) for r in rows if r[2].strip().startswith("servesize")) / 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
@@ -61,6 +70,10 @@ def main() -> None:
     base = [sys.executable, "-m", "servesize"]  # the servesize this interpreter imports (PYTHONPATH=src: the checkout)
     env = _env()
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at start; {os.cpu_count()} CPUs")
+    for module in ("servesize.cli", "servesize.api"):
+        own = [own_import_ms(module, env) for _ in range(args.repeats)]
+        print(f"python -X importtime -c 'import {module}': servesize's own modules {statistics.median(own):.1f} ms "
+              f"median self time (min {min(own):.1f}, n={args.repeats})")
     for label, argv in CASES.items():
         timed(base + argv, env)  # warm-up: bytecode written, files in the page cache
         report(label, [timed(base + argv, env) for _ in range(args.repeats)])
