@@ -3,6 +3,7 @@ import math
 import pytest
 
 from servesize.errors import BadInput
+from servesize.model.hardware import find_gpu
 from servesize.planning.power import PowerStates, duty_cycles, power_bill, seed_decode_capacity
 
 # the seed's H200 states (working-set-model.md 2.10): idle 80, decode 385, prefill 630 W, host 575 W per GPU
@@ -97,6 +98,5 @@ def test_power_states_must_order_idle_decode_prefill():
 
 
 def test_the_catalogue_h200_tdp_gives_the_seeds_power_states():
-    hardware = pytest.importorskip("servesize.model.hardware")
-    s = PowerStates.from_tdp(hardware.find_gpu("H200").tdp_w)
+    s = PowerStates.from_tdp(find_gpu("H200").tdp_w)
     assert (round(s.idle_w), round(s.decode_w, 9), round(s.prefill_w, 9)) == (80, 385, 630)

@@ -1,7 +1,7 @@
 """The command line: a thin edge over the public API.
 
-Each command lives in ``servesize.commands.<module>`` and exposes ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> result``. The result owns ``to_dict()`` (the
+Each command lives in ``servesize.commands.<module>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> result`` (its one-line help is its row in ``COMMANDS``). The result owns ``to_dict()`` (the
 ``--json`` document) and ``render(explain)`` (the text, with derivations under
 ``--explain``). This module only parses, dispatches, prints and maps errors to exit codes:
 0 ok, 2 refused or bad input. Modules are imported lazily so ``servesize --help`` stays fast.
@@ -194,7 +194,9 @@ def _emit(result, args) -> int:
     if isinstance(result, int):
         return result
     if getattr(args, "json", False):
-        document = json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
+        from servesize.jsonable import finite
+
+        document = json.dumps(finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
         sys.stdout.write(document + "\n")
     else:
         from servesize.render.text import render_text
@@ -206,21 +208,6 @@ def _emit(result, args) -> int:
         reason = getattr(result, "failure", None) or f"the command did not complete (exit {code})"
         print(f"servesize: {reason}", file=sys.stderr)
     return code
-
-
-def _finite(obj):
-    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
-        return _finite(obj.item())
-    return obj
 
 
 def _json_default(obj):

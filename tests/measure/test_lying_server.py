@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+from testserver import ServerConfig, TestServer
+
 from servesize.cli import main
 from servesize.measure.pool import PoolConfig, measure_pool
 from servesize.measure.record import read_record
 from servesize.measure.sessions import ClassParams, SessionParams, SessionsConfig, measure_sessions
-from servesize.measure.testserver import ServerConfig, TestServer
 
 POOL = 4096  # 256 blocks of 16: 8 prompts of 513 tokens (32 blocks each, the last token recomputed)
 SLOW = dict(ttft_base_s=0.0, ttft_per_token_s=0.002)  # cold 513-token prompt: 1.026 s; warm: 2 ms
@@ -142,7 +143,7 @@ def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them()
 
 
 def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp_path, capsys):
-    from servesize.measure.testserver import Fault
+    from testserver import Fault
 
     rec = tmp_path / "p.jsonl"
     lying = dict(capacity_tokens=POOL, lie="over_prompt")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from servesize.model.hardware import Gpu, find_gpu, load_gpus
 from servesize.units import GiB
 
-HELP = "the GPU catalogue: memory as nvidia-smi reports it, bandwidth, FLOP/s"
 EPILOG = """\
 examples:
   servesize gpus                 every GPU: nvidia-smi MiB, bandwidth, dense TFLOP/s

@@ -9,7 +9,6 @@ from servesize.errors import BadInput
 from servesize.flags import add_params
 from servesize.scenario import params_in
 
-HELP = "load a live server with simulated agentic users on a ladder"
 EPILOG = """\
 examples:
   servesize measure sessions --url http://localhost:8000 --predicted-users 86 --duration 300

@@ -37,7 +37,6 @@ NVFP4_KV = "nvfp4"
 # values per token: 512 + 16 + 128 = 656 bytes (vllm-kv-sizing.md §3.2, MLAAttentionSpec);
 # its NVFP4 layout 352 (mla_attention.py: {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}).
 DS_MLA_BYTES_PER_TOKEN = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
-FP8_DS_MLA_BYTES_PER_TOKEN = DS_MLA_BYTES_PER_TOKEN["fp8_ds_mla"]
 # The sparse-attention indexer key (DeepSeek-V3.2): index_head_dim fp8 values plus one fp32
 # scale per 128 values -> 128 + 4 = 132 bytes per token per layer.
 INDEXER_SCALE_BYTES_PER_128 = 4

@@ -22,6 +22,7 @@ from servesize.api import Load
 from servesize.derivation import Derivation
 from servesize.errors import ServesizeError
 from servesize.flags import flags_of
+from servesize.jsonable import finite
 from servesize.measure.record import parse_record
 from servesize.measure.sessions import verdict as bracket_verdict
 from servesize.model.catalogue import InlineConfig
@@ -34,23 +35,6 @@ from servesize.web.requests import PlanRequest, RequestError, scenario_of
 
 if TYPE_CHECKING:
     from servesize.api import AtLoad, MemoryReport, Plan
-
-def finite(obj: Any) -> Any:
-    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return finite(obj.item())
-    if isinstance(obj, np.ndarray):
-        return finite(obj.tolist())
-    if hasattr(obj, "to_dict"):
-        return finite(obj.to_dict())
-    return obj
-
 
 # -- the plan, memoised ---------------------------------------------------------------------------
 
