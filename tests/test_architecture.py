@@ -88,6 +88,42 @@ def test_head_dim_falls_back_to_hidden_over_heads_when_absent():
     assert arch.head_dim == 4096 // 32 and not arch.head_dim_explicit
 
 
+def test_qwen2_slides_only_when_use_sliding_window_and_then_from_max_window_layers_on():
+    qwen = load_config_file(CONFIGS / "Qwen--Qwen2.5-7B")  # use_sliding_window false, sliding_window 131072
+    assert from_config(qwen).kinds == {FULL: 28}
+    every = from_config({**qwen, "use_sliding_window": True, "max_window_layers": 0})
+    assert every.kinds == {SLIDING: 28} and every.layers[0].window == 131072
+    assert from_config({**qwen, "use_sliding_window": True}).kinds == {FULL: 28}  # max_window_layers 28 of 28
+    named_none = {k: v for k, v in qwen.items() if k != "sliding_window"}
+    assert from_config({**named_none, "use_sliding_window": True, "max_window_layers": 0}).layers[0].window == 4096
+    listed = from_config({**qwen, "use_sliding_window": True, "layer_types": ["sliding_attention"] * 28})
+    assert listed.kinds == {SLIDING: 28}
+
+
+def test_a_qwen2_window_on_some_layers_is_refused_as_vllm_refuses_to_start_it():
+    qwen = load_config_file(CONFIGS / "Qwen--Qwen2.5-7B")
+    with pytest.raises(UnsupportedArchitecture) as e:
+        from_config({**qwen, "use_sliding_window": True, "max_window_layers": 4})
+    assert "max_window_layers" in str(e.value) and "some layers but not all" in str(e.value)
+    with pytest.raises(BadInput):
+        from_config({**qwen, "use_sliding_window": "yes"})
+
+
+# Phi-3-mini-4k-instruct's published geometry (https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/
+# config.json): a bare 2,047-token sliding_window, no use_sliding_window, no layer_types.
+PHI3_MINI_4K = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+                "max_position_embeddings": 4096, "sliding_window": 2047, "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16"}
+
+
+def test_phi3s_bare_sliding_window_is_on_every_layer_and_a_null_one_is_none():
+    arch = from_config(PHI3_MINI_4K)
+    assert arch.kinds == {SLIDING: 32} and {layer.window for layer in arch.layers} == {2047}
+    assert from_config(load_config_file(CONFIGS / "microsoft--phi-4")).kinds == {FULL: 40}  # sliding_window null
+    assert from_config({**PHI3_MINI_4K, "sliding_window": 0}).kinds == {FULL: 32}  # vLLM reads 0 as no window
+
+
 def test_layer_kinds_of_the_hybrid_designs_are_normalised():
     cat = load_catalogue()
     assert cat["qwen3.5-27b"].architecture().kinds == {GDN: 48, FULL: 16}

@@ -152,7 +152,15 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
                                         n_shared_experts=1, first_k_dense_replace=1, topk_method="greedy",
                                         n_group=1, topk_group=1)),
+    # Qwen2's own spelling of a window on every layer: use_sliding_window with max_window_layers 0 (the written
+    # layer_types is dropped, as Qwen2.5's configs carry none: see DROPPED)
+    "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=512, max_window_layers=0)),
+    # Phi-3-mini-4k's spelling: a bare sliding_window (2,047 there and here), no layer_types
+    "phi3_window": ("phi3", dict(sliding_window=2047, head_dim=None)),
 }
+# Fields transformers writes into config.json that a family's published configs lack: removed after saving, so
+# servesize and vLLM read the spelling real checkpoints use (Qwen2.5's configs carry no layer_types).
+DROPPED: dict[str, tuple[str, ...]] = {"qwen2_window": ("layer_types",)}
 
 
 def family_config(family: str, vocab_size: int, max_positions: int, dtype: str, ids: dict):
@@ -199,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     hf_tok.save_pretrained(args.out)
 
     written = json.loads((args.out / "config.json").read_text())
+    if DROPPED.get(args.family):
+        written = {k: v for k, v in written.items() if k not in DROPPED[args.family]}
+        (args.out / "config.json").write_text(json.dumps(written, indent=2) + "\n")
     print(
         json.dumps(
             {

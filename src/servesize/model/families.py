@@ -228,6 +228,67 @@ def _dense(c: CommonFields, *, may_slide: bool = False, slides_by_default: bool 
     return FamilyParts([layer] * c.num_layers, fields={"attention_bias": bool(c.text.get("attention_bias", bias_by_default))})
 
 
+# Transformers' Qwen2Config / Qwen3Config defaults (configuration_qwen2.py): the window a config that asks for one
+# but names none gets, and the layers below which none slides.
+QWEN2_DEFAULT_WINDOW = 4096
+QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28
+
+
+def _qwen2(c: CommonFields, *, bias_by_default: bool = False) -> FamilyParts:
+    """Qwen2/Qwen3: the window as transformers and vLLM 0.32 read it. Qwen2Config keeps ``sliding_window``
+    only when ``use_sliding_window`` is true, and (without ``layer_types``) slides the layers from
+    ``max_window_layers`` on. vLLM's Qwen2Model passes no per-layer window: every layer takes the engine's
+    one window (CacheConfig.sliding_window), set only when every layer type is sliding_attention
+    (EngineArgs.create_engine_config); a mix starts only with max_window_layers = num_hidden_layers, and
+    then no layer slides (Qwen2Model's assert: "Sliding window for some but all layers is not supported")."""
+    fields = {"attention_bias": bool(c.text.get("attention_bias", bias_by_default))}
+    window = _qwen2_window(c)
+    if window is None:
+        return FamilyParts([c.full()] * c.num_layers, fields=fields)
+    types = c.text.get("layer_types")
+    max_window = c.whole("max_window_layers", QWEN2_DEFAULT_MAX_WINDOW_LAYERS, hi=MAX_CONFIG_INT)
+    if types is None:
+        types = ["sliding_attention" if i >= max_window else "full_attention" for i in range(c.num_layers)]
+    _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
+    slides = [t == "sliding_attention" for t in types]
+    if all(slides):
+        return FamilyParts([c.sliding(window)] * c.num_layers, fields=fields)
+    if any(slides) and max_window != c.num_layers:
+        raise c.refuse(f"a window on some layers but not all (max_window_layers {max_window} of {c.num_layers}): "
+                       "vLLM's Qwen2 model refuses to start ('Sliding window for some but all layers is not "
+                       "supported')", ("use_sliding_window", "max_window_layers", "layer_types"))
+    return FamilyParts([c.full()] * c.num_layers, fields=fields)
+
+
+def _qwen2_window(c: CommonFields) -> int | None:
+    """The window Qwen2Config keeps: none unless use_sliding_window; absent -> its 4,096; null or 0 -> none
+    (vLLM's ModelConfig reads a 0 window as no window)."""
+    use = c.text.get("use_sliding_window", False)
+    if not isinstance(use, bool):
+        raise BadInput(f"config field 'use_sliding_window' must be true or false, got {_shown(use)}")
+    if not use:
+        return None
+    if "sliding_window" not in c.text:
+        return QWEN2_DEFAULT_WINDOW
+    return c.whole("sliding_window", None) or None
+
+
+def _phi3(c: CommonFields) -> FamilyParts:
+    """Phi-3: Phi3Config has no use_sliding_window and no layer_types, so a ``sliding_window`` (Phi-3-mini-4k's
+    2,047) is the engine's one window and vLLM's Llama layers (Phi3ForCausalLM is LlamaForCausalLM) all take
+    it (EngineArgs.create_engine_config sets CacheConfig.sliding_window when the config lists no layer types).
+    A config that does list them is read per layer, as LlamaAttention reads them; null or 0 is no window."""
+    window = c.whole("sliding_window", None) or None
+    types = c.text.get("layer_types")
+    if window is None:
+        layers: list[Layer] = [c.full()] * c.num_layers
+    elif types is None:
+        layers = [c.sliding(window)] * c.num_layers
+    else:
+        layers = _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
+    return FamilyParts(layers, fields={"attention_bias": bool(c.text.get("attention_bias", False))})
+
+
 # ---------------------------------------------------------------------------------------
 # Mixture of experts on GQA attention
 
@@ -458,9 +519,9 @@ MODEL_TYPES: dict[str, Family] = {
     "llama": Family("llama", _dense),
     "mistral": Family("mistral", partial(_dense, may_slide=True, slides_by_default=True)),
     "olmo2": Family("olmo2", _dense),
-    "phi3": Family("phi3", partial(_dense, may_slide=True)),
-    "qwen2": Family("qwen2", partial(_dense, bias_by_default=True)),
-    "qwen3": Family("qwen3", _dense),
+    "phi3": Family("phi3", _phi3),
+    "qwen2": Family("qwen2", partial(_qwen2, bias_by_default=True)),
+    "qwen3": Family("qwen3", _qwen2),
     "qwen2_5_vl": _QWEN2_5_VL,
     "qwen2_5_vl_text": _QWEN2_5_VL,
     "mixtral": Family("mixtral", partial(_moe, may_slide=True)),
