@@ -124,6 +124,47 @@ def test_phi3s_bare_sliding_window_is_on_every_layer_and_a_null_one_is_none():
     assert from_config({**PHI3_MINI_4K, "sliding_window": 0}).kinds == {FULL: 32}  # vLLM reads 0 as no window
 
 
+TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 4288, "tie_word_embeddings": False}
+
+
+def test_starcoder2_takes_its_bare_window_on_every_layer_with_biases():
+    arch = from_config({**TINY, "model_type": "starcoder2", "sliding_window": 4096})
+    assert arch.kinds == {SLIDING: 4} and arch.layers[0].window == 4096 and arch.attention_bias  # use_bias default
+    assert not from_config({**TINY, "model_type": "starcoder2", "use_bias": False}).attention_bias
+
+
+def test_cohere2_slides_three_layers_in_four_with_one_token_more_than_the_config_says():
+    arch = from_config({**TINY, "model_type": "cohere2", "sliding_window": 4096})  # no layer_types: pattern 4
+    assert [layer.kind for layer in arch.layers] == [SLIDING, SLIDING, SLIDING, FULL]
+    assert arch.layers[0].window == 4097  # vLLM's CohereAttention: sliding_window + 1
+    listed = from_config({**TINY, "model_type": "cohere2", "sliding_window": 64,
+                          "layer_types": ["full_attention"] + ["sliding_attention"] * 3})
+    assert [layer.kind for layer in listed.layers] == [FULL, SLIDING, SLIDING, SLIDING]
+
+
+def test_exaone4_reads_its_integer_pattern_and_refuses_a_pattern_string_without_layer_types():
+    arch = from_config({**TINY, "model_type": "exaone4", "sliding_window": 128, "sliding_window_pattern": 2})
+    assert [layer.kind for layer in arch.layers] == [SLIDING, FULL, SLIDING, FULL]
+    assert from_config({**TINY, "model_type": "exaone4", "sliding_window": None}).kinds == {FULL: 4}
+    with pytest.raises(UnsupportedArchitecture, match="sliding_window_pattern"):
+        from_config({**TINY, "model_type": "exaone4", "sliding_window": 128, "sliding_window_pattern": "LLLG"})
+
+
+def test_smollm3s_nope_layers_cache_as_full_attention_and_slide_only_when_asked():
+    assert from_config({**TINY, "model_type": "smollm3"}).kinds == {FULL: 4}
+    asked = from_config({**TINY, "model_type": "smollm3", "use_sliding_window": True, "sliding_window": 256})
+    assert [layer.kind for layer in asked.layers] == [FULL, FULL, FULL, SLIDING]  # the NoPE layer, every 4th
+
+
+@pytest.mark.parametrize("model_type,kind", [("granitemoehybrid", "Mamba2 mixers interleaved with attention"),
+                                             ("falcon_h1", "a Mamba2 mixer and attention side by side")])
+def test_a_hybrid_vllm_serves_and_servesize_cannot_read_is_refused_naming_the_layer_kind_it_lacks(model_type, kind):
+    with pytest.raises(UnsupportedArchitecture) as e:
+        from_config({**TINY, "model_type": model_type})
+    assert kind in str(e.value) and "allowlist" not in str(e.value)
+
+
 def test_layer_kinds_of_the_hybrid_designs_are_normalised():
     cat = load_catalogue()
     assert cat["qwen3.5-27b"].architecture().kinds == {GDN: 48, FULL: 16}

@@ -157,10 +157,19 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=512, max_window_layers=0)),
     # Phi-3-mini-4k's spelling: a bare sliding_window (2,047 there and here), no layer_types
     "phi3_window": ("phi3", dict(sliding_window=2047, head_dim=None)),
+    # StarCoder2: the window (256) on every layer, read from a bare sliding_window; biases, LayerNorm, 2-matrix MLP
+    "starcoder2": ("starcoder2", dict(sliding_window=256, head_dim=None)),
+    # Cohere2: 3 sliding (window 64, vLLM gives it 65) : 1 global, a parallel block with one LayerNorm
+    "cohere2": ("cohere2", dict(num_hidden_layers=4, sliding_window=64, head_dim=None,
+                                layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+    # EXAONE 4.0: 3 sliding (window 128) : 1 global by its integer sliding_window_pattern (layer_types dropped)
+    "exaone4": ("exaone4", dict(num_hidden_layers=4, sliding_window=128, sliding_window_pattern=4)),
+    # SmolLM3: NoPE on every 4th layer (no_rope_layer_interval 4), every layer full attention
+    "smollm3": ("smollm3", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
 }
 # Fields transformers writes into config.json that a family's published configs lack: removed after saving, so
 # servesize and vLLM read the spelling real checkpoints use (Qwen2.5's configs carry no layer_types).
-DROPPED: dict[str, tuple[str, ...]] = {"qwen2_window": ("layer_types",)}
+DROPPED: dict[str, tuple[str, ...]] = {"qwen2_window": ("layer_types",), "exaone4": ("layer_types",)}
 
 
 def family_config(family: str, vocab_size: int, max_positions: int, dtype: str, ids: dict):

@@ -15,6 +15,10 @@ engine logged, character for character.
     deepseek_v2  MLA (the CPU build's reference MLA kernel forces block 16, no prefix caching)
     qwen2_window Qwen2's spelling of a window on every layer (use_sliding_window, max_window_layers 0)
     phi3_window  Phi-3-mini-4k's spelling: a bare sliding_window (2,047), no layer_types
+    starcoder2   the window (256) on every layer, on vLLM's Transformers backend
+    cohere2      3 sliding : 1 global, the window one token wider than the config's (vLLM's +1)
+    exaone4      3 sliding : 1 global by an integer sliding_window_pattern (no layer_types), q/k norms
+    smollm3      NoPE on every 4th layer, every layer full attention (vLLM's Transformers backend)
 
 Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
 setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
@@ -39,11 +43,13 @@ import pytest
 from vllm_server import ServerConfig, ServerStartError, VllmServer
 
 from servesize.cli import main
+from servesize.model.architecture import from_config, load_config_file
+from servesize.model.ledger import parameter_ledger
 
 pytestmark = pytest.mark.vllm
 
 FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2",
-            "qwen2_window", "phi3_window")
+            "qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3")
 SETTINGS = {
     "A": dict(block_size=None, max_model_len=4096, kv_cache_memory_bytes=16 * 2**20),
     "B": dict(block_size=32, max_model_len=3000, kv_cache_memory_bytes="12M", max_num_batched_tokens="1K"),
@@ -133,3 +139,14 @@ def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsy
     out, err = capsys.readouterr()
     assert code == 3, out + err
     assert f"the largest --max-model-len that starts is {int(m.group(1)):,}" in err
+
+
+# Families added with their own tensor layout in the ledger: its total must be what torch counts in the tiny
+# model make_tiny_model.py built (model.parameters(), tied weights once); no server needed.
+LEDGER_CHECKED = ("qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3")
+
+
+@pytest.mark.parametrize("family", LEDGER_CHECKED)
+def test_the_ledger_counts_the_tiny_models_parameters_as_torch_does(tiny_model_of, family):
+    tiny = tiny_model_of(family)
+    assert parameter_ledger(from_config(load_config_file(tiny["path"]))).total == tiny["params"]

@@ -273,11 +273,12 @@ def _qwen2_window(c: CommonFields) -> int | None:
     return c.whole("sliding_window", None) or None
 
 
-def _phi3(c: CommonFields) -> FamilyParts:
-    """Phi-3: Phi3Config has no use_sliding_window and no layer_types, so a ``sliding_window`` (Phi-3-mini-4k's
-    2,047) is the engine's one window and vLLM's Llama layers (Phi3ForCausalLM is LlamaForCausalLM) all take
-    it (EngineArgs.create_engine_config sets CacheConfig.sliding_window when the config lists no layer types).
-    A config that does list them is read per layer, as LlamaAttention reads them; null or 0 is no window."""
+def _window_everywhere(c: CommonFields, *, bias_key: str = "attention_bias", bias_by_default: bool = False) -> FamilyParts:
+    """Phi-3, StarCoder2: the config has no use_sliding_window and no layer_types, so a ``sliding_window``
+    (Phi-3-mini-4k's 2,047) is the engine's one window and every layer takes it (EngineArgs.create_engine_config
+    sets CacheConfig.sliding_window when the config lists no layer types; Phi3ForCausalLM is vLLM's
+    LlamaForCausalLM, StarCoder2 runs on its Transformers backend, and neither passes a window of its own).
+    A config that does list them is read per layer, as both read them; null or 0 is no window."""
     window = c.whole("sliding_window", None) or None
     types = c.text.get("layer_types")
     if window is None:
@@ -286,7 +287,7 @@ def _phi3(c: CommonFields) -> FamilyParts:
         layers = [c.sliding(window)] * c.num_layers
     else:
         layers = _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
-    return FamilyParts(layers, fields={"attention_bias": bool(c.text.get("attention_bias", False))})
+    return FamilyParts(layers, fields={"attention_bias": bool(c.text.get(bias_key, bias_by_default))})
 
 
 # ---------------------------------------------------------------------------------------
@@ -388,6 +389,63 @@ def _gemma2(c: CommonFields) -> FamilyParts:
         pattern = _period(c, "sliding_window_pattern", "_sliding_window_pattern")
         types = _agreeing(c, types, "sliding_window_pattern", pattern, "sliding_attention")
     return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+COHERE2_DEFAULT_PATTERN = 4  # transformers' Cohere2Config: without layer_types, every 4th layer is global
+
+
+def _cohere2(c: CommonFields) -> FamilyParts:
+    """Cohere2 (Command R7B, Command A): sliding layers with every n-th global, by layer_types or
+    sliding_window_pattern (Cohere2Config's default 4). vLLM's CohereAttention (commandr.py) gives a sliding
+    layer ``sliding_window + 1`` tokens, Cohere's training convention, and the cache is sized for that."""
+    window = c.required("sliding_window") + 1
+    pattern = _period(c, "sliding_window_pattern") or COHERE2_DEFAULT_PATTERN
+    types = c.text.get("layer_types")
+    types = _every_nth_full(c.num_layers, pattern, "sliding_attention") if types is None else types
+    return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+def _exaone4(c: CommonFields) -> FamilyParts:
+    """EXAONE 4.0: sliding layers with every n-th global, by layer_types or an integer sliding_window_pattern
+    (Exaone4Config's default 4); a null window with no layer_types is full attention throughout (1.2B).
+    vLLM's Exaone4Attention gives a sliding layer the config's sliding_window."""
+    window = c.window("sliding_window")
+    types = c.text.get("layer_types")
+    if types is None:
+        if window is None:
+            return FamilyParts([c.full()] * c.num_layers)
+        pattern = c.text.get("sliding_window_pattern", 4)
+        if isinstance(pattern, str):
+            raise c.refuse("a sliding_window_pattern string without layer_types (transformers' Exaone4Config "
+                           "reads only a whole number)", ("sliding_window_pattern", "layer_types"))
+        types = _every_nth_full(c.num_layers, _period(c, "sliding_window_pattern") or 4, "sliding_attention")
+    if window is None:
+        if any(t == "sliding_attention" for t in types):
+            raise c.refuse("sliding layers without a sliding_window", ("sliding_window", "layer_types"))
+        return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full()}))
+    return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+def _smollm3(c: CommonFields) -> FamilyParts:
+    """SmolLM3: every layer attends over the whole context; NoPE on every 4th (no_rope_layers) changes no cache.
+    Without layer_types, SmolLM3Config slides only the NoPE layers and only when use_sliding_window and a
+    sliding_window are both set; vLLM serves it on its Transformers backend, which gives each
+    sliding_attention layer the config's sliding_window (base.py, per_layer_sliding_window)."""
+    types = c.text.get("layer_types")
+    window = c.window("sliding_window")
+    if types is None:
+        no_rope = c.text.get("no_rope_layers")
+        if no_rope is None:
+            every = c.whole("no_rope_layer_interval", 4, lo=1, hi=MAX_LAYERS)
+            no_rope = [int((i + 1) % every != 0) for i in range(c.num_layers)]
+        if not isinstance(no_rope, list) or len(no_rope) != c.num_layers:
+            raise c.refuse("no_rope_layers length differs from num_hidden_layers", ("no_rope_layers", "num_hidden_layers"))
+        slide = bool(c.text.get("use_sliding_window")) and window is not None
+        types = ["sliding_attention" if slide and not uses_rope else "full_attention" for uses_rope in no_rope]
+    mapping: dict[str, Layer] = {"full_attention": c.full()}
+    if window is not None:
+        mapping["sliding_attention"] = c.sliding(window)
+    return FamilyParts(_layers_from_types(c, types, mapping))
 
 
 def _llama4(c: CommonFields) -> FamilyParts:
@@ -519,7 +577,8 @@ MODEL_TYPES: dict[str, Family] = {
     "llama": Family("llama", _dense),
     "mistral": Family("mistral", partial(_dense, may_slide=True, slides_by_default=True)),
     "olmo2": Family("olmo2", _dense),
-    "phi3": Family("phi3", _phi3),
+    "phi3": Family("phi3", _window_everywhere),
+    "starcoder2": Family("starcoder2", partial(_window_everywhere, bias_key="use_bias", bias_by_default=True)),
     "qwen2": Family("qwen2", partial(_qwen2, bias_by_default=True)),
     "qwen3": Family("qwen3", _qwen2),
     "qwen2_5_vl": _QWEN2_5_VL,
@@ -533,6 +592,9 @@ MODEL_TYPES: dict[str, Family] = {
     "gemma3": _GEMMA3,
     "gemma3_text": _GEMMA3,
     "gemma2": Family("gemma2", _gemma2),
+    "cohere2": Family("cohere2", _cohere2),
+    "exaone4": Family("exaone4", _exaone4, tie_default=False),
+    "smollm3": Family("smollm3", _smollm3),
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
     "deepseek_v2": Family("deepseek_v2", _deepseek),
@@ -547,6 +609,12 @@ MODEL_TYPES: dict[str, Family] = {
     "mamba2": Family("mamba2", _mamba2, needs_attention_heads=False),
 }
 SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPES)
+# model_types vLLM 0.32 serves (its model registry) whose layers servesize does not read yet: each refusal says
+# which layer kind is missing.
+LACKING_LAYER_KIND: dict[str, str] = {
+    "granitemoehybrid": "Mamba2 mixers interleaved with attention layers (layers_block_type), with routed experts",
+    "falcon_h1": "a Mamba2 mixer and attention side by side in every layer (a state and a KV cache per layer)",
+}
 
 
 def family_of(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
@@ -561,6 +629,10 @@ def family_of(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
     if not isinstance(outer_type, str) or not isinstance(model_type, str):
         raise UnsupportedArchitecture(repr(outer_type)[:40], "model_type must be a string", ("model_type",))
     if outer_type not in SUPPORTED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
+        lacking = LACKING_LAYER_KIND.get(model_type) or LACKING_LAYER_KIND.get(outer_type)
+        if lacking:
+            raise UnsupportedArchitecture(outer_type, f"vLLM serves it, but servesize has no reader for its layer kind: "
+                                          f"{lacking}", ("model_type",))
         raise UnsupportedArchitecture(
             outer_type,
             f"this model_type is not in servesize's allowlist ({', '.join(SUPPORTED_MODEL_TYPES)})",
