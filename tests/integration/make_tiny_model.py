@@ -159,8 +159,9 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "phi3_window": ("phi3", dict(sliding_window=2047, head_dim=None)),
     # StarCoder2: the window (256) on every layer, read from a bare sliding_window; biases, LayerNorm, 2-matrix MLP
     "starcoder2": ("starcoder2", dict(sliding_window=256, head_dim=None)),
-    # Cohere2: 3 sliding (window 64, vLLM gives it 65) : 1 global, a parallel block with one LayerNorm
-    "cohere2": ("cohere2", dict(num_hidden_layers=4, sliding_window=64, head_dim=None,
+    # Cohere2: 3 sliding : 1 global, a parallel block with one LayerNorm. The window, 129, is one where vLLM's +1
+    # shows at both settings: cdiv(129 + 2,048, 128) = 18 blocks at A (17 without it), cdiv(129 + 1,024, 32) = 37 at B
+    "cohere2": ("cohere2", dict(num_hidden_layers=4, sliding_window=129, head_dim=None,
                                 layer_types=["sliding_attention"] * 3 + ["full_attention"])),
     # EXAONE 4.0: 3 sliding (window 128) : 1 global by its integer sliding_window_pattern (layer_types dropped)
     "exaone4": ("exaone4", dict(num_hidden_layers=4, sliding_window=128, sliding_window_pattern=4)),
