@@ -10,6 +10,7 @@ from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
 from servesize.model.architecture import (
     FULL,
     GDN,
+    MAMBA,
     MLA,
     SLIDING,
     FullAttention,
@@ -157,8 +158,18 @@ def test_smollm3s_nope_layers_cache_as_full_attention_and_slide_only_when_asked(
     assert [layer.kind for layer in asked.layers] == [FULL, FULL, FULL, SLIDING]  # the NoPE layer, every 4th
 
 
-@pytest.mark.parametrize("model_type,kind", [("granitemoehybrid", "Mamba2 mixers interleaved with attention"),
-                                             ("falcon_h1", "a Mamba2 mixer and attention side by side")])
+def test_granite_4_hybrid_reads_mamba2_mixers_and_attention_by_layer_types_with_auto_head_dim():
+    cfg = {**TINY, "model_type": "granitemoehybrid", "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_expand": 2,
+           "layers_block_type": ["linear_attention"] * 3 + ["full_attention"], "num_local_experts": 4,
+           "num_experts_per_tok": 2, "shared_intermediate_size": 64}
+    arch = from_config(cfg)
+    assert [layer.kind for layer in arch.layers] == [MAMBA, MAMBA, MAMBA, FULL]
+    assert arch.layers[0].head_dim == 2 * 128 // 8 and arch.moe.shared_intermediate_size == 64  # 'auto' head dim
+    with pytest.raises(UnsupportedArchitecture, match="mamba_d_head"):
+        from_config({**cfg, "mamba_d_head": 48})
+
+
+@pytest.mark.parametrize("model_type,kind", [("falcon_h1", "a Mamba2 mixer and attention side by side")])
 def test_a_hybrid_vllm_serves_and_servesize_cannot_read_is_refused_naming_the_layer_kind_it_lacks(model_type, kind):
     with pytest.raises(UnsupportedArchitecture) as e:
         from_config({**TINY, "model_type": model_type})

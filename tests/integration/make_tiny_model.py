@@ -167,6 +167,12 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "exaone4": ("exaone4", dict(num_hidden_layers=4, sliding_window=128, sliding_window_pattern=4)),
     # SmolLM3: NoPE on every 4th layer (no_rope_layer_interval 4), every layer full attention
     "smollm3": ("smollm3", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
+    # Granite 4.0 hybrid: 3 Mamba2 mixers (8 heads x 32, state 16) : 1 full attention, 4 experts top 2 + a shared MLP
+    "granitemoehybrid": ("granitemoehybrid", dict(
+        num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"], mamba_n_heads=8,
+        mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64,
+        num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, shared_intermediate_size=64,
+        position_embedding_type="rope", head_dim=None)),
 }
 # Fields transformers writes into config.json that a family's published configs lack: removed after saving, so
 # servesize and vLLM read the spelling real checkpoints use (Qwen2.5's configs carry no layer_types).

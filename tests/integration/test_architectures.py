@@ -19,6 +19,7 @@ engine logged, character for character.
     cohere2      3 sliding : 1 global, the window one token wider than the config's (vLLM's +1)
     exaone4      3 sliding : 1 global by an integer sliding_window_pattern (no layer_types), q/k norms
     smollm3      NoPE on every 4th layer, every layer full attention (vLLM's Transformers backend)
+    granitemoehybrid  3 Mamba2 mixers : 1 full attention, experts and a shared MLP (state-aligned block)
 
 Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
 setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
@@ -49,12 +50,14 @@ from servesize.model.ledger import parameter_ledger
 pytestmark = pytest.mark.vllm
 
 FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2",
-            "qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3")
+            "qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
+            "granitemoehybrid")
 SETTINGS = {
     "A": dict(block_size=None, max_model_len=4096, kv_cache_memory_bytes=16 * 2**20),
     "B": dict(block_size=32, max_model_len=3000, kv_cache_memory_bytes="12M", max_num_batched_tokens="1K"),
 }
-EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "deepseek_v2": dict(block_size=64)}
+EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "granitemoehybrid": dict(prefix_caching=False),
+           "deepseek_v2": dict(block_size=64)}
 # Setting C: the attention-free model with prefix caching asked for, which puts its Mamba2 layers in
 # 'align' mode (three state blocks per request from 0.32: MambaMixer2's prefill checkpoint block).
 SETTINGS["C"] = dict(SETTINGS["A"], prefix_caching=True)
@@ -143,7 +146,8 @@ def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsy
 
 # Families added with their own tensor layout in the ledger: its total must be what torch counts in the tiny
 # model make_tiny_model.py built (model.parameters(), tied weights once); no server needed.
-LEDGER_CHECKED = ("qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3")
+LEDGER_CHECKED = ("qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
+            "granitemoehybrid")
 
 
 @pytest.mark.parametrize("family", LEDGER_CHECKED)

@@ -550,6 +550,35 @@ def _mamba2(c: CommonFields) -> FamilyParts:
     return FamilyParts([m] * c.num_layers)
 
 
+def _granitemoehybrid(c: CommonFields) -> FamilyParts:
+    """Granite 4.0 (GraniteMoeHybrid): Mamba2 mixers and full-attention layers by layer_types (config alias
+    layers_block_type; every layer Mamba2 when absent, as GraniteMoeHybridConfig defaults), each layer with
+    routed experts (num_local_experts; 0 is none) and a shared MLP of shared_intermediate_size.
+    mamba_d_head 'auto' is mamba_expand x hidden / mamba_n_heads (the config's own rule)."""
+    types = c.text.get("layer_types", c.text.get("layers_block_type"))
+    if types is None:
+        types = ["linear_attention"] * c.num_layers
+    heads = c.whole("mamba_n_heads", 128, lo=1)
+    inner = c.whole("mamba_expand", 2, lo=1) * c.hidden_size
+    head_dim = c.text.get("mamba_d_head", "auto")
+    head_dim = inner // heads if head_dim == "auto" else c.whole("mamba_d_head", None, lo=1)
+    if head_dim * heads != inner:
+        raise c.refuse("mamba_d_head x mamba_n_heads differs from mamba_expand x hidden_size",
+                       ("mamba_d_head", "mamba_n_heads", "mamba_expand"))
+    mamba = Mamba2(heads, head_dim, c.whole("mamba_d_state", 256, lo=1), c.whole("mamba_n_groups", 1, lo=1),
+                   c.whole("mamba_d_conv", 4, lo=1, hi=1024))
+    layers = _layers_from_types(c, types, {"full_attention": c.full(), "linear_attention": mamba})
+    shared = c.whole("shared_intermediate_size", 1024)
+    n_exp = c.whole("num_local_experts", 8)
+    moe = None
+    if n_exp:
+        moe = Moe(n_exp, _experts_per_token(c, n_exp), c.intermediate_size, 1 if shared else 0, shared, 0, 1,
+                  c.intermediate_size)
+    elif not shared:
+        raise c.refuse("neither experts nor a shared MLP", ("num_local_experts", "shared_intermediate_size"))
+    return FamilyParts(layers, moe, fields={"attention_bias": bool(c.text.get("attention_bias", False))})
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 
@@ -607,12 +636,12 @@ MODEL_TYPES: dict[str, Family] = {
     "qwen3_5_moe": _QWEN3_5_MOE,
     "qwen3_5_moe_text": _QWEN3_5_MOE,
     "mamba2": Family("mamba2", _mamba2, needs_attention_heads=False),
+    "granitemoehybrid": Family("granitemoehybrid", _granitemoehybrid, tie_default=False),
 }
 SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPES)
 # model_types vLLM 0.32 serves (its model registry) whose layers servesize does not read yet: each refusal says
 # which layer kind is missing.
 LACKING_LAYER_KIND: dict[str, str] = {
-    "granitemoehybrid": "Mamba2 mixers interleaved with attention layers (layers_block_type), with routed experts",
     "falcon_h1": "a Mamba2 mixer and attention side by side in every layer (a state and a KV cache per layer)",
 }
 

@@ -21,7 +21,9 @@ Every count is a ``Derivation`` step written once as arithmetic over the config'
 converts); the rest is biases, norms, conv kernels, A_log, embeddings tables and the like.
 
 Sources for the tensor layouts: Hugging Face transformers modeling files (llama, qwen2, qwen3,
-qwen3_moe, qwen3_next, qwen3_5, mixtral, gpt_oss, gemma3 + siglip, llama4, deepseek_v3, mamba2),
+qwen3_moe, qwen3_next, qwen3_5, mixtral, gpt_oss, gemma3 + siglip, llama4, deepseek_v3, mamba2, starcoder2,
+exaone4, smollm3, granitemoehybrid), vLLM's commandr.py for Cohere2; each new family's total is checked
+against torch's count of a tiny random-weight model (tests/integration/test_architectures.py),
 DeepSeek-V3's README_WEIGHTS.md (MTP layer 61 stores its own copies of the embedding and head)
 and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_proj).
 """
@@ -166,7 +168,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
     else:
         b.add("lm_head", "lm_head", "vocab * hidden", linear=True, vocab=V, hidden=h)
 
-    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4", "cohere2"} | _GDN:
+    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4", "cohere2", "granitemoehybrid"} | _GDN:
         _gqa_attention(b, arch)
     elif fam in _DEEPSEEK:
         _mla_attention(b, arch, arch.count(MLA), "attention")
@@ -175,7 +177,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
     if fam in _GDN:
         _gdn(b, arch)
-    if fam == "mamba2":
+    if fam in ("mamba2", "granitemoehybrid"):
         _mamba2(b, arch)
 
     _ffn(b, arch, [i for i in range(arch.num_layers)], "")
@@ -290,12 +292,14 @@ def _mamba2(b: _Builder, arch: Architecture) -> None:
     n = arch.count(MAMBA)
     m = next(layer for layer in arch.layers if isinstance(layer, Mamba2))
     cfg = arch.config
-    if cfg.get("use_bias"):
-        raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", ("use_bias",))
+    # GraniteMoeHybrid spells Mamba2's bias switches mamba_proj_bias / mamba_conv_bias
+    bias_key, conv_key = ("mamba_proj_bias", "mamba_conv_bias") if arch.model_type == "granitemoehybrid" else ("use_bias", "use_conv_bias")
+    if cfg.get(bias_key):
+        raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", (bias_key,))
     b.add("linear_attention", "in_out_proj", "layers * (hidden * (2 * inner + 2 * groups * d_state + heads) + inner * hidden)",
           linear=True, note="in_proj (z, x, B, C, dt) and out_proj", layers=n, hidden=arch.hidden_size, inner=m.intermediate_size,
           groups=m.n_groups, d_state=m.state_size, heads=m.num_heads)
-    conv_bias = 1 if cfg.get("use_conv_bias", True) else 0
+    conv_bias = 1 if cfg.get(conv_key, True) else 0
     b.add("linear_attention", "conv1d", "layers * conv_dim * (conv_kernel + conv_bias)", linear=False,
           layers=n, conv_dim=m.conv_dim, conv_kernel=m.conv_kernel, conv_bias=conv_bias)
     b.add("linear_attention", "A_log_D_dt_bias_norm", "layers * (3 * heads + inner)", linear=False,
