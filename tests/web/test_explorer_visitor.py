@@ -141,6 +141,8 @@ def test_no_view_is_wider_than_the_screen_and_a_phone_reaches_the_controls_at_on
         assert verdict[1] <= 1.5 * height and median[1] <= 1.5 * height, (verdict, median)
         for field in ("model", "gpus", "split", "kv_cache_dtype"):  # the controls changed most follow the verdict
             assert page.evaluate(TOP, f"#view-plan [data-field='{field}']")[1] <= 1.5 * height, field
+        tab = page.evaluate("() => { const r = document.querySelector('#tab-plan').getBoundingClientRect(); return [r.left, r.right]; }")
+        assert 0 <= tab[0] and tab[1] <= width, tab  # the tab strip scrolls sideways, with the open tab in view
     for view in VIEWS:
         if view != "plan":
             open_view(page, server, view)

@@ -1347,6 +1347,10 @@ function switchView(view) {
     t.setAttribute("aria-selected", String(t.dataset.view === view));
     t.tabIndex = t.dataset.view === view ? 0 : -1;   // one tab stop for the strip; the arrow keys move along it
   }
+  const strip = $(".tabs"), on = $(`.tabs [data-view="${view}"]`);
+  if (strip.scrollWidth > strip.clientWidth) {   // a phone: the strip scrolls sideways; the open tab is brought into it
+    strip.scrollLeft += on.getBoundingClientRect().left - strip.getBoundingClientRect().left - (strip.clientWidth - on.offsetWidth) / 2;
+  }
   const skip = $("#skipLink");
   skip.href = SKIP_TO[view][0];
   skip.textContent = SKIP_TO[view][1];
