@@ -17,6 +17,7 @@ from typing import Any
 
 from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS, sensitivity_ranges
 from servesize.assumptions import assumption, modelled_assumptions
+from servesize.errors import BadInput, clip
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario
 from servesize.web.server import MAX_BODY_BYTES
 
@@ -91,12 +92,16 @@ def slider_range(name: str) -> dict | None:
 QUANTIZATIONS = ("native", *PRECISIONS)
 
 PLAN_SECTIONS: tuple[dict, ...] = (
+    # the controls a visitor changes most come first (on a phone they follow the verdict at once):
+    # model, GPUs, split, weights, KV dtype, then the prompt median (before the preset it overrides)
     {"id": "setup", "title": "Set-up", "lede": "Hardware, model and serving dtypes: these change most numbers on the page.",
-     "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mtp_speedup",
-                "cpu_offload_gib", "max_model_len"]},
+     "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype"]},
     {"id": "workload", "act": 1, "title": "Workload", "lede": "Who uses it, and what their prompts look like.",
-     "fields": ["preset", "median", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
+     "fields": ["median", "preset", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
                 "subagents_share_prefix", "prefix", "workload"]},
+    {"id": "serving", "title": "Serving options", "lede": "The recurrent-state dtype, the MTP head, CPU offload and the "
+     "context cap: fewer deployments change these.",
+     "fields": ["mamba_ssm_cache_dtype", "mtp_speedup", "cpu_offload_gib", "max_model_len"]},
     {"id": "load", "act": 2, "title": "Load and cold traffic",
      "lede": "How much traffic arrives, how cold it is, and how fast it must be answered.",
      "fields": ["load_users", "think_time", "warm_turn_tokens", "ttft_limit", "invalidation", "burst"]},
@@ -224,6 +229,26 @@ def form(gpu_keys: list[str] | None = None) -> dict:
         "limits": {**WEB_LIMITS, "max_gpus": MAX_GPUS, "draft_fills": DRAFT_FILLS, "max_body_bytes": MAX_BODY_BYTES},
         "burst_flush": BURST_FLUSH,
     }
+
+
+# -- a control's text, read as the command line reads it --------------------------------------------
+
+_VIEW_FIELDS = {"plan": {**PARAMS, **VIEW_PARAMS}, "fit": FIT_PARAMS, "fleet": FLEET_PARAMS}
+
+
+def read_value(view: object, name: object, text: object) -> dict:
+    """What a control's text means, by the field's own declaration (Param.parse: '45k' = 45,000 for a
+    token count, '16K' = 16,384; bounds checked): the page places a slider's thumb at this value, so no
+    units rule lives in the page. A refusal is the same line the command line prints, naming the field."""
+    fields_of = _VIEW_FIELDS.get(view) if isinstance(view, str) else None
+    if fields_of is None:
+        raise BadInput(f"view: one of {', '.join(_VIEW_FIELDS)}, not {clip(view)}")
+    param = fields_of.get(name) if isinstance(name, str) else None
+    if param is None:
+        raise BadInput(f"field: {clip(name)} is not a field of the {view} view")
+    if not isinstance(text, (str, int, float)) or isinstance(text, bool):
+        raise BadInput(f"{param.flag}: give the control's text (a string)")
+    return {"field": param.name, "value": param.parse(text)}
 
 
 # -- presets and where the page starts --------------------------------------------------------------
