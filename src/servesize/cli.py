@@ -103,6 +103,10 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
             mod.add_arguments(p)
             p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
             p.add_argument("--explain", action="store_true", help="print the derivation of every number")
+            if any(action.dest == "vllm_serve" for action in p._actions):
+                from servesize.flags import add_vllm_flags
+
+                add_vllm_flags(p)  # `vllm serve` flags given directly: read as the --vllm-serve line's
     return parser
 
 

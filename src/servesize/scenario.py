@@ -357,7 +357,8 @@ class Scenario:
     vllm_serve: str | None = _p(
         "text", "a whole `vllm serve MODEL ...` line: its model and flags are read as vLLM reads them (every flag of "
         "--vllm-version is accepted; those that change no figure are listed; a flag vLLM does not know is refused); "
-        "flags given to servesize win", "engine", flags=("--serve",), metavar="'vllm serve ...'")
+        "flags given to servesize win; any other `vllm serve` flag may also be given to servesize directly "
+        "(--trust-remote-code, --port 8000) and is read the same way", "engine", flags=("--serve",), metavar="'vllm serve ...'")
     tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel); left at 1 when --gpus names more GPUs "
                                    "than TP x DP x PP, servesize chooses it (plan's placement)", "engine", default=1,
                                    lo=1, hi=1024, flags=("-tp",), metavar="N")
