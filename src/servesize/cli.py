@@ -180,7 +180,12 @@ def _main(argv: list[str] | None) -> int:
         return _emit(importlib.import_module(module).run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        code = getattr(exc, "exit_code", 2)
+        if code == 3 and getattr(args, "json", False) and hasattr(exc, "to_dict"):
+            # vLLM would not start: --json still prints its one document (the refusal and the largest length)
+            asked = {k: str(getattr(args, k)) for k in ("model", "gpus") if getattr(args, k, None) is not None}
+            sys.stdout.write(json.dumps(_finite({**asked, **exc.to_dict()}), indent=2, allow_nan=False) + "\n")
+        return code
     except BrokenPipeError:
         return 0
 
