@@ -521,6 +521,8 @@ class Scenario:
                                  hi=10**13, unit="tokens", metavar="TOKENS")
     calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
                                                "replaces the model's", "calibration", metavar="FILE")
+    calibration_mismatch_ok: bool = _p("bool", "apply --calibration even where it was measured on another model, TP, GPU, "
+                                       "KV dtype or memory utilisation (refused otherwise, naming the field)", "calibration", default=False)
 
     # -- Monte-Carlo ----------------------------------------------------------------------
     fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=MAX_FILLS, metavar="N")

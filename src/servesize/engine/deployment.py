@@ -165,6 +165,10 @@ class Deployment:
                        enable_chunked_prefill=chunked)
 
     # -- the defaults, one rule each ---------------------------------------------------------
+    def resolved_utilisation(self) -> float:
+        """--gpu-memory-utilization as the engine settles it (its release's default where unset)."""
+        return self._utilisation()
+
     def _utilisation(self) -> float:
         util = self.gpu_memory_utilization
         if util is None:
