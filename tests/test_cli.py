@@ -116,3 +116,19 @@ def test_a_flag_value_that_cannot_be_read_is_one_line_and_exit_2(capsys, flag, v
     code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", flag, value)
     assert code == 2 and out == "" and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_memory_json_prints_one_document_with_the_refusal_and_the_largest_length_on_exit_3(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--json")
+    assert code == 3 and len(err.strip().splitlines()) == 1
+    doc = json.loads(out)  # one document, nothing else on stdout
+    assert doc["would_start"] is False and doc["exit_code"] == 3
+    assert doc["model"] == "llama-3.1-8b" and doc["gpus"] == "1xA10"
+    assert err.strip() == f"servesize: {doc['refusal']}"
+    largest = doc["largest_max_model_len"]
+    assert largest > 0 and f"the largest --max-model-len that starts is {largest:,}" in doc["refusal"]
+    # the length it names starts; one block more does not
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--max-model-len", str(largest), "--json")
+    assert code == 0 and json.loads(out)["max_model_len"] == largest
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--max-model-len", str(largest + 16), "--json")
+    assert code == 3 and json.loads(out)["largest_max_model_len"] == largest

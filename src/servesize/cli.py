@@ -103,6 +103,10 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
             mod.add_arguments(p)
             p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
             p.add_argument("--explain", action="store_true", help="print the derivation of every number")
+            if any(action.dest == "vllm_serve" for action in p._actions):
+                from servesize.flags import add_vllm_flags
+
+                add_vllm_flags(p)  # `vllm serve` flags given directly: read as the --vllm-serve line's
     return parser
 
 
@@ -182,7 +186,14 @@ def _main(argv: list[str] | None) -> int:
         return _emit(importlib.import_module(module).run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        code = getattr(exc, "exit_code", 2)
+        if code == 3 and getattr(args, "json", False) and hasattr(exc, "to_dict"):
+            # vLLM would not start: --json still prints its one document (the refusal and the largest length)
+            asked = {k: str(getattr(args, k)) for k in ("model", "gpus") if getattr(args, k, None) is not None}
+            from servesize.jsonable import finite
+
+            sys.stdout.write(json.dumps(finite({**asked, **exc.to_dict()}), indent=2, allow_nan=False) + "\n")
+        return code
     except BrokenPipeError:
         return 0
 

@@ -77,6 +77,12 @@ class WouldNotStart(DoesNotFit):
         self.available_bytes = available_bytes  # per GPU, as vLLM would have logged it
         super().__init__(message, field=field)
 
+    def to_dict(self) -> dict:
+        """What ``--json`` prints on exit 3: the refusal, as the one stderr line says it, and its figures."""
+        return {"would_start": False, "exit_code": self.exit_code, "refusal": str(self),
+                "largest_max_model_len": self.largest_max_model_len,
+                "available_kv_bytes_per_gpu": self.available_bytes}
+
 
 class Interrupted(ServesizeError):
     """Ctrl-C during a measurement: one line naming the record to resume, exit 130."""

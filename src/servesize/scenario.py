@@ -495,7 +495,8 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
     vllm_serve: str | None = _p(
         "text", "a whole `vllm serve MODEL ...` line: its model and flags are read as vLLM reads them (every flag of "
         "--vllm-version is accepted; those that change no figure are listed; a flag vLLM does not know is refused); "
-        "flags given to servesize win", "engine", flags=("--serve",), metavar="'vllm serve ...'")
+        "flags given to servesize win; any other `vllm serve` flag may also be given to servesize directly "
+        "(--trust-remote-code, --port 8000) and is read the same way", "engine", flags=("--serve",), metavar="'vllm serve ...'")
     tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel); left at 1 when --gpus names more GPUs "
                                    "than TP x DP x PP, servesize chooses it (plan's placement)", "engine", default=1,
                                    lo=1, hi=1024, flags=("-tp",), metavar="N")
@@ -584,6 +585,8 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                                  hi=10**13, unit="tokens", metavar="TOKENS")
     calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
                                                "replaces the model's", "calibration", metavar="FILE")
+    calibration_mismatch_ok: bool = _p("bool", "apply --calibration even where it was measured on another model, TP, GPU, "
+                                       "KV dtype or memory utilisation (refused otherwise, naming the field)", "calibration", default=False)
 
 
     def __post_init__(self) -> None:

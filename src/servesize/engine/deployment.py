@@ -12,11 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
+from servesize.engine.versions import (
+    DEFAULT_VLLM_VERSION,
+    V0_CHUNKED_BATCHED_TOKENS,
+    V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM,
+    V0_LONG_CONTEXT_TOKENS,
+    log_era,
+    parse_version,
+)
 from servesize.errors import BadInput, DoesNotFit, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
-from servesize.model.layers import MLA, GatedDeltaNet
+from servesize.model.layers import MLA, SLIDING, GatedDeltaNet
 
 if TYPE_CHECKING:
     from servesize.engine.speculative import Speculation
@@ -145,7 +152,7 @@ class Deployment:
         util = self._utilisation()
         max_len = self._max_len(arch)
         prefix_caching = self._prefix_caching(arch)
-        chunked = self._chunked_prefill(arch)
+        chunked = self._chunked_prefill(arch, max_len, gpus)
         mnbt, seqs = self._batch(arch, gpus, max_len, chunked)
         _check_scheduler(mnbt, seqs, max_len, chunked)
         mode = self.mamba_cache_mode
@@ -158,6 +165,10 @@ class Deployment:
                        enable_chunked_prefill=chunked)
 
     # -- the defaults, one rule each ---------------------------------------------------------
+    def resolved_utilisation(self) -> float:
+        """--gpu-memory-utilization as the engine settles it (its release's default where unset)."""
+        return self._utilisation()
+
     def _utilisation(self) -> float:
         util = self.gpu_memory_utilization
         if util is None:
@@ -200,12 +211,28 @@ class Deployment:
             return False
         return not arch.has_state or self.version >= HYBRID_PREFIX_CACHING_FROM
 
-    def _chunked_prefill(self, arch: Architecture) -> bool:
+    def _chunked_prefill(self, arch: Architecture, max_len: int = 0, gpus: GpuGroup | None = None) -> bool:
         if self._cpu_mla(arch):
             return False
         if self.enable_chunked_prefill is not None:
             return self.enable_chunked_prefill
-        return self.version >= (0, 8, 0)  # V1 schedules chunked prefills; V0 had it off by default
+        if self.version >= (0, 8, 0):
+            return True  # V1 schedules chunked prefills
+        return self._v0_long_context_chunked(arch, max_len, gpus)
+
+    def _v0_long_context_chunked(self, arch: Architecture, max_len: int, gpus: GpuGroup | None) -> bool:
+        """V0 left chunked prefill off, except above 32K tokens (engine.versions, PR #6666) on CUDA for a
+        text model with full attention only, no speculation and no LoRA. AMD GPUs are left off: one V0
+        release's condition adds ``not current_platform.is_rocm()`` and which releases is not read."""
+        if self.version < V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM or self.device != "cuda":
+            return False
+        if gpus is not None and gpus.gpu.vendor.upper() == "AMD":
+            return False
+        length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
+        multimodal = arch.vision_config is not None and not self.language_model_only
+        sliding = any(layer.kind == SLIDING for layer in arch.layers)
+        return (length > V0_LONG_CONTEXT_TOKENS and not sliding and not arch.has_state and not multimodal
+                and self.spec_tokens == 0 and not self.enable_lora)
 
     def _tier(self, gpus: GpuGroup | None) -> tuple[int, int]:
         """(batched tokens, sequences) the OpenAI server defaults to on this device.
@@ -226,7 +253,8 @@ class Deployment:
     def _batch(self, arch: Architecture, gpus: GpuGroup | None, max_len: int, chunked: bool) -> tuple[int, int]:
         """max_num_batched_tokens and max_num_seqs as the engine settles them.
 
-        V0 had chunked prefill off by default, so its profile batch was max_model_len. In V1, left
+        V0 had chunked prefill off by default, so its profile batch was max_model_len (with chunked
+        prefill on, as V0 turns it on above 32K, 512). In V1, left
         unset: without chunked prefill the batch must hold one whole prompt (max(max_model_len,
         default)); it never exceeds max_num_seqs x max_model_len; and max_num_seqs never exceeds
         the batch. The CPU build's MLA path sets max(max_model_len, 2048) whatever was asked."""
@@ -237,7 +265,7 @@ class Deployment:
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
             if v < (0, 8, 0):
-                mnbt = length
+                mnbt = V0_CHUNKED_BATCHED_TOKENS if chunked else length
             else:
                 mnbt = batched_default if chunked else max(length, batched_default)
                 mnbt = min(seqs * length, mnbt) if length else mnbt

@@ -10,6 +10,20 @@ from servesize.errors import BadInput
 
 DEFAULT_VLLM_VERSION = "0.33.0"  # newest vLLM release on PyPI when this default was set (2026-11)
 
+# V0 (before 0.8) turns chunked prefill on by itself when --enable-chunked-prefill is left unset and
+# max_model_len > 32K (EngineArgs.create_engine_config, vllm/engine/arg_utils.py: "Chunked prefill is
+# enabled by default for models with max_model_len > 32K"), to keep the profiling pass from sizing a
+# whole long prompt's activations. PR vllm-project/vllm#6666 (merged 2024-07-23,
+# https://github.com/vllm-project/vllm/pull/6666); v0.5.3 was tagged that day, so the first release
+# with it is taken to be 0.5.4 (not read from the 0.5.3 wheel; every release servesize accepts, 0.6.4
+# on, has it). Its condition in 0.6.x: CUDA, no sliding window, no speculative decoding, no LoRA or
+# prompt adapter, no seqlen-agnostic (Mamba) layers, and from 0.6.1 (PR #8425) not a multimodal model.
+V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM = (0, 5, 4)
+V0_LONG_CONTEXT_TOKENS = 32 * 1024  # use_long_context = max_model_len > 32768
+# V0's SchedulerConfig with chunked prefill on and --max-num-batched-tokens unset: 512 tokens per step
+# ("Chunked prefill is enabled with max_num_batched_tokens=512", config.py, in the 0.6-era logs).
+V0_CHUNKED_BATCHED_TOKENS = 512
+
 
 def parse_version(text: str) -> tuple[int, int, int]:
     core = str(text).strip().lstrip("v").split("+")[0]

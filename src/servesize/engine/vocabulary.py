@@ -106,6 +106,20 @@ def takes_value(flag: str, version: Version) -> bool:
 
 
 @lru_cache(maxsize=1)
+def flags_of_any_release() -> dict[str, bool]:
+    """Every long `vllm serve` flag of any release read -> whether it takes a value, as the newest release
+    that has it parses it (servesize's own parser takes these directly: engine.vocabulary classifies them
+    for the release asked for afterwards, as a pasted line's)."""
+    out: dict[str, bool] = {}
+    for flag in sorted(_table()["flags"]):
+        if not flag.startswith("--"):
+            continue
+        newest = max(r for r in releases() if accepts("flags", flag, r))
+        out[flag] = takes_value(flag, newest)
+    return out
+
+
+@lru_cache(maxsize=1)
 def flag_effects() -> dict:
     """data/vllm_flag_effects.toml: flags that change memory in ways servesize does not model."""
     text = resources.files("servesize").joinpath("data/vllm_flag_effects.toml").read_text(encoding="utf-8")

@@ -51,6 +51,7 @@ class Gpu:
     compute_capability: str = ""
     interconnect: str = ""
     tdp_w: int | None = None
+    tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
     cuda_total_bytes: int | None = None  # CUDA/torch-visible total where a log or tool documents it
@@ -200,6 +201,8 @@ def _row_to_gpu(row: dict) -> Gpu:
         raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
+    if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
+        raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
     return gpu
 
 

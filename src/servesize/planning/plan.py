@@ -134,6 +134,8 @@ class Plan:
             "workload": self.workload.to_dict(),
             "workload_origin": None if self.origin is None else self.origin.to_dict(),
             "memory": self.fixed.memory,
+            "flags_not_affecting": list(getattr(self.memory, "flags_not_affecting", ())),
+            "flags_estimated": list(getattr(self.memory, "flags_estimated", ())),
             "sizing": self.sizing,
             "placement": None if self.placement is None else self.placement.to_dict(),
         }

@@ -52,8 +52,43 @@ CALIBRATION_GPU_MEMORY_TOLERANCE = 0.05  # the log's total memory is CUDA's, a f
 
 
 def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
-    """A calibration measures one model at one TP on one GPU: applied to another, its pool is another
-    deployment's. Refuse, naming the field that differs (a field the log did not state is not compared)."""
+    """A calibration measures one model at one TP on one GPU with one engine setting: applied to another, its
+    pool is another deployment's. Refuse, naming the field that differs (a field the log did not state is not
+    compared), unless --calibration-mismatch-ok says to apply it anyway."""
+    if scenario.calibration_mismatch_ok:
+        return
+    try:
+        _check_calibration_identity(cal, scenario, deployment, where)
+        _check_calibration_engine(cal, scenario, deployment, where)
+    except BadInput as exc:
+        raise BadInput(f"{exc} (or --calibration-mismatch-ok to apply it anyway)") from None
+
+
+def _kv_dtype_family(name: str) -> str:
+    text = str(name).strip().lower()
+    return "fp8" if text.startswith("fp8") else text
+
+
+def _check_calibration_engine(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
+    """The engine settings the pool follows from, where this scenario sets them (left unset, the calibration's
+    measured setting stands): the KV dtype and the memory utilisation. (Not the length: in V1 the profile batch
+    is max_num_batched_tokens whatever max_model_len is, so a pool measured at 32K holds at 8K.)"""
+    given = scenario.explicit()
+    theirs = _kv_dtype_family(cal.kv_cache_dtype) if cal.kv_cache_dtype else None
+    if "kv_cache_dtype" in given and theirs and theirs != _kv_dtype_family(deployment.kv_cache_dtype):
+        raise BadInput(f"{where} was measured with kv_cache_dtype {str(cal.kv_cache_dtype)[:40]}, not "
+                       f"{deployment.kv_cache_dtype}: give --kv-cache-dtype {str(cal.kv_cache_dtype)[:40]} or a calibration "
+                       "of this one")
+    if "gpu_memory_utilization" in given and cal.gpu_memory_utilization:
+        ours_util = deployment.resolved_utilisation()
+        if abs(float(cal.gpu_memory_utilization) - ours_util) > 1e-9:
+            raise BadInput(f"{where} was measured at gpu_memory_utilization {cal.gpu_memory_utilization:g}, not "
+                           f"{ours_util:g}: give --gpu-memory-utilization {cal.gpu_memory_utilization:g} or a "
+                           "calibration of this one")
+
+
+def _check_calibration_identity(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
+    """The model, its TP and the GPU."""
     if cal.tensor_parallel_size is not None and cal.tensor_parallel_size != deployment.tensor_parallel_size:
         raise BadInput(f"{where} was measured at tensor_parallel_size {cal.tensor_parallel_size:,}, not this "
                        f"scenario's {deployment.tensor_parallel_size}: give -tp {cal.tensor_parallel_size} or a "
