@@ -38,7 +38,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from servesize.assumptions import assumption
-from servesize.engine.deployment import AUTO_MAX_MODEL_LEN
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, batch_default_words
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
@@ -523,11 +523,11 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
         "vllm_len", "longest request, read as vLLM reads it (32768, 32k = 32,000, 32K = 32,768; auto or -1: the largest "
         "that fits; memory: default the model's context; plan: the workload's cap, at most the model's)", "engine",
         lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
-    max_num_seqs: int | None = _p("int", "sequences in one batch (default: 1024 on >= 70 GiB GPUs, else 256; CPU 128 per "
-                                  "rank)", "engine", lo=1, hi=1 << 20, metavar="N")
+    max_num_seqs: int | None = _p("int", f"sequences in one batch (default: {batch_default_words('seqs')})", "engine",
+                                  lo=1, hi=1 << 20, metavar="N")
     max_num_batched_tokens: int | None = _p(
         "vllm_int", "the profile batch, read as vLLM reads it (8K = 8,192); the activation reserve grows with it "
-        "(default 16384 / 8192 / 2048 by GPU memory; the CPU build 2048 per rank)", "engine", lo=1, hi=MAX_TOKENS,
+        f"(default {batch_default_words('batched_tokens')})", "engine", lo=1, hi=MAX_TOKENS,
         metavar="TOKENS", unit="tokens")
     block_size: int | None = _p("int", "KV block size in tokens (default 16, CPU 128; MLA backends force 16/32/64/128)",
                                 "engine", lo=1, hi=1 << 16, metavar="TOKENS")

@@ -37,6 +37,39 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 # 'cpu specific default values', in every release read from 0.22 to 0.33).
 CPU_SERVER_BATCHED_TOKENS_PER_RANK = 2048
 CPU_SERVER_SEQS_PER_RANK = 128
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """One row of the CUDA OpenAI server's batch defaults (arg_utils.py get_batch_defaults): from release
+    ``since``, on at least ``min_bytes`` of CUDA-visible memory (A100s excluded where ``not_a100``, PR #17885)."""
+    since: tuple[int, int, int]
+    min_bytes: int
+    not_a100: bool
+    batched_tokens: int
+    seqs: int
+
+
+CUDA_BATCH_TIERS = (BatchTier((0, 28, 0), 160 * 2**30, False, 16384, 1024),
+                    BatchTier((0, 0, 0), 70 * 2**30, True, 8192, 1024))
+CUDA_BATCH_FALLBACK = (2048, 256)  # below every tier
+V0_SEQS = 256  # before V1 (0.8.0) max_num_seqs defaulted to 256 on every GPU
+
+
+def batch_default_words(which: str) -> str:
+    """The default of --max-num-seqs (``which="seqs"``) or --max-num-batched-tokens (``"batched_tokens"``), in
+    words, from the same table ``Deployment._tier`` reads: help text that states an engine default says this."""
+    pick = (lambda t: t.seqs) if which == "seqs" else (lambda t: t.batched_tokens)
+    parts = []
+    for t in CUDA_BATCH_TIERS:
+        where = f">= {t.min_bytes // 2**30} GiB GPUs" + (" other than A100s" if t.not_a100 else "")
+        since = f" from v{t.since[0]}.{t.since[1]}" if t.since > (0, 0, 0) else ""
+        parts.append(f"{pick(t)} on {where}{since}")
+    fallback = CUDA_BATCH_FALLBACK[1] if which == "seqs" else CUDA_BATCH_FALLBACK[0]
+    cpu = CPU_SERVER_SEQS_PER_RANK if which == "seqs" else CPU_SERVER_BATCHED_TOKENS_PER_RANK
+    v0 = (f"{V0_SEQS} before v0.8" if which == "seqs"
+          else f"before v0.8 max_model_len, or {V0_CHUNKED_BATCHED_TOKENS} with chunked prefill")
+    return f"{', '.join(parts)}, else {fallback}; the CPU build {cpu} per rank; {v0}"
 # The CPU MLA reference kernel compiles only for block 16 (platforms/cpu.py, from 0.28); CPUs
 # with AMX tiles take the AMX MLA backend instead, which keeps the CPU default block.
 CPU_MLA_BLOCK = 16
@@ -244,11 +277,10 @@ class Deployment:
             return CPU_SERVER_BATCHED_TOKENS_PER_RANK * self.world_size, CPU_SERVER_SEQS_PER_RANK * self.world_size
         total = _cuda_total_bytes(gpus) if gpus is not None else 0
         a100 = gpus is not None and "a100" in gpus.gpu.name.lower()
-        if self.version >= (0, 28, 0) and total >= 160 * 2**30:
-            return 16384, 1024
-        if total >= 70 * 2**30 and not a100:
-            return 8192, 1024
-        return 2048, 256
+        for tier in CUDA_BATCH_TIERS:
+            if self.version >= tier.since and total >= tier.min_bytes and not (tier.not_a100 and a100):
+                return tier.batched_tokens, tier.seqs
+        return CUDA_BATCH_FALLBACK
 
     def _batch(self, arch: Architecture, gpus: GpuGroup | None, max_len: int, chunked: bool) -> tuple[int, int]:
         """max_num_batched_tokens and max_num_seqs as the engine settles them.
@@ -261,7 +293,7 @@ class Deployment:
         v = self.version
         batched_default, seqs_default = self._tier(gpus)
         length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
-        seqs = self.max_num_seqs or (seqs_default if v >= (0, 8, 0) else 256)
+        seqs = self.max_num_seqs or (seqs_default if v >= (0, 8, 0) else V0_SEQS)
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
             if v < (0, 8, 0):
