@@ -128,3 +128,15 @@ def test_llama_8b_on_an_h100_at_131k_with_0_6_5_reserves_a_512_token_activation_
 def test_v0_long_context_chunked_prefill_is_left_off_on_amd_gpus():
     assert not _v0(gpus="1xMI300X").enable_chunked_prefill
     assert _v0(gpus="1xH200").enable_chunked_prefill
+
+
+def test_every_version_boundary_in_the_code_is_a_named_constant():
+    """A version compared in src/ is a named constant with its source beside it, never a bare (0, x, y)."""
+    import pathlib
+    import re
+
+    src = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
+    bare = re.compile(r"(<|>|<=|>=|==|!=)\s*\(0, \d+, \d+\)|\(0, \d+, \d+\)\s*(<|>|<=|>=)")
+    found = [f"{p.relative_to(src)}:{n}" for p in src.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line.split("#")[0])]
+    assert found == []

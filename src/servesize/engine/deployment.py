@@ -17,6 +17,7 @@ from servesize.engine.versions import (
     V0_CHUNKED_BATCHED_TOKENS,
     V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM,
     V0_LONG_CONTEXT_TOKENS,
+    V1_FROM,
     log_era,
     parse_version,
 )
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 
 # --max-model-len auto (or -1): vLLM picks the largest length whose one request fits (v0.14+).
 AUTO_MAX_MODEL_LEN = -1
+AUTO_MAX_MODEL_LEN_FROM = (0, 14, 0)
+# --gpu-memory-utilization's default: 0.90 until 0.19.x, 0.92 from 0.20.0 (config/cache.py, vLLM PR #38284).
+UTILIZATION_092_FROM = (0, 20, 0)
+EVERY_RELEASE = (0, 0, 0)  # a rule with no lower boundary among the releases servesize reads
 # vLLM SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS: the floor of the profile batch when
 # chunked prefill is off (CPU MLA), and the CPU API server's per-rank default.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -51,7 +56,7 @@ class BatchTier:
 
 
 CUDA_BATCH_TIERS = (BatchTier((0, 28, 0), 160 * 2**30, False, 16384, 1024),
-                    BatchTier((0, 0, 0), 70 * 2**30, True, 8192, 1024))
+                    BatchTier(EVERY_RELEASE, 70 * 2**30, True, 8192, 1024))
 CUDA_BATCH_FALLBACK = (2048, 256)  # below every tier
 V0_SEQS = 256  # before V1 (0.8.0) max_num_seqs defaulted to 256 on every GPU
 
@@ -63,7 +68,7 @@ def batch_default_words(which: str) -> str:
     parts = []
     for t in CUDA_BATCH_TIERS:
         where = f">= {t.min_bytes // 2**30} GiB GPUs" + (" other than A100s" if t.not_a100 else "")
-        since = f" from v{t.since[0]}.{t.since[1]}" if t.since > (0, 0, 0) else ""
+        since = f" from v{t.since[0]}.{t.since[1]}" if t.since > EVERY_RELEASE else ""
         parts.append(f"{pick(t)} on {where}{since}")
     fallback = CUDA_BATCH_FALLBACK[1] if which == "seqs" else CUDA_BATCH_FALLBACK[0]
     cpu = CPU_SERVER_SEQS_PER_RANK if which == "seqs" else CPU_SERVER_BATCHED_TOKENS_PER_RANK
@@ -206,7 +211,7 @@ class Deployment:
         util = self.gpu_memory_utilization
         if util is None:
             # 0.90 until 0.19.x; 0.92 from 0.20.0 (config/cache.py default, vLLM PR #38284).
-            util = 0.92 if self.version >= (0, 20, 0) else 0.90
+            util = 0.92 if self.version >= UTILIZATION_092_FROM else 0.90
         if not 0 < util <= 1:
             raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}", field="gpu_memory_utilization")
         return util
@@ -214,7 +219,7 @@ class Deployment:
     def _max_len(self, arch: Architecture) -> int:
         limit = derived_max_model_len(arch)
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
-            if self.version < (0, 14, 0):
+            if self.version < AUTO_MAX_MODEL_LEN_FROM:
                 raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number", field="max_model_len")
             if not limit:
                 raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below", field="max_model_len")
@@ -249,7 +254,7 @@ class Deployment:
             return False
         if self.enable_chunked_prefill is not None:
             return self.enable_chunked_prefill
-        if self.version >= (0, 8, 0):
+        if self.version >= V1_FROM:
             return True  # V1 schedules chunked prefills
         return self._v0_long_context_chunked(arch, max_len, gpus)
 
@@ -293,17 +298,17 @@ class Deployment:
         v = self.version
         batched_default, seqs_default = self._tier(gpus)
         length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
-        seqs = self.max_num_seqs or (seqs_default if v >= (0, 8, 0) else V0_SEQS)
+        seqs = self.max_num_seqs or (seqs_default if v >= V1_FROM else V0_SEQS)
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
-            if v < (0, 8, 0):
+            if v < V1_FROM:
                 mnbt = V0_CHUNKED_BATCHED_TOKENS if chunked else length
             else:
                 mnbt = batched_default if chunked else max(length, batched_default)
                 mnbt = min(seqs * length, mnbt) if length else mnbt
         if self._cpu_mla(arch):
             mnbt = max(length, DEFAULT_MAX_NUM_BATCHED_TOKENS)
-        if self.max_num_seqs is None and v >= (0, 8, 0):
+        if self.max_num_seqs is None and v >= V1_FROM:
             seqs = min(seqs, mnbt)
         return mnbt, seqs
 

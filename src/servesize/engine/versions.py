@@ -10,6 +10,14 @@ from servesize.errors import BadInput
 
 DEFAULT_VLLM_VERSION = "0.33.0"  # newest vLLM release on PyPI when this default was set (2026-11)
 
+# The V1 engine is the default from 0.8.0 (VLLM_USE_V1=1, vLLM v0.8.0 release notes): chunked prefill always on,
+# the per-GPU batch defaults, and the 'GPU KV cache size: N tokens' log line. Before it, V0's rules.
+V1_FROM = (0, 8, 0)
+# The KV-cache log lines per release, checked against the released wheels (log_era below): from 0.10.0 the
+# hybrid formula (n // groups) x min_block; from 0.20.1 int(concurrency x max_model_len).
+HYBRID_LOG_FROM = (0, 10, 0)
+CONCURRENCY_TOKEN_LINE_FROM = (0, 20, 1)
+
 # V0 (before 0.8) turns chunked prefill on by itself when --enable-chunked-prefill is left unset and
 # max_model_len > 32K (EngineArgs.create_engine_config, vllm/engine/arg_utils.py: "Chunked prefill is
 # enabled by default for models with max_model_len > 32K"), to keep the profiling pass from sizing a
@@ -48,10 +56,10 @@ def log_era(version: tuple[int, int, int]) -> str:
     Boundaries checked against the released wheels: 0.20.0 still prints ``(n // groups) x
     min_block`` (kv_cache_utils.py:1694); 0.20.1 prints ``int(concurrency x max_model_len)``
     (kv_cache_utils.py:1706)."""
-    if version < (0, 8, 0):
+    if version < V1_FROM:
         return "v0"  # '# GPU blocks: n'; concurrency n*block/L
-    if version < (0, 10, 0):
+    if version < HYBRID_LOG_FROM:
         return "v1-uniform"  # 'GPU KV cache size: n*block tokens'; concurrency tokens/L
-    if version < (0, 20, 1):
+    if version < CONCURRENCY_TOKEN_LINE_FROM:
         return "v1-hybrid-old"  # (n // groups) * min_block; concurrency n / sum per-group blocks
     return "v1-new"  # int(C * L), C = n / sum_g cdiv(max_mem_g, page_g)

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from servesize.engine.versions import parse_version
+from servesize.engine.versions import V1_FROM, parse_version
 from servesize.engine.vocabulary import (
     accepts,
     canonical_flag,
@@ -117,7 +117,7 @@ def _read_serve_flag(flag: str, value: str | None, params: dict[str, Param], eff
             fields[param.name] = param.parse(value)
         return
     refused = effects.get("refuse", {}).get(flag)
-    if refused is not None and not (refused.get("v0_only") and version >= (0, 8, 0)):
+    if refused is not None and not (refused.get("v0_only") and version >= V1_FROM):
         raise BadInput(f"--vllm-serve: {flag} {refused['why']}; servesize does not model that (drop the flag to size "
                        "without it)", field="vllm_serve")
     if flag in effects.get("estimate", {}):
