@@ -1,6 +1,7 @@
 """vLLM's memory budget per GPU: what is left for the KV cache.
 
-The engine's chain (../shared/vllm-kv-sizing.md §2, V1 ``determine_available_memory``):
+The engine's chain (vLLM 0.32 vllm/v1/worker/gpu_worker.py
+``Worker.determine_available_memory``, with ``memory_profiling`` in vllm/utils/mem_utils.py):
 
     available = total x gpu_memory_utilization
                 - (weights + activation peak + non-torch increase)

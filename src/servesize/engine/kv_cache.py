@@ -1,6 +1,8 @@
 """KV and recurrent-state bytes, per layer kind, per token and per sequence, per TP rank.
 
-Exactly as vLLM shapes them (../shared/vllm-kv-sizing.md §3):
+Exactly as vLLM shapes them (vLLM 0.32 vllm/v1/kv_cache_interface.py ``page_size_bytes`` of
+``FullAttentionSpec``/``MLAAttentionSpec``/``MambaSpec``; vllm/config/model.py ``get_num_kv_heads``;
+vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator``):
 
 - GQA/MHA: K and V for ``max(1, kv_heads // tp)`` heads on every rank — replicated, not
   sharded further, once tp exceeds the KV heads.

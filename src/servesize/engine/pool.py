@@ -1,7 +1,10 @@
 """What the engine makes of the available bytes: pages, block size, groups, blocks, and the
 two lines vLLM logs — plus the true usable token capacity and, where they differ, why.
 
-Follows vLLM's V1 KV-cache manager (../shared/vllm-kv-sizing.md §3-§8):
+Follows vLLM's V1 KV-cache manager (vLLM 0.32: vllm/v1/kv_cache_interface.py
+``page_size_bytes``; vllm/v1/core/kv_cache_utils.py ``get_kv_cache_groups``,
+``get_kv_cache_config_from_groups``, ``get_max_concurrency_for_kv_cache_config``;
+vllm/platforms/interface.py ``Platform._align_hybrid_block_size``):
 
 1. One spec per layer (page bytes for one block of ``block_size`` tokens on one rank).
 2. All layers alike -> one group: ``num_blocks = available // (page x layers)``.

@@ -1,6 +1,7 @@
 """What a decoder stack is made of: one frozen type per layer kind, and the MoE plan.
 
-Each layer kind maps to one vLLM KV-cache spec (../shared/vllm-kv-sizing.md §3) and carries only
+Each layer kind maps to one vLLM KV-cache spec (vLLM 0.32 vllm/v1/kv_cache_interface.py,
+``KVCacheSpec`` subclasses and their ``page_size_bytes``) and carries only
 the geometry that spec needs:
 
 - ``FullAttention``  FullAttentionSpec: K and V per KV head, grows with every token

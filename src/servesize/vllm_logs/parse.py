@@ -1,7 +1,9 @@
 """Read a real vLLM start-up log: every line that states a memory or KV-cache fact.
 
 vLLM prints its memory budget and KV pool at start-up, in wording that changed between
-releases (../shared/vllm-kv-sizing.md §2, §5, §6, §9). ``parse_vllm_log`` finds every such
+releases (vllm/v1/worker/gpu_worker.py ``determine_available_memory`` and
+vllm/v1/core/kv_cache_utils.py ``update_kv_cache_capacity`` in vLLM 0.32, ``_report_kv_cache_config`` in
+0.19-0.20; real lines are quoted with their sources in tests/fixtures/vllm-logs-public.json). ``parse_vllm_log`` finds every such
 line, whatever prefixes it carries (timestamps, ``(EngineCore_DP0 pid=..)``,
 ``(VllmWorker rank=0 ..)``, ``(Worker_TP1 pid=..)``, docker-compose ``name  |``, ANSI colours),
 reads numbers with thousands separators, keeps per-rank values apart, and, when one file holds
