@@ -1,7 +1,8 @@
 """Time the simulator, and run the PyPI kvcache-simulator beside it on the same trace. Measured, not asserted.
 
 Run:  .venv/bin/python benchmarks/bench_simulate.py [--traces ../shared/traces] [--repeats 3] [--no-reference]
-Needs the traces in ../shared/traces; the side-by-side needs `pip install kvcache-simulator` (not a
+Needs the traces (optional large data outside the clone, public sources in docs/simulate.md; default
+../shared/traces); the side-by-side needs `pip install kvcache-simulator` (not a
 dependency of servesize: the benchmark skips that part without it) and a C++ compiler for its default backend.
 
 Three figures:
@@ -36,6 +37,8 @@ from servesize.simulate.replay import ReplayOptions, build_replay
 from servesize.simulate.traces import read_trace
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The traces are optional large data outside the clone (public sources: docs/simulate.md); this default is
+# where the project's workspace keeps them, and --traces names another folder.
 TRACES = HERE.parent.parent / "shared" / "traces"
 BUDGETS_BLOCKS = (1_000, 4_000, 16_000, 64_000, 256_000)  # LRU capacities compared, in 64-token blocks
 

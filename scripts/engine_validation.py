@@ -1,6 +1,7 @@
 """The validation table of docs/accuracy.md: plan's users beside the engine simulator's users-at-SLO.
 
 Run:  PYTHONPATH=src .venv/bin/python scripts/engine_validation.py [--traces ../shared/traces] [--out table.md]
+(the traces are optional large data outside the clone; see docs/simulate.md for their public sources)
                                                                   [--only presets|traces] [--json rows.json]
 
 One deployment (Qwen 3.6 27B, FP8 weights and KV, one H200: the one docs/simulate.md plans), seven workloads:
@@ -25,6 +26,8 @@ from servesize.scenario import Scenario
 from servesize.workload.presets import preset
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The traces are optional large data outside the clone (public sources: docs/simulate.md); this default is
+# where the project's workspace keeps them, and --traces names another folder.
 TRACES = HERE.parent.parent / "shared" / "traces"
 DEPLOYMENT = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
 TRACE_FILES = ("claude-code-sessions.jsonl.gz", "mooncake-conversation.jsonl.gz", "mooncake-synthetic.jsonl.gz")
@@ -56,8 +59,7 @@ def rows(traces: pathlib.Path, only: str | None) -> list[dict]:
             if not path.exists():
                 print(f"{path} is absent: row skipped", file=sys.stderr)
                 continue
-            out.append(row(name, str(path), Scenario(**DEPLOYMENT), COMMAND.format(source=f"../shared/traces/{name}",
-                                                                                   extra="")))
+            out.append(row(name, str(path), Scenario(**DEPLOYMENT), COMMAND.format(source=f"$TRACES/{name}", extra="")))
             print(json.dumps(out[-1]), file=sys.stderr)
     if only in (None, "presets"):
         for name in PRESETS:

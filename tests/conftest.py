@@ -3,6 +3,8 @@ import pathlib
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# The traces are optional large data outside the clone (public sources: docs/simulate.md);
+# this is where the project's workspace keeps them.
 TRACES = REPO.parent / "shared" / "traces"
 
 

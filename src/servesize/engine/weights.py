@@ -1,7 +1,7 @@
 """Weight bytes per GPU, by precision, sharded across tensor-parallel ranks.
 
-Following the calculator seed (tests/fixtures/seeds.json seed-002-capacity-calculator,
-"The arithmetic"): embeddings and the
+Following the calculator seed's "The arithmetic" (its figures: tests/fixtures/seeds.json,
+seed-002-capacity-calculator): embeddings and the
 LM head stay at 16 bits unless the checkpoint quantises them; quantised matrices cost
 ``bits/8`` bytes per weight plus a scale overhead (0.125 bit/weight at 8-bit, 0.156 at 4-bit:
 a group-128 fp16 scale, plus a packed 4-bit zero point at 4-bit). Formats that define their
