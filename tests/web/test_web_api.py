@@ -11,8 +11,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import servesize as s
+from servesize.units import fmt_tokens
 from servesize.web.app import make_app
-from servesize.web.form import MAX_BODY_BYTES
+from servesize.web.form import MAX_BODY_BYTES, presets
 from servesize.web.views import finite
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
@@ -39,13 +40,46 @@ def call(method: str, path: str, body=None, *, headers=None, raw: bytes | None =
 def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
     status, view, _ = call("POST", "/api/plan", BASE)
     assert status == 200
-    expected = finite(s.plan(s.Scenario(**BASE), sensitivity=False).to_dict())
+    expected = finite(s.plan(s.Scenario(**BASE), sensitivity=False, seed_compare=True).to_dict())
     assert view["plan"] == expected
     assert view["verdict"]["binding"] == expected["binding"]
     assert view["verdict"]["users"] == expected["ceilings"][expected["binding"]]
     tiles = {t["id"]: t for t in view["tiles"]}
     assert tiles["warm"]["value"] == expected["warm_users"]["p5"]
     assert tiles["pool"]["value"] == expected["pool_tokens"]
+
+
+def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_percentile_and_the_seeds_answer():
+    status, view, _ = call("POST", "/api/plan", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False, seed_compare=True)
+    v = view["verdict"]
+    assert v["sentence"] == plan.verdict()
+    assert v["sentence"].startswith(f"{v['users_text']} users: {v['binding']} binds first (workload coding-agent: ")
+    assert f"{fmt_tokens(plan.workload.user.median_tokens)} median context" in v["sentence"]
+    assert "p5 of warm users" in v["sentence"]
+    seed = v["vs_seed"]   # under servesize's defaults one seed assumption moves this answer: named, with its users
+    assert seed is not None and seed == plan.vs_seed
+    assert f"under the seed's {seed['assumption']}" in v["sentence"] and f"{seed['users']:,.0f} users" in v["sentence"]
+    tiles = {t["id"]: t for t in view["tiles"]}
+    assert not any(t["big"] for t in view["tiles"]), "one headline: the verdict, no tile drawn as a second one"
+    assert "planning number" not in tiles["warm"]["label"]
+
+
+SEED_TABLE = {31_000: (86, 69), 45_000: (56, 45), 60_000: (42, 34), 80_000: (33, 27), 100_000: (28, 23),
+              140_000: (23, 19)}   # seed 000's table ('There is no single capacity number'), p50 and p5
+
+
+@pytest.mark.parametrize("median", sorted(SEED_TABLE))
+def test_the_seed_values_preset_alone_reproduces_the_seeds_median_table(median):
+    seed = next(p for p in presets()["assumptions"] if p["label"] == "the warm-capacity seed's values")
+    body = {k: v for k, v in seed["values"].items() if v is not None}   # what the page sends: nulls clear a field
+    status, view, _ = call("POST", "/api/plan", {**body, "median": median})
+    assert status == 200, view
+    p50, p5 = SEED_TABLE[median]
+    assert view["plan"]["warm_users"]["p50"] == pytest.approx(p50, abs=2)
+    assert view["plan"]["warm_users"]["p5"] == pytest.approx(p5, abs=2)
+    assert view["verdict"]["vs_seed"] is None   # under the seed's own assumptions there is nothing to contrast
 
 
 def test_every_derivation_is_the_engines_own_rendering():

@@ -16,7 +16,11 @@ from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
+from servesize.units import fmt_tokens
 from servesize.workload.model import Workload
+
+# which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
+PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class Plan:
     def verdict(self) -> str:
         """One line: the users, the ceiling that binds, the workload, and (when one moves it) the seed's assumption."""
         r = self.result
-        head = f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()})"
+        head = (f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()}: "
+                f"{self.workload_words()}); {PLANNING_PERCENTILE}")
         s = self.vs_seed
         if not s:
             return head
@@ -74,6 +79,14 @@ class Plan:
         changed = [o.sources[f].removeprefix("flag ") for f in o.overridden() if o.layer(f) == "flag"]
         name = f"workload {o.preset.name}" + (f" from {o.file}" if getattr(o, "file", None) else "")
         return name + (f" with {', '.join(changed)}" if changed else "")
+
+    def workload_words(self) -> str:
+        """The workload's shape in words: the user median context and the shared prefix (and the subagents)."""
+        w = self.workload
+        words = [f"{fmt_tokens(w.user.median_tokens)} median context", f"{fmt_tokens(w.user.prefix_tokens)} shared prefix"]
+        if w.subagent is not None and w.subagent_ratio > 0:
+            words.append(f"{w.subagent_ratio:g} subagent requests per user request")
+        return ", ".join(words)
 
     @property
     def miss_share(self) -> float | None:
@@ -273,7 +286,9 @@ def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceiling
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
-              sensitivity_fills: int = 300, memory=None, origin=None) -> Plan:
+              sensitivity_fills: int = 300, memory=None, origin=None, seed_compare: bool | None = None) -> Plan:
+    """``seed_compare``: compute ``vs_seed`` (the one seed assumption that moves the answer; about one more
+    ceilings pass per switch, no Monte-Carlo fill); None: with the sensitivity panel."""
     cache = CeilingCache()
     res = ceilings(fixed, workload, knobs, cache)
     points = decode_points(fixed, workload, knobs, (1, max_num_seqs(fixed, res)), cache)
@@ -297,7 +312,8 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if bill is not None:
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
-    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if with_sensitivity else None
+    compare = with_sensitivity if seed_compare is None else seed_compare
+    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if compare else None
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
                 tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,
                 origin=origin, memory=memory, derivation=d, vs_seed=vs_seed)

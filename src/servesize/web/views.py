@@ -64,10 +64,11 @@ def finite(obj: Any) -> Any:
 # -- the plan, memoised ---------------------------------------------------------------------------
 
 @lru_cache(maxsize=64)
-def planned(scenario: Scenario) -> Plan:
+def planned(scenario: Scenario, seed_compare: bool = False) -> Plan:
     """``servesize.plan`` without the sensitivity panel, memoised on the (hashable, frozen) Scenario:
-    a share link opened twice or a slider let go where it was costs nothing the second time."""
-    return api.plan(scenario, sensitivity=False)
+    a share link opened twice or a slider let go where it was costs nothing the second time.
+    ``seed_compare``: with ``plan.vs_seed`` (the verdict's sentence names the seed's answer)."""
+    return api.plan(scenario, sensitivity=False, seed_compare=seed_compare)
 
 
 def drafted(scenario: Scenario, draft: bool) -> Scenario:
@@ -189,6 +190,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
     out = {
         "binding": r.binding, "users": binding_users, "users_text": users_text(binding_users),
         "headline": f"{users_text(binding_users)} users: {r.binding} binds first",
+        "sentence": plan.verdict(), "vs_seed": plan.vs_seed,   # the library's one verdict line (as the CLI prints it)
         "why": _why(plan),
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
@@ -216,9 +218,9 @@ def _tile(tid: str, label: str, value: Any, text: str, sub: str, *, status: str 
 
 def _warm_tile(plan: Plan) -> dict:
     w = plan.result.warm
-    return _tile("warm", "Warm users (p5): the planning number", w.users.p5, users_text(w.users.p5),
+    return _tile("warm", "Warm users (p5): the cache ceiling", w.users.p5, users_text(w.users.p5),
                  f"p50 {users_text(w.users.p50)} · p95 {users_text(w.users.p95)}; all warm sessions (with subagents) "
-                 f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills", big=True,
+                 f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills",
                  explain=("warm",),
                  refuted_by="servesize measure sessions: the warm-hit rate falls under its --warm-target at a rung "
                             f"of {users_text(w.users.p5)} users or fewer")
@@ -488,7 +490,7 @@ def test_plan(scenario: Scenario, plan: Plan, at: AtLoad) -> dict:
 
 def plan_view(req: PlanRequest) -> dict:
     scenario = drafted(req.scenario, req.draft)
-    plan = planned(scenario)
+    plan = planned(scenario, seed_compare=not req.draft)
     at = at_load(plan, req.load)
     document = plan.to_dict()
     document["sensitivity"] = {}

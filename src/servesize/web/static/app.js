@@ -463,6 +463,8 @@ function drawVerdict(view, seq, draft) {
     h("p", { class: "v-title", text: view.title + (draft ? " · draft (fewer fills while you drag)" : "") }),
     h("h2", { class: "v-head", id: "verdictHead" }, h("span", { class: "big", dataset: { value: v.users }, text: v.users_text }),
       ` users: `, h("span", { class: "bind c-" + v.binding, text: v.binding }), " binds first"),
+    h("p", { class: "v-sentence", id: "verdictSentence", text: v.sentence }),
+    beforeAfter(App.last && App.last.verdict, v),
     h("p", { class: "v-why", text: v.why }),
     h("p", { class: "v-next", text: v.next.text }));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
@@ -478,6 +480,20 @@ function drawVerdict(view, seq, draft) {
   }
   box.appendChild(bars);
   box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
+}
+
+// before/after: the last full answer's headline beside this one, and each ceiling whose figure changed
+// (old and new as the API wrote them: nothing computed here). Shown until the next change replaces it.
+function beforeAfter(old, v) {
+  if (!old) return null;
+  const head = x => `${x.users_text} users, ${x.binding} binds first`;
+  const was = Object.fromEntries(old.ceilings.map(c => [c.name, c.text]));
+  const moved = v.ceilings.filter(c => was[c.name] !== undefined && was[c.name] !== c.text)
+    .map(c => `${c.name} ${was[c.name]} → ${c.text} users`);
+  const text = `Before this change: ${head(old)}. Now: ${head(v)}. `
+    + (moved.length ? "Moved: " + moved.join("; ") + "." : "No ceiling moved.");
+  return h("p", { class: "v-before", id: "verdictBefore", dataset: { before: old.users_text, after: v.users_text,
+    moved: v.ceilings.filter(c => was[c.name] !== undefined && was[c.name] !== c.text).map(c => c.name).join(",") }, text });
 }
 
 // -- derivations on demand: fetched once per drawn plan, when a "why?" is first opened -------------------
