@@ -92,20 +92,16 @@ def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryRe
     return report, fixed
 
 
-def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[str], None] | None = None,
-         seed_compare: bool | None = None) -> Plan:
+def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[str], None] | None = None) -> Plan:
     """Warm users, the four ceilings and which binds, the vLLM recipe, the bill and (unless
     ``sensitivity=False``) where each named assumption would flip the verdict.
-
-    ``seed_compare``: name the one seed assumption that moves the answer (``plan.vs_seed``) even without the
-    sensitivity panel (None: only with it).
 
     ``progress`` hears one line when the inputs are resolved and the Monte-Carlo starts.
 
     ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
     answer in ``plan.sizing``."""
     if scenario.users is not None:
-        return _sized_plan(scenario, sensitivity, progress, seed_compare)
+        return _sized_plan(scenario, sensitivity, progress)
     inputs = plan_inputs(scenario)
     report, fixed = _fixed(inputs)
     if progress is not None:
@@ -113,14 +109,13 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     from servesize.planning.plan import make_plan
 
     result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
-                       memory=report, origin=inputs.origin, seed_compare=seed_compare)
+                       memory=report, origin=inputs.origin)
     return replace(result, placement=inputs.split)
 
 
 # fleet: plan --users N and servesize fleet --------------------------------------------------
 
-def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str], None] | None,
-                seed_compare: bool | None = None) -> Plan:
+def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str], None] | None) -> Plan:
     """plan --users N: one replica planned, the replicas N needs (planning.fleet.replicas_for_plan), that fleet planned."""
     from dataclasses import replace
 
@@ -134,7 +129,7 @@ def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str],
     per_replica = ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False)
     sizing = replicas_for_plan(per_replica.values, int(scenario.users or 0), inputs.knobs.sticky_routing)
     sized = sized_scenario(scenario, sizing["replicas"])
-    result = plan(sized, sensitivity=sensitivity, progress=progress, seed_compare=seed_compare)
+    result = plan(sized, sensitivity=sensitivity, progress=progress)
     given = gpus_of(scenario)
     sizing.update(gpus=f"{sized.gpus}", gpu=given.gpu.key, tensor_parallel_size=scenario.tensor_parallel_size,
                   gpus_given=scenario.gpus, plan_command=plan_command_of(sized))

@@ -203,6 +203,16 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.screenshot(path=str(shots / "plan-dark.png"))
 
 
+def test_the_ranking_flags_a_model_whose_context_is_shorter_than_the_median(page, server):
+    open_plan(page, server)
+    page.wait_for_function(PANELS, timeout=120_000)
+    phi = page.locator("#frontierTable tr[data-model='phi-4']")
+    assert phi.count() >= 1 and phi.first.get_attribute("data-short") == "true"
+    assert "16.4k" in phi.first.text_content() and "cannot hold this workload" in phi.first.text_content()
+    flags = page.evaluate("() => [...document.querySelectorAll('#frontierTable tbody tr')].map(r => r.dataset.short)")
+    assert flags == sorted(flags), "rows that can hold the workload first, the flagged ones after them"
+
+
 def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
     open_plan(page, server)
     page.evaluate("""() => { const r = document.querySelector('#r-median'); r.value = String(+r.value + 40);
@@ -229,7 +239,9 @@ def test_a_change_shows_the_old_and_new_headline_and_the_ceilings_that_moved(pag
     assert line.get_attribute("data-moved") == ",".join(moved)
     for c in moved:
         assert f"{c} {before['ceilings'][c]:,.0f} → {doc['ceilings'][c]:,.0f} users" in line.text_content()
+    page.wait_for_function(PANELS, timeout=120_000)   # the sensitivity panel brings the seed's answer into the line
     assert page.text_content("#verdictSentence") == doc["verdict"]
+    assert page.locator("#verdictBefore").count() == 1   # the before/after line stays until the next change
 
 
 def test_the_seed_values_preset_reproduces_the_seeds_headline(page, server):

@@ -17,7 +17,7 @@ from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
 from servesize.units import fmt_tokens
-from servesize.workload.model import Workload
+from servesize.workload.model import Workload, length_mass
 
 # which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
 PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
@@ -88,6 +88,19 @@ class Plan:
             words.append(f"{w.subagent_ratio:g} subagent requests per user request")
         return ", ".join(words)
 
+    def context_shortfall(self) -> dict | None:
+        """When the served context (the model's window, or --max-model-len) is shorter than the workload's
+        median user session: the cap, the median and the share of sessions longer than the cap (cut short or
+        refused by vLLM), with one line saying so. None when the median session fits."""
+        w = self.workload
+        cap, median = int(w.max_model_len), float(w.user.median_tokens)
+        if median <= cap:
+            return None
+        over = float(1.0 - length_mass(w.user, [0.0, float(cap)])[0])
+        return {"max_model_len": cap, "median_tokens": median, "share_over": over,
+                "text": f"context {fmt_tokens(cap)} < the workload's {fmt_tokens(median)} median: {over:.0%} of "
+                        "sessions do not fit (cannot hold this workload)"}
+
     @property
     def miss_share(self) -> float | None:
         """The share of turns whose TTFT exceeds the budget at the binding load (None under the seed's rule)."""
@@ -115,6 +128,7 @@ class Plan:
             "state_bytes_per_session_per_rank": self.fixed.state_bytes_rank,
             "verdict": self.verdict(),
             "vs_seed": self.vs_seed,
+            "context_shortfall": self.context_shortfall(),
             "ceilings": dict(r.values), "binding": r.binding, "headroom": r.headroom(),
             "decode": {
                 "floor_tok_s": r.decode.floor_tok_s, "ceiling_per_replica": r.decode.n,
@@ -286,9 +300,7 @@ def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceiling
 
 
 def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
-              sensitivity_fills: int = 300, memory=None, origin=None, seed_compare: bool | None = None) -> Plan:
-    """``seed_compare``: compute ``vs_seed`` (the one seed assumption that moves the answer; about one more
-    ceilings pass per switch, no Monte-Carlo fill); None: with the sensitivity panel."""
+              sensitivity_fills: int = 300, memory=None, origin=None) -> Plan:
     cache = CeilingCache()
     res = ceilings(fixed, workload, knobs, cache)
     points = decode_points(fixed, workload, knobs, (1, max_num_seqs(fixed, res)), cache)
@@ -312,8 +324,7 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if bill is not None:
         d.extend(bill.derivation)
     sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
-    compare = with_sensitivity if seed_compare is None else seed_compare
-    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if compare else None
+    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if with_sensitivity else None
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
                 tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,
                 origin=origin, memory=memory, derivation=d, vs_seed=vs_seed)

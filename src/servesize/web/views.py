@@ -64,11 +64,10 @@ def finite(obj: Any) -> Any:
 # -- the plan, memoised ---------------------------------------------------------------------------
 
 @lru_cache(maxsize=64)
-def planned(scenario: Scenario, seed_compare: bool = False) -> Plan:
+def planned(scenario: Scenario) -> Plan:
     """``servesize.plan`` without the sensitivity panel, memoised on the (hashable, frozen) Scenario:
-    a share link opened twice or a slider let go where it was costs nothing the second time.
-    ``seed_compare``: with ``plan.vs_seed`` (the verdict's sentence names the seed's answer)."""
-    return api.plan(scenario, sensitivity=False, seed_compare=seed_compare)
+    a share link opened twice or a slider let go where it was costs nothing the second time."""
+    return api.plan(scenario, sensitivity=False)
 
 
 def drafted(scenario: Scenario, draft: bool) -> Scenario:
@@ -190,7 +189,8 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
     out = {
         "binding": r.binding, "users": binding_users, "users_text": users_text(binding_users),
         "headline": f"{users_text(binding_users)} users: {r.binding} binds first",
-        "sentence": plan.verdict(), "vs_seed": plan.vs_seed,   # the library's one verdict line (as the CLI prints it)
+        # the library's verdict line; the seed's answer (plan.vs_seed) comes with the sensitivity panel (charts.py)
+        "sentence": plan.verdict(),
         "why": _why(plan),
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
@@ -490,7 +490,7 @@ def test_plan(scenario: Scenario, plan: Plan, at: AtLoad) -> dict:
 
 def plan_view(req: PlanRequest) -> dict:
     scenario = drafted(req.scenario, req.draft)
-    plan = planned(scenario, seed_compare=not req.draft)
+    plan = planned(scenario)
     at = at_load(plan, req.load)
     document = plan.to_dict()
     document["sensitivity"] = {}

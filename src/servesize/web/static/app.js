@@ -692,6 +692,8 @@ function drawBatch(b) {
 
 function drawSensitivity(s) {
   $("#capSens").textContent = s.caption;
+  const line = $("#verdictSentence");   // the same verdict line, now with the seed's answer (plan.vs_seed)
+  if (line && s.verdict) { line.textContent = s.verdict; line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : ""; }
   const box = $("#sensRows");
   box.textContent = "";
   for (const r of s.rows) {
@@ -727,8 +729,11 @@ function drawFrontier(f) {
     h("thead", {}, h("tr", {}, ["model", "split", "users", "binding", "warm p5", "cache", "decode", "latency", "saturation", "bill / month"].map(t => h("th", { text: t })))));
   const body = h("tbody");
   for (const r of f.rows) {
-    const tr = h("tr", { class: r.current ? "current" : "", dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users } },
-      h("td", { text: r.model }), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
+    const short = r.context_shortfall;
+    const tr = h("tr", { class: (r.current ? "current" : "") + (short ? " short" : ""), dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users,
+      short: short ? "true" : "false" } },
+      h("td", {}, r.model, short ? h("span", { class: "badge crit", text: "context too short" }) : null,
+        short ? h("div", { class: "muted short-why", text: short.text }) : null), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
       h("td", {}, h("span", { class: "bind c-" + r.binding, text: r.binding })), h("td", { class: "num", text: Math.round(r.warm_p5).toLocaleString("en") }),
       ...["cache", "decode", "latency", "saturation"].map(c => h("td", { class: "num", text: r.ceilings[c] === null ? "-" : Math.round(r.ceilings[c]).toLocaleString("en") })),
       h("td", { class: "num", text: r.cost_per_month === null ? "-" : Math.round(r.cost_per_month).toLocaleString("en") }));
