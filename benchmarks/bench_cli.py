@@ -1,13 +1,21 @@
 """Wall time of whole CLI invocations, interpreter start included (median of repeats).
 
-    python benchmarks/bench_cli.py [--repeats 15]
+    python benchmarks/bench_cli.py [--repeats 15] [--kvfit /tmp/kvfit-venv/bin/kvfit]
 
-Targets (issue 'Core'): `servesize fit --gpus 8xH100 --json` over the whole catalogue within 0.5 s,
-`servesize --help` within 0.3 s, on the project's 2-core machines. Prints figures; asserts nothing.
+First the own-package import time of `import servesize.cli` (and of the api, for scale; target for the
+cli: under 150 ms). Each command runs N times in a subprocess (after one warm-up run, with bytecode caching on, as an installed
+package runs); printed per command: the median wall time, min and max, and the median CPU time of the child
+(user + system, from its rusage): on a busy machine the wall includes waiting for a core, the CPU time does
+not, so the CPU median is the nearer figure for a quiet machine. Targets (issue 18): `plan ... --json` within
+0.6 s and `fit --gpus 8xH100 --json` within 0.3 s wall. With --kvfit, `servesize memory` and the peer tool
+kvfit are run in alternating pairs in the same loop (kvfit needs Hugging Face's API for any model, so with no
+network its start-up, `kvfit --list-hardware`, is timed: a floor under its answer). Prints figures; asserts
+nothing. The load average is printed beside them.
 """
 
 import argparse
-import shutil
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -16,24 +24,71 @@ import time
 CASES = {
     "servesize --help": ["--help"],
     "servesize fit --gpus 8xH100 --json": ["fit", "--gpus", "8xH100", "--json"],
-    "servesize memory qwen3.6-27b --gpus 1xH200 --json": ["memory", "qwen3.6-27b", "--gpus", "1xH200", "--json"],
+    "servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --json":
+        ["plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--json"],
+    "servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json":
+        ["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192", "--json"],
 }
+KVFIT_FLOOR = ["--list-hardware"]  # no network: every model question fetches config.json from Hugging Face
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode cached
+    return env
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, child CPU seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def report(label: str, runs: list[tuple[float, float]]) -> None:
+    walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+    print(f"{label}\n    wall median {statistics.median(walls) * 1000:7.1f} ms (min {min(walls) * 1000:.1f}, "
+          f"max {max(walls) * 1000:.1f})   cpu median {statistics.median(cpus) * 1000:7.1f} ms   (n={len(runs)})")
+
+
+def own_import_ms(module: str, env: dict) -> float:
+    """The summed self time (ms) of servesize's own modules under ``python -X importtime -c 'import MODULE'``."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, check=True,
+                         capture_output=True, text=True).stderr
+    rows = [line.split("|") for line in err.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    return sum(int(r[0].split(":")[1]) for r in rows if r[2].strip().startswith("servesize")) / 1000
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--kvfit", help="the kvfit executable (pip install kvfit into its own venv)")
     args = ap.parse_args()
-    exe = shutil.which("servesize")
-    base = [exe] if exe else [sys.executable, "-m", "servesize"]
+    base = [sys.executable, "-m", "servesize"]  # the servesize this interpreter imports (PYTHONPATH=src: the checkout)
+    env = _env()
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at start; {os.cpu_count()} CPUs")
+    for module in ("servesize.cli", "servesize.api"):
+        own = [own_import_ms(module, env) for _ in range(args.repeats)]
+        print(f"python -X importtime -c 'import {module}': servesize's own modules {statistics.median(own):.1f} ms "
+              f"median self time (min {min(own):.1f}, n={args.repeats})")
     for label, argv in CASES.items():
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            subprocess.run(base + argv, check=True, stdout=subprocess.DEVNULL)
-            times.append(time.perf_counter() - t0)
-        print(f"{label:55s} median {statistics.median(times) * 1000:7.1f} ms   "
-              f"min {min(times) * 1000:7.1f} ms   max {max(times) * 1000:7.1f} ms   (n={args.repeats})")
+        timed(base + argv, env)  # warm-up: bytecode written, files in the page cache
+        report(label, [timed(base + argv, env) for _ in range(args.repeats)])
+    if args.kvfit:
+        memory = CASES["servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json"]
+        ours, theirs = [], []
+        timed([args.kvfit, *KVFIT_FLOOR], env)
+        for _ in range(args.repeats):  # alternating pairs: both see the same load
+            ours.append(timed(base + memory, env))
+            theirs.append(timed([args.kvfit, *KVFIT_FLOOR], env))
+        report("paired: servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json", ours)
+        report(f"paired: kvfit {' '.join(KVFIT_FLOOR)} (its start-up; a question needs Hugging Face)", theirs)
+        ratio = statistics.median(w for w, _ in ours) / statistics.median(w for w, _ in theirs)
+        print(f"    servesize / kvfit wall medians: {ratio:.2f}")
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at end")
 
 
 if __name__ == "__main__":

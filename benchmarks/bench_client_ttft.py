@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from servesize.measure.client import StreamClient, _quantile, run_async
 
@@ -43,6 +44,10 @@ async def run(url: str, streams: int, tokens: int, ramp_s: float) -> list:
         return await asyncio.gather(*(one(i) for i in range(streams)))
 
 
+# the test server lives with the tests (it is not shipped in the wheel)
+TESTSERVER = Path(__file__).resolve().parent.parent / "tests" / "measure" / "testserver.py"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=int, default=500)
@@ -55,7 +60,7 @@ def main(argv=None) -> None:
                    help="the client on plain asyncio.run with the garbage collector on (for comparison; the harness "
                         "itself runs through servesize.measure.client.run_async)")
     a = p.parse_args(argv)
-    server = subprocess.Popen([sys.executable, "-m", "servesize.measure.testserver", "--ttft-base", str(a.ttft),
+    server = subprocess.Popen([sys.executable, str(TESTSERVER), "--ttft-base", str(a.ttft),
                                "--ttft-per-token", "0", "--itl", str(a.itl), "--timing", "--uvloop", "--no-gc"],
                               stdout=subprocess.PIPE, text=True)
     try:

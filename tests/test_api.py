@@ -224,3 +224,22 @@ def test_a_whole_number_is_read_exactly_up_to_its_bound():
 def test_a_sweep_refuses_a_value_plan_would_refuse():
     with pytest.raises(s.BadInput, match="no MTP head"):
         s.sweep(s.Scenario(model="llama-3.1-8b", gpus="1xH100", **FAST), "spec_acceptance", ["0.5"])
+
+
+def test_a_plan_priced_at_a_load_is_the_plan_where_the_load_is_the_plans():
+    import math
+
+    import servesize.api as api
+
+    sc = s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8", fills=200)
+    plan = s.plan(sc, sensitivity=False)
+    at = api.plan(sc, sensitivity=False, load=api.Load()).at_load
+    assert at.users == plan.result.values[plan.binding] and not at.given and at.burst == 1.0
+    assert at.latency == plan.latency and at.power == plan.power  # the binding ceiling, one miss at a time
+    assert plan.at_load is None and "at_load" not in plan.to_dict()
+    busy = api.at_load(plan, api.Load(load_users=40, burst=3))
+    assert (busy.users, busy.given, busy.burst) == (40.0, True, 3.0)
+    assert busy.latency == api.latency_at(plan, 40, burst=3.0) and busy.decoders == 40  # one replica: all 40 decode
+    assert busy.power.kw_at_meter != plan.power.kw_at_meter  # the bill at 40 users, not at the ceiling
+    flush = api.at_load(plan, api.Load(burst=api.BURST_FLUSH))
+    assert flush.burst == math.floor(plan.warm_users.p5 / plan.fixed.dp)  # every warm user of the group misses at once

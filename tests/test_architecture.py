@@ -10,6 +10,7 @@ from servesize.errors import BadInput, ServesizeError, UnsupportedArchitecture
 from servesize.model.architecture import (
     FULL,
     GDN,
+    MAMBA,
     MLA,
     SLIDING,
     FullAttention,
@@ -86,6 +87,93 @@ def test_head_dim_falls_back_to_hidden_over_heads_when_absent():
     arch = from_config({"model_type": "llama", "hidden_size": 4096, "vocab_size": 10, "num_hidden_layers": 2,
                         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 1})
     assert arch.head_dim == 4096 // 32 and not arch.head_dim_explicit
+
+
+def test_qwen2_slides_only_when_use_sliding_window_and_then_from_max_window_layers_on():
+    qwen = load_config_file(CONFIGS / "Qwen--Qwen2.5-7B")  # use_sliding_window false, sliding_window 131072
+    assert from_config(qwen).kinds == {FULL: 28}
+    every = from_config({**qwen, "use_sliding_window": True, "max_window_layers": 0})
+    assert every.kinds == {SLIDING: 28} and every.layers[0].window == 131072
+    assert from_config({**qwen, "use_sliding_window": True}).kinds == {FULL: 28}  # max_window_layers 28 of 28
+    named_none = {k: v for k, v in qwen.items() if k != "sliding_window"}
+    assert from_config({**named_none, "use_sliding_window": True, "max_window_layers": 0}).layers[0].window == 4096
+    listed = from_config({**qwen, "use_sliding_window": True, "layer_types": ["sliding_attention"] * 28})
+    assert listed.kinds == {SLIDING: 28}
+
+
+def test_a_qwen2_window_on_some_layers_is_refused_as_vllm_refuses_to_start_it():
+    qwen = load_config_file(CONFIGS / "Qwen--Qwen2.5-7B")
+    with pytest.raises(UnsupportedArchitecture) as e:
+        from_config({**qwen, "use_sliding_window": True, "max_window_layers": 4})
+    assert "max_window_layers" in str(e.value) and "some layers but not all" in str(e.value)
+    with pytest.raises(BadInput):
+        from_config({**qwen, "use_sliding_window": "yes"})
+
+
+# Phi-3-mini-4k-instruct's published geometry (https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/
+# config.json): a bare 2,047-token sliding_window, no use_sliding_window, no layer_types.
+PHI3_MINI_4K = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+                "max_position_embeddings": 4096, "sliding_window": 2047, "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16"}
+
+
+def test_phi3s_bare_sliding_window_is_on_every_layer_and_a_null_one_is_none():
+    arch = from_config(PHI3_MINI_4K)
+    assert arch.kinds == {SLIDING: 32} and {layer.window for layer in arch.layers} == {2047}
+    assert from_config(load_config_file(CONFIGS / "microsoft--phi-4")).kinds == {FULL: 40}  # sliding_window null
+    assert from_config({**PHI3_MINI_4K, "sliding_window": 0}).kinds == {FULL: 32}  # vLLM reads 0 as no window
+
+
+TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 4288, "tie_word_embeddings": False}
+
+
+def test_starcoder2_takes_its_bare_window_on_every_layer_with_biases():
+    arch = from_config({**TINY, "model_type": "starcoder2", "sliding_window": 4096})
+    assert arch.kinds == {SLIDING: 4} and arch.layers[0].window == 4096 and arch.attention_bias  # use_bias default
+    assert not from_config({**TINY, "model_type": "starcoder2", "use_bias": False}).attention_bias
+
+
+def test_cohere2_slides_three_layers_in_four_with_one_token_more_than_the_config_says():
+    arch = from_config({**TINY, "model_type": "cohere2", "sliding_window": 4096})  # no layer_types: pattern 4
+    assert [layer.kind for layer in arch.layers] == [SLIDING, SLIDING, SLIDING, FULL]
+    assert arch.layers[0].window == 4097  # vLLM's CohereAttention: sliding_window + 1
+    listed = from_config({**TINY, "model_type": "cohere2", "sliding_window": 64,
+                          "layer_types": ["full_attention"] + ["sliding_attention"] * 3})
+    assert [layer.kind for layer in listed.layers] == [FULL, SLIDING, SLIDING, SLIDING]
+
+
+def test_exaone4_reads_its_integer_pattern_and_refuses_a_pattern_string_without_layer_types():
+    arch = from_config({**TINY, "model_type": "exaone4", "sliding_window": 128, "sliding_window_pattern": 2})
+    assert [layer.kind for layer in arch.layers] == [SLIDING, FULL, SLIDING, FULL]
+    assert from_config({**TINY, "model_type": "exaone4", "sliding_window": None}).kinds == {FULL: 4}
+    with pytest.raises(UnsupportedArchitecture, match="sliding_window_pattern"):
+        from_config({**TINY, "model_type": "exaone4", "sliding_window": 128, "sliding_window_pattern": "LLLG"})
+
+
+def test_smollm3s_nope_layers_cache_as_full_attention_and_slide_only_when_asked():
+    assert from_config({**TINY, "model_type": "smollm3"}).kinds == {FULL: 4}
+    asked = from_config({**TINY, "model_type": "smollm3", "use_sliding_window": True, "sliding_window": 256})
+    assert [layer.kind for layer in asked.layers] == [FULL, FULL, FULL, SLIDING]  # the NoPE layer, every 4th
+
+
+def test_granite_4_hybrid_reads_mamba2_mixers_and_attention_by_layer_types_with_auto_head_dim():
+    cfg = {**TINY, "model_type": "granitemoehybrid", "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_expand": 2,
+           "layers_block_type": ["linear_attention"] * 3 + ["full_attention"], "num_local_experts": 4,
+           "num_experts_per_tok": 2, "shared_intermediate_size": 64}
+    arch = from_config(cfg)
+    assert [layer.kind for layer in arch.layers] == [MAMBA, MAMBA, MAMBA, FULL]
+    assert arch.layers[0].head_dim == 2 * 128 // 8 and arch.moe.shared_intermediate_size == 64  # 'auto' head dim
+    with pytest.raises(UnsupportedArchitecture, match="mamba_d_head"):
+        from_config({**cfg, "mamba_d_head": 48})
+
+
+@pytest.mark.parametrize("model_type,kind", [("falcon_h1", "a Mamba2 mixer and attention side by side")])
+def test_a_hybrid_vllm_serves_and_servesize_cannot_read_is_refused_naming_the_layer_kind_it_lacks(model_type, kind):
+    with pytest.raises(UnsupportedArchitecture) as e:
+        from_config({**TINY, "model_type": model_type})
+    assert kind in str(e.value) and "allowlist" not in str(e.value)
 
 
 def test_layer_kinds_of_the_hybrid_designs_are_normalised():

@@ -321,3 +321,87 @@ def test_cli_refuses_a_missing_file_and_a_log_without_kv_lines(capsys, tmp_path)
     assert main(["calibrate", "--vllm-log", str(empty)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesize: ") and err.count("\n") == 1
+
+
+# -- hybrid-model logs: calibrate completes, and plan uses what it wrote (issue 20) ------------
+
+def _log_40691(tmp_path):
+    path = tmp_path / "vllm-40691.log"  # the two lines quoted in vllm-project/vllm#40691 (tests/fixtures)
+    cases = {c["id"]: c for c in json.loads((FIXTURES / "vllm-logs-public.json").read_text())}
+    path.write_text("\n".join(cases["vllm-40691-qwen35-27b-h20"]["quotes"]) + "\n")
+    return path
+
+
+def test_calibrate_on_the_40691_log_given_the_block_size_and_groups_it_asks_for_pins_the_pool(capsys, tmp_path):
+    log = _log_40691(tmp_path)
+    assert main(["calibrate", "--vllm-log", str(log)]) == 0
+    asked = capsys.readouterr().out
+    assert "pass --block-size and --kv-cache-groups" in asked
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(log), "--block-size", "784", "--kv-cache-groups", "4",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "pass --block-size and --kv-cache-groups" not in text  # no loop: what it asked for was enough
+    cal = load_calibration(out)
+    # (n // 4) x 784 = 290,864 allows n in 1,484..1,487; n / (cdiv(32768, 784) + 3 x 1) = n / 45 prints 33.04 only at 1,487
+    assert cal.num_blocks == 1487 and cal.pool_tokens == (1487 - 1) * 784
+
+
+def test_plan_uses_the_40691_calibration(capsys, tmp_path):
+    log, out = _log_40691(tmp_path), tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(log), "--block-size", "784", "--kv-cache-groups", "4",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plan", "qwen3.5-27b", "--gpus", "1xH20", "--max-model-len", "32768", "--calibration", str(out),
+                 "--fills", "20", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+
+
+def test_a_calibration_at_another_memory_utilisation_is_refused_in_one_line_unless_told(capsys, tmp_path):
+    log, out = _log_40691(tmp_path), tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(log), "--block-size", "784", "--kv-cache-groups", "4",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    out.write_text(json.dumps({**json.loads(out.read_text()), "gpu_memory_utilization": 0.85}))
+    argv = ["plan", "qwen3.5-27b", "--gpus", "1xH20", "--max-model-len", "32768", "--calibration", str(out),
+            "--fills", "20", "--json"]
+    assert main(argv) == 0  # left unset, the measured setting stands
+    capsys.readouterr()
+    argv += ["--gpu-memory-utilization", "0.92"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "measured at gpu_memory_utilization 0.85, not 0.92" in captured.err
+    assert "--calibration-mismatch-ok" in captured.err
+    assert main([*argv, "--calibration-mismatch-ok"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+    assert main([*argv[:-2], "--gpu-memory-utilization", "0.85"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+
+
+def test_a_calibration_at_another_memory_utilisation_or_kv_dtype_is_refused_naming_the_field(tmp_path):
+    from dataclasses import replace
+
+    from servesize.resolve import check_calibration_matches, deployment_of, model_of
+    from servesize.scenario import Scenario
+
+    cal = Calibration.from_dict({"source": "x.log", "era": "v1-new", "max_model_len": 32768,
+                                 "gpu_memory_utilization": 0.8, "kv_cache_dtype": "fp8_e4m3", "pool_tokens": 1000})
+    scenario = Scenario(model="llama-3.1-8b", gpus="1xH100", max_model_len=32768, kv_cache_dtype="fp8",
+                        gpu_memory_utilization=0.9)
+    deployment = deployment_of(scenario, model_of("llama-3.1-8b"))
+    with pytest.raises(BadInput, match="gpu_memory_utilization 0.8, not 0.9"):
+        check_calibration_matches(cal, scenario, deployment, "calibration x.log")
+    matching = replace(scenario, gpu_memory_utilization=0.8)
+    check_calibration_matches(cal, matching, deployment_of(matching, model_of("llama-3.1-8b")), "calibration x.log")
+    bf16 = replace(cal, kv_cache_dtype="auto")  # measured at the model's dtype, asked at fp8
+    with pytest.raises(BadInput, match="kv_cache_dtype auto, not fp8"):
+        check_calibration_matches(bf16, matching, deployment_of(matching, model_of("llama-3.1-8b")), "calibration x.log")
+    unset = Scenario(model="llama-3.1-8b", gpus="1xH100", max_model_len=32768)  # left unset: the measured ones stand
+    check_calibration_matches(cal, unset, deployment_of(unset, model_of("llama-3.1-8b")), "calibration x.log")
+
+
+def test_a_v1_new_hybrid_log_given_the_groups_does_not_ask_for_them_again(capsys):
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "pass --block-size and --kv-cache-groups" not in out and "pass --kv-cache-groups" not in out

@@ -116,3 +116,37 @@ def test_a_flag_value_that_cannot_be_read_is_one_line_and_exit_2(capsys, flag, v
     code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", flag, value)
     assert code == 2 and out == "" and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_memory_json_prints_one_document_with_the_refusal_and_the_largest_length_on_exit_3(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--json")
+    assert code == 3 and len(err.strip().splitlines()) == 1
+    doc = json.loads(out)  # one document, nothing else on stdout
+    assert doc["would_start"] is False and doc["exit_code"] == 3
+    assert doc["model"] == "llama-3.1-8b" and doc["gpus"] == "1xA10"
+    assert err.strip() == f"servesize: {doc['refusal']}"
+    largest = doc["largest_max_model_len"]
+    assert largest > 0 and f"the largest --max-model-len that starts is {largest:,}" in doc["refusal"]
+    # the length it names starts; one block more does not
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--max-model-len", str(largest), "--json")
+    assert code == 0 and json.loads(out)["max_model_len"] == largest
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xA10", "--max-model-len", str(largest + 16), "--json")
+    assert code == 3 and json.loads(out)["largest_max_model_len"] == largest
+
+
+@pytest.mark.parametrize("gpu", ["1xA100-SXM", "1xH100", "1xH200", "1xL4"])
+def test_the_batch_defaults_in_help_are_the_engines_own_for_every_tier(gpu, capsys):
+    """--max-num-seqs / --max-num-batched-tokens help is generated from the table Deployment._tier reads (it said
+    "1024 on >= 70 GiB GPUs" while an 80 GB A100 gets 256): the GPU's tier by the help's own words is what memory uses."""
+    from servesize.engine.deployment import CUDA_BATCH_FALLBACK, CUDA_BATCH_TIERS, _cuda_total_bytes, batch_default_words
+    from servesize.model.hardware import parse_gpus
+
+    seqs_words = batch_default_words("seqs")
+    for t in CUDA_BATCH_TIERS:
+        assert f"{t.seqs} on >= {t.min_bytes // 2**30} GiB GPUs" + (" other than A100s" if t.not_a100 else "") in seqs_words
+    assert main(["memory", "llama-3.1-8b", "--gpus", gpu, "--max-model-len", "8192", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["deployment"]
+    group = parse_gpus(gpu)
+    tier = next(((t.batched_tokens, t.seqs) for t in CUDA_BATCH_TIERS if _cuda_total_bytes(group) >= t.min_bytes
+                 and not (t.not_a100 and "a100" in group.gpu.name.lower())), CUDA_BATCH_FALLBACK)
+    assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == tier

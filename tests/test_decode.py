@@ -6,6 +6,7 @@ import pytest
 from seed_reference import reference_contexts
 from servesize.assumptions import assumption, modelled_assumptions
 from servesize.errors import BadInput
+from servesize.model.hardware import find_gpu
 from servesize.planning.decode import (
     DecodeSetup,
     ExpertRouting,
@@ -18,6 +19,7 @@ from servesize.planning.decode import (
     mtp_speedup,
     tp_efficiency,
 )
+from servesize.workload.model import Workload
 
 GiB = 2**30
 
@@ -210,16 +212,14 @@ def test_every_modelled_assumption_has_a_default_the_seeds_value_a_unit_a_reason
             assert entry["low"] <= entry["default"] <= entry["high"], name
 
 
-def test_decode_runs_on_the_projects_own_workload_sampler_when_present():
-    workload = pytest.importorskip("servesize.workload.model")
-    wl = workload.Workload.seed_reference()  # working-set-model.md 2.6
+def test_decode_runs_on_the_projects_own_workload_sampler():
+    wl = Workload.seed_reference()  # working-set-model.md 2.6
     result = decode_ceiling(DecodeSetup(**SEED_27B, spec_speedup=1.7), contexts_from(wl))
     assert abs(result.n - 118) <= 3
 
 
 def test_the_catalogue_h200_reproduces_the_seeds_ceiling():
-    hardware = pytest.importorskip("servesize.model.hardware")
-    h200 = hardware.find_gpu("H200")
+    h200 = find_gpu("H200")
     setup = DecodeSetup(**{**SEED_27B, "bandwidth_bytes_per_s": h200.bandwidth_bytes_per_s}, spec_speedup=1.7)
     assert abs(decode_ceiling(setup, reference_contexts).n - 118) <= 3
 

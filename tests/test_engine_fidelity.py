@@ -130,6 +130,20 @@ def test_a_window_on_every_layer_charges_each_request_only_its_window():
     assert r.pool.log_lines[-1].endswith(f"{blocks / per_request:.2f}x")
 
 
+def test_qwen2s_and_phi3s_own_window_spellings_are_charged_as_windows_and_start_where_full_attention_would_not():
+    # the tiny models of tests/integration (make_tiny_model.py qwen2_window, phi3_window): 2 layers x 2 KV heads x 32
+    qwen2 = from_config({**TINY_LLAMA, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 512,
+                         "max_window_layers": 0})
+    phi3 = from_config({**TINY_LLAMA, "model_type": "phi3", "sliding_window": 2047})
+    kv = 4 * MiB
+    for arch, window in ((qwen2, 512), (phi3, 2047)):
+        r = report(arch, max_model_len=16384, kv_cache_memory_bytes=kv, vllm_version="0.32.0", device="cpu")
+        assert r.pool.groups[0].blocks_per_request == cdiv(window - 1 + 2048, 128) + 1  # the window, not 16,384
+    with pytest.raises(WouldNotStart):  # 16,384 tokens of full attention need 8 MiB
+        report(from_config(TINY_LLAMA), max_model_len=16384, kv_cache_memory_bytes=kv, vllm_version="0.32.0",
+               device="cpu")
+
+
 def test_from_0_26_windows_reserve_for_the_two_batches_async_scheduling_keeps_in_flight():
     arch = from_config(MISTRAL_V01)
     old = report(arch, max_model_len=32768, vllm_version="0.25.0", kv_cache_memory_bytes=8 * GiB)

@@ -71,3 +71,72 @@ def test_flashinfer_gdn_on_hopper_aligns_blocks_to_64_and_holds_a_checkpoint_blo
     assert gdn_groups and all(g.blocks_per_request == 3 for g in gdn_groups)  # 2 (align) + 1 checkpoint
     older = report("qwen3.6-27b", "1xH200", quantization="fp8", kv_cache_dtype="fp8", vllm_version="0.30.0")
     assert older.pool.block_size == 16 * -(-state // (16 * attn_page_per_token))
+
+
+# -- V0 turns chunked prefill on by itself above 32K (PR #6666) -------------------------------
+
+def _v0(version="0.6.5", **kw):
+    from servesize.engine.deployment import Deployment
+    from servesize.model.catalogue import resolve_model
+    from servesize.model.hardware import parse_gpus
+
+    arch = resolve_model(kw.pop("model", "llama-3.1-8b")).architecture
+    gpus = parse_gpus(kw.pop("gpus", "1xH100"))
+    return Deployment(vllm_version=version, **kw).resolved(arch, gpus)
+
+
+def test_v0_enables_chunked_prefill_above_32k_and_batches_512_tokens():
+    from servesize.engine.versions import V0_CHUNKED_BATCHED_TOKENS, V0_LONG_CONTEXT_TOKENS
+
+    long = _v0(max_model_len=V0_LONG_CONTEXT_TOKENS + 1)
+    assert long.enable_chunked_prefill and long.max_num_batched_tokens == V0_CHUNKED_BATCHED_TOKENS == 512
+    at = _v0(max_model_len=V0_LONG_CONTEXT_TOKENS)  # use_long_context is max_model_len > 32768
+    assert not at.enable_chunked_prefill and at.max_num_batched_tokens == 32_768
+
+
+def test_v0_long_context_chunked_prefill_follows_what_the_user_and_the_model_say():
+    assert not _v0(enable_chunked_prefill=False).enable_chunked_prefill  # the default is only for unset
+    assert not _v0(enable_lora=True).enable_chunked_prefill
+    assert not _v0(num_speculative_tokens=2).enable_chunked_prefill
+    assert not _v0(device="cpu").enable_chunked_prefill
+
+
+def test_the_v0_boundary_is_the_release_after_pr_6666():
+    from servesize.engine.versions import V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM
+
+    assert V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM == (0, 5, 4)
+    assert not _v0(version="0.5.3").enable_chunked_prefill
+    assert _v0(version="0.5.4").enable_chunked_prefill and _v0(version="0.7.3").enable_chunked_prefill
+
+
+def test_llama_8b_on_an_h100_at_131k_with_0_6_5_reserves_a_512_token_activation_not_a_whole_prompt(capsys):
+    import json
+
+    from servesize.cli import main
+
+    assert main(["memory", "llama-3.1-8b", "--gpus", "1xH100", "--vllm-version", "0.6.5", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["deployment"]["enable_chunked_prefill"] is True and d["deployment"]["max_num_batched_tokens"] == 512
+    kv_gib = d["available_kv_bytes_per_gpu"] / 2**30
+    assert kv_gib > 54  # was 40.0 GiB with a 131,072-token profile batch (a 16 GiB activation peak)
+    assert main(["memory", "llama-3.1-8b", "--gpus", "1xH100", "--vllm-version", "0.6.5",
+                 "--no-enable-chunked-prefill", "--json"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["available_kv_bytes_per_gpu"] / 2**30 < kv_gib - 10
+
+
+def test_v0_long_context_chunked_prefill_is_left_off_on_amd_gpus():
+    assert not _v0(gpus="1xMI300X").enable_chunked_prefill
+    assert _v0(gpus="1xH200").enable_chunked_prefill
+
+
+def test_every_version_boundary_in_the_code_is_a_named_constant():
+    """A version compared in src/ is a named constant with its source beside it, never a bare (0, x, y)."""
+    import pathlib
+    import re
+
+    src = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
+    bare = re.compile(r"(<|>|<=|>=|==|!=)\s*\(0, \d+, \d+\)|\(0, \d+, \d+\)\s*(<|>|<=|>=)")
+    found = [f"{p.relative_to(src)}:{n}" for p in src.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line.split("#")[0])]
+    assert found == []

@@ -14,7 +14,8 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
 
 # lowest first; a module may import from its own layer and any layer listed before it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("servesize.units", "servesize.errors", "servesize.limits", "servesize.derivation", "servesize.assumptions")),
+    ("foundations", ("servesize.units", "servesize.errors", "servesize.limits", "servesize.derivation", "servesize.assumptions",
+                     "servesize.jsonable")),
     ("model", ("servesize.model",)),
     ("engine", ("servesize.engine",)),
     ("workload", ("servesize.workload",)),
@@ -134,3 +135,37 @@ def test_the_checker_catches_a_lazy_upward_import_and_a_relative_one(tmp_path):
     bad.write_text("def f():\n    from servesize.cli import main\n    from ..render import text\n    return main, text\n")
     found = upward_imports(bad, "servesize.planning.bad")
     assert len(found) == 2 and "servesize.cli" in found[0] and "servesize.render" in found[1]
+
+
+# The explorer reads the library through its public API only (docs/ENGINEERING.md, "Layout": the page computes
+# no figure, and neither does web/): servesize.api, servesize.scenario and the result types api re-exports.
+WEB = "servesize.web"
+WEB_FORBIDDEN = ("servesize.planning", "servesize.engine", "servesize.workload", "servesize.resolve")
+
+
+def web_internal_imports(path: pathlib.Path, here: str) -> list[str]:
+    """The imports in a web/ module that reach past the public API into the planner, the engine or the workload."""
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    wrong = []
+    for target, taken in imports_of(path, package):
+        for prefix in WEB_FORBIDDEN:
+            if target == prefix or target.startswith(prefix + "."):
+                wrong.append(f"{target} ({', '.join(taken)})" if taken else target)
+    return wrong
+
+
+WEB_MODULES = [p for p in MODULES if module_name(p) == WEB or module_name(p).startswith(WEB + ".")]
+
+
+@pytest.mark.parametrize("path", WEB_MODULES, ids=module_name)
+def test_the_explorer_imports_only_the_public_api(path):
+    assert web_internal_imports(path, module_name(path)) == []
+
+
+def test_the_web_check_catches_a_lazy_import_of_the_planner_and_a_relative_one(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from servesize.planning.decode import decode_curve\n"
+                   "    from ...engine import memory\n    return decode_curve, memory\n")
+    found = web_internal_imports(bad, "servesize.web.sub.bad")
+    assert len(found) == 2 and found[0].startswith("servesize.planning.decode") and found[1].startswith("servesize.engine")
+    assert WEB_MODULES and all(module_name(p).startswith(WEB) for p in WEB_MODULES)

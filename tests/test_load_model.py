@@ -128,3 +128,41 @@ def test_a_small_moe_no_longer_decodes_at_two_thousand_tokens_a_second_alone(cap
     assert one["concurrent_decoders"] == 1
     # MTP 1.7 tokens per step; a step can be no shorter than the overhead
     assert one["per_user_tok_s_p50"] < 1.7 / assumption("decode.step_overhead_s") < 2150
+
+
+def _bisected_rate(m, miss_s, hit_s, budget_s, percentile):
+    """The TTFT ceiling's rate by plain bisection to 60 halvings, straight from the model's definition:
+    the share of turns with wait + own prefill over the budget, P(W > t) = rho exp(-rho t / E[W])."""
+    def share(rate):
+        rho = rate * m.mean_s
+        if rho >= 1:
+            return 1.0
+        wait = rate * m.second_moment_s2 / (2.0 * (1.0 - rho))
+
+        def tail(s):
+            t = budget_s - s
+            return float(np.mean(np.where(t < 0, 1.0, rho * np.exp(-rho * np.maximum(t, 0.0) / wait)))) if rho > 0 \
+                else float(np.mean(t < 0))
+        return m.miss_rate * tail(miss_s) + (1 - m.miss_rate) * tail(hit_s)
+    target = min(share(0.0) + 1 - percentile / 100, 1.0)
+    lo, hi = 0.0, 1.0 / m.mean_s
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if share(mid) <= target else (lo, mid)
+    return lo, share, target
+
+
+@pytest.mark.parametrize(("miss_rate", "budget_s", "spread"), [(0.05, 10.0, 1.0), (0.3, 2.0, 0.5), (0.0, 1.0, 2.0)])
+def test_the_ttft_ceilings_root_finder_lands_where_a_plain_bisection_does(miss_rate, budget_s, spread):
+    from servesize.planning.latency import service_moments
+    from servesize.planning.load import ttft_ceiling_rate
+
+    rng = np.random.default_rng(7)
+    miss_s = rng.lognormal(0.0, spread, 5000)  # cold re-prefills, median 1 s
+    hit_s = 0.05 * rng.lognormal(0.0, spread, 5000)  # warm tails
+    m = service_moments(miss_rate, float(miss_s.mean()), float((miss_s ** 2).mean()), float(hit_s.mean()),
+                        float((hit_s ** 2).mean()))
+    expected, share, target = _bisected_rate(m, miss_s, hit_s, budget_s, 95.0)
+    got = ttft_ceiling_rate(m, miss_s, hit_s, budget_s, 95.0).rate_at_ceiling_per_s
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert share(got) <= target < share(got * (1 + 1e-9))  # the answer meets the target; a hair more does not

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from servesize.errors import BadInput
+from servesize.model.hardware import find_gpu
 from servesize.planning.power import PowerStates, duty_cycles, power_bill, seed_decode_capacity
 
 # the seed's H200 states (working-set-model.md 2.10): idle 80, decode 385, prefill 630 W, host 575 W per GPU
@@ -97,6 +98,56 @@ def test_power_states_must_order_idle_decode_prefill():
 
 
 def test_the_catalogue_h200_tdp_gives_the_seeds_power_states():
-    hardware = pytest.importorskip("servesize.model.hardware")
-    s = PowerStates.from_tdp(hardware.find_gpu("H200").tdp_w)
+    s = PowerStates.from_tdp(find_gpu("H200").tdp_w)
     assert (round(s.idle_w), round(s.decode_w, 9), round(s.prefill_w, 9)) == (80, 385, 630)
+
+
+# ---------------------------------------------------------------- every catalogued GPU has a TDP and a bill
+
+def _catalogue():
+    from servesize.model import hardware
+
+    return list(hardware.load_gpus().values())
+
+
+@pytest.mark.parametrize("gpu", _catalogue(), ids=lambda g: g.key)
+def test_every_catalogued_gpu_has_a_positive_tdp_with_its_source(gpu):
+    assert gpu.tdp_w is not None and gpu.tdp_w > 0
+    assert gpu.tdp_source.strip(), f"{gpu.key}: tdp_w without tdp_source"
+
+
+def test_a_tdp_without_its_source_is_a_catalogue_error():
+    from servesize.model import hardware
+
+    row = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 100.0,
+           "source": "s", "tdp_w": 300}
+    with pytest.raises(ValueError, match="tdp_source"):
+        hardware._row_to_gpu(row)
+    assert hardware._row_to_gpu({**row, "tdp_source": "https://example.org/x1"}).tdp_w == 300
+
+
+@pytest.mark.parametrize("gpu", _catalogue(), ids=lambda g: g.key)
+def test_plan_on_every_catalogued_gpu_prints_power_and_the_bill(gpu, capsys):
+    import json
+
+    from servesize.cli import main
+
+    # A10G: NVIDIA publishes no dense BF16 rate for it (the catalogue gives none), and the prefill duty needs
+    # one, so the user gives it; the TDP is the catalogue's own on every GPU.
+    flops = [] if gpu.bf16_dense_tflops else ["--gpu-flops", "70"]
+    argv = ["plan", "llama-3.1-8b", "--gpus", f"1x{gpu.key}", "--max-model-len", "20k", "--fills", "20", *flops]
+    assert main([*argv, "--json"]) == 0
+    power = json.loads(capsys.readouterr().out)["power"]
+    assert power is not None and power["kw_at_meter"] > 0 and power["cost_per_month"] > 0
+
+
+def test_plan_on_the_h100_sxm_prints_its_power_line_from_the_700_w_tdp(capsys):
+    from servesize.cli import main
+    from servesize.model import hardware
+
+    assert hardware.find_gpu("H100").tdp_w == 700
+    assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "has no TDP" not in out
+    assert any(line.startswith("power at ") and "kW at the meter" in line and "per month" in line
+               for line in out.splitlines())

@@ -4,7 +4,9 @@ import pytest
 
 from seed_reference import reference_contexts
 from servesize.errors import BadInput
+from servesize.model.hardware import find_gpu
 from servesize.planning.prefill import PrefillSetup, prefill_costs, prefill_flops
+from servesize.workload.model import Workload
 
 # Qwen3.6-27B: 24.5e9 matmul params, 16 full-attention layers x (24 heads x 256) wide;
 # H200 dense FP8 1.979e15 FLOP/s (the datasheet's 3,958 is with sparsity)
@@ -103,18 +105,16 @@ def test_prefill_costs_need_contexts():
         prefill_costs(setup_27b())
 
 
-def test_prefill_runs_on_the_projects_own_workload_when_present():
-    workload = pytest.importorskip("servesize.workload.model")
-    wl = workload.Workload.seed_reference()
+def test_prefill_runs_on_the_projects_own_workload():
+    wl = Workload.seed_reference()
     c = prefill_costs(setup_27b(), sample_contexts=lambda rng, n: wl.sample(rng, n).full_tokens)
     assert c.mean_context_tokens == pytest.approx(wl.mean_tokens(), rel=0.01)
     assert c.miss_s == pytest.approx(2.826, rel=0.01)
 
 
 def test_the_catalogue_h200_fp8_peak_gives_the_seeds_32k_chunk_time():
-    hardware = pytest.importorskip("servesize.model.hardware")
     s = PrefillSetup(gemm_params=P_27B, attention_width=D_27B, full_attention_layers=LA_27B,
-                     peak_flops_per_gpu=hardware.find_gpu("H200").dense_flops_per_s("fp8"))
+                     peak_flops_per_gpu=find_gpu("H200").dense_flops_per_s("fp8"))
     assert s.seconds(32_768) == pytest.approx(2.040, abs=0.001)
 
 
@@ -129,8 +129,7 @@ def test_from_the_length_moments_one_context_length_gives_plain_arithmetic():
 
 
 def test_the_closed_form_moments_agree_with_a_large_sample_of_the_seed_workload():
-    workload = pytest.importorskip("servesize.workload.model")
-    wl = workload.Workload.seed_reference()
+    wl = Workload.seed_reference()
     exact = prefill_costs(setup_27b(), length_moments=tuple(wl.length_moment(k) for k in (1, 2, 3, 4)), warm_turn_tokens=2000)
     sampled = prefill_costs(setup_27b(), sample_contexts=lambda rng, n: wl.sample(rng, n).full_tokens, samples=1_000_000,
                             warm_turn_tokens=2000)

@@ -95,3 +95,82 @@ def test_a_predicted_refusal_exits_3_with_the_fix(capsys):
     code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "2G")
     assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
     assert "vLLM would refuse to start" in err and "the largest --max-model-len that starts is" in err
+
+
+# -- `vllm serve` flags given to servesize directly ------------------------------------------
+
+def _memory_parser():
+    from servesize.cli import _available, build_parser
+
+    parser = build_parser(_available(), load="memory")
+    return next(a for a in parser._actions if a.dest == "command").choices["memory"]
+
+
+def _no_figure_flags(version):
+    """The default release's flags that change no figure: known to that release, not one servesize takes as its
+    own (a modelled field, or servesize's own meaning of the name), not refused, not an estimated term."""
+    from servesize.engine.vocabulary import flag_effects, flags_of_any_release, known_flag
+
+    own = {s for a in _memory_parser()._actions if a.dest != "vllm_flags" for s in a.option_strings}
+    effects = flag_effects()
+    return {flag: takes for flag, takes in flags_of_any_release().items()
+            if known_flag(flag, version) and flag not in own and flag != "--model"
+            and flag not in effects.get("refuse", {}) and flag not in effects.get("estimate", {})}
+
+
+def test_trust_remote_code_given_directly_is_accepted_and_listed_as_changing_no_figure(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--trust-remote-code")
+    assert code == 0, err
+    assert "  not affecting these figures: --trust-remote-code" in out.splitlines()
+
+
+def test_every_no_figure_flag_of_the_default_release_is_accepted_directly_and_listed(capsys):
+    from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
+
+    flags = _no_figure_flags(parse_version(DEFAULT_VLLM_VERSION))
+    assert len(flags) > 300 and "--trust-remote-code" in flags and "--port" in flags
+    words = [f"{flag}=v{n}" if takes else flag for n, (flag, takes) in enumerate(sorted(flags.items()))]
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", *words, "--json")
+    assert code == 0, err
+    listed = json.loads(out)["flags_not_affecting"]
+    expected = [f"{flag} v{n}" if takes else flag for n, (flag, takes) in enumerate(sorted(flags.items()))]
+    assert listed == expected
+
+
+def test_flags_given_directly_change_no_figure(capsys):
+    base = ["memory", "llama-3.1-8b", "--gpus", "1xH100", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, "--trust-remote-code", "--port", "8001", "--served-model-name", "x"]) == 0
+    flagged = json.loads(capsys.readouterr().out)
+    assert flagged["flags_not_affecting"] == ["--trust-remote-code", "--port 8001", "--served-model-name x"]
+    for key in ("available_kv_bytes_per_gpu", "num_blocks", "kv_cache_tokens", "usable_kv_tokens", "log_lines"):
+        assert flagged[key] == plain[key]
+
+
+def test_flags_given_directly_join_a_pasted_line_after_its_own(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--vllm-serve",
+                         "vllm serve x --host 0.0.0.0", "--trust-remote-code", "--json")
+    assert code == 0, err
+    assert json.loads(out)["flags_not_affecting"] == ["--host 0.0.0.0", "--trust-remote-code"]
+
+
+def test_plan_lists_the_flags_given_directly(capsys):
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "20", "--trust-remote-code",
+                         "--port", "9")
+    assert code == 0, err
+    assert "  not affecting these figures: --trust-remote-code, --port 9" in out.splitlines()
+
+
+def test_a_direct_flag_the_release_lacks_or_that_servesize_refuses_is_one_line_and_exit_2(capsys):
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--vllm-version", "0.6.4",
+                         "--aggregate-engine-logging")  # a flag from 0.12.0 on
+    assert code == 2 and out == ""
+    assert err.strip() == "servesize: --vllm-serve: --aggregate-engine-logging is not a flag of vllm serve 0.6.4"
+    code, out, err = run(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--cpu-offload-gb", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--cpu-offload-gb moves up to" in err
+
+
+def test_servesize_s_own_flags_keep_their_meaning_beside_vllm_s():
+    args = _memory_parser().parse_args(["llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8k", "--port", "1"])
+    assert args.max_model_len == 8000 and args.vllm_flags == ["--port=1"]

@@ -17,15 +17,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+# ``X as X``: re-exported for the explorer, which reads the library through this module only (tests/test_layering.py)
+from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES as MODELLED_KV_CACHE_DTYPES
 from servesize.engine.memory import MemoryReport, memory_report
 from servesize.engine.models_table import ModelRow, ModelsResult, model_row
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
+from servesize.engine.weights import PRECISIONS as PRECISIONS
 from servesize.errors import BadInput
 from servesize.limits import require_regular
 from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
+from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
+from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
+from servesize.planning.at_load import Load as Load
 from servesize.planning.inputs import Fixed, fixed_from_memory
+from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
     PlanInputs,
     calibrated,
@@ -41,10 +48,17 @@ from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
 from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
+from servesize.workload.catalogue import preset_names as preset_names
 from servesize.workload.fit import DEFAULT_MIN_TOKENS, WorkloadFit, fit_observations
+from servesize.workload.model import Workload as Workload
+from servesize.workload.model import length_mass as length_mass
 from servesize.workload.readers import read_token_counts
 
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
+    from servesize.planning.at_load import AtLoad
+    from servesize.planning.fleet_result import FleetOption as FleetOption
+    from servesize.planning.fleet_result import FleetResult as FleetResult
+    from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
@@ -92,14 +106,21 @@ def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryRe
     return report, fixed
 
 
-def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[str], None] | None = None) -> Plan:
+def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[str], None] | None = None,
+         load: Load | None = None) -> Plan:
     """Warm users, the four ceilings and which binds, the vLLM recipe, the bill and (unless
     ``sensitivity=False``) where each named assumption would flip the verdict.
 
     ``progress`` hears one line when the inputs are resolved and the Monte-Carlo starts.
 
+    ``load``: also price the plan at that load (``Plan.at_load``: latency, decode and the bill at
+    ``load.load_users`` and a burst of ``load.burst`` misses; see ``at_load``).
+
     ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
     answer in ``plan.sizing``."""
+    if load is not None:
+        planned = plan(scenario, sensitivity=sensitivity, progress=progress)
+        return replace(planned, at_load=at_load(planned, load))
     if scenario.users is not None:
         return _sized_plan(scenario, sensitivity, progress)
     inputs = plan_inputs(scenario)
@@ -111,6 +132,79 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
                        memory=report, origin=inputs.origin)
     return replace(result, placement=inputs.split)
+
+
+def at_load(plan: Plan, load: Load) -> AtLoad:
+    """A plan priced at a load (``planning.at_load``): the latency, the per-user decode and the bill at
+    ``load.load_users`` (None: the binding ceiling) and a burst of ``load.burst`` simultaneous misses."""
+    from servesize.planning.at_load import at_load as priced
+
+    return priced(plan, load)
+
+
+def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float | None = None) -> LatencyReport:
+    """The plan's latency report at ``users`` (and at ``miss_rate`` instead of the workload's own)."""
+    from servesize.planning.at_load import latency_at as priced
+
+    return priced(plan, users, burst=burst, miss_rate=miss_rate)
+
+
+def decode_at(plan: Plan, decoders: Any) -> tuple[dict[str, Any], float]:
+    """Per-user decode p5/p50/p95 (and the aggregate p50 per replica) at each count of concurrent decoders
+    per replica, on the plan's own context bank; and the tokens per step speculative decoding gives."""
+    from servesize.planning.at_load import decode_at as curve
+
+    return curve(plan, decoders)
+
+
+def tp_efficiency(plan: Plan) -> float:
+    """The decode's tensor-parallel efficiency for the plan's deployment (the knob, or its default for TP)."""
+    from servesize.planning.at_load import tp_efficiency as eff
+
+    return eff(plan)
+
+
+def knob(plan: Plan, name: str) -> Any:
+    """The value a modelled knob took in the plan (its flag's, else the assumptions')."""
+    from servesize.planning.inputs import knob_value
+
+    return knob_value(plan.knobs, name)
+
+
+def ceiling_names() -> tuple[str, ...]:
+    """The four ceilings, in the order every answer lists them."""
+    from servesize.planning.ceilings import CEILINGS
+
+    return tuple(CEILINGS)
+
+
+def sensitivity_ranges() -> dict[str, Any]:
+    """The sensitivity panel's table: each assumption's (kind, field, low, high, unit) as the panel varies it."""
+    from servesize.planning.sensitivity import SENSITIVITY
+
+    return dict(SENSITIVITY)
+
+
+def calibration_applies(scenario: Scenario, calibration: Calibration) -> tuple[bool, str]:
+    """Whether a calibration fixes this scenario's pool (``resolve.calibrated``, the rule plan and memory apply),
+    and what it fixes it from, or why not."""
+    from servesize.errors import ServesizeError
+
+    try:
+        found = calibrated(scenario.replace(calibration=calibration), deployment_of(scenario))
+    except ServesizeError as exc:
+        return False, str(exc)
+    return True, found.pool_source or ""
+
+
+def engine_utilization(vllm_version: str, gpu_memory_utilization: float | None, gpus: str) -> float | None:
+    """The --gpu-memory-utilization vLLM takes for the release and GPUs (the engine's default where None; it does
+    not depend on the model, so any catalogue entry resolves it)."""
+    from servesize.engine.deployment import Deployment
+
+    entry = next(iter(load_catalogue().values()))
+    return Deployment(vllm_version=vllm_version, gpu_memory_utilization=gpu_memory_utilization) \
+        .resolved(entry.architecture(), parse_gpus(gpus)).gpu_memory_utilization
 
 
 # fleet: plan --users N and servesize fleet --------------------------------------------------
@@ -212,7 +306,7 @@ def sweep_values(param: str, values: list[Any]) -> tuple[str, list[Any]]:
     name = param.strip().lstrip("-").replace("-", "_")
     if name in ("num_speculative_tokens", "spec_tokens"):
         raise BadInput("--sweep cannot vary the draft count: the memory itself depends on it; "
-                       "run plan once per --num-speculative-tokens value")
+                       "run plan once per --num-speculative-tokens value", field="num_speculative_tokens")
     if name not in SWEEPABLE:
         raise BadInput(f"--sweep cannot vary {param!r}; choose one of: {', '.join(SWEEPABLE)}")
     if not values:
@@ -371,7 +465,7 @@ def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:
     from servesize.simulate.result import PoolSpec
 
     if pool_tokens < 2 * block_size:
-        raise BadInput(f"--pool-tokens {pool_tokens:,} holds fewer than two {block_size}-token blocks")
+        raise BadInput(f"--pool-tokens {pool_tokens:,} holds fewer than two {block_size}-token blocks", field="pool_tokens")
     return PoolSpec(pool_tokens // block_size, block_size, f"--pool-tokens {pool_tokens:,}, the engine's KV cache size")
 
 

@@ -1,7 +1,7 @@
 """The command line: a thin edge over the public API.
 
-Each command lives in ``servesize.commands.<module>`` and exposes ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> result``. The result owns ``to_dict()`` (the
+Each command lives in ``servesize.commands.<module>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> result`` (its one-line help is its row in ``COMMANDS``). The result owns ``to_dict()`` (the
 ``--json`` document) and ``render(explain)`` (the text, with derivations under
 ``--explain``). This module only parses, dispatches, prints and maps errors to exit codes:
 0 ok, 2 refused or bad input. Modules are imported lazily so ``servesize --help`` stays fast.
@@ -103,6 +103,10 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
             mod.add_arguments(p)
             p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
             p.add_argument("--explain", action="store_true", help="print the derivation of every number")
+            if any(action.dest == "vllm_serve" for action in p._actions):
+                from servesize.flags import add_vllm_flags
+
+                add_vllm_flags(p)  # `vllm serve` flags given directly: read as the --vllm-serve line's
     return parser
 
 
@@ -182,7 +186,14 @@ def _main(argv: list[str] | None) -> int:
         return _emit(importlib.import_module(module).run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        code = getattr(exc, "exit_code", 2)
+        if code == 3 and getattr(args, "json", False) and hasattr(exc, "to_dict"):
+            # vLLM would not start: --json still prints its one document (the refusal and the largest length)
+            asked = {k: str(getattr(args, k)) for k in ("model", "gpus") if getattr(args, k, None) is not None}
+            from servesize.jsonable import finite
+
+            sys.stdout.write(json.dumps(finite({**asked, **exc.to_dict()}), indent=2, allow_nan=False) + "\n")
+        return code
     except BrokenPipeError:
         return 0
 
@@ -194,7 +205,9 @@ def _emit(result, args) -> int:
     if isinstance(result, int):
         return result
     if getattr(args, "json", False):
-        document = json.dumps(_finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
+        from servesize.jsonable import finite
+
+        document = json.dumps(finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
         sys.stdout.write(document + "\n")
     else:
         from servesize.render.text import render_text
@@ -206,21 +219,6 @@ def _emit(result, args) -> int:
         reason = getattr(result, "failure", None) or f"the command did not complete (exit {code})"
         print(f"servesize: {reason}", file=sys.stderr)
     return code
-
-
-def _finite(obj):
-    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
-        return _finite(obj.item())
-    return obj
 
 
 def _json_default(obj):

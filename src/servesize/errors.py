@@ -29,11 +29,16 @@ class ServesizeError(Exception):
     """A refusal or bad input: the message is the whole user-facing line (bounded: MAX_MESSAGE_CHARS)."""
 
     exit_code = 2
+    # the input field (a Scenario or query field name) the error is about, where one is: set where the value is
+    # checked (``Param.parse``, a rule that names the flag), so a face that shows fields (the explorer) marks it
+    field: str | None = None
 
-    def __init__(self, *args: object):
+    def __init__(self, *args: object, field: str | None = None):
         if len(args) == 1 and isinstance(args[0], str):
             args = (_bounded(args[0]),)
         super().__init__(*args)
+        if field is not None:
+            self.field = field
 
 
 class BadInput(ServesizeError):
@@ -66,10 +71,17 @@ class WouldNotStart(DoesNotFit):
 
     exit_code = 3
 
-    def __init__(self, message: str, largest_max_model_len: int = 0, available_bytes: int | None = None):
+    def __init__(self, message: str, largest_max_model_len: int = 0, available_bytes: int | None = None,
+                 field: str | None = None):
         self.largest_max_model_len = largest_max_model_len
         self.available_bytes = available_bytes  # per GPU, as vLLM would have logged it
-        super().__init__(message)
+        super().__init__(message, field=field)
+
+    def to_dict(self) -> dict:
+        """What ``--json`` prints on exit 3: the refusal, as the one stderr line says it, and its figures."""
+        return {"would_start": False, "exit_code": self.exit_code, "refusal": str(self),
+                "largest_max_model_len": self.largest_max_model_len,
+                "available_kv_bytes_per_gpu": self.available_bytes}
 
 
 class Interrupted(ServesizeError):

@@ -59,6 +59,7 @@ def add_params(parser: argparse.ArgumentParser, params: Iterable[Param], *, requ
     need = set(required)
     defaults = {f.name: f.default for f in fields(declared_by)}
     groups: dict[str, Any] = {}
+    params = list(params)
     for p in params:
         if p.name in POSITIONAL:
             add_param(parser, p)
@@ -68,9 +69,44 @@ def add_params(parser: argparse.ArgumentParser, params: Iterable[Param], *, requ
         add_param(groups[p.group], p, required=p.name in need, default=defaults.get(p.name))
 
 
+class _VllmFlag(argparse.Action):
+    """A `vllm serve` flag given to servesize directly (``--trust-remote-code``, ``--port 8001``): kept, in
+    order, as the words of a serve line, which ``resolve.served`` reads as vLLM's parser of --vllm-version
+    does (listed as changing no figure, named as estimated, refused with why, or not a flag of the release)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        words = list(getattr(namespace, self.dest, None) or [])
+        words.append(str(option_string) if self.nargs == 0 else f"{option_string}={values}")
+        setattr(namespace, self.dest, words)
+
+
+VLLM_FLAGS_DEST = "vllm_flags"
+
+
+def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
+    """Every long flag of any `vllm serve` release that ``parser`` does not already take (servesize's own
+    spellings of the modelled ones win), hidden from --help: what each does is decided per release. Call it
+    after every other argument of the parser is added (a command's own --seed is servesize's)."""
+    from servesize.engine.vocabulary import flags_of_any_release
+
+    taken = set(parser._option_string_actions)
+    for flag, takes in flags_of_any_release().items():
+        if flag in taken:
+            continue
+        parser.add_argument(flag, dest=VLLM_FLAGS_DEST, action=_VllmFlag, nargs=None if takes else 0,
+                            default=None, help=argparse.SUPPRESS)
+
+
 def given(args: argparse.Namespace, params: Iterable[Param]) -> dict[str, Any]:
-    """The values the command line gave for ``params`` (flags left out are absent)."""
-    return {p.name: getattr(args, p.name) for p in params if getattr(args, p.name, None) is not None}
+    """The values the command line gave for ``params`` (flags left out are absent); `vllm serve` flags
+    given directly join the --vllm-serve line (after its own words), so one reader classifies both."""
+    params = list(params)
+    out = {p.name: getattr(args, p.name) for p in params if getattr(args, p.name, None) is not None}
+    direct = getattr(args, VLLM_FLAGS_DEST, None)
+    if direct and any(p.name == "vllm_serve" for p in params):
+        line = out.get("vllm_serve") or "vllm serve"
+        out["vllm_serve"] = f"{line} {shlex.join(direct)}"
+    return out
 
 
 def scenario_from_args(args: argparse.Namespace, **overrides: Any) -> Scenario:
@@ -92,6 +128,7 @@ def scenario_from_flags(text: str, **overrides: Any) -> Scenario:
     For the measure commands' ``--predict``: the same flags, read by the same declaration."""
     parser = _Refusing(prog="--predict", add_help=False)
     add_params(parser, PARAMS.values(), required=("gpus",))
+    add_vllm_flags(parser)
     try:
         args = parser.parse_args(shlex.split(text))
     except ValueError as exc:  # shlex: an unclosed quote

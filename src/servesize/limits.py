@@ -41,8 +41,13 @@ MAX_LAYERS = 4096                    # num_hidden_layers: the deepest real model
 MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, widths, experts, positions)
 
 # -- Monte-Carlo -------------------------------------------------------------------------------------
-MAX_FILLS = 100_000                  # --fills: the default is 1,500
-MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is 2,000
+MAX_FILLS = 100_000                  # --fills: the default is DEFAULT_FILLS
+MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is DEFAULT_DRAWS
+# The Monte-Carlo's defaults, named once: the Scenario's --fills/--draws/--seed declare them as inputs, the
+# planner's Knobs and the warm fill take them as they are.
+DEFAULT_FILLS = 1500                 # fills of the pool a plan runs (the warm-capacity seed's resolution)
+DEFAULT_DRAWS = 2000                 # sessions drawn per fill before a fill needs more
+DEFAULT_SEED = 0                     # the same inputs give the same output
 
 # -- the engine simulator ----------------------------------------------------------------------------
 MAX_ENGINE_STEPS = 50_000_000        # steps of one engine run: 1,000 generated coding sessions take ~2M (jumps count each step)

@@ -17,9 +17,16 @@ Groups, in the order a reader meets them:
 - calibration: a measured pool, or a calibration file from ``servesize calibrate``;
 - Monte-Carlo: fills, draws and the seed.
 
+Declared once: a field's Param (``_p``: kind, bounds, help, default, where it goes) is its one declaration.
+The workload, knobs and Monte-Carlo groups are dataclasses (``WorkloadFields``, ``KnobFields``,
+``MonteCarloFields``) that Scenario and FleetQuery inherit whole; FitQuery and FleetQuery reference the
+engine flags they share with ``_shared(name)`` (the Scenario's Param object and default, never a copy).
+The engine's own dataclasses (``engine.deployment.Deployment``) hold the same names as slots the resolved
+value fills, without a bound or a default of their own; tests/test_declared_once.py checks all of it.
+
 A field left at None takes its default where it is used (the engine's default for the vLLM
 version and GPU, the workload's value, the assumption's value), so "not given" stays
-distinguishable from "given the default"; the rules that fill them live in ``servesize.resolve``.
+distinguishable from "given the default"; the rules that fill them live in ``servesize.resolve`` (one module per concern).
 """
 
 from __future__ import annotations
@@ -31,13 +38,13 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from servesize.assumptions import assumption
-from servesize.engine.deployment import AUTO_MAX_MODEL_LEN
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, batch_default_words
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.engine.vocabulary import check_release
 from servesize.errors import BadInput, clip
-from servesize.limits import MAX_DRAWS, MAX_FILLS, parse_json
+from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -80,6 +87,10 @@ class Param:
     seed_value  the default preset's value (coding-agent, the seed's reference workload) a None takes
                 unless a preset or workload file says otherwise (workload fields).
     sweep       may be varied by ``servesize.sweep`` (it does not change the memory).
+    to          where it goes, when the planner names it otherwise: the Knobs field, or the name
+                ``planning.sensitivity.apply_param`` takes (``target``: this, else the field's name).
+    origin      the key a WorkloadOrigin records its provenance under, when it differs from ``target``
+                (``origin_key``); the name tables of ``servesize.resolve`` are generated from these.
     """
 
     kind: str
@@ -97,6 +108,16 @@ class Param:
     seed_value: Any = None
     sweep: bool = False
     bound_why: str = ""
+    to: str = ""
+    origin: str = ""
+
+    @property
+    def target(self) -> str:
+        return self.to or self.name
+
+    @property
+    def origin_key(self) -> str:
+        return self.origin or self.target
 
     @property
     def flag(self) -> str:
@@ -122,10 +143,14 @@ class Param:
         """Text or a Python value -> the typed value, bounds checked; None passes through."""
         if value is None:
             return None
-        typed: Any = _READERS[self.kind](self, value)
-        if self.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_bytes") or (
-                self.kind == "vllm_len" and typed != AUTO_MAX_MODEL_LEN):
-            self._check_bounds(typed)
+        try:
+            typed: Any = _READERS[self.kind](self, value)
+            if self.kind in ("tokens", "bytes", "int", "float", "vllm_int", "vllm_bytes") or (
+                    self.kind == "vllm_len" and typed != AUTO_MAX_MODEL_LEN):
+                self._check_bounds(typed)
+        except BadInput as exc:
+            exc.field = exc.field or self.name  # the refusal is about this field (the explorer marks its control)
+            raise
         return typed
 
     def _check_bounds(self, v: float) -> None:
@@ -313,8 +338,8 @@ MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the wor
 
 
 def _p(kind: str, help: str, group: str, *, default: Any = None, **extra: Any) -> Any:
-    if default is MISSING:
-        return field(metadata={"param": Param(kind, help, group, **extra)})
+    if default is MISSING:  # required: keyword-only, so it may follow the shared groups' defaulted fields
+        return field(kw_only=True, metadata={"param": Param(kind, help, group, **extra)})
     return field(default=default, metadata={"param": Param(kind, help, group, **extra)})
 
 
@@ -328,9 +353,122 @@ _THINK_FLOOR_S = workload_model.MIN_THINK_TIME_S
 _THINK_WHY = "a user who waits under 10 ms between requests is a load generator, not a user"
 
 
+# -- the groups a query shares (declared once; Scenario and FleetQuery take them whole) -----------------
+
+def _parse_own(obj: Any, params: Mapping[str, Param]) -> None:
+    for name, param in params.items():
+        object.__setattr__(obj, name, param.parse(getattr(obj, name)))
+
+
 @dataclass(frozen=True)
-class Scenario:
-    """A model on GPUs with vLLM's flags, a workload, the modelled knobs and any calibration."""
+class WorkloadFields:
+    """What the users do: a preset, a workload file, then single-field overrides (the workload group).
+
+    ``servesize.resolve.workload`` takes this type: a Scenario and a FleetQuery are WorkloadFields, and a team's
+    or a measurement's workload is one built from its own flags."""
+
+    preset: str | None = _p("choice", "workload preset (data/workloads.toml, each field sourced): "
+                            + "; ".join(f"{p.name}: {p.description}" for p in presets()),
+                            "workload", choices=preset_names(), metavar="NAME")
+    workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload: its fields "
+                                         "replace the preset's; the fields below replace both", "workload",
+                                         metavar="FILE")
+    median: int | None = _p("tokens", "user session median prompt length", "workload", lo=1, hi=MAX_TOKENS, unit="tokens",
+                            seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS", origin="user_median_tokens")
+    sigma: float | None = _p("float", "user log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
+                             seed_value=_SEED.SEED_USER_SIGMA, sweep=True, metavar="S", origin="user_sigma")
+    prefix: int | None = _p("tokens", "user shared prefix (system prompt + tools)", "workload", lo=0, hi=MAX_TOKENS,
+                            unit="tokens", seed_value=_SEED.SEED_USER_PREFIX_TOKENS, sweep=True, metavar="TOKENS",
+                            origin="user_prefix_tokens")
+    subagent_ratio: float | None = _p("float", "subagent requests per user request (0 = none)", "workload", lo=0.0,
+                                      hi=100.0, seed_value=_SEED.SEED_SUBAGENT_RATIO, sweep=True, metavar="R")
+    subagent_median: int | None = _p("tokens", "subagent median prompt length", "workload", lo=1, hi=MAX_TOKENS,
+                                     unit="tokens", seed_value=_SEED.SEED_SUBAGENT_MEDIAN_TOKENS, sweep=True,
+                                     metavar="TOKENS", origin="subagent")
+    subagent_sigma: float | None = _p("float", "subagent log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
+                                      seed_value=_SEED.SEED_SUBAGENT_SIGMA, sweep=True, metavar="S", origin="subagent")
+    subagent_prefix: int | None = _p("tokens", "subagent shared prefix", "workload", lo=0, hi=MAX_TOKENS, unit="tokens",
+                                     seed_value=_SEED.SEED_SUBAGENT_PREFIX_TOKENS, sweep=True, metavar="TOKENS", origin="subagent")
+    subagents_share_prefix: bool | None = _p("bool", "subagents start with the user prefix", "workload",
+                                             seed_value=False)
+    invalidation: float | None = _p("float", "fraction of requests that match no cached prefix (also the miss rate)",
+                                    "workload", lo=0.0, hi=1.0, seed_value=_SEED.SEED_INVALIDATION, sweep=True,
+                                    metavar="F")
+    think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=_THINK_FLOOR_S,
+                                  hi=1e6, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
+                                  metavar="SECONDS", bound_why=_THINK_WHY, to="think_time_s")
+    output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
+                                   unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
+    warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
+                                      hi=MAX_TOKENS, unit="tokens", seed_value=_SEED.SEED_WARM_TURN_TOKENS, sweep=True,
+                                      flags=("--turn-tokens",), metavar="TOKENS")
+
+
+    def __post_init__(self) -> None:
+        _parse_own(self, _own_params(WorkloadFields))
+
+
+@dataclass(frozen=True)
+class KnobFields:
+    """The modelled assumptions (the knobs group): None = the named assumption's value."""
+
+    bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=_EFFICIENCY_FLOOR,
+                                            hi=1.0, assumption="decode.bandwidth_efficiency", sweep=True,
+                                            metavar="F", bound_why=_EFFICIENCY_WHY)
+    tp_efficiency: float | None = _p("float", "bandwidth/FLOP efficiency of the TP group (default 0.90 per doubling)",
+                                     "knobs", lo=_EFFICIENCY_FLOOR, hi=1.0, sweep=True, metavar="F",
+                                     bound_why=_EFFICIENCY_WHY)
+    mtp_speedup: float | None = _p("float", "tokens per step with MTP speculation (1.0 = off)", "knobs", lo=1.0,
+                                   hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X")
+    spec_acceptance: float | None = _p("float", "per-draft MTP acceptance (speedup 1 + a + ... + a^k)", "knobs",
+                                       lo=0.0, hi=1.0, assumption="decode.mtp_acceptance", sweep=True, metavar="A")
+    decode_floor: float | None = _p("float", "per-user p50 decode floor", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
+                                    unit="tok/s", assumption="decode.floor_hard_tok_s", sweep=True, metavar="TOK_S")
+    comfortable_floor: float | None = _p("float", "comfortable decode speed", "knobs", lo=0.0, hi=100_000.0,
+                                         lo_open=True, unit="tok/s", assumption="decode.floor_comfortable_tok_s",
+                                         sweep=True, metavar="TOK_S")
+    mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=_EFFICIENCY_FLOOR,
+                           hi=1.0, assumption="prefill.mfu", sweep=True, metavar="F", bound_why=_EFFICIENCY_WHY)
+    decode_compute_efficiency: float | None = _p(
+        "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
+        lo=_EFFICIENCY_FLOOR, hi=1.0, assumption="decode.compute_efficiency", sweep=True, metavar="F",
+        bound_why=_EFFICIENCY_WHY, to="compute_efficiency")
+    ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
+                                  unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS", to="ttft_limit_s")
+    electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,
+                                        hi=100.0, unit="per kWh", assumption="power.price_per_kwh",
+                                        flags=("--price-per-kwh",), metavar="PRICE", to="price_per_kwh")
+    currency: str | None = _p("text", "currency of --electricity-price and every cost printed (default EUR: the "
+                              "default price is the EU average in euros)", "knobs", metavar="CODE")
+    pue: float | None = _p("float", "power usage effectiveness: facility W per IT W", "knobs", lo=1.0, hi=5.0,
+                           assumption="power.pue", metavar="PUE")
+    cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
+                                       hi=float(1 << 20), unit="GiB", sweep=True, metavar="GIB", to="cpu_offload_bytes")
+    sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
+                              "balancer)", "knobs", default=True)
+    assumptions: str = _p("choice", "seed: the warm-capacity seed's values (bandwidth efficiency 1.0, MTP 1.7, ...)",
+                          "knobs", default="default", choices=("default", "seed"))
+
+
+
+@dataclass(frozen=True)
+class MonteCarloFields:
+    """The Monte-Carlo group: fills, draws and the seed."""
+
+    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=DEFAULT_FILLS, lo=1, hi=MAX_FILLS, metavar="N")
+    draws: int = _p("int", "sessions drawn per fill (grown when a fill needs more)", "monte_carlo", default=DEFAULT_DRAWS, lo=1,
+                    hi=MAX_DRAWS, metavar="N")
+    seed: int = _p("int", "RNG seed: the same inputs give the same output", "monte_carlo", default=DEFAULT_SEED, lo=0,
+                   hi=2**63 - 1, metavar="N")
+
+
+
+@dataclass(frozen=True)
+class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
+    """A model on GPUs with vLLM's flags, a workload, the modelled knobs and any calibration.
+
+    The workload, knobs and Monte-Carlo fields are the shared groups' (``WorkloadFields``, ``KnobFields``,
+    ``MonteCarloFields``); the fields below are the Scenario's own."""
 
     # -- model and GPUs -------------------------------------------------------------------
     model: str | InlineConfig = _p("model", "catalogue name (servesize models), Hugging Face id, or path to a config.json / "
@@ -348,7 +486,7 @@ class Scenario:
                                  metavar="TFLOPS", bound_why="no accelerator computes under 10 GFLOP/s")
     gpu_tdp: float | None = _p("float", "override (or supply) the GPU's board power, W", "model", lo=1.0, hi=1e5,
                                unit="W", metavar="WATTS", bound_why="no accelerator board draws under 1 W")
-    # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.users_sizing)
+    # fleet: plan --users N sizes the data-parallel replicas (servesize.resolve.fleet.users_sizing)
     users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
                            "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
                            "model", lo=1, hi=10_000_000, metavar="N")
@@ -357,7 +495,8 @@ class Scenario:
     vllm_serve: str | None = _p(
         "text", "a whole `vllm serve MODEL ...` line: its model and flags are read as vLLM reads them (every flag of "
         "--vllm-version is accepted; those that change no figure are listed; a flag vLLM does not know is refused); "
-        "flags given to servesize win", "engine", flags=("--serve",), metavar="'vllm serve ...'")
+        "flags given to servesize win; any other `vllm serve` flag may also be given to servesize directly "
+        "(--trust-remote-code, --port 8000) and is read the same way", "engine", flags=("--serve",), metavar="'vllm serve ...'")
     tensor_parallel_size: int = _p("int", "GPUs per replica (tensor parallel); left at 1 when --gpus names more GPUs "
                                    "than TP x DP x PP, servesize chooses it (plan's placement)", "engine", default=1,
                                    lo=1, hi=1024, flags=("-tp",), metavar="N")
@@ -384,11 +523,11 @@ class Scenario:
         "vllm_len", "longest request, read as vLLM reads it (32768, 32k = 32,000, 32K = 32,768; auto or -1: the largest "
         "that fits; memory: default the model's context; plan: the workload's cap, at most the model's)", "engine",
         lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
-    max_num_seqs: int | None = _p("int", "sequences in one batch (default: 1024 on >= 70 GiB GPUs, else 256; CPU 128 per "
-                                  "rank)", "engine", lo=1, hi=1 << 20, metavar="N")
+    max_num_seqs: int | None = _p("int", f"sequences in one batch (default: {batch_default_words('seqs')})", "engine",
+                                  lo=1, hi=1 << 20, metavar="N")
     max_num_batched_tokens: int | None = _p(
         "vllm_int", "the profile batch, read as vLLM reads it (8K = 8,192); the activation reserve grows with it "
-        "(default 16384 / 8192 / 2048 by GPU memory; the CPU build 2048 per rank)", "engine", lo=1, hi=MAX_TOKENS,
+        f"(default {batch_default_words('batched_tokens')})", "engine", lo=1, hi=MAX_TOKENS,
         metavar="TOKENS", unit="tokens")
     block_size: int | None = _p("int", "KV block size in tokens (default 16, CPU 128; MLA backends force 16/32/64/128)",
                                 "engine", lo=1, hi=1 << 16, metavar="TOKENS")
@@ -441,101 +580,23 @@ class Scenario:
     budget: str = _p("choice", "engine: vLLM's own budget with a named reserve estimate; simple: the calculator seed's "
                      "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
 
-    # -- workload ---------------------------------------------------------------------------
-    preset: str | None = _p("choice", "workload preset (data/workloads.toml, each field sourced): "
-                            + "; ".join(f"{p.name}: {p.description}" for p in presets()),
-                            "workload", choices=preset_names(), metavar="NAME")
-    workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload: its fields "
-                                         "replace the preset's; the fields below replace both", "workload",
-                                         metavar="FILE")
-    median: int | None = _p("tokens", "user session median prompt length", "workload", lo=1, hi=MAX_TOKENS, unit="tokens",
-                            seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS")
-    sigma: float | None = _p("float", "user log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
-                             seed_value=_SEED.SEED_USER_SIGMA, sweep=True, metavar="S")
-    prefix: int | None = _p("tokens", "user shared prefix (system prompt + tools)", "workload", lo=0, hi=MAX_TOKENS,
-                            unit="tokens", seed_value=_SEED.SEED_USER_PREFIX_TOKENS, sweep=True, metavar="TOKENS")
-    subagent_ratio: float | None = _p("float", "subagent requests per user request (0 = none)", "workload", lo=0.0,
-                                      hi=100.0, seed_value=_SEED.SEED_SUBAGENT_RATIO, sweep=True, metavar="R")
-    subagent_median: int | None = _p("tokens", "subagent median prompt length", "workload", lo=1, hi=MAX_TOKENS,
-                                     unit="tokens", seed_value=_SEED.SEED_SUBAGENT_MEDIAN_TOKENS, sweep=True,
-                                     metavar="TOKENS")
-    subagent_sigma: float | None = _p("float", "subagent log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
-                                      seed_value=_SEED.SEED_SUBAGENT_SIGMA, sweep=True, metavar="S")
-    subagent_prefix: int | None = _p("tokens", "subagent shared prefix", "workload", lo=0, hi=MAX_TOKENS, unit="tokens",
-                                     seed_value=_SEED.SEED_SUBAGENT_PREFIX_TOKENS, sweep=True, metavar="TOKENS")
-    subagents_share_prefix: bool | None = _p("bool", "subagents start with the user prefix", "workload",
-                                             seed_value=False)
-    invalidation: float | None = _p("float", "fraction of requests that match no cached prefix (also the miss rate)",
-                                    "workload", lo=0.0, hi=1.0, seed_value=_SEED.SEED_INVALIDATION, sweep=True,
-                                    metavar="F")
-    think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=_THINK_FLOOR_S,
-                                  hi=1e6, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
-                                  metavar="SECONDS", bound_why=_THINK_WHY)
-    output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
-                                   unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
-    warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
-                                      hi=MAX_TOKENS, unit="tokens", seed_value=_SEED.SEED_WARM_TURN_TOKENS, sweep=True,
-                                      flags=("--turn-tokens",), metavar="TOKENS")
-
-    # -- modelled assumptions -------------------------------------------------------------
-    bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=_EFFICIENCY_FLOOR,
-                                            hi=1.0, assumption="decode.bandwidth_efficiency", sweep=True,
-                                            metavar="F", bound_why=_EFFICIENCY_WHY)
-    tp_efficiency: float | None = _p("float", "bandwidth/FLOP efficiency of the TP group (default 0.90 per doubling)",
-                                     "knobs", lo=_EFFICIENCY_FLOOR, hi=1.0, sweep=True, metavar="F",
-                                     bound_why=_EFFICIENCY_WHY)
-    mtp_speedup: float | None = _p("float", "tokens per step with MTP speculation (1.0 = off)", "knobs", lo=1.0,
-                                   hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X")
-    spec_acceptance: float | None = _p("float", "per-draft MTP acceptance (speedup 1 + a + ... + a^k)", "knobs",
-                                       lo=0.0, hi=1.0, assumption="decode.mtp_acceptance", sweep=True, metavar="A")
-    decode_floor: float | None = _p("float", "per-user p50 decode floor", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
-                                    unit="tok/s", assumption="decode.floor_hard_tok_s", sweep=True, metavar="TOK_S")
-    comfortable_floor: float | None = _p("float", "comfortable decode speed", "knobs", lo=0.0, hi=100_000.0,
-                                         lo_open=True, unit="tok/s", assumption="decode.floor_comfortable_tok_s",
-                                         sweep=True, metavar="TOK_S")
-    mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=_EFFICIENCY_FLOOR,
-                           hi=1.0, assumption="prefill.mfu", sweep=True, metavar="F", bound_why=_EFFICIENCY_WHY)
-    decode_compute_efficiency: float | None = _p(
-        "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
-        lo=_EFFICIENCY_FLOOR, hi=1.0, assumption="decode.compute_efficiency", sweep=True, metavar="F",
-        bound_why=_EFFICIENCY_WHY)
-    ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
-                                  unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS")
-    electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,
-                                        hi=100.0, unit="per kWh", assumption="power.price_per_kwh",
-                                        flags=("--price-per-kwh",), metavar="PRICE")
-    currency: str | None = _p("text", "currency of --electricity-price and every cost printed (default EUR: the "
-                              "default price is the EU average in euros)", "knobs", metavar="CODE")
-    pue: float | None = _p("float", "power usage effectiveness: facility W per IT W", "knobs", lo=1.0, hi=5.0,
-                           assumption="power.pue", metavar="PUE")
-    cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
-                                       hi=float(1 << 20), unit="GiB", sweep=True, metavar="GIB")
-    sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
-                              "balancer)", "knobs", default=True)
-    assumptions: str = _p("choice", "seed: the warm-capacity seed's values (bandwidth efficiency 1.0, MTP 1.7, ...)",
-                          "knobs", default="default", choices=("default", "seed"))
-
     # -- measured pool, calibration -------------------------------------------------------
     pool_tokens: int | None = _p("tokens", "a measured KV pool per replica in tokens, e.g. 2.77m", "calibration", lo=1,
                                  hi=10**13, unit="tokens", metavar="TOKENS")
     calibration: Calibration | str | None = _p("calibration", "a calibration file (servesize calibrate): its pool "
                                                "replaces the model's", "calibration", metavar="FILE")
+    calibration_mismatch_ok: bool = _p("bool", "apply --calibration even where it was measured on another model, TP, GPU, "
+                                       "KV dtype or memory utilisation (refused otherwise, naming the field)", "calibration", default=False)
 
-    # -- Monte-Carlo ----------------------------------------------------------------------
-    fills: int = _p("int", "Monte-Carlo fills of the pool", "monte_carlo", default=1500, lo=1, hi=MAX_FILLS, metavar="N")
-    draws: int = _p("int", "sessions drawn per fill (grown when a fill needs more)", "monte_carlo", default=2000, lo=1,
-                    hi=MAX_DRAWS, metavar="N")
-    seed: int = _p("int", "RNG seed: the same inputs give the same output", "monte_carlo", default=0, lo=0,
-                   hi=2**63 - 1, metavar="N")
 
     def __post_init__(self) -> None:
         for name, param in PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
         if self.gpus is None:
-            raise BadInput("--gpus is required: N x GPU type, e.g. 1xH200 (servesize gpus lists them)")
+            raise BadInput("--gpus is required: N x GPU type, e.g. 1xH200 (servesize gpus lists them)", field="gpus")
         if self.model is None and self.vllm_serve is None:
             raise BadInput("name a MODEL (catalogue name, config.json path or Hugging Face id), or give --vllm-serve "
-                           "'vllm serve MODEL ...'")
+                           "'vllm serve MODEL ...'", field="model")
         # --quantization is checked with the checkpoint (engine.quant_methods.weight_format), which may name its own
         check_vocabulary("native", self.kv_cache_dtype, parse_version(self.vllm_version))
 
@@ -548,11 +609,12 @@ class Scenario:
 
     def explicit(self) -> dict[str, Any]:
         """The fields that differ from their declared default (what a share link or a log needs)."""
+        defaults = {f.name: f.default for f in fields(self)}
         out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.default is MISSING or value != f.default:
-                out[f.name] = value
+        for name in PARAMS:
+            value = getattr(self, name)
+            if defaults[name] is MISSING or value != defaults[name]:
+                out[name] = value
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -564,11 +626,32 @@ class Scenario:
         return out
 
 
-def _declared(cls: type) -> dict[str, Param]:
-    return {f.name: replace(f.metadata["param"], name=f.name) for f in fields(cls)}
+_NAMED: dict[int, Param] = {}  # id of a declared Param -> the same Param with its field's name (one object per field)
 
 
-PARAMS: dict[str, Param] = _declared(Scenario)
+def _named(f: Any) -> Param:
+    """The field's Param with its name filled in: the same object wherever the field is shared (a group's
+    field inherited, or a ``_shared`` reference), so one declaration is one Param."""
+    declared = f.metadata["param"]
+    if id(declared) not in _NAMED:
+        _NAMED[id(declared)] = declared if declared.name else replace(declared, name=f.name)
+    return _NAMED[id(declared)]
+
+
+def _own_params(cls: type) -> dict[str, Param]:
+    return {f.name: _named(f) for f in fields(cls)}
+
+
+def _declared(cls: type, group_order: tuple[str, ...] | None = None) -> dict[str, Param]:
+    """The class's Params, in declaration order within each group, the groups in ``group_order`` (a dataclass
+    lists the fields of the groups it takes first; the flags and docs read the query's own order)."""
+    params = _own_params(cls)
+    if group_order is None:
+        return params
+    return {p.name: p for p in sorted(params.values(), key=lambda p: group_order.index(p.group))}
+
+
+PARAMS: dict[str, Param] = _declared(Scenario, ("model", "engine", "workload", "knobs", "calibration", "monte_carlo"))
 SWEEPABLE = tuple(p.name for p in PARAMS.values() if p.sweep)
 
 
@@ -577,12 +660,16 @@ def params_in(*groups: str) -> list[Param]:
     return [p for p in PARAMS.values() if p.group in groups]
 
 
-def _shared(name: str, default: Any = MISSING) -> Any:
-    """A field declared by Scenario, reused as it is (same kind, bounds and help)."""
-    param = PARAMS[name]
-    if default is MISSING:
-        return field(metadata={"param": param})
-    return field(default=default, metadata={"param": param})
+_SCENARIO_FIELDS = {f.name: f for f in fields(Scenario)}
+
+
+def _shared(name: str, *, required: bool = False) -> Any:
+    """A field declared by Scenario, referenced as it is: the same Param (kind, bounds, help) and the same default
+    (``required``: the query has no default for it)."""
+    declared = _SCENARIO_FIELDS[name]
+    if required:
+        return field(metadata=declared.metadata)
+    return field(default=declared.default, metadata=declared.metadata)
 
 
 @dataclass(frozen=True)
@@ -590,7 +677,7 @@ class FitQuery:
     """``servesize fit``: what these GPUs can serve: by default one row per model (the checkpoint's own precision,
     the smallest placement that serves); ``all_placements`` for every precision and placement."""
 
-    gpus: str = _shared("gpus")
+    gpus: str = _shared("gpus", required=True)
     max_model_len: int = _p("tokens", "tokens per sequence the concurrency is counted at, as vLLM's --max-model-len "
                             "(8192 = 8K; 8k is 8,000)", "fit", default=8192, lo=1, hi=MAX_TOKENS, unit="tokens",
                             flags=("--context",), metavar="TOKENS")
@@ -599,10 +686,10 @@ class FitQuery:
                                "and int4)", "fit", metavar="LIST")
     models: str | None = _p("text", "comma list of catalogue names or config paths (default: the whole catalogue)",
                             "fit", metavar="LIST")
-    budget: str = _shared("budget", "engine")
-    kv_cache_dtype: str = _shared("kv_cache_dtype", "auto")
-    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization", None)
-    vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
+    budget: str = _shared("budget")
+    kv_cache_dtype: str = _shared("kv_cache_dtype")
+    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization")
+    vllm_version: str = _shared("vllm_version")
     min_concurrency: int = _p("int", "smallest per-replica concurrency a placement should reach", "fit",
                               default=DEFAULT_MIN_CONCURRENCY, lo=1, hi=1 << 20, metavar="N")
     all_placements: bool = _p("bool", "every precision and every TP x replicas placement that fits (default: one row "
@@ -642,21 +729,13 @@ FIT_PARAMS: dict[str, Param] = _declared(FitQuery)
 
 # -- fleet: servesize fleet -------------------------------------------------------------------------
 
-FLEET_SHARED = (
-    # engine flags every searched deployment takes (the rest are what the search varies or sizes)
-    "gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "block_size", "enforce_eager",
-    "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version", "budget",
-    # the workload, the modelled knobs, the Monte-Carlo
-    *(p.name for p in params_in("workload", "knobs", "monte_carlo")),
-)
-
-
-def _fleet_shared() -> dict[str, Any]:
-    return {name: PARAMS[name] for name in FLEET_SHARED}
+# engine flags every searched deployment takes (the rest are what the search varies or sizes)
+FLEET_ENGINE = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "block_size", "enforce_eager",
+                "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version", "budget")
 
 
 @dataclass(frozen=True)
-class FleetQuery:
+class FleetQuery(WorkloadFields, KnobFields, MonteCarloFields):
     """``servesize fleet``: the cheapest fleet for N users (or several teams), over GPU type x count x precision
     x KV dtype x TP/DP, priced per GPU-hour (data/prices.toml, or --gpu-hour-price)."""
 
@@ -684,55 +763,24 @@ class FleetQuery:
                                     "--no-price-includes-power adds the power bill (owned GPUs at an amortised price)",
                                     "fleet", default=True)
 
-    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization", None)
-    max_model_len: int | None = _shared("max_model_len", None)
-    max_num_batched_tokens: int | None = _shared("max_num_batched_tokens", None)
-    block_size: int | None = _shared("block_size", None)
-    enforce_eager: bool = _shared("enforce_eager", False)
-    mamba_ssm_cache_dtype: str | None = _shared("mamba_ssm_cache_dtype", None)
-    mamba_cache_mode: str | None = _shared("mamba_cache_mode", None)
-    num_speculative_tokens: int | None = _shared("num_speculative_tokens", None)
-    vllm_version: str = _shared("vllm_version", DEFAULT_VLLM_VERSION)
-    budget: str = _shared("budget", "engine")
-    preset: str | None = _shared("preset", None)
-    workload: Workload | str | None = _shared("workload", None)
-    median: int | None = _shared("median", None)
-    sigma: float | None = _shared("sigma", None)
-    prefix: int | None = _shared("prefix", None)
-    subagent_ratio: float | None = _shared("subagent_ratio", None)
-    subagent_median: int | None = _shared("subagent_median", None)
-    subagent_sigma: float | None = _shared("subagent_sigma", None)
-    subagent_prefix: int | None = _shared("subagent_prefix", None)
-    subagents_share_prefix: bool | None = _shared("subagents_share_prefix", None)
-    invalidation: float | None = _shared("invalidation", None)
-    think_time: float | None = _shared("think_time", None)
-    output_tokens: int | None = _shared("output_tokens", None)
-    warm_turn_tokens: int | None = _shared("warm_turn_tokens", None)
-    bandwidth_efficiency: float | None = _shared("bandwidth_efficiency", None)
-    tp_efficiency: float | None = _shared("tp_efficiency", None)
-    mtp_speedup: float | None = _shared("mtp_speedup", None)
-    spec_acceptance: float | None = _shared("spec_acceptance", None)
-    decode_floor: float | None = _shared("decode_floor", None)
-    comfortable_floor: float | None = _shared("comfortable_floor", None)
-    mfu: float | None = _shared("mfu", None)
-    decode_compute_efficiency: float | None = _shared("decode_compute_efficiency", None)
-    ttft_limit: float | None = _shared("ttft_limit", None)
-    electricity_price: float | None = _shared("electricity_price", None)
-    currency: str | None = _shared("currency", None)
-    pue: float | None = _shared("pue", None)
-    cpu_offload_gib: float | None = _shared("cpu_offload_gib", None)
-    sticky_routing: bool = _shared("sticky_routing", True)
-    assumptions: str = _shared("assumptions", "default")
-    fills: int = _shared("fills", 1500)
-    draws: int = _shared("draws", 2000)
-    seed: int = _shared("seed", 0)
+    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization")
+    max_model_len: int | None = _shared("max_model_len")
+    max_num_batched_tokens: int | None = _shared("max_num_batched_tokens")
+    block_size: int | None = _shared("block_size")
+    enforce_eager: bool = _shared("enforce_eager")
+    mamba_ssm_cache_dtype: str | None = _shared("mamba_ssm_cache_dtype")
+    mamba_cache_mode: str | None = _shared("mamba_cache_mode")
+    num_speculative_tokens: int | None = _shared("num_speculative_tokens")
+    vllm_version: str = _shared("vllm_version")
+    budget: str = _shared("budget")
 
     def __post_init__(self) -> None:
         for name, param in FLEET_PARAMS.items():
             object.__setattr__(self, name, param.parse(getattr(self, name)))
         if (self.users is None) == (self.team is None):
             raise BadInput("give --users N (one workload) or --team NAME=USERS[:WORKLOAD] (repeated), not both"
-                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team")
+                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team",
+                           field="users")
 
     def replace(self, **changes: Any) -> FleetQuery:
         unknown = sorted(set(changes) - set(FLEET_PARAMS))
@@ -742,7 +790,8 @@ class FleetQuery:
 
     def shared(self) -> dict[str, Any]:
         """The fields a Scenario takes as they are (engine flags, workload, knobs, Monte-Carlo)."""
-        return {name: getattr(self, name) for name in FLEET_SHARED}
+        groups = (*FLEET_ENGINE, *_own_params(WorkloadFields), *_own_params(KnobFields), *_own_params(MonteCarloFields))
+        return {name: getattr(self, name) for name in groups}
 
     def lists(self) -> dict[str, tuple[str, ...] | None]:
         """The comma lists, split: models, GPU types, precisions, KV dtypes, TP sizes."""
@@ -758,4 +807,4 @@ class FleetQuery:
         return out
 
 
-FLEET_PARAMS: dict[str, Param] = _declared(FleetQuery)
+FLEET_PARAMS: dict[str, Param] = _declared(FleetQuery, ("fleet", "engine", "workload", "knobs", "monte_carlo"))

@@ -152,7 +152,31 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
                                         n_shared_experts=1, first_k_dense_replace=1, topk_method="greedy",
                                         n_group=1, topk_group=1)),
+    # Qwen2's own spelling of a window on every layer: use_sliding_window with max_window_layers 0 (the written
+    # layer_types is dropped, as Qwen2.5's configs carry none: see DROPPED)
+    "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=512, max_window_layers=0)),
+    # Phi-3-mini-4k's spelling: a bare sliding_window (2,047 there and here), no layer_types
+    "phi3_window": ("phi3", dict(sliding_window=2047, head_dim=None)),
+    # StarCoder2: the window (256) on every layer, read from a bare sliding_window; biases, LayerNorm, 2-matrix MLP
+    "starcoder2": ("starcoder2", dict(sliding_window=256, head_dim=None)),
+    # Cohere2: 3 sliding : 1 global, a parallel block with one LayerNorm. The window, 129, is one where vLLM's +1
+    # shows at both settings: cdiv(129 + 2,048, 128) = 18 blocks at A (17 without it), cdiv(129 + 1,024, 32) = 37 at B
+    "cohere2": ("cohere2", dict(num_hidden_layers=4, sliding_window=129, head_dim=None,
+                                layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+    # EXAONE 4.0: 3 sliding (window 128) : 1 global by its integer sliding_window_pattern (layer_types dropped)
+    "exaone4": ("exaone4", dict(num_hidden_layers=4, sliding_window=128, sliding_window_pattern=4)),
+    # SmolLM3: NoPE on every 4th layer (no_rope_layer_interval 4), every layer full attention
+    "smollm3": ("smollm3", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
+    # Granite 4.0 hybrid: 3 Mamba2 mixers (8 heads x 32, state 16) : 1 full attention, 4 experts top 2 + a shared MLP
+    "granitemoehybrid": ("granitemoehybrid", dict(
+        num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"], mamba_n_heads=8,
+        mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64,
+        num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, shared_intermediate_size=64,
+        position_embedding_type="rope", head_dim=None)),
 }
+# Fields transformers writes into config.json that a family's published configs lack: removed after saving, so
+# servesize and vLLM read the spelling real checkpoints use (Qwen2.5's configs carry no layer_types).
+DROPPED: dict[str, tuple[str, ...]] = {"qwen2_window": ("layer_types",), "exaone4": ("layer_types",)}
 
 
 def family_config(family: str, vocab_size: int, max_positions: int, dtype: str, ids: dict):
@@ -199,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     hf_tok.save_pretrained(args.out)
 
     written = json.loads((args.out / "config.json").read_text())
+    if DROPPED.get(args.family):
+        written = {k: v for k, v in written.items() if k not in DROPPED[args.family]}
+        (args.out / "config.json").write_text(json.dumps(written, indent=2) + "\n")
     print(
         json.dumps(
             {

@@ -13,6 +13,13 @@ engine logged, character for character.
     qwen3_next   Gated DeltaNet + full attention (state-aligned block, padded state page)
     mamba2       attention-free (a block is one sequence)
     deepseek_v2  MLA (the CPU build's reference MLA kernel forces block 16, no prefix caching)
+    qwen2_window Qwen2's spelling of a window on every layer (use_sliding_window, max_window_layers 0)
+    phi3_window  Phi-3-mini-4k's spelling: a bare sliding_window (2,047), no layer_types
+    starcoder2   the window (256) on every layer, on vLLM's Transformers backend
+    cohere2      3 sliding : 1 global, the window one token wider than the config's (vLLM's +1)
+    exaone4      3 sliding : 1 global by an integer sliding_window_pattern (no layer_types), q/k norms
+    smollm3      NoPE on every 4th layer, every layer full attention (vLLM's Transformers backend)
+    granitemoehybrid  3 Mamba2 mixers : 1 full attention, experts and a shared MLP (state-aligned block)
 
 Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
 setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
@@ -23,6 +30,9 @@ a CPU without AVX-512 BF16 and runs servesize with `--cpu-avx512-bf16 no`.
 
 Each (family, setting) starts one server for the module (in-process engine: one interpreter
 start); its start-up seconds are recorded in the log directory (starts.json).
+
+REFUSED: starts vLLM refuses (one request at max_model_len does not fit); servesize must exit 3 naming
+the largest --max-model-len vLLM estimated in its error.
 """
 
 from __future__ import annotations
@@ -31,18 +41,23 @@ import json
 import re
 
 import pytest
-from vllm_server import ServerConfig, VllmServer
+from vllm_server import ServerConfig, ServerStartError, VllmServer
 
 from servesize.cli import main
+from servesize.model.architecture import from_config, load_config_file
+from servesize.model.ledger import parameter_ledger
 
 pytestmark = pytest.mark.vllm
 
-FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2")
+FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2",
+            "qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
+            "granitemoehybrid")
 SETTINGS = {
     "A": dict(block_size=None, max_model_len=4096, kv_cache_memory_bytes=16 * 2**20),
     "B": dict(block_size=32, max_model_len=3000, kv_cache_memory_bytes="12M", max_num_batched_tokens="1K"),
 }
-EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "deepseek_v2": dict(block_size=64)}
+EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "granitemoehybrid": dict(prefix_caching=False),
+           "deepseek_v2": dict(block_size=64)}
 # Setting C: the attention-free model with prefix caching asked for, which puts its Mamba2 layers in
 # 'align' mode (three state blocks per request from 0.32: MambaMixer2's prefill checkpoint block).
 SETTINGS["C"] = dict(SETTINGS["A"], prefix_caching=True)
@@ -103,3 +118,39 @@ def test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exa
     assert doc["log_lines"] == lines
     # the serve line's host, port and server-only flags change no figure, and are listed as such
     assert "--host 127.0.0.1" in doc["flags_not_affecting"] and "--enable-prompt-tokens-details" in doc["flags_not_affecting"]
+
+
+# Starts vLLM refuses: 1 MiB holds 16 blocks of 128 tokens over the tiny model's 2 layers, and a request under
+# Phi-3's 2,047-token window needs cdiv(2,046 + 2,048, 128) + 1 = 33 of them (full attention would need 32 at
+# 4,096); vLLM names the longest max_model_len that would start.
+REFUSED = {"phi3_window": dict(SETTINGS["A"], kv_cache_memory_bytes="1M")}
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED))
+def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsys, vllm_python, tiny_model_of,
+                                                                            vllm_log_dir, start_timeout_s, family):
+    cfg = ServerConfig(model=tiny_model_of(family)["path"], max_num_seqs_flag=False, in_process=True,
+                       prefix_caching=None, **REFUSED[family])
+    srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-refused.log")
+    with pytest.raises(ServerStartError):
+        srv.start(timeout_s=start_timeout_s)
+    log = srv.log_text()
+    m = re.search(r"the estimated maximum model length is (\d+)\.", log)
+    assert m, log[-3000:]
+    code = main(["memory", "--gpus", "1xH100", "--device", "cpu", "--vllm-version", version_of(log),
+                 "--vllm-serve", srv.command_line])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert f"the largest --max-model-len that starts is {int(m.group(1)):,}" in err
+
+
+# Families added with their own tensor layout in the ledger: its total must be what torch counts in the tiny
+# model make_tiny_model.py built (model.parameters(), tied weights once); no server needed.
+LEDGER_CHECKED = ("qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
+            "granitemoehybrid")
+
+
+@pytest.mark.parametrize("family", LEDGER_CHECKED)
+def test_the_ledger_counts_the_tiny_models_parameters_as_torch_does(tiny_model_of, family):
+    tiny = tiny_model_of(family)
+    assert parameter_ledger(from_config(load_config_file(tiny["path"]))).total == tiny["params"]

@@ -3,9 +3,9 @@
 import asyncio
 
 import pytest
+from testserver import Fault, ServerConfig, TestServer
 
 from servesize.measure.client import RequestResult, StreamClient, StreamParser, summarise
-from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 PROMPT = " ".join(f"w{i}" for i in range(200))  # 200 tokens: one word is one token on the test server
 

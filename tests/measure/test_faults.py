@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
+from testserver import Fault, ServerConfig, TestServer
 
 from servesize.cli import main
-from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "measure.md"

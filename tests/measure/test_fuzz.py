@@ -505,7 +505,7 @@ E2E_OUTCOMES: list[tuple[str, int]] = []  # (command, exit) of every end-to-end 
 def test_measure_against_a_lying_server_never_reports_a_false_capacity_nor_a_bug(lies, command):
     """End to end, a few cases (each is a real run, seconds long): exit 0 or 2, one line on stderr, no bug line;
     a pool run that exits 0 reports a pool no larger than the server's own."""
-    from servesize.measure.testserver import ServerConfig, TestServer
+    from testserver import ServerConfig, TestServer
 
     def cached_fn(index, prompt, true_cached):
         return lied_value(lies[index % len(lies)], prompt, true_cached, 16)

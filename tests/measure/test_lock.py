@@ -14,11 +14,11 @@ import subprocess
 import sys
 
 import pytest
+from testserver import Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.measure.record import RecordLock, RunRecord
-from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

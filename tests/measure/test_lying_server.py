@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+from testserver import ServerConfig, TestServer
+
 from servesize.cli import main
 from servesize.measure.pool import PoolConfig, measure_pool
 from servesize.measure.record import read_record
 from servesize.measure.sessions import ClassParams, SessionParams, SessionsConfig, measure_sessions
-from servesize.measure.testserver import ServerConfig, TestServer
 
 POOL = 4096  # 256 blocks of 16: 8 prompts of 513 tokens (32 blocks each, the last token recomputed)
 SLOW = dict(ttft_base_s=0.0, ttft_per_token_s=0.002)  # cold 513-token prompt: 1.026 s; warm: 2 ms
@@ -142,7 +143,7 @@ def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them()
 
 
 def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp_path, capsys):
-    from servesize.measure.testserver import Fault
+    from testserver import Fault
 
     rec = tmp_path / "p.jsonl"
     lying = dict(capacity_tokens=POOL, lie="over_prompt")
@@ -194,3 +195,20 @@ def test_hits_that_make_no_request_warm_do_not_make_the_probe_warm():
     v = classify([33], rounds, deltas, block_size=16, warm_share=0.25)
     assert v.signal == "metrics" and v.by_signal["metrics"] == 8 / 32
     assert v.flags == [[False]] * 3 and v.warm_fraction == 0.0 and not v.warm
+
+
+def test_a_warm_claim_is_checked_against_ttft_only_where_a_prefill_shows_in_it():
+    """The TTFT check is evidence only where the cold TTFT is REFUTE_RESOLVABLE_S or more: a 28 ms cold prefill
+    on a loaded client (warm TTFTs 90% of cold) refutes nothing; a 1 s one does."""
+    from servesize.measure.client import RequestResult
+    from servesize.measure.pool import REFUTE_RESOLVABLE_S, _contradicted
+
+    def req(i, ttft):
+        return RequestResult(id=f"r{i}", ttft_s=ttft)
+
+    for cold_s, refuted in [(0.028, False), (REFUTE_RESOLVABLE_S * 0.9, False), (1.0, True)]:
+        later = [[req(i, 0.9 * cold_s) for i in range(8)]]
+        why = _contradicted([[True] * 8], later, [cold_s] * 8)
+        assert (why is not None) is refuted, (cold_s, why)
+        if refuted:
+            assert why.startswith("called 8 later-round request(s) warm, but 8 of them were no faster than cold"), why

@@ -3,13 +3,13 @@
 import asyncio
 
 import pytest
+from testserver import BlockCache, ServerConfig, TestServer
 
 from servesize.errors import BadInput
 from servesize.measure.client import StreamClient
 from servesize.measure.metrics import delta, parse_prometheus, snapshot_from_text
 from servesize.measure.prompts import PromptFactory, id_words
 from servesize.measure.record import RunRecord, read_record
-from servesize.measure.testserver import BlockCache, ServerConfig, TestServer
 
 VLLM_TEXT = """\
 # HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.

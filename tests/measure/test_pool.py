@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import pytest
+from testserver import Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.errors import ServesizeError
@@ -19,7 +20,6 @@ from servesize.measure.pool import (
     predicted_tokens_of,
 )
 from servesize.measure.record import read_record
-from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 
 def measure_on(server_config: ServerConfig, **pool_kw):

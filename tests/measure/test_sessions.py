@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+from testserver import Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.measure.client import RequestResult
@@ -23,7 +24,6 @@ from servesize.measure.sessions import (
     ttft_fit,
     verdict,
 )
-from servesize.measure.testserver import Fault, ServerConfig, TestServer
 
 PARAMS = SessionParams(user=ClassParams(1500, 0.5, 300), subagent=ClassParams(500, 0.5, 100), subagent_ratio=0.25,
                        invalidation=0.1, max_model_len=4000, think_time_s=0.05, output_tokens=4, turn_tokens=100, seed=3)

@@ -109,11 +109,31 @@ def test_model_and_gpus_are_required(missing):
     assert refused(body).field == missing
 
 
-def test_a_library_refusal_maps_to_the_flag_it_names():
-    assert field_of(DoesNotFit("x does not fit; try a larger --tensor-parallel-size")) == "tensor_parallel_size"
+def refused_by_library(call, *args, **kwargs) -> s.ServesizeError:
+    with pytest.raises(s.ServesizeError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def test_a_library_refusal_carries_the_field_it_checked():
+    # the engine's refusal: bf16 Llama 3.1 70B (~141 GB of weights) on one 80 GB H100 names the split
+    assert field_of(refused_by_library(s.memory, s.Scenario(model="llama-3.1-70b", gpus="1xH100"))) \
+        == "tensor_parallel_size"
+    # a declared bound (Param.parse), under the field's own name, whichever spelling its flag has
+    err = refused_by_library(s.Scenario, model="qwen3.6-27b", gpus="1xH200", num_speculative_tokens=10 ** 6)
+    assert err.field == "num_speculative_tokens" and "out of range" in str(err)
+    # the vLLM release's vocabulary, checked with the Scenario
+    assert refused_by_library(s.Scenario, model="qwen3.6-27b", gpus="1xH200", kv_cache_dtype="fp7").field \
+        == "kv_cache_dtype"
+    # the workload's own rule (a prefix at or above the median session), checked when the Scenario is resolved
+    assert refused_by_library(s.plan, s.Scenario(model="qwen3.6-27b", gpus="1xH200", median=4000, prefix=8000),
+                              sensitivity=False).field == "prefix"
+
+
+def test_a_refusal_that_names_no_field_is_the_models_when_it_does_not_fit():
     assert field_of(DoesNotFit("x does not fit")) == "model"
-    assert field_of(s.BadInput("--no-sticky-routing makes no sense here")) == "sticky_routing"
-    assert field_of(s.BadInput("--spec-tokens 3 is out of range")) == "num_speculative_tokens"
+    assert field_of(DoesNotFit("x does not fit", field="gpus")) == "gpus"
+    assert field_of(s.BadInput("the request as a whole")) is None
 
 
 def test_a_fit_query_takes_only_catalogue_models():

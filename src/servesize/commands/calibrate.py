@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from servesize.vllm_logs.calibration import Calibration
     from servesize.vllm_logs.parse import LogFacts
 
-HELP = "read real vLLM startup logs and write a calibration file"
 EPILOG = """\
 examples:
   servesize calibrate --vllm-log server.log

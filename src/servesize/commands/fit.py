@@ -5,7 +5,6 @@ from __future__ import annotations
 from servesize.flags import add_params, fit_query_from_args
 from servesize.scenario import FIT_PARAMS, FitQuery
 
-HELP = "what can these GPUs serve: one row per model (--all: every precision and placement), with concurrency"
 EPILOG = """\
 examples:
   servesize fit --gpus 4xH100                        each model at its own precision, 8,192 tokens (8K)

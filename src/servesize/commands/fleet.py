@@ -6,7 +6,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-HELP = "the cheapest fleet for N users (or several teams): GPU type x count x precision x TP/DP, priced"
 EPILOG = """\
 examples:
   servesize fleet --users 400 --models qwen3.6-27b

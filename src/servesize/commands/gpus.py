@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from servesize.model.hardware import Gpu, find_gpu, load_gpus
 from servesize.units import GiB
 
-HELP = "the GPU catalogue: memory as nvidia-smi reports it, bandwidth, FLOP/s"
 EPILOG = """\
 examples:
   servesize gpus                 every GPU: nvidia-smi MiB, bandwidth, dense TFLOP/s
@@ -28,7 +27,7 @@ UNITS = {
     "bf16_dense_tflops": "dense BF16 tensor rate, 10**12 FLOP/s, no sparsity (0: not published)",
     "fp8_dense_tflops": "dense FP8 tensor rate, 10**12 FLOP/s, no sparsity (0: none)",
     "fp4_dense_tflops": "dense FP4 tensor rate, 10**12 FLOP/s, no sparsity (0: none)",
-    "tdp_w": "power cap shown by a cited nvidia-smi line, W (absent: not documented)",
+    "tdp_w": "board power, W: a cited nvidia-smi power cap, else the vendor's published TDP (see tdp_source)",
 }
 
 
@@ -52,7 +51,7 @@ class GpusResult:
         return {"units": UNITS, "gpus": rows}
 
     def render(self, explain: bool = False) -> str:
-        header = ("key", "name", "smi MiB", "GiB", "BW GB/s", "BF16", "FP8", "FP4", "FP8?", "FP4?")
+        header = ("key", "name", "smi MiB", "GiB", "BW GB/s", "BF16", "FP8", "FP4", "FP8?", "FP4?", "TDP W")
         table = [header]
         for gpu in self.gpus:
             mark = "" if gpu.memory_basis == "nvidia-smi" else "*"
@@ -67,6 +66,7 @@ class GpusResult:
                 _num(gpu.fp4_dense_tflops),
                 "yes" if gpu.fp8 else "no",
                 "yes" if gpu.fp4 else "no",
+                _num(gpu.tdp_w or 0),
             ))
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         left = {0, 1}
@@ -81,6 +81,7 @@ class GpusResult:
             "smi MiB: memory.total as nvidia-smi prints it (MiB = 2**20 B); GiB = 2**30 B.",
             "  * not from nvidia-smi: rocm-smi, or the marketed GB read as 10**9 B where no smi value was found.",
             "BW: peak memory bandwidth, GB/s = 10**9 B/s. BF16/FP8/FP4: dense TFLOP/s (no sparsity); - none or not published.",
+            "TDP W: board power (an nvidia-smi power cap where one was found, else the published TDP).",
         ]
         if any(g.confidence for g in self.gpus):
             which = "" if explain or self.one else "; --explain says which"
@@ -104,9 +105,10 @@ def _details(gpu: Gpu) -> list[str]:
         out.append(f"CUDA-visible total: {gpu.cuda_total_bytes / GiB:.2f} GiB = {gpu.cuda_total_bytes:,} B; {gpu.cuda_total_note}")
     if gpu.bandwidth_note:
         out.append(f"bandwidth: {_num(gpu.bandwidth_gbps)} GB/s is {gpu.bandwidth_note}")
-    out.append(f"compute capability: {gpu.compute_capability or 'n/a'}; interconnect: {gpu.interconnect or 'n/a'}"
-               + (f"; power cap {gpu.tdp_w} W" if gpu.tdp_w else ""))
+    out.append(f"compute capability: {gpu.compute_capability or 'n/a'}; interconnect: {gpu.interconnect or 'n/a'}")
     out.append(f"source: {gpu.source}")
+    if gpu.tdp_source:
+        out.append(f"TDP {gpu.tdp_w} W read from {gpu.tdp_source}")
     if gpu.confidence:
         out.append(f"confidence: {gpu.confidence}")
     return out

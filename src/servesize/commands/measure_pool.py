@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "measure a live server's real KV pool (unique-id prompts, bisection)"
 EPILOG = """\
 examples:
   servesize measure pool --url http://localhost:8000 --prompt-tokens 4097 --predicted-tokens 1.3m

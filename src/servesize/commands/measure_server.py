@@ -11,7 +11,6 @@ from typing import Any
 from servesize.commands import measure_sessions
 from servesize.errors import BadInput
 
-HELP = "measure a live server end to end: its KV pool, then the warm-capacity ladder, against the prediction"
 EPILOG = """\
 examples:
   servesize measure server --url http://localhost:8000 \\

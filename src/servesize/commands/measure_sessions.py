@@ -9,7 +9,6 @@ from servesize.errors import BadInput
 from servesize.flags import add_params
 from servesize.scenario import params_in
 
-HELP = "load a live server with simulated agentic users on a ladder"
 EPILOG = """\
 examples:
   servesize measure sessions --url http://localhost:8000 --predicted-users 86 --duration 300
@@ -77,10 +76,12 @@ def _server_max_model_len(url: str, model: str | None) -> int | None:
 def build_params(args):
     """The simulated users: the same workload the prediction plans for (the seed reference, a
     --workload file, the workload flags), with the server's own cap."""
+    from servesize.flags import given
     from servesize.measure.sessions import SessionParams
     from servesize.resolve import overridden_workload
+    from servesize.scenario import WorkloadFields
 
-    workload = overridden_workload(args)
+    workload = overridden_workload(WorkloadFields(**given(args, params_in("workload"))))
     max_len = args.max_model_len or _server_max_model_len(args.url, args.model) or workload.max_model_len
     return SessionParams.from_workload(workload, max_model_len=max_len, turns_per_session=args.turns_per_session,
                                        seed=args.seed)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from servesize.flags import add_params, scenario_from_args
 from servesize.scenario import params_in
 
-HELP = "vLLM's memory budget and KV pool for one deployment, down to the lines it logs"
 EPILOG = """\
 examples:
   servesize memory llama-3.1-8b --gpus 1xH100

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "the model catalogue: parameters, layers, KV bytes per token"
 EPILOG = """\
 examples:
   servesize models                       every catalogue model: params, layers, KV bytes/token at 16 bits

@@ -9,7 +9,6 @@ from typing import Any
 from servesize.flags import add_params, scenario_from_args
 from servesize.scenario import GROUPS
 
-HELP = "warm users, decode speed, latency: which ceiling binds, and the vLLM recipe"
 EPILOG = """\
 examples:
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --kv-cache-dtype fp8 --median 31k

@@ -7,7 +7,6 @@ import sys
 
 from servesize.errors import BadInput
 
-HELP = "the explorer: a local web page (what fits, and one deployment's plan), on 127.0.0.1"
 EPILOG = """\
 examples:
   servesize serve                  http://127.0.0.1:8765/ (loopback only)

@@ -11,7 +11,6 @@ from servesize.flags import add_params, scenario_from_args
 from servesize.scenario import PARAMS, params_in
 from servesize.units import parse_tokens
 
-HELP = "replay a trace through vLLM's prefix cache: hit rate against pool size, and users at a target hit rate"
 EPILOG = """\
 traces (detected from the content; .gz allowed):
   Claude Code sessions (kv-cache-tester: requests[].hash_ids, 64-token blocks), Mooncake / hash JSONL

@@ -6,7 +6,6 @@ import argparse
 
 from servesize.units import parse_tokens
 
-HELP = "fit a workload from request logs: session lengths, prefix, invalidation, think time, output, subagents"
 EPILOG = """\
 formats (detected from the content; .gz allowed):
   CSV with a header            --column NAME, else prompt_tokens / input_tokens / ContextTokens / ...;

@@ -27,6 +27,11 @@ from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
 from servesize.units import GiB, MiB
 
+# The release boundaries of the rules below (each beside the figure it changes, in Assumptions' comments):
+MOE_WORKSPACE_V10_FROM = (0, 10, 0)      # TritonExperts.workspace_shapes' 0.10-0.33 form (0.9's before)
+FUSED_MOE_UNCHUNKED_FROM = (0, 18, 0)    # VLLM_FUSED_MOE_CHUNK_SIZE chunks the batch before 0.18
+CUDAGRAPH_ESTIMATE_FROM = (0, 20, 0)     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 (envs.py)
+
 # The calculator seed's simple budget uses vLLM's long-standing default utilisation of 0.90.
 SEED_GPU_MEMORY_UTILIZATION = 0.90
 
@@ -104,7 +109,7 @@ def _moe_workspace_bytes_per_token(arch: Architecture, dep: Deployment, a: Engin
     k, h = moe.experts_per_token, arch.hidden_size
     # expert parallel keeps each expert whole on its rank; otherwise each rank holds 1/tp of every expert
     width = moe.expert_intermediate_size if dep.enable_expert_parallel else moe.expert_intermediate_size // tp
-    if dep.version < (0, 10, 0):
+    if dep.version < MOE_WORKSPACE_V10_FROM:
         return k * (max(2 * width, h) + width + h), "topk * (max(2 * width, hidden) + width + hidden)"
     return k * (max(width, h) + max(2 * width, h)) + h, "topk * (max(width, hidden) + max(2 * width, hidden)) + hidden"
 
@@ -130,7 +135,7 @@ def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumpti
     moe_bytes = 0
     if arch.moe is not None:
         per, formula = _moe_workspace_bytes_per_token(arch, dep, a)
-        chunk = min(tokens, a.fused_moe_chunk_tokens) if dep.version < (0, 18, 0) else tokens
+        chunk = min(tokens, a.fused_moe_chunk_tokens) if dep.version < FUSED_MOE_UNCHUNKED_FROM else tokens
         moe_bytes = d.step("fused_moe_workspace_bytes", "tokens * workspace_elements_per_token * dtype_bytes", unit="B",
                            tokens=chunk, workspace_elements_per_token=per, dtype_bytes=arch.dtype_bytes,
                            note=f"fused-experts workspaces: {formula} elements per token")
@@ -152,7 +157,7 @@ def memory_budget(arch: Architecture, gpu: Gpu, dep: Deployment, weights_per_gpu
     d = derivation if derivation is not None else Derivation()
     util = dep.gpu_memory_utilization
     if budget not in ("engine", "simple"):
-        raise BadInput(f"--budget must be engine or simple, got {budget!r}")
+        raise BadInput(f"--budget must be engine or simple, got {budget!r}", field="budget")
     if dep.kv_cache_memory_bytes is not None:
         avail = d.given("available_kv_bytes_per_gpu", dep.kv_cache_memory_bytes, unit="B",
                         note="--kv-cache-memory-bytes: taken as given; vLLM skips the utilisation budget")
@@ -181,7 +186,7 @@ def memory_budget(arch: Architecture, gpu: Gpu, dep: Deployment, weights_per_gpu
                        tp=dep.tensor_parallel_size)
     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0 (envs.py), though the log
     # line says "default since v0.21.0".
-    graphs_on = dep.version >= (0, 20, 0) and not dep.enforce_eager and dep.device == "cuda"
+    graphs_on = dep.version >= CUDAGRAPH_ESTIMATE_FROM and not dep.enforce_eager and dep.device == "cuda"
     graphs = d.step("cudagraph_bytes", "estimate if subtracted else 0", unit="B",
                     estimate=assumptions.cudagraph_bytes, subtracted=graphs_on,
                     note="vLLM >= 0.20 subtracts its CUDA-graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"

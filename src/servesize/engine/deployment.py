@@ -12,17 +12,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from servesize.engine.versions import DEFAULT_VLLM_VERSION, log_era, parse_version
+from servesize.engine.versions import (
+    DEFAULT_VLLM_VERSION,
+    V0_CHUNKED_BATCHED_TOKENS,
+    V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM,
+    V0_LONG_CONTEXT_TOKENS,
+    V1_FROM,
+    log_era,
+    parse_version,
+)
 from servesize.errors import BadInput, DoesNotFit, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
-from servesize.model.layers import MLA, GatedDeltaNet
+from servesize.model.layers import MLA, SLIDING, GatedDeltaNet
 
 if TYPE_CHECKING:
     from servesize.engine.speculative import Speculation
 
 # --max-model-len auto (or -1): vLLM picks the largest length whose one request fits (v0.14+).
 AUTO_MAX_MODEL_LEN = -1
+AUTO_MAX_MODEL_LEN_FROM = (0, 14, 0)
+# --gpu-memory-utilization's default: 0.90 until 0.19.x, 0.92 from 0.20.0 (config/cache.py, vLLM PR #38284).
+UTILIZATION_092_FROM = (0, 20, 0)
+EVERY_RELEASE = (0, 0, 0)  # a rule with no lower boundary among the releases servesize reads
 # vLLM SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS: the floor of the profile batch when
 # chunked prefill is off (CPU MLA), and the CPU API server's per-rank default.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -30,6 +42,39 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 # 'cpu specific default values', in every release read from 0.22 to 0.33).
 CPU_SERVER_BATCHED_TOKENS_PER_RANK = 2048
 CPU_SERVER_SEQS_PER_RANK = 128
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """One row of the CUDA OpenAI server's batch defaults (arg_utils.py get_batch_defaults): from release
+    ``since``, on at least ``min_bytes`` of CUDA-visible memory (A100s excluded where ``not_a100``, PR #17885)."""
+    since: tuple[int, int, int]
+    min_bytes: int
+    not_a100: bool
+    batched_tokens: int
+    seqs: int
+
+
+CUDA_BATCH_TIERS = (BatchTier((0, 28, 0), 160 * 2**30, False, 16384, 1024),
+                    BatchTier(EVERY_RELEASE, 70 * 2**30, True, 8192, 1024))
+CUDA_BATCH_FALLBACK = (2048, 256)  # below every tier
+V0_SEQS = 256  # before V1 (0.8.0) max_num_seqs defaulted to 256 on every GPU
+
+
+def batch_default_words(which: str) -> str:
+    """The default of --max-num-seqs (``which="seqs"``) or --max-num-batched-tokens (``"batched_tokens"``), in
+    words, from the same table ``Deployment._tier`` reads: help text that states an engine default says this."""
+    pick = (lambda t: t.seqs) if which == "seqs" else (lambda t: t.batched_tokens)
+    parts = []
+    for t in CUDA_BATCH_TIERS:
+        where = f">= {t.min_bytes // 2**30} GiB GPUs" + (" other than A100s" if t.not_a100 else "")
+        since = f" from v{t.since[0]}.{t.since[1]}" if t.since > EVERY_RELEASE else ""
+        parts.append(f"{pick(t)} on {where}{since}")
+    fallback = CUDA_BATCH_FALLBACK[1] if which == "seqs" else CUDA_BATCH_FALLBACK[0]
+    cpu = CPU_SERVER_SEQS_PER_RANK if which == "seqs" else CPU_SERVER_BATCHED_TOKENS_PER_RANK
+    v0 = (f"{V0_SEQS} before v0.8" if which == "seqs"
+          else f"before v0.8 max_model_len, or {V0_CHUNKED_BATCHED_TOKENS} with chunked prefill")
+    return f"{', '.join(parts)}, else {fallback}; the CPU build {cpu} per rank; {v0}"
 # The CPU MLA reference kernel compiles only for block 16 (platforms/cpu.py, from 0.28); CPUs
 # with AMX tiles take the AMX MLA backend instead, which keeps the CPU default block.
 CPU_MLA_BLOCK = 16
@@ -145,7 +190,7 @@ class Deployment:
         util = self._utilisation()
         max_len = self._max_len(arch)
         prefix_caching = self._prefix_caching(arch)
-        chunked = self._chunked_prefill(arch)
+        chunked = self._chunked_prefill(arch, max_len, gpus)
         mnbt, seqs = self._batch(arch, gpus, max_len, chunked)
         _check_scheduler(mnbt, seqs, max_len, chunked)
         mode = self.mamba_cache_mode
@@ -158,29 +203,34 @@ class Deployment:
                        enable_chunked_prefill=chunked)
 
     # -- the defaults, one rule each ---------------------------------------------------------
+    def resolved_utilisation(self) -> float:
+        """--gpu-memory-utilization as the engine settles it (its release's default where unset)."""
+        return self._utilisation()
+
     def _utilisation(self) -> float:
         util = self.gpu_memory_utilization
         if util is None:
             # 0.90 until 0.19.x; 0.92 from 0.20.0 (config/cache.py default, vLLM PR #38284).
-            util = 0.92 if self.version >= (0, 20, 0) else 0.90
+            util = 0.92 if self.version >= UTILIZATION_092_FROM else 0.90
         if not 0 < util <= 1:
-            raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+            raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {util}", field="gpu_memory_utilization")
         return util
 
     def _max_len(self, arch: Architecture) -> int:
         limit = derived_max_model_len(arch)
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
-            if self.version < (0, 14, 0):
-                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number")
+            if self.version < AUTO_MAX_MODEL_LEN_FROM:
+                raise BadInput(f"--max-model-len auto (-1) arrived in vLLM 0.14; {self.vllm_version} needs a number", field="max_model_len")
             if not limit:
-                raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below")
+                raise BadInput("--max-model-len auto needs the config's max_position_embeddings to search below", field="max_model_len")
             return AUTO_MAX_MODEL_LEN  # the largest that fits: memory_report searches for it once the budget is known
         max_len = self.max_model_len or limit
         if not max_len:
-            raise BadInput("the config has no max_position_embeddings: pass --max-model-len")
+            raise BadInput("the config has no max_position_embeddings: pass --max-model-len", field="max_model_len")
         if limit and max_len > limit:
             raise BadInput(f"--max-model-len {max_len:,} is above {arch.name}'s {limit:,}-token context "
-                           "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+                           "(max_position_embeddings and RoPE scaling); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+                           field="max_model_len")
         return max_len
 
     def _cpu_mla(self, arch: Architecture) -> bool:
@@ -199,12 +249,28 @@ class Deployment:
             return False
         return not arch.has_state or self.version >= HYBRID_PREFIX_CACHING_FROM
 
-    def _chunked_prefill(self, arch: Architecture) -> bool:
+    def _chunked_prefill(self, arch: Architecture, max_len: int = 0, gpus: GpuGroup | None = None) -> bool:
         if self._cpu_mla(arch):
             return False
         if self.enable_chunked_prefill is not None:
             return self.enable_chunked_prefill
-        return self.version >= (0, 8, 0)  # V1 schedules chunked prefills; V0 had it off by default
+        if self.version >= V1_FROM:
+            return True  # V1 schedules chunked prefills
+        return self._v0_long_context_chunked(arch, max_len, gpus)
+
+    def _v0_long_context_chunked(self, arch: Architecture, max_len: int, gpus: GpuGroup | None) -> bool:
+        """V0 left chunked prefill off, except above 32K tokens (engine.versions, PR #6666) on CUDA for a
+        text model with full attention only, no speculation and no LoRA. AMD GPUs are left off: one V0
+        release's condition adds ``not current_platform.is_rocm()`` and which releases is not read."""
+        if self.version < V0_LONG_CONTEXT_CHUNKED_PREFILL_FROM or self.device != "cuda":
+            return False
+        if gpus is not None and gpus.gpu.vendor.upper() == "AMD":
+            return False
+        length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
+        multimodal = arch.vision_config is not None and not self.language_model_only
+        sliding = any(layer.kind == SLIDING for layer in arch.layers)
+        return (length > V0_LONG_CONTEXT_TOKENS and not sliding and not arch.has_state and not multimodal
+                and self.spec_tokens == 0 and not self.enable_lora)
 
     def _tier(self, gpus: GpuGroup | None) -> tuple[int, int]:
         """(batched tokens, sequences) the OpenAI server defaults to on this device.
@@ -216,33 +282,33 @@ class Deployment:
             return CPU_SERVER_BATCHED_TOKENS_PER_RANK * self.world_size, CPU_SERVER_SEQS_PER_RANK * self.world_size
         total = _cuda_total_bytes(gpus) if gpus is not None else 0
         a100 = gpus is not None and "a100" in gpus.gpu.name.lower()
-        if self.version >= (0, 28, 0) and total >= 160 * 2**30:
-            return 16384, 1024
-        if total >= 70 * 2**30 and not a100:
-            return 8192, 1024
-        return 2048, 256
+        for tier in CUDA_BATCH_TIERS:
+            if self.version >= tier.since and total >= tier.min_bytes and not (tier.not_a100 and a100):
+                return tier.batched_tokens, tier.seqs
+        return CUDA_BATCH_FALLBACK
 
     def _batch(self, arch: Architecture, gpus: GpuGroup | None, max_len: int, chunked: bool) -> tuple[int, int]:
         """max_num_batched_tokens and max_num_seqs as the engine settles them.
 
-        V0 had chunked prefill off by default, so its profile batch was max_model_len. In V1, left
+        V0 had chunked prefill off by default, so its profile batch was max_model_len (with chunked
+        prefill on, as V0 turns it on above 32K, 512). In V1, left
         unset: without chunked prefill the batch must hold one whole prompt (max(max_model_len,
         default)); it never exceeds max_num_seqs x max_model_len; and max_num_seqs never exceeds
         the batch. The CPU build's MLA path sets max(max_model_len, 2048) whatever was asked."""
         v = self.version
         batched_default, seqs_default = self._tier(gpus)
         length = max_len if max_len != AUTO_MAX_MODEL_LEN else (derived_max_model_len(arch) or 0)
-        seqs = self.max_num_seqs or (seqs_default if v >= (0, 8, 0) else 256)
+        seqs = self.max_num_seqs or (seqs_default if v >= V1_FROM else V0_SEQS)
         mnbt = self.max_num_batched_tokens
         if mnbt is None:
-            if v < (0, 8, 0):
-                mnbt = length
+            if v < V1_FROM:
+                mnbt = V0_CHUNKED_BATCHED_TOKENS if chunked else length
             else:
                 mnbt = batched_default if chunked else max(length, batched_default)
                 mnbt = min(seqs * length, mnbt) if length else mnbt
         if self._cpu_mla(arch):
             mnbt = max(length, DEFAULT_MAX_NUM_BATCHED_TOKENS)
-        if self.max_num_seqs is None and v >= (0, 8, 0):
+        if self.max_num_seqs is None and v >= V1_FROM:
             seqs = min(seqs, mnbt)
         return mnbt, seqs
 
@@ -253,18 +319,18 @@ def _check_scheduler(mnbt: int, seqs: int, max_len: int, chunked: bool) -> None:
     if not chunked and max_len != AUTO_MAX_MODEL_LEN and mnbt < max_len:
         raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) is smaller than max_model_len "
                             f"({max_len:,}) with chunked prefill off; give --max-num-batched-tokens {max_len} or more, "
-                            f"a --max-model-len of at most {mnbt}, or --enable-chunked-prefill")
+                            f"a --max-model-len of at most {mnbt}, or --enable-chunked-prefill", field="max_num_batched_tokens")
     if mnbt < seqs:
         raise WouldNotStart(f"vLLM would refuse to start: max_num_batched_tokens ({mnbt:,}) must be at least "
                             f"max_num_seqs ({seqs:,}); give --max-num-seqs {mnbt} or less, or --max-num-batched-tokens "
-                            f"{seqs} or more")
+                            f"{seqs} or more", field="max_num_seqs")
 
 
 def check_parallelism(arch: Architecture, tp: int, pp: int = 1) -> None:
     """vLLM's own checks: heads divide by TP; KV heads divide TP or TP divides them; PP no deeper
     than the layers."""
     if tp < 1:
-        raise BadInput(f"--tensor-parallel-size must be at least 1, got {tp}")
+        raise BadInput(f"--tensor-parallel-size must be at least 1, got {tp}", field="tensor_parallel_size")
     if arch.num_attention_heads and arch.num_attention_heads % tp:
         raise DoesNotFit(
             f"tensor parallel size {tp} does not divide the {arch.num_attention_heads} attention heads of "

@@ -37,7 +37,6 @@ NVFP4_KV = "nvfp4"
 # values per token: 512 + 16 + 128 = 656 bytes (vllm-kv-sizing.md §3.2, MLAAttentionSpec);
 # its NVFP4 layout 352 (mla_attention.py: {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}).
 DS_MLA_BYTES_PER_TOKEN = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
-FP8_DS_MLA_BYTES_PER_TOKEN = DS_MLA_BYTES_PER_TOKEN["fp8_ds_mla"]
 # The sparse-attention indexer key (DeepSeek-V3.2): index_head_dim fp8 values plus one fp32
 # scale per 128 values -> 128 + 4 = 132 bytes per token per layer.
 INDEXER_SCALE_BYTES_PER_128 = 4
@@ -50,7 +49,7 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
         return 1
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise BadInput(f"--kv-cache-dtype {kv_cache_dtype!r}: servesize models {', '.join(MODELLED_KV_CACHE_DTYPES)}; "
-                       "the others' page layouts are their backends' own")
+                       "the others' page layouts are their backends' own", field="kv_cache_dtype")
     b = KV_CACHE_DTYPES[kv_cache_dtype]
     return DTYPE_BYTES[model_dtype] if b is None else b
 
@@ -76,7 +75,7 @@ def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: 
         if kv_cache_dtype in DS_MLA_BYTES_PER_TOKEN:
             raise BadInput(f"--kv-cache-dtype {kv_cache_dtype} is vLLM's cache layout for MLA (DeepSeek's latent "
                            "attention) and this model's attention is not MLA: vLLM finds no attention backend for it; "
-                           f"use {'fp8' if kv_cache_dtype.startswith('fp8') else 'nvfp4'} (or auto)")
+                           f"use {'fp8' if kv_cache_dtype.startswith('fp8') else 'nvfp4'} (or auto)", field="kv_cache_dtype")
         return kv_heads_per_rank(layer.num_kv_heads, tp) * head_bytes(kv_cache_dtype, layer.head_dim, layer.head_dim_v, kv_bytes)
     if isinstance(layer, Mla):
         if kv_cache_dtype in DS_MLA_BYTES_PER_TOKEN:
@@ -84,7 +83,8 @@ def layer_bytes_per_token(layer: Layer, tp: int, kv_bytes: int, kv_cache_dtype: 
         if kv_cache_dtype in PER_TOKEN_HEAD:  # the latent is one head, single-sided
             return int(layer.latent_dim * PER_TOKEN_HEAD[kv_cache_dtype]) + PER_TOKEN_HEAD_SCALE_BYTES
         if kv_cache_dtype == NVFP4_KV:
-            raise BadInput("--kv-cache-dtype nvfp4 is not an MLA cache layout; vLLM's MLA NVFP4 cache is nvfp4_ds_mla")
+            raise BadInput("--kv-cache-dtype nvfp4 is not an MLA cache layout; vLLM's MLA NVFP4 cache is nvfp4_ds_mla",
+            field="kv_cache_dtype")
         return layer.latent_dim * kv_bytes  # latent replicated on every rank
     return 0
 

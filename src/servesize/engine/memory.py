@@ -163,7 +163,7 @@ def _size_stage(arch: Architecture, gpus: GpuGroup, dep: Deployment, precision: 
 def _check_layout(arch: Architecture, dep: Deployment, gpus: GpuGroup) -> None:
     tp, dp, pp = dep.tensor_parallel_size, dep.data_parallel_size, dep.pipeline_parallel_size
     if tp * dp * pp > gpus.count:
-        raise DoesNotFit(f"TP {tp} x DP {dp} x PP {pp} needs {tp * dp * pp} GPUs; --gpus gives {gpus.count}")
+        raise DoesNotFit(f"TP {tp} x DP {dp} x PP {pp} needs {tp * dp * pp} GPUs; --gpus gives {gpus.count}", field="gpus")
     check_parallelism(arch, tp, pp)
     kinds = {layer.kind for layer in arch.layers}
     if pp > 1 and len(kinds) > 1:
@@ -191,12 +191,12 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
                 raise DoesNotFit(
                     f"{name or arch.name} does not fit: {fmt_bytes(held)} of weights per GPU plus the reserve exceed "
                     f"{fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of {gpus.gpu.key}); try a "
-                    "larger --tensor-parallel-size, a smaller precision, or more GPUs")
+                    "larger --tensor-parallel-size, a smaller precision, or more GPUs", field="tensor_parallel_size")
             raise WouldNotStart(
                 f"{name or arch.name} would not start: {fmt_bytes(s.weights.per_gpu_bytes + s.extra)} of weights per GPU "
                 f"plus the reserve exceed {fmt_bytes(s.budget.requested_bytes)} ({dep.gpu_memory_utilization} of "
                 f"{gpus.gpu.key}), so vLLM finds no memory for the cache blocks; try a larger --tensor-parallel-size, "
-                "a smaller precision, more GPUs or a higher --gpu-memory-utilization")
+                "a smaller precision, more GPUs or a higher --gpu-memory-utilization", field="tensor_parallel_size")
     if dep.max_model_len == AUTO_MAX_MODEL_LEN:
         dep, note = _auto_fit(arch, dep, sized, gpus)
         notes.append(note)
@@ -225,7 +225,7 @@ def _auto_fit(arch: Architecture, dep: Deployment, sized: list[_Stage], gpus: Gp
     fitted = min(auto_max_model_len(s.arch, full, s.budget.available_bytes, gpus.gpu) for s in sized)
     if fitted <= 0:
         raise WouldNotStart("vLLM cannot auto-fit max_model_len: not enough memory to serve even a single token; "
-                            "try a higher --gpu-memory-utilization or a larger --tensor-parallel-size")
+                            "try a higher --gpu-memory-utilization or a larger --tensor-parallel-size", field="gpu_memory_utilization")
     if fitted >= limit:
         return full, f"auto-fit max_model_len: the full context {limit:,} fits"
     return replace(dep, max_model_len=fitted), f"auto-fit max_model_len: reduced from {limit:,} to {fitted:,} to fit"
@@ -255,7 +255,8 @@ def _refuse_if_larger_than_gpu(stage: _Stage, dep: Deployment, gpus: GpuGroup, n
         return
     if held >= total:
         raise DoesNotFit(f"{name} does not fit: {fmt_bytes(held)} of weights per GPU exceed the {fmt_bytes(total)} "
-                         f"of {gpus.gpu.key}; try a larger --tensor-parallel-size, a smaller precision, or more GPUs")
+                         f"of {gpus.gpu.key}; try a larger --tensor-parallel-size, a smaller precision, or more GPUs",
+                         field="tensor_parallel_size")
     room = total - held
     if flag == "--num-gpu-blocks-override":
         most = f"{flag} at most {room // bytes_per_block(stage.arch, dep, gpus.gpu):,}"
@@ -265,7 +266,7 @@ def _refuse_if_larger_than_gpu(stage: _Stage, dep: Deployment, gpus: GpuGroup, n
         f"vLLM would fail to start {name}: {fmt_bytes(kv)} of KV cache per GPU ({what}) plus {fmt_bytes(held)} of "
         f"weights exceed the {fmt_bytes(total)} of {gpus.gpu.key} (CUDA out of memory while allocating the cache); "
         f"give {most} (less the activations' reserve), or leave it out and vLLM sizes the pool itself",
-        0, kv)
+        0, kv, field=flag.removeprefix("--").replace("-", "_"))
 
 
 def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: str) -> None:
@@ -279,5 +280,6 @@ def _refuse_if_vllm_would(stage: _Stage, dep: Deployment, gpus: GpuGroup, name: 
         f"vLLM would refuse to start {name}: one request at max_model_len {dep.max_model_len:,} needs "
         f"{_gib(check.needed_bytes)} of KV cache, more than the {_gib(check.available_bytes)} available per GPU; "
         f"{fix} (or raise --gpu-memory-utilization, or add GPUs)",
-        check.largest_max_model_len, stage.budget.available_bytes)
+        check.largest_max_model_len, stage.budget.available_bytes,
+        field="max_model_len" if check.largest_max_model_len else "gpu_memory_utilization")
 

@@ -36,6 +36,14 @@ INDEXER = "indexer"
 # older, CUTLASS MLA 128 on Blackwell (compute capability 10.x).
 FLASHMLA_BLOCK = 64
 CUTLASS_MLA_BLOCK = 128
+# Before 0.19 the MLA block follows the architecture (FlashMLA 64 on Hopper, CUTLASS MLA 128 on Blackwell); from
+# 0.19.1 platforms/cuda.py's backend order, checked in the 0.19.1-0.33.0 wheels (_mla_block).
+MLA_BLOCK_BY_ARCH_UNTIL = (0, 19, 0)
+# vLLM 0.33 (not 0.30) checkpoints GDN prefill states for FlashInfer GDN in 'align' mode (_gdn_checkpoint_align).
+GDN_CHECKPOINT_ALIGN_FROM = (0, 33, 0)
+# From 0.28 the two KV-cache lines are printed as one ("GPU KV cache size: N tokens, Maximum concurrency ..."),
+# as the 0.31 log tests/data/vllm-logs/v1-031-one-line-llama8b-a100.log shows.
+COMBINED_LOG_LINE_FROM = (0, 28, 0)
 FLASHINFER_MLA_BLOCK = 32
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
 # Mamba2 layers hold a prefill checkpoint block in 'align' mode (MambaMixer2.get_kv_cache_spec,
@@ -119,7 +127,8 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     ssm_b = ssm_dtype_bytes(arch, state_cache_dtype(arch, dep)) if arch.has_state else 0
     specs = []
     if dep.disable_hybrid_kv_cache_manager and arch.has_state:
-        raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers")
+        raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers",
+        field="disable_hybrid_kv_cache_manager")
     for layer in arch.layers:
         if isinstance(layer, WindowedAttention) and dep.disable_hybrid_kv_cache_manager:
             # vLLM unify_hybrid_kv_cache_specs: a windowed layer is cached as full attention (every token kept)
@@ -189,7 +198,7 @@ def _mla_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> tup
         return FLASHMLA_BLOCK, "FlashMLA (sparse / fp8_ds_mla)"
     if cc is None or cc < 9.0:
         return None, "Triton MLA"
-    if dep.version < (0, 19, 0):
+    if dep.version < MLA_BLOCK_BY_ARCH_UNTIL:
         return (CUTLASS_MLA_BLOCK, "CUTLASS MLA on Blackwell") if cc >= 10 else (FLASHMLA_BLOCK, "FlashMLA on Hopper")
     if cc >= 10:
         return FLASHINFER_MLA_BLOCK, "FlashInfer MLA on Blackwell"
@@ -206,7 +215,7 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
     when the key head dim is 128."""
     from servesize.engine.deployment import gpu_compute_capability
 
-    if dep.device != "cuda" or dep.mamba_cache_mode != "align" or dep.version < (0, 33, 0) or not arch.count(GDN):
+    if dep.device != "cuda" or dep.mamba_cache_mode != "align" or dep.version < GDN_CHECKPOINT_ALIGN_FROM or not arch.count(GDN):
         return False
     cc = gpu_compute_capability(gpu) if gpu is not None else None
     if cc is None:
@@ -494,7 +503,7 @@ def _log_lines(dep: Deployment, n: int, block: int, groups: list[KvGroup], concu
     tokens = d.step("kv_cache_tokens", "int(max_concurrency * max_model_len)", unit="tokens",
                     max_concurrency=concurrency, max_model_len=L,
                     note="since v0.20.1 the token line is concurrency x max_model_len, not the pool size")
-    return tokens, concurrency, _lines(dep, tokens, L, concurrency, combined=dep.version >= (0, 28, 0))
+    return tokens, concurrency, _lines(dep, tokens, L, concurrency, combined=dep.version >= COMBINED_LOG_LINE_FROM)
 
 
 def _full_groups(kinds: _Kinds, groups: list[KvGroup]) -> list[KvGroup]:

@@ -53,10 +53,10 @@ def check_vocabulary(quantization: str, kv_cache_dtype: str, version: tuple[int,
     if name not in SERVESIZE_NAMES and not own and not accepts("quantization", name, version):
         raise BadInput(f"--quantization {name!r} is not a method vLLM {show_version(version)} accepts "
                        f"({', '.join(vocabulary('quantization', version))}); servesize also takes native, bf16, fp16, "
-                       "int8, int4, nvfp4")
+                       "int8, int4, nvfp4", field="quantization")
     if not accepts("kv_cache_dtype", kv_cache_dtype, version):
         raise BadInput(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of the values vLLM {show_version(version)} "
-                       f"accepts: {', '.join(vocabulary('kv_cache_dtype', version))}")
+                       f"accepts: {', '.join(vocabulary('kv_cache_dtype', version))}", field="kv_cache_dtype")
 
 
 def weight_format(arch: Architecture, method: str, version: tuple[int, int, int]) -> WeightFormat:
@@ -75,10 +75,10 @@ def weight_format(arch: Architecture, method: str, version: tuple[int, int, int]
         if stored in row.get("checkpoint", ()):
             return WeightFormat("native", f"{name} reads the checkpoint's {stored} weights as stored")
         raise BadInput(f"--quantization {name} does not match the checkpoint's quantization_config ({stored}); vLLM refuses "
-                       f"the mismatch: drop --quantization (vLLM then uses {stored})")
+                       f"the mismatch: drop --quantization (vLLM then uses {stored})", field="quantization")
     if row.get("refuse_online") or "online" not in row:
         raise BadInput(f"--quantization {name} reads checkpoints quantised for it, and {arch.name} is a 16-bit checkpoint "
-                       f"(no quantization_config); vLLM refuses it")
+                       f"(no quantization_config); vLLM refuses it", field="quantization")
     return WeightFormat(row["online"], f"{name}: vLLM quantises the 16-bit checkpoint at load time ({row['online']})")
 
 

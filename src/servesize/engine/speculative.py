@@ -58,7 +58,7 @@ def method_of(config: Mapping[str, Any], target: Architecture) -> str:
             if target.mtp_layers:
                 return "mtp"
             raise BadInput("--speculative-config names neither a method nor a draft model, and "
-                           f"{target.name} has no MTP head to draft with")
+                           f"{target.name} has no MTP head to draft with", field="speculative_config")
         name = str(model).lower()
         return "eagle3" if "eagle3" in name else "eagle" if "eagle" in name else "draft_model"
     method = str(method)
@@ -85,17 +85,17 @@ class Speculation:
         unknown = sorted(set(config) - KNOWN_KEYS)
         if unknown:
             raise BadInput(f"--speculative-config: unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig fields: "
-                           f"method, model, num_speculative_tokens, draft_tensor_parallel_size, ...)")
+                           f"method, model, num_speculative_tokens, draft_tensor_parallel_size, ...)", field="speculative_config")
         method = method_of(config, target)
         if method not in MODELLED:
             raise UnsupportedArchitecture(target.model_type, f"speculative method {method!r} is not modelled "
                                           f"(servesize models {', '.join(MODELLED)})", ("speculative_config.method",))
         k = _draft_tokens(config, method, target)
         if method == "mtp" and not target.mtp_layers:
-            raise BadInput(f"--speculative-config method mtp: {target.name}'s config declares no MTP module")
+            raise BadInput(f"--speculative-config method mtp: {target.name}'s config declares no MTP module", field="speculative_config")
         if method in NEEDS_DRAFT and draft is None:
             raise BadInput(f"--speculative-config method {method} needs the draft's config: give \"model\" as a "
-                           "catalogue name, a config.json path or a Hugging Face id")
+                           "catalogue name, a config.json path or a Hugging Face id", field="speculative_config")
         for key in ("quantization", "kv_cache_dtype", "max_model_len"):
             if config.get(key) is not None:
                 raise UnsupportedArchitecture(target.model_type, f"a draft with its own {key} is not modelled",
@@ -121,5 +121,6 @@ def _draft_tokens(config: Mapping[str, Any], method: str, target: Architecture) 
     if k is None and method == "mtp" and target.mtp_layers:
         return target.mtp_layers  # vLLM: n_predict of the MTP module when not given
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
-        raise BadInput(f"--speculative-config num_speculative_tokens must be a whole number from 1 to 64, got {k!r}")
+        raise BadInput(f"--speculative-config num_speculative_tokens must be a whole number from 1 to 64, got {k!r}",
+        field="speculative_config")
     return k

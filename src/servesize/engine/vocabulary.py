@@ -49,7 +49,7 @@ def check_release(version: Version, text: str) -> None:
         return
     raise BadInput(f"--vllm-version {clip(text)} is not a release servesize knows the rules of: give one from "
                    f"{show_version(first)} to {newest[0]}.{newest[1]}.x (the releases read into "
-                   "data/vllm_vocabulary.toml)")
+                   "data/vllm_vocabulary.toml)", field="vllm_version")
 
 
 def _spans(text: str) -> list[tuple[Version, Version | None]]:
@@ -103,6 +103,20 @@ def takes_value(flag: str, version: Version) -> bool:
     if canonical == "-O":
         return flag == "-O"  # -O3 carries its value; a bare -O takes the next word
     return not accepts("switches", canonical, version)
+
+
+@lru_cache(maxsize=1)
+def flags_of_any_release() -> dict[str, bool]:
+    """Every long `vllm serve` flag of any release read -> whether it takes a value, as the newest release
+    that has it parses it (servesize's own parser takes these directly: engine.vocabulary classifies them
+    for the release asked for afterwards, as a pasted line's)."""
+    out: dict[str, bool] = {}
+    for flag in sorted(_table()["flags"]):
+        if not flag.startswith("--"):
+            continue
+        newest = max(r for r in releases() if accepts("flags", flag, r))
+        out[flag] = takes_value(flag, newest)
+    return out
 
 
 @lru_cache(maxsize=1)

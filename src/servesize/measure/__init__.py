@@ -9,5 +9,4 @@ The package is an edge (it touches the network, files and the terminal); the cor
 - ``pool``       ``measure pool``: the KV pool, by bisection on the LRU cliff
 - ``sessions``   ``measure sessions``: simulated agentic users on a ladder of user counts
 - ``report``     text tables for both results; ``plots`` their PNGs
-- ``testserver`` an in-process OpenAI-compatible server with a known block cache, for tests
 """

@@ -41,6 +41,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any, Union, get_args, get_origin
 
 from servesize.errors import BadInput
+from servesize.jsonable import finite
 
 FORMAT_VERSION = 1
 MAX_RECORD_BYTES = 1 << 30  # 1 GiB: about a million recorded requests; a longer campaign is several runs
@@ -198,7 +199,7 @@ class RunRecord:
         try:
             line = json.dumps(event, default=_default, separators=(",", ":"), allow_nan=False)
         except ValueError:  # NaN or Infinity somewhere: JSON has neither, so they are written as null
-            line = json.dumps(_finite(json.loads(json.dumps(event, default=_default))), separators=(",", ":"))
+            line = json.dumps(finite(event), default=_default, separators=(",", ":"), allow_nan=False)
         try:
             self._fh.write(line + "\n")
             self._fh.flush()
@@ -236,16 +237,6 @@ def _default(obj):
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _refuse_constant(name: str):

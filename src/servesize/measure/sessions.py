@@ -47,9 +47,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import MetricsScraper, delta
-from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO
+from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
@@ -78,7 +79,7 @@ class SessionParams:
     turn_tokens: int = 512
     turns_per_session: int = 8
     subagent_turns: int = 3
-    seed: int = 0
+    seed: int = DEFAULT_SEED
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_model_len <= MAX_TOKENS:
@@ -365,7 +366,7 @@ def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], war
     ratios = []
     for r in returning:
         predicted = cold(max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"]))
-        if warm.get(r.id) and r.ttft_s is not None and predicted > 0:
+        if warm.get(r.id) and r.ttft_s is not None and predicted > 0 and resolvable(predicted):
             ratios.append(r.ttft_s / predicted)
     slow = sum(1 for x in ratios if x >= REFUTE_TTFT_RATIO)
     if not ratios or slow <= REFUTE_SHARE * len(ratios):

@@ -228,6 +228,68 @@ def _dense(c: CommonFields, *, may_slide: bool = False, slides_by_default: bool 
     return FamilyParts([layer] * c.num_layers, fields={"attention_bias": bool(c.text.get("attention_bias", bias_by_default))})
 
 
+# Transformers' Qwen2Config / Qwen3Config defaults (configuration_qwen2.py): the window a config that asks for one
+# but names none gets, and the layers below which none slides.
+QWEN2_DEFAULT_WINDOW = 4096
+QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28
+
+
+def _qwen2(c: CommonFields, *, bias_by_default: bool = False) -> FamilyParts:
+    """Qwen2/Qwen3: the window as transformers and vLLM 0.32 read it. Qwen2Config keeps ``sliding_window``
+    only when ``use_sliding_window`` is true, and (without ``layer_types``) slides the layers from
+    ``max_window_layers`` on. vLLM's Qwen2Model passes no per-layer window: every layer takes the engine's
+    one window (CacheConfig.sliding_window), set only when every layer type is sliding_attention
+    (EngineArgs.create_engine_config); a mix starts only with max_window_layers = num_hidden_layers, and
+    then no layer slides (Qwen2Model's assert: "Sliding window for some but all layers is not supported")."""
+    fields = {"attention_bias": bool(c.text.get("attention_bias", bias_by_default))}
+    window = _qwen2_window(c)
+    if window is None:
+        return FamilyParts([c.full()] * c.num_layers, fields=fields)
+    types = c.text.get("layer_types")
+    max_window = c.whole("max_window_layers", QWEN2_DEFAULT_MAX_WINDOW_LAYERS, hi=MAX_CONFIG_INT)
+    if types is None:
+        types = ["sliding_attention" if i >= max_window else "full_attention" for i in range(c.num_layers)]
+    _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
+    slides = [t == "sliding_attention" for t in types]
+    if all(slides):
+        return FamilyParts([c.sliding(window)] * c.num_layers, fields=fields)
+    if any(slides) and max_window != c.num_layers:
+        raise c.refuse(f"a window on some layers but not all (max_window_layers {max_window} of {c.num_layers}): "
+                       "vLLM's Qwen2 model refuses to start ('Sliding window for some but all layers is not "
+                       "supported')", ("use_sliding_window", "max_window_layers", "layer_types"))
+    return FamilyParts([c.full()] * c.num_layers, fields=fields)
+
+
+def _qwen2_window(c: CommonFields) -> int | None:
+    """The window Qwen2Config keeps: none unless use_sliding_window; absent -> its 4,096; null or 0 -> none
+    (vLLM's ModelConfig reads a 0 window as no window)."""
+    use = c.text.get("use_sliding_window", False)
+    if not isinstance(use, bool):
+        raise BadInput(f"config field 'use_sliding_window' must be true or false, got {_shown(use)}")
+    if not use:
+        return None
+    if "sliding_window" not in c.text:
+        return QWEN2_DEFAULT_WINDOW
+    return c.whole("sliding_window", None) or None
+
+
+def _window_everywhere(c: CommonFields, *, bias_key: str = "attention_bias", bias_by_default: bool = False) -> FamilyParts:
+    """Phi-3, StarCoder2: the config has no use_sliding_window and no layer_types, so a ``sliding_window``
+    (Phi-3-mini-4k's 2,047) is the engine's one window and every layer takes it (EngineArgs.create_engine_config
+    sets CacheConfig.sliding_window when the config lists no layer types; Phi3ForCausalLM is vLLM's
+    LlamaForCausalLM, StarCoder2 runs on its Transformers backend, and neither passes a window of its own).
+    A config that does list them is read per layer, as both read them; null or 0 is no window."""
+    window = c.whole("sliding_window", None) or None
+    types = c.text.get("layer_types")
+    if window is None:
+        layers: list[Layer] = [c.full()] * c.num_layers
+    elif types is None:
+        layers = [c.sliding(window)] * c.num_layers
+    else:
+        layers = _layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)})
+    return FamilyParts(layers, fields={"attention_bias": bool(c.text.get(bias_key, bias_by_default))})
+
+
 # ---------------------------------------------------------------------------------------
 # Mixture of experts on GQA attention
 
@@ -327,6 +389,63 @@ def _gemma2(c: CommonFields) -> FamilyParts:
         pattern = _period(c, "sliding_window_pattern", "_sliding_window_pattern")
         types = _agreeing(c, types, "sliding_window_pattern", pattern, "sliding_attention")
     return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+COHERE2_DEFAULT_PATTERN = 4  # transformers' Cohere2Config: without layer_types, every 4th layer is global
+
+
+def _cohere2(c: CommonFields) -> FamilyParts:
+    """Cohere2 (Command R7B, Command A): sliding layers with every n-th global, by layer_types or
+    sliding_window_pattern (Cohere2Config's default 4). vLLM's CohereAttention (commandr.py) gives a sliding
+    layer ``sliding_window + 1`` tokens, Cohere's training convention, and the cache is sized for that."""
+    window = c.required("sliding_window") + 1
+    pattern = _period(c, "sliding_window_pattern") or COHERE2_DEFAULT_PATTERN
+    types = c.text.get("layer_types")
+    types = _every_nth_full(c.num_layers, pattern, "sliding_attention") if types is None else types
+    return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+def _exaone4(c: CommonFields) -> FamilyParts:
+    """EXAONE 4.0: sliding layers with every n-th global, by layer_types or an integer sliding_window_pattern
+    (Exaone4Config's default 4); a null window with no layer_types is full attention throughout (1.2B).
+    vLLM's Exaone4Attention gives a sliding layer the config's sliding_window."""
+    window = c.window("sliding_window")
+    types = c.text.get("layer_types")
+    if types is None:
+        if window is None:
+            return FamilyParts([c.full()] * c.num_layers)
+        pattern = c.text.get("sliding_window_pattern", 4)
+        if isinstance(pattern, str):
+            raise c.refuse("a sliding_window_pattern string without layer_types (transformers' Exaone4Config "
+                           "reads only a whole number)", ("sliding_window_pattern", "layer_types"))
+        types = _every_nth_full(c.num_layers, _period(c, "sliding_window_pattern") or 4, "sliding_attention")
+    if window is None:
+        if any(t == "sliding_attention" for t in types):
+            raise c.refuse("sliding layers without a sliding_window", ("sliding_window", "layer_types"))
+        return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full()}))
+    return FamilyParts(_layers_from_types(c, types, {"full_attention": c.full(), "sliding_attention": c.sliding(window)}))
+
+
+def _smollm3(c: CommonFields) -> FamilyParts:
+    """SmolLM3: every layer attends over the whole context; NoPE on every 4th (no_rope_layers) changes no cache.
+    Without layer_types, SmolLM3Config slides only the NoPE layers and only when use_sliding_window and a
+    sliding_window are both set; vLLM serves it on its Transformers backend, which gives each
+    sliding_attention layer the config's sliding_window (base.py, per_layer_sliding_window)."""
+    types = c.text.get("layer_types")
+    window = c.window("sliding_window")
+    if types is None:
+        no_rope = c.text.get("no_rope_layers")
+        if no_rope is None:
+            every = c.whole("no_rope_layer_interval", 4, lo=1, hi=MAX_LAYERS)
+            no_rope = [int((i + 1) % every != 0) for i in range(c.num_layers)]
+        if not isinstance(no_rope, list) or len(no_rope) != c.num_layers:
+            raise c.refuse("no_rope_layers length differs from num_hidden_layers", ("no_rope_layers", "num_hidden_layers"))
+        slide = bool(c.text.get("use_sliding_window")) and window is not None
+        types = ["sliding_attention" if slide and not uses_rope else "full_attention" for uses_rope in no_rope]
+    mapping: dict[str, Layer] = {"full_attention": c.full()}
+    if window is not None:
+        mapping["sliding_attention"] = c.sliding(window)
+    return FamilyParts(_layers_from_types(c, types, mapping))
 
 
 def _llama4(c: CommonFields) -> FamilyParts:
@@ -431,6 +550,35 @@ def _mamba2(c: CommonFields) -> FamilyParts:
     return FamilyParts([m] * c.num_layers)
 
 
+def _granitemoehybrid(c: CommonFields) -> FamilyParts:
+    """Granite 4.0 (GraniteMoeHybrid): Mamba2 mixers and full-attention layers by layer_types (config alias
+    layers_block_type; every layer Mamba2 when absent, as GraniteMoeHybridConfig defaults), each layer with
+    routed experts (num_local_experts; 0 is none) and a shared MLP of shared_intermediate_size.
+    mamba_d_head 'auto' is mamba_expand x hidden / mamba_n_heads (the config's own rule)."""
+    types = c.text.get("layer_types", c.text.get("layers_block_type"))
+    if types is None:
+        types = ["linear_attention"] * c.num_layers
+    heads = c.whole("mamba_n_heads", 128, lo=1)
+    inner = c.whole("mamba_expand", 2, lo=1) * c.hidden_size
+    head_dim = c.text.get("mamba_d_head", "auto")
+    head_dim = inner // heads if head_dim == "auto" else c.whole("mamba_d_head", None, lo=1)
+    if head_dim * heads != inner:
+        raise c.refuse("mamba_d_head x mamba_n_heads differs from mamba_expand x hidden_size",
+                       ("mamba_d_head", "mamba_n_heads", "mamba_expand"))
+    mamba = Mamba2(heads, head_dim, c.whole("mamba_d_state", 256, lo=1), c.whole("mamba_n_groups", 1, lo=1),
+                   c.whole("mamba_d_conv", 4, lo=1, hi=1024))
+    layers = _layers_from_types(c, types, {"full_attention": c.full(), "linear_attention": mamba})
+    shared = c.whole("shared_intermediate_size", 1024)
+    n_exp = c.whole("num_local_experts", 8)
+    moe = None
+    if n_exp:
+        moe = Moe(n_exp, _experts_per_token(c, n_exp), c.intermediate_size, 1 if shared else 0, shared, 0, 1,
+                  c.intermediate_size)
+    elif not shared:
+        raise c.refuse("neither experts nor a shared MLP", ("num_local_experts", "shared_intermediate_size"))
+    return FamilyParts(layers, moe, fields={"attention_bias": bool(c.text.get("attention_bias", False))})
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 
@@ -458,9 +606,10 @@ MODEL_TYPES: dict[str, Family] = {
     "llama": Family("llama", _dense),
     "mistral": Family("mistral", partial(_dense, may_slide=True, slides_by_default=True)),
     "olmo2": Family("olmo2", _dense),
-    "phi3": Family("phi3", partial(_dense, may_slide=True)),
-    "qwen2": Family("qwen2", partial(_dense, bias_by_default=True)),
-    "qwen3": Family("qwen3", _dense),
+    "phi3": Family("phi3", _window_everywhere),
+    "starcoder2": Family("starcoder2", partial(_window_everywhere, bias_key="use_bias", bias_by_default=True)),
+    "qwen2": Family("qwen2", partial(_qwen2, bias_by_default=True)),
+    "qwen3": Family("qwen3", _qwen2),
     "qwen2_5_vl": _QWEN2_5_VL,
     "qwen2_5_vl_text": _QWEN2_5_VL,
     "mixtral": Family("mixtral", partial(_moe, may_slide=True)),
@@ -472,6 +621,9 @@ MODEL_TYPES: dict[str, Family] = {
     "gemma3": _GEMMA3,
     "gemma3_text": _GEMMA3,
     "gemma2": Family("gemma2", _gemma2),
+    "cohere2": Family("cohere2", _cohere2),
+    "exaone4": Family("exaone4", _exaone4, tie_default=False),
+    "smollm3": Family("smollm3", _smollm3),
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
     "deepseek_v2": Family("deepseek_v2", _deepseek),
@@ -484,8 +636,14 @@ MODEL_TYPES: dict[str, Family] = {
     "qwen3_5_moe": _QWEN3_5_MOE,
     "qwen3_5_moe_text": _QWEN3_5_MOE,
     "mamba2": Family("mamba2", _mamba2, needs_attention_heads=False),
+    "granitemoehybrid": Family("granitemoehybrid", _granitemoehybrid, tie_default=False),
 }
 SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPES)
+# model_types vLLM 0.32 serves (its model registry) whose layers servesize does not read yet: each refusal says
+# which layer kind is missing.
+LACKING_LAYER_KIND: dict[str, str] = {
+    "falcon_h1": "a Mamba2 mixer and attention side by side in every layer (a state and a KV cache per layer)",
+}
 
 
 def family_of(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
@@ -500,6 +658,10 @@ def family_of(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
     if not isinstance(outer_type, str) or not isinstance(model_type, str):
         raise UnsupportedArchitecture(repr(outer_type)[:40], "model_type must be a string", ("model_type",))
     if outer_type not in SUPPORTED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
+        lacking = LACKING_LAYER_KIND.get(model_type) or LACKING_LAYER_KIND.get(outer_type)
+        if lacking:
+            raise UnsupportedArchitecture(outer_type, f"vLLM serves it, but servesize has no reader for its layer kind: "
+                                          f"{lacking}", ("model_type",))
         raise UnsupportedArchitecture(
             outer_type,
             f"this model_type is not in servesize's allowlist ({', '.join(SUPPORTED_MODEL_TYPES)})",

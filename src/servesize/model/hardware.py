@@ -51,6 +51,7 @@ class Gpu:
     compute_capability: str = ""
     interconnect: str = ""
     tdp_w: int | None = None
+    tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
     cuda_total_bytes: int | None = None  # CUDA/torch-visible total where a log or tool documents it
@@ -86,7 +87,7 @@ class Gpu:
         tflops = getattr(self, f"{column}_dense_tflops")
         if not tflops:
             raise BadInput(f"no published dense {column.upper()} figure for {self.key}; servesize will not guess one "
-                           "(give yours with --gpu-flops TFLOPS)")
+                           "(give yours with --gpu-flops TFLOPS)", field="gpu_flops")
         return tflops * 1e12
 
     def with_figures(self, *, bandwidth_gbps: float | None = None, dense_tflops: float | None = None,
@@ -97,17 +98,17 @@ class Gpu:
         said = []
         if bandwidth_gbps is not None:
             if bandwidth_gbps <= 0:
-                raise BadInput(f"--gpu-bandwidth must be > 0 GB/s, got {bandwidth_gbps!r}")
+                raise BadInput(f"--gpu-bandwidth must be > 0 GB/s, got {bandwidth_gbps!r}", field="gpu_bandwidth")
             changes["bandwidth_gbps"] = float(bandwidth_gbps)
             said.append(f"bandwidth {bandwidth_gbps:g} GB/s")
         if dense_tflops is not None:
             if dense_tflops <= 0:
-                raise BadInput(f"--gpu-flops must be > 0 TFLOP/s, got {dense_tflops!r}")
+                raise BadInput(f"--gpu-flops must be > 0 TFLOP/s, got {dense_tflops!r}", field="gpu_flops")
             changes["dense_tflops_override"] = float(dense_tflops)
             said.append(f"dense {dense_tflops:g} TFLOP/s")
         if tdp_w is not None:
             if tdp_w <= 0:
-                raise BadInput(f"--gpu-tdp must be > 0 W, got {tdp_w!r}")
+                raise BadInput(f"--gpu-tdp must be > 0 W, got {tdp_w!r}", field="gpu_tdp")
             changes["tdp_w"] = int(round(tdp_w))
             said.append(f"TDP {tdp_w:g} W")
         note = "user-supplied: " + ", ".join(said)
@@ -200,6 +201,8 @@ def _row_to_gpu(row: dict) -> Gpu:
         raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
+    if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
+        raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
     return gpu
 
 
@@ -274,7 +277,7 @@ def parse_gpus(spec: str, memory: int | str | None = None) -> GpuGroup:
     """``'4xH100'``, ``'4 x H100'``, ``'8xh100-sxm'``, ``'H200'`` (one GPU); ``memory`` overrides each GPU's total."""
     text = str(spec).strip()
     if not text:
-        raise BadInput("no GPUs given: write e.g. --gpus 4xH100 or --gpus H200")
+        raise BadInput("no GPUs given: write e.g. --gpus 4xH100 or --gpus H200", field="gpus")
     match = _SPEC.match(text)
     if match:
         count_text, name = match.groups()

@@ -21,7 +21,9 @@ Every count is a ``Derivation`` step written once as arithmetic over the config'
 converts); the rest is biases, norms, conv kernels, A_log, embeddings tables and the like.
 
 Sources for the tensor layouts: Hugging Face transformers modeling files (llama, qwen2, qwen3,
-qwen3_moe, qwen3_next, qwen3_5, mixtral, gpt_oss, gemma3 + siglip, llama4, deepseek_v3, mamba2),
+qwen3_moe, qwen3_next, qwen3_5, mixtral, gpt_oss, gemma3 + siglip, llama4, deepseek_v3, mamba2, starcoder2,
+exaone4, smollm3, granitemoehybrid), vLLM's commandr.py for Cohere2; each new family's total is checked
+against torch's count of a tiny random-weight model (tests/integration/test_architectures.py),
 DeepSeek-V3's README_WEIGHTS.md (MTP layer 61 stores its own copies of the embedding and head)
 and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_proj).
 """
@@ -40,14 +42,22 @@ from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttenti
 GROUPS = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts",
           "shared_experts", "norms", "indexer", "vision", "mtp")
 
-_DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "qwen2_5_vl"}
+_DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "qwen2_5_vl", "starcoder2", "exaone4",
+          "smollm3"}
+# Families whose dense MLP is two biased matrices (c_fc, c_proj) and whose norms are LayerNorms with a bias:
+# transformers modeling_starcoder2.py (Starcoder2MLP, nn.LayerNorm)
+_FC_MLP_LAYER_NORM = {"starcoder2"}
+# One norm per layer (attention and MLP in parallel off it), a weight without a bias: vLLM commandr.py
+# (CohereDecoderLayer.input_layernorm, LayerNorm(weight)); its q/k/v/o carry no bias whatever attention_bias says
+_PARALLEL_BLOCK = {"cohere2"}
+_BIAS_FREE_ATTENTION = {"cohere2"}
 _MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "minimax_m2", "glm4_moe"}
 _DEEPSEEK = {"deepseek_v2", "deepseek_v3", "deepseek_v32"}
 _GDN = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 # Families whose attention_bias puts a bias on q, k and v only (o_proj has none).
 _QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "glm4_moe", "qwen2_5_vl"}
 # q/k RMSNorm over one head (weight of head_dim), shared by all heads.
-_PER_HEAD_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3"}
+_PER_HEAD_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3", "exaone4"}
 
 
 @dataclass(frozen=True)
@@ -158,7 +168,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
     else:
         b.add("lm_head", "lm_head", "vocab * hidden", linear=True, vocab=V, hidden=h)
 
-    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4"} | _GDN:
+    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4", "cohere2", "granitemoehybrid"} | _GDN:
         _gqa_attention(b, arch)
     elif fam in _DEEPSEEK:
         _mla_attention(b, arch, arch.count(MLA), "attention")
@@ -167,7 +177,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
     if fam in _GDN:
         _gdn(b, arch)
-    if fam == "mamba2":
+    if fam in ("mamba2", "granitemoehybrid"):
         _mamba2(b, arch)
 
     _ffn(b, arch, [i for i in range(arch.num_layers)], "")
@@ -200,7 +210,7 @@ def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, g
         b.add(group, prefix + "qkvo",
               "layers * (hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
               linear=True, note=kind, layers=n, hidden=h, q_heads=nq, kv_heads=nkv, head_dim=d)
-    bias = arch.attention_bias or fam == "gpt_oss"
+    bias = (arch.attention_bias or fam == "gpt_oss") and fam not in _BIAS_FREE_ATTENTION
     if bias:
         if fam in _QKV_BIAS_ONLY:
             b.add(group, prefix + "qkv_bias", "layers * (q_heads + 2 * kv_heads) * head_dim", linear=False,
@@ -282,12 +292,14 @@ def _mamba2(b: _Builder, arch: Architecture) -> None:
     n = arch.count(MAMBA)
     m = next(layer for layer in arch.layers if isinstance(layer, Mamba2))
     cfg = arch.config
-    if cfg.get("use_bias"):
-        raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", ("use_bias",))
+    # GraniteMoeHybrid spells Mamba2's bias switches mamba_proj_bias / mamba_conv_bias
+    bias_key, conv_key = ("mamba_proj_bias", "mamba_conv_bias") if arch.model_type == "granitemoehybrid" else ("use_bias", "use_conv_bias")
+    if cfg.get(bias_key):
+        raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", (bias_key,))
     b.add("linear_attention", "in_out_proj", "layers * (hidden * (2 * inner + 2 * groups * d_state + heads) + inner * hidden)",
           linear=True, note="in_proj (z, x, B, C, dt) and out_proj", layers=n, hidden=arch.hidden_size, inner=m.intermediate_size,
           groups=m.n_groups, d_state=m.state_size, heads=m.num_heads)
-    conv_bias = 1 if cfg.get("use_conv_bias", True) else 0
+    conv_bias = 1 if cfg.get(conv_key, True) else 0
     b.add("linear_attention", "conv1d", "layers * conv_dim * (conv_kernel + conv_bias)", linear=False,
           layers=n, conv_dim=m.conv_dim, conv_kernel=m.conv_kernel, conv_bias=conv_bias)
     b.add("linear_attention", "A_log_D_dt_bias_norm", "layers * (3 * heads + inner)", linear=False,
@@ -306,21 +318,32 @@ def _require_mlp_width(family: str, width: int) -> None:
                                       "or gives null", ("intermediate_size",))
 
 
+def _dense_mlp(b: _Builder, arch: Architecture, n: int, group: str, gated_key: str, fc_key: str) -> None:
+    """Every layer's dense MLP: gate/up/down, or StarCoder2's biased c_fc/c_proj."""
+    fam, h = arch.model_type, arch.hidden_size
+    if arch.config.get("mlp_bias"):
+        raise UnsupportedArchitecture(fam, "MLP biases are not modelled", ("mlp_bias",))
+    if fam != "mamba2":  # a Mamba-2 block is its mixer alone, with no MLP
+        _require_mlp_width(fam, arch.intermediate_size)
+    if fam in _FC_MLP_LAYER_NORM:
+        b.add(group, fc_key, "layers * 2 * hidden * intermediate", linear=True,
+              note="c_fc and c_proj", layers=n, hidden=h, intermediate=arch.intermediate_size)
+        b.add(group, fc_key + "_bias", "layers * (intermediate + hidden)", linear=False,
+              layers=n, hidden=h, intermediate=arch.intermediate_size)
+        return
+    b.add(group, gated_key, "layers * 3 * hidden * intermediate", linear=True,
+          layers=n, hidden=h, intermediate=arch.intermediate_size)
+
+
 def _ffn(b: _Builder, arch: Architecture, layer_ids: list[int], prefix: str, *, group_dense: str = "mlp",
          group_router: str = "router", group_experts: str = "experts", group_shared: str = "shared_experts") -> None:
-    fam, h, moe, cfg = arch.model_type, arch.hidden_size, arch.moe, arch.config
+    fam, h, moe = arch.model_type, arch.hidden_size, arch.moe
 
     def key(role: str, name: str) -> str:  # unique names when every role lands in one group (MTP)
         return f"{prefix}_{role}_{name}" if prefix else name
 
     if moe is None:
-        n = len(layer_ids)
-        if cfg.get("mlp_bias"):
-            raise UnsupportedArchitecture(fam, "MLP biases are not modelled", ("mlp_bias",))
-        if fam != "mamba2":  # a Mamba-2 block is its mixer alone, with no MLP
-            _require_mlp_width(fam, arch.intermediate_size)
-        b.add(group_dense, key("dense", "gate_up_down"), "layers * 3 * hidden * intermediate", linear=True,
-              layers=n, hidden=h, intermediate=arch.intermediate_size)
+        _dense_mlp(b, arch, len(layer_ids), group_dense, key("dense", "gate_up_down"), key("dense", "fc_proj"))
         return
     moe_ids = [i for i in layer_ids if moe.is_moe_layer(i)]
     dense_n = len(layer_ids) - len(moe_ids)
@@ -372,6 +395,12 @@ def _norms(b: _Builder, arch: Architecture) -> None:
     note = "input, post-attention, pre- and post-feedforward RMSNorm" if per_layer == 4 else "two RMSNorms per layer"
     if fam == "mamba2":
         per_layer, note = 1, "one RMSNorm per layer"
+    if fam in _PARALLEL_BLOCK:
+        per_layer, note = 1, "one LayerNorm weight per layer (attention and MLP in parallel)"
+    if fam in _FC_MLP_LAYER_NORM:
+        b.add("norms", "layer_norms", "(layers * 2 + 1) * 2 * hidden", linear=False,
+              note="two LayerNorms (weight and bias) per layer, plus the final one", layers=n, hidden=h)
+        return
     b.add("norms", "layer_norms", "layers * per_layer * hidden + hidden", linear=False, note=note + ", plus the final norm",
           layers=n, per_layer=per_layer, hidden=h)
 

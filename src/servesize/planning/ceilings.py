@@ -162,7 +162,10 @@ class CeilingCache:
     - ``warm``: warm fills, by what the fill depends on (the sampled workload, not its pacing);
     - ``contexts``: decode context banks, by what the lengths depend on (not coldness);
     - ``decode``: decode ceilings, by setup, floor and bank;
-    - ``prefill``: prefill costs, by setup and length distribution.
+    - ``prefill``: prefill costs, by setup and length distribution;
+    - ``ttft_samples`` / ``ttft``: the load model's prefill draws, by setup and bank, and its TTFT ceiling, by
+      those draws, the moments, the budget and the percentile (a sweep of the decode side leaves them unmoved);
+    - ``decode_load``: the load model's decode ceiling, by setup, bank and the pacing it reads.
     """
 
     def __init__(self) -> None:
@@ -171,6 +174,9 @@ class CeilingCache:
         self.contexts: dict = {}
         self.decode: dict = {}
         self.prefill: dict = {}
+        self.ttft_samples: dict = {}
+        self.ttft: dict = {}
+        self.decode_load: dict = {}
 
     def bank(self, seed: int, uniforms: bool) -> RandomBank:
         key = (int(seed), bool(uniforms))
@@ -258,21 +264,33 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     if knobs.a("load.model") != "duty":
         return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()
     pset = prefill_setup(fixed, knobs)
-    lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
-    samples = (np.asarray(pset.miss_seconds(lengths), dtype=float),
-               np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
-    ttft = ttft_ceiling_rate(m, *samples, budget, float(knobs.a("load.percentile")))
+    key = (pset, id(bank), workload.warm_turn_tokens)
+    if key not in cache.ttft_samples:
+        lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
+        cache.ttft_samples[key] = (np.asarray(pset.miss_seconds(lengths), dtype=float),
+                                   np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+    miss_draws, hit_draws = samples = cache.ttft_samples[key]
+    percentile = float(knobs.a("load.percentile"))
+    if (key, m, budget, percentile) not in cache.ttft:
+        cache.ttft[(key, m, budget, percentile)] = ttft_ceiling_rate(m, miss_draws, hit_draws, budget, percentile)
+    ttft = cache.ttft[(key, m, budget, percentile)]
     return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
 
 
 def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
-                   request_s: float, lower_bound: bool | None = None) -> DecodeLoad:
+                   request_s: float, lower_bound: bool | None = None, cache: CeilingCache | None = None) -> DecodeLoad:
     """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
-    meet the floor)."""
-    return decode_load_ceiling(lambda k: median_speed(setup, bank, k), k_star, workload.output_tokens,
-                               think_time_of(workload), request_s, sub_ratio_of(workload),
-                               float(knobs.a("load.percentile")),
-                               lower_bound=k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound)
+    meet the floor); memoised in ``cache`` on everything it reads (a sweep of the prefill side leaves it)."""
+    bound = k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound
+    args = (k_star, workload.output_tokens, think_time_of(workload), request_s, sub_ratio_of(workload),
+            float(knobs.a("load.percentile")))
+    key = (setup, id(bank), *args, bound)
+    if cache is not None and key in cache.decode_load:
+        return cache.decode_load[key]
+    load = decode_load_ceiling(lambda k: median_speed(setup, bank, k), *args, lower_bound=bound)
+    if cache is not None:
+        cache.decode_load[key] = load
+    return load
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
@@ -288,7 +306,7 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
     if fixed.peak_flops_per_gpu > 0:
         _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
         request_s = m.mean_s
-    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound)
+    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache)
     return float(load.users), None if lat is None else float(max(0.0, lat))
 
 
@@ -313,7 +331,7 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     decode_users = float(dec.n)
     # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
     if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
-        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s)
+        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache)
         decode_users = float(load.users)
     values = {
         "cache": float(warm.users.p5),

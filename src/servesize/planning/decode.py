@@ -46,23 +46,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
+
 
 class FloorNeverReached(BadInput):
     """Per-user decode stays above the floor at every concurrency searched: decode cannot bind."""
 
-ContextSampler = Callable[[np.random.Generator, int], np.ndarray]
+ContextSampler = Callable[["np.random.Generator", int], "np.ndarray"]
 
 
 def contexts_from(workload) -> ContextSampler:
     """Adapt anything with ``sample(rng, size) -> Sample`` (``.full_tokens``) to a context sampler."""
 
+    import numpy as np
     def sample_contexts(rng: np.random.Generator, size: int) -> np.ndarray:
         return np.asarray(workload.sample(rng, size).full_tokens, dtype=float)
 
@@ -178,6 +181,7 @@ class ExpertRouting:
 
     def union_bytes(self, n) -> np.ndarray | float:
         """Routed-expert bytes read per step with n concurrent decode tokens (vectorised in n)."""
+        import numpy as np
         n = np.asarray(n, dtype=float)
         share = self.experts_per_token / self.num_experts
         if self.union == "linear":
@@ -268,6 +272,7 @@ class DecodeSetup:
 
     def weight_bytes(self, n) -> np.ndarray | float:
         """Weights read per step at n concurrent decoders (vectorised in n), the MTP drafts' included."""
+        import numpy as np
         base = float(self.weight_bytes_per_step + self.draft_bytes_per_step)
         if self.experts is None:
             return np.full(np.shape(n), base) if np.ndim(n) else base
@@ -275,6 +280,7 @@ class DecodeSetup:
 
     def step_flops(self, n: int, context_sum, window_sum=0.0):
         """FLOPs of one step: n sequences x (q tokens x F + drafts) + q x attention over the contexts."""
+        import numpy as np
         gemm = n * (self.query_tokens_per_step * self.flops_per_token + self.draft_flops_per_sequence)
         attention = self.query_tokens_per_step * (self.attention_flops_per_context_token * np.asarray(context_sum, dtype=float)
                                                   + self.window_attention_flops_per_token * np.asarray(window_sum, dtype=float))
@@ -283,6 +289,7 @@ class DecodeSetup:
     def step_seconds(self, step_bytes, step_flops=None):
         """The roofline: the longer of the memory time and (when priced) the compute time, plus the fixed
         per-step overhead."""
+        import numpy as np
         memory_s = np.asarray(step_bytes, dtype=float) / self.effective_bandwidth_bytes_per_s
         if not self.prices_compute or step_flops is None:
             return memory_s + self.step_overhead_s
@@ -290,6 +297,7 @@ class DecodeSetup:
 
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
         """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
+        import numpy as np
         contexts = np.asarray(contexts, dtype=float)
         n = contexts.shape[-1]
         kv = contexts.sum(axis=-1) * self.kv_bytes_per_token_read
@@ -324,6 +332,7 @@ class ContextBank:
 
     def __init__(self, sample_contexts: ContextSampler | None, fills: int, seed: int = 0, topk_tokens: int = 0,
                  columns: Callable[[int, int], np.ndarray] | None = None):
+        import numpy as np
         if fills < 1:
             raise BadInput(f"fills must be >= 1, got {fills!r}")
         if (sample_contexts is None) == (columns is None):
@@ -346,6 +355,7 @@ class ContextBank:
         return self.cum.shape[1] - 1
 
     def _block(self) -> np.ndarray:
+        import numpy as np
         if self.columns_of is not None:
             c0 = self.blocks * _BLOCK
             block = np.asarray(self.columns_of(c0, c0 + _BLOCK), dtype=float)
@@ -363,6 +373,7 @@ class ContextBank:
         return block
 
     def _grow(self, n: int) -> None:
+        import numpy as np
         new = []
         cols = self.columns
         while cols < n:
@@ -378,18 +389,21 @@ class ContextBank:
 
     def context_sums(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Per fill: sum of the first n contexts, and of min(context, topk)."""
+        import numpy as np
         self._grow(n)
         topk = self.cum_topk[:, n] if self.topk_tokens else np.zeros(self.fills)
         return self.cum[:, n], topk
 
     def matrix(self, n: int) -> np.ndarray:
         """The (fills, n) contexts themselves (for tests and plots)."""
+        import numpy as np
         self._grow(n)
         return np.diff(self.cum[:, : n + 1], axis=1)
 
 
 def _p50(x: np.ndarray) -> float:
     """np.percentile(x, 50) (linear interpolation), by partition: the same value, a fraction of the cost."""
+    import numpy as np
     n = x.size
     k = (n - 1) // 2
     if n % 2:
@@ -496,6 +510,7 @@ def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, me
 
 
 def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
+    import numpy as np
     speeds = _speeds(setup, bank, n)
     p5, p50, p95 = (float(x) for x in np.percentile(speeds, [5, 50, 95]))
     sums, topk_sums = bank.context_sums(n)
@@ -591,6 +606,7 @@ def decode_curve(
 
     ``bank``: contexts already drawn (the plan's own, ``planning.ceilings.contexts_of``), so the
     curve crosses the floor exactly where the plan's decode ceiling says it does."""
+    import numpy as np
     ns = np.asarray(list(ns), dtype=int)
     if ns.size == 0 or ns.min() < 1:
         raise BadInput("concurrency values must be >= 1")

@@ -79,9 +79,9 @@ class FleetSpace:
 
     def __post_init__(self) -> None:
         if not self.models:
-            raise BadInput("the fleet needs at least one model (--models)")
+            raise BadInput("the fleet needs at least one model (--models)", field="models")
         if not 1 <= self.max_gpus <= MAX_GPUS:
-            raise BadInput(f"--max-gpus must be in [1, {MAX_GPUS}], got {self.max_gpus}")
+            raise BadInput(f"--max-gpus must be in [1, {MAX_GPUS}], got {self.max_gpus}", field="max_gpus")
         if not self.precisions or not self.kv_cache_dtypes or not self.tensor_parallel_sizes:
             raise BadInput("the fleet needs at least one precision, KV dtype and tensor-parallel size")
         if len({(m.mix.names, tuple(m.mix.targets)) for m in self.models}) != 1:
@@ -209,7 +209,7 @@ def _warm(shapes: list[Shape], mixes: list[TeamMix], cache: CeilingCache) -> lis
         mix, knobs = mixes[first], shapes[first].model.knobs
         if knobs.cpu_offload_bytes and knobs.assumptions == "seed":
             raise BadInput("the fleet models CPU offload as vLLM's inclusive tier; --assumptions seed with "
-                           "--cpu-offload-gib (the seed's additive tier) is planned by `servesize plan` only")
+                           "--cpu-offload-gib (the seed's additive tier) is planned by `servesize plan` only", field="assumptions")
         charges = [([_budget(shapes[i].fixed, mix, knobs) for i in members], state) for state, members in groups.items()]
         found = warm_of_teams(mix, cache.bank(knobs.seed, mix.needs_uniforms), knobs.fills, charges, mix.targets,
                               max_draws=max(knobs.draws, _MAX_DRAWS))
@@ -440,7 +440,7 @@ def replicas_for_plan(per_replica: Mapping[str, float], users: int, sticky: bool
         if key == "cache" and not sticky:
             if value < users:
                 raise BadInput(f"one replica keeps {value:,.0f} users warm and, without sticky routing, more "
-                               f"replicas keep no more: no number of them keeps {users:,} warm (--sticky-routing)")
+                               f"replicas keep no more: no number of them keeps {users:,} warm (--sticky-routing)", field="sticky_routing")
             need[key] = 1
         else:
             need[key] = replicas_for(float(value), float(users))

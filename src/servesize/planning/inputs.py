@@ -17,6 +17,7 @@ from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.engine.quant_methods import ServedWeights, served_weights
 from servesize.errors import BadInput
+from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
 from servesize.workload.model import Workload
@@ -45,9 +46,9 @@ class Knobs:
     compute_efficiency: float | None = None
     cpu_offload_bytes: float = 0.0
     sticky_routing: bool = True
-    fills: int = 1500
-    draws: int = 2000
-    seed: int = 0
+    fills: int = DEFAULT_FILLS
+    draws: int = DEFAULT_DRAWS
+    seed: int = DEFAULT_SEED
     decode_fills: int | None = None
     prefill_samples: int | None = None
     overrides: tuple = ()                  # ((assumption name, value), ...): one assumption switched (the seed line)

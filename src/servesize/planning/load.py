@@ -200,23 +200,42 @@ def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_to
 # --------------------------------------------------------------------------------------
 
 
-def _tail(t: np.ndarray, rho: float, mean_wait: float) -> np.ndarray:
-    """P(W > t): 1 for t < 0, rho exp(-rho t / E[W]) otherwise (an atom at 0 of mass 1 - rho)."""
-    if rho <= 0 or mean_wait <= 0:
-        return (t < 0).astype(float)
-    return np.where(t < 0, 1.0, rho * np.exp(-rho * np.maximum(t, 0.0) / mean_wait))
+class _Tail:
+    """E[P(W > budget - S)] over one set of prefill draws S, for any queue (rho, E[W]).
+
+    P(W > t) is 1 for t < 0 and rho exp(-rho t / E[W]) otherwise, so the mean is
+    (#{t < 0} + rho sum_{t >= 0} exp(-rho t / E[W])) / n: the draws are split once, and each evaluation is
+    one scaled exp over the t >= 0 into a buffer kept for the search (the bisection evaluates it ~60 times)."""
+
+    def __init__(self, draws_s: np.ndarray, budget_s: float):
+        t = budget_s - np.asarray(draws_s, dtype=float).ravel()
+        self.n = int(t.size)
+        self.late = int(np.count_nonzero(t < 0))  # own prefill alone exceeds the budget
+        self.slack = np.ascontiguousarray(t[t >= 0])
+        self._buf = np.empty_like(self.slack)
+
+    def mean(self, rho: float, mean_wait: float) -> float:
+        if not self.n:
+            return 0.0
+        if rho <= 0 or mean_wait <= 0 or not self.slack.size:
+            return self.late / self.n
+        np.multiply(self.slack, -rho / mean_wait, out=self._buf)
+        np.exp(self._buf, out=self._buf)
+        return (self.late + rho * float(self._buf.sum())) / self.n
 
 
-def miss_share(rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float) -> float:
-    """The share of turns whose TTFT (wait + own prefill) exceeds ``budget_s`` at ``rate_per_s`` requests/s."""
+def _share(rate_per_s: float, m: ServiceMoments, miss: _Tail, hit: _Tail) -> float:
     rho = rate_per_s * m.mean_s
     if rho >= 1:
         return 1.0
     wait = rate_per_s * m.second_moment_s2 / (2.0 * (1.0 - rho))
     f = m.miss_rate
-    miss = float(_tail(budget_s - miss_s, rho, wait).mean()) if miss_s.size else 0.0
-    hit = float(_tail(budget_s - hit_s, rho, wait).mean()) if hit_s.size else 0.0
-    return f * miss + (1.0 - f) * hit
+    return f * miss.mean(rho, wait) + (1.0 - f) * hit.mean(rho, wait)
+
+
+def miss_share(rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float) -> float:
+    """The share of turns whose TTFT (wait + own prefill) exceeds ``budget_s`` at ``rate_per_s`` requests/s."""
+    return _share(rate_per_s, m, _Tail(miss_s, budget_s), _Tail(hit_s, budget_s))
 
 
 @dataclass(frozen=True)
@@ -239,20 +258,48 @@ class TtftLoad:
                 "cold_prefill_p999_s": self.longest_miss_s}
 
 
+RATE_REL_TOL = 1e-13  # the rate is found to 1e-13 of itself: where a 60-step bisection lands (tests/test_load_model.py)
+_MAX_ROOT_STEPS = 200  # a cap: Illinois takes 17-40 steps on the plan's sensitivity panel; stopped early, lo still meets the target
+
+
+def _largest_rate_within(excess: Callable[[float], float], at_zero: float, saturation: float) -> float:
+    """The largest rate in [0, saturation) whose ``excess`` (share over the target, increasing in the rate) is
+    <= 0, given ``excess(0) = at_zero <= 0``: regula falsi with the Illinois rule, the bracket kept
+    [lo: within, hi: over] so the answer is always a rate that meets the target."""
+    lo, g_lo, hi = 0.0, at_zero, saturation
+    g_hi = excess(hi)
+    if g_hi <= 0:  # the share never exceeds the target below saturation
+        return math.nextafter(hi, 0.0)
+    side = 0
+    for _ in range(_MAX_ROOT_STEPS):
+        if hi - lo <= RATE_REL_TOL * hi:
+            break
+        x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+        if not lo < x < hi:
+            x = 0.5 * (lo + hi)
+        g = excess(x)
+        if g <= 0:
+            lo, g_lo = x, g
+            if side < 0:
+                g_hi *= 0.5
+            side = -1
+        else:
+            hi, g_hi = x, g
+            if side > 0:
+                g_lo *= 0.5
+            side = 1
+    return lo
+
+
 def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
                       percentile: float = 95.0) -> TtftLoad:
     """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget."""
     if budget_s <= 0:
         raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
     allowed = 1.0 - float(percentile) / 100.0
-    base = miss_share(0.0, m, miss_s, hit_s, budget_s)
+    miss, hit = _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
+    base = _share(0.0, m, miss, hit)
     target = min(base + allowed, 1.0)
-    lo, hi = 0.0, 1.0 / m.mean_s
-    for _ in range(60):  # the share rises monotonically with the rate
-        mid = 0.5 * (lo + hi)
-        if miss_share(mid, m, miss_s, hit_s, budget_s) <= target:
-            lo = mid
-        else:
-            hi = mid
+    lo = _largest_rate_within(lambda rate: _share(rate, m, miss, hit) - target, base - target, 1.0 / m.mean_s)
     longest = float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
     return TtftLoad(lo, float(base), allowed, float(budget_s), float(percentile), longest)

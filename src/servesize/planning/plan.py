@@ -49,6 +49,7 @@ class Plan:
     # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
     # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
     disagreement: str | None = None
+    at_load: Any = field(default=None, compare=False, repr=False)  # planning.at_load.AtLoad: api.plan(load=...)
 
     @property
     def ceilings(self) -> dict[str, float]:
@@ -160,6 +161,8 @@ class Plan:
             "workload": self.workload.to_dict(),
             "workload_origin": None if self.origin is None else self.origin.to_dict(),
             "memory": self.fixed.memory,
+            "flags_not_affecting": list(getattr(self.memory, "flags_not_affecting", ())),
+            "flags_estimated": list(getattr(self.memory, "flags_estimated", ())),
             "sizing": self.sizing,
             "placement": None if self.placement is None else self.placement.to_dict(),
         }

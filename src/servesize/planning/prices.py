@@ -72,16 +72,16 @@ def parse_price(text: str) -> tuple[str, float]:
     """'H200=3.10' -> ('H200-SXM', 3.10): a catalogue GPU and a price per GPU-hour."""
     name, sep, value = str(text).partition("=")
     if not sep or not name.strip() or not value.strip():
-        raise BadInput(f"--gpu-hour-price {clip(text)}: write GPU=PRICE, e.g. H200=3.10 (per GPU per hour)")
+        raise BadInput(f"--gpu-hour-price {clip(text)}: write GPU=PRICE, e.g. H200=3.10 (per GPU per hour)", field="gpu_hour_price")
     gpu = find_gpu(name.strip())
     try:
         if "_" in value or "," in value:  # float('1_0') is 10.0; '2,5' may mean 2.5
             raise ValueError(value)
         price = float(value)
     except ValueError:
-        raise BadInput(f"--gpu-hour-price {clip(text)}: {clip(value.strip())} is not a number") from None
+        raise BadInput(f"--gpu-hour-price {clip(text)}: {clip(value.strip())} is not a number", field="gpu_hour_price") from None
     if not 0 < price < _MAX_PRICE:
-        raise BadInput(f"--gpu-hour-price {clip(text)}: the price per GPU-hour must be in (0, {_MAX_PRICE:g})")
+        raise BadInput(f"--gpu-hour-price {clip(text)}: the price per GPU-hour must be in (0, {_MAX_PRICE:g})", field="gpu_hour_price")
     return gpu.key, price
 
 

@@ -332,7 +332,7 @@ def _warm_percentiles(mix: TeamMix, fixed: Fixed, knobs: Knobs, cache: CeilingCa
     if knobs.cpu_offload_bytes:
         if knobs.assumptions == "seed":
             raise BadInput("teams model CPU offload as vLLM's inclusive tier; --assumptions seed with "
-                           "--cpu-offload-gib (the additive tier) is planned by `servesize plan` for one workload")
+                           "--cpu-offload-gib (the additive tier) is planned by `servesize plan` for one workload", field="assumptions")
         budget = max(budget, (knobs.cpu_offload_bytes - mix.reserved_prefix_tokens() * b) / b)
     if budget <= 0:
         raise BadInput(f"the pool ({fixed.pool_tokens:,.0f} tokens per replica) does not hold the teams' shared "

@@ -52,7 +52,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.limits import MAX_DRAWS
+from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -323,9 +323,9 @@ def warm_capacity(
     cpu_offload_bytes: float = 0,
     replicas: int = 1,
     sticky_routing: bool = True,
-    fills: int = 1500,
-    draws: int = 2000,
-    seed: int = 0,
+    fills: int = DEFAULT_FILLS,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
     pcie_bytes_per_s: float | None = None,
     offload_tier: str = "inclusive",
     bank: RandomBank | None = None,

@@ -114,6 +114,18 @@ def _plan_head(plan: Plan) -> list[str]:
              f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})"]
     if plan.knobs.cpu_offload_bytes:
         lines.append(f"  of which in host RAM p50 {w.cpu_offloaded.p50:,.0f}; in HBM p50 {w.gpu_resident.p50:,.0f}")
+    return lines + _flag_lines(plan.memory)
+
+
+def _flag_lines(report: MemoryReport | None) -> list[str]:
+    """The `vllm serve` flags accepted (on a --vllm-serve line or given directly) that servesize does not model."""
+    if report is None:
+        return []
+    lines = []
+    if report.flags_estimated:
+        lines.append("  estimated either way: " + "; ".join(report.flags_estimated))
+    if report.flags_not_affecting:
+        lines.append("  not affecting these figures: " + ", ".join(report.flags_not_affecting))
     return lines
 
 
@@ -254,10 +266,7 @@ def _memory(report: MemoryReport, explain: bool = False) -> str:
     lines += [f"  warning: {wn}" for wn in report.warnings]
     if report.extra_weight_bytes:
         lines.append(f"  loaded with the weights: {fmt_bytes(report.extra_weight_bytes)} per GPU (LoRA slots / draft)")
-    if report.flags_estimated:
-        lines.append("  estimated either way: " + "; ".join(report.flags_estimated))
-    if report.flags_not_affecting:
-        lines.append("  not affecting these figures: " + ", ".join(report.flags_not_affecting))
+    lines += _flag_lines(report)
     if explain:
         lines += ["", "derivation:", report.derivation.render()]
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, shown_number
+from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, shown_number
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
 
 ALIGNS = ("t0", "stagger", "trace")
@@ -49,7 +49,7 @@ class ReplayOptions:
     users: int | None = None
     sessions_per_user: int | None = None  # None: max(4, ceil(100 / users))
     warmup: float = DEFAULT_WARMUP
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     block_size: int | None = None       # the engine's; None: the trace's own
     max_model_len: int | None = None    # prompts longer are refused by vLLM: left out and counted
 

@@ -383,6 +383,23 @@ def _block_count_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
     return _Derived(None)
 
 
+def _state_groups_from_concurrency(lines: _PoolLines, gpu_blocks: int | None) -> tuple[_PoolLines, tuple[str, ...]]:
+    """Several groups given, and nothing in the log says what kind: where reading the extra groups as Mamba/GDN
+    state (1-2 blocks per request each) pins exactly one block count that prints both the token line and the
+    concurrency, they are taken as state groups (a sliding-window group pins a window's blocks instead, which
+    the concurrency would not print); else the lines stay as they were and the pool says what to pass."""
+    if (lines.mamba or gpu_blocks is not None or lines.era not in _OLD_TOKEN_LINE_ERAS or not lines.groups_given
+            or not lines.groups or lines.groups < 2 or lines.concurrency is None):
+        return lines, ()
+    as_state = replace(lines, mamba=True)
+    found = _block_count_from_old_line(as_state)
+    if found.value is None:
+        return lines, ()
+    return as_state, (f"the {lines.groups - 1} group(s) besides attention are taken as Mamba/GDN state: only then do "
+                      f"the token line and the {lines.concurrency:.2f}x concurrency both print from one block count "
+                      f"({found.value:,}); pass --mamba-cache-mode to say so outright",)
+
+
 def _block_count(lines: _PoolLines, gpu_blocks: int | None) -> _Derived[int | None]:
     """n, the pool's blocks: as logged ('# GPU blocks'), else where the token line and the concurrency allow one."""
     if gpu_blocks is not None:
@@ -433,13 +450,23 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
     if lines.era == "v1-hybrid-old" and lines.mamba and G:
         return _Derived(tokens * G, (f"logged tokens x {G} groups: the pre-v0.20.1 line divides the blocks by every group, "
                                      "while Mamba/GDN groups need only 1-2 blocks per request"))
+    missing = [flag for flag, known in (("--block-size", lines.block_size), ("--kv-cache-groups", lines.groups_given))
+               if not known]
     if lines.era == "v1-new":
         logged = f" ({C} x {L:,})" if C is not None and L is not None else ""
+        ask = (f"pass {' and '.join(missing)}" if missing else
+               "with the block size and groups given, no single block count prints both lines (plan then sizes from "
+               "the logged 'Available KV cache memory', where the log has it)")
         return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len{logged}, not the "
-                               "pool, and with several KV-cache groups the pool depends on them; pass --block-size and "
-                               "--kv-cache-groups"))
+                               f"pool, and with several KV-cache groups the pool depends on them; {ask}"))
+    if missing:
+        ask = f"pass {' and '.join(missing)} (servesize memory prints the groups)"
+    else:  # both given: what is still open is what the groups are (a loop otherwise: the same two flags again)
+        ask = ("with the block size and groups given, the lines still fit no single block count as Mamba/GDN state; "
+               "pass --mamba-cache-mode if the groups are state groups, or calibrate from a log that prints "
+               "'# GPU blocks' or 'Available KV cache memory' (sliding-window groups)")
     return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "
-                           "several; pass --block-size and --kv-cache-groups (servesize memory prints the groups)"))
+                           f"several; {ask}"))
 
 
 def _under_report_notes(lines: _PoolLines) -> tuple[str, ...]:
@@ -545,13 +572,14 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     if facts.gpu_blocks is not None and block.value is None:
         block = _block_size_from_concurrency(facts.gpu_blocks, facts.max_concurrency, facts.max_concurrency_tokens)
     lines = replace(stated, groups=groups.value, block_size=block.value)
+    lines, state_notes = _state_groups_from_concurrency(lines, facts.gpu_blocks)
     count = _block_count(lines, facts.gpu_blocks)
     pool = _pool_tokens(lines, count.value)
     weights = _weights_gib(facts)
     activation = _activation_gib(facts, weights.value)
     non_torch = _non_torch_gib(facts)
     notes = (*facts.notes, *era.notes, *max_model_len.notes, *_rank_notes(facts), *available.notes, *groups.notes,
-             *count.notes, *pool.notes, *weights.notes, *activation.notes, *non_torch.notes, *_setup_notes(facts))
+             *state_notes, *count.notes, *pool.notes, *weights.notes, *activation.notes, *non_torch.notes, *_setup_notes(facts))
     return _possible(Calibration(
         source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=facts.value("model"),
         tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=max_model_len.value,

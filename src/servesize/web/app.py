@@ -134,7 +134,8 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/fit/matrix", "post_fit_matrix"), ("POST", "/api/sensitivity", "post_sensitivity"),
           ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
           ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
-          ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"))
+          ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"),
+          ("POST", "/api/value", "post_value"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:

@@ -27,13 +27,9 @@ import servesize.api as api
 from servesize.errors import ServesizeError
 from servesize.model.catalogue import load_catalogue
 from servesize.model.hardware import find_gpu, parse_gpus
-from servesize.planning.ceilings import CEILINGS
-from servesize.planning.decode import decode_curve
-from servesize.planning.inputs import knob_value, sub_ratio_of
-from servesize.planning.latency import latency_report, moments_from
 from servesize.scenario import FitQuery, Scenario
 from servesize.units import fmt_bytes, fmt_tokens
-from servesize.web.views import MAX_DECODERS, decode_bank, finite, planned, users_text
+from servesize.web.views import finite, planned, users_text
 
 DECODE_POINTS = 48
 MISS_POINTS = 21
@@ -50,18 +46,17 @@ def decode_chart(scenario: Scenario) -> dict:
     resident = w.per_replica.get("gpu_resident") if isinstance(w.per_replica, dict) else None
     resident_p5 = float(resident.p5) if resident is not None else float(w.gpu_resident.p5) / dp
     resident_p95 = float(resident.p95) if resident is not None else float(w.gpu_resident.p95) / dp
-    top = int(min(MAX_DECODERS, max(8, 2 * r.decode.n, math.ceil(1.5 * resident_p95))))
+    top = int(min(api.MAX_DECODERS, max(8, 2 * r.decode.n, math.ceil(1.5 * resident_p95))))
     ns = np.unique(np.round(np.geomspace(1, top, DECODE_POINTS)).astype(int))
-    setup, bank = decode_bank(plan)
-    curve = decode_curve(setup, None, ns, bank=bank)
-    floor, comfortable = r.decode.floor_tok_s, knob_value(plan.knobs, "comfortable_floor")
+    curve, spec_speedup = api.decode_at(plan, ns)
+    floor, comfortable = r.decode.floor_tok_s, api.knob(plan, "comfortable_floor")
     return finite({
         "n": ns.tolist(), "p5": curve["p5"].tolist(), "p50": curve["p50"].tolist(), "p95": curve["p95"].tolist(),
         "aggregate_p50": (curve["aggregate_p50"] * dp).tolist(), "replicas": dp,
         "floor": floor, "comfortable": comfortable, "decode_ceiling": r.decode.n,
         "warm_zone": [resident_p5, resident_p95],
-        "caption": f"per replica, {setup.spec_speedup:.2f} tokens per step"
-                   + (" (MTP)" if setup.spec_speedup > 1 else "")
+        "caption": f"per replica, {spec_speedup:.2f} tokens per step"
+                   + (" (MTP)" if spec_speedup > 1 else "")
                    + f"; the floor {floor:g} tok/s is met up to {r.decode.n:,} decoders; shaded: the GPU-resident warm "
                      f"sessions p5-p95 ({users_text(resident_p5)}-{users_text(resident_p95)}) per replica",
         "aggregate_caption": f"p50 x decoders x {dp} replica(s), tok/s",
@@ -78,24 +73,19 @@ def miss_chart(scenario: Scenario, users: float | None = None) -> dict:
     table = api.sweep(scenario, "invalidation", values)
     rows = table["rows"]
     load = float(users) if users is not None else plan.result.values[plan.binding]
-    burst = []
-    for f in values:
-        m = moments_from(plan.result.prefill, f)
-        rep = latency_report(m, load / plan.fixed.dp, sub_ratio_of(plan.workload), plan.workload.think_time_s,
-                             float(knob_value(plan.knobs, "ttft_limit_s")), plan.knobs.a("latency.discipline"))
-        burst.append(rep.burst_tolerance)
+    burst = [api.latency_at(plan, load, miss_rate=f).burst_tolerance for f in values]
     binding = [row["binding"] for row in rows]
     changes = [values[i] for i in range(1, len(values)) if binding[i] != binding[i - 1]]
     return finite({
         "x": values, "current": current, "load": load,
-        "ceilings": {c: [row["ceilings"][c] for row in rows] for c in CEILINGS},
+        "ceilings": {c: [row["ceilings"][c] for row in rows] for c in api.ceiling_names()},
         "binding": binding, "binding_changes": changes,
         "burst_tolerance": burst,
         "caption": "users each ceiling allows as the share of requests that miss every cached prefix grows; "
                    "the lowest is what you get" + (f"; the binding ceiling first changes hands at a miss rate of "
                                                    f"{changes[0]:.3g}" if changes else ""),
         "burst_caption": f"B*: simultaneous misses one replica answers within the "
-                         f"{knob_value(plan.knobs, 'ttft_limit_s'):g} s budget at {users_text(load)} users",
+                         f"{api.knob(plan, 'ttft_limit_s'):g} s budget at {users_text(load)} users",
     })
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import servesize.api as api
-from servesize.planning.ceilings import CEILINGS
-from servesize.planning.fleet_result import FleetOption, FleetResult
 from servesize.scenario import FleetQuery, Scenario
 from servesize.web.requests import Load
 from servesize.web.views import finite, share
-from servesize.workload.model import Workload
+
+if TYPE_CHECKING:
+    from servesize.api import FleetOption, FleetResult
 
 
 @lru_cache(maxsize=16)
@@ -93,7 +93,7 @@ def _plan_fields(confirm: dict | None) -> dict | None:
         return None
     workload = confirm.get("workload")
     if isinstance(workload, dict):  # an uploaded workload: the plan view sends its content, as its upload does
-        fields = share(Scenario(**{**confirm, "workload": Workload.from_dict(workload)}), Load())["fields"]
+        fields = share(Scenario(**{**confirm, "workload": api.Workload.from_dict(workload)}), Load())["fields"]
         return {**fields, "workload": workload}
     return share(Scenario(**confirm), Load())["fields"]
 
@@ -116,7 +116,7 @@ def fleet_view(query: FleetQuery) -> dict:
         "skipped_text": ", ".join(f"{n} {kind}" for kind, n in result.skipped_summary().items()),
         "open_plan": _plan_fields(result.confirm),
         "teams_caption": _teams_text(result),
-        "ceilings": list(CEILINGS),
+        "ceilings": list(api.ceiling_names()),
         "query": _query_text(query),
     })
 
@@ -136,7 +136,7 @@ def teams_view(scenario: Scenario, team: tuple[str, ...], priority: tuple[str, .
     short = [t["name"] for t in shared["teams"] if not t["meets_target"]]
     meets = (f"this deployment ({shared['gpus']}, {shared['data_parallel_size']} replica(s)) serves every team"
              if not short else f"this deployment ({shared['gpus']}) falls short for {', '.join(short)}")
-    return finite({"teams": doc, "ceilings": list(CEILINGS), "meets": meets,
+    return finite({"teams": doc, "ceilings": list(api.ceiling_names()), "meets": meets,
                    "verdict": doc["verdict"],
                    "caption": f"every team on {shared['gpus']} (routing {shared['routing']}): warm users p5 sharing the "
                               "pool (alone on it), each ceiling in the team's own users at the teams' mix"})

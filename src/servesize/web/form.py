@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
+from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS, sensitivity_ranges
 from servesize.assumptions import assumption, modelled_assumptions
-from servesize.engine.weights import PRECISIONS
-from servesize.planning.sensitivity import SENSITIVITY
+from servesize.errors import BadInput, clip
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario
 from servesize.web.server import MAX_BODY_BYTES
 
@@ -33,7 +33,6 @@ VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("int", "cache misses arriving at the same instant (a cold burst); 'flush' = one replica group's warm "
           "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N"),
 )}
-BURST_FLUSH = "flush"
 
 # -- bounded work per request ---------------------------------------------------------------------
 
@@ -48,9 +47,9 @@ DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many 
 
 # -- slider ranges ---------------------------------------------------------------------------------
 
-_SENS_FIELD = {"median": "user_median_tokens", "sigma": "user_sigma", "invalidation": "invalidation",
-               "think_time": "think_time_s", "ttft_limit": "ttft_limit_s", "mfu": "mfu",
-               "bandwidth_efficiency": "bandwidth_efficiency", "mtp_speedup": "spec_speedup"}
+# field -> the sensitivity row its slider takes its range from: the row whose planner field the field goes to
+_SENS_FIELD = {p.name: row for row, (_, planner, *_) in sensitivity_ranges().items() for p in PARAMS.values()
+               if p.target == planner}
 
 # fields whose slider range has no published bracket: the span a reader explores, chosen here
 _RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, step, scale)
@@ -73,7 +72,7 @@ _LOG = ("median", "think_time")
 def slider_range(name: str) -> dict | None:
     """min, max, step (0 = continuous), scale and where the range comes from."""
     if name in _SENS_FIELD:
-        _, _, lo, hi, _ = SENSITIVITY[_SENS_FIELD[name]]
+        _, _, lo, hi, _ = sensitivity_ranges()[_SENS_FIELD[name]]
         return {"min": lo, "max": hi, "step": _STEPS[name], "scale": "log" if name in _LOG else "linear",
                 "source": "the sensitivity panel's search range (planning/sensitivity.py)"}
     param = PARAMS.get(name) or VIEW_PARAMS.get(name)
@@ -93,12 +92,16 @@ def slider_range(name: str) -> dict | None:
 QUANTIZATIONS = ("native", *PRECISIONS)
 
 PLAN_SECTIONS: tuple[dict, ...] = (
+    # the controls a visitor changes most come first (on a phone they follow the verdict at once):
+    # model, GPUs, split, weights, KV dtype, then the prompt median (before the preset it overrides)
     {"id": "setup", "title": "Set-up", "lede": "Hardware, model and serving dtypes: these change most numbers on the page.",
-     "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mtp_speedup",
-                "cpu_offload_gib", "max_model_len"]},
+     "fields": ["model", "gpus", "split", "quantization", "kv_cache_dtype"]},
     {"id": "workload", "act": 1, "title": "Workload", "lede": "Who uses it, and what their prompts look like.",
-     "fields": ["preset", "median", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
+     "fields": ["median", "preset", "sigma", "subagent_median", "subagent_sigma", "subagent_ratio",
                 "subagents_share_prefix", "prefix", "workload"]},
+    {"id": "serving", "title": "Serving options", "lede": "The recurrent-state dtype, the MTP head, CPU offload and the "
+     "context cap: fewer deployments change these.",
+     "fields": ["mamba_ssm_cache_dtype", "mtp_speedup", "cpu_offload_gib", "max_model_len"]},
     {"id": "load", "act": 2, "title": "Load and cold traffic",
      "lede": "How much traffic arrives, how cold it is, and how fast it must be answered.",
      "fields": ["load_users", "think_time", "warm_turn_tokens", "ttft_limit", "invalidation", "burst"]},
@@ -132,8 +135,6 @@ def fleet_advanced_fields() -> list[str]:
 
 def fleet_form(gpu_keys: list[str]) -> dict:
     """The fleet view's form: FleetQuery's declaration; the comma lists as check boxes where the choices are known."""
-    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
-
     defaults = {f.name: f.default for f in fields(FleetQuery)}
     out = {n: describe(p, defaults[n]) for n, p in FLEET_PARAMS.items()}
     lists = {"precision": list(QUANTIZATIONS), "kv_cache_dtype": list(dict.fromkeys(MODELLED_KV_CACHE_DTYPES)),
@@ -158,8 +159,6 @@ def advanced_fields() -> list[str]:
 def _listed() -> dict[str, tuple[str, ...]]:
     """Text fields the page offers as a list: the precisions and the KV dtypes servesize models (the CLI takes
     every name the --vllm-version accepts and says which it cannot model)."""
-    from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES
-
     return {"quantization": tuple(QUANTIZATIONS), "kv_cache_dtype": tuple(dict.fromkeys(MODELLED_KV_CACHE_DTYPES))}
 
 
@@ -230,6 +229,26 @@ def form(gpu_keys: list[str] | None = None) -> dict:
         "limits": {**WEB_LIMITS, "max_gpus": MAX_GPUS, "draft_fills": DRAFT_FILLS, "max_body_bytes": MAX_BODY_BYTES},
         "burst_flush": BURST_FLUSH,
     }
+
+
+# -- a control's text, read as the command line reads it --------------------------------------------
+
+_VIEW_FIELDS = {"plan": {**PARAMS, **VIEW_PARAMS}, "fit": FIT_PARAMS, "fleet": FLEET_PARAMS}
+
+
+def read_value(view: object, name: object, text: object) -> dict:
+    """What a control's text means, by the field's own declaration (Param.parse: '45k' = 45,000 for a
+    token count, '16K' = 16,384; bounds checked): the page places a slider's thumb at this value, so no
+    units rule lives in the page. A refusal is the same line the command line prints, naming the field."""
+    fields_of = _VIEW_FIELDS.get(view) if isinstance(view, str) else None
+    if fields_of is None:
+        raise BadInput(f"view: one of {', '.join(_VIEW_FIELDS)}, not {clip(view)}")
+    param = fields_of.get(name) if isinstance(name, str) else None
+    if param is None:
+        raise BadInput(f"field: {clip(name)} is not a field of the {view} view")
+    if not isinstance(text, (str, int, float)) or isinstance(text, bool):
+        raise BadInput(f"{param.flag}: give the control's text (a string)")
+    return {"field": param.name, "value": param.parse(text)}
 
 
 # -- presets and where the page starts --------------------------------------------------------------

@@ -13,7 +13,7 @@ from servesize import __version__
 from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
 from servesize.web import charts, fleet_view, views
-from servesize.web.form import START, VIEW_PARAMS, form, presets
+from servesize.web.form import START, VIEW_PARAMS, form, presets, read_value
 from servesize.web.requests import (
     RequestError,
     fit_query,
@@ -44,6 +44,15 @@ def catalogue() -> dict:
 
 async def get_catalogue(request: web.Request) -> web.Response:
     return await compute(request, FAST, catalogue)
+
+
+async def post_value(request: web.Request) -> web.Response:
+    """A control's text as the field's declaration reads it ('45k' -> 45000): where a slider's thumb goes.
+    Answered here, not on a worker: one bounded parse must not queue behind a verdict."""
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise RequestError('give {"view": "plan", "field": "median", "text": "45k"}', None)
+    return json_response(read_value(body.get("view"), body.get("field"), body.get("text")))
 
 
 async def post_plan(request: web.Request) -> web.Response:

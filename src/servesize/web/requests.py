@@ -11,63 +11,39 @@ line reads them: ``"31k"`` or ``31000``), the page's own load and tariff fields
 - ``calibration`` a Calibration as ``/api/calibrate`` returned it (``Calibration.from_dict``), never
                   a path.
 
-Every refusal is ``RequestError(message, field)``; the Scenario's own one-line messages name the
-flag (``--max-model-len 0 is out of range``), which maps back to the field.
+Every refusal is ``RequestError(message, field)``; a library refusal carries the field it is about
+(``ServesizeError.field``: set where the value is checked, e.g. ``Param.parse`` for every declared bound).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from servesize.api import Load, Workload, preset_names
 from servesize.errors import BadInput, DoesNotFit, ServesizeError
 from servesize.model.catalogue import find_entry
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS, FitQuery, FleetQuery, Scenario
 from servesize.vllm_logs.calibration import Calibration
 from servesize.web.form import BURST_FLUSH, FLEET_LIMITS, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
-from servesize.workload.catalogue import preset_names
-from servesize.workload.model import Workload
 
 
 class RequestError(BadInput):
     """A request the explorer refuses: one line, and the field it is about (None: the request as a whole)."""
 
     def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+        super().__init__(message, field=field)
 
     def to_dict(self) -> dict:
         return {"error": str(self), "field": self.field}
 
 
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
-
-
-def _flag_index() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for params in (PARAMS, FIT_PARAMS, VIEW_PARAMS, FLEET_PARAMS):
-        for name, p in params.items():
-            for spelling in (p.flag, *p.flags):
-                out.setdefault(spelling.lstrip("-"), name)
-            if p.kind == "bool":
-                out.setdefault("no-" + p.flag.lstrip("-"), name)
-    return out
-
-
-_FLAGS = _flag_index()
-
-
 def field_of(exc: ServesizeError) -> str | None:
-    """The field a library refusal is about: the first flag its message names, else the model
-    for a deployment that does not fit."""
-    if isinstance(exc, RequestError):
+    """The field a library refusal is about: the one the library set where it checked the value
+    (``ServesizeError.field``), else the model for a deployment that does not fit."""
+    if exc.field is not None:
         return exc.field
-    for match in _FLAG.finditer(str(exc)):
-        name = _FLAGS.get(match.group(1))
-        if name is not None:
-            return name
     return "model" if isinstance(exc, DoesNotFit) else None
 
 
@@ -80,17 +56,6 @@ def refusal(exc: ServesizeError) -> dict:
 
 UPLOAD_FIELDS = ("model", "workload", "calibration")
 CONTROL_FIELDS = ("draft",)
-
-
-@dataclass(frozen=True)
-class Load:
-    """The page's own load: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
-
-    load_users: int | None = None   # the page's field: Scenario.users is fleet sizing, a different thing
-    burst: int | str | None = None      # a count, or BURST_FLUSH
-
-    def given(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass(frozen=True)

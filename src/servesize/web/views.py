@@ -12,54 +12,29 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import servesize.api as api
+from servesize.api import Load
 from servesize.derivation import Derivation
-from servesize.engine.deployment import Deployment
-from servesize.engine.memory import MemoryReport
 from servesize.errors import ServesizeError
 from servesize.flags import flags_of
+from servesize.jsonable import finite
 from servesize.measure.record import parse_record
 from servesize.measure.sessions import verdict as bracket_verdict
-from servesize.model.catalogue import InlineConfig, load_catalogue
+from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import parse_gpus
-from servesize.planning.ceilings import CEILINGS, CeilingCache, contexts_of, decode_setup
-from servesize.planning.decode import decode_curve
-from servesize.planning.inputs import knob_value, sub_ratio_of
-from servesize.planning.latency import LatencyReport, latency_report
-from servesize.planning.plan import Plan, power_of
-from servesize.resolve import ENGINE_FIELDS, calibrated, deployment_of
 from servesize.scenario import PARAMS, Scenario
 from servesize.units import GiB, fmt_bytes, fmt_tokens
 from servesize.vllm_logs.calibration import Calibration, calibrate_against
-from servesize.web.form import BURST_FLUSH, DRAFT_FILLS, VIEW_PARAMS
-from servesize.web.requests import Load, PlanRequest, RequestError, scenario_of
-from servesize.workload.model import length_mass
+from servesize.web.form import DRAFT_FILLS, VIEW_PARAMS
+from servesize.web.requests import PlanRequest, RequestError, scenario_of
 
-MAX_DECODERS = 4096  # the per-user decode tile and chart stop here (a bank of 400 fills x this many contexts)
-
-
-def finite(obj: Any) -> Any:
-    """JSON has no Infinity or NaN: an unbounded or undefined figure is written as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return finite(obj.item())
-    if isinstance(obj, np.ndarray):
-        return finite(obj.tolist())
-    if hasattr(obj, "to_dict"):
-        return finite(obj.to_dict())
-    return obj
-
+if TYPE_CHECKING:
+    from servesize.api import AtLoad, MemoryReport, Plan
 
 # -- the plan, memoised ---------------------------------------------------------------------------
 
@@ -103,57 +78,9 @@ def steps_of(*derivations: Derivation | None) -> list[dict]:
 
 # -- the load the page prices ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class AtLoad:
-    """The plan evaluated at the page's load: the binding ceiling unless ``users`` is given."""
-
-    users: float
-    given: bool
-    burst: float
-    latency: LatencyReport
-    decoders: int                # concurrent decoders per replica the decode tile is read at
-    decode: dict                 # p5/p50/p95 per-user tok/s there (the plan's own context bank)
-    decode_status: str           # ok / tight / over against the comfortable and hard floors
-
-
-def _burst(plan: Plan, load: Load) -> float:
-    if load.burst == BURST_FLUSH:
-        return float(max(1, math.floor(plan.warm_users.p5 / plan.fixed.dp)))
-    return float(load.burst) if load.burst is not None else 1.0
-
-
-def _latency(plan: Plan, users: float, burst: float, same_as_plan: bool) -> LatencyReport:
-    if same_as_plan and plan.latency is not None:
-        return plan.latency
-    return latency_report(plan.result.moments, users / plan.fixed.dp, sub_ratio_of(plan.workload),
-                          plan.workload.think_time_s, float(knob_value(plan.knobs, "ttft_limit_s")),
-                          plan.knobs.a("latency.discipline"), burst=burst)
-
-
-def decode_bank(plan: Plan):
-    """The plan's decode setup and its own context bank (the same seed: the same numbers)."""
-    setup = decode_setup(plan.fixed, plan.knobs)
-    return setup, contexts_of(plan.workload, plan.knobs, setup.topk_tokens, CeilingCache())
-
-
-def decode_status(p50: float, plan: Plan) -> str:
-    comfortable = plan.result.decode_comfortable
-    if comfortable is not None and p50 >= comfortable.floor_tok_s:
-        return "ok"
-    return "tight" if p50 >= plan.result.decode.floor_tok_s else "over"
-
-
 def at_load(plan: Plan, load: Load) -> AtLoad:
-    binding_users = plan.result.values[plan.binding]
-    users = float(load.load_users) if load.load_users is not None else binding_users
-    burst = _burst(plan, load)
-    latency = _latency(plan, users, burst, load.load_users is None and burst == 1.0)
-    max_seqs = plan.memory.deployment.max_num_seqs if plan.memory is not None else MAX_DECODERS
-    decoders = int(max(1, min(round(users / plan.fixed.dp), max_seqs or MAX_DECODERS, MAX_DECODERS)))
-    setup, bank = decode_bank(plan)
-    curve = decode_curve(setup, None, [decoders], bank=bank)
-    decode = {k: float(curve[k][0]) for k in ("p5", "p50", "p95")}
-    return AtLoad(users, load.load_users is not None, burst, latency, decoders, decode, decode_status(decode["p50"], plan))
+    """The plan priced at the page's load (``api.at_load``: the library's, on the memoised plan)."""
+    return api.at_load(plan, load)
 
 
 # -- the verdict and the tiles ------------------------------------------------------------------------
@@ -167,14 +94,14 @@ _CEILING_MEANS = {
 
 
 def _why(plan: Plan) -> str:
-    r, k = plan.result, plan.knobs
+    r = plan.result
     users = users_text(r.values[r.binding])
     return {
         "cache": f"Past {users} users the pool cannot keep every returning user's context: their next request "
                  "finds it evicted and re-prefills it all (a cold miss).",
         "decode": f"Past {users} concurrent users each one decodes below the {r.decode.floor_tok_s:g} tok/s floor "
                   "(p50): the HBM bandwidth is shared by too many sequences.",
-        "latency": f"Past {users} users a cache miss waits longer than the {knob_value(k, 'ttft_limit_s'):g} s TTFT "
+        "latency": f"Past {users} users a cache miss waits longer than the {api.knob(plan, 'ttft_limit_s'):g} s TTFT "
                    "budget on average (M/G/1 over the prefill queue).",
         "saturation": f"Past {users} users prefill is busy all the time: the queue grows without bound.",
     }[r.binding]
@@ -182,7 +109,7 @@ def _why(plan: Plan) -> str:
 
 def verdict(plan: Plan, at: AtLoad) -> dict:
     r = plan.result
-    order = sorted(CEILINGS, key=lambda c: r.values[c])
+    order = sorted(api.ceiling_names(), key=lambda c: r.values[c])
     binding_users = r.values[r.binding]
     runner = order[1]
     head = r.headroom()
@@ -196,7 +123,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
                          + (f" (x{head[runner]:.2f})" if head.get(runner) else "")},
         "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": _CEILING_MEANS[c],
-                      "binding": c == r.binding, "headroom": head.get(c)} for c in CEILINGS],
+                      "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
     }
     if at.given:
@@ -246,7 +173,7 @@ def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
     return [
         _tile("decode", "Per-user decode (p50)", at.decode["p50"], tok_s_text(at.decode["p50"]),
               f"{where}; p5 {tok_s_text(at.decode['p5'])}, p95 {tok_s_text(at.decode['p95'])}; floor {floor:g}, "
-              f"comfortable {knob_value(plan.knobs, 'comfortable_floor'):g}", status=at.decode_status,
+              f"comfortable {api.knob(plan, 'comfortable_floor'):g}", status=at.decode_status,
               explain=("decode",),
               refuted_by=f"servesize measure sessions: decode tok/s per user at the rung nearest "
                          f"{users_text(r.decode.n * plan.fixed.dp)} users is below {floor:g}"),
@@ -313,15 +240,8 @@ def memory_bar(report: MemoryReport, *, steps: bool = True) -> dict:
             "steps": steps_of(report.derivation) if steps else []}
 
 
-def power_at(plan: Plan, at: AtLoad, load: Load):
-    """The bill and its note: the plan's own, or at the page's load when one is given."""
-    if load.load_users is None:
-        return plan.power, plan.power_note
-    return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=at.users)
-
-
-def bill(plan: Plan, at: AtLoad, load: Load) -> dict:
-    power, note = power_at(plan, at, load)
+def bill(at: AtLoad) -> dict:
+    power, note = at.power, at.power_note
     if power is None:
         return {"available": False, "note": note}
     per_user, cur = power.cost_per_user_month, power.currency
@@ -355,8 +275,8 @@ def lengths(plan: Plan) -> dict:
     for cls, share in ((w.user, 1.0 - p_sub), (w.subagent, p_sub)):
         if cls is None or share <= 0:
             continue
-        mass = length_mass(cls, edges)
-        above = float(length_mass(cls, np.array([cap, math.inf]))[0])
+        mass = api.length_mass(cls, edges)
+        above = float(api.length_mass(cls, np.array([cap, math.inf]))[0])
         series.append({"name": cls.name, "share": share, "y": (share * mass / dln).tolist(), "above_cap": above,
                        "median": float(cls.median_tokens), "prefix": int(cls.prefix_tokens),
                        "text": f"{cls.name}: median {fmt_tokens(cls.median_tokens)}, {above:.1%} above the cap "
@@ -393,7 +313,7 @@ def effective(plan: Plan, at: AtLoad) -> dict:
     out: dict[str, Any] = {}
     if plan.memory is not None:
         dep = plan.memory.deployment
-        out.update({name: getattr(dep, name) for name in ENGINE_FIELDS})
+        out.update({name: getattr(dep, name) for name in api.ENGINE_FIELDS})
     w, k = plan.workload, plan.knobs
     out.update({"median": w.user.median_tokens, "sigma": getattr(w.user, "sigma", None), "prefix": w.user.prefix_tokens,
                 "invalidation": w.invalidation, "think_time": w.think_time_s, "output_tokens": w.output_tokens,
@@ -403,10 +323,10 @@ def effective(plan: Plan, at: AtLoad) -> dict:
         out.update({"subagent_median": w.subagent.median_tokens, "subagent_sigma": getattr(w.subagent, "sigma", None),
                     "subagent_prefix": w.subagent.prefix_tokens})
     for name in ("bandwidth_efficiency", "decode_floor", "comfortable_floor", "mfu"):
-        out[name] = knob_value(k, name)
-    out["ttft_limit"] = knob_value(k, "ttft_limit_s")
+        out[name] = api.knob(plan, name)
+    out["ttft_limit"] = api.knob(plan, "ttft_limit_s")
     out["mtp_speedup"] = plan.result.spec_speedup
-    out["tp_efficiency"] = decode_setup(plan.fixed, k).tp_eff
+    out["tp_efficiency"] = api.tp_efficiency(plan)
     out["cpu_offload_gib"] = k.cpu_offload_bytes / GiB
     out["load_users"], out["burst"] = at.users, at.burst
     if plan.power is not None:
@@ -500,7 +420,7 @@ def plan_view(req: PlanRequest) -> dict:
         "tiles": tiles(plan, at),
         "memory": memory_bar(plan.memory, steps=False) if plan.memory is not None else None,
         "recipe": {"command": plan.recipe, "notes": list(plan.recipe_notes)},
-        "bill": bill(plan, at, req.load),
+        "bill": bill(at),
         "lengths": lengths(plan),
         "splits": splits(req.scenario, plan),
         "placement_text": plan.placement.text() if plan.placement is not None and (plan.placement.chosen or plan.placement.idle)
@@ -520,7 +440,7 @@ def explain_view(req: PlanRequest) -> dict:
     it, for the plan ``plan_view`` answered (fetched when a "why?" is first opened)."""
     plan = planned(drafted(req.scenario, req.draft))
     at = at_load(plan, req.load)
-    power, _ = power_at(plan, at, req.load)
+    power = at.power
     sections = {
         "memory": steps_of(plan.memory.derivation if plan.memory is not None else None),
         "pool": steps_of(plan.fixed.derivation), "warm": steps_of(plan.result.warm.derivation),
@@ -564,11 +484,8 @@ def fit_view(query) -> dict:
 
 
 def fit_effective(query, doc: dict) -> dict:
-    """The value each fit field took; the utilisation is the engine's default for the vLLM version
-    (Deployment.resolved: it does not depend on the model, so any catalogue entry resolves it)."""
-    entry = next(iter(load_catalogue().values()))
-    util = Deployment(vllm_version=query.vllm_version, gpu_memory_utilization=query.gpu_memory_utilization) \
-        .resolved(entry.architecture(), parse_gpus(query.gpus)).gpu_memory_utilization
+    """The value each fit field took; the utilisation is the engine's default for the vLLM version."""
+    util = api.engine_utilization(query.vllm_version, query.gpu_memory_utilization, query.gpus)
     return {"max_model_len": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
             "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
             "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}
@@ -631,11 +548,7 @@ def calibrate_view(scenario: Scenario, log_text: str) -> dict:
     check = calibrate_against(calibration, api.memory(uncalibrated))
     rows = [{"name": c.name, "predicted": finite(c.predicted), "logged": finite(c.logged), "error": finite(c.error),
              "error_pct": finite(c.error_pct), "unit": c.unit} for c in check.checks]
-    try:  # the rule that decides what a calibration fixes (resolve.calibrated): does this log give a pool?
-        found = calibrated(uncalibrated.replace(calibration=calibration), deployment_of(uncalibrated))
-        usable, why = True, found.pool_source or ""
-    except ServesizeError as exc:
-        usable, why = False, str(exc)
+    usable, why = api.calibration_applies(uncalibrated, calibration)  # does this log give a pool (resolve's rule)?
     return finite({"calibration": calibration.to_dict() if usable else None, "usable": usable, "applies": why,
                    "checks": rows, "notes": list(check.notes) + list(calibration.notes)})
 

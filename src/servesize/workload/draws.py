@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
+
 
 UNIFORM_STREAM = 1  # the bootstrap uniforms come from generator (seed, i, j, 1): drawn only when needed
 
@@ -50,6 +53,7 @@ class RawDraw:
     @staticmethod
     def stack(parts: list[RawDraw], axis: int) -> RawDraw:
         """Blocks joined along fills (axis 0) or sessions (axis 1)."""
+        import numpy as np
         if len(parts) == 1:
             return parts[0]
         u = None if parts[0].u is None else np.concatenate([p.u for p in parts], axis=axis)
@@ -59,6 +63,7 @@ class RawDraw:
 
 
 def _normals(rng: np.random.Generator, n: int) -> np.ndarray:
+    import numpy as np
     m = (n + 1) // 2
     u = rng.random((2, m), dtype=np.float32)
     radius = np.sqrt(np.float32(-2.0) * np.log(np.float32(1.0) - u[0]))
@@ -69,6 +74,7 @@ def _normals(rng: np.random.Generator, n: int) -> np.ndarray:
 def draw_numbers(rng: np.random.Generator, shape: tuple, uniforms: bool = False) -> RawDraw:
     """Every number ``shape`` requests need, from ``rng``: two words each (one 64-bit draw), then the normals,
     then (``uniforms``) the bootstrap uniforms."""
+    import numpy as np
     n = int(np.prod(shape))
     words = rng.bit_generator.random_raw(n).view(np.uint32).reshape(tuple(shape) + (2,))
     z = _normals(rng, n).reshape(shape)
@@ -96,6 +102,7 @@ class RandomBank:
         self._cells = 0
 
     def _block(self, i: int, j: int) -> RawDraw:
+        import numpy as np
         raw = draw_numbers(np.random.default_rng([self.seed, i, j]), (self.ROWS, self.COLS))
         if self.uniforms:
             raw = RawDraw(raw.class_word, raw.cold_word, raw.z,

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import tomllib
 from typing import Any
-
-import numpy as np
 
 from servesize.errors import BadInput
 from servesize.limits import MAX_SMALL_FILE_BYTES, check_depth, check_numbers, check_output, parse_json, read_input, write_output
@@ -52,39 +49,22 @@ def save_workload(workload: Workload, path) -> pathlib.Path:
     return save_workload_dict(workload.to_dict(), path)
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
 def to_toml(data: dict) -> str:
-    """A small TOML writer for the workload file: scalars first, then one table per dict (nested dicts as
-    dotted sub-tables); None is left out (TOML has no null: an absent key)."""
-    out = _toml_table(data, "")
-    return "\n".join(out).lstrip("\n") + "\n"
+    """The workload file as TOML (tomli-w): None is left out (TOML has no null: an absent key); numpy
+    scalars are written as the numbers they hold; a value TOML cannot hold raises TypeError."""
+    import tomli_w  # only the TOML path needs the writer
+
+    return tomli_w.dumps(_toml_ready(data))
 
 
-def _toml_table(table: dict, prefix: str) -> list[str]:
-    out = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, dict)]
-    for key, value in table.items():
-        if isinstance(value, dict):
-            name = f"{prefix}{_toml_key(key)}"
-            out += ["", f"[{name}]"] + _toml_table(value, name + ".")
-    return out
-
-
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+def _toml_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _toml_ready(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_toml_ready(v) for v in value]
+    if not isinstance(value, (bool, int, float, str)) and hasattr(value, "tolist"):  # numpy scalars
+        return value.tolist()
+    return value
 
 
 def save_workload_dict(data: dict, path) -> pathlib.Path:

@@ -25,14 +25,15 @@ from __future__ import annotations
 import math
 import pathlib
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
+
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
 
 DEFAULT_MIN_TOKENS = 0       # nothing dropped unless asked (the seed dropped rows under 1,000, biasing short workloads up)
 MIN_SUBAGENT_SAMPLES = 30    # fewer subagent requests than this: no separate subagent class is fitted
@@ -43,6 +44,7 @@ MIN_WORKLOAD_SAMPLES = 10  # a workload from fewer readable lengths than this is
 # --- fitting -----------------------------------------------------------------------------------
 
 def _phi(x: np.ndarray) -> np.ndarray:
+    import numpy as np
     erf = np.vectorize(math.erf, otypes=[np.float64])
     return 0.5 * (1.0 + erf(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)))
 
@@ -52,6 +54,7 @@ def ks_statistic(x: np.ndarray, mu: float, sigma: float) -> float:
 
     D = max_i max(i/n - F(x_(i)), F(x_(i)) - (i-1)/n) over the sorted sample.
     """
+    import numpy as np
     xs = np.sort(np.asarray(x, dtype=np.float64))
     n = xs.size
     cdf = _phi((np.log(xs) - mu) / sigma)
@@ -108,6 +111,7 @@ class LogNormalFit:
 
 def fit_lognormal(x) -> LogNormalFit:
     """Maximum-likelihood log-normal: mu = mean(ln x), sigma = std(ln x) (ddof 0)."""
+    import numpy as np
     arr = np.asarray(x, dtype=np.float64)
     if arr.size < MIN_SAMPLES:
         raise BadInput(f"need at least {MIN_SAMPLES} token counts to fit a distribution, got {arr.size}")
@@ -235,6 +239,7 @@ class WorkloadFit:
 
 
 def _filtered(values: list[float], min_tokens: int) -> np.ndarray:
+    import numpy as np
     arr = np.asarray(values, dtype=np.float64)
     return arr[arr >= max(min_tokens, 1)] if min_tokens > 0 else arr[arr > 0]
 
@@ -250,6 +255,7 @@ def _choose_distribution(choice: str, fit: LogNormalFit) -> str:
 def empirical_points(values: np.ndarray, points: int = EMPIRICAL_POINTS) -> np.ndarray:
     """The sample itself when small, else ``points`` quantiles at (i + 0.5) / points: a bootstrap from them
     draws the same distribution to within 1 / points in probability."""
+    import numpy as np
     if values.size <= points:
         return np.sort(values)
     return np.round(np.quantile(values, (np.arange(points) + 0.5) / points), 1)
@@ -264,6 +270,7 @@ def _user_class(values: np.ndarray, fit: LogNormalFit, distribution: str, prefix
 
 
 def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
+    import numpy as np
     if prefix_tokens is not None:
         return FieldFit("user_prefix_tokens", int(prefix_tokens), "given with --prefix-tokens")
     if obs.prefix_tokens:
@@ -278,6 +285,7 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
 def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
     """From hash blocks (an infinite cache within the file's scope), else from each record's cached tokens:
     the fraction of requests that match no cached prefix of their own (the --invalidation definition)."""
+    import numpy as np
     if obs.cold:
         f = float(np.mean(obs.cold))
         return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {len(obs.cold):,} requests cold by {obs.cold_basis}")
@@ -294,6 +302,7 @@ def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
 
 
 def _mean_field(name: str, values: list[float], what: str, unit: str, integer: bool) -> FieldFit:
+    import numpy as np
     if not values:
         return FieldFit(name, None, f"the file has no {what}")
     arr = np.asarray(values, dtype=np.float64)
@@ -308,6 +317,7 @@ def _think_fields(gaps: list[float], what: str) -> dict[str, FieldFit]:
     """The think time as a distribution: the log-normal MLE over the positive pauses, its mean the planner's
     ``think_time_s`` (median x exp(sigma^2 / 2)), its shape ``think_time_sigma``; the median is reported. The bare
     sample mean is never used: one long pause (a lunch break) moves it by minutes."""
+    import numpy as np
     if not gaps:
         why = f"the file has no {what}"
         return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
@@ -334,6 +344,7 @@ def _think_fields(gaps: list[float], what: str) -> dict[str, FieldFit]:
 def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
                      ) -> tuple[FieldFit, FieldFit, np.ndarray | None, LogNormalFit | None, Any]:
     """(subagent class, subagent ratio, values, fit, class): from labelled requests, or left to the preset."""
+    import numpy as np
     if not obs.labels_field:
         why = "the file does not label subagent requests"
         return FieldFit("subagent", None, why), FieldFit("subagent_ratio", None, why), None, None, None
@@ -359,6 +370,8 @@ def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
 def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS, prefix_tokens: int | None = None,
                      preset_name: str | None = None, distribution: str = "auto") -> WorkloadFit:
     """The workload the file implies over a preset: each field fitted from the file or left to the preset."""
+    import numpy as np
+
     from servesize.workload.presets import preset
 
     chosen = preset(preset_name)

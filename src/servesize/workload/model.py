@@ -25,14 +25,16 @@ Every default below is the seed's reference workload (the coding-agent preset, d
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
 from servesize.workload.catalogue import reference_value
 from servesize.workload.draws import RawDraw, draw_numbers
+
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
 
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
@@ -62,7 +64,7 @@ MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a lo
 
 
 def _number(owner: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers register as Real
         raise BadInput(f"{owner}.{name} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
@@ -169,6 +171,7 @@ class EmpiricalClass:
     kind = "empirical"
 
     def __post_init__(self):
+        import numpy as np
         if not isinstance(self.name, str) or not self.name.strip():
             raise BadInput(f"session class name must be a non-empty string, got {self.name!r}")
         try:
@@ -186,6 +189,7 @@ class EmpiricalClass:
         object.__setattr__(self, "prefix_tokens", int(round(prefix)))
 
     def __eq__(self, other) -> bool:
+        import numpy as np
         if not isinstance(other, EmpiricalClass):
             return NotImplemented
         return (self.name, self.prefix_tokens, self.source) == (other.name, other.prefix_tokens, other.source) and (
@@ -196,10 +200,12 @@ class EmpiricalClass:
 
     @property
     def median_tokens(self) -> float:
+        import numpy as np
         return float(np.median(self.lengths))
 
     def moment(self, lo: float, hi: float, k: int) -> float:
         """Exact for the bootstrap: the mean of clip(lengths, lo, hi)^k."""
+        import numpy as np
         return float(np.mean(np.clip(self.lengths, lo, hi) ** k))
 
     def to_dict(self) -> dict:
@@ -223,6 +229,7 @@ def length_mass(cls: RequestClass, edges) -> np.ndarray:
 
     Log-normal: Phi((ln b - mu) / sigma) - Phi((ln a - mu) / sigma), closed form; empirical: the
     share of the observed lengths in each bin. What a length-distribution plot draws."""
+    import numpy as np
     edges = np.asarray(edges, dtype=np.float64)
     if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0) or edges[0] < 0:
         raise BadInput("length bins need at least two increasing edges >= 0")
@@ -275,6 +282,7 @@ class Sample:
 
     def unique_tokens(self) -> np.ndarray:
         """Step 4: tokens a resident session adds beyond the shared prefix (full when cold)."""
+        import numpy as np
         return np.where(self.is_cold, self.full_tokens, np.maximum(self.full_tokens - self.prefix_tokens, 0.0))
 
 
@@ -311,6 +319,7 @@ class Workload:
     think_time_sigma: float | None = None
 
     def __post_init__(self):
+        import numpy as np
         if not isinstance(self.user, (SessionClass, EmpiricalClass)):
             raise BadInput(f"workload.user must be a SessionClass or EmpiricalClass, got {type(self.user).__name__}")
         if self.subagent is not None and not isinstance(self.subagent, (SessionClass, EmpiricalClass)):
@@ -413,6 +422,7 @@ class Workload:
         empirical (then bootstrap uniforms are drawn too), so ``realise`` under a neighbouring
         workload gives common random numbers.
         """
+        import numpy as np
         shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
         return draw_numbers(rng, shape, uniforms=self.needs_uniforms)
 
@@ -432,6 +442,7 @@ class Workload:
 
     def realise(self, raw: RawDraw, columns: slice = slice(None)) -> Sample:
         """Steps 1-3 on ``raw[..., columns]``: classes, lengths, prefix floor and cap, coldness."""
+        import numpy as np
         if columns != slice(None):
             raw = raw[..., columns]
         is_sub, is_cold = self._flags(raw)
@@ -457,11 +468,13 @@ class Workload:
 
     def _subagents(self, raw: RawDraw) -> np.ndarray:
         """Step 1: which requests are a subagent's (the class word below r/(1+r) x 2**32)."""
+        import numpy as np
         p_sub = self.subagent_probability
         return raw.class_word < round(p_sub * 2**32) if p_sub > 0 else np.zeros(raw.shape, dtype=bool)
 
     def _flags(self, raw: RawDraw) -> tuple[np.ndarray, np.ndarray]:
         """Step 1 (class) and step 3 (cold: the cold word below f x 2**32) from the two words."""
+        import numpy as np
         f = self.invalidation
         if f <= 0:
             is_cold = np.zeros(raw.shape, dtype=bool)
@@ -474,6 +487,7 @@ class Workload:
     def _full_tokens(self, raw: RawDraw, is_sub: np.ndarray) -> tuple[np.ndarray, Any]:
         """Step 2: each request's class length, at least its prefix, at most the cap (float64, a new array),
         and its class prefix (an array, or a float when every request is a user's)."""
+        import numpy as np
         cap = float(self.max_model_len)
         user_prefix = float(self.user.prefix_tokens)
         if self.subagent_probability <= 0:
@@ -503,6 +517,7 @@ class Workload:
     @staticmethod
     def _lengths(cls: RequestClass, raw: RawDraw) -> np.ndarray:
         """The class's length for every request of ``raw`` (float64, a new array)."""
+        import numpy as np
         if isinstance(cls, SessionClass):
             x = raw.z * np.float32(cls.sigma)
             x += np.float32(cls.mu)

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
 from servesize.workload.draws import RawDraw
 from servesize.workload.model import RequestClass, SessionClass, Workload
+
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
 
 MAX_TEAMS = 16          # a fleet's teams are a table to read; past this, plan them in groups
 MAX_TEAM_USERS = 10_000_000
@@ -58,6 +59,7 @@ class Team:
     source: str = ""
 
     def __post_init__(self) -> None:
+        import numpy as np
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise BadInput(f"team name {self.name!r} must be 1-40 letters, digits, '_', '.' or '-' "
                            "(starting with a letter or digit)")
@@ -114,6 +116,7 @@ class TeamMix:
 
     def __init__(self, teams: tuple[Team, ...] | list[Team], users_weight=None, subagent_weight=None,
                  view: str = "decoders"):
+        import numpy as np
         teams = tuple(teams)
         if not teams:
             raise BadInput("a team mix needs at least one team")
@@ -135,6 +138,7 @@ class TeamMix:
     # -- views ---------------------------------------------------------------------------------
     def window(self, t: int) -> TeamMix:
         """Team ``t``'s stream: the sessions touched in one of its think times (its return sees them all)."""
+        import numpy as np
         think = np.array([x.workload.think_time_s for x in self.teams])
         users = np.array([float(x.users) for x in self.teams])
         r = np.array([x.sub_ratio for x in self.teams])
@@ -158,6 +162,7 @@ class TeamMix:
     @property
     def targets(self) -> np.ndarray:
         """Each team's users."""
+        import numpy as np
         return np.array([t.users for t in self.teams], dtype=float)
 
     @property
@@ -191,6 +196,7 @@ class TeamMix:
     def _segments(self) -> tuple[np.ndarray, tuple[_Class, ...]]:
         """Bounds [S_0 = 0, sub_0, S_1, sub_1, ..., S_T = 2**32] of the class word and the class of each
         segment: even segments a team's subagents, odd ones its users."""
+        import numpy as np
         starts = np.rint(np.concatenate([[0.0], np.cumsum(self.shares)]) * _WORDS).astype(np.int64)
         starts[-1] = _WORDS
         bounds, classes = [], []
@@ -210,6 +216,7 @@ class TeamMix:
         return np.array(bounds, dtype=np.int64), tuple(classes)
 
     def _class_index(self, raw: RawDraw) -> np.ndarray:
+        import numpy as np
         inner = self.__dict__.get("_inner_bounds")
         if inner is None:  # S_1 ... S_(T-1) and the subagent bounds: below 2**32, so uint32 like the words
             inner = self.__dict__["_inner_bounds"] = self._bounds[1:-1].astype(np.uint32)
@@ -218,6 +225,7 @@ class TeamMix:
     def _realise(self, raw: RawDraw) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(full tokens, prefix, is_cold, class index) of every request of ``raw``: each request's class parameters
         gathered by its class index (log-normal classes in one exp, empirical ones by their own bootstrap)."""
+        import numpy as np
         k = self._class_index(raw)
         p = self._params
         x = raw.z * p["sigma"][k]
@@ -236,6 +244,7 @@ class TeamMix:
     @property
     def _params(self) -> dict:
         """Per class: mu and sigma (float32; 0 for an empirical class), prefix, cap, cold threshold."""
+        import numpy as np
         cached = self.__dict__.get("_param_table")
         if cached is None:
             c = self._classes
@@ -252,6 +261,7 @@ class TeamMix:
     def fill_costs(self, raw: RawDraw, state_tokens: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(cost in token-equivalents, is_cold, team of each user-class request, -1 for a subagent's): a warm
         request costs full - prefix, a cold one its full length, each plus ``state_tokens``."""
+        import numpy as np
         if self.single is not None:
             cost, is_cold, is_sub = self.single.realise_costs(raw, state_tokens)
             return cost, is_cold, np.where(is_sub, -1, 0)

@@ -88,6 +88,16 @@ function fieldBox(spec, extra, pfx) {
   const box = h("div", { class: "field", dataset: { field: spec.name } }, label, extra,
     h("div", { class: "hint", text: [spec.default_text, spec.range_text ? "bounds " + spec.range_text : ""].filter(Boolean).join(" · ") }),
     h("div", { class: "err", dataset: { errFor: spec.name } }));
+  // a control with no element of the label's id (the GPUs, the split, a file, check boxes): the label names
+  // the first control inside, and the box is a group named by it, so every control has a name
+  if (!extra.querySelector || (!(extra.id === pfx + spec.name) && !extra.querySelector("#" + CSS.escape(pfx + spec.name)))) {
+    const first = extra.matches && extra.matches("input, select, textarea") ? extra : extra.querySelector && extra.querySelector("input, select, textarea");
+    const labelId = idFor(pfx, "l") + spec.name;
+    label.id = labelId;
+    if (first && first.id) label.setAttribute("for", first.id); else label.removeAttribute("for");
+    box.setAttribute("role", "group");
+    box.setAttribute("aria-labelledby", labelId);
+  }
   return box;
 }
 
@@ -106,6 +116,8 @@ function fromPos(spec, pos) {
   return +v.toPrecision(12);
 }
 
+const VIEW_OF = { "f-": "plan", "fit-": "fit", "fl-": "fleet" };   // a control's id prefix -> its view's fields
+
 function makeControl(spec, store, changed, pfx) {
   pfx = pfx || "f-";
   const set = (v, draft) => {
@@ -114,13 +126,30 @@ function makeControl(spec, store, changed, pfx) {
   };
   switch (spec.widget) {
     case "slider": {
-      const range = h("input", { type: "range", min: 0, max: 1000, step: 1, id: idFor(pfx, "r") + spec.name, "aria-label": spec.name });
+      const range = h("input", { type: "range", min: 0, max: 1000, step: 1, id: idFor(pfx, "r") + spec.name,
+        "aria-label": (spec.label || spec.name.replaceAll("_", " ")) + " (slider)" });
       const text = h("input", { type: "text", class: "num", id: pfx + spec.name, autocomplete: "off", spellcheck: "false" });
-      range.addEventListener("input", () => { const v = fromPos(spec, +range.value); text.value = showValue(spec, v); set(v, true); });
-      range.addEventListener("change", () => set(fromPos(spec, +range.value), false));
-      text.addEventListener("change", () => set(text.value.trim(), false));
+      // the thumb goes where the server reads the text ('45k' = 45,000, '16K' = 16,384: the field's own
+      // declaration, servesize.units); the page holds no units rule. Only the latest reading is placed.
+      let asked = 0, last = null;
+      const place = n => { range.value = toPos(spec.slider, n); range.dataset.value = String(n); range.setAttribute("aria-valuetext", showValue(spec, n)); };
+      const readText = async t => {
+        const seq = ++asked;
+        if (last && last.text === t) { place(last.value); return; }
+        let res;
+        try { res = await post("/api/value", { view: VIEW_OF[pfx], field: spec.name, text: t }); } catch (e) { return; }
+        if (seq !== asked || !res.ok || typeof res.data.value !== "number") return;   // a refused text leaves the thumb; the verdict names why
+        last = { text: t, value: res.data.value };
+        place(res.data.value);
+      };
+      range.addEventListener("input", () => { asked++; const v = fromPos(spec, +range.value); text.value = showValue(spec, v); place(v); set(v, true); });
+      range.addEventListener("change", () => { asked++; const v = fromPos(spec, +range.value); place(v); set(v, false); });
+      text.addEventListener("change", () => { const t = text.value.trim(); if (t) readText(t); set(t, false); });
       const box = fieldBox(spec, h("div", { class: "slider-row" }, range, text), pfx);
-      box.sync = v => { if (document.activeElement !== text) text.value = showValue(spec, v); const n = typeof v === "number" ? v : parseFloat(v); if (isFinite(n)) range.value = toPos(spec.slider, n); };
+      box.sync = v => {
+        if (document.activeElement !== text) text.value = showValue(spec, v);
+        if (typeof v === "number" && isFinite(v)) { asked++; place(v); } else if (typeof v === "string" && v.trim()) readText(v.trim());
+      };
       return box;
     }
     case "select": {
@@ -182,7 +211,7 @@ function gpusControl(spec, store, changed, counts, pfx) {
   const sel = h("select", { id: pfx + "gpus-type" });
   for (const g of App.cat.gpus) sel.appendChild(h("option", { value: g.key, text: `${g.key} · ${g.memory_text}` }));
   const range = h("input", { type: "range", id: pfx + "gpus-range", min: counts[0], max: counts[1], step: 1, "aria-label": "GPU count" });
-  const num = h("input", { type: "text", class: "num", id: pfx + "gpus-count", autocomplete: "off" });
+  const num = h("input", { type: "text", class: "num", id: pfx + "gpus-count", autocomplete: "off", "aria-label": "GPU count (text)" });
   const write = draft => {
     const n = num.value.trim() || "1";
     store.gpus = `${n}x${sel.value}`;
@@ -401,7 +430,7 @@ async function requestPlan(draft) {
     showError(res.data.field, res.data.error, $("#view-plan"));
     syncPlanControls(App.last);
     if (res.data.splits) App.planBoxes.split.draw(res.data.splits);
-    markStale(res.data.error);
+    if (App.last) markStale(res.data.error); else drawRefused(res.data);   // a link refused on opening: no answer to keep
     return;
   }
   App.drawn = { seq, body: planBody(draft) };   // what an opened "why?" asks /api/explain about
@@ -449,6 +478,24 @@ function markStale(message) {
   $("#view-plan .main").classList.add("stale");
   box.prepend(h("p", { class: "v-stale", id: "verdictStale", text: "Not updated, the last change was refused: " + message
     + (App.last ? " The figures below are the last answer." : "") }));
+}
+
+// the first request was refused (a bad share link): the verdict says so, names the field and leads to it
+function drawRefused(err) {
+  unstale();
+  const box = $("#verdict");
+  box.textContent = "";
+  const name = FIELD_BOX[err.field] || err.field;
+  const label = name ? (LABELS[name] || name.replaceAll("_", " ")) : null;
+  box.dataset.field = err.field || "";
+  box.append(h("p", { class: "v-title", text: "No verdict: this configuration was refused" }),
+    h("h2", { class: "v-head crit", id: "verdictHead", text: label ? `Check “${label}” (${err.field})` : "Check the request" }),
+    h("p", { class: "v-why", id: "verdictError", text: err.error }));
+  const control = name ? $(`#view-plan [data-field="${CSS.escape(name)}"] :is(input, select, button)`) : null;
+  box.appendChild(h("p", { class: "v-next" }, control
+    ? h("button", { type: "button", class: "btn", id: "verdictGoTo", text: `Go to ${label}`, onclick: () => { control.scrollIntoView({ block: "center" }); control.focus(); } })
+    : null, control ? " — change it, or remove it from the link, and the verdict follows." : "Change the link or the controls, and the verdict follows."));
+  for (const id of ["#sensRows", "#frontier"]) $(id).textContent = "";
 }
 
 function drawVerdict(view, seq, draft) {
@@ -681,13 +728,13 @@ function drawBatch(b) {
     series: [{ name: "warm users p5", x: ok.map(p => p.tokens), y: ok.map(p => p.warm_p5), cls: "c1", dots: true }],
     vlines: b.current ? [{ x: b.current, label: "now " + b.current, cls: "text" }] : [],
   });
-  box.appendChild(h("div", { class: "table-wrap" }, h("table", { class: "data small" },
+  box.appendChild(scrollable(h("div", { class: "table-wrap" }, h("table", { class: "data small" },
     h("thead", {}, h("tr", {}, ["max_num_batched_tokens", "activation reserve", "KV pool", "warm users p5"].map(t => h("th", { text: t })))),
     h("tbody", {}, b.points.map(p => h("tr", { class: p.tokens === b.current ? "current" : "" },
       h("td", { class: "num", text: p.tokens.toLocaleString("en") }),
       ...(p.reason ? [h("td", { colspan: 3, text: p.reason })]
         : [h("td", { class: "num", text: p.activation_text }), h("td", { class: "num", text: p.pool_text + " tokens" }),
-           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })])))))));
+           h("td", { class: "num", text: Math.round(p.warm_p5).toLocaleString("en") })]))))))));
 }
 
 function drawSensitivity(s) {
@@ -835,7 +882,7 @@ function drawFit() {
   if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
   box.textContent = "";
   const head = h("tr", {}, FIT_COLS.map(([k, label]) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
-    onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", { text: "" }));
+    onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", {}, h("span", { class: "sr-only", text: "actions" })));
   const body = h("tbody");
   for (const r of rows) {
     body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
@@ -1286,8 +1333,30 @@ function share() {
   if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(link.value).catch(() => {});
 }
 
+function scrollable(wrap) {
+  const card = wrap.closest(".card"), title = card && $(".ct", card);
+  wrap.tabIndex = 0;
+  wrap.setAttribute("role", "region");
+  wrap.setAttribute("aria-label", (title ? title.textContent.trim() : "table") + " (scrolls sideways)");
+  return wrap;
+}
+
 function applyTheme(theme) {
   if (theme) document.documentElement.dataset.theme = theme; else delete document.documentElement.dataset.theme;
+}
+
+const SKIP_TO = { plan: ["#verdict", "Skip to the verdict"], fit: ["#fitCaption", "Skip to what fits"],
+                  fleet: ["#fleetVerdict", "Skip to the cheapest fleet"] };
+
+// the tab strip as WAI-ARIA's tabs pattern: Left/Right (wrapping), Home and End move to a tab and open it
+function onTabKey(e) {
+  const tabs = $$(".tabs [role=tab]"), i = tabs.indexOf(e.currentTarget);
+  const to = { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: tabs.length - 1 }[e.key];
+  if (to === undefined) return;
+  e.preventDefault();
+  const tab = tabs[(to + tabs.length) % tabs.length];
+  tab.focus();
+  switchView(tab.dataset.view);
 }
 
 function switchView(view) {
@@ -1295,7 +1364,17 @@ function switchView(view) {
   $("#view-fit").hidden = view !== "fit";
   $("#view-plan").hidden = view !== "plan";
   $("#view-fleet").hidden = view !== "fleet";
-  for (const t of $$(".tabs button")) t.setAttribute("aria-selected", String(t.dataset.view === view));
+  for (const t of $$(".tabs button")) {
+    t.setAttribute("aria-selected", String(t.dataset.view === view));
+    t.tabIndex = t.dataset.view === view ? 0 : -1;   // one tab stop for the strip; the arrow keys move along it
+  }
+  const strip = $(".tabs"), on = $(`.tabs [data-view="${view}"]`);
+  if (strip.scrollWidth > strip.clientWidth) {   // a phone: the strip scrolls sideways; the open tab is brought into it
+    strip.scrollLeft += on.getBoundingClientRect().left - strip.getBoundingClientRect().left - (strip.clientWidth - on.offsetWidth) / 2;
+  }
+  const skip = $("#skipLink");
+  skip.href = SKIP_TO[view][0];
+  skip.textContent = SKIP_TO[view][1];
   if (view === "fit" && !App.lastFit) runFit();
   if (view === "plan" && !App.last) requestPlan(false);
   if (view === "fleet" && !App.lastFleet) runFleet();
@@ -1318,12 +1397,18 @@ async function init() {
   buildFleetForm();
   buildPlanTeams();
   drawKvTable();
+  // a table wider than a phone scrolls in its own box: the box takes focus, so the keyboard can scroll it
+  for (const wrap of $$(".table-wrap")) scrollable(wrap);
   $("#shareBtn").addEventListener("click", share);
   $("#themeBtn").addEventListener("click", () => {
     const dark = document.documentElement.dataset.theme === "dark" || (!document.documentElement.dataset.theme && matchMedia("(prefers-color-scheme: dark)").matches);
     applyTheme(dark ? "light" : "dark");
   });
-  for (const t of $$(".tabs button")) t.addEventListener("click", () => switchView(t.dataset.view));
+  for (const t of $$(".tabs button")) { t.addEventListener("click", () => switchView(t.dataset.view)); t.addEventListener("keydown", onTabKey); }
+  $("#skipLink").addEventListener("click", e => {   // focus the target too, so the next Tab goes on from there
+    const target = $(e.currentTarget.getAttribute("href"));
+    if (target) { e.preventDefault(); target.scrollIntoView({ block: "start" }); target.focus(); }
+  });
   $("#calibrateBtn").addEventListener("click", calibrate);
   $("#recordFile").addEventListener("change", e => { if (e.target.files[0]) loadRecord(e.target.files[0]); });
   $("#matrixBtn").addEventListener("click", runMatrix);

@@ -1,0 +1,121 @@
+"""A plan priced at a load its caller names: ``api.plan(scenario, load=Load(...))`` / ``api.at_load``.
+
+The plan itself is priced at its binding ceiling with one cache miss at a time. The explorer also shows
+the same deployment at the user's own load (``load_users``) and a burst of simultaneous misses
+(``burst``: a count, or ``BURST_FLUSH``: every warm user of one replica group at once): the latency, the
+per-user decode and the bill at that load, from the plan's own moments, decode setup and context bank
+(the same seed: the same numbers as the plan where the load is the plan's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from servesize.planning.inputs import knob_value, sub_ratio_of
+
+if TYPE_CHECKING:  # the rest loads with the first plan: ``Load`` is a query type every face may build
+    import numpy as np
+
+    from servesize.planning.latency import LatencyReport
+    from servesize.planning.plan import Plan
+
+BURST_FLUSH = "flush"  # the burst of every warm user (p5) of one replica group missing at once
+MAX_DECODERS = 4096    # the decoders a load is read at stop here (a bank of 400 fills x this many contexts)
+
+
+@dataclass(frozen=True)
+class Load:
+    """A load to price the plan at: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
+
+    load_users: int | None = None     # users on the deployment (Scenario.users is fleet sizing, a different thing)
+    burst: int | str | None = None    # simultaneous misses: a count, or BURST_FLUSH
+
+    def given(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class AtLoad:
+    """The plan evaluated at a load: the binding ceiling unless ``users`` is given."""
+
+    users: float
+    given: bool
+    burst: float
+    latency: LatencyReport
+    decoders: int                # concurrent decoders per replica the decode is read at
+    decode: dict                 # p5/p50/p95 per-user tok/s there (the plan's own context bank)
+    decode_status: str           # ok / tight / over against the comfortable and hard floors
+    power: Any                   # planning.power's bill at this load (None: not priced, and why in power_note)
+    power_note: str | None
+
+
+def burst_of(plan: Plan, load: Load) -> float:
+    if load.burst == BURST_FLUSH:
+        return float(max(1, math.floor(plan.warm_users.p5 / plan.fixed.dp)))
+    return float(load.burst) if load.burst is not None else 1.0
+
+
+def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float | None = None) -> LatencyReport:
+    """The latency report at ``users`` on the whole deployment (shared over its replicas), at the plan's own
+    miss rate unless ``miss_rate`` is given."""
+    from servesize.planning.latency import latency_report, moments_from
+
+    moments = plan.result.moments if miss_rate is None else moments_from(plan.result.prefill, miss_rate)
+    return latency_report(moments, users / plan.fixed.dp, sub_ratio_of(plan.workload), plan.workload.think_time_s,
+                          float(knob_value(plan.knobs, "ttft_limit_s")), plan.knobs.a("latency.discipline"), burst=burst)
+
+
+def decode_bank(plan: Plan):
+    """The plan's decode setup and its own context bank (the same seed: the same numbers)."""
+    from servesize.planning.ceilings import CeilingCache, contexts_of, decode_setup
+
+    setup = decode_setup(plan.fixed, plan.knobs)
+    return setup, contexts_of(plan.workload, plan.knobs, setup.topk_tokens, CeilingCache())
+
+
+def decode_at(plan: Plan, decoders) -> tuple[dict[str, np.ndarray], float]:
+    """Per-user decode p5/p50/p95 (and ``aggregate_p50``, per replica) at each count of concurrent decoders per
+    replica, on the plan's own context bank; and the tokens per step speculative decoding gives."""
+    from servesize.planning.decode import decode_curve
+
+    setup, bank = decode_bank(plan)
+    return decode_curve(setup, None, decoders, bank=bank), float(setup.spec_speedup)
+
+
+def tp_efficiency(plan: Plan) -> float:
+    from servesize.planning.ceilings import decode_setup
+
+    return float(decode_setup(plan.fixed, plan.knobs).tp_eff)
+
+
+def decode_status(p50: float, plan: Plan) -> str:
+    comfortable = plan.result.decode_comfortable
+    if comfortable is not None and p50 >= comfortable.floor_tok_s:
+        return "ok"
+    return "tight" if p50 >= plan.result.decode.floor_tok_s else "over"
+
+
+def power_at(plan: Plan, load: Load, users: float):
+    """The bill and its note: the plan's own, or at ``users`` when the load gives them."""
+    if load.load_users is None:
+        return plan.power, plan.power_note
+    from servesize.planning.plan import power_of
+
+    return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=users)
+
+
+def at_load(plan: Plan, load: Load) -> AtLoad:
+    binding_users = plan.result.values[plan.binding]
+    users = float(load.load_users) if load.load_users is not None else binding_users
+    burst = burst_of(plan, load)
+    same_as_plan = load.load_users is None and burst == 1.0
+    latency = plan.latency if same_as_plan and plan.latency is not None else latency_at(plan, users, burst=burst)
+    max_seqs = plan.memory.deployment.max_num_seqs if plan.memory is not None else MAX_DECODERS
+    decoders = int(max(1, min(round(users / plan.fixed.dp), max_seqs or MAX_DECODERS, MAX_DECODERS)))
+    curve, _ = decode_at(plan, [decoders])
+    decode = {k: float(curve[k][0]) for k in ("p5", "p50", "p95")}
+    power, note = power_at(plan, load, users)
+    return AtLoad(users, load.load_users is not None, burst, latency, decoders, decode,
+                  decode_status(decode["p50"], plan), power, note)

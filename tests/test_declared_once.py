@@ -1,0 +1,162 @@
+"""Each input is declared once (issue 18): its kind, bounds, help and default are written in one place,
+and every other occurrence of the name is a reference to that declaration or a slot the engine fills.
+
+What counts, for a dataclass field in src/servesize (read from the source with ast):
+
+- a declaration: the field makes its own Param (``_p(...)``: kind, bounds, help, default), or writes a
+  default value as a literal (``fills: int = 1500``);
+- a reference: the field reuses a declaration (``_shared("name")``: the same Param and the same default),
+  takes a named constant as its default (``fills: int = DEFAULT_FILLS``), or is not written in the class at
+  all because the class takes the group that declares it (``FleetQuery(WorkloadFields, ...)``);
+- a slot: a field with no default or ``None`` (``Deployment.gpu_memory_utilization``: the engine's input,
+  filled from the Scenario's value; ``Calibration.gpu_memory_utilization``: the figure a log states). A slot
+  states nothing about the input (no bound, no help, no default), so it cannot disagree with it.
+
+The test then checks, from the classes themselves, that every query holding one of these fields holds the
+very Param object of its one declaration.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import pytest
+
+from servesize import scenario as sc
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
+
+# the inputs the issue names: the utilisation, the median-like workload fields, and the Monte-Carlo's
+NAMES = ("gpu_memory_utilization", "median", "subagent_median", "fills", "draws", "seed")
+QUERIES = (sc.Scenario, sc.FitQuery, sc.FleetQuery, sc.WorkloadFields, sc.KnobFields, sc.MonteCarloFields)
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if (isinstance(target, ast.Name) and target.id == "dataclass") or (
+                isinstance(target, ast.Attribute) and target.attr == "dataclass"):
+            return True
+    return False
+
+
+def kind_of(value: ast.expr | None) -> str:
+    """'declaration', 'reference' or 'slot' for a field's right-hand side."""
+    if value is None or (isinstance(value, ast.Constant) and value.value is None):
+        return "slot"
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        if value.func.id == "_p":
+            return "declaration"
+        if value.func.id == "_shared":
+            return "reference"
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        return "reference"
+    if isinstance(value, (ast.Constant, ast.UnaryOp)):
+        return "declaration"
+    raise AssertionError(f"a field written as {ast.dump(value)[:80]}: classify it in this test")
+
+
+def occurrences() -> dict[str, list[tuple[str, str]]]:
+    """name -> [(where, kind)] for every dataclass field so named in src/servesize."""
+    found: dict[str, list[tuple[str, str]]] = {name: [] for name in NAMES}
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ClassDef) and _is_dataclass(node)):
+                continue
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in found:
+                    where = f"{path.relative_to(SRC)}:{stmt.lineno} {node.name}"
+                    found[stmt.target.id].append((where, kind_of(stmt.value)))
+    return found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_input_is_declared_once_in_src(name):
+    found = occurrences()[name]
+    declarations = [where for where, kind in found if kind == "declaration"]
+    assert len(declarations) == 1, f"{name} declared {len(declarations)} times: {declarations}"
+    assert declarations[0].startswith("scenario.py:"), declarations  # the Scenario's groups declare the inputs
+
+
+def test_the_walk_sees_the_references_and_slots_it_classifies():
+    """The walk is not vacuous: it finds the engine's slot and the fit query's reference for the utilisation."""
+    found = dict(occurrences()["gpu_memory_utilization"])
+    kinds = sorted(found.values())
+    assert "reference" in kinds and "slot" in kinds
+    assert any(w.startswith("engine/deployment.py") and k == "slot" for w, k in found.items())
+
+
+def test_a_literal_default_is_a_declaration_and_a_named_one_a_reference():
+    tree = ast.parse("@dataclass\nclass K:\n    fills: int = 1500\n    draws: int = DEFAULT_DRAWS\n    seed: int = -1\n")
+    cls = tree.body[0]
+    assert isinstance(cls, ast.ClassDef)
+    assert [kind_of(s.value) for s in cls.body if isinstance(s, ast.AnnAssign)] == \
+        ["declaration", "reference", "declaration"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_query_holding_the_field_holds_its_one_param(name):
+    params = {id(f.metadata["param"]) for cls in QUERIES for f in dataclasses.fields(cls)
+              if f.name == name and "param" in f.metadata}
+    assert len(params) == 1
+    named = [table[name] for table in (sc.PARAMS, sc.FIT_PARAMS, sc.FLEET_PARAMS) if name in table]
+    assert all(p is named[0] for p in named)
+
+
+def test_the_fleet_query_takes_the_groups_whole_not_field_by_field():
+    own = sc.FleetQuery.__dict__["__annotations__"]
+    for group in (sc.WorkloadFields, sc.KnobFields, sc.MonteCarloFields):
+        assert issubclass(sc.FleetQuery, group) and issubclass(sc.Scenario, group)
+        assert not set(own) & set(group.__dict__["__annotations__"])
+
+
+def test_the_monte_carlo_defaults_agree_from_flag_to_planner():
+    from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
+    from servesize.planning.inputs import Knobs
+
+    knobs, scenario, query = Knobs(), sc.Scenario(model="qwen3.6-27b", gpus="1xH200"), sc.FleetQuery(
+        models="qwen3.6-27b", users=10)
+    for obj in (knobs, scenario, query):
+        assert (obj.fills, obj.draws, obj.seed) == (DEFAULT_FILLS, DEFAULT_DRAWS, DEFAULT_SEED)
+
+
+def test_the_name_tables_are_the_declarations():
+    from servesize.planning.inputs import Knobs
+    from servesize.resolve.knobs import KNOB_FIELDS
+    from servesize.resolve.workload import ORIGIN_OF, WORKLOAD_FIELDS
+
+    knob_fields = {f.name for f in dataclasses.fields(Knobs)}
+    assert set(KNOB_FIELDS) == {p.name for p in sc.params_in("knobs")}
+    assert set(KNOB_FIELDS.values()) <= knob_fields  # every knob lands on a field the planner has
+    assert WORKLOAD_FIELDS["think_time"] == "think_time_s" == sc.PARAMS["think_time"].to
+    assert ORIGIN_OF["median"] == "user_median_tokens" == sc.PARAMS["median"].origin
+
+
+def test_the_planners_knob_sources_name_the_declared_flag_and_assumption():
+    """planning.inputs.KNOB_SOURCE sits below the Scenario (the planner cannot import it): what it says of each
+    knob, its flag and the assumption a None takes, must be what the one declaration says."""
+    from servesize.planning.inputs import KNOB_SOURCE
+
+    by_target = {p.target: p for p in sc.params_in("knobs")}
+    for knob, (key, flag) in KNOB_SOURCE.items():
+        p = by_target[knob]
+        assert flag in (p.flag, *p.flags), (knob, flag)
+        assert p.assumption in (None, key), (knob, key, p.assumption)
+
+
+def test_every_generated_workload_target_is_a_name_the_planner_applies():
+    """WORKLOAD_FIELDS is generated from Param.to: each target must be one planning.sensitivity.apply_param sets
+    (a drifted ``to`` would be refused there as 'cannot vary')."""
+    from servesize.planning.inputs import Knobs
+    from servesize.planning.sensitivity import apply_param
+    from servesize.resolve.workload import WORKLOAD_FIELDS
+    from servesize.workload.presets import preset
+
+    workload = preset("coding-agent").workload()
+    for name, target in WORKLOAD_FIELDS.items():
+        value = (sc.PARAMS[name].lo or 0) + 1  # inside every declared range, and none of the preset's values
+        changed, _ = apply_param(workload, Knobs(), target, value)
+        assert changed != workload, name

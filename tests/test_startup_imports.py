@@ -1,0 +1,71 @@
+"""The command line loads only what a command needs: numpy, matplotlib, aiohttp and the planner are heavy
+(benchmarks/bench_cli.py times them; this test only lists the modules a fresh interpreter ended up with)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
+HEAVY = ("numpy", "matplotlib", "aiohttp", "servesize.planning", "servesize.web", "servesize.measure",
+         "servesize.simulate", "servesize.render.plots")
+
+_PROBE = """
+import contextlib, io, json, sys
+argv = json.loads(sys.argv[1])
+if argv is None:
+    import servesize.cli
+else:
+    from servesize.cli import main
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    assert code == 0, code
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded_by(argv: list[str] | None) -> list[str]:
+    """The modules a fresh interpreter holds after ``import servesize.cli`` (None) or after running ``argv``."""
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def heavy_in(modules: list[str], allowed: tuple[str, ...] = ()) -> list[str]:
+    return sorted({h for h in HEAVY if h not in allowed for m in modules if m == h or m.startswith(h + ".")})
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    modules = loaded_by(None)
+    assert "servesize.cli" in modules  # the probe did import it
+    assert heavy_in(modules) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fit", "--help"], ["plan", "--help"], ["memory", "--help"],
+                                  ["measure", "pool", "--help"], ["simulate", "--help"], ["serve", "--help"]])
+def test_a_commands_help_loads_no_heavy_module(argv):
+    assert heavy_in(loaded_by(argv)) == []
+
+
+@pytest.mark.parametrize(("argv", "worker"), [
+    (["fit", "--gpus", "8xH100", "--json"], "servesize.engine.placement"),
+    (["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192", "--json"], "servesize.engine.memory"),
+    (["gpus", "--json"], "servesize.model.hardware"),
+    (["models", "--json"], "servesize.model.catalogue"),
+])
+def test_what_fits_and_the_memory_budget_run_without_numpy(argv, worker):
+    """The api layer still imports planning.inputs (Knobs, Fixed) at import time: those modules load, numpy
+    does not (planning.decode imports it inside the functions that compute)."""
+    modules = loaded_by(argv)
+    assert worker in modules  # the command did its work in this interpreter
+    assert heavy_in(modules, allowed=("servesize.planning",)) == []
+
+
+def test_a_plan_loads_the_planner_and_numpy_but_not_the_web_stack_or_plotting():
+    modules = loaded_by(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--json"])
+    assert "servesize.planning.plan" in modules and "numpy" in modules  # the probe would see a lazy import miss
+    assert heavy_in(modules, allowed=("numpy", "servesize.planning")) == []
