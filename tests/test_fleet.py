@@ -166,8 +166,8 @@ def test_the_power_bill_is_added_only_in_the_prices_currency():
     owned = s.fleet(users=40, models="llama-3.1-8b", gpus_from="H100,H200", price_includes_power=False,
                     electricity_price=0.12, currency="USD", gpu_hour_price=["H100=1.0", "H200=1.0"],
                     tensor_parallel_size="1", precision="native", kv_cache_dtype="auto", fills=300)
-    assert ("llama-3.1-8b bfloat16 KV auto on 1xH100-SXM", "H100-SXM has no TDP in the GPU catalogue: its power bill "
-            "cannot be priced (--price-includes-power prices it by the GPU-hour alone)") in owned.skipped
+    assert owned.skipped == ()  # every catalogue GPU has a TDP now (H100-SXM's 700 W was missing): each is priced
+    assert all(o.power_per_month > 0 for o in owned.options)
     w = owned.winner
     assert w.gpu == "H200-SXM"
     assert w.power_per_month > 0 and w.cost_per_month == pytest.approx(w.rent_per_month + w.power_per_month)

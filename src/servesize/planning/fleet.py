@@ -44,6 +44,7 @@ from servesize.planning.prices import GpuPrice
 from servesize.planning.recipe import checkpoint_note, routing_note, serve_command
 from servesize.planning.teams import ReplicaCeilings, replica_ceilings, replicas_for, shared_pool
 from servesize.planning.warm_capacity import _MAX_DRAWS
+from servesize.progress import Progress as Say
 from servesize.workload.teams import TeamMix
 
 MAX_GPUS = 4096
@@ -121,7 +122,7 @@ class Sized:
     reason: str | None = None
 
 
-Progress = Callable[[str], None] | None
+Progress = Say | None
 
 
 # -- shapes ---------------------------------------------------------------------------------

@@ -35,19 +35,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.progress import Counted as Progress
 from servesize.simulate.replay import Replay
 
 UNHASHED = -1  # a block whose contents have no hash (a partial block, or never used)
 ANONYMOUS = -2  # a full block hashed under an id no prompt of the trace names (decode output)
 MAX_POOL_BLOCKS = 1 << 31
 
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

@@ -29,18 +29,17 @@ kept; ties: the deepest first), as the reference tools (kvcache-simulator) repor
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.progress import Counted as Progress
 from servesize.simulate.replay import Replay
 from servesize.simulate.traces import Trace
 
 POOL_OVERHEAD_BLOCKS = 2  # vLLM's null block + the partial block a request allocates before it frees its own
 
-Progress = Callable[[int, int], None]
 
 
 class _Fenwick:

@@ -49,6 +49,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.limits import MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay
 from servesize.simulate.traces import Trace
@@ -60,7 +61,6 @@ DEFAULT_DECODE_PERCENTILE = 95.0  # the decode floor holds for this share of req
 DEFAULT_WARM_SHARE = 0.95         # returning turns that find at least half their prefix cached (the SLO's "warm")
 DEFAULT_WARMUP = 0.5              # requests arriving in the first half of the simulated time are not counted
 
-Progress = Callable[[str], None]
 
 
 # ----------------------------------------------------------------------------------------------

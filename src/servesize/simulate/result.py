@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.progress import Progress
 from servesize.simulate.cache import CacheConfig, ExactResult, RecordedService, ServiceTimes, replay_exact
 from servesize.simulate.curve import LruCurve, belady_hit_blocks, definitions, fifo_hit_blocks, lru_curve
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay, describe_choices
@@ -28,7 +29,6 @@ SERVICES = ("trace", "model", "none")
 DEFAULT_TARGET = 0.9
 BOUND_SIZES = 4  # pool sizes at which FIFO and Belady are replayed beside LRU (each is a full replay)
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ beside it: the Workload has no field for them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.progress import Progress
 from servesize.simulate.curve import lru_curve
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gaps_s
 from servesize.simulate.traces import Trace
@@ -39,7 +39,6 @@ BEYOND = (2, 4)            # after the search, N x these are replayed too: how f
 PREFIX_SHARE = 0.5          # a leading block is "shared" when at least half of the sessions start with it
 COLD_SHARE = 0.5            # a request an unbounded cache serves less than half of counts as invalidated
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
