@@ -11,15 +11,16 @@ first page <= 1 s.
 - start: a fresh `python -m servesize serve --port 0` each time, from spawning the process to the
   first 200 of GET / (polled every 5 ms), and to the first 200 of GET /api/catalogue (the form);
 - plan: POST /api/plan for the reference scenario with a different user median each time (so the
-  server's memo of recent plans never answers), one at a time, from this process (urllib);
+  server's memo of recent plans never answers), one at a time, from this process (urllib); and the
+  draft body a dragged slider sends (``"draft": true``, fewer fills) the same way;
 - slider: Debian's headless Chromium (Playwright, /usr/bin/chromium) presses ArrowRight on the
   median slider; the page records, for each full answer, the time from the control's change event to
   the verdict drawn (``window.servesize.timings``), and this script the time from the key press to
   the page settled as seen from outside (Playwright's own round trips included);
 - fleet: POST /api/fleet for the fleet view's start (qwen3.6-27b over every GPU with a price, up to 64
-  GPUs) with a different user count each time (so the server's memo of recent searches never
-  answers), one at a time; the three-team query of docs/fleet.md the same way (a different research
-  team size each time); and POST /api/teams, two teams on 2xH200 (the plan view's panel).
+  GPUs: the catalogue search), at 400-ish and 500-ish users, with a different user count each time
+  (so the server's memo of recent searches never answers), one at a time; the three-team query of
+  docs/fleet.md the same way (a different research team size each time); and POST /api/teams, two teams on 2xH200 (the plan view's panel).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def bench_plan(url: str, n: int) -> dict:
     post(url + "api/plan", REFERENCE)  # the first plan pays the imports and the catalogue
     fresh = [post(url + "api/plan", {**REFERENCE, "median": 20_000 + 137 * i}) for i in range(n)]
     memo = [post(url + "api/plan", REFERENCE) for _ in range(min(n, 20))]
-    return {"fresh_s": fresh, "memoised_s": memo}
+    # the two bodies a slider move sends: the draft while dragging, then the full answer when let go
+    draft = [post(url + "api/plan", {**REFERENCE, "median": 50_000 + 137 * i, "draft": True}) for i in range(n)]
+    return {"fresh_s": fresh, "memoised_s": memo, "draft_s": draft}
 
 
 FLEET_START = {"models": "qwen3.6-27b"}
@@ -109,11 +112,12 @@ def bench_fleet(url: str, n: int) -> dict:
     post(url + "api/fleet", {**FLEET_START, "users": 399})  # the first search pays the imports
     one = [post(url + "api/fleet", {**FLEET_START, "users": 400 + 7 * i}) for i in range(n)]
     memo = [post(url + "api/fleet", {**FLEET_START, "users": 400}) for _ in range(min(n, 5))]
+    five = [post(url + "api/fleet", {**FLEET_START, "users": 500 + 7 * i}) for i in range(n)]   # issue 19's 500 users
     teams = [post(url + "api/fleet", {**FLEET_TEAMS, "team": ["agents=120:coding-agent", "support=300:chat",
                                                              f"research={40 + i}:rag"]}) for i in range(n)]
     panel = [post(url + "api/teams", {**DEPLOYMENT, "team": ["agents=100:coding-agent", f"support={200 + i}:chat"]})
              for i in range(n)]
-    return {"fleet_s": one, "memo_s": memo, "teams_s": teams, "panel_s": panel}
+    return {"fleet_s": one, "memo_s": memo, "five_s": five, "teams_s": teams, "panel_s": panel}
 
 
 def bench_slider(url: str, moves: int) -> dict:
@@ -154,6 +158,7 @@ def describe(name: str, xs: list[float]) -> str:
 def print_fleet(f: dict) -> None:
     print(describe("POST /api/fleet, 400-ish users, priced GPUs", f["fleet_s"]))
     print(describe("POST /api/fleet, the same query (memo)", f["memo_s"]))
+    print(describe("POST /api/fleet, 500-ish users, priced GPUs", f["five_s"]))
     print(describe("POST /api/fleet, three teams on H200/L40S", f["teams_s"]))
     print(describe("POST /api/teams, two teams on 2xH200", f["panel_s"]))
 
@@ -184,6 +189,7 @@ def main() -> None:
         r = bench_plan(url, args.requests)
         print(describe("POST /api/plan, a new scenario each time", r["fresh_s"]))
         print(describe("POST /api/plan, the same scenario (memo)", r["memoised_s"]))
+        print(describe("POST /api/plan, a draft body (while dragging)", r["draft_s"]))
         if not args.no_browser:
             b = bench_slider(url, args.moves)
             print(describe("slider change -> verdict drawn (in page)", b["in_page_s"]))

@@ -222,3 +222,21 @@ def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
         if row["flip_at"] is not None:
             lo, hi = row["range"]
             assert lo <= row["flip_at"] <= hi and row["binds_after"] != row["binding_at_current"], name
+
+
+def test_a_model_whose_context_is_shorter_than_the_median_session_says_so():
+    import math
+
+    import servesize as s
+
+    plan = s.plan(s.Scenario(model="phi-4", gpus="1xH200", kv_cache_dtype="fp8", fills=200), sensitivity=False)
+    short = plan.context_shortfall()
+    w = plan.workload
+    assert w.max_model_len == 16_384 < w.user.median_tokens == 31_000   # Phi-4's 16K window, the 31k median
+    z = (math.log(16_384) - math.log(31_000)) / w.user.sigma                 # log-normal: P(L > cap) = 1 - Phi(z)
+    assert short["share_over"] == pytest.approx(1 - 0.5 * (1 + math.erf(z / math.sqrt(2))), rel=1e-9)
+    assert short["share_over"] > 0.5 and "cannot hold this workload" in short["text"]
+    assert plan.to_dict()["context_shortfall"] == short
+    fits = s.plan(s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8", fills=200),
+                  sensitivity=False)
+    assert fits.context_shortfall() is None

@@ -203,6 +203,16 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.screenshot(path=str(shots / "plan-dark.png"))
 
 
+def test_the_ranking_flags_a_model_whose_context_is_shorter_than_the_median(page, server):
+    open_plan(page, server)
+    page.wait_for_function(PANELS, timeout=120_000)
+    phi = page.locator("#frontierTable tr[data-model='phi-4']")
+    assert phi.count() >= 1 and phi.first.get_attribute("data-short") == "true"
+    assert "16.4k" in phi.first.text_content() and "cannot hold this workload" in phi.first.text_content()
+    flags = page.evaluate("() => [...document.querySelectorAll('#frontierTable tbody tr')].map(r => r.dataset.short)")
+    assert flags == sorted(flags), "rows that can hold the workload first, the flagged ones after them"
+
+
 def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
     open_plan(page, server)
     page.evaluate("""() => { const r = document.querySelector('#r-median'); r.value = String(+r.value + 40);
@@ -211,6 +221,36 @@ def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
     assert "draft" in page.text_content("#verdict .v-title")
     page.evaluate("() => document.querySelector('#r-median').dispatchEvent(new Event('change'))")
     settle(page, "full")
+
+
+def test_a_change_shows_the_old_and_new_headline_and_the_ceilings_that_moved(page, server, cli):
+    open_plan(page, server)
+    assert page.query_selector("#verdictBefore") is None   # nothing changed yet: no before/after line
+    before = shown(page)
+    doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "auto")
+    choose(page, "kv_cache_dtype", "auto")
+    settle(page)
+    line = page.locator("#verdictBefore")
+    old_head = f"{before['users']:,.0f} users, {before['binding']} binds first"
+    new_head = f"{doc['ceilings'][doc['binding']]:,.0f} users, {doc['binding']} binds first"
+    assert line.text_content().startswith(f"Before this change: {old_head}. Now: {new_head}. ")
+    moved = [c for c in before["ceilings"] if f"{before['ceilings'][c]:,.0f}" != f"{doc['ceilings'][c]:,.0f}"]
+    assert moved, "fp16 KV halves the pool: the cache ceiling at least moves"
+    assert line.get_attribute("data-moved") == ",".join(moved)
+    for c in moved:
+        assert f"{c} {before['ceilings'][c]:,.0f} → {doc['ceilings'][c]:,.0f} users" in line.text_content()
+    page.wait_for_function(PANELS, timeout=120_000)   # the sensitivity panel brings the seed's answer into the line
+    assert page.text_content("#verdictSentence") == doc["verdict"]
+    assert page.locator("#verdictBefore").count() == 1   # the before/after line stays until the next change
+
+
+def test_the_seed_values_preset_reproduces_the_seeds_headline(page, server):
+    open_plan(page, server)
+    page.evaluate("() => document.querySelectorAll('details.fold').forEach(d => { d.open = true; })")
+    page.click("button:text-is(\"the warm-capacity seed's values\")")
+    settle(page)
+    warm = page.get_attribute("#tiles [data-tile='warm']", "data-value")
+    assert float(warm) == pytest.approx(69, abs=2)   # seed 000: 69 warm users p5 (86 p50) at the 31k median
 
 
 def test_a_share_link_comes_back_to_the_same_numbers(page, browser, server):

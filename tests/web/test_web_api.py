@@ -11,8 +11,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import servesize as s
+from servesize.units import fmt_tokens
 from servesize.web.app import make_app
-from servesize.web.form import MAX_BODY_BYTES
+from servesize.web.form import MAX_BODY_BYTES, presets
 from servesize.web.views import finite
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
@@ -46,6 +47,41 @@ def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
     tiles = {t["id"]: t for t in view["tiles"]}
     assert tiles["warm"]["value"] == expected["warm_users"]["p5"]
     assert tiles["pool"]["value"] == expected["pool_tokens"]
+
+
+def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_percentile_and_the_seeds_answer():
+    status, view, _ = call("POST", "/api/plan", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    v = view["verdict"]
+    assert v["sentence"] == plan.verdict()
+    assert v["sentence"].startswith(f"{v['users_text']} users: {v['binding']} binds first (workload coding-agent: ")
+    assert f"{fmt_tokens(plan.workload.user.median_tokens)} median context" in v["sentence"]
+    assert "p5 of warm users" in v["sentence"]
+    status, panel, _ = call("POST", "/api/sensitivity", BASE)   # after the verdict: the line with the seed's answer
+    full = s.plan(s.Scenario(**BASE))
+    assert status == 200 and panel["verdict"] == full.verdict() and panel["verdict"].startswith(v["sentence"])
+    seed = panel["vs_seed"]   # under servesize's defaults one seed assumption moves this answer: named, with its users
+    assert seed is not None and seed == full.vs_seed
+    assert f"under the seed's {seed['assumption']}" in panel["verdict"] and f"{seed['users']:,.0f} users" in panel["verdict"]
+    tiles = {t["id"]: t for t in view["tiles"]}
+    assert not any(t["big"] for t in view["tiles"]), "one headline: the verdict, no tile drawn as a second one"
+    assert "planning number" not in tiles["warm"]["label"]
+
+
+SEED_TABLE = {31_000: (86, 69), 45_000: (56, 45), 60_000: (42, 34), 80_000: (33, 27), 100_000: (28, 23),
+              140_000: (23, 19)}   # seed 000's table ('There is no single capacity number'), p50 and p5
+
+
+@pytest.mark.parametrize("median", sorted(SEED_TABLE))
+def test_the_seed_values_preset_alone_reproduces_the_seeds_median_table(median):
+    seed = next(p for p in presets()["assumptions"] if p["label"] == "the warm-capacity seed's values")
+    body = {k: v for k, v in seed["values"].items() if v is not None}   # what the page sends: nulls clear a field
+    status, view, _ = call("POST", "/api/plan", {**body, "median": median})
+    assert status == 200, view
+    p50, p5 = SEED_TABLE[median]
+    assert view["plan"]["warm_users"]["p50"] == pytest.approx(p50, abs=2)
+    assert view["plan"]["warm_users"]["p5"] == pytest.approx(p5, abs=2)
 
 
 def test_every_derivation_is_the_engines_own_rendering():
@@ -306,3 +342,15 @@ def test_eight_gpus_left_unsplit_show_the_split_plan_chose_pressed_and_why():
     current = [(x["dp"], x["tp"]) for x in view["splits"] if x["current"]]
     assert current == [(placement.dp, placement.tp)]
     assert view["title"].startswith(f"qwen3-8b on 8xH100-SXM (DP {placement.dp} x TP {placement.tp})")
+
+
+def test_the_ranking_flags_a_model_whose_context_cannot_hold_the_median_and_ranks_it_last():
+    status, f, _ = call("POST", "/api/frontier", BASE)
+    assert status == 200
+    rows = f["rows"]
+    phi = next(r for r in rows if r["model"] == "phi-4")
+    assert phi["context_shortfall"]["max_model_len"] == 16_384 and phi["context_shortfall"]["median_tokens"] == 31_000
+    flagged = [r["context_shortfall"] is not None for r in rows]
+    assert flagged == sorted(flagged), "every row that can hold the workload ranks above every row that cannot"
+    alone = s.plan(s.Scenario(**{**BASE, "model": "phi-4", "fills": 200}), sensitivity=False).context_shortfall()
+    assert phi["context_shortfall"] == alone   # the library's own flag (it depends on the workload, not the fills)

@@ -16,7 +16,11 @@ from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
-from servesize.workload.model import Workload
+from servesize.units import fmt_tokens
+from servesize.workload.model import Workload, length_mass
+
+# which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
+PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ class Plan:
     def verdict(self) -> str:
         """One line: the users, the ceiling that binds, the workload, and (when one moves it) the seed's assumption."""
         r = self.result
-        head = f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()})"
+        head = (f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()}: "
+                f"{self.workload_words()}); {PLANNING_PERCENTILE}")
         s = self.vs_seed
         if not s:
             return head
@@ -75,6 +80,27 @@ class Plan:
         changed = [o.sources[f].removeprefix("flag ") for f in o.overridden() if o.layer(f) == "flag"]
         name = f"workload {o.preset.name}" + (f" from {o.file}" if getattr(o, "file", None) else "")
         return name + (f" with {', '.join(changed)}" if changed else "")
+
+    def workload_words(self) -> str:
+        """The workload's shape in words: the user median context and the shared prefix (and the subagents)."""
+        w = self.workload
+        words = [f"{fmt_tokens(w.user.median_tokens)} median context", f"{fmt_tokens(w.user.prefix_tokens)} shared prefix"]
+        if w.subagent is not None and w.subagent_ratio > 0:
+            words.append(f"{w.subagent_ratio:g} subagent requests per user request")
+        return ", ".join(words)
+
+    def context_shortfall(self) -> dict | None:
+        """When the served context (the model's window, or --max-model-len) is shorter than the workload's
+        median user session: the cap, the median and the share of sessions longer than the cap (cut short or
+        refused by vLLM), with one line saying so. None when the median session fits."""
+        w = self.workload
+        cap, median = int(w.max_model_len), float(w.user.median_tokens)
+        if median <= cap:
+            return None
+        over = float(1.0 - length_mass(w.user, [0.0, float(cap)])[0])
+        return {"max_model_len": cap, "median_tokens": median, "share_over": over,
+                "text": f"context {fmt_tokens(cap)} < the workload's {fmt_tokens(median)} median: {over:.0%} of "
+                        "sessions do not fit (cannot hold this workload)"}
 
     @property
     def miss_share(self) -> float | None:
@@ -103,6 +129,7 @@ class Plan:
             "state_bytes_per_session_per_rank": self.fixed.state_bytes_rank,
             "verdict": self.verdict(),
             "vs_seed": self.vs_seed,
+            "context_shortfall": self.context_shortfall(),
             "ceilings": dict(r.values), "binding": r.binding, "headroom": r.headroom(),
             "decode": {
                 "floor_tok_s": r.decode.floor_tok_s, "ceiling_per_replica": r.decode.n,

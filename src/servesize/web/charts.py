@@ -150,7 +150,10 @@ def sensitivity_panel(scenario: Scenario) -> dict:
         distance = abs(flip - current) / (hi - lo) if flip is not None and hi > lo else math.inf
         rows.append({"name": name, **s, "distance": distance})
     rows.sort(key=lambda row: row["distance"])
+    # the verdict line with the seed's answer (plan.vs_seed: one ceilings pass per seed switch, too slow for the
+    # verdict's own request); the page puts it in place of the verdict's sentence when this panel arrives
     return finite({"binding": plan.binding, "rows": rows, "sensitivity": plan.sensitivity,
+                   "verdict": plan.verdict(), "vs_seed": plan.vs_seed,
                    "caption": "each row moves one assumption across its range with everything else held; the tick is "
                               "the nearest value where another ceiling takes over; rows nearest a flip first"})
 
@@ -185,14 +188,16 @@ def frontier(scenario: Scenario) -> dict:
             rows.append({"model": key, "tp": tp, "dp": count // tp, "users": r.values[r.binding], "binding": r.binding,
                          "ceilings": dict(r.values), "warm_p5": float(r.warm.users.p5),
                          "cost_per_month": plan.power.cost_per_month if plan.power is not None else None,
+                         "context_shortfall": plan.context_shortfall(),
                          "current": key == scenario.model and (tp, count // tp) == (scenario.tensor_parallel_size,
                                                                                      scenario.data_parallel_size)})
-    rows.sort(key=lambda row: -row["users"])
+    rows.sort(key=lambda row: (row["context_shortfall"] is not None, -row["users"]))  # rows that cannot hold it last
     return finite({"rows": rows, "refused": refused, "fills": FRONTIER_FILLS,
                    "caption": f"every catalogue model x split on {scenario.gpus}, at {scenario.quantization} weights, this "
                               f"workload and these assumptions ({FRONTIER_FILLS} fills each; each model with its own "
                               "speculative decoding); sorted by the users its binding ceiling allows, the bill at that "
-                              "ceiling. Click a row to plan it."})
+                              "ceiling; a model whose context is shorter than the workload's median is flagged and "
+                              "ranked last. Click a row to plan it."})
 
 
 # -- the what-fits matrix, one GPU type at a time ---------------------------------------------------------

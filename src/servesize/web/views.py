@@ -116,6 +116,8 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
     out = {
         "binding": r.binding, "users": binding_users, "users_text": users_text(binding_users),
         "headline": f"{users_text(binding_users)} users: {r.binding} binds first",
+        # the library's verdict line; the seed's answer (plan.vs_seed) comes with the sensitivity panel (charts.py)
+        "sentence": plan.verdict(),
         "why": _why(plan),
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
@@ -143,9 +145,9 @@ def _tile(tid: str, label: str, value: Any, text: str, sub: str, *, status: str 
 
 def _warm_tile(plan: Plan) -> dict:
     w = plan.result.warm
-    return _tile("warm", "Warm users (p5): the planning number", w.users.p5, users_text(w.users.p5),
+    return _tile("warm", "Warm users (p5): the cache ceiling", w.users.p5, users_text(w.users.p5),
                  f"p50 {users_text(w.users.p50)} · p95 {users_text(w.users.p95)}; all warm sessions (with subagents) "
-                 f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills", big=True,
+                 f"p5 {users_text(w.sessions.p5)} over {w.fills:,} fills",
                  explain=("warm",),
                  refuted_by="servesize measure sessions: the warm-hit rate falls under its --warm-target at a rung "
                             f"of {users_text(w.users.p5)} users or fewer")

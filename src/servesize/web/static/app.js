@@ -510,6 +510,8 @@ function drawVerdict(view, seq, draft) {
     h("p", { class: "v-title", text: view.title + (draft ? " · draft (fewer fills while you drag)" : "") }),
     h("h2", { class: "v-head", id: "verdictHead" }, h("span", { class: "big", dataset: { value: v.users }, text: v.users_text }),
       ` users: `, h("span", { class: "bind c-" + v.binding, text: v.binding }), " binds first"),
+    h("p", { class: "v-sentence", id: "verdictSentence", text: v.sentence }),
+    beforeAfter(App.last && App.last.verdict, v),
     h("p", { class: "v-why", text: v.why }),
     h("p", { class: "v-next", text: v.next.text }));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
@@ -525,6 +527,20 @@ function drawVerdict(view, seq, draft) {
   }
   box.appendChild(bars);
   box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
+}
+
+// before/after: the last full answer's headline beside this one, and each ceiling whose figure changed
+// (old and new as the API wrote them: nothing computed here). Shown until the next change replaces it.
+function beforeAfter(old, v) {
+  if (!old) return null;
+  const head = x => `${x.users_text} users, ${x.binding} binds first`;
+  const was = Object.fromEntries(old.ceilings.map(c => [c.name, c.text]));
+  const moved = v.ceilings.filter(c => was[c.name] !== undefined && was[c.name] !== c.text)
+    .map(c => `${c.name} ${was[c.name]} → ${c.text} users`);
+  const text = `Before this change: ${head(old)}. Now: ${head(v)}. `
+    + (moved.length ? "Moved: " + moved.join("; ") + "." : "No ceiling moved.");
+  return h("p", { class: "v-before", id: "verdictBefore", dataset: { before: old.users_text, after: v.users_text,
+    moved: v.ceilings.filter(c => was[c.name] !== undefined && was[c.name] !== c.text).map(c => c.name).join(",") }, text });
 }
 
 // -- derivations on demand: fetched once per drawn plan, when a "why?" is first opened -------------------
@@ -723,6 +739,8 @@ function drawBatch(b) {
 
 function drawSensitivity(s) {
   $("#capSens").textContent = s.caption;
+  const line = $("#verdictSentence");   // the same verdict line, now with the seed's answer (plan.vs_seed)
+  if (line && s.verdict) { line.textContent = s.verdict; line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : ""; }
   const box = $("#sensRows");
   box.textContent = "";
   for (const r of s.rows) {
@@ -758,8 +776,11 @@ function drawFrontier(f) {
     h("thead", {}, h("tr", {}, ["model", "split", "users", "binding", "warm p5", "cache", "decode", "latency", "saturation", "bill / month"].map(t => h("th", { text: t })))));
   const body = h("tbody");
   for (const r of f.rows) {
-    const tr = h("tr", { class: r.current ? "current" : "", dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users } },
-      h("td", { text: r.model }), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
+    const short = r.context_shortfall;
+    const tr = h("tr", { class: (r.current ? "current" : "") + (short ? " short" : ""), dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users,
+      short: short ? "true" : "false" } },
+      h("td", {}, r.model, short ? h("span", { class: "badge crit", text: "context too short" }) : null,
+        short ? h("div", { class: "muted short-why", text: short.text }) : null), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
       h("td", {}, h("span", { class: "bind c-" + r.binding, text: r.binding })), h("td", { class: "num", text: Math.round(r.warm_p5).toLocaleString("en") }),
       ...["cache", "decode", "latency", "saturation"].map(c => h("td", { class: "num", text: r.ceilings[c] === null ? "-" : Math.round(r.ceilings[c]).toLocaleString("en") })),
       h("td", { class: "num", text: r.cost_per_month === null ? "-" : Math.round(r.cost_per_month).toLocaleString("en") }));
