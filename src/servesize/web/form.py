@@ -278,10 +278,11 @@ def presets() -> dict:
     return out
 
 
-# The warm-capacity seed's deployment and assumptions (seed 000, T0mSIlver/working-set; restated in
-# ../shared/reference/working-set-model.md): Qwen 3.6 27B FP8 with FP8 KV on one H200, vLLM 0.19.0, the
-# recurrent state in bfloat16, the projected 2.77M-token FP8 pool (working-set-model.md 2.4: "2.77e6-token FP8
-# anchor") and the seed's modelled assumptions. With these alone the page reproduces its median table
+# The warm-capacity seed's deployment and assumptions (seed 000, https://tomvaucourt.com/posts/qwen-h200-working-set/
+# and https://github.com/T0mSIlver/working-set docs/scenarios.md; figures quoted in tests/fixtures/seeds.json):
+# Qwen 3.6 27B FP8 with FP8 KV on one H200, vLLM 0.19.0, the recurrent state in bfloat16, the projected
+# 2.77M-token FP8 pool (seeds.json seed-000-working-set-repository: "2.77M FP8 calibration") and the seed's
+# modelled assumptions. With these alone the page reproduces its median table
 # (86/56/42/33/28/23 p50, 69/45/34/27/23/19 p5; tests/web/test_web_api.py). The median is cleared: the preset's.
 SEED_DEPLOYMENT = {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8",
                    "mamba_ssm_cache_dtype": "bfloat16", "vllm_version": "0.19.0", "pool_tokens": 2_770_000,
