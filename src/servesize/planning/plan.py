@@ -63,13 +63,20 @@ class Plan:
 
     def verdict(self) -> str:
         """One line: the users, the ceiling that binds, the workload, and (when one moves it) the seed's assumption."""
+        return self.verdict_headline() + self.verdict_detail()
+
+    def verdict_headline(self) -> str:
+        """The verdict's first words, the headline every face shows: "70 users: cache binds first"."""
         r = self.result
-        head = (f"{r.values[r.binding]:,.0f} users: {r.binding} binds first ({self.workload_name()}: "
-                f"{self.workload_words()}); {PLANNING_PERCENTILE}")
+        return f"{r.values[r.binding]:,.0f} users: {r.binding} binds first"
+
+    def verdict_detail(self) -> str:
+        """The rest of the verdict line: the workload in words, the planning percentile, the seed's answer."""
+        detail = f" ({self.workload_name()}: {self.workload_words()}); {PLANNING_PERCENTILE}"
         s = self.vs_seed
         if not s:
-            return head
-        return (head + f"; under the seed's {s['assumption']} = {s['seed_value']} (default {s['default']}): "
+            return detail
+        return (detail + f"; under the seed's {s['assumption']} = {s['seed_value']} (default {s['default']}): "
                 f"{s['users']:,.0f} users, {s['binding']} binds")
 
     def workload_name(self) -> str:

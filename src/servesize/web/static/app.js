@@ -506,14 +506,16 @@ function drawVerdict(view, seq, draft) {
   box.dataset.seq = seq;
   box.dataset.binding = v.binding;
   box.dataset.users = v.users;
-  box.append(
+  box.append(...[   // beforeAfter is null on the first verdict: append would print "null"
     h("p", { class: "v-title", text: view.title + (draft ? " · draft (fewer fills while you drag)" : "") }),
-    h("h2", { class: "v-head", id: "verdictHead" }, h("span", { class: "big", dataset: { value: v.users }, text: v.users_text }),
-      ` users: `, h("span", { class: "bind c-" + v.binding, text: v.binding }), " binds first"),
-    h("p", { class: "v-sentence", id: "verdictSentence", text: v.sentence }),
+    // one headline: the library's verdict line, its first words large (plan.verdict_headline), the rest beneath
+    h("div", { class: "v-sentence", id: "verdictSentence" },
+      h("h2", { class: "v-head", id: "verdictHead" }, h("span", { class: "big", dataset: { value: v.users }, text: v.users_text }),
+        ` users: `, h("span", { class: "bind c-" + v.binding, text: v.binding }), " binds first"),
+      h("p", { class: "v-detail", id: "verdictDetail", text: v.detail })),
     beforeAfter(App.last && App.last.verdict, v),
     h("p", { class: "v-why", text: v.why }),
-    h("p", { class: "v-next", text: v.next.text }));
+    h("p", { class: "v-next", text: v.next.text })].filter(Boolean));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
   if (view.placement_text) box.appendChild(h("p", { class: "v-why", id: "verdictPlacement", text: view.placement_text }));
   const max = Math.max(...v.ceilings.map(c => c.users || 0)) || 1;
@@ -739,8 +741,8 @@ function drawBatch(b) {
 
 function drawSensitivity(s) {
   $("#capSens").textContent = s.caption;
-  const line = $("#verdictSentence");   // the same verdict line, now with the seed's answer (plan.vs_seed)
-  if (line && s.verdict) { line.textContent = s.verdict; line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : ""; }
+  const line = $("#verdictSentence"), detail = $("#verdictDetail");   // the same verdict, now with the seed's answer (plan.vs_seed)
+  if (line && detail && s.verdict_detail) { detail.textContent = s.verdict_detail; line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : ""; }
   const box = $("#sensRows");
   box.textContent = "";
   for (const r of s.rows) {
