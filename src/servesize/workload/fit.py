@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,7 +235,7 @@ class WorkloadFit:
         }
 
 
-def _filtered(values: list[float], min_tokens: int) -> np.ndarray:
+def _filtered(values: Sequence[float], min_tokens: int) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     return arr[arr >= max(min_tokens, 1)] if min_tokens > 0 else arr[arr > 0]
 
@@ -281,8 +282,8 @@ def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
     if obs.cold:
         f = float(np.mean(obs.cold))
         return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {len(obs.cold):,} requests cold by {obs.cold_basis}")
-    if obs.cached_pairs:
-        cached = np.array([c for c, _ in obs.cached_pairs])
+    if obs.cached_hits:
+        cached = np.asarray(obs.cached_hits, dtype=np.float64)
         limit = float(prefix) if prefix is not None else 0.0
         f = float(np.mean(cached <= limit))
         basis = (f"cached tokens no more than the {prefix:,}-token prefix" if prefix is not None
@@ -293,7 +294,7 @@ def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
     return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
 
 
-def _mean_field(name: str, values: list[float], what: str, unit: str, integer: bool) -> FieldFit:
+def _mean_field(name: str, values: Sequence[float], what: str, unit: str, integer: bool) -> FieldFit:
     if not values:
         return FieldFit(name, None, f"the file has no {what}")
     arr = np.asarray(values, dtype=np.float64)
@@ -304,7 +305,7 @@ def _mean_field(name: str, values: list[float], what: str, unit: str, integer: b
     return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {float(np.median(arr)):,.4g}{unit})")
 
 
-def _think_fields(gaps: list[float], what: str) -> dict[str, FieldFit]:
+def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
     """The think time as a distribution: the log-normal MLE over the positive pauses, its mean the planner's
     ``think_time_s`` (median x exp(sigma^2 / 2)), its shape ``think_time_sigma``; the median is reported. The bare
     sample mean is never used: one long pause (a lunch break) moves it by minutes."""

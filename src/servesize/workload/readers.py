@@ -33,6 +33,7 @@ import csv
 import math
 import pathlib
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -58,27 +59,48 @@ MAX_SKIP_EXAMPLES = 3
 _HASH_IDS = re.compile(r'"hash_ids":\s*\[([0-9,\s]*)\]')
 
 
+def floats() -> array:
+    """A growing column of float64 (8 bytes a value, against ~32 for a list of Python floats)."""
+    return array("d")
+
+
+def flags() -> array:
+    """A growing column of 0/1 flags (1 byte a value)."""
+    return array("b")
+
+
+def column(values, *, flags: bool = False) -> array:
+    """A numpy vector as an Observations column (float64, or 0/1 flags), copied as bytes, not value by value."""
+    import numpy as np
+
+    return array("b" if flags else "d", np.asarray(values, dtype=np.int8 if flags else np.float64).tobytes())
+
+
 @dataclass
 class Observations:
-    """What one file says about its requests; lists are per request unless named otherwise."""
+    """What one file says about its requests; columns are per request unless named otherwise.
+
+    Columns are ``array('d')`` (``array('b')`` for flags): a 1 GiB log of 17.9M records keeps 8 bytes per value
+    per column, not a Python float each; ``np.asarray`` reads them without a copy per value."""
 
     path: str
     format: str
     field: str                       # what was read as the prompt length, in words
-    user: list[float] = dataclass_field(default_factory=list)
-    subagent: list[float] = dataclass_field(default_factory=list)
-    prefix_tokens: list[float] = dataclass_field(default_factory=list)  # per-session user prefix, when the file says
-    subagent_prefix_tokens: list[float] = dataclass_field(default_factory=list)
+    user: array = dataclass_field(default_factory=floats)
+    subagent: array = dataclass_field(default_factory=floats)
+    prefix_tokens: array = dataclass_field(default_factory=floats)  # per-session user prefix, when the file says
+    subagent_prefix_tokens: array = dataclass_field(default_factory=floats)
     cached_tokens: float = 0.0       # sum of cached prompt tokens over records that report them
     cached_prompt_tokens: float = 0.0  # sum of prompt tokens over those same records
-    cached_pairs: list[tuple[float, float]] = dataclass_field(default_factory=list)  # (cached, prompt) per request
-    cold: list[bool] = dataclass_field(default_factory=list)  # per request, from hash blocks (infinite cache)
+    cached_hits: array = dataclass_field(default_factory=floats)     # cached tokens, per request that reports them
+    cached_prompts: array = dataclass_field(default_factory=floats)  # the same requests' prompt tokens
+    cold: array = dataclass_field(default_factory=flags)  # per request, from hash blocks (infinite cache): 1 cold
     cold_basis: str = ""
     hash_prefix_tokens: float | None = None   # leading blocks more than half of all requests share
-    output: list[float] = dataclass_field(default_factory=list)
+    output: array = dataclass_field(default_factory=floats)
     output_field: str = ""
-    gaps_s: list[float] = dataclass_field(default_factory=list)   # between one session's user-class requests
-    turn_growth: list[float] = dataclass_field(default_factory=list)  # a session's prompt growth, request to request
+    gaps_s: array = dataclass_field(default_factory=floats)   # between one session's user-class requests
+    turn_growth: array = dataclass_field(default_factory=floats)  # a session's prompt growth, request to request
     think_field: str = ""
     labels_field: str = ""           # what marked subagent requests, when anything did
     id_lists: list[list] = dataclass_field(default_factory=list, repr=False)  # leading hash ids (global-scope traces)
@@ -284,7 +306,8 @@ def _observe_cached(obs: Observations, cached_tokens: float, prompt_tokens: floa
     """A record that reports its prefix-cache hits counts towards the observed hit rate."""
     obs.cached_tokens += cached_tokens
     obs.cached_prompt_tokens += prompt_tokens
-    obs.cached_pairs.append((cached_tokens, prompt_tokens))
+    obs.cached_hits.append(cached_tokens)
+    obs.cached_prompts.append(prompt_tokens)
 
 
 def _field_reader(field_path: str) -> _RecordReader:
