@@ -199,12 +199,12 @@ class _ArrayText:
     def __init__(self, text: io.TextIOBase):
         self.text, self.buf, self.pos, self.eof = text, "", 0, False
 
-    def more(self, at_least: int = _CHUNK) -> bool:
+    def more(self, at_least: int = 0) -> bool:
         if self.eof:
             return False
         if self.pos > _CHUNK:  # drop what is parsed before reading on
             self.buf, self.pos = self.buf[self.pos:], 0
-        chunk = self.text.read(at_least)
+        chunk = self.text.read(max(at_least, _CHUNK))
         self.eof = not chunk
         self.buf += chunk
         return bool(chunk)
@@ -240,7 +240,7 @@ def _element(src: _ArrayText, decoder: json.JSONDecoder, where: str) -> Any:
         held = len(src.buf) - src.pos
         if held > MAX_LINE_CHARS:
             raise BadInput(f"{where}: one element over the {MAX_LINE_CHARS:,} characters servesize reads in one record")
-        src.more(max(_CHUNK, held))
+        src.more(held)
 
 
 def json_array(path: pathlib.Path, what: str = "request log") -> Iterator[tuple[int, Any]]:
