@@ -237,9 +237,9 @@ def test_a_file_over_its_size_cap_is_refused_before_it_is_read(tmp_path, monkeyp
 
 
 def test_a_request_log_line_past_the_line_cap_is_skipped_and_counted(tmp_path, monkeypatch):
-    import servesize.workload.readers as readers
+    import servesize.workload.formats as formats
 
-    monkeypatch.setattr(readers, "MAX_LINE_CHARS", 1000)
+    monkeypatch.setattr(formats, "MAX_LINE_CHARS", 1000)  # the cap formats.text_lines holds a line to
     rows = [json.dumps({"usage": {"prompt_tokens": 1000 + i}}) for i in range(20)]
     rows.append(json.dumps({"usage": {"prompt_tokens": 5, "pad": "x" * 2000}}))
     path = tmp_path / "requests.jsonl"

@@ -61,6 +61,46 @@ def test_a_measure_record_on_dev_full_is_refused_in_one_line(capsys):
             fragments=("--record /dev/full", "not a regular file"))
 
 
+SERVER = ["measure", "server", "--url", "http://127.0.0.1:9", "--predict", "llama-3.1-8b --gpus 1xH100", "--quiet"]
+
+
+def test_measure_server_record_dir_naming_a_file_is_refused_before_any_work_and_the_file_is_kept(tmp_path, capsys):
+    log = tmp_path / "pool.jsonl"
+    log.write_text("not a folder\n")
+    refused(capsys, *SERVER, "--record-dir", log, fragments=("--record-dir", "is not a directory"))
+    assert log.read_text() == "not a folder\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="no /dev/null on this system")
+def test_measure_server_record_dir_on_a_device_is_refused_in_one_line(capsys):
+    refused(capsys, *SERVER, "--record-dir", "/dev/null", fragments=("--record-dir /dev/null", "not a directory"))
+
+
+def test_measure_server_record_dir_below_a_file_is_refused_and_nothing_is_created(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    refused(capsys, *SERVER, "--record-dir", blocker / "runs" / "a", fragments=("--record-dir", "cannot be created"))
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder")
+def test_measure_server_record_dir_in_a_read_only_folder_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        refused(capsys, *SERVER, "--record-dir", locked / "run", fragments=("--record-dir", "permission denied"))
+    finally:
+        locked.chmod(0o700)
+    assert not (locked / "run").exists()
+
+
+def test_the_directory_check_passes_a_new_nested_folder_and_an_existing_one(tmp_path):
+    assert limits.check_output_dir(tmp_path / "a" / "b", "--record-dir") == str(tmp_path / "a" / "b")
+    assert limits.check_output_dir(tmp_path, "--record-dir") == str(tmp_path)
+    assert not (tmp_path / "a").exists()  # checked, not created
+
+
 def test_a_full_disk_while_recording_ends_in_one_line_and_keeps_the_lines_written(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
     rec = RunRecord.create(path, "pool", {"url": "http://x"})

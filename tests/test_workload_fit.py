@@ -85,7 +85,7 @@ def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_p
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
     obs = read_token_counts(path)
-    assert obs.format == "openai" and obs.user == [10_000, 20_000, 40_000] * 4
+    assert obs.format == "openai" and list(obs.user) == [10_000, 20_000, 40_000] * 4
     fit = fit_workload(path)
     assert fit.cache_hit_rate() == pytest.approx((8_000 + 15_000 + 0) / (10_000 + 20_000 + 40_000))
     # one request in three reports no cached token: it matched no prefix (the --invalidation definition)
@@ -96,8 +96,8 @@ def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_p
 def test_batch_api_output_and_a_dotted_column_are_read(tmp_path):
     path = tmp_path / "batch.jsonl"
     path.write_text("\n".join(json.dumps({"response": {"body": {"usage": {"prompt_tokens": p}}}}) for p in (5_000, 7_000)))
-    assert read_token_counts(path).user == [5_000, 7_000]
-    assert read_token_counts(path, column="response.body.usage.prompt_tokens").user == [5_000, 7_000]
+    assert list(read_token_counts(path).user) == [5_000, 7_000]
+    assert list(read_token_counts(path, column="response.body.usage.prompt_tokens").user) == [5_000, 7_000]
 
 
 def test_gzip_is_detected_from_the_content(tmp_path):
@@ -105,7 +105,7 @@ def test_gzip_is_detected_from_the_content(tmp_path):
     packed = tmp_path / "p.csv.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     obs = read_token_counts(packed)
-    assert obs.format == "csv" and obs.user == [2_000, 3_000, 4_000]
+    assert obs.format == "csv" and list(obs.user) == [2_000, 3_000, 4_000]
 
 
 def test_the_written_file_is_a_workload_plan_accepts(tmp_path):

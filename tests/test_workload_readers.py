@@ -37,7 +37,7 @@ def test_anthropic_prompt_is_input_plus_cache_read_plus_cache_creation(tmp_path)
         {"usage": {"input_tokens": 200, "cache_creation_input_tokens": 1_800}},  # reports no cache read
     ])
     obs = read_token_counts(path)
-    assert obs.format == "anthropic" and obs.user == [100 + 9_000 + 900, 200 + 1_800]
+    assert obs.format == "anthropic" and list(obs.user) == [100 + 9_000 + 900, 200 + 1_800]
     assert (obs.cached_tokens, obs.cached_prompt_tokens) == (9_000, 100 + 9_000 + 900)  # only the record that reports it
 
 
@@ -49,35 +49,35 @@ def test_claude_code_sessions_split_user_and_subagent_requests_and_their_prefixe
     ]}
     obs = read_token_counts(jsonl(tmp_path, [session, {"requests": [{"in": 64}]}]))
     assert obs.format == "claude-code" and obs.records == 2
-    assert obs.user == [64 * 300, 64 * 310, 64]
-    assert obs.subagent == [64 * 20, 64 * 30]
-    assert obs.prefix_tokens == [3_000 + 12_000] and obs.subagent_prefix_tokens == [1_000]
+    assert list(obs.user) == [64 * 300, 64 * 310, 64]
+    assert list(obs.subagent) == [64 * 20, 64 * 30]
+    assert list(obs.prefix_tokens) == [3_000 + 12_000] and list(obs.subagent_prefix_tokens) == [1_000]
 
 
 def test_a_bad_count_inside_a_subagent_is_skipped_and_names_its_place(tmp_path):
     session = {"requests": [{"in": 64}, {"type": "subagent", "requests": [{"in": "lots"}, {"in": 640}]}]}
     obs = read_token_counts(jsonl(tmp_path, [session]))
-    assert obs.user == [64] and obs.subagent == [640] and obs.skipped == 1
+    assert list(obs.user) == [64] and list(obs.subagent) == [640] and obs.skipped == 1
     assert obs.skip_examples == ["record 1, requests[1].requests[0].in: 'lots' is not a number"]
 
 
 def test_later_records_are_read_in_the_first_ones_format(tmp_path):
     path = jsonl(tmp_path, [{"usage": {"prompt_tokens": 5_000}}, {"usage": {"input_tokens": 7_000}}])
     obs = read_token_counts(path)
-    assert obs.format == "openai" and obs.user == [5_000] and obs.records == 2
+    assert obs.format == "openai" and list(obs.user) == [5_000] and obs.records == 2
 
 
 def test_a_dotted_column_reads_any_record_shape(tmp_path):
     path = jsonl(tmp_path, [{"meta": {"n": 10}}, {"meta": {}}, {"meta": {"n": 30}}])
     obs = read_token_counts(path, column="meta.n")
-    assert (obs.format, obs.field, obs.user, obs.records) == ("jsonl", "field 'meta.n'", [10, 30], 3)
+    assert (obs.format, obs.field, list(obs.user), obs.records) == ("jsonl", "field 'meta.n'", [10, 30], 3)
 
 
 def test_a_json_array_holding_a_non_object_skips_it_by_record_number_and_refuses_one_that_starts_so(tmp_path):
     path = tmp_path / "a.json"
     path.write_text(json.dumps([{"input_length": 5}, 7]))
     obs = read_token_counts(path)
-    assert obs.user == [5] and obs.skip_examples == ["record 2: not a JSON object"]
+    assert list(obs.user) == [5] and obs.skip_examples == ["record 2: not a JSON object"]
     path.write_text(json.dumps([7, {"input_length": 5}]))
     with pytest.raises(BadInput, match="record 1: expected a JSON object, got int"):
         read_token_counts(path)

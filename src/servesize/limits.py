@@ -266,6 +266,30 @@ def check_output(path: str | os.PathLike, what: str, *, suffixes: tuple[str, ...
     return full
 
 
+def check_output_dir(path: str | os.PathLike, what: str) -> str:
+    """An output folder checked before any work starts, or one line saying why not: an existing, writable
+    directory, or a new one whose nearest existing parent is a writable directory (it is created later);
+    never a file, device, FIFO or socket."""
+    full = os.fspath(path)
+    name = _shown(full)
+    if not full or "\x00" in full:
+        raise BadInput(f"{what} {name!r}: not a folder name")
+    if os.path.isdir(full):
+        if not os.access(full, os.W_OK | os.X_OK):
+            raise BadInput(f"{what} {name}: cannot write in it (permission denied)")
+        return full
+    if os.path.lexists(full):
+        raise BadInput(f"{what} {name}: exists and is not a directory; name a folder to write the records in")
+    parent = os.path.dirname(os.path.abspath(full.rstrip(os.sep) or full))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise BadInput(f"{what} {name}: {_shown(parent)} is not a directory, so the folder cannot be created")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInput(f"{what} {name}: cannot create it in {_shown(parent)} (permission denied)")
+    return full
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)

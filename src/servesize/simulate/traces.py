@@ -43,28 +43,19 @@ from typing import Any
 
 import numpy as np
 
+import servesize.workload.formats as formats
 from servesize.errors import BadInput
-from servesize.limits import (
-    MAX_DECOMPRESSED_BYTES,
-    MAX_REQUEST_TOKENS,
-    MAX_TRACE_BLOCKS,
-    parse_json,
-    read_at_most,
-    require_regular,
-    shown_number,
-)
-from servesize.workload.readers import _dotted, _usage
+from servesize.limits import MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
+from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_SIZE
+from servesize.workload.formats import SESSION_FIELDS, TIME_FIELDS, dotted, first_field, usage
 
-MOONCAKE_BLOCK_SIZE = 512  # tokens per hash id in the FAST'25 traces (kvcache-ai/Mooncake, FAST25-release/README.md)
 MADE_BLOCK_SIZE = 16       # tokens per id the readers make for logs without ids: vLLM's default block size,
                            # so any engine block size that is a multiple of 16 re-chunks exactly
 MAX_LINE_BYTES = 1 << 28   # one session line of 256 MiB is far past any real one (the largest here is ~3 MiB)
 MAX_TOTAL_BLOCKS = (1 << 31) - 1  # ids are int32 in a replay
 MAX_EXAMPLES = 5           # bad lines quoted in the report (the rest are counted)
 
-FORMATS = ("claude-code", "mooncake", "openai", "measure")
-SESSION_FIELDS = ("session_id", "metadata.session_id", "conversation_id", "user", "metadata.user_id")
-TIME_FIELDS = ("timestamp", "created", "created_at", "request_time")
+FORMATS = formats.REPLAYABLE
 
 
 class BadRecord(ValueError):
@@ -334,22 +325,22 @@ def stable_id(value: Any) -> int:
 # lines
 # ----------------------------------------------------------------------------------------------
 
-def _opener(path: pathlib.Path):
-    require_regular(path, "trace")
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(2)
-    except OSError as exc:
-        raise BadInput(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    return (lambda: gzip.open(path, "rb")) if magic == b"\x1f\x8b" else (lambda: open(path, "rb"))
+def _bounded_lines(fh) -> Iterator[bytes]:
+    """Lines of at most MAX_LINE_BYTES + 1 bytes held (the rest of a longer one is read past, not kept)."""
+    while line := fh.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+        yield line
 
 
 def iter_lines(path: pathlib.Path, report: ReadReport) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of every non-empty line; a file cut short ends the iteration and says where."""
+    """(line number, bytes) of every non-empty line (formats.open_binary: gzip and its cap); a file cut short ends
+    the iteration and says where."""
     line_no = 0
     try:
-        with _opener(path)() as fh:
-            for line_no, line in enumerate(fh, start=1):
+        with formats.open_binary(path, "trace") as fh:
+            for line_no, line in enumerate(_bounded_lines(fh), start=1):
                 if len(line) > MAX_LINE_BYTES:
                     report.bad(f"line {line_no}", f"longer than {MAX_LINE_BYTES >> 20} MiB")
                     continue
@@ -475,8 +466,9 @@ def _claude_requests(b: TraceBuilder, reqs: list, ids: list[np.ndarray], session
 
 
 def _prefix_tokens(rec: dict) -> int:
+    """formats.prefix_tokens (system + tool tokens); an unreadable one counts as none (the session still replays)."""
     try:
-        return int(number(rec.get("system_tokens"), "system_tokens", missing=0) + number(rec.get("tool_tokens"), "tool_tokens", missing=0))
+        return int(formats.prefix_tokens(rec, lambda value, name: number(value, name, missing=0)))
     except BadRecord:
         return 0
 
@@ -593,14 +585,6 @@ class PrefixChains:
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _first_field(rec: dict, names: tuple[str, ...]) -> Any:
-    for name in names:
-        value = _dotted(rec, name)
-        if value is not None:
-            return value
-    return None
-
-
 def _time_s(value: Any) -> float:
     x = number(value, "timestamp")
     return x / 1000.0 if x > 1e11 else x  # milliseconds since the epoch read as seconds
@@ -616,17 +600,17 @@ def read_openai(path: pathlib.Path, records: Iterator[tuple[int, Any]], report: 
         try:
             if not isinstance(rec, dict):
                 raise BadRecord("expected an object")
-            usage = _usage(rec) or {}
-            prompt = tokens(usage.get("prompt_tokens"), "usage.prompt_tokens")
-            cached = number(_dotted(usage, "prompt_tokens_details.cached_tokens"), "cached_tokens", missing=math.nan)
-            key = _first_field(rec, fields)
+            u = usage(rec) or {}
+            prompt = tokens(u.get("prompt_tokens"), "usage.prompt_tokens")
+            cached = number(dotted(u, "prompt_tokens_details.cached_tokens"), "cached_tokens", missing=math.nan)
+            key = first_field(rec, fields)
             key = f"record {where}" if key is None else str(key)
             if key not in keys:
                 keys[key] = b.add_session(SessionInfo(key=key))
-            t = _first_field(rec, TIME_FIELDS)
+            t = first_field(rec, TIME_FIELDS)
             ids = chains.ids(key, prompt, shared="prefix" if prefix_tokens else "", shared_tokens=prefix_tokens)
             b.add_request(keys[key], _time_s(t) if t is not None else float(where), prompt,
-                          tokens(usage.get("completion_tokens"), "usage.completion_tokens", missing=0.0), ids, cached=cached)
+                          tokens(u.get("completion_tokens"), "usage.completion_tokens", missing=0.0), ids, cached=cached)
         except BadRecord as exc:
             report.bad(f"record {where}", str(exc))
     report.notes.append("no block ids in the log: each request is taken to extend its session's previous prompt "
@@ -696,17 +680,12 @@ def read_measure(path: pathlib.Path, lines: Iterator[tuple[int, bytes]], report:
 # ----------------------------------------------------------------------------------------------
 
 def _detect(first: Any) -> str:
+    """formats.detect, for the formats a replay can take (a Mooncake-style line needs its hash_ids)."""
     if not isinstance(first, dict):
         raise BadInput("the first record is not a JSON object: expected JSONL (one object per line)")
-    if first.get("type") == "header" and "kind" in first:
-        return "measure"
-    reqs = first.get("requests")
-    if isinstance(reqs, list) and any(isinstance(r, dict) and ("in" in r or "hash_ids" in r) for r in reqs):
-        return "claude-code"
-    if "hash_ids" in first and "input_length" in first:
-        return "mooncake"
-    if "prompt_tokens" in (_usage(first) or {}):
-        return "openai"
+    found = formats.detect(first)
+    if found in FORMATS and (found != "mooncake" or "hash_ids" in first):
+        return found
     raise BadInput("not a trace servesize can replay: expected Claude Code sessions (requests[].hash_ids), Mooncake "
                    "lines (hash_ids, input_length), OpenAI usage records (usage.prompt_tokens) or a measure sessions record")
 
@@ -728,22 +707,11 @@ def _peek(path: pathlib.Path, report: ReadReport) -> tuple[Any, Iterator[tuple[i
     raise BadInput(f"{path}: the file holds no records" + (f" ({report.summary()})" if report.bad_lines else ""))
 
 
-def _json_array(path: pathlib.Path) -> list | None:
-    with _opener(path)() as fh:
-        head = fh.read(64).lstrip()
-    if not head.startswith(b"["):
-        return None
-    try:
-        with _opener(path)() as fh:
-            raw = read_at_most(fh, MAX_DECOMPRESSED_BYTES)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise BadInput(f"{path}: a JSON array that cannot be read ({exc})") from None
-    if len(raw) > MAX_DECOMPRESSED_BYTES:
-        raise BadInput(f"{path}: a JSON array over {MAX_DECOMPRESSED_BYTES:,} bytes (write it as JSONL, one record a line)")
-    data = parse_json(raw, str(path))
-    if not isinstance(data, list):
-        raise BadInput(f"{path}: expected a JSON array of records")
-    return data
+def _array_records(path: pathlib.Path, report: ReadReport) -> Iterator[tuple[int, Any]]:
+    """A JSON array's elements, one at a time (formats.json_array), each counted as a line."""
+    for n, rec in formats.json_array(path, "trace"):
+        report.lines += 1
+        yield n, rec
 
 
 def _parsed(lines: Iterator[tuple[int, bytes]], report: ReadReport) -> Iterator[tuple[int, Any]]:
@@ -767,11 +735,9 @@ def read_trace(path, *, format: str | None = None, block_size: int | None = None
     if format is not None and format not in FORMATS:
         raise BadInput(f"unknown trace format {format!r}; choose one of: {', '.join(FORMATS)}")
     report = ReadReport(str(p))
-    array = _json_array(p)
-    if array is not None:
+    if formats.first_char(p, "trace") == "[":
         report.format = "openai"
-        report.lines = len(array)
-        return read_openai(p, enumerate(array, start=1), report, session_field=session_field, prefix_tokens=prefix_tokens)
+        return read_openai(p, _array_records(p, report), report, session_field=session_field, prefix_tokens=prefix_tokens)
     first, lines = _peek(p, report)
     fmt = format or _detect(first)
     report.format = fmt

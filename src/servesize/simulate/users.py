@@ -32,7 +32,7 @@ from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think
 from servesize.simulate.traces import Trace
 from servesize.workload.fit import WorkloadFit, fit_observations
 from servesize.workload.model import Workload
-from servesize.workload.readers import Observations
+from servesize.workload.readers import Observations, column
 
 MAX_USERS_SEARCHED = 4096  # past this, a pool holds more users than any one replay here is sized for
 BEYOND = (2, 4)            # after the search, N x these are replayed too: how fast the hit rate falls past the answer
@@ -184,22 +184,22 @@ def trace_observations(trace: Trace, replay: Replay) -> Observations:
                        output_field="the trace's output tokens")
     sub = trace.subagent[replay.source]
     tokens = replay.input_tokens.astype(np.float64)
-    obs.user = tokens[~sub][tokens[~sub] > 0].tolist()
-    obs.subagent = tokens[sub][tokens[sub] > 0].tolist()
+    obs.user = column(tokens[~sub][tokens[~sub] > 0])
+    obs.subagent = column(tokens[sub][tokens[sub] > 0])
     obs.labels_field = "the trace's subagent flag" if sub.any() else ""
-    obs.output = replay.output_tokens[replay.output_tokens > 0].astype(np.float64).tolist()
+    obs.output = column(replay.output_tokens[replay.output_tokens > 0])
     obs.records = trace.requests
     if replay.num_nodes:  # the ids say what the sessions share (0 blocks is a finding too)
         obs.hash_prefix_tokens = float(shared_prefix_blocks(replay) * replay.block_size)
     if trace.has_sessions:
         keep = np.zeros(trace.requests, dtype=bool)
         keep[replay.source[~sub]] = True
-        obs.gaps_s = think_gaps_s(trace, keep).tolist()
+        obs.gaps_s = column(think_gaps_s(trace, keep))
         obs.think_field = "pauses from a request's end to its session's next request"
         ideal = unbounded_hit_blocks(replay) * replay.block_size
         later = ~sub
         later[_first_requests(replay)] = False
-        obs.cold = (ideal[later] < COLD_SHARE * replay.input_tokens[later]).tolist()
+        obs.cold = column(ideal[later] < COLD_SHARE * replay.input_tokens[later], flags=True)
         obs.cold_basis = "the trace's block ids (an unbounded cache serves less than half of the request)"
     return obs
 

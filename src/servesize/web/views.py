@@ -117,7 +117,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "binding": r.binding, "users": binding_users, "users_text": users_text(binding_users),
         "headline": f"{users_text(binding_users)} users: {r.binding} binds first",
         # the library's verdict line; the seed's answer (plan.vs_seed) comes with the sensitivity panel (charts.py)
-        "sentence": plan.verdict(), "headline": plan.verdict_headline(), "detail": plan.verdict_detail(),
+        "sentence": plan.verdict(), "detail": plan.verdict_detail(),
         "why": _why(plan),
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"

@@ -30,21 +30,20 @@ formats at all is refused.
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import math
 import pathlib
 import re
-import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-import servesize.limits as limits
+import servesize.workload.formats as formats
 from servesize.errors import BadInput
-from servesize.limits import MAX_INPUT_BYTES, MAX_LINE_CHARS, parse_json, read_input, require_regular
+from servesize.limits import parse_json
+from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS, dotted, first_char, json_array, text_lines, usage
 
 CSV_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "prompt_len", "prompt_length",
                "num_prompt_tokens", "context_tokens", "contexttokens", "tokens", "in")
@@ -55,33 +54,53 @@ THINK_COLUMNS = ("think_time_s", "think_time", "think_s")
 SESSION_COLUMNS = ("session_id", "session", "conversation_id", "conversation", "user_id")
 TIME_COLUMNS = ("timestamp", "time", "t", "created", "start_time")
 CLASS_COLUMNS = ("request_class", "class", "type", "role")
-MOONCAKE_BLOCK_TOKENS = 512   # Mooncake FAST'25 traces: 512 tokens per hash id (their README)
 HASH_IDS_KEPT = 1024          # leading hash ids kept per request: enough to reach past any shared prefix
 MAX_SKIP_EXAMPLES = 3
 _HASH_IDS = re.compile(r'"hash_ids":\s*\[([0-9,\s]*)\]')
 
 
+def floats() -> array:
+    """A growing column of float64 (8 bytes a value, against ~32 for a list of Python floats)."""
+    return array("d")
+
+
+def flags() -> array:
+    """A growing column of 0/1 flags (1 byte a value)."""
+    return array("b")
+
+
+def column(values, *, flags: bool = False) -> array:
+    """A numpy vector as an Observations column (float64, or 0/1 flags), copied as bytes, not value by value."""
+    import numpy as np
+
+    return array("b" if flags else "d", np.asarray(values, dtype=np.int8 if flags else np.float64).tobytes())
+
+
 @dataclass
 class Observations:
-    """What one file says about its requests; lists are per request unless named otherwise."""
+    """What one file says about its requests; columns are per request unless named otherwise.
+
+    Columns are ``array('d')`` (``array('b')`` for flags): a 1 GiB log of 17.9M records keeps 8 bytes per value
+    per column, not a Python float each; ``np.asarray`` reads them without a copy per value."""
 
     path: str
     format: str
     field: str                       # what was read as the prompt length, in words
-    user: list[float] = dataclass_field(default_factory=list)
-    subagent: list[float] = dataclass_field(default_factory=list)
-    prefix_tokens: list[float] = dataclass_field(default_factory=list)  # per-session user prefix, when the file says
-    subagent_prefix_tokens: list[float] = dataclass_field(default_factory=list)
+    user: array = dataclass_field(default_factory=floats)
+    subagent: array = dataclass_field(default_factory=floats)
+    prefix_tokens: array = dataclass_field(default_factory=floats)  # per-session user prefix, when the file says
+    subagent_prefix_tokens: array = dataclass_field(default_factory=floats)
     cached_tokens: float = 0.0       # sum of cached prompt tokens over records that report them
     cached_prompt_tokens: float = 0.0  # sum of prompt tokens over those same records
-    cached_pairs: list[tuple[float, float]] = dataclass_field(default_factory=list)  # (cached, prompt) per request
-    cold: list[bool] = dataclass_field(default_factory=list)  # per request, from hash blocks (infinite cache)
+    cached_hits: array = dataclass_field(default_factory=floats)     # cached tokens, per request that reports them
+    cached_prompts: array = dataclass_field(default_factory=floats)  # the same requests' prompt tokens
+    cold: array = dataclass_field(default_factory=flags)  # per request, from hash blocks (infinite cache): 1 cold
     cold_basis: str = ""
     hash_prefix_tokens: float | None = None   # leading blocks more than half of all requests share
-    output: list[float] = dataclass_field(default_factory=list)
+    output: array = dataclass_field(default_factory=floats)
     output_field: str = ""
-    gaps_s: list[float] = dataclass_field(default_factory=list)   # between one session's user-class requests
-    turn_growth: list[float] = dataclass_field(default_factory=list)  # a session's prompt growth, request to request
+    gaps_s: array = dataclass_field(default_factory=floats)   # between one session's user-class requests
+    turn_growth: array = dataclass_field(default_factory=floats)  # a session's prompt growth, request to request
     think_field: str = ""
     labels_field: str = ""           # what marked subagent requests, when anything did
     id_lists: list[list] = dataclass_field(default_factory=list, repr=False)  # leading hash ids (global-scope traces)
@@ -98,69 +117,6 @@ class Observations:
 
 class _BadRow(Exception):
     """One unreadable row (skipped and counted)."""
-
-
-class _Counted(io.RawIOBase):
-    """A binary stream that refuses past ``limit`` bytes read (a gzip bomb stops at the cap, line by line)."""
-
-    def __init__(self, fh, limit: int, what: str):
-        self.fh, self.limit, self.what, self.count = fh, limit, what, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        data = self.fh.read(len(buf))
-        self.count += len(data)
-        if self.count > self.limit:
-            raise BadInput(f"{self.what} decompresses to more than {self.limit:,} bytes (the cap on a decompressed file)")
-        buf[:len(data)] = data
-        return len(data)
-
-
-def _stream_lines(path: pathlib.Path) -> Iterator[str]:
-    """The lines of a JSONL request log (gzip allowed), read as they come: at most ``MAX_LINE_CHARS`` of one line
-    is held (the rest of a longer line is passed over and the line yielded as too long), so memory stays bounded
-    however large the file. A line over the cap is yielded as its first MAX_LINE_CHARS + 1 characters (the reader
-    skips and counts it)."""
-    what = f"request log {str(path)!r}"
-    info = require_regular(path, "request log")
-    if info.st_size > MAX_INPUT_BYTES:
-        raise BadInput(f"request log {path}: {info.st_size:,} bytes, over the {MAX_INPUT_BYTES:,} servesize reads")
-    with open(path, "rb") as raw:
-        fh = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
-        raw.seek(0)
-        counted = _Counted(fh, limits.MAX_DECOMPRESSED_BYTES if fh is not raw else MAX_INPUT_BYTES, what)
-        text = io.TextIOWrapper(io.BufferedReader(counted, 1 << 20), encoding="utf-8-sig")
-        try:
-            while True:
-                line = text.readline(MAX_LINE_CHARS + 1)
-                if not line:
-                    return
-                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
-                    while (rest := text.readline(1 << 20)) and not rest.endswith("\n"):
-                        pass  # the rest of an overlong line, passed over
-                yield line
-        except UnicodeDecodeError:
-            raise BadInput(f"{str(path)!r} is not UTF-8 text (CSV, JSONL or JSON, optionally gzip)") from None
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BadInput(f"{what} cannot be read or decompressed: {exc}") from None
-
-
-def _first_char(path: pathlib.Path) -> str:
-    """The first non-blank character of the file (decompressed), from its first non-blank line."""
-    for line in _stream_lines(path):
-        if line.strip():
-            return line.lstrip()[:1]
-    return ""
-
-
-def _open_text(path: pathlib.Path) -> str:
-    raw = read_input(path, "request log", MAX_INPUT_BYTES, gunzip=True)
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise BadInput(f"{str(path)!r} is not UTF-8 text (CSV, JSONL or JSON, optionally gzip)") from None
 
 
 def _number(value, where: str) -> float | None:
@@ -186,22 +142,6 @@ def _count(value, where: str) -> float:
     if x < 1:
         raise _BadRow(f"{where}: {x:g} tokens (a prompt holds at least one)")
     return x
-
-
-def _dotted(obj, path: str):
-    for part in path.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return None
-        obj = obj[part]
-    return obj
-
-
-def _usage(obj: dict):
-    for path in ("usage", "response.usage", "response.body.usage", "body.usage"):
-        u = _dotted(obj, path)
-        if isinstance(u, dict):
-            return u
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,8 +218,8 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
         last[session] = stamp
 
 
-def _read_csv(text: str, path: str, column: str | None) -> Observations:
-    reader = csv.reader(io.StringIO(text))
+def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observations:
+    reader = csv.reader(lines)
     try:
         header = next(reader)
     except StopIteration:
@@ -322,22 +262,15 @@ def _keep_leading_ids(match: re.Match) -> str:
     return '"hash_ids":[' + ",".join(parts[:HASH_IDS_KEPT]) + "]"
 
 
-def _records(text: str | Iterable[str], path: str, obs_skip: Callable[[str], None]) -> Iterator[tuple[int, Any]]:
-    """(record number or line number, parsed value) for a JSON array or JSONL text; a JSONL line that is
-    not JSON (a truncated last line, a stray log line) is skipped and counted."""
-    lines: Iterable[str]
-    if isinstance(text, str):
-        if text.lstrip().startswith("["):
-            yield from enumerate(parse_json(text, path), start=1)
-            return
-        lines = text.splitlines()
-    else:
-        lines = text
+def _jsonl_records(lines: Iterable[str], obs_skip: Callable[[str], None]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each JSONL line; a line that is not JSON (a truncated last line, a stray
+    log line) is skipped and counted."""
+    cap = formats.MAX_LINE_CHARS
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        if len(line) > MAX_LINE_CHARS:
-            obs_skip(f"line {line_no}: {len(line):,} characters, over the {MAX_LINE_CHARS:,} servesize reads in one line")
+        if len(line) > cap:
+            obs_skip(f"line {line_no}: {len(line):,} characters, over the {cap:,} servesize reads in one line")
             continue
         if '"hash_ids"' in line:
             line = _HASH_IDS.sub(_keep_leading_ids, line)
@@ -373,22 +306,23 @@ def _observe_cached(obs: Observations, cached_tokens: float, prompt_tokens: floa
     """A record that reports its prefix-cache hits counts towards the observed hit rate."""
     obs.cached_tokens += cached_tokens
     obs.cached_prompt_tokens += prompt_tokens
-    obs.cached_pairs.append((cached_tokens, prompt_tokens))
+    obs.cached_hits.append(cached_tokens)
+    obs.cached_prompts.append(prompt_tokens)
 
 
 def _field_reader(field_path: str) -> _RecordReader:
     """One token count per record, at a (dotted) field path."""
     def read(rec: dict, loc: str, obs: Observations) -> None:
-        obs.user.append(_count(_dotted(rec, field_path), f"{loc}, field {field_path!r}"))
+        obs.user.append(_count(dotted(rec, field_path), f"{loc}, field {field_path!r}"))
     return read
 
 
 def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
     """usage.prompt_tokens, completion_tokens and prompt_tokens_details.cached_tokens where the record reports them."""
-    u = _usage(rec) or {}
+    u = usage(rec) or {}
     x = _count(u.get("prompt_tokens"), f"{loc}, usage.prompt_tokens")
     out = _number(u.get("completion_tokens"), f"{loc}, usage.completion_tokens")
-    cached = _number(_dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
+    cached = _number(dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
     _check_cached(cached, x, loc)
     obs.user.append(x)
     if out is not None:
@@ -399,7 +333,7 @@ def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
 
 def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
     """The prompt is input + cache read + cache creation tokens; the cache reads are its prefix-cache hits."""
-    u = _usage(rec) or {}
+    u = usage(rec) or {}
     fresh, cache_read, cache_creation, out = (
         _number(u.get(k), f"{loc}, usage.{k}")
         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"))
@@ -414,9 +348,9 @@ def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
 
 
 def _prefix_tokens(obj: dict, where: str) -> float:
-    """system_tokens + tool_tokens: the prefix a session (or a subagent) sends with every request."""
-    return ((_number(obj.get("system_tokens"), f"{where}system_tokens") or 0.0)
-            + (_number(obj.get("tool_tokens"), f"{where}tool_tokens") or 0.0))
+    """system_tokens + tool_tokens (formats.PREFIX_FIELDS): the prefix a session (or a subagent) sends with every
+    request; an unreadable one makes the row bad."""
+    return formats.prefix_tokens(obj, lambda value, name: _number(value, f"{where}{name}"))
 
 
 def _is_subagent(request: dict) -> bool:
@@ -554,30 +488,20 @@ def _finish_mooncake(obs: Observations) -> None:
                       "them was never seen before (an infinite cache)")
 
 
-def _has_claude_code_requests(rec: dict) -> bool:
-    reqs = rec.get("requests")
-    return isinstance(reqs, list) and any(isinstance(r, dict) and "in" in r for r in reqs)
-
-
-def _usage_has(key: str) -> Callable[[dict], bool]:
-    return lambda rec: key in (_usage(rec) or {})
-
-
 def _field_format(field_path: str) -> _JsonFormat:
     """A token count at a named field: --column (a dotted path), or one of the usual names."""
     return _JsonFormat("jsonl", f"field {field_path!r}", _field_reader(field_path))
 
 
-# The formats a first record is recognised by, tried in this order.
-_FORMATS: tuple[tuple[Callable[[dict], bool], _JsonFormat], ...] = (
-    (_has_claude_code_requests, _JsonFormat("claude-code", "requests[].in (input tokens per request)", _read_claude_code,
-                                            "requests[].out")),
-    (_usage_has("prompt_tokens"), _JsonFormat("openai", "usage.prompt_tokens", _read_openai, "usage.completion_tokens")),
-    (_usage_has("input_tokens"), _JsonFormat("anthropic", "usage input + cache read + cache creation tokens",
-                                             _read_anthropic, "usage.output_tokens")),
-    (lambda rec: "input_length" in rec, _JsonFormat("mooncake", "input_length", _read_mooncake, "output_length",
-                                                    _finish_mooncake)),
-)
+# How each format formats.detect recognises is read here.
+_READERS: dict[str, _JsonFormat] = {
+    "claude-code": _JsonFormat("claude-code", "requests[].in (input tokens per request)", _read_claude_code,
+                               "requests[].out"),
+    "openai": _JsonFormat("openai", "usage.prompt_tokens", _read_openai, "usage.completion_tokens"),
+    "anthropic": _JsonFormat("anthropic", "usage input + cache read + cache creation tokens", _read_anthropic,
+                             "usage.output_tokens"),
+    "mooncake": _JsonFormat("mooncake", "input_length", _read_mooncake, "output_length", _finish_mooncake),
+}
 
 
 def _detect(rec: dict, column: str | None) -> _JsonFormat | None:
@@ -585,9 +509,11 @@ def _detect(rec: dict, column: str | None) -> _JsonFormat | None:
     else the first of the usual names among its fields."""
     if column is not None:
         return _field_format(column)
-    found = next((fmt for matches, fmt in _FORMATS if matches(rec)), None)
-    if found is not None:
-        return found
+    name = formats.detect(rec)
+    if name == "measure":
+        raise BadInput("a servesize measure run record holds no request log: `servesize simulate` replays it")
+    if name is not None:
+        return _READERS[name]
     flat_key = next((c for c in CSV_COLUMNS if c in rec), None)
     return _field_format(flat_key) if flat_key is not None else None
 
@@ -603,7 +529,8 @@ def _first_format(rec: Any, loc: str, path: str, column: str | None) -> _JsonFor
     return fmt
 
 
-def _read_json_records(text: str | Iterable[str], path: str, column: str | None) -> Observations:
+def _read_json_records(records: Callable[[Callable[[str], None]], Iterator[tuple[int, Any]]], path: str,
+                       column: str | None) -> Observations:
     """JSONL or a JSON array of objects, every record read in the format the first readable one shows."""
     found: tuple[_JsonFormat, Observations] | None = None
     early_skips: list[str] = []
@@ -614,7 +541,7 @@ def _read_json_records(text: str | Iterable[str], path: str, column: str | None)
         else:
             found[1].skip(why)
 
-    for where, rec in _records(text, path, skip):
+    for where, rec in records(skip):
         loc = f"record {where}"
         if found is None:
             fmt = _first_format(rec, loc, path, column)
@@ -641,14 +568,14 @@ def _read_json_records(text: str | Iterable[str], path: str, column: str | None)
 
 
 def read_token_counts(path, column: str | None = None) -> Observations:
-    """What a CSV, JSONL or JSON request log (gzip allowed) says about its requests, format auto-detected."""
+    """What a CSV, JSONL or JSON request log (gzip allowed) says about its requests, format auto-detected; every
+    kind of file is streamed (formats.text_lines, formats.json_array): memory follows the records, not the file."""
     p = pathlib.Path(path)
-    first = _first_char(p)
+    first = first_char(p)
     if not first:
         raise BadInput(f"{str(p)!r}: the file is empty")
-    if first == "{":  # JSONL: streamed line by line (a 1 GiB decompressed log is never held whole)
-        return _read_json_records(_stream_lines(p), str(p), column)
-    text = _open_text(p)
+    if first == "{":
+        return _read_json_records(lambda skip: _jsonl_records(text_lines(p), skip), str(p), column)
     if first == "[":
-        return _read_json_records(text, str(p), column)
-    return _read_csv(text, str(p), column)
+        return _read_json_records(lambda skip: json_array(p), str(p), column)
+    return _read_csv(text_lines(p), str(p), column)
