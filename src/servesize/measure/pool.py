@@ -260,21 +260,7 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
     ``distrusted``: signals refuted earlier in the run, never used again; a counter this probe refutes
     (impossible, or contradicted by the TTFTs: the module docstring) is named in ``refuted`` and skipped."""
     later = rounds[1:]
-    per: dict[str, list[list[bool]]] = {}
-    fraction: dict[str, float] = {}
-    impossible: dict[str, str] = {}
-    if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
-        per["cached_tokens"], fraction["cached_tokens"] = _cached_flags(sizes, later, block_size)
-        if reason := _impossible_cached(sizes, rounds):
-            impossible["cached_tokens"] = reason
-    if (metrics := _metrics_flags(sizes, later, deltas[1:], block_size)) is not None:
-        per["metrics"], fraction["metrics"] = metrics
-        if reason := _impossible_hits(deltas):
-            impossible["metrics"] = reason
-    cold = _cold_ttfts(rounds)
-    if cold is not None:
-        per["ttft"] = [[(r.ttft_s or 0.0) < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
-        fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
+    per, fraction, impossible, cold = _signal_flags(sizes, rounds, deltas, block_size, ttft_ratio, server_reports_cached)
     refuted: dict[str, str] = {}
     for s in COUNTERS:
         if s in per and (why := impossible.get(s) or _contradicted(per[s], later, cold)):
@@ -290,13 +276,42 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
             share = _mean([f for rnd in per[s] for f in rnd]) if s == "metrics" else fraction[s]
             return Verdict(signal=s, warm=share >= warm_share - 1e-9, warm_fraction=share, by_signal=fraction,
                            flags=per[s], notes=notes, refuted=refuted)
-    caught = {**{s: "refuted earlier in the run" for s in distrusted}, **refuted}
+    raise _no_signal({**{s: "refuted earlier in the run" for s in distrusted}, **refuted})
+
+
+def _signal_flags(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None],
+                  block_size: int | None, ttft_ratio: float, server_reports_cached: bool
+                  ) -> tuple[dict[str, list[list[bool]]], dict[str, float], dict[str, str], list[float] | None]:
+    """Every available signal's warm flags (rounds 2..R) and warm fraction, why a counter is impossible, and the
+    cold TTFTs: cached_tokens when the server reports them, metrics when every later round has a delta, TTFT when
+    every request has one."""
+    later = rounds[1:]
+    per: dict[str, list[list[bool]]] = {}
+    fraction: dict[str, float] = {}
+    impossible: dict[str, str] = {}
+    if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
+        per["cached_tokens"], fraction["cached_tokens"] = _cached_flags(sizes, later, block_size)
+        if reason := _impossible_cached(sizes, rounds):
+            impossible["cached_tokens"] = reason
+    if (metrics := _metrics_flags(sizes, later, deltas[1:], block_size)) is not None:
+        per["metrics"], fraction["metrics"] = metrics
+        if reason := _impossible_hits(deltas):
+            impossible["metrics"] = reason
+    cold = _cold_ttfts(rounds)
+    if cold is not None:
+        per["ttft"] = [[(r.ttft_s or 0.0) < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
+        fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
+    return per, fraction, impossible, cold
+
+
+def _no_signal(caught: dict[str, str]) -> ServesizeError:
+    """Why a probe cannot be decided: every signal it had was caught out (named), or it had none."""
     if caught:
-        raise ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
-                             + "; and no other signal is available (TTFT needs every request's first token): nothing is "
-                               "reported rather than a pool the server's counts alone claim")
-    raise ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
-                         "and TTFT could not be read; nothing can be measured")
+        return ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
+                              + "; and no other signal is available (TTFT needs every request's first token): nothing is "
+                                "reported rather than a pool the server's counts alone claim")
+    return ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
+                          "and TTFT could not be read; nothing can be measured")
 
 
 def _cached_flags(sizes: list[int], later: list[list[RequestResult]], block_size: int | None) -> tuple[list[list[bool]], float]:
