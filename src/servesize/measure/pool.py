@@ -785,33 +785,11 @@ class PoolResult:
               predicted_tokens: int | None) -> PoolResult:
         B = run.block_size
         per_prompt = run.prompt_tokens - 1  # resident per prompt: never its last token; exact when S - 1 is whole blocks
-        notes = list(run.notes)
         low, high, resolution = _pool_interval(coarse, fine, B, per_prompt)
-        if resolution == "lower bound":
-            notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
-                         f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
-        if coarse.hi == 1:
-            notes.append(f"a single prompt of {run.prompt_tokens:,} tokens did not stay warm: the pool holds less than that, "
-                         "or prefix caching is off (vLLM: --enable-prefix-caching)")
-        signal_notes = []
+        notes, implied = _pool_notes(run, coarse, fine, low, resolution)
+        signal_notes = _signal_notes(run)
         signals_used = {p.verdict.signal for p in run.probes if p.verdict}
-        for p in run.probes:
-            for note in p.verdict.notes if p.verdict else []:
-                if note not in signal_notes:
-                    signal_notes.append(note)
-        if run.probes and "cached_tokens" not in run.probes[-1].decided.by_signal and "cached_tokens" in run.cfg.signals:
-            signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
-                                "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
         engine_tokens = run.engine.engine_pool_tokens if run.engine else None
-        if B and resolution != "lower bound":
-            notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
-                         f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
-        implied = None
-        if fine is not None and B and run.cfg.fine_order == "sequential":
-            implied = low + 2 * B
-            notes.append(f"the engine's whole pool implied: {implied:,} tokens = the {low:,} kept warm + the one partial "
-                         f"block of the request in flight (the block-level stage runs one request at a time) + the "
-                         f"engine's null block (block 0)")
         src = None
         if predicted_tokens is not None:
             src = run.cfg.predicted_source or (f"from the {type(run.predicted).__name__} given" if run.predicted is not None
@@ -844,6 +822,43 @@ class PoolResult:
             "probes": [p.summary() for p in self.probes],
             "notes": self.notes, "signal_notes": self.signal_notes, "record": self.record_path,
         }
+
+
+def _pool_notes(run: PoolRun, coarse: Bisection, fine: Bisection | None, low: int, resolution: str
+                ) -> tuple[list[str], int | None]:
+    """The run's notes on what the interval means, and the engine's whole pool the block-level stage implies
+    (when it ran one request at a time)."""
+    B = run.block_size
+    notes = list(run.notes)
+    if resolution == "lower bound":
+        notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
+                     f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
+    if coarse.hi == 1:
+        notes.append(f"a single prompt of {run.prompt_tokens:,} tokens did not stay warm: the pool holds less than that, "
+                     "or prefix caching is off (vLLM: --enable-prefix-caching)")
+    if B and resolution != "lower bound":
+        notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
+                     f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
+    implied = None
+    if fine is not None and B and run.cfg.fine_order == "sequential":
+        implied = low + 2 * B
+        notes.append(f"the engine's whole pool implied: {implied:,} tokens = the {low:,} kept warm + the one partial "
+                     f"block of the request in flight (the block-level stage runs one request at a time) + the "
+                     f"engine's null block (block 0)")
+    return notes, implied
+
+
+def _signal_notes(run: PoolRun) -> list[str]:
+    """The probes' notes on their warmth signals, each once, and a hint when cached_tokens was wanted but missing."""
+    signal_notes: list[str] = []
+    for p in run.probes:
+        for note in p.verdict.notes if p.verdict else []:
+            if note not in signal_notes:
+                signal_notes.append(note)
+    if run.probes and "cached_tokens" not in run.probes[-1].decided.by_signal and "cached_tokens" in run.cfg.signals:
+        signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
+                            "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
+    return signal_notes
 
 
 async def measure_pool(config: PoolConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
