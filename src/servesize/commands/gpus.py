@@ -52,22 +52,7 @@ class GpusResult:
 
     def render(self, explain: bool = False) -> str:
         header = ("key", "name", "smi MiB", "GiB", "BW GB/s", "BF16", "FP8", "FP4", "FP8?", "FP4?", "TDP W")
-        table = [header]
-        for gpu in self.gpus:
-            mark = "" if gpu.memory_basis == "nvidia-smi" else "*"
-            table.append((
-                gpu.key + ("?" if gpu.confidence else ""),
-                gpu.name,
-                f"{gpu.memory_mib:,}{mark}",
-                f"{gpu.memory_bytes / GiB:.2f}",
-                _num(gpu.bandwidth_gbps),
-                _num(gpu.bf16_dense_tflops),
-                _num(gpu.fp8_dense_tflops),
-                _num(gpu.fp4_dense_tflops),
-                "yes" if gpu.fp8 else "no",
-                "yes" if gpu.fp4 else "no",
-                _num(gpu.tdp_w or 0),
-            ))
+        table = [header, *(_row(gpu) for gpu in self.gpus)]
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         left = {0, 1}
         lines = []
@@ -89,6 +74,24 @@ class GpusResult:
         if not explain and not self.one:
             lines.append("Sources: servesize gpus --explain, or servesize gpus GPU.")
         return "\n".join(lines)
+
+
+def _row(gpu: Gpu) -> tuple[str, ...]:
+    """One GPU's row of the table: memory as nvidia-smi reports it (* where not), bandwidth, dense FLOP/s, TDP."""
+    mark = "" if gpu.memory_basis == "nvidia-smi" else "*"
+    return (
+        gpu.key + ("?" if gpu.confidence else ""),
+        gpu.name,
+        f"{gpu.memory_mib:,}{mark}",
+        f"{gpu.memory_bytes / GiB:.2f}",
+        _num(gpu.bandwidth_gbps),
+        _num(gpu.bf16_dense_tflops),
+        _num(gpu.fp8_dense_tflops),
+        _num(gpu.fp4_dense_tflops),
+        "yes" if gpu.fp8 else "no",
+        "yes" if gpu.fp4 else "no",
+        _num(gpu.tdp_w or 0),
+    )
 
 
 def _num(value: float) -> str:

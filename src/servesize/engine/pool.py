@@ -313,6 +313,17 @@ def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
         by_kind.setdefault(s.kind, []).append(s)
     attention = [k for k in by_kind if k not in STATE_KINDS]
     state = [k for k in by_kind if k in STATE_KINDS]
+    per_token = _alike_per_kind(arch, specs, by_kind, attention)
+    uniform = len(by_kind) == 1
+    # vLLM UniformTypeKVCacheSpecs: full attention / MLA / indexer layers of different page sizes, no windows, no state.
+    uniform_type = not state and set(attention) <= {MLA, INDEXER, FULL} and len(set(per_token.values())) > 1
+    return _Kinds(specs, by_kind, attention, state, per_token, uniform or uniform_type, uniform)
+
+
+def _alike_per_kind(arch: Architecture, specs: list[_LayerSpec], by_kind: dict[str, list[_LayerSpec]],
+                    attention: list[str]) -> dict[str, int]:
+    """Bytes per token of one layer of each attention kind; refused where the layers of one kind differ in KV
+    head size or window, or (attention-free) in state size."""
     sizes = {k: {s.bytes_per_token for s in by_kind[k]} for k in attention}
     if any(len(v) > 1 for v in sizes.values()):
         raise UnsupportedArchitecture(arch.model_type, "attention layers of one kind with different KV head sizes are not modelled",
@@ -323,11 +334,7 @@ def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
                                       ("sliding_window", "layer_types"))
     if not attention and len({s.state_bytes for s in specs}) > 1:
         raise UnsupportedArchitecture(arch.model_type, "recurrent layers of different state sizes are not modelled", ("layer_types",))
-    per_token = {k: next(iter(v)) for k, v in sizes.items()}
-    uniform = len(by_kind) == 1
-    # vLLM UniformTypeKVCacheSpecs: full attention / MLA / indexer layers of different page sizes, no windows, no state.
-    uniform_type = not state and set(attention) <= {MLA, INDEXER, FULL} and len(set(per_token.values())) > 1
-    return _Kinds(specs, by_kind, attention, state, per_token, uniform or uniform_type, uniform)
+    return {k: next(iter(v)) for k, v in sizes.items()}
 
 
 @dataclass(frozen=True)

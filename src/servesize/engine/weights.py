@@ -137,15 +137,21 @@ def _native_group_bits(arch: Architecture, group: str) -> float | None:
     if q.method == "mxfp8":
         return 8 + 8 / 32
     if q.method == "mixed":
-        marker = {"attention": ("self_attn",), "linear_attention": ("linear_attn",), "experts": ("experts",),
-                  "shared_experts": ("shared_expert",), "mlp": ("mlp.",), "mtp": ("mtp",)}.get(group, ())
-        algos = [a for name, a in q.per_module if any(m in name for m in marker)
-                 and not (group == "mlp" and ("experts" in name or "shared_expert" in name))]
-        if not algos:
-            return None
-        algo = max(set(algos), key=algos.count)
-        return 8.0 if algo == "FP8" else 4 + 8 / 16
+        return _mixed_group_bits(q.per_module, group)
     return None
+
+
+def _mixed_group_bits(per_module: tuple[tuple[str, str], ...], group: str) -> float | None:
+    """ModelOpt quantized_layers: the algorithm most of the group's listed modules use (FP8, else NVFP4);
+    None when none is listed (unquantised)."""
+    marker = {"attention": ("self_attn",), "linear_attention": ("linear_attn",), "experts": ("experts",),
+              "shared_experts": ("shared_expert",), "mlp": ("mlp.",), "mtp": ("mtp",)}.get(group, ())
+    algos = [a for name, a in per_module if any(m in name for m in marker)
+             and not (group == "mlp" and ("experts" in name or "shared_expert" in name))]
+    if not algos:
+        return None
+    algo = max(set(algos), key=algos.count)
+    return 8.0 if algo == "FP8" else 4 + 8 / 16
 
 
 def _group_bits(arch: Architecture, group: str, precision: str) -> float | None:

@@ -260,21 +260,7 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
     ``distrusted``: signals refuted earlier in the run, never used again; a counter this probe refutes
     (impossible, or contradicted by the TTFTs: the module docstring) is named in ``refuted`` and skipped."""
     later = rounds[1:]
-    per: dict[str, list[list[bool]]] = {}
-    fraction: dict[str, float] = {}
-    impossible: dict[str, str] = {}
-    if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
-        per["cached_tokens"], fraction["cached_tokens"] = _cached_flags(sizes, later, block_size)
-        if reason := _impossible_cached(sizes, rounds):
-            impossible["cached_tokens"] = reason
-    if (metrics := _metrics_flags(sizes, later, deltas[1:], block_size)) is not None:
-        per["metrics"], fraction["metrics"] = metrics
-        if reason := _impossible_hits(deltas):
-            impossible["metrics"] = reason
-    cold = _cold_ttfts(rounds)
-    if cold is not None:
-        per["ttft"] = [[(r.ttft_s or 0.0) < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
-        fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
+    per, fraction, impossible, cold = _signal_flags(sizes, rounds, deltas, block_size, ttft_ratio, server_reports_cached)
     refuted: dict[str, str] = {}
     for s in COUNTERS:
         if s in per and (why := impossible.get(s) or _contradicted(per[s], later, cold)):
@@ -290,13 +276,42 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
             share = _mean([f for rnd in per[s] for f in rnd]) if s == "metrics" else fraction[s]
             return Verdict(signal=s, warm=share >= warm_share - 1e-9, warm_fraction=share, by_signal=fraction,
                            flags=per[s], notes=notes, refuted=refuted)
-    caught = {**{s: "refuted earlier in the run" for s in distrusted}, **refuted}
+    raise _no_signal({**{s: "refuted earlier in the run" for s in distrusted}, **refuted})
+
+
+def _signal_flags(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None],
+                  block_size: int | None, ttft_ratio: float, server_reports_cached: bool
+                  ) -> tuple[dict[str, list[list[bool]]], dict[str, float], dict[str, str], list[float] | None]:
+    """Every available signal's warm flags (rounds 2..R) and warm fraction, why a counter is impossible, and the
+    cold TTFTs: cached_tokens when the server reports them, metrics when every later round has a delta, TTFT when
+    every request has one."""
+    later = rounds[1:]
+    per: dict[str, list[list[bool]]] = {}
+    fraction: dict[str, float] = {}
+    impossible: dict[str, str] = {}
+    if later and (server_reports_cached or all(r.cached_tokens_reported for rnd in later for r in rnd)):
+        per["cached_tokens"], fraction["cached_tokens"] = _cached_flags(sizes, later, block_size)
+        if reason := _impossible_cached(sizes, rounds):
+            impossible["cached_tokens"] = reason
+    if (metrics := _metrics_flags(sizes, later, deltas[1:], block_size)) is not None:
+        per["metrics"], fraction["metrics"] = metrics
+        if reason := _impossible_hits(deltas):
+            impossible["metrics"] = reason
+    cold = _cold_ttfts(rounds)
+    if cold is not None:
+        per["ttft"] = [[(r.ttft_s or 0.0) < ttft_ratio * cold[i] for i, r in enumerate(rnd)] for rnd in later]
+        fraction["ttft"] = _mean([f for rnd in per["ttft"] for f in rnd])
+    return per, fraction, impossible, cold
+
+
+def _no_signal(caught: dict[str, str]) -> ServesizeError:
+    """Why a probe cannot be decided: every signal it had was caught out (named), or it had none."""
     if caught:
-        raise ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
-                             + "; and no other signal is available (TTFT needs every request's first token): nothing is "
-                               "reported rather than a pool the server's counts alone claim")
-    raise ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
-                         "and TTFT could not be read; nothing can be measured")
+        return ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
+                              + "; and no other signal is available (TTFT needs every request's first token): nothing is "
+                                "reported rather than a pool the server's counts alone claim")
+    return ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
+                          "and TTFT could not be read; nothing can be measured")
 
 
 def _cached_flags(sizes: list[int], later: list[list[RequestResult]], block_size: int | None) -> tuple[list[list[bool]], float]:
@@ -770,33 +785,11 @@ class PoolResult:
               predicted_tokens: int | None) -> PoolResult:
         B = run.block_size
         per_prompt = run.prompt_tokens - 1  # resident per prompt: never its last token; exact when S - 1 is whole blocks
-        notes = list(run.notes)
         low, high, resolution = _pool_interval(coarse, fine, B, per_prompt)
-        if resolution == "lower bound":
-            notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
-                         f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
-        if coarse.hi == 1:
-            notes.append(f"a single prompt of {run.prompt_tokens:,} tokens did not stay warm: the pool holds less than that, "
-                         "or prefix caching is off (vLLM: --enable-prefix-caching)")
-        signal_notes = []
+        notes, implied = _pool_notes(run, coarse, fine, low, resolution)
+        signal_notes = _signal_notes(run)
         signals_used = {p.verdict.signal for p in run.probes if p.verdict}
-        for p in run.probes:
-            for note in p.verdict.notes if p.verdict else []:
-                if note not in signal_notes:
-                    signal_notes.append(note)
-        if run.probes and "cached_tokens" not in run.probes[-1].decided.by_signal and "cached_tokens" in run.cfg.signals:
-            signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
-                                "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
         engine_tokens = run.engine.engine_pool_tokens if run.engine else None
-        if B and resolution != "lower bound":
-            notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
-                         f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
-        implied = None
-        if fine is not None and B and run.cfg.fine_order == "sequential":
-            implied = low + 2 * B
-            notes.append(f"the engine's whole pool implied: {implied:,} tokens = the {low:,} kept warm + the one partial "
-                         f"block of the request in flight (the block-level stage runs one request at a time) + the "
-                         f"engine's null block (block 0)")
         src = None
         if predicted_tokens is not None:
             src = run.cfg.predicted_source or (f"from the {type(run.predicted).__name__} given" if run.predicted is not None
@@ -829,6 +822,43 @@ class PoolResult:
             "probes": [p.summary() for p in self.probes],
             "notes": self.notes, "signal_notes": self.signal_notes, "record": self.record_path,
         }
+
+
+def _pool_notes(run: PoolRun, coarse: Bisection, fine: Bisection | None, low: int, resolution: str
+                ) -> tuple[list[str], int | None]:
+    """The run's notes on what the interval means, and the engine's whole pool the block-level stage implies
+    (when it ran one request at a time)."""
+    B = run.block_size
+    notes = list(run.notes)
+    if resolution == "lower bound":
+        notes.append(f"every probe up to --max-parallel {run.cfg.max_parallel} stayed warm: the pool is at least "
+                     f"{low:,} tokens; raise --max-parallel or --prompt-tokens to find its edge")
+    if coarse.hi == 1:
+        notes.append(f"a single prompt of {run.prompt_tokens:,} tokens did not stay warm: the pool holds less than that, "
+                     "or prefix caching is off (vLLM: --enable-prefix-caching)")
+    if B and resolution != "lower bound":
+        notes.append(f"while n requests run at once each holds one more, partial block for its last token: "
+                     f"near the edge the engine may need up to n x {B} tokens more than the resident figure")
+    implied = None
+    if fine is not None and B and run.cfg.fine_order == "sequential":
+        implied = low + 2 * B
+        notes.append(f"the engine's whole pool implied: {implied:,} tokens = the {low:,} kept warm + the one partial "
+                     f"block of the request in flight (the block-level stage runs one request at a time) + the "
+                     f"engine's null block (block 0)")
+    return notes, implied
+
+
+def _signal_notes(run: PoolRun) -> list[str]:
+    """The probes' notes on their warmth signals, each once, and a hint when cached_tokens was wanted but missing."""
+    signal_notes: list[str] = []
+    for p in run.probes:
+        for note in p.verdict.notes if p.verdict else []:
+            if note not in signal_notes:
+                signal_notes.append(note)
+    if run.probes and "cached_tokens" not in run.probes[-1].decided.by_signal and "cached_tokens" in run.cfg.signals:
+        signal_notes.append("the server reports no usage.prompt_tokens_details.cached_tokens "
+                            "(vLLM: start it with --enable-prompt-tokens-details for the strongest signal)")
+    return signal_notes
 
 
 async def measure_pool(config: PoolConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,

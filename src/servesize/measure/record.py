@@ -377,6 +377,21 @@ def _accepts(tp: Any, v: Any) -> bool:
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
         return any(_accepts(a, v) for a in get_args(tp))
+    if (scalar := _accepts_scalar(tp, v)) is not None:
+        return scalar
+    if tp is dict or origin is dict:
+        return isinstance(v, dict)
+    if tp is list or origin is list or origin is tuple:
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        return isinstance(v, list) and (not args or all(_accepts(args[0], x) for x in v))
+    if hasattr(tp, "__dataclass_fields__"):
+        return isinstance(v, dict)  # checked field by field where it is built
+    return True
+
+
+def _accepts_scalar(tp: Any, v: Any) -> bool | None:
+    """Whether ``v`` is a JSON scalar of type ``tp`` (a bool is no number; ints fit 64 bits; floats are finite);
+    None when ``tp`` is no scalar type."""
     if tp is type(None):
         return v is None
     if tp is Any:
@@ -389,14 +404,7 @@ def _accepts(tp: Any, v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if tp is str:
         return isinstance(v, str)
-    if tp is dict or origin is dict:
-        return isinstance(v, dict)
-    if tp is list or origin is list or origin is tuple:
-        args = [a for a in get_args(tp) if a is not Ellipsis]
-        return isinstance(v, list) and (not args or all(_accepts(args[0], x) for x in v))
-    if hasattr(tp, "__dataclass_fields__"):
-        return isinstance(v, dict)  # checked field by field where it is built
-    return True
+    return None
 
 
 def _type_name(tp: Any) -> str:

@@ -399,28 +399,32 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
     one that failed is a miss (it was not served warm), never left out. Without a single returning
     request that completed there is nothing to judge warmth by, and the rate is None."""
     ok = [r for r in results if r.ok]
-    errors = [r for r in results if not r.ok]
     returning_all = [r for r in results if r.tags.get("returning")]
     returning = [r for r in returning_all if r.ok]
     signal, warm, refuted = _warm_flags(ok, returning, ttft_ratio, distrust_cached)
+    judged = bool(returning) and signal != "none"
+    return RungStats(
+        users=users, duration_s=duration_s, requests=len(results), errors=sum(1 for r in results if not r.ok),
+        error_types=dict(Counter(r.error["type"] for r in results if r.error is not None)),  # the errors: not ok = error set
+        returning=len(returning_all), warm_hits=sum(1 for r in ok if warm.get(r.id)),
+        warm_hit_rate=sum(1 for r in returning if warm.get(r.id)) / len(returning_all) if judged else None,
+        signal=signal, **_latencies(ok, warm),
+        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning),
+        refuted=refuted)
+
+
+def _latencies(ok: list[RequestResult], warm: dict) -> dict[str, Any]:
+    """The completed requests' TTFT (warm hits and misses apart), inter-token latency and decode speed."""
     hits = [r for r in ok if warm.get(r.id)]
     misses = [r for r in ok if not warm.get(r.id)]
     itl_p50 = [r.itl["p50_s"] for r in ok if r.itl]
     itl_p95 = sorted(r.itl["p95_s"] for r in ok if r.itl)
     decode = sorted(r.decode_tok_per_s for r in ok if r.decode_tok_per_s)
-    judged = bool(returning) and signal != "none"
-    return RungStats(
-        users=users, duration_s=duration_s, requests=len(results), errors=len(errors),
-        error_types=dict(Counter(r.error["type"] for r in results if r.error is not None)),  # the errors: not ok = error set
-        returning=len(returning_all), warm_hits=len(hits),
-        warm_hit_rate=sum(1 for r in returning if warm.get(r.id)) / len(returning_all) if judged else None,
-        signal=signal, ttft_hit=_summary([r.ttft_s for r in hits if r.ttft_s is not None]),
-        ttft_miss=_summary([r.ttft_s for r in misses if r.ttft_s is not None]),
-        itl={"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
-             "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
-        decode_tok_per_s_p50=_quantile(decode, 0.5) if decode else None,
-        preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning),
-        refuted=refuted)
+    return {"ttft_hit": _summary([r.ttft_s for r in hits if r.ttft_s is not None]),
+            "ttft_miss": _summary([r.ttft_s for r in misses if r.ttft_s is not None]),
+            "itl": {"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
+                    "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
+            "decode_tok_per_s_p50": _quantile(decode, 0.5) if decode else None}
 
 
 def knee(rungs: list[RungStats], target: float) -> dict:

@@ -198,7 +198,6 @@ def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, g
     n = layers if layers is not None else sum(1 for layer in arch.layers if isinstance(layer, KvHeadAttention))
     if n == 0:
         return
-    cfg = arch.config
     h, nq, nkv, d = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
     kind = "full-attention layers only" if fam in _GDN else ""
     if arch.attn_output_gate:
@@ -210,6 +209,17 @@ def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, g
         b.add(group, prefix + "qkvo",
               "layers * (hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden)",
               linear=True, note=kind, layers=n, hidden=h, q_heads=nq, kv_heads=nkv, head_dim=d)
+    _attention_bias(b, arch, n, group, prefix)
+    _qk_norm(b, arch, n, group, prefix)
+    if fam == "gpt_oss":
+        b.add(group, prefix + "sinks", "layers * q_heads", linear=False, note="one learned attention sink per head",
+              layers=n, q_heads=nq)
+
+
+def _attention_bias(b: _Builder, arch: Architecture, n: int, group: str, prefix: str) -> None:
+    """The attention biases a family carries: q/k/v only, or q/k/v and the output projection."""
+    fam = arch.model_type
+    h, nq, nkv, d = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
     bias = (arch.attention_bias or fam == "gpt_oss") and fam not in _BIAS_FREE_ATTENTION
     if bias:
         if fam in _QKV_BIAS_ONLY:
@@ -218,6 +228,12 @@ def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, g
         else:
             b.add(group, prefix + "qkvo_bias", "layers * ((q_heads + 2 * kv_heads) * head_dim + hidden)", linear=False,
                   layers=n, q_heads=nq, kv_heads=nkv, head_dim=d, hidden=h)
+
+
+def _qk_norm(b: _Builder, arch: Architecture, n: int, group: str, prefix: str) -> None:
+    """q/k norms: one weight per head dimension (shared by the heads), or one per q and kv head (OLMo 2, MiniMax M2)."""
+    fam, cfg = arch.model_type, arch.config
+    nq, nkv, d = arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
     if fam in _PER_HEAD_QK_NORM or (fam == "glm4_moe" and cfg.get("use_qk_norm")):
         b.add(group, prefix + "qk_norm", "layers * 2 * head_dim", linear=False, layers=n, head_dim=d)
     elif fam == "olmo2" or (fam == "minimax_m2" and cfg.get("use_qk_norm")):
@@ -225,9 +241,6 @@ def _gqa_attention(b: _Builder, arch: Architecture, layers: int | None = None, g
             raise UnsupportedArchitecture(fam, f"qk_norm_type {cfg.get('qk_norm_type')!r} is not modelled", ("qk_norm_type",))
         b.add(group, prefix + "qk_norm", "layers * (q_heads + kv_heads) * head_dim", linear=False,
               layers=n, q_heads=nq, kv_heads=nkv, head_dim=d)
-    if fam == "gpt_oss":
-        b.add(group, prefix + "sinks", "layers * q_heads", linear=False, note="one learned attention sink per head",
-              layers=n, q_heads=nq)
 
 
 def _mla_attention(b: _Builder, arch: Architecture, n: int, group: str, prefix: str = "") -> None:

@@ -130,6 +130,19 @@ def _mxfp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str
 
 
 def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) -> Quantization:
+    weights = _compressed_weights(q, family)
+    widths = {_whole(w, "num_bits", 0, 0, 64) for w in weights}
+    types = {str(w.get("type", "")) for w in weights}
+    if len(widths) != 1:
+        raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths",
+                                      ("quantization_config.config_groups",))
+    b = widths.pop()
+    group = next((g for g in (_whole(w, "group_size", None, 1, 1 << 20) for w in weights) if g), None)
+    return _compressed_scheme(b, types, group, all(w.get("symmetric", True) for w in weights), skip, family)
+
+
+def _compressed_weights(q: Mapping[str, Any], family: str) -> list[Mapping[str, Any]]:
+    """Each config group's ``weights`` scheme: config_groups must map names to {weights: {...}}, at least one."""
     groups = q.get("config_groups") or {}
     field = ("quantization_config.config_groups",)
     if not isinstance(groups, Mapping) or not all(isinstance(g, Mapping) and isinstance(g.get("weights") or {}, Mapping)
@@ -138,18 +151,17 @@ def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...]
     weights = [g.get("weights") or {} for g in groups.values()]
     if not weights:
         raise UnsupportedArchitecture(family, "compressed-tensors config without config_groups", field)
-    widths = {_whole(w, "num_bits", 0, 0, 64) for w in weights}
-    types = {str(w.get("type", "")) for w in weights}
-    if len(widths) != 1:
-        raise UnsupportedArchitecture(family, "compressed-tensors groups with different bit widths", field)
-    b = widths.pop()
-    group = next((g for g in (_whole(w, "group_size", None, 1, 1 << 20) for w in weights) if g), None)
+    return weights
+
+
+def _compressed_scheme(b: int, types: set[str], group: int | None, symmetric: bool, skip: tuple[str, ...],
+                       family: str) -> Quantization:
+    """The weight format one bit width and number type (with or without groups) of compressed-tensors stands for."""
     if b == 8 and types == {"float"}:
         return Quantization("fp8", 8, unquantized=skip, source="quantization_config: compressed-tensors fp8")
     if b == 8 and types == {"int"} and not group:
         return Quantization("int8", 8, unquantized=skip, zero_point=False, source="quantization_config: compressed-tensors int8")
     if b in (4, 8) and types == {"int"} and group:
-        symmetric = all(w.get("symmetric", True) for w in weights)
         return Quantization(f"int{b}", b, group_size=int(group), unquantized=skip, zero_point=not symmetric,
                             source=f"quantization_config: compressed-tensors int{b} group {group}"
                             + (" symmetric" if symmetric else " with zero points"))
@@ -159,7 +171,8 @@ def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...]
     if b == 4 and types == {"float"}:
         return Quantization("nvfp4", 4, group_size=int(group or 16), unquantized=skip,
                             source="quantization_config: compressed-tensors nvfp4")
-    raise UnsupportedArchitecture(family, f"compressed-tensors {b}-bit {types} weights are not modelled", field)
+    raise UnsupportedArchitecture(family, f"compressed-tensors {b}-bit {types} weights are not modelled",
+                                  ("quantization_config.config_groups",))
 
 
 # ModelOpt per-module algorithms servesize knows the bytes of.

@@ -115,32 +115,35 @@ class Fixed:
     served: ServedWeights = field(default_factory=ServedWeights)  # what the recipe passes vLLM for these weights
 
 
-def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
-                      seed_convention: bool = False, hf_id: str | None = None) -> Fixed:
-    """Everything the plan needs from a memory report (engine budget)."""
-    pool, w, dep, gpu = report.pool, report.weights, report.deployment, report.gpus.gpu
-    d = Derivation()
-    tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
+def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
+    """The pool one replica holds: the modelled one, or a measured one that replaces it."""
     if pool_tokens is None:
         src = pool_source or "modelled: engine budget (servesize memory)"
         pool_t = d.given("pool_tokens", int(pool.usable_kv_tokens), unit="tokens",
                          source=f"memory report ({src}): usable KV tokens of one replica")
-    else:
-        pool_t = d.given("pool_tokens", float(pool_tokens), unit="tokens", source=pool_source or "--pool-tokens",
-                         note="a measured pool replaces the modelled one")
-        src = pool_source or "--pool-tokens"
-    b = d.given("kv_bytes_per_token_rank", int(pool.kv_bytes_per_token), unit="B",
-                source="KV pool: every layer that grows with context, one rank")
+        return pool_t, src
+    pool_t = d.given("pool_tokens", float(pool_tokens), unit="tokens", source=pool_source or "--pool-tokens",
+                     note="a measured pool replaces the modelled one")
+    return pool_t, pool_source or "--pool-tokens"
+
+
+def _state_bytes(d: Derivation, pool) -> int:
+    """One cached state block per GDN/Mamba group a session holds, one rank (0 without state layers)."""
     state_groups = [g for g in pool.groups if g.kind in STATE_KINDS]
-    state = 0
-    if state_groups:
-        pages = [g.page_bytes for g in state_groups]
-        state = d.step("state_bytes_per_session_rank", "state_groups * page_bytes * group_size", unit="B",
-                       note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
-                       state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size) \
-            if len(set(pages)) == 1 else d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
-    # Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in
-    # each (vLLM frees what falls out of the window), and every decode step reads up to a window.
+    if not state_groups:
+        return 0
+    pages = [g.page_bytes for g in state_groups]
+    if len(set(pages)) == 1:
+        return d.step("state_bytes_per_session_rank", "state_groups * page_bytes * group_size", unit="B",
+                      note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
+                      state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size)
+    return d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
+
+
+def _window_charges(d: Derivation, pool, arch) -> tuple[int, int, int, int]:
+    """Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in each (vLLM
+    frees what falls out of the window), and every decode step reads up to a window. Returns (window tokens,
+    bytes per token, bytes per session, windowed layers), all 0 without such groups."""
     window_groups = [g for g in pool.groups if g.kind in (SLIDING, CHUNKED)]
     window = next((layer.window for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)), 0) or 0
     window_bpt = window_charge = 0
@@ -151,32 +154,39 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         window_bpt = d.step("window_bytes_per_token_rank", "page_bytes // block_size * layers", unit="B",
                             page_bytes=window_groups[0].page_bytes, block_size=window_groups[0].block_size,
                             layers=sum(g.layers for g in window_groups))
-    # weights read per decode step, whole group
-    groups = {g.group: g.bytes for g in w.groups}
+    if not window_groups:
+        return 0, int(window_bpt), int(window_charge), 0
+    layers = sum(1 for layer in arch.layers if layer.kind in (SLIDING, CHUNKED))
+    return int(window), int(window_bpt), int(window_charge), layers
+
+
+def _weight_bytes_read(d: Derivation, groups: dict, ledger, arch, seed_convention: bool) -> float:
+    """Weights read per decode step, whole group: MoE reads all but the routed experts, dense every text weight."""
     skip = ("mtp",) if seed_convention else NOT_READ_IN_DECODE  # the seed streams the whole checkpoint
     text_total = sum(v for k, v in groups.items() if k not in skip)
     experts = groups.get("experts", 0)
-    ledger = w.ledger
     if experts:
         shared = text_total - experts
         if not (ledger.groups.get("embedding") and bool(arch.tie_word_embeddings)) and not seed_convention:
             shared -= groups.get("embedding", 0)
-        wread = d.given("weight_bytes_read_shared", float(shared), unit="B",
-                        note="MoE: everything but the routed experts (and the embedding gather), read every step")
-    else:
-        wread = d.given("weight_bytes_read", dense_weights_read_per_step(
-            text_total, groups.get("embedding", 0), bool(arch.tie_word_embeddings), seed_convention=seed_convention), unit="B",
-            note=("seed convention: the whole checkpoint (text) is read each step" if seed_convention else
-                  "every text weight once per step, the input embedding only gathered"))
-    gemm = ledger.active - sum(ledger.groups.get(k, 0) for k in ("embedding", "lm_head", "vision"))
-    d.given("gemm_params", gemm, note="active parameters minus embedding, lm_head (and vision)")
+        return d.given("weight_bytes_read_shared", float(shared), unit="B",
+                       note="MoE: everything but the routed experts (and the embedding gather), read every step")
+    return d.given("weight_bytes_read", dense_weights_read_per_step(
+        text_total, groups.get("embedding", 0), bool(arch.tie_word_embeddings), seed_convention=seed_convention), unit="B",
+        note=("seed convention: the whole checkpoint (text) is read each step" if seed_convention else
+              "every text weight once per step, the input embedding only gathered"))
+
+
+def _lm_head(ledger, groups: dict) -> tuple[float, float]:
+    """The output projection's parameters and bytes: the embedding's when tied."""
     tied = not ledger.groups.get("lm_head")
-    head_params = ledger.groups.get("embedding", 0) if tied else ledger.groups.get("lm_head", 0)
-    head_bytes = groups.get("embedding", 0) if tied else groups.get("lm_head", 0)
-    # architecture: attention width, full-attention layers
-    width = arch.num_attention_heads * arch.head_dim
-    full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
-    prec = str(w.precision).lower()
+    key = "embedding" if tied else "lm_head"
+    return float(ledger.groups.get(key, 0)), float(groups.get(key, 0))
+
+
+def _peak_flops(d: Derivation, gpu, precision) -> tuple[float, str]:
+    """The GPU's dense peak at the weights' compute dtype (fp8 where both have it), 0 with no published figure."""
+    prec = str(precision).lower()
     dtype = "fp8" if ("fp8" in prec and getattr(gpu, "fp8", False)) else "bf16"
     try:
         peak = gpu.dense_flops_per_s(dtype)
@@ -184,29 +194,59 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     except BadInput:  # no published figure: the ceilings that need it say so, the others are computed
         peak = 0.0
         d.given("peak_flops_per_gpu", peak, unit="FLOP/s", note=f"{gpu.key} has no dense {dtype} figure; give --gpu-flops")
+    return float(peak), dtype
+
+
+def _memory_summary(report) -> dict:
+    """The memory report's figures the plan shows beside its own."""
+    pool, w, dep = report.pool, report.weights, report.deployment
+    return {
+        "weights_bytes_per_gpu": w.per_gpu_bytes, "weights_bytes_total": w.total_bytes,
+        "weights_precision": w.precision,
+        "available_kv_bytes_per_gpu": report.budget.available_bytes,
+        "modelled_pool_tokens": pool.usable_kv_tokens, "kv_cache_tokens_logged": pool.kv_cache_tokens,
+        "kv_bytes_per_token_per_rank": pool.kv_bytes_per_token, "block_size": pool.block_size,
+        "num_blocks": pool.num_blocks, "group_size": pool.group_size,
+        "state_bytes_per_sequence_per_rank": pool.state_bytes_per_sequence,
+        "log_lines": list(pool.log_lines),
+        "gpu_memory_utilization": dep.gpu_memory_utilization,
+    }
+
+
+def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
+                      seed_convention: bool = False, hf_id: str | None = None) -> Fixed:
+    """Everything the plan needs from a memory report (engine budget)."""
+    pool, w, dep, gpu = report.pool, report.weights, report.deployment, report.gpus.gpu
+    d = Derivation()
+    tp, dp = dep.tensor_parallel_size, dep.data_parallel_size
+    pool_t, src = _pool_tokens(d, pool, pool_tokens, pool_source)
+    b = d.given("kv_bytes_per_token_rank", int(pool.kv_bytes_per_token), unit="B",
+                source="KV pool: every layer that grows with context, one rank")
+    state = _state_bytes(d, pool)
+    window, window_bpt, window_charge, window_layers = _window_charges(d, pool, arch)
+    groups = {g.group: g.bytes for g in w.groups}
+    ledger = w.ledger
+    wread = _weight_bytes_read(d, groups, ledger, arch, seed_convention)
+    gemm = ledger.active - sum(ledger.groups.get(k, 0) for k in ("embedding", "lm_head", "vision"))
+    d.given("gemm_params", gemm, note="active parameters minus embedding, lm_head (and vision)")
+    head_params, head_bytes = _lm_head(ledger, groups)
+    # architecture: attention width, full-attention layers
+    width = arch.num_attention_heads * arch.head_dim
+    full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
+    peak, dtype = _peak_flops(d, gpu, w.precision)
     return Fixed(
         name=report.model, hf_id=hf_id or report.model, tp=tp, dp=dp, n_gpu=tp * dp, gpu_key=gpu.key,
-        bandwidth_bytes_per_s=float(gpu.bandwidth_bytes_per_s), peak_flops_per_gpu=float(peak), peak_dtype=dtype,
+        bandwidth_bytes_per_s=float(gpu.bandwidth_bytes_per_s), peak_flops_per_gpu=peak, peak_dtype=dtype,
         tdp_w=getattr(gpu, "tdp_w", None), pool_tokens=float(pool_t), pool_source=src,
         kv_bytes_per_token_rank=int(b), state_bytes_rank=int(state), weight_bytes_read=float(wread),
-        expert_bytes=float(experts), num_experts=int(ledger.num_experts), experts_per_token=int(ledger.experts_per_token),
+        expert_bytes=float(groups.get("experts", 0)), num_experts=int(ledger.num_experts),
+        experts_per_token=int(ledger.experts_per_token),
         gemm_params=float(gemm), attention_width=int(width), full_attention_layers=int(full_layers),
         has_mtp=bool(arch.mtp_layers), kv_cache_dtype=dep.kv_cache_dtype, max_model_len=int(dep.max_model_len),
-        memory={
-            "weights_bytes_per_gpu": w.per_gpu_bytes, "weights_bytes_total": w.total_bytes,
-            "weights_precision": w.precision,
-            "available_kv_bytes_per_gpu": report.budget.available_bytes,
-            "modelled_pool_tokens": pool.usable_kv_tokens, "kv_cache_tokens_logged": pool.kv_cache_tokens,
-            "kv_bytes_per_token_per_rank": pool.kv_bytes_per_token, "block_size": pool.block_size,
-            "num_blocks": pool.num_blocks, "group_size": pool.group_size,
-            "state_bytes_per_sequence_per_rank": pool.state_bytes_per_sequence,
-            "log_lines": list(pool.log_lines),
-            "gpu_memory_utilization": dep.gpu_memory_utilization,
-        },
-        derivation=d, window_tokens=int(window if window_groups else 0), window_bytes_per_token_rank=int(window_bpt),
-        window_bytes_per_session_rank=int(window_charge),
-        window_attention_layers=sum(1 for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)) if window_groups else 0,
-        lm_head_params=float(head_params), lm_head_bytes=float(head_bytes),
+        memory=_memory_summary(report),
+        derivation=d, window_tokens=window, window_bytes_per_token_rank=window_bpt,
+        window_bytes_per_session_rank=window_charge, window_attention_layers=window_layers,
+        lm_head_params=head_params, lm_head_bytes=head_bytes,
         mtp_matmul_params=float(ledger.linear.get("mtp", 0)), mtp_bytes=float(groups.get("mtp", 0)),
         served=served_weights(arch, dep.quantization, dep.version),
     )

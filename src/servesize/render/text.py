@@ -419,26 +419,7 @@ def render_sweep(sweep: dict) -> str:
 @render_text.register
 def _models(models: ModelsResult, explain: bool = False) -> str:
     header = ("model", "params", "layers", "heads", "KV", "hd", "KV/token", "KV/1Ki tok", "state/seq", "weights")
-    table = [header]
-    for r in models.rows:
-        a = r.arch
-        params = _billions(r.ledger.total)
-        if r.ledger.num_experts:
-            counts_embedding = r.entry is not None and r.entry.published_active_counts_embedding
-            params += f" / {_billions(r.ledger.active if counts_embedding else r.ledger.active_as_published)}"
-        kv_heads = "MLA" if a.count(MLA) else (str(a.num_kv_heads) if any(layer.is_attention for layer in a.layers) else "-")
-        head_dim = f"{mla_latent_dim(a)}L" if a.count(MLA) else str(a.head_dim)
-        kv = _kib(r.kv_bytes_per_token)
-        if r.windowed_bytes_per_token:
-            kv += f" +{_kib(r.windowed_bytes_per_token)} ≤{_tokens(r.window_tokens)}"
-        table.append((
-            r.key + ("*" if r.entry is not None and r.entry.partial else ""),
-            params, r.layers_text, str(a.num_attention_heads), kv_heads, head_dim, kv,
-            f"{r.kv_bytes_per_token * 1024 / MiB:,.0f} MiB" if r.kv_bytes_per_token * 1024 % MiB == 0
-            else f"{r.kv_bytes_per_token * 1024 / MiB:,.1f} MiB",
-            f"{r.state_bytes_per_sequence / MiB:,.1f} MiB" if r.state_bytes_per_sequence else "-",
-            r.quantisation_text,
-        ))
+    table = [header, *(_model_row(r) for r in models.rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     left = {0, 2, 9}
     lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
@@ -453,12 +434,40 @@ def _models(models: ModelsResult, explain: bool = False) -> str:
     ]
     if explain:
         for r in models.rows:
-            lines += ["", f"== {r.key} ({r.hf_id}) ==", f"config: {r.source}", r.ledger.explain()]
-            if r.entry is not None and r.entry.published_params_text:
-                lines.append(f"published: {r.entry.published_params_text}"
-                             + (f" / {r.entry.published_active_text} active" if r.entry.published_active_text else "")
-                             + f" [source: {r.entry.published_source}]")
+            lines += _model_explained(r)
     return "\n".join(lines)
+
+
+def _model_row(r) -> tuple[str, ...]:
+    """One catalogue model's row: parameters (total / active for MoE), geometry, KV and state per token, weights."""
+    a = r.arch
+    params = _billions(r.ledger.total)
+    if r.ledger.num_experts:
+        counts_embedding = r.entry is not None and r.entry.published_active_counts_embedding
+        params += f" / {_billions(r.ledger.active if counts_embedding else r.ledger.active_as_published)}"
+    kv_heads = "MLA" if a.count(MLA) else (str(a.num_kv_heads) if any(layer.is_attention for layer in a.layers) else "-")
+    head_dim = f"{mla_latent_dim(a)}L" if a.count(MLA) else str(a.head_dim)
+    kv = _kib(r.kv_bytes_per_token)
+    if r.windowed_bytes_per_token:
+        kv += f" +{_kib(r.windowed_bytes_per_token)} ≤{_tokens(r.window_tokens)}"
+    return (
+        r.key + ("*" if r.entry is not None and r.entry.partial else ""),
+        params, r.layers_text, str(a.num_attention_heads), kv_heads, head_dim, kv,
+        f"{r.kv_bytes_per_token * 1024 / MiB:,.0f} MiB" if r.kv_bytes_per_token * 1024 % MiB == 0
+        else f"{r.kv_bytes_per_token * 1024 / MiB:,.1f} MiB",
+        f"{r.state_bytes_per_sequence / MiB:,.1f} MiB" if r.state_bytes_per_sequence else "-",
+        r.quantisation_text,
+    )
+
+
+def _model_explained(r) -> list[str]:
+    """--explain: the model's config source, its parameter ledger and the published count beside it."""
+    lines = ["", f"== {r.key} ({r.hf_id}) ==", f"config: {r.source}", r.ledger.explain()]
+    if r.entry is not None and r.entry.published_params_text:
+        lines.append(f"published: {r.entry.published_params_text}"
+                     + (f" / {r.entry.published_active_text} active" if r.entry.published_active_text else "")
+                     + f" [source: {r.entry.published_source}]")
+    return lines
 
 
 def _billions(n: int) -> str:

@@ -27,7 +27,7 @@ from servesize.workload.model import Workload
 from servesize.workload.teams import Team
 
 if TYPE_CHECKING:  # the fleet's modules load with the first fleet: memory, fit and plan start without them
-    from servesize.planning.fleet import FleetSpace
+    from servesize.planning.fleet import FleetSpace, ModelChoice
     from servesize.planning.fleet_result import FleetOption
 
 
@@ -132,9 +132,8 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     from servesize.engine.kv_cache import KV_CACHE_DTYPES
     from servesize.engine.weights import normalise_precision
     from servesize.model.hardware import find_gpu, load_gpus
-    from servesize.planning.fleet import FleetSpace, ModelChoice
+    from servesize.planning.fleet import FleetSpace
     from servesize.planning.prices import parse_price, with_overrides
-    from servesize.workload.teams import TeamMix
 
     lists = query.lists()
     for name, most in (("models", 8), ("gpus_from", 64), ("precision", 4), ("kv_cache_dtype", 4),
@@ -147,22 +146,8 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
     models: list[ModelChoice] = []
     specs: dict[str, str | InlineConfig] = {}
     for spec in lists["models"] or ():
-        model = model_of(spec)
-        # what every fleet of this model shares, as a Scenario (its GPUs, one of the search's, are not read here)
-        shared = Scenario(model=spec, gpus=f"1x{gpus[0].key}", **query.shared())
-        knobs = knobs_of(shared)
-        check_speculation(shared, model, knobs)
-        teams, base = teams_of(query, derived_max_model_len(model.architecture))
-        cap = max(t.workload.max_model_len for t in teams)
-        template = Deployment(gpu_memory_utilization=query.gpu_memory_utilization,
-                              max_num_batched_tokens=query.max_num_batched_tokens, block_size=query.block_size,
-                              enforce_eager=query.enforce_eager, mamba_ssm_cache_dtype=query.mamba_ssm_cache_dtype,
-                              mamba_cache_mode=query.mamba_cache_mode,
-                              num_speculative_tokens=query.num_speculative_tokens or 0, vllm_version=query.vllm_version)
-        deployment = planned_deployment(template, model, base.replace(max_model_len=cap), knobs, shared)
-        models.append(ModelChoice(display_name(model), hf_id_of(model, spec), model.architecture, deployment,
-                                  TeamMix(teams), knobs))
-        specs[display_name(model)] = spec
+        models.append(_model_choice(query, spec, gpus[0].key))
+        specs[models[-1].name] = spec
     if not models:
         raise BadInput("name the model(s) to serve: --models qwen3.6-27b (a comma list compares several)", field="models")
     for kv in lists["kv_cache_dtype"] or ():
@@ -181,6 +166,27 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
                        _ints(lists["tensor_parallel_size"], "--tensor-parallel-size"), query.max_gpus, query.budget,
                        query.top, currency, query.price_includes_power)
     return space, specs
+
+
+def _model_choice(query: FleetQuery, spec: str | InlineConfig, gpu_key: str) -> ModelChoice:
+    """One model of the search: its knobs, teams and planned deployment (what every fleet of it shares)."""
+    from servesize.planning.fleet import ModelChoice
+    from servesize.workload.teams import TeamMix
+
+    model = model_of(spec)
+    # what every fleet of this model shares, as a Scenario (its GPUs, one of the search's, are not read here)
+    shared = Scenario(model=spec, gpus=f"1x{gpu_key}", **query.shared())
+    knobs = knobs_of(shared)
+    check_speculation(shared, model, knobs)
+    teams, base = teams_of(query, derived_max_model_len(model.architecture))
+    cap = max(t.workload.max_model_len for t in teams)
+    template = Deployment(gpu_memory_utilization=query.gpu_memory_utilization,
+                          max_num_batched_tokens=query.max_num_batched_tokens, block_size=query.block_size,
+                          enforce_eager=query.enforce_eager, mamba_ssm_cache_dtype=query.mamba_ssm_cache_dtype,
+                          mamba_cache_mode=query.mamba_cache_mode,
+                          num_speculative_tokens=query.num_speculative_tokens or 0, vllm_version=query.vllm_version)
+    deployment = planned_deployment(template, model, base.replace(max_model_len=cap), knobs, shared)
+    return ModelChoice(display_name(model), hf_id_of(model, spec), model.architecture, deployment, TeamMix(teams), knobs)
 
 
 def confirm_scenario(query: FleetQuery, spec: str | InlineConfig, option: FleetOption) -> Scenario | None:

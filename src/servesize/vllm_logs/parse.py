@@ -391,11 +391,27 @@ def parse_vllm_log(text: str, source: str = "<log>") -> LogFacts:
     '# GPU blocks', 'Available KV cache memory' or a V0 budget)."""
     if not isinstance(text, str):
         raise BadInput(f"{source}: expected text, got {type(text).__name__}")
+    segments, bounds = _startups(text, source)
+    reached = [i for i, seg in enumerate(segments) if any(f.name in _KV_FACTS for f in seg)]
+    if not reached:
+        raise BadInput(
+            f"{source}: no KV-cache lines found ('GPU KV cache size', '# GPU blocks', 'Available KV cache memory'); "
+            "pass the log of a vLLM server start-up, from launch until it prints those lines"
+        )
+    ok = [i for i in reached if not any(f.name == "startup_error" for f in segments[i])]
+    pick = ok[-1] if ok else reached[-1]
+    notes = _choice_notes(segments, bounds, reached, pick)
+    return LogFacts(source, tuple(segments[pick]), len(reached), reached.index(pick) + 1, bounds[pick][0],
+                    bounds[pick][1], tuple(notes))
+
+
+def _startups(text: str, source: str) -> tuple[list[list[Fact]], list[list[int]]]:
+    """The facts of each start-up in the text and its [first, last] line: a start line after KV-cache lines
+    begins the next one."""
     segments: list[list[Fact]] = [[]]
     bounds: list[list[int]] = [[1, 1]]
     has_kv = False
-    lines = text.split("\n")
-    for no, raw in enumerate(lines, start=1):
+    for no, raw in enumerate(text.split("\n"), start=1):
         line = _ANSI.sub("", raw[:MAX_LOG_LINE_CHARS]).replace("\r", " ").strip()
         if not line:
             continue
@@ -411,14 +427,11 @@ def parse_vllm_log(text: str, source: str = "<log>") -> LogFacts:
         bounds[-1][1] = no
         if any(f.name in _KV_FACTS for f in found):
             has_kv = True
-    reached = [i for i, seg in enumerate(segments) if any(f.name in _KV_FACTS for f in seg)]
-    if not reached:
-        raise BadInput(
-            f"{source}: no KV-cache lines found ('GPU KV cache size', '# GPU blocks', 'Available KV cache memory'); "
-            "pass the log of a vLLM server start-up, from launch until it prints those lines"
-        )
-    ok = [i for i in reached if not any(f.name == "startup_error" for f in segments[i])]
-    pick = ok[-1] if ok else reached[-1]
+    return segments, bounds
+
+
+def _choice_notes(segments: list[list[Fact]], bounds: list[list[int]], reached: list[int], pick: int) -> list[str]:
+    """Which start-up was used when the file holds several, what became of the others, and whether it then failed."""
     notes = []
     if len(reached) > 1:
         notes.append(f"{len(reached)} start-ups reached the KV-cache lines in this file; using "
@@ -430,12 +443,10 @@ def parse_vllm_log(text: str, source: str = "<log>") -> LogFacts:
                      f"(from line {bounds[later_failed[0]][0]}); ignored")
     if pick != len(segments) - 1 and not later_failed:
         notes.append(f"a later start-up (from line {bounds[-1][0]}) stopped before its KV-cache lines; it is ignored")
-    chosen = segments[pick]
-    errors = [f for f in chosen if f.name == "startup_error"]
+    errors = [f for f in segments[pick] if f.name == "startup_error"]
     if errors:
         notes.append(f"this start-up then failed (line {errors[0].line_no}): {errors[0].line[:160]}")
-    return LogFacts(source, tuple(chosen), len(reached), reached.index(pick) + 1, bounds[pick][0], bounds[pick][1],
-                    tuple(notes))
+    return notes
 
 
 # --------------------------------------------------------------------------------------------
