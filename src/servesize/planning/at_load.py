@@ -45,6 +45,7 @@ class AtLoad:
     burst: float
     latency: LatencyReport
     decoders: int                # concurrent decoders per replica the decode is read at
+    decoders_rule: str           # how they follow from the users: the load model's percentile, or every user
     decode: dict                 # p5/p50/p95 per-user tok/s there (the plan's own context bank)
     decode_status: str           # ok / tight / over against the comfortable and hard floors
     power: Any                   # planning.power's bill at this load (None: not priced, and why in power_note)
@@ -106,6 +107,25 @@ def power_at(plan: Plan, load: Load, users: float):
     return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=users)
 
 
+def decoders_of(plan: Plan, users: float) -> tuple[int, str]:
+    """The decoders per replica at ``users``, as the plan's own decode ceiling counts them: under the load model
+    the percentile of simultaneous decoders (load.decoders_at, the fixed point its ceiling reads); under the
+    seed's every-user rule, every user."""
+    per_replica = users / plan.fixed.dp
+    dl = plan.result.decode_load
+    if dl is None or not math.isfinite(per_replica):
+        return max(1, round(per_replica)) if math.isfinite(per_replica) else MAX_DECODERS, "every user decodes"
+    from servesize.planning.decode import median_speed
+    from servesize.planning.load import decoders_at, think_time_of
+
+    setup, bank = decode_bank(plan)
+    think = think_time_of(plan.workload)
+    request_s = max(0.0, dl.cycle_s - think - dl.decode_s)
+    k = decoders_at(lambda n: median_speed(setup, bank, n), min(int(round(per_replica)), MAX_DECODERS),
+                    plan.workload.output_tokens, think, request_s, sub_ratio_of(plan.workload), dl.percentile)
+    return k, f"p{dl.percentile:g} of simultaneous decoders at {per_replica:,.0f} users per replica (the load model)"
+
+
 def at_load(plan: Plan, load: Load) -> AtLoad:
     binding_users = plan.result.values[plan.binding]
     users = float(load.load_users) if load.load_users is not None else binding_users
@@ -113,9 +133,10 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
     same_as_plan = load.load_users is None and burst == 1.0
     latency = plan.latency if same_as_plan and plan.latency is not None else latency_at(plan, users, burst=burst)
     max_seqs = plan.memory.deployment.max_num_seqs if plan.memory is not None else MAX_DECODERS
-    decoders = int(max(1, min(round(users / plan.fixed.dp), max_seqs or MAX_DECODERS, MAX_DECODERS)))
+    decoders, rule = decoders_of(plan, users)
+    decoders = int(max(1, min(decoders, max_seqs or MAX_DECODERS, MAX_DECODERS)))
     curve, _ = decode_at(plan, [decoders])
     decode = {k: float(curve[k][0]) for k in ("p5", "p50", "p95")}
     power, note = power_at(plan, load, users)
-    return AtLoad(users, load.load_users is not None, burst, latency, decoders, decode,
+    return AtLoad(users, load.load_users is not None, burst, latency, decoders, rule, decode,
                   decode_status(decode["p50"], plan), power, note)

@@ -147,6 +147,17 @@ class _Cycle:
         return int(math.ceil((self.k_star + 1) / (a * (1.0 + self.r)))) + 1
 
 
+def decoders_at(speed_at: Callable[[int], float], users: int, output_tokens: float, think_s: float,
+                request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0) -> int:
+    """The ``percentile`` of simultaneous decoders among ``users`` per replica: the same fixed point the decode
+    ceiling reads at its own users (k -> quantile(Binomial(ceil(users x (1 + r)), a(v(k))))), at any load."""
+    if users < 1:
+        return 1
+    streams = int(math.ceil(users * (1.0 + sub_ratio) - 1e-9))
+    cyc = _Cycle(speed_at, streams, output_tokens, think_s, request_s, sub_ratio, float(percentile) / 100.0)
+    return min(cyc.fixed_point(users), streams)
+
+
 def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
                         request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0,
                         lower_bound: bool = False) -> DecodeLoad:

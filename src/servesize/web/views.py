@@ -169,7 +169,8 @@ def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
     r = plan.result
     floor = r.decode.floor_tok_s
     agg = at.decode["p50"] * at.decoders * plan.fixed.dp
-    where = f"at {at.decoders:,} concurrent decoders per replica" + ("" if at.given else " (the binding ceiling)")
+    where = (f"at {at.decoders:,} concurrent decoders per replica: {at.decoders_rule}"
+             + ("" if at.given else ", the binding ceiling's"))
     return [
         _tile("decode", "Per-user decode (p50)", at.decode["p50"], tok_s_text(at.decode["p50"]),
               f"{where}; p5 {tok_s_text(at.decode['p5'])}, p95 {tok_s_text(at.decode['p95'])}; floor {floor:g}, "
