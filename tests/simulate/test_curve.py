@@ -112,3 +112,17 @@ def test_the_curve_never_falls_as_the_pool_grows_and_ends_at_the_unbounded_rate(
     rates = curve.at_pool(blocks)
     assert np.all(np.diff(rates) >= 0)
     assert rates[-1] == pytest.approx(curve.ideal_token_hit_rate)
+
+
+def test_a_hash_id_reused_at_another_depth_ends_the_match_instead_of_looping(tmp_path):
+    """A Mooncake id names one prefix; a trace that reuses id 1 at depth 0 after seeing it at depth 1 made the
+    one-pass curve loop forever, growing (20 GB in 60 s from three lines, found by the trace fuzz run)."""
+    import json
+
+    from servesize.cli import main
+
+    path = tmp_path / "reused.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in [
+        {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]},
+        {"timestamp": 1, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]}]))
+    assert main(["simulate", str(path), "--pool-tokens", "1M", "--quiet", "--no-bounds", "--no-exact"]) == 0

@@ -170,6 +170,10 @@ def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress 
             differ = p[d:m] != ps[d:m]
             k = int(differ.argmax()) if m > d else 0
             e = d + k if m > d and differ[k] else m
+            if e == d:
+                # the block here was last seen at another depth (a hash id reused off its prefix: a malformed
+                # trace, since a prefix hash names its position): not the same prefix, so no hit from here on
+                break
             intervals.append((d, e, s, total - tree.prefix(s)))
             d = e
         if r >= replay.measured_from:
