@@ -76,12 +76,13 @@ def decode_bank(plan: Plan):
     return setup, contexts_of(plan.workload, plan.knobs, setup.topk_tokens, CeilingCache())
 
 
-def decode_at(plan: Plan, decoders) -> tuple[dict[str, np.ndarray], float]:
+def decode_at(plan: Plan, decoders, setup_bank=None) -> tuple[dict[str, np.ndarray], float]:
     """Per-user decode p5/p50/p95 (and ``aggregate_p50``, per replica) at each count of concurrent decoders per
-    replica, on the plan's own context bank; and the tokens per step speculative decoding gives."""
+    replica, on the plan's own context bank (``setup_bank``: decode_bank's, when the caller holds it); and the
+    tokens per step speculative decoding gives."""
     from servesize.planning.decode import decode_curve
 
-    setup, bank = decode_bank(plan)
+    setup, bank = setup_bank or decode_bank(plan)
     return decode_curve(setup, None, decoders, bank=bank), float(setup.spec_speedup)
 
 
@@ -107,7 +108,7 @@ def power_at(plan: Plan, load: Load, users: float):
     return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=users)
 
 
-def decoders_of(plan: Plan, users: float) -> tuple[int, str]:
+def decoders_of(plan: Plan, users: float, setup_bank=None) -> tuple[int, str]:
     """The decoders per replica at ``users``, as the plan's own decode ceiling counts them: under the load model
     the percentile of simultaneous decoders (load.decoders_at, the fixed point its ceiling reads); under the
     seed's every-user rule, every user."""
@@ -118,7 +119,7 @@ def decoders_of(plan: Plan, users: float) -> tuple[int, str]:
     from servesize.planning.decode import median_speed
     from servesize.planning.load import decoders_at, think_time_of
 
-    setup, bank = decode_bank(plan)
+    setup, bank = setup_bank or decode_bank(plan)
     think = think_time_of(plan.workload)
     request_s = max(0.0, dl.cycle_s - think - dl.decode_s)
     k = decoders_at(lambda n: median_speed(setup, bank, n), min(int(round(per_replica)), MAX_DECODERS),
@@ -133,9 +134,10 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
     same_as_plan = load.load_users is None and burst == 1.0
     latency = plan.latency if same_as_plan and plan.latency is not None else latency_at(plan, users, burst=burst)
     max_seqs = plan.memory.deployment.max_num_seqs if plan.memory is not None else MAX_DECODERS
-    decoders, rule = decoders_of(plan, users)
+    setup_bank = decode_bank(plan)  # built once: the decoders' fixed point and the decode there read the same bank
+    decoders, rule = decoders_of(plan, users, setup_bank)
     decoders = int(max(1, min(decoders, max_seqs or MAX_DECODERS, MAX_DECODERS)))
-    curve, _ = decode_at(plan, [decoders])
+    curve, _ = decode_at(plan, [decoders], setup_bank)
     decode = {k: float(curve[k][0]) for k in ("p5", "p50", "p95")}
     power, note = power_at(plan, load, users)
     return AtLoad(users, load.load_users is not None, burst, latency, decoders, rule, decode,
