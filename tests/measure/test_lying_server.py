@@ -145,9 +145,11 @@ def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them()
 def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp_path, capsys):
     from testserver import Fault
 
+    from servesize.measure.pool import CHECK_PROMPTS
+
     rec = tmp_path / "p.jsonl"
     lying = dict(capacity_tokens=POOL, lie="over_prompt")
-    with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20)])) as server:  # the run breaks mid-search
+    with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20 + 2 * CHECK_PROMPTS)])) as server:  # mid-search
         code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
     assert code == 2 and "HTTP 500" in err
     assert [e["signal"] for e in read_record(rec).of_type("distrust")] == ["cached_tokens"]
@@ -212,3 +214,38 @@ def test_a_warm_claim_is_checked_against_ttft_only_where_a_prefill_shows_in_it()
         assert (why is not None) is refuted, (cold_s, why)
         if refuted:
             assert why.startswith("called 8 later-round request(s) warm, but 8 of them were no faster than cold"), why
+
+
+# -- a server whose TTFT cannot show a hit (the real CPU vLLM with both cores busy) -------------------------------
+# A 513-token prefill of 26 ms under a 200 ms floor: a warm request takes 89% of its cold TTFT, above
+# REFUTE_TTFT_RATIO, so before the TTFT check the honest cached_tokens was refuted here (and, the counters gone,
+# TTFT called every probe cold and reported a pool of [0, 512)). Every request still costs 0.2 s: no fine stage.
+FLAT = dict(capacity_tokens=POOL, ttft_base_s=0.2, ttft_per_token_s=0.00005)
+
+
+def test_where_a_hit_does_not_show_in_the_ttft_the_honest_counters_are_not_refuted(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(**FLAT), "--no-fine")
+    assert code == 0, err
+    assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 512) and doc["signal"] == "cached_tokens"
+    events = read_record(tmp_path / "p.jsonl")
+    assert events.of_type("distrust") == []
+    (check,) = events.of_type("ttft_check")
+    assert check["sees_hits"] is False and check["repeat_over_cold"] >= 0.4  # the server's own floor: >= 0.2 / 0.226
+    assert any("a hit does not show in this server's TTFT" in n for n in doc["notes"])
+
+
+def test_where_a_hit_does_not_show_in_the_ttft_and_no_counter_is_reported_nothing_is_claimed(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(**FLAT, report_cached_tokens=False, metrics=False), "--no-fine")
+    lines = err.strip().splitlines()
+    assert code == 2 and doc is None and len(lines) == 1, err
+    line = lines[0]
+    assert "no warmth signal available" in line and "TTFT cannot tell a hit on this server" in line
+
+
+def test_where_a_hit_shows_in_the_ttft_the_check_says_so_and_a_lie_is_still_refuted(tmp_path, capsys):
+    code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="claim_warm", **SLOW), "--no-fine")
+    assert code == 0, err
+    (check,) = read_record(tmp_path / "p.jsonl").of_type("ttft_check")
+    assert check["sees_hits"] is True and check["repeat_over_cold"] < 0.4
+    assert len(check["cold_s"]) == len(check["repeat_s"]) == 3
+    assert "cached_tokens" in [e["signal"] for e in read_record(tmp_path / "p.jsonl").of_type("distrust")]

@@ -176,7 +176,9 @@ TTFT_RUN = dict(prompt_tokens=513, rounds=2, predicted_tokens=4800)
 def assert_ttft_flags_agree_with_the_injected_delays(result, server, ratio=0.4):
     """Round by round, the requests the client called warm from measured TTFT are as many as the server's
     own injected delays say: injected TTFT under ratio x the same prompt's injected cold TTFT."""
-    log = iter(server.log)  # every completion, in order; each round ends before the next begins
+    from servesize.measure.pool import CHECK_PROMPTS
+
+    log = iter(server.log[2 * CHECK_PROMPTS:])  # every completion after the TTFT check, in order; rounds do not overlap
     for probe in result.probes:
         rounds = [[next(log) for _ in rnd] for rnd in probe.rounds]
         cold = {e["prompt_tokens"]: e["ttft_injected_s"] for e in rounds[0]}

@@ -32,7 +32,8 @@ decide anything (a lying or broken server must not report a pool it does not hav
 queries in a round) or when the requests it calls warm were no faster than cold: more than
 ``REFUTE_SHARE`` of them had a TTFT of at least ``REFUTE_TTFT_RATIO`` x their own prompt's cold TTFT,
 where a real hit skips the prefill of the whole cached prefix (a claim is checked only where that prefill is
-visible: a cold TTFT of ``REFUTE_RESOLVABLE_S`` or more). A refuted signal is not trusted for the
+visible: a cold TTFT of ``REFUTE_RESOLVABLE_S`` or more, on a server whose TTFT shows a hit at all: the
+check before the search, ``CHECK_PROMPTS``). A refuted signal is not trusted for the
 rest of the run (a ``distrust`` event in the record, one line in the report); the next signal decides,
 and the probes it had decided are decided again (the search restarts from them, sending nothing again).
 The check sees a cold request claimed warm; it cannot see a count that lies by a few blocks (a partial
@@ -69,6 +70,14 @@ REFUTE_SHARE = 0.5
 # load 5. The price: a server whose probe prompt prefills in under 100 ms has its counts checked only for the
 # impossible (more cached than the prompt, more hits than queries); a longer --prompt-tokens makes them checkable.
 REFUTE_RESOLVABLE_S = 0.1
+# Whether a hit shows in this server's TTFT at all, measured before the search: CHECK_PROMPTS fresh prompts of
+# the probe's size sent together, then again at once (surely cached: they are the only prompts in flight). When
+# the repeats' median TTFT is not below ttft_ratio x their cold TTFT, the TTFT rule would call a certain hit
+# cold, so on this server, under this load, TTFT neither decides a probe nor refutes a counter (only the
+# impossible is checked). Found on the real CPU vLLM with both cores busy: a tiny model's 993-token prefill was a
+# small share of its TTFT, the honest cached_tokens was refuted (warm median 97% of cold) and TTFT then
+# reported [0, 992) for a 32,768-token pool.
+CHECK_PROMPTS = 3
 
 
 def resolvable(cold_s: float) -> bool:
@@ -251,16 +260,22 @@ class Verdict:
 def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None], *,
              block_size: int | None, signals: tuple[str, ...] = SIGNALS, ttft_ratio: float = 0.4,
              warm_share: float = 1.0, server_reports_cached: bool = False,
-             distrusted: tuple[str, ...] | frozenset[str] = ()) -> Verdict:
+             distrusted: tuple[str, ...] | frozenset[str] = (), ttft_sees_hits: bool = True) -> Verdict:
     """Decide one probe from its rounds (round 1 is the cold fill). Pure: no I/O.
 
     ``server_reports_cached``: this server has reported cached_tokens at least once in the run. vLLM
     omits prompt_tokens_details when nothing was cached (in some releases), so from then on a missing
     field reads as 0 instead of disqualifying the strongest signal exactly when it says 'cold'.
     ``distrusted``: signals refuted earlier in the run, never used again; a counter this probe refutes
-    (impossible, or contradicted by the TTFTs: the module docstring) is named in ``refuted`` and skipped."""
+    (impossible, or contradicted by the TTFTs: the module docstring) is named in ``refuted`` and skipped.
+    ``ttft_sees_hits``: False when the run's TTFT check found that a certain hit does not show in this server's
+    TTFT (CHECK_PROMPTS): TTFT then neither decides nor refutes."""
     later = rounds[1:]
     per, fraction, impossible, cold = _signal_flags(sizes, rounds, deltas, block_size, ttft_ratio, server_reports_cached)
+    if not ttft_sees_hits:
+        per.pop("ttft", None)
+        fraction.pop("ttft", None)
+        cold = None
     refuted: dict[str, str] = {}
     for s in COUNTERS:
         if s in per and (why := impossible.get(s) or _contradicted(per[s], later, cold)):
@@ -276,7 +291,7 @@ def classify(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[M
             share = _mean([f for rnd in per[s] for f in rnd]) if s == "metrics" else fraction[s]
             return Verdict(signal=s, warm=share >= warm_share - 1e-9, warm_fraction=share, by_signal=fraction,
                            flags=per[s], notes=notes, refuted=refuted)
-    raise _no_signal({**{s: "refuted earlier in the run" for s in distrusted}, **refuted})
+    raise _no_signal({**{s: "refuted earlier in the run" for s in distrusted}, **refuted}, ttft_sees_hits)
 
 
 def _signal_flags(sizes: list[int], rounds: list[list[RequestResult]], deltas: list[MetricsDelta | None],
@@ -304,12 +319,18 @@ def _signal_flags(sizes: list[int], rounds: list[list[RequestResult]], deltas: l
     return per, fraction, impossible, cold
 
 
-def _no_signal(caught: dict[str, str]) -> ServesizeError:
+def _no_signal(caught: dict[str, str], ttft_sees_hits: bool = True) -> ServesizeError:
     """Why a probe cannot be decided: every signal it had was caught out (named), or it had none."""
+    ttft = ("TTFT cannot tell a hit on this server under this load (a prompt repeated at once was not faster than "
+            "the TTFT rule's share of its cold TTFT; a longer --prompt-tokens makes the prefill visible)"
+            if not ttft_sees_hits else "TTFT needs every request's first token")
     if caught:
         return ServesizeError("no trustworthy warmth signal: the server's " + "; ".join(f"{s} {why}" for s, why in caught.items())
-                              + "; and no other signal is available (TTFT needs every request's first token): nothing is "
+                              + f"; and no other signal is available ({ttft}): nothing is "
                                 "reported rather than a pool the server's counts alone claim")
+    if not ttft_sees_hits:
+        return ServesizeError(f"no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
+                              f"and {ttft}; nothing can be measured")
     return ServesizeError("no warmth signal available: the server reports no cached_tokens, has no usable /metrics "
                           "and TTFT could not be read; nothing can be measured")
 
@@ -469,6 +490,7 @@ class PoolRun:
         self.engine: MetricsSnapshot | None = None
         self._replay: dict[tuple[str, int, int], Probe] = {}
         self.distrusted: dict[str, str] = {}  # signals refuted in this run (and its record), and why
+        self.ttft_check: dict | None = None  # whether a certain hit shows in this server's TTFT (CHECK_PROMPTS)
 
     # -- set-up --
     async def _setup(self, client: StreamClient) -> _Live:
@@ -500,7 +522,52 @@ class PoolRun:
         self.record.append("info", model=model, block_size=self.block_size, block_size_source=self.block_size_source,
                            prompt_tokens=self.prompt_tokens, nonce=prompts.nonce, prompt_mode=prompts.mode,
                            engine=self.engine.to_dict() if self.engine else None, notes=list(self.notes))
-        return _Live(client=client, scraper=scraper, prompts=prompts, model=model)
+        live = _Live(client=client, scraper=scraper, prompts=prompts, model=model)
+        if "ttft" in cfg.signals or any(s in cfg.signals for s in COUNTERS):
+            await self._check_ttft(live)
+        return live
+
+    async def _check_ttft(self, live: _Live) -> None:
+        """Whether a certain hit shows in this server's TTFT (CHECK_PROMPTS): CHECK_PROMPTS fresh prompts of the
+        probe's size, sent together twice; every request recorded (probe 0); a 'ttft_check' event with the figures."""
+        prompts = []
+        for _ in range(CHECK_PROMPTS):
+            self.prompt_counter += 1
+            prompts.append(await live.prompts.make(self.prompt_counter, self.prompt_tokens))
+        rounds: list[list[RequestResult]] = []
+        for rnd in (1, 2):
+            self.progress(f"checking that a cached prompt is faster than cold: round {rnd}/2")
+
+            async def one(i: int, text: str, pid: str, rnd: int = rnd) -> RequestResult:
+                r = await live.client.complete(text, max_tokens=1, request_id=f"{pid}-check{rnd}",
+                                               tags={"probe": 0, "round": rnd, "index": i})
+                self.record.append("request", probe=0, round=rnd, index=i, result=r.to_dict())
+                return r
+
+            rounds.append(list(await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))))
+            failed = [r for r in rounds[-1] if not r.ok]
+            if failed:
+                where = f" (the record {self.record.path} keeps every result; continue with --resume {self.record.path})" \
+                    if self.record.path else ""
+                raise ProbeFailed(f"the TTFT check, round {rnd}: {len(failed)} of {CHECK_PROMPTS} requests "
+                                  f"failed, first: {failed[0].error_line()}{where}")
+        untimed = [r for rnd in rounds for r in rnd if r.ttft_s is None or r.ttft_s <= 0]
+        if untimed:
+            self.ttft_check = {"sees_hits": None, "why": f"{len(untimed)} of {2 * CHECK_PROMPTS} check request(s) had no TTFT"}
+            self._note("the TTFT check could not run (" + self.ttft_check["why"] + "): TTFT is used as before")
+        else:
+            ratios = sorted(w.ttft_s / c.ttft_s for c, w in zip(rounds[0], rounds[1]))  # type: ignore[operator]
+            ratio = ratios[len(ratios) // 2]
+            sees = ratio < self.cfg.ttft_ratio
+            self.ttft_check = {"sees_hits": sees, "repeat_over_cold": ratio,
+                               "cold_s": [r.ttft_s for r in rounds[0]], "repeat_s": [r.ttft_s for r in rounds[1]]}
+            if not sees:
+                self._note(f"a hit does not show in this server's TTFT now: {CHECK_PROMPTS} prompts of {self.prompt_tokens:,} "
+                           f"tokens repeated at once (surely cached) took a median {ratio:.0%} of their cold TTFT, not "
+                           f"under the TTFT rule's {self.cfg.ttft_ratio:.0%}; TTFT neither decides a probe nor refutes "
+                           f"the server's counts in this run (only the impossible is checked); a longer --prompt-tokens "
+                           f"makes the prefill visible")
+        self.record.append("ttft_check", **self.ttft_check)
 
     def _load_replay(self) -> None:
         """Completed probes of a resumed record, by (stage, key); incomplete probes are run again. Every
@@ -542,7 +609,8 @@ class PoolRun:
     def _classify(self, probe: Probe) -> Verdict:
         return classify(probe.sizes, probe.rounds, probe.deltas, block_size=self.block_size, signals=self.cfg.signals,
                         server_reports_cached=self.server_reports_cached, ttft_ratio=self.cfg.ttft_ratio,
-                        warm_share=self.cfg.warm_share, distrusted=frozenset(self.distrusted))
+                        warm_share=self.cfg.warm_share, distrusted=frozenset(self.distrusted),
+                        ttft_sees_hits=self.ttft_check is None or self.ttft_check.get("sees_hits") is not False)
 
     def _distrust(self, verdict: Verdict) -> None:
         """Latch the signals ``verdict`` refuted (one line each, a 'distrust' event); when that changes the
