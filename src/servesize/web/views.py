@@ -28,7 +28,7 @@ from servesize.measure.sessions import verdict as bracket_verdict
 from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import PARAMS, Scenario
-from servesize.units import GiB, fmt_bytes, fmt_tokens
+from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
 from servesize.vllm_logs.calibration import Calibration, calibrate_against
 from servesize.web.form import DRAFT_FILLS, VIEW_PARAMS
 from servesize.web.requests import PlanRequest, RequestError, scenario_of
@@ -125,6 +125,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": _CEILING_MEANS[c],
                       "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
+        "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
     }
     if at.given:
         fits = at.users <= binding_users
@@ -213,8 +214,33 @@ def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
     ]
 
 
+def _offload_tiles(plan: Plan) -> list[dict]:
+    """With CPU offload: the warm users whose session is in host RAM, and a turn's restore over the host link
+    (plan.offload(): the library's figures and its line)."""
+    o = plan.offload()
+    if o is None:
+        return []
+    ram, gpu, users = o["users_in_host_ram"]["p5"], o["users_in_gpu_kv"]["p5"], o["warm_users"]["p5"]
+    restore = o["restore_s_per_turn"]
+    return [
+        _tile("offload_split", "Warm users in host RAM (p5)", ram, f"{users_text(ram)} of {users_text(users)}",
+              f"{users_text(gpu)} in GPU KV, {users_text(ram)} in host RAM only ({fmt_bytes(o['cpu_offload_bytes'])} "
+              "per engine); each the p5 of its own count over the fills", explain=("warm",),
+              refuted_by="vLLM's offloading connector metrics on the loaded server: the share of prefix hits served "
+                         "from host RAM"),
+        _tile("restore", "Restore from host RAM, per turn", restore, f"{restore:.3f} s",
+              f"the median warm session back over {o['link']} ({o['restore_bytes_per_s'] / GB:,.1f} GB/s): "
+              f"{o['restore_s_per_100k_tokens']:.3f} s per 100k tokens, uncontended"
+              + ("; link assumed (not in the GPU catalogue)" if o["link_assumed"] else ""),
+              explain=("warm",),
+              refuted_by="time a returning session's first token on the server when its prefix was offloaded: "
+                         "the restore adds at least this"),
+    ]
+
+
 def tiles(plan: Plan, at: AtLoad) -> list[dict]:
-    return [_warm_tile(plan), _pool_tile(plan), *_decode_tiles(plan, at), *_latency_tiles(plan, at)]
+    return [_warm_tile(plan), *_offload_tiles(plan), _pool_tile(plan), *_decode_tiles(plan, at),
+            *_latency_tiles(plan, at)]
 
 
 # -- memory, recipe, bill ---------------------------------------------------------------------------

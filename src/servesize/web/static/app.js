@@ -517,6 +517,7 @@ function drawVerdict(view, seq, draft) {
     h("p", { class: "v-why", text: v.why }),
     h("p", { class: "v-next", text: v.next.text })].filter(Boolean));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
+  if (v.offload) box.appendChild(h("p", { class: "v-why", id: "verdictOffload", text: "CPU offload: " + v.offload }));
   if (view.placement_text) box.appendChild(h("p", { class: "v-why", id: "verdictPlacement", text: view.placement_text }));
   const max = Math.max(...v.ceilings.map(c => c.users || 0)) || 1;
   const bars = h("div", { class: "ceil-bars", id: "ceilingBars" });
