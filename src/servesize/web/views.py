@@ -492,6 +492,25 @@ def refused_plan(body: Any, exc: ServesizeError, field: str | None) -> dict:
 
 # -- view 1 ---------------------------------------------------------------------------------------------
 
+# the fit table's columns, in order: (the row field it sorts on, its heading). Per-GPU and whole-model
+# figures say which they are: a TP 4 row's weights per GPU are a quarter of the model's.
+FIT_COLUMNS = (
+    ("model", "model"), ("precision", "weight precision"), ("tp", "placement"),
+    ("weights_bytes", "weights, whole model"), ("weights_bytes_per_gpu", "weights per GPU"),
+    ("concurrent_per_replica", "sequences per replica"), ("concurrent_total", "sequences, all replicas"),
+    ("kv_bytes_per_sequence", "KV per sequence, per GPU"),
+)
+
+
+def _fit_cells(p: dict) -> dict:
+    """One fit row's cells as the table prints them, keyed by FIT_COLUMNS."""
+    return {"model": f"{p['display']} ({p['model']})", "precision": p["precision"],
+            "tp": f"TP {p['tp']} x {p['replicas']} replica(s)",
+            "weights_bytes": fmt_bytes(p["weights_bytes"]), "weights_bytes_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]),
+            "concurrent_per_replica": f"{p['concurrent_per_replica']:,}", "concurrent_total": f"{p['concurrent_total']:,}",
+            "kv_bytes_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"])}
+
+
 def fit_view(query) -> dict:
     result = api.fit(query)
     doc = result.to_dict()
@@ -499,20 +518,22 @@ def fit_view(query) -> dict:
     for p in doc["placements"]:
         # the fit labels a checkpoint served as it is 'native (fp8)': the Scenario's quantization for it is native
         quantization = "native" if str(p["precision"]).startswith("native") else p["precision"]
-        rows.append({**p, "quantization": quantization, "text": {
+        rows.append({**p, "quantization": quantization, "cells": _fit_cells(p), "text": {
             "weights_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]), "kv_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"]),
             "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
             + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
             "placement": f"TP {p['tp']} x {p['replicas']} replica(s)"}})
     return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc),
+                   "columns": [{"key": k, "label": label} for k, label in FIT_COLUMNS],
                    "caption": f"{doc['gpus']['count']}x{doc['gpus']['gpu']} ({doc['gpus']['memory_mib']:,} MiB each), "
                               f"concurrency at {doc['context']:,} tokens per sequence, vLLM {doc['vllm_version']}, "
                               f"{doc['budget']} budget"})
 
 
 def fit_effective(query, doc: dict) -> dict:
-    """The value each fit field took; the utilisation is the engine's default for the vLLM version."""
-    util = api.engine_utilization(query.vllm_version, query.gpu_memory_utilization, query.gpus)
+    """The value each fit field took; the utilisation is the one the figures use (the engine's default for the vLLM
+    version, or the simple budget's 0.90)."""
+    util = api.engine_utilization(query.vllm_version, query.gpu_memory_utilization, query.gpus, query.budget)
     return {"max_model_len": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
             "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
             "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}

@@ -869,14 +869,6 @@ async function runFit() {
   drawFit();
 }
 
-const FIT_COLS = [
-  ["model", "model", r => r.display + " (" + r.model + ")"], ["precision", "weights", r => r.precision],
-  ["tp", "placement", r => r.text.placement], ["weights_bytes_per_gpu", "weights / GPU", r => r.text.weights_per_gpu],
-  ["concurrent_per_replica", "concurrent / replica", r => r.concurrent_per_replica.toLocaleString("en")],
-  ["concurrent_total", "across the group", r => r.concurrent_total.toLocaleString("en")],
-  ["kv_bytes_per_sequence", "KV / sequence", r => r.text.kv_per_sequence],
-];
-
 function drawFit() {
   const d = App.lastFit, box = $("#fitTable");
   $("#fitCaption").textContent = "What fits: " + d.caption;
@@ -884,13 +876,13 @@ function drawFit() {
   const { key, dir } = App.fitSort;
   if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
   box.textContent = "";
-  const head = h("tr", {}, FIT_COLS.map(([k, label]) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
+  const head = h("tr", {}, d.columns.map(({ key: k, label }) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
     onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", {}, h("span", { class: "sr-only", text: "actions" })));
   const body = h("tbody");
   for (const r of rows) {
     body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
       concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
-      FIT_COLS.map(([k, , f]) => h("td", { class: typeof r[k] === "number" ? "num" : "", text: f(r) })),
+      d.columns.map(({ key: k }) => h("td", { class: typeof r[k] === "number" ? "num" : "", dataset: { col: k }, text: r.cells[k] })),
       h("td", {}, h("button", { type: "button", class: "btn small", text: "why", onclick: () => explainCell(r) }),
         h("button", { type: "button", class: "btn small", text: "plan it →", onclick: () => openInPlan(r) }))));
   }
