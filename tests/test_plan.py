@@ -263,8 +263,10 @@ def test_cpu_offload_says_where_the_warm_users_live_and_what_a_restore_costs(cap
     assert o["link"] == "2 x PCIe Gen5 x16" and "PCI-SIG" in o["link_source"]
     assert o["users_in_host_ram"] == doc["cpu_offloaded_users"] and o["users_in_gpu_kv"] == doc["gpu_resident_users"]
     assert o["users_in_host_ram"]["p5"] > 0 and o["users_in_gpu_kv"]["p5"] > 0
-    assert o["users_in_gpu_kv"]["p50"] + o["users_in_host_ram"]["p50"] == pytest.approx(doc["warm_users"]["p50"], abs=2)
-    head = (f"of {doc['warm_users']['p5']:,.0f} warm users (p5), {o['users_in_gpu_kv']['p5']:,.0f} have their session "
+    for q in ("p5", "p50", "p95"):   # one fill's two tiers: they add up to its warm users, the percentile's rank
+        assert o["users_in_gpu_kv"][q] + o["users_in_host_ram"][q] == pytest.approx(doc["warm_users"][q], abs=1)
+    users = o["users_in_gpu_kv"]["p5"] + o["users_in_host_ram"]["p5"]
+    head = (f"of {users:,.0f} warm users (p5), {o['users_in_gpu_kv']['p5']:,.0f} have their session "
             f"in GPU KV and {o['users_in_host_ram']['p5']:,.0f} in host RAM only")
     assert o["text"].startswith(head)
     assert f"{o['restore_s_per_turn']:.3f} s for the median session" in o["text"]

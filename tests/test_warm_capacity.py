@@ -80,6 +80,15 @@ def test_the_warm_users_split_into_gpu_kv_and_host_ram_only_on_the_inclusive_tie
     assert wc.to_dict()["users_cpu_offloaded"]["p5"] == 5
 
 
+def test_the_users_split_is_one_fills_so_its_two_tiers_add_up_to_that_fills_users():
+    wl = Workload.seed_reference()
+    wc = warm_capacity(wl, POOL_35B_FP8 / 4, KV_35B_FP8, STATE_35B, cpu_offload_bytes=64 * GiB, fills=200)
+    for q in ("p5", "p50", "p95"):
+        gpu, ram = getattr(wc.users_gpu_resident, q), getattr(wc.users_cpu_offloaded, q)
+        assert ram > 0 and gpu > 0
+        assert gpu + ram == pytest.approx(getattr(wc.users, q), abs=1)   # nearest rank vs interpolated percentile
+
+
 def test_the_restore_is_priced_over_the_host_link_given_at_its_efficiency_per_tp_rank():
     from servesize.planning.warm_capacity import HostLink
 

@@ -219,7 +219,8 @@ def test_cpu_offload_shows_the_users_in_gpu_kv_and_in_host_ram_and_the_restore_p
     open_plan(page, server, "#view=plan&model=llama-3.1-8b&gpus=2xH100-SXM&tensor_parallel_size=2&cpu_offload_gib=256")
     line = page.text_content("#verdictOffload")
     assert line == "CPU offload: " + o["text"]
-    ram, gpu, users = (f"{o[k]['p5']:,.0f}" for k in ("users_in_host_ram", "users_in_gpu_kv", "warm_users"))
+    ram, gpu = (f"{o[k]['p5']:,.0f}" for k in ("users_in_host_ram", "users_in_gpu_kv"))
+    users = f"{o['users_in_host_ram']['p5'] + o['users_in_gpu_kv']['p5']:,.0f}"
     assert f"{gpu} have their session in GPU KV and {ram} in host RAM only" in line
     restore = f"{o['restore_s_per_turn']:.3f} s"
     assert f"{restore} for the median session" in line and "2 x PCIe Gen5 x16" in line

@@ -58,7 +58,8 @@ def test_with_cpu_offload_the_verdict_and_tiles_carry_the_plans_gpu_and_host_ram
     assert view["plan"]["offload"] == o and view["verdict"]["offload"] == o["text"]
     tiles = {t["id"]: t for t in view["tiles"]}
     assert tiles["offload_split"]["value"] == o["users_in_host_ram"]["p5"]
-    assert tiles["offload_split"]["text"] == f"{o['users_in_host_ram']['p5']:,.0f} of {o['warm_users']['p5']:,.0f}"
+    users = o["users_in_host_ram"]["p5"] + o["users_in_gpu_kv"]["p5"]
+    assert tiles["offload_split"]["text"] == f"{o['users_in_host_ram']['p5']:,.0f} of {users:,.0f}"
     assert f"{o['users_in_gpu_kv']['p5']:,.0f} in GPU KV" in tiles["offload_split"]["sub"]
     assert tiles["restore"]["value"] == o["restore_s_per_turn"] and tiles["restore"]["text"] == f"{o['restore_s_per_turn']:.3f} s"
     assert "2 x PCIe Gen5 x16" in tiles["restore"]["sub"]

@@ -107,8 +107,9 @@ class Plan:
         link = f"{r['links']} x {r['link']}" if r["links"] > 1 else r["link"]
         rate = (f"{r['link_efficiency']:g} of its {r['pcie_bytes_per_s'] / r['link_efficiency'] / r['links'] / GB:g} GB/s "
                 "one way" if r["link_efficiency"] else f"{r['pcie_bytes_per_s'] / GB:g} GB/s")
-        text = (f"of {w.users.p5:,.0f} warm users (p5), {w.users_gpu_resident.p5:,.0f} have their session in GPU KV and "
-                f"{w.users_cpu_offloaded.p5:,.0f} in host RAM only (each the p5 of its own count over {w.fills:,} fills); "
+        gpu, ram = w.users_gpu_resident.p5, w.users_cpu_offloaded.p5
+        text = (f"of {gpu + ram:,.0f} warm users (p5), {gpu:,.0f} have their session in GPU KV and {ram:,.0f} in host "
+                f"RAM only (the fill at the p5 of {w.fills:,}); "
                 f"a turn whose session is in host RAM first restores it over {link} at {rate}: "
                 f"{r['median_session_seconds']:.3f} s for the median session "
                 f"({fmt_tokens(r['median_session_unique_tokens'])} tokens), {r['seconds_per_100k_tokens']:.3f} s "

@@ -66,8 +66,8 @@ _MAX_DRAWS = MAX_DRAWS  # the most a fill grows its draws to (servesize.limits)
 _MAX_ELEMENTS_PER_CHUNK = 4_000_000  # rows are processed in chunks of at most this many cells
 _PROBE = 32  # the first sessions of every fill: the median warm session's restore size
 PERCENTILES = (5, 50, 95)
-# what one fill counts (warm ones only): every class, the users, each in HBM and in host RAM only
-_COUNTS = ("sessions", "users", "gpu_resident", "cpu_offloaded", "users_gpu_resident", "users_cpu_offloaded")
+# what one fill counts (warm ones only): every class, the users, in HBM, in host RAM only
+_COUNTS = ("sessions", "users", "gpu_resident", "cpu_offloaded")
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ class WarmCapacity:
     users: Percentiles           # warm user-class sessions only: the 'users kept warm' figure
     gpu_resident: Percentiles    # warm sessions in HBM: the decode view
     cpu_offloaded: Percentiles   # warm sessions in host RAM, taken per fill (all - gpu)
-    users_gpu_resident: Percentiles   # warm user-class sessions in HBM (the users figure's GPU share)
-    users_cpu_offloaded: Percentiles  # warm user-class sessions in host RAM only, per fill (users - users in HBM)
+    users_gpu_resident: Percentiles   # warm users in HBM, in the fill at each percentile of warm users
+    users_cpu_offloaded: Percentiles  # warm users in host RAM only, in that same fill (the two add up to its users)
     per_replica: dict            # the same four for one replica's pool
     replicas: int
     routing: str                 # 'single' | 'sticky' | 'random'
@@ -239,24 +239,34 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
 
 def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_budget: float, state_tokens: float,
               ram_budget_tokens: float, inclusive: bool) -> tuple[tuple, int]:
-    """(warm sessions, warm users, GPU-resident, offloaded, users GPU-resident, users offloaded) per fill, and the
-    draw length that holds every fill."""
+    """(warm sessions, warm users, GPU-resident, offloaded, warm users GPU-resident) per fill, and the draw length
+    that holds every fill."""
     rows_per_chunk = max(bank.ROWS, _MAX_ELEMENTS_PER_CHUNK // bank.COLS // bank.ROWS * bank.ROWS)
     parts = [_fill_counts(workload, bank, start, min(fills, start + rows_per_chunk), max(draws, _MAX_DRAWS),
                           gpu_budget, state_tokens, ram_budget_tokens, inclusive)
              for start in range(0, fills, rows_per_chunk)]  # chunks bound memory; one chunk in the usual case
     warm_all = np.concatenate([p.warm_all for p in parts])
     warm_gpu = np.concatenate([p.warm_gpu for p in parts])
-    warm_user = np.concatenate([p.warm_user for p in parts])
-    warm_user_gpu = np.concatenate([p.warm_user_gpu for p in parts])
-    counts = (warm_all, warm_user, warm_gpu, warm_all - warm_gpu,  # offloaded per fill, then percentiled
-              warm_user_gpu, warm_user - warm_user_gpu)
+    counts = (warm_all, np.concatenate([p.warm_user for p in parts]), warm_gpu,
+              warm_all - warm_gpu,  # offloaded per fill, then percentiled
+              np.concatenate([p.warm_user_gpu for p in parts]))
     # the draw length the seed's doubling rule would have reached: every fill exhausts its budget inside it
     most = int(max(p.n_res.max() for p in parts))
     draws_used = draws
     while draws_used <= most:
         draws_used = min(max(draws, _MAX_DRAWS), 2 * draws_used)
     return counts, draws_used
+
+
+def _users_split(users: np.ndarray, users_gpu: np.ndarray) -> tuple[Percentiles, Percentiles]:
+    """Where the warm users of the fill at each percentile live: (in HBM, in host RAM only), from one fill each,
+    the fill whose user count has the percentile's rank (nearest rank, ties in fill order), so the two add up to
+    that fill's warm users. A percentile of each count on its own would not add up."""
+    order = np.argsort(users, kind="stable")
+    picks = [order[int(round(q / 100 * (len(users) - 1)))] for q in PERCENTILES]
+    gpu = [float(users_gpu[i]) for i in picks]
+    ram = [float(users[i] - users_gpu[i]) for i in picks]
+    return Percentiles(*gpu), Percentiles(*ram)
 
 
 def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: int) -> float:
@@ -427,12 +437,13 @@ def warm_capacity(
     if bank.seed != int(seed) or (workload.needs_uniforms and not bank.uniforms):
         raise BadInput("warm capacity: the random bank was drawn for another seed, or without the bootstrap uniforms")
     if pool_tokens <= 0:
-        counts, draws_used = (np.zeros(fills),) * len(_COUNTS), draws
+        counts, draws_used = (np.zeros(fills),) * (len(_COUNTS) + 1), draws
     else:
         counts, draws_used = _simulate(workload, bank, fills, draws, gpu_budget, state_tokens, ram_budget / float(b),
                                        offload_tier == "inclusive")
 
     one = dict(zip(_COUNTS, (Percentiles.of(c) for c in counts)))
+    one["users_gpu_resident"], one["users_cpu_offloaded"] = _users_split(counts[1], counts[4])
     for key, p in one.items():
         d.given(f"warm_{key}_per_replica" if replicas > 1 else f"warm_{key}", str(p), note="p5 / p50 / p95 over fills")
     scale, hit = _system_scale(d, routing, replicas)

@@ -220,12 +220,13 @@ def _offload_tiles(plan: Plan) -> list[dict]:
     o = plan.offload()
     if o is None:
         return []
-    ram, gpu, users = o["users_in_host_ram"]["p5"], o["users_in_gpu_kv"]["p5"], o["warm_users"]["p5"]
+    ram, gpu = o["users_in_host_ram"]["p5"], o["users_in_gpu_kv"]["p5"]
+    users = ram + gpu   # the fill at the p5 of warm users: its two tiers add up to its users
     restore = o["restore_s_per_turn"]
     return [
         _tile("offload_split", "Warm users in host RAM (p5)", ram, f"{users_text(ram)} of {users_text(users)}",
               f"{users_text(gpu)} in GPU KV, {users_text(ram)} in host RAM only ({fmt_bytes(o['cpu_offload_bytes'])} "
-              "per engine); each the p5 of its own count over the fills", explain=("warm",),
+              "per engine), in the fill at the p5 of warm users", explain=("warm",),
               refuted_by="vLLM's offloading connector metrics on the loaded server: the share of prefix hits served "
                          "from host RAM"),
         _tile("restore", "Restore from host RAM, per turn", restore, f"{restore:.3f} s",
