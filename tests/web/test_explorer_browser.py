@@ -234,6 +234,19 @@ def test_cpu_offload_shows_the_users_in_gpu_kv_and_in_host_ram_and_the_restore_p
     page.locator("#verdict").screenshot(path=str(shots / "plan-offload.png"))
 
 
+def test_the_glossary_is_drawn_and_on_this_page_moves_to_a_section_without_touching_the_share_link(page, server):
+    open_plan(page, server, "#view=plan&model=qwen3-8b&gpus=1xH100-SXM")
+    terms = page.evaluate("() => [...document.querySelectorAll('#glossaryList dt')].map(d => d.textContent)")
+    assert "Model FLOP utilisation (MFU)" in terms and "Cold-burst tolerance (B*)" in terms
+    hash_before = page.evaluate("() => location.hash")
+    page.click("#onThisPage a[href='#glossary']")
+    assert page.evaluate("() => document.activeElement.id") == "glossary"
+    assert page.evaluate("() => location.hash") == hash_before   # the hash is the share link's state
+    assert page.get_attribute("#verdict", "data-state") == "full"
+    links = page.evaluate("() => [...document.querySelectorAll('#onThisPage a')].map(a => a.getAttribute('href'))")
+    assert all(page.locator(href).count() == 1 for href in links)
+
+
 def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
     open_plan(page, server)
     page.evaluate("""() => { const r = document.querySelector('#r-median'); r.value = String(+r.value + 40);

@@ -92,6 +92,32 @@ def test_the_fit_states_the_utilisation_its_figures_use(budget, expected):
         assert used == expected   # the calculator seed's simple budget, not the release's default
 
 
+def test_the_glossary_is_served_with_the_catalogue_and_quotes_the_librarys_own_defaults():
+    from servesize.assumptions import modelled_assumptions
+
+    status, cat, _ = call("GET", "/api/catalogue")
+    assert status == 200
+    entries = {g["abbr"] or g["term"]: g for g in cat["glossary"]}
+    assert {"MFU", "TTFT", "f, f*", "B*", "MBU"} <= set(entries)
+    table = modelled_assumptions()
+    for g in cat["glossary"]:
+        if g["assumption"]:
+            assert f"{table[g['assumption']]['default']:g}" in g["text"], g["term"]
+    mfu = table["prefill.mfu"]
+    assert f"default {mfu['default']:g}, believed to lie in {mfu['low']:g}-{mfu['high']:g}" in entries["MFU"]["text"]
+
+
+def test_the_glossary_follows_a_changed_default(monkeypatch):
+    import servesize.web.glossary as glossary
+    from servesize.assumptions import modelled_assumptions
+
+    table = {k: dict(v) for k, v in modelled_assumptions().items()}
+    table["prefill.mfu"]["default"] = 0.37
+    monkeypatch.setattr(glossary, "modelled_assumptions", lambda: table)
+    (mfu,) = [g for g in glossary.glossary() if g["abbr"] == "MFU"]
+    assert "default 0.37," in mfu["text"]
+
+
 def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_percentile_and_the_seeds_answer():
     status, view, _ = call("POST", "/api/plan", BASE)
     assert status == 200

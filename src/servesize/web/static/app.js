@@ -1376,6 +1376,17 @@ function switchView(view) {
   writeHash();
 }
 
+// the glossary: terms and sentences from GET /api/catalogue (web/glossary.py), figures included
+function drawGlossary(entries) {
+  const list = $("#glossaryList");
+  list.textContent = "";
+  for (const g of entries) {
+    list.append(h("dt", { dataset: { term: g.term, assumption: g.assumption || "" } }, g.term,
+      g.abbr ? [" (", h("abbr", { title: g.term, text: g.abbr }), ")"] : null),
+      h("dd", { text: g.text }));
+  }
+}
+
 async function init() {
   let res;
   try { res = await fetch("/api/catalogue"); App.cat = await res.json(); } catch (e) { banner("cannot load the catalogue: " + e.message); return; }
@@ -1392,6 +1403,7 @@ async function init() {
   buildFleetForm();
   buildPlanTeams();
   drawKvTable();
+  drawGlossary(App.cat.glossary);
   // a table wider than a phone scrolls in its own box: the box takes focus, so the keyboard can scroll it
   for (const wrap of $$(".table-wrap")) scrollable(wrap);
   $("#shareBtn").addEventListener("click", share);
@@ -1403,6 +1415,15 @@ async function init() {
   $("#skipLink").addEventListener("click", e => {   // focus the target too, so the next Tab goes on from there
     const target = $(e.currentTarget.getAttribute("href"));
     if (target) { e.preventDefault(); target.scrollIntoView({ block: "start" }); target.focus(); }
+  });
+  // "On this page": the hash holds the share link's state, so a link scrolls to its section and focuses it
+  for (const a of $$("#onThisPage a")) a.addEventListener("click", e => {
+    const target = $(a.getAttribute("href"));
+    if (!target) return;
+    e.preventDefault();
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.scrollIntoView({ block: "start" });
+    target.focus({ preventScroll: true });
   });
   $("#calibrateBtn").addEventListener("click", calibrate);
   $("#recordFile").addEventListener("change", e => { if (e.target.files[0]) loadRecord(e.target.files[0]); });
