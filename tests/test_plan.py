@@ -272,6 +272,8 @@ def test_cpu_offload_says_where_the_warm_users_live_and_what_a_restore_costs(cap
     assert f"{o['restore_s_per_turn']:.3f} s for the median session" in o["text"]
     assert "  CPU offload: " + o["text"] in text
     assert f"offload restore over 2 x PCIe Gen5 x16 ({rate / 1e9:g} GB/s)" in text
+    rows = {r["name"]: r for r in doc["assumptions"]}
+    assert rows["offload.host_link_efficiency"]["value"] == 0.78 and rows["offload.host_link"]["value"] == "PCIe Gen5 x16"
 
 
 def test_without_cpu_offload_the_plan_has_no_offload_block(capsys):

@@ -234,6 +234,11 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
                 "power.host_w_per_gpu", "power.hours_per_month"):
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
+    if knobs.cpu_offload_bytes:
+        key = "offload.host_link_efficiency"
+        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
+        add("offload.host_link", fixed.host_link or "PCIe Gen5 x16 (assumed)", "per GPU",
+            fixed.host_link_source or f"assumed: gpus.toml has no host link for {fixed.gpu_key}")
     rows += workload_rows(workload, origin)
     add("pool_tokens", fixed.pool_tokens, "tokens per replica", fixed.pool_source)
     add("routing", "sticky" if knobs.sticky_routing else "random", "", "--no-sticky-routing" if not knobs.sticky_routing else "default")
