@@ -313,3 +313,25 @@ def test_gpus_with_an_unknown_name_exits_2(capsys):
 def test_importing_hardware_stays_light():
     code = "import sys, servesize.model.hardware; assert 'numpy' not in sys.modules and 'tomllib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_gpus_host_link_is_read_from_the_link_table_with_both_sources():
+    from servesize.model.hardware import load_host_links
+
+    gen5, gen4 = load_host_links()["pcie5-x16"], load_host_links()["pcie4-x16"]
+    assert gen5["gbps_per_direction"] == 32 * 16 / 8 and gen4["gbps_per_direction"] == 16 * 16 / 8  # GT/s x lanes / 8
+    h100, a10 = load_gpus()["H100-SXM"], load_gpus()["A10"]
+    assert h100.host_link == "PCIe Gen5 x16" and h100.host_link_bytes_per_s == 64 * 10**9
+    assert a10.host_link == "PCIe Gen4 x16" and a10.host_link_bytes_per_s == 32 * 10**9
+    assert "hpctech" in h100.host_link_source and "PCI-SIG" in h100.host_link_source
+    assert load_gpus()["B200"].host_link_bytes_per_s == 0.0   # not catalogued: the planner assumes and says so
+
+
+@pytest.mark.parametrize("row", [{"host_link": "pcie9-x16", "host_link_source": "x"}, {"host_link": "pcie5-x16"},
+                                 {"host_link_gbps": 64}])
+def test_a_host_link_that_names_no_link_or_no_source_is_refused(row):
+
+
+    base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 100, "source": "s"}
+    with pytest.raises(ValueError):
+        hardware._row_to_gpu({**base, **row}, hardware.load_host_links())

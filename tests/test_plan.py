@@ -240,3 +240,49 @@ def test_a_model_whose_context_is_shorter_than_the_median_session_says_so():
     fits = s.plan(s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8", fills=200),
                   sensitivity=False)
     assert fits.context_shortfall() is None
+
+
+def _offload_plan(capsys, *extra):
+    args = ["llama-3.1-8b", "--gpus", "2xH100-SXM", "-tp", "2", "--cpu-offload-gib", "256", "--fills", "200",
+            "--no-sensitivity", *extra]
+    assert main(["plan", *args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["plan", *args]) == 0
+    return doc, capsys.readouterr().out
+
+
+def test_cpu_offload_says_where_the_warm_users_live_and_what_a_restore_costs(capsys):
+    doc, text = _offload_plan(capsys)
+    o, restore = doc["offload"], doc["offload_restore"]
+    b = doc["kv_bytes_per_token_per_rank"] * 2                       # the TP 2 group's KV bytes per token
+    rate = 64e9 * 0.78 * 2                                           # gpus.toml: H100 SXM on PCIe Gen5 x16, both ranks
+    assert restore["pcie_bytes_per_s"] == pytest.approx(rate) and not restore["pcie_assumed"]
+    assert restore["seconds_per_100k_tokens"] == pytest.approx(100_000 * b / rate)
+    assert o["restore_s_per_turn"] == restore["median_session_seconds"] == pytest.approx(
+        (restore["median_session_unique_tokens"] * b + 2 * doc["state_bytes_per_session_per_rank"]) / rate)
+    assert o["link"] == "2 x PCIe Gen5 x16" and "PCI-SIG" in o["link_source"]
+    assert o["users_in_host_ram"] == doc["cpu_offloaded_users"] and o["users_in_gpu_kv"] == doc["gpu_resident_users"]
+    assert o["users_in_host_ram"]["p5"] > 0 and o["users_in_gpu_kv"]["p5"] > 0
+    for q in ("p5", "p50", "p95"):   # one fill's two tiers: they add up to its warm users, the percentile's rank
+        assert o["users_in_gpu_kv"][q] + o["users_in_host_ram"][q] == pytest.approx(doc["warm_users"][q], abs=1)
+    users = o["users_in_gpu_kv"]["p5"] + o["users_in_host_ram"]["p5"]
+    head = (f"of {users:,.0f} warm users (p5), {o['users_in_gpu_kv']['p5']:,.0f} have their session "
+            f"in GPU KV and {o['users_in_host_ram']['p5']:,.0f} in host RAM only")
+    assert o["text"].startswith(head)
+    assert f"{o['restore_s_per_turn']:.3f} s for the median session" in o["text"]
+    assert "  CPU offload: " + o["text"] in text
+    assert f"offload restore over 2 x PCIe Gen5 x16 ({rate / 1e9:g} GB/s)" in text
+    rows = {r["name"]: r for r in doc["assumptions"]}
+    assert rows["offload.host_link_efficiency"]["value"] == 0.78 and rows["offload.host_link"]["value"] == "PCIe Gen5 x16"
+
+
+def test_without_cpu_offload_the_plan_has_no_offload_block(capsys):
+    assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100-SXM", "--fills", "200", "--no-sensitivity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["offload"] is None
+
+
+def test_a_gpu_without_a_catalogued_host_link_restores_over_an_assumed_one_and_says_so(capsys):
+    doc, text = _offload_plan(capsys, "--gpus", "1xB200", "-tp", "1")
+    assert doc["offload"]["link_assumed"] and doc["offload"]["link"] == "PCIe Gen5 x16 (assumed)"
+    assert "gpus.toml has no host link for B200" in doc["offload"]["link_source"]
+    assert "PCIe Gen5 x16 (assumed)" in text

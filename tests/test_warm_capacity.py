@@ -70,6 +70,40 @@ def test_cpu_offload_holds_the_next_sessions_at_unique_times_b_plus_s_bytes():
     assert wc.restore["median_session_seconds"] == pytest.approx((10_000 * b + s) / DEFAULT_PCIE_BYTES_PER_S)
 
 
+def test_the_warm_users_split_into_gpu_kv_and_host_ram_only_on_the_inclusive_tier():
+    b = 1_000
+    ram = 9 * 10_000 * b + 4_000 * b                  # host RAM keeps nine sessions after the reserved prefix
+    wc = warm_capacity(fixed(14_000, prefix=4_000), 4_000 + 4 * 10_000, b, cpu_offload_bytes=ram, fills=10, draws=50)
+    assert wc.users.p50 == 9                          # inclusive: RAM holds a copy of the 4 in HBM too
+    assert wc.users_gpu_resident.p50 == 4
+    assert wc.users_cpu_offloaded.p50 == 9 - 4
+    assert wc.to_dict()["users_cpu_offloaded"]["p5"] == 5
+
+
+def test_the_users_split_is_one_fills_so_its_two_tiers_add_up_to_that_fills_users():
+    wl = Workload.seed_reference()
+    wc = warm_capacity(wl, POOL_35B_FP8 / 4, KV_35B_FP8, STATE_35B, cpu_offload_bytes=64 * GiB, fills=200)
+    for q in ("p5", "p50", "p95"):
+        gpu, ram = getattr(wc.users_gpu_resident, q), getattr(wc.users_cpu_offloaded, q)
+        assert ram > 0 and gpu > 0
+        assert gpu + ram == pytest.approx(getattr(wc.users, q), abs=1)   # nearest rank vs interpolated percentile
+
+
+def test_the_restore_is_priced_over_the_host_link_given_at_its_efficiency_per_tp_rank():
+    from servesize.planning.warm_capacity import HostLink
+
+    b, s = 1_000, 2_000_000
+    link = HostLink("PCIe Gen4 x16", 32e9, 0.78, 2, "a test link")
+    wc = warm_capacity(fixed(14_000, prefix=4_000), 4_000 + 4 * 12_000, b, s, cpu_offload_bytes=10**9, fills=10,
+                       draws=50, host_link=link)
+    rate = 32e9 * 0.78 * 2
+    assert wc.restore["pcie_bytes_per_s"] == pytest.approx(rate)
+    assert wc.restore["median_session_seconds"] == pytest.approx((10_000 * b + s) / rate)
+    assert wc.restore["link"] == "PCIe Gen4 x16" and wc.restore["link_source"] == "a test link"
+    assert not wc.restore["pcie_assumed"]
+    assert "pcie_bytes_per_s = host_link_bytes_per_s × host_link_efficiency × tp_ranks" in wc.explain()
+
+
 def test_a_fill_that_does_not_exhaust_its_draws_grows_them_instead_of_raising():
     wc = warm_capacity(fixed(1_000), 500_000, 1_000, fills=4, draws=16)
     assert wc.sessions.p50 == 500_000 // 1_000

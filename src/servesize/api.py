@@ -32,6 +32,7 @@ from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
 from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
 from servesize.planning.at_load import Load as Load
 from servesize.planning.inputs import Fixed, fixed_from_memory
+from servesize.planning.plan import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
     PlanInputs,
@@ -197,13 +198,16 @@ def calibration_applies(scenario: Scenario, calibration: Calibration) -> tuple[b
     return True, found.pool_source or ""
 
 
-def engine_utilization(vllm_version: str, gpu_memory_utilization: float | None, gpus: str) -> float | None:
-    """The --gpu-memory-utilization vLLM takes for the release and GPUs (the engine's default where None; it does
-    not depend on the model, so any catalogue entry resolves it)."""
+def engine_utilization(vllm_version: str, gpu_memory_utilization: float | None, gpus: str,
+                       budget: str = "engine") -> float | None:
+    """The --gpu-memory-utilization the figures use for the release, GPUs and budget (the simple budget's 0.90
+    where None is given, else the engine's default; it does not depend on the model, so any catalogue entry
+    resolves it)."""
+    from servesize.engine.budget import budget_utilization
     from servesize.engine.deployment import Deployment
 
     entry = next(iter(load_catalogue().values()))
-    return Deployment(vllm_version=vllm_version, gpu_memory_utilization=gpu_memory_utilization) \
+    return Deployment(vllm_version=vllm_version, gpu_memory_utilization=budget_utilization(budget, gpu_memory_utilization)) \
         .resolved(entry.architecture(), parse_gpus(gpus)).gpu_memory_utilization
 
 

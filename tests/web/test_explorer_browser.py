@@ -213,6 +213,40 @@ def test_the_ranking_flags_a_model_whose_context_is_shorter_than_the_median(page
     assert flags == sorted(flags), "rows that can hold the workload first, the flagged ones after them"
 
 
+def test_cpu_offload_shows_the_users_in_gpu_kv_and_in_host_ram_and_the_restore_per_turn(page, server, cli, shots):
+    doc = cli("plan", "llama-3.1-8b", "--gpus", "2xH100-SXM", "-tp", "2", "--cpu-offload-gib", "256")
+    o = doc["offload"]
+    open_plan(page, server, "#view=plan&model=llama-3.1-8b&gpus=2xH100-SXM&tensor_parallel_size=2&cpu_offload_gib=256")
+    line = page.text_content("#verdictOffload")
+    assert line == "CPU offload: " + o["text"]
+    ram, gpu = (f"{o[k]['p5']:,.0f}" for k in ("users_in_host_ram", "users_in_gpu_kv"))
+    users = f"{o['users_in_host_ram']['p5'] + o['users_in_gpu_kv']['p5']:,.0f}"
+    assert f"{gpu} have their session in GPU KV and {ram} in host RAM only" in line
+    restore = f"{o['restore_s_per_turn']:.3f} s"
+    assert f"{restore} for the median session" in line and "2 x PCIe Gen5 x16" in line
+    split_tile = page.locator("#tiles [data-tile='offload_split']")
+    assert float(split_tile.get_attribute("data-value")) == o["users_in_host_ram"]["p5"]
+    assert split_tile.locator(".tv").text_content() == f"{ram} of {users}"
+    assert f"{gpu} in GPU KV" in split_tile.locator(".ts").text_content()
+    restore_tile = page.locator("#tiles [data-tile='restore']")
+    assert float(restore_tile.get_attribute("data-value")) == o["restore_s_per_turn"]
+    assert restore_tile.locator(".tv").text_content() == restore
+    page.locator("#verdict").screenshot(path=str(shots / "plan-offload.png"))
+
+
+def test_the_glossary_is_drawn_and_on_this_page_moves_to_a_section_without_touching_the_share_link(page, server):
+    open_plan(page, server, "#view=plan&model=qwen3-8b&gpus=1xH100-SXM")
+    terms = page.evaluate("() => [...document.querySelectorAll('#glossaryList dt')].map(d => d.textContent)")
+    assert "Model FLOP utilisation (MFU)" in terms and "Cold-burst tolerance (B*)" in terms
+    hash_before = page.evaluate("() => location.hash")
+    page.click("#onThisPage a[href='#glossary']")
+    assert page.evaluate("() => document.activeElement.id") == "glossary"
+    assert page.evaluate("() => location.hash") == hash_before   # the hash is the share link's state
+    assert page.get_attribute("#verdict", "data-state") == "full"
+    links = page.evaluate("() => [...document.querySelectorAll('#onThisPage a')].map(a => a.getAttribute('href'))")
+    assert all(page.locator(href).count() == 1 for href in links)
+
+
 def test_a_dragged_slider_gets_a_draft_then_the_full_answer(page, server):
     open_plan(page, server)
     page.evaluate("""() => { const r = document.querySelector('#r-median'); r.value = String(+r.value + 40);
@@ -437,6 +471,29 @@ def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, sho
     type_into(page, "median", "45k")  # the plan's controls drive the deployment the row opened
     settle(page)
     assert_same_plan(page, cli("plan", *opened, "--median", "45k"))
+
+
+def test_the_fit_view_labels_per_gpu_columns_and_shows_the_whole_models_weights(page, server, cli):
+    page.goto(server + "#view=fit&gpus=4xH100-SXM&max_model_len=32768")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    heads = page.evaluate("() => [...document.querySelectorAll('#fitRows thead th[data-sort]')].map(t => t.textContent)")
+    assert {"weights, whole model", "weights per GPU", "KV per sequence, per GPU", "sequences per replica"} <= set(heads)
+    doc = cli("fit", "--gpus", "4xH100-SXM", "--max-model-len", "32768")
+    (ref,) = [p for p in doc["placements"] if p["model"] == "llama-3.3-70b"]
+    row = page.locator("#fitRows tbody tr[data-model='llama-3.3-70b']").first
+    whole = row.locator("td[data-col='weights_bytes']").text_content()
+    per_gpu = row.locator("td[data-col='weights_bytes_per_gpu']").text_content()
+    assert whole == f"{ref['weights_bytes'] / 2**30:,.2f} GiB" and per_gpu == f"{ref['weights_bytes_per_gpu'] / 2**30:,.2f} GiB"
+    assert float(whole.split()[0]) == pytest.approx(131.4, abs=0.1)   # seed 002's Llama 3.3 70B: 131.4 GiB of weights
+
+
+def test_under_the_simple_budget_the_fit_states_the_utilisation_its_figures_use(page, server):
+    page.goto(server + "#view=fit&gpus=1xH100-SXM&budget=simple")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    assert page.text_content("#fitv-gpu_memory_utilization") == "now 0.9"
+    page.goto(server + "#view=fit&gpus=1xH100-SXM")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    assert page.text_content("#fitv-gpu_memory_utilization") == "now 0.92"   # the engine's default for the release
 
 
 def test_a_checkpoint_served_as_it_is_opens_as_native(page, server, cli):

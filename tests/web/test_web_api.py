@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import servesize as s
-from servesize.units import fmt_tokens
+from servesize.units import fmt_bytes, fmt_tokens
 from servesize.web.app import make_app
 from servesize.web.form import MAX_BODY_BYTES, presets
 from servesize.web.views import finite
@@ -47,6 +47,75 @@ def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
     tiles = {t["id"]: t for t in view["tiles"]}
     assert tiles["warm"]["value"] == expected["warm_users"]["p5"]
     assert tiles["pool"]["value"] == expected["pool_tokens"]
+
+
+def test_with_cpu_offload_the_verdict_and_tiles_carry_the_plans_gpu_and_host_ram_split_and_restore():
+    body = {"model": "llama-3.1-8b", "gpus": "2xH100-SXM", "tensor_parallel_size": 2, "cpu_offload_gib": 256,
+            "fills": 200}
+    status, view, _ = call("POST", "/api/plan", body)
+    assert status == 200, view
+    o = finite(s.plan(s.Scenario(**body), sensitivity=False).to_dict())["offload"]
+    assert view["plan"]["offload"] == o and view["verdict"]["offload"] == o["text"]
+    tiles = {t["id"]: t for t in view["tiles"]}
+    assert tiles["offload_split"]["value"] == o["users_in_host_ram"]["p5"]
+    users = o["users_in_host_ram"]["p5"] + o["users_in_gpu_kv"]["p5"]
+    assert tiles["offload_split"]["text"] == f"{o['users_in_host_ram']['p5']:,.0f} of {users:,.0f}"
+    assert f"{o['users_in_gpu_kv']['p5']:,.0f} in GPU KV" in tiles["offload_split"]["sub"]
+    assert tiles["restore"]["value"] == o["restore_s_per_turn"] and tiles["restore"]["text"] == f"{o['restore_s_per_turn']:.3f} s"
+    assert "2 x PCIe Gen5 x16" in tiles["restore"]["sub"]
+    status, plain, _ = call("POST", "/api/plan", {**body, "cpu_offload_gib": 0})
+    assert plain["verdict"]["offload"] is None and not {"offload_split", "restore"} & {t["id"] for t in plain["tiles"]}
+
+
+def test_the_fit_tables_columns_say_per_gpu_or_whole_model_and_the_whole_models_weights_are_the_fits_own():
+    status, view, _ = call("POST", "/api/fit", {"gpus": "4xH100-SXM", "max_model_len": "32768"})
+    assert status == 200, view
+    labels = {c["key"]: c["label"] for c in view["columns"]}
+    assert labels["weights_bytes"] == "weights, whole model" and labels["weights_bytes_per_gpu"] == "weights per GPU"
+    assert labels["kv_bytes_per_sequence"] == "KV per sequence, per GPU"
+    doc = s.fit("4xH100-SXM", max_model_len=32768).to_dict()
+    (row,) = [r for r in view["rows"] if r["model"] == "llama-3.3-70b" and r["precision"].startswith("native")]
+    (ref,) = [p for p in doc["placements"] if p["model"] == "llama-3.3-70b" and p["precision"].startswith("native")]
+    assert row["weights_bytes"] == ref["weights_bytes"] and row["cells"]["weights_bytes"] == fmt_bytes(ref["weights_bytes"])
+    assert ref["weights_bytes"] == pytest.approx(ref["tp"] * ref["weights_bytes_per_gpu"], rel=0.02)  # TP 4: a quarter each
+    assert row["cells"]["weights_bytes_per_gpu"] == fmt_bytes(ref["weights_bytes_per_gpu"])
+    assert set(row["cells"]) == set(labels)
+
+
+@pytest.mark.parametrize(("budget", "expected"), [("simple", 0.90), ("engine", None)])
+def test_the_fit_states_the_utilisation_its_figures_use(budget, expected):
+    status, view, _ = call("POST", "/api/fit", {"gpus": "1xH100-SXM", "budget": budget})
+    assert status == 200, view
+    used = s.memory(s.Scenario(model="llama-3.1-8b", gpus="1xH100-SXM", budget=budget)).deployment.gpu_memory_utilization
+    assert view["effective"]["gpu_memory_utilization"] == used
+    if expected is not None:
+        assert used == expected   # the calculator seed's simple budget, not the release's default
+
+
+def test_the_glossary_is_served_with_the_catalogue_and_quotes_the_librarys_own_defaults():
+    from servesize.assumptions import modelled_assumptions
+
+    status, cat, _ = call("GET", "/api/catalogue")
+    assert status == 200
+    entries = {g["abbr"] or g["term"]: g for g in cat["glossary"]}
+    assert {"MFU", "TTFT", "f, f*", "B*", "MBU"} <= set(entries)
+    table = modelled_assumptions()
+    for g in cat["glossary"]:
+        if g["assumption"]:
+            assert f"{table[g['assumption']]['default']:g}" in g["text"], g["term"]
+    mfu = table["prefill.mfu"]
+    assert f"default {mfu['default']:g}, believed to lie in {mfu['low']:g}-{mfu['high']:g}" in entries["MFU"]["text"]
+
+
+def test_the_glossary_follows_a_changed_default(monkeypatch):
+    import servesize.web.glossary as glossary
+    from servesize.assumptions import modelled_assumptions
+
+    table = {k: dict(v) for k, v in modelled_assumptions().items()}
+    table["prefill.mfu"]["default"] = 0.37
+    monkeypatch.setattr(glossary, "modelled_assumptions", lambda: table)
+    (mfu,) = [g for g in glossary.glossary() if g["abbr"] == "MFU"]
+    assert "default 0.37," in mfu["text"]
 
 
 def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_percentile_and_the_seeds_answer():

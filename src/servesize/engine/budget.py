@@ -37,6 +37,14 @@ CUDAGRAPH_ESTIMATE_FROM = (0, 20, 0)     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRA
 SEED_GPU_MEMORY_UTILIZATION = 0.90
 
 
+def budget_utilization(budget: str, gpu_memory_utilization: float | None) -> float | None:
+    """The utilisation a budget starts from: the one given; under the simple budget, when none is given, the
+    calculator seed's 0.90 (not the release's default); else None (the engine's default for the release)."""
+    if budget == "simple" and gpu_memory_utilization is None:
+        return SEED_GPU_MEMORY_UTILIZATION
+    return gpu_memory_utilization
+
+
 @dataclass(frozen=True)
 class EngineAssumptions:
     """Modelled terms of the budget: each default carries its evidence."""

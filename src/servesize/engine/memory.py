@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servesize.derivation import Derivation
-from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions, MemoryBudget, memory_budget
+from servesize.engine.budget import EngineAssumptions, MemoryBudget, budget_utilization, memory_budget
 from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, check_parallelism
 from servesize.engine.lora import lora_slot_bytes
 from servesize.engine.pool import KvPool, auto_max_model_len, bytes_per_block, kv_pool, start_check
@@ -174,8 +174,7 @@ def _check_layout(arch: Architecture, dep: Deployment, gpus: GpuGroup) -> None:
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
                   assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS, name: str | None = None,
                   flags_not_affecting: tuple[str, ...] = (), flags_estimated: tuple[str, ...] = ()) -> MemoryReport:
-    if budget == "simple" and deployment.gpu_memory_utilization is None:
-        deployment = replace(deployment, gpu_memory_utilization=SEED_GPU_MEMORY_UTILIZATION)
+    deployment = replace(deployment, gpu_memory_utilization=budget_utilization(budget, deployment.gpu_memory_utilization))
     dep = deployment.resolved(arch, gpus)
     _check_layout(arch, dep, gpus)
     precision = weight_format(arch, dep.quantization, dep.version).precision

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesize.engine.budget import SEED_GPU_MEMORY_UTILIZATION, EngineAssumptions
+from servesize.engine.budget import EngineAssumptions, budget_utilization
 from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
@@ -161,8 +161,7 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
     from servesize.engine.versions import DEFAULT_VLLM_VERSION
 
     version = vllm_version or DEFAULT_VLLM_VERSION
-    if budget == "simple" and gpu_memory_utilization is None:
-        gpu_memory_utilization = SEED_GPU_MEMORY_UTILIZATION
+    gpu_memory_utilization = budget_utilization(budget, gpu_memory_utilization)
     settings = _Settings(context, budget, kv_cache_dtype, gpu_memory_utilization, version, assumptions)
     out: list[Placement] = []
     refused: list[tuple[str, str]] = []

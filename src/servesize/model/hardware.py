@@ -50,6 +50,9 @@ class Gpu:
     fp4: bool = False
     compute_capability: str = ""
     interconnect: str = ""
+    host_link: str = ""  # the link to host RAM, by name ("PCIe Gen5 x16"); empty: not catalogued
+    host_link_gbps: float = 0.0  # GB/s one way, the signalling rate (gpus.toml [[host_link]]); 0: not catalogued
+    host_link_source: str = ""  # where the GPU's link and the link's rate were read
     tdp_w: int | None = None
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
@@ -68,6 +71,11 @@ class Gpu:
         if self.memory_override_bytes is not None:
             return self.memory_override_bytes
         return self.memory_mib * MiB
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """Host-to-device signalling rate, B/s one way; 0.0 when the catalogue has no link for this GPU."""
+        return self.host_link_gbps * GB
 
     @property
     def bandwidth_bytes_per_s(self) -> int:
@@ -180,9 +188,31 @@ def _without_prefixes(norm: str) -> str:
     return norm
 
 
-def _row_to_gpu(row: dict) -> Gpu:
+def _host_link(values: dict, links: dict[str, dict], label: str) -> None:
+    """Resolve a row's host_link key to the link's name and one-way rate, its sources joined."""
+    key = values.get("host_link")
+    if key is None:
+        return
+    link = links.get(key)
+    if link is None or not str(values.get("host_link_source", "")).strip():
+        raise ValueError(f"gpus.toml row {label}: host_link {key!r} must name a [[host_link]] row and carry host_link_source")
+    values.update(host_link=link["name"], host_link_gbps=float(link["gbps_per_direction"]),
+                  host_link_source=f"{values['host_link_source']}; {link['name']}: {link['source']}")
+
+
+def _links(rows: list[dict]) -> dict[str, dict]:
+    links = {}
+    for row in rows:
+        if set(row) != {"key", "name", "gbps_per_direction", "source"} or not row["gbps_per_direction"] > 0 \
+                or not str(row["source"]).strip():
+            raise ValueError(f"gpus.toml host_link {row.get('key')!r}: needs key, name, gbps_per_direction > 0 and source")
+        links[row["key"]] = row
+    return links
+
+
+def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
     label = row.get("key", "<no key>")
-    unknown = set(row) - (set(_FIELDS) - {"memory_override_bytes"} | _FROM_TOML_ONLY)
+    unknown = set(row) - (set(_FIELDS) - {"memory_override_bytes", "host_link_gbps"} | _FROM_TOML_ONLY)
     if unknown:
         raise ValueError(f"gpus.toml row {label}: unknown field(s) {sorted(unknown)}")
     missing = [k for k in _REQUIRED if not row.get(k)]
@@ -194,6 +224,7 @@ def _row_to_gpu(row: dict) -> Gpu:
             raise ValueError(f"gpus.toml row {label}: give cuda_total_gib or cuda_total_bytes, not both")
         values["cuda_total_bytes"] = int(round(values.pop("cuda_total_gib") * 2**30))
     values["aliases"] = tuple(values.get("aliases", ()))
+    _host_link(values, links or {}, label)
     gpu = Gpu(**values)
     if gpu.fp8_dense_tflops and not gpu.fp8 or gpu.fp4_dense_tflops and not gpu.fp4:
         raise ValueError(f"gpus.toml row {label}: a dense FP8/FP4 rate on a GPU marked without FP8/FP4")
@@ -207,6 +238,16 @@ def _row_to_gpu(row: dict) -> Gpu:
 
 
 @lru_cache(maxsize=1)
+def load_host_links() -> dict[str, dict]:
+    """The host links (GPU <-> host RAM), key -> {key, name, gbps_per_direction, source}."""
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("servesize").joinpath("data/gpus.toml").read_text(encoding="utf-8")
+    return _links(tomllib.loads(text).get("host_link", []))
+
+
+@lru_cache(maxsize=1)
 def load_gpus() -> dict[str, Gpu]:
     """The catalogue, key -> Gpu, in file order."""
     import tomllib
@@ -214,8 +255,10 @@ def load_gpus() -> dict[str, Gpu]:
 
     text = resources.files("servesize").joinpath("data/gpus.toml").read_text(encoding="utf-8")
     gpus: dict[str, Gpu] = {}
-    for row in tomllib.loads(text).get("gpu", []):
-        gpu = _row_to_gpu(row)
+    data = tomllib.loads(text)
+    links = load_host_links()
+    for row in data.get("gpu", []):
+        gpu = _row_to_gpu(row, links)
         if gpu.key in gpus:
             raise ValueError(f"gpus.toml: duplicate key {gpu.key}")
         gpus[gpu.key] = gpu

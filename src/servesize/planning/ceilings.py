@@ -22,6 +22,7 @@ import numpy as np
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
+from servesize.model.hardware import load_host_links
 from servesize.planning.decode import (
     ContextBank,
     DecodeCeiling,
@@ -39,7 +40,8 @@ from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of,
 from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users, users_for_rate
 from servesize.planning.load import DecodeLoad, TtftLoad, decode_load_ceiling, think_time_of, ttft_ceiling_rate
 from servesize.planning.prefill import PrefillSetup, prefill_costs
-from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
+from servesize.planning.warm_capacity import HostLink, warm_capacity
+from servesize.units import GB
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
 from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (planning.teams)
@@ -200,20 +202,37 @@ def _decode_ceiling(setup, bank: ContextBank, floor: float):
         return DecodeCeiling(DECODE_SEARCH_LIMIT, floor, None, floor, 0, d)
 
 
+# the host link assumed for a GPU the catalogue gives none (a modelled assumption: the common link of
+# current data-centre GPUs; the restore says "(assumed)" beside it)
+ASSUMED_HOST_LINK = "pcie5-x16"
+
+
+def restore_link(fixed: Fixed, knobs: Knobs) -> HostLink:
+    """The host link an offloaded session comes back over: the GPU's catalogued link (else PCIe Gen5 x16,
+    assumed and said so) at offload.host_link_efficiency of its one-way rate, once per TP rank (each rank
+    restores its own share of the KV over its own link)."""
+    efficiency = float(knobs.a("offload.host_link_efficiency"))
+    if fixed.host_link_bytes_per_s > 0:
+        return HostLink(fixed.host_link, fixed.host_link_bytes_per_s, efficiency, fixed.tp, fixed.host_link_source)
+    gen5 = load_host_links()[ASSUMED_HOST_LINK]
+    return HostLink(f"{gen5['name']} (assumed)", gen5["gbps_per_direction"] * GB, efficiency, fixed.tp,
+                    f"assumed: gpus.toml has no host link for {fixed.gpu_key}; {gen5['name']}: {gen5['source']}")
+
+
 def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache):
     """The warm fill (memoised on what it depends on)."""
     b_group = fixed.kv_bytes_per_token_rank * fixed.tp
     s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
     # everything the fill depends on, the charges and replicas too: one cache may serve several deployments
+    link = restore_link(fixed, knobs)
     key = (workload.sampling_key(), fixed.pool_tokens, b_group, s_group, fixed.tp, fixed.dp, knobs.cpu_offload_bytes,
-           knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed, knobs.assumptions)
+           knobs.sticky_routing, knobs.fills, knobs.draws, knobs.seed, knobs.assumptions, link)
     if key not in cache.warm:
         cache.warm[key] = warm_capacity(workload, fixed.pool_tokens, b_group, s_group,
                                         cpu_offload_bytes=knobs.cpu_offload_bytes, replicas=fixed.dp,
                                         sticky_routing=knobs.sticky_routing, fills=knobs.fills, draws=knobs.draws,
                                         seed=knobs.seed,
-                                        # each TP rank restores its own share over its own PCIe link
-                                        pcie_bytes_per_s=DEFAULT_PCIE_BYTES_PER_S * fixed.tp,
+                                        pcie_bytes_per_s=link.bytes_per_s, host_link=link,
                                         offload_tier="additive" if knobs.assumptions == "seed" else "inclusive",
                                         bank=cache.bank(knobs.seed, workload.needs_uniforms))
     return cache.warm[key]

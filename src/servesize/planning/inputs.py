@@ -113,6 +113,9 @@ class Fixed:
     mtp_matmul_params: float = 0.0     # the MTP module's matmul weights (one draft pass each)
     mtp_bytes: float = 0.0             # its bytes, when the deployment serves it
     served: ServedWeights = field(default_factory=ServedWeights)  # what the recipe passes vLLM for these weights
+    host_link: str = ""                # the GPU's link to host RAM (gpus.toml); empty: not catalogued
+    host_link_bytes_per_s: float = 0.0  # its one-way signalling rate per GPU, B/s
+    host_link_source: str = ""
 
 
 def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
@@ -249,6 +252,8 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         lm_head_params=head_params, lm_head_bytes=head_bytes,
         mtp_matmul_params=float(ledger.linear.get("mtp", 0)), mtp_bytes=float(groups.get("mtp", 0)),
         served=served_weights(arch, dep.quantization, dep.version),
+        host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
+        host_link_source=getattr(gpu, "host_link_source", ""),
     )
 
 

@@ -16,7 +16,7 @@ from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
-from servesize.units import fmt_tokens
+from servesize.units import GB, fmt_tokens
 from servesize.workload.model import Workload, length_mass
 
 # which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
@@ -96,6 +96,32 @@ class Plan:
             words.append(f"{w.subagent_ratio:g} subagent requests per user request")
         return ", ".join(words)
 
+    def offload(self) -> dict | None:
+        """With CPU offload: where the warm users' sessions live (GPU KV, or host RAM only: p5 each, as the
+        cache ceiling plans) and what a turn of one in host RAM waits to bring its KV back over the host link
+        (the median warm session, uncontended), with one line that says both. None without offload."""
+        w = self.result.warm
+        if not self.knobs.cpu_offload_bytes or w.restore is None:
+            return None
+        r = w.restore
+        link = f"{r['links']} x {r['link']}" if r["links"] > 1 else r["link"]
+        rate = (f"{r['link_efficiency']:g} of its {r['pcie_bytes_per_s'] / r['link_efficiency'] / r['links'] / GB:g} GB/s "
+                "one way" if r["link_efficiency"] else f"{r['pcie_bytes_per_s'] / GB:g} GB/s")
+        gpu, ram = w.users_gpu_resident.p5, w.users_cpu_offloaded.p5
+        text = (f"of {gpu + ram:,.0f} warm users (p5), {gpu:,.0f} have their session in GPU KV and {ram:,.0f} in host "
+                f"RAM only (the fill at the p5 of {w.fills:,}); "
+                f"a turn whose session is in host RAM first restores it over {link} at {rate}: "
+                f"{r['median_session_seconds']:.3f} s for the median session "
+                f"({fmt_tokens(r['median_session_unique_tokens'])} tokens), {r['seconds_per_100k_tokens']:.3f} s "
+                "per 100k tokens (uncontended)")
+        return {"cpu_offload_bytes": self.knobs.cpu_offload_bytes,
+                "warm_users": w.users.to_dict(), "users_in_gpu_kv": w.users_gpu_resident.to_dict(),
+                "users_in_host_ram": w.users_cpu_offloaded.to_dict(),
+                "sessions_in_gpu_kv": w.gpu_resident.to_dict(), "sessions_in_host_ram": w.cpu_offloaded.to_dict(),
+                "restore_s_per_turn": r["median_session_seconds"], "restore_s_per_100k_tokens": r["seconds_per_100k_tokens"],
+                "restore_bytes_per_s": r["pcie_bytes_per_s"], "link": link, "link_assumed": r["pcie_assumed"],
+                "link_source": r["link_source"], "text": text}
+
     def context_shortfall(self) -> dict | None:
         """When the served context (the model's window, or --max-model-len) is shorter than the workload's
         median user session: the cap, the median and the share of sessions longer than the cap (cut short or
@@ -131,6 +157,7 @@ class Plan:
             "tensor_parallel_size": self.fixed.tp, "data_parallel_size": self.fixed.dp,
             "warm_users": w.users.to_dict(), "warm_sessions": w.sessions.to_dict(),
             "gpu_resident_sessions": w.gpu_resident.to_dict(), "cpu_offloaded_sessions": w.cpu_offloaded.to_dict(),
+            "gpu_resident_users": w.users_gpu_resident.to_dict(), "cpu_offloaded_users": w.users_cpu_offloaded.to_dict(),
             "pool_tokens": self.fixed.pool_tokens, "pool_source": self.fixed.pool_source,
             "kv_bytes_per_token_per_rank": self.fixed.kv_bytes_per_token_rank,
             "state_bytes_per_session_per_rank": self.fixed.state_bytes_rank,
@@ -160,6 +187,7 @@ class Plan:
             "ceilings_need": dict(r.missing),
             "latency": None if self.latency is None else {k: v for k, v in self.latency.to_dict().items() if k != "derivation"},
             "offload_restore": w.restore,
+            "offload": self.offload(),
             "recipe": self.recipe, "recipe_notes": list(self.recipe_notes),
             "power": None if self.power is None else _power_dict(self.power),
             "power_note": self.power_note,
@@ -206,6 +234,11 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     for key in ("power.idle_fraction_of_tdp", "power.decode_fraction_of_tdp", "power.prefill_fraction_of_tdp",
                 "power.host_w_per_gpu", "power.hours_per_month"):
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
+    if knobs.cpu_offload_bytes:
+        key = "offload.host_link_efficiency"
+        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml")
+        add("offload.host_link", fixed.host_link or "PCIe Gen5 x16 (assumed)", "per GPU",
+            fixed.host_link_source or f"assumed: gpus.toml has no host link for {fixed.gpu_key}")
     rows += workload_rows(workload, origin)
     add("pool_tokens", fixed.pool_tokens, "tokens per replica", fixed.pool_source)
     add("routing", "sticky" if knobs.sticky_routing else "random", "", "--no-sticky-routing" if not knobs.sticky_routing else "default")

@@ -66,6 +66,25 @@ _MAX_DRAWS = MAX_DRAWS  # the most a fill grows its draws to (servesize.limits)
 _MAX_ELEMENTS_PER_CHUNK = 4_000_000  # rows are processed in chunks of at most this many cells
 _PROBE = 32  # the first sessions of every fill: the median warm session's restore size
 PERCENTILES = (5, 50, 95)
+# what one fill counts (warm ones only): every class, the users, in HBM, in host RAM only
+_COUNTS = ("sessions", "users", "gpu_resident", "cpu_offloaded")
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """What an offloaded session is restored over: the link's name, its one-way signalling rate per GPU
+    (B/s), the fraction of it a pinned copy reaches, how many GPUs restore their share at once (the TP
+    ranks), and where the link was read."""
+
+    name: str
+    signal_bytes_per_s: float
+    efficiency: float
+    links: int
+    source: str
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.signal_bytes_per_s * self.efficiency * self.links
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,8 @@ class WarmCapacity:
     users: Percentiles           # warm user-class sessions only: the 'users kept warm' figure
     gpu_resident: Percentiles    # warm sessions in HBM: the decode view
     cpu_offloaded: Percentiles   # warm sessions in host RAM, taken per fill (all - gpu)
+    users_gpu_resident: Percentiles   # warm users in HBM, in the fill at each percentile of warm users
+    users_cpu_offloaded: Percentiles  # warm users in host RAM only, in that same fill (the two add up to its users)
     per_replica: dict            # the same four for one replica's pool
     replicas: int
     routing: str                 # 'single' | 'sticky' | 'random'
@@ -120,6 +141,8 @@ class WarmCapacity:
             "users": self.users.to_dict(),
             "gpu_resident": self.gpu_resident.to_dict(),
             "cpu_offloaded": self.cpu_offloaded.to_dict(),
+            "users_gpu_resident": self.users_gpu_resident.to_dict(),
+            "users_cpu_offloaded": self.users_cpu_offloaded.to_dict(),
             "per_replica": {k: v.to_dict() for k, v in self.per_replica.items()},
             "replicas": self.replicas,
             "routing": self.routing,
@@ -151,7 +174,8 @@ class _Fill:
         self.rows = rows
         self.total = np.zeros(rows)   # cumulative cost of the sessions added so far (token-equivalents)
         self.taken = np.zeros(rows)   # cumulative cost of the GPU-resident sessions (additive tier)
-        self.n_gpu, self.n_res, self.warm_all, self.warm_user, self.warm_gpu = (np.zeros(rows, dtype=np.int64) for _ in range(5))
+        self.n_gpu, self.n_res, self.warm_all, self.warm_user, self.warm_gpu, self.warm_user_gpu = (
+            np.zeros(rows, dtype=np.int64) for _ in range(6))
 
     def add(self, rows: np.ndarray, cost: np.ndarray, is_cold: np.ndarray, is_sub: np.ndarray, gpu_budget: float,
             ram_budget_tokens: float, inclusive: bool) -> np.ndarray:
@@ -181,6 +205,7 @@ class _Fill:
         self.warm_all[rows] += np.count_nonzero(warm_res, axis=1)
         self.warm_user[rows] += np.count_nonzero(warm_res & ~is_sub, axis=1)
         self.warm_gpu[rows] += np.count_nonzero(warm & in_gpu, axis=1)
+        self.warm_user_gpu[rows] += np.count_nonzero(warm & in_gpu & ~is_sub, axis=1)
         self.total[rows] = cum[:, -1]
         return ~resident[:, -1]
 
@@ -214,7 +239,8 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
 
 def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_budget: float, state_tokens: float,
               ram_budget_tokens: float, inclusive: bool) -> tuple[tuple, int]:
-    """(warm sessions, warm users, GPU-resident, offloaded) per fill, and the draw length that holds every fill."""
+    """(warm sessions, warm users, GPU-resident, offloaded, warm users GPU-resident) per fill, and the draw length
+    that holds every fill."""
     rows_per_chunk = max(bank.ROWS, _MAX_ELEMENTS_PER_CHUNK // bank.COLS // bank.ROWS * bank.ROWS)
     parts = [_fill_counts(workload, bank, start, min(fills, start + rows_per_chunk), max(draws, _MAX_DRAWS),
                           gpu_budget, state_tokens, ram_budget_tokens, inclusive)
@@ -222,13 +248,25 @@ def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_
     warm_all = np.concatenate([p.warm_all for p in parts])
     warm_gpu = np.concatenate([p.warm_gpu for p in parts])
     counts = (warm_all, np.concatenate([p.warm_user for p in parts]), warm_gpu,
-              warm_all - warm_gpu)  # offloaded per fill, then percentiled
+              warm_all - warm_gpu,  # offloaded per fill, then percentiled
+              np.concatenate([p.warm_user_gpu for p in parts]))
     # the draw length the seed's doubling rule would have reached: every fill exhausts its budget inside it
     most = int(max(p.n_res.max() for p in parts))
     draws_used = draws
     while draws_used <= most:
         draws_used = min(max(draws, _MAX_DRAWS), 2 * draws_used)
     return counts, draws_used
+
+
+def _users_split(users: np.ndarray, users_gpu: np.ndarray) -> tuple[Percentiles, Percentiles]:
+    """Where the warm users of the fill at each percentile live: (in HBM, in host RAM only), from one fill each,
+    the fill whose user count has the percentile's rank (nearest rank, ties in fill order), so the two add up to
+    that fill's warm users. A percentile of each count on its own would not add up."""
+    order = np.argsort(users, kind="stable")
+    picks = [order[int(round(q / 100 * (len(users) - 1)))] for q in PERCENTILES]
+    gpu = [float(users_gpu[i]) for i in picks]
+    ram = [float(users[i] - users_gpu[i]) for i in picks]
+    return Percentiles(*gpu), Percentiles(*ram)
 
 
 def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: int) -> float:
@@ -270,17 +308,35 @@ def _system_scale(d: Derivation, routing: str, replicas: int) -> tuple[float, fl
     return 1, 1.0
 
 
-def _restore(d: Derivation, median_unique: float, b: float, s_bytes: float, pcie_bytes_per_s: float | None) -> dict:
-    pcie = float(pcie_bytes_per_s) if pcie_bytes_per_s is not None else float(DEFAULT_PCIE_BYTES_PER_S)
+def _restore_rate(d: Derivation, pcie_bytes_per_s: float | None, link: HostLink | None) -> float:
+    if link is not None:
+        return d.step("pcie_bytes_per_s", "host_link_bytes_per_s * host_link_efficiency * tp_ranks", unit="B/s",
+                      source=f"{link.name}: {link.source}; efficiency: offload.host_link_efficiency",
+                      note="each TP rank restores its share of the KV over its own link, uncontended",
+                      host_link_bytes_per_s=link.signal_bytes_per_s, host_link_efficiency=link.efficiency,
+                      tp_ranks=link.links)
+    if pcie_bytes_per_s is not None:
+        return d.given("pcie_bytes_per_s", float(pcie_bytes_per_s), unit="B/s", source="given")
+    return d.given("pcie_bytes_per_s", float(DEFAULT_PCIE_BYTES_PER_S), unit="B/s",
+                   source="assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device")
+
+
+def _restore(d: Derivation, median_unique: float, b: float, s_bytes: float, pcie_bytes_per_s: float | None,
+             link: HostLink | None = None) -> dict:
+    pcie = _restore_rate(d, pcie_bytes_per_s, link)
     per_100k = d.step("restore_s_per_100k_tokens", "100000 * kv_bytes_per_token / pcie_bytes_per_s", unit="s",
-                      source="" if pcie_bytes_per_s is not None else "assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device",
                       kv_bytes_per_token=b, pcie_bytes_per_s=pcie)
     median_s = d.step("restore_s_median_session",
                       "(median_unique_tokens * kv_bytes_per_token + state_bytes_per_session) / pcie_bytes_per_s",
                       unit="s", note="one offloaded session back to HBM before it can decode, uncontended",
                       median_unique_tokens=median_unique, kv_bytes_per_token=b, state_bytes_per_session=s_bytes,
                       pcie_bytes_per_s=pcie)
-    return {"pcie_bytes_per_s": pcie, "pcie_assumed": pcie_bytes_per_s is None,
+    assumed = link is None and pcie_bytes_per_s is None
+    return {"pcie_bytes_per_s": pcie, "pcie_assumed": assumed or (link is not None and "(assumed)" in link.name),
+            "link": link.name if link is not None else ("PCIe Gen5 x16 (assumed)" if assumed else "given"),
+            "link_source": link.source if link is not None else "",
+            "link_efficiency": link.efficiency if link is not None else None,
+            "links": link.links if link is not None else 1,
             "seconds_per_100k_tokens": per_100k, "median_session_seconds": median_s,
             "median_session_unique_tokens": median_unique}
 
@@ -301,7 +357,7 @@ def _assumptions(workload: Workload, s_bytes: float, cpu_offload_bytes: float, o
                    "to host RAM, so RAM keeps the most recent sessions, GPU-resident or not)" if offload_tier == "inclusive"
                    else "additive (the seed's model: RAM holds what HBM evicted)"))
         out.append(f"CPU offload ({fmt_bytes(cpu_offload_bytes)} per engine) is priced as storage only: "
-                   "an offloaded session must be restored over PCIe before it decodes (restore cost reported, contention not)")
+                   "an offloaded session comes back over the host link before it decodes (restore cost reported, contention not)")
     if routing == "sticky":
         out.append(f"data parallel, sticky routing: total = {replicas} x one replica (conservative at p5)")
     elif routing == "random":
@@ -329,6 +385,7 @@ def warm_capacity(
     pcie_bytes_per_s: float | None = None,
     offload_tier: str = "inclusive",
     bank: RandomBank | None = None,
+    host_link: HostLink | None = None,
 ) -> WarmCapacity:
     """Monte-Carlo warm capacity of one KV pool, and of ``replicas`` such pools.
 
@@ -347,6 +404,8 @@ def warm_capacity(
                              so RAM holds the most recent sessions whether or not they are also in HBM:
                              warm = max of the two tiers) or 'additive' (the seed's model: RAM holds
                              what HBM evicted, so the tiers add).
+    host_link                the link the restore crosses (name, rate, efficiency, ranks, source); it sets
+                             the restore rate, and pcie_bytes_per_s is then ignored.
     bank                     the random numbers (a workload.draws.RandomBank for ``seed``); pass one to
                              share it across calls: common random numbers, nothing drawn twice.
     """
@@ -378,12 +437,13 @@ def warm_capacity(
     if bank.seed != int(seed) or (workload.needs_uniforms and not bank.uniforms):
         raise BadInput("warm capacity: the random bank was drawn for another seed, or without the bootstrap uniforms")
     if pool_tokens <= 0:
-        counts, draws_used = (np.zeros(fills),) * 4, draws
+        counts, draws_used = (np.zeros(fills),) * (len(_COUNTS) + 1), draws
     else:
         counts, draws_used = _simulate(workload, bank, fills, draws, gpu_budget, state_tokens, ram_budget / float(b),
                                        offload_tier == "inclusive")
 
-    one = dict(zip(("sessions", "users", "gpu_resident", "cpu_offloaded"), (Percentiles.of(c) for c in counts)))
+    one = dict(zip(_COUNTS, (Percentiles.of(c) for c in counts)))
+    one["users_gpu_resident"], one["users_cpu_offloaded"] = _users_split(counts[1], counts[4])
     for key, p in one.items():
         d.given(f"warm_{key}_per_replica" if replicas > 1 else f"warm_{key}", str(p), note="p5 / p50 / p95 over fills")
     scale, hit = _system_scale(d, routing, replicas)
@@ -392,11 +452,12 @@ def warm_capacity(
     restore = None
     if cpu_offload_bytes > 0 or pcie_bytes_per_s is not None:
         median_unique = _median_warm_unique(workload, bank, fills, min(draws, _PROBE)) if pool_tokens > 0 else 0.0
-        restore = _restore(d, median_unique, b, s_bytes, pcie_bytes_per_s)
+        restore = _restore(d, median_unique, b, s_bytes, pcie_bytes_per_s, host_link)
 
     return WarmCapacity(
         sessions=total["sessions"], users=total["users"], gpu_resident=total["gpu_resident"],
-        cpu_offloaded=total["cpu_offloaded"], per_replica=one, replicas=replicas, routing=routing,
+        cpu_offloaded=total["cpu_offloaded"], users_gpu_resident=total["users_gpu_resident"],
+        users_cpu_offloaded=total["users_cpu_offloaded"], per_replica=one, replicas=replicas, routing=routing,
         sticky_population_hit_rate_bound=float(hit), pool_tokens=float(pool_tokens),
         kv_bytes_per_token=float(b), state_bytes_per_session=float(s_bytes),
         cpu_offload_bytes=float(cpu_offload_bytes), restore=restore, fills=fills,

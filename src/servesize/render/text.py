@@ -112,8 +112,9 @@ def _plan_head(plan: Plan) -> list[str]:
              "  sessions: " + plan.workload.describe().replace("\n", "\n            "),
              f"warm users      p5 {w.users.p5:,.0f} / p50 {w.users.p50:,.0f} / p95 {w.users.p95:,.0f}"
              f"   (all warm sessions {w.sessions.p5:,.0f} / {w.sessions.p50:,.0f} / {w.sessions.p95:,.0f})"]
-    if plan.knobs.cpu_offload_bytes:
-        lines.append(f"  of which in host RAM p50 {w.cpu_offloaded.p50:,.0f}; in HBM p50 {w.gpu_resident.p50:,.0f}")
+    offload = plan.offload()
+    if offload is not None:
+        lines.append("  CPU offload: " + offload["text"])
     return lines + _flag_lines(plan.memory)
 
 
@@ -217,8 +218,11 @@ def _plan_serving(plan: Plan) -> list[str]:
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
     if w.restore:
-        lines.append(f"offload restore over PCIe: {w.restore['seconds_per_100k_tokens']:.3f} s per 100k tokens, "
-                     f"{w.restore['median_session_seconds']:.3f} s for the median session (contention not priced)")
+        over = f"{w.restore['links']} x {w.restore['link']}" if w.restore["links"] > 1 else w.restore["link"]
+        lines.append(f"offload restore over {over} ({w.restore['pcie_bytes_per_s'] / GB:g} GB/s): "
+                     f"{w.restore['seconds_per_100k_tokens']:.3f} s per 100k "
+                     f"tokens, {w.restore['median_session_seconds']:.3f} s for the median session (contention not priced; "
+                     f"link: {w.restore['link_source'] or 'given'})")
     return lines + ["recipe:", "  " + plan.recipe] + ["  " + note for note in plan.recipe_notes]
 
 

@@ -14,6 +14,7 @@ from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
 from servesize.web import charts, fleet_view, views
 from servesize.web.form import START, VIEW_PARAMS, form, presets, read_value
+from servesize.web.glossary import glossary
 from servesize.web.requests import (
     RequestError,
     fit_query,
@@ -37,7 +38,7 @@ def catalogue() -> dict:
                      "bandwidth_gbps": g.bandwidth_gbps, "fp8": g.fp8, "fp4": g.fp4, "tdp_w": g.tdp_w,
                      "source": g.source})
     return views.finite({"version": __version__, "form": form(list(load_gpus())), "presets": presets(), "start": START,
-                         "models": views.models_view(), "gpus": gpus})
+                         "models": views.models_view(), "gpus": gpus, "glossary": glossary()})
 
 
 # -- handlers ----------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from servesize.measure.sessions import verdict as bracket_verdict
 from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import PARAMS, Scenario
-from servesize.units import GiB, fmt_bytes, fmt_tokens
+from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
 from servesize.vllm_logs.calibration import Calibration, calibrate_against
 from servesize.web.form import DRAFT_FILLS, VIEW_PARAMS
 from servesize.web.requests import PlanRequest, RequestError, scenario_of
@@ -125,6 +125,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": _CEILING_MEANS[c],
                       "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
+        "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
     }
     if at.given:
         fits = at.users <= binding_users
@@ -213,8 +214,34 @@ def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
     ]
 
 
+def _offload_tiles(plan: Plan) -> list[dict]:
+    """With CPU offload: the warm users whose session is in host RAM, and a turn's restore over the host link
+    (plan.offload(): the library's figures and its line)."""
+    o = plan.offload()
+    if o is None:
+        return []
+    ram, gpu = o["users_in_host_ram"]["p5"], o["users_in_gpu_kv"]["p5"]
+    users = ram + gpu   # the fill at the p5 of warm users: its two tiers add up to its users
+    restore = o["restore_s_per_turn"]
+    return [
+        _tile("offload_split", "Warm users in host RAM (p5)", ram, f"{users_text(ram)} of {users_text(users)}",
+              f"{users_text(gpu)} in GPU KV, {users_text(ram)} in host RAM only ({fmt_bytes(o['cpu_offload_bytes'])} "
+              "per engine), in the fill at the p5 of warm users", explain=("warm",),
+              refuted_by="vLLM's offloading connector metrics on the loaded server: the share of prefix hits served "
+                         "from host RAM"),
+        _tile("restore", "Restore from host RAM, per turn", restore, f"{restore:.3f} s",
+              f"the median warm session back over {o['link']} ({o['restore_bytes_per_s'] / GB:,.1f} GB/s): "
+              f"{o['restore_s_per_100k_tokens']:.3f} s per 100k tokens, uncontended"
+              + ("; link assumed (not in the GPU catalogue)" if o["link_assumed"] else ""),
+              explain=("warm",),
+              refuted_by="time a returning session's first token on the server when its prefix was offloaded: "
+                         "the restore adds at least this"),
+    ]
+
+
 def tiles(plan: Plan, at: AtLoad) -> list[dict]:
-    return [_warm_tile(plan), _pool_tile(plan), *_decode_tiles(plan, at), *_latency_tiles(plan, at)]
+    return [_warm_tile(plan), *_offload_tiles(plan), _pool_tile(plan), *_decode_tiles(plan, at),
+            *_latency_tiles(plan, at)]
 
 
 # -- memory, recipe, bill ---------------------------------------------------------------------------
@@ -466,6 +493,25 @@ def refused_plan(body: Any, exc: ServesizeError, field: str | None) -> dict:
 
 # -- view 1 ---------------------------------------------------------------------------------------------
 
+# the fit table's columns, in order: (the row field it sorts on, its heading). Per-GPU and whole-model
+# figures say which they are: a TP 4 row's weights per GPU are a quarter of the model's.
+FIT_COLUMNS = (
+    ("model", "model"), ("precision", "weight precision"), ("tp", "placement"),
+    ("weights_bytes", "weights, whole model"), ("weights_bytes_per_gpu", "weights per GPU"),
+    ("concurrent_per_replica", "sequences per replica"), ("concurrent_total", "sequences, all replicas"),
+    ("kv_bytes_per_sequence", "KV per sequence, per GPU"),
+)
+
+
+def _fit_cells(p: dict) -> dict:
+    """One fit row's cells as the table prints them, keyed by FIT_COLUMNS."""
+    return {"model": f"{p['display']} ({p['model']})", "precision": p["precision"],
+            "tp": f"TP {p['tp']} x {p['replicas']} replica(s)",
+            "weights_bytes": fmt_bytes(p["weights_bytes"]), "weights_bytes_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]),
+            "concurrent_per_replica": f"{p['concurrent_per_replica']:,}", "concurrent_total": f"{p['concurrent_total']:,}",
+            "kv_bytes_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"])}
+
+
 def fit_view(query) -> dict:
     result = api.fit(query)
     doc = result.to_dict()
@@ -473,20 +519,22 @@ def fit_view(query) -> dict:
     for p in doc["placements"]:
         # the fit labels a checkpoint served as it is 'native (fp8)': the Scenario's quantization for it is native
         quantization = "native" if str(p["precision"]).startswith("native") else p["precision"]
-        rows.append({**p, "quantization": quantization, "text": {
+        rows.append({**p, "quantization": quantization, "cells": _fit_cells(p), "text": {
             "weights_per_gpu": fmt_bytes(p["weights_bytes_per_gpu"]), "kv_per_sequence": fmt_bytes(p["kv_bytes_per_sequence"]),
             "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
             + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
             "placement": f"TP {p['tp']} x {p['replicas']} replica(s)"}})
     return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc),
+                   "columns": [{"key": k, "label": label} for k, label in FIT_COLUMNS],
                    "caption": f"{doc['gpus']['count']}x{doc['gpus']['gpu']} ({doc['gpus']['memory_mib']:,} MiB each), "
                               f"concurrency at {doc['context']:,} tokens per sequence, vLLM {doc['vllm_version']}, "
                               f"{doc['budget']} budget"})
 
 
 def fit_effective(query, doc: dict) -> dict:
-    """The value each fit field took; the utilisation is the engine's default for the vLLM version."""
-    util = api.engine_utilization(query.vllm_version, query.gpu_memory_utilization, query.gpus)
+    """The value each fit field took; the utilisation is the one the figures use (the engine's default for the vLLM
+    version, or the simple budget's 0.90)."""
+    util = api.engine_utilization(query.vllm_version, query.gpu_memory_utilization, query.gpus, query.budget)
     return {"max_model_len": doc["context"], "budget": doc["budget"], "vllm_version": doc["vllm_version"],
             "gpu_memory_utilization": util, "kv_cache_dtype": query.kv_cache_dtype,
             "min_concurrency": query.min_concurrency, "all_placements": query.all_placements}

@@ -517,6 +517,7 @@ function drawVerdict(view, seq, draft) {
     h("p", { class: "v-why", text: v.why }),
     h("p", { class: "v-next", text: v.next.text })].filter(Boolean));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
+  if (v.offload) box.appendChild(h("p", { class: "v-why", id: "verdictOffload", text: "CPU offload: " + v.offload }));
   if (view.placement_text) box.appendChild(h("p", { class: "v-why", id: "verdictPlacement", text: view.placement_text }));
   const max = Math.max(...v.ceilings.map(c => c.users || 0)) || 1;
   const bars = h("div", { class: "ceil-bars", id: "ceilingBars" });
@@ -868,14 +869,6 @@ async function runFit() {
   drawFit();
 }
 
-const FIT_COLS = [
-  ["model", "model", r => r.display + " (" + r.model + ")"], ["precision", "weights", r => r.precision],
-  ["tp", "placement", r => r.text.placement], ["weights_bytes_per_gpu", "weights / GPU", r => r.text.weights_per_gpu],
-  ["concurrent_per_replica", "concurrent / replica", r => r.concurrent_per_replica.toLocaleString("en")],
-  ["concurrent_total", "across the group", r => r.concurrent_total.toLocaleString("en")],
-  ["kv_bytes_per_sequence", "KV / sequence", r => r.text.kv_per_sequence],
-];
-
 function drawFit() {
   const d = App.lastFit, box = $("#fitTable");
   $("#fitCaption").textContent = "What fits: " + d.caption;
@@ -883,13 +876,13 @@ function drawFit() {
   const { key, dir } = App.fitSort;
   if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
   box.textContent = "";
-  const head = h("tr", {}, FIT_COLS.map(([k, label]) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
+  const head = h("tr", {}, d.columns.map(({ key: k, label }) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
     onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", {}, h("span", { class: "sr-only", text: "actions" })));
   const body = h("tbody");
   for (const r of rows) {
     body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
       concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
-      FIT_COLS.map(([k, , f]) => h("td", { class: typeof r[k] === "number" ? "num" : "", text: f(r) })),
+      d.columns.map(({ key: k }) => h("td", { class: typeof r[k] === "number" ? "num" : "", dataset: { col: k }, text: r.cells[k] })),
       h("td", {}, h("button", { type: "button", class: "btn small", text: "why", onclick: () => explainCell(r) }),
         h("button", { type: "button", class: "btn small", text: "plan it →", onclick: () => openInPlan(r) }))));
   }
@@ -1383,6 +1376,17 @@ function switchView(view) {
   writeHash();
 }
 
+// the glossary: terms and sentences from GET /api/catalogue (web/glossary.py), figures included
+function drawGlossary(entries) {
+  const list = $("#glossaryList");
+  list.textContent = "";
+  for (const g of entries) {
+    list.append(h("dt", { dataset: { term: g.term, assumption: g.assumption || "" } }, g.term,
+      g.abbr ? [" (", h("abbr", { title: g.term, text: g.abbr }), ")"] : null),
+      h("dd", { text: g.text }));
+  }
+}
+
 async function init() {
   let res;
   try { res = await fetch("/api/catalogue"); App.cat = await res.json(); } catch (e) { banner("cannot load the catalogue: " + e.message); return; }
@@ -1399,6 +1403,7 @@ async function init() {
   buildFleetForm();
   buildPlanTeams();
   drawKvTable();
+  drawGlossary(App.cat.glossary);
   // a table wider than a phone scrolls in its own box: the box takes focus, so the keyboard can scroll it
   for (const wrap of $$(".table-wrap")) scrollable(wrap);
   $("#shareBtn").addEventListener("click", share);
@@ -1410,6 +1415,15 @@ async function init() {
   $("#skipLink").addEventListener("click", e => {   // focus the target too, so the next Tab goes on from there
     const target = $(e.currentTarget.getAttribute("href"));
     if (target) { e.preventDefault(); target.scrollIntoView({ block: "start" }); target.focus(); }
+  });
+  // "On this page": the hash holds the share link's state, so a link scrolls to its section and focuses it
+  for (const a of $$("#onThisPage a")) a.addEventListener("click", e => {
+    const target = $(a.getAttribute("href"));
+    if (!target) return;
+    e.preventDefault();
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.scrollIntoView({ block: "start" });
+    target.focus({ preventScroll: true });
   });
   $("#calibrateBtn").addEventListener("click", calibrate);
   $("#recordFile").addEventListener("change", e => { if (e.target.files[0]) loadRecord(e.target.files[0]); });
