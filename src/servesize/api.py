@@ -89,14 +89,15 @@ def memory(scenario: Scenario) -> MemoryReport:
     deployment, split = split_of(scenario, model, measured)
     report = memory_report(model.architecture, gpus_of(scenario), deployment, budget=scenario.budget,
                            name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
-                           flags_estimated=line.estimated if line else ())
+                           flags_estimated=line.estimated if line else (),
+                           flags_not_modelled=line.not_modelled if line else ())
     return replace(report, placement=split)
 
 
 def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
                            name=inputs.name, flags_not_affecting=inputs.flags_not_affecting,
-                           flags_estimated=inputs.flags_estimated)
+                           flags_estimated=inputs.flags_estimated, flags_not_modelled=inputs.flags_not_modelled)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()
