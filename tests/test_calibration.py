@@ -514,3 +514,12 @@ def test_a_calibration_at_another_tensor_parallel_size_or_of_another_model_is_re
         assert main([*base, *argv]) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and says in captured.err
+
+
+def test_the_library_calibrates_the_mi50_log_as_the_command_does():
+    from servesize import api
+
+    cal = api.calibrate((LOGS / "v1-new-hybrid-gdn-mi50.log").read_text(), kv_cache_groups=4, num_speculative_tokens=2)
+    assert cal.num_blocks == 473 and cal.pool_tokens == (473 - 1 - 3 * 4) * 800
+    given = api.calibrate((LOGS / "v1-new-hybrid-gdn-mi50.log").read_text(), kv_cache_groups=4, blocks_per_request=340)
+    assert given.num_blocks == 473

@@ -349,12 +349,15 @@ def read_vllm_log(text: str, source: str = "<log>") -> LogFacts:
 
 
 def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | None = None,
-              kv_cache_groups: int | None = None, mamba_cache_mode: str | None = None) -> Calibration:
+              kv_cache_groups: int | None = None, mamba_cache_mode: str | None = None,
+              blocks_per_request: int | None = None, num_speculative_tokens: int = 0) -> Calibration:
     """A start-up log (its text, or what ``read_vllm_log`` found in it) -> a Calibration that
-    ``Scenario(calibration=...)`` takes."""
+    ``Scenario(calibration=...)`` takes. What a hybrid model's log does not say (its block size, KV-cache
+    groups, Mamba cache mode, draft tokens per step or per-request block sum) may be given."""
     facts = log if isinstance(log, LogFacts) else parse_vllm_log(log, source=source)
     return calibrate_facts(facts, block_size=block_size, kv_cache_groups=kv_cache_groups,
-                           mamba_cache_mode=mamba_cache_mode)
+                           mamba_cache_mode=mamba_cache_mode, blocks_per_request=blocks_per_request,
+                           num_speculative_tokens=num_speculative_tokens)
 
 
 def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int = DEFAULT_MIN_TOKENS,
