@@ -523,3 +523,19 @@ def test_the_library_calibrates_the_mi50_log_as_the_command_does():
     assert cal.num_blocks == 473 and cal.pool_tokens == (473 - 1 - 3 * 4) * 800
     given = api.calibrate((LOGS / "v1-new-hybrid-gdn-mi50.log").read_text(), kv_cache_groups=4, blocks_per_request=340)
     assert given.num_blocks == 473
+
+
+def test_plan_uses_the_26646_qwen3_next_calibration(capsys, tmp_path, public):
+    case = public["vllm-26646-qwen3-next-80b-int4-tp2"]  # 1 attention + 3 GDN groups (12 full, 36 GDN layers)
+    log, out = tmp_path / "vllm-26646.log", tmp_path / "cal.json"
+    log.write_text("\n".join(case["quotes"]) + "\n")
+    assert main(["calibrate", "--vllm-log", str(log), "--kv-cache-groups", "4", "--mamba-cache-mode", "none",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    # the pre-v0.20.1 line is (n // 4) x B: the pool of one request's attention is the logged tokens x 4 groups
+    assert load_calibration(out).pool_tokens == 90048 * 4
+    # the log names no GPU (its calibration carries no GPU figure to refuse another by): two H200s hold the weights
+    assert main(["plan", "qwen3-next-80b-a3b-thinking", "--gpus", "2xH200", "-tp", "2", "--max-model-len", "215040",
+                 "--vllm-version", "0.11.0", "--calibration", str(out), "--fills", "20", "--no-sensitivity",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == 90048 * 4
