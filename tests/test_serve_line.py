@@ -239,3 +239,11 @@ def test_lmcache_as_the_offloading_backend_is_warned_of_and_not_taken_as_host_ra
 def test_an_offloading_backend_without_a_size_turns_nothing_on_and_is_listed_as_changing_no_figure():
     line = served("vllm serve x --kv-offloading-backend native", (0, 14, 0))
     assert line.not_affecting == ("--kv-offloading-backend native",) and line.not_modelled == () and line.fields == {}
+
+
+def test_a_connector_config_that_is_not_json_or_nested_too_deep_is_refused_in_one_line():
+    for text in ("{kv_connector: x}", "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(BadInput, match="--kv-transfer-config"):
+            served(f"vllm serve x --kv-transfer-config '{text}'", V)
+    dotted = served("vllm serve x --kv-transfer-config.kv_connector=NixlConnector", V)  # vLLM's dotted form: unnamed
+    assert len(dotted.not_modelled) == 1 and dotted.not_modelled[0].startswith("--kv-transfer-config: a KV connector")

@@ -3,7 +3,6 @@ it carries that change no figure (``served``, ``with_serve_line``)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from servesize.engine.vocabulary import (
     vocabulary,
 )
 from servesize.errors import BadInput
+from servesize.limits import parse_json
 from servesize.scenario import PARAMS, Param, Scenario, params_in
 from servesize.units import GiB
 
@@ -115,11 +115,13 @@ class _Connectors:
     given: dict[str, str | None] = field(default_factory=dict)
 
     def _transfer(self) -> dict:
-        text = self.given.get("--kv-transfer-config")
+        text = self.given.get("--kv-transfer-config") or ""
+        if not text.lstrip().startswith(("{", "[")):  # a dotted --kv-transfer-config.KEY=VALUE: the connector unnamed
+            return {}
         try:
-            doc = json.loads(text) if text else {}
-        except ValueError:  # a dotted --kv-transfer-config.KEY=VALUE, or not JSON: the connector is not named
-            doc = {}
+            doc = parse_json(text, "--vllm-serve: --kv-transfer-config")  # bad or too deep JSON: vLLM refuses it too
+        except BadInput as exc:
+            raise BadInput(str(exc), field="vllm_serve") from None
         return doc if isinstance(doc, dict) else {}
 
     def _sized_offload_gib(self) -> float | None:
