@@ -475,11 +475,7 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
                if not known]
     if lines.era == "v1-new":
         logged = f" ({C} x {L:,})" if C is not None and L is not None else ""
-        ask = (f"pass {' and '.join(missing)}" if missing else
-               "with the block size and groups given, no single block count prints both lines: for Mamba/GDN groups "
-               "pass --mamba-cache-mode, --num-speculative-tokens (speculative decoding) or --blocks-per-request "
-               "(servesize memory --explain prints it); plan otherwise sizes from the logged 'Available KV cache "
-               "memory', where the log has it")
+        ask = f"pass {' and '.join(missing)}" if missing else _v1_new_ask(lines)
         return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len{logged}, not the "
                                f"pool, and with several KV-cache groups the pool depends on them; {ask}"))
     if missing:
@@ -490,6 +486,21 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
                "'# GPU blocks' or 'Available KV cache memory' (sliding-window groups)")
     return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "
                            f"several; {ask}"))
+
+
+def _v1_new_ask(lines: _PoolLines) -> str:
+    """What is still open once the block size and groups are given (never the flags already passed)."""
+    if not lines.mamba:
+        open_flags = "--mamba-cache-mode (Mamba/GDN groups)" + ("" if lines.blocks_per_request else
+                                                                 " and --blocks-per-request")
+        head = ("the groups are not known to be Mamba/GDN state, and a sliding-window pool is not derived from these "
+                f"lines: pass {open_flags}")
+    elif lines.blocks_per_request:
+        head = f"no block count prints both lines with {lines.blocks_per_request} blocks per request"
+    else:
+        head = ("no single block count prints both lines: pass --num-speculative-tokens (speculative decoding) or "
+                "--blocks-per-request (servesize memory --explain prints it)")
+    return head + "; plan otherwise sizes from the logged 'Available KV cache memory', where the log has it"
 
 
 def _under_report_notes(lines: _PoolLines) -> tuple[str, ...]:
