@@ -107,6 +107,7 @@ class Predicted:
     available_bytes: int | None
     error: float | None  # predicted / logged - 1
     refused: bool
+    not_modelled: tuple[str, ...] = ()  # what servesize's own output says it leaves out (a KV connector's pool)
 
 
 def flags_alone(case: dict) -> Predicted:
@@ -114,14 +115,15 @@ def flags_alone(case: dict) -> Predicted:
     from servesize.errors import DoesNotFit
 
     logged = case["reported"]["available_kv_gib"] * GIB
+    not_modelled: tuple[str, ...] = ()
     try:
-        avail = memory(_scenario(case)).budget.available_bytes
-        refused = False
+        report = memory(_scenario(case))
+        avail, refused, not_modelled = report.budget.available_bytes, False, report.flags_not_modelled
     except DoesNotFit as exc:  # WouldNotStart carries what vLLM would have had; weights too big carry nothing
         avail, refused = getattr(exc, "available_bytes", None), True
     if avail is None:
         return Predicted(None, None, refused)
-    return Predicted(int(avail), avail / logged - 1, refused)
+    return Predicted(int(avail), avail / logged - 1, refused, tuple(not_modelled))
 
 
 def rows() -> list[dict]:
@@ -135,9 +137,19 @@ def rows() -> list[dict]:
     return out
 
 
+def _counted_errors(table: list[dict]) -> list[float]:
+    """|predicted / logged - 1| of every log whose flags state what the prediction needs."""
+    return [abs(r["predicted"].error) for r in table if not r["missing"] and r["predicted"].error is not None]
+
+
 def median_error(table: list[dict]) -> float | None:
-    errors = [abs(r["predicted"].error) for r in table if not r["missing"] and r["predicted"].error is not None]
+    errors = _counted_errors(table)
     return statistics.median(errors) if errors else None
+
+
+def max_error(table: list[dict]) -> float | None:
+    errors = _counted_errors(table)
+    return max(errors) if errors else None
 
 
 def markdown(table: list[dict]) -> str:
@@ -159,7 +171,7 @@ def markdown(table: list[dict]) -> str:
     counted = [r for r in table if not r["missing"]]
     lines.append("")
     lines.append(f"Logs whose flags state everything the prediction needs: {len(counted)} of {len(table)}; "
-                 + (f"median |error| {med:.1%}." if med is not None else "none."))
+                 + (f"median |error| {med:.1%}, max |error| {max_error(table):.1%}." if med is not None else "none."))
     return "\n".join(lines) + "\n"
 
 

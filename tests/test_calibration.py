@@ -2,6 +2,7 @@
 quoted from, and the six public logs in tests/fixtures/vllm-logs-public.json) into a Calibration."""
 
 import json
+import math
 import pathlib
 
 import pytest
@@ -69,7 +70,8 @@ def test_40691_hybrid_old_pins_1487_blocks_given_block_784_and_four_groups(publi
     cal = calibrate(facts, block_size=784, kv_cache_groups=4, mamba_cache_mode="none")
     # 290,864 / 784 = 371 = n // 4 -> n in 1484..1487; 1487 / (cdiv(32768, 784) + 3) = 33.04 singles it out
     assert cal.num_blocks == 1487
-    assert cal.pool_tokens == (1487 - 1) * 784
+    # one request's attention tokens: every block but the null block and the 3 x 1 state blocks it pins in 'none' mode
+    assert cal.pool_tokens == (1487 - 1 - 3 * 1) * 784
 
 
 def test_26646_old_line_four_times_under_its_concurrency_is_flagged_and_the_pool_left_unknown(public):
@@ -343,8 +345,9 @@ def test_calibrate_on_the_40691_log_given_the_block_size_and_groups_it_asks_for_
     text = capsys.readouterr().out
     assert "pass --block-size and --kv-cache-groups" not in text  # no loop: what it asked for was enough
     cal = load_calibration(out)
-    # (n // 4) x 784 = 290,864 allows n in 1,484..1,487; n / (cdiv(32768, 784) + 3 x 1) = n / 45 prints 33.04 only at 1,487
-    assert cal.num_blocks == 1487 and cal.pool_tokens == (1487 - 1) * 784
+    # (n // 4) x 784 = 290,864 allows n in 1,484..1,487; n / (cdiv(32768, 784) + 3 x 1) = n / 45 prints 33.04 only at 1,487;
+    # the pool: every block but the null block and the 3 state blocks one request pins (n / 48, 'align', prints 30.98)
+    assert cal.num_blocks == 1487 and cal.pool_tokens == (1487 - 1 - 3) * 784
 
 
 def test_plan_uses_the_40691_calibration(capsys, tmp_path):
@@ -354,7 +357,7 @@ def test_plan_uses_the_40691_calibration(capsys, tmp_path):
     capsys.readouterr()
     assert main(["plan", "qwen3.5-27b", "--gpus", "1xH20", "--max-model-len", "32768", "--calibration", str(out),
                  "--fills", "20", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1 - 3) * 784
 
 
 def test_a_calibration_at_another_memory_utilisation_is_refused_in_one_line_unless_told(capsys, tmp_path):
@@ -374,9 +377,9 @@ def test_a_calibration_at_another_memory_utilisation_is_refused_in_one_line_unle
     assert "measured at gpu_memory_utilization 0.85, not 0.92" in captured.err
     assert "--calibration-mismatch-ok" in captured.err
     assert main([*argv, "--calibration-mismatch-ok"]) == 0
-    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1 - 3) * 784
     assert main([*argv[:-2], "--gpu-memory-utilization", "0.85"]) == 0
-    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1) * 784
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (1487 - 1 - 3) * 784
 
 
 def test_a_calibration_at_another_memory_utilisation_or_kv_dtype_is_refused_naming_the_field(tmp_path):
@@ -405,3 +408,134 @@ def test_a_v1_new_hybrid_log_given_the_groups_does_not_ask_for_them_again(capsys
     assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4"]) == 0
     out = capsys.readouterr().out
     assert "pass --block-size and --kv-cache-groups" not in out and "pass --kv-cache-groups" not in out
+
+
+# -- the GDN hybrids of tests/data/vllm-logs with a draft model: calibrate completes, plan uses it --------------------
+
+def _awq_qwen35_27b(tmp_path):
+    """The mi50 log's model: Qwen3.5-27B's geometry (tests/fixtures/model-configs) as a 4-bit AWQ checkpoint."""
+    config = json.loads((FIXTURES / "model-configs" / "Qwen--Qwen3.5-27B" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    path = tmp_path / "qwen35-27b-awq" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+_MTP2 = ["--enable-prefix-caching", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}']
+# The mi50 log: TP 2 on two 32 GB cards (31.98 GiB as CUDA/ROCm reports them). The catalogue has no MI50 row; an
+# RTX 5090 (31.84 GiB) is the card of that memory, and only the memory is checked against the calibration.
+_MI50_PLAN = ["--gpus", "2xRTX5090", "-tp", "2", "--max-model-len", "262144", *_MTP2]
+# The 0246 log: Qwen 27B NVFP4 on one RTX 5090 at 131,072 tokens, fp8 KV, gpu_memory_utilization 0.92 (its
+# CUDA-graph line), MTP on (the 3 padding layers: 16 full-attention layers + the MTP layer = groups of 17)
+_0246_PLAN = ["qwen3.6-27b-nvfp4", "--gpus", "1xRTX5090", "--max-model-len", "131072", "--kv-cache-dtype", "fp8",
+              "--gpu-memory-utilization", "0.92", *_MTP2]
+
+
+def test_calibrate_on_the_mi50_gdn_log_with_its_draft_tokens_pins_473_blocks(capsys, tmp_path):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4",
+                 "--num-speculative-tokens", "2", "--out", str(out)]) == 0
+    assert "pass --" not in capsys.readouterr().out
+    cal = load_calibration(out)
+    # 1 attention + 3 GDN groups; each GDN group pins 2 ('align', the log's mode) + 2 draft blocks per request:
+    # s = cdiv(262144, 800) + 3 x 4 = 340, and int(n / 340 x 262144) = 364,688 only at n = 473 (473 / 340 prints 1.39)
+    s = math.ceil(262144 / 800) + 3 * (2 + 2)
+    assert s == 340 and int(473 / s * 262144) == 364688 and f"{473 / s:.2f}" == "1.39"
+    assert cal.num_blocks == 473 and cal.kv_cache_groups == 4
+    assert cal.pool_tokens == (473 - 1 - 3 * 4) * 800
+    lo, hi = cal.available_kv_bytes_per_gpu  # and 473 blocks of 17 layers x 800 tokens x 2 KV heads x 256 x K,V x 2 B fit
+    assert lo // (17 * 800 * 2 * 256 * 2 * 2) == 473
+
+
+def test_plan_uses_the_mi50_calibration(capsys, tmp_path):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4",
+                 "--num-speculative-tokens", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plan", _awq_qwen35_27b(tmp_path), *_MI50_PLAN, "--calibration", str(out), "--fills", "20",
+                 "--no-sensitivity", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pool_tokens"] == (473 - 1 - 3 * 4) * 800 and doc["pool_source"] == f"calibration {out} (pool)"
+
+
+def test_calibrate_on_the_padding_layers_log_given_what_memory_explain_prints_pins_117_blocks(capsys, tmp_path):
+    log, out = str(LOGS / "v1-padding-layers-0246.log"), tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", log, "--block-size", "1600", "--kv-cache-groups", "4"]) == 0
+    asked = capsys.readouterr().out
+    assert "--blocks-per-request" in asked and "--mamba-cache-mode" in asked  # what is still open, not the same flags
+    # servesize memory --explain for this start-up: block 1600, 4 groups of 17, blocks_per_request = 82 + 3 x 5
+    assert main(["memory", *_0246_PLAN, "--explain"]) == 0
+    explained = capsys.readouterr().out
+    assert "1600 tokens (4 group(s) of 17 layer(s))" in explained and "= 5 + 5 + 5 + 82 = 97 blocks" in explained
+    assert main(["calibrate", "--vllm-log", log, "--block-size", "1600", "--kv-cache-groups", "4",
+                 "--mamba-cache-mode", "align", "--blocks-per-request", "97", "--out", str(out)]) == 0
+    capsys.readouterr()
+    cal = load_calibration(out)
+    # int(n / 97 x 131072) = 158,097 and n / 97 prints 1.21 only at n = 117
+    assert int(117 / 97 * 131072) == 158097 and f"{117 / 97:.2f}" == "1.21"
+    assert cal.num_blocks == 117 and cal.pool_tokens == (117 - 1 - (97 - 82)) * 1600
+
+
+def test_plan_uses_the_padding_layers_calibration(capsys, tmp_path):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-padding-layers-0246.log"), "--block-size", "1600",
+                 "--kv-cache-groups", "4", "--mamba-cache-mode", "align", "--blocks-per-request", "97",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plan", *_0246_PLAN, "--calibration", str(out), "--fills", "20", "--no-sensitivity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == (117 - 1 - 15) * 1600
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["llama-3.1-8b", "--gpus", "2xRTX5090", "-tp", "2"], "calibrated for a model of 4 KV-cache groups, not"),
+    (["AWQ", "--gpus", "2xH100", "-tp", "2"], "measured on a GPU of 31.98 GiB, not H100-SXM's"),
+])
+def test_a_hybrid_calibration_applied_to_another_model_or_gpu_is_refused_in_one_line(capsys, tmp_path, argv, says):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4",
+                 "--num-speculative-tokens", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    argv = [_awq_qwen35_27b(tmp_path) if a == "AWQ" else a for a in argv]
+    assert main(["plan", *argv, "--calibration", str(out), "--fills", "20", "--no-sensitivity"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and says in captured.err
+
+
+def test_a_calibration_at_another_tensor_parallel_size_or_of_another_model_is_refused_in_one_line(capsys, tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short path: the one line then holds the model's whole name
+    out = "cal.json"
+    assert main(["calibrate", "--vllm-log", str(LOGS / "v1-0102-qwen3-235b-l40s-tp.log"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    base = ["plan", "llama-3.1-8b", "--gpus", "8xL40S", "--calibration", str(out), "--fills", "20", "--no-sensitivity"]
+    for argv, says in ((["-tp", "4"], "measured at tensor_parallel_size 8, not this scenario's 4"),
+                       (["-tp", "8"], "measured on model 'Qwen/Qwen3-235B-A22B-Instruct-2507-FP8', not llama-3.1-8b")):
+        assert main([*base, *argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and says in captured.err
+
+
+def test_the_library_calibrates_the_mi50_log_as_the_command_does():
+    from servesize import api
+
+    cal = api.calibrate((LOGS / "v1-new-hybrid-gdn-mi50.log").read_text(), kv_cache_groups=4, num_speculative_tokens=2)
+    assert cal.num_blocks == 473 and cal.pool_tokens == (473 - 1 - 3 * 4) * 800
+    given = api.calibrate((LOGS / "v1-new-hybrid-gdn-mi50.log").read_text(), kv_cache_groups=4, blocks_per_request=340)
+    assert given.num_blocks == 473
+
+
+def test_plan_uses_the_26646_qwen3_next_calibration(capsys, tmp_path, public):
+    case = public["vllm-26646-qwen3-next-80b-int4-tp2"]  # 1 attention + 3 GDN groups (12 full, 36 GDN layers)
+    log, out = tmp_path / "vllm-26646.log", tmp_path / "cal.json"
+    log.write_text("\n".join(case["quotes"]) + "\n")
+    assert main(["calibrate", "--vllm-log", str(log), "--kv-cache-groups", "4", "--mamba-cache-mode", "none",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    # the pre-v0.20.1 line is (n // 4) x B: the pool of one request's attention is the logged tokens x 4 groups
+    assert load_calibration(out).pool_tokens == 90048 * 4
+    # the log names no GPU (its calibration carries no GPU figure to refuse another by): two H200s hold the weights
+    assert main(["plan", "qwen3-next-80b-a3b-thinking", "--gpus", "2xH200", "-tp", "2", "--max-model-len", "215040",
+                 "--vllm-version", "0.11.0", "--calibration", str(out), "--fills", "20", "--no-sensitivity",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_tokens"] == 90048 * 4

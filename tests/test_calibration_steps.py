@@ -1,6 +1,7 @@
 """The steps of calibrate(), one fact each, as worked examples (vllm-kv-sizing.md §4, §6 for the formulas)."""
 
 import math
+from dataclasses import replace
 
 from servesize.units import GiB
 from servesize.vllm_logs.calibration import (
@@ -127,6 +128,12 @@ def test_the_pool_by_era_and_groups():
     hybrid = pool_lines(era="v1-hybrid-old", tokens=290_864, block_size=784, groups=4, mamba=True)
     assert _pool_tokens(hybrid, 1487).value == (1487 - 1) * 784  # one request's attention tokens
     assert _pool_tokens(hybrid, None).value == 290_864 * 4  # the old line divides the blocks by every group
+    # with the concurrency, the one per-request sum that prints it (1487 / 45 = 33.04, not 1487 / 48 = 30.98) says
+    # how many state blocks one request pins: 45 - cdiv(32768, 784) = 3, which the pool does not hold for context
+    pinned = replace(hybrid, concurrency=33.04, max_model_len=32_768)
+    assert _pool_tokens(pinned, 1487).value == (1487 - 1 - (45 - 42)) * 784
+    spec = replace(pinned, concurrency=1487 / (42 + 3 * (2 + 2)), mamba_cache_mode="align", spec_tokens=2)
+    assert _pool_tokens(spec, 1487).value == (1487 - 1 - 3 * (2 + 2)) * 784  # 'align' + 2 draft tokens: 4 per group
     several = pool_lines(era="v1-new", tokens=567_978, concurrency=4.33, max_model_len=131_072)
     assert _pool_tokens(several, None).value is None
 

@@ -37,3 +37,14 @@ def test_the_accuracy_page_holds_the_generated_table():
     start, end = "<!-- public-logs:start -->\n", "<!-- public-logs:end -->"
     assert start in page and end in page
     assert page.split(start, 1)[1].split(end, 1)[0] == acc.markdown(acc.rows())
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "--kv-transfer-config" in c["scenario"].get("vllm_serve", "")],
+                         ids=lambda c: c["id"])
+def test_a_log_served_with_a_kv_connector_is_one_servesize_warns_of_and_one_the_median_leaves_out(case):
+    connector = case["scenario"]["vllm_serve"].split('"kv_connector":"', 1)[1].split('"', 1)[0]
+    assert any(connector in q for q in case["quotes"])  # the connector is the one the log's own command names
+    warned = acc.flags_alone(case).not_modelled
+    assert len(warned) == 1 and f"KV connector {connector} changes where KV lives" in warned[0]
+    assert connector in case["missing_for_flags_alone"]
+

@@ -115,7 +115,8 @@ def _no_figure_flags(version):
     effects = flag_effects()
     return {flag: takes for flag, takes in flags_of_any_release().items()
             if known_flag(flag, version) and flag not in own and flag != "--model"
-            and flag not in effects.get("refuse", {}) and flag not in effects.get("estimate", {})}
+            and flag not in effects.get("refuse", {}) and flag not in effects.get("estimate", {})
+            and flag not in effects.get("connector", {})}
 
 
 def test_trust_remote_code_given_directly_is_accepted_and_listed_as_changing_no_figure(capsys):
@@ -174,3 +175,75 @@ def test_a_direct_flag_the_release_lacks_or_that_servesize_refuses_is_one_line_a
 def test_servesize_s_own_flags_keep_their_meaning_beside_vllm_s():
     args = _memory_parser().parse_args(["llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8k", "--port", "1"])
     assert args.max_model_len == 8000 and args.vllm_flags == ["--port=1"]
+
+
+# -- KV connectors: modelled where they are vLLM's native CPU offloading, else named in a plain warning ----------
+
+_LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'
+_FIGURES = ("available_kv_bytes_per_gpu", "num_blocks", "kv_cache_tokens", "usable_kv_tokens", "log_lines")
+
+
+def test_a_kv_connector_given_directly_is_warned_of_by_name_not_listed_as_changing_no_figure(capsys):
+    base = ["memory", "llama-3.1-8b", "--gpus", "1xH100", "--json"]
+    code, out, err = run(capsys, *base)
+    plain = json.loads(out)
+    code, out, err = run(capsys, *base, "--kv-transfer-config", _LMCACHE)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["flags_not_affecting"] == [] and len(doc["flags_not_modelled"]) == 1
+    warning = doc["flags_not_modelled"][0]
+    assert warning.startswith("--kv-transfer-config: KV connector LMCacheConnectorV1 changes where KV lives")
+    assert "does not model the connector's pool" in warning
+    assert all(doc[key] == plain[key] for key in _FIGURES)  # the figures are vLLM's own GPU pool, as without it
+
+
+@pytest.mark.parametrize("command", [["memory"], ["plan", "--fills", "20", "--no-sensitivity"]])
+def test_a_pasted_line_with_a_nixl_connector_says_so_plainly_in_the_text(capsys, command):
+    line = "vllm serve x --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
+    code, out, err = run(capsys, command[0], "llama-3.1-8b", "--gpus", "1xH100", *command[1:], "--vllm-serve", line)
+    assert code == 0, err
+    warnings = [row for row in out.splitlines() if row.startswith("  warning: --kv-transfer-config")]
+    assert len(warnings) == 1 and "KV connector NixlConnector changes where KV lives" in warnings[0]
+    assert "not affecting these figures: --kv-transfer-config" not in out
+
+
+def _plan(capsys, *flags):
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "20", "--no-sensitivity",
+                         "--seed", "7", "--json", *flags)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--kv-offloading-size", "64"],
+    ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"],
+    ["--kv-transfer-config", json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                                         "kv_connector_extra_config": {"cpu_bytes_to_use": 64 * 2**30}})],
+])
+def test_vllm_native_cpu_offloading_is_the_host_ram_of_cpu_offload_gib(capsys, flags):
+    as_servesize = _plan(capsys, "--cpu-offload-gib", "64")
+    as_vllm = _plan(capsys, *flags)
+    assert as_servesize["cpu_offloaded_sessions"]["p50"] > 0
+    for key in ("pool_tokens", "warm_users", "warm_sessions", "cpu_offloaded_sessions", "gpu_resident_sessions"):
+        assert as_vllm[key] == as_servesize[key]
+    assert as_vllm["flags_not_modelled"] == [] and as_vllm["flags_not_affecting"] == []
+
+
+def test_lmcache_as_the_offloading_backend_is_warned_of_and_not_taken_as_host_ram(capsys):
+    without = _plan(capsys)
+    doc = _plan(capsys, "--kv-offloading-size", "64", "--kv-offloading-backend", "lmcache")
+    assert doc["cpu_offloaded_sessions"] == without["cpu_offloaded_sessions"]
+    assert len(doc["flags_not_modelled"]) == 1 and "LMCacheConnectorV1" in doc["flags_not_modelled"][0]
+
+
+def test_an_offloading_backend_without_a_size_turns_nothing_on_and_is_listed_as_changing_no_figure():
+    line = served("vllm serve x --kv-offloading-backend native", (0, 14, 0))
+    assert line.not_affecting == ("--kv-offloading-backend native",) and line.not_modelled == () and line.fields == {}
+
+
+def test_a_connector_config_that_is_not_json_or_nested_too_deep_is_refused_in_one_line():
+    for text in ("{kv_connector: x}", "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(BadInput, match="--kv-transfer-config"):
+            served(f"vllm serve x --kv-transfer-config '{text}'", V)
+    dotted = served("vllm serve x --kv-transfer-config.kv_connector=NixlConnector", V)  # vLLM's dotted form: unnamed
+    assert len(dotted.not_modelled) == 1 and dotted.not_modelled[0].startswith("--kv-transfer-config: a KV connector")

@@ -90,14 +90,15 @@ def memory(scenario: Scenario) -> MemoryReport:
     deployment, split = split_of(scenario, model, measured)
     report = memory_report(model.architecture, gpus_of(scenario), deployment, budget=scenario.budget,
                            name=display_name(model), flags_not_affecting=line.not_affecting if line else (),
-                           flags_estimated=line.estimated if line else ())
+                           flags_estimated=line.estimated if line else (),
+                           flags_not_modelled=line.not_modelled if line else ())
     return replace(report, placement=split)
 
 
 def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
     report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
                            name=inputs.name, flags_not_affecting=inputs.flags_not_affecting,
-                           flags_estimated=inputs.flags_estimated)
+                           flags_estimated=inputs.flags_estimated, flags_not_modelled=inputs.flags_not_modelled)
     fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
                               seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     reserved = inputs.workload.reserved_prefix_tokens()
@@ -352,12 +353,15 @@ def read_vllm_log(text: str, source: str = "<log>") -> LogFacts:
 
 
 def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | None = None,
-              kv_cache_groups: int | None = None, mamba_cache_mode: str | None = None) -> Calibration:
+              kv_cache_groups: int | None = None, mamba_cache_mode: str | None = None,
+              blocks_per_request: int | None = None, num_speculative_tokens: int = 0) -> Calibration:
     """A start-up log (its text, or what ``read_vllm_log`` found in it) -> a Calibration that
-    ``Scenario(calibration=...)`` takes."""
+    ``Scenario(calibration=...)`` takes. What a hybrid model's log does not say (its block size, KV-cache
+    groups, Mamba cache mode, draft tokens per step or per-request block sum) may be given."""
     facts = log if isinstance(log, LogFacts) else parse_vllm_log(log, source=source)
     return calibrate_facts(facts, block_size=block_size, kv_cache_groups=kv_cache_groups,
-                           mamba_cache_mode=mamba_cache_mode)
+                           mamba_cache_mode=mamba_cache_mode, blocks_per_request=blocks_per_request,
+                           num_speculative_tokens=num_speculative_tokens)
 
 
 def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int = DEFAULT_MIN_TOKENS,

@@ -6,6 +6,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from servesize.commands._types import draft_tokens as _draft_tokens
 from servesize.commands._types import positive_int as _positive_int
 from servesize.errors import BadInput
 from servesize.limits import MAX_LOG_BYTES, read_input
@@ -19,11 +20,14 @@ examples:
   servesize calibrate --vllm-log server.log
   servesize calibrate --vllm-log run1.log --vllm-log run2.log --out calibration.json
   servesize calibrate --vllm-log qwen35.log --block-size 784 --kv-cache-groups 4 --json
+  servesize calibrate --vllm-log gdn-mtp.log --kv-cache-groups 4 --mamba-cache-mode align --num-speculative-tokens 2
 
 The log must cover a start-up from launch until vLLM prints its KV-cache lines ('GPU KV cache
 size', '# GPU blocks' or 'Available KV cache memory'). With several start-ups in one file, the
 last one that did not fail is used. Hybrid models (sliding window, Mamba/GDN) need --block-size
-and --kv-cache-groups (servesize memory prints both) before the block count can be pinned down.
+and --kv-cache-groups (servesize memory prints both) before the block count can be pinned down; a
+server with speculative decoding, --num-speculative-tokens; where a kernel holds more state blocks,
+--blocks-per-request (servesize memory --explain prints it).
 """
 
 
@@ -37,6 +41,13 @@ def add_arguments(parser) -> None:
                         help="number of KV-cache groups of the model (1 for plain attention models)")
     parser.add_argument("--mamba-cache-mode", choices=["none", "align"],
                         help="Mamba/GDN state blocks per request: none = 1, align = 2 (when the log does not say)")
+    parser.add_argument("--num-speculative-tokens", type=_draft_tokens, default=0, metavar="K",
+                        help="draft tokens per step of the server's speculative decoding (MTP, EAGLE, ...): each "
+                             "Mamba/GDN group then holds K more blocks per request")
+    parser.add_argument("--blocks-per-request", type=_positive_int, metavar="S",
+                        help="the blocks one max_model_len request holds over every KV-cache group "
+                             "('blocks_per_request' in servesize memory --explain), where a kernel adds blocks the "
+                             "flags above do not say")
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,8 @@ def _calibration_rows(cal: Calibration) -> list[str]:
                     + (f" ({cal.available_kv_gib_logged} GiB as logged)" if cal.available_kv_gib_logged is not None else ""))
     rows.append(f"    num_blocks             {cal.num_blocks if cal.num_blocks is None else f'{cal.num_blocks:,}'}"
                 f"  ({cal.num_blocks_how})")
+    if cal.kv_cache_groups is not None:
+        rows.append(f"    KV-cache groups        {cal.kv_cache_groups:,} (as given: plan refuses it for a model grouped otherwise)")
     if cal.kv_cache_tokens_logged is not None:
         rows.append(f"    KV tokens as logged    {cal.kv_cache_tokens_logged:,}")
     if cal.max_concurrency is not None:
@@ -133,7 +146,8 @@ def run(args):
     for path in args.vllm_log:
         facts = parse_vllm_log(_read(path), source=pathlib.Path(path).name)
         cal = calibrate(facts, block_size=args.block_size, kv_cache_groups=args.kv_cache_groups,
-                        mamba_cache_mode=args.mamba_cache_mode)
+                        mamba_cache_mode=args.mamba_cache_mode, blocks_per_request=args.blocks_per_request,
+                        num_speculative_tokens=args.num_speculative_tokens)
         items.append((facts, cal))
     if args.out:
         try:

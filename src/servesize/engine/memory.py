@@ -52,6 +52,7 @@ class MemoryReport:
     flags_estimated: tuple[str, ...] = ()  # flags that move a term servesize estimates anyway
     notes: tuple[str, ...] = ()
     placement: Any = None  # engine.placement.Split: how --gpus was split into replicas (api.memory)
+    flags_not_modelled: tuple[str, ...] = ()  # KV connectors: KV kept outside the pool sized here, said plainly
 
     @property
     def replicas(self) -> int:
@@ -92,6 +93,7 @@ class MemoryReport:
             "notes": list(self.notes),
             "flags_not_affecting": list(self.flags_not_affecting),
             "flags_estimated": list(self.flags_estimated),
+            "flags_not_modelled": list(self.flags_not_modelled),
             "derivation": self.derivation.to_list(),
         }
 
@@ -173,7 +175,8 @@ def _check_layout(arch: Architecture, dep: Deployment, gpus: GpuGroup) -> None:
 
 def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *, budget: str = "engine",
                   assumptions: EngineAssumptions = DEFAULT_ENGINE_ASSUMPTIONS, name: str | None = None,
-                  flags_not_affecting: tuple[str, ...] = (), flags_estimated: tuple[str, ...] = ()) -> MemoryReport:
+                  flags_not_affecting: tuple[str, ...] = (), flags_estimated: tuple[str, ...] = (),
+                  flags_not_modelled: tuple[str, ...] = ()) -> MemoryReport:
     deployment = replace(deployment, gpu_memory_utilization=budget_utilization(budget, deployment.gpu_memory_utilization))
     dep = deployment.resolved(arch, gpus)
     _check_layout(arch, dep, gpus)
@@ -212,7 +215,8 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
     if dep.enable_expert_parallel and arch.moe is None:
         notes.append("--enable-expert-parallel has no experts to place in a dense model")
     return MemoryReport(name or arch.name, gpus, dep, chosen.weights, chosen.budget, pool, chosen.derivation,
-                        tuple(warnings), chosen.extra, tuple(flags_not_affecting), tuple(flags_estimated), tuple(notes))
+                        tuple(warnings), chosen.extra, tuple(flags_not_affecting), tuple(flags_estimated), tuple(notes),
+                        flags_not_modelled=tuple(flags_not_modelled))
 
 
 def _auto_fit(arch: Architecture, dep: Deployment, sized: list[_Stage], gpus: GpuGroup) -> tuple[Deployment, str]:

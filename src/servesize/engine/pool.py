@@ -239,14 +239,22 @@ def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoin
     if spec.kind == CHUNKED:
         return cdiv(min(spec.window + in_flight, L), block)
     mode = dep.mamba_cache_mode or "none"
-    spec_blocks = dep.spec_tokens  # MambaSpec: page x (1 + num_speculative_blocks) in 'none' mode
     if mode == "all":
         return cdiv(L, block)
     if spec.kind == MAMBA and dep.version >= MAMBA2_CHECKPOINT_FROM:
         # MambaMixer2.get_kv_cache_spec: num_prefill_checkpoint_blocks=1 (the block-boundary state
         # is exported from inside one forward pass), so 'align' mode holds one more block.
         checkpoint_blocks = max(checkpoint_blocks, 1)
-    return (2 + checkpoint_blocks if mode == "align" else 1) + spec_blocks
+    return state_blocks_per_request(mode, dep.spec_tokens, checkpoint_blocks)
+
+
+def state_blocks_per_request(mode: str, spec_tokens: int = 0, checkpoint_blocks: int = 0) -> int:
+    """Blocks one request holds in a Mamba/GDN state group outside 'all' mode: MambaSpec.max_memory_usage_bytes
+    is page x (1 + num_speculative_blocks) in 'none' mode and page x (2 + num_speculative_blocks) in 'align'
+    (the running state and the last block-boundary state), plus the prefill checkpoint blocks a kernel
+    exports in 'align' (vllm/v1/kv_cache_interface.py, MambaSpec); num_speculative_blocks is the draft's
+    num_speculative_tokens. ``calibrate`` reads a log's per-request block sum by this same rule."""
+    return (2 + checkpoint_blocks if mode == "align" else 1) + spec_tokens
 
 
 def _lengths(dep: Deployment) -> tuple[int, int]:
@@ -521,12 +529,17 @@ def _full_groups(kinds: _Kinds, groups: list[KvGroup]) -> list[KvGroup]:
     return [g for g in groups if g.kind in (FULL, MLA, "+".join(kinds.attention))] or groups[:1]
 
 
+# The tokens of full-attention context the pool holds for one request (block 0 is the null block; the other
+# groups' blocks that request pins come off); ``calibrate`` derives a log's pool by this same expression.
+USABLE_KV_TOKENS = "max(0, block_size * (num_blocks - 1 - other_blocks) // full_groups)"
+
+
 def _usable_tokens(kinds: _Kinds, groups: list[KvGroup], n: int, d: Derivation) -> tuple[int, int]:
     """True usable capacity: tokens of full-attention context the pool holds for one request; and its block size."""
     full_groups = _full_groups(kinds, groups)
     other_blocks = sum(g.blocks_per_request for g in groups if g not in full_groups)
     attn_block = full_groups[0].block_size
-    usable = d.step("usable_kv_tokens", "max(0, block_size * (num_blocks - 1 - other_blocks) // full_groups)",
+    usable = d.step("usable_kv_tokens", USABLE_KV_TOKENS,
                     unit="tokens", block_size=attn_block, num_blocks=n, other_blocks=other_blocks, full_groups=len(full_groups),
                     note="block 0 is the null block; window/state groups pin their blocks per request (shown for one request); "
                          "0 when the state blocks alone take the pool")
@@ -598,6 +611,11 @@ def _layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> _Layout:
     laid = [(s, page, block_of[s.kind]) for s in specs]
     firsts = {k: v[0] for k, v in kinds.by_kind.items()}
     return _Layout(laid, [(firsts[g.kind], g.block_size) for g in grouping.groups], page * grouping.group_size)
+
+
+def kv_cache_group_count(arch: Architecture, dep: Deployment, gpu: Gpu | None = None) -> int:
+    """How many KV-cache groups vLLM makes of this model's layers (1 for a model of one attention kind)."""
+    return len(_layout(arch, dep, gpu).group_blocks)
 
 
 def _request_bytes(layout: _Layout, dep: Deployment, length: int, checkpoint: int, per_group: bool) -> int:

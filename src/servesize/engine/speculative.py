@@ -116,11 +116,14 @@ class Speculation:
         return f"{self.method}{draft}, {self.num_speculative_tokens} draft token(s) per step"
 
 
+MAX_DRAFT_TOKENS = 64  # the most num_speculative_tokens servesize takes (no published deployment drafts more)
+
+
 def _draft_tokens(config: Mapping[str, Any], method: str, target: Architecture) -> int:
     k = config.get("num_speculative_tokens")
     if k is None and method == "mtp" and target.mtp_layers:
         return target.mtp_layers  # vLLM: n_predict of the MTP module when not given
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
-        raise BadInput(f"--speculative-config num_speculative_tokens must be a whole number from 1 to 64, got {k!r}",
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
+        raise BadInput(f"--speculative-config num_speculative_tokens must be a whole number from 1 to {MAX_DRAFT_TOKENS}, got {k!r}",
         field="speculative_config")
     return k

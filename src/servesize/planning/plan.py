@@ -198,6 +198,7 @@ class Plan:
             "memory": self.fixed.memory,
             "flags_not_affecting": list(getattr(self.memory, "flags_not_affecting", ())),
             "flags_estimated": list(getattr(self.memory, "flags_estimated", ())),
+            "flags_not_modelled": list(getattr(self.memory, "flags_not_modelled", ())),
             "sizing": self.sizing,
             "placement": None if self.placement is None else self.placement.to_dict(),
         }

@@ -122,7 +122,7 @@ def _flag_lines(report: MemoryReport | None) -> list[str]:
     """The `vllm serve` flags accepted (on a --vllm-serve line or given directly) that servesize does not model."""
     if report is None:
         return []
-    lines = []
+    lines = [f"  warning: {text}" for text in report.flags_not_modelled]
     if report.flags_estimated:
         lines.append("  estimated either way: " + "; ".join(report.flags_estimated))
     if report.flags_not_affecting:

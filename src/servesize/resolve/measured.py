@@ -101,12 +101,28 @@ def _check_calibration_identity(cal: Calibration, scenario: Scenario, deployment
         if theirs and not any(theirs <= w or w <= theirs for w in ours):  # one name's words within the other's
             raise BadInput(f"{where} was measured on model {clip(cal.model)}, not {display_name(model)}: give that "
                            "MODEL, or a calibration of this one")
+    _check_calibration_groups(cal, scenario, deployment, where)
     if cal.total_gpu_memory_gib:
         gpu = gpus_of(scenario).gpu
         logged, ours_gib = cal.total_gpu_memory_gib, gpu.memory_bytes / GiB
         if abs(logged - ours_gib) > CALIBRATION_GPU_MEMORY_TOLERANCE * ours_gib:
             raise BadInput(f"{where} was measured on a GPU of {logged:.2f} GiB, not {gpu.key}'s {ours_gib:.2f} GiB: "
                            "give that GPU with --gpus (or --gpu-memory), or a calibration of this one", field="gpus")
+
+
+def _check_calibration_groups(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
+    """The KV-cache groups given to calibrate: a hybrid model's calibration (full attention beside Mamba/GDN state
+    or sliding windows) holds for a model vLLM groups the same way, never for one it groups otherwise."""
+    if cal.kv_cache_groups is None or scenario.model is None:
+        return
+    from servesize.engine.pool import kv_cache_group_count
+
+    model = model_of(scenario.model)
+    gpus = gpus_of(scenario)
+    ours = kv_cache_group_count(model.architecture, deployment.resolved(model.architecture, gpus), gpus.gpu)
+    if ours != cal.kv_cache_groups:
+        raise BadInput(f"{where} was calibrated for a model of {cal.kv_cache_groups:,} KV-cache groups, not "
+                       f"{display_name(model)}'s {ours}: give that MODEL, or a calibration of this one")
 
 
 def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:

@@ -40,6 +40,7 @@ class PlanInputs:
     flags_not_affecting: tuple[str, ...] = ()
     flags_estimated: tuple[str, ...] = ()
     split: Split | None = None  # how --gpus is split into replicas (engine.placement.choose_split)
+    flags_not_modelled: tuple[str, ...] = ()  # KV connectors servesize does not model (resolve.served)
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:
@@ -58,5 +59,6 @@ def plan_inputs(scenario: Scenario) -> PlanInputs:
                                  planned_deployment(measured.deployment, model, workload, knobs, scenario))
     return PlanInputs(scenario, model, display_name(model), hf_id_of(model, scenario.model), gpus_of(scenario),
                       deployment, workload, knobs, measured.pool_tokens, measured.pool_source, origin,
-                      line.not_affecting if line else (), line.estimated if line else (), split)
+                      line.not_affecting if line else (), line.estimated if line else (), split,
+                      line.not_modelled if line else ())
 

@@ -4,7 +4,7 @@ it carries that change no figure (``served``, ``with_serve_line``)."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.engine.versions import V1_FROM, parse_version
@@ -18,7 +18,9 @@ from servesize.engine.vocabulary import (
     vocabulary,
 )
 from servesize.errors import BadInput
-from servesize.scenario import Param, Scenario, params_in
+from servesize.limits import parse_json
+from servesize.scenario import PARAMS, Param, Scenario, params_in
+from servesize.units import GiB
 
 # Scenario engine fields that are servesize's own (no `vllm serve` flag sets them).
 SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens", "cpu_avx512_bf16")
@@ -32,6 +34,7 @@ class ServeLine:
     fields: dict[str, Any]  # Scenario field -> the value the line gives (parsed as vLLM reads it)
     not_affecting: tuple[str, ...]  # flags vLLM knows that change no figure servesize computes
     estimated: tuple[str, ...]  # flags that move a term servesize estimates anyway (the reserve)
+    not_modelled: tuple[str, ...] = ()  # KV connectors: where KV lives outside the pool servesize sizes, said plainly
 
 
 def _vllm_params(version: tuple[int, int, int]) -> dict[str, Param]:
@@ -73,6 +76,7 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
     fields: dict[str, Any] = {}
     plain: list[str] = []
     estimated: list[str] = []
+    connectors = _Connectors(effects.get("connector", {}))
     i = 0
     while i < len(words):
         word = words[i]
@@ -93,8 +97,74 @@ def served(text: str, version: tuple[int, int, int]) -> ServeLine:
         if flag == "--model":
             model = value
             continue
+        if flag in connectors.rows:
+            connectors.given[flag] = value
+            continue
         _read_serve_flag(flag, value, params, effects, version, fields, plain, estimated)
-    return ServeLine(model, fields, tuple(plain), tuple(estimated))
+    fields.update(connectors.modelled())
+    return ServeLine(model, fields, (*plain, *connectors.plain()), tuple(estimated), connectors.warnings())
+
+
+@dataclass
+class _Connectors:
+    """The KV-connector flags of a line (data/vllm_flag_effects.toml [connector]), read together: vLLM's native
+    CPU offloading given a size is host RAM for KV offload per engine (the Scenario's cpu_offload_gib); any
+    other connector is named in a warning saying that servesize does not model its pool."""
+
+    rows: dict[str, dict]
+    given: dict[str, str | None] = field(default_factory=dict)
+
+    def _transfer(self) -> dict:
+        text = self.given.get("--kv-transfer-config") or ""
+        if not text.lstrip().startswith(("{", "[")):  # a dotted --kv-transfer-config.KEY=VALUE: the connector unnamed
+            return {}
+        try:
+            doc = parse_json(text, "--vllm-serve: --kv-transfer-config")  # bad or too deep JSON: vLLM refuses it too
+        except BadInput as exc:
+            raise BadInput(str(exc), field="vllm_serve") from None
+        return doc if isinstance(doc, dict) else {}
+
+    def _sized_offload_gib(self) -> float | None:
+        """--kv-offloading-size with the native backend (the default from v0.14; v0.12-0.13 require it named)."""
+        size = self.given.get("--kv-offloading-size")
+        if size is None or (self.given.get("--kv-offloading-backend") or "native") != "native":
+            return None
+        return float(PARAMS["cpu_offload_gib"].parse(size))
+
+    def _transfer_offload_gib(self) -> float | None:
+        """An OffloadingConnector given cpu_bytes_to_use in --kv-transfer-config."""
+        doc = self._transfer()
+        extra = doc.get("kv_connector_extra_config")
+        cpu_bytes = extra.get("cpu_bytes_to_use") if isinstance(extra, dict) else None
+        if doc.get("kv_connector") != self.rows["--kv-transfer-config"]["modelled"] or isinstance(cpu_bytes, bool) \
+                or not isinstance(cpu_bytes, (int, float)):
+            return None
+        return float(PARAMS["cpu_offload_gib"].parse(str(cpu_bytes / GiB)))
+
+    def modelled(self) -> dict[str, float]:
+        """The host RAM of vLLM's native CPU offloading, GiB per engine (a size flag wins, as in vLLM's post-init)."""
+        gib = self._sized_offload_gib()
+        gib = self._transfer_offload_gib() if gib is None else gib
+        return {} if gib is None else {"cpu_offload_gib": gib}
+
+    def plain(self) -> tuple[str, ...]:
+        """--kv-offloading-backend without a size: offloading stays off, so it changes no figure."""
+        backend = self.given.get("--kv-offloading-backend")
+        alone = backend is not None and self.given.get("--kv-offloading-size") is None
+        return (f"--kv-offloading-backend {backend}",) if alone else ()
+
+    def warnings(self) -> tuple[str, ...]:
+        """One plain line per connector servesize does not model."""
+        why = self.rows["--kv-transfer-config"]["why"]
+        out = []
+        if self.given.get("--kv-offloading-size") is not None and self._sized_offload_gib() is None:
+            backend = str(self.given.get("--kv-offloading-backend"))[:40]
+            out.append(f"--kv-offloading-backend {backend}: a KV connector (LMCacheConnectorV1 for 'lmcache') {why}")
+        if "--kv-transfer-config" in self.given and self._transfer_offload_gib() is None:
+            name = self._transfer().get("kv_connector")
+            named = f"KV connector {name[:60]}" if isinstance(name, str) and name else "a KV connector"
+            out.append(f"--kv-transfer-config: {named} {why}")
+        return tuple(out)
 
 
 # Scenario fields whose `vllm serve` value is one of a release's choices (engine.vocabulary): a line is read as

@@ -16,8 +16,10 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
+from servesize.derivation import Derivation
+from servesize.engine.pool import USABLE_KV_TOKENS, state_blocks_per_request
 from servesize.errors import BadInput, clip
-from servesize.limits import MAX_LOG_NUMBER
+from servesize.limits import MAX_LAYERS, MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
 
@@ -42,6 +44,7 @@ class Calibration:
     gpu_memory_utilization: float | None = None
     quantization: str | None = None
     block_size: int | None = None
+    kv_cache_groups: int | None = None  # as the caller gave it: a calibration of another grouping is another model's
     # [lo, hi) bytes per GPU: the logged GiB figure +- half of its last digit
     available_kv_bytes_per_gpu: tuple[int, int] | None = None
     available_kv_gib_logged: float | None = None
@@ -90,11 +93,11 @@ class Calibration:
 
 
 _TEXT_FIELDS = {"source", "era", "num_blocks_how", "pool_tokens_how"}
-_COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "num_blocks", "kv_cache_tokens_logged",
+_COUNT_FIELDS = {"tensor_parallel_size", "max_model_len", "block_size", "kv_cache_groups", "num_blocks", "kv_cache_tokens_logged",
                  "cpu_kv_cache_tokens_logged", "max_concurrency_tokens", "pool_tokens"}
 _MAX_CALIBRATION_NUMBER = MAX_LOG_NUMBER  # no count or byte figure of a start-up comes near it
 # Counts with a range of their own: the Scenario's (--tensor-parallel-size 1..1,024, --block-size 1..65,536)
-_COUNT_BOUNDS = {"tensor_parallel_size": (1, 1024), "block_size": (1, 1 << 16)}
+_COUNT_BOUNDS = {"tensor_parallel_size": (1, 1024), "block_size": (1, 1 << 16), "kv_cache_groups": (1, MAX_LAYERS)}
 
 
 def _field_value(name: str, value: Any) -> Any:
@@ -162,13 +165,12 @@ def _prints_as(value: float, printed: float) -> bool:
     return f"{value:.2f}" == f"{printed:.2f}"
 
 
-def _mamba_blocks_per_request(mode: str | None) -> list[int]:
-    """Blocks one request pins in each Mamba/GDN group: 1 in 'none' mode, 2 in 'align' (§3.2)."""
-    if mode == "none":
-        return [1]
-    if mode == "align":
-        return [2]
-    return [1, 2]
+def _mamba_blocks_per_request(mode: str | None, spec_tokens: int = 0) -> list[int]:
+    """Blocks one request pins in each Mamba/GDN group: 1 in 'none' mode, 2 in 'align' (§3.2), plus one per draft
+    token under speculative decoding (engine.pool.state_blocks_per_request, the engine's own rule); both
+    candidates while the mode is unknown."""
+    modes = [mode] if mode in ("none", "align") else ["none", "align"]
+    return [state_blocks_per_request(m, spec_tokens) for m in modes]
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class _PoolLines:
     mamba: bool  # some groups are Mamba/GDN state, which pin 1-2 blocks per request however long it is
     mamba_cache_mode: str | None
     blocks_per_request: int | None  # the caller's per-request block sum at L
+    spec_tokens: int = 0  # draft tokens per step: each Mamba/GDN group pins one more block per request for each
 
     @property
     def one_group_how(self) -> str:
@@ -328,7 +331,7 @@ def _blocks_per_request(lines: _PoolLines) -> list[int]:
     if G == 1:
         return [cdiv(L, B)]
     if lines.mamba:
-        return [cdiv(L, B) + (G - 1) * m for m in _mamba_blocks_per_request(lines.mamba_cache_mode)]
+        return [cdiv(L, B) + (G - 1) * m for m in _mamba_blocks_per_request(lines.mamba_cache_mode, lines.spec_tokens)]
     return []
 
 
@@ -429,9 +432,27 @@ def _pool_from_block_count(lines: _PoolLines, n: int | None) -> _Derived[int | N
     if G == 1:
         return _Derived(max(0, n - 1) * B, f"(num_blocks - 1 null block) x block size = ({n:,} - 1) x {B}" + lines.one_group_how)
     if lines.mamba:
+        other = _state_blocks(lines, n)
+        if other is not None:
+            usable = Derivation().step("usable_kv_tokens", USABLE_KV_TOKENS, block_size=B, num_blocks=n,
+                                       other_blocks=other, full_groups=1)
+            return _Derived(usable, (f"(num_blocks - 1 null block - {other} state blocks one request pins) x attention "
+                                     f"block size = ({n:,} - 1 - {other}) x {B}: one request's attention tokens, as "
+                                     "servesize memory derives its usable tokens"))
         return _Derived(max(0, n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
                                       f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)"))
     return None
+
+
+def _state_blocks(lines: _PoolLines, n: int) -> int | None:
+    """The blocks one max_model_len request pins outside the attention group (s - cdiv(L, B)), where exactly one
+    per-request block sum s prints the logged concurrency from n blocks; None where that is not known."""
+    B, L, C = lines.block_size, lines.max_model_len, lines.concurrency
+    if not B or not L:
+        return None
+    fits = [s for s in _blocks_per_request(lines) if C is None or _prints_as(n / s, C)]
+    s = _unique(fits)
+    return None if s is None else max(0, s - cdiv(L, B))
 
 
 def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
@@ -454,9 +475,7 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
                if not known]
     if lines.era == "v1-new":
         logged = f" ({C} x {L:,})" if C is not None and L is not None else ""
-        ask = (f"pass {' and '.join(missing)}" if missing else
-               "with the block size and groups given, no single block count prints both lines (plan then sizes from "
-               "the logged 'Available KV cache memory', where the log has it)")
+        ask = f"pass {' and '.join(missing)}" if missing else _v1_new_ask(lines)
         return _Derived(None, (f"unknown: since v0.20.1 the token line is concurrency x max_model_len{logged}, not the "
                                f"pool, and with several KV-cache groups the pool depends on them; {ask}"))
     if missing:
@@ -467,6 +486,21 @@ def _pool_from_token_line(lines: _PoolLines) -> _Derived[int | None]:
                "'# GPU blocks' or 'Available KV cache memory' (sliding-window groups)")
     return _Derived(None, ("unknown: the pre-v0.20.1 line divides the blocks by every KV-cache group and this model has "
                            f"several; {ask}"))
+
+
+def _v1_new_ask(lines: _PoolLines) -> str:
+    """What is still open once the block size and groups are given (never the flags already passed)."""
+    if not lines.mamba:
+        open_flags = "--mamba-cache-mode (Mamba/GDN groups)" + ("" if lines.blocks_per_request else
+                                                                 " and --blocks-per-request")
+        head = ("the groups are not known to be Mamba/GDN state, and a sliding-window pool is not derived from these "
+                f"lines: pass {open_flags}")
+    elif lines.blocks_per_request:
+        head = f"no block count prints both lines with {lines.blocks_per_request} blocks per request"
+    else:
+        head = ("no single block count prints both lines: pass --num-speculative-tokens (speculative decoding) or "
+                "--blocks-per-request (servesize memory --explain prints it)")
+    return head + "; plan otherwise sizes from the logged 'Available KV cache memory', where the log has it"
 
 
 def _under_report_notes(lines: _PoolLines) -> tuple[str, ...]:
@@ -551,12 +585,14 @@ def _setup_notes(facts: LogFacts) -> tuple[str, ...]:
 
 
 def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups: int | None = None,
-              blocks_per_request: int | None = None, mamba_cache_mode: str | None = None) -> Calibration:
+              blocks_per_request: int | None = None, mamba_cache_mode: str | None = None,
+              num_speculative_tokens: int = 0) -> Calibration:
     """Turn a start-up's facts into a Calibration.
 
     ``block_size``, ``kv_cache_groups`` (how many KV-cache groups the model has), ``blocks_per_request``
-    (the per-request block sum at max_model_len) and ``mamba_cache_mode`` are what the log
-    does not say for hybrid models; give them when you know them (``servesize memory`` prints them),
+    (the per-request block sum at max_model_len), ``mamba_cache_mode`` and ``num_speculative_tokens`` (the
+    draft tokens per step, each one more state block per request) are what the log does not say for hybrid
+    models; give them when you know them (``servesize memory --explain`` prints the groups and the sum),
     and the block count is pinned down where the printed numbers allow exactly one value."""
     era = _era(facts)
     max_model_len = _max_model_len(facts)
@@ -565,7 +601,7 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     stated = _PoolLines(era=era.value, tokens=_kv_tokens_logged(facts), concurrency=facts.max_concurrency,
                        max_model_len=max_model_len.value, block_size=stated_block_size.value, groups=None,
                        groups_given=bool(kv_cache_groups), mamba=_has_mamba_groups(facts, mode), mamba_cache_mode=mode,
-                       blocks_per_request=blocks_per_request)
+                       blocks_per_request=blocks_per_request, spec_tokens=num_speculative_tokens)
     available = _available_kv_bytes(facts)
     groups = _kv_cache_groups(stated, kv_cache_groups, _looks_hybrid(facts, kv_cache_groups, mamba_cache_mode))
     block = stated_block_size
@@ -584,7 +620,7 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
         source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=facts.value("model"),
         tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=max_model_len.value,
         kv_cache_dtype=facts.value("kv_cache_dtype"), gpu_memory_utilization=facts.value("gpu_memory_utilization"),
-        quantization=facts.value("quantization"), block_size=block.value,
+        quantization=facts.value("quantization"), block_size=block.value, kv_cache_groups=kv_cache_groups,
         available_kv_bytes_per_gpu=available.value, available_kv_gib_logged=facts.available_kv_gib,
         num_blocks=count.value, num_blocks_how=count.how + (f"; block size: {block.how}" if count.value is not None and block.how else ""),
         kv_cache_tokens_logged=lines.tokens, cpu_kv_cache_tokens_logged=facts.cpu_kv_cache_tokens,
