@@ -31,8 +31,8 @@ from servesize.model.hardware import parse_gpus
 from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
 from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
 from servesize.planning.at_load import Load as Load
+from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.planning.inputs import Fixed, fixed_from_memory
-from servesize.planning.plan import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
     PlanInputs,

@@ -22,6 +22,9 @@ from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
 from servesize.workload.model import Workload
 
+# the planning percentiles in words, as every face states them (here, not in plan.py: api reads it without numpy)
+PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
+
 STATE_KINDS = (GDN, MAMBA)
 NOT_READ_IN_DECODE = ("vision", "mtp")  # text decode never streams the vision tower; the MTP head is the draft
 

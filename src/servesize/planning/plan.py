@@ -12,6 +12,7 @@ from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
 from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of
+from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
@@ -20,7 +21,6 @@ from servesize.units import GB, fmt_tokens
 from servesize.workload.model import Workload, length_mass
 
 # which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
-PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
 
 
 @dataclass(frozen=True)
