@@ -219,6 +219,25 @@ def test_the_declared_maximum_of_users_is_refused_before_its_blocks_are_allocate
             "--block-size", "4", "--quiet", fragments=(f"{expected_blocks:,} blocks", "MAX_REPLAY_BLOCKS"))
 
 
+def test_a_replay_whose_outputs_would_take_billions_of_block_steps_is_refused_before_it_runs(tmp_path, capsys):
+    """Found by the huge-sizes fuzz target at 10,000 cases (it ran past the 300 s hang cap): four OpenAI lines, three
+    of them 100,000 output tokens, replayed for 100,000 users. Its prompts send 200,000 blocks, well inside
+    MAX_REPLAY_BLOCKS, but each request allocates 6,250 output blocks: 600,000 requests step through 3.75 billion."""
+    lines = [{"session_id": "s0", "timestamp": 1000, "usage": {"prompt_tokens": 1, "completion_tokens": 100_000}},
+             {"session_id": "s1", "timestamp": 1001, "usage": {"prompt_tokens": 17, "completion_tokens": 100_000}},
+             {"session_id": "s0", "timestamp": 1002, "usage": {"prompt_tokens": 10**400, "completion_tokens": 512}},
+             {"session_id": "s1", "timestamp": 1003, "usage": {"prompt_tokens": 1, "completion_tokens": 100_000}}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    line = refused(capsys, "simulate", trace, "--pool-tokens", "1M", "--users", "100000", "--quiet", "--no-bounds",
+                   fragments=("allocates", "MAX_REPLAY_BLOCKS", "--no-output-blocks"))
+    work = int(line.split("allocates ")[1].split(" blocks")[0].replace(",", ""))
+    assert work > limits.MAX_REPLAY_BLOCKS and work > 100 * 200_000  # the outputs, not the prompts, pass the cap
+    # without the outputs the same replay runs (its prompts are far inside the cap)
+    assert main(["simulate", str(trace), "--pool-tokens", "1M", "--users", "1000", "--quiet", "--no-bounds",
+                 "--no-output-blocks"]) == 0
+
+
 def test_a_replay_within_the_cap_that_the_machine_cannot_hold_ends_in_one_line(tmp_path, capsys):
     """Within MAX_REPLAY_BLOCKS (250M blocks at 16 tokens) a replay may still want GiBs; under an address-space
     limit of 1 GiB more than the process holds, it is one line and exit 2, not the bug line (MemoryError)."""

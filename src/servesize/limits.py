@@ -187,7 +187,7 @@ def check_depth(data: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
 MAX_FILE_NUMBER = 10**15             # any number in a workload file (a pool is ~1e7 tokens, a byte figure ~1e11)
 MAX_REQUEST_TOKENS = 10**8           # one request's prompt or output in a trace (the longest context any model takes is 10M)
 MAX_TRACE_BLOCKS = 1 << 28           # block ids a trace may hold (the Claude Code trace has 94M; 8 bytes each)
-MAX_REPLAY_BLOCKS = 1 << 29          # engine blocks one replay sends (~16 bytes each at peak: ~8.6 GiB; Claude Code at 16: 375M)
+MAX_REPLAY_BLOCKS = 1 << 29  # blocks a replay sends, or allocates with outputs (~16 B each at peak: ~8.6 GiB; Claude Code at 16: 375M)
 #                                      the Claude Code trace in its own 64-token blocks sends 94M
 MAX_REPLAY_SESSIONS = 1 << 20        # sessions one replay draws (--users x --sessions-per-user; the default at 100,000 users is 400,000)
 

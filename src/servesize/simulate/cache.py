@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_REPLAY_BLOCKS
 from servesize.progress import Counted as Progress
 from servesize.simulate.replay import Replay
 
@@ -321,6 +322,20 @@ class ExactResult:
                 "wait_s_max": float(waits.max()) if waits.size else 0.0, "too_large": self.too_large}
 
 
+def _refuse_work(total_blocks: np.ndarray, cfg: CacheConfig) -> None:
+    """Refuse before replaying a run that allocates more than MAX_REPLAY_BLOCKS blocks in all (each request's prompt
+    and output blocks, every one a step of the replay): the bound on the blocks a replay sends counts prompts
+    only, and 600,000 requests of 100,000 output tokens each (6,250 blocks apiece, 3.75 billion in all) ran for
+    hours (found by tests/test_fuzz_inputs.py's huge-sizes target)."""
+    schedulable = total_blocks[total_blocks <= cfg.num_blocks - 1]  # a larger one is never allocated (too_large)
+    work = int(schedulable.sum(dtype=np.int64))
+    if work > MAX_REPLAY_BLOCKS:
+        out = "prompt and output" if cfg.output_blocks else "prompt"
+        raise BadInput(f"this replay allocates {work:,} blocks of {cfg.block_size} tokens ({out} blocks of "
+                       f"{schedulable.size:,} requests), past the {MAX_REPLAY_BLOCKS:,} one replay steps through "
+                       "(MAX_REPLAY_BLOCKS); use fewer users, a larger --block-size, --no-output-blocks or a part of the trace")
+
+
 class _Run:
     """One replay through one pool: arrivals in order, finishes from a heap, a first-come-first-served wait line."""
 
@@ -332,6 +347,7 @@ class _Run:
         out = replay.output_tokens if cfg.output_blocks else np.zeros_like(replay.output_tokens)
         self.total_blocks = -(-(replay.input_tokens + out) // cfg.block_size)
         self.full_out = (replay.input_tokens + out) // cfg.block_size - np.diff(replay.offsets)
+        _refuse_work(self.total_blocks, cfg)
         n = replay.requests
         self.hit = np.zeros(n, dtype=np.int64)
         self.ideal = np.zeros(n, dtype=np.int64)
