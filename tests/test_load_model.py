@@ -166,3 +166,29 @@ def test_the_ttft_ceilings_root_finder_lands_where_a_plain_bisection_does(miss_r
     got = ttft_ceiling_rate(m, miss_s, hit_s, budget_s, 95.0).rate_at_ceiling_per_s
     assert got == pytest.approx(expected, rel=1e-12)
     assert share(got) <= target < share(got * (1 + 1e-9))  # the answer meets the target; a hair more does not
+
+
+def test_a_fixed_point_climbed_from_fewer_users_is_the_one_climbed_from_one_decoder():
+    from servesize.planning.load import _Cycle
+
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    k_star, q = 49, 0.95  # 60 / (1 + 0.49) = 40.3 >= 40 > 60 / 1.5
+    warm = _Cycle(speed, k_star, 500, 30.0, 0.5, 0.25, q)  # solves 1, 2, ... in turn: each climbs from the last
+    for users in range(1, warm.upper_users() + 1):
+        cold = _Cycle(speed, k_star, 500, 30.0, 0.5, 0.25, q)  # nothing solved: climbs from one decoder
+        assert warm.fixed_point(users) == cold.fixed_point(users)
+
+
+def test_a_sweep_of_the_pacing_reads_each_speed_of_the_curve_once(monkeypatch):
+    from servesize.planning import ceilings as C
+    from servesize.planning.inputs import Knobs
+    from servesize.workload.presets import preset
+
+    calls = []
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    monkeypatch.setattr(C, "median_speed", lambda setup, bank, k: calls.append(k) or speed(k))
+    cache, bank, workload = C.CeilingCache(), object(), preset("chat").workload()
+    users = [C.decode_load_of("setup", 49, workload.replace(think_time_s=think), Knobs(), bank, 0.5, cache=cache).users
+             for think in (10.0, 30.0, 99.0)]
+    assert users == sorted(users) and users[0] < users[-1]  # three different ceilings
+    assert calls and len(calls) == len(set(calls))  # ... reading each k of the one speed curve once

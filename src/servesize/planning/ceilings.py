@@ -37,7 +37,14 @@ from servesize.planning.decode import (
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
 from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users, users_for_rate
-from servesize.planning.load import DecodeLoad, TtftLoad, decode_load_ceiling, think_time_of, ttft_ceiling_rate
+from servesize.planning.load import (
+    DecodeLoad,
+    TtftLoad,
+    decode_load_ceiling,
+    longest_miss,
+    think_time_of,
+    ttft_ceiling_rate,
+)
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
 from servesize.workload.draws import RandomBank
@@ -163,9 +170,12 @@ class CeilingCache:
     - ``contexts``: decode context banks, by what the lengths depend on (not coldness);
     - ``decode``: decode ceilings, by setup, floor and bank;
     - ``prefill``: prefill costs, by setup and length distribution;
-    - ``ttft_samples`` / ``ttft``: the load model's prefill draws, by setup and bank, and its TTFT ceiling, by
+    - ``ttft_samples`` / ``ttft``: the load model's prefill draws (and their p99.9, ``ttft_longest``), by setup
+      and bank, and its TTFT ceiling, by
       those draws, the moments, the budget and the percentile (a sweep of the decode side leaves them unmoved);
-    - ``decode_load``: the load model's decode ceiling, by setup, bank and the pacing it reads.
+    - ``decode_load``: the load model's decode ceiling, by setup, bank and the pacing it reads;
+    - ``speeds``: the p50 per-user speed at k decoders, by setup and bank (a think-time or TTFT sweep moves
+      the load model's fixed points, not the speed curve they read).
     """
 
     def __init__(self) -> None:
@@ -175,8 +185,10 @@ class CeilingCache:
         self.decode: dict = {}
         self.prefill: dict = {}
         self.ttft_samples: dict = {}
+        self.ttft_longest: dict = {}
         self.ttft: dict = {}
         self.decode_load: dict = {}
+        self.speeds: dict = {}
 
     def bank(self, seed: int, uniforms: bool) -> RandomBank:
         key = (int(seed), bool(uniforms))
@@ -267,12 +279,14 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     key = (pset, id(bank), workload.warm_turn_tokens)
     if key not in cache.ttft_samples:
         lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
-        cache.ttft_samples[key] = (np.asarray(pset.miss_seconds(lengths), dtype=float),
-                                   np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+        miss = np.asarray(pset.miss_seconds(lengths), dtype=float)
+        cache.ttft_samples[key] = (miss, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+        cache.ttft_longest[key] = longest_miss(miss)
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
     percentile = float(knobs.a("load.percentile"))
     if (key, m, budget, percentile) not in cache.ttft:
-        cache.ttft[(key, m, budget, percentile)] = ttft_ceiling_rate(m, miss_draws, hit_draws, budget, percentile)
+        cache.ttft[(key, m, budget, percentile)] = ttft_ceiling_rate(m, miss_draws, hit_draws, budget, percentile,
+                                                                     longest_miss_s=cache.ttft_longest[key])
     ttft = cache.ttft[(key, m, budget, percentile)]
     return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
 
@@ -287,7 +301,14 @@ def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: K
     key = (setup, id(bank), *args, bound)
     if cache is not None and key in cache.decode_load:
         return cache.decode_load[key]
-    load = decode_load_ceiling(lambda k: median_speed(setup, bank, k), *args, lower_bound=bound)
+    speeds = cache.speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
+
+    def speed_at(k: int) -> float:  # the p50 at k decoders: one setup and bank give one curve, whatever the pacing
+        if k not in speeds:
+            speeds[k] = median_speed(setup, bank, k)
+        return speeds[k]
+
+    load = decode_load_ceiling(speed_at, *args, lower_bound=bound)
     if cache is not None:
         cache.decode_load[key] = load
     return load

@@ -113,6 +113,7 @@ class _Cycle:
         self.speed_at, self.k_star, self.out, self.think = speed_at, k_star, float(output_tokens), float(think_s)
         self.request_s, self.r, self.q = float(request_s), float(sub_ratio), q
         self._speeds: dict[int, float] = {}
+        self._points: dict[int, int] = {}  # users -> k_q found (the bisection asks for some twice)
 
     def speed(self, k: int) -> float:
         k = max(1, int(k))
@@ -129,16 +130,25 @@ class _Cycle:
         return int(math.ceil(users * (1.0 + self.r) - 1e-9))
 
     def fixed_point(self, users: int) -> int:
-        """k_q at ``users`` (k* + 1 when it exceeds k*: the floor is missed)."""
-        k = 1
+        """k_q at ``users`` (k* + 1 when it exceeds k*: the floor is missed).
+
+        The iteration climbs from the k_q of the most users already solved below ``users`` (one decoder when
+        none is): the map is increasing in k and in the users, so that k_q is a point at or under the least
+        fixed point at ``users``, and climbing from it reaches the same least fixed point as climbing from 1."""
+        if users in self._points:
+            return self._points[users]
+        below = [u for u, k in self._points.items() if u < users and k <= self.k_star]
+        k = self._points[max(below)] if below else 1
         for _ in range(self.k_star + 2):
             a, _, _ = self.duty(self.speed(k))
             nxt = max(1, binomial_quantile(self.streams(users), a, self.q, self.k_star))
             if nxt > self.k_star:
-                return self.k_star + 1
+                k = self.k_star + 1
+                break
             if nxt <= k:
-                return k
+                break
             k = nxt
+        self._points[users] = k
         return k
 
     def upper_users(self) -> int:
@@ -302,9 +312,17 @@ def _largest_rate_within(excess: Callable[[float], float], at_zero: float, satur
     return lo
 
 
+def longest_miss(miss_s: np.ndarray) -> float:
+    """The slowest cold prefill drawn: the p99.9 of the miss draws (0 without draws)."""
+    return float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
+
+
 def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
-                      percentile: float = 95.0) -> TtftLoad:
-    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget."""
+                      percentile: float = 95.0, longest_miss_s: float | None = None) -> TtftLoad:
+    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget.
+
+    ``longest_miss_s``: ``longest_miss(miss_s)`` when the caller holds it already (the same draws under
+    every budget and moment a sweep tries)."""
     if budget_s <= 0:
         raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
     allowed = 1.0 - float(percentile) / 100.0
@@ -312,5 +330,5 @@ def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, 
     base = _share(0.0, m, miss, hit)
     target = min(base + allowed, 1.0)
     lo = _largest_rate_within(lambda rate: _share(rate, m, miss, hit) - target, base - target, 1.0 / m.mean_s)
-    longest = float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
+    longest = longest_miss(miss_s) if longest_miss_s is None else float(longest_miss_s)
     return TtftLoad(lo, float(base), allowed, float(budget_s), float(percentile), longest)
