@@ -36,14 +36,20 @@ from servesize.planning.decode import (
     tp_efficiency,
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
-from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users, users_for_rate
+from servesize.planning.latency import (
+    ServiceMoments,
+    latency_ceiling_users,
+    moments_from,
+    saturation_ceiling_users,
+    users_for_rate,
+)
 from servesize.planning.load import (
     DecodeLoad,
     TtftLoad,
+    TtftSearch,
     decode_load_ceiling,
     longest_miss,
     think_time_of,
-    ttft_ceiling_rate,
 )
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import DEFAULT_PCIE_BYTES_PER_S, warm_capacity
@@ -265,8 +271,12 @@ def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: Ceil
     return cache.prefill[key]
 
 
-def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank):
-    """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT."""
+def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+                  exact: bool = True):
+    """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT.
+
+    ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
+    ceiling as None, for a caller that narrows it only as far as it needs (``binding_of``)."""
     costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
     m = moments_from(costs, workload.invalidation)
     r = sub_ratio_of(workload)
@@ -275,6 +285,17 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     sat = saturation_ceiling_users(m, r, think)
     if knobs.a("load.model") != "duty":
         return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()
+    search, samples = _ttft_search(fixed, workload, knobs, cache, bank, m, budget)
+    if not exact:
+        return costs, m, None, sat, search, samples
+    ttft = search.result()
+    return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
+
+
+def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+                 m: ServiceMoments, budget: float) -> tuple[TtftSearch, tuple]:
+    """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
+    percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
     key = (pset, id(bank), workload.warm_turn_tokens)
     if key not in cache.ttft_samples:
@@ -285,10 +306,9 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
     percentile = float(knobs.a("load.percentile"))
     if (key, m, budget, percentile) not in cache.ttft:
-        cache.ttft[(key, m, budget, percentile)] = ttft_ceiling_rate(m, miss_draws, hit_draws, budget, percentile,
-                                                                     longest_miss_s=cache.ttft_longest[key])
-    ttft = cache.ttft[(key, m, budget, percentile)]
-    return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
+        cache.ttft[(key, m, budget, percentile)] = TtftSearch(m, miss_draws, hit_draws, budget, percentile,
+                                                              longest_miss_s=cache.ttft_longest[key])
+    return cache.ttft[(key, m, budget, percentile)], samples
 
 
 def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
@@ -348,22 +368,61 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
-    load = None
-    decode_users = float(dec.n)
+    load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache)
+    values = _values(warm, decode_users, lat, sat, dp)
+    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
+    return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
+                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
+                    ttft_samples=samples)
+
+
+BINDING_RATE_TOLS = (0.3, 0.03, 1e-3, 1e-5)  # binding_of narrows the TTFT search in these steps, asking at each
+# whether latency may still bind (each step resumes the one before: a step costs only the evaluations it adds)
+
+
+def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> str:
+    """``ceilings(..., comfortable=False).binding``, with the load model's TTFT search narrowed only as far as
+    deciding the binding needs: in the steps of BINDING_RATE_TOLS, and at each, when the latency ceiling at the
+    bracket's low end (a rate the search has shown to meet the target, so no more than the ceiling's) already
+    exceeds another ceiling, latency cannot bind; else the search is finished as ``ceilings`` finishes it (the
+    same iteration resumed). The same answer as ``ceilings``, with fewer TTFT evaluations on a sensitivity scan."""
+    if fixed.peak_flops_per_gpu <= 0 or knobs.a("load.model") != "duty":
+        return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
+    warm = warm_of(fixed, workload, knobs, cache)
+    setup = decode_setup(fixed, knobs)
+    dec, _out_of_reach = decode_at_floor(setup, workload, knobs, cache)
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    _costs, m, _lat, sat, search, _samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
+    _load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache)
+    think, r = think_time_of(workload), sub_ratio_of(workload)
+    others = _values(warm, decode_users, 0.0, sat, fixed.dp)
+    del others["latency"]
+    lowest = min(others.values())
+    for tol in BINDING_RATE_TOLS:
+        lo_rate, _hi_rate = search.rate_bounds(tol)
+        if _values(warm, decode_users, users_for_rate(lo_rate, think, r), sat, fixed.dp)["latency"] > lowest:
+            return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
+    values = _values(warm, decode_users, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat, fixed.dp)
+    return min(CEILINGS, key=lambda k: values[k])
+
+
+def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,
+                  m: ServiceMoments | None, cache: CeilingCache) -> tuple[DecodeLoad | None, float]:
+    """The load model's decode ceiling (None under the seed's rule) and the decode ceiling's users per replica."""
     # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
     if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
         load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache)
-        decode_users = float(load.users)
-    values = {
+        return load, float(load.users)
+    return None, float(dec.n)
+
+
+def _values(warm, decode_users: float, lat: float, sat: float, dp: int) -> dict:
+    return {
         "cache": float(warm.users.p5),
         "decode": decode_users * dp,
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),
     }
-    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
-    return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
-                    ttft_samples=samples)
 
 
 def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,

@@ -283,33 +283,47 @@ RATE_REL_TOL = 1e-13  # the rate is found to 1e-13 of itself: where a 60-step bi
 _MAX_ROOT_STEPS = 200  # a cap: Illinois takes 17-40 steps on the plan's sensitivity panel; stopped early, lo still meets the target
 
 
-def _largest_rate_within(excess: Callable[[float], float], at_zero: float, saturation: float) -> float:
+class _RateSearch:
     """The largest rate in [0, saturation) whose ``excess`` (share over the target, increasing in the rate) is
     <= 0, given ``excess(0) = at_zero <= 0``: regula falsi with the Illinois rule, the bracket kept
-    [lo: within, hi: over] so the answer is always a rate that meets the target."""
-    lo, g_lo, hi = 0.0, at_zero, saturation
-    g_hi = excess(hi)
-    if g_hi <= 0:  # the share never exceeds the target below saturation
-        return math.nextafter(hi, 0.0)
-    side = 0
-    for _ in range(_MAX_ROOT_STEPS):
-        if hi - lo <= RATE_REL_TOL * hi:
-            break
-        x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
-        if not lo < x < hi:
-            x = 0.5 * (lo + hi)
-        g = excess(x)
-        if g <= 0:
-            lo, g_lo = x, g
-            if side < 0:
-                g_hi *= 0.5
-            side = -1
-        else:
-            hi, g_hi = x, g
-            if side > 0:
-                g_lo *= 0.5
-            side = 1
-    return lo
+    [lo: within, hi: over] so ``lo`` is always a rate that meets the target and the root lies in [lo, hi].
+
+    Resumable: ``narrow(tol)`` runs the iteration until the bracket is within ``tol`` of ``hi``; a later
+    ``narrow`` with a smaller ``tol`` continues the same iteration, so a search narrowed in steps evaluates the
+    same rates, and ends on the same ``lo``, as one narrowed to the smaller ``tol`` at once."""
+
+    def __init__(self, excess: Callable[[float], float], at_zero: float, saturation: float):
+        self.excess, self.lo, self.g_lo, self.hi = excess, 0.0, at_zero, saturation
+        self.g_hi = excess(saturation)
+        self.side = self.steps = 0
+        if self.g_hi <= 0:  # the share never exceeds the target below saturation
+            self.lo = self.hi = math.nextafter(saturation, 0.0)
+            self.steps = _MAX_ROOT_STEPS
+
+    def narrow(self, rel_tol: float) -> _RateSearch:
+        while self.steps < _MAX_ROOT_STEPS and self.hi - self.lo > rel_tol * self.hi:
+            self.steps += 1
+            lo, hi, g_lo, g_hi = self.lo, self.hi, self.g_lo, self.g_hi
+            x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+            if not lo < x < hi:
+                x = 0.5 * (lo + hi)
+            g = self.excess(x)
+            if g <= 0:
+                self.lo, self.g_lo = x, g
+                if self.side < 0:
+                    self.g_hi *= 0.5
+                self.side = -1
+            else:
+                self.hi, self.g_hi = x, g
+                if self.side > 0:
+                    self.g_lo *= 0.5
+                self.side = 1
+        return self
+
+
+def _largest_rate_within(excess: Callable[[float], float], at_zero: float, saturation: float) -> float:
+    """The largest rate in [0, saturation) whose ``excess`` is <= 0, to RATE_REL_TOL (``_RateSearch``)."""
+    return _RateSearch(excess, at_zero, saturation).narrow(RATE_REL_TOL).lo
 
 
 def longest_miss(miss_s: np.ndarray) -> float:
@@ -323,12 +337,34 @@ def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, 
 
     ``longest_miss_s``: ``longest_miss(miss_s)`` when the caller holds it already (the same draws under
     every budget and moment a sweep tries)."""
-    if budget_s <= 0:
-        raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
-    allowed = 1.0 - float(percentile) / 100.0
-    miss, hit = _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
-    base = _share(0.0, m, miss, hit)
-    target = min(base + allowed, 1.0)
-    lo = _largest_rate_within(lambda rate: _share(rate, m, miss, hit) - target, base - target, 1.0 / m.mean_s)
-    longest = longest_miss(miss_s) if longest_miss_s is None else float(longest_miss_s)
-    return TtftLoad(lo, float(base), allowed, float(budget_s), float(percentile), longest)
+    return TtftSearch(m, miss_s, hit_s, budget_s, percentile, longest_miss_s).result()
+
+
+class TtftSearch:
+    """``ttft_ceiling_rate``'s search, held open: ``rate_bounds(tol)`` brackets the ceiling's rate as far as a
+    caller needs (which ceiling binds may be plain from a coarse bracket), ``result()`` finishes it to
+    RATE_REL_TOL, continuing the same iteration (the same TtftLoad as ``ttft_ceiling_rate``)."""
+
+    def __init__(self, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
+                 percentile: float = 95.0, longest_miss_s: float | None = None):
+        if budget_s <= 0:
+            raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
+        self.allowed = 1.0 - float(percentile) / 100.0
+        miss, hit = _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
+        self.base = _share(0.0, m, miss, hit)
+        target = min(self.base + self.allowed, 1.0)
+        self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)
+        self.budget_s, self.percentile = float(budget_s), float(percentile)
+        self.longest = longest_miss(miss_s) if longest_miss_s is None else float(longest_miss_s)
+        self._result: TtftLoad | None = None
+
+    def rate_bounds(self, rel_tol: float) -> tuple[float, float]:
+        """(lo, hi): the ceiling's rate lies in [lo, hi], hi - lo within ``rel_tol`` of hi (or the search's end)."""
+        self.search.narrow(rel_tol)
+        return self.search.lo, self.search.hi
+
+    def result(self) -> TtftLoad:
+        if self._result is None:
+            lo = self.search.narrow(RATE_REL_TOL).lo
+            self._result = TtftLoad(lo, float(self.base), self.allowed, self.budget_s, self.percentile, self.longest)
+        return self._result
