@@ -39,6 +39,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.planning.decode import percentiles
 from servesize.planning.latency import ServiceMoments
 
 
@@ -328,7 +329,7 @@ def _largest_rate_within(excess: Callable[[float], float], at_zero: float, satur
 
 def longest_miss(miss_s: np.ndarray) -> float:
     """The slowest cold prefill drawn: the p99.9 of the miss draws (0 without draws)."""
-    return float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
+    return percentiles(miss_s, (99.9,))[0] if miss_s.size else 0.0
 
 
 def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,

@@ -53,6 +53,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
+from servesize.planning.decode import percentiles
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -77,8 +78,8 @@ class Percentiles:
     @classmethod
     def of(cls, counts: np.ndarray) -> Percentiles:
         """numpy linear-interpolated percentiles 5/50/95 (the seed's statistic)."""
-        a, b, c = np.percentile(counts, PERCENTILES)
-        return cls(float(a), float(b), float(c))
+        a, b, c = percentiles(counts, PERCENTILES)
+        return cls(a, b, c)
 
     def scaled(self, k: float) -> Percentiles:
         return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
