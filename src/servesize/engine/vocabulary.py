@@ -115,10 +115,12 @@ def flags_of_any_release() -> dict[str, bool]:
     that has it parses it (servesize's own parser takes these directly: engine.vocabulary classifies them
     for the release asked for afterwards, as a pasted line's)."""
     out: dict[str, bool] = {}
-    for flag in sorted(_table()["flags"]):
+    flags, read = _table()["flags"], releases()
+    for flag in sorted(flags):
         if not flag.startswith("--"):
             continue
-        newest = max(r for r in releases() if accepts("flags", flag, r))
+        spans = _spans(flags[flag])  # accepts("flags", flag, r) for a release read: r within one of its spans
+        newest = max(r for r in read if any(first <= r and (last is None or r <= last) for first, last in spans))
         out[flag] = takes_value(flag, newest)
     return out
 
