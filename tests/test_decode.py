@@ -245,8 +245,8 @@ def test_one_context_bank_serves_every_floor_and_setup_and_gives_the_ceiling_a_f
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 150, 400, 1001, 51_200])
-def test_the_partition_percentiles_are_numpys_bit_for_bit(size):
-    from servesize.planning.decode import percentiles
+def test_the_partition_percentiles_and_median_are_numpys_bit_for_bit(size):
+    from servesize.planning.decode import median, percentiles
 
     rng = np.random.default_rng(size)
     qs = (0, 5, 33.3, 50, 95, 99.9, 100)
@@ -256,6 +256,7 @@ def test_the_partition_percentiles_are_numpys_bit_for_bit(size):
         ours = percentiles(x, qs)
         theirs = tuple(float(v) for v in np.percentile(x, qs))
         assert [v.hex() for v in ours] == [v.hex() for v in theirs]  # the same double, not merely close
+        assert median(x).hex() == float(np.median(x)).hex()
     with_nan = rng.random(size)
     with_nan[size // 2] = np.nan
-    assert all(math.isnan(v) for v in percentiles(with_nan, qs))
+    assert all(math.isnan(v) for v in percentiles(with_nan, qs)) and math.isnan(median(with_nan))

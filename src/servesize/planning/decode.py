@@ -434,6 +434,26 @@ def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
+def median(x: np.ndarray) -> float:
+    """``np.median(x)`` bit for bit, as a float: the middle value, or the mean of the two middle values as numpy's
+    add-reduce forms it (the first plus the rest summed from 0.0, over 2), a NaN anywhere giving NaN; without
+    np.median's masked-array check, whose first call imports numpy.ma."""
+    import numpy as np
+    arr = np.asarray(x).ravel()
+    n = arr.size
+    if n == 0 or arr.dtype.kind not in "iuf":
+        return float(np.median(arr))
+    half = n // 2
+    middle = [half] if n % 2 else [half - 1, half]
+    part = np.partition(arr, sorted({*middle, n - 1}))
+    if arr.dtype.kind == "f" and math.isnan(part[-1]):
+        return math.nan
+    if n % 2:
+        return float(part[half])
+    a, b = float(part[half - 1]), float(part[half])
+    return (a + (0.0 + b)) / 2
+
+
 def _p50(x: np.ndarray) -> float:
     """np.percentile(x, 50) (linear interpolation), by partition: the same value, a fraction of the cost."""
     import numpy as np
