@@ -31,6 +31,7 @@ and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from servesize.derivation import Derivation
@@ -157,8 +158,11 @@ class _Builder:
                            ordered, tuple(self.notes))
 
 
+@lru_cache(maxsize=256)
 def parameter_ledger(arch: Architecture) -> ParamLedger:
-    """Count ``arch``'s parameters by tensor group; refuse designs whose tensors are not known."""
+    """Count ``arch``'s parameters by tensor group; refuse designs whose tensors are not known.
+
+    Memoised (an Architecture is frozen): ``fit`` prices every precision and TP of a model from one ledger."""
     fam = arch.model_type
     b = _Builder(arch.name)
     h, V = arch.hidden_size, arch.vocab_size
