@@ -192,3 +192,15 @@ def test_a_sweep_of_the_pacing_reads_each_speed_of_the_curve_once(monkeypatch):
              for think in (10.0, 30.0, 99.0)]
     assert users == sorted(users) and users[0] < users[-1]  # three different ceilings
     assert calls and len(calls) == len(set(calls))  # ... reading each k of the one speed curve once
+
+
+def test_the_binomial_from_one_table_of_logs_is_the_direct_recursion_bit_for_bit():
+    rng = np.random.default_rng(18)
+    cases = [(int(n), float(rng.random()), int(rng.integers(0, n + 1))) for n in rng.integers(1, 5_000, 300)]
+    cases += [(200_000, 0.001, 400), (1, 0.5, 1), (3, 0.999, 3)]  # past the table's cap; the smallest n
+    for n, p, k_max in cases:
+        k = np.arange(k_max, dtype=float)  # the recursion as written before the table
+        steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
+        logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
+        direct = np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+        assert binomial_cdf_upto(n, p, k_max).tobytes() == direct.tobytes()

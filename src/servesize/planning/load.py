@@ -64,10 +64,28 @@ def binomial_cdf_upto(n: int, p: float, k_max: int) -> np.ndarray:
         if k_max == n:
             out[-1] = 1.0
         return out
-    k = np.arange(k_max, dtype=float)
-    steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
+    if n <= _LOG_TABLE_MAX:  # log(n - k) for k = 0..k_max-1 and log(k + 1): slices of one table of log(1..n)
+        logs = _log_integers(n)
+        steps = logs[n - k_max:n][::-1] - logs[:k_max] + math.log(p) - math.log1p(-p)
+    else:
+        k = np.arange(k_max, dtype=float)
+        steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
     logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
     return np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+
+
+_LOGS = {"table": None}  # log(1), log(2), ...: grown to the largest n asked for, kept for the process
+_LOG_TABLE_MAX = 1 << 17  # past this many streams the logs are computed per call (the table stays within 2 MiB)
+
+
+def _log_integers(n: int) -> np.ndarray:
+    """log(i + 1) at index i, for i < n at least: the same doubles np.log gives each whole number alone (the
+    binomial's recursion asks for the same logs ~2,000 times a plan; the tests compare the two bit for bit)."""
+    table = _LOGS["table"]
+    if table is None or table.size < n:
+        table = np.log(np.arange(1, min(max(n, 1024) * 2, _LOG_TABLE_MAX) + 1, dtype=float))
+        _LOGS["table"] = table
+    return table
 
 
 def binomial_quantile(n: int, p: float, q: float, k_max: int | None = None) -> int:
