@@ -204,3 +204,14 @@ def test_the_binomial_from_one_table_of_logs_is_the_direct_recursion_bit_for_bit
         logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
         direct = np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
         assert binomial_cdf_upto(n, p, k_max).tobytes() == direct.tobytes()
+
+
+def test_a_decode_bisection_stopped_early_says_what_the_full_one_does_and_finishes_on_the_same_ceiling():
+    from servesize.planning.load import DecodeLoadSearch
+
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    full = decode_load_ceiling(speed, 49, 500, 30.0, 0.5, 0.25)
+    for users in (0, 1, full.users // 3, full.users - 1, full.users, full.users + 5):
+        search = DecodeLoadSearch(speed, 49, 500, 30.0, 0.5, 0.25)
+        assert search.users_at_least(users) == (full.users > users)
+        assert search.result().users == full.users and search.result().decoders_at_percentile == full.decoders_at_percentile

@@ -211,7 +211,7 @@ def test_a_ceiling_the_changed_value_cannot_move_is_not_computed_again():
     assert ceilings(fixed, wl, Knobs(fills=300, mfu=0.3), cache).warm is base.warm
 
 
-def test_the_binding_from_a_ttft_search_narrowed_only_as_far_as_needed_is_the_full_plans():
+def test_the_binding_from_searches_taken_only_as_far_as_needed_is_the_full_plans():
     from servesize.planning.ceilings import CeilingCache, binding_of, ceilings
     from servesize.planning.inputs import Knobs
     from servesize.workload.model import Workload
@@ -227,8 +227,9 @@ def test_the_binding_from_a_ttft_search_narrowed_only_as_far_as_needed_is_the_fu
         assert binding_of(fixed, workload, knobs, lazy) == full
         found.append(full)
     assert "latency" in found and len(set(found)) >= 2  # the scan crosses a flip into and out of latency
-    # ... and some searches were left open: latency was plainly above another ceiling before the full precision
+    # ... and some searches were left open: latency (or decode) was plainly above another ceiling before the end
     assert any(search._result is None for search in lazy.ttft.values())
+    assert any(bisection._result is None for bisection in lazy.decode_load.values())
 
 
 def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():

@@ -45,9 +45,9 @@ from servesize.planning.latency import (
 )
 from servesize.planning.load import (
     DecodeLoad,
+    DecodeLoadSearch,
     TtftLoad,
     TtftSearch,
-    decode_load_ceiling,
     longest_miss,
     think_time_of,
 )
@@ -179,7 +179,8 @@ class CeilingCache:
     - ``ttft_samples`` / ``ttft``: the load model's prefill draws (and their p99.9, ``ttft_longest``), by setup
       and bank, and its TTFT ceiling, by
       those draws, the moments, the budget and the percentile (a sweep of the decode side leaves them unmoved);
-    - ``decode_load``: the load model's decode ceiling, by setup, bank and the pacing it reads;
+    - ``decode_load``: the load model's decode ceiling (its bisection, kept open: DecodeLoadSearch), by setup,
+      bank and the pacing it reads;
     - ``speeds``: the p50 per-user speed at k decoders, by setup and bank (a think-time or TTFT sweep moves
       the load model's fixed points, not the speed curve they read).
     """
@@ -315,6 +316,13 @@ def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: K
                    request_s: float, lower_bound: bool | None = None, cache: CeilingCache | None = None) -> DecodeLoad:
     """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
     meet the floor); memoised in ``cache`` on everything it reads (a sweep of the prefill side leaves it)."""
+    return decode_load_search_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache).result()
+
+
+def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
+                          request_s: float, lower_bound: bool | None = None,
+                          cache: CeilingCache | None = None) -> DecodeLoadSearch:
+    """``decode_load_of``'s bisection, held open in ``cache`` (a later caller resumes it)."""
     bound = k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound
     args = (k_star, workload.output_tokens, think_time_of(workload), request_s, sub_ratio_of(workload),
             float(knobs.a("load.percentile")))
@@ -328,10 +336,10 @@ def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: K
             speeds[k] = median_speed(setup, bank, k)
         return speeds[k]
 
-    load = decode_load_ceiling(speed_at, *args, lower_bound=bound)
+    search = DecodeLoadSearch(speed_at, *args, lower_bound=bound)
     if cache is not None:
-        cache.decode_load[key] = load
-    return load
+        cache.decode_load[key] = search
+    return search
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
@@ -381,29 +389,40 @@ BINDING_RATE_TOLS = (0.3, 0.03, 1e-3, 1e-5)  # binding_of narrows the TTFT searc
 
 
 def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> str:
-    """``ceilings(..., comfortable=False).binding``, with the load model's TTFT search narrowed only as far as
-    deciding the binding needs: in the steps of BINDING_RATE_TOLS, and at each, when the latency ceiling at the
-    bracket's low end (a rate the search has shown to meet the target, so no more than the ceiling's) already
-    exceeds another ceiling, latency cannot bind; else the search is finished as ``ceilings`` finishes it (the
-    same iteration resumed). The same answer as ``ceilings``, with fewer TTFT evaluations on a sensitivity scan."""
+    """``ceilings(..., comfortable=False).binding``, with the load model's two searches taken only as far as
+    deciding the binding needs. The decode bisection runs until its admissible end (a user count the ceiling
+    is at least) passes the cache or saturation ceiling, when decode cannot bind; the TTFT search is narrowed
+    in the steps of BINDING_RATE_TOLS, and at each, when the latency ceiling at the bracket's low end (a rate
+    the search has shown to meet the target, so no more than the ceiling's) already exceeds another ceiling,
+    latency cannot bind. Otherwise each is finished as ``ceilings`` finishes it (the same iteration resumed):
+    the same answer as ``ceilings``, with fewer evaluations on a sensitivity scan."""
     if fixed.peak_flops_per_gpu <= 0 or knobs.a("load.model") != "duty":
         return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
+    dp = fixed.dp
     warm = warm_of(fixed, workload, knobs, cache)
     setup = decode_setup(fixed, knobs)
     dec, _out_of_reach = decode_at_floor(setup, workload, knobs, cache)
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     _costs, m, _lat, sat, search, _samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
-    _load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache)
     think, r = think_time_of(workload), sub_ratio_of(workload)
-    others = _values(warm, decode_users, 0.0, sat, fixed.dp)
+    others = _values(warm, float(dec.n), 0.0, sat, dp)  # decode as the every-user figure, until the load model's
     del others["latency"]
+    if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
+        bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache)
+        floor = min(others["cache"], others["saturation"])
+        if (bisection.users_at_least(floor / dp)
+                and _values(warm, float(bisection.lo), 0.0, sat, dp)["decode"] > floor):
+            del others["decode"]  # the ceiling is at least lo, above the cache or saturation one: decode does not bind
+        else:
+            others["decode"] = _values(warm, float(bisection.result().users), 0.0, sat, dp)["decode"]
     lowest = min(others.values())
     for tol in BINDING_RATE_TOLS:
         lo_rate, _hi_rate = search.rate_bounds(tol)
-        if _values(warm, decode_users, users_for_rate(lo_rate, think, r), sat, fixed.dp)["latency"] > lowest:
+        if _values(warm, 0.0, users_for_rate(lo_rate, think, r), sat, dp)["latency"] > lowest:
             return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
-    values = _values(warm, decode_users, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat, fixed.dp)
-    return min(CEILINGS, key=lambda k: values[k])
+    others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
+                                dp)["latency"]
+    return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
 
 
 def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,

@@ -194,21 +194,49 @@ def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_to
 
     ``speed_at(k)``: per-user p50 tok/s at k decoders (decreasing in k); ``k_star``: the largest k whose speed
     meets the floor; ``request_s``: mean prefill service of a turn (E[S], no queue)."""
-    if k_star < 1:
-        raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
-    if think_s <= 0 or output_tokens <= 0:
-        raise BadInput("think time and output length must be > 0")
-    q = float(percentile) / 100.0
-    cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, q)
-    lo, hi = 1, max(2, cyc.upper_users())
-    if cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
-        lo = 0
-    while hi - lo > 1:  # admissible(lo), not admissible(hi): k_q is monotone in N
-        mid = (lo + hi) // 2
-        if cyc.fixed_point(mid) <= k_star:
-            lo = mid
-        else:
-            hi = mid
+    return DecodeLoadSearch(speed_at, k_star, output_tokens, think_s, request_s, sub_ratio, percentile,
+                            lower_bound).result()
+
+
+class DecodeLoadSearch:
+    """``decode_load_ceiling``'s bisection over users, held open: ``users_at_least(n)`` runs it only until its
+    admissible end passes ``n`` (the ceiling is then above n: the admissible end only rises) or it ends;
+    ``result()`` finishes the same bisection (the same DecodeLoad as ``decode_load_ceiling``)."""
+
+    def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
+                 request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0, lower_bound: bool = False):
+        if k_star < 1:
+            raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
+        if think_s <= 0 or output_tokens <= 0:
+            raise BadInput("think time and output length must be > 0")
+        self.args = (k_star, output_tokens, think_s, request_s, sub_ratio, percentile, lower_bound)
+        self.cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, float(percentile) / 100.0)
+        self.lo, self.hi = 1, max(2, self.cyc.upper_users())
+        if self.cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
+            self.lo = 0
+        self._result: DecodeLoad | None = None
+
+    def users_at_least(self, users: float) -> bool:
+        """Whether the ceiling exceeds ``users`` (bisecting only as far as it takes to say)."""
+        k_star = self.args[0]
+        while self.hi - self.lo > 1 and not self.lo > users:  # admissible(lo), not admissible(hi): k_q is monotone in N
+            mid = (self.lo + self.hi) // 2
+            if self.cyc.fixed_point(mid) <= k_star:
+                self.lo = mid
+            else:
+                self.hi = mid
+        return self.lo > users
+
+    def result(self) -> DecodeLoad:
+        if self._result is None:
+            self.users_at_least(math.inf)
+            self._result = _decode_load(self.cyc, self.lo, *self.args)
+        return self._result
+
+
+def _decode_load(cyc: _Cycle, lo: int, k_star: int, output_tokens: float, think_s: float, request_s: float,
+                 sub_ratio: float, percentile: float, lower_bound: bool) -> DecodeLoad:
+    """The DecodeLoad at the bisection's answer ``lo``, with its derivation."""
     k = cyc.fixed_point(lo) if lo else 0
     v = cyc.speed(max(k, 1))
     a, d_s, c_s = cyc.duty(v)
