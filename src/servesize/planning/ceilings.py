@@ -384,8 +384,9 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
                     ttft_samples=samples)
 
 
-BINDING_RATE_TOLS = (0.3, 0.03, 1e-3, 1e-5)  # binding_of narrows the TTFT search in these steps, asking at each
-# whether latency may still bind (each step resumes the one before: a step costs only the evaluations it adds)
+# binding_of narrows the TTFT search in these steps, asking at each whether latency may still bind (each step
+# resumes the one before, so a step costs only the evaluations it adds: a finer ladder stops sooner, never later)
+BINDING_RATE_TOLS = (0.9, 0.6, 0.4, 0.25, 0.15, 0.08, 0.04, 0.02, 0.01, 3e-3, 1e-3, 1e-4, 1e-6)
 
 
 def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> str:
