@@ -49,6 +49,7 @@ from servesize.planning.load import (
     TtftLoad,
     TtftSearch,
     longest_miss,
+    tails_of,
     think_time_of,
 )
 from servesize.planning.prefill import PrefillSetup, prefill_costs
@@ -176,8 +177,8 @@ class CeilingCache:
     - ``contexts``: decode context banks, by what the lengths depend on (not coldness);
     - ``decode``: decode ceilings, by setup, floor and bank;
     - ``prefill``: prefill costs, by setup and length distribution;
-    - ``ttft_samples`` / ``ttft``: the load model's prefill draws (and their p99.9, ``ttft_longest``), by setup
-      and bank, and its TTFT ceiling, by
+    - ``ttft_samples`` / ``ttft``: the load model's prefill draws (and their p99.9, ``ttft_longest``; split at a
+      budget, ``ttft_tails``), by setup and bank, and its TTFT ceiling, by
       those draws, the moments, the budget and the percentile (a sweep of the decode side leaves them unmoved);
     - ``decode_load``: the load model's decode ceiling (its bisection, kept open: DecodeLoadSearch), by setup,
       bank and the pacing it reads;
@@ -193,6 +194,7 @@ class CeilingCache:
         self.prefill: dict = {}
         self.ttft_samples: dict = {}
         self.ttft_longest: dict = {}
+        self.ttft_tails: dict = {}
         self.ttft: dict = {}
         self.decode_load: dict = {}
         self.speeds: dict = {}
@@ -307,8 +309,11 @@ def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
     percentile = float(knobs.a("load.percentile"))
     if (key, m, budget, percentile) not in cache.ttft:
+        if (key, budget) not in cache.ttft_tails:  # an invalidation step moves the moments, not the draws
+            cache.ttft_tails[(key, budget)] = tails_of(miss_draws, hit_draws, budget)
         cache.ttft[(key, m, budget, percentile)] = TtftSearch(m, miss_draws, hit_draws, budget, percentile,
-                                                              longest_miss_s=cache.ttft_longest[key])
+                                                              longest_miss_s=cache.ttft_longest[key],
+                                                              tails=cache.ttft_tails[(key, budget)])
     return cache.ttft[(key, m, budget, percentile)], samples
 
 

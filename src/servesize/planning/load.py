@@ -292,6 +292,11 @@ class _Tail:
         return (self.late + rho * float(self._buf.sum())) / self.n
 
 
+def tails_of(miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float) -> tuple[_Tail, _Tail]:
+    """The miss and hit draws split at the budget, once (what every TTFT evaluation over them reads)."""
+    return _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
+
+
 def _share(rate_per_s: float, m: ServiceMoments, miss: _Tail, hit: _Tail) -> float:
     rho = rate_per_s * m.mean_s
     if rho >= 1:
@@ -393,11 +398,13 @@ class TtftSearch:
     RATE_REL_TOL, continuing the same iteration (the same TtftLoad as ``ttft_ceiling_rate``)."""
 
     def __init__(self, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
-                 percentile: float = 95.0, longest_miss_s: float | None = None):
+                 percentile: float = 95.0, longest_miss_s: float | None = None,
+                 tails: tuple[_Tail, _Tail] | None = None):
         if budget_s <= 0:
             raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
         self.allowed = 1.0 - float(percentile) / 100.0
-        miss, hit = _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
+        # tails: tails_of(miss_s, hit_s, budget_s) when the caller holds them (the same draws and budget, other moments)
+        miss, hit = tails or tails_of(miss_s, hit_s, budget_s)
         self.base = _share(0.0, m, miss, hit)
         target = min(self.base + self.allowed, 1.0)
         self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)
