@@ -398,7 +398,7 @@ class TtftSearch:
     RATE_REL_TOL, continuing the same iteration (the same TtftLoad as ``ttft_ceiling_rate``)."""
 
     def __init__(self, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
-                 percentile: float = 95.0, longest_miss_s: float | None = None,
+                 percentile: float = 95.0, longest_miss_s: float | Callable[[], float] | None = None,
                  tails: tuple[_Tail, _Tail] | None = None):
         if budget_s <= 0:
             raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
@@ -409,7 +409,9 @@ class TtftSearch:
         target = min(self.base + self.allowed, 1.0)
         self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)
         self.budget_s, self.percentile = float(budget_s), float(percentile)
-        self.longest = longest_miss(miss_s) if longest_miss_s is None else float(longest_miss_s)
+        # the p99.9 is read when the search is finished (a search left open never needs it); a callable: the
+        # caller's memo of longest_miss(miss_s)
+        self._longest, self._miss_s = longest_miss_s, miss_s
         self._result: TtftLoad | None = None
 
     def rate_bounds(self, rel_tol: float) -> tuple[float, float]:
@@ -420,5 +422,7 @@ class TtftSearch:
     def result(self) -> TtftLoad:
         if self._result is None:
             lo = self.search.narrow(RATE_REL_TOL).lo
-            self._result = TtftLoad(lo, float(self.base), self.allowed, self.budget_s, self.percentile, self.longest)
+            given = self._longest
+            longest = longest_miss(self._miss_s) if given is None else float(given() if callable(given) else given)
+            self._result = TtftLoad(lo, float(self.base), self.allowed, self.budget_s, self.percentile, longest)
         return self._result
