@@ -17,10 +17,9 @@ vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from servesize.errors import BadInput
-from servesize.model.architecture import Architecture
+from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.layers import MLA, FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
 from servesize.model.quantization import DTYPE_BYTES
 
@@ -145,7 +144,7 @@ class KvPerToken:
         return self.growing_bytes_per_token * tokens + self.windowed_bytes_per_token * windowed + self.state_bytes_per_sequence
 
 
-@lru_cache(maxsize=1024)
+@per_architecture
 def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, state_dtype: str | None = None) -> KvPerToken:
     """KV bytes per token per rank of ``arch`` (memoised: an Architecture is frozen, and ``fit`` asks per placement)."""
     kv_bytes = kv_element_bytes(kv_cache_dtype, arch.dtype)

@@ -31,12 +31,11 @@ and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
-from servesize.model.architecture import Architecture
+from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.families import REQUIRED, config_int
 from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
 
@@ -158,7 +157,7 @@ class _Builder:
                            ordered, tuple(self.notes))
 
 
-@lru_cache(maxsize=256)
+@per_architecture
 def parameter_ledger(arch: Architecture) -> ParamLedger:
     """Count ``arch``'s parameters by tensor group; refuse designs whose tensors are not known.
 
