@@ -1,6 +1,6 @@
 """Wall time of whole CLI invocations, interpreter start included (median of repeats).
 
-    python benchmarks/bench_cli.py [--repeats 15] [--kvfit /tmp/kvfit-venv/bin/kvfit]
+    python benchmarks/bench_cli.py [--repeats 15] [--kvfit /tmp/kvfit-venv/bin/kvfit] [--against OLD/src]
 
 First the own-package import time of `import servesize.cli` (and of the api, for scale; target for the
 cli: under 150 ms). Each command runs N times in a subprocess (after one warm-up run, with bytecode caching on, as an installed
@@ -10,7 +10,9 @@ not, so the CPU median is the nearer figure for a quiet machine. Targets (issue 
 0.6 s and `fit --gpus 8xH100 --json` within 0.3 s wall. With --kvfit, `servesize memory` and the peer tool
 kvfit are run in alternating pairs in the same loop (kvfit needs Hugging Face's API for any model, so with no
 network its start-up, `kvfit --list-hardware`, is timed: a floor under its answer). Prints figures; asserts
-nothing. The load average is printed beside them.
+nothing. The load average is printed beside them. With --against OLD/src (another checkout's src, e.g.
+`git archive BASE src | tar -x -C /tmp/base`), each command also runs from that tree, alternating run by run
+with this one, so both see the same load: the before/after of a change on a busy machine.
 """
 
 import argparse
@@ -36,6 +38,11 @@ def _env() -> dict:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode cached
     return env
+
+
+def _env_for(src: str) -> dict:
+    """The environment that makes ``python -m servesize`` import the checkout at ``src``."""
+    return {**_env(), "PYTHONPATH": os.path.abspath(src)}
 
 
 def timed(argv: list[str], env: dict) -> tuple[float, float]:
@@ -66,6 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--kvfit", help="the kvfit executable (pip install kvfit into its own venv)")
+    ap.add_argument("--against", metavar="OLD/src", help="another checkout's src: each command alternates with it")
     args = ap.parse_args()
     base = [sys.executable, "-m", "servesize"]  # the servesize this interpreter imports (PYTHONPATH=src: the checkout)
     env = _env()
@@ -76,7 +84,17 @@ def main() -> None:
               f"median self time (min {min(own):.1f}, n={args.repeats})")
     for label, argv in CASES.items():
         timed(base + argv, env)  # warm-up: bytecode written, files in the page cache
-        report(label, [timed(base + argv, env) for _ in range(args.repeats)])
+        if not args.against:
+            report(label, [timed(base + argv, env) for _ in range(args.repeats)])
+            continue
+        old_env = _env_for(args.against)
+        timed(base + argv, old_env)
+        ours, theirs = [], []
+        for _ in range(args.repeats):  # alternating: both trees see the same load
+            ours.append(timed(base + argv, env))
+            theirs.append(timed(base + argv, old_env))
+        report(label, ours)
+        report(f"    the same from {args.against}", theirs)
     if args.kvfit:
         memory = CASES["servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json"]
         ours, theirs = [], []

@@ -309,3 +309,21 @@ def test_an_attention_free_model_is_sized_as_vllm_sizes_it_one_block_per_sequenc
     assert doc["num_blocks"] == blocks and doc["block_size"] == 4096  # a block is a whole sequence
     assert doc["max_concurrency"] == round(blocks / 1, 2)  # one state block per request, no prefix caching
     assert doc["kv_cache_tokens"] == blocks * 4096
+
+
+def test_a_function_memoised_per_architecture_computes_once_per_model_and_arguments():
+    from servesize.model.architecture import per_architecture
+    from servesize.model.catalogue import load_catalogue
+
+    calls = []
+
+    @per_architecture
+    def width(arch, tp, dtype="auto"):
+        calls.append((arch.name, tp, dtype))
+        return arch.hidden_size // tp
+
+    catalogue = load_catalogue()
+    a, b = catalogue["llama-3.1-8b"].architecture(), catalogue["qwen3-8b"].architecture()
+    assert [width(a, 1), width(a, 1), width(a, 2), width(b, 1), width(a, 2, dtype="fp8"), width(a, 2, dtype="fp8")] \
+        == [a.hidden_size, a.hidden_size, a.hidden_size // 2, b.hidden_size, a.hidden_size // 2, a.hidden_size // 2]
+    assert len(calls) == 4  # (a, 1), (a, 2), (b, 1), (a, 2, fp8): each once

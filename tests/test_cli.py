@@ -150,3 +150,17 @@ def test_the_batch_defaults_in_help_are_the_engines_own_for_every_tier(gpu, caps
     tier = next(((t.batched_tokens, t.seqs) for t in CUDA_BATCH_TIERS if _cuda_total_bytes(group) >= t.min_bytes
                  and not (t.not_a100 and "a100" in group.gpu.name.lower())), CUDA_BATCH_FALLBACK)
     assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == tier
+
+
+def test_the_vllm_flags_join_the_parser_only_when_a_word_may_be_one_and_parse_the_same_either_way():
+    from servesize.cli import _available, build_parser
+
+    own = ["plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype=fp8", "--json"]
+    lean = build_parser(_available(), load="plan", argv=own)
+    full = build_parser(_available(), load="plan")  # argv unknown: every vllm serve flag, as before
+    assert vars(lean.parse_args(own)) == vars(full.parse_args(own))
+    plan_of = lambda parser: parser._subparsers._group_actions[0].choices["plan"]  # noqa: E731
+    assert "--trust-remote-code" not in plan_of(lean)._option_string_actions
+    assert "--trust-remote-code" in plan_of(full)._option_string_actions
+    for extra in (["--trust-remote-code"], ["--port=8001"], ["--max-model", "8k"], ["--"]):  # a vLLM flag, an abbreviation
+        assert "--trust-remote-code" in plan_of(build_parser(_available(), load="plan", argv=own + extra))._option_string_actions

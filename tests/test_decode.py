@@ -242,3 +242,21 @@ def test_one_context_bank_serves_every_floor_and_setup_and_gives_the_ceiling_a_f
              for s in (seed_setup, no_mtp) for f in (40, 50)]
     assert shared == fresh
     assert shared[0] > shared[1] and shared[0] > shared[2]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 150, 400, 1001, 51_200])
+def test_the_partition_percentiles_and_median_are_numpys_bit_for_bit(size):
+    from servesize.planning.decode import median, percentiles
+
+    rng = np.random.default_rng(size)
+    qs = (0, 5, 33.3, 50, 95, 99.9, 100)
+    arrays = [rng.lognormal(3.0, 1.2, size), rng.integers(0, 500, size), np.full(size, 7.25),
+              rng.normal(0.0, 1.0, size) * 1e300]
+    for x in arrays:
+        ours = percentiles(x, qs)
+        theirs = tuple(float(v) for v in np.percentile(x, qs))
+        assert [v.hex() for v in ours] == [v.hex() for v in theirs]  # the same double, not merely close
+        assert median(x).hex() == float(np.median(x)).hex()
+    with_nan = rng.random(size)
+    with_nan[size // 2] = np.nan
+    assert all(math.isnan(v) for v in percentiles(with_nan, qs)) and math.isnan(median(with_nan))

@@ -166,3 +166,52 @@ def test_the_ttft_ceilings_root_finder_lands_where_a_plain_bisection_does(miss_r
     got = ttft_ceiling_rate(m, miss_s, hit_s, budget_s, 95.0).rate_at_ceiling_per_s
     assert got == pytest.approx(expected, rel=1e-12)
     assert share(got) <= target < share(got * (1 + 1e-9))  # the answer meets the target; a hair more does not
+
+
+def test_a_fixed_point_climbed_from_fewer_users_is_the_one_climbed_from_one_decoder():
+    from servesize.planning.load import _Cycle
+
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    k_star, q = 49, 0.95  # 60 / (1 + 0.49) = 40.3 >= 40 > 60 / 1.5
+    warm = _Cycle(speed, k_star, 500, 30.0, 0.5, 0.25, q)  # solves 1, 2, ... in turn: each climbs from the last
+    for users in range(1, warm.upper_users() + 1):
+        cold = _Cycle(speed, k_star, 500, 30.0, 0.5, 0.25, q)  # nothing solved: climbs from one decoder
+        assert warm.fixed_point(users) == cold.fixed_point(users)
+
+
+def test_a_sweep_of_the_pacing_reads_each_speed_of_the_curve_once(monkeypatch):
+    from servesize.planning import ceilings as C
+    from servesize.planning.inputs import Knobs
+    from servesize.workload.presets import preset
+
+    calls = []
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    monkeypatch.setattr(C, "median_speed", lambda setup, bank, k: calls.append(k) or speed(k))
+    cache, bank, workload = C.CeilingCache(), object(), preset("chat").workload()
+    users = [C.decode_load_of("setup", 49, workload.replace(think_time_s=think), Knobs(), bank, 0.5, cache=cache).users
+             for think in (10.0, 30.0, 99.0)]
+    assert users == sorted(users) and users[0] < users[-1]  # three different ceilings
+    assert calls and len(calls) == len(set(calls))  # ... reading each k of the one speed curve once
+
+
+def test_the_binomial_from_one_table_of_logs_is_the_direct_recursion_bit_for_bit():
+    rng = np.random.default_rng(18)
+    cases = [(int(n), float(rng.random()), int(rng.integers(0, n + 1))) for n in rng.integers(1, 5_000, 300)]
+    cases += [(200_000, 0.001, 400), (1, 0.5, 1), (3, 0.999, 3)]  # past the table's cap; the smallest n
+    for n, p, k_max in cases:
+        k = np.arange(k_max, dtype=float)  # the recursion as written before the table
+        steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
+        logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
+        direct = np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+        assert binomial_cdf_upto(n, p, k_max).tobytes() == direct.tobytes()
+
+
+def test_a_decode_bisection_stopped_early_says_what_the_full_one_does_and_finishes_on_the_same_ceiling():
+    from servesize.planning.load import DecodeLoadSearch
+
+    speed = lambda k: 60.0 / (1 + 0.01 * k)  # noqa: E731 (a falling per-user speed)
+    full = decode_load_ceiling(speed, 49, 500, 30.0, 0.5, 0.25)
+    for users in (0, 1, full.users // 3, full.users - 1, full.users, full.users + 5):
+        search = DecodeLoadSearch(speed, 49, 500, 30.0, 0.5, 0.25)
+        assert search.users_at_least(users) == (full.users > users)
+        assert search.result().users == full.users and search.result().decoders_at_percentile == full.decoders_at_percentile

@@ -211,6 +211,27 @@ def test_a_ceiling_the_changed_value_cannot_move_is_not_computed_again():
     assert ceilings(fixed, wl, Knobs(fills=300, mfu=0.3), cache).warm is base.warm
 
 
+def test_the_binding_from_searches_taken_only_as_far_as_needed_is_the_full_plans():
+    from servesize.planning.ceilings import CeilingCache, binding_of, ceilings
+    from servesize.planning.inputs import Knobs
+    from servesize.workload.model import Workload
+
+    fixed, wl = _fixed_27b_on_one_h200(), Workload.seed_reference()
+    lazy = CeilingCache()  # one cache across the scan, as the sensitivity panel keeps it
+    cases = ([(wl, Knobs(fills=300, ttft_limit_s=t)) for t in (0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 60.0)]
+             + [(wl, Knobs(fills=300, mfu=f)) for f in (0.02, 0.05, 0.15, 0.45, 0.9)]
+             + [(wl.replace(think_time_s=t), Knobs(fills=300)) for t in (1.0, 3.0, 10.0, 60.0, 180.0)])
+    found = []
+    for workload, knobs in cases:
+        full = ceilings(fixed, workload, knobs, CeilingCache(), comfortable=False).binding  # every search finished
+        assert binding_of(fixed, workload, knobs, lazy) == full
+        found.append(full)
+    assert "latency" in found and len(set(found)) >= 2  # the scan crosses a flip into and out of latency
+    # ... and some searches were left open: latency (or decode) was plainly above another ceiling before the end
+    assert any(search._result is None for search in lazy.ttft.values())
+    assert any(bisection._result is None for bisection in lazy.decode_load.values())
+
+
 def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
     from servesize.planning.inputs import Knobs
     from servesize.planning.plan import make_plan

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 # ``X as X``: re-exported for the explorer, which reads the library through this module only (tests/test_layering.py)
 from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES as MODELLED_KV_CACHE_DTYPES
 from servesize.engine.memory import MemoryReport, memory_report
-from servesize.engine.models_table import ModelRow, ModelsResult, model_row
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.engine.weights import PRECISIONS as PRECISIONS
@@ -50,17 +49,17 @@ from servesize.vllm_logs.calibration import Calibration
 from servesize.vllm_logs.calibration import calibrate as calibrate_facts
 from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
 from servesize.workload.catalogue import preset_names as preset_names
-from servesize.workload.fit import DEFAULT_MIN_TOKENS, WorkloadFit, fit_observations
 from servesize.workload.model import Workload as Workload
 from servesize.workload.model import length_mass as length_mass
-from servesize.workload.readers import read_token_counts
 
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
+    from servesize.engine.models_table import ModelRow, ModelsResult
     from servesize.planning.at_load import AtLoad
     from servesize.planning.fleet_result import FleetOption as FleetOption
     from servesize.planning.fleet_result import FleetResult as FleetResult
     from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan
+    from servesize.workload.fit import WorkloadFit
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
 
@@ -72,6 +71,8 @@ def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
 
 def models(names: list[str] | None = None, *, explain: bool = False) -> ModelsResult:
     """The catalogue (or the models named): parameters, layers by kind, KV bytes per token at 16 bits."""
+    from servesize.engine.models_table import ModelsResult, model_row
+
     rows: list[ModelRow] = []
     for name in names or []:
         resolved = model_of(name)
@@ -364,10 +365,15 @@ def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | N
                            num_speculative_tokens=num_speculative_tokens)
 
 
-def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int = DEFAULT_MIN_TOKENS,
+def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int | None = None,
                  prefix_tokens: int | None = None, preset: str | None = None, distribution: str = "auto") -> WorkloadFit:
     """A workload fitted from a request log (CSV, JSONL or JSON; gzip allowed): every field fitted from the
-    file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks."""
+    file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks (None:
+    workload.fit.DEFAULT_MIN_TOKENS)."""
+    from servesize.workload.fit import DEFAULT_MIN_TOKENS, fit_observations
+    from servesize.workload.readers import read_token_counts
+
+    min_tokens = DEFAULT_MIN_TOKENS if min_tokens is None else min_tokens
     return fit_observations(read_token_counts(path, column), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
                             preset_name=preset, distribution=distribution)
 

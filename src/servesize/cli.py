@@ -73,8 +73,21 @@ def _available() -> dict[str, tuple[str, str]]:
     return out
 
 
-def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str | None = None) -> argparse.ArgumentParser:
-    """Build the parser; only the command named by ``load`` gets its arguments imported."""
+def _needs_vllm_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> bool:
+    """Whether the command line may name a `vllm serve` flag given directly: some ``--word`` (before any ``=``)
+    is not one of the command's own options (an abbreviation included, so argparse resolves it among every
+    flag as it always has). When each is one of its own, argparse matches them exactly and never reads the
+    ~500 vLLM flags, so the parser goes without them (and without reading data/vllm_vocabulary.toml)."""
+    if argv is None:
+        return True
+    own = parser._option_string_actions
+    return any(word == "--" or (word.startswith("--") and word.split("=", 1)[0] not in own) for word in argv)
+
+
+def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str | None = None,
+                 argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Build the parser; only the command named by ``load`` gets its arguments imported. ``argv``: the words
+    it will parse, when known (the `vllm serve` flags are added only when they may be among them)."""
     commands = commands if commands is not None else _available()
     parser = _Parser(
         prog="servesize",
@@ -104,9 +117,12 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None, load: str |
             p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
             p.add_argument("--explain", action="store_true", help="print the derivation of every number")
             if any(action.dest == "vllm_serve" for action in p._actions):
-                from servesize.flags import add_vllm_flags
+                from servesize.flags import VLLM_FLAGS_DEST, add_vllm_flags
 
-                add_vllm_flags(p)  # `vllm serve` flags given directly: read as the --vllm-serve line's
+                if _needs_vllm_flags(p, argv):
+                    add_vllm_flags(p)  # `vllm serve` flags given directly: read as the --vllm-serve line's
+                else:
+                    p.set_defaults(**{VLLM_FLAGS_DEST: None})  # the namespace the full parser gives
     return parser
 
 
@@ -164,7 +180,7 @@ def _main(argv: list[str] | None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = _available()
-    parser = build_parser(commands, load=_command_named(argv, commands))
+    parser = build_parser(commands, load=_command_named(argv, commands), argv=argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help / --version

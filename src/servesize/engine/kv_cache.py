@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesize.errors import BadInput
-from servesize.model.architecture import Architecture
+from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.layers import MLA, FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
 from servesize.model.quantization import DTYPE_BYTES
 
@@ -144,7 +144,9 @@ class KvPerToken:
         return self.growing_bytes_per_token * tokens + self.windowed_bytes_per_token * windowed + self.state_bytes_per_sequence
 
 
+@per_architecture
 def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, state_dtype: str | None = None) -> KvPerToken:
+    """KV bytes per token per rank of ``arch`` (memoised: an Architecture is frozen, and ``fit`` asks per placement)."""
     kv_bytes = kv_element_bytes(kv_cache_dtype, arch.dtype)
     growing = windowed = state = 0
     window = None

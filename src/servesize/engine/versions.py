@@ -6,6 +6,8 @@ release it changed in (checked against the released wheels; tests/test_engine_ve
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from servesize.errors import BadInput
 
 DEFAULT_VLLM_VERSION = "0.33.0"  # newest vLLM release on PyPI when this default was set (2026-11)
@@ -34,7 +36,12 @@ V0_CHUNKED_BATCHED_TOKENS = 512
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
-    core = str(text).strip().lstrip("v").split("+")[0]
+    return _parse_version(str(text))
+
+
+@lru_cache(maxsize=256)
+def _parse_version(text: str) -> tuple[int, int, int]:  # a Deployment's .version reads its text on every rule
+    core = text.strip().lstrip("v").split("+")[0]
     parts = []
     for piece in core.split(".")[:3]:
         digits = "".join(ch for ch in piece if "0" <= ch <= "9")  # ASCII only: '¹'.isdigit() is True

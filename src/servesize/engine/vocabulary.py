@@ -33,6 +33,7 @@ def releases() -> tuple[Version, ...]:
     return tuple(sorted(parse_version(r) for r in _table()["releases"]))
 
 
+@lru_cache(maxsize=256)
 def release_read(version: Version) -> Version:
     """The release whose vocabulary stands for ``version``: the nearest one read at or before it."""
     read = releases()
@@ -52,12 +53,15 @@ def check_release(version: Version, text: str) -> None:
                    "data/vllm_vocabulary.toml)", field="vllm_version")
 
 
-def _spans(text: str) -> list[tuple[Version, Version | None]]:
+@lru_cache(maxsize=4096)
+def _spans(text: str) -> tuple[tuple[Version, Version | None], ...]:
+    """``"0.6.4-0.10.1,0.11.0"`` -> its spans, parsed once per text (the table's texts repeat: every flag of
+    every release is asked for when a parser is built)."""
     out = []
     for span in text.split(","):
         first, _, last = span.partition("-")
         out.append((parse_version(first), parse_version(last) if last else None))
-    return out
+    return tuple(out)
 
 
 def accepts(kind: str, name: str, version: Version) -> bool:
@@ -111,10 +115,12 @@ def flags_of_any_release() -> dict[str, bool]:
     that has it parses it (servesize's own parser takes these directly: engine.vocabulary classifies them
     for the release asked for afterwards, as a pasted line's)."""
     out: dict[str, bool] = {}
-    for flag in sorted(_table()["flags"]):
+    flags, read = _table()["flags"], releases()
+    for flag in sorted(flags):
         if not flag.startswith("--"):
             continue
-        newest = max(r for r in releases() if accepts("flags", flag, r))
+        spans = _spans(flags[flag])  # accepts("flags", flag, r) for a release read: r within one of its spans
+        newest = max(r for r in read if any(first <= r and (last is None or r <= last) for first, last in spans))
         out[flag] = takes_value(flag, newest)
     return out
 

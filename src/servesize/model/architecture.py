@@ -12,9 +12,9 @@ The layer kinds and what each caches are in ``layers.py``; one reader per model 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from servesize.errors import BadInput, UnsupportedArchitecture
 from servesize.limits import MAX_CONFIG_BYTES, parse_json, read_input
@@ -225,3 +225,28 @@ def _rope_scaling(text: Mapping[str, Any], family: str) -> None:
                                or not 0 < factor < 1e6):
         raise BadInput(f"config field 'rope_scaling.factor' must be a number in (0, 1e6), got {factor!r:.40}")
     config_int(rope, "original_max_position_embeddings", family, None, lo=1, prefix="rope_scaling.")
+
+
+_R = TypeVar("_R")
+MEMO_ENTRIES = 1024  # a memo per function: past this many entries it starts afresh (a process sees a few dozen models)
+
+
+def per_architecture(fn: Callable[..., _R]) -> Callable[..., _R]:
+    """Memoise ``fn(arch, *args)`` on the Architecture's identity and the other (hashable) arguments: the
+    catalogue hands out one Architecture per model, and hashing one field by field (every layer) costs about
+    what some of these functions do. The memo holds the Architecture, so an id is never reused while kept."""
+    memo: dict = {}
+
+    def memoised(arch: Architecture, *args: Any, **kwargs: Any) -> _R:
+        key = (id(arch), args, tuple(sorted(kwargs.items())))
+        hit = memo.get(key)
+        if hit is not None and hit[0] is arch:
+            return hit[1]
+        value = fn(arch, *args, **kwargs)
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        memo[key] = (arch, value)
+        return value
+
+    memoised.__doc__, memoised.__name__, memoised.__wrapped__ = fn.__doc__, fn.__name__, fn  # type: ignore[attr-defined]
+    return memoised

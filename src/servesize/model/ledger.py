@@ -35,7 +35,7 @@ from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
-from servesize.model.architecture import Architecture
+from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.families import REQUIRED, config_int
 from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
 
@@ -157,8 +157,11 @@ class _Builder:
                            ordered, tuple(self.notes))
 
 
+@per_architecture
 def parameter_ledger(arch: Architecture) -> ParamLedger:
-    """Count ``arch``'s parameters by tensor group; refuse designs whose tensors are not known."""
+    """Count ``arch``'s parameters by tensor group; refuse designs whose tensors are not known.
+
+    Memoised (an Architecture is frozen): ``fit`` prices every precision and TP of a model from one ledger."""
     fam = arch.model_type
     b = _Builder(arch.name)
     h, V = arch.hidden_size, arch.vocab_size

@@ -37,8 +37,22 @@ from servesize.planning.decode import (
     tp_efficiency,
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
-from servesize.planning.latency import latency_ceiling_users, moments_from, saturation_ceiling_users, users_for_rate
-from servesize.planning.load import DecodeLoad, TtftLoad, decode_load_ceiling, think_time_of, ttft_ceiling_rate
+from servesize.planning.latency import (
+    ServiceMoments,
+    latency_ceiling_users,
+    moments_from,
+    saturation_ceiling_users,
+    users_for_rate,
+)
+from servesize.planning.load import (
+    DecodeLoad,
+    DecodeLoadSearch,
+    TtftLoad,
+    TtftSearch,
+    longest_miss,
+    tails_of,
+    think_time_of,
+)
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.warm_capacity import HostLink, warm_capacity
 from servesize.units import GB
@@ -165,9 +179,13 @@ class CeilingCache:
     - ``contexts``: decode context banks, by what the lengths depend on (not coldness);
     - ``decode``: decode ceilings, by setup, floor and bank;
     - ``prefill``: prefill costs, by setup and length distribution;
-    - ``ttft_samples`` / ``ttft``: the load model's prefill draws, by setup and bank, and its TTFT ceiling, by
+    - ``ttft_samples`` / ``ttft``: the load model's prefill draws (and their p99.9, ``ttft_longest``; split at a
+      budget, ``ttft_tails``), by setup and bank, and its TTFT ceiling, by
       those draws, the moments, the budget and the percentile (a sweep of the decode side leaves them unmoved);
-    - ``decode_load``: the load model's decode ceiling, by setup, bank and the pacing it reads.
+    - ``decode_load``: the load model's decode ceiling (its bisection, kept open: DecodeLoadSearch), by setup,
+      bank and the pacing it reads;
+    - ``speeds``: the p50 per-user speed at k decoders, by setup and bank (a think-time or TTFT sweep moves
+      the load model's fixed points, not the speed curve they read).
     """
 
     def __init__(self) -> None:
@@ -177,8 +195,11 @@ class CeilingCache:
         self.decode: dict = {}
         self.prefill: dict = {}
         self.ttft_samples: dict = {}
+        self.ttft_longest: dict = {}
+        self.ttft_tails: dict = {}
         self.ttft: dict = {}
         self.decode_load: dict = {}
+        self.speeds: dict = {}
 
     def bank(self, seed: int, uniforms: bool) -> RandomBank:
         key = (int(seed), bool(uniforms))
@@ -272,8 +293,12 @@ def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: Ceil
     return cache.prefill[key]
 
 
-def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank):
-    """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT."""
+def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+                  exact: bool = True):
+    """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT.
+
+    ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
+    ceiling as None, for a caller that narrows it only as far as it needs (``binding_of``)."""
     costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
     m = moments_from(costs, workload.invalidation)
     r = sub_ratio_of(workload)
@@ -282,34 +307,68 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     sat = saturation_ceiling_users(m, r, think)
     if knobs.a("load.model") != "duty":
         return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()
+    search, samples = _ttft_search(fixed, workload, knobs, cache, bank, m, budget)
+    if not exact:
+        return costs, m, None, sat, search, samples
+    ttft = search.result()
+    return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
+
+
+def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+                 m: ServiceMoments, budget: float) -> tuple[TtftSearch, tuple]:
+    """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
+    percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
     key = (pset, id(bank), workload.warm_turn_tokens)
     if key not in cache.ttft_samples:
         lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
-        cache.ttft_samples[key] = (np.asarray(pset.miss_seconds(lengths), dtype=float),
-                                   np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+        miss = np.asarray(pset.miss_seconds(lengths), dtype=float)
+        cache.ttft_samples[key] = (miss, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
+
+    def longest() -> float:  # the draws' p99.9, once, when a search over them is finished
+        if key not in cache.ttft_longest:
+            cache.ttft_longest[key] = longest_miss(miss_draws)
+        return cache.ttft_longest[key]
+
     percentile = float(knobs.a("load.percentile"))
     if (key, m, budget, percentile) not in cache.ttft:
-        cache.ttft[(key, m, budget, percentile)] = ttft_ceiling_rate(m, miss_draws, hit_draws, budget, percentile)
-    ttft = cache.ttft[(key, m, budget, percentile)]
-    return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
+        if (key, budget) not in cache.ttft_tails:  # an invalidation step moves the moments, not the draws
+            cache.ttft_tails[(key, budget)] = tails_of(miss_draws, hit_draws, budget)
+        cache.ttft[(key, m, budget, percentile)] = TtftSearch(m, miss_draws, hit_draws, budget, percentile,
+                                                              longest_miss_s=longest,
+                                                              tails=cache.ttft_tails[(key, budget)])
+    return cache.ttft[(key, m, budget, percentile)], samples
 
 
 def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
                    request_s: float, lower_bound: bool | None = None, cache: CeilingCache | None = None) -> DecodeLoad:
     """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
     meet the floor); memoised in ``cache`` on everything it reads (a sweep of the prefill side leaves it)."""
+    return decode_load_search_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache).result()
+
+
+def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
+                          request_s: float, lower_bound: bool | None = None,
+                          cache: CeilingCache | None = None) -> DecodeLoadSearch:
+    """``decode_load_of``'s bisection, held open in ``cache`` (a later caller resumes it)."""
     bound = k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound
     args = (k_star, workload.output_tokens, think_time_of(workload), request_s, sub_ratio_of(workload),
             float(knobs.a("load.percentile")))
     key = (setup, id(bank), *args, bound)
     if cache is not None and key in cache.decode_load:
         return cache.decode_load[key]
-    load = decode_load_ceiling(lambda k: median_speed(setup, bank, k), *args, lower_bound=bound)
+    speeds = cache.speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
+
+    def speed_at(k: int) -> float:  # the p50 at k decoders: one setup and bank give one curve, whatever the pacing
+        if k not in speeds:
+            speeds[k] = median_speed(setup, bank, k)
+        return speeds[k]
+
+    search = DecodeLoadSearch(speed_at, *args, lower_bound=bound)
     if cache is not None:
-        cache.decode_load[key] = load
-    return load
+        cache.decode_load[key] = search
+    return search
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
@@ -346,22 +405,73 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
-    load = None
-    decode_users = float(dec.n)
+    load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache)
+    values = _values(warm, decode_users, lat, sat, dp)
+    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
+    return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
+                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
+                    ttft_samples=samples)
+
+
+# binding_of narrows the TTFT search in these steps, asking at each whether latency may still bind (each step
+# resumes the one before, so a step costs only the evaluations it adds: a finer ladder stops sooner, never later)
+BINDING_RATE_TOLS = (0.9, 0.6, 0.4, 0.25, 0.15, 0.08, 0.04, 0.02, 0.01, 3e-3, 1e-3, 1e-4, 1e-6)
+
+
+def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> str:
+    """``ceilings(..., comfortable=False).binding``, with the load model's two searches taken only as far as
+    deciding the binding needs. The decode bisection runs until its admissible end (a user count the ceiling
+    is at least) passes the cache or saturation ceiling, when decode cannot bind; the TTFT search is narrowed
+    in the steps of BINDING_RATE_TOLS, and at each, when the latency ceiling at the bracket's low end (a rate
+    the search has shown to meet the target, so no more than the ceiling's) already exceeds another ceiling,
+    latency cannot bind. Otherwise each is finished as ``ceilings`` finishes it (the same iteration resumed):
+    the same answer as ``ceilings``, with fewer evaluations on a sensitivity scan."""
+    if fixed.peak_flops_per_gpu <= 0 or knobs.a("load.model") != "duty":
+        return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
+    dp = fixed.dp
+    warm = warm_of(fixed, workload, knobs, cache)
+    setup = decode_setup(fixed, knobs)
+    dec, _out_of_reach = decode_at_floor(setup, workload, knobs, cache)
+    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
+    _costs, m, _lat, sat, search, _samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
+    think, r = think_time_of(workload), sub_ratio_of(workload)
+    others = _values(warm, float(dec.n), 0.0, sat, dp)  # decode as the every-user figure, until the load model's
+    del others["latency"]
+    if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
+        bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache)
+        floor = min(others["cache"], others["saturation"])
+        if (bisection.users_at_least(floor / dp)
+                and _values(warm, float(bisection.lo), 0.0, sat, dp)["decode"] > floor):
+            del others["decode"]  # the ceiling is at least lo, above the cache or saturation one: decode does not bind
+        else:
+            others["decode"] = _values(warm, float(bisection.result().users), 0.0, sat, dp)["decode"]
+    lowest = min(others.values())
+    for tol in BINDING_RATE_TOLS:
+        lo_rate, _hi_rate = search.rate_bounds(tol)
+        if _values(warm, 0.0, users_for_rate(lo_rate, think, r), sat, dp)["latency"] > lowest:
+            return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
+    others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
+                                dp)["latency"]
+    return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+
+
+def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,
+                  m: ServiceMoments | None, cache: CeilingCache) -> tuple[DecodeLoad | None, float]:
+    """The load model's decode ceiling (None under the seed's rule) and the decode ceiling's users per replica."""
     # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
     if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
         load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache)
-        decode_users = float(load.users)
-    values = {
+        return load, float(load.users)
+    return None, float(dec.n)
+
+
+def _values(warm, decode_users: float, lat: float, sat: float, dp: int) -> dict:
+    return {
         "cache": float(warm.users.p5),
         "decode": decode_users * dp,
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),
     }
-    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
-    return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
-                    ttft_samples=samples)
 
 
 def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs,

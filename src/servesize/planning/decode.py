@@ -401,6 +401,59 @@ class ContextBank:
         return np.diff(self.cum[:, : n + 1], axis=1)
 
 
+def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
+    """``np.percentile(x, qs)`` (linear interpolation, numpy's default) bit for bit, as floats, by one partition:
+    numpy's own steps for a flat array (the virtual index (n - 1) x q / 100, its neighbours, its two-sided lerp,
+    a NaN anywhere giving NaN) without its general machinery, a fraction of the cost on a few thousand values
+    (tests/test_decode.py compares the two on random arrays)."""
+    import numpy as np
+    arr = np.asarray(x).ravel()
+    n = arr.size
+    if n == 0 or arr.dtype.kind not in "iuf":
+        return tuple(float(v) for v in np.percentile(arr, list(qs)))  # numpy's own answer (or refusal)
+    picks = []
+    for q in qs:
+        virtual = (n - 1) * (q / 100)
+        if virtual >= n - 1:
+            picks.append((virtual, -1, n - 1, n - 1))  # numpy takes the last value; its gamma counts from -1
+        elif virtual < 0:
+            picks.append((virtual, 0, 0, 0))
+        else:
+            lo = math.floor(virtual)
+            picks.append((virtual, lo, lo, lo + 1))
+    kth = sorted({0, n - 1, *(p[2] for p in picks), *(p[3] for p in picks)})
+    part = np.partition(arr, kth)
+    if arr.dtype.kind == "f" and math.isnan(part[-1]):
+        return tuple(math.nan for _ in qs)
+    out = []
+    for virtual, gamma_from, i, j in picks:
+        a, b = part[i].item(), part[j].item()
+        t = virtual - gamma_from
+        diff = b - a
+        out.append(float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t))
+    return tuple(out)
+
+
+def median(x: np.ndarray) -> float:
+    """``np.median(x)`` bit for bit, as a float: the middle value, or the mean of the two middle values as numpy's
+    add-reduce forms it (the first plus the rest summed from 0.0, over 2), a NaN anywhere giving NaN; without
+    np.median's masked-array check, whose first call imports numpy.ma."""
+    import numpy as np
+    arr = np.asarray(x).ravel()
+    n = arr.size
+    if n == 0 or arr.dtype.kind not in "iuf":
+        return float(np.median(arr))
+    half = n // 2
+    middle = [half] if n % 2 else [half - 1, half]
+    part = np.partition(arr, sorted({*middle, n - 1}))
+    if arr.dtype.kind == "f" and math.isnan(part[-1]):
+        return math.nan
+    if n % 2:
+        return float(part[half])
+    a, b = float(part[half - 1]), float(part[half])
+    return (a + (0.0 + b)) / 2
+
+
 def _p50(x: np.ndarray) -> float:
     """np.percentile(x, 50) (linear interpolation), by partition: the same value, a fraction of the cost."""
     import numpy as np
@@ -510,11 +563,10 @@ def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, me
 
 
 def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
-    import numpy as np
     speeds = _speeds(setup, bank, n)
-    p5, p50, p95 = (float(x) for x in np.percentile(speeds, [5, 50, 95]))
+    p5, p50, p95 = percentiles(speeds, (5, 50, 95))
     sums, topk_sums = bank.context_sums(n)
-    ctx_p50 = float(np.percentile(sums, 50))
+    (ctx_p50,) = percentiles(sums, (50,))
     mean_ctx = float(sums.mean() / n)
 
     d = Derivation()
@@ -536,7 +588,7 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
     )
     topk_bytes = 0.0
     if setup.topk_tokens and setup.topk_bytes_per_token:
-        topk_bytes = float(np.percentile(topk_sums, 50)) * setup.topk_bytes_per_token
+        topk_bytes = percentiles(topk_sums, (50,))[0] * setup.topk_bytes_per_token
         d.given("sparse_topk_bytes_per_step_p50", topk_bytes, unit="B",
                 note=f"min(L, {setup.topk_tokens}) x {setup.topk_bytes_per_token} B per sequence")
     state = d.step("state_bytes_per_step", "2 * n * state_bytes_per_sequence", unit="B", note="recurrent state read and written",

@@ -39,6 +39,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.planning.decode import percentiles
 from servesize.planning.latency import ServiceMoments
 
 
@@ -63,10 +64,28 @@ def binomial_cdf_upto(n: int, p: float, k_max: int) -> np.ndarray:
         if k_max == n:
             out[-1] = 1.0
         return out
-    k = np.arange(k_max, dtype=float)
-    steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
+    if n <= _LOG_TABLE_MAX:  # log(n - k) for k = 0..k_max-1 and log(k + 1): slices of one table of log(1..n)
+        logs = _log_integers(n)
+        steps = logs[n - k_max:n][::-1] - logs[:k_max] + math.log(p) - math.log1p(-p)
+    else:
+        k = np.arange(k_max, dtype=float)
+        steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
     logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
     return np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+
+
+_LOGS = {"table": None}  # log(1), log(2), ...: grown to the largest n asked for, kept for the process
+_LOG_TABLE_MAX = 1 << 17  # past this many streams the logs are computed per call (the table stays within 2 MiB)
+
+
+def _log_integers(n: int) -> np.ndarray:
+    """log(i + 1) at index i, for i < n at least: the same doubles np.log gives each whole number alone (the
+    binomial's recursion asks for the same logs ~2,000 times a plan; the tests compare the two bit for bit)."""
+    table = _LOGS["table"]
+    if table is None or table.size < n:
+        table = np.log(np.arange(1, min(max(n, 1024) * 2, _LOG_TABLE_MAX) + 1, dtype=float))
+        _LOGS["table"] = table
+    return table
 
 
 def binomial_quantile(n: int, p: float, q: float, k_max: int | None = None) -> int:
@@ -113,6 +132,7 @@ class _Cycle:
         self.speed_at, self.k_star, self.out, self.think = speed_at, k_star, float(output_tokens), float(think_s)
         self.request_s, self.r, self.q = float(request_s), float(sub_ratio), q
         self._speeds: dict[int, float] = {}
+        self._points: dict[int, int] = {}  # users -> k_q found (the bisection asks for some twice)
 
     def speed(self, k: int) -> float:
         k = max(1, int(k))
@@ -129,16 +149,25 @@ class _Cycle:
         return int(math.ceil(users * (1.0 + self.r) - 1e-9))
 
     def fixed_point(self, users: int) -> int:
-        """k_q at ``users`` (k* + 1 when it exceeds k*: the floor is missed)."""
-        k = 1
+        """k_q at ``users`` (k* + 1 when it exceeds k*: the floor is missed).
+
+        The iteration climbs from the k_q of the most users already solved below ``users`` (one decoder when
+        none is): the map is increasing in k and in the users, so that k_q is a point at or under the least
+        fixed point at ``users``, and climbing from it reaches the same least fixed point as climbing from 1."""
+        if users in self._points:
+            return self._points[users]
+        below = [u for u, k in self._points.items() if u < users and k <= self.k_star]
+        k = self._points[max(below)] if below else 1
         for _ in range(self.k_star + 2):
             a, _, _ = self.duty(self.speed(k))
             nxt = max(1, binomial_quantile(self.streams(users), a, self.q, self.k_star))
             if nxt > self.k_star:
-                return self.k_star + 1
+                k = self.k_star + 1
+                break
             if nxt <= k:
-                return k
+                break
             k = nxt
+        self._points[users] = k
         return k
 
     def upper_users(self) -> int:
@@ -165,21 +194,49 @@ def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_to
 
     ``speed_at(k)``: per-user p50 tok/s at k decoders (decreasing in k); ``k_star``: the largest k whose speed
     meets the floor; ``request_s``: mean prefill service of a turn (E[S], no queue)."""
-    if k_star < 1:
-        raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
-    if think_s <= 0 or output_tokens <= 0:
-        raise BadInput("think time and output length must be > 0")
-    q = float(percentile) / 100.0
-    cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, q)
-    lo, hi = 1, max(2, cyc.upper_users())
-    if cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
-        lo = 0
-    while hi - lo > 1:  # admissible(lo), not admissible(hi): k_q is monotone in N
-        mid = (lo + hi) // 2
-        if cyc.fixed_point(mid) <= k_star:
-            lo = mid
-        else:
-            hi = mid
+    return DecodeLoadSearch(speed_at, k_star, output_tokens, think_s, request_s, sub_ratio, percentile,
+                            lower_bound).result()
+
+
+class DecodeLoadSearch:
+    """``decode_load_ceiling``'s bisection over users, held open: ``users_at_least(n)`` runs it only until its
+    admissible end passes ``n`` (the ceiling is then above n: the admissible end only rises) or it ends;
+    ``result()`` finishes the same bisection (the same DecodeLoad as ``decode_load_ceiling``)."""
+
+    def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
+                 request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0, lower_bound: bool = False):
+        if k_star < 1:
+            raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
+        if think_s <= 0 or output_tokens <= 0:
+            raise BadInput("think time and output length must be > 0")
+        self.args = (k_star, output_tokens, think_s, request_s, sub_ratio, percentile, lower_bound)
+        self.cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, float(percentile) / 100.0)
+        self.lo, self.hi = 1, max(2, self.cyc.upper_users())
+        if self.cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
+            self.lo = 0
+        self._result: DecodeLoad | None = None
+
+    def users_at_least(self, users: float) -> bool:
+        """Whether the ceiling exceeds ``users`` (bisecting only as far as it takes to say)."""
+        k_star = self.args[0]
+        while self.hi - self.lo > 1 and not self.lo > users:  # admissible(lo), not admissible(hi): k_q is monotone in N
+            mid = (self.lo + self.hi) // 2
+            if self.cyc.fixed_point(mid) <= k_star:
+                self.lo = mid
+            else:
+                self.hi = mid
+        return self.lo > users
+
+    def result(self) -> DecodeLoad:
+        if self._result is None:
+            self.users_at_least(math.inf)
+            self._result = _decode_load(self.cyc, self.lo, *self.args)
+        return self._result
+
+
+def _decode_load(cyc: _Cycle, lo: int, k_star: int, output_tokens: float, think_s: float, request_s: float,
+                 sub_ratio: float, percentile: float, lower_bound: bool) -> DecodeLoad:
+    """The DecodeLoad at the bisection's answer ``lo``, with its derivation."""
     k = cyc.fixed_point(lo) if lo else 0
     v = cyc.speed(max(k, 1))
     a, d_s, c_s = cyc.duty(v)
@@ -235,6 +292,11 @@ class _Tail:
         return (self.late + rho * float(self._buf.sum())) / self.n
 
 
+def tails_of(miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float) -> tuple[_Tail, _Tail]:
+    """The miss and hit draws split at the budget, once (what every TTFT evaluation over them reads)."""
+    return _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
+
+
 def _share(rate_per_s: float, m: ServiceMoments, miss: _Tail, hit: _Tail) -> float:
     rho = rate_per_s * m.mean_s
     if rho >= 1:
@@ -273,44 +335,94 @@ RATE_REL_TOL = 1e-13  # the rate is found to 1e-13 of itself: where a 60-step bi
 _MAX_ROOT_STEPS = 200  # a cap: Illinois takes 17-40 steps on the plan's sensitivity panel; stopped early, lo still meets the target
 
 
-def _largest_rate_within(excess: Callable[[float], float], at_zero: float, saturation: float) -> float:
+class _RateSearch:
     """The largest rate in [0, saturation) whose ``excess`` (share over the target, increasing in the rate) is
     <= 0, given ``excess(0) = at_zero <= 0``: regula falsi with the Illinois rule, the bracket kept
-    [lo: within, hi: over] so the answer is always a rate that meets the target."""
-    lo, g_lo, hi = 0.0, at_zero, saturation
-    g_hi = excess(hi)
-    if g_hi <= 0:  # the share never exceeds the target below saturation
-        return math.nextafter(hi, 0.0)
-    side = 0
-    for _ in range(_MAX_ROOT_STEPS):
-        if hi - lo <= RATE_REL_TOL * hi:
-            break
-        x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
-        if not lo < x < hi:
-            x = 0.5 * (lo + hi)
-        g = excess(x)
-        if g <= 0:
-            lo, g_lo = x, g
-            if side < 0:
-                g_hi *= 0.5
-            side = -1
-        else:
-            hi, g_hi = x, g
-            if side > 0:
-                g_lo *= 0.5
-            side = 1
-    return lo
+    [lo: within, hi: over] so ``lo`` is always a rate that meets the target and the root lies in [lo, hi].
+
+    Resumable: ``narrow(tol)`` runs the iteration until the bracket is within ``tol`` of ``hi``; a later
+    ``narrow`` with a smaller ``tol`` continues the same iteration, so a search narrowed in steps evaluates the
+    same rates, and ends on the same ``lo``, as one narrowed to the smaller ``tol`` at once."""
+
+    def __init__(self, excess: Callable[[float], float], at_zero: float, saturation: float):
+        self.excess, self.lo, self.g_lo, self.hi = excess, 0.0, at_zero, saturation
+        self.g_hi = excess(saturation)
+        self.side = self.steps = 0
+        if self.g_hi <= 0:  # the share never exceeds the target below saturation
+            self.lo = self.hi = math.nextafter(saturation, 0.0)
+            self.steps = _MAX_ROOT_STEPS
+
+    def narrow(self, rel_tol: float) -> _RateSearch:
+        while self.steps < _MAX_ROOT_STEPS and self.hi - self.lo > rel_tol * self.hi:
+            self.steps += 1
+            lo, hi, g_lo, g_hi = self.lo, self.hi, self.g_lo, self.g_hi
+            x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+            if not lo < x < hi:
+                x = 0.5 * (lo + hi)
+            g = self.excess(x)
+            if g <= 0:
+                self.lo, self.g_lo = x, g
+                if self.side < 0:
+                    self.g_hi *= 0.5
+                self.side = -1
+            else:
+                self.hi, self.g_hi = x, g
+                if self.side > 0:
+                    self.g_lo *= 0.5
+                self.side = 1
+        return self
+
+
+def _largest_rate_within(excess: Callable[[float], float], at_zero: float, saturation: float) -> float:
+    """The largest rate in [0, saturation) whose ``excess`` is <= 0, to RATE_REL_TOL (``_RateSearch``)."""
+    return _RateSearch(excess, at_zero, saturation).narrow(RATE_REL_TOL).lo
+
+
+def longest_miss(miss_s: np.ndarray) -> float:
+    """The slowest cold prefill drawn: the p99.9 of the miss draws (0 without draws)."""
+    return percentiles(miss_s, (99.9,))[0] if miss_s.size else 0.0
 
 
 def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
-                      percentile: float = 95.0) -> TtftLoad:
-    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget."""
-    if budget_s <= 0:
-        raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
-    allowed = 1.0 - float(percentile) / 100.0
-    miss, hit = _Tail(miss_s, budget_s), _Tail(hit_s, budget_s)
-    base = _share(0.0, m, miss, hit)
-    target = min(base + allowed, 1.0)
-    lo = _largest_rate_within(lambda rate: _share(rate, m, miss, hit) - target, base - target, 1.0 / m.mean_s)
-    longest = float(np.percentile(miss_s, 99.9)) if miss_s.size else 0.0
-    return TtftLoad(lo, float(base), allowed, float(budget_s), float(percentile), longest)
+                      percentile: float = 95.0, longest_miss_s: float | None = None) -> TtftLoad:
+    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget.
+
+    ``longest_miss_s``: ``longest_miss(miss_s)`` when the caller holds it already (the same draws under
+    every budget and moment a sweep tries)."""
+    return TtftSearch(m, miss_s, hit_s, budget_s, percentile, longest_miss_s).result()
+
+
+class TtftSearch:
+    """``ttft_ceiling_rate``'s search, held open: ``rate_bounds(tol)`` brackets the ceiling's rate as far as a
+    caller needs (which ceiling binds may be plain from a coarse bracket), ``result()`` finishes it to
+    RATE_REL_TOL, continuing the same iteration (the same TtftLoad as ``ttft_ceiling_rate``)."""
+
+    def __init__(self, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
+                 percentile: float = 95.0, longest_miss_s: float | Callable[[], float] | None = None,
+                 tails: tuple[_Tail, _Tail] | None = None):
+        if budget_s <= 0:
+            raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
+        self.allowed = 1.0 - float(percentile) / 100.0
+        # tails: tails_of(miss_s, hit_s, budget_s) when the caller holds them (the same draws and budget, other moments)
+        miss, hit = tails or tails_of(miss_s, hit_s, budget_s)
+        self.base = _share(0.0, m, miss, hit)
+        target = min(self.base + self.allowed, 1.0)
+        self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)
+        self.budget_s, self.percentile = float(budget_s), float(percentile)
+        # the p99.9 is read when the search is finished (a search left open never needs it); a callable: the
+        # caller's memo of longest_miss(miss_s)
+        self._longest, self._miss_s = longest_miss_s, miss_s
+        self._result: TtftLoad | None = None
+
+    def rate_bounds(self, rel_tol: float) -> tuple[float, float]:
+        """(lo, hi): the ceiling's rate lies in [lo, hi], hi - lo within ``rel_tol`` of hi (or the search's end)."""
+        self.search.narrow(rel_tol)
+        return self.search.lo, self.search.hi
+
+    def result(self) -> TtftLoad:
+        if self._result is None:
+            lo = self.search.narrow(RATE_REL_TOL).lo
+            given = self._longest
+            longest = longest_miss(self._miss_s) if given is None else float(given() if callable(given) else given)
+            self._result = TtftLoad(lo, float(self.base), self.allowed, self.budget_s, self.percentile, longest)
+        return self._result

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from servesize.errors import BadInput
-from servesize.planning.ceilings import CeilingCache, ceilings
+from servesize.planning.ceilings import CeilingCache, binding_of
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
@@ -84,7 +84,7 @@ GEOMETRIC = ("user_median_tokens", "think_time_s")  # searched on a log scale
 
 def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, fld: str, x: float) -> str:
     w, k = apply_param(workload, knobs, fld, x)
-    return ceilings(fixed, w, k, cache, comfortable=False).binding
+    return binding_of(fixed, w, k, cache)
 
 
 def _row(binding_at, name: str, current: float, lo: float, hi: float, unit: str, iterations: int) -> dict:

@@ -53,6 +53,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
+from servesize.planning.decode import median, percentiles
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -96,8 +97,8 @@ class Percentiles:
     @classmethod
     def of(cls, counts: np.ndarray) -> Percentiles:
         """numpy linear-interpolated percentiles 5/50/95 (the seed's statistic)."""
-        a, b, c = np.percentile(counts, PERCENTILES)
-        return cls(float(a), float(b), float(c))
+        a, b, c = percentiles(counts, PERCENTILES)
+        return cls(a, b, c)
 
     def scaled(self, k: float) -> Percentiles:
         return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
@@ -273,7 +274,7 @@ def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: 
     """The median warm session's unique tokens over the first ``head`` sessions of every fill (a fixed, seeded subset)."""
     unique, is_cold, _ = workload.realise_costs(bank.take(0, fills, 0, head))
     warm = unique[~is_cold]
-    return float(np.median(warm)) if warm.size else 0.0
+    return median(warm) if warm.size else 0.0
 
 
 def _check(pool_tokens, kv_bytes_per_token, state_bytes_per_session, cpu_offload_bytes, replicas, fills, draws,

@@ -24,15 +24,41 @@ from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput
 from servesize.limits import MAX_LOG_LINE_CHARS, MAX_LOG_NUMBER
 
+
+class _Lazy:
+    """A regular expression compiled on its first use: a command that reads no log (fit, plan, memory) does not
+    compile the ~35 below at import."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, *args: Any):
+        self._args = args
+        self._compiled: re.Pattern | None = None
+
+    def _get(self) -> re.Pattern:
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match | None:
+        return self._get().search(text)
+
+    def sub(self, repl: str, text: str) -> str:
+        return self._get().sub(repl, text)
+
+
+_lazy = _Lazy
+
+
 # --------------------------------------------------------------------------------------------
 # Lines
 # --------------------------------------------------------------------------------------------
 
 # ANSI colour codes, with or without the ESC byte (copies from web pages often lose it).
-_ANSI = re.compile(r"(?:\x1b)?\[[0-9;]*m")
+_ANSI = _lazy(r"(?:\x1b)?\[[0-9;]*m")
 # The worker a line came from: (VllmWorker rank=0 pid=..), (Worker_TP3_EP3 pid=..),
 # (Worker_PP1_TP0 pid=..), (VllmWorkerProcess pid=..), [rank0]:.
-_RANK = re.compile(
+_RANK = _lazy(
     r"\((?:VllmWorker\s+rank=(?P<r>\d+)|Worker_(?P<tag>[A-Z]+\d+(?:_[A-Z]+\d+)*)|VllmWorkerProcess\s+pid=(?P<pid>\d+))"
     r"|\[rank(?P<r2>\d+)\]:",
     re.IGNORECASE,
@@ -181,61 +207,61 @@ def _suggestion_facts(m: re.Match) -> dict:
 
 
 # (name, regex, what to read from a match). A converter returning a dict yields several facts.
-_PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match], Any]]] = [
-    ("vllm_version", re.compile(r"vLLM API server version\s+v?([0-9][^\s,]*)"), _version_facts),
-    ("config", re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config:"), _config_facts),
-    ("args", re.compile(r"non-default args:\s*(\{.*\})"), _args_facts),
-    ("max_model_len", re.compile(r"Using max model len\s+" + _NUM), lambda m: _i(m.group(1))),
-    ("max_num_batched_tokens", re.compile(r"max_num_batched_tokens=" + _NUM), lambda m: _i(m.group(1))),
-    ("mamba_cache_mode", re.compile(r"Mamba cache mode is set to '(\w+)'"), lambda m: m.group(1)),
-    ("model_loading_gib", re.compile(r"(?:Model loading took|Loading model weights took)\s+([0-9.]+)\s*(GiB|GB)"),
+_PATTERNS: list[tuple[str, _Lazy, Callable[[re.Match], Any]]] = [
+    ("vllm_version", _lazy(r"vLLM API server version\s+v?([0-9][^\s,]*)"), _version_facts),
+    ("config", _lazy(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config:"), _config_facts),
+    ("args", _lazy(r"non-default args:\s*(\{.*\})"), _args_facts),
+    ("max_model_len", _lazy(r"Using max model len\s+" + _NUM), lambda m: _i(m.group(1))),
+    ("max_num_batched_tokens", _lazy(r"max_num_batched_tokens=" + _NUM), lambda m: _i(m.group(1))),
+    ("mamba_cache_mode", _lazy(r"Mamba cache mode is set to '(\w+)'"), lambda m: m.group(1)),
+    ("model_loading_gib", _lazy(r"(?:Model loading took|Loading model weights took)\s+([0-9.]+)\s*(GiB|GB)"),
      lambda m: _n(m.group(1))),
-    ("gpu_kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
-    ("cpu_kv_cache_tokens", re.compile(r"CPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
-    ("max_concurrency", re.compile(r"Maximum concurrency for\s+" + _NUM + r"\s+tokens per request:\s*([0-9.]+)\s*x"),
+    ("gpu_kv_cache_tokens", _lazy(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
+    ("cpu_kv_cache_tokens", _lazy(r"CPU KV cache size:\s*" + _NUM + r"\s*tokens"), lambda m: _i(m.group(1))),
+    ("max_concurrency", _lazy(r"Maximum concurrency for\s+" + _NUM + r"\s+tokens per request:\s*([0-9.]+)\s*x"),
      lambda m: {"max_concurrency": _n(m.group(2)), "max_concurrency_tokens": _i(m.group(1))}),
-    ("gpu_blocks", re.compile(r"#?\s*(?:GPU|cuda) blocks:\s*" + _NUM + r"(?:,\s*#?\s*CPU blocks:\s*" + _NUM + r")?"),
+    ("gpu_blocks", _lazy(r"#?\s*(?:GPU|cuda) blocks:\s*" + _NUM + r"(?:,\s*#?\s*CPU blocks:\s*" + _NUM + r")?"),
      lambda m: {"gpu_blocks": _i(m.group(1)), **({"cpu_blocks": _i(m.group(2))} if m.group(2) else {})}),
-    ("available_kv_gib", re.compile(r"Available KV cache memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
-    ("attention_block_size", re.compile(r"Setting attention block size to\s+" + _NUM + r"\s+tokens"),
+    ("available_kv_gib", _lazy(r"Available KV cache memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
+    ("attention_block_size", _lazy(r"Setting attention block size to\s+" + _NUM + r"\s+tokens"),
      lambda m: _i(m.group(1))),
-    ("mamba_padding_pct", re.compile(r"Padding mamba page size by\s+([0-9.]+)%"), lambda m: _n(m.group(1))),
-    ("padding_layers", re.compile(r"Add (\d+) padding layers?, may waste at most ([0-9.]+)% KV cache memory"),
+    ("mamba_padding_pct", _lazy(r"Padding mamba page size by\s+([0-9.]+)%"), lambda m: _n(m.group(1))),
+    ("padding_layers", _lazy(r"Add (\d+) padding layers?, may waste at most ([0-9.]+)% KV cache memory"),
      lambda m: {"padding_layers": _i(m.group(1)), "padding_waste_pct": _n(m.group(2))}),
-    ("forced_block_size", re.compile(r"Forcing kv cache block size to (\d+)"), lambda m: _i(m.group(1))),
-    ("cudagraph_estimate_gib", re.compile(r"Estimated CUDA graph memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
-    ("cudagraph_profiling", re.compile(
+    ("forced_block_size", _lazy(r"Forcing kv cache block size to (\d+)"), lambda m: _i(m.group(1))),
+    ("cudagraph_estimate_gib", _lazy(r"Estimated CUDA graph memory:\s*([0-9.]+)\s*GiB"), lambda m: _n(m.group(1))),
+    ("cudagraph_profiling", _lazy(
         r"CUDA graph memory profiling is enabled.*?--gpu-memory-utilization=([0-9.]+) is equivalent to "
         r"--gpu-memory-utilization=([0-9.]+) without CUDA graph memory profiling"),
      lambda m: {"cudagraph_profiling": {"enabled": True, "gpu_memory_utilization": _n(m.group(1)),
                                         "equivalent_without": _n(m.group(2))},
                 "gpu_memory_utilization": _n(m.group(1))}),
-    ("cudagraph_profiling_off", re.compile(
+    ("cudagraph_profiling_off", _lazy(
         r"CUDA graph memory profiling is disabled.*?from ([0-9.]+) to ([0-9.]+)"),
      lambda m: {"cudagraph_profiling": {"enabled": False, "gpu_memory_utilization": _n(m.group(1)),
                                         "suggested": _n(m.group(2))},
                 "gpu_memory_utilization": _n(m.group(1))}),
-    ("cudagraph_actual_gib", re.compile(r"Graph capturing finished in [0-9.]+ secs?, took ([0-9.]+) GiB"),
+    ("cudagraph_actual_gib", _lazy(r"Graph capturing finished in [0-9.]+ secs?, took ([0-9.]+) GiB"),
      lambda m: _n(m.group(1))),
-    ("cudagraph_pool", re.compile(r"CUDA graph pool memory:\s*([0-9.]+) GiB \(actual\),\s*([0-9.]+) GiB \(estimated\)"),
+    ("cudagraph_pool", _lazy(r"CUDA graph pool memory:\s*([0-9.]+) GiB \(actual\),\s*([0-9.]+) GiB \(estimated\)"),
      lambda m: {"cudagraph_actual_gib": _n(m.group(1)), "cudagraph_estimate_gib": _n(m.group(2))}),
-    ("v0_memory_profile", re.compile(r"Memory profiling results:\s*(.*)"), _v0_profile_facts),
-    ("v0_budget", re.compile(
+    ("v0_memory_profile", _lazy(r"Memory profiling results:\s*(.*)"), _v0_profile_facts),
+    ("v0_budget", _lazy(
         r"total_gpu_memory \(([0-9.]+)GiB\) x gpu_memory_utilization \(([0-9.]+)\) = ([0-9.]+)GiB"),
      lambda m: {"total_gpu_memory_gib": _n(m.group(1)), "gpu_memory_utilization": _n(m.group(2)),
                 "requested_gib": _n(m.group(3))}),
-    ("v0_breakdown", re.compile(
+    ("v0_breakdown", _lazy(
         r"model weights take (-?[0-9.]+)GiB; non_torch_memory takes (-?[0-9.]+)GiB; PyTorch activation peak memory "
         r"takes (-?[0-9.]+)GiB; the rest of the memory reserved for KV Cache is (-?[0-9.]+)GiB"),
      lambda m: {"weights_gib": _not_negative(_n(m.group(1)), "model weights"), "non_torch_gib": _n(m.group(2)),
                 "activation_gib": _not_negative(_n(m.group(3)), "PyTorch activation peak memory"),
                 "available_kv_gib": _not_negative(_n(m.group(4)), "the memory reserved for KV Cache")}),
-    ("suggestion", re.compile(
+    ("suggestion", _lazy(
         r"Free memory on device \(([0-9.]+)/([0-9.]+) GiB\) on startup\. Desired GPU memory utilization is "
         r"\(([0-9.]+), ([0-9.]+) GiB\)"), _suggestion_facts),
-    ("kv_cache_memory_given", re.compile(r"reserved ([0-9.]+) GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
+    ("kv_cache_memory_given", _lazy(r"reserved ([0-9.]+) GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
      lambda m: {"available_kv_gib": _n(m.group(1)), "kv_cache_memory_given": True}),
-    ("startup_error", re.compile(
+    ("startup_error", _lazy(
         r"(The model's max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"
         r"|To serve at least one request with the models?'s max seq len|No available memory for the cache blocks"
         r"|CUDA out of memory|OutOfMemoryError)"), lambda m: m.group(1)),
@@ -243,11 +269,11 @@ _PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match], Any]]] = [
 
 # Lines that begin a start-up. A new one begins only once the current start-up has reached its
 # KV-cache lines, so per-rank and per-engine repeats of these lines stay in one start-up.
-_START = re.compile(r"vLLM API server version|Initializing an? (?:V1 )?LLM engine|non-default args:|Model loading took"
+_START = _lazy(r"vLLM API server version|Initializing an? (?:V1 )?LLM engine|non-default args:|Model loading took"
                     r"|Loading model weights took|Memory profiling results:|the current vLLM instance can use")
 _KV_FACTS = ("gpu_kv_cache_tokens", "cpu_kv_cache_tokens", "gpu_blocks", "available_kv_gib")
 # The log line's own source location: 'kv_cache_utils.py:864]' -> 864 (places a log in a version, §0).
-_KV_SOURCE_LINE = re.compile(r"kv_cache_utils\.py:(\d+)\]")
+_KV_SOURCE_LINE = _lazy(r"kv_cache_utils\.py:(\d+)\]")
 
 
 def _rank_of(line: str, at: int) -> str | None:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import pathlib
 import tomllib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
 from servesize.limits import MAX_SMALL_FILE_BYTES, check_depth, check_numbers, check_output, parse_json, read_input, write_output
-from servesize.workload.fit import WorkloadFit
 from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin, file_preset, preset, workload_from_data
+
+if TYPE_CHECKING:  # a plan reads workload files without loading the fitter
+    from servesize.workload.fit import WorkloadFit
 
 WORKLOAD_SUFFIXES = (".json", ".toml")
 
