@@ -580,8 +580,10 @@ FATAL_ERRORS = ("not_openai", "bad_url")
 
 class SessionsRun:
     def __init__(self, config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, workers: Any = None):
         self.cfg = config
+        # None: every user runs in this process; else a servesize.measure.distributed.RayWorkers the rungs are spread on
+        self.workers = workers
         self.record = record or RunRecord(None)
         self.resume = resume
         self.progress = progress or (lambda msg: None)
@@ -596,6 +598,11 @@ class SessionsRun:
         rungs: list[RungStats] = []
         async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
             model, scraper, prompts = await self._open(client)
+            if self.workers is not None:
+                joined = await self.workers.start(cfg, model)
+                self.record.append("workers_joined", workers=joined)
+                self.notes.append(f"{self.workers.n} workers ({self.workers.describe()}): user u runs on worker u mod "
+                                  f"{self.workers.n}; each worker's clock offset is in the record")
             for index, users in enumerate(sorted(set(cfg.users))):
                 stats = done.get(users)
                 if stats is None:
@@ -724,64 +731,50 @@ class SessionsRun:
 
     async def _rung(self, client: StreamClient, scraper: MetricsScraper, prompts: PromptFactory, index: int,
                     users: int) -> RungStats:
-        cfg, p = self.cfg, self.cfg.params
+        cfg = self.cfg
         loop = asyncio.get_running_loop()
         t_start = loop.time()
-        t_end = t_start + cfg.duration_s
         before = await scraper.scrape()
-        results: list[RequestResult] = []
-        tpw = prompts.tokens_per_word
         rung_nonce = random.Random(f"{prompts.nonce}/{index}/{self.attempts[users]}").getrandbits(32)
         attempt = self.attempts[users] + 1
-        fatal: list[RequestResult] = []
-
-        async def user_loop(u: int) -> None:
-            gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
-            stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
-            await asyncio.sleep(stagger)
-            last_tokens: dict[str, int] = {}
-            sent = 0
-            while loop.time() < t_end and sent != cfg.requests_per_user and not fatal:
-                turn = gen.next()
-                prefix_tokens = round(turn.prefix_words * tpw)
-                reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
-                tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
-                        "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
-                        "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
-                r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}-{rung_nonce:08x}",
-                                          tags=tags)
-                if r.ok and r.prompt_tokens:
-                    last_tokens[turn.session] = r.prompt_tokens
-                sent += 1
-                results.append(r)
+        lost: str | None = None
+        if self.workers is not None:
+            results, lost = await self._rung_on_workers(index, users, attempt, rung_nonce, prompts.tokens_per_word)
+        else:
+            def on_result(r: RequestResult, results: list[RequestResult], left_s: float) -> None:
                 self.record.append("request", rung=index, users=users, attempt=attempt, result=r.to_dict())
-                if r.error is not None and r.error["type"] in FATAL_ERRORS:
-                    fatal.append(r)
                 errs = sum(1 for x in results if not x.ok)
-                self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
-                              f"{max(0.0, t_end - loop.time()):.0f} s left")
-                remaining = t_end - loop.time()
-                if remaining <= 0 or sent == cfg.requests_per_user or fatal:
-                    break
-                pause = gen.think_time()
-                if not r.ok:
-                    pause = max(pause, cfg.error_backoff_s)  # an error is no reason to come straight back
-                await asyncio.sleep(min(pause, remaining))
+                self.progress(f"{users} users: {len(results)} requests, {errs} errors, {max(0.0, left_s):.0f} s left")
 
-        await asyncio.gather(*(user_loop(u) for u in range(users)))
+            results = await run_users(client, cfg, index=index, users=users, share=range(users), rung_nonce=rung_nonce,
+                                      tokens_per_word=prompts.tokens_per_word, on_result=on_result)
         after = await scraper.scrape()
         d = delta(before, after)
         self._results[users] = results
         stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
                            preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
                            distrust_cached=self.distrust is not None)
-        failure = self._failure(stats, results)
+        failure = lost or self._failure(stats, results)
         if failure:
             stats.status, stats.stop = "failed", failure
         elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
                 and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
             stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
         return stats
+
+    async def _rung_on_workers(self, index: int, users: int, attempt: int, rung_nonce: int,
+                               tokens_per_word: float) -> tuple[list[RequestResult], str | None]:
+        """The rung's users spread over the workers (sticky: user u on worker u mod N); their requests merged into
+        this record on the coordinator's clocks, each request naming its worker; and why the rung is not a
+        measurement when a worker died (its share's requests died with it)."""
+        assert self.workers is not None
+        self.progress(f"{users} users on {self.workers.n} workers")
+        outcome = await self.workers.run_rung(self.cfg, index=index, users=users, rung_nonce=rung_nonce,
+                                              tokens_per_word=tokens_per_word)
+        for worker, r in outcome.results:
+            self.record.append("request", rung=index, users=users, attempt=attempt, worker=worker, result=r.to_dict())
+        self.record.append("workers", rung=index, users=users, attempt=attempt, workers=outcome.workers)
+        return [r for _, r in outcome.results], outcome.lost
 
     def _failure(self, stats: RungStats, results: list[RequestResult]) -> str | None:
         """Why a rung is not a measurement: no request completed, or more of them failed than the run allows."""
@@ -794,6 +787,55 @@ class SessionsRun:
         first = next(r for r in results if not r.ok)
         return (f"error rate {stats.errors / stats.requests:.0%} > {cfg.max_error_rate:.0%}: {stats.errors} of "
                 f"{stats.requests} requests failed ({top}; first: {first.error_line()})")
+
+
+async def run_users(client: StreamClient, cfg: SessionsConfig, *, index: int, users: int, share, rung_nonce: int,
+                    tokens_per_word: float,
+                    on_result: Callable[[RequestResult, list[RequestResult], float], None] | None = None) -> list[RequestResult]:
+    """Run the simulated users ``share`` (user numbers of a rung of ``users``) for one rung on ``client``: each
+    user's requests are drawn from its own seeded generator (seed, rung, user), so which process runs a user does
+    not change what it sends. ``on_result(result, results so far, seconds left)`` is called as each completes.
+    The one loop every rung runs, in this process or in a worker (servesize.measure.distributed)."""
+    p = cfg.params
+    loop = asyncio.get_running_loop()
+    t_end = loop.time() + cfg.duration_s
+    results: list[RequestResult] = []
+    fatal: list[RequestResult] = []
+    tpw = tokens_per_word
+
+    async def user_loop(u: int) -> None:
+        gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
+        stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
+        await asyncio.sleep(stagger)
+        last_tokens: dict[str, int] = {}
+        sent = 0
+        while loop.time() < t_end and sent != cfg.requests_per_user and not fatal:
+            turn = gen.next()
+            prefix_tokens = round(turn.prefix_words * tpw)
+            reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
+            tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
+                    "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
+                    "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
+            r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}-{rung_nonce:08x}",
+                                      tags=tags)
+            if r.ok and r.prompt_tokens:
+                last_tokens[turn.session] = r.prompt_tokens
+            sent += 1
+            results.append(r)
+            if r.error is not None and r.error["type"] in FATAL_ERRORS:
+                fatal.append(r)
+            if on_result is not None:
+                on_result(r, results, t_end - loop.time())
+            remaining = t_end - loop.time()
+            if remaining <= 0 or sent == cfg.requests_per_user or fatal:
+                break
+            pause = gen.think_time()
+            if not r.ok:
+                pause = max(pause, cfg.error_backoff_s)  # an error is no reason to come straight back
+            await asyncio.sleep(min(pause, remaining))
+
+    await asyncio.gather(*(user_loop(u) for u in share))
+    return results
 
 
 def _users_of(event: dict) -> int:
@@ -815,5 +857,11 @@ def _stats_of(event: dict) -> RungStats:
 
 
 async def measure_sessions(config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
-                           progress: Callable[[str], None] | None = None) -> SessionsResult:
-    return await SessionsRun(config, record=record, resume=resume, progress=progress).run()
+                           progress: Callable[[str], None] | None = None, workers: Any = None) -> SessionsResult:
+    """The ladder; ``workers`` (a servesize.measure.distributed.RayWorkers) spreads each rung's users over
+    worker processes, and is closed when the ladder ends, however it ends."""
+    try:
+        return await SessionsRun(config, record=record, resume=resume, progress=progress, workers=workers).run()
+    finally:
+        if workers is not None:
+            await workers.close()
