@@ -23,6 +23,7 @@ _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users"
 
 MAX_SECONDS = 86_400.0  # a day: longer than any request, stall or rung servesize should wait for
 MAX_USERS_PREDICTED = 50_000  # the ladder goes to 2x the prediction, at most servesize.measure.sessions.MAX_USERS
+MAX_WORKERS = 1024  # --workers: one process (a Ray actor) each
 
 
 def _param(kind: str, help: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
@@ -56,6 +57,8 @@ FLAGS: dict[str, Param] = {
     "warm_target": _param("float", "warm-hit rate that counts as comfortable", lo=0.0, hi=1.0, lo_open=True, metavar="F"),
     "max_error_rate": _param("float", "a rung with more failed requests than this share is failed: not a measurement, "
                              "measured again on --resume; it ends the ladder", lo=0.0, hi=1.0, metavar="F"),
+    "workers": _param("int", "spread each rung's users over N worker processes with Ray (user u on worker u mod N; "
+                      "default: every user in this process)", lo=1, hi=MAX_WORKERS, metavar="N"),
     "max_ttft_p95": _param("float", "stop the ladder when warm-hit TTFT p95 exceeds S seconds", lo=0.0, hi=MAX_SECONDS,
                            lo_open=True, metavar="S"),
 }

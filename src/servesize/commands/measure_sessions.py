@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "warm_target", 0.9)
     add_flag(p, "max_error_rate", 0.05)
     add_flag(p, "max_ttft_p95")
+    add_flag(p, "workers")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="with --workers: the Ray cluster the workers run on (started with `ray start --head` there, other "
+                        "hosts attached with `ray start --address HOST:PORT`; default: a Ray started on this machine)")
     add_common(p, "sessions", "continue the run recorded in FILE (measured rungs are kept; failed ones are measured again)")
     p.add_argument("--plot", metavar="FILE.png", help="write warm-hit rate and TTFT vs users")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
@@ -129,9 +133,23 @@ def measure(args, rec):
     from servesize.commands._measure import open_record, run_recorded
     from servesize.measure.sessions import SessionsConfig, measure_sessions
 
+    workers = make_workers(args)
     cfg, record, contents = open_record(rec, "sessions", SessionsConfig, config_maker(args))
     return run_recorded(rec, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
-                                                                      progress=progress))
+                                                                      progress=progress, workers=workers))
+
+
+def make_workers(args):
+    """The Ray workers --workers asks for (None: every user in this process); Ray is the optional extra [ray]."""
+    if args.ray_address and not args.workers:
+        raise BadInput("--ray-address needs --workers N (how many workers to run on that cluster)")
+    if not args.workers:
+        return None
+    try:
+        from servesize.measure.distributed import RayWorkers
+    except ImportError as exc:
+        raise BadInput(f"--workers needs Ray ({exc.name or exc}): pip install 'servesize[ray]'") from None
+    return RayWorkers(args.workers, address=args.ray_address)
 
 
 def run(args):
