@@ -43,6 +43,9 @@ from servesize.errors import BadInput
 from servesize.measure.client import RequestResult, StreamClient
 
 CLOCK_SAMPLES = 5  # clock round trips per worker before each rung; the shortest decides the offset
+# how long the workers may take to start and open their clients: a local start takes a few seconds (about 1 s
+# per actor on a loaded 2-core machine); a cluster short of CPUs would otherwise leave them pending for ever
+START_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,12 @@ class RayWorkers:
         spread = {"scheduling_strategy": "SPREAD"} if self.address else {}
         self.actors = [SessionsWorker.options(**spread).remote(k, self.fault) for k in range(self.n)]
         params = cfg.to_params()
-        infos = await asyncio.gather(*(a.open.remote(params, model) for a in self.actors))
+        try:
+            infos = await asyncio.wait_for(asyncio.gather(*(a.open.remote(params, model) for a in self.actors)), START_TIMEOUT_S)
+        except TimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            raise BadInput(f"{self.describe()} did not start {self.n} workers within {START_TIMEOUT_S:g} s (each takes 1 CPU; "
+                           f"the cluster has {cpus:g}): attach more hosts or ask for fewer --workers") from None
         self.joined = [{"worker": k, **info} for k, info in enumerate(infos)]
         other = [j for j in self.joined if j["version"] != __version__]
         if other:
@@ -184,10 +192,12 @@ class RayWorkers:
             entry: dict[str, Any] = {"worker": k, "host": self.joined[k]["host"], "pid": self.joined[k]["pid"], "users": shares[k]}
             outcome = clock[k] if isinstance(clock[k], BaseException) else got[k]
             if isinstance(outcome, BaseException):
-                why = f"{type(outcome).__name__}: {str(outcome).strip().splitlines()[0] if str(outcome).strip() else ''}"
+                text = str(outcome).strip()
+                why = f"{type(outcome).__name__}: {text.splitlines()[0] if text else ''}"
                 entry.update(requests=0, died=why)
-                lost = lost or (f"worker {k} ({entry['host']} pid {entry['pid']}) died mid-rung ({why}): the requests of "
-                                f"its {len(shares[k])} user(s) died with it")
+                how = "died" if isinstance(outcome, ray.exceptions.RayActorError) else "failed"
+                lost = lost or (f"worker {k} ({entry['host']} pid {entry['pid']}) {how} mid-rung ({why}): the requests of "
+                                f"its {len(shares[k])} user(s) are lost with it")
             else:
                 c = clock[k]
                 assert isinstance(c, dict)
