@@ -247,3 +247,41 @@ def test_ray_address_without_workers_is_refused_in_one_line(capsys):
     code = main(["measure", "sessions", "--url", "http://127.0.0.1:9", "--users", "1", "--ray-address", "127.0.0.1:6379"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("servesize: --ray-address needs --workers") and err.count("\n") == 1
+
+
+def test_sigterm_mid_rung_keeps_what_the_workers_completed_and_resume_measures_the_rung_again(tmp_path, capsys):
+    import os
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rec = tmp_path / "t.jsonl"
+    flags = ["--users", "2", "--requests-per-user", "15", "--median", "300", "--prefix", "100", "--think-time", "0.05",
+             "--output-tokens", "4", "--turn-tokens", "50", "--max-model-len", str(CAP), "--subagent-ratio", "0", "--quiet"]
+    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    with TestServer(ServerConfig(itl_s=0.05)) as server:
+        env = dict(os.environ, PYTHONPATH=str(src))
+        p = subprocess.Popen([sys.executable, "-m", "servesize", "measure", "sessions", "--url", server.url, *flags,
+                              "--workers", "2", "--record", str(rec)], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            while server.completions < 10 and p.poll() is None:
+                time.sleep(0.1)
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        # each user has at most one request in flight: of the 10 the server had received, 8 or more had completed
+        assert p.returncode == 143 and err.startswith("servesize: terminated (SIGTERM)") and err.count("\n") == 1, err
+        contents = read_record(rec, "sessions")
+        kept = contents.of_type("request")
+        assert len(kept) >= 8 and len({e["result"]["id"] for e in kept}) == len(kept) <= server.completions
+        assert contents.of_type("interrupted")[0]["signal"] == "SIGTERM" and not contents.of_type("rung")
+        code = main(["measure", "sessions", "--resume", str(rec), "--url", server.url, "--workers", "2", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    contents = read_record(rec, "sessions")
+    assert [e["users"] for e in contents.of_type("rung")] == [2]
+    attempts = Counter(e["attempt"] for e in contents.of_type("request"))
+    assert attempts == {1: len(kept), 2: 2 * 15}  # the rung measured again, whole, as a new attempt

@@ -31,6 +31,7 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ CLOCK_SAMPLES = 5  # clock round trips per worker before each rung; the shortest
 # how long the workers may take to start and open their clients: a local start takes a few seconds (about 1 s
 # per actor on a loaded 2-core machine); a cluster short of CPUs would otherwise leave them pending for ever
 START_TIMEOUT_S = 120.0
+TAKE_TIMEOUT_S = 10.0  # an interrupted run waits this long per worker for the requests it completed
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class _Worker:
         self.number, self.fault = number, fault
         self.client: StreamClient | None = None
         self.cfg: Any = None
+        self.taken: list[RequestResult] = []
         gc.disable()  # as run_async does on the coordinator: collections run between rungs
 
     async def open(self, params: dict, model: str) -> dict:
@@ -97,6 +100,7 @@ class _Worker:
         die = fault is not None and fault.worker == self.number and fault.rung == index
 
         def on_result(r: RequestResult, results: list[RequestResult], left_s: float) -> None:
+            self.taken = results  # what take() hands over if the coordinator is interrupted mid-rung
             if die and fault is not None and len(results) >= fault.after:
                 os._exit(70)
 
@@ -106,6 +110,10 @@ class _Worker:
         out = [r.to_dict() for r in results]
         gc.collect()
         return out
+
+    async def take(self) -> list[dict]:
+        """The requests of the share in progress completed so far (the coordinator was interrupted mid-rung)."""
+        return [r.to_dict() for r in list(self.taken)]
 
     async def close(self) -> None:
         if self.client is not None:
@@ -126,6 +134,7 @@ class RayWorkers:
         self.n, self.address, self.fault = n, address, fault
         self.actors: list[Any] = []
         self.joined: list[dict] = []
+        self.interrupted: list[tuple[int, RequestResult]] = []  # an interrupted rung's completed requests
         self._owned = False
 
     def describe(self) -> str:
@@ -135,6 +144,7 @@ class RayWorkers:
         if ray.is_initialized():
             return
         quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+        handlers = _signal_handlers()
         try:
             if self.address:
                 ray.init(address=self.address, **quiet)
@@ -142,6 +152,8 @@ class RayWorkers:
                 ray.init(num_cpus=max(self.n, os.cpu_count() or 1), **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BadInput(f"cannot start Ray for --workers ({self.describe()}): {str(exc).splitlines()[0]}") from None
+        finally:
+            _restore(handlers)
         self._owned = True
 
     async def start(self, cfg: Any, model: str) -> list[dict]:
@@ -184,7 +196,11 @@ class RayWorkers:
         clock = dict(zip(busy, clocks))
         calls = {k: self.actors[k].run_share.remote(index, users, shares[k], rung_nonce, tokens_per_word)
                  for k in busy if not isinstance(clock[k], BaseException)}
-        got = dict(zip(calls, await asyncio.gather(*calls.values(), return_exceptions=True)))
+        try:
+            got = dict(zip(calls, await asyncio.gather(*calls.values(), return_exceptions=True)))
+        except asyncio.CancelledError:  # Ctrl-C or SIGTERM on the coordinator: keep what the workers completed
+            self.interrupted = await self._take(calls, clock)
+            raise
         merged: list[tuple[int, RequestResult]] = []
         workers: list[dict] = []
         lost = None
@@ -207,6 +223,17 @@ class RayWorkers:
         merged.sort(key=lambda kr: (kr[1].t_sent_ns + round((kr[1].end_s or 0.0) * 1e9), kr[0]))
         return RungOutcome(merged, workers, lost)
 
+    async def _take(self, calls: dict, clock: dict) -> list[tuple[int, RequestResult]]:
+        """The requests each worker of an interrupted rung had completed, on the coordinator's clocks."""
+        out: list[tuple[int, RequestResult]] = []
+        for k in calls:
+            try:
+                done = await asyncio.wait_for(self.actors[k].take.remote(), TAKE_TIMEOUT_S)
+            except (ray.exceptions.RayError, TimeoutError):
+                continue  # a worker that cannot answer: its requests are lost with it, as when it dies
+            out.extend((k, _reconciled(RequestResult.from_dict(d), clock[k])) for d in done)
+        return out
+
     async def close(self) -> None:
         for a in self.actors:
             ray.kill(a)
@@ -214,6 +241,23 @@ class RayWorkers:
         if self._owned:
             ray.shutdown()
             self._owned = False
+
+
+def _signal_handlers() -> dict:
+    """This process's SIGINT and SIGTERM handlers, as Python holds them (the measure commands' own: they end a
+    run with its record kept and an 'interrupted' event, exit 130 or 143)."""
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(handlers: dict) -> None:
+    """Put back the handlers ``ray.init`` replaced: its driver installs a native handler that ends the process
+    at SIGTERM (exit 15: no 'interrupted' event, the workers left to Ray's own clean-up)."""
+    for sig, handler in handlers.items():
+        if handler is not None:
+            try:
+                signal.signal(sig, handler)
+            except ValueError:  # not the main thread: nothing of ours was installed there
+                pass
 
 
 def _reconciled(r: RequestResult, clock: dict) -> RequestResult:

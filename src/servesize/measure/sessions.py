@@ -682,9 +682,16 @@ class SessionsRun:
             self._rejudge(rungs)
             done = {g.users: g for g in rungs}
             self.notes.append(f"the server's cached_tokens is not trusted for this run (refuted before): it {self.distrust}")
+        for e in self.resume.of_type("request"):
+            # a rung interrupted (Ctrl-C, SIGTERM, a crash) has requests but neither 'rung' nor 'rung_failed': its next
+            # attempt takes a new number, so its requests are not mixed with the interrupted ones, nor its prompts
+            # (the attempt seeds the rung's nonce) served warm from them
+            attempt = e.get("attempt")
+            if isinstance(attempt, int) and not isinstance(attempt, bool) and _users_of(e) not in done:
+                self.attempts[_users_of(e)] = max(self.attempts[_users_of(e)], attempt)
         redo = sorted(set(self.attempts) - set(done))
         if redo:
-            self.notes.append(f"resumed: the failed rung(s) of {', '.join(map(str, redo))} users are measured again")
+            self.notes.append(f"resumed: the failed or interrupted rung(s) of {', '.join(map(str, redo))} users are measured again")
         return done
 
     async def _open(self, client: StreamClient) -> tuple[str, MetricsScraper, PromptFactory]:
@@ -769,8 +776,13 @@ class SessionsRun:
         measurement when a worker died (its share's requests died with it)."""
         assert self.workers is not None
         self.progress(f"{users} users on {self.workers.n} workers")
-        outcome = await self.workers.run_rung(self.cfg, index=index, users=users, rung_nonce=rung_nonce,
-                                              tokens_per_word=tokens_per_word)
+        try:
+            outcome = await self.workers.run_rung(self.cfg, index=index, users=users, rung_nonce=rung_nonce,
+                                                  tokens_per_word=tokens_per_word)
+        except asyncio.CancelledError:  # interrupted: the requests the workers completed stay in the record
+            for worker, r in self.workers.interrupted:
+                self.record.append("request", rung=index, users=users, attempt=attempt, worker=worker, result=r.to_dict())
+            raise
         for worker, r in outcome.results:
             self.record.append("request", rung=index, users=users, attempt=attempt, worker=worker, result=r.to_dict())
         self.record.append("workers", rung=index, users=users, attempt=attempt, workers=outcome.workers)
