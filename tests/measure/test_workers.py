@@ -285,3 +285,15 @@ def test_sigterm_mid_rung_keeps_what_the_workers_completed_and_resume_measures_t
     assert [e["users"] for e in contents.of_type("rung")] == [2]
     attempts = Counter(e["attempt"] for e in contents.of_type("request"))
     assert attempts == {1: len(kept), 2: 2 * 15}  # the rung measured again, whole, as a new attempt
+
+
+def test_workers_against_two_endpoints_give_the_in_process_per_endpoint_counts(tmp_path):
+    from test_endpoints import _check_against_each_server, _fleet
+
+    for routing in ("sticky", "per-request"):
+        alone, _ = _fleet(routing, tmp_path / f"{routing}-1.jsonl")
+        spread, servers = _fleet(routing, tmp_path / f"{routing}-2.jsonl", workers=RayWorkers(2))
+        keys = ("requests", "users", "returning", "warm_hits", "warm_hit_rate")  # each run has its own two servers
+        assert [{k: e[k] for k in keys} for e in spread.rungs[0].endpoints] == \
+            [{k: e[k] for k in keys} for e in alone.rungs[0].endpoints]
+        _check_against_each_server(spread, servers, tmp_path / f"{routing}-2.jsonl")

@@ -182,10 +182,19 @@ def _brief(value: Any) -> str:
 
 
 def check_url(text: str | None, kind: str) -> str:
-    from urllib.parse import urlparse
-
+    """``text`` when it is an http(s) URL (for ``measure sessions``: one, or a comma list of endpoints)."""
     if not text:
         raise BadInput(f"measure {kind} needs --url (or --resume FILE)")
+    if kind == "sessions" and "," in text:
+        for part in text.split(","):
+            _check_one_url(part.strip(), text)
+        return text
+    return _check_one_url(text, text)
+
+
+def _check_one_url(text: str, given: str) -> str:
+    from urllib.parse import urlparse
+
     try:
         url = urlparse(text)
         ok = url.scheme in ("http", "https") and bool(url.hostname)
@@ -193,7 +202,8 @@ def check_url(text: str | None, kind: str) -> str:
     except ValueError:
         ok = False
     if not ok:
-        raise BadInput(f"--url {text!r} is not an http(s) URL such as http://localhost:8000")
+        what = f"--url {text!r}" if text == given else f"--url {given!r}: {text!r}"
+        raise BadInput(f"{what} is not an http(s) URL such as http://localhost:8000")
     return text
 
 

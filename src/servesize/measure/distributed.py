@@ -73,21 +73,23 @@ class RungOutcome:
 
 
 class _Worker:
-    """The Ray actor: one StreamClient, the rung's user loop on its share of users."""
+    """The Ray actor: a StreamClient per endpoint, the rung's user loop on its share of users."""
 
     def __init__(self, number: int, fault: WorkerFault | None = None):
         self.number, self.fault = number, fault
-        self.client: StreamClient | None = None
+        self.clients: list[StreamClient] = []  # one per endpoint of the run's --url
         self.cfg: Any = None
         self.taken: list[RequestResult] = []
         gc.disable()  # as run_async does on the coordinator: collections run between rungs
 
     async def open(self, params: dict, model: str) -> dict:
-        from servesize.measure.sessions import SessionsConfig
+        from servesize.measure.sessions import SessionsConfig, endpoints
 
         self.cfg = SessionsConfig.from_params(params)
-        self.client = StreamClient(self.cfg.url, model, timeout_s=self.cfg.timeout_s, stall_timeout_s=self.cfg.stall_timeout_s)
-        await self.client.__aenter__()
+        for url in endpoints(self.cfg.url):
+            client = StreamClient(url, model, timeout_s=self.cfg.timeout_s, stall_timeout_s=self.cfg.stall_timeout_s)
+            await client.__aenter__()
+            self.clients.append(client)
         return {"host": socket.gethostname(), "pid": os.getpid(), "version": __version__}
 
     async def clock(self) -> tuple[int, int]:
@@ -104,8 +106,7 @@ class _Worker:
             if die and fault is not None and len(results) >= fault.after:
                 os._exit(70)
 
-        assert self.client is not None
-        results = await run_users(self.client, self.cfg, index=index, users=users, share=share, rung_nonce=rung_nonce,
+        results = await run_users(self.clients, self.cfg, index=index, users=users, share=share, rung_nonce=rung_nonce,
                                   tokens_per_word=tokens_per_word, on_result=on_result)
         out = [r.to_dict() for r in results]
         gc.collect()
@@ -116,9 +117,9 @@ class _Worker:
         return [r.to_dict() for r in list(self.taken)]
 
     async def close(self) -> None:
-        if self.client is not None:
-            await self.client.__aexit__(None, None, None)
-            self.client = None
+        for client in self.clients:
+            await client.__aexit__(None, None, None)
+        self.clients = []
 
 
 SessionsWorker = ray.remote(num_cpus=1)(_Worker)
