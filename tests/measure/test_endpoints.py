@@ -93,3 +93,18 @@ def test_a_bad_endpoint_in_the_list_is_named_in_one_line(capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("servesize: --url 'http://127.0.0.1:9,ftp://x': 'ftp://x' is not an http(s) URL")
     assert err.count("\n") == 1
+
+
+def test_a_record_taken_before_routing_existed_continues_with_the_default_routing_only():
+    import pytest
+
+    from servesize.commands._measure import config_defaults, refuse_other_params
+    from servesize.errors import BadInput
+
+    old = SessionsConfig(url="http://a:1", params=PARAMS, users=[2]).to_params()
+    del old["routing"]  # a header written before --routing
+    defaults = config_defaults(SessionsConfig)
+    refuse_other_params("s.jsonl", old, SessionsConfig(url="http://a:1", params=PARAMS, users=[2]).to_params(), defaults)
+    with pytest.raises(BadInput, match="routing"):
+        refuse_other_params("s.jsonl", old, SessionsConfig(url="http://a:1", params=PARAMS, users=[2],
+                                                           routing="per-request").to_params(), defaults)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
@@ -147,7 +148,7 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
 
     recorded = read_record(path, kind).header["params"]
     if rec.same_params:
-        refuse_other_params(path, recorded, make_config().to_params())
+        refuse_other_params(path, recorded, make_config().to_params(), config_defaults(config_cls))
     cfg = config_cls.from_params(recorded)
     if rec.url:
         cfg.url = rec.url
@@ -161,13 +162,21 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
     return cfg, record, contents
 
 
-def refuse_other_params(path: str, recorded: dict, new: dict) -> None:
+def config_defaults(config_cls: Any) -> dict:
+    """A measurement config's field defaults: what a record taken before a field existed was taken with."""
+    return {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+
+
+def refuse_other_params(path: str, recorded: dict, new: dict, defaults: dict | None = None) -> None:
     """BadInput naming what differs when the record at ``path`` was taken with other parameters (the URL
-    may change: a restarted server on another port is the same run)."""
+    may change: a restarted server on another port is the same run). A parameter the record does not hold
+    (added to servesize after it was taken) differs only when the new value is not its default (``defaults``)."""
     fresh = json.loads(json.dumps(new, default=str))
     differ = []
     for key in sorted(set(recorded) | set(fresh)):
         if key == "url" or recorded.get(key) == fresh.get(key):
+            continue
+        if key not in recorded and defaults is not None and key in defaults and fresh.get(key) == defaults[key]:
             continue
         differ.append(f"{key} {_brief(recorded.get(key))} -> {_brief(fresh.get(key))}")
     if differ:
