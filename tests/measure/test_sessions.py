@@ -274,3 +274,18 @@ def test_resuming_an_older_record_measures_again_a_rung_it_recorded_as_complete_
     run = SessionsRun(SessionsConfig(url="u", params=LADDER, users=[2, 4]), resume=RecordContents(header={}, events=old))
     assert list(run._completed_rungs()) == [2]  # the 4-user rung is measured again
     assert run.attempts[4] == 1
+
+
+def test_a_rung_interrupted_mid_way_is_measured_again_as_a_new_attempt():
+    from servesize.measure.record import RecordContents
+    from servesize.measure.sessions import SessionsRun
+
+    done = RungStats(2, 1, 4, 0, {}, 2, 2, 1.0, "cached_tokens", {}, {}, {}, None, None, None).to_dict()
+    # the 2-user rung is complete; the 4-user rung was interrupted (Ctrl-C, SIGTERM) after 3 requests: no rung line
+    events = [{"type": "request", "users": 2, "attempt": 1, "result": {"id": "a"}}, {"type": "rung", "users": 2, "stats": done},
+              *({"type": "request", "users": 4, "attempt": 1, "result": {"id": f"b{k}"}} for k in range(3)),
+              {"type": "interrupted", "signal": "SIGTERM"}]
+    run = SessionsRun(SessionsConfig(url="u", params=LADDER, users=[2, 4]), resume=RecordContents(header={}, events=events))
+    assert list(run._completed_rungs()) == [2]
+    # its next attempt is 2: a new nonce (new prompts, none warm from the interrupted ones), its requests apart
+    assert run.attempts[4] == 1 and run.attempts[2] == 0

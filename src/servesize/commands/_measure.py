@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
@@ -23,6 +24,7 @@ _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users"
 
 MAX_SECONDS = 86_400.0  # a day: longer than any request, stall or rung servesize should wait for
 MAX_USERS_PREDICTED = 50_000  # the ladder goes to 2x the prediction, at most servesize.measure.sessions.MAX_USERS
+MAX_WORKERS = 1024  # --workers: one process (a Ray actor) each
 
 
 def _param(kind: str, help: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
@@ -56,6 +58,8 @@ FLAGS: dict[str, Param] = {
     "warm_target": _param("float", "warm-hit rate that counts as comfortable", lo=0.0, hi=1.0, lo_open=True, metavar="F"),
     "max_error_rate": _param("float", "a rung with more failed requests than this share is failed: not a measurement, "
                              "measured again on --resume; it ends the ladder", lo=0.0, hi=1.0, metavar="F"),
+    "workers": _param("int", "spread each rung's users over N worker processes with Ray (user u on worker u mod N; "
+                      "default: every user in this process)", lo=1, hi=MAX_WORKERS, metavar="N"),
     "max_ttft_p95": _param("float", "stop the ladder when warm-hit TTFT p95 exceeds S seconds", lo=0.0, hi=MAX_SECONDS,
                            lo_open=True, metavar="S"),
 }
@@ -144,7 +148,7 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
 
     recorded = read_record(path, kind).header["params"]
     if rec.same_params:
-        refuse_other_params(path, recorded, make_config().to_params())
+        refuse_other_params(path, recorded, make_config().to_params(), config_defaults(config_cls))
     cfg = config_cls.from_params(recorded)
     if rec.url:
         cfg.url = rec.url
@@ -158,13 +162,21 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
     return cfg, record, contents
 
 
-def refuse_other_params(path: str, recorded: dict, new: dict) -> None:
+def config_defaults(config_cls: Any) -> dict:
+    """A measurement config's field defaults: what a record taken before a field existed was taken with."""
+    return {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+
+
+def refuse_other_params(path: str, recorded: dict, new: dict, defaults: dict | None = None) -> None:
     """BadInput naming what differs when the record at ``path`` was taken with other parameters (the URL
-    may change: a restarted server on another port is the same run)."""
+    may change: a restarted server on another port is the same run). A parameter the record does not hold
+    (added to servesize after it was taken) differs only when the new value is not its default (``defaults``)."""
     fresh = json.loads(json.dumps(new, default=str))
     differ = []
     for key in sorted(set(recorded) | set(fresh)):
         if key == "url" or recorded.get(key) == fresh.get(key):
+            continue
+        if key not in recorded and defaults is not None and key in defaults and fresh.get(key) == defaults[key]:
             continue
         differ.append(f"{key} {_brief(recorded.get(key))} -> {_brief(fresh.get(key))}")
     if differ:
@@ -179,10 +191,19 @@ def _brief(value: Any) -> str:
 
 
 def check_url(text: str | None, kind: str) -> str:
-    from urllib.parse import urlparse
-
+    """``text`` when it is an http(s) URL (for ``measure sessions``: one, or a comma list of endpoints)."""
     if not text:
         raise BadInput(f"measure {kind} needs --url (or --resume FILE)")
+    if kind == "sessions" and "," in text:
+        for part in text.split(","):
+            _check_one_url(part.strip(), text)
+        return text
+    return _check_one_url(text, text)
+
+
+def _check_one_url(text: str, given: str) -> str:
+    from urllib.parse import urlparse
+
     try:
         url = urlparse(text)
         ok = url.scheme in ("http", "https") and bool(url.hostname)
@@ -190,7 +211,8 @@ def check_url(text: str | None, kind: str) -> str:
     except ValueError:
         ok = False
     if not ok:
-        raise BadInput(f"--url {text!r} is not an http(s) URL such as http://localhost:8000")
+        what = f"--url {text!r}" if text == given else f"--url {given!r}: {text!r}"
+        raise BadInput(f"{what} is not an http(s) URL such as http://localhost:8000")
     return text
 
 

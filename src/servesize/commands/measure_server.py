@@ -57,9 +57,10 @@ class ServerReport:
 
 def run(args):
     from servesize.commands import measure_pool
-    from servesize.commands._measure import Recording, check_url, refuse_other_params
-    from servesize.measure.pool import predicted_tokens_of
+    from servesize.commands._measure import Recording, check_url, config_defaults, refuse_other_params
+    from servesize.measure.pool import PoolConfig, predicted_tokens_of
     from servesize.measure.record import read_record
+    from servesize.measure.sessions import SessionsConfig
 
     check_url(args.url, "server")
     if not args.predict:
@@ -86,10 +87,10 @@ def run(args):
     if pool_record.exists():
         tokens = predicted_tokens_of(predicted)
         refuse_other_params(str(pool_record), read_record(pool_record, "pool").header["params"],
-                            measure_pool.pool_config(pool_args, tokens).to_params())
+                            measure_pool.pool_config(pool_args, tokens).to_params(), config_defaults(PoolConfig))
     if sessions_record.exists():
         refuse_other_params(str(sessions_record), read_record(sessions_record, "sessions").header["params"],
-                            measure_sessions.config_maker(args)().to_params())
+                            measure_sessions.config_maker(args)().to_params(), config_defaults(SessionsConfig))
     pool = measure_pool.measure(pool_args, recording(pool_record), predicted)
     sessions = measure_sessions.measure(args, recording(sessions_record))
     return ServerReport(pool, sessions, max(getattr(pool, "exit_code", 0), getattr(sessions, "exit_code", 0)))

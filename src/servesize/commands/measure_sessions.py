@@ -36,7 +36,12 @@ def _users(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from servesize.commands._measure import add_common, add_flag
 
-    p.add_argument("--url", help="the server, e.g. http://localhost:8000")
+    p.add_argument("--url", help="the server, e.g. http://localhost:8000, or its replicas as a comma list "
+                                 "(http://a:8000,http://b:8000): each request goes to the one --routing picks")
+    p.add_argument("--routing", choices=["sticky", "per-request"], default="sticky",
+                   help="with several --url endpoints: 'sticky' sends every request of user u to endpoint u mod E (a "
+                        "session-affine router); 'per-request' sends a user's k-th request to endpoint (u + k) mod E (a "
+                        "router that spreads one user's turns) (default sticky)")
     p.add_argument("--model", help="model name (default: the server's first /v1/models entry)")
     add_params(p, params_in("workload"))
     s = p.add_argument_group("sessions")
@@ -53,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "warm_target", 0.9)
     add_flag(p, "max_error_rate", 0.05)
     add_flag(p, "max_ttft_p95")
+    add_flag(p, "workers")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="with --workers: the Ray cluster the workers run on (started with `ray start --head` there, other "
+                        "hosts attached with `ray start --address HOST:PORT`; default: a Ray started on this machine)")
     add_common(p, "sessions", "continue the run recorded in FILE (measured rungs are kept; failed ones are measured again)")
     p.add_argument("--plot", metavar="FILE.png", help="write warm-hit rate and TTFT vs users")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
@@ -82,7 +91,8 @@ def build_params(args):
     from servesize.scenario import WorkloadFields
 
     workload = overridden_workload(WorkloadFields(**given(args, params_in("workload"))))
-    max_len = args.max_model_len or _server_max_model_len(args.url, args.model) or workload.max_model_len
+    first = args.url.split(",")[0].strip()  # replicas serve the same model: the first one answers for all
+    max_len = args.max_model_len or _server_max_model_len(first, args.model) or workload.max_model_len
     return SessionParams.from_workload(workload, max_model_len=max_len, turns_per_session=args.turns_per_session,
                                        seed=args.seed)
 
@@ -119,7 +129,7 @@ def config_maker(args):
                               duration_s=args.duration, warm_target=args.warm_target, max_error_rate=args.max_error_rate,
                               max_ttft_p95_s=args.max_ttft_p95, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                               predicted_users=users, predicted_decode_tok_per_s=decode,
-                              requests_per_user=args.requests_per_user, predicted_source=source)
+                              requests_per_user=args.requests_per_user, predicted_source=source, routing=args.routing)
 
     return new_config
 
@@ -129,9 +139,23 @@ def measure(args, rec):
     from servesize.commands._measure import open_record, run_recorded
     from servesize.measure.sessions import SessionsConfig, measure_sessions
 
+    workers = make_workers(args)
     cfg, record, contents = open_record(rec, "sessions", SessionsConfig, config_maker(args))
     return run_recorded(rec, record, lambda progress: measure_sessions(cfg, record=record, resume=contents,
-                                                                      progress=progress))
+                                                                      progress=progress, workers=workers))
+
+
+def make_workers(args):
+    """The Ray workers --workers asks for (None: every user in this process); Ray is the optional extra [ray]."""
+    if args.ray_address and not args.workers:
+        raise BadInput("--ray-address needs --workers N (how many workers to run on that cluster)")
+    if not args.workers:
+        return None
+    try:
+        from servesize.measure.distributed import RayWorkers
+    except ImportError as exc:
+        raise BadInput(f"--workers needs Ray ({exc.name or exc}): pip install 'servesize[ray]'") from None
+    return RayWorkers(args.workers, address=args.ray_address)
 
 
 def run(args):

@@ -137,6 +137,15 @@ def knee_line(r: SessionsResult) -> str:
     return f"knee: every rung kept a warm-hit rate >= {target}: warm capacity >= {warm} users (the ladder's top)"
 
 
+def _endpoint_line(g, e: dict, target: float) -> str:
+    """One endpoint's share of one rung: its requests, warm hits, and what its own /metrics counted."""
+    rate = hit_rate_text(e["warm_hit_rate"], target)
+    metrics = f", /metrics prefix-cache hits {e['metrics_hit_ratio']:.1%} of queried tokens" \
+        if e.get("metrics_hit_ratio") is not None else ""
+    return (f"  {g.users:>5} users  {e['url']}: {e['requests']} requests from {e['users']} users, {e['errors']} errors, "
+            f"warm {e['warm_hits']}/{e['returning']} ({rate}){metrics}")
+
+
 @render_text.register
 def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     out = [f"measure sessions: {r.url}  model {r.model}"]
@@ -146,6 +155,10 @@ def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     out.append(table(["users", "requests", "errors", "warm hits", "warm-hit rate", "rung", "hit TTFT p50", "hit p95",
                       "miss TTFT p50", "miss p95", "ITL p50", "tok/s/user", "preempt", "stopped"], rows,
                      "rrrrrlrrrrrrrl"))
+    lines = [_endpoint_line(g, e, r.warm_target) for g in r.rungs for e in (g.endpoints or [])]
+    if lines:
+        out.append("")
+        out.extend(lines)
     out.append("")
     out.append(f"warmth signal: {r.signal}; warm hits = warm returning requests / returning requests sent (a failed one "
                f"is a miss); a rung with more than {r.max_error_rate:.0%} of its requests failed is FAILED: no measurement")

@@ -39,6 +39,7 @@ rungs it had judged are judged again (on --resume, measured again).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 from collections import Counter
@@ -49,7 +50,7 @@ from typing import Any
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
-from servesize.measure.metrics import MetricsScraper, delta
+from servesize.measure.metrics import MetricsDelta, MetricsScraper, delta
 from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
@@ -308,6 +309,7 @@ class RungStats:
     status: str = "measured"  # 'measured' | 'failed'
     returning_errors: int = 0  # returning requests that failed (counted as misses in the warm-hit rate)
     refuted: str | None = None  # why this rung's cached_tokens could not be true (then another signal judged it)
+    endpoints: list | None = None  # with several endpoints: each one's counts and /metrics (_per_endpoint)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -394,10 +396,13 @@ def _cold_model(ok: list[RequestResult]):
 
 def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, ttft_ratio: float = 0.4,
                preemptions: float | None = None, metrics_hit_ratio: float | None = None,
-               distrust_cached: bool = False) -> RungStats:
+               distrust_cached: bool = False, endpoints: list[str] | None = None,
+               endpoint_metrics: list[dict | None] | None = None) -> RungStats:
     """A rung's statistics from its requests. The warm-hit rate counts every returning request sent:
     one that failed is a miss (it was not served warm), never left out. Without a single returning
-    request that completed there is nothing to judge warmth by, and the rate is None."""
+    request that completed there is nothing to judge warmth by, and the rate is None. With ``endpoints``
+    (several), the same counts per endpoint (by each request's ``endpoint`` tag), beside each endpoint's own
+    /metrics increases (``endpoint_metrics``, in the same order)."""
     ok = [r for r in results if r.ok]
     returning_all = [r for r in results if r.tags.get("returning")]
     returning = [r for r in returning_all if r.ok]
@@ -410,7 +415,24 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
         warm_hit_rate=sum(1 for r in returning if warm.get(r.id)) / len(returning_all) if judged else None,
         signal=signal, **_latencies(ok, warm),
         preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning),
-        refuted=refuted)
+        refuted=refuted, endpoints=_per_endpoint(results, warm, judged, endpoints, endpoint_metrics) if endpoints else None)
+
+
+def _per_endpoint(results: list[RequestResult], warm: dict[str, bool], judged: bool, urls: list[str],
+                  metrics: list[dict | None] | None) -> list[dict]:
+    """Each endpoint's requests, errors, returning requests, warm hits and warm-hit rate (counted as the rung's
+    are), its /metrics prefix-cache hit ratio over the rung, and the users that sent it requests."""
+    out = []
+    for e, url in enumerate(urls):
+        mine = [r for r in results if r.tags.get("endpoint") == e]
+        returning = [r for r in mine if r.tags.get("returning")]
+        hits = sum(1 for r in returning if r.ok and warm.get(r.id))
+        m = metrics[e] if metrics and e < len(metrics) else None
+        ratio = m["hits"] / m["queries"] if m and m.get("queries") and m.get("hits") is not None else None
+        out.append({"url": url, "requests": len(mine), "errors": sum(1 for r in mine if not r.ok), "returning": len(returning),
+                    "warm_hits": hits, "warm_hit_rate": hits / len(returning) if judged and returning else None,
+                    "metrics": m, "metrics_hit_ratio": ratio, "users": len({r.tags.get("user") for r in mine})})
+    return out
 
 
 def _latencies(ok: list[RequestResult], warm: dict) -> dict[str, Any]:
@@ -514,6 +536,10 @@ class SessionsConfig:
     # requests a second per user, not a flood into the record)
     error_backoff_s: float = 1.0
     predicted_source: str | None = None  # where the predictions came from (for the report)
+    # with several endpoints in url (a comma list): 'sticky' sends every request of user u to endpoint u mod E, as
+    # a session-affine router does (the plan's DP recipe assumes it); 'per-request' sends request k of user u to
+    # endpoint (u + k) mod E, as a router that spreads one user's turns over the replicas
+    routing: str = "sticky"
 
     def __post_init__(self) -> None:
         if not (self.timeout_s > 0 and self.stall_timeout_s > 0 and self.duration_s > 0):
@@ -526,6 +552,10 @@ class SessionsConfig:
             raise BadInput(f"the ladder must have 1 to {MAX_RUNGS} rungs of 1 to {MAX_USERS:,} users, not {self.users}")
         if not 0 <= self.error_backoff_s <= 3600:
             raise BadInput("the error back-off must be in [0, 3600] seconds")
+        if self.routing not in ROUTINGS:
+            raise BadInput(f"--routing must be one of {', '.join(ROUTINGS)}, not {self.routing!r}")
+        if not endpoints(self.url):
+            raise BadInput("--url names no endpoint")
 
     def to_params(self) -> dict:
         d = asdict(self)
@@ -538,6 +568,19 @@ class SessionsConfig:
         d = typed(cls, d, "the run record's header")
         d["params"] = SessionParams.from_dict(d["params"])
         return cls(**d)
+
+
+ROUTINGS = ("sticky", "per-request")
+
+
+def endpoints(url: str) -> list[str]:
+    """The endpoints a --url names: one URL (a server, or a router in front of a fleet), or a comma list of replicas."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
+def endpoint_of(routing: str, user: int, sent: int, n: int) -> int:
+    """Which of n endpoints request number ``sent`` (0-based) of ``user`` goes to."""
+    return user % n if routing == "sticky" else (user + sent) % n
 
 
 MAX_USERS = 100_000  # simulated users on one rung: each is a coroutine and a connection
@@ -580,8 +623,10 @@ FATAL_ERRORS = ("not_openai", "bad_url")
 
 class SessionsRun:
     def __init__(self, config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, workers: Any = None):
         self.cfg = config
+        # None: every user runs in this process; else a servesize.measure.distributed.RayWorkers the rungs are spread on
+        self.workers = workers
         self.record = record or RunRecord(None)
         self.resume = resume
         self.progress = progress or (lambda msg: None)
@@ -594,12 +639,21 @@ class SessionsRun:
         cfg = self.cfg
         done = self._completed_rungs()
         rungs: list[RungStats] = []
-        async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s) as client:
-            model, scraper, prompts = await self._open(client)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(StreamClient(u, cfg.model, timeout_s=cfg.timeout_s,
+                                                                    stall_timeout_s=cfg.stall_timeout_s))
+                       for u in endpoints(cfg.url)]
+            model, scraper, prompts = await self._open(clients[0])
+            scrapers = [scraper, *(MetricsScraper(c) for c in clients[1:])]
+            if self.workers is not None:
+                joined = await self.workers.start(cfg, model)
+                self.record.append("workers_joined", workers=joined)
+                self.notes.append(f"{self.workers.n} workers ({self.workers.describe()}): user u runs on worker u mod "
+                                  f"{self.workers.n}; each worker's clock offset is in the record")
             for index, users in enumerate(sorted(set(cfg.users))):
                 stats = done.get(users)
                 if stats is None:
-                    stats = await self._rung(client, scraper, prompts, index, users)
+                    stats = await self._rung(clients, scrapers, prompts, index, users)
                     # only a measured rung is complete; a failed one is recorded as such and measured again on --resume
                     self.record.append("rung_failed" if stats.failed else "rung", users=users, attempt=self.attempts[users] + 1,
                                        stats=stats.to_dict())
@@ -610,7 +664,7 @@ class SessionsRun:
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
                     break
-            for note in (scraper.note, prompts.note):
+            for note in (*(sc.note for sc in scrapers), prompts.note):
                 if note and note not in self.notes:
                     self.notes.append(note)
         return self._result(model, rungs)
@@ -632,7 +686,9 @@ class SessionsRun:
             if g.signal != "cached_tokens" or results is None:
                 continue
             again = rung_stats(g.users, g.duration_s, results, ttft_ratio=self.cfg.ttft_ratio, preemptions=g.preemptions,
-                               metrics_hit_ratio=g.metrics_hit_ratio, distrust_cached=True)
+                               metrics_hit_ratio=g.metrics_hit_ratio, distrust_cached=True,
+                               endpoints=[x["url"] for x in g.endpoints] if g.endpoints else None,
+                               endpoint_metrics=[x["metrics"] for x in g.endpoints] if g.endpoints else None)
             again.status, again.stop, again.refuted = g.status, g.stop, g.refuted
             rungs[k] = again
 
@@ -675,9 +731,16 @@ class SessionsRun:
             self._rejudge(rungs)
             done = {g.users: g for g in rungs}
             self.notes.append(f"the server's cached_tokens is not trusted for this run (refuted before): it {self.distrust}")
+        for e in self.resume.of_type("request"):
+            # a rung interrupted (Ctrl-C, SIGTERM, a crash) has requests but neither 'rung' nor 'rung_failed': its next
+            # attempt takes a new number, so its requests are not mixed with the interrupted ones, nor its prompts
+            # (the attempt seeds the rung's nonce) served warm from them
+            attempt = e.get("attempt")
+            if isinstance(attempt, int) and not isinstance(attempt, bool) and _users_of(e) not in done:
+                self.attempts[_users_of(e)] = max(self.attempts[_users_of(e)], attempt)
         redo = sorted(set(self.attempts) - set(done))
         if redo:
-            self.notes.append(f"resumed: the failed rung(s) of {', '.join(map(str, redo))} users are measured again")
+            self.notes.append(f"resumed: the failed or interrupted rung(s) of {', '.join(map(str, redo))} users are measured again")
         return done
 
     async def _open(self, client: StreamClient) -> tuple[str, MetricsScraper, PromptFactory]:
@@ -710,6 +773,9 @@ class SessionsRun:
             verdicts.append(verdict("decode tok/s per user at the knee", cfg.predicted_decode_tok_per_s, measured, measured))
         if "ttft" in signals:
             self.notes.append("warm hits judged by TTFT (no cached_tokens): start vLLM with --enable-prompt-tokens-details")
+        spread = _spread_note(cfg, self._results)
+        if spread:
+            self.notes.append(spread)
         failed = next((g for g in rungs if g.failed), None)
         failure = None
         if failed is not None:
@@ -722,66 +788,59 @@ class SessionsRun:
                               predicted_source=cfg.predicted_source,
                               record_path=str(self.record.path) if self.record.path else None)
 
-    async def _rung(self, client: StreamClient, scraper: MetricsScraper, prompts: PromptFactory, index: int,
+    async def _rung(self, clients: list[StreamClient], scrapers: list[MetricsScraper], prompts: PromptFactory, index: int,
                     users: int) -> RungStats:
-        cfg, p = self.cfg, self.cfg.params
+        cfg = self.cfg
         loop = asyncio.get_running_loop()
         t_start = loop.time()
-        t_end = t_start + cfg.duration_s
-        before = await scraper.scrape()
-        results: list[RequestResult] = []
-        tpw = prompts.tokens_per_word
+        before = [await sc.scrape() for sc in scrapers]
         rung_nonce = random.Random(f"{prompts.nonce}/{index}/{self.attempts[users]}").getrandbits(32)
         attempt = self.attempts[users] + 1
-        fatal: list[RequestResult] = []
-
-        async def user_loop(u: int) -> None:
-            gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
-            stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
-            await asyncio.sleep(stagger)
-            last_tokens: dict[str, int] = {}
-            sent = 0
-            while loop.time() < t_end and sent != cfg.requests_per_user and not fatal:
-                turn = gen.next()
-                prefix_tokens = round(turn.prefix_words * tpw)
-                reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
-                tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
-                        "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
-                        "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
-                r = await client.complete(turn.text, max_tokens=p.output_tokens, request_id=f"{turn.session}-t{turn.turn}-{rung_nonce:08x}",
-                                          tags=tags)
-                if r.ok and r.prompt_tokens:
-                    last_tokens[turn.session] = r.prompt_tokens
-                sent += 1
-                results.append(r)
+        lost: str | None = None
+        if self.workers is not None:
+            results, lost = await self._rung_on_workers(index, users, attempt, rung_nonce, prompts.tokens_per_word)
+        else:
+            def on_result(r: RequestResult, results: list[RequestResult], left_s: float) -> None:
                 self.record.append("request", rung=index, users=users, attempt=attempt, result=r.to_dict())
-                if r.error is not None and r.error["type"] in FATAL_ERRORS:
-                    fatal.append(r)
                 errs = sum(1 for x in results if not x.ok)
-                self.progress(f"{users} users: {len(results)} requests, {errs} errors, "
-                              f"{max(0.0, t_end - loop.time()):.0f} s left")
-                remaining = t_end - loop.time()
-                if remaining <= 0 or sent == cfg.requests_per_user or fatal:
-                    break
-                pause = gen.think_time()
-                if not r.ok:
-                    pause = max(pause, cfg.error_backoff_s)  # an error is no reason to come straight back
-                await asyncio.sleep(min(pause, remaining))
+                self.progress(f"{users} users: {len(results)} requests, {errs} errors, {max(0.0, left_s):.0f} s left")
 
-        await asyncio.gather(*(user_loop(u) for u in range(users)))
-        after = await scraper.scrape()
-        d = delta(before, after)
+            results = await run_users(clients, cfg, index=index, users=users, share=range(users), rung_nonce=rung_nonce,
+                                      tokens_per_word=prompts.tokens_per_word, on_result=on_result)
+        deltas = [delta(b, await sc.scrape()) for b, sc in zip(before, scrapers)]
+        d = _summed(deltas)
         self._results[users] = results
+        urls = endpoints(cfg.url)
         stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
                            preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
-                           distrust_cached=self.distrust is not None)
-        failure = self._failure(stats, results)
+                           distrust_cached=self.distrust is not None, endpoints=urls if len(urls) > 1 else None,
+                           endpoint_metrics=[x.to_dict() if x else None for x in deltas])
+        failure = lost or self._failure(stats, results)
         if failure:
             stats.status, stats.stop = "failed", failure
         elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
                 and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
             stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
         return stats
+
+    async def _rung_on_workers(self, index: int, users: int, attempt: int, rung_nonce: int,
+                               tokens_per_word: float) -> tuple[list[RequestResult], str | None]:
+        """The rung's users spread over the workers (sticky: user u on worker u mod N); their requests merged into
+        this record on the coordinator's clocks, each request naming its worker; and why the rung is not a
+        measurement when a worker died (its share's requests died with it)."""
+        assert self.workers is not None
+        self.progress(f"{users} users on {self.workers.n} workers")
+        try:
+            outcome = await self.workers.run_rung(self.cfg, index=index, users=users, rung_nonce=rung_nonce,
+                                                  tokens_per_word=tokens_per_word)
+        except asyncio.CancelledError:  # interrupted: the requests the workers completed stay in the record
+            for worker, r in self.workers.interrupted:
+                self.record.append("request", rung=index, users=users, attempt=attempt, worker=worker, result=r.to_dict())
+            raise
+        for worker, r in outcome.results:
+            self.record.append("request", rung=index, users=users, attempt=attempt, worker=worker, result=r.to_dict())
+        self.record.append("workers", rung=index, users=users, attempt=attempt, workers=outcome.workers)
+        return [r for _, r in outcome.results], outcome.lost
 
     def _failure(self, stats: RungStats, results: list[RequestResult]) -> str | None:
         """Why a rung is not a measurement: no request completed, or more of them failed than the run allows."""
@@ -794,6 +853,85 @@ class SessionsRun:
         first = next(r for r in results if not r.ok)
         return (f"error rate {stats.errors / stats.requests:.0%} > {cfg.max_error_rate:.0%}: {stats.errors} of "
                 f"{stats.requests} requests failed ({top}; first: {first.error_line()})")
+
+
+async def run_users(clients: list[StreamClient], cfg: SessionsConfig, *, index: int, users: int, share, rung_nonce: int,
+                    tokens_per_word: float,
+                    on_result: Callable[[RequestResult, list[RequestResult], float], None] | None = None) -> list[RequestResult]:
+    """Run the simulated users ``share`` (user numbers of a rung of ``users``) for one rung on ``clients`` (one per
+    endpoint, each request to the one ``cfg.routing`` picks, its index in the tags as ``endpoint``): each
+    user's requests are drawn from its own seeded generator (seed, rung, user), so which process runs a user does
+    not change what it sends. ``on_result(result, results so far, seconds left)`` is called as each completes.
+    The one loop every rung runs, in this process or in a worker (servesize.measure.distributed)."""
+    p = cfg.params
+    loop = asyncio.get_running_loop()
+    t_end = loop.time() + cfg.duration_s
+    results: list[RequestResult] = []
+    fatal: list[RequestResult] = []
+    tpw = tokens_per_word
+
+    async def user_loop(u: int) -> None:
+        gen = SessionGenerator(p, rung=index, user=u, nonce=rung_nonce, tokens_per_word=tpw)
+        stagger = gen.rng.uniform(0, min(p.think_time_s, cfg.duration_s / 4)) if p.think_time_s else 0.0
+        await asyncio.sleep(stagger)
+        last_tokens: dict[str, int] = {}
+        sent = 0
+        while loop.time() < t_end and sent != cfg.requests_per_user and not fatal:
+            turn = gen.next()
+            prefix_tokens = round(turn.prefix_words * tpw)
+            reusable = last_tokens.get(turn.session, round(turn.reusable_words * tpw)) if turn.reusable_words else 0
+            tags = {"rung": index, "users": users, "user": u, "session": turn.session, "turn": turn.turn,
+                    "kind": turn.kind, "salted": turn.salted, "returning": bool(turn.reusable_words),
+                    "prefix_tokens": prefix_tokens, "reusable_tokens": reusable}
+            tags["endpoint"] = e = endpoint_of(cfg.routing, u, sent, len(clients))
+            r = await clients[e].complete(turn.text, max_tokens=p.output_tokens,
+                                          request_id=f"{turn.session}-t{turn.turn}-{rung_nonce:08x}", tags=tags)
+            if r.ok and r.prompt_tokens:
+                last_tokens[turn.session] = r.prompt_tokens
+            sent += 1
+            results.append(r)
+            if r.error is not None and r.error["type"] in FATAL_ERRORS:
+                fatal.append(r)
+            if on_result is not None:
+                on_result(r, results, t_end - loop.time())
+            remaining = t_end - loop.time()
+            if remaining <= 0 or sent == cfg.requests_per_user or fatal:
+                break
+            pause = gen.think_time()
+            if not r.ok:
+                pause = max(pause, cfg.error_backoff_s)  # an error is no reason to come straight back
+            await asyncio.sleep(min(pause, remaining))
+
+    await asyncio.gather(*(user_loop(u) for u in share))
+    return results
+
+
+def _spread_note(cfg: SessionsConfig, results: dict[int, list[RequestResult]]) -> str | None:
+    """With several endpoints: how many users sent requests to more than one of them, and what that costs."""
+    if len(endpoints(cfg.url)) < 2:
+        return None
+    seen: dict[tuple[int, Any], set] = {}
+    for users, rs in results.items():
+        for r in rs:
+            seen.setdefault((users, r.tags.get("user")), set()).add(r.tags.get("endpoint"))
+    spread = sum(1 for e in seen.values() if len(e) > 1)
+    if not spread:
+        return (f"routing {cfg.routing}: every user's requests went to one endpoint, as a session-affine router sends them; "
+                f"each endpoint's warm-hit rate is in the rung's endpoint lines")
+    return (f"routing {cfg.routing}: {spread} of {len(seen)} users sent requests to more than one endpoint, so a turn often "
+            f"finds its previous prompt cached on another replica: the warm-hit rate is lower than a sticky router's, the "
+            f"failure the warm-capacity seed warns about for DP")
+
+
+def _summed(deltas: list) -> MetricsDelta | None:
+    """The endpoints' /metrics increases added up (a series missing on any endpoint is missing from the sum)."""
+    if not deltas or any(x is None for x in deltas):
+        return None
+
+    def total(name: str) -> float | None:
+        values = [getattr(x, name) for x in deltas]
+        return None if any(v is None for v in values) else sum(values)
+    return MetricsDelta(total("queries"), total("hits"), total("preemptions"))
 
 
 def _users_of(event: dict) -> int:
@@ -815,5 +953,11 @@ def _stats_of(event: dict) -> RungStats:
 
 
 async def measure_sessions(config: SessionsConfig, *, record: RunRecord | None = None, resume: RecordContents | None = None,
-                           progress: Callable[[str], None] | None = None) -> SessionsResult:
-    return await SessionsRun(config, record=record, resume=resume, progress=progress).run()
+                           progress: Callable[[str], None] | None = None, workers: Any = None) -> SessionsResult:
+    """The ladder; ``workers`` (a servesize.measure.distributed.RayWorkers) spreads each rung's users over
+    worker processes, and is closed when the ladder ends, however it ends."""
+    try:
+        return await SessionsRun(config, record=record, resume=resume, progress=progress, workers=workers).run()
+    finally:
+        if workers is not None:
+            await workers.close()
