@@ -11,7 +11,8 @@ refuses the allocation, so a case past it fails as a MemoryError). ``CASE_HANG_S
 fails a case as a hang; it is a cap, not a measurement (no case's duration is asserted).
 
 The seed is fixed (``derandomize``), so CI runs the same cases every time; ``SERVESIZE_FUZZ_EXAMPLES=N``
-runs N cases per target instead (docs/hardening.md records the 10,000-case run). The harness's own
+runs N cases per target instead (docs/hardening.md records the 10,000-case run; ``SERVESIZE_FUZZ_LOG=FILE``
+appends one line per case to FILE, the only progress such a run shows). The harness's own
 fuzz targets (records, SSE streams, measure's flags) are in tests/measure/test_fuzz.py.
 """
 
@@ -32,7 +33,8 @@ import tempfile
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")  # the project's test extra installs it (pyproject: [test])
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import event as hypothesis_event  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import servesize.api as api  # noqa: E402
@@ -55,6 +57,18 @@ QUOTES = sorted({q for entry in PUBLIC_LOGS for q in entry.get("quotes", [])})
 EXAMPLES = int(os.environ.get("SERVESIZE_FUZZ_EXAMPLES", "0") or 0)
 CASE_HANG_S = 300                 # an alarm: a case past this is a hang (caps end every case long before)
 CASE_MEMORY_BYTES = 2 << 30       # address space a case may add to the process's own
+
+
+CASE_LOG = os.environ.get("SERVESIZE_FUZZ_LOG")  # a file: one line per case as it ends (a long run's progress)
+
+
+def event(label: str) -> None:
+    """The case's class for hypothesis's statistics and, with SERVESIZE_FUZZ_LOG, one line in that file: a
+    10,000-case run takes hours and hypothesis prints nothing until it ends."""
+    hypothesis_event(label)
+    if CASE_LOG:
+        with open(CASE_LOG, "a") as fh:
+            fh.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}\t{label}\n")
 
 
 def fuzz(default_examples: int):
