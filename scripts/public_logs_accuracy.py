@@ -54,6 +54,7 @@ def _logged_lines(case: dict) -> list[str]:
     out = []
     for quote in case["quotes"]:
         for pattern in (r"((?:GPU|CPU) KV cache size: [\d,]+ tokens(?:, Maximum concurrency .*x)?)",
+                        r"(# GPU blocks: \d+, # CPU blocks: \d+)",  # V0's block line
                         r"(Maximum concurrency for [\d,]+ tokens per request: [\d.]+x)"):
             m = re.search(pattern, quote)
             if m and m.group(1) not in out and not any(m.group(1) in o for o in out):
