@@ -93,8 +93,9 @@ class EngineAssumptions:
     # so its Sampler takes the sort path on max_num_seqs rows in float32 (model_executor/layers/
     # sampler.py: the float logits, sorted values + int64 indices, softmax, cumsum, probabilities,
     # log-probabilities). Evidence: vllm#10511's V0 runs logged the same 1.26 GiB peak at TP 1 and TP 2
-    # (so not the forward pass), 256 x 128,256 rows: 41 B each; vllm#13061's driver rank held ~1.3-1.4 GiB
-    # more than its sampler-free worker rank at 256 x 152,064 rows: 36-39 B each.
+    # (so not the forward pass), 256 x 128,256 rows: 41 B each; vllm#13882 (Qwen2.5-7B, 4,096 tokens, whose
+    # forward takes ~0.5 GiB) logged 1.42 GiB at 256 x 152,064 rows: 39 B each; vllm#13061's driver rank held
+    # ~1.3-1.4 GiB more than its sampler-free worker rank at 256 x 152,064 rows: 36-39 B each.
     v0_sampler_bytes_per_logit: int = 40
 
     def to_dict(self) -> dict:
