@@ -54,6 +54,7 @@ def _logged_lines(case: dict) -> list[str]:
     out = []
     for quote in case["quotes"]:
         for pattern in (r"((?:GPU|CPU) KV cache size: [\d,]+ tokens(?:, Maximum concurrency .*x)?)",
+                        r"(# GPU blocks: \d+, # CPU blocks: \d+)",  # V0's block line
                         r"(Maximum concurrency for [\d,]+ tokens per request: [\d.]+x)"):
             m = re.search(pattern, quote)
             if m and m.group(1) not in out and not any(m.group(1) in o for o in out):
@@ -83,6 +84,8 @@ def exact(case: dict) -> Exact:
             return Exact(True, None, f"refused, as logged: {exc}")
         return Exact(False, None, "servesize predicts a start; vLLM refused")
     logged = _logged_lines(case)
+    if not logged:
+        return Exact(True, None, "the quotes hold no block, token or concurrency line to print")
     if case.get("basis") == "blocks":
         blocks = reported["kv_cache_tokens"] // 16
         rep = memory(_given_memory(case, num_gpu_blocks_override=blocks))
@@ -159,7 +162,8 @@ def markdown(table: list[dict]) -> str:
         p = r["predicted"]
         e = r["exact"]
         exact_text = ("refusal predicted" if r["refused"] and e.ok else
-                      f"yes, {e.blocks:,} blocks" if e.ok and e.blocks is not None else "yes" if e.ok else "**no**")
+                      f"yes, {e.blocks:,} blocks" if e.ok and e.blocks is not None else
+                      "n/a (no line quoted)" if e.ok and "no block" in e.detail else "yes" if e.ok else "**no**")
         if p.available_bytes is None:
             flags_text = "n/a"
         else:

@@ -22,13 +22,17 @@ def test_every_fixture_file_is_one_whose_sources_this_module_checks():
 # ---------------------------------------------------------------- vllm-logs-available.json
 
 AVAILABLE_CASES = json.loads((FIXTURES / "vllm-logs-available.json").read_text())
+# The one figure, as each engine generation spells it: V1's line; V0 0.6.5-0.7's multi-line profile
+# (worker.py, after vllm#10511); V0 0.6.x's one-line "Memory profiling results"; V0 0.7-0.8's sentence.
+AVAILABLE_LINE_SPELLINGS = ("Available KV cache memory", "available_kv_cache_memory", "kv_cache_size=",
+                            "the rest of the memory reserved for KV Cache is")
 
 
 @pytest.mark.parametrize("case", AVAILABLE_CASES, ids=lambda c: c["id"])
 def test_every_available_memory_log_names_its_url_quotes_its_available_line_and_states_its_flags(case):
     source = case["source"]
     assert source["url"].startswith("https://github.com/") and f"/{source['number']}" in source["url"]
-    assert any("Available KV cache memory" in q for q in case["quotes"])
+    assert any(spelling in q for q in case["quotes"] for spelling in AVAILABLE_LINE_SPELLINGS)
     assert case["scenario"]["gpus"] and case["scenario"]["vllm_version"] and case["reported"]["available_kv_gib"]
 
 

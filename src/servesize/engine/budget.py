@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from servesize.derivation import Derivation
 from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import kv_heads_per_rank
+from servesize.engine.versions import V1_FROM
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -80,6 +81,22 @@ class EngineAssumptions:
     # sampler on CUDA when installed, as in vLLM's images). Without FlashInfer the PyTorch path
     # sorts the logits (4 B values + 8 B indices more): 22 B.
     sampler_bytes_per_logit: int = 10
+    # V0 (before 0.8) profiles in eager PyTorch, where one layer's tensors are freed as the layer
+    # moves on: at the MLP's peak the caller's layer input, the residual and the normed MLP input
+    # (3 x hidden) live beside gate+up and its activation (3 x the MLP width); attention's q/k/v are
+    # freed by then (model_executor/models/llama.py LlamaDecoderLayer / LlamaMLP.forward). Evidence:
+    # vllm#10517's two V0 start-ups of one server (RTX 3090, Llama 3.1 8B) logged activation peaks of
+    # 2.07 and 2.99 GiB at 20,000 and 29,000 profiled tokens (peak_torch_memory less the weights):
+    # 2 x (3 x 4,096 + 3 x 14,336) = 110,592 B per token gives 2.06 and 2.99 GiB.
+    v0_residual_copies: int = 3
+    # V0's profile samples with top_p 0.99 and top_k vocab - 1 (worker/model_runner.py profile_run),
+    # so its Sampler takes the sort path on max_num_seqs rows in float32 (model_executor/layers/
+    # sampler.py: the float logits, sorted values + int64 indices, softmax, cumsum, probabilities,
+    # log-probabilities). Evidence: vllm#10511's V0 runs logged the same 1.26 GiB peak at TP 1 and TP 2
+    # (so not the forward pass), 256 x 128,256 rows: 41 B each; vllm#13882 (Qwen2.5-7B, 4,096 tokens, whose
+    # forward takes ~0.5 GiB) logged 1.42 GiB at 256 x 152,064 rows: 39 B each; vllm#13061's driver rank held
+    # ~1.3-1.4 GiB more than its sampler-free worker rank at 256 x 152,064 rows: 36-39 B each.
+    v0_sampler_bytes_per_logit: int = 40
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -131,14 +148,24 @@ def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumpti
     dense_width = arch.intermediate_size // tp
     if arch.moe is not None:
         dense_width = (arch.moe.shared_intermediate_size // tp if arch.moe.shared_intermediate_size else 0)
-    per_token = d.step(
-        "activation_bytes_per_token",
-        "dtype_bytes * (residual_copies * hidden + q_width + kv_width + mlp_width_factor * mlp_width)",
-        unit="B", dtype_bytes=arch.dtype_bytes, residual_copies=a.residual_copies, hidden=arch.hidden_size,
-        q_width=q_width, kv_width=kv_width, mlp_width_factor=a.mlp_width_factor, mlp_width=dense_width,
-        note="named estimate: one layer's live tensors per token of the profile batch"
-        + ("; a MoE layer's shared expert as its MLP" if arch.moe is not None else ""),
-    )
+    moe_note = "; a MoE layer's shared expert as its MLP" if arch.moe is not None else ""
+    v0 = dep.version < V1_FROM
+    if v0:
+        per_token = d.step(
+            "activation_bytes_per_token", "dtype_bytes * (v0_residual_copies * hidden + mlp_width_factor * mlp_width)",
+            unit="B", dtype_bytes=arch.dtype_bytes, v0_residual_copies=a.v0_residual_copies, hidden=arch.hidden_size,
+            mlp_width_factor=a.mlp_width_factor, mlp_width=dense_width,
+            note="named estimate: one layer's live tensors at V0's eager MLP peak per token of the profile batch "
+                 "(q/k/v freed by then)" + moe_note,
+        )
+    else:
+        per_token = d.step(
+            "activation_bytes_per_token",
+            "dtype_bytes * (residual_copies * hidden + q_width + kv_width + mlp_width_factor * mlp_width)",
+            unit="B", dtype_bytes=arch.dtype_bytes, residual_copies=a.residual_copies, hidden=arch.hidden_size,
+            q_width=q_width, kv_width=kv_width, mlp_width_factor=a.mlp_width_factor, mlp_width=dense_width,
+            note="named estimate: one layer's live tensors per token of the profile batch" + moe_note,
+        )
     forward = d.step("forward_activation_bytes", "max_num_batched_tokens * activation_bytes_per_token", unit="B",
                      max_num_batched_tokens=tokens, activation_bytes_per_token=per_token)
     moe_bytes = 0
@@ -148,9 +175,18 @@ def activation_peak_bytes(arch: Architecture, dep: Deployment, a: EngineAssumpti
         moe_bytes = d.step("fused_moe_workspace_bytes", "tokens * workspace_elements_per_token * dtype_bytes", unit="B",
                            tokens=chunk, workspace_elements_per_token=per, dtype_bytes=arch.dtype_bytes,
                            note=f"fused-experts workspaces: {formula} elements per token")
-    sampler = d.step("sampler_bytes", "max_num_seqs * vocab * sampler_bytes_per_logit", unit="B",
-                     max_num_seqs=dep.max_num_seqs, vocab=arch.vocab_size, sampler_bytes_per_logit=a.sampler_bytes_per_logit,
-                     note="the dummy sampler run: max_num_seqs rows of the whole vocabulary (logits, fp32 copy, probabilities)")
+    if v0:
+        sampler = d.step("sampler_bytes", "max_num_seqs * vocab * v0_sampler_bytes_per_logit", unit="B",
+                         max_num_seqs=dep.max_num_seqs, vocab=arch.vocab_size,
+                         v0_sampler_bytes_per_logit=a.v0_sampler_bytes_per_logit,
+                         note="V0's profile samples with top-k and top-p: the sort path on max_num_seqs rows of the "
+                              "whole vocabulary, on the driver rank, whose smaller pool vLLM keeps")
+    else:
+        sampler = d.step("sampler_bytes", "max_num_seqs * vocab * sampler_bytes_per_logit", unit="B",
+                         max_num_seqs=dep.max_num_seqs, vocab=arch.vocab_size,
+                         sampler_bytes_per_logit=a.sampler_bytes_per_logit,
+                         note="the dummy sampler run: max_num_seqs rows of the whole vocabulary (logits, fp32 copy, "
+                              "probabilities)")
     return d.step(
         "activation_peak_bytes", "max(forward + fused_moe_workspace, sampler)", unit="B",
         forward=forward, fused_moe_workspace=moe_bytes, sampler=sampler,
