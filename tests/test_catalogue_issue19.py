@@ -8,6 +8,7 @@ import pytest
 
 from servesize.cli import main
 from servesize.engine.kv_cache import all_layers_bytes_per_token
+from servesize.engine.weights import weights
 from servesize.errors import UnsupportedArchitecture
 from servesize.model.architecture import from_config, load_config_file
 from servesize.model.catalogue import count_granularity, is_precise, load_catalogue
@@ -56,6 +57,10 @@ def test_glm_5_2_caches_the_indexer_key_on_its_21_full_layers_only():
     ledger = parameter_ledger(arch)
     per_layer = 2048 * 32 * 128 + 6144 * 128 + 6144 * 32 + 2 * 128
     assert ledger.groups["indexer"] == 78 * per_layer
+    # ... and vLLM loads it on the 21 full layers only (deepseek_v2.py load_weights drops the others)
+    (resident,) = [g for g in weights(arch).groups if g.group == "indexer"]
+    assert resident.params == 21 * per_layer
+    assert arch.indexer_layers[:5] == (0, 1, 2, 6, 10)
 
 
 def test_glm_5_2_indexer_types_must_agree_with_the_rule_vllm_follows():

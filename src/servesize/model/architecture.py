@@ -81,7 +81,7 @@ class Architecture:
     # MLA layers that compute (and cache keys for) the indexer; None = every MLA layer. GLM-5.2's IndexShare marks
     # the others indexer_types 'shared': they reuse the top-k of the last 'full' layer, and vLLM builds no indexer
     # (nor its key cache) there (vllm/model_executor/models/deepseek_v2.py, _skip_topk).
-    indexer_layers: int | None = None
+    indexer_layers: tuple[int, ...] | None = None
     mamba_ssm_dtype: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the text config
     vision_config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -101,7 +101,7 @@ class Architecture:
         """Layers holding a sparse-attention indexer (its weights and its key cache); 0 without one."""
         if not self.index_head_dim:
             return 0
-        return self.count(MLA) if self.indexer_layers is None else self.indexer_layers
+        return self.count(MLA) if self.indexer_layers is None else len(self.indexer_layers)
 
     @property
     def kinds(self) -> dict[str, int]:

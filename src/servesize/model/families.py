@@ -473,11 +473,12 @@ def _llama4(c: CommonFields) -> FamilyParts:
 # Multi-head latent attention
 
 
-def _indexer_layers(c: CommonFields) -> int | None:
+def _indexer_layers(c: CommonFields) -> tuple[int, ...] | None:
     """IndexShare (GLM-5.2): which layers compute the DSA indexer, by vLLM's rule (deepseek_v2.py): a layer reuses the
     last full layer's top-k ('shared': no indexer built, no indexer cache; the checkpoint still ships its weights)
     when index_topk_pattern marks it 'S', else when max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0
-    (offset default 2, freq default 1). A config's indexer_types list must agree. None: every layer computes it."""
+    (offset default 2, freq default 1). A config's indexer_types list must agree. The full layers' indices; None:
+    every layer computes it."""
     n = c.num_layers
     freq = c.whole("index_topk_freq", 1, lo=1, hi=n)
     offset = c.whole("index_skip_topk_offset", 2, hi=n)
@@ -495,7 +496,7 @@ def _indexer_layers(c: CommonFields) -> int | None:
         if [t == "full" for t in types] != full:
             raise c.refuse("indexer_types disagrees with index_topk_freq / index_skip_topk_offset / index_topk_pattern, "
                            "which vLLM follows", ("indexer_types", "index_topk_freq", "index_skip_topk_offset"))
-    return None if all(full) else sum(full)
+    return None if all(full) else tuple(i for i, f in enumerate(full) if f)
 
 
 def _deepseek(c: CommonFields, *, indexer: bool = False) -> FamilyParts:
