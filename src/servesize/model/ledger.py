@@ -190,7 +190,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
         _indexer(b, arch, arch.num_layers, "indexer")
         if arch.indexer_count < arch.num_layers:
             b.notes.append(f"indexer: counted on all {arch.num_layers} layers as the checkpoint ships it; vLLM "
-                           f"loads it on the {arch.indexer_count} 'full' layers only (indexer_types)")
+                           f"loads it on the {arch.indexer_count} 'full' layers only (index_topk_freq, index_skip_topk_offset)")
     _vision(b, arch)
     _mtp(b, arch)
     return b.finish(arch)
