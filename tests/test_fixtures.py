@@ -80,8 +80,8 @@ CONFIG_SOURCES = _config_sources()
 CONFIG_FOLDERS = sorted(p for p in CONFIGS.iterdir() if p.is_dir())
 
 
-def test_the_model_configs_are_the_41_published_files():
-    assert len(CONFIG_FOLDERS) == 41
+def test_the_model_configs_are_the_44_published_files():
+    assert len(CONFIG_FOLDERS) == 44
     assert all(len(list(folder.glob("config*.json"))) == 1 for folder in CONFIG_FOLDERS)
     assert {p.name for p in CONFIGS.iterdir() if p.is_file()} == {"SOURCES.md"}
 

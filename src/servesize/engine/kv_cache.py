@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture, per_architecture
-from servesize.model.layers import MLA, FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
+from servesize.model.layers import FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
 from servesize.model.quantization import DTYPE_BYTES
 
 # vLLM --kv-cache-dtype values with one plain element size (None = the model dtype).
@@ -161,7 +161,7 @@ def kv_per_token(arch: Architecture, kv_cache_dtype: str = "auto", tp: int = 1, 
         else:
             state += state_shape(layer, tp, arch.dtype_bytes, ssm_b).bytes
     if arch.index_head_dim:
-        growing += indexer_bytes_per_token(arch) * arch.count(MLA)
+        growing += indexer_bytes_per_token(arch) * arch.indexer_count
     return KvPerToken(growing, windowed, window, state)
 
 

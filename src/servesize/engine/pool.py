@@ -154,7 +154,7 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
             specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype),
                                     window=getattr(layer, "window", 0)))
     if arch.index_head_dim:
-        specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.count(MLA)
+        specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.indexer_count
     return specs
 
 

@@ -186,6 +186,8 @@ def _layers_with(arch: Architecture, group: str) -> list[int]:
     if group == "linear_attention":
         return [i for i, layer in enumerate(arch.layers) if not layer.is_attention]
     if group == "indexer":
+        if arch.indexer_layers is not None:  # IndexShare: vLLM builds the indexer on the 'full' layers only
+            return list(arch.indexer_layers)
         return [i for i, layer in enumerate(arch.layers) if layer.kind == MLA]
     if group in ("experts", "router", "shared_experts") and moe is not None:
         return [i for i in range(n) if moe.is_moe_layer(i)]
@@ -227,6 +229,12 @@ def weights(arch: Architecture, precision: str = "native", tp: int = 1, *, dtype
         if params == 0 or (group == "mtp" and not include_mtp) or group in placement.skip:
             continue
         linear = ledger.linear.get(group, 0)
+        if group == "indexer" and arch.indexer_count < arch.num_layers:
+            # IndexShare: the checkpoint ships an indexer on every layer, vLLM loads it on the 'full' ones only
+            # (deepseek_v2.py load_weights drops the rest).
+            params = d.step("indexer_loaded_params", "params // layers * full_layers", params=params,
+                            layers=arch.num_layers, full_layers=arch.indexer_count)
+            linear = linear // arch.num_layers * arch.indexer_count
         bits = _group_bits(arch, group, precision)
         if bits is None:
             n_bytes = d.step(f"{group}_bytes", "params * bytes_16bit", unit="B", params=params, bytes_16bit=high_bytes)

@@ -78,9 +78,15 @@ class Architecture:
     v_head_dim: int | None = None
     index_head_dim: int | None = None  # DeepSeek-V3.2 sparse-attention indexer key width
     index_n_heads: int | None = None
+    # MLA layers that compute (and cache keys for) the indexer; None = every MLA layer. GLM-5.2's IndexShare marks
+    # the others indexer_types 'shared': they reuse the top-k of the last 'full' layer, and vLLM builds no indexer
+    # (nor its key cache) there (vllm/model_executor/models/deepseek_v2.py, _skip_topk).
+    indexer_layers: tuple[int, ...] | None = None
     mamba_ssm_dtype: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the text config
     vision_config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The multimodal wrapper's own projector fields (Mistral 3: spatial_merge_size, ...), read by the ledger.
+    projector_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -89,6 +95,13 @@ class Architecture:
 
     def count(self, kind: str) -> int:
         return sum(1 for layer in self.layers if layer.kind == kind)
+
+    @property
+    def indexer_count(self) -> int:
+        """Layers holding a sparse-attention indexer (its weights and its key cache); 0 without one."""
+        if not self.index_head_dim:
+            return 0
+        return self.count(MLA) if self.indexer_layers is None else len(self.indexer_layers)
 
     @property
     def kinds(self) -> dict[str, int]:
@@ -175,9 +188,14 @@ def from_config(config: Mapping[str, Any], name: str = "") -> Architecture:
         quantization=quant,
         config=dict(text),
         vision_config=_table(config, "vision_config", family.name),
+        projector_config={k: config[k] for k in PROJECTOR_KEYS if k in config},
         warnings=common.warnings + parts.warnings,
         **{**geometry, **parts.fields},
     )
+
+
+# A multimodal wrapper's top-level fields that shape its vision projector (transformers Mistral3Config).
+PROJECTOR_KEYS = ("spatial_merge_size", "multimodal_projector_bias", "vision_feature_layer")
 
 
 # Heads that generate no text (encoders, classifiers, embedding and reward models): vLLM serves them as pooling

@@ -473,6 +473,32 @@ def _llama4(c: CommonFields) -> FamilyParts:
 # Multi-head latent attention
 
 
+def _indexer_layers(c: CommonFields) -> tuple[int, ...] | None:
+    """IndexShare (GLM-5.2): which layers compute the DSA indexer, by vLLM's rule (deepseek_v2.py): a layer reuses the
+    last full layer's top-k ('shared': no indexer built, no indexer cache; the checkpoint still ships its weights)
+    when index_topk_pattern marks it 'S', else when max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0
+    (offset default 2, freq default 1). A config's indexer_types list must agree. The full layers' indices; None:
+    every layer computes it."""
+    n = c.num_layers
+    freq = c.whole("index_topk_freq", 1, lo=1, hi=n)
+    offset = c.whole("index_skip_topk_offset", 2, hi=n)
+    pattern = c.text.get("index_topk_pattern")
+    if pattern is None:
+        full = [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
+    elif isinstance(pattern, (str, list)) and all(isinstance(p, str) for p in pattern):
+        full = [not (i < len(pattern) and pattern[i] == "S") for i in range(n)]
+    else:
+        raise c.refuse("index_topk_pattern must be a string or a list of 'S'/'F' marks", ("index_topk_pattern",))
+    types = c.text.get("indexer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n or any(t not in ("full", "shared") for t in types):
+            raise c.refuse("indexer_types must list 'full' or 'shared' for every layer", ("indexer_types", "num_hidden_layers"))
+        if [t == "full" for t in types] != full:
+            raise c.refuse("indexer_types disagrees with index_topk_freq / index_skip_topk_offset / index_topk_pattern, "
+                           "which vLLM follows", ("indexer_types", "index_topk_freq", "index_skip_topk_offset"))
+    return None if all(full) else tuple(i for i, f in enumerate(full) if f)
+
+
 def _deepseek(c: CommonFields, *, indexer: bool = False) -> FamilyParts:
     """DeepSeek-V2/V3 (Kimi K2): MLA layers, shared + routed experts after the first dense layers, MTP."""
     kv_lora, rope = c.required("kv_lora_rank"), c.required("qk_rope_head_dim")
@@ -483,8 +509,9 @@ def _deepseek(c: CommonFields, *, indexer: bool = False) -> FamilyParts:
         "q_lora_rank": c.whole("q_lora_rank", None, lo=1), "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope,
         "qk_nope_head_dim": nope, "v_head_dim": v_dim,
     }
-    if indexer:  # DeepSeek-V3.2 sparse attention
-        fields.update(index_head_dim=c.required("index_head_dim"), index_n_heads=c.required("index_n_heads"))
+    if indexer:  # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5)
+        fields.update(index_head_dim=c.required("index_head_dim"), index_n_heads=c.required("index_n_heads"),
+                      indexer_layers=_indexer_layers(c))
     n_exp = c.required("n_routed_experts")
     freq = c.whole("moe_layer_freq", 1, lo=1, hi=c.num_layers)
     shared_n = c.whole("n_shared_experts", 0)
@@ -604,7 +631,8 @@ _QWEN3_5_MOE = Family("qwen3_5_moe", _qwen_gdn_moe)
 MODEL_TYPES: dict[str, Family] = {
     "granite": Family("granite", _dense),
     "llama": Family("llama", _dense),
-    "mistral": Family("mistral", partial(_dense, may_slide=True, slides_by_default=True)),
+    # transformers MistralConfig: tie_word_embeddings = False (Mistral 3 text configs omit the field).
+    "mistral": Family("mistral", partial(_dense, may_slide=True, slides_by_default=True), tie_default=False),
     "olmo2": Family("olmo2", _dense),
     "phi3": Family("phi3", _window_everywhere),
     "starcoder2": Family("starcoder2", partial(_window_everywhere, bias_key="use_bias", bias_by_default=True)),
@@ -629,6 +657,7 @@ MODEL_TYPES: dict[str, Family] = {
     "deepseek_v2": Family("deepseek_v2", _deepseek),
     "deepseek_v3": _DEEPSEEK_V3,
     "deepseek_v32": Family("deepseek_v32", partial(_deepseek, indexer=True)),
+    "glm_moe_dsa": Family("glm_moe_dsa", partial(_deepseek, indexer=True)),  # GLM-5: DeepSeek-V3.2's MLA + DSA
     "kimi_k2": _DEEPSEEK_V3,  # Kimi K2 is DeepSeek-V3's design
     "qwen3_next": Family("qwen3_next", _qwen_gdn_moe),
     "qwen3_5": _QWEN3_5,
@@ -643,6 +672,8 @@ SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPES)
 # which layer kind is missing.
 LACKING_LAYER_KIND: dict[str, str] = {
     "falcon_h1": "a Mamba2 mixer and attention side by side in every layer (a state and a KV cache per layer)",
+    "deepseek_v4": ("DeepSeek-V4's compressed attention (compress_ratios: per-layer KV compressed 4x or 128x along "
+                    "the sequence beside a sliding window), hash-routed expert layers and hyper-connections (hc_mult)"),
 }
 
 

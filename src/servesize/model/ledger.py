@@ -52,7 +52,8 @@ _FC_MLP_LAYER_NORM = {"starcoder2"}
 _PARALLEL_BLOCK = {"cohere2"}
 _BIAS_FREE_ATTENTION = {"cohere2"}
 _MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "minimax_m2", "glm4_moe"}
-_DEEPSEEK = {"deepseek_v2", "deepseek_v3", "deepseek_v32"}
+_DEEPSEEK = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
+_WITH_INDEXER = ("deepseek_v32", "glm_moe_dsa")  # DeepSeek sparse attention (DSA)
 _GDN = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 # Families whose attention_bias puts a bias on q, k and v only (o_proj has none).
 _QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "glm4_moe", "qwen2_5_vl"}
@@ -185,8 +186,14 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
     _ffn(b, arch, [i for i in range(arch.num_layers)], "")
     _norms(b, arch)
-    if fam == "deepseek_v32":
+    if fam in _WITH_INDEXER:
+        # The checkpoint ships an indexer for every layer, IndexShare's 'shared' layers too (vLLM
+        # deepseek_v2.py load_weights: "the checkpoint ships indexer weights for all of them"); vLLM builds
+        # and loads it only on the 'full' layers, so the resident weights are a little smaller than counted.
         _indexer(b, arch, arch.num_layers, "indexer")
+        if arch.indexer_count < arch.num_layers:
+            b.notes.append(f"indexer: counted on all {arch.num_layers} layers as the checkpoint ships it; vLLM "
+                           f"loads it on the {arch.indexer_count} 'full' layers only (index_topk_freq, index_skip_topk_offset)")
     _vision(b, arch)
     _mtp(b, arch)
     return b.finish(arch)
@@ -392,7 +399,7 @@ def _ffn(b: _Builder, arch: Architecture, layer_ids: list[int], prefix: str, *, 
 def _has_score_correction_bias(arch: Architecture) -> bool:
     cfg = arch.config
     if arch.model_type in _DEEPSEEK:
-        default = "noaux_tc" if arch.model_type in ("deepseek_v3", "deepseek_v32") else "greedy"
+        default = "noaux_tc" if arch.model_type in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa") else "greedy"
         return cfg.get("topk_method", default) == "noaux_tc"
     if arch.model_type == "glm4_moe":
         return True  # Glm4MoeTopkRouter always holds e_score_correction_bias
@@ -438,6 +445,8 @@ def _vision(b: _Builder, arch: Architecture) -> None:
         _qwen3_vl_vision(b, arch, vc)
     elif vtype in ("qwen2_5_vl", "qwen2_5_vl_vision") or (arch.model_type == "qwen2_5_vl" and "depth" in vc):
         _qwen2_5_vl_vision(b, arch, vc)
+    elif vtype == "pixtral":
+        _pixtral(b, arch, vc)
     else:
         raise UnsupportedArchitecture(arch.model_type, f"vision tower {vtype!r} has no tensor layout in the ledger",
                                       ("vision_config.model_type",))
@@ -462,6 +471,32 @@ def _siglip(b: _Builder, arch: Architecture, vc) -> None:
           linear=False, note="projection biases, two LayerNorms per block, post LayerNorm", v_layers=n, v_hidden=hv, v_inter=iv)
     b.add("vision", "projector", "v_hidden * hidden + v_hidden", linear=True,
           note="Gemma3 mm_input_projection_weight and mm_soft_emb_norm", v_hidden=hv, hidden=arch.hidden_size)
+
+
+def _pixtral(b: _Builder, arch: Architecture, vc) -> None:
+    """Pixtral's vision tower and Mistral 3's projector (transformers modeling_pixtral.py, modeling_mistral3.py):
+    a bias-free patch conv, ln_pre, blocks of RMSNorm + bias-free q/k/v/o + RMSNorm + gated SiLU MLP (2D rotary
+    positions, no table); then RMSNorm, a patch merger over spatial_merge_size**2 patches and two linears to the
+    text width (biases when multimodal_projector_bias)."""
+    hv, iv, n = _v(arch, vc, "hidden_size"), _v(arch, vc, "intermediate_size"), _v(arch, vc, "num_hidden_layers")
+    patch, ch = _v(arch, vc, "patch_size"), _v(arch, vc, "num_channels", 3)
+    proj = arch.projector_config
+    merge = config_int(proj, "spatial_merge_size", arch.model_type, 2, lo=1, hi=64)
+    feature_layer = proj.get("vision_feature_layer", -1)
+    n_features = len(feature_layer) if isinstance(feature_layer, list) else 1
+    bias = bool(proj.get("multimodal_projector_bias", False))
+    b.add("vision", "patch_conv_ln_pre", "channels * patch * patch * v_hidden + v_hidden", linear=False,
+          note="bias-free patch conv and ln_pre (RMSNorm)", channels=ch, patch=patch, v_hidden=hv)
+    b.add("vision", "blocks", "v_layers * (4 * v_hidden * v_hidden + 3 * v_hidden * v_inter)", linear=True,
+          note="q, k, v, o (bias-free, hidden -> hidden), gate, up, down", v_layers=n, v_hidden=hv, v_inter=iv)
+    b.add("vision", "block_norms", "v_layers * 2 * v_hidden", linear=False, note="attention_norm and ffn_norm (RMSNorm)",
+          v_layers=n, v_hidden=hv)
+    b.add("vision", "projector", "v_hidden * merge * merge * v_hidden + features * v_hidden * hidden + hidden * hidden",
+          linear=True, note="patch_merger.merging_layer, linear_1, linear_2", v_hidden=hv, merge=merge,
+          features=n_features, hidden=arch.hidden_size)
+    b.add("vision", "projector_norm_biases", "v_hidden + with_bias * 2 * hidden", linear=False,
+          note="projector RMSNorm; linear_1/linear_2 biases when multimodal_projector_bias", v_hidden=hv,
+          with_bias=int(bias), hidden=arch.hidden_size)
 
 
 def _qwen2_5_vl_vision(b: _Builder, arch: Architecture, vc) -> None:
@@ -519,7 +554,7 @@ def _mtp(b: _Builder, arch: Architecture) -> None:
               note="enorm, hnorm, shared_head.norm and the layer's two RMSNorms", modules=k, hidden=h)
         if fam in _DEEPSEEK:
             _mla_attention(b, arch, k, "mtp", "attn_")
-            if fam == "deepseek_v32":
+            if fam in _WITH_INDEXER:
                 _indexer(b, arch, k, "mtp", "indexer_")
             b.add("mtp", "embed_head_copies", "modules * 2 * vocab * hidden", linear=False,
                   note="the checkpoint stores its own copy of embed_tokens and shared_head.head (README_WEIGHTS.md: 'shares parameters')",
