@@ -420,6 +420,40 @@ def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
     assert cli("plan", *args)["ceilings"] == doc["ceilings"]
 
 
+def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli, tmp_path):
+    """vllm#40691 (Qwen3.5-27B on an H20, vLLM 0.19.0, before the 0.20.1 token line): the page gives the KV-cache
+    groups and block size its own flags make, applies the calibration, and plans what calibrate with those
+    flags and plan --calibration print; the compared figures are in the units people read."""
+    entry = next(x for x in json.loads((FIXTURES / "vllm-logs-public.json").read_text())
+                 if x["id"] == "vllm-40691-qwen35-27b-h20")
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(entry["quotes"]) + "\n")
+    flags = ["--gpus", "1xH20", "--max-model-len", "32768", "--max-num-batched-tokens", "16384", "--max-num-seqs", "16",
+             "--vllm-version", "0.19.0"]
+    open_plan(page, server, "#view=plan&model=qwen3.5-27b&gpus=1xH20&max_model_len=32768&max_num_batched_tokens=16384"
+                            "&max_num_seqs=16&vllm_version=0.19.0")
+    before = shown(page)
+    page.fill("#logText", log.read_text())
+    page.click("#calibrateBtn")
+    page.wait_for_selector("#calibrateApplied")
+    page.wait_for_function("v => document.querySelector('#tiles [data-tile=pool]').dataset.value !== v",
+                           arg=str(before["tiles"]["pool"]), timeout=60_000)
+    settle(page)
+    memory = cli("memory", "qwen3.5-27b", *flags)
+    calibration = tmp_path / "calibration.json"
+    cli("calibrate", "--vllm-log", str(log), "--block-size", str(memory["pool"]["block_size"]),
+        "--kv-cache-groups", str(len(memory["pool"]["groups"])), "--out", str(calibration))
+    doc = cli("plan", "qwen3.5-27b", *flags, "--calibration", str(calibration))
+    after = shown(page)
+    assert after["tiles"]["pool"] == doc["pool_tokens"] != before["tiles"]["pool"]
+    assert after["ceilings"] == doc["ceilings"] and after["ceilings"]["cache"] > before["ceilings"]["cache"]
+    assert "cache" in page.get_attribute("#verdictBefore", "data-moved").split(",")   # the verdict says it moved
+    assert page.text_content("#calibrateApplied").startswith("applied")
+    assert page.input_value("#hint-kv_cache_groups") == str(len(memory["pool"]["groups"]))
+    table = page.text_content("#calibrateTable")
+    assert " B " not in table and "blocks" in table
+
+
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):
     record = tmp_path / "pool.jsonl"
     record.write_text("\n".join(json.dumps(x) for x in (

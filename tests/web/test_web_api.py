@@ -237,13 +237,55 @@ def test_a_calibration_comes_from_a_pasted_log_and_replaces_the_pool():
     assert "calibration" in view["plan"]["pool_source"]
 
 
-def test_a_log_that_fixes_no_pool_is_compared_but_not_applied():
-    body = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
-            "max_num_seqs": 16, "vllm_version": "0.19.0"}
-    status, doc, _ = call("POST", "/api/calibrate", {**body, "vllm_log": _log("vllm-40691-qwen35-27b-h20")})
-    assert status == 200 and not doc["usable"] and doc["calibration"] is None
-    assert "--pool-tokens" in doc["applies"]
-    assert any(c["logged"] == 290_864 for c in doc["checks"])  # the line vLLM printed, beside the prediction
+_QWEN35_H20 = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
+               "max_num_seqs": 16, "vllm_version": "0.19.0"}
+
+
+def test_a_hybrid_log_is_applied_with_the_groups_and_block_size_of_the_pages_flags():
+    """vllm#40691 (Qwen3.5-27B, vLLM 0.19.0: 16 full-attention + 48 GDN layers) prints only the token and
+    concurrency lines; the page's flags give what it does not print, as `calibrate --block-size 784
+    --kv-cache-groups 4` would, and the calibration then fixes the pool."""
+    log = _log("vllm-40691-qwen35-27b-h20")
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": log})
+    assert status == 200 and doc["usable"], doc["applies"]
+    pool = s.memory(s.Scenario(**_QWEN35_H20)).pool
+    used = {c["name"]: (c["value"], c["from"]) for c in doc["controls"]}
+    assert used["block_size"] == (pool.block_size, "the page's flags") and used["kv_cache_groups"][0] == len(pool.groups)
+    by_hand = s.calibrate(log, source="pasted log", block_size=pool.block_size, kv_cache_groups=len(pool.groups),
+                          mamba_cache_mode="none", num_speculative_tokens=0)
+    assert doc["calibration"] == finite(by_hand.to_dict())
+    assert doc["calibration"]["pool_tokens"] == (1487 - 1 - 3) * 784   # the fixture's notes: 1,487 blocks of 784
+    status, view, _ = call("POST", "/api/plan", {**_QWEN35_H20, "calibration": doc["calibration"]})
+    assert status == 200 and view["plan"]["pool_tokens"] == by_hand.pool_tokens
+    assert not any("--" in n for n in doc["notes"])   # hints name the page's controls, not command-line flags
+
+
+def test_a_compared_figure_is_formatted_by_the_library_never_sent_as_raw_bytes():
+    log = "\n".join(["INFO [gpu_worker.py:227] Available KV cache memory: 94.43 GiB",
+                     "INFO [kv_cache_utils.py:1319] GPU KV cache size: 290,864 tokens",
+                     "INFO [kv_cache_utils.py:1324] Maximum concurrency for 32,768 tokens per request: 33.04x"])
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": log})
+    assert status == 200
+    memory = next(c for c in doc["checks"] if c["name"] == "available_kv_bytes_per_gpu")
+    assert memory["text"]["predicted"] == fmt_bytes(memory["predicted"]) and memory["text"]["predicted"].endswith(" GiB")
+    assert memory["text"]["logged"] == " – ".join(fmt_bytes(x) for x in memory["logged"])
+
+
+def test_a_log_hint_out_of_its_range_is_refused_naming_its_control():
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": _log("vllm-40691-qwen35-27b-h20"),
+                                                     "log_hints": {"kv_cache_groups": 0}})
+    assert status == 400 and doc["field"] == "hint_kv_cache_groups" and "KV-cache groups" in doc["error"]
+
+
+def test_a_log_hint_given_wins_over_the_pages_flags():
+    """Told 784-token blocks but one KV-cache group, the log's two lines disagree: nothing is applied, and the
+    comparison is still shown."""
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": _log("vllm-40691-qwen35-27b-h20"),
+                                                     "log_hints": {"kv_cache_groups": "1", "block_size": 784}})
+    assert status == 200
+    used = {c["name"]: (c["value"], c["from"]) for c in doc["controls"]}
+    assert used["kv_cache_groups"] == (1, "given") and used["block_size"] == (784, "given")
+    assert any(c["logged"] == 290_864 for c in doc["checks"])
 
 
 def test_a_pool_record_gives_the_measured_pool_beside_the_prediction():

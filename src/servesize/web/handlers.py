@@ -19,6 +19,7 @@ from servesize.web.requests import (
     RequestError,
     fit_query,
     fleet_query,
+    log_hints,
     plan_request,
     refusal,
     scenario_of,
@@ -132,8 +133,9 @@ _PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a pane
 async def post_calibrate(request: web.Request) -> web.Response:
     body = await read_body(request)
     log = text_field(body, "vllm_log", "a vLLM start-up log")
-    scenario, _ = scenario_of({k: v for k, v in body.items() if k != "vllm_log"}, extra=_PAGE_FIELDS)
-    return await compute(request, UPLOADS, partial(views.calibrate_view, scenario, log))
+    hints = log_hints(body)
+    scenario, _ = scenario_of({k: v for k, v in body.items() if k not in ("vllm_log", "log_hints")}, extra=_PAGE_FIELDS)
+    return await compute(request, UPLOADS, partial(views.calibrate_view, scenario, log, hints))
 
 
 async def post_record(request: web.Request) -> web.Response:

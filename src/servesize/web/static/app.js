@@ -805,19 +805,46 @@ function drawFrontier(f) {
 
 // -- the way back: a log, a record ----------------------------------------------------------------------
 
+function logHints() {
+  // the controls a visitor changed; the rest the server reads from the log, else from the page's flags
+  const out = {};
+  for (const box of $$("#logHints [data-hint]")) if (box.dataset.touched === "true") out[box.dataset.hint] = box.value.trim();
+  return out;
+}
+
+function hintControl(c) {
+  const id = "hint-" + c.name;
+  const attrs = { id, dataset: { hint: c.name, touched: c.from === "given" ? "true" : "false" }, title: c.help,
+    onchange: e => { e.target.dataset.touched = "true"; } };
+  const box = c.choices.length
+    ? h("select", attrs, h("option", { value: "", text: "-" }), c.choices.map(x => h("option", { value: x, text: x, selected: x === c.value })))
+    : h("input", { ...attrs, type: "text", inputmode: "numeric", value: c.value === null ? "" : String(c.value),
+      placeholder: c.page === null ? "from the log" : String(c.page) });
+  const from = c.from === "given" ? "as you gave it" : c.from ? "from the page's flags" : "not needed";
+  return h("div", { class: "field" }, h("label", { for: id, text: c.label }), box,
+    h("span", { class: "muted small", text: from }), h("div", { class: "err", dataset: { errFor: "hint_" + c.name } }));
+}
+
 async function calibrate() {
   const text = $("#logText").value;
   clearErrors($("#testCard"));
-  const res = await post("/api/calibrate", { ...App.plan, vllm_log: text });
   const out = $("#calibrateOut");
-  out.textContent = "";
+  const hints = logHints();
+  out.setAttribute("aria-busy", "true");
+  const res = await post("/api/calibrate", { ...App.plan, vllm_log: text, log_hints: hints });
+  out.removeAttribute("aria-busy");
   if (!res.ok) { showError(res.data.field || "vllm_log", res.data.error); return; }
+  out.textContent = "";
   const d = res.data;
-  out.append(h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
-    h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: showValue(null, c.predicted) + " " + c.unit }),
-      h("td", { class: "num", text: (Array.isArray(c.logged) ? c.logged.map(x => showValue(null, x)).join("–") : showValue(null, c.logged)) + " " + c.unit }),
-      h("td", { class: "num", text: c.error_pct === null ? showValue(null, c.error) : c.error_pct.toFixed(2) + "%" }))))),
-    h("p", { class: "small muted", text: d.notes.join(" ") }));
+  out.append(h("p", { class: "verdict-line", id: "calibrateApplied", text: d.applied_text }),
+    h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
+      h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: c.text.predicted }),
+        h("td", { class: "num", text: c.text.logged }), h("td", { class: "num", text: c.text.error }))))),
+    h("p", { class: "small muted", text: d.notes.join(" ") }),
+    h("details", { class: "fold", id: "logHints", open: !d.usable },
+      h("summary", { text: "What the log does not print (a hybrid model's KV-cache groups, block size, ...)" }),
+      h("div", { class: "grid-fields" }, d.controls.map(hintControl)),
+      h("button", { type: "button", class: "btn", id: "recalibrateBtn", text: "Recalibrate with these", onclick: calibrate })));
   App.plan.calibration = d.calibration;
   requestPlan(false);
 }
