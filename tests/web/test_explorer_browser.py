@@ -189,7 +189,7 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.click("#verdict details.why summary")
     page.wait_for_function("() => document.querySelector('#verdict details.why').dataset.filled")
     assert f"binding = {doc['binding']}" in page.text_content("#explainSteps")
-    for chart in "ABCDEFG":
+    for chart in "ABCDEFGM":  # M: decode tok/s per user and the effective MFU (charts.py)
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
     page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(shots / "plan.png"))

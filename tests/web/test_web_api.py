@@ -313,6 +313,18 @@ def test_every_chart_answers_with_series():
     assert call("POST", "/api/charts/nonsense", BASE)[0] == 404
 
 
+def test_the_decode_chart_carries_the_engines_effective_mfu_beside_the_per_user_speed():
+    status, doc, _ = call("POST", "/api/charts/decode", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    expected = s.api.decode_mfu_at(plan, doc["n"])
+    assert doc["mfu_p50"] == pytest.approx(expected.tolist())
+    assert len(doc["mfu_p50"]) == len(doc["n"]) == len(doc["p50_text"]) and doc["p50_text"][0].endswith("tok/s")
+    # more decoders share each weight read: the executed FLOPs per second, and with them the MFU, grow with n
+    assert doc["mfu_p50"][-1] > doc["mfu_p50"][0] > 0
+    assert f"{100 * doc['mfu_p50'][0]:.2f}%" in doc["mfu_caption"]
+
+
 def test_serve_refuses_a_port_that_is_not_one_in_one_line(capsys):
     from servesize.cli import main
 

@@ -689,6 +689,23 @@ function drawDecode(d) {
     series: [{ name: "aggregate p50", x: d.n, y: d.aggregate_p50, cls: "c3" }],
     vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
   });
+  drawMfu(d, zone);
+}
+
+// M: the engine's effective MFU beside the per-user tok/s, both against the same concurrency (values from charts.py)
+function drawMfu(d, zone) {
+  $("#capM").textContent = d.mfu_caption;
+  const box = $("#chartM");
+  if (!d.mfu_p50) { box.textContent = ""; return; }
+  box.dataset.points = String(d.mfu_p50.length);
+  Charts.line(box, {
+    xlog: true, xLabel: "concurrent decoders per replica", yLabel: "effective MFU (p50)", yMin: 0,
+    fmtY: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
+    series: [{ name: "effective MFU p50", x: d.n, y: d.mfu_p50, cls: "c2" }],
+    points: d.n.filter((_, i) => i % 12 === 0).map(n => { const i = d.n.indexOf(n); return { x: n, y: d.mfu_p50[i], label: d.p50_text[i], cls: "c1" }; }),
+    vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
+    legendExtra: [{ name: "labels: per-user tok/s (p50) at that concurrency", cls: "c1", kind: "soft" }],
+  });
 }
 
 function drawMiss(m) {
