@@ -325,6 +325,34 @@ def test_the_decode_chart_carries_the_engines_effective_mfu_beside_the_per_user_
     assert f"{100 * doc['mfu_p50'][0]:.2f}%" in doc["mfu_caption"]
 
 
+def test_the_method_section_is_the_plans_own_derivation_step_by_step():
+    status, doc, _ = call("POST", "/api/method", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    sections = {x["id"]: x["steps"] for x in doc["sections"]}
+    for sid, derivation in (("memory", plan.memory.derivation), ("warm", plan.result.warm.derivation),
+                            ("decode", plan.result.decode.derivation), ("prefill", plan.result.prefill.derivation)):
+        assert [r["name"] for r in sections[sid]] == [st.name for st in derivation.steps]
+        for row, st in zip(sections[sid], derivation.steps):
+            assert row["text"] == st.shown()
+            if st.inputs:   # a computed step: its formula in symbols, then the figures that went in
+                assert row["kind"] == "computed" and row["formula"] == st.formula() and row["figures"] == st.substituted()
+    ceiling = next(r for r in sections["decode"] if r["name"] == "decode_ceiling")
+    assert ceiling["value"] == plan.result.decode.n
+    assert any(r["kind"] == "modelled" for r in sections["decode"]) and any(r["kind"] == "given" for r in sections["memory"])
+
+
+def test_the_faq_reads_its_figures_from_the_plan():
+    status, doc, _ = call("POST", "/api/method", BASE)
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    text = " ".join(x["q"] + " " + x["a"] for x in doc["faq"])
+    w = plan.result.warm
+    assert f"{plan.memory.pool.max_concurrency:.2f}x" in text
+    assert f"p5 {w.users.p5:,.0f}, p50 {w.users.p50:,.0f}, p95 {w.users.p95:,.0f}" in text
+    per_session = plan.workload.user.median_tokens * plan.fixed.kv_bytes_per_token_rank
+    assert fmt_bytes(per_session) in text and f"{plan.result.decode.n:,} decoders per replica" in text
+
+
 def test_serve_refuses_a_port_that_is_not_one_in_one_line(capsys):
     from servesize.cli import main
 

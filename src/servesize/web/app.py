@@ -11,6 +11,7 @@
     POST /api/sensitivity     where each assumption flips the verdict (the heavy part of ``plan``)
     POST /api/charts/NAME     decode | miss | scaling | batch: one chart's series
     POST /api/frontier        every catalogue model x split on these GPUs, ranked
+    POST /api/method          the method section (every derivation step: formula, figures, value) and the FAQ
     POST /api/fleet           the cheapest fleet for N users or several teams (``servesize fleet --json``), drawn
     POST /api/teams           several teams on the plan's deployment (``servesize.teams``): shared, alone, split
     POST /api/calibrate       a pasted vLLM start-up log -> its calibration, beside the prediction
@@ -135,7 +136,7 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
           ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
           ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"),
-          ("POST", "/api/value", "post_value"))
+          ("POST", "/api/value", "post_value"), ("POST", "/api/method", "post_method"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:

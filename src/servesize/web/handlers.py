@@ -12,7 +12,7 @@ import servesize.api as api
 from servesize import __version__
 from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
-from servesize.web import charts, fleet_view, views
+from servesize.web import charts, fleet_view, method, views
 from servesize.web.form import START, VIEW_PARAMS, form, presets, read_value
 from servesize.web.glossary import glossary
 from servesize.web.requests import (
@@ -125,6 +125,11 @@ async def post_sensitivity(request: web.Request) -> web.Response:
 async def post_frontier(request: web.Request) -> web.Response:
     req = plan_request(await read_body(request))
     return await compute(request, HEAVY, partial(charts.frontier, req.scenario))
+
+
+async def post_method(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    return await compute(request, HEAVY, partial(method.method_view, req))
 
 
 _PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a panel reads the Scenario from it

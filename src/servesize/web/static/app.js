@@ -657,6 +657,7 @@ function scheduleHeavy(seq) {
 const HEAVY = [
   ["/api/charts/decode", drawDecode], ["/api/charts/miss", drawMiss], ["/api/sensitivity", drawSensitivity],
   ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/frontier", drawFrontier],
+  ["/api/method", drawMethod],
 ];
 
 async function runHeavy(seq) {
@@ -702,10 +703,32 @@ function drawMfu(d, zone) {
     xlog: true, xLabel: "concurrent decoders per replica", yLabel: "effective MFU (p50)", yMin: 0,
     fmtY: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
     series: [{ name: "effective MFU p50", x: d.n, y: d.mfu_p50, cls: "c2" }],
-    points: d.n.filter((_, i) => i % 12 === 0).map(n => { const i = d.n.indexOf(n); return { x: n, y: d.mfu_p50[i], label: d.p50_text[i], cls: "c1" }; }),
+    points: d.n.filter((_, i) => i % 12 === 0).map(n => { const i = d.n.indexOf(n); return { x: n, y: d.mfu_p50[i], label: d.p50_text[i], cls: "c1", show: true }; }),
     vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
     legendExtra: [{ name: "labels: per-user tok/s (p50) at that concurrency", cls: "c1", kind: "soft" }],
   });
+}
+
+// the method section: the engine's own derivation steps (formula, then figures, then value), and the FAQ
+function drawMethod(m) {
+  $("#capMethod").textContent = m.caption;
+  const box = $("#method");
+  box.textContent = "";
+  for (const sec of m.sections) {
+    box.appendChild(h("details", { class: "fold method-sec", dataset: { section: sec.id } },
+      h("summary", { text: `${sec.title}: ${sec.answers}` }),
+      h("ol", { class: "steps small" }, sec.steps.map(s => h("li", { class: "step k-" + s.kind, dataset: { kind: s.kind, name: s.name } },
+        h("code", { text: s.formula || `${s.name} = ${s.text}` }),
+        s.figures ? h("div", { class: "figures", text: `= ${s.figures} = ${s.text}` }) : null,
+        h("span", { class: "badge " + (s.kind === "modelled" ? "warn" : ""), text: s.kind }),
+        s.source ? h("div", { class: "muted", text: s.source }) : null,
+        s.note ? h("div", { class: "muted", text: s.note } ) : null)))));
+  }
+  box.appendChild(h("details", { class: "fold", dataset: { section: "assumptions" } }, h("summary", { text: `Modelled assumptions (${m.assumptions.length})` }),
+    h("ul", { class: "small" }, m.assumptions.map(a => h("li", { text: a.text })))));
+  const faq = $("#faq");
+  faq.textContent = "";
+  for (const item of m.faq) faq.appendChild(h("details", { class: "fold faq" }, h("summary", { text: item.q }), h("p", { class: "small", text: item.a })));
 }
 
 function drawMiss(m) {
