@@ -18,6 +18,7 @@ Every point is computed here from library calls; the page draws the numbers it i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -184,10 +185,15 @@ def _row_scenario(scenario: Scenario, key: str, tp: int, dp: int) -> Scenario:
     return scenario.replace(**changes)
 
 
-def frontier(scenario: Scenario) -> dict:
+def frontier(scenario: Scenario, progress: Callable[[str], None] | None = None) -> dict:
+    """Every catalogue model x split on these GPUs, planned and ranked; ``progress`` hears each model as it starts
+    (the page's status line; a callback that raises stops the ranking there)."""
     count = parse_gpus(scenario.gpus, memory=scenario.gpu_memory).count
     rows, refused = [], []
-    for key in load_catalogue():
+    models = list(load_catalogue())
+    for i, key in enumerate(models, 1):
+        if progress is not None:
+            progress(f"ranking: model {i} of {len(models)} ({key}), every split of {count} GPU(s)")
         for tp in (t for t in range(1, count + 1) if count % t == 0):
             varied = _row_scenario(scenario, key, tp, count // tp)
             try:

@@ -26,7 +26,7 @@ from servesize.web.requests import (
     teams_request,
     text_field,
 )
-from servesize.web.server import FAST, FLEET, HEAVY, UPLOADS, compute, in_worker, json_response, read_body
+from servesize.web.server import FAST, FLEET, HEAVY, JOBS, UPLOADS, compute, in_worker, json_response, read_body, start_job
 
 
 @lru_cache(maxsize=1)
@@ -124,7 +124,16 @@ async def post_sensitivity(request: web.Request) -> web.Response:
 
 async def post_frontier(request: web.Request) -> web.Response:
     req = plan_request(await read_body(request))
-    return await compute(request, HEAVY, partial(charts.frontier, req.scenario))
+    job = start_job(request)
+    return await compute(request, HEAVY, partial(charts.frontier, req.scenario, progress=job.say), job)
+
+
+async def get_progress(request: web.Request) -> web.Response:
+    """Where a long request named JOB is: the stage the library last reported and the seconds it has run."""
+    job = request.app[JOBS].get(request.match_info["job"])
+    if job is None:
+        return json_response({"error": "no such request (it has not started, or it is long done)", "field": None}, 404)
+    return json_response(job.to_dict())
 
 
 async def post_method(request: web.Request) -> web.Response:
@@ -152,7 +161,8 @@ async def post_record(request: web.Request) -> web.Response:
 
 async def post_fleet(request: web.Request) -> web.Response:
     query = fleet_query(await read_body(request))
-    return await compute(request, FLEET, partial(fleet_view.fleet_view, query))
+    job = start_job(request)
+    return await compute(request, FLEET, partial(fleet_view.fleet_view, query, progress=job.say), job)
 
 
 async def post_teams(request: web.Request) -> web.Response:

@@ -41,8 +41,8 @@ function h(tag, attrs, ...kids) {
   return e;
 }
 
-async function post(path, body, signal) {
-  const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
+async function post(path, body, signal, headers) {
+  const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", ...(headers || {}) },
     body: JSON.stringify(body), signal });
   let data = null;
   try { data = await res.json(); } catch (e) { data = { error: `the server answered ${res.status} without JSON` }; }
@@ -667,11 +667,20 @@ async function runHeavy(seq) {
   const body = planBody(false);
   for (const [path, draw] of HEAVY) {
     let res;
-    try { res = await post(path, body, ctl.signal); } catch (e) { return; }   // aborted: a newer plan is coming
+    try {
+      res = path === "/api/frontier" ? await frontierWatched(body, ctl) : await post(path, body, ctl.signal);
+    } catch (e) { if (path === "/api/frontier" && !ctl.signal.aborted) continue; return; }   // aborted: a newer plan is coming
     if (ctl.signal.aborted || seq !== App.planSeq) return;
     if (res.ok && !res.data.skipped) draw(res.data); else if (!res.ok) banner(res.data.error);
   }
   $("#verdict").dataset.panels = String(seq);
+}
+
+// the ranking plans every catalogue model: its own status line and Cancel (a newer plan cancels it too)
+async function frontierWatched(body, heavy) {
+  const ctl = new AbortController();
+  heavy.signal.addEventListener("abort", () => ctl.abort());
+  return await postWatched("/api/frontier", body, ctl, $("#frontierProgress"), "ranking every catalogue model on these GPUs");
 }
 
 function drawDecode(d) {
@@ -1107,6 +1116,29 @@ function fleetTeamsWrote() {
   syncFleetControls();
 }
 
+// a long request with the server's own status line: the library's last stage and its seconds (GET
+// /api/progress/JOB, polled while it runs; the text is the server's), and a Cancel that aborts it (the server then
+// stops at the next stage)
+async function postWatched(path, body, ctl, line, what) {
+  const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+  line.hidden = false;
+  line.textContent = "";
+  line.dataset.stages = "0";
+  const text = h("span", { class: "spinner-text", text: what + "…" });
+  const spin = h("span", { class: "spinner", "aria-hidden": "true" });
+  const cancel = h("button", { type: "button", class: "btn small cancel", text: "Cancel",
+    onclick: () => { ctl.abort(); text.textContent = "cancelled: " + what; cancel.remove(); spin.remove(); } });
+  line.append(spin, text, " ", cancel);
+  line.setAttribute("role", "status");
+  const timer = setInterval(async () => {
+    let r;
+    try { r = await fetch("/api/progress/" + job, { signal: ctl.signal }); } catch (e) { return; }
+    if (r.ok && !ctl.signal.aborted) { const p = await r.json(); text.textContent = `${what}: ${p.text}`; line.dataset.stages = String(p.stages); }
+  }, 400);
+  try { return await post(path, body, ctl.signal, { "X-Servesize-Job": job }); }
+  finally { clearInterval(timer); if (!ctl.signal.aborted) line.hidden = true; }
+}
+
 function syncFleetControls() {
   const fields = App.cat.form.fleet.fields;
   for (const [name, box] of Object.entries(App.fleetBoxes || {})) {
@@ -1124,12 +1156,12 @@ async function runFleet() {
   App.fleetCtl = ctl;
   const box = $("#fleetVerdict"), progress = $("#fleetProgress");
   box.dataset.pending = "true";
-  progress.hidden = false;
-  progress.textContent = "searching GPU type × count × precision × KV dtype × TP/DP (about a second)…";
   $("#view-fleet .main").classList.add("searching");
   let res;
-  try { res = await post("/api/fleet", App.fleet, ctl.signal); } catch (e) {
-    if (!ctl.signal.aborted) { banner("the server did not answer: " + e.message); box.dataset.pending = "false"; }
+  try { res = await postWatched("/api/fleet", App.fleet, ctl, progress, "searching GPU type × count × precision × KV dtype × TP/DP"); } catch (e) {
+    if (!ctl.signal.aborted) { banner("the server did not answer: " + e.message); }
+    box.dataset.pending = "false";
+    $("#view-fleet .main").classList.remove("searching");
     return;
   }
   if (seq !== App.fleetSeq) return;              // a newer search is on its way: draw that one
