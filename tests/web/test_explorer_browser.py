@@ -426,7 +426,7 @@ def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
     assert cli("plan", *args)["ceilings"] == doc["ceilings"]
 
 
-def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli, tmp_path):
+def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli, tmp_path, shots):
     """vllm#40691 (Qwen3.5-27B on an H20, vLLM 0.19.0, before the 0.20.1 token line): the page gives the KV-cache
     groups and block size its own flags make, applies the calibration, and plans what calibrate with those
     flags and plan --calibration print; the compared figures are in the units people read."""
@@ -458,6 +458,7 @@ def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli,
     assert page.input_value("#hint-kv_cache_groups") == str(len(memory["pool"]["groups"]))
     table = page.text_content("#calibrateTable")
     assert " B " not in table and "blocks" in table
+    page.locator("#calibrateOut").screenshot(path=str(shots / "plan-calibrate.png"))
 
 
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):

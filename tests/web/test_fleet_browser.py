@@ -240,7 +240,7 @@ def test_the_plan_views_teams_panel_is_servesize_teams_of_the_deployment(page, b
     assert "not a whole number of users" in page.text_content("#planTeamsCard [data-err-for='team']")
 
 
-def test_a_long_search_shows_the_servers_stage_and_can_be_cancelled(page, server):
+def test_a_long_search_shows_the_servers_stage_and_can_be_cancelled(page, server, shots):
     """Three teams over three GPU types: while it runs, the status line carries the stage the library reported
     (read from GET /api/progress), and Cancel ends it: no spinner left, the page ready for the next search."""
     page.goto(server + "#view=fleet&models=qwen3.6-27b&gpus_from=H100-SXM%2CH200-SXM%2CL40S&team=agents%3D120%3Acoding-agent"
@@ -249,6 +249,7 @@ def test_a_long_search_shows_the_servers_stage_and_can_be_cancelled(page, server
                            timeout=120_000)
     line = page.text_content("#fleetProgress")
     assert "fleet:" in line and "s in all" in line, line   # the library's own stage line, then the server's seconds
+    page.locator("#fleetProgress").screenshot(path=str(shots / "fleet-progress.png"))
     page.click("#fleetProgress .cancel")
     page.wait_for_function("() => document.querySelector('#fleetVerdict').dataset.pending === 'false'")
     assert page.text_content("#fleetProgress").startswith("cancelled")

@@ -258,6 +258,7 @@ def test_a_hybrid_log_is_applied_with_the_groups_and_block_size_of_the_pages_fla
     status, view, _ = call("POST", "/api/plan", {**_QWEN35_H20, "calibration": doc["calibration"]})
     assert status == 200 and view["plan"]["pool_tokens"] == by_hand.pool_tokens
     assert not any("--" in n for n in doc["notes"])   # hints name the page's controls, not command-line flags
+    assert f"block size (tokens) {pool.block_size}" in doc["applied_text"] and "from the page's flags" in doc["applied_text"]
 
 
 def test_a_compared_figure_is_formatted_by_the_library_never_sent_as_raw_bytes():

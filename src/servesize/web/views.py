@@ -656,8 +656,12 @@ def calibrate_view(scenario: Scenario, log_text: str, given: dict | None = None)
     controls = [{"name": h.name, "label": h.label, "help": h.help, "choices": list(h.choices), "low": h.low,
                  "high": h.high, "value": used.get(h.name, {}).get("value"), "from": used.get(h.name, {}).get("from"),
                  "page": page.get(h.name)} for h in LOG_HINTS]
+    derived = ", ".join(f"{h.label} {used[h.name]['value']}" for h in LOG_HINTS
+                        if used.get(h.name, {}).get("from") == "the page's flags")
     applied = (f"applied: {fmt_tokens(calibration.pool_tokens)} tokens of KV pool from the log"
                if usable and calibration.pool_tokens else ("applied" if usable else "not applied: " + _as_controls(why)))
+    if usable and derived:
+        applied += f" (what it does not print, from the page's flags: {derived})"
     return finite({"calibration": calibration.to_dict() if usable else None, "usable": usable, "applies": why,
                    "applied_text": applied, "checks": rows, "controls": controls,
                    "notes": [_as_controls(n) for n in (*check.notes, *calibration.notes)]})

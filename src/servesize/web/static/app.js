@@ -869,7 +869,7 @@ function hintControl(c) {
     ? h("select", attrs, h("option", { value: "", text: "-" }), c.choices.map(x => h("option", { value: x, text: x, selected: x === c.value })))
     : h("input", { ...attrs, type: "text", inputmode: "numeric", value: c.value === null ? "" : String(c.value),
       placeholder: c.page === null ? "from the log" : String(c.page) });
-  const from = c.from === "given" ? "as you gave it" : c.from ? "from the page's flags" : "not needed";
+  const from = c.from === "given" ? "as you gave it" : c.from ? "from the page's flags" : "not given";
   return h("div", { class: "field" }, h("label", { for: id, text: c.label }), box,
     h("span", { class: "muted small", text: from }), h("div", { class: "err", dataset: { errFor: "hint_" + c.name } }));
 }
@@ -889,7 +889,7 @@ async function calibrate() {
     h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
       h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: c.text.predicted }),
         h("td", { class: "num", text: c.text.logged }), h("td", { class: "num", text: c.text.error }))))),
-    h("p", { class: "small muted", text: d.notes.join(" ") }),
+    h("ul", { class: "small muted", id: "calibrateNotes" }, d.notes.map(n => h("li", { text: n }))),
     h("details", { class: "fold", id: "logHints", open: !d.usable },
       h("summary", { text: "What the log does not print (a hybrid model's KV-cache groups, block size, ...)" }),
       h("div", { class: "grid-fields" }, d.controls.map(hintControl)),
