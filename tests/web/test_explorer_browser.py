@@ -459,6 +459,18 @@ def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli,
     table = page.text_content("#calibrateTable")
     assert " B " not in table and "blocks" in table
     page.locator("#calibrateOut").screenshot(path=str(shots / "plan-calibrate.png"))
+    # a control changed by hand wins over the page's flags: one KV-cache group is another model's, so nothing is applied
+    page.click("#logHints summary")
+    page.fill("#hint-kv_cache_groups", "1")
+    page.dispatch_event("#hint-kv_cache_groups", "change")
+    page.click("#recalibrateBtn")
+    page.wait_for_function("() => document.querySelector('#calibrateApplied').textContent.startsWith('not applied')")
+    page.wait_for_function("v => document.querySelector('#tiles [data-tile=pool]').dataset.value === v",
+                           arg=str(before["tiles"]["pool"]), timeout=60_000)
+    settle(page)
+    assert page.input_value("#hint-kv_cache_groups") == "1"
+    assert "as you gave it" in page.text_content("#logHints") and "--" not in page.text_content("#calibrateApplied")
+    assert shown(page)["ceilings"] == before["ceilings"]
 
 
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):

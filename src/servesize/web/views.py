@@ -11,6 +11,7 @@ tok/s, seconds.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -619,7 +620,9 @@ def _as_controls(text: str) -> str:
     """A library note that names calibrate's flags, as the page's controls say it."""
     for hint in LOG_HINTS:
         text = text.replace(hint.flag, f"'{hint.label}' (below)")
-    return text.replace("--pool-tokens", "the pool_tokens field (Every other field)")
+    for name in sorted(PARAMS, key=len, reverse=True):   # a Scenario flag: the page's field of that name
+        text = re.sub(rf"--{name.replace('_', '-')}(?![\w-])", f"the {name} field", text)
+    return text
 
 
 def _calibrated(scenario: Scenario, log_text: str, given: dict[str, Any]) -> tuple[Calibration, dict, bool, str]:
