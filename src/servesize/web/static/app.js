@@ -938,7 +938,13 @@ async function runFit() {
   }
   const table = $("#fitTable");
   table.dataset.seq = seq;
-  if (!res.ok) { table.dataset.state = "error"; showError(res.data.field, res.data.error, $("#view-fit")); return; }
+  if (!res.ok) {
+    table.dataset.state = "error";
+    showError(res.data.field, res.data.error, $("#view-fit"));
+    // with no table drawn yet (a link refused on opening), the table's place says so, naming the field
+    if (!App.lastFit) table.replaceChildren(h("p", { class: "v-stale", id: "fitStale", dataset: { field: res.data.field || "" }, text: "Refused: " + res.data.error }));
+    return;
+  }
   table.dataset.state = "full";
   App.lastFit = res.data;
   writeHash();
@@ -1178,7 +1184,9 @@ async function runFleet() {
     const field = res.data.field === "priority" ? "priority" : res.data.field;
     showError(field, res.data.error, $("#view-fleet"));
     for (const old of $$(".v-stale", box)) old.remove();
-    box.prepend(h("p", { class: "v-stale", id: "fleetStale", text: "Not updated, the last change was refused: " + res.data.error }));
+    if (!App.lastFleet) box.textContent = "";   // a link refused on opening: an error, never the "Searching…" placeholder
+    box.prepend(h("p", { class: "v-stale", id: "fleetStale", dataset: { field: field || "" },
+      text: (App.lastFleet ? "Not updated, the last change was refused: " : "Refused: ") + res.data.error }));
     return;
   }
   App.lastFleet = res.data;
