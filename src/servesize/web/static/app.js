@@ -656,8 +656,8 @@ function scheduleHeavy(seq) {
 
 const HEAVY = [
   ["/api/charts/decode", drawDecode], ["/api/charts/miss", drawMiss], ["/api/sensitivity", drawSensitivity],
-  ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/frontier", drawFrontier],
-  ["/api/method", drawMethod],
+  ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/method", drawMethod],
+  ["/api/frontier", drawFrontier],   // the slowest last: it plans every catalogue model (its own status line and Cancel)
 ];
 
 async function runHeavy(seq) {
