@@ -471,6 +471,15 @@ def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli,
     assert page.input_value("#hint-kv_cache_groups") == "1"
     assert "as you gave it" in page.text_content("#logHints") and "--" not in page.text_content("#calibrateApplied")
     assert shown(page)["ceilings"] == before["ceilings"]
+    # the calibrate controls, the method section and the FAQ open: axe-core finds nothing serious there either
+    from test_explorer_visitor import AUDIT, AXE
+
+    page.wait_for_function(PANELS, timeout=120_000)
+    assert page.locator("#method details").count() >= 6
+    for section in page.locator("#method details, #faq details").all():
+        section.evaluate("d => { d.open = true; }")
+    page.evaluate(AXE.read_text() + "\n;void 0")
+    assert page.evaluate(AUDIT) == []
 
 
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):
