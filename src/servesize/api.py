@@ -160,6 +160,14 @@ def decode_at(plan: Plan, decoders: Any) -> tuple[dict[str, Any], float]:
     return curve(plan, decoders)
 
 
+def decode_mfu_at(plan: Plan, decoders: Any) -> Any:
+    """Decode's effective MFU (p50: FLOPs a step executes / its roofline time / TP x dense peak) at each count of
+    concurrent decoders per replica; None where the GPU's FLOP/s are not priced."""
+    from servesize.planning.at_load import mfu_at
+
+    return mfu_at(plan, decoders)
+
+
 def tp_efficiency(plan: Plan) -> float:
     """The decode's tensor-parallel efficiency for the plan's deployment (the knob, or its default for TP)."""
     from servesize.planning.at_load import tp_efficiency as eff

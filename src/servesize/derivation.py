@@ -68,6 +68,14 @@ class Step:
             text = _replace_name(text, name, _show(value))
         return _pretty(text)
 
+    def formula(self) -> str:
+        """``name = expression`` in the notation ``render`` prints, no figures."""
+        return f"{self.name} = {_pretty(self.expression)}"
+
+    def shown(self) -> str:
+        """The value as ``render`` prints it, with its unit."""
+        return _show(self.value) + (f" {self.unit}" if self.unit else "")
+
     def render(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
         symbolic = _pretty(self.expression)

@@ -189,8 +189,14 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.click("#verdict details.why summary")
     page.wait_for_function("() => document.querySelector('#verdict details.why').dataset.filled")
     assert f"binding = {doc['binding']}" in page.text_content("#explainSteps")
-    for chart in "ABCDEFG":
+    for chart in "ABCDEFGM":  # M: decode tok/s per user and the effective MFU (charts.py)
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
+    # the method section: the engine's derivation steps, a formula then its figures; the FAQ's figures from the plan
+    assert page.locator("#method [data-section]").count() >= 6 and page.locator("#faq details").count() >= 3
+    decode = page.text_content("#method [data-section=decode]")
+    assert "per_user_tok_s_p50 = spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)" in decode
+    ceiling = page.text_content("#method [data-section=decode] [data-name=decode_ceiling] .figures")
+    assert ceiling.endswith(f"= {doc['decode']['ceiling_per_replica']:,}")
     page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(shots / "plan.png"))
     page.evaluate("() => document.documentElement.classList.add('capture')")
@@ -418,6 +424,62 @@ def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
     args = predicted_by_the_test_command(page, tmp_path)
     assert "--calibration" in args
     assert cli("plan", *args)["ceilings"] == doc["ceilings"]
+
+
+def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli, tmp_path, shots):
+    """vllm#40691 (Qwen3.5-27B on an H20, vLLM 0.19.0, before the 0.20.1 token line): the page gives the KV-cache
+    groups and block size its own flags make, applies the calibration, and plans what calibrate with those
+    flags and plan --calibration print; the compared figures are in the units people read."""
+    entry = next(x for x in json.loads((FIXTURES / "vllm-logs-public.json").read_text())
+                 if x["id"] == "vllm-40691-qwen35-27b-h20")
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(entry["quotes"]) + "\n")
+    flags = ["--gpus", "1xH20", "--max-model-len", "32768", "--max-num-batched-tokens", "16384", "--max-num-seqs", "16",
+             "--vllm-version", "0.19.0"]
+    open_plan(page, server, "#view=plan&model=qwen3.5-27b&gpus=1xH20&max_model_len=32768&max_num_batched_tokens=16384"
+                            "&max_num_seqs=16&vllm_version=0.19.0")
+    before = shown(page)
+    page.fill("#logText", log.read_text())
+    page.click("#calibrateBtn")
+    page.wait_for_selector("#calibrateApplied")
+    page.wait_for_function("v => document.querySelector('#tiles [data-tile=pool]').dataset.value !== v",
+                           arg=str(before["tiles"]["pool"]), timeout=60_000)
+    settle(page)
+    memory = cli("memory", "qwen3.5-27b", *flags)
+    calibration = tmp_path / "calibration.json"
+    cli("calibrate", "--vllm-log", str(log), "--block-size", str(memory["pool"]["block_size"]),
+        "--kv-cache-groups", str(len(memory["pool"]["groups"])), "--out", str(calibration))
+    doc = cli("plan", "qwen3.5-27b", *flags, "--calibration", str(calibration))
+    after = shown(page)
+    assert after["tiles"]["pool"] == doc["pool_tokens"] != before["tiles"]["pool"]
+    assert after["ceilings"] == doc["ceilings"] and after["ceilings"]["cache"] > before["ceilings"]["cache"]
+    assert "cache" in page.get_attribute("#verdictBefore", "data-moved").split(",")   # the verdict says it moved
+    assert page.text_content("#calibrateApplied").startswith("applied")
+    assert page.input_value("#hint-kv_cache_groups") == str(len(memory["pool"]["groups"]))
+    table = page.text_content("#calibrateTable")
+    assert " B " not in table and "blocks" in table
+    page.locator("#calibrateOut").screenshot(path=str(shots / "plan-calibrate.png"))
+    # a control changed by hand wins over the page's flags: one KV-cache group is another model's, so nothing is applied
+    page.click("#logHints summary")
+    page.fill("#hint-kv_cache_groups", "1")
+    page.dispatch_event("#hint-kv_cache_groups", "change")
+    page.click("#recalibrateBtn")
+    page.wait_for_function("() => document.querySelector('#calibrateApplied').textContent.startsWith('not applied')")
+    page.wait_for_function("v => document.querySelector('#tiles [data-tile=pool]').dataset.value === v",
+                           arg=str(before["tiles"]["pool"]), timeout=60_000)
+    settle(page)
+    assert page.input_value("#hint-kv_cache_groups") == "1"
+    assert "as you gave it" in page.text_content("#logHints") and "--" not in page.text_content("#calibrateApplied")
+    assert shown(page)["ceilings"] == before["ceilings"]
+    # the calibrate controls, the method section and the FAQ open: axe-core finds nothing serious there either
+    from test_explorer_visitor import AUDIT, AXE
+
+    page.wait_for_function(PANELS, timeout=120_000)
+    assert page.locator("#method details").count() >= 6
+    for section in page.locator("#method details, #faq details").all():
+        section.evaluate("d => { d.open = true; }")
+    page.evaluate(AXE.read_text() + "\n;void 0")
+    assert page.evaluate(AUDIT) == []
 
 
 def test_a_measure_record_brings_the_measured_pool_back(page, server, cli, tmp_path):

@@ -110,6 +110,21 @@ def test_a_refused_share_link_ends_in_an_error_verdict_that_names_the_field(page
     assert "refused" not in page.text_content("#verdict")
 
 
+@pytest.mark.parametrize("view, link, box, field, says", [
+    ("fleet", "#view=fleet&models=qwen3.6-27b&users=0", "#fleetVerdict", "users", "--users 0 is out of range"),
+    ("fit", "#view=fit&gpus=1xH200&max_model_len=0", "#fitTable", "max_model_len", "out of range"),
+])
+def test_a_refused_share_link_on_the_other_views_ends_in_an_error_never_a_placeholder(page, server, view, link, box,
+                                                                                       field, says):
+    """The fleet view's "Searching…" and the fit view's empty table are what a link refused on opening once left."""
+    page.goto(server + link)
+    page.wait_for_function(f"() => document.querySelector('{box}').dataset.state === 'error'", timeout=120_000)
+    text = page.text_content(box)
+    assert "Searching" not in text and text.startswith("Refused: ") and says in text
+    assert page.get_attribute(f"{box} .v-stale", "data-field") == field
+    assert says in page.text_content(f"#view-{view} [data-err-for='{field}']")
+
+
 # -- 3. a phone and a wide screen -------------------------------------------------------------------------
 
 OVERFLOW = """() => {

@@ -238,3 +238,22 @@ def test_the_plan_views_teams_panel_is_servesize_teams_of_the_deployment(page, b
     page.wait_for_function(TEAMS_SETTLED, timeout=120_000)
     assert page.get_attribute("#planTeamsOut", "data-state") == "error"
     assert "not a whole number of users" in page.text_content("#planTeamsCard [data-err-for='team']")
+
+
+def test_a_long_search_shows_the_servers_stage_and_can_be_cancelled(page, server, shots):
+    """Three teams over three GPU types: while it runs, the status line carries the stage the library reported
+    (read from GET /api/progress), and Cancel ends it: no spinner left, the page ready for the next search."""
+    page.goto(server + "#view=fleet&models=qwen3.6-27b&gpus_from=H100-SXM%2CH200-SXM%2CL40S&team=agents%3D120%3Acoding-agent"
+                       "&team=support%3D300%3Achat&team=rag%3D200%3Arag")   # one search, started by the link
+    page.wait_for_function("() => (document.querySelector('#fleetProgress').dataset.stages || '0') !== '0'",
+                           timeout=120_000)
+    line = page.text_content("#fleetProgress")
+    assert "fleet:" in line and "s in all" in line, line   # the library's own stage line, then the server's seconds
+    page.locator("#fleetProgress").screenshot(path=str(shots / "fleet-progress.png"))
+    page.click("#fleetProgress .cancel")
+    page.wait_for_function("() => document.querySelector('#fleetVerdict').dataset.pending === 'false'")
+    assert page.text_content("#fleetProgress").startswith("cancelled")
+    assert page.locator("#fleetProgress .spinner").count() == 0 and page.locator("#fleetProgress .cancel").count() == 0
+    page.click("#fl-teams .team-row >> nth=-1 >> .team-remove")   # the next change searches again, to the end
+    fleet_settle(page)
+    assert page.is_hidden("#fleetProgress")

@@ -237,13 +237,56 @@ def test_a_calibration_comes_from_a_pasted_log_and_replaces_the_pool():
     assert "calibration" in view["plan"]["pool_source"]
 
 
-def test_a_log_that_fixes_no_pool_is_compared_but_not_applied():
-    body = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
-            "max_num_seqs": 16, "vllm_version": "0.19.0"}
-    status, doc, _ = call("POST", "/api/calibrate", {**body, "vllm_log": _log("vllm-40691-qwen35-27b-h20")})
-    assert status == 200 and not doc["usable"] and doc["calibration"] is None
-    assert "--pool-tokens" in doc["applies"]
-    assert any(c["logged"] == 290_864 for c in doc["checks"])  # the line vLLM printed, beside the prediction
+_QWEN35_H20 = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
+               "max_num_seqs": 16, "vllm_version": "0.19.0"}
+
+
+def test_a_hybrid_log_is_applied_with_the_groups_and_block_size_of_the_pages_flags():
+    """vllm#40691 (Qwen3.5-27B, vLLM 0.19.0: 16 full-attention + 48 GDN layers) prints only the token and
+    concurrency lines; the page's flags give what it does not print, as `calibrate --block-size 784
+    --kv-cache-groups 4` would, and the calibration then fixes the pool."""
+    log = _log("vllm-40691-qwen35-27b-h20")
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": log})
+    assert status == 200 and doc["usable"], doc["applies"]
+    pool = s.memory(s.Scenario(**_QWEN35_H20)).pool
+    used = {c["name"]: (c["value"], c["from"]) for c in doc["controls"]}
+    assert used["block_size"] == (pool.block_size, "the page's flags") and used["kv_cache_groups"][0] == len(pool.groups)
+    by_hand = s.calibrate(log, source="pasted log", block_size=pool.block_size, kv_cache_groups=len(pool.groups),
+                          mamba_cache_mode="none", num_speculative_tokens=0)
+    assert doc["calibration"] == finite(by_hand.to_dict())
+    assert doc["calibration"]["pool_tokens"] == (1487 - 1 - 3) * 784   # the fixture's notes: 1,487 blocks of 784
+    status, view, _ = call("POST", "/api/plan", {**_QWEN35_H20, "calibration": doc["calibration"]})
+    assert status == 200 and view["plan"]["pool_tokens"] == by_hand.pool_tokens
+    assert not any("--" in n for n in doc["notes"])   # hints name the page's controls, not command-line flags
+    assert f"block size (tokens) {pool.block_size}" in doc["applied_text"] and "from the page's flags" in doc["applied_text"]
+
+
+def test_a_compared_figure_is_formatted_by_the_library_never_sent_as_raw_bytes():
+    log = "\n".join(["INFO [gpu_worker.py:227] Available KV cache memory: 94.43 GiB",
+                     "INFO [kv_cache_utils.py:1319] GPU KV cache size: 290,864 tokens",
+                     "INFO [kv_cache_utils.py:1324] Maximum concurrency for 32,768 tokens per request: 33.04x"])
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": log})
+    assert status == 200
+    memory = next(c for c in doc["checks"] if c["name"] == "available_kv_bytes_per_gpu")
+    assert memory["text"]["predicted"] == fmt_bytes(memory["predicted"]) and memory["text"]["predicted"].endswith(" GiB")
+    assert memory["text"]["logged"] == " – ".join(fmt_bytes(x) for x in memory["logged"])
+
+
+def test_a_log_hint_out_of_its_range_is_refused_naming_its_control():
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": _log("vllm-40691-qwen35-27b-h20"),
+                                                     "log_hints": {"kv_cache_groups": 0}})
+    assert status == 400 and doc["field"] == "hint_kv_cache_groups" and "KV-cache groups" in doc["error"]
+
+
+def test_a_log_hint_given_wins_over_the_pages_flags():
+    """Told 784-token blocks but one KV-cache group, the log's two lines disagree: nothing is applied, and the
+    comparison is still shown."""
+    status, doc, _ = call("POST", "/api/calibrate", {**_QWEN35_H20, "vllm_log": _log("vllm-40691-qwen35-27b-h20"),
+                                                     "log_hints": {"kv_cache_groups": "1", "block_size": 784}})
+    assert status == 200
+    used = {c["name"]: (c["value"], c["from"]) for c in doc["controls"]}
+    assert used["kv_cache_groups"] == (1, "given") and used["block_size"] == (784, "given")
+    assert any(c["logged"] == 290_864 for c in doc["checks"])
 
 
 def test_a_pool_record_gives_the_measured_pool_beside_the_prediction():
@@ -269,6 +312,46 @@ def test_every_chart_answers_with_series():
         status, doc, _ = call("POST", f"/api/charts/{name}", BASE)
         assert status == 200, (name, doc)
     assert call("POST", "/api/charts/nonsense", BASE)[0] == 404
+
+
+def test_the_decode_chart_carries_the_engines_effective_mfu_beside_the_per_user_speed():
+    status, doc, _ = call("POST", "/api/charts/decode", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    expected = s.api.decode_mfu_at(plan, doc["n"])
+    assert doc["mfu_p50"] == pytest.approx(expected.tolist())
+    assert len(doc["mfu_p50"]) == len(doc["n"]) == len(doc["p50_text"]) and doc["p50_text"][0].endswith("tok/s")
+    # more decoders share each weight read: the executed FLOPs per second, and with them the MFU, grow with n
+    assert doc["mfu_p50"][-1] > doc["mfu_p50"][0] > 0
+    assert f"{100 * doc['mfu_p50'][0]:.2f}%" in doc["mfu_caption"]
+
+
+def test_the_method_section_is_the_plans_own_derivation_step_by_step():
+    status, doc, _ = call("POST", "/api/method", BASE)
+    assert status == 200
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    sections = {x["id"]: x["steps"] for x in doc["sections"]}
+    for sid, derivation in (("memory", plan.memory.derivation), ("warm", plan.result.warm.derivation),
+                            ("decode", plan.result.decode.derivation), ("prefill", plan.result.prefill.derivation)):
+        assert [r["name"] for r in sections[sid]] == [st.name for st in derivation.steps]
+        for row, st in zip(sections[sid], derivation.steps):
+            assert row["text"] == st.shown()
+            if st.inputs:   # a computed step: its formula in symbols, then the figures that went in
+                assert row["kind"] == "computed" and row["formula"] == st.formula() and row["figures"] == st.substituted()
+    ceiling = next(r for r in sections["decode"] if r["name"] == "decode_ceiling")
+    assert ceiling["value"] == plan.result.decode.n
+    assert any(r["kind"] == "modelled" for r in sections["decode"]) and any(r["kind"] == "given" for r in sections["memory"])
+
+
+def test_the_faq_reads_its_figures_from_the_plan():
+    status, doc, _ = call("POST", "/api/method", BASE)
+    plan = s.plan(s.Scenario(**BASE), sensitivity=False)
+    text = " ".join(x["q"] + " " + x["a"] for x in doc["faq"])
+    w = plan.result.warm
+    assert f"{plan.memory.pool.max_concurrency:.2f}x" in text
+    assert f"p5 {w.users.p5:,.0f}, p50 {w.users.p50:,.0f}, p95 {w.users.p95:,.0f}" in text
+    per_session = plan.workload.user.median_tokens * plan.fixed.kv_bytes_per_token_rank
+    assert fmt_bytes(per_session) in text and f"{plan.result.decode.n:,} decoders per replica" in text
 
 
 def test_serve_refuses_a_port_that_is_not_one_in_one_line(capsys):

@@ -202,7 +202,7 @@ def test_a_verdict_is_answered_while_an_upload_is_still_being_computed(monkeypat
 
     release, started, order = threading.Event(), threading.Event(), []
 
-    def held_calibrate(scenario, log):
+    def held_calibrate(scenario, log, hints=None):
         started.set()
         release.wait(120)
         order.append("calibrate")

@@ -35,19 +35,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vllm-log", action="append", required=True, metavar="FILE", dest="vllm_log",
                         help="a vLLM server log (repeat for several)")
     parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here (default: print a summary only)")
-    parser.add_argument("--block-size", type=_positive_int, metavar="TOKENS",
-                        help="KV block size, when the log does not print it (attention block size for Mamba hybrids)")
-    parser.add_argument("--kv-cache-groups", type=_positive_int, metavar="N",
-                        help="number of KV-cache groups of the model (1 for plain attention models)")
-    parser.add_argument("--mamba-cache-mode", choices=["none", "align"],
-                        help="Mamba/GDN state blocks per request: none = 1, align = 2 (when the log does not say)")
-    parser.add_argument("--num-speculative-tokens", type=_draft_tokens, default=0, metavar="K",
-                        help="draft tokens per step of the server's speculative decoding (MTP, EAGLE, ...): each "
-                             "Mamba/GDN group then holds K more blocks per request")
-    parser.add_argument("--blocks-per-request", type=_positive_int, metavar="S",
-                        help="the blocks one max_model_len request holds over every KV-cache group "
-                             "('blocks_per_request' in servesize memory --explain), where a kernel adds blocks the "
-                             "flags above do not say")
+    from servesize.vllm_logs.calibration import LOG_HINTS
+
+    for hint in LOG_HINTS:  # what a hybrid model's log does not say (declared once: the explorer shows them too)
+        if hint.choices:
+            parser.add_argument(hint.flag, choices=list(hint.choices), help=hint.help)
+        else:
+            kind = _draft_tokens if hint.low == 0 else _positive_int
+            parser.add_argument(hint.flag, type=kind, metavar=hint.metavar, help=hint.help,
+                                **({"default": 0} if hint.low == 0 else {}))
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,15 @@ def decode_at(plan: Plan, decoders, setup_bank=None) -> tuple[dict[str, np.ndarr
     return decode_curve(setup, None, decoders, bank=bank), float(setup.spec_speedup)
 
 
+def mfu_at(plan: Plan, decoders, setup_bank=None):
+    """Decode's effective MFU (p50) at each count of concurrent decoders per replica (``decode.decode_mfu``), on the
+    plan's own context bank; None where the GPU's FLOP/s are not priced."""
+    from servesize.planning.decode import decode_mfu
+
+    setup, bank = setup_bank or decode_bank(plan)
+    return decode_mfu(setup, decoders, bank)
+
+
 def tp_efficiency(plan: Plan) -> float:
     from servesize.planning.ceilings import decode_setup
 

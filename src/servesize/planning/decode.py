@@ -672,6 +672,26 @@ def decode_curve(
     return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}
 
 
+def decode_mfu(setup: DecodeSetup, ns, bank: ContextBank) -> np.ndarray | None:
+    """Decode's effective MFU at each n in ``ns``: the FLOPs one step executes (n sequences x query tokens x F, the
+    drafts, the attention over the contexts) over the step's roofline time, as a share of the group's dense peak
+    (tp x peak FLOP/s), p50 over the fills; None where the GPU's FLOP/s are not priced. A memory-bound step at
+    small n leaves most of the peak idle: this is how far from compute-bound decode runs.
+
+        MFU(n) = step_flops(n) / step_seconds(n) / (tp x peak_flops_per_s)"""
+    import numpy as np
+    if not setup.prices_compute:
+        return None
+    ns = np.asarray(list(ns), dtype=int)
+    bank._grow(int(ns.max()))
+    out = []
+    for n in ns:
+        step, flops = _legs(setup, bank, int(n))
+        out.append(_p50(np.asarray(flops, dtype=float) / setup.step_seconds(step, flops)
+                        / (setup.tp * setup.peak_flops_per_s)))
+    return np.array(out)
+
+
 @dataclass(frozen=True)
 class DecodeCeiling:
     """The largest number of concurrent decoders whose p50 per-user speed meets the floor."""

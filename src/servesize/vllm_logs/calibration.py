@@ -18,10 +18,50 @@ from typing import Any, Generic, TypeVar
 
 from servesize.derivation import Derivation
 from servesize.engine.pool import USABLE_KV_TOKENS, state_blocks_per_request
+from servesize.engine.speculative import MAX_DRAFT_TOKENS
 from servesize.errors import BadInput, clip
 from servesize.limits import MAX_LAYERS, MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
+
+# --------------------------------------------------------------------------------------------
+# What a hybrid model's log does not state: declared once, for the calibrate flags and the explorer's controls
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogHint:
+    """One thing ``calibrate`` may be told that a log does not print: its keyword, its flag, its words."""
+
+    name: str            # the keyword of ``calibrate`` (and of the explorer's control)
+    label: str           # what the explorer's control is called
+    help: str
+    metavar: str = ""
+    choices: tuple[str, ...] = ()   # a choice; else a whole number from low to high
+    low: int = 1
+    high: int = 1 << 16
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+LOG_HINTS = (
+    LogHint("block_size", "block size (tokens)",
+            "KV block size, when the log does not print it (attention block size for Mamba hybrids)", "TOKENS"),
+    LogHint("kv_cache_groups", "KV-cache groups", "number of KV-cache groups of the model (1 for plain attention models)",
+            "N", high=MAX_LAYERS),
+    LogHint("mamba_cache_mode", "Mamba cache mode",
+            "Mamba/GDN state blocks per request: none = 1, align = 2 (when the log does not say)",
+            choices=("none", "align")),
+    LogHint("num_speculative_tokens", "draft tokens per step",
+            "draft tokens per step of the server's speculative decoding (MTP, EAGLE, ...): each Mamba/GDN group then "
+            "holds K more blocks per request", "K", low=0, high=MAX_DRAFT_TOKENS),
+    LogHint("blocks_per_request", "blocks per request",
+            "the blocks one max_model_len request holds over every KV-cache group ('blocks_per_request' in servesize "
+            "memory --explain), where a kernel adds blocks the flags above do not say", "S", high=MAX_LAYERS << 16),
+)
+
 
 # --------------------------------------------------------------------------------------------
 # Calibration

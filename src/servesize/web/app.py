@@ -11,6 +11,9 @@
     POST /api/sensitivity     where each assumption flips the verdict (the heavy part of ``plan``)
     POST /api/charts/NAME     decode | miss | scaling | batch: one chart's series
     POST /api/frontier        every catalogue model x split on these GPUs, ranked
+    GET  /api/progress/JOB    where a long request (fleet, frontier) is: the library's last stage and the seconds
+                              since it began (the page names the request in its X-Servesize-Job header)
+    POST /api/method          the method section (every derivation step: formula, figures, value) and the FAQ
     POST /api/fleet           the cheapest fleet for N users or several teams (``servesize fleet --json``), drawn
     POST /api/teams           several teams on the plan's deployment (``servesize.teams``): shared, alone, split
     POST /api/calibrate       a pasted vLLM start-up log -> its calibration, beside the prediction
@@ -41,7 +44,7 @@ from aiohttp import web
 
 from servesize.errors import ServesizeError
 from servesize.limits import files_forbidden
-from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, MAX_BODY_BYTES, NO_FILES, UPLOADS, json_response
+from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, JOBS, MAX_BODY_BYTES, NO_FILES, UPLOADS, Jobs, json_response
 
 STATIC = "static"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -135,7 +138,8 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/charts/{name}", "post_chart"), ("POST", "/api/frontier", "post_frontier"),
           ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
           ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"),
-          ("POST", "/api/value", "post_value"))
+          ("POST", "/api/value", "post_value"), ("POST", "/api/method", "post_method"),
+          ("GET", "/api/progress/{job}", "get_progress"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
@@ -146,6 +150,7 @@ def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:
     app[FLEET] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-fleet")
     app[UPLOADS] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servesize-uploads")
     app[HOSTS] = hosts
+    app[JOBS] = Jobs()
     app.router.add_get("/", index)
     app.router.add_static("/static/", str(resources.files("servesize.web").joinpath(STATIC)), show_index=False,
                           follow_symlinks=False)

@@ -18,6 +18,7 @@ Every point is computed here from library calls; the page draws the numbers it i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +30,7 @@ from servesize.model.catalogue import load_catalogue
 from servesize.model.hardware import find_gpu, parse_gpus
 from servesize.scenario import FitQuery, Scenario
 from servesize.units import fmt_bytes, fmt_tokens
-from servesize.web.views import finite, planned, users_text
+from servesize.web.views import finite, planned, tok_s_text, users_text
 
 DECODE_POINTS = 48
 MISS_POINTS = 21
@@ -40,6 +41,15 @@ BATCH_TOKENS = (2048, 4096, 8192, 16384, 32768, 65536)
 
 # -- C, D: decode vs concurrency ---------------------------------------------------------------------
 
+def _mfu_caption(mfu: np.ndarray | None, ns: np.ndarray, ceiling: int) -> str:
+    if mfu is None:
+        return "decode does not price compute on this GPU (no dense FLOP/s in the catalogue)"
+    at_ceiling = float(np.interp(max(1, ceiling), ns, mfu))
+    return (f"effective MFU (p50): the FLOPs a decode step executes over its roofline time, as a share of TP x the "
+            f"GPU's dense peak; {100 * mfu[0]:.2f}% with one decoder, {100 * at_ceiling:.1f}% at the decode ceiling "
+            f"({ceiling:,} decoders), {100 * mfu[-1]:.1f}% at {int(ns[-1]):,}")
+
+
 def decode_chart(scenario: Scenario) -> dict:
     plan = planned(scenario)
     r, w, dp = plan.result, plan.result.warm, plan.fixed.dp
@@ -49,8 +59,11 @@ def decode_chart(scenario: Scenario) -> dict:
     top = int(min(api.MAX_DECODERS, max(8, 2 * r.decode.n, math.ceil(1.5 * resident_p95))))
     ns = np.unique(np.round(np.geomspace(1, top, DECODE_POINTS)).astype(int))
     curve, spec_speedup = api.decode_at(plan, ns)
+    mfu = api.decode_mfu_at(plan, ns)
     floor, comfortable = r.decode.floor_tok_s, api.knob(plan, "comfortable_floor")
     return finite({
+        "mfu_p50": None if mfu is None else mfu.tolist(), "p50_text": [tok_s_text(x) for x in curve["p50"]],
+        "mfu_caption": _mfu_caption(mfu, ns, r.decode.n),
         "n": ns.tolist(), "p5": curve["p5"].tolist(), "p50": curve["p50"].tolist(), "p95": curve["p95"].tolist(),
         "aggregate_p50": (curve["aggregate_p50"] * dp).tolist(), "replicas": dp,
         "floor": floor, "comfortable": comfortable, "decode_ceiling": r.decode.n,
@@ -172,10 +185,15 @@ def _row_scenario(scenario: Scenario, key: str, tp: int, dp: int) -> Scenario:
     return scenario.replace(**changes)
 
 
-def frontier(scenario: Scenario) -> dict:
+def frontier(scenario: Scenario, progress: Callable[[str], None] | None = None) -> dict:
+    """Every catalogue model x split on these GPUs, planned and ranked; ``progress`` hears each model as it starts
+    (the page's status line; a callback that raises stops the ranking there)."""
     count = parse_gpus(scenario.gpus, memory=scenario.gpu_memory).count
     rows, refused = [], []
-    for key in load_catalogue():
+    models = list(load_catalogue())
+    for i, key in enumerate(models, 1):
+        if progress is not None:
+            progress(f"ranking: model {i} of {len(models)} ({key}), every split of {count} GPU(s)")
         for tp in (t for t in range(1, count + 1) if count % t == 0):
             varied = _row_scenario(scenario, key, tp, count // tp)
             try:

@@ -10,7 +10,8 @@ plan view's fields (its "open in plan" button). No figure here is computed outsi
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import servesize.api as api
@@ -22,18 +23,26 @@ if TYPE_CHECKING:
     from servesize.api import FleetOption, FleetResult
 
 
-@lru_cache(maxsize=16)
-def _memoised(query: FleetQuery) -> FleetResult:
-    return api.fleet(query)
+_SEARCHED: OrderedDict[FleetQuery, FleetResult] = OrderedDict()   # the last 16 searches (one worker writes it)
+_MEMO = 16
 
 
-def searched(query: FleetQuery) -> FleetResult:
-    """``servesize.fleet`` memoised on the (frozen) query: a share link opened twice searches once."""
+def searched(query: FleetQuery, progress: Callable[[str], None] | None = None) -> FleetResult:
+    """``servesize.fleet`` memoised on the (frozen) query: a share link opened twice searches once. ``progress``
+    hears the search's stages (the page's status line)."""
     try:
-        hash(query)
+        hit = _SEARCHED.get(query)
     except TypeError:  # an uploaded workload that does not hash: search it every time
-        return api.fleet(query)
-    return _memoised(query)
+        return api.fleet(query, progress=progress)
+    if hit is None:
+        hit = _SEARCHED[query] = api.fleet(query, progress=progress)
+        while len(_SEARCHED) > _MEMO:
+            _SEARCHED.popitem(last=False)
+    else:
+        _SEARCHED.move_to_end(query)
+        if progress is not None:
+            progress("fleet: searched before, the same answer")
+    return hit
 
 
 def money(value: float | None, currency: str) -> str:
@@ -106,8 +115,8 @@ def _teams_text(result: FleetResult) -> str | None:
             f"{pool.routing}): warm users p5 shared (alone on the same pool), ceilings in each team's users")
 
 
-def fleet_view(query: FleetQuery) -> dict:
-    result = searched(query)
+def fleet_view(query: FleetQuery, progress: Callable[[str], None] | None = None) -> dict:
+    result = searched(query, progress)
     doc = result.to_dict()
     return finite({
         "fleet": doc,

@@ -12,20 +12,21 @@ import servesize.api as api
 from servesize import __version__
 from servesize.errors import ServesizeError
 from servesize.model.hardware import load_gpus
-from servesize.web import charts, fleet_view, views
+from servesize.web import charts, fleet_view, method, views
 from servesize.web.form import START, VIEW_PARAMS, form, presets, read_value
 from servesize.web.glossary import glossary
 from servesize.web.requests import (
     RequestError,
     fit_query,
     fleet_query,
+    log_hints,
     plan_request,
     refusal,
     scenario_of,
     teams_request,
     text_field,
 )
-from servesize.web.server import FAST, FLEET, HEAVY, UPLOADS, compute, in_worker, json_response, read_body
+from servesize.web.server import FAST, FLEET, HEAVY, JOBS, UPLOADS, compute, in_worker, json_response, read_body, start_job
 
 
 @lru_cache(maxsize=1)
@@ -123,7 +124,21 @@ async def post_sensitivity(request: web.Request) -> web.Response:
 
 async def post_frontier(request: web.Request) -> web.Response:
     req = plan_request(await read_body(request))
-    return await compute(request, HEAVY, partial(charts.frontier, req.scenario))
+    job = start_job(request)
+    return await compute(request, HEAVY, partial(charts.frontier, req.scenario, progress=job.say), job)
+
+
+async def get_progress(request: web.Request) -> web.Response:
+    """Where a long request named JOB is: the stage the library last reported and the seconds it has run."""
+    job = request.app[JOBS].get(request.match_info["job"])
+    if job is None:
+        return json_response({"error": "no such request (it has not started, or it is long done)", "field": None}, 404)
+    return json_response(job.to_dict())
+
+
+async def post_method(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    return await compute(request, HEAVY, partial(method.method_view, req))
 
 
 _PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a panel reads the Scenario from it
@@ -132,8 +147,9 @@ _PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a pane
 async def post_calibrate(request: web.Request) -> web.Response:
     body = await read_body(request)
     log = text_field(body, "vllm_log", "a vLLM start-up log")
-    scenario, _ = scenario_of({k: v for k, v in body.items() if k != "vllm_log"}, extra=_PAGE_FIELDS)
-    return await compute(request, UPLOADS, partial(views.calibrate_view, scenario, log))
+    hints = log_hints(body)
+    scenario, _ = scenario_of({k: v for k, v in body.items() if k not in ("vllm_log", "log_hints")}, extra=_PAGE_FIELDS)
+    return await compute(request, UPLOADS, partial(views.calibrate_view, scenario, log, hints))
 
 
 async def post_record(request: web.Request) -> web.Response:
@@ -145,7 +161,8 @@ async def post_record(request: web.Request) -> web.Response:
 
 async def post_fleet(request: web.Request) -> web.Response:
     query = fleet_query(await read_body(request))
-    return await compute(request, FLEET, partial(fleet_view.fleet_view, query))
+    job = start_job(request)
+    return await compute(request, FLEET, partial(fleet_view.fleet_view, query, progress=job.say), job)
 
 
 async def post_teams(request: web.Request) -> web.Response:

@@ -25,7 +25,7 @@ from servesize.errors import BadInput, DoesNotFit, ServesizeError
 from servesize.model.catalogue import find_entry
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS, FitQuery, FleetQuery, Scenario
-from servesize.vllm_logs.calibration import Calibration
+from servesize.vllm_logs.calibration import LOG_HINTS, Calibration
 from servesize.web.form import BURST_FLUSH, FLEET_LIMITS, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
 
 
@@ -205,6 +205,38 @@ def text_field(body: Any, name: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RequestError(f"{name}: paste or upload {what}", name)
     return value
+
+
+def log_hints(body: Any) -> dict[str, int | str]:
+    """The calibrate panel's controls (``LOG_HINTS``: what a hybrid model's log does not print), each checked
+    against its declaration; a control left empty is not given (the view then reads it from the page's flags)."""
+    given = body.get("log_hints") if isinstance(body, dict) else None
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise RequestError('log_hints: give {"kv_cache_groups": 4, ...}', "log_hints")
+    known = {h.name: h for h in LOG_HINTS}
+    out: dict[str, int | str] = {}
+    for name, value in given.items():
+        hint = known.get(name)
+        if hint is None:
+            raise RequestError(f"log_hints: {str(name)[:40]!r} is not one of {', '.join(known)}", "log_hints")
+        if value is None or value == "":
+            continue
+        if hint.choices:
+            if value not in hint.choices:
+                raise RequestError(f"{hint.label}: give one of {', '.join(hint.choices)}", f"hint_{name}")
+            out[name] = value
+            continue
+        top = hint.high
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and value.strip().isdigit():
+            number = int(value.strip())
+        if number is None or not hint.low <= number <= top:
+            raise RequestError(f"{hint.label}: give a whole number from {hint.low} to {top:,}, not {str(value)[:20]!r}",
+                               f"hint_{name}")
+        out[name] = number
+    return out
 
 
 # -- the fleet view ---------------------------------------------------------------------------------

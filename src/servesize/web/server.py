@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import re
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +29,62 @@ HEAVY: web.AppKey[ThreadPoolExecutor] = web.AppKey("heavy", ThreadPoolExecutor)
 FLEET: web.AppKey[ThreadPoolExecutor] = web.AppKey("fleet", ThreadPoolExecutor)
 HOSTS: web.AppKey[tuple[str, ...]] = web.AppKey("hosts", tuple)
 UPLOADS: web.AppKey[ThreadPoolExecutor] = web.AppKey("uploads", ThreadPoolExecutor)
+
+# -- long requests: what each is doing, for the page to show (GET /api/progress/JOB) ----------------------------
+
+JOB_HEADER = "X-Servesize-Job"   # the page names its long request; GET /api/progress/<name> says where it is
+MAX_JOBS = 64                    # jobs remembered; the oldest is forgotten first
+_JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class Cancelled(Exception):
+    """The page that asked for this work has gone (its Cancel, or a newer request): stop at the next stage."""
+
+
+class Job:
+    """One long request: the stage the library last reported, how many so far, and when each began (``clock``:
+    seconds, monotonic; injected by tests). ``say`` is the progress callback the library calls."""
+
+    def __init__(self, clock: Callable[[], float], gone: Callable[[], bool] = lambda: False):
+        self.clock, self.gone = clock, gone
+        self.started = self.stage_started = clock()
+        self.stage, self.stages, self.state = "waiting for a worker", 0, "queued"
+
+    def say(self, line: str) -> None:
+        if self.gone():
+            self.state = "cancelled"
+            raise Cancelled(line)
+        self.stage, self.stages, self.stage_started, self.state = line, self.stages + 1, self.clock(), "running"
+
+    def to_dict(self) -> dict:
+        now = self.clock()
+        elapsed, stage = now - self.started, now - self.stage_started
+        return {"stage": self.stage, "stages": self.stages, "state": self.state, "elapsed_s": round(elapsed, 1),
+                "stage_elapsed_s": round(stage, 1),
+                "text": f"{self.stage} ({stage:.1f} s in this stage, {elapsed:.1f} s in all)"}
+
+
+class Jobs:
+    """The jobs of one app, bounded (MAX_JOBS), shared by the event loop and the workers."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock, self._jobs, self._lock = clock, OrderedDict[str, Job](), threading.Lock()
+
+    def start(self, name: str | None, gone: Callable[[], bool]) -> Job:
+        job = Job(self.clock, gone)
+        if name is not None and _JOB_NAME.fullmatch(name):
+            with self._lock:
+                self._jobs[name] = job
+                while len(self._jobs) > MAX_JOBS:
+                    self._jobs.popitem(last=False)
+        return job
+
+    def get(self, name: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(name)
+
+
+JOBS: web.AppKey[Jobs] = web.AppKey("jobs", Jobs)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -48,18 +108,34 @@ async def in_worker(request: web.Request, pool: web.AppKey, fn: Callable[..., An
     return await loop.run_in_executor(request.app[pool], contextvars.copy_context().run, fn, *args)
 
 
-async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any]) -> web.Response:
-    """Run ``work`` on a worker thread; a chart or fleet request whose client has gone (a newer one superseded
-    it) is skipped."""
-
+def _gone(request: web.Request) -> Callable[[], bool]:
     def gone() -> bool:
         transport = request.transport
         return transport is None or transport.is_closing()
 
+    return gone
+
+
+def start_job(request: web.Request) -> Job:
+    """The job of a long request, under the name its page gave (``JOB_HEADER``), cancelled when the page goes."""
+    return request.app[JOBS].start(request.headers.get(JOB_HEADER), _gone(request))
+
+
+async def compute(request: web.Request, pool: web.AppKey, work: Callable[[], Any], job: Job | None = None) -> web.Response:
+    """Run ``work`` on a worker thread; a chart or fleet request whose client has gone (a newer one superseded
+    it, or its Cancel) is skipped, and a ``job`` whose client goes stops at the next stage it reports."""
+    gone = _gone(request)
+
     def run() -> Any:
         if pool is not FAST and gone():
             return None
-        return work()
+        try:
+            return work()
+        except Cancelled:
+            return None
+        finally:
+            if job is not None and job.state != "cancelled":
+                job.state = "done"
 
     result = await in_worker(request, pool, run)
     return json_response(result if result is not None else {"skipped": True})

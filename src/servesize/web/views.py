@@ -11,6 +11,7 @@ tok/s, seconds.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import parse_gpus
 from servesize.scenario import PARAMS, Scenario
 from servesize.units import GB, GiB, fmt_bytes, fmt_tokens
-from servesize.vllm_logs.calibration import Calibration, calibrate_against
+from servesize.vllm_logs.calibration import LOG_HINTS, Calibration, calibrate_against
 from servesize.web.form import DRAFT_FILLS, VIEW_PARAMS
 from servesize.web.requests import PlanRequest, RequestError, scenario_of
 
@@ -590,16 +591,83 @@ def models_view() -> dict:
 
 # -- the way back: a start-up log, a run record ------------------------------------------------------------
 
-def calibrate_view(scenario: Scenario, log_text: str) -> dict:
-    """A vLLM start-up log -> its Calibration, and the prediction for the same flags beside what it logged."""
-    calibration = api.calibrate(log_text, source="pasted log")
+def _scenario_hints(scenario: Scenario, report: MemoryReport) -> dict[str, int | str]:
+    """What a hybrid log does not print, as the page's flags make it (the prediction's own pool: its block size and
+    KV-cache groups, the Mamba cache mode and draft tokens of its deployment)."""
+    pool, dep = report.pool, report.deployment
+    return {"block_size": pool.block_size, "kv_cache_groups": len(pool.groups),
+            "mamba_cache_mode": dep.mamba_cache_mode or "none", "num_speculative_tokens": dep.spec_tokens}
+
+
+def _check_text(value: Any, unit: str) -> str:
+    """A compared figure in the units people read: bytes as GiB, an interval as its two ends."""
+    if isinstance(value, (list, tuple)):
+        return " – ".join(_check_text(v, unit) for v in value)
+    if unit == "B":
+        return fmt_bytes(value)
+    if unit == "x":
+        return f"{value:,.2f}x"
+    return f"{value:,.0f} {unit}"
+
+
+def _error_text(check: Any) -> str:
+    if check.error_pct is not None:
+        return f"{check.error_pct:+.2f}%"
+    return _check_text(check.error, check.unit)
+
+
+def _as_controls(text: str) -> str:
+    """A library note that names calibrate's flags, as the page's controls say it."""
+    for hint in LOG_HINTS:
+        text = text.replace(hint.flag, f"'{hint.label}' (below)")
+    for name in sorted(PARAMS, key=len, reverse=True):   # a Scenario flag: the page's field of that name
+        text = re.sub(rf"--{name.replace('_', '-')}(?![\w-])", f"the {name} field", text)
+    return text
+
+
+def _calibrated(scenario: Scenario, log_text: str, given: dict[str, Any]) -> tuple[Calibration, dict, bool, str]:
+    """The log's calibration with what the visitor gave; where that fixes no pool, again with what the page's flags
+    say for the rest (the rule a user of calibrate follows by hand: servesize memory prints the block size and the
+    groups). Returns the calibration, the hints used with where each came from, whether it applies, and why."""
+    calibration = api.calibrate(log_text, source="pasted log", **given)
+    used = {k: {"value": v, "from": "given"} for k, v in given.items()}
+    usable, why = api.calibration_applies(scenario, calibration)
+    if usable:
+        return calibration, used, usable, why
+    derived: dict[str, Any] = {k: v for k, v in _scenario_hints(scenario, api.memory(scenario)).items() if k not in given}
+    if derived:
+        retry = api.calibrate(log_text, source="pasted log", **given, **derived)
+        ok, reason = api.calibration_applies(scenario, retry)
+        if ok:
+            used.update({k: {"value": v, "from": "the page's flags"} for k, v in derived.items()})
+            return retry, used, ok, reason
+    return calibration, used, usable, why
+
+
+def calibrate_view(scenario: Scenario, log_text: str, given: dict | None = None) -> dict:
+    """A vLLM start-up log -> its Calibration, and the prediction for the same flags beside what it logged. A hybrid
+    model's log (several KV-cache groups, before vLLM 0.20.1) needs what it does not print: the visitor's
+    controls (``given``), else the page's own flags."""
     uncalibrated = scenario.replace(calibration=None, pool_tokens=None)
+    calibration, used, usable, why = _calibrated(uncalibrated, log_text, dict(given or {}))
     check = calibrate_against(calibration, api.memory(uncalibrated))
     rows = [{"name": c.name, "predicted": finite(c.predicted), "logged": finite(c.logged), "error": finite(c.error),
-             "error_pct": finite(c.error_pct), "unit": c.unit} for c in check.checks]
-    usable, why = api.calibration_applies(uncalibrated, calibration)  # does this log give a pool (resolve's rule)?
+             "error_pct": finite(c.error_pct), "unit": c.unit,
+             "text": {"predicted": _check_text(c.predicted, c.unit), "logged": _check_text(c.logged, c.unit),
+                      "error": _error_text(c)}} for c in check.checks]
+    page = _scenario_hints(uncalibrated, api.memory(uncalibrated))
+    controls = [{"name": h.name, "label": h.label, "help": h.help, "choices": list(h.choices), "low": h.low,
+                 "high": h.high, "value": used.get(h.name, {}).get("value"), "from": used.get(h.name, {}).get("from"),
+                 "page": page.get(h.name)} for h in LOG_HINTS]
+    derived = ", ".join(f"{h.label} {used[h.name]['value']}" for h in LOG_HINTS
+                        if used.get(h.name, {}).get("from") == "the page's flags")
+    applied = (f"applied: {fmt_tokens(calibration.pool_tokens)} tokens of KV pool from the log"
+               if usable and calibration.pool_tokens else ("applied" if usable else "not applied: " + _as_controls(why)))
+    if usable and derived:
+        applied += f" (what it does not print, from the page's flags: {derived})"
     return finite({"calibration": calibration.to_dict() if usable else None, "usable": usable, "applies": why,
-                   "checks": rows, "notes": list(check.notes) + list(calibration.notes)})
+                   "applied_text": applied, "checks": rows, "controls": controls,
+                   "notes": [_as_controls(n) for n in (*check.notes, *calibration.notes)]})
 
 
 def record_view(scenario: Scenario, record_text: str) -> dict:

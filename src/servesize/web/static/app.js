@@ -41,8 +41,8 @@ function h(tag, attrs, ...kids) {
   return e;
 }
 
-async function post(path, body, signal) {
-  const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
+async function post(path, body, signal, headers) {
+  const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", ...(headers || {}) },
     body: JSON.stringify(body), signal });
   let data = null;
   try { data = await res.json(); } catch (e) { data = { error: `the server answered ${res.status} without JSON` }; }
@@ -656,7 +656,8 @@ function scheduleHeavy(seq) {
 
 const HEAVY = [
   ["/api/charts/decode", drawDecode], ["/api/charts/miss", drawMiss], ["/api/sensitivity", drawSensitivity],
-  ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/frontier", drawFrontier],
+  ["/api/charts/scaling", drawScaling], ["/api/charts/batch", drawBatch], ["/api/method", drawMethod],
+  ["/api/frontier", drawFrontier],   // the slowest last: it plans every catalogue model (its own status line and Cancel)
 ];
 
 async function runHeavy(seq) {
@@ -666,11 +667,20 @@ async function runHeavy(seq) {
   const body = planBody(false);
   for (const [path, draw] of HEAVY) {
     let res;
-    try { res = await post(path, body, ctl.signal); } catch (e) { return; }   // aborted: a newer plan is coming
+    try {
+      res = path === "/api/frontier" ? await frontierWatched(body, ctl) : await post(path, body, ctl.signal);
+    } catch (e) { if (path === "/api/frontier" && !ctl.signal.aborted) continue; return; }   // aborted: a newer plan is coming
     if (ctl.signal.aborted || seq !== App.planSeq) return;
     if (res.ok && !res.data.skipped) draw(res.data); else if (!res.ok) banner(res.data.error);
   }
   $("#verdict").dataset.panels = String(seq);
+}
+
+// the ranking plans every catalogue model: its own status line and Cancel (a newer plan cancels it too)
+async function frontierWatched(body, heavy) {
+  const ctl = new AbortController();
+  heavy.signal.addEventListener("abort", () => ctl.abort());
+  return await postWatched("/api/frontier", body, ctl, $("#frontierProgress"), "ranking every catalogue model on these GPUs");
 }
 
 function drawDecode(d) {
@@ -689,6 +699,45 @@ function drawDecode(d) {
     series: [{ name: "aggregate p50", x: d.n, y: d.aggregate_p50, cls: "c3" }],
     vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
   });
+  drawMfu(d, zone);
+}
+
+// M: the engine's effective MFU beside the per-user tok/s, both against the same concurrency (values from charts.py)
+function drawMfu(d, zone) {
+  $("#capM").textContent = d.mfu_caption;
+  const box = $("#chartM");
+  if (!d.mfu_p50) { box.textContent = ""; return; }
+  box.dataset.points = String(d.mfu_p50.length);
+  Charts.line(box, {
+    xlog: true, xLabel: "concurrent decoders per replica", yLabel: "effective MFU (p50)", yMin: 0,
+    fmtY: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
+    series: [{ name: "effective MFU p50", x: d.n, y: d.mfu_p50, cls: "c2" }],
+    points: d.n.filter((_, i) => i % 12 === 0).map(n => { const i = d.n.indexOf(n); return { x: n, y: d.mfu_p50[i], label: d.p50_text[i], cls: "c1", show: true }; }),
+    vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
+    legendExtra: [{ name: "labels: per-user tok/s (p50) at that concurrency", cls: "c1", kind: "soft" }],
+  });
+}
+
+// the method section: the engine's own derivation steps (formula, then figures, then value), and the FAQ
+function drawMethod(m) {
+  $("#capMethod").textContent = m.caption;
+  const box = $("#method");
+  box.textContent = "";
+  for (const sec of m.sections) {
+    box.appendChild(h("details", { class: "fold method-sec", dataset: { section: sec.id } },
+      h("summary", { text: `${sec.title}: ${sec.answers}` }),
+      h("ol", { class: "steps small" }, sec.steps.map(s => h("li", { class: "step k-" + s.kind, dataset: { kind: s.kind, name: s.name } },
+        h("code", { text: s.formula || `${s.name} = ${s.text}` }),
+        s.figures ? h("div", { class: "figures", text: `= ${s.figures} = ${s.text}` }) : null,
+        h("span", { class: "badge " + (s.kind === "modelled" ? "warn" : ""), text: s.kind }),
+        s.source ? h("div", { class: "muted", text: s.source }) : null,
+        s.note ? h("div", { class: "muted", text: s.note } ) : null)))));
+  }
+  box.appendChild(h("details", { class: "fold", dataset: { section: "assumptions" } }, h("summary", { text: `Modelled assumptions (${m.assumptions.length})` }),
+    h("ul", { class: "small" }, m.assumptions.map(a => h("li", { text: a.text })))));
+  const faq = $("#faq");
+  faq.textContent = "";
+  for (const item of m.faq) faq.appendChild(h("details", { class: "fold faq" }, h("summary", { text: item.q }), h("p", { class: "small", text: item.a })));
 }
 
 function drawMiss(m) {
@@ -805,19 +854,46 @@ function drawFrontier(f) {
 
 // -- the way back: a log, a record ----------------------------------------------------------------------
 
+function logHints() {
+  // the controls a visitor changed; the rest the server reads from the log, else from the page's flags
+  const out = {};
+  for (const box of $$("#logHints [data-hint]")) if (box.dataset.touched === "true") out[box.dataset.hint] = box.value.trim();
+  return out;
+}
+
+function hintControl(c) {
+  const id = "hint-" + c.name;
+  const attrs = { id, dataset: { hint: c.name, touched: c.from === "given" ? "true" : "false" }, title: c.help,
+    onchange: e => { e.target.dataset.touched = "true"; } };
+  const box = c.choices.length
+    ? h("select", attrs, h("option", { value: "", text: "-" }), c.choices.map(x => h("option", { value: x, text: x, selected: x === c.value })))
+    : h("input", { ...attrs, type: "text", inputmode: "numeric", value: c.value === null ? "" : String(c.value),
+      placeholder: c.page === null ? "from the log" : String(c.page) });
+  const from = c.from === "given" ? "as you gave it" : c.from ? "from the page's flags" : "not given";
+  return h("div", { class: "field" }, h("label", { for: id, text: c.label }), box,
+    h("span", { class: "muted small", text: from }), h("div", { class: "err", dataset: { errFor: "hint_" + c.name } }));
+}
+
 async function calibrate() {
   const text = $("#logText").value;
   clearErrors($("#testCard"));
-  const res = await post("/api/calibrate", { ...App.plan, vllm_log: text });
   const out = $("#calibrateOut");
-  out.textContent = "";
+  const hints = logHints();
+  out.setAttribute("aria-busy", "true");
+  const res = await post("/api/calibrate", { ...App.plan, vllm_log: text, log_hints: hints });
+  out.removeAttribute("aria-busy");
   if (!res.ok) { showError(res.data.field || "vllm_log", res.data.error); return; }
+  out.textContent = "";
   const d = res.data;
-  out.append(h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
-    h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: showValue(null, c.predicted) + " " + c.unit }),
-      h("td", { class: "num", text: (Array.isArray(c.logged) ? c.logged.map(x => showValue(null, x)).join("–") : showValue(null, c.logged)) + " " + c.unit }),
-      h("td", { class: "num", text: c.error_pct === null ? showValue(null, c.error) : c.error_pct.toFixed(2) + "%" }))))),
-    h("p", { class: "small muted", text: d.notes.join(" ") }));
+  out.append(h("p", { class: "verdict-line", id: "calibrateApplied", text: d.applied_text }),
+    h("table", { class: "data small", id: "calibrateTable" }, h("thead", {}, h("tr", {}, ["quantity", "predicted", "logged", "error"].map(t => h("th", { text: t })))),
+      h("tbody", {}, d.checks.map(c => h("tr", {}, h("td", { text: c.name }), h("td", { class: "num", text: c.text.predicted }),
+        h("td", { class: "num", text: c.text.logged }), h("td", { class: "num", text: c.text.error }))))),
+    h("ul", { class: "small muted", id: "calibrateNotes" }, d.notes.map(n => h("li", { text: n }))),
+    h("details", { class: "fold", id: "logHints", open: !d.usable },
+      h("summary", { text: "What the log does not print (a hybrid model's KV-cache groups, block size, ...)" }),
+      h("div", { class: "grid-fields" }, d.controls.map(hintControl)),
+      h("button", { type: "button", class: "btn", id: "recalibrateBtn", text: "Recalibrate with these", onclick: calibrate })));
   App.plan.calibration = d.calibration;
   requestPlan(false);
 }
@@ -862,7 +938,13 @@ async function runFit() {
   }
   const table = $("#fitTable");
   table.dataset.seq = seq;
-  if (!res.ok) { table.dataset.state = "error"; showError(res.data.field, res.data.error, $("#view-fit")); return; }
+  if (!res.ok) {
+    table.dataset.state = "error";
+    showError(res.data.field, res.data.error, $("#view-fit"));
+    // with no table drawn yet (a link refused on opening), the table's place says so, naming the field
+    if (!App.lastFit) table.replaceChildren(h("p", { class: "v-stale", id: "fitStale", dataset: { field: res.data.field || "" }, text: "Refused: " + res.data.error }));
+    return;
+  }
   table.dataset.state = "full";
   App.lastFit = res.data;
   writeHash();
@@ -1040,6 +1122,29 @@ function fleetTeamsWrote() {
   syncFleetControls();
 }
 
+// a long request with the server's own status line: the library's last stage and its seconds (GET
+// /api/progress/JOB, polled while it runs; the text is the server's), and a Cancel that aborts it (the server then
+// stops at the next stage)
+async function postWatched(path, body, ctl, line, what) {
+  const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+  line.hidden = false;
+  line.textContent = "";
+  line.dataset.stages = "0";
+  const text = h("span", { class: "spinner-text", text: what + "…" });
+  const spin = h("span", { class: "spinner", "aria-hidden": "true" });
+  const cancel = h("button", { type: "button", class: "btn small cancel", text: "Cancel",
+    onclick: () => { ctl.abort(); text.textContent = "cancelled: " + what; cancel.remove(); spin.remove(); } });
+  line.append(spin, text, " ", cancel);
+  line.setAttribute("role", "status");
+  const timer = setInterval(async () => {
+    let r;
+    try { r = await fetch("/api/progress/" + job, { signal: ctl.signal }); } catch (e) { return; }
+    if (r.ok && !ctl.signal.aborted) { const p = await r.json(); text.textContent = `${what}: ${p.text}`; line.dataset.stages = String(p.stages); }
+  }, 400);
+  try { return await post(path, body, ctl.signal, { "X-Servesize-Job": job }); }
+  finally { clearInterval(timer); if (!ctl.signal.aborted) line.hidden = true; }
+}
+
 function syncFleetControls() {
   const fields = App.cat.form.fleet.fields;
   for (const [name, box] of Object.entries(App.fleetBoxes || {})) {
@@ -1057,12 +1162,12 @@ async function runFleet() {
   App.fleetCtl = ctl;
   const box = $("#fleetVerdict"), progress = $("#fleetProgress");
   box.dataset.pending = "true";
-  progress.hidden = false;
-  progress.textContent = "searching GPU type × count × precision × KV dtype × TP/DP (about a second)…";
   $("#view-fleet .main").classList.add("searching");
   let res;
-  try { res = await post("/api/fleet", App.fleet, ctl.signal); } catch (e) {
-    if (!ctl.signal.aborted) { banner("the server did not answer: " + e.message); box.dataset.pending = "false"; }
+  try { res = await postWatched("/api/fleet", App.fleet, ctl, progress, "searching GPU type × count × precision × KV dtype × TP/DP"); } catch (e) {
+    if (!ctl.signal.aborted) { banner("the server did not answer: " + e.message); }
+    box.dataset.pending = "false";
+    $("#view-fleet .main").classList.remove("searching");
     return;
   }
   if (seq !== App.fleetSeq) return;              // a newer search is on its way: draw that one
@@ -1079,7 +1184,9 @@ async function runFleet() {
     const field = res.data.field === "priority" ? "priority" : res.data.field;
     showError(field, res.data.error, $("#view-fleet"));
     for (const old of $$(".v-stale", box)) old.remove();
-    box.prepend(h("p", { class: "v-stale", id: "fleetStale", text: "Not updated, the last change was refused: " + res.data.error }));
+    if (!App.lastFleet) box.textContent = "";   // a link refused on opening: an error, never the "Searching…" placeholder
+    box.prepend(h("p", { class: "v-stale", id: "fleetStale", dataset: { field: field || "" },
+      text: (App.lastFleet ? "Not updated, the last change was refused: " : "Refused: ") + res.data.error }));
     return;
   }
   App.lastFleet = res.data;

@@ -82,7 +82,7 @@ const Charts = (() => {
 
   /* spec: { series: [{name, x, y, cls, dash, band: {lo, hi}, dots}], xlog, ylog, xLabel, yLabel,
              vlines: [{x, label, cls}], hlines: [{y, label, cls}], zones: [{x0, x1, label, cls}],
-             points: [{x, y, label, cls}], yMin, fmtX, fmtY } */
+             points: [{x, y, label, cls, show}] (show: the label drawn beside it), yMin, fmtX, fmtY } */
   function line(container, spec) {
     container.textContent = "";
     const svgEl = node("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart-svg", role: "img",
@@ -134,6 +134,7 @@ const Charts = (() => {
     for (const p of spec.points || []) {
       const c = node("circle", { cx: sx(p.x), cy: sy(p.y), r: 6, class: "point s-" + (p.cls || "text") }, svgEl);
       node("title", {}, c).textContent = p.label || "";
+      if (p.show && p.label) node("text", { x: sx(p.x) + 8, y: sy(p.y) - 8, class: "tick point-label" }, svgEl).textContent = p.label;
     }
     hover(container, svgEl, all, sx, sy, fx, fy, spec);
     legend(container, spec);
