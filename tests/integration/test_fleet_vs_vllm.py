@@ -8,9 +8,10 @@ the test scrapes each engine's own /metrics before and after each run.
 
 Every count is decided by arithmetic, not by timing. The tokenizer is word level (one word, one token, no BOS),
 sessions are 600 tokens (sigma 1e-6: none moves off 600) with a 128-token shared prefix (4 blocks) and grow
-4 + 64 tokens a turn, each user sends 3 requests (turns 0, 1, 2: prompts of 600, 668 and 736 tokens) back to back, and the pool holds
-far more than everything sent (nothing is evicted). A returning turn is warm when more than the prefix plus half its
-previous prompt's history was cached: turn 1 needs more than 364, turn 2 more than 398.
+4 + 64 tokens a turn, each user sends 3 requests (turns 0, 1, 2: prompts of 600, 668 and 736 tokens) 10 ms
+apart, and the pool holds far more than everything sent (nothing is evicted). A returning turn is warm when
+more than the prefix plus half its previous prompt's history was cached: turn 1 needs more than 364, turn 2
+more than 398.
 
 - sticky: user u's turns all reach endpoint u mod 2. Turn 1 finds turn 0's 600-token prompt (18 full blocks,
   576 tokens) cached, turn 2 finds turn 1's (20 blocks, 640): every returning turn hits, on both replicas.
@@ -147,6 +148,16 @@ def check_each_endpoint_against_its_engine(doc: dict, requests: list[dict], delt
         assert d == {"hits": sum(cached(r) for r in mine), "queries": sum(r["prompt_tokens"] for r in mine)}, (e, d)
 
 
+def prompt_of(turn: int) -> int:
+    """Turn k's prompt: the session's 600 tokens, grown by the reply and the new tail each turn (word tokenizer)."""
+    return MEDIAN + turn * (OUTPUT + TURN)
+
+
+def full_blocks(tokens: int) -> int:
+    """What the engine can serve of an earlier prompt from its cache: its full blocks."""
+    return tokens // SESSION_BLOCK_SIZE * SESSION_BLOCK_SIZE
+
+
 def counts(line: dict) -> tuple:
     return line["requests"], line["users"], line["returning"], line["warm_hits"], line["warm_hit_rate"]
 
@@ -160,6 +171,9 @@ def test_sticky_sessions_hit_on_each_replica_and_match_each_engines_own_counters
     # one user: all three turns on endpoint 0, none on 1; two users: one each, every returning turn warm
     assert [counts(x) for x in one["endpoints"]] == [(3, 1, 2, 2, 1.0), (0, 0, 0, 0, None)]
     assert [counts(x) for x in two["endpoints"]] == [(3, 1, 2, 2, 1.0), (3, 1, 2, 2, 1.0)]
+    # what each engine said it served: turn k the full blocks of turn k - 1's prompt (576 and 640 tokens)
+    assert all(r["prompt_tokens"] == prompt_of(r["tags"]["turn"]) for r in requests)
+    assert all(cached(r) == full_blocks(prompt_of(r["tags"]["turn"] - 1)) for r in requests if r["tags"]["turn"])
     check_each_endpoint_against_its_engine(doc, requests, deltas, fleet)
     # an engine that served no request in a rung counted no query there
     assert one["endpoints"][1]["metrics"] == {"queries": 0.0, "hits": 0.0, "preemptions": 0.0}
@@ -177,8 +191,9 @@ def test_a_router_that_spreads_a_users_turns_shows_the_lower_hit_rate_and_says_w
     assert [counts(x) for x in one["endpoints"]] == [(2, 1, 1, 1, 1.0), (1, 1, 1, 0, 0.0)]
     assert [counts(x) for x in two["endpoints"]] == [(3, 2, 2, 1, 0.5), (3, 2, 2, 1, 0.5)]
     assert all(p["warm_hit_rate"] < s["warm_hit_rate"] for p, s in zip(doc["rungs"], sticky["rungs"]))
-    # a missed turn 1 was served the shared prefix and nothing of its own session
+    # a missed turn 1 was served the shared prefix and nothing of its own session; turn 2 the full blocks of turn 0
     assert {cached(r) for r in requests if r["tags"]["turn"] == 1} == {PREFIX}
+    assert {cached(r) for r in requests if r["tags"]["turn"] == 2} == {full_blocks(prompt_of(0))}
     check_each_endpoint_against_its_engine(doc, requests, deltas, fleet)
     # each engine's own counters see it too: a smaller share of its queried tokens hit than under sticky routing
     assert all(p["hits"] / p["queries"] < s["hits"] / s["queries"] for p, s in zip(deltas, sticky_deltas)), (deltas, sticky_deltas)
