@@ -297,3 +297,28 @@ def test_workers_against_two_endpoints_give_the_in_process_per_endpoint_counts(t
         assert [{k: e[k] for k in keys} for e in spread.rungs[0].endpoints] == \
             [{k: e[k] for k in keys} for e in alone.rungs[0].endpoints]
         _check_against_each_server(spread, servers, tmp_path / f"{routing}-2.jsonl")
+
+
+def test_a_worker_that_goes_silent_mid_rung_fails_that_rung_by_its_deadline_and_is_killed(tmp_path):
+    """A partitioned or frozen host answers nothing (no exception for Ray to raise): worker 1 stops itself
+    (SIGSTOP) after its first request of the 2-user rung. The coordinator waits the rung's duration, one
+    request's --timeout and the grace, then fails the rung and kills the worker; it never waits for ever."""
+    path = tmp_path / "h.jsonl"
+    workers = RayWorkers(3, fault=WorkerFault(worker=1, rung=1, after=1, kind="hang"), share_grace_s=1.0)
+    with _server() as server:
+        cfg = SessionsConfig(url=server.url, params=_params(SEED), users=LADDER_USERS, duration_s=20.0, timeout_s=5.0,
+                             requests_per_user=REQUESTS, predicted_users=2)
+        record = RunRecord.create(path, "sessions", cfg.to_params())
+        try:
+            r = asyncio.run(measure_sessions(cfg, record=record, workers=workers))
+        finally:
+            record.close()
+        served = server.completions
+    assert served == 3 + 3 + 1  # as when the worker dies: its first request, then nothing
+    assert [(g.users, g.status) for g in r.rungs] == [(1, "measured"), (2, "failed")]
+    assert r.rungs[1].stop.startswith("worker 1 (") and "did not answer" in r.rungs[1].stop
+    assert "partitioned or hung host" in r.rungs[1].stop and r.exit_code == 2
+    assert r.knee == {"warm_users": 1, "cold_users": None, "inconclusive_users": 2}
+    silent = [w for w in read_record(path, "sessions").of_type("workers")[-1]["workers"] if "died" in w]
+    assert [(w["worker"], w["requests"]) for w in silent] == [(1, 0)]
+    assert silent[0]["died"].startswith("ShareOverdue: no answer 26 s after the rung began")

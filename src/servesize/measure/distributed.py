@@ -48,6 +48,12 @@ CLOCK_SAMPLES = 5  # clock round trips per worker before each rung; the shortest
 # per actor on a loaded 2-core machine); a cluster short of CPUs would otherwise leave them pending for ever
 START_TIMEOUT_S = 120.0
 TAKE_TIMEOUT_S = 10.0  # an interrupted run waits this long per worker for the requests it completed
+# A worker's share of a rung ends by the rung's duration plus one request's --timeout (its last request may start
+# just before the end); past that and SHARE_GRACE_S more (Ray's scheduling and the records' transfer) a worker that
+# has not answered is taken as partitioned or hung: the rung is FAILED and the worker killed, never waited on for
+# ever (a stopped process, or a host cut off before Ray's health checks call it dead, is a silence, not an error)
+SHARE_GRACE_S = 60.0
+CLOCK_TIMEOUT_S = 30.0  # one clock round trip: a worker that cannot answer it in this long takes no share
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class WorkerFault:
     worker: int
     rung: int
     after: int
+    kind: str = "exit"  # 'exit': os._exit (a crash); 'hang': SIGSTOP to itself (a partitioned or frozen host)
 
 
 def partition(users: int, n: int) -> list[list[int]]:
@@ -104,6 +111,8 @@ class _Worker:
         def on_result(r: RequestResult, results: list[RequestResult], left_s: float) -> None:
             self.taken = results  # what take() hands over if the coordinator is interrupted mid-rung
             if die and fault is not None and len(results) >= fault.after:
+                if fault.kind == "hang":
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 os._exit(70)
 
         results = await run_users(self.clients, self.cfg, index=index, users=users, share=share, rung_nonce=rung_nonce,
@@ -125,14 +134,20 @@ class _Worker:
 SessionsWorker = ray.remote(num_cpus=1)(_Worker)
 
 
+class ShareOverdue(Exception):
+    """A worker that did not answer its share of a rung in time (SHARE_GRACE_S)."""
+
+
 class RayWorkers:
     """N Ray actors for one ``measure sessions`` run: on a local Ray started here (and stopped at ``close``), on
     the Ray cluster at ``address``, or on the Ray this process has already initialised."""
 
-    def __init__(self, n: int, *, address: str | None = None, fault: WorkerFault | None = None):
+    def __init__(self, n: int, *, address: str | None = None, fault: WorkerFault | None = None,
+                 share_grace_s: float = SHARE_GRACE_S):
         if n < 1:  # the flag's range is declared with the measure flags (servesize.commands._measure.FLAGS)
             raise BadInput(f"--workers {n}: at least one worker")
         self.n, self.address, self.fault = n, address, fault
+        self.share_grace_s = share_grace_s
         self.actors: list[Any] = []
         self.joined: list[dict] = []
         self.interrupted: list[tuple[int, RequestResult]] = []  # an interrupted rung's completed requests
@@ -181,7 +196,7 @@ class RayWorkers:
         best: tuple[int, int, int] | None = None  # (round trip ns, wall offset ns, monotonic offset ns)
         for _ in range(CLOCK_SAMPLES):
             w0, m0 = time.time_ns(), time.perf_counter_ns()
-            wall, mono = await self.actors[k].clock.remote()
+            wall, mono = await asyncio.wait_for(self.actors[k].clock.remote(), CLOCK_TIMEOUT_S)
             w1, m1 = time.time_ns(), time.perf_counter_ns()
             sample = (m1 - m0, wall - (w0 + w1) // 2, mono - (m0 + m1) // 2)
             if best is None or sample[0] < best[0]:
@@ -198,7 +213,7 @@ class RayWorkers:
         calls = {k: self.actors[k].run_share.remote(index, users, shares[k], rung_nonce, tokens_per_word)
                  for k in busy if not isinstance(clock[k], BaseException)}
         try:
-            got = dict(zip(calls, await asyncio.gather(*calls.values(), return_exceptions=True)))
+            got = await self._shares(calls, cfg.duration_s + cfg.timeout_s + self.share_grace_s)
         except asyncio.CancelledError:  # Ctrl-C or SIGTERM on the coordinator: keep what the workers completed
             self.interrupted = await self._take(calls, clock)
             raise
@@ -212,7 +227,8 @@ class RayWorkers:
                 text = str(outcome).strip()
                 why = f"{type(outcome).__name__}: {text.splitlines()[0] if text else ''}"
                 entry.update(requests=0, died=why)
-                how = "died" if isinstance(outcome, ray.exceptions.RayActorError) else "failed"
+                how = ("died" if isinstance(outcome, ray.exceptions.RayActorError) else
+                       "did not answer" if isinstance(outcome, ShareOverdue) else "failed")
                 lost = lost or (f"worker {k} ({entry['host']} pid {entry['pid']}) {how} mid-rung ({why}): the requests of "
                                 f"its {len(shares[k])} user(s) are lost with it")
             else:
@@ -223,6 +239,24 @@ class RayWorkers:
             workers.append(entry)
         merged.sort(key=lambda kr: (kr[1].t_sent_ns + round((kr[1].end_s or 0.0) * 1e9), kr[0]))
         return RungOutcome(merged, workers, lost)
+
+    async def _shares(self, calls: dict, deadline_s: float) -> dict:
+        """Each worker's share (its requests, or the exception that ended it); a worker with no answer by
+        ``deadline_s`` gets ShareOverdue and is killed (it may still be sending requests to the server)."""
+        tasks = {k: asyncio.ensure_future(ref) for k, ref in calls.items()}
+        if not tasks:
+            return {}
+        await asyncio.wait(tasks.values(), timeout=deadline_s)
+        got: dict = {}
+        for k, task in tasks.items():
+            if task.done():
+                got[k] = task.exception() or task.result()
+            else:
+                task.cancel()
+                ray.kill(self.actors[k])
+                got[k] = ShareOverdue(f"no answer {deadline_s:.0f} s after the rung began (the rung's duration, one "
+                                      "request's --timeout and SHARE_GRACE_S): a partitioned or hung host; killed")
+        return got
 
     async def _take(self, calls: dict, clock: dict) -> list[tuple[int, RequestResult]]:
         """The requests each worker of an interrupted rung had completed, on the coordinator's clocks."""
