@@ -244,6 +244,8 @@ class RayWorkers:
         """Each worker's share (its requests, or the exception that ended it); a worker with no answer by
         ``deadline_s`` gets ShareOverdue and is killed (it may still be sending requests to the server)."""
         tasks = {k: asyncio.ensure_future(ref) for k, ref in calls.items()}
+        for task in tasks.values():  # a share ended by an interruption still has its exception read (no asyncio warning)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if not tasks:
             return {}
         await asyncio.wait(tasks.values(), timeout=deadline_s)
