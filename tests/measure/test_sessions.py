@@ -289,3 +289,44 @@ def test_a_rung_interrupted_mid_way_is_measured_again_as_a_new_attempt():
     assert list(run._completed_rungs()) == [2]
     # its next attempt is 2: a new nonce (new prompts, none warm from the interrupted ones), its requests apart
     assert run.attempts[4] == 1 and run.attempts[2] == 0
+
+
+def test_each_rung_carries_the_servers_gauges_sampled_while_it_ran(monkeypatch, capsys):
+    """KV usage and the scheduler's running requests, read from /metrics while the rung runs (GaugeSampler). The
+    test server's requests take 4 x 20 ms of decode each, 5 per user one after another: a rung lasts 0.4 s or more,
+    sampled every 20 ms here (GAUGE_SAMPLE_S shortened). What is asserted holds whatever the timing: a user has at
+    most one request in flight, usage is a share of the pool."""
+    import servesize.measure.metrics as metrics
+
+    monkeypatch.setattr(metrics, "GAUGE_SAMPLE_S", 0.02)
+
+    async def go():
+        async with TestServer(ServerConfig(capacity_tokens=8000, itl_s=0.02)) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[1, 2], duration_s=60,
+                                 requests_per_user=REQUESTS_PER_USER)
+            return await measure_sessions(cfg)
+    r = asyncio.run(go())
+    for g in r.rungs:
+        (gauge,) = g.gauges
+        assert gauge["samples"] >= 1 and gauge["failed_reads"] == 0
+        assert 0.0 <= gauge["kv_usage_mean"] <= gauge["kv_usage_peak"] <= 1.0
+        assert 0 <= gauge["running_mean"] <= gauge["running_peak"] <= g.users
+        assert "waiting_peak" not in gauge  # the test server publishes no queue
+    assert r.rungs[-1].gauges[0]["kv_usage_peak"] > 0  # two users' sessions are resident while the rung runs
+    from servesize.measure.report import render_sessions
+
+    text = render_sessions(r)
+    assert "the server's gauges during each rung" in text and "KV usage peak" in text and "running peak" in text
+
+
+def test_a_gauge_sampler_keeps_peaks_and_means_over_the_samples_that_carried_each_gauge():
+    from servesize.measure.metrics import GaugeSampler, MetricsSnapshot
+
+    g = GaugeSampler(scraper=None, interval_s=1.0)  # type: ignore[arg-type]
+    for kv, running, waiting in [(0.5, 3.0, None), (0.9, 1.0, 4.0), (float("nan"), 2.0, 0.0)]:
+        g.add(MetricsSnapshot(t_ns=0, kv_usage=kv, running=running, waiting=waiting))
+    g.add(None)  # a failed read is no sample
+    assert g.samples == 3
+    out = asyncio.run(g.stop())
+    assert out == {"samples": 3, "failed_reads": 0, "kv_usage_peak": 0.9, "running_peak": 3.0, "waiting_peak": 4.0,
+                   "kv_usage_mean": 0.7, "running_mean": 2.0, "waiting_mean": 2.0}

@@ -7,6 +7,8 @@ Read (summed over label sets, i.e. over engines when data-parallel):
   ``vllm:gpu_prefix_cache_hits_total``
 - preemptions: ``vllm:num_preemptions_total``
 - KV usage gauge (0..1): ``vllm:kv_cache_usage_perc``, older ``vllm:gpu_cache_usage_perc`` (max over engines)
+- the scheduler's queue: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (gauges, summed over
+  engines; vllm/v1/metrics/loggers.py), sampled during a rung by ``GaugeSampler``
 - ``vllm:cache_config_info``: its labels (``num_gpu_blocks``, ``block_size``, ``cache_dtype``, ...);
   ``num_gpu_blocks x block_size`` is the engine's own pool figure, per engine.
 
@@ -16,6 +18,8 @@ next signal.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -28,6 +32,11 @@ HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits",
         "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+# How often a rung samples each endpoint's gauges (KV usage, running, waiting): often enough to see a rung's
+# peak queue on a ladder of minutes-long rungs, rarely enough to cost the server nothing (one /metrics a second)
+GAUGE_SAMPLE_S = 1.0
 CACHE_CONFIG = "vllm:cache_config_info"
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -69,6 +78,8 @@ class MetricsSnapshot:
     prefix_hits: float | None = None
     preemptions: float | None = None
     kv_usage: float | None = None
+    running: float | None = None
+    waiting: float | None = None
     cache_config: dict | None = None
     engines: int = 1
     names: dict = field(default_factory=dict)  # which series name answered for each quantity
@@ -90,7 +101,8 @@ class MetricsSnapshot:
 
     def to_dict(self) -> dict:
         return {"prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "preemptions": self.preemptions,
-                "kv_usage": self.kv_usage, "cache_config": self.cache_config, "engines": self.engines, "names": self.names}
+                "kv_usage": self.kv_usage, "running": self.running, "waiting": self.waiting,
+                "cache_config": self.cache_config, "engines": self.engines, "names": self.names}
 
 
 def _int_label(labels: dict | None, key: str) -> int | None:
@@ -105,7 +117,8 @@ def _int_label(labels: dict | None, key: str) -> int | None:
 def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
     series = parse_prometheus(text)
     snap = MetricsSnapshot(t_ns=time.perf_counter_ns() if t_ns is None else t_ns)
-    for attr, names in (("prefix_queries", QUERIES), ("prefix_hits", HITS), ("preemptions", PREEMPTIONS)):
+    for attr, names in (("prefix_queries", QUERIES), ("prefix_hits", HITS), ("preemptions", PREEMPTIONS),
+                        ("running", RUNNING), ("waiting", WAITING)):
         name, samples = _first(series, names)
         if name:
             setattr(snap, attr, sum(v for _, v in samples))
@@ -178,3 +191,61 @@ class MetricsScraper:
     def _give_up(self, note: str) -> None:
         self.enabled = False
         self.note = note + "; continuing without it"
+
+
+class GaugeSampler:
+    """An endpoint's gauges during a rung: every ``interval_s`` one /metrics read; kept as running peaks and
+    means (bounded whatever the rung's length), never as a list. A read that fails is counted and skipped: it
+    does not stop the scraper the rung's counters come from."""
+
+    def __init__(self, scraper: MetricsScraper, interval_s: float | None = None):
+        self.scraper, self.interval_s = scraper, GAUGE_SAMPLE_S if interval_s is None else interval_s
+        self.samples = self.failed = 0
+        self._peak: dict[str, float] = {}
+        self._sum: dict[str, float] = {}
+        self._n: dict[str, int] = {}
+        self._task: asyncio.Task | None = None
+
+    def add(self, snap: MetricsSnapshot | None) -> None:
+        if snap is None:
+            return
+        self.samples += 1
+        for name in ("kv_usage", "running", "waiting"):
+            v = getattr(snap, name)
+            if v is not None and math.isfinite(v):
+                self._peak[name] = max(self._peak.get(name, v), v)
+                self._sum[name] = self._sum.get(name, 0.0) + v
+                self._n[name] = self._n.get(name, 0) + 1
+
+    async def _read(self) -> MetricsSnapshot | None:
+        try:
+            status, text = await self.scraper.client.get("/metrics", timeout_s=max(1.0, 5 * self.interval_s))
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            status, text = 0, ""
+        if status != 200:
+            self.failed += 1
+            return None
+        return snapshot_from_text(text)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.add(await self._read())
+
+    def start(self) -> None:
+        if self.scraper.enabled:
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> dict | None:
+        """The rung's gauges: samples (and failed reads), each gauge's peak and mean over the samples that carried
+        it; None when nothing was sampled."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if not self.samples:
+            return None
+        return {"samples": self.samples, "failed_reads": self.failed, **{f"{k}_peak": v for k, v in self._peak.items()},
+                **{f"{k}_mean": self._sum[k] / self._n[k] for k in self._sum}}

@@ -146,6 +146,25 @@ def _endpoint_line(g, e: dict, target: float) -> str:
             f"warm {e['warm_hits']}/{e['returning']} ({rate}){metrics}")
 
 
+def _gauge_lines(g, url: str) -> list[str]:
+    """Each endpoint's KV usage and scheduler queue as sampled during rung g (GaugeSampler), one line each."""
+    urls = [e["url"] for e in g.endpoints] if g.endpoints else [url]
+    out = []
+    for u, gauge in zip(urls, g.gauges or []):
+        if not gauge:
+            continue
+        parts = []
+        if "kv_usage_peak" in gauge:
+            parts.append(f"KV usage peak {gauge['kv_usage_peak']:.0%} (mean {gauge['kv_usage_mean']:.0%})")
+        for name in ("running", "waiting"):
+            if f"{name}_peak" in gauge:
+                parts.append(f"{name} peak {gauge[f'{name}_peak']:,.0f} (mean {gauge[f'{name}_mean']:,.1f})")
+        failed = f", {gauge['failed_reads']} failed reads" if gauge.get("failed_reads") else ""
+        out.append(f"  {g.users:>5} users  {u}: {', '.join(parts) or 'no gauge published'} "
+                   f"({gauge['samples']} samples{failed})")
+    return out
+
+
 @render_text.register
 def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     out = [f"measure sessions: {r.url}  model {r.model}"]
@@ -159,6 +178,11 @@ def render_sessions(r: SessionsResult, explain: bool = False) -> str:
     if lines:
         out.append("")
         out.extend(lines)
+    gauges = [line for g in r.rungs for line in _gauge_lines(g, r.url)]
+    if gauges:
+        out.append("")
+        out.append("the server's gauges during each rung (/metrics, sampled):")
+        out.extend(gauges)
     out.append("")
     out.append(f"warmth signal: {r.signal}; warm hits = warm returning requests / returning requests sent (a failed one "
                f"is a miss); a rung with more than {r.max_error_rate:.0%} of its requests failed is FAILED: no measurement")

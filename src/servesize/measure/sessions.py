@@ -50,7 +50,7 @@ from typing import Any
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
-from servesize.measure.metrics import MetricsDelta, MetricsScraper, delta
+from servesize.measure.metrics import GaugeSampler, MetricsDelta, MetricsScraper, delta
 from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
@@ -310,6 +310,7 @@ class RungStats:
     returning_errors: int = 0  # returning requests that failed (counted as misses in the warm-hit rate)
     refuted: str | None = None  # why this rung's cached_tokens could not be true (then another signal judged it)
     endpoints: list | None = None  # with several endpoints: each one's counts and /metrics (_per_endpoint)
+    gauges: list | None = None  # per endpoint: its KV usage, running and waiting sampled during the rung (GaugeSampler)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -794,6 +795,35 @@ class SessionsRun:
         loop = asyncio.get_running_loop()
         t_start = loop.time()
         before = [await sc.scrape() for sc in scrapers]
+        samplers = [GaugeSampler(sc) for sc in scrapers]
+        for sampler in samplers:
+            sampler.start()
+        try:
+            results, lost = await self._rung_requests(clients, prompts, index, users)
+        finally:
+            gauges = [await sampler.stop() for sampler in samplers]
+        deltas = [delta(b, await sc.scrape()) for b, sc in zip(before, scrapers)]
+        d = _summed(deltas)
+        self._results[users] = results
+        urls = endpoints(cfg.url)
+        stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
+                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
+                           distrust_cached=self.distrust is not None, endpoints=urls if len(urls) > 1 else None,
+                           endpoint_metrics=[x.to_dict() if x else None for x in deltas])
+        stats.gauges = gauges if any(g is not None for g in gauges) else None
+        failure = lost or self._failure(stats, results)
+        if failure:
+            stats.status, stats.stop = "failed", failure
+        elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
+                and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
+            stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
+        return stats
+
+    async def _rung_requests(self, clients: list[StreamClient], prompts: PromptFactory, index: int,
+                             users: int) -> tuple[list[RequestResult], str | None]:
+        """The rung's requests, in this process or on the workers, each recorded as it completes; and why the rung
+        is not a measurement when a worker died."""
+        cfg = self.cfg
         rung_nonce = random.Random(f"{prompts.nonce}/{index}/{self.attempts[users]}").getrandbits(32)
         attempt = self.attempts[users] + 1
         lost: str | None = None
@@ -807,21 +837,7 @@ class SessionsRun:
 
             results = await run_users(clients, cfg, index=index, users=users, share=range(users), rung_nonce=rung_nonce,
                                       tokens_per_word=prompts.tokens_per_word, on_result=on_result)
-        deltas = [delta(b, await sc.scrape()) for b, sc in zip(before, scrapers)]
-        d = _summed(deltas)
-        self._results[users] = results
-        urls = endpoints(cfg.url)
-        stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
-                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
-                           distrust_cached=self.distrust is not None, endpoints=urls if len(urls) > 1 else None,
-                           endpoint_metrics=[x.to_dict() if x else None for x in deltas])
-        failure = lost or self._failure(stats, results)
-        if failure:
-            stats.status, stats.stop = "failed", failure
-        elif cfg.max_ttft_p95_s is not None and stats.ttft_hit.get("p95_s") is not None \
-                and stats.ttft_hit["p95_s"] > cfg.max_ttft_p95_s:
-            stats.stop = f"warm-hit TTFT p95 {stats.ttft_hit['p95_s']:.2f} s > {cfg.max_ttft_p95_s:g} s"
-        return stats
+        return results, lost
 
     async def _rung_on_workers(self, index: int, users: int, attempt: int, rung_nonce: int,
                                tokens_per_word: float) -> tuple[list[RequestResult], str | None]:
