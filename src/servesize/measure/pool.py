@@ -523,8 +523,7 @@ class PoolRun:
                            prompt_tokens=self.prompt_tokens, nonce=prompts.nonce, prompt_mode=prompts.mode,
                            engine=self.engine.to_dict() if self.engine else None, notes=list(self.notes))
         live = _Live(client=client, scraper=scraper, prompts=prompts, model=model)
-        if "ttft" in cfg.signals or any(s in cfg.signals for s in COUNTERS):
-            await self._check_ttft(live)
+        await self._check_ttft(live)  # every signal (PoolConfig.signals is a non-empty subset) is ttft or a counter
         return live
 
     async def _check_ttft(self, live: _Live) -> None:
@@ -547,17 +546,15 @@ class PoolRun:
             rounds.append(list(await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))))
             failed = [r for r in rounds[-1] if not r.ok]
             if failed:
-                where = f" (the record {self.record.path} keeps every result; continue with --resume {self.record.path})" \
-                    if self.record.path else ""
                 raise ProbeFailed(f"the TTFT check, round {rnd}: {len(failed)} of {CHECK_PROMPTS} requests "
-                                  f"failed, first: {failed[0].error_line()}{where}")
+                                  f"failed, first: {failed[0].error_line()}{self._resume_hint()}")
         untimed = [r for rnd in rounds for r in rnd if r.ttft_s is None or r.ttft_s <= 0]
         if untimed:
             self.ttft_check = {"sees_hits": None, "why": f"{len(untimed)} of {2 * CHECK_PROMPTS} check request(s) had no TTFT"}
             self._note("the TTFT check could not run (" + self.ttft_check["why"] + "): TTFT is used as before")
         else:
-            ratios = sorted(w.ttft_s / c.ttft_s for c, w in zip(rounds[0], rounds[1]))  # type: ignore[operator]
-            ratio = ratios[len(ratios) // 2]
+            ratio = _median(w.ttft_s / c.ttft_s for c, w in zip(rounds[0], rounds[1]))  # type: ignore[operator]
+            assert ratio is not None  # every check request has a TTFT here
             sees = ratio < self.cfg.ttft_ratio
             self.ttft_check = {"sees_hits": sees, "repeat_over_cold": ratio,
                                "cold_s": [r.ttft_s for r in rounds[0]], "repeat_s": [r.ttft_s for r in rounds[1]]}
@@ -689,8 +686,7 @@ class PoolRun:
         self.record.append("round", probe=probe.seq, round=rnd, delta=d.to_dict() if d else None)
         failed = [r for r in results if not r.ok]
         if failed:
-            where = f" (the record {self.record.path} keeps every result so far; continue with --resume {self.record.path})" \
-                if self.record.path else ""
+            where = self._resume_hint()
             raise ProbeFailed(f"probe {label}, round {rnd}: {len(failed)} of {len(results)} requests failed, "
                               f"first: {failed[0].error_line()}{where}")
 
@@ -718,6 +714,12 @@ class PoolRun:
                 self.probes = []
         coarse = await self._coarse_stage(live, predicted_tokens)
         return coarse, await self._fine_stage(live, coarse, predicted_tokens)
+
+    def _resume_hint(self) -> str:
+        """How a failed run continues, for its one-line error (nothing without a record)."""
+        if not self.record.path:
+            return ""
+        return f" (the record {self.record.path} keeps every result so far; continue with --resume {self.record.path})"
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
