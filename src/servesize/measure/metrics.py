@@ -174,19 +174,24 @@ class MetricsScraper:
     async def scrape(self) -> MetricsSnapshot | None:
         if not self.enabled:
             return None
-        try:
-            status, text = await self.client.get("/metrics", timeout_s=30)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self._give_up(f"/metrics could not be read ({type(exc).__name__}: {exc})")
+        snap, why = await self.read()
+        if snap is None:
+            self._give_up(why or "/metrics could not be read")
             return None
-        if status != 200:
-            self._give_up(f"/metrics answered HTTP {status}: the server publishes no Prometheus metrics there")
-            return None
-        snap = snapshot_from_text(text)
         if snap.prefix_queries is None and snap.cache_config is None:
             self._give_up("/metrics has no vllm: prefix-cache series (not a vLLM server, or a version servesize does not know)")
             return None
         return snap
+
+    async def read(self, timeout_s: float = 30) -> tuple[MetricsSnapshot | None, str | None]:
+        """One /metrics read: its snapshot, or None and why (nothing is latched: ``scrape`` gives up on it)."""
+        try:
+            status, text = await self.client.get("/metrics", timeout_s=timeout_s)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return None, f"/metrics could not be read ({type(exc).__name__}: {exc})"
+        if status != 200:
+            return None, f"/metrics answered HTTP {status}: the server publishes no Prometheus metrics there"
+        return snapshot_from_text(text), None
 
     def _give_up(self, note: str) -> None:
         self.enabled = False
@@ -218,14 +223,9 @@ class GaugeSampler:
                 self._n[name] = self._n.get(name, 0) + 1
 
     async def _read(self) -> MetricsSnapshot | None:
-        try:
-            status, text = await self.scraper.client.get("/metrics", timeout_s=max(1.0, 5 * self.interval_s))
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            status, text = 0, ""
-        if status != 200:
-            self.failed += 1
-            return None
-        return snapshot_from_text(text)
+        snap, _ = await self.scraper.read(timeout_s=max(1.0, 5 * self.interval_s))
+        self.failed += snap is None
+        return snap
 
     async def _loop(self) -> None:
         while True:
