@@ -353,7 +353,7 @@ def test_calibrate_on_the_40691_log_given_the_block_size_and_groups_it_asks_for_
 def test_plan_uses_the_40691_calibration(capsys, tmp_path):
     log, out = _log_40691(tmp_path), tmp_path / "cal.json"
     assert main(["calibrate", "--vllm-log", str(log), "--block-size", "784", "--kv-cache-groups", "4",
-                 "--out", str(out)]) == 0
+                 "--model", "Qwen/Qwen3.5-27B", "--out", str(out)]) == 0  # the quotes name no model: the issue does
     capsys.readouterr()
     assert main(["plan", "qwen3.5-27b", "--gpus", "1xH20", "--max-model-len", "32768", "--calibration", str(out),
                  "--fills", "20", "--json"]) == 0
@@ -363,7 +363,7 @@ def test_plan_uses_the_40691_calibration(capsys, tmp_path):
 def test_a_calibration_at_another_memory_utilisation_is_refused_in_one_line_unless_told(capsys, tmp_path):
     log, out = _log_40691(tmp_path), tmp_path / "cal.json"
     assert main(["calibrate", "--vllm-log", str(log), "--block-size", "784", "--kv-cache-groups", "4",
-                 "--out", str(out)]) == 0
+                 "--model", "Qwen/Qwen3.5-27B", "--out", str(out)]) == 0
     capsys.readouterr()
     out.write_text(json.dumps({**json.loads(out.read_text()), "gpu_memory_utilization": 0.85}))
     argv = ["plan", "qwen3.5-27b", "--gpus", "1xH20", "--max-model-len", "32768", "--calibration", str(out),
@@ -388,8 +388,8 @@ def test_a_calibration_at_another_memory_utilisation_or_kv_dtype_is_refused_nami
     from servesize.resolve import check_calibration_matches, deployment_of, model_of
     from servesize.scenario import Scenario
 
-    cal = Calibration.from_dict({"source": "x.log", "era": "v1-new", "max_model_len": 32768,
-                                 "gpu_memory_utilization": 0.8, "kv_cache_dtype": "fp8_e4m3", "pool_tokens": 1000})
+    cal = Calibration.from_dict({"source": "x.log", "era": "v1-new", "model": "meta-llama/Llama-3.1-8B",
+                                 "max_model_len": 32768, "gpu_memory_utilization": 0.8, "kv_cache_dtype": "fp8_e4m3", "pool_tokens": 1000})
     scenario = Scenario(model="llama-3.1-8b", gpus="1xH100", max_model_len=32768, kv_cache_dtype="fp8",
                         gpu_memory_utilization=0.9)
     deployment = deployment_of(scenario, model_of("llama-3.1-8b"))
@@ -451,7 +451,7 @@ def test_calibrate_on_the_mi50_gdn_log_with_its_draft_tokens_pins_473_blocks(cap
 def test_plan_uses_the_mi50_calibration(capsys, tmp_path):
     out = tmp_path / "cal.json"
     assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4",
-                 "--num-speculative-tokens", "2", "--out", str(out)]) == 0
+                 "--num-speculative-tokens", "2", "--model", "qwen35-27b-awq", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["plan", _awq_qwen35_27b(tmp_path), *_MI50_PLAN, "--calibration", str(out), "--fills", "20",
                  "--no-sensitivity", "--json"]) == 0
@@ -481,25 +481,33 @@ def test_plan_uses_the_padding_layers_calibration(capsys, tmp_path):
     out = tmp_path / "cal.json"
     assert main(["calibrate", "--vllm-log", str(LOGS / "v1-padding-layers-0246.log"), "--block-size", "1600",
                  "--kv-cache-groups", "4", "--mamba-cache-mode", "align", "--blocks-per-request", "97",
-                 "--out", str(out)]) == 0
+                 "--model", "Qwen3.6-27B-NVFP4", "--out", str(out)]) == 0   # the excerpt names no model
     capsys.readouterr()
     assert main(["plan", *_0246_PLAN, "--calibration", str(out), "--fills", "20", "--no-sensitivity", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pool_tokens"] == (117 - 1 - 15) * 1600
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["llama-3.1-8b", "--gpus", "2xRTX5090", "-tp", "2"], "calibrated for a model of 4 KV-cache groups, not"),
-    (["AWQ", "--gpus", "2xH100", "-tp", "2"], "measured on a GPU of 31.98 GiB, not H100-SXM's"),
+@pytest.mark.parametrize(("named", "argv", "says"), [
+    ("qwen35-27b-awq", ["llama-3.1-8b", "--gpus", "2xRTX5090", "-tp", "2"],
+     "measured on model 'qwen35-27b-awq', not llama-3.1-8b"),
+    # a name that a one-group model's also holds (qwen3 in qwen3-8b): the KV-cache groups still tell them apart
+    ("qwen3", ["qwen3-8b", "--gpus", "2xRTX5090", "-tp", "2"], "calibrated for a model of 4 KV-cache groups, not"),
+    (None, ["llama-3.1-8b", "--gpus", "2xRTX5090", "-tp", "2"], "does not say which model it measured"),
+    ("qwen35-27b-awq", ["AWQ", "--gpus", "2xH100", "-tp", "2"], "measured on a GPU of 31.98 GiB, not H100-SXM's"),
 ])
-def test_a_hybrid_calibration_applied_to_another_model_or_gpu_is_refused_in_one_line(capsys, tmp_path, argv, says):
+def test_a_hybrid_calibration_applied_to_another_model_or_gpu_is_refused_in_one_line(capsys, tmp_path, named, argv,
+                                                                                      says):
     out = tmp_path / "cal.json"
     assert main(["calibrate", "--vllm-log", str(LOGS / "v1-new-hybrid-gdn-mi50.log"), "--kv-cache-groups", "4",
-                 "--num-speculative-tokens", "2", "--out", str(out)]) == 0
-    capsys.readouterr()
+                 "--num-speculative-tokens", "2", *(["--model", named] if named else []), "--out", str(out)]) == 0
+    told = capsys.readouterr().out
+    assert ("--calibration-mismatch-ok" in told) == (named is None)   # calibrate says what an unnamed log will need
     argv = [_awq_qwen35_27b(tmp_path) if a == "AWQ" else a for a in argv]
     assert main(["plan", *argv, "--calibration", str(out), "--fills", "20", "--no-sensitivity"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and says in captured.err
+    assert main(["plan", *argv, "--calibration", str(out), "--fills", "20", "--no-sensitivity",
+                 "--calibration-mismatch-ok"]) in (0, 3)   # told, it is applied (exit 3: that model does not fit)
 
 
 def test_a_calibration_at_another_tensor_parallel_size_or_of_another_model_is_refused_in_one_line(capsys, tmp_path,
@@ -530,7 +538,7 @@ def test_plan_uses_the_26646_qwen3_next_calibration(capsys, tmp_path, public):
     log, out = tmp_path / "vllm-26646.log", tmp_path / "cal.json"
     log.write_text("\n".join(case["quotes"]) + "\n")
     assert main(["calibrate", "--vllm-log", str(log), "--kv-cache-groups", "4", "--mamba-cache-mode", "none",
-                 "--out", str(out)]) == 0
+                 "--model", "Qwen3-Next-80B-A3B", "--out", str(out)]) == 0   # the fixture's model (a local path)
     capsys.readouterr()
     # the pre-v0.20.1 line is (n // 4) x B: the pool of one request's attention is the logged tokens x 4 groups
     assert load_calibration(out).pool_tokens == 90048 * 4
@@ -539,3 +547,16 @@ def test_plan_uses_the_26646_qwen3_next_calibration(capsys, tmp_path, public):
                  "--vllm-version", "0.11.0", "--calibration", str(out), "--fills", "20", "--no-sensitivity",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pool_tokens"] == 90048 * 4
+
+
+def test_a_model_given_to_calibrate_names_a_log_that_names_none_and_never_overrides_one_that_does(tmp_path):
+    from servesize import api
+
+    quoted = api.calibrate(_log_40691(tmp_path).read_text(), model="Qwen/Qwen3.5-27B")
+    assert quoted.model == "Qwen/Qwen3.5-27B" and any("as given: the log names none" in n for n in quoted.notes)
+    unnamed = api.calibrate(_log_40691(tmp_path).read_text())
+    assert unnamed.model is None and any("--calibration-mismatch-ok" in n for n in unnamed.notes)
+    full = (LOGS / "v1-0102-qwen3-235b-l40s-tp.log").read_text()   # its config line names the model
+    named = api.calibrate(full, model="llama-3.1-8b")
+    assert named.model == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+    assert any("llama-3.1-8b" in n and "is not used" in n for n in named.notes)

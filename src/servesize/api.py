@@ -69,6 +69,13 @@ def resolve_model(spec: str | InlineConfig) -> ResolvedModel:
     return model_of(spec)
 
 
+def model_name(scenario: Scenario) -> str:
+    """The name plan shows for the scenario's model (the catalogue key, else the config's architecture name)."""
+    if scenario.model is None:
+        raise BadInput("no model given", field="model")
+    return display_name(model_of(scenario.model))
+
+
 def models(names: list[str] | None = None, *, explain: bool = False) -> ModelsResult:
     """The catalogue (or the models named): parameters, layers by kind, KV bytes per token at 16 bits."""
     from servesize.engine.models_table import ModelsResult, model_row
@@ -363,14 +370,16 @@ def read_vllm_log(text: str, source: str = "<log>") -> LogFacts:
 
 def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | None = None,
               kv_cache_groups: int | None = None, mamba_cache_mode: str | None = None,
-              blocks_per_request: int | None = None, num_speculative_tokens: int = 0) -> Calibration:
+              blocks_per_request: int | None = None, num_speculative_tokens: int = 0,
+              model: str | None = None) -> Calibration:
     """A start-up log (its text, or what ``read_vllm_log`` found in it) -> a Calibration that
     ``Scenario(calibration=...)`` takes. What a hybrid model's log does not say (its block size, KV-cache
-    groups, Mamba cache mode, draft tokens per step or per-request block sum) may be given."""
+    groups, Mamba cache mode, draft tokens per step or per-request block sum) may be given, and so may the
+    model, where the log does not name it."""
     facts = log if isinstance(log, LogFacts) else parse_vllm_log(log, source=source)
     return calibrate_facts(facts, block_size=block_size, kv_cache_groups=kv_cache_groups,
                            mamba_cache_mode=mamba_cache_mode, blocks_per_request=blocks_per_request,
-                           num_speculative_tokens=num_speculative_tokens)
+                           num_speculative_tokens=num_speculative_tokens, model=model)
 
 
 def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int | None = None,

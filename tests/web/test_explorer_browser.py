@@ -414,7 +414,7 @@ def test_a_pasted_vllm_log_recalibrates_the_pool(page, server, cli, tmp_path):
     page.wait_for_function("() => document.querySelector('#tiles [data-tile=pool] .ts').textContent.length > 0")
     settle(page)
     calibration = tmp_path / "calibration.json"
-    cli("calibrate", "--vllm-log", str(log), "--out", str(calibration))
+    cli("calibrate", "--vllm-log", str(log), "--model", "qwen3-30b-a3b", "--out", str(calibration))  # the page's model
     doc = cli("plan", "qwen3-30b-a3b", "--gpus", "4xA10", "-tp", "4", "--max-model-len", "8192", "--vllm-version", "0.8.5",
               "--median", "3000", "--prefix", "1500", "--subagent-median", "2000", "--subagent-prefix", "500",
               "--calibration", str(calibration))
@@ -447,7 +447,7 @@ def test_a_pasted_hybrid_log_is_applied_and_the_verdict_moves(page, server, cli,
     settle(page)
     memory = cli("memory", "qwen3.5-27b", *flags)
     calibration = tmp_path / "calibration.json"
-    cli("calibrate", "--vllm-log", str(log), "--block-size", str(memory["pool"]["block_size"]),
+    cli("calibrate", "--vllm-log", str(log), "--model", "qwen3.5-27b", "--block-size", str(memory["pool"]["block_size"]),
         "--kv-cache-groups", str(len(memory["pool"]["groups"])), "--out", str(calibration))
     doc = cli("plan", "qwen3.5-27b", *flags, "--calibration", str(calibration))
     after = shown(page)

@@ -228,13 +228,17 @@ def test_a_calibration_comes_from_a_pasted_log_and_replaces_the_pool():
             "vllm_version": "0.8.5", "median": 3000, "prefix": 1500, "subagent_median": 2000, "subagent_prefix": 500}
     status, doc, _ = call("POST", "/api/calibrate", {**body, "vllm_log": log})
     assert status == 200 and doc["usable"]
-    calibration = s.calibrate(log, source="pasted log")
+    calibration = s.calibrate(log, source="pasted log", model="qwen3-30b-a3b")   # the quotes name none: the page's
     assert doc["calibration"] == finite(calibration.to_dict())
     status, view, _ = call("POST", "/api/plan", {**body, "calibration": doc["calibration"]})
     assert status == 200
     expected = s.plan(s.Scenario(**body, calibration=calibration), sensitivity=False)
     assert view["plan"]["pool_tokens"] == expected.fixed.pool_tokens
     assert "calibration" in view["plan"]["pool_source"]
+    # the page's model is now the calibration's: on another model's page it is refused, naming the field
+    status, refused, _ = call("POST", "/api/plan", {**body, "model": "llama-3.1-8b", "gpus": "1xH100",
+                                                    "tensor_parallel_size": 1, "calibration": doc["calibration"]})
+    assert status == 400 and refused["field"] == "calibration" and "qwen3-30b-a3b" in refused["error"]
 
 
 _QWEN35_H20 = {"model": "qwen3.5-27b", "gpus": "1xH20", "max_model_len": 32768, "max_num_batched_tokens": 16384,
@@ -252,7 +256,7 @@ def test_a_hybrid_log_is_applied_with_the_groups_and_block_size_of_the_pages_fla
     used = {c["name"]: (c["value"], c["from"]) for c in doc["controls"]}
     assert used["block_size"] == (pool.block_size, "the page's flags") and used["kv_cache_groups"][0] == len(pool.groups)
     by_hand = s.calibrate(log, source="pasted log", block_size=pool.block_size, kv_cache_groups=len(pool.groups),
-                          mamba_cache_mode="none", num_speculative_tokens=0)
+                          mamba_cache_mode="none", num_speculative_tokens=0, model="qwen3.5-27b")
     assert doc["calibration"] == finite(by_hand.to_dict())
     assert doc["calibration"]["pool_tokens"] == (1487 - 1 - 3) * 784   # the fixture's notes: 1,487 blocks of 784
     status, view, _ = call("POST", "/api/plan", {**_QWEN35_H20, "calibration": doc["calibration"]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ examples:
   servesize calibrate --vllm-log server.log
   servesize calibrate --vllm-log run1.log --vllm-log run2.log --out calibration.json
   servesize calibrate --vllm-log qwen35.log --block-size 784 --kv-cache-groups 4 --json
+  servesize calibrate --vllm-log quoted-lines.log --model Qwen/Qwen3-30B-A3B --out calibration.json
   servesize calibrate --vllm-log gdn-mtp.log --kv-cache-groups 4 --mamba-cache-mode align --num-speculative-tokens 2
 
 The log must cover a start-up from launch until vLLM prints its KV-cache lines ('GPU KV cache
@@ -27,7 +29,8 @@ size', '# GPU blocks' or 'Available KV cache memory'). With several start-ups in
 last one that did not fail is used. Hybrid models (sliding window, Mamba/GDN) need --block-size
 and --kv-cache-groups (servesize memory prints both) before the block count can be pinned down; a
 server with speculative decoding, --num-speculative-tokens; where a kernel holds more state blocks,
---blocks-per-request (servesize memory --explain prints it).
+--blocks-per-request (servesize memory --explain prints it). A log that does not name its model
+(lines quoted without vLLM's config line) needs --model before plan applies it to one.
 """
 
 
@@ -35,6 +38,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vllm-log", action="append", required=True, metavar="FILE", dest="vllm_log",
                         help="a vLLM server log (repeat for several)")
     parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here (default: print a summary only)")
+    parser.add_argument("--model", metavar="NAME", type=_model_name,
+                        help="the model the log is of, where it does not name one (a quoted log without vLLM's config "
+                             "line); plan checks the calibration against the model it is applied to")
     from servesize.vllm_logs.calibration import LOG_HINTS
 
     for hint in LOG_HINTS:  # what a hybrid model's log does not say (declared once: the explorer shows them too)
@@ -128,6 +134,16 @@ def _memory_rows(cal: Calibration) -> list[str]:
         ("CUDA graphs", cal.cudagraph_gib), ("GPU total (CUDA)", cal.total_gpu_memory_gib)) if v is not None]
 
 
+MAX_MODEL_NAME_CHARS = 300  # a Hugging Face id is at most 96 characters per part; a local path a few hundred
+
+
+def _model_name(text: str) -> str:
+    name = text.strip()
+    if not name or len(name) > MAX_MODEL_NAME_CHARS:
+        raise argparse.ArgumentTypeError(f"give the model's name or Hugging Face id (1 to {MAX_MODEL_NAME_CHARS} characters)")
+    return name
+
+
 def _read(path: str) -> str:
     data = read_input(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True)
     return data.decode("utf-8", errors="replace")
@@ -143,7 +159,7 @@ def run(args):
         facts = parse_vllm_log(_read(path), source=pathlib.Path(path).name)
         cal = calibrate(facts, block_size=args.block_size, kv_cache_groups=args.kv_cache_groups,
                         mamba_cache_mode=args.mamba_cache_mode, blocks_per_request=args.blocks_per_request,
-                        num_speculative_tokens=args.num_speculative_tokens)
+                        num_speculative_tokens=args.num_speculative_tokens, model=args.model)
         items.append((facts, cal))
     if args.out:
         try:

@@ -42,9 +42,12 @@ def calibration_of(scenario: Scenario) -> tuple[Calibration, str] | None:
 
 
 def _model_words(text: str) -> frozenset[str]:
-    """A model name as the words it is made of: its last path part, lowercase, split at what is not a letter or digit
-    (Meta-Llama-3.1-8B-Instruct -> meta, llama, 3, 1, 8b, instruct)."""
-    last = str(text).replace("\\", "/").rstrip("/").rpartition("/")[2].lower()
+    """A model name as the words it is made of: its last path part (a config.json's folder), lowercase, split at what
+    is not a letter or digit (Meta-Llama-3.1-8B-Instruct -> meta, llama, 3, 1, 8b, instruct)."""
+    path = str(text).replace("\\", "/").rstrip("/")
+    if path.lower().endswith("/config.json"):  # a config.json path names its model by its folder
+        path = path[: -len("/config.json")]
+    last = path.rpartition("/")[2].lower()
     return frozenset(w for w in re.split(r"[^a-z0-9]+", last) if w)
 
 
@@ -61,7 +64,7 @@ def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: 
         _check_calibration_identity(cal, scenario, deployment, where)
         _check_calibration_engine(cal, scenario, deployment, where)
     except BadInput as exc:
-        raise BadInput(f"{exc} (or --calibration-mismatch-ok to apply it anyway)") from None
+        raise BadInput(f"{exc} (or --calibration-mismatch-ok to apply it anyway)", field=exc.field or "calibration") from None
 
 
 def _kv_dtype_family(name: str) -> str:
@@ -78,26 +81,32 @@ def _check_calibration_engine(cal: Calibration, scenario: Scenario, deployment: 
     if "kv_cache_dtype" in given and theirs and theirs != _kv_dtype_family(deployment.kv_cache_dtype):
         raise BadInput(f"{where} was measured with kv_cache_dtype {str(cal.kv_cache_dtype)[:40]}, not "
                        f"{deployment.kv_cache_dtype}: give --kv-cache-dtype {str(cal.kv_cache_dtype)[:40]} or a calibration "
-                       "of this one")
+                       "of this one", field="kv_cache_dtype")
     if "gpu_memory_utilization" in given and cal.gpu_memory_utilization:
         ours_util = deployment.resolved_utilisation()
         if abs(float(cal.gpu_memory_utilization) - ours_util) > 1e-9:
             raise BadInput(f"{where} was measured at gpu_memory_utilization {cal.gpu_memory_utilization:g}, not "
                            f"{ours_util:g}: give --gpu-memory-utilization {cal.gpu_memory_utilization:g} or a "
-                           "calibration of this one")
+                           "calibration of this one", field="gpu_memory_utilization")
 
 
 def _check_calibration_identity(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
-    """The model, its TP and the GPU."""
+    """The model, its TP and the GPU. A calibration that does not name its model (a log quoted without vLLM's
+    config or 'non-default args' line) cannot be checked against any, so it is not applied to one unless told."""
+    if not cal.model and scenario.model is not None:
+        raise BadInput(f"{where} does not say which model it measured (its log has no vLLM config or 'non-default "
+                       f"args' line), so it cannot be checked against {display_name(model_of(scenario.model))}: "
+                       "calibrate from the whole start-up log, or name it (calibrate --model)", field="calibration")
     if cal.tensor_parallel_size is not None and cal.tensor_parallel_size != deployment.tensor_parallel_size:
         raise BadInput(f"{where} was measured at tensor_parallel_size {cal.tensor_parallel_size:,}, not this "
                        f"scenario's {deployment.tensor_parallel_size}: give -tp {cal.tensor_parallel_size} or a "
-                       "calibration of this deployment")
+                       "calibration of this deployment", field="tensor_parallel_size")
     if cal.model and scenario.model is not None:
         model = model_of(scenario.model)
         theirs = _model_words(cal.model)
+        spec = scenario.model if isinstance(scenario.model, str) else ""  # a local folder or config.json path too
         ours = [w for w in (_model_words(display_name(model)), _model_words(hf_id_of(model, scenario.model)),
-                            _model_words(model.architecture.name)) if w]
+                            _model_words(model.architecture.name), _model_words(spec)) if w]
         if theirs and not any(theirs <= w or w <= theirs for w in ours):  # one name's words within the other's
             raise BadInput(f"{where} was measured on model {clip(cal.model)}, not {display_name(model)}: give that "
                            "MODEL, or a calibration of this one")

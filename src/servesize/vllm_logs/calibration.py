@@ -624,16 +624,31 @@ def _setup_notes(facts: LogFacts) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _model(facts: LogFacts, given: str | None) -> _Derived[str | None]:
+    """The model the log is of: as it names it, else as the caller says (a log quoted without vLLM's config line),
+    else unknown, and then plan cannot check the calibration against the model it is applied to."""
+    logged = facts.value("model")
+    if logged:
+        ignored = (f"the model given ({clip(given)}) is not used: the log names {clip(logged)}",) \
+            if given and given != logged else ()
+        return _Derived(logged, notes=ignored)
+    if given:
+        return _Derived(given, notes=(f"model {clip(given)} as given: the log names none",))
+    return _Derived(None, notes=("the log names no model (no vLLM config or 'non-default args' line): plan and "
+                                 "memory apply this calibration only with --calibration-mismatch-ok",))
+
+
 def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups: int | None = None,
               blocks_per_request: int | None = None, mamba_cache_mode: str | None = None,
-              num_speculative_tokens: int = 0) -> Calibration:
+              num_speculative_tokens: int = 0, model: str | None = None) -> Calibration:
     """Turn a start-up's facts into a Calibration.
 
     ``block_size``, ``kv_cache_groups`` (how many KV-cache groups the model has), ``blocks_per_request``
     (the per-request block sum at max_model_len), ``mamba_cache_mode`` and ``num_speculative_tokens`` (the
     draft tokens per step, each one more state block per request) are what the log does not say for hybrid
     models; give them when you know them (``servesize memory --explain`` prints the groups and the sum),
-    and the block count is pinned down where the printed numbers allow exactly one value."""
+    and the block count is pinned down where the printed numbers allow exactly one value. ``model`` names the
+    model where the log does not (plan refuses to apply a calibration that names none to a model unless told)."""
     era = _era(facts)
     max_model_len = _max_model_len(facts)
     stated_block_size = _stated_block_size(facts, block_size)
@@ -654,10 +669,11 @@ def calibrate(facts: LogFacts, *, block_size: int | None = None, kv_cache_groups
     weights = _weights_gib(facts)
     activation = _activation_gib(facts, weights.value)
     non_torch = _non_torch_gib(facts)
-    notes = (*facts.notes, *era.notes, *max_model_len.notes, *_rank_notes(facts), *available.notes, *groups.notes,
+    named = _model(facts, model)
+    notes = (*facts.notes, *named.notes, *era.notes, *max_model_len.notes, *_rank_notes(facts), *available.notes, *groups.notes,
              *state_notes, *count.notes, *pool.notes, *weights.notes, *activation.notes, *non_torch.notes, *_setup_notes(facts))
     return _possible(Calibration(
-        source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=facts.value("model"),
+        source=facts.source, era=era.value, vllm_version=facts.vllm_version, model=named.value,
         tensor_parallel_size=facts.value("tensor_parallel_size"), max_model_len=max_model_len.value,
         kv_cache_dtype=facts.value("kv_cache_dtype"), gpu_memory_utilization=facts.value("gpu_memory_utilization"),
         quantization=facts.value("quantization"), block_size=block.value, kv_cache_groups=kv_cache_groups,

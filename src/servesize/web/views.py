@@ -629,14 +629,17 @@ def _calibrated(scenario: Scenario, log_text: str, given: dict[str, Any]) -> tup
     """The log's calibration with what the visitor gave; where that fixes no pool, again with what the page's flags
     say for the rest (the rule a user of calibrate follows by hand: servesize memory prints the block size and the
     groups). Returns the calibration, the hints used with where each came from, whether it applies, and why."""
-    calibration = api.calibrate(log_text, source="pasted log", **given)
+    # a log that names no model is the page's model's (pasted beside its figures): the calibration says so, and a
+    # later change of model refuses it, as plan --calibration refuses another model's
+    named = api.model_name(scenario) if scenario.model is not None else None
+    calibration = api.calibrate(log_text, source="pasted log", **given, model=named)
     used = {k: {"value": v, "from": "given"} for k, v in given.items()}
     usable, why = api.calibration_applies(scenario, calibration)
     if usable:
         return calibration, used, usable, why
     derived: dict[str, Any] = {k: v for k, v in _scenario_hints(scenario, api.memory(scenario)).items() if k not in given}
     if derived:
-        retry = api.calibrate(log_text, source="pasted log", **given, **derived)
+        retry = api.calibrate(log_text, source="pasted log", **given, **derived, model=named)
         ok, reason = api.calibration_applies(scenario, retry)
         if ok:
             used.update({k: {"value": v, "from": "the page's flags"} for k, v in derived.items()})
