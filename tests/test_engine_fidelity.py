@@ -401,3 +401,24 @@ def test_a_gpu_without_a_published_flops_figure_plans_what_it_can_and_names_what
     given = _plan(capsys, "--gpu-flops", "125")
     assert given["ceilings_need"] == {} and given["prefill"] is not None
     assert given["ceilings"]["cache"] == d["ceilings"]["cache"] and given["ceilings"]["latency"] > 0
+
+
+def test_on_a_cpu_with_amx_tiles_mla_keeps_the_block_asked_for(capsys):
+    """vLLM 0.32's CPU platform serves MLA with AMX_MLA where torch reports AMX tiles (block as asked,
+    default 128), else with the reference CPU_MLA kernel (block 16 whatever was asked)."""
+    from servesize.cli import main
+    from servesize.model.hardware import cpu_flags_have
+    from servesize.resolve import deployment_of
+    from servesize.scenario import Scenario
+
+    def block(*flags):
+        assert main(["memory", "deepseek-v3", "--gpus", "8xH200", "--device", "cpu", "--max-model-len", "8192", *flags, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["block_size"]
+
+    assert block("--cpu-amx", "yes") == 128 and block("--cpu-amx", "yes", "--block-size", "64") == 64
+    assert block("--cpu-amx", "no") == 16 == block("--cpu-amx", "no", "--block-size", "64")
+    assert block("--cpu-amx", "yes", "--vllm-version", "0.31.0") == 16  # AMX MLA read in 0.32 only
+    assert block("--cpu-avx512-bf16", "no") == 16  # no CPU has AMX tiles without AVX-512 BF16
+    assert not deployment_of(Scenario(model="deepseek-v3", gpus="1xH100", device="cpu", cpu_avx512_bf16="no")).cpu_amx
+    assert cpu_flags_have("flags : avx512_bf16 amx_bf16 amx_tile\n", "amx_tile")
+    assert not cpu_flags_have("flags : avx512_bf16 amx_bf16\n", "amx_tile")

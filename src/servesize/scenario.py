@@ -577,6 +577,10 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                               "/proc/cpuinfo; yes/no: one with/without AVX-512 BF16 (vLLM's CPU build stores "
                               "recurrent states in float32 only on CPUs with it)", "engine", default="auto",
                               choices=("auto", "yes", "no"))
+    cpu_amx: str = _p("choice", "with --device cpu, whether that CPU has AMX tiles: vLLM's CPU build then serves MLA "
+                      "models with its AMX backend (block as asked, prefix caching kept) instead of the reference one "
+                      "(block 16); auto reads this machine's /proc/cpuinfo (none where --cpu-avx512-bf16 is no)",
+                      "engine", default="auto", choices=("auto", "yes", "no"))
     budget: str = _p("choice", "engine: vLLM's own budget with a named reserve estimate; simple: the calculator seed's "
                      "(utilisation minus weights)", "engine", default="engine", choices=("engine", "simple"))
 

@@ -12,7 +12,8 @@ engine logged, character for character.
     gpt_oss      sliding and full layers, attention sinks, experts
     qwen3_next   Gated DeltaNet + full attention (state-aligned block, padded state page)
     mamba2       attention-free (a block is one sequence)
-    deepseek_v2  MLA (the CPU build's reference MLA kernel forces block 16, no prefix caching)
+    deepseek_v2  MLA (with AMX tiles the CPU build's AMX MLA backend keeps block and prefix caching; without,
+                 its reference kernel forces block 16, no prefix caching: "-avx2" checks that one on any CPU)
     qwen2_window Qwen2's spelling of a window on every layer (use_sliding_window, max_window_layers 0)
     phi3_window  Phi-3-mini-4k's spelling: a bare sliding_window (2,047), no layer_types
     starcoder2   the window (256) on every layer, on vLLM's Transformers backend
@@ -26,7 +27,7 @@ setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-
 `--kv-cache-memory-bytes 12M` and `--max-num-batched-tokens 1K` in vLLM's own number spelling
 (12 MiB and 1,024), and turns prefix caching off for the hybrid. Setting C asks the attention-free
 model for prefix caching (Mamba2 'align' mode). A case ending "-avx2" starts the engine deciding as on
-a CPU without AVX-512 BF16 and runs servesize with `--cpu-avx512-bf16 no`.
+a CPU without AVX-512 BF16 or AMX and runs servesize with `--cpu-avx512-bf16 no` (which implies no AMX).
 
 Each (family, setting) starts one server for the module (in-process engine: one interpreter
 start); its start-up seconds are recorded in the log directory (starts.json).
@@ -61,11 +62,13 @@ EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "granitemoehybrid": dict(pr
 # Setting C: the attention-free model with prefix caching asked for, which puts its Mamba2 layers in
 # 'align' mode (three state blocks per request from 0.32: MambaMixer2's prefill checkpoint block).
 SETTINGS["C"] = dict(SETTINGS["A"], prefix_caching=True)
-# The same starts on a CPU without AVX-512 BF16 (vLLM keeps the states' own dtype there): "A-avx2" etc.
+# The same starts on a CPU without AVX-512 BF16 or AMX (vLLM keeps the states' own dtype there and serves MLA
+# with its reference kernel): "A-avx2" etc.
 # decide as an AVX2 machine would, so both kinds of x86 CPU are checked on whichever machine runs the tests.
 AVX2 = "-avx2"
 CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
-         + [("qwen3_next", "B" + AVX2), ("mamba2", "A" + AVX2), ("mamba2", "C" + AVX2)])
+         + [("qwen3_next", "B" + AVX2), ("mamba2", "A" + AVX2), ("mamba2", "C" + AVX2),
+            ("deepseek_v2", "A" + AVX2), ("deepseek_v2", "B" + AVX2)])
 
 
 @pytest.fixture(scope="module")

@@ -61,8 +61,9 @@ class ServerConfig:
     prefix_caching: bool | None = True  # None: the engine's default for the model
     max_num_seqs_flag: bool = True  # False: leave --max-num-seqs to the engine's default
     in_process: bool = False  # engine core and worker in the API server's process (one interpreter start, not three)
-    # False: vLLM decides as on a CPU without AVX-512 BF16 (an AVX2 EPYC, say), whatever this CPU has: torch's
-    # check is answered False in the server's interpreter (a sitecustomize on its path); its kernels are unchanged
+    # True: vLLM decides as on a CPU without AVX-512 BF16 (an AVX2 EPYC, say), whatever this CPU has: torch's
+    # checks for AVX-512 BF16 and for AMX tiles (no CPU has AMX without AVX-512 BF16) are answered False in the
+    # server's interpreter (a sitecustomize on its path); its kernels are unchanged
     without_avx512_bf16: bool = False
 
     def flags(self, port: int) -> list[str]:
@@ -141,9 +142,11 @@ class VllmServer:
         site = pathlib.Path(self.log_path).parent / "no-avx512-bf16-site"
         site.mkdir(parents=True, exist_ok=True)
         (site / "sitecustomize.py").write_text(
-            "# vLLM's CPU platform decides dtypes by torch.cpu._is_avx512_bf16_supported(): answer as an AVX2 CPU would\n"
+            "# vLLM's CPU platform decides dtypes by torch.cpu._is_avx512_bf16_supported() and its MLA backend by\n"
+            "# torch.cpu._is_amx_tile_supported(): answer as an AVX2 CPU would\n"
             "import torch\n"
-            "torch.cpu._is_avx512_bf16_supported = lambda: False\n")
+            "torch.cpu._is_avx512_bf16_supported = lambda: False\n"
+            "torch.cpu._is_amx_tile_supported = lambda: False\n")
         return site
 
     def start(self, timeout_s: float = 300.0) -> VllmServer:

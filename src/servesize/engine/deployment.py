@@ -76,9 +76,12 @@ def batch_default_words(which: str) -> str:
           else f"before v0.8 max_model_len, or {V0_CHUNKED_BATCHED_TOKENS} with chunked prefill")
     return f"{', '.join(parts)}, else {fallback}; the CPU build {cpu} per rank; {v0}"
 # The CPU MLA reference kernel compiles only for block 16 (platforms/cpu.py, from 0.28); CPUs
-# with AMX tiles take the AMX MLA backend instead, which keeps the CPU default block.
+# with AMX tiles (torch.cpu._is_amx_tile_supported) take the AMX MLA backend instead, which keeps the
+# CPU default block and leaves chunked prefill and prefix caching on (read in the 0.32.0 wheel's
+# platforms/cpu.py and amx_mla.py; earlier releases were not checked, so the reference rule stands there).
 CPU_MLA_BLOCK = 16
 CPU_MLA_FORCED_FROM = (0, 28, 0)
+CPU_AMX_MLA_FROM = (0, 32, 0)
 # Sliding-window and chunked-local specs reserve for every batch in flight (max_in_flight_tokens,
 # kv_cache_interface.py from 0.26.0); async scheduling, on by default on CUDA, keeps two in flight.
 IN_FLIGHT_BATCHES_FROM = (0, 26, 0)
@@ -148,6 +151,7 @@ class Deployment:
     vllm_version: str = DEFAULT_VLLM_VERSION
     device: str = "cuda"
     cpu_avx512_bf16: bool = True  # the CPU build's machine has AVX-512 BF16 (platforms/cpu.py decides by it)
+    cpu_amx: bool = False  # ... and AMX tiles (its MLA backend is then AMX_MLA, not the reference CPU_MLA)
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -233,15 +237,16 @@ class Deployment:
                            field="max_model_len")
         return max_len
 
-    def _cpu_mla(self, arch: Architecture) -> bool:
+    def cpu_reference_mla(self, arch: Architecture) -> bool:
         """The CPU build's reference MLA backend (no AMX): block 16, no chunked prefill, no prefix caching."""
-        return self.device == "cpu" and bool(arch.count(MLA)) and self.version >= CPU_MLA_FORCED_FROM
+        return (self.device == "cpu" and bool(arch.count(MLA)) and self.version >= CPU_MLA_FORCED_FROM
+                and not (self.cpu_amx and self.version >= CPU_AMX_MLA_FROM))
 
     def _prefix_caching(self, arch: Architecture) -> bool:
         """As asked; by default on, except for attention-free models and, before 0.26, for hybrid
         (attention + Mamba/GDN) models (ModelConfig.is_prefix_caching_supported); the CPU build turns
         it off for MLA (platforms/cpu.py: 'forcing chunked prefill and prefix caching to be disabled')."""
-        if self._cpu_mla(arch):
+        if self.cpu_reference_mla(arch):
             return False
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
@@ -250,7 +255,7 @@ class Deployment:
         return not arch.has_state or self.version >= HYBRID_PREFIX_CACHING_FROM
 
     def _chunked_prefill(self, arch: Architecture, max_len: int = 0, gpus: GpuGroup | None = None) -> bool:
-        if self._cpu_mla(arch):
+        if self.cpu_reference_mla(arch):
             return False
         if self.enable_chunked_prefill is not None:
             return self.enable_chunked_prefill
@@ -306,7 +311,7 @@ class Deployment:
             else:
                 mnbt = batched_default if chunked else max(length, batched_default)
                 mnbt = min(seqs * length, mnbt) if length else mnbt
-        if self._cpu_mla(arch):
+        if self.cpu_reference_mla(arch):
             mnbt = max(length, DEFAULT_MAX_NUM_BATCHED_TOKENS)
         if self.max_num_seqs is None and v >= V1_FROM:
             seqs = min(seqs, mnbt)

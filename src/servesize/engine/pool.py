@@ -172,8 +172,9 @@ def _base_block_size(arch: Architecture, dep: Deployment, gpu: Gpu | None, notes
 
 def _cpu_block_size(arch: Architecture, dep: Deployment, notes: list[str]) -> int:
     """The CPU build: default block 128, any multiple of 32 (a warning otherwise, from 0.28); its
-    reference MLA kernel (CPUs without AMX tiles) takes block 16 only, whatever was asked."""
-    if arch.count(MLA) and dep.version >= CPU_MLA_FORCED_FROM:
+    reference MLA kernel (CPUs without AMX tiles) takes block 16 only, whatever was asked; the AMX one
+    keeps the CPU rules."""
+    if dep.cpu_reference_mla(arch):
         if dep.block_size not in (None, CPU_MLA_BLOCK):
             notes.append(f"the CPU MLA backend requires block size {CPU_MLA_BLOCK} and overrides --block-size "
                          f"{dep.block_size} (CPUs with AMX tiles take the AMX MLA backend instead)")

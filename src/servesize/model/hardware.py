@@ -348,18 +348,34 @@ def host_has_avx512_bf16(cpuinfo: str = _CPUINFO) -> bool:
     """Whether this machine's CPU has AVX-512 BF16, as vLLM's CPU build asks torch
     (``torch.cpu._is_avx512_bf16_supported``, from cpuinfo's CPUID reading; Linux lists the same
     bit as the ``avx512_bf16`` flag). False where the file cannot be read (not Linux, not x86)."""
+    return cpu_flags_have_avx512_bf16(_read_cpuinfo(cpuinfo))
+
+
+@lru_cache(maxsize=1)
+def host_has_amx_tile(cpuinfo: str = _CPUINFO) -> bool:
+    """Whether this machine's CPU has AMX tiles, as vLLM's CPU build asks torch
+    (``torch.cpu._is_amx_tile_supported``; Linux lists the bit as the ``amx_tile`` flag once the
+    kernel allows the tile state). False where the file cannot be read."""
+    return cpu_flags_have(_read_cpuinfo(cpuinfo), "amx_tile")
+
+
+def _read_cpuinfo(path: str) -> str:
     try:
-        with open(cpuinfo, encoding="ascii", errors="replace") as f:
-            text = f.read(_CPUINFO_MAX_BYTES)
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(_CPUINFO_MAX_BYTES)
     except OSError:
-        return False
-    return cpu_flags_have_avx512_bf16(text)
+        return ""
 
 
 def cpu_flags_have_avx512_bf16(cpuinfo_text: str) -> bool:
     """The first ``flags`` line of a /proc/cpuinfo text names ``avx512_bf16``."""
+    return cpu_flags_have(cpuinfo_text, "avx512_bf16")
+
+
+def cpu_flags_have(cpuinfo_text: str, flag: str) -> bool:
+    """The first ``flags`` line of a /proc/cpuinfo text names ``flag`` (a whole word)."""
     for line in cpuinfo_text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "flags":
-            return "avx512_bf16" in value.split()
+            return flag in value.split()
     return False

@@ -26,7 +26,7 @@ from servesize.engine.vocabulary import (
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.catalogue import InlineConfig, ResolvedModel, find_entry, resolve_model
-from servesize.model.hardware import GpuGroup, host_has_avx512_bf16, parse_gpus
+from servesize.model.hardware import GpuGroup, host_has_amx_tile, host_has_avx512_bf16, parse_gpus
 from servesize.scenario import Scenario
 
 ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "dtype",
@@ -82,6 +82,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     values: dict[str, Any] = {name: getattr(scenario, name) for name in ENGINE_FIELDS}
     values["num_speculative_tokens"] = scenario.num_speculative_tokens or 0
     values["cpu_avx512_bf16"] = cpu_avx512_bf16_of(scenario)
+    values["cpu_amx"] = cpu_amx_of(scenario)
     version = parse_version(scenario.vllm_version)
     if scenario.speculative_config is not None:
         if scenario.num_speculative_tokens:
@@ -101,6 +102,16 @@ def cpu_avx512_bf16_of(scenario: Scenario) -> bool:
     if scenario.cpu_avx512_bf16 != "auto":
         return scenario.cpu_avx512_bf16 == "yes"
     return scenario.device == "cpu" and host_has_avx512_bf16()
+
+
+def cpu_amx_of(scenario: Scenario) -> bool:
+    """Whether the CPU build runs on a CPU with AMX tiles: as asked, else this machine's. A CPU
+    given as without AVX-512 BF16 has none (every CPU with AMX, Sapphire Rapids on, has AVX-512 BF16)."""
+    if scenario.cpu_amx != "auto":
+        return scenario.cpu_amx == "yes"
+    if scenario.cpu_avx512_bf16 == "no":
+        return False
+    return scenario.device == "cpu" and host_has_amx_tile()
 
 
 def check_mtp_head(target: Architecture) -> None:

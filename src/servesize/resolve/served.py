@@ -23,7 +23,7 @@ from servesize.scenario import PARAMS, Param, Scenario, params_in
 from servesize.units import GiB
 
 # Scenario engine fields that are servesize's own (no `vllm serve` flag sets them).
-SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens", "cpu_avx512_bf16")
+SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens", "cpu_avx512_bf16", "cpu_amx")
 
 
 @dataclass(frozen=True)
