@@ -560,3 +560,31 @@ def test_a_model_given_to_calibrate_names_a_log_that_names_none_and_never_overri
     named = api.calibrate(full, model="llama-3.1-8b")
     assert named.model == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
     assert any("llama-3.1-8b" in n and "is not used" in n for n in named.notes)
+
+
+def test_kvcached_215_gemma3_log_given_block_and_groups_calibrates_to_blocks_plan_uses(public, tmp_path, capsys):
+    """The pre-v0.20.1 line leaves 7 consecutive block counts (138,747-138,753) for 7 sliding/full groups, and
+    the concurrency cannot narrow them (it depends on a batch size the log does not print): the lowest is
+    taken, with a note, and plan sizes the pool from it; memory at that count prints both logged lines."""
+    from test_vllm_logs import GEMMA3_4B
+
+    case = public["kvcached-215-gemma3-4b-a100"]
+    log, config, cal = tmp_path / "kvcached-215.log", tmp_path / "gemma-3-4b-it" / "config.json", tmp_path / "cal.json"
+    log.write_text("\n".join(case["quotes"]) + "\n")
+    config.parent.mkdir()
+    config.write_text(json.dumps(GEMMA3_4B))
+    assert main(["calibrate", "--vllm-log", str(log), "--block-size", "16", "--kv-cache-groups", "7",
+                 "--model", str(config), "--out", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "allow 7 block counts, 138,747 to 138,753" in out and "mamba-cache-mode" not in out
+    assert json.loads(cal.read_text())["num_blocks"] == 138747
+    engine = ["--gpus", "1xA100", "--max-model-len", "3072", "--vllm-version", "0.11.0"]
+    assert main(["plan", str(config), *engine, "--median", "1500", "--prefix", "500", "--calibration", str(cal), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert "block count" in plan["pool_source"]
+    assert main(["memory", str(config), *engine, "--num-gpu-blocks-override", "138747", "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)
+    tokens, conc = case["reported"]["gpu_kv_cache_size_tokens"], case["reported"]["max_concurrency"]
+    assert memory["log_lines"] == [f"GPU KV cache size: {tokens:,} tokens",
+                                   f"Maximum concurrency for 3,072 tokens per request: {conc:.2f}x"]
+    assert plan["pool_tokens"] == memory["usable_kv_tokens"]

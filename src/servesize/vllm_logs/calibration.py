@@ -192,6 +192,11 @@ _T = TypeVar("_T")
 _CONCURRENCY_HALF_STEP = 0.005  # the log prints the concurrency with two decimals too
 _BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # tried where the log prints '# GPU blocks' but no block size
 _OLD_TOKEN_LINE_ERAS = ("v1-uniform", "v1-hybrid-old")  # 'GPU KV cache size' = (n // G groups) x B (§6)
+# Where the pre-v0.20.1 line leaves G block counts and nothing narrows them (sliding-window groups: the
+# concurrency depends on a batch size the log does not print), they are G consecutive counts; where they lie
+# within this fraction of each other the lowest is taken (a pool at most this much below the engine's, never
+# above it). 138,747-138,753 for the kvcached#215 Gemma-3 log: 0.004%.
+MAX_BLOCK_COUNT_SPREAD = 0.001
 _ONE_GROUP_ASSUMED = " (no hybrid line printed: one KV-cache group assumed)"
 
 
@@ -391,6 +396,11 @@ def _block_count_from_old_line(lines: _PoolLines) -> _Derived[int | None]:
         candidates = [c for c in candidates if any(_prints_as(c / s, C) for s in per_request)]
         how += f", and n / {' or '.join(map(str, sorted(set(per_request))))} blocks per request prints {C:.2f}x"
     n = _unique(candidates)
+    if n is None and len(candidates) > 1 and max(candidates) - min(candidates) <= MAX_BLOCK_COUNT_SPREAD * min(candidates):
+        lo, hi = min(candidates), max(candidates)
+        return _Derived(lo, f"{how}; the lowest of the {len(candidates)} counts it allows ({lo:,}-{hi:,})", notes=(
+            f"the printed lines allow {len(candidates)} block counts, {lo:,} to {hi:,} ({how}); servesize takes the "
+            f"lowest, at most {(hi - lo) / hi:.3%} below the engine's pool",))
     if n is None:
         return _Derived(None, notes=(f"the printed lines allow {len(set(candidates))} block counts ({how}); not exact",))
     return _Derived(n, how)
@@ -481,7 +491,9 @@ def _pool_from_block_count(lines: _PoolLines, n: int | None) -> _Derived[int | N
                                      "servesize memory derives its usable tokens"))
         return _Derived(max(0, n - 1) * B, (f"(num_blocks - 1) x attention block size = ({n:,} - 1) x {B}: one request's attention "
                                       f"tokens; each request also pins 1-2 blocks in each of the {G - 1} Mamba/GDN group(s)"))
-    return None
+    return _Derived(None, (f"not one number from the log: plan and memory derive it from the {n:,} blocks "
+                           f"(--num-gpu-blocks-override) and the model's windows ({G} KV-cache groups that are not "
+                           "Mamba/GDN state, so the blocks a request pins depend on windows the log does not print)"))
 
 
 def _state_blocks(lines: _PoolLines, n: int) -> int | None:
