@@ -18,6 +18,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -89,13 +90,21 @@ def tiny_model(vllm_python, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_model_of(vllm_python, tmp_path_factory):
-    """family -> the tiny model of make_tiny_model.py --family (each built once per session)."""
+    """family -> the tiny model of make_tiny_model.py --family (each built once per session; safe to call from the
+    threads that start servers: a family's first caller builds it, the others wait for that one)."""
     built: dict[str, dict] = {}
+    locks: dict[str, threading.Lock] = {}
+    guard = threading.Lock()
 
     def get(family: str) -> dict:
-        if family not in built:
-            built[family] = make_tiny_model(vllm_python, tmp_path_factory.mktemp(f"tiny-{family}") / "model", family=family)
-        return built[family]
+        with guard:
+            lock = locks.setdefault(family, threading.Lock())
+        with lock:
+            if family not in built:
+                with guard:
+                    out = tmp_path_factory.mktemp(f"tiny-{family}") / "model"
+                built[family] = make_tiny_model(vllm_python, out, family=family)
+            return built[family]
 
     return get
 

@@ -30,7 +30,8 @@ model for prefix caching (Mamba2 'align' mode). A case ending "-avx2" starts the
 a CPU without AVX-512 BF16 or AMX and runs servesize with `--cpu-avx512-bf16 no` (which implies no AMX).
 
 Each (family, setting) starts one server for the module (in-process engine: one interpreter
-start); its start-up seconds are recorded in the log directory (starts.json).
+start), two at a time on worker threads ahead of the tests; its start-up seconds are recorded in the log
+directory (starts.json).
 
 REFUSED: starts vLLM refuses (one request at max_model_len does not fit); servesize must exit 3 naming
 the largest --max-model-len vLLM estimated in its error.
@@ -38,8 +39,11 @@ the largest --max-model-len vLLM estimated in its error.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import re
+import threading
 
 import pytest
 from vllm_server import ServerConfig, ServerStartError, VllmServer
@@ -71,30 +75,58 @@ CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
             ("deepseek_v2", "A" + AVX2), ("deepseek_v2", "B" + AVX2)])
 
 
+# Starts run START_WORKERS at a time, ahead of the tests that read them: a start is mostly one interpreter's
+# single-threaded import and set-up (12.0 s alone on this 2-core machine, 13.5 s each with two at once), so on two
+# cores two starts take about the time of one.
+START_WORKERS = max(1, min(2, os.cpu_count() or 1))
+KV_LINES_TEST = "test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exactly"
+
+
+def selected_cases(session: pytest.Session) -> list[tuple[str, str]]:
+    """The (family, setting) of each KV-lines test this run selected, in run order (nothing else is started)."""
+    return [(item.callspec.params["family"], item.callspec.params["setting"]) for item in session.items
+            if getattr(item, "originalname", None) == KV_LINES_TEST and item.module is not None
+            and item.module.__name__ == __name__]
+
+
 @pytest.fixture(scope="module")
-def started(vllm_python, tiny_model_of, vllm_log_dir, start_timeout_s):
-    """(family, setting) -> the server's command line and its start-up log, one start per case."""
-    logs: dict[tuple[str, str], tuple[str, str]] = {}
+def started(request, vllm_python, tiny_model_of, vllm_log_dir, start_timeout_s):
+    """(family, setting) -> the server's command line and its start-up log, one start per case, each started (and
+    stopped) on a worker thread before its test asks for it."""
     seconds: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def start(family: str, setting: str) -> tuple[str, str]:
+        base = setting.removesuffix(AVX2)
+        fields = {**SETTINGS[base], **(EXTRA_B.get(family, {}) if base == "B" else {})}
+        cfg = ServerConfig(model=tiny_model_of(family)["path"], prefix_caching=fields.pop("prefix_caching", None),
+                           max_num_seqs_flag=False, in_process=True, without_avx512_bf16=setting.endswith(AVX2),
+                           **fields)
+        srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-{setting}.log")
+        srv.start(timeout_s=start_timeout_s)
+        try:
+            result = (srv.command_line, srv.log_text())
+        finally:
+            srv.stop()
+        with lock:
+            seconds[f"{family}-{setting}"] = round(srv.startup_s or 0.0, 1)
+            (vllm_log_dir / "starts.json").write_text(json.dumps(seconds, indent=1))
+        return result
+
+    pool = concurrent.futures.ThreadPoolExecutor(START_WORKERS, thread_name_prefix="vllm-start")
+    futures = {case: pool.submit(start, *case) for case in selected_cases(request.session)}
 
     def get(family: str, setting: str) -> tuple[str, str]:
-        if (family, setting) not in logs:
-            base = setting.removesuffix(AVX2)
-            fields = {**SETTINGS[base], **(EXTRA_B.get(family, {}) if base == "B" else {})}
-            cfg = ServerConfig(model=tiny_model_of(family)["path"], prefix_caching=fields.pop("prefix_caching", None),
-                               max_num_seqs_flag=False, in_process=True, without_avx512_bf16=setting.endswith(AVX2),
-                               **fields)
-            srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-{setting}.log")
-            srv.start(timeout_s=start_timeout_s)
-            try:
-                logs[family, setting] = (srv.command_line, srv.log_text())
-                seconds[f"{family}-{setting}"] = round(srv.startup_s or 0.0, 1)
-            finally:
-                srv.stop()
-            (vllm_log_dir / "starts.json").write_text(json.dumps(seconds, indent=1))
-        return logs[family, setting]
+        with lock:
+            if (family, setting) not in futures:  # a case the run did not select up front
+                futures[family, setting] = pool.submit(start, family, setting)
+            future = futures[family, setting]
+        return future.result()
 
-    return get
+    try:
+        yield get
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def logged_lines(log: str) -> list[str]:

@@ -23,6 +23,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -38,11 +39,22 @@ SESSION_MAX_NUM_SEQS = 64
 SESSION_DTYPE = "bfloat16"
 
 
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on `host` a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that was free on `host` a moment ago (the OS picks it), never one this process handed out before:
+    servers started at once on several threads each get their own."""
+    with _handed_out_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise OSError(f"no free port on {host} that this process has not handed out already")
 
 
 @dataclasses.dataclass(frozen=True)
