@@ -33,6 +33,7 @@ in a trace names: they take pool space and match nothing).
 
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -354,7 +355,7 @@ class _Run:
         self.admitted = np.full(n, np.nan)
         self.holding: dict[int, np.ndarray] = {}
         self.finishes: list[tuple[float, int]] = []
-        self.waiting: list[int] = []
+        self.waiting: collections.deque[int] = collections.deque()  # FIFO: popped from the left
         self.running = 0
         self.res = ExactResult(cfg.num_blocks, cfg.block_size, service.name, cfg.output_blocks, self.hit, self.ideal,
                                self.admitted, replay.measured_from, replay.input_tokens, replay.session, replay.arrival_s,
@@ -413,7 +414,7 @@ class _Run:
 
     def _admit_waiting(self, now: float) -> None:
         while self.waiting and self.admit(self.waiting[0], now):
-            self.waiting.pop(0)
+            self.waiting.popleft()
 
     def arrive(self, i: int) -> None:
         self._ideal(i, self.r.nodes[self.r.offsets[i]:self.r.offsets[i + 1]])
@@ -443,7 +444,7 @@ def replay_exact(replay: Replay, cfg: CacheConfig, service: ServiceTimes | None 
     run.drain(math.inf)
     while run.waiting:  # nothing runs and someone still waits: only if it can never fit
         run.res.too_large += 1
-        run.waiting.pop(0)
+        run.waiting.popleft()
         run._admit_waiting(math.inf)
     run.res.evictions = run.pool.evictions
     run.res.evictions_measured += run.pool.evictions
