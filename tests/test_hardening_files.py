@@ -182,6 +182,17 @@ def test_a_workload_number_past_a_floats_range_is_refused_naming_file_and_field(
     assert len(line) < 300
 
 
+@pytest.mark.parametrize("key", ["\n", "a.b", "x" * 5000, ""])
+def test_a_field_named_by_a_key_that_is_no_plain_name_keeps_the_refusal_one_line(key, tmp_path, capsys):
+    # found by the wrong-shape generator: a key "\n" holding 10**15 + 1 printed the refusal on two lines
+    data = preset("coding-agent").workload().to_dict()
+    data["notes_by_key"] = {key: 10**15 + 1}  # MAX_FILE_NUMBER is 10**15
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(data))
+    line = refused(capsys, *PLAN, "--workload", path, fragments=("wl.json", f"notes_by_key[{key!r}"[:40], "out of range"))
+    assert len(line) < 300
+
+
 def test_calibrate_refuses_a_log_whose_figures_leave_the_kv_cache_negative(tmp_path, capsys):
     log = tmp_path / "edited.log"
     log.write_text(V0_LOG.read_text().replace("peak_torch_memory=17.06GiB", "peak_torch_memory=30.00GiB"))

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from servesize.errors import BadInput
+from servesize.errors import MAX_ECHO_CHARS, BadInput, clip
 
 # -- files -------------------------------------------------------------------------------------------
 MAX_CONFIG_BYTES = 16 << 20          # a config.json: the largest in tests/fixtures is 88,567 bytes (an NVFP4 module list)
@@ -193,10 +193,16 @@ MAX_REPLAY_SESSIONS = 1 << 20        # sessions one replay draws (--users x --se
 
 
 def field_path(path: tuple) -> str:
-    """``("user", "sigma")`` -> ``user.sigma``; a list index as ``[2]``."""
+    """``("user", "sigma")`` -> ``user.sigma``; a list index as ``[2]``; a key that is not a plain name (a newline, a
+    dot, 5,000 characters: a file may hold any) as its clipped repr in brackets, so the line stays one line."""
     out = ""
     for key in path:
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+        if isinstance(key, int):
+            out += f"[{key}]"
+        elif key and len(key) <= MAX_ECHO_CHARS and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
+            out += f".{key}" if out else key
+        else:
+            out += f"[{clip(key)}]"
     return out or "the top level"
 
 
