@@ -45,6 +45,15 @@ class BadInput(ServesizeError):
     """A flag, file or value the user gave cannot be used as it is."""
 
 
+class UnreadableNumber(BadInput):
+    """A number that cannot be read as ``what``, and why (``reason``): a caller that words its own refusal (a
+    Param naming its flag) takes the reason from here rather than from the message's text."""
+
+    def __init__(self, text: object, what: str, reason: str):
+        self.reason = reason
+        super().__init__(f"cannot read {clip(text)} as {what}: {reason}")
+
+
 class UnsupportedArchitecture(ServesizeError):
     """A config.json describes a design servesize does not model: refuse, never guess."""
 

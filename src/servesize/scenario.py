@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
@@ -43,7 +43,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.engine.vocabulary import check_release
-from servesize.errors import BadInput, clip
+from servesize.errors import BadInput, UnreadableNumber, clip
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
@@ -182,11 +182,17 @@ def _show(v: float) -> str:
 def _read_tokens(p: Param, value: Any) -> int:
     if isinstance(value, bool):
         raise p._refuse(value, "a token count")
+    return _read_number(p, value, parse_tokens, "a token count", "e.g. 32768, 32k = 32,000, 32K = 32,768, 2.77m")
+
+
+def _read_number(p: Param, value: Any, parse: Callable[[Any], int], what: str, example: str) -> int:
+    """``parse(value)``, or p's refusal naming ``what`` and the parser's reason (``example`` where it gives none)."""
     try:
-        return parse_tokens(value)
-    except BadInput as exc:
-        why = str(exc).partition("as a token count: ")[2]
-        raise p._refuse(value, f"a token count ({why or 'e.g. 32768, 32k = 32,000, 32K = 32,768, 2.77m'})") from None
+        return parse(value)
+    except UnreadableNumber as exc:
+        raise p._refuse(value, f"{what} ({exc.reason})") from None
+    except BadInput:
+        raise p._refuse(value, f"{what} ({example})") from None
 
 
 def _read_bytes(p: Param, value: Any) -> int:
@@ -262,11 +268,7 @@ def _read_version(p: Param, value: Any) -> str:
 
 
 def _read_vllm_int(p: Param, value: Any) -> int:
-    try:
-        return parse_vllm_int(value)
-    except BadInput as exc:
-        why = str(exc).partition("as vLLM reads a number: ")[2]
-        raise p._refuse(value, f"a number as vLLM reads it ({why or '32768, 32k = 32,000, 32K = 32,768'})") from None
+    return _read_number(p, value, parse_vllm_int, "a number as vLLM reads it", "32768, 32k = 32,000, 32K = 32,768")
 
 
 def _read_vllm_len(p: Param, value: Any) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 
-from servesize.errors import BadInput, clip
+from servesize.errors import BadInput, UnreadableNumber, clip
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -43,8 +43,8 @@ _NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*(
 def refuse_separators(text: str, what: str) -> None:
     """A thousands comma or a digit underscore in a number: refused naming the value (1,024 may mean 1.024)."""
     if "," in text or "_" in text:
-        raise BadInput(f"cannot read {clip(text)} as {what}: write it without ',' or '_' between the digits "
-                       "(1024, 1.6k; 1,024 may mean 1.024)")
+        raise UnreadableNumber(text, what, "write it without ',' or '_' between the digits (1024, 1.6k; 1,024 may "
+                               "mean 1.024)")
 
 
 def _split(text: str, what: str) -> tuple[float, str, str]:
@@ -57,7 +57,7 @@ def _split(text: str, what: str) -> tuple[float, str, str]:
     value = float(mantissa)
     if exponent:
         if len(exponent.lstrip("+-")) > 2:  # 1e400 overflows a float; 1e999999999 would take minutes to build
-            raise BadInput(f"cannot read {clip(text)} as {what}: the exponent is out of range")
+            raise UnreadableNumber(text, what, "the exponent is out of range")
         value *= 10 ** int(exponent)
     return value, suffix, mantissa
 
@@ -71,13 +71,13 @@ def parse_tokens(text: str | int | float) -> int:
     if suffix in _TOKEN_BINARY:
         digits = mantissa
         if not (digits.isascii() and digits.isdigit()):
-            raise BadInput(f"cannot read {clip(text)} as a token count: a binary suffix ({suffix} = 2**"
-                           f"{_TOKEN_BINARY[suffix].bit_length() - 1}, as vLLM reads it) takes a whole number; "
-                           f"did you mean {(str(text).strip()[:-1] + suffix.lower())[-60:]} (decimal)?")
+            raise UnreadableNumber(text, "a token count", f"a binary suffix ({suffix} = 2**"
+                                   f"{_TOKEN_BINARY[suffix].bit_length() - 1}, as vLLM reads it) takes a whole number; "
+                                   f"did you mean {(str(text).strip()[:-1] + suffix.lower())[-60:]} (decimal)?")
         return _whole(value * _TOKEN_BINARY[suffix], text, "a token count")
     if suffix not in _TOKEN_DECIMAL:
-        raise BadInput(f"cannot read {clip(text)} as a token count: unknown suffix {clip(suffix)} "
-                       "(k, m = 10**3, 10**6; K, M = 2**10, 2**20, as vLLM reads them)")
+        raise UnreadableNumber(text, "a token count", f"unknown suffix {clip(suffix)} "
+                               "(k, m = 10**3, 10**6; K, M = 2**10, 2**20, as vLLM reads them)")
     return _whole(value * _TOKEN_DECIMAL[suffix], text, "a token count")
 
 
@@ -107,10 +107,10 @@ def parse_vllm_int(text: str | int | float) -> int:
         return _whole(text, text, "a whole number") if text.is_integer() else _refuse_fraction(text)
     value = str(text).strip()
     if len(value) > 40:  # past any count vLLM takes (int() of 5,000 digits is a ValueError, float() of them inf)
-        raise BadInput(f"cannot read {clip(text)} as vLLM reads a number: {len(value):,} characters, past any count")
+        raise UnreadableNumber(text, "vLLM reads a number", f"{len(value):,} characters, past any count")
     if "," in value:
-        raise BadInput(f"cannot read {clip(text)} as vLLM reads a number: vLLM reads no ',' between the digits "
-                       "(1024, 1k = 1,000, 1K = 1,024)")
+        raise UnreadableNumber(text, "vLLM reads a number",
+                               "vLLM reads no ',' between the digits (1024, 1k = 1,000, 1K = 1,024)")
     match = _VLLM_NUMBER.fullmatch(value)
     if match:
         number, suffix = match.groups()
