@@ -108,6 +108,12 @@ class Observations:
     skipped: int = 0
     skip_examples: list[str] = dataclass_field(default_factory=list)
 
+    def request(self, prompt: float, output: float | None, subagent: bool = False) -> None:
+        """One request's prompt tokens (in the user or the subagent column) and its output tokens, where known."""
+        (self.subagent if subagent else self.user).append(prompt)
+        if output is not None:
+            self.output.append(output)
+
     def skip(self, why: str) -> None:
         """A row that could not be read: counted, and its reason kept for the first few."""
         self.skipped += 1
@@ -204,9 +210,7 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
     think = _number(_cell(row, lay.think), f"{where}, think time")
     stamp = _csv_time(_cell(row, lay.time), f"{where}, time") if lay.session is not None else None
     _check_cached(cached, x, where)
-    (obs.subagent if is_sub else obs.user).append(x)
-    if out is not None:
-        obs.output.append(out)
+    obs.request(x, out, subagent=is_sub)
     if cached is not None and not is_sub:
         _observe_cached(obs, cached, x)
     if think is not None and not is_sub:
@@ -324,9 +328,7 @@ def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
     out = _number(u.get("completion_tokens"), f"{loc}, usage.completion_tokens")
     cached = _number(dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
     _check_cached(cached, x, loc)
-    obs.user.append(x)
-    if out is not None:
-        obs.output.append(out)
+    obs.request(x, out)
     if cached is not None:
         _observe_cached(obs, cached, x)
 
@@ -340,9 +342,7 @@ def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
     if fresh is None:
         raise _BadRow(f"{loc}, usage.input_tokens: empty")
     total = sum(p for p in (fresh, cache_read, cache_creation) if p is not None)
-    obs.user.append(_count(total, f"{loc}, usage"))
-    if out is not None:
-        obs.output.append(out)
+    obs.request(_count(total, f"{loc}, usage"), out)
     if cache_read is not None:
         _observe_cached(obs, cache_read, total)
 
@@ -366,10 +366,8 @@ def _read_subagent(subagent: dict, where: str, obs: Observations) -> None:
         try:
             if not isinstance(q, dict):
                 raise _BadRow(f"{where}.requests[{k}]: not an object")
-            obs.subagent.append(_count(q.get("in"), f"{where}.requests[{k}].in"))
-            out = _number(q.get("out"), f"{where}.requests[{k}].out")
-            if out is not None:
-                obs.output.append(out)
+            x = _count(q.get("in"), f"{where}.requests[{k}].in")
+            obs.request(x, _number(q.get("out"), f"{where}.requests[{k}].out"), subagent=True)
         except _BadRow as bad:
             obs.skip(str(bad))
 
@@ -405,9 +403,7 @@ def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) ->
     out = _number(r.get("out"), f"{where}.out")
     t = _number(r.get("t"), f"{where}.t")
     ids = _hash_ids(r.get("hash_ids"), where)
-    obs.user.append(x)
-    if out is not None:
-        obs.output.append(out)
+    obs.request(x, out)
     if t is not None:  # the pause: from the previous request's end (t + api_time) to this request
         if state.get("t") is not None:
             obs.gaps_s.append(max(0.0, t - state["t"]))
@@ -452,9 +448,7 @@ def _read_mooncake(rec: dict, loc: str, obs: Observations) -> None:
     x = _count(rec.get("input_length"), f"{loc}, input_length")
     out = _number(rec.get("output_length"), f"{loc}, output_length")
     ids = _hash_ids(rec.get("hash_ids"), loc)
-    obs.user.append(x)
-    if out is not None:
-        obs.output.append(out)
+    obs.request(x, out)
     if ids is not None:
         obs.id_lists.append(ids[:64])
 
