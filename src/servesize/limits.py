@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from servesize.errors import MAX_ECHO_CHARS, BadInput, clip
+import servesize.errors as errors
+from servesize.errors import BadInput, clip
 
 # -- files -------------------------------------------------------------------------------------------
 MAX_CONFIG_BYTES = 16 << 20          # a config.json: the largest in tests/fixtures is 88,567 bytes (an NVFP4 module list)
@@ -199,7 +200,7 @@ def field_path(path: tuple) -> str:
     for key in path:
         if isinstance(key, int):
             out += f"[{key}]"
-        elif key and len(key) <= MAX_ECHO_CHARS and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
+        elif key and len(key) <= errors.MAX_ECHO_CHARS and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
             out += f".{key}" if out else key
         else:
             out += f"[{clip(key)}]"

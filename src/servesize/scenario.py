@@ -43,7 +43,7 @@ from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.engine.vocabulary import check_release
-from servesize.errors import BadInput, UnreadableNumber, clip
+from servesize.errors import BadInput, OutOfRange, UnreadableNumber, clip
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
@@ -158,7 +158,7 @@ class Param:
         hi_bad = self.hi is not None and v > self.hi
         if lo_bad or hi_bad:
             why = f" ({self.bound_why})" if self.bound_why else ""
-            raise BadInput(f"{self.flag} {_show(v)} is out of range: {self.range_text()}{why}")
+            raise OutOfRange(f"{self.flag} {_show(v)} is out of range: {self.range_text()}{why}")
 
     def range_text(self) -> str:
         if self.lo is not None and self.hi is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servesize.errors import BadInput, Interrupted, ServesizeError, Terminated
+from servesize.errors import BadInput, Interrupted, OutOfRange, ServesizeError, Terminated
 from servesize.scenario import MAX_TOKENS, Param
 
 _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users", "duration_s", "block_size")
@@ -73,11 +73,10 @@ def bounded(p: Param) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             return p.parse(text)
+        except OutOfRange:
+            raise  # it names the range already
         except BadInput as exc:
-            message = str(exc)
-            if "out of range" not in message:
-                message += f" (allowed: {p.range_text()})"
-            raise BadInput(message) from None
+            raise BadInput(f"{exc} (allowed: {p.range_text()})") from None
     parse.__name__ = p.name  # argparse names the type in its own messages
     return parse
 
