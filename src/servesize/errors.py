@@ -48,6 +48,7 @@ class BadInput(ServesizeError):
 class OutOfRange(BadInput):
     """A value read, but outside the range its Param declares (the message names the range)."""
 
+
 class UnreadableNumber(BadInput):
     """A number that cannot be read as ``what``, and why (``reason``): a caller that words its own refusal (a
     Param naming its flag) takes the reason from here rather than from the message's text."""
