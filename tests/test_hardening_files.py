@@ -186,7 +186,7 @@ def test_a_workload_number_past_a_floats_range_is_refused_naming_file_and_field(
 def test_a_field_named_by_a_key_that_is_no_plain_name_keeps_the_refusal_one_line(key, tmp_path, capsys):
     # found by the wrong-shape generator: a key "\n" holding 10**15 + 1 printed the refusal on two lines
     data = preset("coding-agent").workload().to_dict()
-    data["notes_by_key"] = {key: 10**15 + 1}  # MAX_FILE_NUMBER is 10**15
+    data["notes_by_key"] = {key: limits.MAX_FILE_NUMBER + 1}
     path = tmp_path / "wl.json"
     path.write_text(json.dumps(data))
     line = refused(capsys, *PLAN, "--workload", path, fragments=("wl.json", f"notes_by_key[{key!r}"[:40], "out of range"))
