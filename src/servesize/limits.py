@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-import servesize.errors as errors
+from servesize.errors import MAX_ECHO_CHARS as _ECHO_CHARS  # not a limit of this module: the table lists MAX_*
 from servesize.errors import BadInput, clip
 
 # -- files -------------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def field_path(path: tuple) -> str:
     for key in path:
         if isinstance(key, int):
             out += f"[{key}]"
-        elif key and len(key) <= errors.MAX_ECHO_CHARS and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
+        elif key and len(key) <= _ECHO_CHARS and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
             out += f".{key}" if out else key
         else:
             out += f"[{clip(key)}]"
