@@ -76,8 +76,8 @@ CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
 
 
 # Starts run START_WORKERS at a time, ahead of the tests that read them: a start is mostly one interpreter's
-# single-threaded import and set-up (12.0 s alone on this 2-core machine, 13.5 s each with two at once), so on two
-# cores two starts take about the time of one.
+# single-threaded import and set-up, so on two cores two starts take about the time of one (14.0 s alone, 14.0 s
+# each with two at once: benchmarks/bench_vllm_starts.py on a 2-core Xeon, docs/benchmarks.md).
 START_WORKERS = max(1, min(2, os.cpu_count() or 1))
 KV_LINES_TEST = "test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exactly"
 
