@@ -116,9 +116,9 @@ def bench_reference(replay, curve: LruCurve, curve_s: float, label: str) -> None
 
 def bench_engine(traces: pathlib.Path, repeats: int) -> None:
     from servesize.api import _fixed, plan_inputs
-    from servesize.planning.ceilings import decode_setup, prefill_setup
+    from servesize.planning.ceilings import step_model_of
     from servesize.scenario import Scenario
-    from servesize.simulate.engine import EngineConfig, StepTimes, simulate_engine
+    from servesize.simulate.engine import EngineConfig, simulate_engine
     from servesize.simulate.synthetic import synthesize
 
     cases = []
@@ -136,7 +136,7 @@ def bench_engine(traces: pathlib.Path, repeats: int) -> None:
         dep = report.deployment
         cfg = EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
                            int(dep.max_num_batched_tokens or 8192))
-        times = StepTimes(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs))
+        times = step_model_of(fixed, inputs.knobs)
         replay = build_replay(trace, ReplayOptions(users=users, sessions_per_user=per_user, align="stagger", warmup=0.0,
                                                    block_size=cfg.block_size, max_model_len=report.pool.max_model_len))
         run, seconds = timed(lambda rp=replay, c=cfg, t=times: simulate_engine(rp, c, t), repeats)

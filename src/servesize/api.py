@@ -546,7 +546,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     from dataclasses import replace
 
     from servesize.limits import MAX_ENGINE_USERS
-    from servesize.planning.ceilings import decode_setup, prefill_setup
+    from servesize.planning.ceilings import step_model_of
     from servesize.planning.inputs import knob_value
     from servesize.simulate import engine as eng
     from servesize.simulate.replay import ReplayOptions
@@ -566,7 +566,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     dep = report.deployment
     cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
                            int(dep.max_num_batched_tokens or 8192))
-    times = eng.StepTimes(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs))
+    times = step_model_of(fixed, inputs.knobs)
     comfort = eng.Comfort(ttft_limit_s=float(knob_value(inputs.knobs, "ttft_limit_s")),
                           decode_floor_tok_s=float(knob_value(inputs.knobs, "decode_floor")))
     ropts = replace(ropts, block_size=cfg.block_size, max_model_len=report.pool.max_model_len)
@@ -594,6 +594,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                "sessions_per_user": sessions_per_user, "block_size": cfg.block_size,
                "max_model_len": report.pool.max_model_len, "one_replica_of": fixed.dp}
     return eng.EngineReport(trace=source.to_dict(), config=cfg, step_model=step_model, comfort=comfort,
+                            mixed_step=times.terms.mixed,
                             choices=choices, at=at, found=found, plan=plan_doc, disagreement=line,
                             workload=fitted.to_dict(), notes=notes + list(fitted.notes),
                             seconds=time.perf_counter() - started, plan_object=p)

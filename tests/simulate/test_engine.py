@@ -9,11 +9,10 @@ import pytest
 from tracebuild import make_trace
 
 from servesize.errors import BadInput
+from servesize.planning.step_model import ConstantSteps, StepModel
 from servesize.simulate.engine import (
     Comfort,
     EngineConfig,
-    FixedStepTimes,
-    StepTimes,
     closed_loop,
     engine_users,
     simulate_engine,
@@ -34,7 +33,7 @@ def _ids(key: int, tokens: int) -> list[int]:
 
 def test_one_user_waits_exactly_its_prefill_for_the_first_token_then_decodes_one_token_a_step():
     rp = _replay([("a", 0.0, 160, _ids(1, 160), 11)])
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.02)
     run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
     assert run.first_token_s[0] - run.arrival_s[0] == pytest.approx(0.160)  # 160 tokens x 1 ms, one step
     assert run.steps == 1 + 10  # the prefill step samples the first token, ten decode steps the rest
@@ -49,7 +48,7 @@ def test_one_user_on_the_planners_rooflines_waits_prefill_seconds():
     prefill = PrefillSetup(gemm_params=8e9, attention_width=4096, full_attention_layers=32, peak_flops_per_gpu=1e15)
     decode = DecodeSetup(bandwidth_bytes_per_s=3.35e12, weight_bytes_per_step=16e9, kv_bytes_per_token_read=131072)
     rp = _replay([("a", 0.0, 4000, _ids(1, 4000), 5)])
-    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B), StepTimes(prefill, decode), warmup=0.0)
+    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B), StepModel(prefill, decode), warmup=0.0)
     assert run.first_token_s[0] == pytest.approx(float(prefill.seconds(4000, 0)), rel=1e-12)
     ctx = 4000 + np.arange(1, 5)  # each decode step reads the context so far
     expect = sum(float(decode.step_seconds(decode.step_bytes(np.array([[c]]))[0])) for c in ctx)
@@ -61,7 +60,7 @@ def test_n_users_all_decoding_step_at_the_roofline_of_a_batch_of_n():
     rows = [(f"u{k}", 0.0, 32, _ids(k + 1, 32), 101) for k in range(n)]
     rp = _replay(rows)
     # a step costs 10 ms + 1 ms per decoder: at a batch of 8, 18 ms
-    times = FixedStepTimes(prefill_per_token_s=1e-4, decode_step_s=0.010, decode_per_seq_s=0.001)
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.010, decode_per_seq_s=0.001)
     run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B, max_num_batched_tokens=4096), times,
                           warmup=0.0)
     assert run.prefill_steps == 1  # all eight prompts (256 tokens) in one step
@@ -73,7 +72,7 @@ def test_n_users_all_decoding_step_at_the_roofline_of_a_batch_of_n():
 def test_chunked_prefill_splits_a_long_prompt_into_ceil_length_over_budget_steps():
     L, budget = 1000, 256
     rp = _replay([("a", 0.0, L, _ids(1, L), 1)])
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.02)
     run = simulate_engine(rp, EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=budget), times,
                           warmup=0.0)
     assert run.prefill_chunks == math.ceil(L / budget) == 4
@@ -83,7 +82,7 @@ def test_chunked_prefill_splits_a_long_prompt_into_ceil_length_over_budget_steps
 def test_a_decoder_shares_the_step_with_a_chunk_and_takes_one_token_of_the_budget():
     rows = [("a", 0.0, 32, _ids(1, 32), 50), ("b", 0.05, 600, _ids(2, 600), 1)]
     rp = _replay(rows)
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.02)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.02)
     run = simulate_engine(rp, EngineConfig(num_blocks=500, block_size=B, max_num_batched_tokens=100), times,
                           warmup=0.0)
     # b's 600 tokens go 99 a step beside a's one decode token: ceil(600 / 99) = 7 chunks
@@ -95,7 +94,7 @@ def test_a_pool_too_small_for_everyone_preempts_the_last_scheduled_and_recompute
     # two users, 64-token prompts, 200 tokens of output each: 17 blocks apiece at the end; the pool holds 20
     rows = [("a", 0.0, 64, _ids(1, 64), 200), ("b", 0.0, 64, _ids(2, 64), 200)]
     rp = _replay(rows)
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
     small = simulate_engine(rp, EngineConfig(num_blocks=21, block_size=B), times, warmup=0.0)
     big = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
     assert big.preemptions.sum() == 0
@@ -107,7 +106,7 @@ def test_a_pool_too_small_for_everyone_preempts_the_last_scheduled_and_recompute
 def test_max_num_seqs_holds_the_second_user_until_the_first_finishes():
     rows = [("a", 0.0, 32, _ids(1, 32), 10), ("b", 0.0, 32, _ids(2, 32), 10)]
     rp = _replay(rows)
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
     run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B, max_num_seqs=1), times, warmup=0.0)
     first, second = np.argsort(run.first_token_s)
     assert run.first_token_s[second] == pytest.approx(run.finish_s[first] + 0.032)
@@ -121,7 +120,7 @@ def test_a_returning_turn_hits_its_prefix_and_prefills_only_its_tail_after_its_p
     rp = _replay(rows)
     pauses, starts, order = closed_loop(rp)
     assert pauses.tolist() == [0.0, 9.0] and order == {0: [0, 1]}
-    times = FixedStepTimes(prefill_per_token_s=0.001, decode_step_s=0.01)
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
     run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
     assert run.hit_tokens.tolist() == [0, 128]
     assert run.arrival_s[1] == pytest.approx(run.finish_s[0] + 9.0)  # closed loop: the pause after the answer
@@ -132,7 +131,7 @@ def test_users_at_comfort_is_the_last_n_that_meets_the_slo_and_names_why_the_nex
     # a decode step costs 1 ms per user: 25 concurrent decoders get 40 tok/s, 26 get 38.5 (floor 39.5: off the edge)
     def run_at(n):
         rows = [(f"u{k}", 0.0, 16, _ids(k + 1, 16), 41) for k in range(n)]
-        times = FixedStepTimes(prefill_per_token_s=1e-6, decode_step_s=0.0, decode_per_seq_s=0.001)
+        times = ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.0, decode_per_seq_s=0.001)
         return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B), times, warmup=0.0)
 
     found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0, decode_floor_tok_s=39.5))
@@ -148,7 +147,7 @@ def test_the_search_over_users_runs_closed_loop_sessions_from_a_trace():
             ids = ids + [100 * s + len(ids) + j for j in range(4)]
             rows.append((f"s{s}", 20.0 * turn, B * len(ids), list(ids), 20, 1.0))
     trace = make_trace(rows, block_size=B, clock="session")
-    times = FixedStepTimes(prefill_per_token_s=1e-4, decode_step_s=0.002, decode_per_seq_s=0.001)
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.002, decode_per_seq_s=0.001)
     at, found = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times,
                              Comfort(), users=3)
     assert found is None and at.users == 3 and np.isfinite(at.finish_s).all()
@@ -165,7 +164,7 @@ def test_bad_engine_settings_are_one_line_errors():
     with pytest.raises(BadInput, match="no sessions"):
         trace = make_trace([("a", 0.0, 32, _ids(1, 32), 1), ("b", 1.0, 32, _ids(2, 32), 1)], block_size=B)
         engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=10, block_size=B),
-                     FixedStepTimes(0.001, 0.01), Comfort())
+                     ConstantSteps(0.001, 0.01), Comfort())
 
 
 def test_the_disagreement_line_names_both_answers_the_binding_ceiling_and_what_broke():
@@ -184,7 +183,7 @@ def test_one_user_alone_sets_the_baseline_a_budget_one_miss_exceeds_is_never_zer
     # every prompt takes 12 s to prefill: one user alone misses a 10 s budget on every turn, and so do 2 users
     def run_at(n):
         rows = [(f"u{k}", 0.0, 1200, _ids(k + 1, 1200), 2) for k in range(n)]
-        times = FixedStepTimes(prefill_per_token_s=0.01, decode_step_s=0.001)
+        times = ConstantSteps(prefill_per_token_s=0.01, decode_step_s=0.001)
         return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B,
                                                            max_num_batched_tokens=1200), times, warmup=0.0)
 

@@ -54,6 +54,7 @@ from servesize.planning.load import (
     think_time_of,
 )
 from servesize.planning.prefill import PrefillSetup, prefill_costs
+from servesize.planning.step_model import StepModel, StepTerms
 from servesize.planning.warm_capacity import HostLink, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -158,9 +159,22 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
-        step_overhead_s=float(knobs.a("decode.step_overhead_s")),
+        step_overhead_s=step_terms(knobs).overhead(fixed.tp),
         **compute,
     )
+
+
+def step_terms(knobs: Knobs) -> StepTerms:
+    """The step model's fixed costs and mixed-step rule (planning.step_model), from the assumptions."""
+    return StepTerms(overhead_s=float(knobs.a("decode.step_overhead_s")),
+                     overhead_per_tp_doubling_s=float(knobs.a("step.overhead_per_tp_doubling_s")),
+                     request_fixed_s=float(knobs.a("step.request_fixed_s")), mixed=str(knobs.a("step.mixed")),
+                     prefill_weight_floor=bool(knobs.a("prefill.weight_floor")))
+
+
+def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
+    """The engine simulator's step times for this deployment: the plan's own setups and step terms."""
+    return StepModel(prefill_setup(fixed, knobs), decode_setup(fixed, knobs), step_terms(knobs))
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.planning.step_model import decode_seconds
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
     import numpy as np
@@ -287,13 +288,8 @@ class DecodeSetup:
         return gemm + attention
 
     def step_seconds(self, step_bytes, step_flops=None):
-        """The roofline: the longer of the memory time and (when priced) the compute time, plus the fixed
-        per-step overhead."""
-        import numpy as np
-        memory_s = np.asarray(step_bytes, dtype=float) / self.effective_bandwidth_bytes_per_s
-        if not self.prices_compute or step_flops is None:
-            return memory_s + self.step_overhead_s
-        return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / self.effective_flops_per_s) + self.step_overhead_s
+        """The step's time: the one step model's roofline (planning.step_model.decode_seconds)."""
+        return decode_seconds(self, step_bytes, step_flops)
 
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
         """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
@@ -603,7 +599,7 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
     overhead = d.given("step_overhead_s", setup.step_overhead_s, unit="s",
                        source="modelled: data/assumptions.toml decode.step_overhead_s (scheduling, launches, sampling)")
-    step_p50 = float((setup.spec_speedup / p50 - setup.step_overhead_s) * eff_bw)  # the median fill's roofline bytes
+    step_p50 = float(setup.spec_speedup / p50 - overhead) * eff_bw  # the median fill's roofline bytes
     if setup.prices_compute:
         d.step("per_user_tok_s_p50", "spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)", unit="tok/s",
                source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,

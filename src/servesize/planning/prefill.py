@@ -31,6 +31,7 @@ from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.planning.decode import ContextSampler, tp_efficiency
+from servesize.planning.step_model import prefill_seconds
 
 
 def prefill_flops(tokens, prior, gemm_params: float, attention_width: float, full_attention_layers: int):
@@ -93,8 +94,8 @@ class PrefillSetup:
         return prefill_flops(tokens, prior, self.gemm_params, self.attention_width, self.full_attention_layers)
 
     def seconds(self, tokens, prior=0.0):
-        """Machine time of one pass (vectorised)."""
-        return self.flops(tokens, prior) / self.achieved_flops_per_s
+        """Machine time of one pass (vectorised): the step model's (planning.step_model.prefill_seconds)."""
+        return prefill_seconds(self, tokens, prior)
 
     def miss_seconds(self, contexts):
         """A miss re-prefills its whole context from nothing (chunking does not change the FLOPs)."""

@@ -14,11 +14,11 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
   scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
   them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
   preempted;
-- **step times from the planner's rooflines**: a step's decoders cost what planning/decode.py's DecodeSetup
-  says for their contexts (weights once, KV per context token, compute where priced, MTP's speedup as tokens
-  per step), its prefill chunks what planning/prefill.py's PrefillSetup says for each chunk over its cached
-  part; a mixed step costs the sum (``MIXED_STEP``: prefill is compute-bound, decode memory-bound; summing is
-  the conservative reading, the overlapped reading would take the larger).
+- **step times from the one step model** (planning/step_model.py ``StepModel``): a step's decoders cost what
+  planning/decode.py's DecodeSetup reads and computes for their contexts (weights once, KV per context token,
+  compute where priced, MTP's speedup as tokens per step), its prefill chunks what planning/prefill.py's
+  PrefillSetup computes for each chunk over its cached part; a mixed step is priced by the step model's rule
+  (``step.mixed``), and a request reaches the scheduler ``step.request_fixed_s`` after it is sent.
 
 Users are closed-loop: each user sends its next request a pause after its previous answer ends, the pause
 the trace had there (its gap less the trace's own service time) or the workload's think-time distribution
@@ -54,7 +54,6 @@ from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay
 from servesize.simulate.traces import Trace
 
-MIXED_STEP = "sum"      # a step with prefill chunks and decoders costs prefill + decode (see the docstring)
 JUMP_STEPS = 512        # decode-only steps advanced in one vectorised jump, at most
 DEFAULT_TTFT_PERCENTILE = 95.0
 DEFAULT_DECODE_PERCENTILE = 95.0  # the decode floor holds for this share of requests (their p5 speed)
@@ -86,51 +85,6 @@ class EngineConfig:
             raise BadInput(f"--max-num-seqs must be >= 1, got {self.max_num_seqs}")
         if self.max_num_batched_tokens < 1:
             raise BadInput(f"--max-num-batched-tokens must be >= 1, got {self.max_num_batched_tokens}")
-
-
-class StepTimes:
-    """Seconds of one engine step, from the planner's own rooflines (planning/prefill.py, planning/decode.py)."""
-
-    def __init__(self, prefill, decode):
-        self.prefill, self.decode = prefill, decode
-
-    @property
-    def tokens_per_decode_step(self) -> float:
-        """Tokens a decoding sequence gains per step: 1, or MTP's expected accepted tokens + 1."""
-        return float(self.decode.spec_speedup)
-
-    def prefill_s(self, tokens: float, prior: float) -> float:
-        return float(self.prefill.seconds(float(tokens), float(prior)))
-
-    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
-        """One step of len(contexts[-1]) decoders for each row of ``contexts`` (rows: successive steps)."""
-        d = self.decode
-        step_bytes = d.step_bytes(contexts)
-        flops = None
-        if d.prices_compute:
-            topk = np.minimum(contexts, d.topk_tokens).sum(axis=-1) if d.topk_tokens else 0.0
-            flops = d.step_flops(contexts.shape[-1], contexts.sum(axis=-1), topk)
-        return np.asarray(d.step_seconds(step_bytes, flops), dtype=np.float64)
-
-
-class FixedStepTimes:
-    """Step times as constants (worked examples): ``prefill_per_token_s`` per new token, ``decode_step_s`` +
-    ``decode_per_seq_s`` per decoder per step."""
-
-    def __init__(self, prefill_per_token_s: float, decode_step_s: float, decode_per_seq_s: float = 0.0,
-                 tokens_per_step: float = 1.0):
-        self.a, self.b, self.c, self.k = prefill_per_token_s, decode_step_s, decode_per_seq_s, tokens_per_step
-
-    @property
-    def tokens_per_decode_step(self) -> float:
-        return self.k
-
-    def prefill_s(self, tokens: float, prior: float) -> float:
-        return self.a * float(tokens)
-
-    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
-        n = contexts.shape[-1]
-        return np.full(contexts.shape[:-1], self.b + self.c * n, dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,7 +193,8 @@ class _Engine:
         self.pauses, self.order = pauses, order
         self.user_of = closed_loop_users(replay)
         self.next_of = {u: 0 for u in order}
-        self.arrivals: list[tuple[float, int]] = [(starts[u], order[u][0]) for u in order if order[u]]
+        self.fixed_s = float(getattr(times, "request_fixed_s", 0.0))  # sent -> seen by the scheduler
+        self.arrivals: list[tuple[float, int]] = [(starts[u] + self.fixed_s, order[u][0]) for u in order if order[u]]
         heapq.heapify(self.arrivals)
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
@@ -365,7 +320,7 @@ class _Engine:
     # -- arrivals and finishes ------------------------------------------------------------------
     def _arrive(self, i: int, t: float) -> None:
         run = self.run
-        run.arrival_s[i] = t
+        run.arrival_s[i] = t - self.fixed_s  # sent then; TTFT counts from here
         run.events += 1
         nodes = self._nodes(i)
         probe = self.seen[nodes[: int(self.cap[i])]]
@@ -384,7 +339,7 @@ class _Engine:
         self.next_of[user] = k
         if k < len(self.order[user]):
             j = self.order[user][k]
-            heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
+            heapq.heappush(self.arrivals, (t + float(self.pauses[j]) + self.fixed_s, j))
 
     def _finish(self, i: int) -> None:
         self.run.finish_s[i] = self.now
@@ -419,21 +374,21 @@ class _Engine:
 
     def _execute(self, scheduled: dict[int, int]) -> None:
         run, t = self.run, self.t
-        prefill_s, decoders, contexts = 0.0, [], []
+        chunks: list[tuple[float, float]] = []
+        decoders, contexts = [], []
         for i, new in scheduled.items():
             if self.computed[i] < self.target[i]:
-                prefill_s += t.prefill_s(new, self.computed[i])
+                chunks.append((float(new), float(self.computed[i])))
                 run.prefill_chunks += 1
             else:
                 decoders.append(i)
                 contexts.append(self.prompt[i] + self.generated[i])
-        decode_s = float(t.decode_s(np.asarray(contexts, dtype=np.float64)[None, :])[0]) if decoders else 0.0
-        dt = prefill_s + decode_s
+        dt = t.step_s(chunks, np.asarray(contexts, dtype=np.float64) if decoders else None)
         self.now += dt
         run.busy_s += dt
         run.steps += 1
-        run.prefill_steps += prefill_s > 0
-        run.mixed_steps += prefill_s > 0 and bool(decoders)
+        run.prefill_steps += bool(chunks)
+        run.mixed_steps += bool(chunks) and bool(decoders)
         if len(run.decoders_per_step) < _SAMPLE_STEPS:
             run.decoders_per_step.append(len(decoders))
         finished = []
@@ -735,6 +690,7 @@ class EngineReport:
     config: EngineConfig
     step_model: str
     comfort: Comfort
+    mixed_step: str
     choices: dict
     at: EngineRun | None = None
     found: EngineUsers | None = None
@@ -752,7 +708,7 @@ class EngineReport:
                                                 "pool_tokens": (c.num_blocks - 1) * c.block_size,
                                                 "max_num_seqs": c.max_num_seqs,
                                                 "max_num_batched_tokens": c.max_num_batched_tokens,
-                                                "step_model": self.step_model, "mixed_step": MIXED_STEP},
+                                                "step_model": self.step_model, "mixed_step": self.mixed_step},
                 "comfort": self.comfort.to_dict(), "choices": self.choices,
                 "at_users": None if self.at is None else self.at.summary(),
                 "users_at_slo": None if self.found is None else self.found.to_dict(),

@@ -1,0 +1,228 @@
+"""The time of one engine step, and of a request's fixed cost: the one place servesize turns work into seconds.
+
+Every consumer prices time here: the plan's decode and prefill rooflines (planning/decode.py, planning/prefill.py
+hand over the bytes a step reads and the FLOPs it computes), the load model, power, teams and fleet through them,
+and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_s`` and ``StepModel.decode_s``.
+
+    overhead(tp)        = step.overhead_s + step.overhead_per_tp_doubling_s x log2(tp)
+                          (the scheduler's pass, launches, sampling; TP adds two all-reduces per layer)
+    decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
+    prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
+                          (the weight-read floor: a short chunk still streams every weight once;
+                          ``prefill.weight_floor``)
+    mixed step          = one weight read: the chunks' and the decoders' GEMMs priced as one prefill pass over
+                          their tokens (with its floor), the decoders' KV reads on top, one overhead
+                          (``step.mixed = one_weight_read``; ``sum`` prices the parts apart, the old rule)
+    request fixed cost  = step.request_fixed_s (the API server's tokenising, queueing and first-chunk hand-off:
+                          what a one-token prompt's TTFT still costs)
+
+The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``), each with its
+source; scripts/fit_step_model.py fits them on measured runs and docs/accuracy.md reports them on runs held out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from servesize.errors import BadInput
+
+if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
+    import numpy as np
+
+MIXED_RULES = ("one_weight_read", "sum")
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """The fixed costs of a step and of a request (seconds), and how a mixed step is priced."""
+
+    overhead_s: float = 0.0
+    overhead_per_tp_doubling_s: float = 0.0
+    request_fixed_s: float = 0.0
+    mixed: str = "sum"
+    prefill_weight_floor: bool = False
+
+    def __post_init__(self):
+        for name in ("overhead_s", "overhead_per_tp_doubling_s", "request_fixed_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value < 1):
+                raise BadInput(f"the step model's {name} must be in [0, 1) s, got {value!r}")
+        if self.mixed not in MIXED_RULES:
+            raise BadInput(f"a mixed step is priced 'one_weight_read' or 'sum', got {self.mixed!r}")
+
+    def overhead(self, tp: int) -> float:
+        """Seconds every step costs beyond its roofline at tensor-parallel width ``tp``."""
+        if tp < 1:
+            raise BadInput(f"tensor-parallel size must be >= 1, got {tp!r}")
+        return self.overhead_s + self.overhead_per_tp_doubling_s * math.log2(tp)
+
+
+def roofline_s(step_bytes, step_flops, bandwidth_bytes_per_s: float, flops_per_s: float, overhead_s: float):
+    """The longer of the memory time and (``flops_per_s`` > 0 and FLOPs given) the compute time, plus the step's
+    fixed cost; vectorised over arrays of bytes and FLOPs."""
+    import numpy as np
+    memory_s = np.asarray(step_bytes, dtype=float) / bandwidth_bytes_per_s
+    if flops_per_s <= 0 or step_flops is None:
+        return memory_s + overhead_s
+    return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / flops_per_s) + overhead_s
+
+
+def leg_s(work, rate: float) -> float:
+    """Seconds of one leg of a step: its bytes (or FLOPs) over the rate the group reaches (0 without a rate)."""
+    return float(work) / rate if rate > 0 else 0.0
+
+
+class DecodeWork(Protocol):
+    """What a decode step reads and computes (planning.decode.DecodeSetup)."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def spec_speedup(self) -> float: ...
+    @property
+    def topk_tokens(self) -> int: ...
+    @property
+    def step_overhead_s(self) -> float: ...
+    @property
+    def bandwidth_efficiency(self) -> float: ...
+    @property
+    def effective_bandwidth_bytes_per_s(self) -> float: ...
+    @property
+    def effective_flops_per_s(self) -> float: ...
+    @property
+    def prices_compute(self) -> bool: ...
+    def weight_bytes(self, n: Any) -> Any: ...
+    def step_bytes(self, contexts: np.ndarray) -> np.ndarray: ...
+    def step_flops(self, n: int, context_sum: Any, window_sum: Any = 0.0) -> Any: ...
+
+
+class PrefillWork(Protocol):
+    """What a prefill pass computes (planning.prefill.PrefillSetup)."""
+
+    @property
+    def gemm_params(self) -> float: ...
+    @property
+    def achieved_flops_per_s(self) -> float: ...
+    def flops(self, tokens: Any, prior: Any = 0.0) -> Any: ...
+
+
+def decode_seconds(setup: DecodeWork, step_bytes, step_flops=None):
+    """A decode step: the roofline of its bytes and FLOPs plus the setup's per-step overhead (vectorised)."""
+    rate = setup.effective_flops_per_s if setup.prices_compute else 0.0
+    return roofline_s(step_bytes, step_flops, setup.effective_bandwidth_bytes_per_s, rate, setup.step_overhead_s)
+
+
+def prefill_seconds(setup: PrefillWork, tokens, prior=0.0):
+    """The compute time of one prefill pass over ``tokens`` new tokens on ``prior`` cached ones (vectorised; no
+    overhead, no floor: the planner's closed forms price those on top, the simulator through ``StepModel``)."""
+    return setup.flops(tokens, prior) / setup.achieved_flops_per_s
+
+
+def tokens_per_step_s(tokens, chunk_tokens: float, overhead_s: float):
+    """The per-step overhead a prefill of ``tokens`` pays over its chunks of ``chunk_tokens``: one per chunk,
+    counted as tokens / chunk + 1 (an upper bound on the ceiling, affine in the tokens: the planner's moments
+    stay exact polynomials)."""
+    import numpy as np
+    if chunk_tokens <= 0:
+        raise BadInput(f"the chunk must be > 0 tokens, got {chunk_tokens!r}")
+    return (np.asarray(tokens, dtype=float) / chunk_tokens + 1.0) * overhead_s
+
+
+class StepModel:
+    """Seconds of the engine simulator's steps, from the planner's own setups and the step terms."""
+
+    def __init__(self, prefill: PrefillWork, decode: DecodeWork, terms: StepTerms | None = None):
+        self.prefill, self.decode = prefill, decode
+        self.terms = StepTerms(overhead_s=float(decode.step_overhead_s)) if terms is None else terms
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Tokens a decoding sequence gains per step: 1, or MTP's expected accepted tokens + 1."""
+        return float(self.decode.spec_speedup)
+
+    @property
+    def request_fixed_s(self) -> float:
+        return self.terms.request_fixed_s
+
+    @property
+    def overhead_s(self) -> float:
+        return self.terms.overhead(int(self.decode.tp))
+
+    def prefill_s(self, tokens: float, prior: float) -> float:
+        """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
+        return self.step_s([(tokens, prior)], None)
+
+    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
+        """One decode-only step of len(contexts[-1]) decoders for each row of ``contexts`` (rows: successive steps)."""
+        import numpy as np
+        d = self.decode
+        step_bytes = d.step_bytes(contexts)
+        flops = None
+        if d.prices_compute:
+            topk = np.minimum(contexts, d.topk_tokens).sum(axis=-1) if d.topk_tokens else 0.0
+            flops = d.step_flops(contexts.shape[-1], contexts.sum(axis=-1), topk)
+        rate = d.effective_flops_per_s if d.prices_compute else 0.0
+        return np.asarray(roofline_s(step_bytes, flops, d.effective_bandwidth_bytes_per_s, rate, self.overhead_s),
+                          dtype=np.float64)
+
+    def step_s(self, chunks: list[tuple[float, float]], contexts: np.ndarray | None) -> float:
+        """One scheduler step: prefill ``chunks`` ((new tokens, cached before them), ...) beside decoders at
+        ``contexts`` (None or empty: none)."""
+        import numpy as np
+        n = 0 if contexts is None else int(np.asarray(contexts).size)
+        if not chunks:
+            return float(self.decode_s(np.asarray(contexts, dtype=np.float64)[None, :])[0]) if n else 0.0
+        compute = sum(float(prefill_seconds(self.prefill, t, p)) for t, p in chunks)
+        if self.terms.mixed == "sum":  # the parts priced apart: the chunks' compute, then a whole decode step
+            decode = float(self.decode_s(np.asarray(contexts, dtype=np.float64)[None, :])[0]) if n else 0.0
+            return compute + decode
+        return self._one_weight_read(chunks, compute, np.asarray(contexts, dtype=np.float64) if n else None)
+
+    def _one_weight_read(self, chunks: list[tuple[float, float]], compute: float, contexts: np.ndarray | None) -> float:
+        """The chunks and the decoders in one pass: one weight read, the decoders' GEMMs on the same tensor cores,
+        their KV read on top."""
+        import numpy as np
+        d = self.decode
+        tokens = sum(float(t) for t, _ in chunks)
+        kv_s = 0.0
+        if contexts is not None:
+            n = contexts.size
+            kv_bytes = float(d.step_bytes(contexts[None, :])[0]) - float(d.weight_bytes(n))
+            kv_s = leg_s(kv_bytes, d.effective_bandwidth_bytes_per_s)
+            if d.prices_compute:
+                topk = float(np.minimum(contexts, d.topk_tokens).sum()) if d.topk_tokens else 0.0
+                compute += leg_s(float(d.step_flops(n, float(contexts.sum()), topk)), d.effective_flops_per_s)
+            tokens += n
+        weights_s = leg_s(float(d.weight_bytes(tokens)), d.effective_bandwidth_bytes_per_s) \
+            if self.terms.prefill_weight_floor or contexts is not None else 0.0
+        return max(compute, weights_s) + kv_s + self.overhead_s
+
+
+class ConstantSteps:
+    """Step times as constants (worked examples): ``prefill_per_token_s`` per new token, ``decode_step_s`` +
+    ``decode_per_seq_s`` per decoder per step; a mixed step costs its parts."""
+
+    request_fixed_s = 0.0
+
+    def __init__(self, prefill_per_token_s: float, decode_step_s: float, decode_per_seq_s: float = 0.0,
+                 tokens_per_step: float = 1.0):
+        self.a, self.b, self.c, self.k = prefill_per_token_s, decode_step_s, decode_per_seq_s, tokens_per_step
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        return self.k
+
+    def prefill_s(self, tokens: float, prior: float) -> float:
+        return self.a * float(tokens)
+
+    def decode_s(self, contexts: np.ndarray) -> np.ndarray:
+        import numpy as np
+        n = contexts.shape[-1]
+        return np.full(contexts.shape[:-1], self.b + self.c * n, dtype=np.float64)
+
+    def step_s(self, chunks: list[tuple[float, float]], contexts: np.ndarray | None) -> float:
+        import numpy as np
+        n = 0 if contexts is None else int(np.asarray(contexts).size)
+        return sum(self.prefill_s(t, p) for t, p in chunks) + (self.b + self.c * n if n else 0.0)

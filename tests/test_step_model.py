@@ -1,0 +1,111 @@
+"""The one step model (planning/step_model.py): every time servesize prices is computed there, and its terms do
+what their names say. Decided by the model's own numbers, never by the machine's clock."""
+
+from __future__ import annotations
+
+import ast
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from servesize.errors import BadInput
+from servesize.planning.decode import DecodeSetup
+from servesize.planning.prefill import PrefillSetup
+from servesize.planning.step_model import StepModel, StepTerms
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "servesize"
+
+# the rates a time is made from: dividing by one of them, or adding a step's overhead, is pricing a step
+TIME_BASES = {"effective_bandwidth_bytes_per_s", "effective_flops_per_s", "achieved_flops_per_s", "step_overhead_s",
+              "bandwidth_bytes_per_s", "peak_flops_per_s", "peak_flops_per_gpu", "overhead_s"}
+
+
+def _time_expressions(path: pathlib.Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Add))):
+            continue
+        sides = (node.left, node.right) if isinstance(node.op, ast.Add) else (node.right,)
+        for side in sides:
+            name = side.attr if isinstance(side, ast.Attribute) else side.id if isinstance(side, ast.Name) else None
+            if name in TIME_BASES:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_no_module_but_the_step_model_turns_work_into_step_seconds():
+    offenders = [hit for p in sorted(SRC.rglob("*.py")) if p.name != "step_model.py" for hit in _time_expressions(p)]
+    assert offenders == [], "a step's time is computed outside planning/step_model.py:\n" + "\n".join(offenders)
+
+
+def test_the_scan_finds_a_step_time_written_elsewhere(tmp_path):
+    # the guard above could pass by finding nothing at all: a module that prices a step must be caught
+    p = SRC / "_probe_for_test.py"
+    try:
+        p.write_text("def t(setup, b):\n    return b / setup.effective_bandwidth_bytes_per_s + setup.step_overhead_s\n")
+        assert len(_time_expressions(p)) == 2
+    finally:
+        p.unlink()
+
+
+@pytest.mark.parametrize("module", ["simulate/engine.py", "planning/decode.py", "planning/prefill.py",
+                                    "planning/ceilings.py"])
+def test_the_consumers_import_the_step_model(module):
+    tree = ast.parse((SRC / module).read_text(encoding="utf-8"))
+    names = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and node.module == "servesize.planning.step_model" for a in node.names}
+    if module == "simulate/engine.py":  # the engine takes a StepModel; it must not build step times of its own
+        assert not any(isinstance(n, ast.ClassDef) and "Step" in n.name for n in ast.walk(tree))
+    else:
+        assert names, f"{module} does not import planning.step_model"
+
+
+def test_overhead_grows_per_tp_doubling():
+    terms = StepTerms(overhead_s=0.001, overhead_per_tp_doubling_s=0.002)
+    assert terms.overhead(1) == pytest.approx(0.001)
+    assert terms.overhead(2) == pytest.approx(0.003)
+    assert terms.overhead(8) == pytest.approx(0.007)
+
+
+@pytest.mark.parametrize("bad", [dict(overhead_s=-1e-3), dict(request_fixed_s=math.nan), dict(mixed="max")])
+def test_bad_terms_are_refused(bad):
+    with pytest.raises(BadInput):
+        StepTerms(**bad)
+
+
+def _setups(overhead=0.002):
+    decode = DecodeSetup(bandwidth_bytes_per_s=4.8e12, weight_bytes_per_step=27e9, kv_bytes_per_token_read=65536,
+                         bandwidth_efficiency=0.75, peak_flops_per_s=989e12, compute_efficiency=0.6,
+                         flops_per_token=2 * 27e9, tp_efficiency=1.0, step_overhead_s=overhead)
+    prefill = PrefillSetup(gemm_params=27e9, attention_width=6144, full_attention_layers=16, peak_flops_per_gpu=989e12,
+                           tp_efficiency=1.0, mfu=0.6)
+    return prefill, decode
+
+
+def test_a_mixed_step_reads_the_weights_once():
+    prefill, decode = _setups()
+    contexts = np.full(32, 8000.0)
+    one = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read"))
+    apart = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="sum"))
+    chunk = [(2048.0, 0.0)]
+    weights_s = 27e9 / (4.8e12 * 0.75)
+    decoders_compute_s = float(decode.step_flops(32, contexts.sum())) / decode.effective_flops_per_s
+    # the parts priced apart read the weights a second time; one pass computes the decoders' tokens beside the
+    # chunk's on the same tensor cores (both pay one overhead: the old rule priced none on a chunk)
+    assert apart.step_s(chunk, contexts) - one.step_s(chunk, contexts) == pytest.approx(
+        weights_s - decoders_compute_s, rel=1e-6)
+    # and one pass is still dearer than either part alone
+    assert one.step_s(chunk, contexts) > max(one.step_s(chunk, None), float(one.decode_s(contexts[None, :])[0]))
+
+
+def test_the_weight_floor_prices_a_short_chunk_at_the_weights_read():
+    prefill, decode = _setups()
+    floor = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read", prefill_weight_floor=True))
+    none = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read"))
+    weights_s = 27e9 / (4.8e12 * 0.75)
+    assert floor.prefill_s(4, 0) == pytest.approx(weights_s + 0.002)
+    assert none.prefill_s(4, 0) - 0.002 < weights_s / 10
+    # a long chunk is compute-bound: the floor changes nothing there
+    assert floor.prefill_s(8192, 0) == pytest.approx(none.prefill_s(8192, 0))
