@@ -600,6 +600,56 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                             seconds=time.perf_counter() - started, plan_object=p)
 
 
+def bench(scenario: Scenario, load: Any) -> Any:
+    """What ``vllm bench serve --dataset-name random`` prints for this deployment and ``load``
+    (simulate.bench.BenchLoad): the engine simulator over the benchmark's requests, priced by the step model."""
+    from dataclasses import replace
+
+    from servesize.planning.ceilings import step_model_of
+    from servesize.simulate import engine as eng
+    from servesize.simulate.bench import BenchResult, bench_metrics, bench_replay
+
+    # the benchmark's requests stand in for the users' workload (which sizes nothing here)
+    inputs = plan_inputs(scenario.replace(preset="chat", median=load.random_input_len + load.random_prefix_len,
+                                          prefix=load.random_prefix_len, subagent_ratio=0.0,
+                                          output_tokens=load.random_output_len,
+                                          warm_turn_tokens=min(load.random_input_len, 2000)))
+    report, fixed = _fixed(inputs, check_prefixes=False)
+    dep, pool = report.deployment, report.pool
+    if load.longest_request_tokens > pool.max_model_len:
+        raise BadInput(f"a prompt and its output reach {load.longest_request_tokens:,} tokens, past --max-model-len "
+                       f"{pool.max_model_len:,}: vLLM refuses such requests (shorten the load or raise --max-model-len)")
+    cfg = eng.EngineConfig(pool.num_blocks, pool.block_size, int(dep.max_num_seqs or 256),
+                           int(dep.max_num_batched_tokens or 8192))
+    times = step_model_of(fixed, inputs.knobs)
+    one = load
+    notes = []
+    if fixed.dp > 1:  # the benchmark's requests spread evenly over the replicas: one replica, its share, times dp
+        share = -(-load.num_prompts // fixed.dp)
+        one = replace(load, num_prompts=share, request_rate=load.request_rate / fixed.dp,
+                      max_concurrency=None if load.max_concurrency is None else -(-load.max_concurrency // fixed.dp))
+        notes.append(f"one replica of {fixed.dp} simulated with its even share of the requests; throughputs x {fixed.dp}")
+    run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
+    if run.too_large:
+        notes.append(f"{run.too_large} requests need more blocks than the pool has: vLLM never schedules them")
+    if run.stopped:
+        notes.append("the run stopped at the engine's step limit: the figures cover the requests answered by then")
+    terms = times.terms
+    step = {"summary": (f"overhead {times.overhead_s * 1e3:.2f} ms a step at TP {fixed.tp}, request fixed cost "
+                        f"{terms.request_fixed_s * 1e3:.1f} ms, mixed step {terms.mixed}, bandwidth efficiency "
+                        f"{times.decode.bandwidth_efficiency:g}, prefill MFU {times.prefill.mfu:g}"),
+            "overhead_s": times.overhead_s, "request_fixed_s": terms.request_fixed_s, "mixed_step": terms.mixed,
+            "prefill_weight_floor": terms.prefill_weight_floor,
+            "bandwidth_efficiency": times.decode.bandwidth_efficiency, "prefill_mfu": times.prefill.mfu,
+            "tokens_per_decode_step": times.tokens_per_decode_step}
+    deployment = {"model": report.model, "gpus": f"{report.gpus.count}x{report.gpus.gpu.key}",
+                  "tensor_parallel_size": fixed.tp, "data_parallel_size": fixed.dp,
+                  "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                  "num_gpu_blocks": cfg.num_blocks, "block_size": cfg.block_size}
+    metrics = bench_metrics(run, replicas=fixed.dp)
+    return BenchResult(load, {**metrics, "engine_steps": run.steps}, deployment, step, notes)
+
+
 def check_plan(scenario: Scenario, trace: Any = None, **engine_options: Any) -> Plan:
     """``plan``, with ``Plan.disagreement`` set where the engine simulator's users-at-SLO differ by more than 15%:
     the sessions are the ``trace``'s, else generated from the scenario's workload."""

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
     "simulate": ("servesize.commands.simulate", "replay a trace through vLLM's prefix cache: hit rate vs pool, users at a target"),
+    "bench": ("servesize.commands.bench", "what `vllm bench serve` will print for a deployment and a load (the engine simulator)"),
     "serve": ("servesize.commands.serve", "the explorer: a local web page over the same engine (127.0.0.1)"),
 }
 

@@ -119,6 +119,7 @@ class EngineRun:
     clock_s: float = 0.0
     busy_s: float = 0.0
     decoders_per_step: list[int] = field(default_factory=list)  # a sample (one per step up to a cap)
+    step_seconds: list[float] = field(default_factory=list)     # the same steps' durations (inter-token times)
     stopped: bool = False         # MAX_ENGINE_STEPS reached
     warmup: float = DEFAULT_WARMUP
 
@@ -391,6 +392,7 @@ class _Engine:
         run.mixed_steps += bool(chunks) and bool(decoders)
         if len(run.decoders_per_step) < _SAMPLE_STEPS:
             run.decoders_per_step.append(len(decoders))
+            run.step_seconds.append(dt)
         finished = []
         for i, new in scheduled.items():
             if self.computed[i] < self.target[i]:
@@ -454,6 +456,7 @@ class _Engine:
         room = _SAMPLE_STEPS - len(run.decoders_per_step)
         if room > 0:
             run.decoders_per_step.extend([idx.size] * min(k, room))
+            run.step_seconds.extend(times[:min(k, room)].tolist())
         for i in [i for i in self.running if self.generated[i] >= self.out[i]]:
             self._finish(i)
 

@@ -1,0 +1,71 @@
+"""``servesize bench MODEL --gpus ... [vLLM flags] [vllm bench serve flags]``: what the benchmark will print."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from servesize.errors import BadInput
+from servesize.flags import add_params, scenario_from_args
+from servesize.scenario import params_in
+
+EPILOG = """\
+the load, in `vllm bench serve`'s own flags (its random dataset; every request gets all its output tokens):
+  --random-input-len, --random-output-len, --random-range-ratio, --random-prefix-len, --num-prompts,
+  --max-concurrency (C requests in flight), --request-rate (a Poisson stream; inf: all at once), --seed
+
+the deployment, in `vllm serve`'s flags (or a pasted --vllm-serve '...' line): --tensor-parallel-size,
+--max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype, --gpu-memory-utilization, ...
+
+what it prints: the benchmark's result block, predicted by the engine simulator (vLLM's scheduler step by
+step, priced by servesize's step model: docs/accuracy.md says how close it is on measured runs held out from
+its fit). --json prints the keys `vllm bench serve --save-result` writes (mean_ttft_ms, median_tpot_ms, ...).
+
+examples:
+  servesize bench llama-3.1-8b --gpus 1xH100 --random-input-len 1024 --random-output-len 128 --num-prompts 1000 --max-concurrency 64
+  servesize bench qwen3-30b-a3b-fp8 --gpus 1xH200 --random-input-len 2048 --random-output-len 1024 --max-concurrency 10 --num-prompts 100 --json
+  servesize bench llama-3.1-70b --gpus 4xH100 -tp 4 --request-rate 4 --num-prompts 500
+"""
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BadInput(f"expected a whole number, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"expected a number, got {text!r}") from None
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params(parser, params_in("model", "engine"), required=("gpus",))
+    g = parser.add_argument_group("the load (vllm bench serve's flags, --dataset-name random)")
+    g.add_argument("--random-input-len", type=_whole, default=1024, metavar="N", help="prompt tokens (default 1024)")
+    g.add_argument("--random-output-len", type=_whole, default=128, metavar="N", help="output tokens (default 128)")
+    g.add_argument("--random-range-ratio", type=_number, default=0.0, metavar="R",
+                   help="lengths uniform in [N(1-R), N(1+R)] (default 0: fixed)")
+    g.add_argument("--random-prefix-len", type=_whole, default=0, metavar="N",
+                   help="a prefix every prompt shares, before its own tokens (default 0)")
+    g.add_argument("--num-prompts", type=_whole, default=1000, metavar="N", help="requests sent (default 1000)")
+    g.add_argument("--max-concurrency", type=_whole, default=None, metavar="C",
+                   help="requests in flight at most; the next is sent as one finishes (default: no cap)")
+    g.add_argument("--request-rate", type=_number, default=math.inf, metavar="R",
+                   help="requests per second, Poisson (default inf: all at once, or C at a time)")
+    g.add_argument("--seed", type=_whole, default=0, help="seed of the lengths and arrivals (default 0)")
+
+
+def run(args):
+    from servesize.api import bench
+    from servesize.simulate.bench import BenchLoad
+
+    load = BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
+                     random_range_ratio=args.random_range_ratio, random_prefix_len=args.random_prefix_len,
+                     num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
+                     request_rate=args.request_rate, seed=args.seed)
+    return bench(scenario_from_args(args), load)

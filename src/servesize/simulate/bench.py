@@ -1,0 +1,233 @@
+"""What ``vllm bench serve`` would print for a deployment and a load, through the engine simulator.
+
+The load is vLLM's random dataset, in its own flags (vllm/benchmarks/datasets.py ``RandomDataset``,
+vllm/benchmarks/serve.py): ``--num-prompts`` prompts of ``--random-input-len`` tokens (uniform within
+``--random-range-ratio`` of it, after a ``--random-prefix-len`` prefix every prompt shares) asking for
+``--random-output-len`` tokens each (uniform in the same ratio; the benchmark ignores EOS, so every request
+gets them all). Random tokens share no block, so nothing but the common prefix hits the prefix cache.
+
+When requests are sent:
+  ``--request-rate inf`` (the default) with ``--max-concurrency C``: C requests in flight, the next sent as one
+      finishes (the benchmark's semaphore: C closed-loop clients with no pause);
+  ``--request-rate inf`` alone: every request at once;
+  ``--request-rate R`` without ``--max-concurrency``: a Poisson stream at R per second (burstiness 1).
+  Both a rate and a concurrency cap: not modelled (the send time is then the later of the draw and a free slot).
+
+What it reports is what the benchmark computes (vllm/benchmarks/serve.py ``calculate_metrics``): per request
+TTFT (sent to first token), TPOT ((latency - TTFT) / (output - 1), requests with more than one output token),
+the inter-token latencies (every step that decodes a request is one ITL of that request: the step's duration),
+their mean, median and p99, and the throughputs over the benchmark's duration (first send to last finish).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.errors import BadInput
+from servesize.simulate.engine import EngineRun
+from servesize.simulate.replay import Replay
+
+MAX_PROMPTS = 100_000
+MAX_PROMPT_TOKENS = 10_000_000
+PERCENTILES = (50.0, 99.0)  # the benchmark's default --metric-percentiles is 99; the median is printed too
+
+
+@dataclass(frozen=True)
+class BenchLoad:
+    """The load of one ``vllm bench serve --dataset-name random`` run, in its flags' names."""
+
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    num_prompts: int = 1000
+    max_concurrency: int | None = None
+    request_rate: float = math.inf
+    seed: int = 0
+
+    def __post_init__(self):
+        for name, lo, hi in (("random_input_len", 1, MAX_PROMPT_TOKENS), ("random_output_len", 1, MAX_PROMPT_TOKENS),
+                             ("random_prefix_len", 0, MAX_PROMPT_TOKENS), ("num_prompts", 1, MAX_PROMPTS)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise BadInput(f"--{name.replace('_', '-')} must be a whole number in [{lo:,}, {hi:,}], got {value!r}",
+                               field=name)
+        if not (math.isfinite(self.random_range_ratio) and 0 <= self.random_range_ratio < 1):
+            raise BadInput(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio!r}",
+                           field="random_range_ratio")
+        if self.max_concurrency is not None and not 1 <= self.max_concurrency <= MAX_PROMPTS:
+            raise BadInput(f"--max-concurrency must be in [1, {MAX_PROMPTS:,}], got {self.max_concurrency!r}",
+                           field="max_concurrency")
+        if math.isnan(self.request_rate) or self.request_rate <= 0:
+            raise BadInput(f"--request-rate must be > 0 requests/s (inf: all at once), got {self.request_rate!r}",
+                           field="request_rate")
+        if math.isfinite(self.request_rate) and self.max_concurrency is not None:
+            raise BadInput("--request-rate with --max-concurrency is not modelled (a request is then sent at the later "
+                           "of its Poisson draw and a free slot): give one of the two", field="request_rate")
+        if not 0 <= self.seed < 2**63:
+            raise BadInput(f"--seed must be in [0, 2**63), got {self.seed!r}", field="seed")
+
+    @property
+    def longest_request_tokens(self) -> int:
+        r = self.random_range_ratio
+        return (self.random_prefix_len + int(self.random_input_len * (1 + r))
+                + int(self.random_output_len * (1 + r)))
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per prompt, its input tokens (prefix included) and its output tokens, as the random dataset draws them."""
+        rng = np.random.default_rng(self.seed)
+        r = self.random_range_ratio
+
+        def draw(mean: int) -> np.ndarray:
+            lo, hi = max(1, int(mean * (1 - r))), max(1, int(mean * (1 + r)))
+            return rng.integers(lo, hi + 1, size=self.num_prompts)
+
+        inputs = draw(self.random_input_len) + self.random_prefix_len
+        return inputs.astype(np.int64), draw(self.random_output_len).astype(np.int64)
+
+    def to_dict(self) -> dict:
+        return {"dataset_name": "random", "random_input_len": self.random_input_len,
+                "random_output_len": self.random_output_len, "random_range_ratio": self.random_range_ratio,
+                "random_prefix_len": self.random_prefix_len, "num_prompts": self.num_prompts,
+                "max_concurrency": self.max_concurrency,
+                "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.seed}
+
+
+def bench_replay(load: BenchLoad, block_size: int) -> Replay:
+    """The benchmark's requests as a replay: each prompt its own blocks (the shared prefix's first), sent as the
+    load says; a closed-loop client per concurrency slot (``Replay.user``) or one per request."""
+    if block_size < 1:
+        raise BadInput(f"the block size must be >= 1 token, got {block_size}")
+    inputs, outputs = load.lengths()
+    n = load.num_prompts
+    prefix_blocks = load.random_prefix_len // block_size
+    full = inputs // block_size
+    own = np.maximum(full - prefix_blocks, 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(np.minimum(full, prefix_blocks) + own)
+    nodes = np.empty(int(offsets[-1]), dtype=np.int64)
+    next_id = prefix_blocks
+    for i in range(n):
+        shared = int(min(full[i], prefix_blocks))
+        nodes[offsets[i]:offsets[i] + shared] = np.arange(shared)
+        mine = int(own[i])
+        nodes[offsets[i] + shared:offsets[i + 1]] = np.arange(next_id, next_id + mine)
+        next_id += mine
+    if math.isfinite(load.request_rate):
+        rng = np.random.default_rng([load.seed, 1])
+        arrival = np.cumsum(rng.exponential(1.0 / load.request_rate, size=n)) - 0.0
+        arrival[0] = 0.0
+        arrival = np.maximum.accumulate(arrival)
+        user = np.arange(n)
+    else:
+        slots = n if load.max_concurrency is None else min(load.max_concurrency, n)
+        arrival = np.zeros(n)
+        user = np.arange(n) % slots
+    return Replay(block_size=block_size, arrival_s=arrival.astype(np.float64), service_s=np.full(n, np.nan),
+                  input_tokens=inputs, output_tokens=outputs, session=np.arange(n), user=user.astype(np.int64),
+                  source=np.arange(n), nodes=nodes, offsets=offsets, num_nodes=max(int(next_id), 1), measured_from=0,
+                  sessions=n, choices={"load": load.to_dict()})
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The q-th percentile of ``values`` each repeated ``weights`` times (linear interpolation, numpy's rule)."""
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    total = int(w.sum())
+    if total == 0:
+        return 0.0
+    pos = (total - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    ends = np.cumsum(w)
+    a = float(v[np.searchsorted(ends, lo, side="right")])
+    b = float(v[np.searchsorted(ends, hi, side="right")])
+    return a + (b - a) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The benchmark's result block, predicted: the keys ``vllm bench serve --save-result`` writes."""
+
+    load: BenchLoad
+    metrics: dict
+    deployment: dict
+    step_model: dict
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {**self.metrics, "load": self.load.to_dict(), "deployment": self.deployment,
+                "step_model": self.step_model, "notes": self.notes}
+
+    def render(self, explain: bool = False) -> str:
+        m = self.metrics
+        rows = [
+            ("Successful requests:", f"{m['completed']}"),
+            ("Failed requests:", f"{m['failed']}"),
+            ("Maximum request concurrency:", f"{self.load.max_concurrency}") if self.load.max_concurrency else None,
+            ("Benchmark duration (s):", f"{m['duration']:.2f}"),
+            ("Total input tokens:", f"{m['total_input_tokens']}"),
+            ("Total generated tokens:", f"{m['total_output_tokens']}"),
+            ("Request throughput (req/s):", f"{m['request_throughput']:.2f}"),
+            ("Output token throughput (tok/s):", f"{m['output_throughput']:.2f}"),
+            ("Total token throughput (tok/s):", f"{m['total_token_throughput']:.2f}"),
+        ]
+        lines = [f"{' Serving Benchmark Result ':=^50}"]
+        lines += [f"{label:<40}{value:<10}" for row in rows if row for label, value in [row]]
+        for title, key, name in (("Time to First Token", "ttft", "TTFT"), ("Time per Output Token (excl. 1st token)",
+                                                                          "tpot", "TPOT"),
+                                 ("Inter-token Latency", "itl", "ITL")):
+            lines.append(f"{title:-^50}")
+            lines.append(f"{f'Mean {name} (ms):':<40}{m[f'mean_{key}_ms']:<10.2f}")
+            lines.append(f"{f'Median {name} (ms):':<40}{m[f'median_{key}_ms']:<10.2f}")
+            lines.append(f"{f'P99 {name} (ms):':<40}{m[f'p99_{key}_ms']:<10.2f}")
+        lines.append("=" * 50)
+        lines.append("predicted by servesize's engine simulator, not measured")
+        d = self.deployment
+        lines.append(f"{d['model']} on {d['gpus']} (TP {d['tensor_parallel_size']}), "
+                     f"--max-num-seqs {d['max_num_seqs']}, --max-num-batched-tokens {d['max_num_batched_tokens']}, "
+                     f"{d['num_gpu_blocks']:,} blocks of {d['block_size']}")
+        lines.append(f"step model: {self.step_model['summary']}")
+        if explain:
+            lines += [f"  {k}: {v}" for k, v in self.step_model.items() if k != "summary"]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
+    """``calculate_metrics`` over the simulated run: every request that was answered (``replicas`` identical
+    replicas side by side: counts and throughputs scale, latencies do not)."""
+    done = np.isfinite(run.finish_s) & np.isfinite(run.first_token_s)
+    sent, first, finish = run.arrival_s[done], run.first_token_s[done], run.finish_s[done]
+    out = run.output_tokens[done].astype(float)
+    ttft = (first - sent) * 1e3
+    latency = (finish - sent) * 1e3
+    many = out > 1
+    tpot = (latency[many] - ttft[many]) / (out[many] - 1)
+    steps = np.asarray(run.step_seconds, dtype=float) * 1e3
+    decoders = np.asarray(run.decoders_per_step, dtype=np.int64)
+    itl_w = decoders[decoders > 0]
+    itl_v = steps[decoders > 0]
+    start = float(np.nanmin(run.arrival_s)) if np.isfinite(run.arrival_s).any() else 0.0
+    duration = float(finish.max() - start) if finish.size else 0.0
+    completed = int(done.sum()) * replicas
+    total_in = int(run.input_tokens[done].sum()) * replicas
+    total_out = int(out.sum()) * replicas
+
+    def stats(name: str, x: np.ndarray) -> dict:
+        if x.size == 0:
+            return {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"p99_{name}_ms": 0.0}
+        return {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.percentile(x, 50)),
+                f"p99_{name}_ms": float(np.percentile(x, 99))}
+
+    itl = {"mean_itl_ms": float((itl_v * itl_w).sum() / itl_w.sum()) if itl_w.size else 0.0,
+           "median_itl_ms": _weighted_quantile(itl_v, itl_w, 50.0) if itl_w.size else 0.0,
+           "p99_itl_ms": _weighted_quantile(itl_v, itl_w, 99.0) if itl_w.size else 0.0}
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
+    return {"completed": completed, "failed": int((~done).sum()) * replicas, "duration": duration,
+            "total_input_tokens": total_in, "total_output_tokens": total_out,
+            "request_throughput": per_s(completed), "output_throughput": per_s(total_out),
+            "total_token_throughput": per_s(total_in + total_out),
+            **stats("ttft", ttft), **stats("tpot", tpot), **itl}

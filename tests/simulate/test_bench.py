@@ -1,0 +1,110 @@
+"""servesize bench: vllm bench serve's load in its own flags, through the engine simulator, reported in its keys.
+Decided by the simulated clock and counts, never by the machine's."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from servesize.cli import main
+from servesize.errors import BadInput
+from servesize.planning.step_model import ConstantSteps
+from servesize.simulate.bench import BenchLoad, bench_metrics, bench_replay
+from servesize.simulate.engine import EngineConfig, simulate_engine
+
+SAVE_RESULT_KEYS = {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+                    "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "request_throughput", "output_throughput",
+                    "total_token_throughput", "duration", "completed"}
+
+
+def _run(load: BenchLoad, times, blocks: int = 100_000, batched: int = 8192):
+    rp = bench_replay(load, 16)
+    return simulate_engine(rp, EngineConfig(num_blocks=blocks, block_size=16, max_num_batched_tokens=batched), times,
+                           warmup=0.0)
+
+
+def test_one_client_at_a_time_gets_the_constant_step_times_exactly():
+    # one request in flight: prefill 1,000 tokens at 1 us each in one chunk, then 99 decode steps of 10 ms
+    load = BenchLoad(random_input_len=1000, random_output_len=100, num_prompts=5, max_concurrency=1)
+    m = bench_metrics(_run(load, ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.010)))
+    assert m["completed"] == 5 and m["failed"] == 0
+    assert m["mean_ttft_ms"] == pytest.approx(1.0)
+    assert m["mean_tpot_ms"] == pytest.approx(10.0)
+    assert m["median_itl_ms"] == pytest.approx(10.0)
+    assert m["duration"] == pytest.approx(5 * (0.001 + 99 * 0.010))
+    assert m["output_throughput"] == pytest.approx(500 / m["duration"])
+
+
+def test_the_concurrency_cap_is_the_batch():
+    load = BenchLoad(random_input_len=64, random_output_len=50, num_prompts=40, max_concurrency=8)
+    run = _run(load, ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.01, decode_per_seq_s=0.001))
+    assert max(run.decoders_per_step) == 8
+    m = bench_metrics(run)
+    # a step of 8 decoders costs 18 ms: every TPOT sits between the 1-decoder and the 8-decoder step
+    assert 11.0 <= m["median_tpot_ms"] <= 18.0 + 1e-9
+
+
+def test_the_request_fixed_cost_adds_to_ttft_only():
+    class Fixed(ConstantSteps):
+        request_fixed_s = 0.050
+
+    load = BenchLoad(random_input_len=500, random_output_len=20, num_prompts=4, max_concurrency=1)
+    plain = bench_metrics(_run(load, ConstantSteps(1e-6, 0.01)))
+    fixed = bench_metrics(_run(load, Fixed(1e-6, 0.01)))
+    assert fixed["mean_ttft_ms"] - plain["mean_ttft_ms"] == pytest.approx(50.0)
+    assert fixed["mean_tpot_ms"] == pytest.approx(plain["mean_tpot_ms"])
+
+
+def test_random_prompts_share_nothing_but_the_prefix():
+    load = BenchLoad(random_input_len=256, random_output_len=8, random_prefix_len=64, num_prompts=10, max_concurrency=1)
+    rp = bench_replay(load, 16)
+    firsts = [tuple(rp.nodes_of(i)[:4]) for i in range(10)]
+    assert len(set(firsts)) == 1  # the 64-token prefix: the same 4 blocks
+    rests = np.concatenate([rp.nodes_of(i)[4:] for i in range(10)])
+    assert np.unique(rests).size == rests.size
+    assert set(rp.input_tokens.tolist()) == {320}
+
+
+def test_a_range_ratio_spreads_the_lengths_within_it():
+    inputs, outputs = BenchLoad(random_input_len=1000, random_output_len=100, random_range_ratio=0.5,
+                                num_prompts=2000, seed=3).lengths()
+    assert inputs.min() >= 500 and inputs.max() <= 1500 and 950 < inputs.mean() < 1050
+    assert outputs.min() >= 50 and outputs.max() <= 150
+
+
+def test_a_poisson_rate_sends_one_request_per_client():
+    rp = bench_replay(BenchLoad(num_prompts=200, request_rate=4.0, seed=1), 16)
+    assert np.unique(rp.user).size == 200
+    gaps = np.diff(rp.arrival_s)
+    assert np.all(gaps >= 0) and 0.15 < gaps.mean() < 0.35  # 1 / 4 requests per second
+
+
+@pytest.mark.parametrize("bad", [dict(num_prompts=0), dict(random_input_len=-1), dict(random_range_ratio=1.0),
+                                 dict(request_rate=0.0), dict(max_concurrency=0),
+                                 dict(request_rate=2.0, max_concurrency=4), dict(random_range_ratio=math.nan)])
+def test_bad_loads_are_refused(bad):
+    with pytest.raises(BadInput):
+        BenchLoad(**bad)
+
+
+def test_the_cli_prints_the_benchmark_block_and_its_saved_keys(capsys):
+    args = ["bench", "llama-3.1-8b", "--gpus", "1xH100", "--random-input-len", "512", "--random-output-len", "64",
+            "--num-prompts", "50", "--max-concurrency", "8"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    for line in ("Serving Benchmark Result", "Mean TTFT (ms):", "Median TPOT (ms):", "P99 ITL (ms):",
+                 "Output token throughput (tok/s):", "Maximum request concurrency:            8"):
+        assert line in text
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert SAVE_RESULT_KEYS <= set(doc)
+    assert doc["completed"] == 50 and doc["mean_tpot_ms"] > 0
+
+
+def test_a_load_past_the_length_limit_is_one_line(capsys):
+    code = main(["bench", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "2048", "--random-input-len", "4096"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--max-model-len" in err
