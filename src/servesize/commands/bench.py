@@ -23,7 +23,7 @@ its fit). --json prints the keys `vllm bench serve --save-result` writes (mean_t
 
 examples:
   servesize bench llama-3.1-8b --gpus 1xH100 --random-input-len 1024 --random-output-len 128 --num-prompts 1000 --max-concurrency 64
-  servesize bench qwen3-30b-a3b-fp8 --gpus 1xH200 --random-input-len 2048 --random-output-len 1024 --max-concurrency 10 --num-prompts 100 --json
+  servesize bench qwen3-30b-a3b-fp8 --gpus 1xH200 --random-input-len 2048 --max-concurrency 10 --json
   servesize bench llama-3.1-70b --gpus 4xH100 -tp 4 --request-rate 4 --num-prompts 500
 """
 
