@@ -16,7 +16,29 @@ def test_every_fixture_file_is_one_whose_sources_this_module_checks():
     # A new kind of fixture needs a source check below before it can land.
     assert {p.name for p in FIXTURES.iterdir()} == {"README.md", "vllm-logs-public.json", "model-configs", "gpu-specs.md",
                                                    "seeds.json", "vllm-cli", "vllm-logs-available.json",
-                                                   "decode-benchmarks.json", "published-hit-rates.json"}
+                                                   "decode-benchmarks.json", "published-hit-rates.json", "measured"}
+
+
+# ---------------------------------------------------------------- measured/ (the step model's runs)
+
+MEASURED = FIXTURES / "measured"
+PUBLISHED_RUNS = [(p.name, run) for p in sorted(MEASURED.glob("vllm-bench-published-*.json"))
+                  for run in json.loads(p.read_text())["runs"]]
+
+
+def test_the_published_runs_are_at_least_thirty_with_unique_ids():
+    ids = [run["id"] for _, run in PUBLISHED_RUNS]
+    assert len(ids) >= 30 and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("name,run", PUBLISHED_RUNS, ids=lambda x: x["id"] if isinstance(x, dict) else x)
+def test_every_published_run_names_its_url_and_quotes_every_figure_it_states(name, run):
+    assert URL.match(run["url"]) and run["quote"] and run["model"] and run["gpu"] and run["gpus"] >= 1
+    quoted = "\n".join(run["quote"])
+    numbers = {float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", quoted)}
+    for key, value in run["measured"].items():
+        if value is not None:
+            assert float(value) in numbers, f"{run['id']}: {key} = {value} is not in the quoted lines"
 
 
 # ---------------------------------------------------------------- vllm-logs-available.json

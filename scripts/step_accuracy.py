@@ -1,0 +1,257 @@
+"""The step model against measured `vllm bench serve` runs: fit on one part, report on the other.
+
+    PYTHONPATH=src python scripts/step_accuracy.py                 # the table (docs/accuracy.md), today's terms
+    PYTHONPATH=src python scripts/step_accuracy.py --fit           # search the step terms on the fit part
+    PYTHONPATH=src python scripts/step_accuracy.py --write         # also write tests/fixtures/measured/step-accuracy.json
+
+Every run is a fixture in tests/fixtures/measured (its URL and quoted lines, or the aiconfigurator row) and is
+predicted by `servesize bench` (servesize.api.bench: the engine simulator priced by the step model). The split
+is by deployment (model x GPU x TP), made once by a hash of the deployment's name, so that a held-out run is of
+a deployment the fit never saw. Runs servesize cannot express (a model the catalogue lacks, a GPU it does not
+list, pipeline parallelism, speculative decoding without its acceptance) are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import pathlib
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MEASURED = ROOT / "tests" / "fixtures" / "measured"
+PUBLISHED = ("vllm-bench-published-other.json", "vllm-bench-published-vllm-repo.json")
+AIC_CSV = MEASURED / "aiconfigurator-silicon-vllm.csv"
+RESULT = MEASURED / "step-accuracy.json"
+
+# published model ids -> the catalogue's name (servesize models), where the catalogue holds the same geometry
+MODELS = {
+    "deepseek-ai/DeepSeek-R1": ("deepseek-r1", ""),
+    "deepseek-ai/DeepSeek-V3.1": ("deepseek-v3.1", ""),
+    "deepseek-ai/DeepSeek-V3.2": ("deepseek-v3.2", ""),
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": ("qwen3-next-80b-a3b-thinking", "the Thinking model's geometry (same config)"),
+    "Qwen/Qwen2.5-32B": ("qwen2.5-32b", ""),
+    "Qwen/Qwen2-7B-Instruct": ("qwen2.5-7b", "Qwen2.5-7B's geometry: 28 layers, 3,584 wide, 4 KV heads, as Qwen2-7B"),
+    "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", ""),
+    "Qwen/Qwen3-32B": ("qwen3-32b", ""),
+    "amd/Llama-3.3-70B-Instruct-FP8-KV": ("llama-3.3-70b", "served as FP8 weights with an FP8 KV cache"),
+}
+GPUS = {"H100": "H100-SXM", "H100-SXM": "H100-SXM", "H100-NVL": "H100-NVL", "H200": "H200-SXM",
+        "H200-SXM": "H200-SXM", "A100-80GB": "A100-SXM", "A100-SXM": "A100-SXM", "B200": "B200", "MI300X": "MI300X",
+        "MI355X": "MI355X", "L40S": "L40S", "RTX-4090": "RTX-4090", "H20": "H20", "H20-3e": "H20-3E"}
+QUANT = {"bf16": "bf16", "fp8": "fp8", "native": None}
+SERVER_FLAGS = ("--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization",
+                "--kv-cache-dtype", "--block-size")
+QUANTITIES = ("tpot", "ttft", "output_throughput")
+MEASURED_KEY = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "output_throughput": "output_throughput"}
+
+
+@dataclass
+class Case:
+    id: str
+    source: str
+    url: str
+    deployment: str
+    family: str
+    gpu: str
+    argv: list[str] | None
+    reason: str = ""
+    measured: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)
+    peer: dict = field(default_factory=dict)
+
+    @property
+    def split(self) -> str:
+        """'fit' or 'held-out': by a hash of the deployment, never by row."""
+        return "fit" if hashlib.sha256(self.deployment.encode()).digest()[0] % 2 == 0 else "held-out"
+
+
+def _family(model: str) -> str:
+    name = model.lower()
+    for family in ("deepseek", "qwen3-next", "qwen3", "qwen2", "llama", "mistral", "gpt-oss", "glm", "kimi", "minimax"):
+        if family in name:
+            return family
+    return name.split("/")[-1].split("-")[0]
+
+
+def _server_flags(text: str | None) -> list[str]:
+    words = (text or "").replace(";", " ").split()
+    out = []
+    for i, w in enumerate(words[:-1]):
+        if w in SERVER_FLAGS:
+            out += [w, words[i + 1]]
+    return out
+
+
+def _published_case(run: dict, source: str) -> Case:
+    load = run["load"]
+    model = run["model"]
+    gpu_raw = run["gpu"].split(" ")[0]
+    deployment = f"{model} {run['gpus']}x{gpu_raw} TP{run['tensor_parallel_size']}"
+    case = Case(run["id"], source, run["url"], deployment, _family(model), gpu_raw, None)
+    m = run["measured"]
+    case.measured = {"tpot": m.get("mean_tpot_ms"), "ttft": m.get("mean_ttft_ms"),
+                     "output_throughput": m.get("output_throughput")}
+    flags = load.get("other_flags") or ""
+    why = []
+    if model not in MODELS:
+        why.append(f"{model} is not in the catalogue")
+    if gpu_raw not in GPUS:
+        why.append(f"GPU {run['gpu']!r} is not catalogued")
+    if "pipeline-parallel" in flags or "PP2" in run.get("notes", ""):
+        why.append("pipeline parallelism is not modelled")
+    if run.get("speculative"):
+        why.append("speculative decoding's acceptance is not stated")
+    if (load.get("dataset") or "random") != "random" or not load.get("input_len") or not load.get("output_len"):
+        why.append("not the random dataset with stated lengths")
+    if math.isfinite(_rate(load)) and load.get("max_concurrency"):
+        why.append("a request rate with a concurrency cap is not modelled")
+    if run.get("data_parallel_size", 1) != 1 or run.get("expert_parallel"):
+        why.append("data or expert parallelism")
+    if why:
+        case.reason = "; ".join(why)
+        return case
+    name, _ = MODELS[model]
+    argv = [name, "--gpus", f"{run['gpus']}x{GPUS[gpu_raw]}", "-tp", str(run["tensor_parallel_size"])]
+    q = QUANT.get(run["quantization"].split(" ")[0].lower())
+    if q:
+        argv += ["-q", q]
+    if run.get("kv_cache_dtype", "auto") not in (None, "auto"):
+        argv += ["--kv-cache-dtype", run["kv_cache_dtype"]]
+    server = _server_flags(flags)
+    argv += server
+    if "--max-model-len" not in server:  # the run does not say: the longest that starts (a run that started did)
+        argv += ["--max-model-len", "auto"]
+    argv += ["--random-input-len", str(load["input_len"]), "--random-output-len", str(load["output_len"]),
+             "--num-prompts", str(load["num_prompts"])]
+    if load.get("range_ratio"):
+        argv += ["--random-range-ratio", str(load["range_ratio"])]
+    if load.get("max_concurrency"):
+        argv += ["--max-concurrency", str(load["max_concurrency"])]
+    if math.isfinite(_rate(load)):
+        argv += ["--request-rate", str(_rate(load))]
+    case.argv = argv
+    return case
+
+
+def _rate(load: dict) -> float:
+    r = load.get("request_rate")
+    return math.inf if r in (None, "inf") else float(r)
+
+
+def published_cases() -> list[Case]:
+    cases = []
+    for name in PUBLISHED:
+        path = MEASURED / name
+        if path.exists():
+            cases += [_published_case(run, name) for run in json.loads(path.read_text())["runs"]]
+    return cases
+
+
+def aiconfigurator_cases() -> list[Case]:
+    """The aiconfigurator rows (see tests/fixtures/measured/aiconfigurator-NOTICE.md): a hook filled once the
+    extraction's columns are mapped (aic_case)."""
+    if not AIC_CSV.exists():
+        return []
+    from aic_rows import aic_case  # scripts/aic_rows.py: the row -> Case mapping
+
+    with AIC_CSV.open(newline="") as fh:
+        return [aic_case(row, Case) for row in csv.DictReader(fh)]
+
+
+def predict(case: Case) -> None:
+    from servesize.cli import build_parser
+    from servesize.commands.bench import run as bench_run
+    from servesize.errors import ServesizeError
+
+    assert case.argv is not None
+    parser = build_parser(load="bench", argv=["bench", *case.argv])
+    try:
+        result = bench_run(parser.parse_args(["bench", *case.argv]))
+    except (ServesizeError, SystemExit) as exc:
+        case.reason = f"servesize refuses it: {exc}"
+        case.argv = None
+        return
+    m = result.metrics
+    case.predicted = {"tpot": m["mean_tpot_ms"], "ttft": m["mean_ttft_ms"], "output_throughput": m["output_throughput"]}
+
+
+def error(case: Case, quantity: str) -> float | None:
+    measured, predicted = case.measured.get(quantity), case.predicted.get(quantity)
+    if not measured or predicted is None:
+        return None
+    return predicted / measured - 1.0
+
+
+def summary(cases: list[Case]) -> dict:
+    out = {}
+    for q in QUANTITIES:
+        errs = [abs(e) for c in cases if (e := error(c, q)) is not None]
+        out[q] = {"n": len(errs), "median_abs_error": statistics.median(errs) if errs else None,
+                  "within_25": sum(e <= 0.25 for e in errs) / len(errs) if errs else None}
+    return out
+
+
+def table(rows: dict[str, list[Case]]) -> str:
+    lines = ["| part | runs | TPOT median abs error | TPOT within 25% | TTFT median abs error | output tok/s median abs error |",
+             "|---|---:|---:|---:|---:|---:|"]
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+
+    for label, cases in rows.items():
+        s = summary(cases)
+        lines.append(f"| {label} | {len(cases)} | {pct(s['tpot']['median_abs_error'])} ({s['tpot']['n']}) | "
+                     f"{pct(s['tpot']['within_25'])} | {pct(s['ttft']['median_abs_error'])} ({s['ttft']['n']}) | "
+                     f"{pct(s['output_throughput']['median_abs_error'])} ({s['output_throughput']['n']}) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help="write tests/fixtures/measured/step-accuracy.json")
+    ap.add_argument("--only", default=None, help="only runs whose id contains this")
+    args = ap.parse_args()
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    cases = published_cases() + aiconfigurator_cases()
+    if args.only:
+        cases = [c for c in cases if args.only in c.id]
+    for i, c in enumerate(cases):
+        if c.argv is not None:
+            predict(c)
+        print(f"\r{i + 1}/{len(cases)}", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    expressed = [c for c in cases if c.argv is not None]
+    rows = {"fit": [c for c in expressed if c.split == "fit"],
+            "held-out": [c for c in expressed if c.split == "held-out"]}
+    for source in sorted({c.source for c in expressed}):
+        for part in ("fit", "held-out"):
+            rows[f"{source}, {part}"] = [c for c in expressed if c.source == source and c.split == part]
+    print(table(rows))
+    print()
+    for c in expressed:
+        errs = " ".join(f"{q} {100 * e:+.0f}%" for q in QUANTITIES if (e := error(c, q)) is not None)
+        print(f"{c.split:8} {c.id[:48]:48} {errs}")
+    print(f"\nnot expressed: {len(cases) - len(expressed)} of {len(cases)}")
+    for c in cases:
+        if c.argv is None:
+            print(f"  {c.id[:48]:48} {c.reason}")
+    if args.write:
+        doc = {"about": "servesize bench's predictions of the measured runs in this folder (scripts/step_accuracy.py "
+                        "--write); tests/test_step_accuracy.py checks that the CLI still gives each and that the "
+                        "summary holds",
+               "summary": {part: summary(cs) for part, cs in rows.items() if part in ("fit", "held-out")},
+               "runs": [{"id": c.id, "source": c.source, "split": c.split, "deployment": c.deployment,
+                         "argv": c.argv, "measured": c.measured, "predicted": c.predicted,
+                         "errors": {q: error(c, q) for q in QUANTITIES}} for c in expressed]}
+        RESULT.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
