@@ -54,7 +54,7 @@ from servesize.planning.load import (
     think_time_of,
 )
 from servesize.planning.prefill import PrefillSetup, prefill_costs
-from servesize.planning.step_model import StepModel, StepTerms
+from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms
 from servesize.planning.warm_capacity import HostLink, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -124,9 +124,10 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
 
     Under ``decode.roofline = memory`` (the seed's) the compute leg and the MTP drafts' own cost are left
     out. ``bandwidth_efficiency`` / ``compute_efficiency`` override the knobs (the plan's bounds)."""
+    kernels = kernel_efficiency(fixed, knobs)
     experts = None
-    if fixed.expert_bytes:
-        experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token)
+    if fixed.expert_bytes:  # routed experts read at their kernels' own efficiency: as if that many more bytes
+        experts = ExpertRouting(fixed.expert_bytes / kernels.experts, fixed.num_experts, fixed.experts_per_token)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
@@ -154,8 +155,8 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         kv_bytes_per_token_read=fixed.kv_bytes_per_token_rank * fixed.tp,
         state_bytes_per_sequence=fixed.state_bytes_rank * fixed.tp, tp=fixed.tp, experts=experts,
         spec_speedup=speedup,
-        bandwidth_efficiency=float(bandwidth_efficiency if bandwidth_efficiency is not None
-                                   else knob_value(knobs, "bandwidth_efficiency")),
+        bandwidth_efficiency=min(1.0, kernels.bandwidth * float(bandwidth_efficiency if bandwidth_efficiency is not None
+                                                                 else knob_value(knobs, "bandwidth_efficiency"))),
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
@@ -177,10 +178,16 @@ def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
     return StepModel(prefill_setup(fixed, knobs), decode_setup(fixed, knobs), step_terms(knobs))
 
 
+def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
+    """The deployment's kernel factors (weight format, vendor, MoE) on the base efficiencies (planning.step_model)."""
+    return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a)
+
+
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:
+    mfu = min(1.0, kernel_efficiency(fixed, knobs).prefill * float(knob_value(knobs, "mfu")))
     return PrefillSetup(gemm_params=fixed.gemm_params, attention_width=fixed.attention_width,
                         full_attention_layers=fixed.full_attention_layers, peak_flops_per_gpu=fixed.peak_flops_per_gpu,
-                        tp=fixed.tp, tp_efficiency=knobs.tp_efficiency, mfu=float(knob_value(knobs, "mfu")))
+                        tp=fixed.tp, tp_efficiency=knobs.tp_efficiency, mfu=mfu)
 
 
 class CeilingCache:

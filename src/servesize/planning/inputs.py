@@ -119,6 +119,8 @@ class Fixed:
     host_link: str = ""                # the GPU's link to host RAM (gpus.toml); empty: not catalogued
     host_link_bytes_per_s: float = 0.0  # its one-way signalling rate per GPU, B/s
     host_link_source: str = ""
+    weight_format: str = "bf16"        # the GEMMs' kernel family (planning.step_model.WEIGHT_FORMATS)
+    vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
 
 
 def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
@@ -219,6 +221,31 @@ def _memory_summary(report) -> dict:
     }
 
 
+def weight_format_of(precision: str, arch) -> str:
+    """The kernel family the weights run through: bf16, fp8_tensor, fp8_block, int8, int4 or fp4 (what the step
+    model's kernel efficiencies are keyed by), from the memory report's precision and the checkpoint's own
+    quantization_config where the precision is the checkpoint's ('native')."""
+    prec = str(precision).lower()
+    q = getattr(arch, "quantization", None)
+    if prec.startswith("native"):
+        if q is None:
+            return "bf16"
+        if q.method == "fp8":
+            return "fp8_block" if q.block else "fp8_tensor"
+        return {"int8": "int8", "int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4"}.get(q.method, "fp8_tensor")
+    if "fp4" in prec:
+        return "fp4"
+    if "block" in prec:
+        return "fp8_block"
+    if "fp8" in prec:
+        return "fp8_tensor"
+    if "int8" in prec:
+        return "int8"
+    if "int4" in prec or "nf4" in prec:
+        return "int4"
+    return "bf16"
+
+
 def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
                       seed_convention: bool = False, hf_id: str | None = None) -> Fixed:
     """Everything the plan needs from a memory report (engine budget)."""
@@ -257,6 +284,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         served=served_weights(arch, dep.quantization, dep.version),
         host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
         host_link_source=getattr(gpu, "host_link_source", ""),
+        weight_format=weight_format_of(w.precision, arch), vendor=str(getattr(gpu, "vendor", "NVIDIA")),
     )
 
 

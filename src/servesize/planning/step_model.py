@@ -32,6 +32,29 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
     import numpy as np
 
 MIXED_RULES = ("one_weight_read", "sum")
+# the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
+# step.kernel_efficiency_<format> (data/assumptions.toml), relative to bf16's decode.bandwidth_efficiency
+WEIGHT_FORMATS = ("bf16", "fp8_tensor", "fp8_block", "int8", "int4", "fp4")
+
+
+@dataclass(frozen=True)
+class KernelEfficiency:
+    """How far a deployment's kernels are from the bf16 NVIDIA ones the base efficiencies describe: factors on the
+    decode bandwidth (by weight format and vendor), on the routed experts' read (MoE), and on prefill's MFU."""
+
+    bandwidth: float = 1.0
+    experts: float = 1.0
+    prefill: float = 1.0
+
+    @classmethod
+    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any) -> KernelEfficiency:
+        """From the named assumptions (``a(name)`` reads one)."""
+        if weight_format not in WEIGHT_FORMATS:
+            raise BadInput(f"unknown weight format {weight_format!r} (one of {', '.join(WEIGHT_FORMATS)})")
+        fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
+        amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
+        return cls(bandwidth=fmt * amd, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
+                   prefill=amd * (float(a("step.moe_prefill_efficiency")) if moe else 1.0))
 
 
 @dataclass(frozen=True)
