@@ -88,16 +88,9 @@ def _server_flags(text: str | None) -> list[str]:
     return out
 
 
-def _published_case(run: dict, source: str) -> Case:
-    load = run["load"]
-    model = run["model"]
-    gpu_raw = run["gpu"].split(" ")[0]
-    deployment = f"{model} {run['gpus']}x{gpu_raw} TP{run['tensor_parallel_size']}"
-    case = Case(run["id"], source, run["url"], deployment, _family(model), gpu_raw, None)
-    m = run["measured"]
-    case.measured = {"tpot": m.get("mean_tpot_ms"), "ttft": m.get("mean_ttft_ms"),
-                     "output_throughput": m.get("output_throughput")}
-    flags = load.get("other_flags") or ""
+def _why_not(run: dict, load: dict, flags: str) -> list[str]:
+    """What servesize bench cannot express of a published run (empty: it can)."""
+    model, gpu_raw = run["model"], run["gpu"].split(" ")[0]
     why = []
     if model not in MODELS:
         why.append(f"{model} is not in the catalogue")
@@ -113,6 +106,20 @@ def _published_case(run: dict, source: str) -> Case:
         why.append("a request rate with a concurrency cap is not modelled")
     if run.get("data_parallel_size", 1) != 1 or run.get("expert_parallel"):
         why.append("data or expert parallelism")
+    return why
+
+
+def _published_case(run: dict, source: str) -> Case:
+    load = run["load"]
+    model = run["model"]
+    gpu_raw = run["gpu"].split(" ")[0]
+    deployment = f"{model} {run['gpus']}x{gpu_raw} TP{run['tensor_parallel_size']}"
+    case = Case(run["id"], source, run["url"], deployment, _family(model), gpu_raw, None)
+    m = run["measured"]
+    case.measured = {"tpot": m.get("mean_tpot_ms"), "ttft": m.get("mean_ttft_ms"),
+                     "output_throughput": m.get("output_throughput")}
+    flags = load.get("other_flags") or ""
+    why = _why_not(run, load, flags)
     if why:
         case.reason = "; ".join(why)
         return case
@@ -164,21 +171,43 @@ def aiconfigurator_cases() -> list[Case]:
         return [aic_case(row, Case) for row in csv.DictReader(fh)]
 
 
-def predict(case: Case) -> None:
+def predict_argv(argv: list[str], terms: dict | None = None) -> dict | str:
+    """`servesize bench ARGV` in this process, under ``terms`` (assumption defaults): the metrics, or the refusal."""
     from servesize.cli import build_parser
     from servesize.commands.bench import run as bench_run
     from servesize.errors import ServesizeError
 
-    assert case.argv is not None
-    parser = build_parser(load="bench", argv=["bench", *case.argv])
+    if terms:
+        set_terms(terms)
+    parser = build_parser(load="bench", argv=["bench", *argv])
     try:
-        result = bench_run(parser.parse_args(["bench", *case.argv]))
+        result = bench_run(parser.parse_args(["bench", *argv]))
     except (ServesizeError, SystemExit) as exc:
-        case.reason = f"servesize refuses it: {exc}"
-        case.argv = None
-        return
+        return f"servesize refuses it: {exc}"
     m = result.metrics
-    case.predicted = {"tpot": m["mean_tpot_ms"], "ttft": m["mean_ttft_ms"], "output_throughput": m["output_throughput"]}
+    return {"tpot": m["mean_tpot_ms"], "ttft": m["mean_ttft_ms"], "output_throughput": m["output_throughput"]}
+
+
+def _task(job: tuple[list[str], dict | None]) -> dict | str:
+    return predict_argv(*job)
+
+
+def predict_all(cases: list[Case], terms: dict | None = None, workers: int = 1) -> None:
+    """Predict every expressed case (in ``workers`` processes); a refusal becomes the case's reason."""
+    todo = [c for c in cases if c.argv is not None]
+    jobs = [(c.argv, terms) for c in todo]
+    if workers > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_task, jobs, chunksize=1)
+    else:
+        results = [_task(j) for j in jobs]
+    for c, r in zip(todo, results):
+        if isinstance(r, str):
+            c.reason, c.argv, c.predicted = r, None, {}
+        else:
+            c.predicted = r
 
 
 def error(case: Case, quantity: str) -> float | None:
@@ -212,20 +241,101 @@ def table(rows: dict[str, list[Case]]) -> str:
     return "\n".join(lines)
 
 
+# the terms the fit searches, each over a bounded grid (data/assumptions.toml holds what it found, with its source)
+SEARCH: dict[str, list] = {
+    "decode.bandwidth_efficiency": [0.6, 0.7, 0.8, 0.9],
+    "decode.step_overhead_s": [0.0005, 0.001, 0.002, 0.003],
+    "step.overhead_per_tp_doubling_s": [0.0, 0.0005, 0.001, 0.002],
+    "step.request_fixed_s": [0.0, 0.01, 0.02, 0.04],
+    "prefill.mfu": [0.4, 0.5, 0.6, 0.7],
+    "step.mixed": ["sum", "one_weight_read"],
+    "prefill.weight_floor": [False, True],
+    "step.kernel_efficiency_fp8_tensor": [0.6, 0.8, 1.0],
+    "step.kernel_efficiency_fp8_block": [0.4, 0.6, 0.8, 1.0],
+    "step.kernel_efficiency_fp4": [0.5, 0.75, 1.0],
+    "step.vendor_efficiency_amd": [0.5, 0.75, 1.0],
+    "step.moe_expert_efficiency": [0.3, 0.5, 0.7, 1.0],
+    "step.moe_prefill_efficiency": [0.4, 0.6, 0.8, 1.0],
+}
+CLIP = 1.5  # a log error past this (4.5x) counts as this: one run the model cannot express does not steer the fit
+
+
+def set_terms(terms: dict) -> None:
+    """Make ``terms`` the assumptions' defaults in this process (what a fitted data/assumptions.toml would say)."""
+    from servesize.assumptions import modelled_assumptions
+
+    table = modelled_assumptions()
+    for name, value in terms.items():
+        table[name]["default"] = value
+
+
+def loss(cases: list[Case], terms: dict, workers: int) -> float:
+    """Mean over the runs and quantities of |log(predicted / measured)|, clipped at CLIP."""
+    total, n = 0.0, 0
+    predict_all(cases, terms, workers)
+    for c in cases:
+        for q in QUANTITIES:
+            e = error(c, q)
+            if e is not None:
+                total += min(abs(math.log1p(e)), CLIP) if e > -1 else CLIP
+                n += 1
+    return total / max(n, 1)
+
+
+def shortened(case: Case, per_slot: int) -> Case:
+    """The case with at most ``per_slot`` prompts per concurrency slot (the fit's evaluations, for speed)."""
+    argv = list(case.argv or [])
+    if "--max-concurrency" in argv and "--num-prompts" in argv:
+        c = int(argv[argv.index("--max-concurrency") + 1])
+        i = argv.index("--num-prompts") + 1
+        argv[i] = str(min(int(argv[i]), per_slot * c))
+    return Case(case.id, case.source, case.url, case.deployment, case.family, case.gpu, argv, measured=case.measured)
+
+
+def fit(cases: list[Case], rounds: int = 2, workers: int = 2) -> dict:
+    """Coordinate search: each term in turn over its grid, the others held, ``rounds`` times; a term whose grid the
+    fit part does not move (no run it touches) keeps its default."""
+    from servesize.assumptions import modelled_assumptions
+
+    terms = {name: modelled_assumptions()[name]["default"] for name in SEARCH}
+    best = loss(cases, terms, workers)
+    print(f"start: loss {best:.4f}", file=sys.stderr)
+    for r in range(rounds):
+        for name, grid in SEARCH.items():
+            scores = {}
+            for value in grid:
+                scores[value] = best if value == terms[name] else loss(cases, {**terms, name: value}, workers)
+            value = min(scores, key=lambda v: (round(scores[v], 6), v != terms[name]))
+            spread = max(scores.values()) - min(scores.values())
+            if scores[value] < best - 1e-6:
+                terms[name], best = value, scores[value]
+            print(f"round {r + 1} {name}: {terms[name]!r} (loss {best:.4f}; spread over the grid {spread:.4f})",
+                  file=sys.stderr)
+    return terms
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="write tests/fixtures/measured/step-accuracy.json")
     ap.add_argument("--only", default=None, help="only runs whose id contains this")
+    ap.add_argument("--fit", action="store_true", help="search the step terms on the fit part, then report with them")
+    ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds (default 2)")
+    ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--fit-prompts-per-slot", type=int, default=4,
+                    help="while fitting, at most this many prompts per --max-concurrency slot (default 4; the report "
+                         "runs each load as measured)")
     args = ap.parse_args()
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     cases = published_cases() + aiconfigurator_cases()
     if args.only:
         cases = [c for c in cases if args.only in c.id]
-    for i, c in enumerate(cases):
-        if c.argv is not None:
-            predict(c)
-        print(f"\r{i + 1}/{len(cases)}", end="", file=sys.stderr)
-    print(file=sys.stderr)
+    found = None
+    if args.fit:
+        part = [c for c in cases if c.argv is not None and c.split == "fit"]
+        found = fit([shortened(c, args.fit_prompts_per_slot) for c in part], args.rounds, args.workers)
+        print("fitted terms: " + json.dumps(found))
+        set_terms(found)
+    predict_all(cases, found, args.workers)
     expressed = [c for c in cases if c.argv is not None]
     rows = {"fit": [c for c in expressed if c.split == "fit"],
             "held-out": [c for c in expressed if c.split == "held-out"]}

@@ -1,5 +1,6 @@
 """Every published fact under tests/fixtures/ names where it came from: a fact without its source fails here."""
 
+import csv
 import json
 import pathlib
 import re
@@ -24,6 +25,16 @@ def test_every_fixture_file_is_one_whose_sources_this_module_checks():
 MEASURED = FIXTURES / "measured"
 PUBLISHED_RUNS = [(p.name, run) for p in sorted(MEASURED.glob("vllm-bench-published-*.json"))
                   for run in json.loads(p.read_text())["runs"]]
+
+
+def test_the_aiconfigurator_rows_name_their_package_version_and_licence():
+    notice = (MEASURED / "aiconfigurator-NOTICE.md").read_text()
+    assert "aiconfigurator-core` 0.12.0" in notice and "Apache-2.0" in notice and "silicon_sample.csv" in notice
+    assert "Apache License" in (MEASURED / "aiconfigurator-LICENSE.txt").read_text()
+    with (MEASURED / "aiconfigurator-silicon-vllm.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 573 and all(r["backend"] == "vllm" and r["mode"] == "agg" for r in rows)
+    assert all(float(r["silicon_ttft_ms"]) > 0 and float(r["silicon_tpot_ms"]) > 0 for r in rows)
 
 
 def test_the_published_runs_are_at_least_thirty_with_unique_ids():

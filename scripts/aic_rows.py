@@ -1,0 +1,65 @@
+"""aiconfigurator's measured vLLM rows (tests/fixtures/measured/aiconfigurator-silicon-vllm.csv) as step_accuracy Cases.
+
+A row is a deployment (model, system, TP, MoE TP/EP, attention DP, weights) and a load (ISL, OSL, concurrency):
+`vllm bench serve --dataset-name random --random-input-len ISL --random-output-len OSL --max-concurrency C`.
+What a row does not say is a named choice here, with its reason:
+"""
+
+from __future__ import annotations
+
+MODELS = {
+    "openai/gpt-oss-120b": ("gpt-oss-120b", []),
+    "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", []),
+    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", ["-q", "fp8"]),  # precision fp8 on the bf16 id: served as FP8
+    "Qwen/Qwen3-32B": ("qwen3-32b", []),
+    "Qwen/Qwen3-235B-A22B-FP8": ("qwen3-235b-a22b-fp8", []),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3.1-8b", ["-q", "fp8"]),  # a per-tensor FP8 checkpoint of it
+}
+MOE = {"openai/gpt-oss-120b", "MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B-FP8", "moonshotai/Kimi-K2.5"}
+SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM"}
+# the row names no prompt count: InferenceMAX-style sweeps send ten prompts per concurrency slot, so the first
+# wave (every slot at once) is a tenth of the requests
+PROMPTS_PER_SLOT = 10
+
+
+def _whole(text: str, default: int = 1) -> int:
+    return int(text) if text not in ("", None) else default
+
+
+def aic_case(row: dict, case_type):
+    model = row["model_path"]
+    system = row["system"]
+    tp = _whole(row["tp_size"])
+    adp = _whole(row["attention_dp_size"])
+    moe_tp, moe_ep = _whole(row["moe_tp_size"], 0), _whole(row["moe_ep_size"], 0)
+    source = dict(kv.split("=", 1) for kv in (p.strip() for p in row["silicon_data_source"].split(";")) if "=" in kv)
+    conc = _whole(source.get("silicon_concurrency", ""), 0) or _whole(row["batch_size"]) * adp
+    deployment = f"{model} {SYSTEMS.get(system, system)} TP{tp}" + (f" ADP{adp}" if adp > 1 else "") \
+        + (f" EP{moe_ep}" if moe_ep > 1 else "")
+    family = model.split("/")[-1].split("-")[0].lower()
+    case = case_type(row["id"], "aiconfigurator-silicon-vllm.csv", "aiconfigurator-core 0.12.0 silicon_sample.csv",
+                     deployment, family, SYSTEMS.get(system, system), None)
+    case.measured = {"tpot": float(row["silicon_tpot_ms"]), "ttft": float(row["silicon_ttft_ms"]),
+                     "output_throughput": None}
+    case.peer = {"tpot": float(row["aic_estimate_tpot_ms"]) if row["aic_estimate_tpot_ms"] else None,
+                 "ttft": float(row["aic_estimate_ttft_ms"]) if row["aic_estimate_ttft_ms"] else None}
+    why = []
+    if model not in MODELS:
+        why.append(f"{model}: servesize refuses its config (a vision tower with no tensor layout)"
+                   if "Kimi" in model else f"{model} is not in the catalogue")
+    if adp > 1:
+        why.append("attention data parallelism is not modelled")
+    if model in MOE and moe_ep > 1:
+        why.append("expert parallelism is not modelled")
+    if model in MOE and moe_tp and moe_tp * max(moe_ep, 1) != tp * adp:
+        why.append(f"MoE TP {moe_tp} x EP {moe_ep} is not TP {tp} x attention DP {adp} (an unrecorded split)")
+    if why:
+        case.reason = "; ".join(why)
+        return case
+    name, extra = MODELS[model]
+    if model == "Qwen/Qwen3-32B" and row["precision"] == "fp8":
+        extra = ["-q", "fp8"]
+    case.argv = [name, "--gpus", f"{tp}x{SYSTEMS[system]}", "-tp", str(tp), *extra, "--max-model-len", "auto",
+                 "--random-input-len", row["isl"], "--random-output-len", row["osl"],
+                 "--max-concurrency", str(conc), "--num-prompts", str(PROMPTS_PER_SLOT * conc)]
+    return case
