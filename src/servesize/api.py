@@ -12,6 +12,7 @@ Each function is resolve (``servesize.resolve``: every rule, named) -> engine / 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -36,12 +37,14 @@ from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
     PlanInputs,
     calibrated,
+    check_calibration_matches,
     deployment_of,
     display_name,
     gpus_of,
     model_of,
     plan_inputs,
     split_of,
+    step_calibration_of,
     with_serve_line,
 )
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
@@ -630,6 +633,10 @@ def bench(scenario: Scenario, load: Any) -> Any:
                       max_concurrency=None if load.max_concurrency is None else -(-load.max_concurrency // fixed.dp))
         notes.append(f"one replica of {fixed.dp} simulated with its even share of the requests; throughputs x {fixed.dp}")
     run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
+    stepped = step_calibration_of(scenario)  # checked against this deployment with the pool's calibration
+    if stepped is not None:
+        check_calibration_matches(stepped[0], scenario, inputs.deployment, stepped[1])
+        notes.append(f"the step model's efficiencies are {stepped[1]}'s (calibrate --vllm-bench)")
     if run.too_large:
         notes.append(f"{run.too_large} requests need more blocks than the pool has: vLLM never schedules them")
     if run.stopped:
@@ -648,6 +655,55 @@ def bench(scenario: Scenario, load: Any) -> Any:
                   "num_gpu_blocks": cfg.num_blocks, "block_size": cfg.block_size}
     metrics = bench_metrics(run, replicas=fixed.dp)
     return BenchResult(load, {**metrics, "engine_steps": run.steps}, deployment, step, notes)
+
+
+BENCH_CALIBRATION_STEPS = 12  # bisection steps per efficiency: (0, 1] to within 1/4,096 of the best
+BENCH_CALIBRATION_ROUNDS = 2  # the two efficiencies solved in turn, twice
+
+
+def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm bench result>") -> Calibration:
+    """A `vllm bench serve` result (its text block or saved JSON) of ``scenario``'s deployment -> a Calibration of
+    the step model: the bandwidth efficiency at which ``bench`` gives the measured mean TPOT, then the prefill MFU at
+    which it gives the measured mean TTFT, each by bisection (each time falls as its efficiency rises), for the
+    same load (the result's requests, mean lengths and concurrency cap or rate)."""
+    from servesize.simulate.bench import BenchLoad
+    from servesize.vllm_logs.bench_result import read_bench_result
+
+    measured = read_bench_result(result, source)
+    if scenario.calibration is not None:
+        raise BadInput("calibrate --vllm-bench measures the step model afresh: drop --calibration")
+    load = BenchLoad(random_input_len=measured.input_len, random_output_len=measured.output_len,
+                     num_prompts=min(measured.completed, 1000), max_concurrency=measured.max_concurrency,
+                     request_rate=measured.request_rate if measured.max_concurrency is None else math.inf)
+
+    def solve(name: str, key: str, target: float, fixed: dict) -> tuple[float, float]:
+        lo, hi = 1.0 / 4096, 1.0
+        for _ in range(BENCH_CALIBRATION_STEPS):
+            mid = (lo * hi) ** 0.5
+            got = bench(scenario.replace(**fixed, **{name: mid}), load).metrics[key]
+            lo, hi = (lo, mid) if got < target else (mid, hi)  # too fast: the efficiency is lower
+        best = (lo * hi) ** 0.5
+        return best, bench(scenario.replace(**fixed, **{name: best}), load).metrics[key]
+
+    held: dict = {}
+    for _ in range(BENCH_CALIBRATION_ROUNDS):  # each moves the other's time a little (a prefill stalls decodes)
+        bw, tpot = solve("bandwidth_efficiency", "mean_tpot_ms", measured.mean_tpot_ms, held)
+        mfu, ttft = solve("mfu", "mean_ttft_ms", measured.mean_ttft_ms, {"bandwidth_efficiency": bw})
+        held = {"mfu": mfu}
+    inputs = plan_inputs(scenario)
+    notes = [f"measured mean TPOT {measured.mean_tpot_ms:.2f} ms, servesize bench {tpot:.2f} ms at bandwidth "
+             f"efficiency {bw:.3f}", f"measured mean TTFT {measured.mean_ttft_ms:.2f} ms, servesize bench {ttft:.2f} ms "
+             f"at prefill MFU {mfu:.3f}",
+             f"load: {load.num_prompts} requests of {load.random_input_len:,} -> {load.random_output_len:,} tokens, "
+             + (f"--max-concurrency {load.max_concurrency}" if load.max_concurrency else
+                f"--request-rate {load.request_rate:g}")]
+    for label, value in (("bandwidth efficiency", bw), ("prefill MFU", mfu)):
+        if value > 0.999 or value < 2.0 / 4096:
+            notes.append(f"the {label} sits at the end of its range: the step model cannot reproduce this result "
+                         "with it alone (another term, or another deployment than the one given)")
+    return Calibration(source=source, era="vllm bench serve", model=inputs.hf_id,
+                       tensor_parallel_size=inputs.deployment.tensor_parallel_size, gpu=inputs.gpus.gpu.key,
+                       bandwidth_efficiency=round(bw, 4), mfu=round(mfu, 4), notes=tuple(notes))
 
 
 def check_plan(scenario: Scenario, trace: Any = None, **engine_options: Any) -> Plan:

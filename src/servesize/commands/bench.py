@@ -7,7 +7,7 @@ import math
 
 from servesize.errors import BadInput
 from servesize.flags import add_params, scenario_from_args
-from servesize.scenario import params_in
+from servesize.scenario import PARAMS, params_in
 
 EPILOG = """\
 the load, in `vllm bench serve`'s own flags (its random dataset; every request gets all its output tokens):
@@ -25,6 +25,7 @@ examples:
   servesize bench llama-3.1-8b --gpus 1xH100 --random-input-len 1024 --random-output-len 128 --num-prompts 1000 --max-concurrency 64
   servesize bench qwen3-30b-a3b-fp8 --gpus 1xH200 --random-input-len 2048 --max-concurrency 10 --json
   servesize bench llama-3.1-70b --gpus 4xH100 -tp 4 --request-rate 4 --num-prompts 500
+  servesize bench llama-3.1-8b --gpus 1xH100 --calibration cal.json   (calibrate --vllm-bench: your own server's)
 """
 
 
@@ -44,7 +45,8 @@ def _number(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params(parser, params_in("model", "engine"), required=("gpus",))
+    add_params(parser, [*params_in("model", "engine"), PARAMS["calibration"], PARAMS["calibration_mismatch_ok"],
+                        PARAMS["bandwidth_efficiency"], PARAMS["mfu"]], required=("gpus",))
     g = parser.add_argument_group("the load (vllm bench serve's flags, --dataset-name random)")
     g.add_argument("--random-input-len", type=_whole, default=1024, metavar="N", help="prompt tokens (default 1024)")
     g.add_argument("--random-output-len", type=_whole, default=128, metavar="N", help="output tokens (default 128)")

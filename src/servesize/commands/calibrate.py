@@ -34,9 +34,23 @@ server with speculative decoding, --num-speculative-tokens; where a kernel holds
 """
 
 
+BENCH_DEPLOYMENT = ("gpus", "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len",
+                    "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "vllm_version")
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--vllm-log", action="append", required=True, metavar="FILE", dest="vllm_log",
+    from servesize.flags import add_params
+    from servesize.scenario import PARAMS
+
+    parser.add_argument("--vllm-log", action="append", metavar="FILE", dest="vllm_log",
                         help="a vLLM server log (repeat for several)")
+    b = parser.add_argument_group("a benchmark result (--vllm-bench): the step model's efficiencies for one deployment")
+    b.add_argument("--vllm-bench", metavar="FILE", dest="vllm_bench",
+                   help="a `vllm bench serve` result: the text block it prints, or the JSON --save-result writes; with "
+                        "--model and --gpus (and the server's flags), it gives the bandwidth efficiency and prefill MFU "
+                        "at which `servesize bench` reproduces its mean TPOT and TTFT; plan, bench and simulate apply it "
+                        "to that model, GPU and TP only")
+    add_params(parser, [PARAMS[name] for name in BENCH_DEPLOYMENT])
     parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here (default: print a summary only)")
     parser.add_argument("--model", metavar="NAME", type=_model_name,
                         help="the model the log is of, where it does not name one (a quoted log without vLLM's config "
@@ -149,11 +163,32 @@ def _read(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _bench_calibration(args):
+    """calibrate --vllm-bench: the step model's efficiencies for the deployment the flags name."""
+    from servesize.api import calibrate_bench
+    from servesize.flags import scenario_from_args
+
+    if args.vllm_log:
+        raise BadInput("give --vllm-log or --vllm-bench, not both (a start-up log and a benchmark calibrate apart)")
+    if not args.model or args.gpus is None:
+        raise BadInput("--vllm-bench needs the deployment it measured: --model NAME --gpus NxGPU (and -tp, -q, "
+                       "--kv-cache-dtype as the server ran)")
+    args.vllm_serve = getattr(args, "vllm_serve", None)
+    scenario = scenario_from_args(args)
+    text = read_input(args.vllm_bench, "benchmark result", MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    return calibrate_bench(scenario, text, source=pathlib.Path(args.vllm_bench).name)
+
+
 def run(args):
     from servesize.vllm_logs.calibration import calibrate
-    from servesize.vllm_logs.files import save_calibrations
     from servesize.vllm_logs.parse import parse_vllm_log
 
+    if args.vllm_bench:
+        cal = _bench_calibration(args)
+        _save([cal], args.out)
+        return BenchCalibrateResult(cal, args.out)
+    if not args.vllm_log:
+        raise BadInput("give --vllm-log FILE (a start-up log) or --vllm-bench FILE (a benchmark result)")
     items = []
     for path in args.vllm_log:
         facts = parse_vllm_log(_read(path), source=pathlib.Path(path).name)
@@ -161,9 +196,34 @@ def run(args):
                         mamba_cache_mode=args.mamba_cache_mode, blocks_per_request=args.blocks_per_request,
                         num_speculative_tokens=args.num_speculative_tokens, model=args.model)
         items.append((facts, cal))
-    if args.out:
-        try:
-            save_calibrations([c for _, c in items], args.out)
-        except OSError as exc:
-            raise BadInput(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from None
+    _save([c for _, c in items], args.out)
     return CalibrateResult(tuple(items), args.out)
+
+
+def _save(calibrations: list, out: str | None) -> None:
+    from servesize.vllm_logs.files import save_calibrations
+
+    if out:
+        try:
+            save_calibrations(calibrations, out)
+        except OSError as exc:
+            raise BadInput(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
+
+
+@dataclass(frozen=True)
+class BenchCalibrateResult:
+    calibration: Calibration
+    out: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"calibrations": [self.calibration.to_dict()], "written_to": self.out}
+
+    def render(self, explain: bool = False) -> str:
+        c = self.calibration
+        lines = [f"{c.source}: {c.era}, {c.model} on {c.gpu} (TP {c.tensor_parallel_size})",
+                 f"  bandwidth efficiency   {c.bandwidth_efficiency:g}   (plan, bench and simulate: --bandwidth-efficiency)",
+                 f"  prefill MFU            {c.mfu:g}   (--mfu)"]
+        lines += [f"  note: {n}" for n in c.notes]
+        if self.out:
+            lines += ["", f"calibration written to {self.out}; pass it as --calibration {self.out}"]
+        return "\n".join(lines)

@@ -26,7 +26,14 @@ from servesize.resolve.fleet import (
     users_sizing,
 )
 from servesize.resolve.knobs import KNOB_FIELDS, check_speculation, knobs_of, planned_deployment, speculation_note
-from servesize.resolve.measured import Calibrated, calibrated, calibration_of, check_calibration_matches, split_of
+from servesize.resolve.measured import (
+    Calibrated,
+    calibrated,
+    calibration_of,
+    check_calibration_matches,
+    split_of,
+    step_calibration_of,
+)
 from servesize.resolve.model import (
     ENGINE_FIELDS,
     auto_fitted_length,
@@ -50,7 +57,8 @@ from servesize.resolve.workload import (
 
 __all__ = [
     "ENGINE_FIELDS", "KNOB_FIELDS", "WORKLOAD_FIELDS", "Calibrated", "PlanInputs", "ServeLine", "auto_fitted_length",
-    "base_workload", "calibrated", "calibration_of", "check_calibration_matches", "check_prefixes", "check_speculation",
+    "base_workload", "calibrated", "calibration_of", "check_calibration_matches",
+    "step_calibration_of", "check_prefixes", "check_speculation",
     "confirm_scenario", "deployment_of", "display_name", "fleet_currency", "fleet_space", "gpus_of", "hf_id_of",
     "knobs_of", "model_of", "overridden_workload", "plan_command", "plan_inputs", "planned_deployment", "preset_of",
     "resolved_workload", "served", "sized_scenario", "speculation_note", "split_of", "teams_from", "teams_of",

@@ -17,6 +17,7 @@ from servesize.engine.deployment import Deployment
 from servesize.errors import BadInput
 from servesize.model.catalogue import ResolvedModel
 from servesize.planning.inputs import Knobs, spec_tokens_of
+from servesize.resolve.measured import step_calibration_of
 from servesize.resolve.workload import preset_of, workload_file_data
 from servesize.scenario import PARAMS, Scenario, params_in
 from servesize.units import GiB
@@ -36,6 +37,11 @@ def knobs_of(scenario: Scenario) -> Knobs:
     if not spec_asked and speculative_of(scenario) == "none":
         values["mtp_speedup"] = 1.0
     values["cpu_offload_bytes"] = float(scenario.cpu_offload_gib or 0.0) * GiB
+    stepped = step_calibration_of(scenario)
+    if stepped is not None:  # a benchmark's efficiencies, where no flag sets them (calibrate --vllm-bench)
+        for name in ("bandwidth_efficiency", "mfu"):
+            if values.get(name) is None and getattr(stepped[0], name) is not None:
+                values[name] = getattr(stepped[0], name)
     return Knobs(fills=scenario.fills, draws=scenario.draws, seed=scenario.seed,
                  spec_tokens=scenario.num_speculative_tokens, **values)
 

@@ -54,6 +54,14 @@ def _model_words(text: str) -> frozenset[str]:
 CALIBRATION_GPU_MEMORY_TOLERANCE = 0.05  # the log's total memory is CUDA's, a few % under nvidia-smi's
 
 
+def step_calibration_of(scenario: Scenario) -> tuple[Calibration, str] | None:
+    """A calibration of the step model (calibrate --vllm-bench: its base efficiencies), or None."""
+    found = calibration_of(scenario)
+    if found is None or (found[0].bandwidth_efficiency is None and found[0].mfu is None):
+        return None
+    return found
+
+
 def check_calibration_matches(cal: Calibration, scenario: Scenario, deployment: Deployment, where: str) -> None:
     """A calibration measures one model at one TP on one GPU with one engine setting: applied to another, its
     pool is another deployment's. Refuse, naming the field that differs (a field the log did not state is not
@@ -111,6 +119,9 @@ def _check_calibration_identity(cal: Calibration, scenario: Scenario, deployment
             raise BadInput(f"{where} was measured on model {clip(cal.model)}, not {display_name(model)}: give that "
                            "MODEL, or a calibration of this one")
     _check_calibration_groups(cal, scenario, deployment, where)
+    if cal.gpu and scenario.gpus is not None and cal.gpu != gpus_of(scenario).gpu.key:
+        raise BadInput(f"{where} was measured on {clip(cal.gpu)}, not {gpus_of(scenario).gpu.key}: give that GPU with "
+                       "--gpus, or a calibration of this one", field="gpus")
     if cal.total_gpu_memory_gib:
         gpu = gpus_of(scenario).gpu
         logged, ours_gib = cal.total_gpu_memory_gib, gpu.memory_bytes / GiB
@@ -153,6 +164,8 @@ def calibrated(scenario: Scenario, deployment: Deployment) -> Calibrated:
     if cal.num_blocks:
         return Calibrated(replace(deployment, num_gpu_blocks_override=cal.num_blocks), None,
                           f"engine arithmetic on the block count logged in {where.removeprefix('calibration ')}")
+    if cal.bandwidth_efficiency is not None or cal.mfu is not None:  # a benchmark's: the step model's, not the pool's
+        return Calibrated(deployment, None, None)
     raise BadInput(f"{where} has no pool, available memory or block count; pass --pool-tokens instead", field="pool_tokens")
 
 

@@ -158,7 +158,9 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {**self.metrics, "load": self.load.to_dict(), "deployment": self.deployment,
+        load = self.load.to_dict()  # --save-result writes these beside the metrics too
+        return {**self.metrics, **{k: load[k] for k in ("num_prompts", "max_concurrency", "request_rate")},
+                "load": load, "deployment": self.deployment,
                 "step_model": self.step_model, "notes": self.notes}
 
     def render(self, explain: bool = False) -> str:

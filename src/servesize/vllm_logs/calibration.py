@@ -103,6 +103,11 @@ class Calibration:
     total_gpu_memory_gib: float | None = None
     ranks: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # a step-model calibration (calibrate --vllm-bench): the GPU it was measured on, and the base efficiencies that
+    # make servesize bench reproduce the benchmark's mean TPOT and TTFT
+    gpu: str | None = None
+    bandwidth_efficiency: float | None = None
+    mfu: float | None = None
 
     @property
     def available_kv_bytes_mid(self) -> int | None:
@@ -160,8 +165,11 @@ def _field_value(name: str, value: Any) -> Any:
         return int(_checked(name, value, ok, f"a whole number in [{lo:,}, {hi:,}]"))
     if name in _COUNT_FIELDS:
         return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
-    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization"):
+    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization", "gpu"):
         return _checked(name, value, isinstance(value, str), "text or null")
+    if name in ("bandwidth_efficiency", "mfu"):
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1
+        return float(_checked(name, value, ok, "a fraction in (0, 1] or null"))
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))

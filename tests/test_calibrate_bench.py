@@ -1,0 +1,99 @@
+"""calibrate --vllm-bench: a `vllm bench serve` result (its text block or its saved JSON) -> the step model's
+efficiencies for that deployment, applied by bench and plan to it and refused for another."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servesize.assumptions import assumption
+from servesize.cli import main
+from servesize.errors import BadInput
+from servesize.vllm_logs.bench_result import read_bench_result
+
+DEPLOYMENT = ["llama-3.1-8b", "--gpus", "1xH100"]
+LOAD = ["--random-input-len", "2048", "--random-output-len", "256", "--num-prompts", "64", "--max-concurrency", "16"]
+
+# the block vllm bench serve printed in a public run (tests/fixtures/measured: dennislee-qwen2-7b...-n10, trimmed)
+PUBLISHED_BLOCK = """\
+============ Serving Benchmark Result ============
+Successful requests:                     10
+Benchmark duration (s):                  12.83
+Total input tokens:                      10240
+Total generated tokens:                  10240
+Request throughput (req/s):              0.78
+Output token throughput (tok/s):         798.33
+---------------Time to First Token----------------
+Mean TTFT (ms):                          84.43
+Median TTFT (ms):                        85.03
+-----Time per Output Token (excl. 1st token)------
+Mean TPOT (ms):                          12.45
+Median TPOT (ms):                        12.45
+"""
+
+
+def test_the_text_block_gives_the_load_and_the_means():
+    m = read_bench_result(PUBLISHED_BLOCK)
+    assert (m.completed, m.input_len, m.output_len, m.max_concurrency) == (10, 1024, 1024, None)
+    assert (m.mean_ttft_ms, m.mean_tpot_ms, m.output_throughput) == (84.43, 12.45, 798.33)
+
+
+@pytest.mark.parametrize("text", ["", "Mean TTFT (ms): 12\n", '{"completed": 0, "total_input_tokens": 1, '
+                                  '"total_output_tokens": 1, "mean_ttft_ms": 1, "mean_tpot_ms": 1}', "{not json",
+                                  '{"completed": 10, "total_input_tokens": "x", "total_output_tokens": 1, '
+                                  '"mean_ttft_ms": 1, "mean_tpot_ms": 1}', "[1, 2]"])
+def test_a_result_that_says_too_little_is_one_line(text):
+    with pytest.raises(BadInput):
+        read_bench_result(text)
+
+
+def _predicted(capsys, fmt: str) -> str:
+    assert main(["bench", *DEPLOYMENT, *LOAD, *(["--json"] if fmt == "json" else [])]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_servesize_bench_s_own_result_calibrates_back_to_its_efficiencies(tmp_path, capsys, fmt):
+    # the round trip: what bench predicts at the default efficiencies, read back, gives those efficiencies
+    result = tmp_path / f"result.{fmt}"
+    result.write_text(_predicted(capsys, fmt))
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
+                 "--out", str(out), "--json"]) == 0
+    cal = json.loads(out.read_text())["calibrations"][0] if "calibrations" in out.read_text() else json.loads(out.read_text())
+    assert cal["gpu"] == "H100-SXM" and cal["tensor_parallel_size"] == 1
+    assert cal["bandwidth_efficiency"] == pytest.approx(assumption("decode.bandwidth_efficiency"), rel=0.01)
+    assert cal["mfu"] == pytest.approx(assumption("prefill.mfu"), rel=0.03)
+
+
+def test_a_server_slower_than_the_defaults_calibrates_to_its_own_efficiencies_and_bench_applies_them(tmp_path, capsys):
+    # a "server" whose kernels reach 0.5 of the bandwidth and 0.3 MFU: its result, read back, gives those, and bench
+    # with that calibration prints the server's means again
+    assert main(["bench", *DEPLOYMENT, *LOAD, "--bandwidth-efficiency", "0.5", "--mfu", "0.3"]) == 0
+    result = tmp_path / "server.txt"
+    result.write_text(capsys.readouterr().out)
+    measured = read_bench_result(result.read_text())
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
+                 "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = json.loads(cal.read_text())
+    doc = doc["calibrations"][0] if "calibrations" in doc else doc
+    assert doc["bandwidth_efficiency"] == pytest.approx(0.5, rel=0.01) and doc["mfu"] == pytest.approx(0.3, rel=0.03)
+    assert main(["bench", *DEPLOYMENT, *LOAD, "--calibration", str(cal), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mean_tpot_ms"] == pytest.approx(measured.mean_tpot_ms, rel=0.01)
+    assert out["mean_ttft_ms"] == pytest.approx(measured.mean_ttft_ms, rel=0.02)
+    assert any("calibrate --vllm-bench" in n for n in out["notes"])
+    for other in (["--gpus", "1xH200"], ["--gpus", "2xH100", "-tp", "2"]):
+        assert main(["bench", DEPLOYMENT[0], *other, *LOAD, "--calibration", str(cal)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "calibration" in err
+
+
+def test_calibrate_needs_the_deployment_the_benchmark_measured(tmp_path, capsys):
+    result = tmp_path / "r.txt"
+    result.write_text(PUBLISHED_BLOCK)
+    assert main(["calibrate", "--vllm-bench", str(result)]) == 2
+    assert "--model" in capsys.readouterr().err
