@@ -243,19 +243,20 @@ def table(rows: dict[str, list[Case]]) -> str:
 
 # the terms the fit searches, each over a bounded grid (data/assumptions.toml holds what it found, with its source)
 SEARCH: dict[str, list] = {
-    "decode.bandwidth_efficiency": [0.6, 0.7, 0.8, 0.9],
-    "decode.step_overhead_s": [0.0005, 0.001, 0.002, 0.003],
-    "step.overhead_per_tp_doubling_s": [0.0, 0.0005, 0.001, 0.002],
+    "decode.step_overhead_s": [0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003],
+    "step.overhead_per_layer_s": [0.0, 0.00001, 0.00002, 0.00003, 0.00004],
+    "step.overhead_per_tp_doubling_s": [0.0, 0.00025, 0.0005, 0.001],
+    "decode.bandwidth_efficiency": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85],
+    "prefill.mfu": [0.5, 0.6, 0.7, 0.8, 0.9],
     "step.request_fixed_s": [0.0, 0.01, 0.02, 0.04],
-    "prefill.mfu": [0.4, 0.5, 0.6, 0.7],
     "step.mixed": ["sum", "one_weight_read"],
     "prefill.weight_floor": [False, True],
     "step.kernel_efficiency_fp8_tensor": [0.6, 0.8, 1.0],
-    "step.kernel_efficiency_fp8_block": [0.4, 0.6, 0.8, 1.0],
-    "step.kernel_efficiency_fp4": [0.5, 0.75, 1.0],
+    "step.kernel_efficiency_fp8_block": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0],
+    "step.kernel_efficiency_fp4": [0.6, 0.75, 0.9, 1.0],
     "step.vendor_efficiency_amd": [0.5, 0.75, 1.0],
-    "step.moe_expert_efficiency": [0.3, 0.5, 0.7, 1.0],
-    "step.moe_prefill_efficiency": [0.4, 0.6, 0.8, 1.0],
+    "step.moe_expert_efficiency": [0.5, 0.7, 0.85, 1.0],
+    "step.moe_prefill_efficiency": [0.2, 0.3, 0.4, 0.5, 0.6],
 }
 CLIP = 1.5  # a log error past this (4.5x) counts as this: one run the model cannot express does not steer the fit
 
@@ -292,12 +293,13 @@ def shortened(case: Case, per_slot: int) -> Case:
     return Case(case.id, case.source, case.url, case.deployment, case.family, case.gpu, argv, measured=case.measured)
 
 
-def fit(cases: list[Case], rounds: int = 2, workers: int = 2) -> dict:
+def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None = None) -> dict:
     """Coordinate search: each term in turn over its grid, the others held, ``rounds`` times; a term whose grid the
     fit part does not move (no run it touches) keeps its default."""
     from servesize.assumptions import modelled_assumptions
 
     terms = {name: modelled_assumptions()[name]["default"] for name in SEARCH}
+    terms.update(start or {})
     best = loss(cases, terms, workers)
     print(f"start: loss {best:.4f}", file=sys.stderr)
     for r in range(rounds):
@@ -321,6 +323,8 @@ def main() -> int:
     ap.add_argument("--fit", action="store_true", help="search the step terms on the fit part, then report with them")
     ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds (default 2)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--start", default=None, metavar="JSON", help="the terms the search starts from (default: the "
+                                                                  "assumptions' defaults)")
     ap.add_argument("--fit-prompts-per-slot", type=int, default=4,
                     help="while fitting, at most this many prompts per --max-concurrency slot (default 4; the report "
                          "runs each load as measured)")
@@ -332,7 +336,8 @@ def main() -> int:
     found = None
     if args.fit:
         part = [c for c in cases if c.argv is not None and c.split == "fit"]
-        found = fit([shortened(c, args.fit_prompts_per_slot) for c in part], args.rounds, args.workers)
+        found = fit([shortened(c, args.fit_prompts_per_slot) for c in part], args.rounds, args.workers,
+                    json.loads(args.start) if args.start else None)
         print("fitted terms: " + json.dumps(found))
         set_terms(found)
     predict_all(cases, found, args.workers)

@@ -4,8 +4,10 @@ Every consumer prices time here: the plan's decode and prefill rooflines (planni
 hand over the bytes a step reads and the FLOPs it computes), the load model, power, teams and fleet through them,
 and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_s`` and ``StepModel.decode_s``.
 
-    overhead(tp)        = step.overhead_s + step.overhead_per_tp_doubling_s x log2(tp)
-                          (the scheduler's pass, launches, sampling; TP adds two all-reduces per layer)
+    overhead(tp, L)     = decode.step_overhead_s + step.overhead_per_layer_s x L
+                          + step.overhead_per_tp_doubling_s x log2(tp)
+                          (the scheduler's pass and sampling; each of the L layers' kernels; TP adds two
+                          all-reduces per layer)
     decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
                           (the weight-read floor: a short chunk still streams every weight once;
@@ -62,24 +64,26 @@ class StepTerms:
     """The fixed costs of a step and of a request (seconds), and how a mixed step is priced."""
 
     overhead_s: float = 0.0
+    overhead_per_layer_s: float = 0.0
     overhead_per_tp_doubling_s: float = 0.0
     request_fixed_s: float = 0.0
     mixed: str = "sum"
     prefill_weight_floor: bool = False
 
     def __post_init__(self):
-        for name in ("overhead_s", "overhead_per_tp_doubling_s", "request_fixed_s"):
+        for name in ("overhead_s", "overhead_per_layer_s", "overhead_per_tp_doubling_s", "request_fixed_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
                 raise BadInput(f"the step model's {name} must be in [0, 1) s, got {value!r}")
         if self.mixed not in MIXED_RULES:
             raise BadInput(f"a mixed step is priced 'one_weight_read' or 'sum', got {self.mixed!r}")
 
-    def overhead(self, tp: int) -> float:
-        """Seconds every step costs beyond its roofline at tensor-parallel width ``tp``."""
-        if tp < 1:
-            raise BadInput(f"tensor-parallel size must be >= 1, got {tp!r}")
-        return self.overhead_s + self.overhead_per_tp_doubling_s * math.log2(tp)
+    def overhead(self, tp: int, layers: int = 0) -> float:
+        """Seconds every step costs beyond its roofline, for a model of ``layers`` layers at tensor-parallel width
+        ``tp``."""
+        if tp < 1 or layers < 0:
+            raise BadInput(f"tensor-parallel size must be >= 1 and layers >= 0, got {tp!r} and {layers!r}")
+        return self.overhead_s + self.overhead_per_layer_s * layers + self.overhead_per_tp_doubling_s * math.log2(tp)
 
 
 def roofline_s(step_bytes, step_flops, bandwidth_bytes_per_s: float, flops_per_s: float, overhead_s: float):
@@ -159,6 +163,7 @@ class StepModel:
     """Seconds of the engine simulator's steps, from the planner's own setups and the step terms."""
 
     def __init__(self, prefill: PrefillWork, decode: DecodeWork, terms: StepTerms | None = None):
+        """``decode.step_overhead_s`` is the deployment's overhead (StepTerms.overhead at its TP and layers)."""
         self.prefill, self.decode = prefill, decode
         self.terms = StepTerms(overhead_s=float(decode.step_overhead_s)) if terms is None else terms
 
@@ -173,7 +178,7 @@ class StepModel:
 
     @property
     def overhead_s(self) -> float:
-        return self.terms.overhead(int(self.decode.tp))
+        return float(self.decode.step_overhead_s)
 
     def prefill_s(self, tokens: float, prior: float) -> float:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""

@@ -1,0 +1,67 @@
+"""The step model against measured vLLM runs (docs/accuracy.md 'Time against measured runs').
+
+tests/fixtures/measured/step-accuracy.json holds, for every measured run servesize can express, the `servesize
+bench` command line and what it predicted when scripts/step_accuracy.py --write last ran. Here every one of those
+command lines runs again through the CLI and must give the same figures, so the errors docs/accuracy.md reports
+are the errors of the code as it is; and the table there is recomputed from them."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+
+import pytest
+
+from servesize.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULT = json.loads((ROOT / "tests" / "fixtures" / "measured" / "step-accuracy.json").read_text())
+RUNS = RESULT["runs"]
+KEYS = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "output_throughput": "output_throughput"}
+
+
+def test_the_runs_cover_both_parts_and_every_source():
+    parts = {r["split"] for r in RUNS}
+    sources = {r["source"] for r in RUNS}
+    assert parts == {"fit", "held-out"}
+    assert {"aiconfigurator-silicon-vllm.csv", "vllm-bench-published-other.json"} <= sources
+    # the split is by deployment: no deployment has runs on both sides
+    sides: dict[str, set] = {}
+    for r in RUNS:
+        sides.setdefault(r["deployment"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in sides.values())
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r["id"][:60] for r in RUNS])
+def test_servesize_bench_reproduces_the_prediction_the_table_reports(run, capsys):
+    assert main(["bench", *run["argv"], "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for q, key in KEYS.items():
+        if run["predicted"].get(q) is not None:
+            assert doc[key] == pytest.approx(run["predicted"][q], rel=1e-9, abs=1e-9), q
+        measured = run["measured"].get(q)
+        if measured:
+            assert run["errors"][q] == pytest.approx(doc[key] / measured - 1.0, rel=1e-9, abs=1e-12)
+
+
+def _median_abs(part: str, q: str) -> float | None:
+    errs = [abs(r["errors"][q]) for r in RUNS if r["split"] == part and r["errors"].get(q) is not None]
+    return statistics.median(errs) if errs else None
+
+
+@pytest.mark.parametrize("part", ["fit", "held-out"])
+def test_the_summary_is_the_runs_own(part):
+    summary = RESULT["summary"][part]
+    for q in KEYS:
+        got = _median_abs(part, q)
+        assert (summary[q]["median_abs_error"] is None) == (got is None)
+        if got is not None:
+            assert summary[q]["median_abs_error"] == pytest.approx(got)
+
+
+def test_docs_quote_the_held_out_figures():
+    text = (ROOT / "docs" / "accuracy.md").read_text()
+    held = RESULT["summary"]["held-out"]
+    for q in ("tpot", "ttft"):
+        assert f"{100 * held[q]['median_abs_error']:.0f}%" in text
