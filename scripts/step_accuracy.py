@@ -226,19 +226,61 @@ def summary(cases: list[Case]) -> dict:
     return out
 
 
-def table(rows: dict[str, list[Case]]) -> str:
-    lines = ["| part | runs | TPOT median abs error | TPOT within 25% | TTFT median abs error | output tok/s median abs error |",
-             "|---|---:|---:|---:|---:|---:|"]
+# the step model before it was fitted (servesize 0.x until #28): what "before" in docs/accuracy.md is
+BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, "step.overhead_per_layer_s": 0.0,
+          "step.overhead_per_tp_doubling_s": 0.0, "step.request_fixed_s": 0.0, "prefill.mfu": 0.45, "step.mixed": "sum",
+          "prefill.weight_floor": False, "step.kernel_efficiency_fp8_tensor": 1.0,
+          "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
+          "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
+          "step.moe_prefill_efficiency": 1.0}
+
+
+def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
+    errs = []
+    for c in cases:
+        measured, got = c.measured.get(q), getattr(c, which).get(q)
+        if measured and got is not None:
+            errs.append(abs(got / measured - 1.0))
+    return (statistics.median(errs) if errs else None), len(errs)
+
+
+def table(rows: dict[str, list[Case]], before: dict[str, dict]) -> str:
+    """Per group: the median |error| before the fit -> now, the share of TPOT within 25% now, and the peer's."""
+    lines = ["| runs | n | TPOT before -> now | TPOT within 25% | TTFT before -> now | output tok/s before -> now | "
+             "aiconfigurator TPOT / TTFT |", "|---|---:|---:|---:|---:|---:|---:|"]
 
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f}%"
 
     for label, cases in rows.items():
+        if not cases:
+            continue
         s = summary(cases)
-        lines.append(f"| {label} | {len(cases)} | {pct(s['tpot']['median_abs_error'])} ({s['tpot']['n']}) | "
-                     f"{pct(s['tpot']['within_25'])} | {pct(s['ttft']['median_abs_error'])} ({s['ttft']['n']}) | "
-                     f"{pct(s['output_throughput']['median_abs_error'])} ({s['output_throughput']['n']}) |")
+        olds = [Case(c.id, c.source, c.url, c.deployment, c.family, c.gpu, c.argv, measured=c.measured,
+                     predicted=before.get(c.id, {})) for c in cases]
+        cells = []
+        for q in QUANTITIES:
+            now, n = _median_abs(cases, q)
+            was, _ = _median_abs(olds, q)
+            cells.append("-" if n == 0 else f"{pct(was)} -> {pct(now)}")
+        peer = [_median_abs(cases, q, "peer") for q in ("tpot", "ttft")]
+        peer_text = "-" if peer[0][1] == 0 else f"{pct(peer[0][0])} / {pct(peer[1][0])} ({peer[0][1]})"
+        lines.append(f"| {label} | {len(cases)} | {cells[0]} | {pct(s['tpot']['within_25'])} | {cells[1]} | {cells[2]} | "
+                     f"{peer_text} |")
     return "\n".join(lines)
+
+
+def groups(expressed: list[Case]) -> dict[str, list[Case]]:
+    """The table's rows: each part whole, then by source, model family and GPU."""
+    rows: dict[str, list[Case]] = {}
+    for part in ("fit", "held-out"):
+        mine = [c for c in expressed if c.split == part]
+        rows[f"**{part}**"] = mine
+        for label, key in (("source", lambda c: c.source.replace("vllm-bench-published-", "published ")),
+                           ("family", lambda c: c.family), ("GPU", lambda c: c.gpu)):
+            for value in sorted({key(c) for c in mine}):
+                rows[f"{part}, {label} {value}"] = [c for c in mine if key(c) == value]
+    return rows
 
 
 # the terms the fit searches, each over a bounded grid (data/assumptions.toml holds what it found, with its source)
@@ -247,7 +289,9 @@ SEARCH: dict[str, list] = {
     "step.overhead_per_layer_s": [0.0, 0.00001, 0.00002, 0.00003, 0.00004],
     "step.overhead_per_tp_doubling_s": [0.0, 0.00025, 0.0005, 0.001],
     "decode.bandwidth_efficiency": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85],
-    "prefill.mfu": [0.5, 0.6, 0.7, 0.8, 0.9],
+    # bounded by what vLLM's prefill kernels reach alone (about 0.66 of the dense peak in aiconfigurator's measured
+    # kernel tables, #28): a larger value would be the fit hiding a queueing error in a kernel speed
+    "prefill.mfu": [0.45, 0.5, 0.55, 0.6, 0.66, 0.7],
     "step.request_fixed_s": [0.0, 0.01, 0.02, 0.04],
     "step.mixed": ["sum", "one_weight_read"],
     "prefill.weight_floor": [False, True],
@@ -256,7 +300,7 @@ SEARCH: dict[str, list] = {
     "step.kernel_efficiency_fp4": [0.6, 0.75, 0.9, 1.0],
     "step.vendor_efficiency_amd": [0.5, 0.75, 1.0],
     "step.moe_expert_efficiency": [0.5, 0.7, 0.85, 1.0],
-    "step.moe_prefill_efficiency": [0.2, 0.3, 0.4, 0.5, 0.6],
+    "step.moe_prefill_efficiency": [0.3, 0.4, 0.5, 0.6, 0.7],
 }
 CLIP = 1.5  # a log error past this (4.5x) counts as this: one run the model cannot express does not steer the fit
 
@@ -340,14 +384,16 @@ def main() -> int:
                     json.loads(args.start) if args.start else None)
         print("fitted terms: " + json.dumps(found))
         set_terms(found)
-    predict_all(cases, found, args.workers)
+    from servesize.assumptions import modelled_assumptions
+
+    now = found or {name: modelled_assumptions()[name]["default"] for name in BEFORE}  # before BEFORE is set
+    predict_all(cases, BEFORE, args.workers)
+    before = {c.id: dict(c.predicted) for c in cases if c.argv is not None}
+    predict_all(cases, now, args.workers)
     expressed = [c for c in cases if c.argv is not None]
     rows = {"fit": [c for c in expressed if c.split == "fit"],
             "held-out": [c for c in expressed if c.split == "held-out"]}
-    for source in sorted({c.source for c in expressed}):
-        for part in ("fit", "held-out"):
-            rows[f"{source}, {part}"] = [c for c in expressed if c.source == source and c.split == part]
-    print(table(rows))
+    print(table(groups(expressed), before))
     print()
     for c in expressed:
         errs = " ".join(f"{q} {100 * e:+.0f}%" for q in QUANTITIES if (e := error(c, q)) is not None)
@@ -357,10 +403,14 @@ def main() -> int:
         if c.argv is None:
             print(f"  {c.id[:48]:48} {c.reason}")
     if args.write:
-        doc = {"about": "servesize bench's predictions of the measured runs in this folder (scripts/step_accuracy.py "
+        doc = {"terms": found or now, "fit_on": f"{len(rows['fit'])} runs of the fit part (deployments hashed to 'fit')",
+               "about": "servesize bench's predictions of the measured runs in this folder (scripts/step_accuracy.py "
                         "--write); tests/test_step_accuracy.py checks that the CLI still gives each and that the "
                         "summary holds",
-               "summary": {part: summary(cs) for part, cs in rows.items() if part in ("fit", "held-out")},
+               "summary": {part: summary(cs) for part, cs in rows.items()},
+               "before": {part: summary([Case(c.id, c.source, c.url, c.deployment, c.family, c.gpu, c.argv,
+                                              measured=c.measured, predicted=before[c.id]) for c in cs])
+                          for part, cs in rows.items()},
                "runs": [{"id": c.id, "source": c.source, "split": c.split, "deployment": c.deployment,
                          "argv": c.argv, "measured": c.measured, "predicted": c.predicted,
                          "errors": {q: error(c, q) for q in QUANTITIES}} for c in expressed]}

@@ -22,8 +22,8 @@ The step takes the longer of the two (the roofline, ``decode.roofline``):
     step_s = max(step_bytes / (tp x bandwidth x bandwidth_efficiency x tp_efficiency),
                  step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
              + step_overhead_s                 (scheduling, kernel launches, sampling: a fixed cost
-                                                per step, ``decode.step_overhead_s``, fitted to the
-                                                published benchmarks by scripts/fit_step_overhead.py)
+                                                per step, planning/step_model.py StepTerms.overhead,
+                                                fitted to measured runs by scripts/step_accuracy.py)
 
 and each of the n users gets ``spec_speedup`` tokens per step: per-user tok/s = spec_speedup / step_s.
 A setup without compute figures (peak 0) is the seed's memory-only roofline.
