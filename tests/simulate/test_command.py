@@ -7,6 +7,7 @@ import json
 import pytest
 from test_traces import claude_session, req, write_jsonl
 
+from servesize.assumptions import assumption
 from servesize.cli import main
 
 
@@ -113,7 +114,7 @@ def test_engine_runs_the_scheduler_on_the_deployment_and_sets_plan_beside_it(cap
     assert code == 0, err
     doc = json.loads(out)
     eng = doc["engine"]
-    assert eng["block_size"] == 16 and eng["max_num_batched_tokens"] >= 2048 and eng["mixed_step"] == "sum"
+    assert eng["block_size"] == 16 and eng["max_num_batched_tokens"] >= 2048 and eng["mixed_step"] == assumption("step.mixed")
     found = doc["users_at_slo"]
     assert 1 <= found["users"] <= 8 and found["points"][0]["users"] == 1
     assert doc["plan"]["binding"] in ("cache", "decode", "latency", "saturation")

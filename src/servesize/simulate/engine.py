@@ -264,11 +264,17 @@ class _Engine:
         scheduled: dict[int, int] = {}
         preempted = False
         k = 0
+        step, bs, held = self.t.tokens_per_decode_step, self.cfg.block_size, self.blocks
         while k < len(self.running) and budget > 0:
             i = self.running[k]
             left = int(self.target[i] - self.computed[i])
             new = min(left, budget) if left > 0 else 1
-            tokens = self.computed[i] + new if left > 0 else self.prompt[i] + self.generated[i] + self.t.tokens_per_decode_step
+            tokens = self.computed[i] + new if left > 0 else self.prompt[i] + self.generated[i] + step
+            if tokens <= len(held[i]) * bs:  # its blocks hold it already (what _grow would find)
+                scheduled[i] = new
+                budget -= new
+                k += 1
+                continue
             while not self._grow(i, tokens):
                 preempted = True
                 if self._preempt() == i:
@@ -375,38 +381,32 @@ class _Engine:
 
     def _execute(self, scheduled: dict[int, int]) -> None:
         run, t = self.run, self.t
-        chunks: list[tuple[float, float]] = []
-        decoders, contexts = [], []
-        for i, new in scheduled.items():
-            if self.computed[i] < self.target[i]:
-                chunks.append((float(new), float(self.computed[i])))
-                run.prefill_chunks += 1
-            else:
-                decoders.append(i)
-                contexts.append(self.prompt[i] + self.generated[i])
-        dt = t.step_s(chunks, np.asarray(contexts, dtype=np.float64) if decoders else None)
+        ids = np.fromiter(scheduled.keys(), dtype=np.int64, count=len(scheduled))
+        news = np.fromiter(scheduled.values(), dtype=np.int64, count=len(scheduled))
+        prefilling = self.computed[ids] < self.target[ids]
+        pre, dec = ids[prefilling], ids[~prefilling]
+        chunks = [(float(n), float(c)) for n, c in zip(news[prefilling].tolist(), self.computed[pre].tolist())]
+        run.prefill_chunks += len(chunks)
+        contexts = self.prompt[dec] + self.generated[dec]
+        dt = t.step_s(chunks, contexts.astype(np.float64) if dec.size else None)
         self.now += dt
         run.busy_s += dt
         run.steps += 1
         run.prefill_steps += bool(chunks)
-        run.mixed_steps += bool(chunks) and bool(decoders)
+        run.mixed_steps += bool(chunks) and bool(dec.size)
         if len(run.decoders_per_step) < _SAMPLE_STEPS:
-            run.decoders_per_step.append(len(decoders))
+            run.decoders_per_step.append(int(dec.size))
             run.step_seconds.append(dt)
-        finished = []
-        for i, new in scheduled.items():
-            if self.computed[i] < self.target[i]:
-                self.computed[i] += new
-                self._hash_prompt(i)
-                if self.computed[i] >= self.target[i]:  # the prefill's last chunk samples a token
-                    if math.isnan(run.first_token_s[i]):
-                        run.first_token_s[i] = self.now
-                    self.generated[i] += 1
-            else:
-                self.generated[i] += t.tokens_per_decode_step
-            if self.computed[i] >= self.target[i] and self.generated[i] >= self.out[i]:
-                finished.append(i)
-        for i in finished:
+        self.generated[dec] += t.tokens_per_decode_step
+        for i, new in zip(pre.tolist(), news[prefilling].tolist()):
+            self.computed[i] += new
+            self._hash_prompt(i)
+            if self.computed[i] >= self.target[i]:  # the prefill's last chunk samples a token
+                if math.isnan(run.first_token_s[i]):
+                    run.first_token_s[i] = self.now
+                self.generated[i] += 1
+        done = (self.computed[ids] >= self.target[ids]) & (self.generated[ids] >= self.out[ids])
+        for i in ids[done].tolist():  # in the order they were scheduled
             self._finish(i)
 
     # -- decode-only jumps ----------------------------------------------------------------------
@@ -445,8 +445,9 @@ class _Engine:
             starts = ends - times
             k = max(1, min(k, int(np.searchsorted(starts, self.arrivals[0][0], side="left"))))
         dt = float(ends[k - 1] - self.now)
-        for m, i in enumerate(self.running):
-            self._grow(i, ctx[m] + k * s)
+        grows = np.ceil((ctx + k * s) / bs).astype(np.int64) > held  # only these need a block (the same order)
+        for m in np.flatnonzero(grows).tolist():
+            self._grow(self.running[m], ctx[m] + k * s)
         self.generated[idx] += k * s
         self.now += dt
         run.busy_s += dt
