@@ -98,9 +98,10 @@ def test_an_unreachable_floor_is_said_and_the_batch_sized_at_80_percent_of_the_b
             "--max-model-len", "32k"]
     d = plan_json(capsys, *argv)
     weights = 16_060_522_496 - 128_256 * 4_096 * 2
-    roofline_s = (weights + 2_000 * 131_072) / (864e9 * 0.70)
-    one_user = 1 / (roofline_s + 0.0019)  # + the fitted per-step overhead (decode.step_overhead_s)
-    assert one_user == pytest.approx(36.9, abs=0.1) and one_user < 40
+    roofline_s = (weights + 2_000 * 131_072) / (864e9 * assumption("decode.bandwidth_efficiency"))
+    # + the fitted per-step overhead of a 32-layer model at TP 1 (planning/step_model.py StepTerms.overhead)
+    one_user = 1 / (roofline_s + assumption("decode.step_overhead_s") + 32 * assumption("step.overhead_per_layer_s"))
+    assert one_user == pytest.approx(39.4, abs=0.1) and one_user < 40
     out = d["decode"]["floor_out_of_reach"]
     assert d["decode"]["floor_reached"] is False
     assert out["one_user_tok_s"] == pytest.approx(one_user, rel=0.005)
@@ -113,7 +114,7 @@ def test_an_unreachable_floor_is_said_and_the_batch_sized_at_80_percent_of_the_b
     # the text says so, and shows the speed at one user and at the recommended batch
     assert main(["plan", *argv, *FAST]) == 0
     text = capsys.readouterr().out
-    assert "the 40 tok/s floor is out of reach: one user alone decodes at 36.9 tok/s" in text
+    assert f"the 40 tok/s floor is out of reach: one user alone decodes at {one_user:.1f} tok/s" in text
     assert f"{n} users (--max-num-seqs)" in text and "1 user" in text
 
 

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from seed_reference import reference_contexts
+from servesize.assumptions import assumption
 from servesize.errors import BadInput
 from servesize.planning.latency import (
     breakeven_miss_rate,
@@ -30,7 +31,7 @@ def seed_27b_costs():
     out = {}
     for tp in (1, 2):
         setup = PrefillSetup(gemm_params=24.5e9, attention_width=6144, full_attention_layers=16,
-                             peak_flops_per_gpu=1.979e15, tp=tp)
+                             peak_flops_per_gpu=1.979e15, tp=tp, mfu=assumption("prefill.mfu", "seed"))
         out[tp] = prefill_costs(setup, sample_contexts=reference_contexts)
     return out
 

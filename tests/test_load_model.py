@@ -67,16 +67,17 @@ def test_the_chat_decode_ceiling_moves_with_think_time_and_matches_littles_law_b
 
 
 def test_the_140k_row_gives_users_and_the_share_of_turns_that_miss_the_budget(capsys):
-    d = plan_json(capsys, *ROW_140K)
-    assert d["prefill"]["miss_ttft_s"] > 10  # one cold prefill alone exceeds the 10 s budget
+    row = [*ROW_140K, "--ttft-limit", "5"]  # at the fitted prefill MFU one cold 140k prefill takes ~6.6 s
+    d = plan_json(capsys, *row)
+    assert d["prefill"]["miss_ttft_s"] > 5  # one cold prefill alone exceeds the 5 s budget
     users = d["ceilings"][d["binding"]]
     assert d["ceilings"]["latency"] > 0 and users > 0
     assert users == pytest.approx(19, abs=3)  # the warm-capacity seed: p5 19 / p50 23 at 140k
     ttft = d["ttft"]
     assert 0 < ttft["base_miss_share"] <= ttft["miss_share_at_binding"] < 0.1
-    main(["plan", *ROW_140K, *FAST])
+    main(["plan", *row, *FAST])
     text = capsys.readouterr().out
-    assert "of turns miss the 10 s budget at" in text and "verdict: 0 users" not in text
+    assert "of turns miss the 5 s budget at" in text and "verdict: 0 users" not in text
 
 
 @pytest.mark.parametrize("preset", [p.name for p in presets()])

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from seed_reference import reference_contexts
+from servesize.assumptions import assumption
 from servesize.errors import BadInput
 from servesize.model.hardware import find_gpu
 from servesize.planning.prefill import PrefillSetup, prefill_costs, prefill_flops
@@ -13,9 +14,12 @@ from servesize.workload.model import Workload
 P_27B, D_27B, LA_27B, H200_FP8 = 24.5e9, 24 * 256, 16, 1.979e15
 
 
+SEED_MFU = assumption("prefill.mfu", "seed")  # the seed's figures are at its own MFU (the default is fitted: #28)
+
+
 def setup_27b(tp=1, **kw):
     return PrefillSetup(gemm_params=P_27B, attention_width=D_27B, full_attention_layers=LA_27B,
-                        peak_flops_per_gpu=H200_FP8, tp=tp, **kw)
+                        peak_flops_per_gpu=H200_FP8, tp=tp, **{"mfu": SEED_MFU, **kw})
 
 
 def test_flops_are_gemm_plus_causal_attention_plus_attention_over_the_cache():
@@ -114,7 +118,7 @@ def test_prefill_runs_on_the_projects_own_workload():
 
 def test_the_catalogue_h200_fp8_peak_gives_the_seeds_32k_chunk_time():
     s = PrefillSetup(gemm_params=P_27B, attention_width=D_27B, full_attention_layers=LA_27B,
-                     peak_flops_per_gpu=find_gpu("H200").dense_flops_per_s("fp8"))
+                     peak_flops_per_gpu=find_gpu("H200").dense_flops_per_s("fp8"), mfu=SEED_MFU)
     assert s.seconds(32_768) == pytest.approx(2.040, abs=0.001)
 
 

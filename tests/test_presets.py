@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.resolve import knobs_of, plan_inputs, resolved_workload
@@ -87,10 +88,11 @@ def test_the_same_workload_with_its_own_prefix_plans_and_decodes_at_the_bandwidt
     d = plan_json(capsys, "llama-3.1-8b", "--gpus", "1xH100", "--median", "2k", "--prefix", "300", "--max-model-len", "32k")
     assert d["workload"]["user"]["prefix_tokens"] == 300
     one = d["decode"]["points"][0]
-    # one user: weights + the median context's KV over 70% of the datasheet bandwidth (no MTP head), plus the
-    # fixed per-step overhead (decode.step_overhead_s, 1.9 ms)
+    # one user: weights + the median context's KV over the fitted share of the datasheet bandwidth (no MTP head),
+    # plus the fixed per-step overhead of a 32-layer model at TP 1 (planning/step_model.py StepTerms.overhead)
     weights = 16_060_522_496 - 128_256 * 4_096 * 2     # bf16 checkpoint less the input embedding (a gather)
-    expected = 1 / ((weights + 2_000 * 131_072) / (3_350e9 * 0.70) + 0.0019)
+    overhead = assumption("decode.step_overhead_s") + 32 * assumption("step.overhead_per_layer_s")
+    expected = 1 / ((weights + 2_000 * 131_072) / (3_350e9 * assumption("decode.bandwidth_efficiency")) + overhead)
     assert one["concurrent_decoders"] == 1 and one["per_user_tok_s_p50"] == pytest.approx(expected, rel=0.01)
     assert one["bound"] == "memory"
 

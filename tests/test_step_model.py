@@ -62,6 +62,15 @@ def test_the_consumers_import_the_step_model(module):
         assert names, f"{module} does not import planning.step_model"
 
 
+@pytest.mark.parametrize("module", ["planning/teams.py", "planning/fleet.py", "planning/plan.py", "api.py"])
+def test_the_planners_price_time_through_the_modules_that_use_the_step_model(module):
+    # teams, fleet and the plan price decode and prefill through planning.ceilings (decode_setup, prefill_setup,
+    # step_model_of), which build on planning.step_model; power takes the decode capacity they computed
+    tree = ast.parse((SRC / module).read_text(encoding="utf-8"))
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert modules & {"servesize.planning.ceilings", "servesize.planning.step_model"}, module
+
+
 def test_overhead_grows_per_tp_doubling():
     terms = StepTerms(overhead_s=0.001, overhead_per_tp_doubling_s=0.002)
     assert terms.overhead(1) == pytest.approx(0.001)

@@ -70,13 +70,13 @@ def test_random_prompts_share_nothing_but_the_prefix():
 
 def test_a_range_ratio_spreads_the_lengths_within_it():
     inputs, outputs = BenchLoad(random_input_len=1000, random_output_len=100, random_range_ratio=0.5,
-                                num_prompts=2000, seed=3).lengths()
+                                num_prompts=2000, random_seed=3).lengths()
     assert inputs.min() >= 500 and inputs.max() <= 1500 and 950 < inputs.mean() < 1050
     assert outputs.min() >= 50 and outputs.max() <= 150
 
 
 def test_a_poisson_rate_sends_one_request_per_client():
-    rp = bench_replay(BenchLoad(num_prompts=200, request_rate=4.0, seed=1), 16)
+    rp = bench_replay(BenchLoad(num_prompts=200, request_rate=4.0, random_seed=1), 16)
     assert np.unique(rp.user).size == 200
     gaps = np.diff(rp.arrival_s)
     assert np.all(gaps >= 0) and 0.15 < gaps.mean() < 0.35  # 1 / 4 requests per second

@@ -69,5 +69,5 @@ def run(args):
     load = BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
                      random_range_ratio=args.random_range_ratio, random_prefix_len=args.random_prefix_len,
                      num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
-                     request_rate=args.request_rate, seed=args.seed)
+                     request_rate=args.request_rate, random_seed=args.seed)
     return bench(scenario_from_args(args), load)

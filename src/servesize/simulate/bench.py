@@ -46,7 +46,7 @@ class BenchLoad:
     num_prompts: int = 1000
     max_concurrency: int | None = None
     request_rate: float = math.inf
-    seed: int = 0
+    random_seed: int = 0  # vllm bench serve's --seed (Scenario's seed is the Monte-Carlo's)
 
     def __post_init__(self):
         for name, lo, hi in (("random_input_len", 1, MAX_PROMPT_TOKENS), ("random_output_len", 1, MAX_PROMPT_TOKENS),
@@ -67,8 +67,8 @@ class BenchLoad:
         if math.isfinite(self.request_rate) and self.max_concurrency is not None:
             raise BadInput("--request-rate with --max-concurrency is not modelled (a request is then sent at the later "
                            "of its Poisson draw and a free slot): give one of the two", field="request_rate")
-        if not 0 <= self.seed < 2**63:
-            raise BadInput(f"--seed must be in [0, 2**63), got {self.seed!r}", field="seed")
+        if not 0 <= self.random_seed < 2**63:
+            raise BadInput(f"--seed must be in [0, 2**63), got {self.random_seed!r}", field="random_seed")
 
     @property
     def longest_request_tokens(self) -> int:
@@ -78,7 +78,7 @@ class BenchLoad:
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """Per prompt, its input tokens (prefix included) and its output tokens, as the random dataset draws them."""
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(self.random_seed)
         r = self.random_range_ratio
 
         def draw(mean: int) -> np.ndarray:
@@ -93,7 +93,7 @@ class BenchLoad:
                 "random_output_len": self.random_output_len, "random_range_ratio": self.random_range_ratio,
                 "random_prefix_len": self.random_prefix_len, "num_prompts": self.num_prompts,
                 "max_concurrency": self.max_concurrency,
-                "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.seed}
+                "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.random_seed}
 
 
 def bench_replay(load: BenchLoad, block_size: int) -> Replay:
@@ -117,7 +117,7 @@ def bench_replay(load: BenchLoad, block_size: int) -> Replay:
         nodes[offsets[i] + shared:offsets[i + 1]] = np.arange(next_id, next_id + mine)
         next_id += mine
     if math.isfinite(load.request_rate):
-        rng = np.random.default_rng([load.seed, 1])
+        rng = np.random.default_rng([load.random_seed, 1])
         arrival = np.cumsum(rng.exponential(1.0 / load.request_rate, size=n)) - 0.0
         arrival[0] = 0.0
         arrival = np.maximum.accumulate(arrival)

@@ -167,12 +167,19 @@ def _field_value(name: str, value: Any) -> Any:
         return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
     if name in ("vllm_version", "model", "kv_cache_dtype", "quantization", "gpu"):
         return _checked(name, value, isinstance(value, str), "text or null")
-    if name in ("bandwidth_efficiency", "mfu"):
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1
-        return float(_checked(name, value, ok, "a fraction in (0, 1] or null"))
+    if name in _FRACTION_FIELDS:
+        return _fraction(name, value)
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
+
+
+_FRACTION_FIELDS = ("bandwidth_efficiency", "mfu")  # a step-model calibration's efficiencies
+
+
+def _fraction(name: str, value: Any) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1
+    return float(_checked(name, value, ok, "a fraction in (0, 1] or null"))
 
 
 def _checked(name: str, value: Any, ok: bool, kind: str) -> Any:
