@@ -598,7 +598,8 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
     overhead = d.given("step_overhead_s", setup.step_overhead_s, unit="s",
-                       source="modelled: data/assumptions.toml decode.step_overhead_s (scheduling, launches, sampling)")
+                       source="modelled: planning/step_model.py StepTerms.overhead (decode.step_overhead_s + per layer + per TP "
+                       "doubling: scheduling, launches, sampling, all-reduces)")
     step_p50 = float(setup.spec_speedup / p50 - overhead) * eff_bw  # the median fill's roofline bytes
     if setup.prices_compute:
         d.step("per_user_tok_s_p50", "spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)", unit="tok/s",

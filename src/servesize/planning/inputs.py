@@ -55,6 +55,7 @@ class Knobs:
     decode_fills: int | None = None
     prefill_samples: int | None = None
     overrides: tuple = ()                  # ((assumption name, value), ...): one assumption switched (the seed line)
+    calibrated: tuple = ()                 # (knob, where), ...: knobs a step-model calibration set (calibrate --vllm-bench)
 
     def a(self, name: str):
         for key, value in self.overrides:

@@ -212,6 +212,20 @@ def _power_dict(p):
     return d
 
 
+def step_term_names(fixed: Fixed) -> list[str]:
+    """The step model's terms that price this deployment: the overheads, the mixed step, and the kernel factors of
+    its weight format, vendor and experts."""
+    names = ["decode.step_overhead_s", "step.overhead_per_layer_s", "step.overhead_per_tp_doubling_s",
+             "step.request_fixed_s", "step.mixed", "prefill.weight_floor"]
+    if fixed.weight_format != "bf16":
+        names.append(f"step.kernel_efficiency_{fixed.weight_format}")
+    if fixed.vendor.upper() == "AMD":
+        names.append("step.vendor_efficiency_amd")
+    if fixed.expert_bytes:
+        names += ["step.moe_expert_efficiency", "step.moe_prefill_efficiency"]
+    return names
+
+
 def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, origin=None) -> list:
     which = knobs.assumptions
     rows = []
@@ -220,10 +234,14 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
         rows.append({"name": name, "value": value, "unit": unit, "source": source})
 
     table = modelled_assumptions()
+    calibrated = dict(knobs.calibrated)
     for field_, (key, flag) in KNOB_SOURCE.items():
         v = getattr(knobs, field_)
-        add(key, knob_value(knobs, field_), table[key].get("unit", ""),
-            f"flag {flag}" if v is not None else f"{which}: data/assumptions.toml ({table[key].get('source', '')[:60].strip()})")
+        source = (f"{calibrated[field_]} (calibrate --vllm-bench)" if field_ in calibrated else f"flag {flag}"
+                  if v is not None else f"{which}: data/assumptions.toml ({table[key].get('source', '')[:60].strip()})")
+        add(key, knob_value(knobs, field_), table[key].get("unit", ""), source)
+    for key in step_term_names(fixed):  # the step model's other terms (planning/step_model.py), this deployment's
+        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml (fitted: docs/accuracy.md)")
     add("decode.spec_speedup", result.spec_speedup, "x tokens/step",
         "flag --mtp-speedup" if knobs.mtp_speedup is not None else "flag --spec-acceptance" if knobs.spec_acceptance is not None
         else ("none: the model has no MTP head" if not fixed.has_mtp else f"{which}: decode.mtp_speedup"))
@@ -307,7 +325,7 @@ def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s:
 
 
 # the modelled assumptions whose default departs from the seed's and that move the ceilings (knob field or None)
-SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("load.model", None),
+SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("prefill.mfu", "mfu"), ("load.model", None),
                  ("decode.step_overhead_s", None), ("decode.roofline", None),
                  ("decode.mtp_verified_tokens_per_draft", None))
 

@@ -38,12 +38,14 @@ def knobs_of(scenario: Scenario) -> Knobs:
         values["mtp_speedup"] = 1.0
     values["cpu_offload_bytes"] = float(scenario.cpu_offload_gib or 0.0) * GiB
     stepped = step_calibration_of(scenario)
+    calibrated = []
     if stepped is not None:  # a benchmark's efficiencies, where no flag sets them (calibrate --vllm-bench)
         for name in ("bandwidth_efficiency", "mfu"):
             if values.get(name) is None and getattr(stepped[0], name) is not None:
                 values[name] = getattr(stepped[0], name)
+                calibrated.append((name, stepped[1]))
     return Knobs(fills=scenario.fills, draws=scenario.draws, seed=scenario.seed,
-                 spec_tokens=scenario.num_speculative_tokens, **values)
+                 spec_tokens=scenario.num_speculative_tokens, calibrated=tuple(calibrated), **values)
 
 
 def speculative_of(scenario: Scenario) -> str:
