@@ -108,3 +108,15 @@ def test_a_load_past_the_length_limit_is_one_line(capsys):
     code = main(["bench", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "2048", "--random-input-len", "4096"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--max-model-len" in err
+
+
+def test_the_block_docs_simulate_md_quotes_is_what_the_command_prints(capsys):
+    import pathlib
+    import re
+    import shlex
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "simulate.md").read_text()
+    (block,) = re.findall(r"```\n(\$ servesize bench .*?)```", page, flags=re.S)
+    lines = block.rstrip("\n").splitlines()
+    assert main(shlex.split(lines[0][2:])[1:]) == 0
+    assert capsys.readouterr().out.rstrip("\n").splitlines() == lines[1:]
