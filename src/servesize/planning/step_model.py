@@ -149,16 +149,6 @@ def prefill_seconds(setup: PrefillWork, tokens, prior=0.0):
     return setup.flops(tokens, prior) / setup.achieved_flops_per_s
 
 
-def tokens_per_step_s(tokens, chunk_tokens: float, overhead_s: float):
-    """The per-step overhead a prefill of ``tokens`` pays over its chunks of ``chunk_tokens``: one per chunk,
-    counted as tokens / chunk + 1 (an upper bound on the ceiling, affine in the tokens: the planner's moments
-    stay exact polynomials)."""
-    import numpy as np
-    if chunk_tokens <= 0:
-        raise BadInput(f"the chunk must be > 0 tokens, got {chunk_tokens!r}")
-    return (np.asarray(tokens, dtype=float) / chunk_tokens + 1.0) * overhead_s
-
-
 class StepModel:
     """Seconds of the engine simulator's steps, from the planner's own setups and the step terms."""
 
