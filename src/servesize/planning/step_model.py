@@ -18,8 +18,10 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
     request fixed cost  = step.request_fixed_s (the API server's tokenising, queueing and first-chunk hand-off:
                           what a one-token prompt's TTFT still costs)
 
-The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``), each with its
-source; scripts/fit_step_model.py fits them on measured runs and docs/accuracy.md reports them on runs held out.
+The efficiencies are scaled by the deployment's kernels (``KernelEfficiency``: the weight format, the GPU's vendor,
+the routed experts). The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``),
+each with its source; scripts/step_accuracy.py --fit fits them on the fit part of the measured runs in
+tests/fixtures/measured, and docs/accuracy.md reports them on the runs held out.
 """
 
 from __future__ import annotations
