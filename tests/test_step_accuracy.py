@@ -37,12 +37,14 @@ def test_the_runs_cover_both_parts_and_every_source():
 def test_servesize_bench_reproduces_the_prediction_the_table_reports(run, capsys):
     assert main(["bench", *run["argv"], "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    # to a part in 10,000, not bit for bit: numpy's reductions may sum in another order on another CPU (AVX-512 or
+    # not), and the table reports whole percents
     for q, key in KEYS.items():
         if run["predicted"].get(q) is not None:
-            assert doc[key] == pytest.approx(run["predicted"][q], rel=1e-9, abs=1e-9), q
+            assert doc[key] == pytest.approx(run["predicted"][q], rel=1e-4, abs=1e-9), q
         measured = run["measured"].get(q)
         if measured:
-            assert run["errors"][q] == pytest.approx(doc[key] / measured - 1.0, rel=1e-9, abs=1e-12)
+            assert run["errors"][q] == pytest.approx(doc[key] / measured - 1.0, abs=1e-4)
 
 
 def _median_abs(part: str, q: str) -> float | None:
