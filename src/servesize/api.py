@@ -37,14 +37,12 @@ from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
     PlanInputs,
     calibrated,
-    check_calibration_matches,
     deployment_of,
     display_name,
     gpus_of,
     model_of,
     plan_inputs,
     split_of,
-    step_calibration_of,
     with_serve_line,
 )
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
@@ -633,10 +631,8 @@ def bench(scenario: Scenario, load: Any) -> Any:
                       max_concurrency=None if load.max_concurrency is None else -(-load.max_concurrency // fixed.dp))
         notes.append(f"one replica of {fixed.dp} simulated with its even share of the requests; throughputs x {fixed.dp}")
     run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
-    stepped = step_calibration_of(scenario)  # checked against this deployment with the pool's calibration
-    if stepped is not None:
-        check_calibration_matches(stepped[0], scenario, inputs.deployment, stepped[1])
-        notes.append(f"the step model's efficiencies are {stepped[1]}'s (calibrate --vllm-bench)")
+    for _, where in inputs.knobs.calibrated[:1]:  # plan_inputs checked it against this deployment
+        notes.append(f"the step model's efficiencies are {where}'s (calibrate --vllm-bench)")
     if run.too_large:
         notes.append(f"{run.too_large} requests need more blocks than the pool has: vLLM never schedules them")
     if run.stopped:

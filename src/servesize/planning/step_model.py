@@ -176,17 +176,19 @@ class StepModel:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
         return self.step_s([(tokens, prior)], None)
 
+    def _decode_flops(self, contexts: np.ndarray):
+        """FLOPs of a decode step over each row of ``contexts`` (None where compute is not priced)."""
+        import numpy as np
+        d = self.decode
+        if not d.prices_compute:
+            return None
+        topk = np.minimum(contexts, d.topk_tokens).sum(axis=-1) if d.topk_tokens else 0.0
+        return d.step_flops(contexts.shape[-1], contexts.sum(axis=-1), topk)
+
     def decode_s(self, contexts: np.ndarray) -> np.ndarray:
         """One decode-only step of len(contexts[-1]) decoders for each row of ``contexts`` (rows: successive steps)."""
         import numpy as np
-        d = self.decode
-        step_bytes = d.step_bytes(contexts)
-        flops = None
-        if d.prices_compute:
-            topk = np.minimum(contexts, d.topk_tokens).sum(axis=-1) if d.topk_tokens else 0.0
-            flops = d.step_flops(contexts.shape[-1], contexts.sum(axis=-1), topk)
-        rate = d.effective_flops_per_s if d.prices_compute else 0.0
-        return np.asarray(roofline_s(step_bytes, flops, d.effective_bandwidth_bytes_per_s, rate, self.overhead_s),
+        return np.asarray(decode_seconds(self.decode, self.decode.step_bytes(contexts), self._decode_flops(contexts)),
                           dtype=np.float64)
 
     def step_s(self, chunks: list[tuple[float, float]], contexts: np.ndarray | None) -> float:
@@ -205,7 +207,6 @@ class StepModel:
     def _one_weight_read(self, chunks: list[tuple[float, float]], compute: float, contexts: np.ndarray | None) -> float:
         """The chunks and the decoders in one pass: one weight read, the decoders' GEMMs on the same tensor cores,
         their KV read on top."""
-        import numpy as np
         d = self.decode
         tokens = sum(float(t) for t, _ in chunks)
         kv_s = 0.0
@@ -213,9 +214,9 @@ class StepModel:
             n = contexts.size
             kv_bytes = float(d.step_bytes(contexts[None, :])[0]) - float(d.weight_bytes(n))
             kv_s = leg_s(kv_bytes, d.effective_bandwidth_bytes_per_s)
-            if d.prices_compute:
-                topk = float(np.minimum(contexts, d.topk_tokens).sum()) if d.topk_tokens else 0.0
-                compute += leg_s(float(d.step_flops(n, float(contexts.sum()), topk)), d.effective_flops_per_s)
+            flops = self._decode_flops(contexts)
+            if flops is not None:
+                compute += leg_s(float(flops), d.effective_flops_per_s)
             tokens += n
         weights_s = leg_s(float(d.weight_bytes(tokens)), d.effective_bandwidth_bytes_per_s) \
             if self.terms.prefill_weight_floor or contexts is not None else 0.0

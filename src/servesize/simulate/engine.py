@@ -385,7 +385,8 @@ class _Engine:
         news = np.fromiter(scheduled.values(), dtype=np.int64, count=len(scheduled))
         prefilling = self.computed[ids] < self.target[ids]
         pre, dec = ids[prefilling], ids[~prefilling]
-        chunks = [(float(n), float(c)) for n, c in zip(news[prefilling].tolist(), self.computed[pre].tolist())]
+        pre_new = news[prefilling].tolist()
+        chunks = [(float(n), float(c)) for n, c in zip(pre_new, self.computed[pre].tolist())]
         run.prefill_chunks += len(chunks)
         contexts = self.prompt[dec] + self.generated[dec]
         dt = t.step_s(chunks, contexts.astype(np.float64) if dec.size else None)
@@ -398,7 +399,7 @@ class _Engine:
             run.decoders_per_step.append(int(dec.size))
             run.step_seconds.append(dt)
         self.generated[dec] += t.tokens_per_decode_step
-        for i, new in zip(pre.tolist(), news[prefilling].tolist()):
+        for i, new in zip(pre.tolist(), pre_new):
             self.computed[i] += new
             self._hash_prompt(i)
             if self.computed[i] >= self.target[i]:  # the prefill's last chunk samples a token

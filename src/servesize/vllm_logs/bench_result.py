@@ -96,8 +96,7 @@ def _fields(text: str, where: str) -> dict:
                            "file --save-result writes") from None
         if not isinstance(data, dict):
             raise BadInput(f"{where}: a saved result is a JSON object")
-        keys = set(TEXT_KEYS.values()) | {"total_output_tokens"}
-        out = {k: data[k] for k in keys if data.get(k) is not None}
+        out = {k: data[k] for k in TEXT_KEYS.values() if data.get(k) is not None}
         if "total_output_tokens" not in out and data.get("total_output") is not None:
             out["total_output_tokens"] = data["total_output"]
         if "total_input_tokens" not in out and data.get("total_input") is not None:
