@@ -210,8 +210,9 @@ def predict_all(cases: list[Case], terms: dict | None = None, workers: int = 1) 
             c.predicted = r
 
 
-def error(case: Case, quantity: str) -> float | None:
-    measured, predicted = case.measured.get(quantity), case.predicted.get(quantity)
+def error(case: Case, quantity: str, which: str = "predicted") -> float | None:
+    """predicted / measured - 1 (``which``: 'predicted', or 'peer' for aiconfigurator's own estimate)."""
+    measured, predicted = case.measured.get(quantity), getattr(case, which).get(quantity)
     if not measured or predicted is None:
         return None
     return predicted / measured - 1.0
@@ -236,11 +237,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
-    errs = []
-    for c in cases:
-        measured, got = c.measured.get(q), getattr(c, which).get(q)
-        if measured and got is not None:
-            errs.append(abs(got / measured - 1.0))
+    errs = [abs(e) for c in cases if (e := error(c, q, which)) is not None]
     return (statistics.median(errs) if errs else None), len(errs)
 
 
