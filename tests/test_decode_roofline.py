@@ -108,7 +108,9 @@ def test_an_unreachable_floor_is_said_and_the_batch_sized_at_80_percent_of_the_b
     assert out["sized_at_tok_s"] == pytest.approx(0.8 * out["one_user_tok_s"])
     n = d["decode"]["ceiling_per_replica"]
     assert n > 1 and f"--max-num-seqs {n} " in d["recipe"] and d["decode"]["every_user_bound_users"] == n
-    assert d["ceilings"]["decode"] >= n  # users who think between turns: more of them than decoders
+    # users who think between turns: more of them than decoders, unless the prefill chunks beside their decodes
+    # stop them first (planning.interference)
+    assert d["ceilings"]["decode"] >= n or d["decode"]["load"]["stall_binds"]
     at = d["decode"]["points"][-1]
     assert at["concurrent_decoders"] == n and at["per_user_tok_s_p50"] >= out["sized_at_tok_s"]
     # the text says so, and shows the speed at one user and at the recommended batch

@@ -18,7 +18,7 @@ from servesize.cli import main
 from servesize.errors import BadInput, ServesizeError
 from servesize.planning.prices import gpu_hour_prices, parse_price
 
-USERS = 400  # several replicas even now that thinking users do not all decode at once (planning.load)
+USERS = 150  # several replicas, several shapes within 8 GPUs (the prefill chunks beside the decodes bind: planning.interference)
 PRICES = {"L40S": 0.90, "H100-SXM": 2.20, "H200-SXM": 3.10}  # per GPU-hour, chosen so no one GPU wins by price alone
 SPACE = dict(models="qwen3.6-27b", gpus_from="L40S,H100,H200", tensor_parallel_size="1,2", precision="native,fp8",
              kv_cache_dtype="auto,fp8", max_gpus=8, fills=400,

@@ -240,8 +240,8 @@ def test_a_replay_whose_outputs_would_take_billions_of_block_steps_is_refused_be
              {"session_id": "s1", "timestamp": 1003, "usage": {"prompt_tokens": 1, "completion_tokens": 100_000}}]
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    line = refused(capsys, "simulate", trace, "--pool-tokens", "1M", "--users", "100000", "--quiet", "--no-bounds",
-                   fragments=("allocates", "MAX_REPLAY_BLOCKS", "--no-output-blocks"))
+    line = refused(capsys, "simulate", trace, "--pool-tokens", "1M", "--users", "100000", "--sessions-per-user", "4",
+                   "--quiet", "--no-bounds", fragments=("allocates", "MAX_REPLAY_BLOCKS", "--no-output-blocks"))
     work = int(line.split("allocates ")[1].split(" blocks")[0].replace(",", ""))
     assert work > limits.MAX_REPLAY_BLOCKS and work > 100 * 200_000  # the outputs, not the prompts, pass the cap
     # without the outputs the same replay runs (its prompts are far inside the cap)

@@ -43,8 +43,10 @@ def test_the_four_presets_give_every_required_field_each_with_a_source():
 
 def test_the_default_preset_is_the_seeds_reference_workload_field_for_field():
     p = preset("coding-agent")
+    # the same numbers (only the source text differs), and the session turnover the seed has none of (its sessions
+    # never end): priced only outside --assumptions seed (workload.session_turnover)
     assert p.workload() == Workload.seed_reference().replace(
-        user=p.workload().user, subagent=p.workload().subagent)  # the same numbers; only the source text differs
+        user=p.workload().user, subagent=p.workload().subagent, session_turns=p.values["session_turns"])
     assert (p.values["user_median_tokens"], p.values["user_prefix_tokens"], p.values["subagent_ratio"],
             p.values["invalidation"], p.values["output_tokens"]) == (
         SEED_USER_MEDIAN_TOKENS, SEED_USER_PREFIX_TOKENS, SEED_SUBAGENT_RATIO, SEED_INVALIDATION, SEED_OUTPUT_TOKENS)

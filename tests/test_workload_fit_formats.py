@@ -71,7 +71,8 @@ def test_a_csv_with_only_prompt_lengths_fits_the_lengths_and_leaves_the_rest_to_
     assert fit.fitted() == ["user_median_tokens", "user_sigma"]
     data, w = every_field_is_fitted_or_the_presets(tmp_path, fit, "w.toml")
     assert "prefix_tokens" not in data["user"] and w.user.prefix_tokens == 512  # the chat preset's block
-    assert (w.invalidation, w.output_tokens, w.subagent) == (0.5, 211, None)
+    # the chat preset's: conversations of 2 requests, the first cold beyond the prefix, no other turn cold
+    assert (w.invalidation, w.session_turns, w.output_tokens, w.subagent) == (0.0, 2, 211, None)
 
 
 def test_bad_rows_are_skipped_and_counted_never_silently(tmp_path, capsys):
@@ -205,8 +206,9 @@ def test_a_fitted_chat_log_plans_with_the_prefix_it_implies_not_the_seeds(tmp_pa
     assert "the user prefix (15,000 tokens, preset coding-agent)" in capsys.readouterr().err
     assert main([*plan, "--workload", str(tmp_path / "chat.json")]) == 0
     d = json.loads(capsys.readouterr().out)
-    # chat's 512-token prefix held once; half the sessions cold (their full 2,300), half warm (2,300 - 512)
-    prefix, mean_cost = 512, 0.5 * 2_300 + 0.5 * (2_300 - 512)
+    # chat's 512-token prefix held once; every session warm beyond it (2,300 - 512): the cold requests are the
+    # conversations' first (session_turns 2), not turns that lost their history
+    prefix, mean_cost = 512, 2_300 - 512
     sessions = (d["pool_tokens"] - prefix) / mean_cost
-    assert d["warm_users"]["p50"] == pytest.approx(0.5 * sessions, abs=3)
+    assert d["warm_users"]["p50"] == pytest.approx(sessions, abs=3)
     assert d["warm_sessions"]["p50"] == d["warm_users"]["p50"]  # no subagents: every warm session is a user's

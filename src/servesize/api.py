@@ -483,6 +483,18 @@ def simulation_workload(trace: Any, source: Any, replay_opts: Any, preset_name: 
     return fit_trace_workload(source, opts, preset=preset_name)
 
 
+def _generated(trace: Any) -> bool:
+    """Whether the engine's sessions are generated from a workload (a Workload, or a workload file)."""
+    from servesize.workload.model import Workload
+
+    if isinstance(trace, Workload):
+        return True
+    if isinstance(trace, (str, os.PathLike)):
+        path = os.fspath(trace)
+        return path.lower().endswith(".toml") or _is_workload_file(path)
+    return False
+
+
 def _given_workload(workload: Any, source: Any, opts: Any) -> Any:
     from dataclasses import replace as dc_replace
 
@@ -504,19 +516,19 @@ def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:
 def _simulation_trace(trace: Any, trace_format: str | None, trace_block_size: int | None, sessions: int | None,
                       seed: int) -> Any:
     """A Trace from a path (a trace file, or a workload file to generate sessions from), a Trace, or a Workload."""
-    from servesize.simulate.synthetic import DEFAULT_SESSIONS, synthesize
+    from servesize.simulate.synthetic import synthesize
     from servesize.simulate.traces import Trace, read_trace
     from servesize.workload.model import Workload
 
     if isinstance(trace, Trace):
         return trace
     if isinstance(trace, Workload):
-        return synthesize(trace, sessions=sessions or DEFAULT_SESSIONS, seed=seed)
+        return synthesize(trace, sessions=sessions or None, seed=seed)
     path = os.fspath(trace)
     if path.lower().endswith(".toml") or _is_workload_file(path):
         from servesize.workload.files import load_workload
 
-        return synthesize(load_workload(path), sessions=sessions or DEFAULT_SESSIONS, seed=seed, name=os.path.basename(path))
+        return synthesize(load_workload(path), sessions=sessions or None, seed=seed, name=os.path.basename(path))
     return read_trace(path, format=trace_format, block_size=trace_block_size)
 
 
@@ -556,6 +568,8 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     source = _simulation_trace(trace, trace_format, trace_block_size, synthetic_sessions, seed)
     ropts = ReplayOptions(requests=requests, align=align, sessions_per_user=sessions_per_user, warmup=0.0, seed=seed)
     fitted = simulation_workload(trace, source, ropts, getattr(scenario, "preset", None))
+    if _generated(trace):  # a user's next session follows the last after a think time, as its turns do
+        ropts = replace(ropts, session_gap_s=float(fitted.workload.think_time_s))
     notes: list[str] = []
     try:
         planned = scenario.replace(workload=fitted.workload)
@@ -702,13 +716,26 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
                        bandwidth_efficiency=round(bw, 4), mfu=round(mfu, 4), notes=tuple(notes))
 
 
-def check_plan(scenario: Scenario, trace: Any = None, **engine_options: Any) -> Plan:
-    """``plan``, with ``Plan.disagreement`` set where the engine simulator's users-at-SLO differ by more than 15%:
-    the sessions are the ``trace``'s, else generated from the scenario's workload."""
+def check_plan(scenario: Scenario, trace: Any = None, *, planned: Plan | None = None, **engine_options: Any) -> Plan:
+    """``plan`` (or ``planned``, the same scenario's plan already made), with the engine simulator's users at the
+    comfort SLO beside it (``Plan.engine_check``) and ``Plan.disagreement`` set where they differ by more than
+    15%: the sessions are the ``trace``'s, else generated from the scenario's workload."""
     from dataclasses import replace
+
+    from servesize.simulate.engine import AGREEMENT
 
     source = trace if trace is not None else plan_inputs(scenario).workload
     report = simulate_engine(source, scenario, **engine_options)
-    if report.plan_object is None:
+    if report.plan_object is None or report.found is None:
         raise BadInput("the plan could not be checked: " + "; ".join(report.notes))
-    return replace(report.plan_object, disagreement=report.disagreement)
+    found, dp = report.found, report.plan_object.fixed.dp
+    engine_users = found.users * dp
+    plan_users = float(report.plan_object.result.values[report.plan_object.binding])
+    check = {"engine_users": engine_users, "plan_users_same_workload": plan_users,
+             "gap": (plan_users - engine_users) / engine_users if engine_users else None,
+             "agree": report.disagreement is None, "tolerance": AGREEMENT, "capped": found.capped,
+             "breaks_at": None if found.breaks_at is None else found.breaks_at * dp, "reason": found.reason,
+             "sessions": report.trace.get("name", ""), "requests": report.trace.get("requests"),
+             "seconds": report.seconds, "command": "simulate --engine (the same workload and pool)"}
+    base = planned if planned is not None else report.plan_object
+    return replace(base, disagreement=report.disagreement, engine_check=check)

@@ -31,3 +31,24 @@ def test_plan_agrees_with_the_engine_simulator_or_its_first_line_says_why(name):
     else:
         assert first.startswith(f"differs from the engine simulator: plan {users:,.0f} users ({plan.binding} binds)")
         assert f"engine simulator's {sim:,}" in first and r.found.reason in first
+
+
+def test_plan_engine_check_runs_the_simulator_and_says_whether_they_agree(capsys):
+    import json
+
+    from servesize.cli import main
+
+    argv = ["plan", "qwen3-30b-a3b", "--gpus", "1xH200", "--preset", "batch", "--no-sensitivity", "--engine-check"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    check = out["engine_check"]
+    plan_users = out["ceilings"][out["binding"]]
+    assert check["plan_users_same_workload"] == pytest.approx(plan_users)
+    assert check["engine_users"] >= 1 and check["requests"] >= 800
+    assert check["gap"] == pytest.approx((plan_users - check["engine_users"]) / check["engine_users"])
+    assert check["agree"] == (abs(check["gap"]) <= AGREEMENT) == (out["disagreement"] is None)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("engine check: "))
+    assert f"serves {check['engine_users']:,} users comfortably" in line
+    assert ("within 15% of the plan" in line) == check["agree"]

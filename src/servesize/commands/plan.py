@@ -52,6 +52,10 @@ def add_arguments(parser) -> None:
                      help="e.g. median=31k,45k,60k or prefix=3k,15k,30k or mfu=0.3,0.45,0.6")
     out.add_argument("--plot", metavar="FILE.png", help="write a 2x2 figure (matplotlib)")
     out.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity scan (faster)")
+    out.add_argument("--engine-check", action="store_true",
+                     help="also run the engine simulator (vLLM's scheduler step by step) on sessions generated from "
+                          "the workload and find its users at the comfort SLO; the plan says whether they agree "
+                          "within 15% and, where not, why (--json: engine_check). Seconds to minutes")
 
 
 def _params(group: str):
@@ -97,15 +101,16 @@ def _sweep_of(text: str) -> tuple[str, list[str]]:
 
 
 def run(args):
-    from servesize.api import plan, sweep, sweep_values, teams
+    from servesize.api import check_plan, plan, sweep, sweep_values, teams
     from servesize.errors import BadInput
 
     scenario = scenario_from_args(args)
     if args.priority and not args.team:
         raise BadInput("--priority ranks teams: name them with --team NAME=USERS[:WORKLOAD]")
     if args.team:
-        if args.sweep or args.plot:
-            raise BadInput("--team answers for the teams on this deployment; --sweep and --plot plan one workload")
+        if args.sweep or args.plot or args.engine_check:
+            raise BadInput("--team answers for the teams on this deployment; --sweep, --plot and --engine-check plan "
+                           "one workload")
         return teams(scenario, args.team, args.priority)
     swept = _sweep_of(args.sweep) if args.sweep else None
     if swept:
@@ -116,6 +121,8 @@ def run(args):
             print(f"servesize: {line}", file=sys.stderr)
 
     result = plan(scenario, sensitivity=not args.no_sensitivity, progress=progress)
+    if args.engine_check:
+        result = check_plan(scenario, progress=progress, planned=result)
     table = sweep(scenario, *swept) if swept else None
     written = None
     if args.plot:

@@ -33,10 +33,12 @@ from servesize.planning.decode import (
     contexts_from,
     decode_ceiling,
     decode_speed_in,
+    fill_speeds,
     median_speed,
     tp_efficiency,
 )
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
+from servesize.planning.interference import StallLoad
 from servesize.planning.latency import (
     ServiceMoments,
     latency_ceiling_users,
@@ -47,12 +49,14 @@ from servesize.planning.latency import (
 from servesize.planning.load import (
     DecodeLoad,
     DecodeLoadSearch,
+    StallCheck,
     TtftLoad,
     TtftSearch,
     longest_miss,
     tails_of,
     think_time_of,
 )
+from servesize.planning.lru import ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms
 from servesize.planning.warm_capacity import HostLink, warm_capacity
@@ -105,6 +109,8 @@ class Ceilings:
     ttft: TtftLoad | None = None            # the load model's latency ceiling (None under the seed's rule)
     every_user_decode: float = 0.0          # the seed's every-user-decodes ceiling, x dp: the conservative bound
     ttft_samples: tuple = field(default=(), compare=False, repr=False)  # (miss_s, hit_s) prefill draws
+    stall: StallLoad | None = field(default=None, compare=False, repr=False)  # interference priced (or None)
+    churn: ChurnBound | None = None         # the cache ceiling's LRU bound (None: not priced)
 
     def headroom(self) -> dict:
         low = self.values[self.binding]
@@ -207,7 +213,9 @@ class CeilingCache:
     - ``decode_load``: the load model's decode ceiling (its bisection, kept open: DecodeLoadSearch), by setup,
       bank and the pacing it reads;
     - ``speeds``: the p50 per-user speed at k decoders, by setup and bank (a think-time or TTFT sweep moves
-      the load model's fixed points, not the speed curve they read).
+      the load model's fixed points, not the speed curve they read); ``fill_speeds``: every fill's, the same way;
+    - ``stalls``: the interference model's stall draws (planning.interference.StallLoad), by the prefill
+      setup, the bank, the chunk, the floor and the moments.
     """
 
     def __init__(self) -> None:
@@ -222,6 +230,9 @@ class CeilingCache:
         self.ttft: dict = {}
         self.decode_load: dict = {}
         self.speeds: dict = {}
+        self.fill_speeds: dict = {}
+        self.stalls: dict = {}
+        self.cold: dict = {}
 
     def bank(self, seed: int, uniforms: bool) -> RandomBank:
         key = (int(seed), bool(uniforms))
@@ -322,7 +333,7 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
     ceiling as None, for a caller that narrows it only as far as it needs (``binding_of``)."""
     costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
-    m = moments_from(costs, workload.invalidation)
+    m = cold_moments(fixed, workload, knobs, cache, bank, costs)
     r = sub_ratio_of(workload)
     think = think_time_of(workload)
     budget = float(knob_value(knobs, "ttft_limit_s"))
@@ -336,16 +347,57 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     return costs, m, users_for_rate(ttft.rate_at_ceiling_per_s, think, r), sat, ttft, samples
 
 
+def cold_shares(workload: Workload, knobs: Knobs) -> tuple[float, float]:
+    """(invalidated, started): the shares of requests the plan prices as cold re-prefills and as session starts
+    (Workload.cold_shares); under the seed's reading (``workload.session_turnover`` false) no session starts."""
+    invalidated, started = workload.cold_shares()
+    if not knobs.a("workload.session_turnover"):
+        return workload.invalidation, 0.0
+    return invalidated, started
+
+
+def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank
+               ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The decode's own context draws (fills x 128), each one's cold prefill, and how many of them (the first)
+    are session starts: a start prefills its context beyond the shared prefix (at least one turn, as the
+    session generator draws it, simulate/synthetic.py); the rest re-prefill the whole context. The starts'
+    count is their share of the cold requests (Workload.cold_shares)."""
+    pset = prefill_setup(fixed, knobs)
+    invalidated, started = cold_shares(workload, knobs)
+    key = (pset, id(bank), workload.warm_turn_tokens, workload.user.prefix_tokens, invalidated, started)
+    if key not in cache.cold:
+        lengths = bank.matrix(128).ravel()
+        cold = np.asarray(pset.miss_seconds(lengths), dtype=float)
+        starts = int(round(lengths.size * started / (invalidated + started))) if started > 0 else 0
+        if starts:
+            prefix = float(workload.user.prefix_tokens)
+            new = np.maximum(lengths[:starts] - prefix, float(workload.warm_turn_tokens))
+            cold[:starts] = pset.seconds(new, prefix)
+        cache.cold[key] = (lengths, cold, starts)
+    return cache.cold[key]
+
+
+def cold_moments(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+                 costs) -> ServiceMoments:
+    """The prefill queue's service moments: warm hits and cold prefills at the workload's shares, session
+    starts (``cold_draws``) folded into the cold leg."""
+    invalidated, started = cold_shares(workload, knobs)
+    if started <= 0:
+        return moments_from(costs, invalidated)
+    _lengths, cold, starts = cold_draws(fixed, workload, knobs, cache, bank)
+    first = cold[:starts]
+    return moments_from(costs, invalidated, started, float(first.mean()), float((first ** 2).mean()))
+
+
 def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
                  m: ServiceMoments, budget: float) -> tuple[TtftSearch, tuple]:
     """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
     percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
-    key = (pset, id(bank), workload.warm_turn_tokens)
+    key = (pset, id(bank), workload.warm_turn_tokens, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.ttft_samples:
-        lengths = bank.matrix(128).ravel()  # the decode's own context draws (fills x 128)
-        miss = np.asarray(pset.miss_seconds(lengths), dtype=float)
-        cache.ttft_samples[key] = (miss, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+        lengths, cold, _starts = cold_draws(fixed, workload, knobs, cache, bank)
+        cache.ttft_samples[key] = (cold, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
 
     def longest() -> float:  # the draws' p99.9, once, when a search over them is finished
@@ -364,33 +416,91 @@ def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
 
 
 def decode_load_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
-                   request_s: float, lower_bound: bool | None = None, cache: CeilingCache | None = None) -> DecodeLoad:
+                   request_s: float, lower_bound: bool | None = None, cache: CeilingCache | None = None,
+                   stall: StallLoad | None = None) -> DecodeLoad:
     """The load model's decode ceiling per replica over the plan's own context bank (k*: the decoders that
-    meet the floor); memoised in ``cache`` on everything it reads (a sweep of the prefill side leaves it)."""
-    return decode_load_search_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache).result()
+    meet the floor; ``stall``: interference priced, planning.interference); memoised in ``cache`` on everything
+    it reads (a sweep of the prefill side leaves it)."""
+    return decode_load_search_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache, stall).result()
 
 
 def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, knobs: Knobs, bank: ContextBank,
                           request_s: float, lower_bound: bool | None = None,
-                          cache: CeilingCache | None = None) -> DecodeLoadSearch:
+                          cache: CeilingCache | None = None, stall: StallLoad | None = None) -> DecodeLoadSearch:
     """``decode_load_of``'s bisection, held open in ``cache`` (a later caller resumes it)."""
     bound = k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound
     args = (k_star, workload.output_tokens, think_time_of(workload), request_s, sub_ratio_of(workload),
             float(knobs.a("load.percentile")))
-    key = (setup, id(bank), *args, bound)
+    key = (setup, id(bank), *args, bound, id(stall))
     if cache is not None and key in cache.decode_load:
         return cache.decode_load[key]
     speeds = cache.speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
+    per_fill = cache.fill_speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
 
     def speed_at(k: int) -> float:  # the p50 at k decoders: one setup and bank give one curve, whatever the pacing
         if k not in speeds:
             speeds[k] = median_speed(setup, bank, k)
         return speeds[k]
 
-    search = DecodeLoadSearch(speed_at, *args, lower_bound=bound)
+    def speeds_of(k: int) -> np.ndarray:  # every fill's speed at k decoders (the stall model's decode times)
+        if k not in per_fill:
+            per_fill[k] = fill_speeds(setup, bank, k)
+        return per_fill[k]
+
+    check = None if stall is None else StallCheck(stall, speeds_of)
+    search = DecodeLoadSearch(speed_at, *args, lower_bound=bound, stall=check)
     if cache is not None:
         cache.decode_load[key] = search
     return search
+
+
+def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
+             m: ServiceMoments | None, floor: float) -> StallLoad | None:
+    """The interference model's inputs (planning.interference), or None where it is not priced: the seed's
+    reading (``load.interference`` false), or no prefill side (no FLOP/s). Each request's stall is priced by the
+    step model over the decode's own context draws (the TTFT's draws): a cold re-prefill of the whole context,
+    or the warm tail on top of it."""
+    if m is None or not knobs.a("load.interference") or fixed.peak_flops_per_gpu <= 0:
+        return None
+    steps = step_model_of(fixed, knobs)
+    chunk = int(fixed.chunk_tokens)
+    key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, id(bank), workload.warm_turn_tokens, chunk,
+           float(floor), workload.output_tokens, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
+    if key not in cache.stalls:
+        lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
+        prefix = float(workload.user.prefix_tokens)
+        cold = np.asarray(steps.stall_s(lengths, 0.0, chunk), dtype=float)
+        if starts:
+            new = np.maximum(lengths[:starts] - prefix, float(workload.warm_turn_tokens))
+            cold[:starts] = steps.stall_s(new, prefix, chunk)
+        cache.stalls[key] = StallLoad(
+            output_tokens=float(workload.output_tokens), floor_tok_s=float(floor),
+            tokens_per_step=float(steps.tokens_per_decode_step),
+            chunk_stall_s=float(steps.stall_s(chunk, 0.0, chunk)), miss_rate=float(m.miss_rate),
+            miss_stall_s=cold,
+            hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, float(workload.warm_turn_tokens)), lengths,
+                                                 chunk), dtype=float),
+            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2))
+    return cache.stalls[key]
+
+
+def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: ServiceMoments | None) -> ChurnBound | None:
+    """The cache ceiling's bound under LRU churn (planning.lru), per replica; None under the seed's reading.
+
+    A request writes its prefilled tokens and its output: a warm tail, a cold re-prefill of the whole context,
+    or a session's start beyond the shared prefix (Workload.cold_shares). The cycle is the mean think time, the
+    prefill's mean service and a decode at the floor (the slowest comfortable one)."""
+    if not knobs.a("cache.churn"):
+        return None
+    invalidated, started = cold_shares(workload, knobs)
+    out, turn, mean_l = float(workload.output_tokens), float(workload.warm_turn_tokens), float(workload.mean_tokens())
+    start_new = max(mean_l - float(workload.user.prefix_tokens), turn)
+    new = (1.0 - invalidated - started) * turn + invalidated * mean_l + started * start_new + out
+    cycle = think_time_of(workload) + (m.mean_s if m is not None else 0.0) + out / floor
+    offload = knobs.cpu_offload_bytes / (fixed.kv_bytes_per_token_rank * fixed.tp) if knobs.cpu_offload_bytes else 0.0
+    q = float(knobs.a("load.percentile"))
+    return churn_bound(float(fixed.pool_tokens) + offload, new, (1.0 + sub_ratio_of(workload)) / cycle,
+                       workload.think_time_quantile_s(q / 100.0), q, returning=workload.session_turns != 1 or not started)
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
@@ -401,12 +511,13 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
     if knobs.a("load.model") != "duty" or not 1 <= k_star < DECODE_SEARCH_LIMIT:
         return None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    lat = None
+    lat = m = None
     request_s = 0.0
     if fixed.peak_flops_per_gpu > 0:
         _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
         request_s = m.mean_s
-    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache)
+    stall = stall_of(fixed, workload, knobs, cache, bank, m, float(knob_value(knobs, "decode_floor")))
+    load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache, stall)
     return float(load.users), None if lat is None else float(max(0.0, lat))
 
 
@@ -427,12 +538,14 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
-    load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache)
-    values = _values(warm, decode_users, lat, sat, dp)
+    stall = stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s)
+    load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache, stall)
+    churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
+    values = _values(warm, decode_users, lat, sat, dp, churn)
     binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
     return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
                     out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
-                    ttft_samples=samples)
+                    ttft_samples=samples, stall=stall, churn=churn)
 
 
 # binding_of narrows the TTFT search in these steps, asking at each whether latency may still bind (each step
@@ -457,39 +570,46 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     _costs, m, _lat, sat, search, _samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
     think, r = think_time_of(workload), sub_ratio_of(workload)
-    others = _values(warm, float(dec.n), 0.0, sat, dp)  # decode as the every-user figure, until the load model's
+    churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
+    others = _values(warm, float(dec.n), 0.0, sat, dp, churn)  # decode as the every-user figure, until the load model's
     del others["latency"]
     if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
-        bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache)
+        bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache,
+                                          stall=stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s))
         floor = min(others["cache"], others["saturation"])
         if (bisection.users_at_least(floor / dp)
-                and _values(warm, float(bisection.lo), 0.0, sat, dp)["decode"] > floor):
+                and _values(warm, float(bisection.lo), 0.0, sat, dp, churn)["decode"] > floor):
             del others["decode"]  # the ceiling is at least lo, above the cache or saturation one: decode does not bind
         else:
-            others["decode"] = _values(warm, float(bisection.result().users), 0.0, sat, dp)["decode"]
+            others["decode"] = _values(warm, float(bisection.result().users), 0.0, sat, dp, churn)["decode"]
     lowest = min(others.values())
     for tol in BINDING_RATE_TOLS:
         lo_rate, _hi_rate = search.rate_bounds(tol)
-        if _values(warm, 0.0, users_for_rate(lo_rate, think, r), sat, dp)["latency"] > lowest:
+        if _values(warm, 0.0, users_for_rate(lo_rate, think, r), sat, dp, churn)["latency"] > lowest:
             return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
     others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
-                                dp)["latency"]
+                                dp, churn)["latency"]
     return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
 
 
 def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,
-                  m: ServiceMoments | None, cache: CeilingCache) -> tuple[DecodeLoad | None, float]:
+                  m: ServiceMoments | None, cache: CeilingCache,
+                  stall: StallLoad | None = None) -> tuple[DecodeLoad | None, float]:
     """The load model's decode ceiling (None under the seed's rule) and the decode ceiling's users per replica."""
     # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
     if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
-        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache)
+        load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache,
+                              stall=stall)
         return load, float(load.users)
     return None, float(dec.n)
 
 
-def _values(warm, decode_users: float, lat: float, sat: float, dp: int) -> dict:
+def _values(warm, decode_users: float, lat: float, sat: float, dp: int, churn: ChurnBound | None = None) -> dict:
+    cache = float(warm.users.p5)
+    if churn is not None and churn.users * dp < cache:  # the pool turns over within a pause first
+        cache = float(math.floor(churn.users) * dp)
     return {
-        "cache": float(warm.users.p5),
+        "cache": cache,
         "decode": decode_users * dp,
         "latency": float(max(0.0, lat) * dp),
         "saturation": float(sat * dp),

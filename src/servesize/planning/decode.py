@@ -623,6 +623,11 @@ def decode_speed_in(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpee
     return _speed_result(setup, bank, int(n))
 
 
+def fill_speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
+    """Per-user tok/s at n decoders, one per fill of the bank (the draws ``median_speed`` takes the p50 of)."""
+    return _speeds(setup, bank, int(n))
+
+
 def median_speed(setup: DecodeSetup, bank: ContextBank, n: int) -> float:
     """The p50 per-user tok/s at n decoders, nothing else (no derivation)."""
     return _p50(_speeds(setup, bank, int(n)))

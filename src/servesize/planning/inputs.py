@@ -123,6 +123,7 @@ class Fixed:
     weight_format: str = "bf16"        # the GEMMs' kernel family (planning.step_model.WEIGHT_FORMATS)
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
     layers: int = 0                    # decoder layers (each launches its kernels every step)
+    chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
 
 
 def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
@@ -287,7 +288,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
         host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format_of(w.precision, arch), vendor=str(getattr(gpu, "vendor", "NVIDIA")),
-        layers=len(arch.layers),
+        layers=len(arch.layers), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
     )
 
 

@@ -71,9 +71,16 @@ def service_moments(miss_rate: float, miss_s: float, miss_s2: float, hit_s: floa
     return ServiceMoments(f, mean, second, miss_s, hit_s)
 
 
-def moments_from(costs, miss_rate: float) -> ServiceMoments:
-    """ServiceMoments from a prefill.PrefillCosts at miss rate f."""
-    return service_moments(miss_rate, costs.miss_s, costs.miss_s2, costs.hit_s, costs.hit_s2)
+def moments_from(costs, miss_rate: float, start_rate: float = 0.0, start_s: float = 0.0,
+                 start_s2: float = 0.0) -> ServiceMoments:
+    """ServiceMoments from a prefill.PrefillCosts at miss rate f; ``start_rate`` more requests start a session
+    (cold beyond the shared prefix: E[S] ``start_s``, E[S^2] ``start_s2``), folded into the cold leg."""
+    if start_rate <= 0:
+        return service_moments(miss_rate, costs.miss_s, costs.miss_s2, costs.hit_s, costs.hit_s2)
+    cold = min(1.0, miss_rate + start_rate)
+    w = start_rate / (miss_rate + start_rate)
+    return service_moments(cold, (1 - w) * costs.miss_s + w * start_s, (1 - w) * costs.miss_s2 + w * start_s2,
+                           costs.hit_s, costs.hit_s2)
 
 
 def request_rate(users: float, think_time_s: float | None = None, sub_ratio: float = 0.0) -> float:

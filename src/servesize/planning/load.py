@@ -16,6 +16,13 @@ on k_q and a on v, so k_q is the least fixed point of k -> quantile(N, a(v(k))),
 decoder (the map is increasing in k, so the iteration climbs to it, at most k* + 1 steps); admissibility is
 monotone in N, so N is found by bisection, bounded by k* / a at the fastest speed.
 
+Interference (planning.interference): a decode that shares its steps with prefill chunks waits for them, so
+N is admissible only while, besides k_q meeting the floor, the share of requests the chunks slow below it
+(at the request rate N (1 + r) / C and the batch E[K] rounded up, both with each decode lengthened by the
+chunks' mean stall) is at most what one
+user alone already has plus ``interference.BASELINE_SLACK``, or 1 - percentile, whichever is more. That share
+rises with N too, so the same bisection finds the largest N meeting both.
+
 The TTFT of a turn is its queue wait W (M/G/1, Pollaczek-Khinchine mean E[W]) plus its own prefill S
 (a miss with probability f, the workload's invalidation). W is taken as an atom at 0 of mass 1 - rho and an
 exponential tail, P(W > t) = rho exp(-rho t / E[W]) (exact for M/M/1), so the share of turns that miss the
@@ -40,6 +47,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.planning.decode import percentiles
+from servesize.planning.interference import StallLoad, allowed_slow_share, stall_mean_s
 from servesize.planning.latency import ServiceMoments
 
 
@@ -115,24 +123,65 @@ class DecodeLoad:
     percentile: float
     lower_bound: bool           # k* was the search limit: decode never binds
     derivation: Derivation
+    stall_share: float | None = None    # requests the prefill chunks slow below the floor, at the ceiling
+    stall_allowed: float | None = None  # the share allowed (one user alone + slack, or 1 - percentile)
+    stall_binds: bool = False           # one user more meets the floor on its batch but not beside the chunks
 
     def to_dict(self) -> dict:
         return {"users_per_replica": self.users, "decoders_at_percentile": self.decoders_at_percentile,
                 "mean_decoders": self.mean_decoders, "duty": self.duty, "decode_s": self.decode_s,
                 "cycle_s": self.cycle_s, "per_user_tok_s_at_percentile": self.speed_tok_s,
                 "every_user_decoders": self.every_user_decoders, "percentile": self.percentile,
-                "lower_bound": self.lower_bound}
+                "lower_bound": self.lower_bound, "stall_share": self.stall_share,
+                "stall_allowed_share": self.stall_allowed, "stall_binds": self.stall_binds}
+
+
+@dataclass(frozen=True)
+class StallCheck:
+    """What the decode ceiling needs to price interference: the stall model and the per-fill speeds it reads."""
+
+    load: StallLoad
+    speeds_at: Callable[[int], np.ndarray]   # per-user tok/s at k decoders, one per fill of the context bank
 
 
 class _Cycle:
     """One replica's users: the fixed point k -> quantile(N (1 + r) streams, a(v(k)))."""
 
     def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
-                 request_s: float, sub_ratio: float, q: float):
+                 request_s: float, sub_ratio: float, q: float, stall: StallCheck | None = None):
         self.speed_at, self.k_star, self.out, self.think = speed_at, k_star, float(output_tokens), float(think_s)
         self.request_s, self.r, self.q = float(request_s), float(sub_ratio), q
+        self.stall = stall
         self._speeds: dict[int, float] = {}
         self._points: dict[int, int] = {}  # users -> k_q found (the bisection asks for some twice)
+        self._stalls: dict[int, float] = {}  # users -> the share the chunks slow
+        self._allowed: float | None = None
+
+    def stall_share(self, users: int) -> float:
+        """The share of requests the prefill chunks slow below the floor at ``users`` (0 without the stall model)."""
+        if self.stall is None:
+            return 0.0
+        if users not in self._stalls:
+            k = min(self.fixed_point(users), self.k_star)
+            _, d, c = self.duty(self.speed(k))
+            streams = self.streams(users)
+            # the chunks lengthen every decode by their mean stall, so more decode at once and the cycle is longer
+            d += stall_mean_s(self.stall.load, streams / c)
+            c = self.think + self.request_s + d
+            batch = max(1, int(math.ceil(streams * d / c - 1e-9)))  # E[K], rounded up
+            self._stalls[users] = self.stall.load.slow_share(streams / c, 1.0 / self.stall.speeds_at(batch))
+        return self._stalls[users]
+
+    def stall_allowed(self) -> float:
+        if self._allowed is None:
+            self._allowed = allowed_slow_share(self.q * 100.0, self.stall_share(1))
+        return self._allowed
+
+    def admissible(self, users: int) -> bool:
+        """k_q meets the floor, and the chunks slow no more requests than allowed."""
+        if self.fixed_point(users) > self.k_star:
+            return False
+        return self.stall is None or self.stall_share(users) <= self.stall_allowed() + 1e-12
 
     def speed(self, k: int) -> float:
         k = max(1, int(k))
@@ -189,7 +238,7 @@ def decoders_at(speed_at: Callable[[int], float], users: int, output_tokens: flo
 
 def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
                         request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0,
-                        lower_bound: bool = False) -> DecodeLoad:
+                        lower_bound: bool = False, stall: StallCheck | None = None) -> DecodeLoad:
     """The most users per replica whose ``percentile`` of simultaneous decoders still meets the floor.
 
     ``speed_at(k)``: per-user p50 tok/s at k decoders (decreasing in k); ``k_star``: the largest k whose speed
@@ -204,24 +253,25 @@ class DecodeLoadSearch:
     ``result()`` finishes the same bisection (the same DecodeLoad as ``decode_load_ceiling``)."""
 
     def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
-                 request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0, lower_bound: bool = False):
+                 request_s: float = 0.0, sub_ratio: float = 0.0, percentile: float = 95.0, lower_bound: bool = False,
+                 stall: StallCheck | None = None):
         if k_star < 1:
             raise BadInput("the load model needs a batch that meets the floor (k* >= 1)")
         if think_s <= 0 or output_tokens <= 0:
             raise BadInput("think time and output length must be > 0")
         self.args = (k_star, output_tokens, think_s, request_s, sub_ratio, percentile, lower_bound)
-        self.cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, float(percentile) / 100.0)
+        self.cyc = _Cycle(speed_at, int(k_star), output_tokens, think_s, request_s, sub_ratio, float(percentile) / 100.0,
+                          stall)
         self.lo, self.hi = 1, max(2, self.cyc.upper_users())
-        if self.cyc.fixed_point(1) > k_star:  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
+        if not self.cyc.admissible(1):  # cannot happen when v(1) >= v(k*) >= floor; kept as a guard
             self.lo = 0
         self._result: DecodeLoad | None = None
 
     def users_at_least(self, users: float) -> bool:
         """Whether the ceiling exceeds ``users`` (bisecting only as far as it takes to say)."""
-        k_star = self.args[0]
-        while self.hi - self.lo > 1 and not self.lo > users:  # admissible(lo), not admissible(hi): k_q is monotone in N
+        while self.hi - self.lo > 1 and not self.lo > users:  # admissible(lo), not admissible(hi): monotone in N
             mid = (self.lo + self.hi) // 2
-            if self.cyc.fixed_point(mid) <= k_star:
+            if self.cyc.admissible(mid):
                 self.lo = mid
             else:
                 self.hi = mid
@@ -230,11 +280,11 @@ class DecodeLoadSearch:
     def result(self) -> DecodeLoad:
         if self._result is None:
             self.users_at_least(math.inf)
-            self._result = _decode_load(self.cyc, self.lo, *self.args)
+            self._result = _decode_load(self.cyc, self.lo, self.hi, *self.args)
         return self._result
 
 
-def _decode_load(cyc: _Cycle, lo: int, k_star: int, output_tokens: float, think_s: float, request_s: float,
+def _decode_load(cyc: _Cycle, lo: int, hi: int, k_star: int, output_tokens: float, think_s: float, request_s: float,
                  sub_ratio: float, percentile: float, lower_bound: bool) -> DecodeLoad:
     """The DecodeLoad at the bisection's answer ``lo``, with its derivation."""
     k = cyc.fixed_point(lo) if lo else 0
@@ -259,8 +309,18 @@ def _decode_load(cyc: _Cycle, lo: int, k_star: int, output_tokens: float, think_
     d.given("decode_ceiling_users", lo, unit="users per replica",
             note=f"most users whose p{percentile:g} of simultaneous decoders meets the floor (bisection over users)"
             + ("; a lower bound: the floor is met at the search limit" if lower_bound else ""))
+    stall_share = stall_allowed = None
+    stall_binds = False
+    if cyc.stall is not None:
+        stall_share, stall_allowed = cyc.stall_share(max(lo, 1)), cyc.stall_allowed()
+        stall_binds = hi == lo + 1 and cyc.fixed_point(hi) <= k_star  # the batch allowed one more; the chunks did not
+        window = cyc.stall.load
+        d.given("stall_share", stall_share, unit="share of requests",
+                note=f"decode below {window.floor_tok_s:g} tok/s because prefill chunks share its steps "
+                     f"(planning.interference; allowed {stall_allowed:.1%}: one user alone + slack, or "
+                     f"1 - p{percentile:g})" + ("; this is what stops one user more" if stall_binds else ""))
     return DecodeLoad(lo, k, float(mean_k), float(a), float(d_s), float(c_s), float(v), int(k_star),
-                      float(percentile), lower_bound, d)
+                      float(percentile), lower_bound, d, stall_share, stall_allowed, stall_binds)
 
 
 # --------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ class Plan:
     # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
     # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
     disagreement: str | None = None
+    # the engine simulator's check where it was run (api.check_plan): its users at the comfort SLO beside the plan's
+    engine_check: dict | None = None
     at_load: Any = field(default=None, compare=False, repr=False)  # planning.at_load.AtLoad: api.plan(load=...)
 
     @property
@@ -152,6 +154,7 @@ class Plan:
         w = r.warm
         out = {
             "disagreement": self.disagreement,
+            "engine_check": self.engine_check,
             "model": self.fixed.name,
             "gpus": f"{self.fixed.n_gpu}x{self.fixed.gpu_key}",
             "tensor_parallel_size": self.fixed.tp, "data_parallel_size": self.fixed.dp,

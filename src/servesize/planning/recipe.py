@@ -32,7 +32,8 @@ def serve_command(fixed: Fixed, dep, knobs: Knobs, max_num_seqs: int, spec_speed
     if dep.enable_expert_parallel:
         parts.append("--enable-expert-parallel")
     parts += [f"--kv-cache-dtype {fixed.kv_cache_dtype}", f"--max-model-len {fixed.max_model_len}",
-              f"--max-num-seqs {max_num_seqs}", "--enable-prefix-caching"]
+              f"--max-num-seqs {max_num_seqs}", f"--max-num-batched-tokens {fixed.chunk_tokens}",
+              "--enable-prefix-caching"]
     if served.quantization is not None:
         parts.append(f"--quantization {served.quantization}")
     if dep.mamba_ssm_cache_dtype not in (None, "auto"):
@@ -93,6 +94,20 @@ def routing_note(fixed: Fixed, knobs: Knobs) -> str | None:
     return None
 
 
+def chunk_note(fixed: Fixed, result: Ceilings) -> str | None:
+    """Why --max-num-batched-tokens is what it is: what a full chunk costs the decodes beside it, and whether that
+    is what stops one user more (None where interference is not priced)."""
+    stall, load = result.stall, result.decode_load
+    if stall is None or load is None or load.stall_share is None:
+        return None
+    binds = result.binding == "decode" and load.stall_binds
+    return (f"--max-num-batched-tokens {fixed.chunk_tokens:,}: a full prefill chunk holds the decodes in its step "
+            f"{stall.chunk_stall_s:.2f} s longer; at the decode ceiling {load.stall_share:.1%} of requests fall "
+            f"below {stall.floor_tok_s:g} tok/s for it (allowed {load.stall_allowed:.1%})"
+            + ("; this is what binds: smaller chunks stall each step less and take more steps per cold prefill "
+               "(the sensitivity row max_num_batched_tokens says where the binding moves)" if binds else ""))
+
+
 def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, list]:
     per_replica_gpu_p5 = gpu_resident_p5_per_replica(fixed, result)
     mns = max_num_seqs(fixed, result)
@@ -101,6 +116,9 @@ def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, 
     notes = [checkpoint] if checkpoint else []
     notes += [f"--max-num-seqs {mns} = min(decode ceiling {result.decode.n} at {result.decode.floor_tok_s:.3g} tok/s, "
              f"GPU-resident warm sessions p5 {per_replica_gpu_p5:,.0f}) per replica"]
+    chunk = chunk_note(fixed, result)
+    if chunk:
+        notes.append(chunk)
     if result.floor_out_of_reach is not None:
         notes.append(result.floor_out_of_reach.text())
     if mns == 1:

@@ -13,7 +13,9 @@ from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
 # name -> (kind, field, lo, hi, unit). kind: 'knob' edits Knobs; 'pacing' edits the Workload but not the
-# sessions it samples (the warm fill and decode stay the plan's); 'workload' edits the sessions themselves
+# sessions it samples (the warm fill and decode stay the plan's); 'workload' edits the sessions themselves;
+# 'engine' edits the deployment's scheduler (--max-num-batched-tokens: the chunk a decode waits for), its pool held
+# as planned (a larger chunk also reserves more activation memory: servesize memory says how much)
 SENSITIVITY = {
     "bandwidth_efficiency": ("knob", "bandwidth_efficiency", 0.3, 1.0, "fraction"),
     "mfu": ("knob", "mfu", 0.15, 0.9, "fraction"),
@@ -23,6 +25,7 @@ SENSITIVITY = {
     "invalidation": ("workload", "invalidation", 0.0, 0.5, "fraction"),
     "think_time_s": ("pacing", "think_time_s", 3.0, 180.0, "s"),
     "ttft_limit_s": ("knob", "ttft_limit_s", 1.0, 60.0, "s"),
+    "max_num_batched_tokens": ("engine", "chunk_tokens", 512.0, 32768.0, "tokens"),
 }
 
 
@@ -79,10 +82,12 @@ def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: st
     return out
 
 
-GEOMETRIC = ("user_median_tokens", "think_time_s")  # searched on a log scale
+GEOMETRIC = ("user_median_tokens", "think_time_s", "max_num_batched_tokens")  # searched on a log scale
 
 
 def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, fld: str, x: float) -> str:
+    if fld == "chunk_tokens":
+        return binding_of(replace(fixed, chunk_tokens=max(1, int(round(x)))), workload, knobs, cache)
     w, k = apply_param(workload, knobs, fld, x)
     return binding_of(fixed, w, k, cache)
 
@@ -126,6 +131,8 @@ def _midpoint(name: str, a: float, b: float) -> float:
 
 
 def _current(fixed, workload, knobs, name, fld):
+    if fld == "chunk_tokens":
+        return float(fixed.chunk_tokens)
     if name == "spec_speedup":
         return spec_speedup_of(fixed, knobs)
     if fld == "median":

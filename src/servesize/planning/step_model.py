@@ -15,6 +15,9 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
     mixed step          = one weight read: the chunks' and the decoders' GEMMs priced as one prefill pass over
                           their tokens (with its floor), the decoders' KV reads on top, one overhead
                           (``step.mixed = one_weight_read``; ``sum`` prices the parts apart, the old rule)
+    stall of a prefill  = what the decoders sharing its steps wait for it: each chunk's step lasts longer than a
+                          decode step by the chunk's compute, less the weight read the decode step makes anyway
+                          (``one_weight_read``), or by the whole compute (``sum``)
     request fixed cost  = step.request_fixed_s (the API server's tokenising, queueing and first-chunk hand-off:
                           what a one-token prompt's TTFT still costs)
 
@@ -175,6 +178,24 @@ class StepModel:
     def prefill_s(self, tokens: float, prior: float) -> float:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
         return self.step_s([(tokens, prior)], None)
+
+    def stall_s(self, tokens, prior, chunk_tokens: int):
+        """Seconds the decoders that share a prefill's steps wait for it (vectorised over ``tokens`` new tokens on
+        ``prior`` cached ones), its chunks at most ``chunk_tokens`` each (--max-num-batched-tokens).
+
+        Under ``one_weight_read`` a chunk's step reads the weights once for the chunk and the decoders, so each
+        chunk adds its compute less that one weight read (the decode step reads them anyway; never below 0);
+        under ``sum`` it adds its whole compute. Priced over the whole prefill at once: ceil(tokens / chunk)
+        weight reads off its compute (a short last chunk saves as much read as a full one)."""
+        import numpy as np
+        if chunk_tokens < 1:
+            raise BadInput(f"a prefill chunk must hold >= 1 token, got {chunk_tokens!r}")
+        tokens = np.asarray(tokens, dtype=float)
+        compute = np.asarray(prefill_seconds(self.prefill, tokens, prior), dtype=float)
+        if self.terms.mixed == "sum":
+            return compute
+        read_s = leg_s(float(self.decode.weight_bytes(chunk_tokens)), self.decode.effective_bandwidth_bytes_per_s)
+        return np.maximum(compute - np.ceil(tokens / chunk_tokens) * read_s, 0.0)
 
     def _decode_flops(self, contexts: np.ndarray):
         """FLOPs of a decode step over each row of ``contexts`` (None where compute is not priced)."""

@@ -37,6 +37,8 @@ from servesize.planning.ceilings import (
     CEILINGS,
     DECODE_SEARCH_LIMIT,
     CeilingCache,
+    churn_of,
+    cold_moments,
     contexts_of,
     decode_at_floor,
     decode_setup,
@@ -51,10 +53,10 @@ from servesize.planning.latency import (
     ServiceMoments,
     latency_ceiling_rate,
     latency_ceiling_users,
-    moments_from,
     saturation_ceiling_users,
     ttft_s,
 )
+from servesize.planning.lru import ChurnBound
 from servesize.planning.warm_capacity import Percentiles
 from servesize.workload.teams import TeamMix
 
@@ -155,8 +157,9 @@ def mixed_queue(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -
         raise BadInput("team priorities are modelled for a first-come-first-served prefill queue "
                        f"(latency.discipline fcfs); the assumptions say {discipline}")
     pset = prefill_setup(fixed, knobs)
-    moments = tuple(moments_from(prefill_of(pset, t.workload, knobs, cache), t.workload.invalidation)
-                    for t in mix.teams)
+    topk = decode_setup(fixed, knobs).topk_tokens
+    moments = tuple(cold_moments(fixed, t.workload, knobs, cache, contexts_of(t.workload, knobs, topk, cache),
+                                 prefill_of(pset, t.workload, knobs, cache)) for t in mix.teams)
     rates = np.array([t.request_rate_per_s for t in mix.teams])
     return MixedQueue(rates, moments, priorities, discipline)
 
@@ -243,16 +246,19 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
     at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
     load = None if mix.single is None else load_ceilings_per_replica(fixed, mix.single, knobs, cache, setup, n,
                                                                      lower_bound=n_at_least)
-    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load)
+    churn = None if mix.single is None else churn_of(fixed, mix.single, knobs, floor, queue.moments[0])
+    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load, churn)
 
 
 def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5: np.ndarray, decoders: int,
                           at_least: dict[str, np.ndarray] | None = None,
-                          load: tuple[float, float | None] | None = None) -> ReplicaCeilings:
+                          load: tuple[float, float | None] | None = None,
+                          churn: ChurnBound | None = None) -> ReplicaCeilings:
     """The per-replica ceilings from the warm p5, the decoders and the prefill queue.
 
     ``load``: one team's (decode, latency) users under the load model (planning.ceilings.load_ceilings_per_replica);
-    without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds."""
+    without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds.
+    ``churn``: one team's cache bound under LRU churn (planning.ceilings.churn_of), as the plan bounds its cache."""
     targets = mix.targets
     ttft_limit = float(knob_value(knobs, "ttft_limit_s"))
     decode = decoders * targets / targets.sum()
@@ -261,6 +267,8 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
         lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
                                                        queue.discipline))])
         sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
+        if churn is not None and churn.users < warm_p5[0]:  # the pool turns over within a pause (as the plan's)
+            warm_p5 = np.array([float(math.floor(churn.users))])
         if load is not None:
             decode = np.array([load[0]])
             lat = lat if load[1] is None else np.array([load[1]])
@@ -361,7 +369,9 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     dec, out_of_reach = decode_at_floor(setup, mix.decoders(), knobs, cache)
     queue = mixed_queue(one, mix, knobs, cache)
     load = None if mix.single is None else load_ceilings_per_replica(one, mix.single, knobs, cache, setup, dec.n)
-    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load)
+    churn = None if mix.single is None else churn_of(one, mix.single, knobs, float(knob_value(knobs, "decode_floor")),
+                                                     queue.moments[0])
+    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load, churn=churn)
     scaled = per.scaled(dp)
     scale_w = dp if knobs.sticky_routing else 1
     teams = []

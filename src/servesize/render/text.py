@@ -65,15 +65,28 @@ def _plan_sizing(plan: Plan) -> list[str]:
             + f": {s['sets_replicas']} sets the count"]
 
 
+def _engine_check(plan: Plan) -> list[str]:
+    """The engine simulator's users beside the plan's, where it was run (plan --engine-check)."""
+    c = plan.engine_check
+    if not c:
+        return []
+    above = "at least " if c["capped"] else ""
+    broke = f"; one user more breaks on {c['reason']}" if c.get("reason") else ""
+    verdict = f"within {c['tolerance']:.0%} of the plan" if c["agree"] else f"the plan is {c['gap']:+.0%} from it"
+    return [f"engine check: the engine simulator serves {above}{c['engine_users']:,} users comfortably on "
+            f"{c['requests'] or 'the'} generated requests ({verdict}{broke})"]
+
+
 @render_text.register
 def _plan(plan: Plan, explain: bool = False) -> str:
     lines = ([f"differs from the engine simulator: {plan.disagreement}"] if plan.disagreement else [])
-    lines += (_plan_sizing(plan) + _plan_workload(plan) + ["verdict: " + plan.verdict()] + _plan_head(plan)
+    lines += (_plan_sizing(plan) + _plan_workload(plan) + ["verdict: " + plan.verdict()] + _engine_check(plan)
+              + _plan_head(plan)
               + _plan_ceilings(plan) + _plan_decode(plan) + _plan_serving(plan) + _plan_bill(plan))
     lines = _placement(plan.placement) + lines
     if plan.sensitivity:
         lines.append("sensitivity (where the binding ceiling changes):")
-        lines += [f"  {name:<22}{s['text']}" for name, s in plan.sensitivity.items()]
+        lines += [f"  {name:<24}{s['text']}" for name, s in plan.sensitivity.items()]
     if explain:
         lines.append("\nassumptions:")
         lines += [f"  {a['name']:<34}{_show(a['value']):>14} {a.get('unit', '')}  [{a['source']}]" for a in plan.assumptions]
@@ -144,11 +157,17 @@ def _plan_ceilings(plan: Plan) -> list[str]:
         "latency": f"mean miss TTFT <= {budget:g} s",
         "saturation": "prefill duty 100%",
     }
+    churn = getattr(r, "churn", None)
+    if churn is not None and churn.users * plan.fixed.dp < float(r.warm.users.p5):
+        desc["cache"] = f"{churn.text()} (warm user sessions p5 {r.warm.users.p5:,.0f})"
     if r.decode_load is not None:
         dl = r.decode_load
         desc["decode"] = (f"p{dl.percentile:g} of simultaneous decoders ({dl.decoders_at_percentile:,}; mean "
                           f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at once: "
                           f"{r.every_user_decode:,.0f}")
+        if dl.stall_share is not None and dl.stall_binds:
+            desc["decode"] = (f"decodes wait for the prefill chunks in their steps: {dl.stall_share:.1%} of requests "
+                              f"below {r.decode.floor_tok_s:g} tok/s (allowed {dl.stall_allowed:.1%}); " + desc["decode"])
     if r.ttft is not None:
         desc["latency"] = (f"load adds <= {r.ttft.allowed_extra_share:.0%} of turns past the {budget:g} s TTFT budget"
                            + (f" (to the {r.ttft.base_share:.1%} whose own cold prefill exceeds it)"

@@ -49,6 +49,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.limits import MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.planning.interference import BASELINE_SLACK
 from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay
@@ -516,7 +517,8 @@ def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float =
 # the comfort SLO and users at which it breaks
 # ----------------------------------------------------------------------------------------------
 
-BASELINE_SLACK = 0.02  # load may add this share of misses to what one user alone already has (sampling noise)
+# BASELINE_SLACK (planning.interference): the share of misses load may add to what one user alone already has
+# (sampling noise), the plan's allowance too
 
 
 @dataclass(frozen=True)
@@ -672,7 +674,8 @@ AGREEMENT = 0.15  # plan's users and the engine's users-at-SLO agree when within
 
 _WHY = {  # what each side's limit models, for the one-line reason
     "cache": "plan's cache ceiling counts sessions whose whole context fits at once (p5 of the warm fill)",
-    "decode": "plan's decode ceiling prices the decoders it expects at once against the floor",
+    "decode": ("plan's decode ceiling prices the decoders it expects at once against the floor, and the prefill "
+               "chunks that share their steps (planning.interference)"),
     "latency": "plan's latency ceiling is a queue of cold and warm prefills against the TTFT budget",
     "saturation": "plan's saturation ceiling is the prefill work per replica at 100% duty",
 }

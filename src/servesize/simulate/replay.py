@@ -38,6 +38,10 @@ REQUEST_SELECTIONS = ("main", "all")
 DEFAULT_WARMUP = 0.5           # kvcache-simulator and the kvcache.ai curves measure the second half of the requests
 MIN_SESSIONS_PER_USER = 4      # each user reaches steady state after the warm-up (a modelled choice)
 MIN_SESSIONS_DRAWN = 100       # a replay of few users still samples the trace's spread of sessions (a modelled choice)
+MIN_REQUESTS_DRAWN = 800       # ... and enough requests that a closed loop of short sessions forgets its start (100
+                               # sessions of 8 turns: what the longest-running replays drew before)
+MIN_REQUESTS_PER_USER = 16     # ... and each user cycles enough times that half the run (the warm-up) is behind it
+                               # and the first user to run out (the cut) is not far from the rest
 MAX_USERS = 100_000
 _CHUNK = 4096                  # requests re-chunked at a time (bounds the temporary arrays)
 
@@ -52,6 +56,9 @@ class ReplayOptions:
     seed: int = DEFAULT_SEED
     block_size: int | None = None       # the engine's; None: the trace's own
     max_model_len: int | None = None    # prompts longer are refused by vLLM: left out and counted
+    session_gap_s: float | None = None  # the mean pause between a user's sessions, each drawn exponential (seeded);
+                                        # None: the trace's median pause between turns, every time (sessions
+                                        # generated from a workload: its mean think time, drawn as its turns' are)
 
     def __post_init__(self):
         if self.requests not in REQUEST_SELECTIONS:
@@ -68,6 +75,8 @@ class ReplayOptions:
             raise BadInput(f"--seed must be a whole number in [0, 2**63), got {shown_number(self.seed)}")
         if self.block_size is not None and not 1 <= self.block_size <= 1 << 16:
             raise BadInput(f"the block size must be in [1, 65536] tokens, got {self.block_size!r}")
+        if self.session_gap_s is not None and not 0 <= self.session_gap_s <= 1e6:
+            raise BadInput(f"the pause between sessions must be in [0, 1e6] s, got {self.session_gap_s!r}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,7 +219,10 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     mains = np.unique(keys)
     lo, hi = np.searchsorted(keys, mains, "left"), np.searchsorted(keys, mains, "right")
     n_users = opts.users
-    per_user = opts.sessions_per_user or max(MIN_SESSIONS_PER_USER, -(-MIN_SESSIONS_DRAWN // n_users))
+    per_session = float(np.mean(hi - lo)) if mains.size else 1.0  # requests a drawn session brings, on average
+    per_user = opts.sessions_per_user or max(MIN_SESSIONS_PER_USER, -(-MIN_SESSIONS_DRAWN // n_users),
+                                             math.ceil(MIN_REQUESTS_DRAWN / (n_users * max(per_session, 1.0))),
+                                             math.ceil(MIN_REQUESTS_PER_USER / max(per_session, 1.0)))
     need = n_users * per_user
     if need > MAX_REPLAY_SESSIONS:
         raise BadInput(f"--users {n_users:,} x {per_user:,} sessions each draws {need:,} sessions, past the {MAX_REPLAY_SESSIONS:,} "
@@ -219,7 +231,10 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     picks = np.concatenate([rng.permutation(mains.size) for _ in range(-(-need // mains.size))])[:need]
     copy_of_draw = np.arange(need, dtype=np.int64) // mains.size
     durations = _durations(trace, keep, root, start)[mains[picks]]
-    gap = think_gap_s(trace, keep)
+    if opts.session_gap_s is None:
+        gap: float | np.ndarray = think_gap_s(trace, keep)
+    else:  # drawn, so that users of identical short sessions do not run in lock-step
+        gap = rng.exponential(float(opts.session_gap_s), need) if opts.session_gap_s > 0 else np.zeros(need)
     median_s = float(np.median(_durations(trace, keep, root, start)[mains]))
     first = np.arange(n_users) * (median_s / n_users) if opts.align == "stagger" else np.zeros(n_users)
     lengths = (durations + gap).reshape(n_users, per_user)
@@ -237,7 +252,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     # a draw's subagents are sessions of their own, apart from the draw's main session
     _, session = np.unique((draw * len(trace.sessions) + s_local)[inside], return_inverse=True)
     session = session.astype(np.int64).ravel()
-    choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": gap, "stop_s": stop,
+    choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": float(np.mean(gap)), "stop_s": stop,
                "sessions_drawn": need, "distinct_sessions_drawn": int(min(need, mains.size))}
     return _Plan(source[inside], arrival[inside], session, (draw // per_user)[inside], copy_of_draw[draw][inside],
                  int(session.max()) + 1 if session.size else 0, choices)

@@ -25,9 +25,15 @@ from servesize.errors import BadInput
 from servesize.simulate.traces import MADE_BLOCK_SIZE, PrefixChains, ReadReport, SessionInfo, Trace, TraceBuilder
 from servesize.workload.model import EmpiricalClass, Workload
 
-DEFAULT_TURNS = 8        # requests per session: measure sessions' default (turns_per_session), a modelled choice
-DEFAULT_SESSIONS = 200   # sessions generated when not told
+DEFAULT_TURNS = 8        # requests per session where the workload gives none (Workload.session_turns): a modelled choice
+DEFAULT_REQUESTS = 1_600  # requests generated when not told (200 sessions of DEFAULT_TURNS): enough for the
+                          # closed loop to forget its synchronised start at the users searched
 MAX_SESSIONS = 100_000
+
+
+def default_sessions(workload: Workload) -> int:
+    """Sessions to generate when not told: DEFAULT_REQUESTS requests' worth at the workload's session length."""
+    return max(1, min(MAX_SESSIONS, -(-DEFAULT_REQUESTS // (workload.session_turns or DEFAULT_TURNS))))
 
 
 def _length(cls, rng: np.random.Generator) -> float:
@@ -58,9 +64,14 @@ def _new(b: TraceBuilder, workload: Workload, kind: str, rng: np.random.Generato
     return _Session(index, kind, tokens, prefix, shared)
 
 
-def synthesize(workload: Workload, *, sessions: int = DEFAULT_SESSIONS, turns_per_session: int = DEFAULT_TURNS,
+def synthesize(workload: Workload, *, sessions: int | None = None, turns_per_session: int | None = None,
                seed: int = 0, block_size: int = MADE_BLOCK_SIZE, name: str = "synthetic") -> Trace:
-    """``sessions`` user sessions of ``turns_per_session`` user requests each (plus their subagents' turns)."""
+    """``sessions`` user sessions (``default_sessions``) of ``turns_per_session`` requests each (the workload's ``session_turns``, else
+    DEFAULT_TURNS), their subagents' turns among them."""
+    if turns_per_session is None:
+        turns_per_session = workload.session_turns or DEFAULT_TURNS
+    if sessions is None:
+        sessions = default_sessions(workload)
     if not 1 <= sessions <= MAX_SESSIONS:
         raise BadInput(f"sessions must be in [1, {MAX_SESSIONS:,}], got {sessions!r}")
     if not 1 <= turns_per_session <= 10_000:

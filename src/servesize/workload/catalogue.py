@@ -17,7 +17,7 @@ DEFAULT_PRESET = "coding-agent"  # the warm-capacity seed's reference workload
 # every field a preset may give, in the order a reader meets them
 FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "subagent_median_tokens", "subagent_sigma",
           "subagent_prefix_tokens", "subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len",
-          "think_time_s", "output_tokens", "warm_turn_tokens", "speculative")
+          "think_time_s", "output_tokens", "warm_turn_tokens", "speculative", "session_turns")
 REQUIRED = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "invalidation", "think_time_s", "output_tokens",
             "warm_turn_tokens", "speculative")
 SUBAGENT_FIELDS = ("subagent_median_tokens", "subagent_sigma", "subagent_prefix_tokens", "subagent_ratio")

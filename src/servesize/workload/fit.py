@@ -311,6 +311,14 @@ def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
     return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
 
 
+def _turnover_field(invalidation: FieldFit) -> FieldFit:
+    """No session turnover on top of a fitted invalidation (which counts each session's first request cold)."""
+    if invalidation.fitted:
+        return FieldFit("session_turns", 0, "the fitted invalidation counts each session's first request: no "
+                        "turnover on top of it")
+    return FieldFit("session_turns", None, "the file reports no cached tokens or hash blocks to count cold requests by")
+
+
 def _mean_field(name: str, values: Sequence[float], what: str, unit: str, integer: bool) -> FieldFit:
     import numpy as np
     if not values:
@@ -423,13 +431,14 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
                                         "prompt growths from one request of a session to the next", "", integer=True),
     }
+    fields["session_turns"] = _turnover_field(fields["invalidation"])
     base = chosen.workload()
     user_prefix = prefix.value if prefix.fitted else base.user.prefix_tokens
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
     if sub.fitted:
         changes["subagent"] = sub_cls  # None: the file labels requests and none is a subagent's
     for key in ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
-                "warm_turn_tokens"):
+                "warm_turn_tokens", "session_turns"):
         if fields[key].fitted:
             changes[key] = fields[key].value
     if fields["think_time_s"].fitted and fields["think_time_s"].value < MIN_THINK_TIME_S:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
 SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s",
-                 "output_tokens", "warm_turn_tokens", "think_time_sigma")
+                 "output_tokens", "warm_turn_tokens", "think_time_sigma", "session_turns")
 # beside the scalar fields; think_time_median_s is derived (written for the reader; read only without think_time_s)
 FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"})
 
@@ -305,6 +305,11 @@ class Workload:
                             derived (``think_time_median_s``); read pauses through ``think_times``.
     output_tokens           output tokens per request (decode, power). Seed: 1,000.
     warm_turn_tokens        new tokens prefilled on a warm hit (prefill). Seed: 2,000.
+    session_turns           requests per session (the conversation's, subagents' included): after that many the
+                            user starts a new session, whose first request is cold beyond the shared prefix.
+                            0: no turnover on top of ``invalidation``, which counts every cold request (the
+                            seed's reading; a workload fitted from a trace, whose invalidation counts each
+                            session's first request). Read the shares through ``cold_shares``.
     """
 
     user: RequestClass
@@ -317,6 +322,7 @@ class Workload:
     output_tokens: int = SEED_OUTPUT_TOKENS
     warm_turn_tokens: int = SEED_WARM_TURN_TOKENS
     think_time_sigma: float | None = None
+    session_turns: int = 0
 
     def __post_init__(self):
         import numpy as np
@@ -338,6 +344,11 @@ class Workload:
             object.__setattr__(self, "think_time_sigma", _check_range("workload", "think_time_sigma",
                                                                       self.think_time_sigma, 0, _MAX_SIGMA))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
+        turns = _check_range("workload", "session_turns", 0 if self.session_turns is None else self.session_turns,
+                             0, 10_000)
+        if turns != int(turns):
+            raise BadInput(f"workload.session_turns must be a whole number of requests, got {self.session_turns!r}")
+        object.__setattr__(self, "session_turns", int(turns))
         turn = _check_range("workload", "warm_turn_tokens", self.warm_turn_tokens, 1, _MAX_TOKENS)
         object.__setattr__(self, "warm_turn_tokens", int(round(turn)))
         for cls in self.classes():
@@ -435,6 +446,15 @@ class Workload:
         """Everything the sampled requests depend on (not the pacing: think time, output, warm turn)."""
         return (self.user, self.subagent, self.subagent_ratio, self.subagents_share_prefix, self.invalidation,
                 self.max_model_len)
+
+    def cold_shares(self) -> tuple[float, float]:
+        """(invalidated, started): the shares of requests that re-prefill their whole context (a turn that matches
+        nothing: ``invalidation``, never a session's first) and that start a session (cold beyond the shared
+        prefix: one in ``session_turns``; 0 without turnover)."""
+        if not self.session_turns:
+            return self.invalidation, 0.0
+        start = 1.0 / self.session_turns
+        return self.invalidation * (1.0 - start), start
 
     def lengths_key(self) -> tuple:
         """Everything the sampled full lengths depend on (not coldness, which does not change a length)."""
@@ -564,6 +584,7 @@ class Workload:
             "warm_turn_tokens": self.warm_turn_tokens,
             "think_time_sigma": self.think_time_sigma,
             "think_time_median_s": self.think_time_median_s,
+            "session_turns": self.session_turns,
         }
 
     @classmethod

@@ -71,7 +71,7 @@ class Preset:
                         subagents_share_prefix=bool(v.get("subagents_share_prefix", False)),
                         invalidation=v["invalidation"], max_model_len=self.max_model_len or UNCAPPED,
                         think_time_s=v["think_time_s"], output_tokens=v["output_tokens"],
-                        warm_turn_tokens=v["warm_turn_tokens"])
+                        warm_turn_tokens=v["warm_turn_tokens"], session_turns=v.get("session_turns", 0))
 
     def summary(self) -> str:
         """One line: what the preset assumes."""
@@ -85,6 +85,7 @@ class Preset:
             parts.append("no subagents")
         parts += [f"invalidation {v['invalidation']:g}", f"think {v['think_time_s']:g} s",
                   f"output {v['output_tokens']:,}", f"warm turn {v['warm_turn_tokens']:,}",
+                  *([f"sessions of {v['session_turns']} requests"] if v.get("session_turns") else []),
                   "MTP where the model has a head" if self.speculative == "mtp" else "no speculative decoding"]
         if self.max_model_len:
             parts.append(f"cap {self.max_model_len:,}")
@@ -118,7 +119,7 @@ def presets() -> list[Preset]:
 # Workload fields as origin names (the preset's field names)
 ORIGIN_FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "subagent", "subagent_ratio",
                  "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s", "output_tokens",
-                 "warm_turn_tokens", "speculative", "think_time_sigma")
+                 "warm_turn_tokens", "speculative", "think_time_sigma", "session_turns")
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class WorkloadOrigin:
             sources["subagent"] = f"preset {p.name}: no subagent class"
         sources.setdefault("max_model_len", f"preset {p.name} gives none: the model's own context")
         sources.setdefault("think_time_sigma", f"preset {p.name} gives a mean only: pauses drawn exponential")
+        sources.setdefault("session_turns", f"preset {p.name} gives none: no session turnover on top of its invalidation")
         return cls(p, sources)
 
     def given(self, changes: Mapping[str, str]) -> WorkloadOrigin:

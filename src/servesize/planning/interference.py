@@ -1,0 +1,161 @@
+"""Decodes that share their steps with prefill chunks wait for them: the share of requests that decode below
+the floor because of it (DESIGN.md, "fast enough" with interference priced).
+
+vLLM's scheduler puts every running decode in each step and fills what is left of the step's token budget
+(``--max-num-batched-tokens``) with prefill chunks; a step that carries a chunk lasts longer than a decode-only
+step by the chunk's stall (planning.step_model ``StepModel.stall_s``), and every decoder in it still gains only
+one step's tokens. A request that decodes R tokens, taking R d seconds in decode-only steps, meets the floor f
+only if it is done within T = R / f. It is done when its own work and the stalls that join it run out:
+
+    work(t) = R d + B0 + A(t) - t        B0: the stall work queued when its decode starts (the prefills that
+                                         arrived during its own wait and prefill), taken as load.py takes the
+                                         TTFT wait: an atom 1 - rho at 0 and an exponential tail of mean
+                                         E[W] / rho (M/G/1, Pollaczek-Khinchine), in stall seconds (x E[J] / E[S]);
+                                         A(t): the stall of the prefills that arrive by t, compound Poisson at the
+                                         load model's request rate with jumps J (each request's stall: a cold
+                                         prefill at the workload's cold share, else a warm tail)
+    slow  <=>  work(t) > 0 for every t <= T     (the busy period started by R d + B0 outlives T)
+
+It cannot be slow when each of its R / t steps (t tokens a step: MTP) waiting for one full chunk
+(J_chunk) adds no more than T - R d: chunks that short never break the floor (``--max-num-batched-tokens``).
+
+The busy period is computed exactly on a lattice of ``GRID`` steps across T: per step the work falls by one and
+gains the stalls arrived, a random walk that can only step down by one, so the hitting-time theorem gives the
+chance it first empties at step n from u as (u / n) P(A(n) = n - u), with A(n)'s distribution from the fast
+Fourier transform of its generating function (exponentially tilted, so that sums past the lattice do not wrap
+onto it). The share of requests that are slow is the mean over the decode's per-token times d at the batch the
+load model expects (one per fill of the context bank: a long context decodes slower alone), so at one user it
+is the share that misses the floor with no neighbour at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesize.errors import BadInput
+
+GRID = 256          # lattice steps across the window T = R / f (the stall's resolution: T / 256)
+_FFT = 4 * GRID     # the transform's length: sums up to 4x the window stay apart before the tilt's decay
+_TILT = 30.0 / _FFT  # e^(-30) of a sum's mass past the transform folds back onto the grid
+
+
+@dataclass(frozen=True)
+class StallLoad:
+    """Decode stalls behind prefill chunks, per replica: what the decode ceiling reads beside the batch."""
+
+    output_tokens: float           # R
+    floor_tok_s: float             # f
+    tokens_per_step: float         # t: 1, or MTP's tokens a step
+    chunk_stall_s: float           # J_chunk: a full chunk's stall (the most one step waits)
+    miss_rate: float               # the share of prefills that re-prefill the whole context
+    miss_stall_s: np.ndarray = field(repr=False)   # J of a cold re-prefill, per context draw
+    hit_stall_s: np.ndarray = field(repr=False)    # J of a warm tail, per context draw
+    mean_service_s: float = 0.0    # E[S]: a prefill's service (the queue's load, rho = rate x E[S])
+    second_moment_s2: float = 0.0  # E[S^2]
+
+    def __post_init__(self):
+        if not (self.output_tokens > 0 and self.floor_tok_s > 0 and self.tokens_per_step >= 1):
+            raise BadInput("the stall model needs output tokens > 0, a floor > 0 and >= 1 token a step")
+        if not 0.0 <= self.miss_rate <= 1.0:
+            raise BadInput(f"a miss rate must be in [0, 1], got {self.miss_rate!r}")
+
+    @property
+    def window_s(self) -> float:
+        """T = R / f: the longest the decode may take and still meet the floor."""
+        return self.output_tokens / self.floor_tok_s
+
+    @property
+    def mean_stall_s(self) -> float:
+        return float(self.miss_rate * _mean(self.miss_stall_s) + (1.0 - self.miss_rate) * _mean(self.hit_stall_s))
+
+    def slow_share(self, rate_per_s: float, token_s: np.ndarray) -> float:
+        """The share of requests whose decode falls below the floor at ``rate_per_s`` prefills a second, over the
+        per-token decode times ``token_s`` (one per fill)."""
+        token_s = np.asarray(token_s, dtype=float).ravel()
+        if not token_s.size:
+            raise BadInput("the stall model needs at least one decode time")
+        rho = rate_per_s * self.mean_service_s
+        if rho >= 1.0:
+            return 1.0  # the prefill queue grows without bound: every decode waits for it
+        own = self.output_tokens * token_s  # its decode with no chunk beside it
+        slack = self.window_s - own
+        cap = self.output_tokens / self.tokens_per_step * self.chunk_stall_s
+        late = slack < 0  # slower than the floor with no neighbour at all
+        at_risk = ~late & (cap > slack)  # the chunks can add more than the slack
+        share = np.zeros(token_s.size)
+        share[late] = 1.0
+        if at_risk.any() and rate_per_s > 0:
+            share[at_risk] = self._not_done(rate_per_s, rho, own[at_risk])
+        return float(share.mean())
+
+    def _not_done(self, rate: float, rho: float, own_s: np.ndarray) -> np.ndarray:
+        """P(the decode is not done by T = R / f) for each own decode time: the busy period of its own work plus
+        the stall queued at its start, fed by the stalls that arrive while it lasts, outlives T.
+
+        On a lattice of h = T / GRID: per step the work falls by one and gains the stalls arrived (compound
+        Poisson, its pmf by FFT, tilted), and the hitting-time theorem for such a skip-free walk gives the
+        chance it first empties at step n from u: (u / n) P(A(n) = n - u)."""
+        n_steps = GRID
+        h = self.window_s / n_steps
+        mass = self._jumps_on_grid(h, n_steps)          # one request's stall in steps; the last bin: past T
+        k = np.arange(_FFT)
+        phi = np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * np.exp(-_TILT * k))
+        steps = np.arange(1, n_steps + 1)
+        arrived = np.fft.irfft(np.exp(rate * h * steps[:, None] * (phi[None, :] - 1.0)), n=_FFT, axis=1)
+        arrived = np.clip(arrived[:, :n_steps + 1] * np.exp(_TILT * k[:n_steps + 1])[None, :], 0.0, None)
+        # done[u]: P(the work u empties within the window) = sum_{n=u}^{GRID} (u / n) P(A(n) = n - u)
+        u = steps[:, None]
+        n = steps[None, :]
+        hit = np.where(n >= u, arrived[n - 1, np.clip(n - u, 0, n_steps)] * (u / n), 0.0)
+        done = np.concatenate([[1.0], hit.sum(axis=1), [0.0]])   # u = 0 .. GRID, and past the window
+        # the stall queued at its start, in steps: an atom 1 - rho at 0 and an exponential tail (M/G/1 in stall work)
+        queued = np.zeros(n_steps + 2)
+        mean_s = self.mean_service_s
+        scale = self.mean_stall_s / mean_s if mean_s > 0 else 0.0
+        wait = rate * self.second_moment_s2 / (2.0 * (1.0 - rho)) * scale
+        if rho > 0 and wait > 0:
+            edges = np.exp(-(np.arange(n_steps + 1) + 0.5) * h * rho / wait)
+            queued[0] = 1.0 - rho * edges[0]
+            queued[1:n_steps + 1] = rho * (edges[:-1] - edges[1:])
+            queued[n_steps + 1] = rho * edges[-1]
+        else:
+            queued[0] = 1.0
+        start = np.minimum(np.rint(own_s / h).astype(np.int64), n_steps + 1)
+        at = np.minimum(start[:, None] + np.arange(n_steps + 2)[None, :], n_steps + 1)
+        return np.clip(1.0 - (queued[None, :] * done[at]).sum(axis=1), 0.0, 1.0)
+
+    def _jumps_on_grid(self, h: float, bins: int) -> np.ndarray:
+        """One request's stall J on a lattice of h (nearest bin; past ``bins``: bin ``bins`` + 1)."""
+        mass = np.zeros(bins + 2)
+        for draws, weight in ((self.miss_stall_s, self.miss_rate), (self.hit_stall_s, 1.0 - self.miss_rate)):
+            if draws.size and weight > 0:
+                idx = np.minimum(np.rint(draws / h), bins + 1).astype(np.int64)
+                mass += np.bincount(idx, minlength=bins + 2)[:bins + 2] * (weight / draws.size)
+        total = mass.sum()
+        if total <= 0:
+            mass[0] = 1.0
+            return mass
+        return mass / total
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else 0.0
+
+
+BASELINE_SLACK = 0.02  # load may add this share of misses to what one user alone already has (sampling noise)
+
+
+def allowed_slow_share(percentile: float, one_user_share: float, slack: float = BASELINE_SLACK) -> float:
+    """The share of slow requests load may bring: 1 - percentile, or what one user alone already has plus
+    ``slack`` (a floor that one user alone misses is a share of requests, never zero users)."""
+    if not 0 < percentile < 100:
+        raise BadInput(f"a percentile must be in (0, 100), got {percentile!r}")
+    return max(1.0 - percentile / 100.0, one_user_share + slack)
+
+
+def stall_mean_s(load: StallLoad, rate_per_s: float) -> float:
+    """E[X]: the mean stall over a decode window at ``rate_per_s`` (for the explanation)."""
+    return rate_per_s * load.window_s * load.mean_stall_s if math.isfinite(rate_per_s) else math.inf

@@ -1,0 +1,70 @@
+"""The cache ceiling under churn: a returning turn is warm only if its session's blocks outlive the pause.
+
+vLLM's prefix cache evicts the least recently used free block (vllm/v1/core/block_pool.py, the free block queue),
+so a session's blocks survive its user's think time only while the blocks written since then fit beside them.
+At a steady write rate the pool holds everything written within its characteristic time (Che's approximation
+for LRU caches: Che, Tung and Wang, IEEE JSAC 20(7), 2002)
+
+    T_C(N) = pool tokens / write rate(N),    write rate(N) = N (1 + r) / C x E[new KV tokens per request]
+
+(C the cycle of a user's requests; a request writes its prefilled tokens and its output), and a returning
+turn is warm when its pause is shorter than T_C. The ceiling is the largest N at which the ``percentile``
+quantile of the pause stays within T_C: at most 1 - percentile of returning turns find their session evicted.
+
+The warm fill (planning.warm_capacity) counts sessions whose whole context fits at once, which holds when each
+turn adds little to a long context (coding agents); where each turn writes about as much as the session holds
+(short conversations of long turns, retrieval), the pool turns over within one pause and this binds first.
+Sessions of one request (``session_turns = 1``) never return: no bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from servesize.derivation import Derivation
+from servesize.errors import BadInput
+
+
+@dataclass(frozen=True)
+class ChurnBound:
+    """The users per replica at which the pool's characteristic time falls to the pause's percentile."""
+
+    users: float                  # per replica (math.inf: no returning turns)
+    new_tokens_per_request: float
+    requests_per_user_s: float    # (1 + r) / C
+    pool_tokens: float
+    pause_s: float                # the pause's percentile
+    percentile: float
+    derivation: Derivation
+
+    def to_dict(self) -> dict:
+        return {"users_per_replica": None if math.isinf(self.users) else self.users,
+                "new_tokens_per_request": self.new_tokens_per_request,
+                "requests_per_user_s": self.requests_per_user_s, "pool_tokens": self.pool_tokens,
+                "pause_s_at_percentile": self.pause_s, "percentile": self.percentile}
+
+    def text(self) -> str:
+        return (f"the pool turns over within a p{self.percentile:g} pause ({self.pause_s:,.0f} s) past "
+                f"{self.users:,.0f} users a replica: each request writes {self.new_tokens_per_request:,.0f} new tokens")
+
+
+def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_user_s: float, pause_s: float,
+                percentile: float, returning: bool = True) -> ChurnBound:
+    """The most users per replica whose p``percentile`` pause stays within the pool's characteristic time."""
+    if pool_tokens <= 0 or new_tokens_per_request <= 0 or requests_per_user_s <= 0 or pause_s < 0:
+        raise BadInput("the churn bound needs a pool, new tokens per request and a request rate > 0, a pause >= 0")
+    d = Derivation()
+    d.given("pool_tokens", pool_tokens, unit="tokens", note="one replica's KV pool (and its host-RAM tier)")
+    d.given("new_tokens_per_request", new_tokens_per_request, unit="tokens",
+            note="E[prefilled + output tokens] a request writes: warm tails, cold re-prefills, session starts")
+    d.given("requests_per_user_s", requests_per_user_s, unit="1/s", note="(1 + r) / cycle")
+    d.given("pause_s", pause_s, unit="s", note=f"p{percentile:g} of the think time")
+    if not returning or pause_s == 0:
+        d.given("churn_users", math.inf, note="no turn returns to its session: the churn does not bind")
+        return ChurnBound(math.inf, new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d)
+    users = d.step("churn_users", "pool_tokens / (pause_s * requests_per_user_s * new_tokens_per_request)",
+                   unit="users per replica", source="Che's approximation of LRU (the pool's characteristic time)",
+                   pool_tokens=pool_tokens, pause_s=pause_s, requests_per_user_s=requests_per_user_s,
+                   new_tokens_per_request=new_tokens_per_request)
+    return ChurnBound(float(users), new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d)

@@ -1,0 +1,117 @@
+"""Decode stalls behind prefill chunks (planning/interference.py): the compound-Poisson tail against a direct
+Monte Carlo of the same model, its limits, and what it does to the plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesize.errors import BadInput
+from servesize.planning.interference import StallLoad, allowed_slow_share
+
+
+def _load(**kw) -> StallLoad:
+    base = dict(output_tokens=400.0, floor_tok_s=40.0, tokens_per_step=1.0, chunk_stall_s=0.5, miss_rate=0.2,
+                miss_stall_s=np.array([0.5, 1.0, 2.0, 4.0]), hit_stall_s=np.array([0.05, 0.1]),
+                mean_service_s=0.0, second_moment_s2=0.0)
+    base.update(kw)
+    return StallLoad(**base)
+
+
+def _monte_carlo(load: StallLoad, rate: float, token_s: float, n: int = 100_000, seed: int = 7) -> float:
+    """P(not done by T = R / f): arrivals drawn one by one in time, each joining while the work lasts (no queue
+    at the start: E[S] = 0)."""
+    rng = np.random.default_rng(seed)
+    end = np.full(n, load.output_tokens * token_s)  # when the decode would be done so far
+    t = np.zeros(n)
+    live = np.ones(n, dtype=bool)
+    while live.any():
+        t = t + rng.exponential(1.0 / rate, n)
+        joins = live & (t < end) & (t < load.window_s)
+        cold = rng.random(n) < load.miss_rate
+        stall = np.where(cold, rng.choice(load.miss_stall_s, n), rng.choice(load.hit_stall_s, n))
+        end = np.where(joins, end + stall, end)
+        live = joins
+    return float(np.mean(end > load.window_s))
+
+
+@pytest.mark.parametrize("rate", [0.2, 1.0, 3.0])
+def test_tail_matches_a_direct_monte_carlo(rate):
+    load = _load()
+    got = load.slow_share(rate, np.array([0.012]))
+    want = _monte_carlo(load, rate, 0.012)
+    assert got == pytest.approx(want, abs=0.015)
+
+
+def test_one_user_alone_is_slow_only_where_its_own_decode_misses_the_floor():
+    load = _load()
+    token_s = np.array([0.01, 0.02, 0.03, 0.04])  # 100, 50, 33, 25 tok/s against a 40 tok/s floor
+    assert load.slow_share(0.0, token_s) == pytest.approx(0.5)
+
+
+def test_more_prefills_slow_more_decodes_and_a_full_queue_slows_all():
+    load = _load(mean_service_s=0.3, second_moment_s2=0.3)
+    shares = [load.slow_share(r, np.array([0.015])) for r in (0.1, 0.5, 1.0, 2.0, 3.0)]
+    assert shares == sorted(shares) and shares[-1] > shares[0]
+    assert load.slow_share(1 / 0.3, np.array([0.015])) == 1.0
+
+
+def test_a_queue_at_the_start_adds_to_the_stall():
+    quiet = _load()
+    queued = _load(mean_service_s=0.4, second_moment_s2=1.0)
+    assert queued.slow_share(1.0, np.array([0.015])) > quiet.slow_share(1.0, np.array([0.015]))
+
+
+def test_chunks_shorter_than_the_slack_per_step_cannot_slow_a_decode():
+    # a step may last 1 / f = 25 ms; decoding alone takes 10 ms, so a chunk stalling 15 ms or less never breaks it
+    assert _load(chunk_stall_s=0.015).slow_share(5.0, np.array([0.010])) == 0.0
+    assert _load(chunk_stall_s=0.5).slow_share(5.0, np.array([0.010])) > 0.5
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(BadInput):
+        _load(output_tokens=0.0)
+    with pytest.raises(BadInput):
+        _load(miss_rate=1.5)
+    with pytest.raises(BadInput):
+        allowed_slow_share(100.0, 0.0)
+    assert allowed_slow_share(95.0, 0.0) == pytest.approx(0.05)
+    assert allowed_slow_share(95.0, 0.2) == pytest.approx(0.22)
+
+
+def test_stall_of_a_prefill_is_its_compute_less_one_weight_read_a_chunk():
+    from servesize.api import _fixed, plan_inputs
+    from servesize.planning.ceilings import step_model_of
+    from servesize.scenario import Scenario
+
+    inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
+    _, fixed = _fixed(inputs)
+    steps = step_model_of(fixed, inputs.knobs)
+    compute = float(steps.prefill.flops(20_000, 0.0) / steps.prefill.achieved_flops_per_s)
+    read = float(steps.decode.weight_bytes(8192)) / steps.decode.effective_bandwidth_bytes_per_s
+    assert float(steps.stall_s(20_000, 0.0, 8192)) == pytest.approx(compute - 3 * read)
+    assert float(steps.stall_s(20_000, 0.0, 2048)) == pytest.approx(compute - 10 * read)
+    with pytest.raises(BadInput):
+        steps.stall_s(100, 0.0, 0)
+
+
+def test_the_plan_prices_the_stall_and_the_seed_reading_does_not():
+    from dataclasses import replace
+
+    from servesize.api import _fixed, plan_inputs
+    from servesize.planning.ceilings import ceilings
+    from servesize.scenario import Scenario
+
+    inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
+    _, fixed = _fixed(inputs)
+    priced = ceilings(fixed, inputs.workload, inputs.knobs)
+    assert priced.decode_load.stall_share is not None
+    assert priced.decode_load.stall_share <= priced.decode_load.stall_allowed + 1e-12
+    off = replace(inputs.knobs, overrides=(*inputs.knobs.overrides, ("load.interference", False)))
+    unpriced = ceilings(fixed, inputs.workload, off)
+    assert unpriced.decode_load.stall_share is None
+    assert priced.decode_load.stall_binds  # the seed's deployment: the chunks stop one user more
+    assert unpriced.values["decode"] > priced.values["decode"]
+    # smaller chunks (--max-num-batched-tokens) stall a decode less each step: never fewer users
+    small = ceilings(replace(fixed, chunk_tokens=2048), inputs.workload, inputs.knobs)
+    assert small.values["decode"] >= priced.values["decode"]
