@@ -90,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the trace's format, when detection should not decide")
     g.add_argument("--trace-block-size", type=int, default=None, metavar="TOKENS",
                    help="tokens per hash id for hash traces whose records do not say (Mooncake: 512)")
-    g.add_argument("--sessions", type=int, default=None, metavar="N", help="sessions to generate from a workload file")
+    g.add_argument("--sessions", type=int, default=None, metavar="N",
+                   help="sessions to generate from a workload file (default: 1,600 requests' worth of its "
+                        "session_turns-long sessions)")
     g.add_argument("--plot", metavar="PNG", default=None, help="write hit rate against pool size (and users) as a PNG")
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
     e = parser.add_argument_group("the engine simulator (--engine; needs MODEL --gpus)")

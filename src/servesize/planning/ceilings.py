@@ -454,6 +454,9 @@ def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, k
     return search
 
 
+STALL_DRAWS = 4096  # context draws the stall distribution is taken over (of the TTFT's fills x 128)
+
+
 def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
              m: ServiceMoments | None, floor: float) -> StallLoad | None:
     """The interference model's inputs (planning.interference), or None where it is not priced: the seed's
@@ -468,6 +471,8 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
            float(floor), workload.output_tokens, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.stalls:
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
+        stride = max(1, lengths.size // STALL_DRAWS)  # every stride-th: the starts (the first) keep their share
+        lengths, starts = lengths[::stride], -(-starts // stride)
         prefix = float(workload.user.prefix_tokens)
         cold = np.asarray(steps.stall_s(lengths, 0.0, chunk), dtype=float)
         if starts:

@@ -32,14 +32,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from servesize.errors import BadInput
 
-GRID = 256          # lattice steps across the window T = R / f (the stall's resolution: T / 256)
+GRID = 64           # lattice steps across the window T = R / f (the stall's resolution: T / 64)
 _FFT = 4 * GRID     # the transform's length: sums up to 4x the window stay apart before the tilt's decay
 _TILT = 30.0 / _FFT  # e^(-30) of a sum's mass past the transform folds back onto the grid
+_UNTILT = np.exp(_TILT * np.arange(GRID + 1))
+# the hitting-time theorem's terms, (u, n) for u, n = 1..GRID: P(A(n) = n - u) at [n - 1, n - u], weight u / n (n >= u)
+_U, _N = np.meshgrid(np.arange(1, GRID + 1), np.arange(1, GRID + 1), indexing="ij")
+_HIT_ROWS, _HIT_COLS = _N - 1, np.clip(_N - _U, 0, GRID)
+_HIT_WEIGHT = np.where(_N >= _U, _U / _N, 0.0)
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ class StallLoad:
         """T = R / f: the longest the decode may take and still meet the floor."""
         return self.output_tokens / self.floor_tok_s
 
-    @property
+    @cached_property
     def mean_stall_s(self) -> float:
         return float(self.miss_rate * _mean(self.miss_stall_s) + (1.0 - self.miss_rate) * _mean(self.hit_stall_s))
 
@@ -99,18 +105,13 @@ class StallLoad:
         Poisson, its pmf by FFT, tilted), and the hitting-time theorem for such a skip-free walk gives the
         chance it first empties at step n from u: (u / n) P(A(n) = n - u)."""
         n_steps = GRID
-        h = self.window_s / n_steps
-        mass = self._jumps_on_grid(h, n_steps)          # one request's stall in steps; the last bin: past T
-        k = np.arange(_FFT)
-        phi = np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * np.exp(-_TILT * k))
-        steps = np.arange(1, n_steps + 1)
-        arrived = np.fft.irfft(np.exp(rate * h * steps[:, None] * (phi[None, :] - 1.0)), n=_FFT, axis=1)
-        arrived = np.clip(arrived[:, :n_steps + 1] * np.exp(_TILT * k[:n_steps + 1])[None, :], 0.0, None)
+        h, phi = self._lattice
+        # P(A(n) = k), n = 1..GRID steps: the n-th power of one step's transform, untilted
+        one_step = np.exp(rate * h * (phi - 1.0))
+        powers = np.cumprod(np.broadcast_to(one_step, (n_steps, one_step.size)), axis=0)
+        arrived = np.clip(np.fft.irfft(powers, n=_FFT, axis=1)[:, :n_steps + 1] * _UNTILT, 0.0, None)
         # done[u]: P(the work u empties within the window) = sum_{n=u}^{GRID} (u / n) P(A(n) = n - u)
-        u = steps[:, None]
-        n = steps[None, :]
-        hit = np.where(n >= u, arrived[n - 1, np.clip(n - u, 0, n_steps)] * (u / n), 0.0)
-        done = np.concatenate([[1.0], hit.sum(axis=1), [0.0]])   # u = 0 .. GRID, and past the window
+        done = np.concatenate([[1.0], (arrived[_HIT_ROWS, _HIT_COLS] * _HIT_WEIGHT).sum(axis=1), [0.0]])
         # the stall queued at its start, in steps: an atom 1 - rho at 0 and an exponential tail (M/G/1 in stall work)
         queued = np.zeros(n_steps + 2)
         mean_s = self.mean_service_s
@@ -123,17 +124,36 @@ class StallLoad:
             queued[n_steps + 1] = rho * edges[-1]
         else:
             queued[0] = 1.0
-        start = np.minimum(np.rint(own_s / h).astype(np.int64), n_steps + 1)
-        at = np.minimum(start[:, None] + np.arange(n_steps + 2)[None, :], n_steps + 1)
-        return np.clip(1.0 - (queued[None, :] * done[at]).sum(axis=1), 0.0, 1.0)
+        # P(done | own work s steps) = sum_b P(queued = b) done[s + b], for every s at once (done is 0 past the window)
+        within = np.correlate(np.concatenate([done, np.zeros(n_steps + 2)]), queued, mode="valid")[:n_steps + 2]
+        x = np.minimum(own_s / h, n_steps + 1.0)  # between two lattice steps: linear between their answers
+        lo = np.floor(x).astype(np.int64)
+        hi = np.minimum(lo + 1, n_steps + 1)
+        frac = x - lo
+        return np.clip(1.0 - ((1.0 - frac) * within[lo] + frac * within[hi]), 0.0, 1.0)
+
+    @cached_property
+    def _lattice(self) -> tuple[float, np.ndarray]:
+        """The lattice step h = T / GRID and the tilted transform of one request's stall on it (T is fixed by the
+        output and the floor: every rate and decode time this model is asked about reads the same)."""
+        h = self.window_s / GRID
+        mass = self._jumps_on_grid(h, GRID)          # one request's stall in steps; the last bin: past T
+        tilt = np.exp(-_TILT * np.arange(_FFT))
+        return h, np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * tilt)
 
     def _jumps_on_grid(self, h: float, bins: int) -> np.ndarray:
-        """One request's stall J on a lattice of h (nearest bin; past ``bins``: bin ``bins`` + 1)."""
+        """One request's stall J on a lattice of h, each draw split between its two neighbouring steps so that
+        the lattice keeps its mean (a stall shorter than a step still counts); past ``bins``: bin ``bins`` + 1."""
         mass = np.zeros(bins + 2)
         for draws, weight in ((self.miss_stall_s, self.miss_rate), (self.hit_stall_s, 1.0 - self.miss_rate)):
             if draws.size and weight > 0:
-                idx = np.minimum(np.rint(draws / h), bins + 1).astype(np.int64)
-                mass += np.bincount(idx, minlength=bins + 2)[:bins + 2] * (weight / draws.size)
+                x = np.minimum(draws / h, bins + 1.0)
+                lo = np.floor(x).astype(np.int64)
+                frac = x - lo
+                hi = np.minimum(lo + 1, bins + 1)
+                w = weight / draws.size
+                mass += np.bincount(lo, weights=(1.0 - frac) * w, minlength=bins + 2)[:bins + 2]
+                mass += np.bincount(hi, weights=frac * w, minlength=bins + 2)[:bins + 2]
         total = mass.sum()
         if total <= 0:
             mass[0] = 1.0

@@ -673,7 +673,8 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
 AGREEMENT = 0.15  # plan's users and the engine's users-at-SLO agree when within this share of the engine's
 
 _WHY = {  # what each side's limit models, for the one-line reason
-    "cache": "plan's cache ceiling counts sessions whose whole context fits at once (p5 of the warm fill)",
+    "cache": ("plan's cache ceiling counts sessions whose whole context fits at once (p5 of the warm fill), and no "
+              "more than the pool keeps through a pause (LRU churn)"),
     "decode": ("plan's decode ceiling prices the decoders it expects at once against the floor, and the prefill "
                "chunks that share their steps (planning.interference)"),
     "latency": "plan's latency ceiling is a queue of cold and warm prefills against the TTFT budget",
