@@ -88,7 +88,7 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
 
 _CEILING_MEANS = {
     "cache": "warm user sessions the KV pool holds (p5 of the Monte-Carlo fills)",
-    "decode": "users whose decode stays at or above the floor, beside the batch and the prefill chunks in its steps",
+    "decode": "users whose decode stays at or above the floor, prefill chunks included",
     "latency": "users at which a cache miss's mean TTFT reaches the budget",
     "saturation": "users at which prefill is busy 100% of the time",
 }
@@ -99,12 +99,10 @@ def _why(plan: Plan) -> str:
     users = users_text(r.values[r.binding])
     dl, churn = r.decode_load, r.churn
     if r.binding == "decode" and dl is not None and dl.stall_binds:
-        return (f"Past {users} users the prefill chunks that share the decodes' steps slow more than "
-                f"{dl.stall_allowed:.0%} of requests below the {r.decode.floor_tok_s:g} tok/s floor: a decode waits "
-                "for every chunk in its step (--max-num-batched-tokens sets the chunk).")
+        return (f"Past {users} users the prefill chunks in the decodes' steps slow over {dl.stall_allowed:.0%} of "
+                f"replies below the {r.decode.floor_tok_s:g} tok/s floor.")
     if r.binding == "cache" and churn is not None and churn.users * plan.fixed.dp < float(r.warm.users.p5):
-        return (f"Past {users} users the pool turns over within a user's pause: the blocks everyone else writes "
-                "evict a returning user's context before the next request (LRU).")
+        return f"Past {users} users the pool turns over within a user's pause: returning contexts are evicted (LRU)."
     return {
         "cache": f"Past {users} users the pool cannot keep every returning user's context: their next request "
                  "finds it evicted and re-prefills it all (a cold miss).",
