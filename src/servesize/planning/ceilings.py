@@ -356,6 +356,13 @@ def cold_shares(workload: Workload, knobs: Knobs) -> tuple[float, float]:
     return invalidated, started
 
 
+def start_tokens(workload: Workload, lengths: np.ndarray) -> tuple[np.ndarray, float]:
+    """(new tokens, cached prior) of a session's first request at each context length: its context beyond the
+    shared prefix, at least one turn (as the session generator draws it, simulate/synthetic.py)."""
+    prefix = float(workload.user.prefix_tokens)
+    return np.maximum(lengths - prefix, float(workload.warm_turn_tokens)), prefix
+
+
 def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank
                ) -> tuple[np.ndarray, np.ndarray, int]:
     """The decode's own context draws (fills x 128), each one's cold prefill, and how many of them (the first)
@@ -370,9 +377,7 @@ def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
         cold = np.asarray(pset.miss_seconds(lengths), dtype=float)
         starts = int(round(lengths.size * started / (invalidated + started))) if started > 0 else 0
         if starts:
-            prefix = float(workload.user.prefix_tokens)
-            new = np.maximum(lengths[:starts] - prefix, float(workload.warm_turn_tokens))
-            cold[:starts] = pset.seconds(new, prefix)
+            cold[:starts] = pset.seconds(*start_tokens(workload, lengths[:starts]))
         cache.cold[key] = (lengths, cold, starts)
     return cache.cold[key]
 
@@ -473,11 +478,10 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
         stride = max(1, lengths.size // STALL_DRAWS)  # every stride-th: the starts (the first) keep their share
         lengths, starts = lengths[::stride], -(-starts // stride)
-        prefix = float(workload.user.prefix_tokens)
         cold = np.asarray(steps.stall_s(lengths, 0.0, chunk), dtype=float)
         if starts:
-            new = np.maximum(lengths[:starts] - prefix, float(workload.warm_turn_tokens))
-            cold[:starts] = steps.stall_s(new, prefix, chunk)
+            new, prior = start_tokens(workload, lengths[:starts])
+            cold[:starts] = steps.stall_s(new, prior, chunk)
         cache.stalls[key] = StallLoad(
             output_tokens=float(workload.output_tokens), floor_tok_s=float(floor),
             tokens_per_step=float(steps.tokens_per_decode_step),
@@ -610,9 +614,7 @@ def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, kn
 
 
 def _values(warm, decode_users: float, lat: float, sat: float, dp: int, churn: ChurnBound | None = None) -> dict:
-    cache = float(warm.users.p5)
-    if churn is not None and churn.users * dp < cache:  # the pool turns over within a pause first
-        cache = float(math.floor(churn.users) * dp)
+    cache = float(warm.users.p5) if churn is None else churn.capped(float(warm.users.p5), dp)
     return {
         "cache": cache,
         "decode": decode_users * dp,

@@ -44,6 +44,14 @@ class ChurnBound:
                 "requests_per_user_s": self.requests_per_user_s, "pool_tokens": self.pool_tokens,
                 "pause_s_at_percentile": self.pause_s, "percentile": self.percentile}
 
+    def binds(self, warm_users: float, replicas: int = 1) -> bool:
+        """Whether the churn bound is below the warm fill's users (both across ``replicas``)."""
+        return self.users * replicas < warm_users
+
+    def capped(self, warm_users: float, replicas: int = 1) -> float:
+        """The cache ceiling: the warm fill's users, or the churn bound's whole users where it binds first."""
+        return float(math.floor(self.users) * replicas) if self.binds(warm_users, replicas) else float(warm_users)
+
     def text(self) -> str:
         return (f"the pool turns over within a p{self.percentile:g} pause ({self.pause_s:,.0f} s) past "
                 f"{self.users:,.0f} users a replica: each request writes {self.new_tokens_per_request:,.0f} new tokens")

@@ -267,8 +267,8 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
         lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
                                                        queue.discipline))])
         sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
-        if churn is not None and churn.users < warm_p5[0]:  # the pool turns over within a pause (as the plan's)
-            warm_p5 = np.array([float(math.floor(churn.users))])
+        if churn is not None:  # the pool may turn over within a pause first (as the plan's cache ceiling)
+            warm_p5 = np.array([churn.capped(float(warm_p5[0]))])
         if load is not None:
             decode = np.array([load[0]])
             lat = lat if load[1] is None else np.array([load[1]])

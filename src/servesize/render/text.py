@@ -158,7 +158,7 @@ def _plan_ceilings(plan: Plan) -> list[str]:
         "saturation": "prefill duty 100%",
     }
     churn = getattr(r, "churn", None)
-    if churn is not None and churn.users * plan.fixed.dp < float(r.warm.users.p5):
+    if churn is not None and churn.binds(float(r.warm.users.p5), plan.fixed.dp):
         desc["cache"] = f"{churn.text()} (warm user sessions p5 {r.warm.users.p5:,.0f})"
     if r.decode_load is not None:
         dl = r.decode_load

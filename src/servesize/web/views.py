@@ -101,7 +101,7 @@ def _why(plan: Plan) -> str:
     if r.binding == "decode" and dl is not None and dl.stall_binds:
         return (f"Past {users} users the prefill chunks in the decodes' steps slow over {dl.stall_allowed:.0%} of "
                 f"replies below the {r.decode.floor_tok_s:g} tok/s floor.")
-    if r.binding == "cache" and churn is not None and churn.users * plan.fixed.dp < float(r.warm.users.p5):
+    if r.binding == "cache" and churn is not None and churn.binds(float(r.warm.users.p5), plan.fixed.dp):
         return f"Past {users} users the pool turns over within a user's pause: returning contexts are evicted (LRU)."
     return {
         "cache": f"Past {users} users the pool cannot keep every returning user's context: their next request "
