@@ -224,5 +224,9 @@ def test_a_decode_bisection_stopped_early_says_what_the_full_one_does_and_finish
     full = decode_load_ceiling(speed, 49, 500, 30.0, 0.5, 0.25)
     for users in (0, 1, full.users // 3, full.users - 1, full.users, full.users + 5):
         search = DecodeLoadSearch(speed, 49, 500, 30.0, 0.5, 0.25)
+        probes, admissible = [], search.cyc.admissible
+        search.cyc.admissible = lambda n, probes=probes, admissible=admissible: probes.append(n) or admissible(n)
         assert search.users_at_least(users) == (full.users > users)
+        assert len(probes) <= 1  # the predicate is monotone in the users: one probe, just above ``users``, decides
+        search.cyc.admissible = admissible
         assert search.result().users == full.users and search.result().decoders_at_percentile == full.decoders_at_percentile

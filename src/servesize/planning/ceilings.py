@@ -582,15 +582,15 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
     others = _values(warm, float(dec.n), 0.0, sat, dp, churn)  # decode as the every-user figure, until the load model's
     del others["latency"]
+    bisection = None
     if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
         bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache,
                                           stall=stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s))
-        floor = min(others["cache"], others["saturation"])
-        if (bisection.users_at_least(floor / dp)
-                and _values(warm, float(bisection.lo), 0.0, sat, dp, churn)["decode"] > floor):
-            del others["decode"]  # the ceiling is at least lo, above the cache or saturation one: decode does not bind
+        users = _decode_against(bisection, min(others["cache"], others["saturation"]) / dp)
+        if users is None:
+            del others["decode"]  # the ceiling exceeds the cache or saturation one: decode does not bind
         else:
-            others["decode"] = _values(warm, float(bisection.result().users), 0.0, sat, dp, churn)["decode"]
+            others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
     lowest = min(others.values())
     for tol in BINDING_RATE_TOLS:
         lo_rate, _hi_rate = search.rate_bounds(tol)
@@ -598,7 +598,24 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
             return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
     others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
                                 dp, churn)["latency"]
+    if "decode" in others and bisection is not None:
+        users = _decode_against(bisection, others["latency"] / dp)
+        if users is None:
+            del others["decode"]  # above the latency ceiling: decode does not bind
+        else:
+            others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
     return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+
+
+def _decode_against(bisection: DecodeLoadSearch, users: float) -> float | None:
+    """Where the decode ceiling (per replica) lies against another ceiling's ``users``, in at most two probes of
+    its bisection: None when above it; otherwise a figure that orders the two as the exact ceiling would (an upper
+    bound strictly below ``users``, or the exact ceiling when it equals ``users``: a tie)."""
+    if bisection.users_at_least(users):
+        return None
+    # at most users: is it at most ceil(users) - 1 (strictly below), or equal to it (then lo = hi - 1, exact)?
+    bisection.users_at_least(math.ceil(users) - 1)
+    return float(bisection.hi - 1)
 
 
 def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, knobs: Knobs, bank: ContextBank,

@@ -248,8 +248,8 @@ def decode_load_ceiling(speed_at: Callable[[int], float], k_star: int, output_to
 
 
 class DecodeLoadSearch:
-    """``decode_load_ceiling``'s bisection over users, held open: ``users_at_least(n)`` runs it only until its
-    admissible end passes ``n`` (the ceiling is then above n: the admissible end only rises) or it ends;
+    """``decode_load_ceiling``'s bisection over users, held open: ``users_at_least(n)`` decides whether the
+    ceiling exceeds n with one evaluation, narrowing the bracket;
     ``result()`` finishes the same bisection (the same DecodeLoad as ``decode_load_ceiling``)."""
 
     def __init__(self, speed_at: Callable[[int], float], k_star: int, output_tokens: float, think_s: float,
@@ -268,18 +268,31 @@ class DecodeLoadSearch:
         self._result: DecodeLoad | None = None
 
     def users_at_least(self, users: float) -> bool:
-        """Whether the ceiling exceeds ``users`` (bisecting only as far as it takes to say)."""
-        while self.hi - self.lo > 1 and not self.lo > users:  # admissible(lo), not admissible(hi): monotone in N
+        """Whether the ceiling exceeds ``users``: one evaluation, at the least whole count above ``users`` (the
+        predicate is monotone in N, so the ceiling exceeds ``users`` exactly when that count is admissible); the
+        bracket keeps what it learnt, so a later ``result()`` bisects the narrower interval."""
+        if not math.isfinite(users):
+            self._bisect()
+            return False
+        probe = math.floor(users) + 1
+        if self.lo < probe < self.hi:  # admissible(lo), not admissible(hi)
+            if self.cyc.admissible(probe):
+                self.lo = probe
+            else:
+                self.hi = probe
+        return self.lo > users
+
+    def _bisect(self) -> None:
+        while self.hi - self.lo > 1:
             mid = (self.lo + self.hi) // 2
             if self.cyc.admissible(mid):
                 self.lo = mid
             else:
                 self.hi = mid
-        return self.lo > users
 
     def result(self) -> DecodeLoad:
         if self._result is None:
-            self.users_at_least(math.inf)
+            self._bisect()
             self._result = _decode_load(self.cyc, self.lo, self.hi, *self.args)
         return self._result
 
