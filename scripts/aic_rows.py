@@ -20,6 +20,25 @@ SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM"}
 # the row names no prompt count: InferenceMAX-style sweeps send ten prompts per concurrency slot, so the first
 # wave (every slot at once) is a tenth of the requests
 PROMPTS_PER_SLOT = 10
+# InferenceMAX's sweep: these (ISL, OSL) pairs at concurrency 4-64 (128 at TP8), ten prompts per slot, for the models
+# it runs (gpt-oss-120b, MiniMax-M2.5, Llama-3.1-70B, Kimi-K2.5). Its client (bench_serving/benchmark_serving.py, a
+# fork of vLLM's old benchmark script, run with --random-range-ratio 0.8 --ignore-eos; github.com/InferenceMAX/
+# InferenceMAX README, kedarpotdar-nv/bench_serving sample_random_requests) draws each prompt's and each reply's
+# length uniformly from [0.8 L, L], not L exactly: requests finish at different steps, so the concurrency slots do
+# not send in lock-step waves. The rows of aiconfigurator's own gap analysis (other grids; their source names
+# aic-auto-gap-analysis) say nothing of a ratio, and keep fixed lengths.
+INFERENCEMAX_GRID = {(1024, 1024), (1024, 8192), (8192, 1024)}
+INFERENCEMAX_RATIO = 0.8
+
+
+def _lengths(isl: int, osl: int, source: str) -> list[str]:
+    """`servesize bench`'s length flags for a row: InferenceMAX's [r L, L] is vLLM's current random dataset (lengths
+    uniform in [m (1 - r'), m (1 + r')]) at the mean m = (1 + r) L / 2 and r' = (1 - r) / (1 + r)."""
+    if (isl, osl) not in INFERENCEMAX_GRID or "aic-auto-gap-analysis" in source:
+        return ["--random-input-len", str(isl), "--random-output-len", str(osl)]
+    r = INFERENCEMAX_RATIO
+    return ["--random-input-len", str(round((1 + r) * isl / 2)), "--random-output-len", str(round((1 + r) * osl / 2)),
+            "--random-range-ratio", f"{(1 - r) / (1 + r):.6f}"]
 
 
 def _whole(text: str, default: int = 1) -> int:
@@ -60,6 +79,6 @@ def aic_case(row: dict, case_type):
     if model == "Qwen/Qwen3-32B" and row["precision"] == "fp8":
         extra = ["-q", "fp8"]
     case.argv = [name, "--gpus", f"{tp}x{SYSTEMS[system]}", "-tp", str(tp), *extra, "--max-model-len", "auto",
-                 "--random-input-len", row["isl"], "--random-output-len", row["osl"],
+                 *_lengths(int(row["isl"]), int(row["osl"]), row["silicon_data_source"]),
                  "--max-concurrency", str(conc), "--num-prompts", str(PROMPTS_PER_SLOT * conc)]
     return case
