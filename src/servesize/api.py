@@ -190,6 +190,16 @@ def knob(plan: Plan, name: str) -> Any:
     return knob_value(plan.knobs, name)
 
 
+def load_model(plan: Plan | None = None) -> Any:
+    """The load model that computed ``plan``'s ceilings (planning.load_models.LoadModel: its name, title, summary,
+    what each ceiling means under it, the CLI's ceiling lines and the verdict's sentence); without a plan, every
+    load model by name."""
+    from servesize.planning.load_models import LOAD_MODELS
+    from servesize.planning.load_models import load_model as of
+
+    return dict(LOAD_MODELS) if plan is None else of(plan.knobs)
+
+
 def ceiling_names() -> tuple[str, ...]:
     """The four ceilings, in the order every answer lists them."""
     from servesize.planning.ceilings import CEILINGS

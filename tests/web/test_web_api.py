@@ -102,7 +102,8 @@ def test_the_glossary_is_served_with_the_catalogue_and_quotes_the_librarys_own_d
     table = modelled_assumptions()
     for g in cat["glossary"]:
         if g["assumption"]:
-            assert f"{table[g['assumption']]['default']:g}" in g["text"], g["term"]
+            default = table[g["assumption"]]["default"]
+            assert (default if isinstance(default, str) else f"{default:g}") in g["text"], g["term"]
     mfu = table["prefill.mfu"]
     assert f"default {mfu['default']:g}, believed to lie in {mfu['low']:g}-{mfu['high']:g}" in entries["MFU"]["text"]
 

@@ -56,6 +56,7 @@ from servesize.planning.load import (
     tails_of,
     think_time_of,
 )
+from servesize.planning.load_models import load_model
 from servesize.planning.lru import ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillSetup, prefill_costs
 from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms
@@ -338,7 +339,7 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     think = think_time_of(workload)
     budget = float(knob_value(knobs, "ttft_limit_s"))
     sat = saturation_ceiling_users(m, r, think)
-    if knobs.a("load.model") != "duty":
+    if not load_model(knobs).cycles:
         return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()
     search, samples = _ttft_search(fixed, workload, knobs, cache, bank, m, budget)
     if not exact:
@@ -517,7 +518,7 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
                               ) -> tuple[float, float | None] | None:
     """One replica's decode and latency ceilings in users under the load model, as ``ceilings`` finds them
     (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s."""
-    if knobs.a("load.model") != "duty" or not 1 <= k_star < DECODE_SEARCH_LIMIT:
+    if not load_model(knobs).cycles or not 1 <= k_star < DECODE_SEARCH_LIMIT:
         return None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     lat = m = None
@@ -570,7 +571,7 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     the search has shown to meet the target, so no more than the ceiling's) already exceeds another ceiling,
     latency cannot bind. Otherwise each is finished as ``ceilings`` finishes it (the same iteration resumed):
     the same answer as ``ceilings``, with fewer evaluations on a sensitivity scan."""
-    if fixed.peak_flops_per_gpu <= 0 or knobs.a("load.model") != "duty":
+    if fixed.peak_flops_per_gpu <= 0 or not load_model(knobs).cycles:
         return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
     dp = fixed.dp
     warm = warm_of(fixed, workload, knobs, cache)
@@ -623,7 +624,7 @@ def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, kn
                   stall: StallLoad | None = None) -> tuple[DecodeLoad | None, float]:
     """The load model's decode ceiling (None under the seed's rule) and the decode ceiling's users per replica."""
     # a decode that never binds (k* at the search limit) or serves no one stays as the every-user figure says
-    if knobs.a("load.model") == "duty" and 1 <= dec.n < DECODE_SEARCH_LIMIT:
+    if load_model(knobs).cycles and 1 <= dec.n < DECODE_SEARCH_LIMIT:
         load = decode_load_of(setup, dec.n, workload, knobs, bank, 0.0 if m is None else m.mean_s, cache=cache,
                               stall=stall)
         return load, float(load.users)

@@ -18,6 +18,7 @@ from servesize.model.architecture import MLA
 from servesize.planning.ceilings import CEILINGS
 from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
+from servesize.planning.load_models import load_model
 from servesize.planning.plan import Plan
 from servesize.planning.teams import TeamsPanel
 from servesize.planning.warm_capacity import WarmCapacity
@@ -151,27 +152,7 @@ def _plan_ceilings(plan: Plan) -> list[str]:
              f"p50 >= {r.decode.floor_tok_s:.1f} tok/s per user{mtp}: the {r.floor_out_of_reach.floor_tok_s:g} "
              "tok/s floor is out of reach")
     budget = knob_value(plan.knobs, 'ttft_limit_s')
-    desc = {
-        "cache": "warm user sessions p5",
-        "decode": floor,
-        "latency": f"mean miss TTFT <= {budget:g} s",
-        "saturation": "prefill duty 100%",
-    }
-    churn = getattr(r, "churn", None)
-    if churn is not None and churn.binds(float(r.warm.users.p5), plan.fixed.dp):
-        desc["cache"] = f"{churn.text()} (warm user sessions p5 {r.warm.users.p5:,.0f})"
-    if r.decode_load is not None:
-        dl = r.decode_load
-        desc["decode"] = (f"p{dl.percentile:g} of simultaneous decoders ({dl.decoders_at_percentile:,}; mean "
-                          f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at once: "
-                          f"{r.every_user_decode:,.0f}")
-        if dl.stall_share is not None and dl.stall_binds:
-            desc["decode"] = (f"decodes wait for the prefill chunks in their steps: {dl.stall_share:.1%} of requests "
-                              f"below {r.decode.floor_tok_s:g} tok/s (allowed {dl.stall_allowed:.1%}); " + desc["decode"])
-    if r.ttft is not None:
-        desc["latency"] = (f"load adds <= {r.ttft.allowed_extra_share:.0%} of turns past the {budget:g} s TTFT budget"
-                           + (f" (to the {r.ttft.base_share:.1%} whose own cold prefill exceeds it)"
-                              if r.ttft.base_share >= 0.0005 else ""))
+    desc = load_model(plan.knobs).describe(r, floor, budget, plan.fixed.dp)  # the words of the rule that computed it
     lines = ["ceilings (users):"]
     for k in CEILINGS:
         if k in r.missing:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import servesize.api as api
 from servesize.api import PLANNING_PERCENTILE
 from servesize.assumptions import modelled_assumptions
 
@@ -28,6 +29,7 @@ def glossary() -> list[dict]:
     mfu, mbu = a["prefill.mfu"], a["decode.bandwidth_efficiency"]
     ttft, floor, comfy = a["latency.ttft_limit_s"], a["decode.floor_hard_tok_s"], a["decode.floor_comfortable_tok_s"]
     link, think = a["offload.host_link_efficiency"], a["latency.think_time_s"]
+    default = api.load_model()[a["load.model"]["default"]]
     return [
         {"term": "Warm user", "abbr": "", "assumption": None,
          "text": "A user whose session's KV cache is still in the pool when their next request arrives: it prefills "
@@ -38,7 +40,11 @@ def glossary() -> list[dict]:
                  "number), p50 the median, p95 the optimistic end."},
         {"term": "Time to first token", "abbr": "TTFT", "assumption": "latency.ttft_limit_s",
          "text": "From a request's arrival to its first output token: the queue, then its prefill. The latency "
-                 f"ceiling holds a cache miss's mean TTFT within the budget ({_band(ttft, ' s')})."},
+                 f"ceiling ({_band(ttft, ' s')} budget) is the {default.meaning('latency')}."},
+        {"term": "Load model", "abbr": "", "assumption": "load.model",
+         "text": " ".join(f"'{m.title}' (load.model = {m.name}"
+                          f"{', the default' if m.name == a['load.model']['default'] else ''}): {m.summary}"
+                          for m in api.load_model().values())},
         {"term": "Model FLOP utilisation", "abbr": "MFU", "assumption": "prefill.mfu",
          "text": f"The share of the GPU's dense peak FLOP/s that prefill achieves ({_band(mfu)}): every prefill time, "
                  "and so TTFT and the saturation ceiling, scales with 1 / MFU."},

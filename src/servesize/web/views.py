@@ -86,32 +86,10 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
 
 # -- the verdict and the tiles ------------------------------------------------------------------------
 
-_CEILING_MEANS = {
-    "cache": "warm user sessions the KV pool holds (p5 of the Monte-Carlo fills)",
-    "decode": "users whose decode stays at or above the floor, prefill chunks included",
-    "latency": "users at which a cache miss's mean TTFT reaches the budget",
-    "saturation": "users at which prefill is busy 100% of the time",
-}
-
-
 def _why(plan: Plan) -> str:
     r = plan.result
-    users = users_text(r.values[r.binding])
-    dl, churn = r.decode_load, r.churn
-    if r.binding == "decode" and dl is not None and dl.stall_binds:
-        return (f"Past {users} users the prefill chunks in the decodes' steps slow over {dl.stall_allowed:.0%} of "
-                f"replies below the {r.decode.floor_tok_s:g} tok/s floor.")
-    if r.binding == "cache" and churn is not None and churn.binds(float(r.warm.users.p5), plan.fixed.dp):
-        return f"Past {users} users the pool turns over within a user's pause: returning contexts are evicted (LRU)."
-    return {
-        "cache": f"Past {users} users the pool cannot keep every returning user's context: their next request "
-                 "finds it evicted and re-prefills it all (a cold miss).",
-        "decode": f"Past {users} concurrent users each one decodes below the {r.decode.floor_tok_s:g} tok/s floor "
-                  "(p50): the HBM bandwidth is shared by too many sequences.",
-        "latency": f"Past {users} users a cache miss waits longer than the {api.knob(plan, 'ttft_limit_s'):g} s TTFT "
-                   "budget on average (M/G/1 over the prefill queue).",
-        "saturation": f"Past {users} users prefill is busy all the time: the queue grows without bound.",
-    }[r.binding]
+    return api.load_model(plan).why(r, users_text(r.values[r.binding]), float(api.knob(plan, "ttft_limit_s")),
+                                      plan.fixed.dp)
 
 
 def verdict(plan: Plan, at: AtLoad) -> dict:
@@ -129,7 +107,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
                          + (f" (x{head[runner]:.2f})" if head.get(runner) else "")},
-        "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": _CEILING_MEANS[c],
+        "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": api.load_model(plan).meaning(c),
                       "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
         "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
