@@ -233,7 +233,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "prefill.weight_floor": False, "step.kernel_efficiency_fp8_tensor": 1.0,
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
-          "step.moe_prefill_efficiency": 1.0}
+          "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -289,7 +289,7 @@ SEARCH: dict[str, list] = {
     # bounded by what vLLM's prefill kernels reach alone (about 0.66 of the dense peak in aiconfigurator's measured
     # kernel tables, #28): a larger value would be the fit hiding a queueing error in a kernel speed
     "prefill.mfu": [0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.66, 0.7],
-    "step.request_fixed_s": [0.0, 0.005, 0.01, 0.02, 0.04],
+    "step.request_fixed_s": [0.0, 0.005, 0.01, 0.02, 0.03, 0.04],
     "step.mixed": ["sum", "one_weight_read"],
     "prefill.weight_floor": [False, True],
     "step.kernel_efficiency_fp8_tensor": [0.6, 0.8, 1.0],
@@ -298,6 +298,7 @@ SEARCH: dict[str, list] = {
     "step.vendor_efficiency_amd": [0.5, 0.75, 1.0],
     "step.moe_expert_efficiency": [0.5, 0.7, 0.85, 1.0],
     "step.moe_prefill_efficiency": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "step.prefill_efficiency_fp8": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0],
 }
 CLIP = 1.5  # a log error past this (4.5x) counts as this: one run the model cannot express does not steer the fit
 
@@ -335,7 +336,8 @@ def shortened(case: Case, per_slot: int) -> Case:
     return Case(case.id, case.source, case.url, case.deployment, case.family, case.gpu, argv, measured=case.measured)
 
 
-def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None = None) -> dict:
+def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None = None,
+        only: list[str] | None = None) -> dict:
     """Coordinate search: each term in turn over its grid, the others held, ``rounds`` times; a term whose grid the
     fit part does not move (no run it touches) keeps its default."""
     from servesize.assumptions import modelled_assumptions
@@ -346,6 +348,8 @@ def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None
     print(f"start: loss {best:.4f}", file=sys.stderr)
     for r in range(rounds):
         for name, grid in SEARCH.items():
+            if only and name not in only:
+                continue
             scores = {}
             for value in grid:
                 scores[value] = best if value == terms[name] else loss(cases, {**terms, name: value}, workers)
@@ -367,9 +371,12 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     ap.add_argument("--start", default=None, metavar="JSON", help="the terms the search starts from (default: the "
                                                                   "assumptions' defaults)")
-    ap.add_argument("--fit-prompts-per-slot", type=int, default=4,
-                    help="while fitting, at most this many prompts per --max-concurrency slot (default 4; the report "
-                         "runs each load as measured)")
+    ap.add_argument("--terms", default=None, metavar="A,B",
+                    help="search only these terms (default: every term in SEARCH); the others keep their defaults")
+    ap.add_argument("--fit-prompts-per-slot", type=int, default=10,
+                    help="while fitting, at most this many prompts per --max-concurrency slot (default 10: every load "
+                         "as measured; fewer is faster but the first wave, every slot at once, is then a larger share "
+                         "of the requests and its queue inflates TTFT: at 4 the search took MFU to its bound)")
     args = ap.parse_args()
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     cases = published_cases() + aiconfigurator_cases()
@@ -379,7 +386,8 @@ def main() -> int:
     if args.fit:
         part = [c for c in cases if c.argv is not None and c.split == "fit"]
         found = fit([shortened(c, args.fit_prompts_per_slot) for c in part], args.rounds, args.workers,
-                    json.loads(args.start) if args.start else None)
+                    json.loads(args.start) if args.start else None,
+                    args.terms.split(",") if args.terms else None)
         print("fitted terms: " + json.dumps(found))
         set_terms(found)
     from servesize.assumptions import modelled_assumptions

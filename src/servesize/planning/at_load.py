@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from servesize.planning.inputs import knob_value, sub_ratio_of
+from servesize.planning.inputs import sub_ratio_of, ttft_queue_budget_s
 
 if TYPE_CHECKING:  # the rest loads with the first plan: ``Load`` is a query type every face may build
     import numpy as np
@@ -65,7 +65,7 @@ def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float
 
     moments = plan.result.moments if miss_rate is None else moments_from(plan.result.prefill, miss_rate)
     return latency_report(moments, users / plan.fixed.dp, sub_ratio_of(plan.workload), plan.workload.think_time_s,
-                          float(knob_value(plan.knobs, "ttft_limit_s")), plan.knobs.a("latency.discipline"), burst=burst)
+                          ttft_queue_budget_s(plan.knobs), plan.knobs.a("latency.discipline"), burst=burst)
 
 
 def decode_bank(plan: Plan):

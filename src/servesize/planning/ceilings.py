@@ -37,7 +37,15 @@ from servesize.planning.decode import (
     median_speed,
     tp_efficiency,
 )
-from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of, spec_tokens_of, sub_ratio_of
+from servesize.planning.inputs import (
+    Fixed,
+    Knobs,
+    knob_value,
+    spec_speedup_of,
+    spec_tokens_of,
+    sub_ratio_of,
+    ttft_queue_budget_s,
+)
 from servesize.planning.interference import StallLoad
 from servesize.planning.latency import (
     ServiceMoments,
@@ -188,7 +196,8 @@ def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
 
 def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
     """The deployment's kernel factors (weight format, vendor, MoE) on the base efficiencies (planning.step_model)."""
-    return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a)
+    return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a,
+                               peak_dtype=fixed.peak_dtype)
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:
@@ -337,7 +346,7 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
     m = cold_moments(fixed, workload, knobs, cache, bank, costs)
     r = sub_ratio_of(workload)
     think = think_time_of(workload)
-    budget = float(knob_value(knobs, "ttft_limit_s"))
+    budget = ttft_queue_budget_s(knobs)
     sat = saturation_ceiling_users(m, r, think)
     if not load_model(knobs).cycles:
         return costs, m, latency_ceiling_users(m, r, think, budget, knobs.a("latency.discipline")), sat, None, ()

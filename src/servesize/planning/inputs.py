@@ -313,5 +313,11 @@ def knob_value(knobs: Knobs, name: str):
     return v if v is not None else knobs.a(KNOB_SOURCE[name][0])
 
 
+def ttft_queue_budget_s(knobs: Knobs) -> float:
+    """What a turn's queue and prefill may take within the TTFT budget: the budget less the request's fixed cost
+    (step.request_fixed_s, the API server's, which the engine simulator adds to every TTFT the client sees)."""
+    return max(0.0, float(knob_value(knobs, "ttft_limit_s")) - float(knobs.a("step.request_fixed_s")))
+
+
 def sub_ratio_of(workload: Workload) -> float:
     return float(workload.subagent_ratio) if workload.subagent is not None else 0.0

@@ -11,7 +11,7 @@ from typing import Any
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
 from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
-from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of
+from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of, ttft_queue_budget_s
 from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
@@ -222,6 +222,8 @@ def step_term_names(fixed: Fixed) -> list[str]:
              "step.request_fixed_s", "step.mixed", "prefill.weight_floor"]
     if fixed.weight_format != "bf16":
         names.append(f"step.kernel_efficiency_{fixed.weight_format}")
+    if fixed.peak_dtype == "fp8":
+        names.append("step.prefill_efficiency_fp8")
     if fixed.vendor.upper() == "AMD":
         names.append("step.vendor_efficiency_amd")
     if fixed.expert_bytes:
@@ -377,7 +379,7 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if res.prefill is not None:
         d.extend(res.prefill.derivation)
         rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
-                             float(knob_value(knobs, "ttft_limit_s")), knobs.a("latency.discipline"))
+                             ttft_queue_budget_s(knobs), knobs.a("latency.discipline"))
         d.extend(rep.derivation)
     for k in CEILINGS:
         d.given(f"ceiling_{k}_users", res.values[k], unit="users",

@@ -54,14 +54,17 @@ class KernelEfficiency:
     prefill: float = 1.0
 
     @classmethod
-    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any) -> KernelEfficiency:
-        """From the named assumptions (``a(name)`` reads one)."""
+    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16") -> KernelEfficiency:
+        """From the named assumptions (``a(name)`` reads one); ``peak_dtype``: the dtype whose dense peak prefill's
+        MFU is a share of (fp8 where the weights and the GPU both have it: step.prefill_efficiency_fp8 then scales
+        it, since the attention and the activations' quantisation do not run at the FP8 peak)."""
         if weight_format not in WEIGHT_FORMATS:
             raise BadInput(f"unknown weight format {weight_format!r} (one of {', '.join(WEIGHT_FORMATS)})")
         fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
         amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
+        fp8 = float(a("step.prefill_efficiency_fp8")) if peak_dtype == "fp8" else 1.0
         return cls(bandwidth=fmt * amd, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
-                   prefill=amd * (float(a("step.moe_prefill_efficiency")) if moe else 1.0))
+                   prefill=amd * fp8 * (float(a("step.moe_prefill_efficiency")) if moe else 1.0))
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from servesize.planning.ceilings import (
 )
 from servesize.planning.decode import DecodeSetup, median_speed
 from servesize.planning.fill_pass import warm_of_teams
-from servesize.planning.inputs import Fixed, Knobs, knob_value
+from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
 from servesize.planning.latency import (
     ServiceMoments,
     latency_ceiling_rate,
@@ -260,7 +260,7 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
     without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds.
     ``churn``: one team's cache bound under LRU churn (planning.ceilings.churn_of), as the plan bounds its cache."""
     targets = mix.targets
-    ttft_limit = float(knob_value(knobs, "ttft_limit_s"))
+    ttft_limit = ttft_queue_budget_s(knobs)
     decode = decoders * targets / targets.sum()
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio

@@ -18,7 +18,10 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
   planning/decode.py's DecodeSetup reads and computes for their contexts (weights once, KV per context token,
   compute where priced, MTP's speedup as tokens per step), its prefill chunks what planning/prefill.py's
   PrefillSetup computes for each chunk over its cached part; a mixed step is priced by the step model's rule
-  (``step.mixed``), and a request reaches the scheduler ``step.request_fixed_s`` after it is sent.
+  (``step.mixed``); a request's fixed cost (``step.request_fixed_s``: the API server turning the engine's tokens
+  into the stream the client reads) delays what the client sees of it, its first token and its last, by that
+  much: the scheduler sees the request when it is sent, and the user's next request follows the last token's
+  arrival.
 
 Users are closed-loop: each user sends its next request a pause after its previous answer ends, the pause
 the trace had there (its gap less the trace's own service time) or the workload's think-time distribution
@@ -195,8 +198,8 @@ class _Engine:
         self.pauses, self.order = pauses, order
         self.user_of = closed_loop_users(replay)
         self.next_of = {u: 0 for u in order}
-        self.fixed_s = float(getattr(times, "request_fixed_s", 0.0))  # sent -> seen by the scheduler
-        self.arrivals: list[tuple[float, int]] = [(starts[u] + self.fixed_s, order[u][0]) for u in order if order[u]]
+        self.fixed_s = float(getattr(times, "request_fixed_s", 0.0))  # the engine's token -> the client's
+        self.arrivals: list[tuple[float, int]] = [(starts[u], order[u][0]) for u in order if order[u]]
         heapq.heapify(self.arrivals)
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
@@ -328,7 +331,7 @@ class _Engine:
     # -- arrivals and finishes ------------------------------------------------------------------
     def _arrive(self, i: int, t: float) -> None:
         run = self.run
-        run.arrival_s[i] = t - self.fixed_s  # sent then; TTFT counts from here
+        run.arrival_s[i] = t  # sent then; TTFT counts from here
         run.events += 1
         nodes = self._nodes(i)
         probe = self.seen[nodes[: int(self.cap[i])]]
@@ -347,14 +350,14 @@ class _Engine:
         self.next_of[user] = k
         if k < len(self.order[user]):
             j = self.order[user][k]
-            heapq.heappush(self.arrivals, (t + float(self.pauses[j]) + self.fixed_s, j))
+            heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
 
     def _finish(self, i: int) -> None:
-        self.run.finish_s[i] = self.now
+        self.run.finish_s[i] = self.now + self.fixed_s  # the last token as the client reads it
         self.run.events += 1
         self.running.remove(i)
         self._free(i)
-        self._next(int(self.user_of[i]), self.now)
+        self._next(int(self.user_of[i]), self.run.finish_s[i])
 
     # -- one step -------------------------------------------------------------------------------
     def _take_arrivals(self) -> None:
@@ -405,7 +408,7 @@ class _Engine:
             self._hash_prompt(i)
             if self.computed[i] >= self.target[i]:  # the prefill's last chunk samples a token
                 if math.isnan(run.first_token_s[i]):
-                    run.first_token_s[i] = self.now
+                    run.first_token_s[i] = self.now + self.fixed_s  # as the client reads it
                 self.generated[i] += 1
         done = (self.computed[ids] >= self.target[ids]) & (self.generated[ids] >= self.out[ids])
         for i in ids[done].tolist():  # in the order they were scheduled
