@@ -260,11 +260,11 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
     without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds.
     ``churn``: one team's cache bound under LRU churn (planning.ceilings.churn_of), as the plan bounds its cache."""
     targets = mix.targets
-    ttft_limit = ttft_queue_budget_s(knobs)
+    queue_budget = ttft_queue_budget_s(knobs)  # the TTFT budget less the request's fixed cost
     decode = decoders * targets / targets.sum()
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio
-        lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, ttft_limit,
+        lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, queue_budget,
                                                        queue.discipline))])
         sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
         if churn is not None:  # the pool may turn over within a pause first (as the plan's cache ceiling)
@@ -273,7 +273,7 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
             decode = np.array([load[0]])
             lat = lat if load[1] is None else np.array([load[1]])
     else:
-        lat = np.array([queue.latency_scale(t, ttft_limit) for t in range(len(targets))]) * targets
+        lat = np.array([queue.latency_scale(t, queue_budget) for t in range(len(targets))]) * targets
         sat = targets / queue.rho
     values = {"cache": warm_p5.astype(float), "decode": decode, "latency": lat, "saturation": sat}
     bounds = {k: np.zeros(len(targets), bool) for k in values} | (at_least or {})

@@ -94,6 +94,7 @@ def _why(plan: Plan) -> str:
 
 def verdict(plan: Plan, at: AtLoad) -> dict:
     r = plan.result
+    model = api.load_model(plan)  # the load model that computed the ceilings says what each means
     order = sorted(api.ceiling_names(), key=lambda c: r.values[c])
     binding_users = r.values[r.binding]
     runner = order[1]
@@ -107,7 +108,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "next": {"ceiling": runner, "users": r.values[runner], "headroom": head.get(runner),
                  "text": f"next: {runner} at {users_text(r.values[runner])} users"
                          + (f" (x{head[runner]:.2f})" if head.get(runner) else "")},
-        "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": api.load_model(plan).meaning(c),
+        "ceilings": [{"name": c, "users": r.values[c], "text": users_text(r.values[c]), "means": model.meaning(c),
                       "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
         "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
