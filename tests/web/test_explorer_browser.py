@@ -209,6 +209,34 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.screenshot(path=str(shots / "plan-dark.png"))
 
 
+def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, cli, shots):
+    """The engine check runs the simulator on the page's settings: its users are those `servesize plan
+    --engine-check` prints, with the command beside them; a long one shows the simulator's stage and Cancel ends it."""
+    open_plan(page, server)
+    page.click("#engineCheckRun")
+    page.wait_for_function("() => document.querySelector('#engineCheckResult').dataset.agree", timeout=300_000)
+    doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--engine-check")
+    check = doc["engine_check"]
+    result = page.locator("#engineCheckResult")
+    assert int(result.get_attribute("data-engine-users")) == check["engine_users"]
+    assert result.get_attribute("data-agree") == str(check["agree"]).lower()
+    assert result.text_content().startswith(f"engine check: the engine simulator serves {check['engine_users']:,} users")
+    assert page.text_content("#engineCheckCommand").endswith("--engine-check")
+    assert page.is_enabled("#engineCheckRun") and page.is_hidden("#engineCheckProgress")
+    page.locator("#engineCheck").screenshot(path=str(shots / "engine-check.png"))
+    # a MoE model on a chat workload holds hundreds of users: a check long enough to cancel
+    open_plan(page, server, "#view=plan&model=qwen3.6-35b-a3b&gpus=1xH200&preset=chat")
+    assert page.text_content("#engineCheckResult") == ""   # a new plan's verdict carries no old check
+    page.click("#engineCheckRun")
+    page.wait_for_function("() => (document.querySelector('#engineCheckProgress').dataset.stages || '0') !== '0'",
+                           timeout=120_000)
+    assert "engine simulator: " in page.text_content("#engineCheckProgress")
+    page.click("#engineCheckProgress .cancel")
+    assert page.text_content("#engineCheckProgress").startswith("cancelled")
+    page.wait_for_function("() => !document.querySelector('#engineCheckRun').disabled")
+    assert page.text_content("#engineCheckResult") == ""
+
+
 def test_the_ranking_flags_a_model_whose_context_is_shorter_than_the_median(page, server):
     open_plan(page, server)
     page.wait_for_function(PANELS, timeout=120_000)

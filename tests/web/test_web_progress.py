@@ -127,3 +127,59 @@ def test_the_ranking_reports_each_model_as_it_starts():
     models = len(load_catalogue())
     assert status == 200 and progress["state"] == "done" and progress["stages"] == models
     assert progress["stage"].startswith(f"ranking: model {models} of {models} ")
+
+
+def test_the_engine_check_reports_each_probe_and_answers_with_the_line_the_cli_prints():
+    """POST /api/engine-check runs the engine simulator on the page's settings (plan --engine-check): each users
+    level it tries is a stage the page reads, and its answer is the plan's own engine check, the CLI's line."""
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            check = await _json(await client.post("/api/engine-check", json=PLAN, headers={"X-Servesize-Job": "eng1"}))
+            return check, await _json(await client.get("/api/progress/eng1"))
+
+    (status, doc), (_, progress) = asyncio.run(go())
+    assert status == 200 and progress["state"] == "done" and progress["stages"] >= 3
+    assert progress["stage"].startswith("engine simulator: ")
+    from servesize.api import check_plan
+
+    checked = check_plan(s.Scenario(**PLAN))
+    c = checked.engine_check
+    assert (doc["engine_users"], doc["agree"], doc["text"], doc["disagreement"]) == (
+        c["engine_users"], c["agree"], checked.engine_check_text(), checked.disagreement)
+    assert doc["text"].startswith(f"engine check: the engine simulator serves {c['engine_users']:,} users")
+    assert doc["command"].startswith("servesize plan qwen3.6-27b ") and doc["command"].endswith(" --engine-check")
+
+
+def test_an_engine_check_the_page_cancels_stops_at_its_next_probe(monkeypatch):
+    reached, release, after = threading.Event(), threading.Event(), []
+
+    def held(req, progress=None):
+        progress("engine simulator: 1 users")
+        reached.set()
+        release.wait(120)
+        progress("engine simulator: 2 users")
+        after.append("simulated past the cancel")
+        return {}
+
+    from servesize.web import views
+    monkeypatch.setattr(views, "engine_check_view", held)
+    app = make_app()
+
+    async def go():
+        async with TestClient(TestServer(app)) as client:
+            check = asyncio.ensure_future(client.post("/api/engine-check", json=PLAN, headers={"X-Servesize-Job": "e"}))
+            await asyncio.get_running_loop().run_in_executor(None, reached.wait, 120)
+            running = await _json(await client.get("/api/progress/e"))
+            check.cancel()
+            await asyncio.sleep(0)
+            job = app[JOBS].get("e")
+            while not job.gone():
+                await asyncio.sleep(0.01)
+            release.set()
+            while job.state not in ("cancelled", "done"):
+                await asyncio.sleep(0.01)
+            return running, job.to_dict()
+
+    (_, running), final = asyncio.run(go())
+    assert running["stage"] == "engine simulator: 1 users"
+    assert final["state"] == "cancelled" and final["stages"] == 1 and after == []

@@ -67,6 +67,18 @@ class Plan:
         """One line: the users, the ceiling that binds, the workload, and (when one moves it) the seed's assumption."""
         return self.verdict_headline() + self.verdict_detail()
 
+    def engine_check_text(self) -> str | None:
+        """The engine check in one line, as the CLI and the page print it: the engine simulator's users at the
+        comfort SLO beside the plan's, and what breaks one user more (None: not checked)."""
+        c = self.engine_check
+        if not c:
+            return None
+        above = "at least " if c["capped"] else ""
+        broke = f"; one user more breaks on {c['reason']}" if c.get("reason") else ""
+        verdict = f"within {c['tolerance']:.0%} of the plan" if c["agree"] else f"the plan is {c['gap']:+.0%} from it"
+        return (f"engine check: the engine simulator serves {above}{c['engine_users']:,} users comfortably on "
+                f"{format(c['requests'], ',') if c['requests'] else 'the'} generated requests ({verdict}{broke})")
+
     def verdict_headline(self) -> str:
         """The verdict's first words, the headline every face shows: "70 users: cache binds first"."""
         r = self.result

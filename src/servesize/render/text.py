@@ -68,14 +68,8 @@ def _plan_sizing(plan: Plan) -> list[str]:
 
 def _engine_check(plan: Plan) -> list[str]:
     """The engine simulator's users beside the plan's, where it was run (plan --engine-check)."""
-    c = plan.engine_check
-    if not c:
-        return []
-    above = "at least " if c["capped"] else ""
-    broke = f"; one user more breaks on {c['reason']}" if c.get("reason") else ""
-    verdict = f"within {c['tolerance']:.0%} of the plan" if c["agree"] else f"the plan is {c['gap']:+.0%} from it"
-    return [f"engine check: the engine simulator serves {above}{c['engine_users']:,} users comfortably on "
-            f"{c['requests'] or 'the'} generated requests ({verdict}{broke})"]
+    text = plan.engine_check_text()
+    return [text] if text else []
 
 
 @render_text.register

@@ -26,6 +26,7 @@ NO_FILES = ("the explorer reads no file and makes no network request a request n
 
 FAST: web.AppKey[ThreadPoolExecutor] = web.AppKey("fast", ThreadPoolExecutor)
 HEAVY: web.AppKey[ThreadPoolExecutor] = web.AppKey("heavy", ThreadPoolExecutor)
+# the searches a page starts on demand, each with its progress and Cancel: the fleet search, the engine check
 FLEET: web.AppKey[ThreadPoolExecutor] = web.AppKey("fleet", ThreadPoolExecutor)
 HOSTS: web.AppKey[tuple[str, ...]] = web.AppKey("hosts", tuple)
 UPLOADS: web.AppKey[ThreadPoolExecutor] = web.AppKey("uploads", ThreadPoolExecutor)

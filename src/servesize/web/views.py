@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -447,6 +448,18 @@ def plan_view(req: PlanRequest) -> dict:
         "title": f"{plan.fixed.name} on {plan.fixed.n_gpu}x{plan.fixed.gpu_key} (DP {plan.fixed.dp} x TP {plan.fixed.tp})",
         "plan": document,
     })
+
+
+def engine_check_view(req: PlanRequest, progress: Callable[[str], None] | None = None) -> dict:
+    """POST /api/engine-check: the engine simulator run on the page's settings (``servesize plan --engine-check``),
+    its users at the comfort SLO beside the plan's, the line the CLI prints, and where they differ, why."""
+    checked = api.check_plan(req.scenario, planned=planned(req.scenario), progress=progress)
+    c = checked.engine_check or {}
+    return finite({"engine_users": c.get("engine_users"), "plan_users": checked.result.values[checked.result.binding],
+                   "plan_users_same_workload": c.get("plan_users_same_workload"), "agree": c.get("agree"),
+                   "gap": c.get("gap"), "capped": c.get("capped"), "requests": c.get("requests"),
+                   "text": checked.engine_check_text(), "disagreement": checked.disagreement,
+                   "command": api.plan_command_of(req.scenario) + " --engine-check"})
 
 
 def explain_view(req: PlanRequest) -> dict:

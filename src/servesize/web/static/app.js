@@ -412,6 +412,7 @@ function requestDraft() {
 async function requestPlan(draft) {
   const seq = ++App.planSeq;
   const started = App.changedAt || performance.now();
+  if (App.check) { App.check.abort(); App.check = null; }   // an engine check of the old settings answers nothing now
   if (!draft) {
     App.draftAgain = false;                  // the full answer supersedes any draft still to send
     if (App.heavy) { App.heavy.abort(); App.heavy = null; }
@@ -529,7 +530,49 @@ function drawVerdict(view, seq, draft) {
       h("span", { class: "cval", text: c.text + " users" }), h("span", { class: "cmeans muted", text: c.means })));
   }
   box.appendChild(bars);
+  drawEngineCheck(draft);
   box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
+}
+
+// the engine check: the engine simulator run on these settings on demand (servesize plan --engine-check), with its
+// own status line and Cancel; its users beside the plan's and, where they differ, the reason (the server's text)
+function drawEngineCheck(draft) {
+  const button = h("button", { type: "button", class: "btn small", id: "engineCheckRun", disabled: draft,
+    text: "Check with the engine simulator", onclick: () => runEngineCheck() });
+  $("#engineCheck").replaceChildren(
+    h("p", { class: "v-why" }, button, " ",
+      h("span", { class: "muted small hint", text: "replays this workload through a vLLM-like scheduler step by step: seconds to a minute" })),
+    h("p", { id: "engineCheckProgress", class: "muted small", hidden: true }),
+    h("p", { class: "v-why", id: "engineCheckResult" }));
+}
+
+async function runEngineCheck() {
+  if (App.check) App.check.abort();
+  const ctl = new AbortController(), seq = App.planSeq;
+  App.check = ctl;
+  const out = $("#engineCheckResult"), run = $("#engineCheckRun");
+  out.textContent = "";
+  delete out.dataset.agree;
+  run.disabled = true;
+  let res;
+  try {
+    res = await postWatched("/api/engine-check", planBody(false), ctl, $("#engineCheckProgress"),
+      "running the engine simulator on these settings");
+  } catch (e) {
+    if (!ctl.signal.aborted) banner("the server did not answer: " + e.message);
+    if (seq === App.planSeq) run.disabled = false;
+    return;
+  } finally { if (App.check === ctl) App.check = null; }
+  if (seq !== App.planSeq) return;            // the settings changed while it ran: its answer is for the old ones
+  run.disabled = false;
+  if (!res.ok) { out.textContent = res.data.error; out.dataset.agree = "error"; return; }
+  const d = res.data;
+  out.dataset.agree = String(d.agree);
+  out.dataset.engineUsers = d.engine_users;
+  out.className = "v-why " + (d.agree ? "good" : "warn");
+  out.append(h("span", { text: d.text }),
+    d.disagreement ? h("span", { id: "engineCheckWhy", text: " Why they differ: " + d.disagreement }) : "",
+    h("br"), h("code", { class: "small", id: "engineCheckCommand", text: d.command }));
 }
 
 // before/after: the last full answer's headline beside this one, and each ceiling whose figure changed
