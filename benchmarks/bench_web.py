@@ -176,6 +176,7 @@ def main() -> None:
         proc, url, _ = start()
         try:
             wait_ok(url)
+            if args.fleet_requests > 0:  # 0: the plan view only
             print_fleet(bench_fleet(url, args.fleet_requests))
         finally:
             stop(proc)
@@ -194,7 +195,8 @@ def main() -> None:
             b = bench_slider(url, args.moves)
             print(describe("slider change -> verdict drawn (in page)", b["in_page_s"]))
             print(describe("key press -> page settled (outside)", b["outside_s"]))
-        print_fleet(bench_fleet(url, args.fleet_requests))
+        if args.fleet_requests > 0:  # 0: the plan view only
+            print_fleet(bench_fleet(url, args.fleet_requests))
     finally:
         stop(proc)
 
