@@ -176,7 +176,6 @@ def main() -> None:
         proc, url, _ = start()
         try:
             wait_ok(url)
-            if args.fleet_requests > 0:  # 0: the plan view only
             print_fleet(bench_fleet(url, args.fleet_requests))
         finally:
             stop(proc)

@@ -233,7 +233,8 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "prefill.weight_floor": False, "step.kernel_efficiency_fp8_tensor": 1.0,
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
-          "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0}
+          "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
+          "decode.expert_union": "linear"}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -291,6 +292,7 @@ SEARCH: dict[str, list] = {
     "prefill.mfu": [0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.66, 0.7],
     "step.request_fixed_s": [0.0, 0.005, 0.01, 0.02, 0.03, 0.04],
     "step.mixed": ["sum", "one_weight_read"],
+    "decode.expert_union": ["linear", "expected"],
     "prefill.weight_floor": [False, True],
     "step.kernel_efficiency_fp8_tensor": [0.6, 0.8, 1.0],
     "step.kernel_efficiency_fp8_block": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0],

@@ -116,3 +116,25 @@ def test_the_weight_floor_prices_a_short_chunk_at_the_weights_read():
     assert none.prefill_s(4, 0) - 0.002 < weights_s / 10
     # a long chunk is compute-bound: the floor changes nothing there
     assert floor.prefill_s(8192, 0) == pytest.approx(none.prefill_s(8192, 0))
+
+
+def test_the_expert_union_rule_reaches_the_decode_step_through_its_assumption():
+    """decode.expert_union is read where the decode setup is built: 'expected' reads the uniform-routing union of the
+    routed experts (fewer than min(n k, E) once tokens share experts), 'linear' (the default) the no-overlap bound."""
+    from dataclasses import replace
+
+    from servesize.api import plan
+    from servesize.planning.ceilings import decode_setup
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    scenario = Scenario(model="qwen3-30b-a3b", gpus="1xH200")   # 128 experts, 8 per token
+    fixed, knobs = plan(scenario, sensitivity=False).fixed, plan_inputs(scenario).knobs
+    linear = decode_setup(fixed, knobs)
+    expected = decode_setup(fixed, replace(knobs, overrides=(("decode.expert_union", "expected"),)))
+    assert (linear.experts.union, expected.experts.union) == ("linear", "expected")
+    assert linear.weight_bytes(1) == pytest.approx(expected.weight_bytes(1))
+    shared = linear.weight_bytes_per_step
+    assert linear.weight_bytes(16) - shared == pytest.approx(linear.experts.all_expert_bytes)   # 16 x 8 = 128: all
+    assert expected.weight_bytes(16) - shared == pytest.approx(
+        expected.experts.all_expert_bytes * (1 - (1 - 8 / 128) ** 16))                      # 64% of them

@@ -142,7 +142,8 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     kernels = kernel_efficiency(fixed, knobs)
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own efficiency: as if that many more bytes
-        experts = ExpertRouting(fixed.expert_bytes / kernels.experts, fixed.num_experts, fixed.experts_per_token)
+        experts = ExpertRouting(fixed.expert_bytes / kernels.experts, fixed.num_experts, fixed.experts_per_token,
+                                union=str(knobs.a("decode.expert_union")))
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))

@@ -239,7 +239,7 @@ def step_term_names(fixed: Fixed) -> list[str]:
     if fixed.vendor.upper() == "AMD":
         names.append("step.vendor_efficiency_amd")
     if fixed.expert_bytes:
-        names += ["step.moe_expert_efficiency", "step.moe_prefill_efficiency"]
+        names += ["decode.expert_union", "step.moe_expert_efficiency", "step.moe_prefill_efficiency"]
     return names
 
 
