@@ -145,6 +145,9 @@ CONFIGS = [
     Config("dp2-offload", "qwen3-8b", "H100-SXM", 2, ["--gpus", "2xH100-SXM", "-dp", "2", "-q", "fp8",
                                                      "--kv-cache-dtype", "fp8", "--cpu-offload-gib", "64"],
            split=(2, 1), texts={"cpu_offload_gib": "64"}, slider=("ttft_limit", "ArrowRight", 30, "--ttft-limit")),
+    # the GPU count alone, no split picked: the page plans the split the command line chooses (TP 2 x DP 4 here)
+    Config("8-gpus-split-chosen", "qwen3.6-27b", "H100-SXM", 8, ["--gpus", "8xH100-SXM", "-q", "fp8",
+                                                                 "--kv-cache-dtype", "fp8"]),
 ]
 
 

@@ -215,11 +215,12 @@ function gpusControl(spec, store, changed, counts, pfx) {
   const write = draft => {
     const n = num.value.trim() || "1";
     store.gpus = `${n}x${sel.value}`;
-    if (pfx === "f-" && /^\d+$/.test(n)) {   // the plan's split uses every GPU: TP kept when it divides them, DP the rest
-      let tp = +(store.tensor_parallel_size || 1);
-      if (+n % tp) tp = 1;
-      if (tp > 1) store.tensor_parallel_size = tp; else delete store.tensor_parallel_size;
-      if (+n / tp > 1) store.data_parallel_size = +n / tp; else delete store.data_parallel_size;
+    if (pfx === "f-" && /^\d+$/.test(n)) {   // a new count: the split picked for the old one no longer holds
+      // as `servesize plan --gpus N` does: a TP the visitor picked is kept where it divides the GPUs (the server makes
+      // DP the rest); otherwise the server chooses the split. The page sends only what the visitor chose.
+      const tp = +(store.tensor_parallel_size || 1);
+      if (tp <= 1 || +n % tp) delete store.tensor_parallel_size;
+      delete store.data_parallel_size;
     }
     changed("gpus", draft);
   };
