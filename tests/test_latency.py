@@ -146,6 +146,20 @@ def test_the_report_carries_every_figure_and_its_derivation(seed_27b_moments):
     assert "k / (E_S2 + k × E_S)" in r.derivation.render()
 
 
+def test_the_report_gives_the_budget_and_the_ttfts_as_the_client_sees_them(seed_27b_moments):
+    """The queue and the prefill get the budget less the request's fixed cost; the report adds the cost back to
+    every TTFT and to the budget, so a page never shows a 9.98 s budget for a 10 s one."""
+    m = seed_27b_moments[2]
+    queue = latency_report(m, users=64, sub_ratio=0.1, think_time_s=30, ttft_limit_s=9.98, burst=32)
+    client = latency_report(m, users=64, sub_ratio=0.1, think_time_s=30, ttft_limit_s=9.98, burst=32,
+                            request_fixed_s=0.02)
+    assert client.ttft_limit_s == pytest.approx(10.0) and queue.ttft_limit_s == pytest.approx(9.98)
+    assert client.miss_ttft_s == pytest.approx(queue.miss_ttft_s + 0.02)
+    assert client.hit_ttft_s == pytest.approx(queue.hit_ttft_s + 0.02)
+    assert (client.burst_tolerance, client.latency_ceiling_users) == (queue.burst_tolerance, queue.latency_ceiling_users)
+    assert client.derivation.value("client_miss_ttft_s") == client.miss_ttft_s
+
+
 def test_an_overloaded_server_reports_no_burst_tolerance_and_an_endless_drain():
     r = latency_report(simple(), users=1000, think_time_s=30)
     assert r.rho >= 1 and r.wait_s == math.inf and r.burst_tolerance == 0.0 and r.burst_drain_s == math.inf

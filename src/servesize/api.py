@@ -153,6 +153,21 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
     return priced(plan, load)
 
 
+def limits_over(plan: Plan, at: AtLoad | None = None) -> list[tuple[str, str]]:
+    """Each figure over its limit at the load (``at``; None: the binding load), with why it binds or does not
+    (``planning.at_load.limits_over``): what the verdict says beside a figure over its limit."""
+    from servesize.planning.at_load import limits_over as over
+
+    return over(plan, at)
+
+
+def limit_status(at: AtLoad) -> dict[str, str]:
+    """ok / over for the cold miss's TTFT and for the burst at the load (``planning.at_load``)."""
+    from servesize.planning.at_load import burst_over, miss_over
+
+    return {"ttft_miss": "over" if miss_over(at.latency) else "ok", "burst": "over" if burst_over(at.latency) else "ok"}
+
+
 def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float | None = None) -> LatencyReport:
     """The plan's latency report at ``users`` (and at ``miss_rate`` instead of the workload's own)."""
     from servesize.planning.at_load import latency_at as priced

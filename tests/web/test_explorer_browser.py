@@ -212,6 +212,28 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     page.screenshot(path=str(shots / "plan-dark.png"))
 
 
+OVER = """() => ({tiles: [...document.querySelectorAll('#tiles .tile.st-over')].map(t => t.dataset.tile),
+  limits: [...document.querySelectorAll('#verdict .v-limit')].map(p => [p.dataset.limit, p.textContent])})"""
+
+
+@pytest.mark.parametrize("load", [{}, {"load_users": "120"}], ids=["binding-load", "120-users"])
+def test_no_tile_is_over_its_limit_while_the_verdict_is_silent(page, server, cli, load):
+    """At medians 31k, 60k and 140k (and 250k, where a miss is over the budget): every tile marked over has the
+    verdict's sentence for its limit, and the verdict names no limit a tile does not show over."""
+    extra = "".join(f"&{k}={v}" for k, v in load.items())
+    for median in ("31k", "60k", "140k", "250k"):
+        open_plan(page, server, f"#view=plan&model=qwen3.6-27b&gpus=1xH200&quantization=fp8&kv_cache_dtype=fp8"
+                                f"&median={median}{extra}")
+        got = page.evaluate(OVER)
+        limit_of = {"decode": "decode", "aggregate": "decode", "ttft_miss": "ttft_miss", "burst": "burst"}
+        assert {limit_of[t] for t in got["tiles"]} == {name for name, _ in got["limits"]}, (median, got)
+        if not load:
+            doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--median", median)
+            over = [t for t in ("ttft_miss", "burst") if t in got["tiles"]]
+            assert bool(over) == (median == "250k"), (median, got)   # the seed's deployment, as planned today
+            assert len(doc["limits_over"]) == len(got["limits"])
+
+
 def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, cli, shots):
     """The engine check runs the simulator on the page's settings: its users are those `servesize plan
     --engine-check` prints, with the command beside them; a long one shows the simulator's stage and Cancel ends it."""

@@ -26,6 +26,7 @@ Bursts:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from servesize.assumptions import assumption
@@ -216,8 +217,13 @@ def latency_report(
     ttft_limit_s: float | None = None,
     discipline: str | None = None,
     burst: float = 1.0,
+    request_fixed_s: float = 0.0,
 ) -> LatencyReport:
-    """Everything latency says about ``users`` on one replica group, with its derivation."""
+    """Everything latency says about ``users`` on one replica group, with its derivation.
+
+    ``ttft_limit_s`` is what the queue and the prefill may take (planning.inputs.ttft_queue_budget_s: the TTFT
+    budget less the request's fixed cost); the report gives the TTFTs and the budget as the client sees them, the
+    request's fixed cost ``request_fixed_s`` added back (as the engine simulator adds it to every first token)."""
     think = assumption("latency.think_time_s") if think_time_s is None else float(think_time_s)
     sla = assumption("latency.ttft_limit_s") if ttft_limit_s is None else float(ttft_limit_s)
     disc = assumption("latency.discipline") if discipline is None else discipline
@@ -259,12 +265,22 @@ def latency_report(
         bstar = d.given("burst_tolerance", 0.0, unit="misses")
         drain = float("inf")
         d.given("burst_drain_s", "unbounded", unit="s", note="rho >= 1: the backlog never drains")
+    fixed = float(request_fixed_s)
+    if fixed and math.isfinite(miss_ttft) and math.isfinite(hit_ttft):
+        d.given("request_fixed_s", fixed, unit="s", note="the request's fixed cost (step.request_fixed_s), on every "
+                "first token the client sees; the queue and prefill get the budget less it")
+        miss_ttft = d.step("client_miss_ttft_s", "miss_ttft_s + request_fixed_s", unit="s",
+                           miss_ttft_s=_finite(miss_ttft), request_fixed_s=fixed)
+        hit_ttft = d.step("client_hit_ttft_s", "hit_ttft_s + request_fixed_s", unit="s",
+                          hit_ttft_s=_finite(hit_ttft), request_fixed_s=fixed)
+    elif fixed:
+        miss_ttft, hit_ttft = miss_ttft + fixed, hit_ttft + fixed   # an unbounded queue stays unbounded
     return LatencyReport(
         moments=m, users=float(users), rate_per_s=float(lam), rho=float(rho), wait_s=float(wait),
         miss_ttft_s=float(miss_ttft), hit_ttft_s=float(hit_ttft),
         latency_ceiling_users=float(max(0.0, lat_users)), saturation_ceiling_users=float(sat_users),
         burst_tolerance=float(bstar), burst=float(burst), burst_drain_s=float(drain),
-        ttft_limit_s=sla, think_time_s=think, sub_ratio=float(sub_ratio), discipline=disc, derivation=d,
+        ttft_limit_s=sla + fixed, think_time_s=think, sub_ratio=float(sub_ratio), discipline=disc, derivation=d,
     )
 
 

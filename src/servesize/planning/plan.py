@@ -161,12 +161,19 @@ class Plan:
         """Warm user sessions p5 / p50 / p95 (the p5 is the cache ceiling)."""
         return self.result.warm.users
 
+    def limits_over(self) -> list[dict]:
+        """Each figure over its limit at the binding load, and why it binds or not (planning.at_load.limits_over)."""
+        from servesize.planning.at_load import limits_over
+
+        return [{"limit": name, "text": text} for name, text in limits_over(self)]
+
     def to_dict(self) -> dict:
         r = self.result
         w = r.warm
         out = {
             "disagreement": self.disagreement,
             "engine_check": self.engine_check,
+            "limits_over": self.limits_over(),
             "model": self.fixed.name,
             "gpus": f"{self.fixed.n_gpu}x{self.fixed.gpu_key}",
             "tensor_parallel_size": self.fixed.tp, "data_parallel_size": self.fixed.dp,
@@ -391,7 +398,8 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     if res.prefill is not None:
         d.extend(res.prefill.derivation)
         rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
-                             ttft_queue_budget_s(knobs), knobs.a("latency.discipline"))
+                             ttft_queue_budget_s(knobs), knobs.a("latency.discipline"),
+                             request_fixed_s=float(knobs.a("step.request_fixed_s")))
         d.extend(rep.derivation)
     for k in CEILINGS:
         d.given(f"ceiling_{k}_users", res.values[k], unit="users",

@@ -211,6 +211,7 @@ def _plan_serving(plan: Plan) -> list[str]:
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "
                      f"cold misses within the {knob_value(plan.knobs, 'ttft_limit_s'):g} s TTFT limit")
+    lines += [f"over its limit: {x['text']}" for x in plan.limits_over()]
     if w.restore:
         over = f"{w.restore['links']} x {w.restore['link']}" if w.restore["links"] > 1 else w.restore["link"]
         lines.append(f"offload restore over {over} ({w.restore['pcie_bytes_per_s'] / GB:g} GB/s): "

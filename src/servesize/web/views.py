@@ -113,6 +113,8 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
                       "binding": c == r.binding, "headroom": head.get(c)} for c in api.ceiling_names()],
         "load": None,
         "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
+        # each figure over its limit (tiles ttft_miss, burst; decode and aggregate: decode), and why it binds or not
+        "limits": [{"limit": name, "text": text} for name, text in api.limits_over(plan, at)],
     }
     if at.given:
         fits = at.users <= binding_users
@@ -175,13 +177,13 @@ def _decode_tiles(plan: Plan, at: AtLoad) -> list[dict]:
 
 def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
     lat, prefill, dp = at.latency, plan.result.prefill, plan.fixed.dp
-    ok_burst = lat.burst_tolerance >= at.burst
+    status = api.limit_status(at)
     where = f"at {users_text(at.users)} users" + ("" if at.given else " (the binding ceiling)")
     budget = f"{lat.ttft_limit_s:g} s"
     return [
         _tile("burst", "Cold-burst tolerance B*", lat.burst_tolerance, f"{lat.burst_tolerance:,.1f} misses",
               f"simultaneous misses a replica answers within the {budget} budget {where}; a burst of "
-              f"{at.burst:,.0f} drains in {seconds_text(lat.burst_drain_s)}", status="ok" if ok_burst else "over",
+              f"{at.burst:,.0f} drains in {seconds_text(lat.burst_drain_s)}", status=status["burst"],
               explain=("latency",),
               refuted_by="send that many cold requests at once to the loaded server and time the last one's first "
                          "token (servesize measure does not send bursts yet)"),
@@ -192,7 +194,7 @@ def _latency_tiles(plan: Plan, at: AtLoad) -> list[dict]:
               refuted_by="a prefill benchmark on the server: the TTFT of a lone cold request of the mean length"),
         _tile("ttft_miss", "TTFT of a miss", lat.miss_ttft_s, seconds_text(lat.miss_ttft_s),
               f"mean, {where}: the queue, then its own full prefill; budget {budget}",
-              status="ok" if lat.miss_ttft_s <= lat.ttft_limit_s else "over", explain=("latency",),
+              status=status["ttft_miss"], explain=("latency",),
               refuted_by="servesize measure sessions: ttft_miss at the rung nearest that load"),
         _tile("ttft_hit", "TTFT of a hit", lat.hit_ttft_s, seconds_text(lat.hit_ttft_s),
               f"mean, {where}: the queue, then the new turn ({plan.workload.warm_turn_tokens:,} tokens)",
