@@ -12,6 +12,7 @@ import pytest
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.planning.load import binomial_cdf_upto, binomial_quantile, decode_load_ceiling
+from servesize.planning.plan import seed_words
 from servesize.workload.presets import presets
 
 FAST = ["--no-sensitivity", "--fills", "200"]
@@ -119,7 +120,8 @@ def test_the_seeds_deployment_says_which_assumption_moves_the_answer(capsys):
                   fast=["--fills", "200"])
     assert d["verdict"].startswith(f"{d['ceilings'][d['binding']]:,.0f} users: {d['binding']} binds first (workload ")
     s = d["vs_seed"]
-    assert s is not None and s["assumption"] in d["verdict"] and f"{s['users']:,.0f} users" in d["verdict"]
+    assert s is not None and f"{s['users']:,.0f} users ({s['binding']} binds)" in d["verdict"]
+    assert seed_words(s["assumption"], s["seed_value"], s["default"]) in d["verdict"]   # the assumption, in words
     assert (round(s["users"]), s["binding"]) != (round(d["ceilings"][d["binding"]]), d["binding"])
 
 

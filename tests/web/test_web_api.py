@@ -133,7 +133,9 @@ def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_per
     assert status == 200 and panel["verdict"] == full.verdict() and panel["verdict"].startswith(v["sentence"])
     seed = panel["vs_seed"]   # under servesize's defaults one seed assumption moves this answer: named, with its users
     assert seed is not None and seed == full.vs_seed
-    assert f"under the seed's {seed['assumption']}" in panel["verdict"] and f"{seed['users']:,.0f} users" in panel["verdict"]
+    assert "as the warm-capacity study does" in panel["verdict"]
+    assert f"{seed['users']:,.0f} users ({seed['binding']} binds)" in panel["verdict"]
+    assert seed["assumption"] not in panel["verdict"], "the assumption in words, not by its name in the code"
     tiles = {t["id"]: t for t in view["tiles"]}
     assert not any(t["big"] for t in view["tiles"]), "one headline: the verdict, no tile drawn as a second one"
     assert "planning number" not in tiles["warm"]["label"]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,8 +91,9 @@ class Plan:
         s = self.vs_seed
         if not s:
             return detail
-        return (detail + f"; under the seed's {s['assumption']} = {s['seed_value']} (default {s['default']}): "
-                f"{s['users']:,.0f} users, {s['binding']} binds")
+        return (detail + f"; assuming, as the warm-capacity study does, that "
+                f"{seed_words(s['assumption'], s['seed_value'], s['default'])}: {s['users']:,.0f} users "
+                f"({s['binding']} binds)")
 
     def workload_name(self) -> str:
         """The workload in a few words: the preset and what replaced its fields, or the file's name."""
@@ -352,6 +354,25 @@ def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s:
 SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("prefill.mfu", "mfu"), ("load.model", None),
                  ("decode.step_overhead_s", None), ("decode.roofline", None),
                  ("decode.mtp_verified_tokens_per_draft", None))
+
+# each switch in a visitor's words: what the warm-capacity study assumed, and what servesize assumes instead
+SEED_WORDS: dict[str, Callable[[Any, Any], str]] = {
+    "decode.bandwidth_efficiency": lambda seed, now: f"decode reads HBM at {seed:.0%} of its bandwidth (servesize: {now:.0%})",
+    "prefill.mfu": lambda seed, now: f"prefill runs at {seed:.0%} of the GPU's peak FLOP/s (servesize: {now:.0%})",
+    "load.model": lambda seed, now: ("every user decodes at the same time (servesize: users take turns, thinking, "
+                                     "waiting for prefill, then decoding)"),
+    "decode.step_overhead_s": lambda seed, now: (f"a decode step costs nothing beyond its reads (servesize: "
+                                                 f"{now * 1e3:g} ms more a step)"),
+    "decode.roofline": lambda seed, now: ("a decode step costs only its memory reads (servesize: its reads or its "
+                                          "compute, whichever is slower)"),
+    "decode.mtp_verified_tokens_per_draft": lambda seed, now: ("verifying MTP drafts costs no compute (servesize: "
+                                                               "each draft is one more token through the model)"),
+}
+
+
+def seed_words(assumption: str, seed_value: Any, default: Any) -> str:
+    """What the warm-capacity study assumed where servesize differs, in a visitor's words."""
+    return SEED_WORDS[assumption](seed_value, default)
 
 
 def _answer(c: Ceilings) -> tuple[float, str]:
