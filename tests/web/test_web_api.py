@@ -49,6 +49,20 @@ def test_the_plan_is_what_servesize_plan_prints_for_the_same_scenario():
     assert tiles["pool"]["value"] == expected["pool_tokens"]
 
 
+def test_the_pool_tile_says_why_the_logged_token_count_is_not_the_pool():
+    """Since vLLM 0.20.1 the 'GPU KV cache size' line is max concurrency x max_model_len, not the pool: the tile
+    quotes the line and the engine's own reason beside the pool it plans with (#29)."""
+    status, view, _ = call("POST", "/api/plan", BASE)
+    pool = {t["id"]: t for t in view["tiles"]}["pool"]
+    doc = view["plan"]
+    assert status == 200 and pool["value"] == doc["pool_tokens"]
+    assert doc["memory"]["log_lines"][0] in pool["sub"]
+    line = doc["memory"]["log_lines"][0]   # "GPU KV cache size: N tokens, Maximum concurrency for L tokens ...: Cx"
+    concurrency, length = line.rsplit(": ", 1)[1].rstrip("x"), line.split("concurrency for ")[1].split(" tokens")[0]
+    assert f"the logged tokens are concurrency x max_model_len ({concurrency} x {length})" in pool["sub"]
+    assert f"holds about {doc['pool_tokens']:,.0f} tokens" in pool["sub"]
+
+
 def test_with_cpu_offload_the_verdict_and_tiles_carry_the_plans_gpu_and_host_ram_split_and_restore():
     body = {"model": "llama-3.1-8b", "gpus": "2xH100-SXM", "tensor_parallel_size": 2, "cpu_offload_gib": 256,
             "fills": 200}
@@ -133,7 +147,7 @@ def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_per
     assert status == 200 and panel["verdict"] == full.verdict() and panel["verdict"].startswith(v["sentence"])
     seed = panel["vs_seed"]   # under servesize's defaults one seed assumption moves this answer: named, with its users
     assert seed is not None and seed == full.vs_seed
-    assert "as the warm-capacity study does" in panel["verdict"]
+    assert "as the warm-capacity study assumes" in panel["verdict"]
     assert f"{seed['users']:,.0f} users ({seed['binding']} binds)" in panel["verdict"]
     assert seed["assumption"] not in panel["verdict"], "the assumption in words, not by its name in the code"
     tiles = {t["id"]: t for t in view["tiles"]}

@@ -88,6 +88,7 @@ class KvPool:
     state_bytes_per_sequence: int  # per rank, padded pages of the recurrent groups
     notes: tuple[str, ...]
     derivation: Derivation = field(compare=False)
+    log_line_note: str | None = None  # why the logged token count is not the pool's (one of ``notes``), where it is not
 
     def to_dict(self) -> dict:
         return {
@@ -294,13 +295,15 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
                          num_blocks=n, blocks_per_request=per_request)
     tokens, concurrency, lines = _log_lines(dep, n, grouping.block_size, groups, concurrency, d)
     usable, attn_block = _usable_tokens(kinds, groups, n, d)
-    notes += _token_line_notes(dep, groups, tokens, usable, attn_block, concurrency)
+    line_notes = _token_line_notes(dep, groups, tokens, usable, attn_block, concurrency)
+    notes += line_notes
     kv_per_token = _growing_bytes_per_token(kinds, groups, attn_block, d)
     state_bytes = sum(g.blocks_per_request * g.page_bytes * grouping.group_size for g in groups if g.kind in STATE_KINDS)
     return KvPool(groups=tuple(groups), group_size=int(grouping.group_size), padding_layers=int(grouping.padding),
                   block_size=int(min(g.block_size for g in groups)), num_blocks=n, kv_cache_tokens=int(tokens),
                   max_concurrency=float(concurrency), max_model_len=_lengths(dep)[0], log_lines=lines, usable_kv_tokens=int(usable),
-                  kv_bytes_per_token=int(kv_per_token), state_bytes_per_sequence=int(state_bytes), notes=tuple(notes), derivation=d)
+                  kv_bytes_per_token=int(kv_per_token), state_bytes_per_sequence=int(state_bytes), notes=tuple(notes), derivation=d,
+                  log_line_note=line_notes[0] if line_notes else None)
 
 
 @dataclass(frozen=True)

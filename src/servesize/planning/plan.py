@@ -88,12 +88,16 @@ class Plan:
     def verdict_detail(self) -> str:
         """The rest of the verdict line: the workload in words, the planning percentile, the seed's answer."""
         detail = f" ({self.workload_name()}: {self.workload_words()}); {PLANNING_PERCENTILE}"
+        seed = self.seed_sentence()
+        return detail + f"; {seed}" if seed else detail
+
+    def seed_sentence(self) -> str | None:
+        """The warm-capacity study's answer where one of its assumptions moves this one, in a visitor's words."""
         s = self.vs_seed
         if not s:
-            return detail
-        return (detail + f"; assuming, as the warm-capacity study does, that "
-                f"{seed_words(s['assumption'], s['seed_value'], s['default'])}: {s['users']:,.0f} users "
-                f"({s['binding']} binds)")
+            return None
+        return (f"if {seed_words(s['assumption'], s['seed_value'], s['default'])}, as the warm-capacity study assumes: "
+                f"{s['users']:,.0f} users ({s['binding']} binds)")
 
     def workload_name(self) -> str:
         """The workload in a few words: the preset and what replaced its fields, or the file's name."""
@@ -358,15 +362,11 @@ SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("pref
 # each switch in a visitor's words: what the warm-capacity study assumed, and what servesize assumes instead
 SEED_WORDS: dict[str, Callable[[Any, Any], str]] = {
     "decode.bandwidth_efficiency": lambda seed, now: f"decode reads HBM at {seed:.0%} of its bandwidth (servesize: {now:.0%})",
-    "prefill.mfu": lambda seed, now: f"prefill runs at {seed:.0%} of the GPU's peak FLOP/s (servesize: {now:.0%})",
-    "load.model": lambda seed, now: ("every user decodes at the same time (servesize: users take turns, thinking, "
-                                     "waiting for prefill, then decoding)"),
-    "decode.step_overhead_s": lambda seed, now: (f"a decode step costs nothing beyond its reads (servesize: "
-                                                 f"{now * 1e3:g} ms more a step)"),
-    "decode.roofline": lambda seed, now: ("a decode step costs only its memory reads (servesize: its reads or its "
-                                          "compute, whichever is slower)"),
-    "decode.mtp_verified_tokens_per_draft": lambda seed, now: ("verifying MTP drafts costs no compute (servesize: "
-                                                               "each draft is one more token through the model)"),
+    "prefill.mfu": lambda seed, now: f"prefill runs at {seed:.0%} of peak FLOP/s (servesize: {now:.0%})",
+    "load.model": lambda seed, now: "every user decodes at once (servesize: they take turns)",
+    "decode.step_overhead_s": lambda seed, now: f"a decode step costs only its reads (servesize: {now * 1e3:g} ms more)",
+    "decode.roofline": lambda seed, now: "a decode step costs only its reads (servesize: or its compute, if slower)",
+    "decode.mtp_verified_tokens_per_draft": lambda seed, now: "verifying MTP drafts is free (servesize: one token each)",
 }
 
 

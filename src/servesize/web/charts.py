@@ -167,6 +167,7 @@ def sensitivity_panel(scenario: Scenario) -> dict:
     # verdict's own request); the page puts it in place of the verdict's sentence when this panel arrives
     return finite({"binding": plan.binding, "rows": rows, "sensitivity": plan.sensitivity,
                    "verdict": plan.verdict(), "verdict_detail": plan.verdict_detail(), "vs_seed": plan.vs_seed,
+                   "seed_sentence": plan.seed_sentence(),
                    "caption": "each row moves one assumption across its range with everything else held; the tick is "
                               "the nearest value where another ceiling takes over; rows nearest a flip first"})
 

@@ -147,9 +147,10 @@ def _pool_tile(plan: Plan) -> dict:
     f = plan.fixed
     bytes_per_replica = f.pool_tokens * f.kv_bytes_per_token_rank
     lines = "; ".join(f.memory.get("log_lines") or [])
+    why = plan.memory.pool.log_line_note if plan.memory is not None else None   # why the log's count is not the pool
     return _tile("pool", "KV pool per replica", f.pool_tokens, f"{fmt_tokens(f.pool_tokens)} tokens",
                  f"{fmt_bytes(bytes_per_replica)} of KV per GPU at {f.kv_bytes_per_token_rank:,} B/token/GPU; "
-                 f"vLLM logs: {lines}" if lines else f.pool_source,
+                 f"vLLM logs: {lines}" + (f" ({why})" if why else "") if lines else f.pool_source,
                  explain=("memory", "pool"),
                  refuted_by=f"servesize measure pool: its [low, high) interval excludes {f.pool_tokens:,.0f} tokens; "
                             "or the 'GPU KV cache size' line of the server's start-up log (paste it below)")
@@ -425,6 +426,13 @@ def test_plan(scenario: Scenario, plan: Plan, at: AtLoad) -> dict:
 
 # -- the whole plan view ------------------------------------------------------------------------------
 
+def kv_text(plan: Plan) -> str:
+    """The model hint's KV figure as this plan stores it (the catalogue's is at the checkpoint's own dtype)."""
+    dtype = plan.memory.deployment.kv_cache_dtype if plan.memory is not None else "auto"
+    stored = "the model's dtype" if dtype == "auto" else dtype
+    return f"as planned ({stored}): {plan.fixed.kv_bytes_per_token_rank:,} B/token/GPU"
+
+
 def plan_view(req: PlanRequest) -> dict:
     scenario = drafted(req.scenario, req.draft)
     plan = planned(scenario)
@@ -447,6 +455,7 @@ def plan_view(req: PlanRequest) -> dict:
         "test": test_plan(req.scenario, plan, at),
         "assumptions": list(plan.assumptions),
         "workload_text": plan.workload.describe(),
+        "kv_text": kv_text(plan),
         "title": f"{plan.fixed.name} on {plan.fixed.n_gpu}x{plan.fixed.gpu_key} (DP {plan.fixed.dp} x TP {plan.fixed.tp})",
         "plan": document,
     })

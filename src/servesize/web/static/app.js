@@ -200,7 +200,9 @@ function modelControl(spec, store, changed) {
     if (m && typeof m === "object") { about.textContent = "uploaded config.json (" + (m._name_or_path || m.model_type || "unnamed") + "): parsed on the server, never stored"; return; }
     if (document.activeElement !== input) input.value = m || "";
     const row = App.cat.models.rows.find(r => r.key === m);
+    // the catalogue's KV per token is at the checkpoint's dtype; the plan's, as it stores it, beside it (the server's text)
     about.textContent = row ? `${row.display} · ${row.text.params} · ${row.layers} · KV ${row.text.kv_per_token}/token` : "";
+    if (row && App.kvText) about.append(h("span", { class: "hint-more", id: "model-kv-planned", text: ` · ${App.kvText}` }));
   };
   return box;
 }
@@ -450,6 +452,7 @@ function unstale() { $("#verdict").classList.remove("stale"); $("#view-plan .mai
 
 function syncPlanControls(view) {
   const eff = view ? view.effective : {};
+  if (view) App.kvText = view.kv_text;
   for (const [name, box] of Object.entries(App.planBoxes)) {
     const explicit = Object.prototype.hasOwnProperty.call(App.plan, name);
     const value = explicit ? App.plan[name] : eff[name];
@@ -839,7 +842,12 @@ function drawBatch(b) {
 function drawSensitivity(s) {
   $("#capSens").textContent = s.caption;
   const line = $("#verdictSentence"), detail = $("#verdictDetail");   // the same verdict, now with the seed's answer (plan.vs_seed)
-  if (line && detail && s.verdict_detail) { detail.textContent = s.verdict_detail; line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : ""; }
+  if (line && detail) {   // the seed's answer on a line of its own, under the verdict's detail (a phone leaves it out)
+    const old = $("#verdictSeed");
+    if (old) old.remove();
+    line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : "";
+    if (s.seed_sentence) detail.after(h("p", { class: "v-detail v-seed", id: "verdictSeed", text: s.seed_sentence[0].toUpperCase() + s.seed_sentence.slice(1) + "." }));
+  }
   const box = $("#sensRows");
   box.textContent = "";
   for (const r of s.rows) {
