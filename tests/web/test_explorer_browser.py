@@ -332,8 +332,9 @@ def test_a_change_shows_the_old_and_new_headline_and_the_ceilings_that_moved(pag
     assert line.get_attribute("data-moved") == ",".join(moved)
     for c in moved:
         assert f"{c} {before['ceilings'][c]:,.0f} → {doc['ceilings'][c]:,.0f} users" in line.text_content()
-    page.wait_for_function(PANELS, timeout=120_000)   # the sensitivity panel brings the seed's answer into the line
-    assert page.text_content("#verdictSentence") == doc["verdict"]
+    page.wait_for_function(PANELS, timeout=120_000)   # the sensitivity panel brings the seed's answer, on its own line
+    seed = page.text_content("#verdictSeed")   # "If ..., as the warm-capacity study assumes: N users (X binds)."
+    assert doc["verdict"] == page.text_content("#verdictSentence") + "; " + seed[0].lower() + seed[1:-1]
     assert page.locator("#verdictBefore").count() == 1   # the before/after line stays until the next change
 
 
@@ -387,11 +388,13 @@ def test_a_bad_value_is_refused_beside_its_control(page, server, shots):
     settle(page, "error")
     assert "does not fit" in page.text_content("#view-plan [data-err-for='split']")
     assert page.locator("#seg-split button.nofit").count() == 1
-    set_gpus(page, "H100-SXM", 2)  # two GPUs: DP 2 x TP 1 does not fit either (disabled), DP 1 x TP 2 does
+    split(page, 1, 1)   # a split the visitor picks is sent as it is: DP 1 x TP 1 on one GPU does not fit
     settle(page, "error")
-    assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']") is False  # the current split stays clickable
-    split(page, 1, 2)
+    # two GPUs and no split picked: the server chooses, as plan --gpus 2xH100 does, the one that fits (TP 2);
+    # DP 2 x TP 1 does not fit either, and is disabled
+    set_gpus(page, "H100-SXM", 2)
     settle(page, "full")
+    assert page.get_attribute("#seg-split button[data-dp='1'][data-tp='2']", "aria-pressed") == "true"
     assert page.is_disabled("#seg-split button[data-dp='2'][data-tp='1']")
 
 

@@ -211,3 +211,75 @@ def test_axe_core_finds_no_serious_or_critical_violation(page, server, view):
             page.wait_for_function(PANELS, timeout=120_000)
         page.evaluate(AXE.read_text() + "\n;void 0")  # the test injects it (the page's policy allows no inline script)
         assert page.evaluate(AUDIT) == [], (view, width, scheme)
+
+
+# -- 5. every control reachable by keyboard, and named ------------------------------------------------------
+
+TABBABLE = """() => {
+  const sel = 'a[href], button:not([disabled]), input:not([disabled]):not([type=hidden]), select:not([disabled]), '
+    + 'textarea:not([disabled]), summary, [tabindex]:not([tabindex="-1"])';
+  const seen = new Set(), out = [];
+  for (const e of document.querySelectorAll(sel)) {
+    if (!e.checkVisibility() || e.closest('[inert]') || e.tabIndex < 0) continue;
+    if (e.type === 'radio' && !e.checked) continue;   // a radio group is one tab stop
+    e.dataset.kw = out.length; out.push(e.id || e.textContent.trim().slice(0, 40) || e.outerHTML.slice(0, 60));
+  }
+  return out;
+}"""
+POINTER_ONLY = """() => {
+  const focusable = 'a[href], button, input, select, textarea, summary, label, [tabindex]';
+  const out = [];
+  for (const e of document.querySelectorAll('body *')) {
+    if (!e.checkVisibility() || getComputedStyle(e).cursor !== 'pointer') continue;
+    if (e.matches(focusable) || e.closest(focusable) || e.querySelector(focusable)) continue;
+    if (e.parentElement && getComputedStyle(e.parentElement).cursor === 'pointer') continue;   // its parent is judged
+    out.push(e.tagName + '#' + e.id + '.' + e.className);
+  }
+  return out;
+}"""
+CONTROL_ROLES = {"button", "link", "textbox", "combobox", "checkbox", "slider", "spinbutton", "tab", "radio",
+                 "switch", "DisclosureTriangle", "searchbox", "listbox"}
+
+
+def walk(page, stops: int) -> set:
+    """Tab from the top of the page ``stops`` + 5 times; the marked elements the focus reached."""
+    page.evaluate("() => { document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0); }")
+    reached = set()
+    for _ in range(stops + 5):
+        page.keyboard.press("Tab")
+        kw = page.evaluate("() => document.activeElement ? document.activeElement.dataset.kw : undefined")
+        if kw is not None:
+            reached.add(int(kw))
+    return reached
+
+
+def named_controls(page) -> list[tuple[str, str]]:
+    """(role, accessible name) of every control the browser's accessibility tree shows: Chromium's own names."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+    finally:
+        cdp.detach()
+    return [(n["role"]["value"], (n.get("name") or {}).get("value", "").strip()) for n in nodes
+            if not n.get("ignored") and n.get("role", {}).get("value") in CONTROL_ROLES]
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_every_control_is_reached_by_the_keyboard_and_named_once(page, server, view):
+    """Every visible control of the view is a tab stop the keyboard reaches; nothing answers a pointer alone; and no
+    two controls share an accessible name (as Chromium computes it), so a screen reader says which "why" or which
+    model a button acts on (#29)."""
+    page.set_viewport_size({"width": DESKTOP[0], "height": DESKTOP[1]})
+    open_view(page, server, view)
+    if view == "plan":
+        page.wait_for_function(PANELS, timeout=120_000)
+    stops = page.evaluate(TABBABLE)
+    missed = sorted(set(range(len(stops))) - walk(page, len(stops)))
+    assert missed == [], (view, [stops[i] for i in missed][:20])
+    assert page.evaluate(POINTER_ONLY) == [], view
+    controls = named_controls(page)
+    unnamed = [c for c in controls if not c[1]]
+    assert unnamed == [], (view, unnamed[:10])
+    names = [name for _role, name in controls]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert twice == [], (view, twice[:20])

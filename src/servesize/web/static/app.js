@@ -356,7 +356,8 @@ function buildFitForm() {
 
 function multiControl(spec, store, changed, pfx, showDefault) {
   const wrap = h("div", { class: "checks" });
-  const boxes = spec.choices.map(c => h("label", {}, h("input", { type: "checkbox", value: c }), " " + c));
+  // each box named with its field ("Weights fp8", "KV cache dtype fp8"): two fields may offer the same choice
+  const boxes = spec.choices.map(c => h("label", {}, h("input", { type: "checkbox", value: c, "aria-label": `${spec.label || spec.name} ${c}` }), " " + c));
   boxes.forEach(b => wrap.appendChild(b));
   wrap.addEventListener("change", () => {
     const on = boxes.map(b => b.firstChild).filter(c => c.checked).map(c => c.value);
@@ -598,9 +599,9 @@ function beforeAfter(old, v) {
 
 // -- derivations on demand: fetched once per drawn plan, when a "why?" is first opened -------------------
 
-function explainBox(summary, sections, id) {
+function explainBox(summary, sections, id, name) {   // name: what a screen reader hears (which number's "why?")
   const pre = h("pre", { class: "steps", id, text: "computing the derivation…" });
-  const box = h("details", { class: "why", dataset: { explain: sections.join(",") } }, h("summary", { text: summary }), pre);
+  const box = h("details", { class: "why", dataset: { explain: sections.join(",") } }, h("summary", { text: summary, "aria-label": name }), pre);
   box.addEventListener("toggle", () => { if (box.open) fillExplain(box, pre); });
   return box;
 }
@@ -620,7 +621,7 @@ function drawTiles(tiles) {
   const box = $("#tiles");
   box.textContent = "";
   for (const t of tiles) {
-    const why = explainBox("why? (the derivation)", t.explain);
+    const why = explainBox("why? (the derivation)", t.explain, undefined, `Why ${t.label}: the derivation`);
     box.appendChild(h("div", { class: "tile" + (t.big ? " big" : "") + (t.status ? " st-" + t.status : ""), dataset: { tile: t.id, value: t.value } },
       h("div", { class: "tl", text: t.label }),
       h("div", { class: "tv" }, t.text, t.status ? h("span", { class: "badge", text: t.status }) : null),
@@ -693,7 +694,7 @@ function drawTest(t) {
   const files = h("div", { class: "preset" }, h("span", { class: "plab", text: "files" }),
     Object.keys(t.files).map(name => h("button", { type: "button", class: "dl", dataset: { file: name }, text: "⬇ " + name, onclick: () => download(name, t.files[name]) })));
   box.append(h("p", { class: "small", text: "1. Save the files; 2. run this against your server (its URL in place of localhost:8000):" }),
-    h("pre", { class: "code", id: "testCommand", text: t.command }), h("button", { type: "button", class: "btn small", dataset: { copy: "testCommand" }, text: "Copy" }),
+    h("pre", { class: "code", id: "testCommand", text: t.command }), h("button", { type: "button", class: "btn small", dataset: { copy: "testCommand" }, text: "Copy", "aria-label": "Copy the test command" }),
     files, h("p", { class: "small", text: "The hypotheses it checks (servesize-test.json holds them with the scenario):" }), list);
 }
 
@@ -846,7 +847,7 @@ function drawSensitivity(s) {
     const old = $("#verdictSeed");
     if (old) old.remove();
     line.dataset.seed = s.vs_seed ? s.vs_seed.assumption : "";
-    if (s.seed_sentence) detail.after(h("p", { class: "v-detail v-seed", id: "verdictSeed", text: s.seed_sentence[0].toUpperCase() + s.seed_sentence.slice(1) + "." }));
+    if (s.seed_sentence) line.after(h("p", { class: "v-detail v-seed", id: "verdictSeed", text: s.seed_sentence[0].toUpperCase() + s.seed_sentence.slice(1) + "." }));
   }
   const box = $("#sensRows");
   box.textContent = "";
@@ -886,7 +887,8 @@ function drawFrontier(f) {
     const short = r.context_shortfall;
     const tr = h("tr", { class: (r.current ? "current" : "") + (short ? " short" : ""), dataset: { model: r.model, tp: r.tp, dp: r.dp, users: r.users,
       short: short ? "true" : "false" } },
-      h("td", {}, r.model, short ? h("span", { class: "badge crit", text: "context too short" }) : null,
+      h("td", {}, h("button", { type: "button", class: "link-btn", text: r.model, "aria-label": `Plan ${r.model} as DP ${r.dp} × TP ${r.tp}` }),
+        short ? h("span", { class: "badge crit", text: "context too short" }) : null,
         short ? h("div", { class: "muted short-why", text: short.text }) : null), h("td", { text: `DP ${r.dp} × TP ${r.tp}` }), h("td", { class: "num", text: Math.round(r.users).toLocaleString("en") }),
       h("td", {}, h("span", { class: "bind c-" + r.binding, text: r.binding })), h("td", { class: "num", text: Math.round(r.warm_p5).toLocaleString("en") }),
       ...["cache", "decode", "latency", "saturation"].map(c => h("td", { class: "num", text: r.ceilings[c] === null ? "-" : Math.round(r.ceilings[c]).toLocaleString("en") })),
@@ -1013,15 +1015,19 @@ function drawFit() {
   const { key, dir } = App.fitSort;
   if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
   box.textContent = "";
-  const head = h("tr", {}, d.columns.map(({ key: k, label }) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k }, text: label,
-    onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); } })), h("th", {}, h("span", { class: "sr-only", text: "actions" })));
+  // each header is a button (a keyboard sorts too); the column's order is announced by aria-sort
+  const head = h("tr", {}, d.columns.map(({ key: k, label }) => h("th", { class: "sortable" + (k === key ? (dir > 0 ? " asc" : " desc") : ""), dataset: { sort: k },
+    "aria-sort": k === key ? (dir > 0 ? "ascending" : "descending") : "none" },
+    h("button", { type: "button", class: "sort-btn", text: label, onclick: () => { App.fitSort = { key: k, dir: App.fitSort.key === k ? -App.fitSort.dir : -1 }; drawFit(); $(`#fitRows th[data-sort="${k}"] button`).focus(); } }))),
+    h("th", {}, h("span", { class: "sr-only", text: "actions" })));
   const body = h("tbody");
   for (const r of rows) {
+    const name = `${r.cells.model}, ${r.cells.precision}, ${r.cells.tp}`;   // which row a button acts on, for a screen reader
     body.appendChild(h("tr", { dataset: { model: r.model, precision: r.precision, quantization: r.quantization, tp: r.tp, replicas: r.replicas,
       concurrent: r.concurrent_per_replica, total: r.concurrent_total } },
       d.columns.map(({ key: k }) => h("td", { class: typeof r[k] === "number" ? "num" : "", dataset: { col: k }, text: r.cells[k] })),
-      h("td", {}, h("button", { type: "button", class: "btn small", text: "why", onclick: () => explainCell(r) }),
-        h("button", { type: "button", class: "btn small", text: "plan it →", onclick: () => openInPlan(r) }))));
+      h("td", {}, h("button", { type: "button", class: "btn small", text: "why", "aria-label": `why: the memory derivation of ${name}`, onclick: () => explainCell(r) }),
+        h("button", { type: "button", class: "btn small", text: "plan it →", "aria-label": `plan it → ${name}`, onclick: () => openInPlan(r) }))));
   }
   box.appendChild(h("table", { class: "data", id: "fitRows" }, h("thead", {}, head), body));
   const refused = $("#fitRefusedBody");
