@@ -591,11 +591,33 @@ def test_the_fit_view_gives_the_rows_servesize_fit_prints(page, server, cli, sho
     assert_same_plan(page, cli("plan", *opened, "--median", "45k"))
 
 
+def test_the_fit_view_says_what_the_calculator_page_reads_differently_and_switches_to_it(page, server, cli):
+    """gpt-oss-120b on 4 x H100: 64 sequences at its own MXFP4 on one GPU per replica here, 241 on TP 4 on the
+    calculator page (bf16, simple budget); the fit says which assumption differs and switches in one click (#29)."""
+    page.goto(server + "#view=fit&gpus=4xH100-SXM")
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    assert "each model at its checkpoint's own precision" in page.text_content("#fitAssumes")
+    page.click("#fitCalculator")
+    page.wait_for_function("() => document.querySelector('#fitAssumes').textContent.includes('weights at bf16')",
+                           timeout=60_000)
+    page.wait_for_function(FIT_SETTLED, timeout=60_000)
+    doc = cli("fit", "--gpus", "4xH100-SXM", "--precision", "bf16", "--budget", "simple")
+    (ref,) = [p for p in doc["placements"] if p["model"] == "gpt-oss-120b"]
+    row = page.locator("#fitRows tbody tr[data-model='gpt-oss-120b']").first
+    assert (row.get_attribute("data-precision"), int(row.get_attribute("data-total"))) == ("bf16", ref["concurrent_total"])
+    assert "budget=simple" in page.url and "precision=bf16" in page.url   # the switch is in the share link too
+    page.click("#fitCalculator")   # and back
+    page.wait_for_function("() => document.querySelector('#fitAssumes').textContent.includes(\"checkpoint's own\")",
+                           timeout=60_000)
+
+
 def test_the_fit_view_labels_per_gpu_columns_and_shows_the_whole_models_weights(page, server, cli):
     page.goto(server + "#view=fit&gpus=4xH100-SXM&max_model_len=32768")
     page.wait_for_function(FIT_SETTLED, timeout=60_000)
     heads = page.evaluate("() => [...document.querySelectorAll('#fitRows thead th[data-sort]')].map(t => t.textContent)")
-    assert {"weights, whole model", "weights per GPU", "KV per sequence, per GPU", "sequences per replica"} <= set(heads)
+    assert {"weights, whole model", "weights per GPU", "KV per sequence, per GPU",
+            "sequences of 32,768 tokens, per replica"} <= set(heads)   # the unit: sequences at the fit's context
+    assert heads[:2] == ["model", "sequences of 32,768 tokens, per replica"]   # the answer first
     doc = cli("fit", "--gpus", "4xH100-SXM", "--max-model-len", "32768")
     (ref,) = [p for p in doc["placements"] if p["model"] == "llama-3.3-70b"]
     row = page.locator("#fitRows tbody tr[data-model='llama-3.3-70b']").first

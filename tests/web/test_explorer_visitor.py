@@ -156,14 +156,21 @@ def test_no_view_is_wider_than_the_screen_and_a_phone_reaches_the_controls_at_on
         assert verdict[1] <= 1.5 * height and median[1] <= 1.5 * height, (verdict, median)
         for field in ("model", "gpus", "split", "kv_cache_dtype"):  # the controls changed most follow the verdict
             assert page.evaluate(TOP, f"#view-plan [data-field='{field}']")[1] <= 1.5 * height, field
-        tab = page.evaluate("() => { const r = document.querySelector('#tab-plan').getBoundingClientRect(); return [r.left, r.right]; }")
-        assert 0 <= tab[0] and tab[1] <= width, tab  # the tab strip scrolls sideways, with the open tab in view
+        for tab in ("fit", "plan", "fleet"):   # all three view tabs whole on the screen, none clipped (#29)
+            box = page.evaluate(f"() => {{ const r = document.querySelector('#tab-{tab}').getBoundingClientRect(); "
+                                "return [r.left, r.right]; }")
+            assert 0 <= box[0] and box[1] <= width, (tab, box)
     for view in VIEWS:
         if view != "plan":
             open_view(page, server, view)
             page.screenshot(path=str(shots / f"{view}-{name}.png"))
         got = page.evaluate(OVERFLOW)
         assert got["page"] <= got["W"] and got["wider"] == [], (view, got)
+        if view == "fit" and size == PHONE:   # the fit table's model and sequences columns within the screen
+            cols = page.evaluate("""() => ['model', 'concurrent_per_replica'].map(k => {
+              const r = document.querySelector(`#fitRows tbody tr td[data-col="${k}"]`).getBoundingClientRect();
+              return [k, r.left, r.right]; })""")
+            assert all(0 <= left and right <= width for _k, left, right in cols), cols
 
 
 # -- 4. a keyboard, a screen reader, and axe-core ------------------------------------------------------------

@@ -505,10 +505,10 @@ def refused_plan(body: Any, exc: ServesizeError, field: str | None) -> dict:
 
 # the fit table's columns, in order: (the row field it sorts on, its heading). Per-GPU and whole-model
 # figures say which they are: a TP 4 row's weights per GPU are a quarter of the model's.
-FIT_COLUMNS = (
-    ("model", "model"), ("precision", "weight precision"), ("tp", "placement"),
+FIT_COLUMNS = (  # the answer first (a phone shows the model and its sequences without scrolling); {context}: the fit's
+    ("model", "model"), ("concurrent_per_replica", "sequences of {context} tokens, per replica"),
+    ("concurrent_total", "sequences, all replicas"), ("precision", "weight precision"), ("tp", "placement"),
     ("weights_bytes", "weights, whole model"), ("weights_bytes_per_gpu", "weights per GPU"),
-    ("concurrent_per_replica", "sequences per replica"), ("concurrent_total", "sequences, all replicas"),
     ("kv_bytes_per_sequence", "KV per sequence, per GPU"),
 )
 
@@ -534,11 +534,29 @@ def fit_view(query) -> dict:
             "reserve": fmt_bytes(p["reserve_bytes_per_gpu"]), "params": f"{p['params'] / 1e9:,.1f}B"
             + (f" / {p['active_params'] / 1e9:,.1f}B active" if p["active_params"] != p["params"] else ""),
             "placement": f"TP {p['tp']} x {p['replicas']} replica(s)"}})
-    return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc),
-                   "columns": [{"key": k, "label": label} for k, label in FIT_COLUMNS],
+    return finite({"fit": doc, "rows": rows, "effective": fit_effective(query, doc), "assumes": fit_assumes(query, doc),
+                   "columns": [{"key": k, "label": label.format(context=f"{doc['context']:,}")} for k, label in FIT_COLUMNS],
                    "caption": f"{doc['gpus']['count']}x{doc['gpus']['gpu']} ({doc['gpus']['memory_mib']:,} MiB each), "
                               f"concurrency at {doc['context']:,} tokens per sequence, vLLM {doc['vllm_version']}, "
                               f"{doc['budget']} budget"})
+
+
+CALCULATOR = {"precision": "bf16", "budget": "simple"}   # the calculator page's (the seed's) reading of every model
+
+
+def fit_assumes(query, doc: dict) -> dict:
+    """What the fit's figures assume that the calculator page (the seed) assumes differently, in words, and whether
+    the query is already the calculator's reading (the page offers a one-click switch to it, and back)."""
+    precision = ("each model at its checkpoint's own precision" if not query.precision else
+                 f"weights at {query.precision.replace(',', ', ')}")
+    budget = (f"vLLM {doc['vllm_version']}'s engine budget (the utilisation less weights, activations and CUDA graphs)"
+              if doc["budget"] == "engine" else "the calculator page's simple budget (0.90 of memory less the weights)")
+    calculator = query.precision == CALCULATOR["precision"] and doc["budget"] == CALCULATOR["budget"]
+    text = f"These figures take {precision}, under {budget}."
+    if not calculator:
+        text += (" The calculator page reads every model at bf16 under its simple budget, so its figures differ where "
+                 "a checkpoint is not bf16 (gpt-oss: MXFP4) or where the engine's reserve matters.")
+    return {"text": text, "calculator": calculator, "switch": CALCULATOR}
 
 
 def fit_effective(query, doc: dict) -> dict:

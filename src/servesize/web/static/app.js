@@ -1011,6 +1011,14 @@ async function runFit() {
 function drawFit() {
   const d = App.lastFit, box = $("#fitTable");
   $("#fitCaption").textContent = "What fits: " + d.caption;
+  // what these figures assume where the calculator page differs, and one click to its reading (or back)
+  const a = d.assumes, to = a.calculator ? "servesize's reading (each checkpoint's own precision, the engine budget)"
+    : "the calculator page's reading (bf16, simple budget)";
+  $("#fitAssumes").replaceChildren(a.text, " ", h("button", { type: "button", class: "btn small", id: "fitCalculator", text: "Switch to " + to,
+    onclick: () => {
+      for (const [k, v] of Object.entries(a.switch)) { if (a.calculator) delete App.fit[k]; else App.fit[k] = v; }
+      scheduleFit(false);
+    } }));
   const rows = [...d.rows];
   const { key, dir } = App.fitSort;
   if (key) rows.sort((a, b) => (a[key] > b[key] ? 1 : a[key] < b[key] ? -1 : 0) * dir);
