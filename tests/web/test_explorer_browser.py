@@ -670,3 +670,78 @@ def test_nothing_is_requested_outside_the_servers_origin(page, browser, server):
     seen = browser.network.seen
     assert seen and all(url.startswith(server) for url in seen), [u for u in seen if not u.startswith(server)]
     assert browser.network.blocked == []
+
+
+# -- every control, once: the page's Scenario is the command line's ------------------------------------------
+
+TEXTS = {  # a value each text box (and slider's text box) takes, as the command line writes it
+    "gpu_memory": "141GiB", "gpu_bandwidth": "4800", "gpu_flops": "990", "gpu_tdp": "700", "users": "20",
+    "tensor_parallel_size": "1", "data_parallel_size": "1", "pipeline_parallel_size": "1",
+    "gpu_memory_utilization": "0.85", "max_model_len": "64k", "max_num_seqs": "64", "max_num_batched_tokens": "4096",
+    "block_size": "32", "kv_cache_memory_bytes": "40GiB", "num_gpu_blocks_override": "1000",
+    "speculative_config": '{"method":"mtp","num_speculative_tokens":2}', "num_speculative_tokens": "2",
+    "max_loras": "2", "max_lora_rank": "32", "limit_mm_per_prompt": '{"image":0}', "vllm_version": "0.32.0",
+    "median": "45k", "sigma": "0.7", "prefix": "10k", "subagent_ratio": "0.2", "subagent_median": "10k",
+    "subagent_sigma": "0.8", "subagent_prefix": "2k", "invalidation": "0.02", "think_time": "20",
+    "output_tokens": "800", "warm_turn_tokens": "1500", "bandwidth_efficiency": "0.7", "tp_efficiency": "0.9",
+    "mtp_speedup": "1.5", "spec_acceptance": "0.6", "decode_floor": "30", "comfortable_floor": "45", "mfu": "0.5",
+    "decode_compute_efficiency": "0.4", "ttft_limit": "8", "electricity_price": "0.25", "currency": "USD", "pue": "1.3",
+    "cpu_offload_gib": "64", "pool_tokens": "2m", "fills": "300", "draws": "1000", "seed": "3",
+}
+CHOICES = {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "float32",
+           "mamba_cache_mode": "align", "device": "cpu", "cpu_avx512_bf16": "no", "cpu_amx": "no", "budget": "simple",
+           "preset": "chat", "assumptions": "seed"}
+# each has a test of its own (TP and DP are set by the split control)
+NOT_HERE = {"model", "gpus", "workload", "split", "vllm_serve", "calibration", "tensor_parallel_size",
+            "data_parallel_size"}
+
+
+@pytest.fixture
+def sent(page):
+    bodies: list[dict] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/api/plan")
+            and r.method == "POST" else None)
+    return bodies
+
+
+def test_every_control_once_gives_the_scenario_the_command_line_reads(page, server, sent):
+    """Each plan control set in turn on one page, cumulatively; after each, the Scenario the server reads from the
+    page's request is the one `servesize plan` reads from the same flags: the browser sends only what the visitor
+    set, under the declared names, and one declaration reads both (#29)."""
+    from servesize.flags import scenario_from_flags
+    from servesize.model.hardware import load_gpus
+    from servesize.scenario import PARAMS
+    from servesize.web.form import form
+    from servesize.web.requests import scenario_of
+
+    fields = form(list(load_gpus()))["plan"]["fields"]
+    assert {n for n, f in fields.items() if f["widget"] in ("text", "slider")} - NOT_HERE <= set(TEXTS) | {"load_users", "burst"}
+    assert {n for n, f in fields.items() if f["widget"] == "select"} == set(CHOICES)
+    open_plan(page, server)
+    page.evaluate("() => document.querySelectorAll('details.fold').forEach(d => { d.open = true; })")
+    flags = ["qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8"]
+    checked = 0
+    for name, spec in fields.items():
+        if name in NOT_HERE:
+            continue
+        widget = spec["widget"]
+        if widget in ("text", "slider"):
+            type_into(page, name, TEXTS.get(name) or {"load_users": "30", "burst": "4"}[name])
+            value = TEXTS.get(name)
+        elif widget == "select":
+            choose(page, name, CHOICES[name])
+            value = CHOICES[name]
+        elif widget == "toggle":
+            page.locator(f"#f-{name}").click(force=True)
+            value = page.is_checked(f"#f-{name}")
+        else:
+            raise AssertionError(f"a control the test does not drive: {name} ({widget})")
+        page.wait_for_function(SETTLED, timeout=60_000)
+        body = {k: v for k, v in sent[-1].items() if k != "draft"}
+        if name in PARAMS:   # the page's own load fields (users at load, burst) are not the command line's
+            flags += [spec["flag"], value] if widget != "toggle" else [spec["flag"] if value else
+                                                                       "--no-" + spec["flag"][2:]]
+        scenario, _ = scenario_of({k: v for k, v in body.items() if k in PARAMS})
+        assert scenario == scenario_from_flags(shlex.join(flags)), (name, body, flags)
+        checked += 1
+    assert checked >= 60
