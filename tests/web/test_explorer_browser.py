@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -194,6 +195,8 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     assert f"binding = {doc['binding']}" in page.text_content("#explainSteps")
     for chart in "ABCDEFGM":  # M: decode tok/s per user and the effective MFU (charts.py)
         assert page.locator(f"#chart{chart} svg path.series").count() >= 1, f"chart {chart} has no series"
+        described = page.get_attribute(f"#chart{chart} svg", "aria-label")   # its values in words, not its axis title
+        assert described.endswith(".") and len(re.findall(r"\d[\d,.]*", described)) >= 3, (chart, described)
     # the method section: the engine's derivation steps, a formula then its figures; the FAQ's figures from the plan
     assert page.locator("#method [data-section]").count() >= 6 and page.locator("#faq details").count() >= 3
     decode = page.text_content("#method [data-section=decode]")

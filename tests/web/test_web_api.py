@@ -527,3 +527,19 @@ def test_the_ranking_flags_a_model_whose_context_cannot_hold_the_median_and_rank
     assert flagged == sorted(flagged), "every row that can hold the workload ranks above every row that cannot"
     alone = s.plan(s.Scenario(**{**BASE, "model": "phi-4", "fills": 200}), sensitivity=False).context_shortfall()
     assert phi["context_shortfall"] == alone   # the library's own flag (it depends on the workload, not the fills)
+
+
+def test_a_charts_description_states_its_values():
+    """Each chart carries a sentence with its values (the screen reader's reading of it): the first, middle and
+    last points of each series, as the axes write them (#29)."""
+    from servesize.web.views import series_words
+
+    assert series_words("p50", [1, 2, 4, 8, 16], [100.0, 90.0, 70.0, 50.0, 30.0], lambda x: f"{x} decoders",
+                        lambda y: f"{y:.0f} tok/s") == "p50: 100 tok/s at 1 decoders, 70 tok/s at 4 decoders, 30 tok/s at 16 decoders"
+    assert series_words("empty", [], []) == "empty: no points"
+    status, decode, _ = call("POST", "/api/charts/decode", BASE)
+    assert status == 200 and decode["description"].startswith("Per-user decode p50 against concurrent decoders")
+    assert f"{decode['p50'][0]:,.0f} tok/s at 1 decoders" in decode["description"]
+    assert f"met up to {decode['decode_ceiling']:,} decoders" in decode["description"]
+    status, miss, _ = call("POST", "/api/charts/miss", BASE)
+    assert all(f"{c}: {miss['ceilings'][c][0]:,.0f} users at 0.0% misses" in miss["description"] for c in miss["ceilings"])

@@ -30,7 +30,7 @@ from servesize.model.catalogue import load_catalogue
 from servesize.model.hardware import find_gpu, parse_gpus
 from servesize.scenario import FitQuery, Scenario
 from servesize.units import fmt_bytes, fmt_tokens
-from servesize.web.views import finite, planned, tok_s_text, users_text
+from servesize.web.views import finite, planned, series_words, tok_s_text, users_text
 
 DECODE_POINTS = 48
 MISS_POINTS = 21
@@ -73,6 +73,15 @@ def decode_chart(scenario: Scenario) -> dict:
                    + f"; the floor {floor:g} tok/s is met up to {r.decode.n:,} decoders; shaded: the GPU-resident warm "
                      f"sessions p5-p95 ({users_text(resident_p5)}-{users_text(resident_p95)}) per replica",
         "aggregate_caption": f"p50 x decoders x {dp} replica(s), tok/s",
+        "description": series_words("Per-user decode p50 against concurrent decoders per replica", ns.tolist(),
+                                    curve["p50"].tolist(), lambda x: f"{x:,} decoders", lambda y: f"{y:,.0f} tok/s")
+                       + f"; the {floor:g} tok/s floor is met up to {r.decode.n:,} decoders.",
+        "aggregate_description": series_words("Aggregate decode p50 of the deployment", ns.tolist(),
+                                              (curve["aggregate_p50"] * dp).tolist(), lambda x: f"{x:,} decoders",
+                                              lambda y: f"{y:,.0f} tok/s") + ".",
+        "mfu_description": None if mfu is None else series_words(
+            "Effective MFU p50 against concurrent decoders per replica", ns.tolist(), mfu.tolist(),
+            lambda x: f"{x:,} decoders", lambda y: f"{y:.1%}") + ".",
     })
 
 
@@ -99,6 +108,12 @@ def miss_chart(scenario: Scenario, users: float | None = None) -> dict:
                                                    f"{changes[0]:.3g}" if changes else ""),
         "burst_caption": f"B*: simultaneous misses one replica answers within the "
                          f"{api.knob(plan, 'ttft_limit_s'):g} s budget at {users_text(load)} users",
+        "description": "Users each ceiling allows against the cache-miss rate. " + "; ".join(
+            series_words(c, values, [row["ceilings"][c] for row in rows], lambda x: f"{x:.1%} misses",
+                         lambda y: f"{y:,.0f} users") for c in api.ceiling_names())
+                       + (f"; the binding ceiling first changes hands at {changes[0]:.1%}." if changes else "."),
+        "burst_description": series_words("Cold-burst tolerance B* against the cache-miss rate", values, burst,
+                                          lambda x: f"{x:.1%} misses", lambda y: f"{y:,.1f} misses at once") + ".",
     })
 
 
@@ -122,7 +137,10 @@ def scaling_chart(scenario: Scenario) -> dict:
     dp_series = [_warm_at(scenario, base_tp, dp) for dp in range(1, MAX_CHART_GPUS // base_tp + 1)] if base_tp <= 8 else []
     current = {"gpus": scenario.tensor_parallel_size * scenario.data_parallel_size,
                "tp": scenario.tensor_parallel_size, "dp": scenario.data_parallel_size}
+    words = [series_words(label, [p["gpus"] for p in ser], [p["p5"] for p in ser], lambda x: f"{x} GPUs",
+                          lambda y: f"{y:,.0f} warm users p5") for label, ser in (("TP", tp_series), ("DP", dp_series)) if ser]
     return finite({"tp": tp_series, "dp": dp_series, "current": current,
+                   "description": "Warm users p5 against the GPU count. " + "; ".join(words) + ".",
                    "caption": f"warm users p5 (band to p95) at {FRONTIER_FILLS} fills per point: TP widens one shared "
                               f"cache; DP adds replicas of TP {base_tp} (the system total, with sticky routing)"})
 
@@ -147,9 +165,12 @@ def batch_chart(scenario: Scenario) -> dict:
     return finite({"points": points,
                    "current": current.deployment.max_num_batched_tokens if current is not None else None,
                    "caption": "a bigger prefill chunk needs a bigger activation reserve, which comes out of the KV "
-                              "pool. What servesize does not model: how the chunk size moves prefill MFU and the "
-                              "inter-token stall a chunk causes in the decode batch (measure ITL with servesize "
-                              "measure sessions)."})
+                              "pool; it also holds the decodes in its step longer (the decode ceiling prices that "
+                              "stall). What servesize does not model: how the chunk size moves prefill MFU.",
+                   "description": series_words("Warm users p5 against max_num_batched_tokens",
+                                               [p["tokens"] for p in points if "warm_p5" in p],
+                                               [p["warm_p5"] for p in points if "warm_p5" in p],
+                                               lambda x: f"{x:,} tokens", lambda y: f"{y:,.0f} users") + "."})
 
 
 # -- the sensitivity panel ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import servesize.api as api
 from servesize.scenario import FleetQuery, Scenario
 from servesize.web.requests import Load
-from servesize.web.views import finite, share
+from servesize.web.views import finite, series_words, share
 
 if TYPE_CHECKING:
     from servesize.api import FleetOption, FleetResult
@@ -93,7 +93,11 @@ def frontier_chart(result: FleetResult) -> dict:
             "labels": [f"{o.gpus} (TP {o.tp} x DP {o.dp}) {_weights(o)}" for o in points],
             "users": result.users, "currency": result.currency,
             "caption": "each point: a fleet that serves more users than every cheaper one, up to the first that "
-                       f"serves all {result.users:,}; the line marks the users asked for"}
+                       f"serves all {result.users:,}; the line marks the users asked for",
+            "description": series_words("Cost per month against users served, the cheapest fleets",
+                                        [o.users_served for o in points], [o.cost_per_month for o in points],
+                                        lambda x: f"{x:,.0f} users", lambda y: f"{result.currency} {y:,.0f}")
+                           + f"; {result.users:,} users asked for."}
 
 
 def _plan_fields(confirm: dict | None) -> dict | None:

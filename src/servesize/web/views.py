@@ -69,6 +69,16 @@ def tok_s_text(x: float | None) -> str:
     return f"{x:,.0f} tok/s" if x >= 100 else f"{x:,.1f} tok/s"
 
 
+def series_words(name: str, xs, ys, x_text=lambda x: f"{x:,.0f}", y_text=lambda y: f"{y:,.0f}", points: int = 3) -> str:
+    """A chart's series in words for a screen reader: its values at the first, middle and last of its points
+    (``points`` of them, in order), as the chart's axes write them; 'no points' when it has none."""
+    pairs = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+    if not pairs:
+        return f"{name}: no points"
+    picks = sorted({round(i * (len(pairs) - 1) / max(points - 1, 1)) for i in range(points)})
+    return f"{name}: " + ", ".join(f"{y_text(pairs[i][1])} at {x_text(pairs[i][0])}" for i in picks)
+
+
 def steps_of(*derivations: Derivation | None) -> list[dict]:
     """Derivation steps as the page shows them: the engine's own rendering, with the value."""
     out = []
@@ -300,7 +310,8 @@ def lengths(plan: Plan) -> dict:
                        "text": f"{cls.name}: median {fmt_tokens(cls.median_tokens)}, {above:.1%} above the cap "
                                f"(they are cut to {fmt_tokens(cap)})"})
     return {"x": centres.tolist(), "cap": cap, "cap_text": f"max_model_len {fmt_tokens(cap)}", "series": series,
-            "y_label": "share of requests per unit of ln(length)"}
+            "y_label": "share of requests per unit of ln(length)",
+            "description": "Prompt-length distribution: " + "; ".join(x["text"] for x in series) + "."}
 
 
 # -- the split control ---------------------------------------------------------------------------------

@@ -653,7 +653,7 @@ function drawMemory(m, box, caption) {
 function drawLengths(a) {
   $("#capA").textContent = a.series.map(s => s.text).join(" · ");
   Charts.line($("#chartA"), {
-    xlog: true, xLabel: "prompt length (tokens)", yLabel: "share per ln(length)",
+    title: a.description, xlog: true, xLabel: "prompt length (tokens)", yLabel: "share per ln(length)",
     series: a.series.map((s, i) => ({ name: s.name, x: a.x, y: s.y, cls: i ? "c2" : "c1", dash: i ? "long" : null })),
     vlines: [{ x: a.cap, label: a.cap_text, cls: "crit" }],
   });
@@ -738,6 +738,7 @@ function drawDecode(d) {
   $("#capC").textContent = d.caption;
   const zone = [{ x0: d.warm_zone[0], x1: d.warm_zone[1], cls: "c3" }];
   Charts.line($("#chartC"), {
+    title: d.description,
     xlog: true, ylog: true, xLabel: "concurrent decoders per replica", yLabel: "tok/s per user",
     series: [{ name: "p50 per user", x: d.n, y: d.p50, cls: "c1", band: { lo: d.p5, hi: d.p95 } }],
     hlines: [{ y: d.floor, label: `floor ${d.floor} tok/s`, cls: "crit" }, { y: d.comfortable, label: `comfortable ${d.comfortable}`, cls: "warn" }],
@@ -746,6 +747,7 @@ function drawDecode(d) {
   });
   $("#capD").textContent = d.aggregate_caption;
   Charts.line($("#chartD"), {
+    title: d.aggregate_description,
     xlog: true, xLabel: "concurrent decoders per replica", yLabel: "aggregate tok/s (system)",
     series: [{ name: "aggregate p50", x: d.n, y: d.aggregate_p50, cls: "c3" }],
     vlines: [{ x: Math.max(1, d.decode_ceiling), label: `decode ceiling ${d.decode_ceiling}`, cls: "c4" }], zones: zone,
@@ -760,7 +762,7 @@ function drawMfu(d, zone) {
   if (!d.mfu_p50) { box.textContent = ""; return; }
   box.dataset.points = String(d.mfu_p50.length);
   Charts.line(box, {
-    xlog: true, xLabel: "concurrent decoders per replica", yLabel: "effective MFU (p50)", yMin: 0,
+    title: d.mfu_description, xlog: true, xLabel: "concurrent decoders per replica", yLabel: "effective MFU (p50)", yMin: 0,
     fmtY: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
     series: [{ name: "effective MFU p50", x: d.n, y: d.mfu_p50, cls: "c2" }],
     points: d.n.filter((_, i) => i % 12 === 0).map(n => { const i = d.n.indexOf(n); return { x: n, y: d.mfu_p50[i], label: d.p50_text[i], cls: "c1", show: true }; }),
@@ -795,6 +797,7 @@ function drawMiss(m) {
   $("#capG").textContent = m.caption;
   const dash = { cache: null, decode: "long", latency: "dot", saturation: "dashdot" };
   Charts.line($("#chartG"), {
+    title: m.description,
     xLabel: "cache-miss rate", yLabel: "users", fmtX: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
     series: Object.keys(m.ceilings).map(c => ({ name: c, x: m.x, y: m.ceilings[c], cls: c, dash: dash[c] })),
     vlines: [{ x: m.current, label: "now", cls: "text" }, ...m.binding_changes.slice(0, 1).map(x => ({ x, label: "binding changes", cls: "muted" }))],
@@ -802,6 +805,7 @@ function drawMiss(m) {
   });
   $("#capF").textContent = m.burst_caption;
   Charts.line($("#chartF"), {
+    title: m.burst_description,
     xLabel: "cache-miss rate", yLabel: "misses at once (B*)", fmtX: v => (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%",
     series: [{ name: "B*", x: m.x, y: m.burst_tolerance, cls: "c1" }],
     hlines: [{ y: 1, label: "absorbs < 1 miss below this", cls: "crit" }],
@@ -815,6 +819,7 @@ function drawScaling(s) {
   const tp = pts(s.tp), dp = pts(s.dp);
   const cur = [...s.tp, ...s.dp].find(p => p.tp === s.current.tp && p.dp === s.current.dp && p.p5 !== null);
   Charts.line($("#chartB"), {
+    title: s.description,
     xLabel: "GPUs", yLabel: "warm users p5", fmtX: v => String(v),
     series: [{ name: "TP: one shared cache (band to p95)", x: tp.map(p => p.gpus), y: tp.map(p => p.p5), cls: "c1", dots: true, band: { lo: tp.map(p => p.p5), hi: tp.map(p => p.p95) } },
              { name: `DP: replicas of TP ${s.current.tp} (system, sticky routing)`, x: dp.map(p => p.gpus), y: dp.map(p => p.p5), cls: "c3", dash: "long", dots: true }],
@@ -827,7 +832,7 @@ function drawBatch(b) {
   const ok = b.points.filter(p => p.pool_tokens !== undefined);
   const box = $("#chartE");
   Charts.line(box, {
-    xlog: true, xLabel: "max_num_batched_tokens", yLabel: "warm users p5",
+    title: b.description, xlog: true, xLabel: "max_num_batched_tokens", yLabel: "warm users p5",
     series: [{ name: "warm users p5", x: ok.map(p => p.tokens), y: ok.map(p => p.warm_p5), cls: "c1", dots: true }],
     vlines: b.current ? [{ x: b.current, label: "now " + b.current, cls: "text" }] : [],
   });
@@ -1343,6 +1348,7 @@ function drawFleetFrontier(d) {
   const c = d.frontier_chart, f = d.fleet;
   $("#capFleet").textContent = c.caption;
   Charts.line($("#chartFleet"), {
+    title: c.description,
     xLabel: "users served", yLabel: `cost per month (${c.currency})`,
     series: [{ name: "frontier: no cheaper fleet serves as many", x: c.x, y: c.y, cls: "c1", dots: true }],
     vlines: [{ x: c.users, label: `${c.users.toLocaleString("en")} users asked for`, cls: "crit" }],
