@@ -141,7 +141,7 @@ def test_the_verdict_sentence_is_the_clis_verdict_line_with_the_workload_the_per
     assert v["sentence"] == plan.verdict()
     assert v["sentence"].startswith(f"{v['users_text']} users: {v['binding']} binds first (workload coding-agent: ")
     assert f"{fmt_tokens(plan.workload.user.median_tokens)} median context" in v["sentence"]
-    assert "p5 of warm users" in v["sentence"]
+    assert "the warm users 19 in 20 simulated fills of the cache keep (p5)" in v["sentence"]
     status, panel, _ = call("POST", "/api/sensitivity", BASE)   # after the verdict: the line with the seed's answer
     full = s.plan(s.Scenario(**BASE))
     assert status == 200 and panel["verdict"] == full.verdict() and panel["verdict"].startswith(v["sentence"])

@@ -23,7 +23,8 @@ from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
 from servesize.workload.model import Workload
 
 # the planning percentiles in words, as every face states them (here, not in plan.py: api reads it without numpy)
-PLANNING_PERCENTILE = "planned at p5 of warm users (95% of fills keep at least that many) and p50 per-user decode"
+PLANNING_PERCENTILE = ("planned for the warm users 19 in 20 simulated fills of the cache keep (p5) and the median "
+                       "per-user decode (p50)")
 
 STATE_KINDS = (GDN, MAMBA)
 NOT_READ_IN_DECODE = ("vision", "mtp")  # text decode never streams the vision tower; the MTP head is the draft
