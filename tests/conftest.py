@@ -15,3 +15,17 @@ def traces_dir() -> pathlib.Path:
     if not TRACES.is_dir():
         pytest.skip(f"the session traces are absent ({TRACES} not found)")
     return TRACES
+
+
+@pytest.fixture(autouse=True)
+def _working_directory_kept():
+    """No test leaves the working directory moved (a later test's relative paths would then depend on the order):
+    monkeypatch.chdir restores it; an os.chdir that is not undone fails the test that made it."""
+    import os
+
+    before = os.getcwd()
+    yield
+    after = os.getcwd()
+    if after != before:
+        os.chdir(before)
+        pytest.fail(f"the test moved the working directory to {after} and left it there (use monkeypatch.chdir)")

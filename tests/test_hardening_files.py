@@ -140,12 +140,12 @@ def test_a_full_disk_while_writing_a_plot_removes_the_partial_file(tmp_path, mon
     assert not out.exists()
 
 
-def test_calibrate_refuses_to_write_its_calibration_over_the_log_it_reads(tmp_path, capsys):
+def test_calibrate_refuses_to_write_its_calibration_over_the_log_it_reads(tmp_path, capsys, monkeypatch):
     log = tmp_path / "x.log"
     log.write_text(V0_LOG.read_text())
     before = log.read_bytes()
     refused(capsys, "calibrate", "--vllm-log", log, "--out", log, fragments=("is the input file itself",))
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)   # restored after the test: a test never leaves the working directory moved
     refused(capsys, "calibrate", "--vllm-log", "x.log", "--out", f"../{tmp_path.name}/x.log",
             fragments=("is the input file itself",))
     assert log.read_bytes() == before
