@@ -1,5 +1,5 @@
 """A verdict never stands beside a figure over its limit without a word (#29): every tile the page marks over has
-the library's sentence in the verdict (planning.at_load.limits_over), which the command line prints too, and a
+the library's sentence in the verdict (planning.limits.limits_over), which the command line prints too, and a
 sentence is never written for a figure within its limit."""
 
 from __future__ import annotations

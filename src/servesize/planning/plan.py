@@ -168,8 +168,8 @@ class Plan:
         return self.result.warm.users
 
     def limits_over(self) -> list[dict]:
-        """Each figure over its limit at the binding load, and why it binds or not (planning.at_load.limits_over)."""
-        from servesize.planning.at_load import limits_over
+        """Each figure over its limit at the binding load, and why it binds or not (planning.limits.limits_over)."""
+        from servesize.planning.limits import limits_over
 
         return [{"limit": name, "text": text} for name, text in limits_over(self)]
 

@@ -524,7 +524,7 @@ function drawVerdict(view, seq, draft) {
     h("p", { class: "v-next", text: v.next.text })].filter(Boolean));
   if (v.load) box.appendChild(h("p", { class: "v-load " + (v.load.fits ? "good" : "crit"), id: "verdictLoad", text: v.load.text }));
   if (v.offload) box.appendChild(h("p", { class: "v-why", id: "verdictOffload", text: "CPU offload: " + v.offload }));
-  // a figure over its limit is named here, with why it binds or does not (planning.at_load.limits_over)
+  // a figure over its limit is named here, with why it binds or does not (planning.limits.limits_over)
   for (const l of v.limits || [])
     box.appendChild(h("p", { class: "v-why warn v-limit", dataset: { limit: l.limit }, text: "Over its limit: " + l.text }));   // the library's sentence, as the CLI prints it
   if (view.placement_text) box.appendChild(h("p", { class: "v-why", id: "verdictPlacement", text: view.placement_text }));
