@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from servesize.api import limits_over, plan
+from servesize.api import plan
 from servesize.render.text import render_text
 from servesize.scenario import Scenario
 from servesize.web import views
@@ -28,7 +28,7 @@ def test_every_tile_over_its_limit_is_named_in_the_verdict_and_no_other(extra):
 
 def test_a_miss_over_the_budget_says_whether_latency_binds_and_the_command_line_prints_it():
     binding = plan(Scenario(**SEED, median=250_000), sensitivity=False)
-    (name, text), = [x for x in limits_over(binding) if x[0] == "ttft_miss"]
+    (text,) = [x["text"] for x in binding.limits_over() if x["limit"] == "ttft_miss"]
     assert binding.binding == "latency" and "is the one that binds" in text and "over the 10 s budget" in text
     assert f"over its limit: {text}" in render_text(binding).splitlines()
 

@@ -153,14 +153,6 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
     return priced(plan, load)
 
 
-def limits_over(plan: Plan, at: AtLoad | None = None) -> list[tuple[str, str]]:
-    """Each figure over its limit at the load (``at``; None: the binding load), with why it binds or does not
-    (``planning.limits.limits_over``): what the verdict says beside a figure over its limit."""
-    from servesize.planning.limits import limits_over as over
-
-    return over(plan, at)
-
-
 def limit_status(at: AtLoad) -> dict[str, str]:
     """ok / over for the cold miss's TTFT and for the burst at the load (``planning.limits``)."""
     from servesize.planning.limits import burst_over, miss_over

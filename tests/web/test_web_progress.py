@@ -79,6 +79,29 @@ def test_a_fleet_search_reports_the_librarys_stages_to_its_page(monkeypatch):
     assert progress["state"] == "done" and progress["stages"] == len(said) >= 2 and progress["stage"] == said[-1]
 
 
+def held_then_cancelled(app, path: str, body: dict, name: str, reached: threading.Event, release: threading.Event):
+    """POST ``path`` as the page does (its job named ``name``), read its progress once the work is held after its
+    first stage (``reached``), cancel the request as the page's Cancel does, and release the work (``release``)
+    once the job sees its page gone: (the progress read while held, the job at its end)."""
+
+    async def go():
+        async with TestClient(TestServer(app)) as client:
+            request = asyncio.ensure_future(client.post(path, json=body, headers={"X-Servesize-Job": name}))
+            await asyncio.get_running_loop().run_in_executor(None, reached.wait, 120)
+            running = await _json(await client.get(f"/api/progress/{name}"))
+            request.cancel()   # the page's Cancel: fetch aborted, the connection closed
+            await asyncio.sleep(0)
+            job = app[JOBS].get(name)
+            while not job.gone():
+                await asyncio.sleep(0.01)
+            release.set()
+            while job.state not in ("cancelled", "done"):
+                await asyncio.sleep(0.01)
+            return running, job.to_dict()
+
+    return asyncio.run(go())
+
+
 def test_while_a_search_runs_the_page_reads_its_stage_and_a_cancel_stops_it(monkeypatch):
     """The search is held after its first stage; the page reads that stage; the page goes (its Cancel aborts the
     request); released, the search's next stage raises and nothing more is computed."""
@@ -95,23 +118,7 @@ def test_while_a_search_runs_the_page_reads_its_stage_and_a_cancel_stops_it(monk
     monkeypatch.setattr(fleet_view, "fleet_view", held)
     app = make_app()
     app[JOBS] = Jobs(Clock(10.0, 11.0, 13.0))
-
-    async def go():
-        async with TestClient(TestServer(app)) as client:
-            search = asyncio.ensure_future(client.post("/api/fleet", json=FLEET, headers={"X-Servesize-Job": "held"}))
-            await asyncio.get_running_loop().run_in_executor(None, reached.wait, 120)
-            running = await _json(await client.get("/api/progress/held"))
-            search.cancel()   # the page's Cancel: fetch aborted, the connection closed
-            await asyncio.sleep(0)
-            job = app[JOBS].get("held")
-            while not job.gone():
-                await asyncio.sleep(0.01)
-            release.set()
-            while job.state not in ("cancelled", "done"):
-                await asyncio.sleep(0.01)
-            return running, job.to_dict()
-
-    (status, running), final = asyncio.run(go())
+    (status, running), final = held_then_cancelled(app, "/api/fleet", FLEET, "held", reached, release)
     assert status == 200 and running["stage"] == "stage one" and running["state"] == "running"
     assert running["elapsed_s"] == 3.0 and running["stage_elapsed_s"] == 2.0
     assert final["state"] == "cancelled" and final["stages"] == 1 and after == []
@@ -163,23 +170,6 @@ def test_an_engine_check_the_page_cancels_stops_at_its_next_probe(monkeypatch):
 
     from servesize.web import views
     monkeypatch.setattr(views, "engine_check_view", held)
-    app = make_app()
-
-    async def go():
-        async with TestClient(TestServer(app)) as client:
-            check = asyncio.ensure_future(client.post("/api/engine-check", json=PLAN, headers={"X-Servesize-Job": "e"}))
-            await asyncio.get_running_loop().run_in_executor(None, reached.wait, 120)
-            running = await _json(await client.get("/api/progress/e"))
-            check.cancel()
-            await asyncio.sleep(0)
-            job = app[JOBS].get("e")
-            while not job.gone():
-                await asyncio.sleep(0.01)
-            release.set()
-            while job.state not in ("cancelled", "done"):
-                await asyncio.sleep(0.01)
-            return running, job.to_dict()
-
-    (_, running), final = asyncio.run(go())
+    (_, running), final = held_then_cancelled(make_app(), "/api/engine-check", PLAN, "e", reached, release)
     assert running["stage"] == "engine simulator: 1 users"
     assert final["state"] == "cancelled" and final["stages"] == 1 and after == []

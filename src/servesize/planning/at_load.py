@@ -152,4 +152,3 @@ def at_load(plan: Plan, load: Load) -> AtLoad:
     power, note = power_at(plan, load, users)
     return AtLoad(users, load.load_users is not None, burst, latency, decoders, rule, decode,
                   decode_status(decode["p50"], plan), power, note)
-

@@ -270,9 +270,9 @@ def latency_report(
         d.given("request_fixed_s", fixed, unit="s", note="the request's fixed cost (step.request_fixed_s), on every "
                 "first token the client sees; the queue and prefill get the budget less it")
         miss_ttft = d.step("client_miss_ttft_s", "miss_ttft_s + request_fixed_s", unit="s",
-                           miss_ttft_s=_finite(miss_ttft), request_fixed_s=fixed)
+                           miss_ttft_s=miss_ttft, request_fixed_s=fixed)
         hit_ttft = d.step("client_hit_ttft_s", "hit_ttft_s + request_fixed_s", unit="s",
-                          hit_ttft_s=_finite(hit_ttft), request_fixed_s=fixed)
+                          hit_ttft_s=hit_ttft, request_fixed_s=fixed)
     elif fixed:
         miss_ttft, hit_ttft = miss_ttft + fixed, hit_ttft + fixed   # an unbounded queue stays unbounded
     return LatencyReport(

@@ -167,11 +167,12 @@ class Plan:
         """Warm user sessions p5 / p50 / p95 (the p5 is the cache ceiling)."""
         return self.result.warm.users
 
-    def limits_over(self) -> list[dict]:
-        """Each figure over its limit at the binding load, and why it binds or not (planning.limits.limits_over)."""
+    def limits_over(self, at: Any = None) -> list[dict]:
+        """Each figure over its limit at the load (``at``: a planning.at_load.AtLoad; None: the binding load), and
+        why it binds or not (planning.limits.limits_over): what the verdict, the CLI and --json say."""
         from servesize.planning.limits import limits_over
 
-        return [{"limit": name, "text": text} for name, text in limits_over(self)]
+        return [{"limit": name, "text": text} for name, text in limits_over(self, at)]
 
     def to_dict(self) -> dict:
         r = self.result

@@ -124,7 +124,7 @@ def verdict(plan: Plan, at: AtLoad) -> dict:
         "load": None,
         "offload": (plan.offload() or {}).get("text"),   # where the warm users' sessions live, and a restore's cost
         # each figure over its limit (tiles ttft_miss, burst; decode and aggregate: decode), and why it binds or not
-        "limits": [{"limit": name, "text": text} for name, text in api.limits_over(plan, at)],
+        "limits": plan.limits_over(at),
     }
     if at.given:
         fits = at.users <= binding_users
