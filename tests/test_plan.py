@@ -237,6 +237,30 @@ def test_the_binding_from_searches_taken_only_as_far_as_needed_is_the_full_plans
     assert any(bisection._result is None for bisection in lazy.decode_load.values())
 
 
+def test_a_latency_or_decode_binding_is_decided_without_finishing_the_ttft_search():
+    # latency binds (a tight TTFT budget, slow prefill) or decode sits under it (a high floor): either way the
+    # TTFT bracket and two probes of the decode bisection decide it, the TTFT search is left open, and the answer
+    # is the full plan's
+    from dataclasses import replace
+
+    from servesize.planning.ceilings import CeilingCache, binding_of, ceilings
+    from servesize.planning.inputs import Knobs
+    from servesize.workload.model import Workload
+
+    fixed, wl = _fixed_27b_on_one_h200(), Workload.seed_reference()
+    cases = ([(fixed, Knobs(fills=300, ttft_limit_s=t, mfu=f)) for t in (1.0, 3.0, 8.0) for f in (0.1, 0.3, 0.6)]
+             + [(fixed, Knobs(fills=300, decode_floor=f)) for f in (40, 60, 80)]
+             + [(replace(fixed, chunk_tokens=c), Knobs(fills=300)) for c in (256, 2048, 32768)])
+    open_by_binding: dict[str, int] = {}
+    for fx, knobs in cases:
+        full = ceilings(fx, wl, knobs, CeilingCache(), comfortable=False).binding
+        lazy = CeilingCache()
+        assert binding_of(fx, wl, knobs, lazy) == full
+        left_open = all(search._result is None for search in lazy.ttft.values())
+        open_by_binding[full] = open_by_binding.get(full, 0) + left_open
+    assert open_by_binding.get("latency", 0) >= 2 and open_by_binding.get("decode", 0) >= 1, open_by_binding
+
+
 def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
     from servesize.planning.inputs import Knobs
     from servesize.planning.plan import make_plan

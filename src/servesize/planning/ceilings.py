@@ -15,6 +15,7 @@ Per replica group, everything TP-wide is the group's: b x tp and state x tp byte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -571,6 +572,9 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
 # binding_of narrows the TTFT search in these steps, asking at each whether latency may still bind (each step
 # resumes the one before, so a step costs only the evaluations it adds: a finer ladder stops sooner, never later)
 BINDING_RATE_TOLS = (0.9, 0.6, 0.4, 0.25, 0.15, 0.08, 0.04, 0.02, 0.01, 3e-3, 1e-3, 1e-4, 1e-6)
+# ... and from this step on, while latency may still bind, the decode bisection is probed at the latency's low end
+# (a wider bracket's low end lies far under the decode ceiling, and a probe there only spends an evaluation)
+DECODE_PROBE_TOL = 0.15
 
 
 def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> str:
@@ -579,8 +583,11 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     is at least) passes the cache or saturation ceiling, when decode cannot bind; the TTFT search is narrowed
     in the steps of BINDING_RATE_TOLS, and at each, when the latency ceiling at the bracket's low end (a rate
     the search has shown to meet the target, so no more than the ceiling's) already exceeds another ceiling,
-    latency cannot bind. Otherwise each is finished as ``ceilings`` finishes it (the same iteration resumed):
-    the same answer as ``ceilings``, with fewer evaluations on a sensitivity scan."""
+    latency cannot bind; once the bracket is within DECODE_PROBE_TOL, the decode bisection is probed at its ends
+    (decode strictly under the low end: latency does not bind; above the high end: decode does not), and when the
+    latency ceiling at the bracket's high end lies under every other, latency binds. Otherwise each is finished
+    as ``ceilings`` finishes it (the same iteration resumed): the same answer as ``ceilings``, with fewer
+    evaluations on a sensitivity scan."""
     if fixed.peak_flops_per_gpu <= 0 or not load_model(knobs).cycles:
         return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
     dp = fixed.dp
@@ -602,11 +609,15 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
             del others["decode"]  # the ceiling exceeds the cache or saturation one: decode does not bind
         else:
             others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
-    lowest = min(others.values())
-    for tol in BINDING_RATE_TOLS:
-        lo_rate, _hi_rate = search.rate_bounds(tol)
-        if _values(warm, 0.0, users_for_rate(lo_rate, think, r), sat, dp, churn)["latency"] > lowest:
-            return min((k for k in CEILINGS if k in others), key=lambda k: others[k])  # latency does not bind
+    def latency_at(rate: float) -> float:
+        return _values(warm, 0.0, users_for_rate(rate, think, r), sat, dp, churn)["latency"]
+
+    def decode_at(users: float) -> float:
+        return _values(warm, users, 0.0, sat, dp, churn)["decode"]
+
+    decided = _latency_bracketed(search, bisection, others, latency_at, decode_at, dp)
+    if decided is not None:
+        return decided
     others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
                                 dp, churn)["latency"]
     if "decode" in others and bisection is not None:
@@ -616,6 +627,36 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
         else:
             others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
     return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+
+
+def _latency_bracketed(search: TtftSearch, bisection: DecodeLoadSearch | None, others: dict[str, float],
+                       latency_at: Callable[[float], float], decode_at: Callable[[float], float], dp: int) -> str | None:
+    """The binding ceiling, decided from the TTFT search's bracket in the steps of BINDING_RATE_TOLS (None when
+    the ladder ends undecided). ``others``: the other ceilings (decode as an upper bound while its bisection is
+    open), updated in place as the decode probes learn; ``latency_at(rate)``, ``decode_at(users per replica)``:
+    the ceilings' values."""
+
+    def lowest_other() -> str:
+        return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+
+    for tol in BINDING_RATE_TOLS:
+        lo_rate, hi_rate = search.rate_bounds(tol)
+        lat_lo = latency_at(lo_rate)
+        if lat_lo > min(others.values()):
+            return lowest_other()  # latency does not bind
+        if bisection is not None and "decode" in others and tol <= DECODE_PROBE_TOL:
+            # decode is the one ceiling still open beside latency: probe it at the latency's low end (at most two
+            # probes of its bisection); strictly below, latency does not bind, and latency need not be finished
+            users = _decode_against(bisection, lat_lo / dp)
+            if users is not None:
+                others["decode"] = decode_at(users)
+                if lat_lo > others["decode"]:
+                    return lowest_other()
+            elif bisection.users_at_least(latency_at(hi_rate) / dp):
+                del others["decode"]  # above latency's high end too (one probe): decode does not bind
+        if ("decode" not in others or bisection is None) and latency_at(hi_rate) < min(others.values()):
+            return "latency"  # the exact latency ceiling lies at or under its high end: below every other
+    return None
 
 
 def _decode_against(bisection: DecodeLoadSearch, users: float) -> float | None:
