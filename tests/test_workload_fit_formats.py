@@ -31,7 +31,10 @@ def every_field_is_fitted_or_the_presets(tmp_path, fit, name="w.json"):
     assert NEVER_FITTED <= set(from_preset)
     assert all(text.strip() for text in (*fitted.values(), *from_preset.values()))
     assert data["preset"] == fit.preset_name
-    return data, load_workload(out)
+    loaded = load_workload(out)
+    # read back, it is the workload the fit found: plan --workload on the file plans what simulate fitted
+    assert loaded == fit.workload
+    return data, loaded
 
 
 def lognormal(n, median, sigma, seed=0):

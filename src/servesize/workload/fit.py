@@ -138,6 +138,9 @@ def fit_lognormal(x) -> LogNormalFit:
 
 # --- the command's result ----------------------------------------------------------------------
 
+# the workload's scalar fields a log can set: what fit_observations changes and what the written file carries
+SCALAR_FIELDS = ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
+                 "warm_turn_tokens", "session_turns")
 DISTRIBUTIONS = ("auto", "lognormal", "empirical")
 POOR_FIT_D = 0.10        # auto: at or above this KS D the log-normal is 'a poor fit' (fit_meaning) -> empirical
 EMPIRICAL_POINTS = 1000  # an empirical class is written as this many evenly spaced quantiles of the sample
@@ -211,10 +214,10 @@ class WorkloadFit:
         data["user"] = user
         if self.fields["subagent"].fitted:
             data["subagent"] = {} if w.subagent is None else w.subagent.to_dict()
-        for name, key in (("subagent_ratio", "subagent_ratio"), ("invalidation", "invalidation"),
-                          ("think_time_s", "think_time_s"), ("think_time_sigma", "think_time_sigma"),
-                          ("output_tokens", "output_tokens"), ("warm_turn_tokens", "warm_turn_tokens")):
-            if self.fields[name].fitted:
+        # every scalar field the fit set (session_turns too: left out, a file read back took the preset's turnover
+        # on top of a fitted invalidation that already counts each session's first request)
+        for key in SCALAR_FIELDS:
+            if self.fields[key].fitted:
                 data[key] = getattr(w, key)
         if self.fields["think_time_sigma"].fitted:
             data["think_time_median_s"] = w.think_time_median_s  # for the reader: derived from the two above
@@ -437,8 +440,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
     if sub.fitted:
         changes["subagent"] = sub_cls  # None: the file labels requests and none is a subagent's
-    for key in ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
-                "warm_turn_tokens", "session_turns"):
+    for key in SCALAR_FIELDS:
         if fields[key].fitted:
             changes[key] = fields[key].value
     if fields["think_time_s"].fitted and fields["think_time_s"].value < MIN_THINK_TIME_S:
