@@ -430,36 +430,9 @@ def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def median(x: np.ndarray) -> float:
-    """``np.median(x)`` bit for bit, as a float: the middle value, or the mean of the two middle values as numpy's
-    add-reduce forms it (the first plus the rest summed from 0.0, over 2), a NaN anywhere giving NaN; without
-    np.median's masked-array check, whose first call imports numpy.ma."""
-    import numpy as np
-    arr = np.asarray(x).ravel()
-    n = arr.size
-    if n == 0 or arr.dtype.kind not in "iuf":
-        return float(np.median(arr))
-    half = n // 2
-    middle = [half] if n % 2 else [half - 1, half]
-    part = np.partition(arr, sorted({*middle, n - 1}))
-    if arr.dtype.kind == "f" and math.isnan(part[-1]):
-        return math.nan
-    if n % 2:
-        return float(part[half])
-    a, b = float(part[half - 1]), float(part[half])
-    return (a + (0.0 + b)) / 2
-
-
-def _p50(x: np.ndarray) -> float:
-    """np.percentile(x, 50) (linear interpolation), by partition: the same value, a fraction of the cost."""
-    import numpy as np
-    n = x.size
-    k = (n - 1) // 2
-    if n % 2:
-        return float(np.partition(x, k)[k])
-    part = np.partition(x, [k, k + 1])
-    lo, hi = part[k], part[k + 1]
-    return float(hi - (hi - lo) * 0.5)  # numpy's lerp at t = 0.5
+def percentile50(x: np.ndarray) -> float:
+    """The median as ``np.percentile(x, 50)`` gives it (``percentiles``: the one percentile rule here)."""
+    return percentiles(x, (50.0,))[0]
 
 
 def _legs(setup: DecodeSetup, bank: ContextBank, n: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -630,7 +603,7 @@ def fill_speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
 
 def median_speed(setup: DecodeSetup, bank: ContextBank, n: int) -> float:
     """The p50 per-user tok/s at n decoders, nothing else (no derivation)."""
-    return _p50(_speeds(setup, bank, int(n)))
+    return percentile50(_speeds(setup, bank, int(n)))
 
 
 def decode_speed(
@@ -689,7 +662,7 @@ def decode_mfu(setup: DecodeSetup, ns, bank: ContextBank) -> np.ndarray | None:
     out = []
     for n in ns:
         step, flops = _legs(setup, bank, int(n))
-        out.append(_p50(np.asarray(flops, dtype=float) / setup.step_seconds(step, flops)
+        out.append(percentile50(np.asarray(flops, dtype=float) / setup.step_seconds(step, flops)
                         / (setup.tp * setup.peak_flops_per_s)))
     return np.array(out)
 
@@ -744,7 +717,7 @@ def decode_ceiling(
     def p50(n: int) -> float:
         nonlocal evals
         evals += 1
-        return _p50(_speeds(setup, bank, n))
+        return percentile50(_speeds(setup, bank, n))
 
     d = Derivation()
     first = p50(1)

@@ -53,7 +53,7 @@ import numpy as np
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
-from servesize.planning.decode import median, percentiles
+from servesize.planning.decode import percentile50, percentiles
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -274,7 +274,7 @@ def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: 
     """The median warm session's unique tokens over the first ``head`` sessions of every fill (a fixed, seeded subset)."""
     unique, is_cold, _ = workload.realise_costs(bank.take(0, fills, 0, head))
     warm = unique[~is_cold]
-    return median(warm) if warm.size else 0.0
+    return percentile50(warm) if warm.size else 0.0
 
 
 def _check(pool_tokens, kv_bytes_per_token, state_bytes_per_session, cpu_offload_bytes, replicas, fills, draws,
