@@ -160,3 +160,20 @@ def test_every_generated_workload_target_is_a_name_the_planner_applies():
         value = (sc.PARAMS[name].lo or 0) + 1  # inside every declared range, and none of the preset's values
         changed, _ = apply_param(workload, Knobs(), target, value)
         assert changed != workload, name
+
+
+def test_the_planner_reads_think_time_in_one_place_and_it_has_one_default():
+    # the mean think time: planning.load.think_time_of is the planner's one reader (Little's law needs the mean);
+    # its default is the workload's (each preset's, data/workloads.toml), never a second one in the assumptions
+    from servesize.assumptions import modelled_assumptions
+
+    readers = []
+    for path in sorted((SRC / "planning").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and node.attr == "think_time_s" and isinstance(node.ctx, ast.Load) \
+                        and not (isinstance(node.value, ast.Name) and node.value.id == "self"):  # a report's own field
+                    readers.append(f"{path.name}:{fn.name}")
+    assert sorted(set(readers)) == ["load.py:think_time_of"], readers
+    assert not [k for k in modelled_assumptions() if "think_time" in k]

@@ -474,6 +474,13 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     return result
 
 
+def presets() -> list:
+    """The workload presets (data/workloads.toml), each with its fields' values and sources."""
+    from servesize.workload.presets import presets as every_preset
+
+    return every_preset()
+
+
 def simulation_workload(trace: Any, source: Any, replay_opts: Any, preset_name: str | None = None) -> Any:
     """The one workload plan and simulate read from a trace: a file ``workload fit`` reads is fitted by it (the
     same function, so ``plan --workload`` on its output plans this workload); a workload file is itself; a Trace

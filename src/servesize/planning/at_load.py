@@ -62,9 +62,10 @@ def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float
     """The latency report at ``users`` on the whole deployment (shared over its replicas), at the plan's own
     miss rate unless ``miss_rate`` is given."""
     from servesize.planning.latency import latency_report, moments_from
+    from servesize.planning.load import think_time_of
 
     moments = plan.result.moments if miss_rate is None else moments_from(plan.result.prefill, miss_rate)
-    return latency_report(moments, users / plan.fixed.dp, sub_ratio_of(plan.workload), plan.workload.think_time_s,
+    return latency_report(moments, users / plan.fixed.dp, sub_ratio_of(plan.workload), think_time_of(plan.workload),
                           ttft_queue_budget_s(plan.knobs), plan.knobs.a("latency.discipline"), burst=burst,
                           request_fixed_s=float(plan.knobs.a("step.request_fixed_s")))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.planning.load import think_time_of
 from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentiles
 from servesize.workload.draws import RandomBank
 from servesize.workload.teams import TeamMix
@@ -238,7 +239,7 @@ def warm_of_teams(mix: TeamMix, bank: RandomBank, fills: int, charges, targets=N
            for b, _ in charges]
     windows: dict[float, list[int]] = {}
     for t, team in enumerate(mix.teams):
-        windows.setdefault(team.workload.think_time_s, []).append(t)
+        windows.setdefault(think_time_of(team.workload), []).append(t)
     for members in windows.values():
         caps = np.zeros(teams)
         for t in members:

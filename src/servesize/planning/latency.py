@@ -84,16 +84,16 @@ def moments_from(costs, miss_rate: float, start_rate: float = 0.0, start_s: floa
                            costs.hit_s, costs.hit_s2)
 
 
-def request_rate(users: float, think_time_s: float | None = None, sub_ratio: float = 0.0) -> float:
-    """Total requests/s at the prefill server: users x (1 + r) / think."""
-    think = assumption("latency.think_time_s") if think_time_s is None else think_time_s
+def request_rate(users: float, think_time_s: float, sub_ratio: float = 0.0) -> float:
+    """Total requests/s at the prefill server: users x (1 + r) / think (the workload's, load.think_time_of)."""
+    think = think_time_s
     _check_users(users, think, sub_ratio)
     return users * (1.0 + sub_ratio) / think
 
 
-def users_for_rate(rate_per_s: float, think_time_s: float | None = None, sub_ratio: float = 0.0) -> float:
-    """Users that generate a total rate: lambda x think / (1 + r)."""
-    think = assumption("latency.think_time_s") if think_time_s is None else think_time_s
+def users_for_rate(rate_per_s: float, think_time_s: float, sub_ratio: float = 0.0) -> float:
+    """Users that generate a total rate: lambda x think / (1 + r) (the workload's, load.think_time_of)."""
+    think = think_time_s
     _check_users(rate_per_s, think, sub_ratio)
     return rate_per_s * think / (1.0 + sub_ratio)
 
@@ -212,8 +212,8 @@ class LatencyReport:
 def latency_report(
     m: ServiceMoments,
     users: float,
-    sub_ratio: float = 0.0,
-    think_time_s: float | None = None,
+    sub_ratio: float,
+    think_time_s: float,
     ttft_limit_s: float | None = None,
     discipline: str | None = None,
     burst: float = 1.0,
@@ -224,7 +224,7 @@ def latency_report(
     ``ttft_limit_s`` is what the queue and the prefill may take (planning.inputs.ttft_queue_budget_s: the TTFT
     budget less the request's fixed cost); the report gives the TTFTs and the budget as the client sees them, the
     request's fixed cost ``request_fixed_s`` added back (as the engine simulator adds it to every first token)."""
-    think = assumption("latency.think_time_s") if think_time_s is None else float(think_time_s)
+    think = float(think_time_s)
     sla = assumption("latency.ttft_limit_s") if ttft_limit_s is None else float(ttft_limit_s)
     disc = assumption("latency.discipline") if discipline is None else discipline
     d = Derivation()
@@ -329,13 +329,13 @@ def _finite(x: float):
 
 
 def latency_ceiling_users(
-    m: ServiceMoments, sub_ratio: float = 0.0, think_time_s: float | None = None,
+    m: ServiceMoments, sub_ratio: float, think_time_s: float,
     ttft_limit_s: float | None = None, discipline: str | None = None,
 ) -> float:
     """Users at which a miss's mean TTFT reaches the limit: lambda_sla x think / (1 + r)."""
     return users_for_rate(latency_ceiling_rate(m, ttft_limit_s, discipline), think_time_s, sub_ratio)
 
 
-def saturation_ceiling_users(m: ServiceMoments, sub_ratio: float = 0.0, think_time_s: float | None = None) -> float:
+def saturation_ceiling_users(m: ServiceMoments, sub_ratio: float, think_time_s: float) -> float:
     """Users at which prefill duty reaches 100%: think / ((1 + r) E[S])."""
     return users_for_rate(1.0 / m.mean_s, think_time_s, sub_ratio)

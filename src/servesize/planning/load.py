@@ -52,12 +52,11 @@ from servesize.planning.latency import ServiceMoments
 
 
 def think_time_of(workload) -> float:
-    """The mean think time (s) between a user's turns: the one place the load model reads it.
+    """The mean think time (s) between a user's turns: the one place the planner reads it.
 
-    Little's law and the renewal-reward theorem need the mean gap whatever the distribution's shape, so a
-    workload that carries a fitted distribution answers its mean here (its median is for reporting)."""
-    mean = getattr(workload, "think_time_mean_s", None)
-    return float(workload.think_time_s if mean is None else mean)
+    Little's law and the renewal-reward theorem need the mean gap whatever the distribution's shape: a workload's
+    ``think_time_s`` is that mean (a fitted distribution's median, ``think_time_median_s``, is for reporting)."""
+    return float(workload.think_time_s)
 
 
 def binomial_cdf_upto(n: int, p: float, k_max: int) -> np.ndarray:

@@ -317,7 +317,7 @@ def workload_rows(workload: Workload, origin=None) -> list[dict]:
     rows += [("workload.invalidation", workload.invalidation, "fraction",
               src("invalidation") + " (also the cache-miss rate of the prefill queue)"),
              ("workload.max_model_len", workload.max_model_len, "tokens", src("max_model_len", "--max-model-len")),
-             ("workload.think_time_s", workload.think_time_s, "s", src("think_time_s")),
+             ("workload.think_time_s", think_time_of(workload), "s", src("think_time_s")),
              ("workload.output_tokens", workload.output_tokens, "tokens/request", src("output_tokens")),
              ("workload.warm_turn_tokens", workload.warm_turn_tokens, "tokens", src("warm_turn_tokens"))]
     return [{"name": n, "value": v, "unit": unit, "source": source} for n, v, unit, source in rows]
@@ -332,7 +332,7 @@ def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *
     at_binding = users is None
     users = result.values[result.binding] if users is None else float(users)
     r = sub_ratio_of(workload)
-    rate_group = users / fixed.dp * (1 + r) / workload.think_time_s
+    rate_group = users / fixed.dp * (1 + r) / think_time_of(workload)
     bill = bill_at(fixed, knobs, rate_group, result.moments.mean_s, result.decode.n, result.decode.floor_tok_s, users,
                    workload.output_tokens)
     where = "at the binding ceiling" if at_binding else "at a load of"
@@ -419,7 +419,7 @@ def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensi
     rep = None
     if res.prefill is not None:
         d.extend(res.prefill.derivation)
-        rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), workload.think_time_s,
+        rep = latency_report(res.moments, res.values[res.binding] / fixed.dp, sub_ratio_of(workload), think_time_of(workload),
                              ttft_queue_budget_s(knobs), knobs.a("latency.discipline"),
                              request_fixed_s=float(knobs.a("step.request_fixed_s")))
         d.extend(rep.derivation)

@@ -56,6 +56,7 @@ from servesize.planning.latency import (
     saturation_ceiling_users,
     ttft_s,
 )
+from servesize.planning.load import think_time_of
 from servesize.planning.lru import ChurnBound
 from servesize.planning.warm_capacity import Percentiles
 from servesize.workload.teams import TeamMix
@@ -264,9 +265,9 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
     decode = decoders * targets / targets.sum()
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio
-        lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, w.think_time_s, queue_budget,
+        lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, think_time_of(w), queue_budget,
                                                        queue.discipline))])
-        sat = np.array([saturation_ceiling_users(queue.moments[0], r, w.think_time_s)])
+        sat = np.array([saturation_ceiling_users(queue.moments[0], r, think_time_of(w))])
         if churn is not None:  # the pool may turn over within a pause first (as the plan's cache ceiling)
             warm_p5 = np.array([churn.capped(float(warm_p5[0]))])
         if load is not None:

@@ -28,7 +28,8 @@ def glossary() -> list[dict]:
     a = modelled_assumptions()
     mfu, mbu = a["prefill.mfu"], a["decode.bandwidth_efficiency"]
     ttft, floor, comfy = a["latency.ttft_limit_s"], a["decode.floor_hard_tok_s"], a["decode.floor_comfortable_tok_s"]
-    link, think = a["offload.host_link_efficiency"], a["latency.think_time_s"]
+    link = a["offload.host_link_efficiency"]
+    thinks = ", ".join(f"{p.name} {p.values['think_time_s']:g} s" for p in api.presets())
     default = api.load_model()[a["load.model"]["default"]]
     return [
         {"term": "Warm user", "abbr": "", "assumption": None,
@@ -64,9 +65,9 @@ def glossary() -> list[dict]:
         {"term": "Cold-burst tolerance", "abbr": "B*", "assumption": "latency.ttft_limit_s",
          "text": f"How many cold misses arriving at once one replica answers within the TTFT budget "
                  f"({ttft['default']:g} s by default) at the load shown (chart F: against the miss rate)."},
-        {"term": "Think time", "abbr": "", "assumption": "latency.think_time_s",
-         "text": f"The time between one user's requests ({_band(think, ' s')}): with the users, it sets the request "
-                 "rate every queue sees."},
+        {"term": "Think time", "abbr": "", "assumption": None,
+         "text": f"The mean time between one user's requests, the workload's own (the presets: {thinks}; or fitted "
+                 "from a request log): with the users, it sets the request rate every queue sees."},
         {"term": "Tensor / data parallel", "abbr": "TP, DP", "assumption": None,
          "text": "TP splits one engine across GPUs (one KV pool, each GPU holding its share of every layer); DP runs "
                  "independent replicas, each with its own pool (warm capacity adds up only with sticky routing)."},
