@@ -56,6 +56,10 @@ def test_a_commands_help_loads_no_heavy_module(argv):
     (["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192", "--json"], "servesize.engine.memory"),
     (["gpus", "--json"], "servesize.model.hardware"),
     (["models", "--json"], "servesize.model.catalogue"),
+    # the text reports too: render/engine_text.py holds the engine's, so printing one loads no planner report
+    (["fit", "--gpus", "8xH100"], "servesize.render.engine_text"),
+    (["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192"], "servesize.render.engine_text"),
+    (["models"], "servesize.render.engine_text"),
 ])
 def test_what_fits_and_the_memory_budget_run_without_numpy(argv, worker):
     """The api layer still imports planning.inputs (Knobs, Fixed) at import time: those modules load, numpy
@@ -63,6 +67,7 @@ def test_what_fits_and_the_memory_budget_run_without_numpy(argv, worker):
     modules = loaded_by(argv)
     assert worker in modules  # the command did its work in this interpreter
     assert heavy_in(modules, allowed=("servesize.planning",)) == []
+    assert "servesize.render.text" not in modules and "servesize.planning.plan" not in modules
 
 
 def test_a_plan_loads_the_planner_and_numpy_but_not_the_web_stack_or_plotting():

@@ -227,8 +227,10 @@ def _emit(result, args) -> int:
         document = json.dumps(finite(result.to_dict()), indent=2, default=_json_default, allow_nan=False)
         sys.stdout.write(document + "\n")
     else:
-        from servesize.render.text import render_text
+        from servesize.render.engine_text import render_text, renders
 
+        if not renders(result):  # the planner's reports register when render/text.py is imported (the engine's
+            import servesize.render.text  # noqa: F401  never need it: memory, fit and models stay light)
         sys.stdout.write(render_text(result, explain=getattr(args, "explain", False)).rstrip("\n") + "\n")
     code = getattr(result, "exit_code", 0)
     if code:  # the report is out, but the command did not do what was asked: say why, on stderr
