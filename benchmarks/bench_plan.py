@@ -79,10 +79,13 @@ def _resolve_by_hand(model, gpus, quantization="native", kv_cache_dtype="auto", 
 
 def plan_once(inputs, with_sensitivity: bool):
     """What ``servesize.plan`` does after resolving: the memory report, Fixed, make_plan."""
-    arch = inputs.model.architecture
-    report = memory_report(arch, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget, name=inputs.name)
-    fixed = fixed_from_memory(report, arch, inputs.pool_tokens, inputs.pool_source,
-                              seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
+    if hasattr(inputs, "memory_and_fixed"):  # the one place resolved inputs become the planner's
+        _report, fixed = inputs.memory_and_fixed(check_prefixes=False)
+    else:  # a checkout from before it (--against an old src/): what its api did
+        arch = inputs.model.architecture
+        report = memory_report(arch, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget, name=inputs.name)
+        fixed = fixed_from_memory(report, arch, inputs.pool_tokens, inputs.pool_source,
+                                  seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
     return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=with_sensitivity)
 
 

@@ -115,7 +115,7 @@ def bench_reference(replay, curve: LruCurve, curve_s: float, label: str) -> None
 
 
 def bench_engine(traces: pathlib.Path, repeats: int) -> None:
-    from servesize.api import _fixed, plan_inputs
+    from servesize.api import plan_inputs
     from servesize.planning.ceilings import step_model_of
     from servesize.scenario import Scenario
     from servesize.simulate.engine import EngineConfig, simulate_engine
@@ -132,7 +132,7 @@ def bench_engine(traces: pathlib.Path, repeats: int) -> None:
         sc = Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
         cases.append(("Claude Code trace, 750 sessions, 50 users x 15", read_trace(cc), plan_inputs(sc), 50, 15))
     for label, trace, inputs, users, per_user in cases:
-        report, fixed = _fixed(inputs, check_prefixes=False)
+        report, fixed = inputs.memory_and_fixed(check_prefixes=False)
         dep = report.deployment
         cfg = EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
                            int(dep.max_num_batched_tokens or 8192))

@@ -80,12 +80,12 @@ def test_bad_inputs_are_refused():
 
 
 def test_stall_of_a_prefill_is_its_compute_less_one_weight_read_a_chunk():
-    from servesize.api import _fixed, plan_inputs
+    from servesize.api import plan_inputs
     from servesize.planning.ceilings import step_model_of
     from servesize.scenario import Scenario
 
     inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     steps = step_model_of(fixed, inputs.knobs)
     compute = float(steps.prefill.flops(20_000, 0.0) / steps.prefill.achieved_flops_per_s)
     read = float(steps.decode.weight_bytes(8192)) / steps.decode.effective_bandwidth_bytes_per_s
@@ -98,12 +98,12 @@ def test_stall_of_a_prefill_is_its_compute_less_one_weight_read_a_chunk():
 def test_the_plan_prices_the_stall_and_the_seed_reading_does_not():
     from dataclasses import replace
 
-    from servesize.api import _fixed, plan_inputs
+    from servesize.api import plan_inputs
     from servesize.planning.ceilings import ceilings
     from servesize.scenario import Scenario
 
     inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     priced = ceilings(fixed, inputs.workload, inputs.knobs)
     assert priced.decode_load.stall_share is not None
     assert priced.decode_load.stall_share <= priced.decode_load.stall_allowed + 1e-12

@@ -49,7 +49,7 @@ def test_more_think_time_admits_more_users_and_never_fewer():
 def test_the_chat_decode_ceiling_moves_with_think_time_and_matches_littles_law_by_hand(capsys):
     from dataclasses import replace
 
-    from servesize.api import _fixed, plan_inputs
+    from servesize.api import plan_inputs
     from servesize.planning.ceilings import ceilings
     from servesize.scenario import Scenario
 
@@ -61,7 +61,7 @@ def test_the_chat_decode_ceiling_moves_with_think_time_and_matches_littles_law_b
     # cycle is C = 99 s + the prefill's mean service + D; each user decodes a = D / C of the time.
     inputs = plan_inputs(Scenario(model="llama-3.3-70b", gpus="8xA100-40GB", tensor_parallel_size=8, preset="chat",
                                   think_time=99, fills=200))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     alone = ceilings(fixed, inputs.workload, replace(inputs.knobs, overrides=(("load.interference", False),)))
     d = by_think[99]
     k_star = d["decode"]["every_user_bound_users"]

@@ -28,11 +28,11 @@ def test_sessions_that_never_return_are_not_bounded():
 
 
 def _inputs(preset: str):
-    from servesize.api import _fixed, plan_inputs
+    from servesize.api import plan_inputs
     from servesize.scenario import Scenario
 
     inputs = plan_inputs(Scenario(model="qwen3-30b-a3b", gpus="1xH200", preset=preset))
-    return inputs, _fixed(inputs)[1]
+    return inputs, inputs.memory_and_fixed()[1]
 
 
 def test_short_conversations_of_long_turns_bind_on_churn_and_coding_agents_on_the_fill():

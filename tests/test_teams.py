@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import servesize as s
-from servesize.api import _fixed
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CeilingCache, ceilings, contexts_of, decode_setup
 from servesize.planning.decode import decode_ceiling
@@ -121,7 +120,7 @@ def test_equal_sessions_in_a_pool_of_exactly_k_split_the_k_binomially():
 def exact_pool():
     """llama-3.1-8b on one H100 (no recurrent state, no window) with a measured pool of exactly 50 x 1,000 tokens."""
     inputs = plan_inputs(s.Scenario(model="llama-3.1-8b", gpus="1xH100", pool_tokens=50 * 1_000))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     assert fixed.state_bytes_rank == 0 and fixed.window_bytes_per_session_rank == 0
     # the split of the warm fill alone: these 1,000-token sessions write 3,000 tokens a turn, so LRU churn
     # (planning.lru) would bind first in so small a pool
@@ -146,7 +145,7 @@ def test_one_team_on_a_replica_has_exactly_the_plans_ceilings():
     for scenario in (s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"),
                      s.Scenario(model="llama-3.1-8b", gpus="1xH100", preset="chat")):
         inputs = plan_inputs(scenario)
-        _, fixed = _fixed(inputs)
+        _, fixed = inputs.memory_and_fixed()
         plan = ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False)
         mix = TeamMix((Team("users", 100, inputs.workload),))
         pool = shared_pool(fixed, mix, inputs.knobs)
@@ -156,7 +155,7 @@ def test_one_team_on_a_replica_has_exactly_the_plans_ceilings():
 
 def test_the_decode_search_stops_at_the_cap_with_the_bisections_answer_below_it():
     inputs = plan_inputs(s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     cache = CeilingCache()
     setup = decode_setup(fixed, inputs.knobs)
     bank = contexts_of(inputs.workload, inputs.knobs, setup.topk_tokens, cache)
@@ -252,7 +251,7 @@ def test_team_specs_and_priorities_are_read_and_refused_in_one_line():
 
 def test_a_teams_panel_is_json_ready():
     inputs = plan_inputs(s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     mix = TeamMix((Team("agents", 40, inputs.workload), Team("support", 100, preset("chat").workload()
                                                                           .replace(max_model_len=180_000))))
     doc = shared_pool(fixed, mix, inputs.knobs, replicas=2).to_dict()

@@ -32,10 +32,8 @@ from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
 from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
 from servesize.planning.at_load import Load as Load
 from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
-from servesize.planning.inputs import Fixed, fixed_from_memory
 from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve import (
-    PlanInputs,
     calibrated,
     deployment_of,
     display_name,
@@ -104,19 +102,6 @@ def memory(scenario: Scenario) -> MemoryReport:
     return replace(report, placement=split)
 
 
-def _fixed(inputs: PlanInputs, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
-    report = memory_report(inputs.model.architecture, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget,
-                           name=inputs.name, flags_not_affecting=inputs.flags_not_affecting,
-                           flags_estimated=inputs.flags_estimated, flags_not_modelled=inputs.flags_not_modelled)
-    fixed = fixed_from_memory(report, inputs.model.architecture, inputs.pool_tokens, inputs.pool_source,
-                              seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
-    reserved = inputs.workload.reserved_prefix_tokens()
-    if check_prefixes and fixed.pool_tokens <= reserved:
-        raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
-                       f"prefixes ({reserved:,} tokens): nothing stays warm")
-    return report, fixed
-
-
 def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[str], None] | None = None,
          load: Load | None = None) -> Plan:
     """Warm users, the four ceilings and which binds, the vLLM recipe, the bill and (unless
@@ -135,7 +120,7 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if scenario.users is not None:
         return _sized_plan(scenario, sensitivity, progress)
     inputs = plan_inputs(scenario)
-    report, fixed = _fixed(inputs)
+    report, fixed = inputs.memory_and_fixed()
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
     from servesize.planning.plan import make_plan
@@ -258,7 +243,7 @@ def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str],
 
     one = users_sizing(scenario)
     inputs = plan_inputs(one)
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     per_replica = ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False)
     sizing = replicas_for_plan(per_replica.values, int(scenario.users or 0), inputs.knobs.sticky_routing)
     sized = sized_scenario(scenario, sizing["replicas"])
@@ -314,7 +299,7 @@ def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[
     if scenario.users is not None:
         raise BadInput("teams take each team's users from its spec (NAME=USERS): drop users")
     inputs = plan_inputs(scenario)
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     found, _ = teams_from(scenario, tuple(team), priority, inputs.workload.max_model_len)
     capped = tuple(t.replace(workload=t.workload.replace(max_model_len=min(t.workload.max_model_len,
                                                                            fixed.max_model_len)))
@@ -331,7 +316,7 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
 
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
-    _, fixed = _fixed(inputs)
+    _, fixed = inputs.memory_and_fixed()
     cases = []
     for value, typed in zip(values, typed_values):
         varied = plan_inputs(scenario.replace(**{name: typed}))  # every rule and refusal, as plan applies them
@@ -449,7 +434,7 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     except BadInput as exc:
         pool_note = f"plan cannot take the fitted workload ({exc}); the pool is the scenario's own"
         inputs = plan_inputs(scenario)
-    report, fixed = _fixed(inputs, check_prefixes=False)
+    report, fixed = inputs.memory_and_fixed(check_prefixes=False)
     pool = sim.PoolSpec(report.pool.num_blocks, report.pool.block_size, f"servesize plan's pool: {report.model} on "
                         f"{report.gpus.count}x{report.gpus.gpu.key}, the workload fitted from the trace",
                         report.pool.max_model_len, report.deployment.max_num_seqs)
@@ -601,7 +586,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     except BadInput as exc:
         notes.append(f"plan cannot take the fitted workload ({exc}); the engine is the scenario's own")
         planned, inputs, with_plan = scenario, plan_inputs(scenario), False
-    report, fixed = _fixed(inputs, check_prefixes=False)
+    report, fixed = inputs.memory_and_fixed(check_prefixes=False)
     dep = report.deployment
     cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
                            int(dep.max_num_batched_tokens or 8192))
@@ -653,7 +638,7 @@ def bench(scenario: Scenario, load: Any) -> Any:
                                           prefix=load.random_prefix_len, subagent_ratio=0.0,
                                           output_tokens=load.random_output_len,
                                           warm_turn_tokens=min(load.random_input_len, 2000)))
-    report, fixed = _fixed(inputs, check_prefixes=False)
+    report, fixed = inputs.memory_and_fixed(check_prefixes=False)
     dep, pool = report.deployment, report.pool
     if load.longest_request_tokens > pool.max_model_len:
         raise BadInput(f"a prompt and its output reach {load.longest_request_tokens:,} tokens, past --max-model-len "

@@ -19,7 +19,9 @@ from servesize.workload.model import Workload
 from servesize.workload.presets import WorkloadOrigin
 
 if TYPE_CHECKING:  # the placement module loads with the first split: memory and fit start without it
+    from servesize.engine.memory import MemoryReport
     from servesize.engine.placement import Split
+    from servesize.planning.inputs import Fixed
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,24 @@ class PlanInputs:
     flags_estimated: tuple[str, ...] = ()
     split: Split | None = None  # how --gpus is split into replicas (engine.placement.choose_split)
     flags_not_modelled: tuple[str, ...] = ()  # KV connectors servesize does not model (resolve.served)
+
+    def memory_and_fixed(self, *, check_prefixes: bool = True) -> tuple[MemoryReport, Fixed]:
+        """The deployment's memory report and what it fixes for the planner: the one place resolved inputs
+        become the planner's (``check_prefixes``: refuse a pool that does not even hold the shared prefixes)."""
+        from servesize.engine.memory import memory_report
+        from servesize.errors import BadInput
+        from servesize.planning.inputs import fixed_from_memory
+
+        report = memory_report(self.model.architecture, self.gpus, self.deployment, budget=self.scenario.budget,
+                               name=self.name, flags_not_affecting=self.flags_not_affecting,
+                               flags_estimated=self.flags_estimated, flags_not_modelled=self.flags_not_modelled)
+        fixed = fixed_from_memory(report, self.model.architecture, self.pool_tokens, self.pool_source,
+                                  seed_convention=self.scenario.assumptions == "seed", hf_id=self.hf_id)
+        reserved = self.workload.reserved_prefix_tokens()
+        if check_prefixes and fixed.pool_tokens <= reserved:
+            raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
+                           f"prefixes ({reserved:,} tokens): nothing stays warm")
+        return report, fixed
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:
