@@ -196,3 +196,16 @@ def test_the_third_and_fourth_length_moments_match_a_large_sample(k):
     w = seed()
     s = w.sample(np.random.default_rng(3), 2_000_000)
     assert w.length_moment(k) == pytest.approx(np.mean(s.full_tokens ** k), rel=0.03)
+
+
+def test_an_unknown_field_whose_name_breaks_the_line_is_echoed_quoted(tmp_path):
+    # found by the fuzz suite in a random order: a key holding a newline made the refusal two lines
+    import json
+
+    for data in ({"servesize_workload": 1, "user": {"kind": "lognormal", "median_tokens": 1000, "sigma": 0.5, "\n0": 1}},
+                 {"servesize_workload": 1, "user": {"kind": "lognormal", "median_tokens": 1000, "sigma": 0.5}, "a\nb": 1}):
+        path = tmp_path / "w.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(BadInput, match="unknown field") as err:
+            load_workload(path)
+        assert "\n" not in str(err.value) and ("'\\n0'" in str(err.value) or "'a\\nb'" in str(err.value))

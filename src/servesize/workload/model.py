@@ -29,7 +29,7 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, clip
 from servesize.workload.catalogue import reference_value
 from servesize.workload.draws import RawDraw, draw_numbers
 
@@ -253,7 +253,7 @@ def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestCla
         raise BadInput(f"workload file: {where}.kind must be 'lognormal' or 'empirical', got {kind!r}")
     unknown = sorted(set(data) - allowed[kind])
     if unknown:
-        raise BadInput(f"workload file: unknown field(s) in {where}: {', '.join(unknown)}")
+        raise BadInput(f"workload file: unknown field(s) in {where}: {', '.join(clip(u) for u in unknown)}")
     name = data.get("name", where)
     for key, text in (("name", name), ("source", data.get("source", ""))):
         if not isinstance(text, str):
@@ -601,7 +601,8 @@ class Workload:
         allowed = scalar | FILE_KEYS
         unknown = sorted(set(data) - allowed)
         if unknown:
-            raise BadInput(f"workload file: unknown field(s): {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+            raise BadInput(f"workload file: unknown field(s): {', '.join(clip(u) for u in unknown)} "
+                           f"(allowed: {', '.join(sorted(allowed))})")
         if "user" not in data:
             raise BadInput("workload file: the [user] class is missing")
         user = class_from_dict(data["user"], "user")

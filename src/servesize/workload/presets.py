@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, clip
 from servesize.workload.catalogue import DEFAULT_PRESET, FIELDS, preset_names, preset_table
 from servesize.workload.model import (
     FORMAT_KEY,
@@ -188,7 +188,7 @@ def _check_file(data: Any) -> None:
     allowed = set(SCALAR_FIELDS) | {"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise BadInput(f"workload file: unknown field(s): {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+        raise BadInput(f"workload file: unknown field(s): {', '.join(clip(u) for u in unknown)} (allowed: {', '.join(sorted(allowed))})")
 
 
 def _class_over(data: Any, where: str, base) -> Any:
