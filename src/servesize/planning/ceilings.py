@@ -600,6 +600,12 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
     others = _values(warm, float(dec.n), 0.0, sat, dp, churn)  # decode as the every-user figure, until the load model's
     del others["latency"]
+    def latency_at(rate: float) -> float:
+        return _values(warm, 0.0, users_for_rate(rate, think, r), sat, dp, churn)["latency"]
+
+    def decode_at(users: float) -> float:
+        return _values(warm, users, 0.0, sat, dp, churn)["decode"]
+
     bisection = None
     if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
         bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache,
@@ -608,24 +614,17 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
         if users is None:
             del others["decode"]  # the ceiling exceeds the cache or saturation one: decode does not bind
         else:
-            others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
-    def latency_at(rate: float) -> float:
-        return _values(warm, 0.0, users_for_rate(rate, think, r), sat, dp, churn)["latency"]
-
-    def decode_at(users: float) -> float:
-        return _values(warm, users, 0.0, sat, dp, churn)["decode"]
-
+            others["decode"] = decode_at(users)
     decided = _latency_bracketed(search, bisection, others, latency_at, decode_at, dp)
     if decided is not None:
         return decided
-    others["latency"] = _values(warm, 0.0, users_for_rate(search.result().rate_at_ceiling_per_s, think, r), sat,
-                                dp, churn)["latency"]
+    others["latency"] = latency_at(search.result().rate_at_ceiling_per_s)
     if "decode" in others and bisection is not None:
         users = _decode_against(bisection, others["latency"] / dp)
         if users is None:
             del others["decode"]  # above the latency ceiling: decode does not bind
         else:
-            others["decode"] = _values(warm, users, 0.0, sat, dp, churn)["decode"]
+            others["decode"] = decode_at(users)
     return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
 
 
