@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
+import subprocess
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -276,3 +278,14 @@ def test_in_parallel_one_block_short_of_the_pool_stays_warm_and_one_more_than_fi
     _round_in_parallel(vllm_server.base_url, cold)
     for _ in range(2):
         assert sum(_round_in_parallel(vllm_server.base_url, cold)) < over * hit
+
+
+def test_vllms_own_keep_alive_default_is_the_one_the_client_stays_under(vllm_python):
+    """The client's idle limit (measure/client.py) is set against vLLM's server default; the installed vLLM says what
+    that default is."""
+    from servesize.measure.client import SERVER_KEEPALIVE_DEFAULT_S
+    out = subprocess.run([str(vllm_python), "-c", "import vllm.envs as e; print(e.VLLM_HTTP_TIMEOUT_KEEP_ALIVE)"],
+                         capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items()
+                                                                          if k != "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) == SERVER_KEEPALIVE_DEFAULT_S

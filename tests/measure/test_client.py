@@ -180,6 +180,17 @@ def test_a_refused_connection_is_a_result():
     assert r.error["type"] == "connection_refused"
 
 
+def test_the_client_lets_an_idle_connection_go_before_vllms_server_closes_it():
+    """A POST sent on a keep-alive connection the server has just closed fails as a reset that aiohttp does not
+    retry; the client's idle limit is under the server's, so it opens a new connection instead."""
+    from servesize.measure.client import CLIENT_KEEPALIVE_S, SERVER_KEEPALIVE_DEFAULT_S
+
+    async def go():
+        async with StreamClient("http://127.0.0.1:9") as client:
+            return client.session.connector._keepalive_timeout
+    assert asyncio.run(go()) == CLIENT_KEEPALIVE_S < SERVER_KEEPALIVE_DEFAULT_S / 2
+
+
 def test_a_client_used_outside_async_with_says_so():
     """A programming error, not a request failure: raised, with what was missing, not an AttributeError on None."""
     client = StreamClient("http://127.0.0.1:9")

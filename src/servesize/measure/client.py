@@ -158,6 +158,15 @@ class RequestResult:
         return f"{self.error['type']}: {self.error['message']}"
 
 
+# vLLM's API server (uvicorn) closes a keep-alive connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5:
+# https://github.com/vllm-project/vllm/blob/main/vllm/envs.py). aiohttp keeps an idle connection 15 s by default, so
+# a request sent on one the server has just closed fails as a reset, which aiohttp does not retry for a POST, and a
+# measurement then refuses its capacity for a failure of the client's own making (seen once in 33 probe requests on a
+# starved server). The client lets an idle connection go well before the server does.
+CLIENT_KEEPALIVE_S = 2.0
+SERVER_KEEPALIVE_DEFAULT_S = 5.0
+
+
 class StreamClient:
     """An aiohttp session against one server. Use as ``async with StreamClient(url) as client``."""
 
@@ -181,7 +190,8 @@ class StreamClient:
         self.session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> StreamClient:
-        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300,
+                                         keepalive_timeout=CLIENT_KEEPALIVE_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
         return self
 
