@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 # ``X as X``: re-exported for the explorer, which reads the library through this module only (tests/test_layering.py)
 from servesize.engine.kv_cache import MODELLED_KV_CACHE_DTYPES as MODELLED_KV_CACHE_DTYPES
-from servesize.engine.memory import MemoryReport, memory_report
+from servesize.engine.memory import MemoryReport as MemoryReport
+from servesize.engine.memory import memory_report
 from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.engine.weights import PRECISIONS as PRECISIONS
@@ -53,12 +54,16 @@ from servesize.workload.model import length_mass as length_mass
 
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
     from servesize.engine.models_table import ModelRow, ModelsResult
-    from servesize.planning.at_load import AtLoad
+    from servesize.planning.at_load import AtLoad as AtLoad
     from servesize.planning.fleet_result import FleetOption as FleetOption
     from servesize.planning.fleet_result import FleetResult as FleetResult
     from servesize.planning.latency import LatencyReport
-    from servesize.planning.plan import Plan
+    from servesize.planning.plan import Plan as Plan
+    from servesize.planning.teams import TeamsPanel
+    from servesize.simulate.cache import ModelledService
+    from servesize.simulate.replay import Replay
     from servesize.workload.fit import WorkloadFit
+    from servesize.workload.presets import Preset
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
 
@@ -260,7 +265,7 @@ def plan_command_of(scenario: Scenario) -> str:
     return plan_command(scenario)
 
 
-def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | None = None, **options: Any):
+def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | None = None, **options: Any) -> FleetResult:
     """The cheapest fleets for N users (``users=``) or several teams (``team=["research=40:rag", ...]``) over GPU
     type x count x precision x KV dtype x TP/DP: the cheapest few, the cost-users frontier, the winner's recipe
     and routing, and with teams the partitioned split and the verdict. ``options`` are FleetQuery's fields.
@@ -283,7 +288,7 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     return result
 
 
-def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None):
+def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None) -> TeamsPanel:
     """Several teams on the scenario's deployment (its GPUs, TP and DP): each team's warm users when they share
     the pool under LRU (and alone on it), each team's ceilings and miss TTFT, and the replicas of this shape
     the teams need sharing it or each on its own (``planning.teams.TeamsPanel``; ``.to_dict()`` for a page).
@@ -307,7 +312,7 @@ def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[
     return teams_panel(replace(fixed), TeamMix(capped), inputs.knobs)
 
 
-def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict:
+def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict[str, Any]:
     """Warm users and the four ceilings for each value of one workload field or knob.
 
     ``values`` are typed values or their text ('31k'); the memory is the scenario's own throughout
@@ -385,7 +390,7 @@ def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | N
                            num_speculative_tokens=num_speculative_tokens, model=model)
 
 
-def fit_workload(path: str | os.PathLike, *, column: str | None = None, min_tokens: int | None = None,
+def fit_workload(path: str | os.PathLike[str], *, column: str | None = None, min_tokens: int | None = None,
                  prefix_tokens: int | None = None, preset: str | None = None, distribution: str = "auto") -> WorkloadFit:
     """A workload fitted from a request log (CSV, JSONL or JSON; gzip allowed): every field fitted from the
     file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks (None:
@@ -442,14 +447,14 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
         pool = replace(_pool_of_tokens(pool_tokens, pool.block_size), max_model_len=pool.max_model_len,
                        max_num_seqs=pool.max_num_seqs)
 
-    def model_service(replay):
+    def model_service(replay: Replay) -> ModelledService:
         from servesize.planning.ceilings import decode_setup, prefill_setup
         from servesize.simulate.cache import ModelledService
 
         return ModelledService(prefill_setup(fixed, inputs.knobs), decode_setup(fixed, inputs.knobs),
                                replay.input_tokens, replay.output_tokens)
 
-    def plan_fn(workload):
+    def plan_fn(workload: Workload) -> dict[str, Any]:
         return sim.plan_summary(plan(scenario.replace(workload=workload), sensitivity=False))
 
     result = sim.run_simulation(source, pool, opts, model_service=model_service, plan_fn=plan_fn, progress=progress,
@@ -459,7 +464,7 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     return result
 
 
-def presets() -> list:
+def presets() -> list[Preset]:
     """The workload presets (data/workloads.toml), each with its fields' values and sources."""
     from servesize.workload.presets import presets as every_preset
 
@@ -695,7 +700,7 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
                      num_prompts=min(measured.completed, 1000), max_concurrency=measured.max_concurrency,
                      request_rate=measured.request_rate if measured.max_concurrency is None else math.inf)
 
-    def solve(name: str, key: str, target: float, fixed: dict) -> tuple[float, float]:
+    def solve(name: str, key: str, target: float, fixed: dict[str, float]) -> tuple[float, float]:
         lo, hi = 1.0 / 4096, 1.0
         for _ in range(BENCH_CALIBRATION_STEPS):
             mid = (lo * hi) ** 0.5
@@ -704,7 +709,7 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
         best = (lo * hi) ** 0.5
         return best, bench(scenario.replace(**fixed, **{name: best}), load).metrics[key]
 
-    held: dict = {}
+    held: dict[str, float] = {}
     for _ in range(BENCH_CALIBRATION_ROUNDS):  # each moves the other's time a little (a prefill stalls decodes)
         bw, tpot = solve("bandwidth_efficiency", "mean_tpot_ms", measured.mean_tpot_ms, held)
         mfu, ttft = solve("mfu", "mean_ttft_ms", measured.mean_ttft_ms, {"bandwidth_efficiency": bw})

@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 from servesize.planning.inputs import sub_ratio_of, ttft_queue_budget_s
 
 if TYPE_CHECKING:  # the rest loads with the first plan: ``Load`` is a query type every face may build
+    from collections.abc import Iterable
+
     import numpy as np
 
+    from servesize.planning.decode import ContextBank, DecodeSetup
     from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan
+    from servesize.planning.power import PowerBill
+
+    SetupBank = tuple[DecodeSetup, ContextBank]  # decode_bank's: the plan's decode setup and its context bank
 
 BURST_FLUSH = "flush"  # the burst of every warm user (p5) of one replica group missing at once
 MAX_DECODERS = 4096    # the decoders a load is read at stop here (a bank of 400 fills x this many contexts)
@@ -32,7 +38,7 @@ class Load:
     load_users: int | None = None     # users on the deployment (Scenario.users is fleet sizing, a different thing)
     burst: int | str | None = None    # simultaneous misses: a count, or BURST_FLUSH
 
-    def given(self) -> dict:
+    def given(self) -> dict[str, int | str]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -46,7 +52,7 @@ class AtLoad:
     latency: LatencyReport
     decoders: int                # concurrent decoders per replica the decode is read at
     decoders_rule: str           # how they follow from the users: the load model's percentile, or every user
-    decode: dict                 # p5/p50/p95 per-user tok/s there (the plan's own context bank)
+    decode: dict[str, float]     # p5/p50/p95 per-user tok/s there (the plan's own context bank)
     decode_status: str           # ok / tight / over against the comfortable and hard floors
     power: Any                   # planning.power's bill at this load (None: not priced, and why in power_note)
     power_note: str | None
@@ -70,7 +76,7 @@ def latency_at(plan: Plan, users: float, *, burst: float = 1.0, miss_rate: float
                           request_fixed_s=float(plan.knobs.a("step.request_fixed_s")))
 
 
-def decode_bank(plan: Plan):
+def decode_bank(plan: Plan) -> SetupBank:
     """The plan's decode setup and its own context bank (the same seed: the same numbers)."""
     from servesize.planning.ceilings import CeilingCache, contexts_of, decode_setup
 
@@ -78,7 +84,8 @@ def decode_bank(plan: Plan):
     return setup, contexts_of(plan.workload, plan.knobs, setup.topk_tokens, CeilingCache())
 
 
-def decode_at(plan: Plan, decoders, setup_bank=None) -> tuple[dict[str, np.ndarray], float]:
+def decode_at(plan: Plan, decoders: Iterable[int], setup_bank: SetupBank | None = None
+              ) -> tuple[dict[str, np.ndarray], float]:
     """Per-user decode p5/p50/p95 (and ``aggregate_p50``, per replica) at each count of concurrent decoders per
     replica, on the plan's own context bank (``setup_bank``: decode_bank's, when the caller holds it); and the
     tokens per step speculative decoding gives."""
@@ -88,7 +95,7 @@ def decode_at(plan: Plan, decoders, setup_bank=None) -> tuple[dict[str, np.ndarr
     return decode_curve(setup, None, decoders, bank=bank), float(setup.spec_speedup)
 
 
-def mfu_at(plan: Plan, decoders, setup_bank=None):
+def mfu_at(plan: Plan, decoders: Iterable[int], setup_bank: SetupBank | None = None) -> np.ndarray | None:
     """Decode's effective MFU (p50) at each count of concurrent decoders per replica (``decode.decode_mfu``), on the
     plan's own context bank; None where the GPU's FLOP/s are not priced."""
     from servesize.planning.decode import decode_mfu
@@ -110,7 +117,7 @@ def decode_status(p50: float, plan: Plan) -> str:
     return "tight" if p50 >= plan.result.decode.floor_tok_s else "over"
 
 
-def power_at(plan: Plan, load: Load, users: float):
+def power_at(plan: Plan, load: Load, users: float) -> tuple[PowerBill | None, str | None]:
     """The bill and its note: the plan's own, or at ``users`` when the load gives them."""
     if load.load_users is None:
         return plan.power, plan.power_note
@@ -119,7 +126,7 @@ def power_at(plan: Plan, load: Load, users: float):
     return power_of(plan.fixed, plan.workload, plan.knobs, plan.result, users=users)
 
 
-def decoders_of(plan: Plan, users: float, setup_bank=None) -> tuple[int, str]:
+def decoders_of(plan: Plan, users: float, setup_bank: SetupBank | None = None) -> tuple[int, str]:
     """The decoders per replica at ``users``, as the plan's own decode ceiling counts them: under the load model
     the percentile of simultaneous decoders (load.decoders_at, the fixed point its ceiling reads); under the
     seed's every-user rule, every user."""

@@ -15,9 +15,9 @@ Per replica group, everything TP-wide is the group's: b x tp and state x tp byte
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,13 +67,16 @@ from servesize.planning.load import (
 )
 from servesize.planning.load_models import load_model
 from servesize.planning.lru import ChurnBound, churn_bound
-from servesize.planning.prefill import PrefillSetup, prefill_costs
+from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
 from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms
-from servesize.planning.warm_capacity import HostLink, warm_capacity
+from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
 from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (planning.teams)
+
+if TYPE_CHECKING:
+    from servesize.planning.load import _Tail
 
 CEILINGS = ("cache", "decode", "latency", "saturation")
 
@@ -91,7 +94,7 @@ class FloorOutOfReach:
     def used_tok_s(self) -> float:
         return self.best_tok_s * self.fraction
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {"floor_tok_s": self.floor_tok_s, "one_user_tok_s": self.best_tok_s, "fraction": self.fraction,
                 "sized_at_tok_s": self.used_tok_s}
 
@@ -103,26 +106,26 @@ class FloorOutOfReach:
 
 @dataclass(frozen=True)
 class Ceilings:
-    warm: Any
-    decode: Any
-    decode_comfortable: Any
-    prefill: Any
-    moments: Any
+    warm: WarmCapacity
+    decode: DecodeCeiling
+    decode_comfortable: DecodeCeiling | None
+    prefill: Any     # PrefillCosts, None without the GPU's FLOP/s (then moments is None too)
+    moments: Any     # ServiceMoments, or None
     latency_users: float
     saturation_users: float
     spec_speedup: float
-    values: dict
+    values: dict[str, Any]      # ceiling -> users (floats; Any: web/charts.py builds its rows from them untyped)
     binding: str
     floor_out_of_reach: FloorOutOfReach | None = None
-    missing: dict = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
+    missing: dict[str, str] = field(default_factory=dict)  # ceiling -> the figure it needs that the inputs lack
     decode_load: DecodeLoad | None = None   # the load model's decode ceiling (None under the seed's rule)
     ttft: TtftLoad | None = None            # the load model's latency ceiling (None under the seed's rule)
     every_user_decode: float = 0.0          # the seed's every-user-decodes ceiling, x dp: the conservative bound
-    ttft_samples: tuple = field(default=(), compare=False, repr=False)  # (miss_s, hit_s) prefill draws
+    ttft_samples: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)  # (miss_s, hit_s) prefill draws
     stall: StallLoad | None = field(default=None, compare=False, repr=False)  # interference priced (or None)
     churn: ChurnBound | None = None         # the cache ceiling's LRU bound (None: not priced)
 
-    def headroom(self) -> dict:
+    def headroom(self) -> dict[str, float | None]:
         low = self.values[self.binding]
         return {k: (v / low if low > 0 and k not in self.missing else None) for k, v in self.values.items()}
 
@@ -150,7 +153,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
     speedup = spec_speedup_of(fixed, knobs)
     drafts = spec_tokens_of(knobs) if speedup > 1 else 0
-    compute: dict = {}
+    compute: dict[str, float] = {}
     if knobs.a("decode.roofline") == "max":
         # F: every matmul weight once per token, the lm_head included (the embedding is a gather)
         per_draft_params = fixed.mtp_matmul_params + fixed.lm_head_params
@@ -231,20 +234,21 @@ class CeilingCache:
     """
 
     def __init__(self) -> None:
-        self.banks: dict = {}
-        self.warm: dict = {}
-        self.contexts: dict = {}
-        self.decode: dict = {}
-        self.prefill: dict = {}
-        self.ttft_samples: dict = {}
-        self.ttft_longest: dict = {}
-        self.ttft_tails: dict = {}
-        self.ttft: dict = {}
-        self.decode_load: dict = {}
-        self.speeds: dict = {}
-        self.fill_speeds: dict = {}
-        self.stalls: dict = {}
-        self.cold: dict = {}
+        # keyed by (everything the value depends on, ...): tuples of mixed fields
+        self.banks: dict[tuple[int, bool], RandomBank] = {}
+        self.warm: dict[tuple[Any, ...], WarmCapacity] = {}
+        self.contexts: dict[tuple[Any, ...], ContextBank] = {}
+        self.decode: dict[tuple[Any, ...], DecodeCeiling] = {}
+        self.prefill: dict[tuple[Any, ...], PrefillCosts] = {}
+        self.ttft_samples: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # (miss_s, hit_s) draws
+        self.ttft_longest: dict[tuple[Any, ...], float] = {}
+        self.ttft_tails: dict[tuple[Any, ...], tuple[_Tail, _Tail]] = {}
+        self.ttft: dict[tuple[Any, ...], TtftSearch] = {}
+        self.decode_load: dict[tuple[Any, ...], DecodeLoadSearch] = {}
+        self.speeds: dict[tuple[DecodeSetup, int], dict[int, float]] = {}  # (setup, id(bank)) -> k -> p50
+        self.fill_speeds: dict[tuple[DecodeSetup, int], dict[int, np.ndarray]] = {}
+        self.stalls: dict[tuple[Any, ...], StallLoad] = {}
+        self.cold: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, int]] = {}  # (lengths, cold_s, starts)
 
     def bank(self, seed: int, uniforms: bool) -> RandomBank:
         key = (int(seed), bool(uniforms))
@@ -256,7 +260,7 @@ class CeilingCache:
 DECODE_SEARCH_LIMIT = 65536  # decoders per replica; past it decode cannot be what binds
 
 
-def _decode_ceiling(setup, bank: ContextBank, floor: float):
+def _decode_ceiling(setup: DecodeSetup, bank: ContextBank, floor: float) -> DecodeCeiling:
     """The decode ceiling, or the search limit as a lower bound when the floor is never reached."""
     try:
         return decode_ceiling(setup, None, floor, max_n=DECODE_SEARCH_LIMIT, bank=bank)
@@ -285,7 +289,7 @@ def restore_link(fixed: Fixed, knobs: Knobs) -> HostLink:
                     f"assumed: gpus.toml has no host link for {fixed.gpu_key}; {gen5['name']}: {gen5['source']}")
 
 
-def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache):
+def warm_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> WarmCapacity:
     """The warm fill (memoised on what it depends on)."""
     b_group = fixed.kv_bytes_per_token_rank * fixed.tp
     s_group = (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp  # resident per warm session
@@ -315,7 +319,8 @@ def contexts_of(workload: Workload | TeamMix, knobs: Knobs, topk_tokens: int, ca
     return cache.contexts[key]
 
 
-def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, floor: float, cache: CeilingCache):
+def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, floor: float,
+              cache: CeilingCache) -> DecodeCeiling:
     """The decode ceiling at ``floor`` (memoised on the setup, the floor and the context bank)."""
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     key = (setup, floor, id(bank))
@@ -324,7 +329,7 @@ def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, fl
     return cache.decode[key]
 
 
-def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache):
+def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache) -> PrefillCosts:
     """Prefill costs: exact from the workload's length moments, or sampled when ``knobs.prefill_samples`` is set."""
     key = (pset, workload.lengths_key(), workload.warm_turn_tokens, knobs.prefill_samples, knobs.seed)
     if key not in cache.prefill:
@@ -339,7 +344,8 @@ def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: Ceil
 
 
 def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
-                  exact: bool = True):
+                  exact: bool = True
+                  ) -> tuple[PrefillCosts, ServiceMoments, Any, float, Any, tuple[np.ndarray, ...]]:
     """Prefill costs, their moments, the latency and saturation ceilings per group, and the load model's TTFT.
 
     ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
@@ -395,7 +401,7 @@ def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
 
 
 def cold_moments(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
-                 costs) -> ServiceMoments:
+                 costs: PrefillCosts) -> ServiceMoments:
     """The prefill queue's service moments: warm hits and cold prefills at the workload's shares, session
     starts (``cold_draws``) folded into the cold leg."""
     invalidated, started = cold_shares(workload, knobs)
@@ -407,7 +413,7 @@ def cold_moments(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
 
 
 def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
-                 m: ServiceMoments, budget: float) -> tuple[TtftSearch, tuple]:
+                 m: ServiceMoments, budget: float) -> tuple[TtftSearch, tuple[np.ndarray, np.ndarray]]:
     """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
     percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
@@ -550,9 +556,9 @@ def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     dec, out_of_reach = decode_at_floor(setup, workload, knobs, cache)
     dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    missing: dict = {}
+    missing: dict[str, str] = {}
     costs = m = ttft = None
-    samples: tuple = ()
+    samples: tuple[np.ndarray, ...] = ()
     lat = sat = math.inf
     if fixed.peak_flops_per_gpu > 0:
         costs, m, lat, sat, ttft, samples = _prefill_side(fixed, workload, knobs, cache, bank)
@@ -681,7 +687,8 @@ def _decode_users(setup: DecodeSetup, dec: DecodeCeiling, workload: Workload, kn
     return None, float(dec.n)
 
 
-def _values(warm, decode_users: float, lat: float, sat: float, dp: int, churn: ChurnBound | None = None) -> dict:
+def _values(warm: WarmCapacity, decode_users: float, lat: float, sat: float, dp: int,
+            churn: ChurnBound | None = None) -> dict[str, float]:
     cache = float(warm.users.p5) if churn is None else churn.capped(float(warm.users.p5), dp)
     return {
         "cache": cache,
@@ -712,7 +719,7 @@ class DecodePoint:
     low_tok_s: float
     high_tok_s: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"concurrent_decoders": self.n, "per_user_tok_s_p50": self.speed.p50_tok_s,
                 "bounds_tok_s": [self.low_tok_s, self.high_tok_s], "bound": self.speed.bound,
                 "compute_over_memory": self.speed.compute_share}
@@ -728,7 +735,7 @@ def efficiency_bracket(knobs: Knobs, knob: str, assumption_name: str) -> tuple[f
     return float(entry.get("low", entry["default"])), float(entry.get("high", entry["default"]))
 
 
-def decode_points(fixed: Fixed, workload: Workload, knobs: Knobs, ns, cache: CeilingCache) -> tuple[DecodePoint, ...]:
+def decode_points(fixed: Fixed, workload: Workload, knobs: Knobs, ns: Iterable[int], cache: CeilingCache) -> tuple[DecodePoint, ...]:
     """Per-user speed at each n (per replica), with bounds: the low and high ends of the bandwidth and compute
     efficiency brackets (data/assumptions.toml), the rest of the plan as it is."""
     setup = decode_setup(fixed, knobs)

@@ -44,9 +44,9 @@ bandwidth is one GPU's datasheet HBM rate, multiplied here by tp.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
@@ -55,6 +55,9 @@ from servesize.planning.step_model import decode_seconds
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
     import numpy as np
+    from numpy.typing import ArrayLike
+
+    from servesize.workload.model import Workload
 
 
 class FloorNeverReached(BadInput):
@@ -63,7 +66,7 @@ class FloorNeverReached(BadInput):
 ContextSampler = Callable[["np.random.Generator", int], "np.ndarray"]
 
 
-def contexts_from(workload) -> ContextSampler:
+def contexts_from(workload: Workload) -> ContextSampler:
     """Adapt anything with ``sample(rng, size) -> Sample`` (``.full_tokens``) to a context sampler."""
 
     import numpy as np
@@ -172,7 +175,7 @@ class ExpertRouting:
     experts_per_token: int
     union: str = "linear"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.all_expert_bytes <= 0:
             raise BadInput("expert bytes must be positive")
         if not 1 <= self.experts_per_token <= self.num_experts:
@@ -180,7 +183,7 @@ class ExpertRouting:
         if self.union not in ("linear", "expected"):
             raise BadInput(f"expert union must be 'linear' or 'expected', got {self.union!r}")
 
-    def union_bytes(self, n) -> np.ndarray | float:
+    def union_bytes(self, n: ArrayLike) -> np.ndarray | float:
         """Routed-expert bytes read per step with n concurrent decode tokens (vectorised in n)."""
         import numpy as np
         n = np.asarray(n, dtype=float)
@@ -228,7 +231,7 @@ class DecodeSetup:
     window_attention_flops_per_token: float = 0.0
     step_overhead_s: float = 0.0  # fixed per step (decode.step_overhead_s); 0 is the pure roofline (the seed's)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.bandwidth_bytes_per_s <= 0:
             raise BadInput("HBM bandwidth must be positive")
         if self.weight_bytes_per_step < 0 or self.kv_bytes_per_token_read < 0 or self.state_bytes_per_sequence < 0:
@@ -271,7 +274,7 @@ class DecodeSetup:
     def prices_compute(self) -> bool:
         return self.peak_flops_per_s > 0
 
-    def weight_bytes(self, n) -> np.ndarray | float:
+    def weight_bytes(self, n: ArrayLike) -> np.ndarray | float:
         """Weights read per step at n concurrent decoders (vectorised in n), the MTP drafts' included."""
         import numpy as np
         base = float(self.weight_bytes_per_step + self.draft_bytes_per_step)
@@ -279,7 +282,7 @@ class DecodeSetup:
             return np.full(np.shape(n), base) if np.ndim(n) else base
         return base + self.experts.union_bytes(n)
 
-    def step_flops(self, n: int, context_sum, window_sum=0.0):
+    def step_flops(self, n: int, context_sum: ArrayLike, window_sum: ArrayLike = 0.0) -> np.ndarray:
         """FLOPs of one step: n sequences x (q tokens x F + drafts) + q x attention over the contexts."""
         import numpy as np
         gemm = n * (self.query_tokens_per_step * self.flops_per_token + self.draft_flops_per_sequence)
@@ -287,7 +290,7 @@ class DecodeSetup:
                                                   + self.window_attention_flops_per_token * np.asarray(window_sum, dtype=float))
         return gemm + attention
 
-    def step_seconds(self, step_bytes, step_flops=None):
+    def step_seconds(self, step_bytes: ArrayLike, step_flops: ArrayLike | None = None) -> np.ndarray:
         """The step's time: the one step model's roofline (planning.step_model.decode_seconds)."""
         return decode_seconds(self, step_bytes, step_flops)
 
@@ -296,12 +299,13 @@ class DecodeSetup:
         import numpy as np
         contexts = np.asarray(contexts, dtype=float)
         n = contexts.shape[-1]
-        kv = contexts.sum(axis=-1) * self.kv_bytes_per_token_read
+        kv: np.ndarray = contexts.sum(axis=-1) * self.kv_bytes_per_token_read
         if self.topk_tokens and self.topk_bytes_per_token:
             kv = kv + np.minimum(contexts, self.topk_tokens).sum(axis=-1) * self.topk_bytes_per_token
-        return self.weight_bytes(n) + kv + 2.0 * n * self.state_bytes_per_sequence
+        step_bytes: np.ndarray = self.weight_bytes(n) + kv + 2.0 * n * self.state_bytes_per_sequence
+        return step_bytes
 
-    def per_user_tokens_per_s(self, step_bytes) -> np.ndarray:
+    def per_user_tokens_per_s(self, step_bytes: ArrayLike) -> np.ndarray:
         """spec_speedup / (step bytes / effective bandwidth + per-step overhead) (the memory leg only)."""
         return self.spec_speedup / self.step_seconds(step_bytes)
 
@@ -479,7 +483,7 @@ class DecodeSpeed:
         """Compute time / memory time of the median step (1 = the ridge point)."""
         return self.compute_s_p50 / self.memory_s_p50 if self.memory_s_p50 > 0 else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "concurrent_decoders": self.n,
             "per_user_tok_s": {"p5": self.p5_tok_s, "p50": self.p50_tok_s, "p95": self.p95_tok_s},
@@ -624,7 +628,7 @@ def decode_speed(
 def decode_curve(
     setup: DecodeSetup,
     sample_contexts: ContextSampler | None,
-    ns,
+    ns: Iterable[int],
     fills: int | None = None,
     seed: int = 0,
     bank: ContextBank | None = None,
@@ -647,7 +651,7 @@ def decode_curve(
     return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}
 
 
-def decode_mfu(setup: DecodeSetup, ns, bank: ContextBank) -> np.ndarray | None:
+def decode_mfu(setup: DecodeSetup, ns: Iterable[int], bank: ContextBank) -> np.ndarray | None:
     """Decode's effective MFU at each n in ``ns``: the FLOPs one step executes (n sequences x query tokens x F, the
     drafts, the attention over the contexts) over the step's roofline time, as a share of the group's dense peak
     (tp x peak FLOP/s), p50 over the fills; None where the GPU's FLOP/s are not priced. A memory-bound step at
@@ -678,7 +682,7 @@ class DecodeCeiling:
     evaluations: int
     derivation: Derivation
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "decode_ceiling": self.n,
             "floor_tok_s": self.floor_tok_s,

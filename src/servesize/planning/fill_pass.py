@@ -18,7 +18,9 @@ V <= cap x t, t the interpolation weight of numpy's p5 (``cap_for``): a cap of V
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +29,9 @@ from servesize.planning.load import think_time_of
 from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentiles
 from servesize.workload.draws import RandomBank
 from servesize.workload.teams import TeamMix
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 _MAX_CELLS = 24_000_000  # fills x budgets x teams of one run's counts (int32): about 100 MB
 
@@ -82,7 +87,8 @@ def _count_at_most(cum: np.ndarray, budgets: np.ndarray, rows: np.ndarray, q: np
     s = np.searchsorted(window, cum, side="left")  # (A, 64), each row non-decreasing
     hist = np.bincount((np.arange(cum.shape[0])[:, None] * width + s).ravel(), minlength=cum.shape[0] * width)
     at_most = np.cumsum(hist.reshape(cum.shape[0], width), axis=1)
-    return at_most[rows, q - first]
+    counts: np.ndarray = at_most[rows, q - first]
+    return counts
 
 
 class _Pass:
@@ -125,8 +131,8 @@ class _Pass:
             self.counts[rows[owner], q] = self.running[rows[owner]]
 
 
-def warm_at_budgets(mix: TeamMix, bank: RandomBank, fills: int, budgets, state_tokens: float = 0.0,
-                    caps=None, max_draws: int = _MAX_DRAWS) -> WarmAtBudgets:
+def warm_at_budgets(mix: TeamMix, bank: RandomBank, fills: int, budgets: ArrayLike, state_tokens: float = 0.0,
+                    caps: ArrayLike | None = None, max_draws: int = _MAX_DRAWS) -> WarmAtBudgets:
     """Warm users of each team of ``mix`` in pools of each of ``budgets`` tokens (one engine each: the pool
     minus the reserved prefixes), every session charged ``state_tokens`` on top of its unique tokens.
 
@@ -136,8 +142,8 @@ def warm_at_budgets(mix: TeamMix, bank: RandomBank, fills: int, budgets, state_t
     return warm_at_charges(mix, bank, fills, [(budgets, state_tokens)], caps, max_draws)[0]
 
 
-def warm_at_charges(mix: TeamMix, bank: RandomBank, fills: int, charges, caps=None,
-                    max_draws: int = _MAX_DRAWS) -> list[WarmAtBudgets]:
+def warm_at_charges(mix: TeamMix, bank: RandomBank, fills: int, charges: Sequence[tuple[ArrayLike, float]],
+                    caps: ArrayLike | None = None, max_draws: int = _MAX_DRAWS) -> list[WarmAtBudgets]:
     """``warm_at_budgets`` for several state charges at once: ``charges`` is [(budgets, state_tokens), ...].
 
     The sessions are realised once per column block and each charge adds its own state tokens to the same
@@ -225,8 +231,8 @@ def _exactness(counted: np.ndarray, cap: np.ndarray, pct: np.ndarray) -> np.ndar
     return out
 
 
-def warm_of_teams(mix: TeamMix, bank: RandomBank, fills: int, charges, targets=None,
-                  max_draws: int = _MAX_DRAWS) -> list[tuple[np.ndarray, np.ndarray]]:
+def warm_of_teams(mix: TeamMix, bank: RandomBank, fills: int, charges: Sequence[tuple[ArrayLike, float]],
+                  targets: ArrayLike | None = None, max_draws: int = _MAX_DRAWS) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each team's cache ceiling in each budget of each state charge (``charges``: [(budgets, state_tokens)]):
     per charge, (percentiles (3, Q, T), exact (3, Q, T)).
 

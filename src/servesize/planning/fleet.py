@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ Progress = Say | None
 def _shapes(space: FleetSpace, skipped: list[tuple[str, str]]) -> list[Shape]:
     """Every priced shape whose weights fit, with its memory report's Fixed; the rest into ``skipped``."""
     out: list[Shape] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, int, str, str]] = set()
     for model in space.models:
         arch = model.architecture
         for gpu in space.gpus:
@@ -431,7 +432,7 @@ def _lookup(mixes: dict[str, TeamMix]) -> Callable[[ModelChoice], TeamMix]:
     return mix_of
 
 
-def replicas_for_plan(per_replica: Mapping[str, float], users: int, sticky: bool) -> dict:
+def replicas_for_plan(per_replica: Mapping[str, float], users: int, sticky: bool) -> dict[str, Any]:
     """plan --users N: the fewest replicas whose four ceilings (one replica's, scaled as the plan scales them:
     the cache only under sticky routing) all reach N, and the ceiling that sets that number."""
     need = {}

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servesize.planning.prices import GpuPrice
+    from servesize.workload.teams import Team
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class FleetOption:
     users_served_is_lower_bound: bool
     binding: str                   # the ceiling that binds first ...
     binding_team: str              # ... for this team
-    teams: dict                    # name -> {users, ceilings, binding, lower_bounds}
+    teams: dict[str, dict[str, Any]]  # name -> {users, ceilings, binding, lower_bounds}
     pool_tokens_per_replica: float
     decoders_per_replica: int
 
@@ -46,7 +50,7 @@ class FleetOption:
     def gpus(self) -> str:
         return f"{self.n_gpu}x{self.gpu}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["gpus"] = self.gpus
         out["n_gpu"] = self.n_gpu
@@ -62,7 +66,7 @@ class TeamSplit:
     option: FleetOption | None
     reason: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"team": self.team, "users": self.users, "option": None if self.option is None else self.option.to_dict(),
                 "reason": self.reason}
 
@@ -92,14 +96,14 @@ class Partition:
             return None
         return sum(s.option.dp for s in self.same_shape if s.option is not None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"cheapest": [s.to_dict() for s in self.cheapest], "cost_per_month": self.cost_per_month,
                 "gpus": self.gpus,
                 "same_shape": None if self.same_shape is None else [s.to_dict() for s in self.same_shape],
                 "same_shape_replicas": self.same_shape_replicas}
 
 
-def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any = None) -> dict:
+def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any = None) -> dict[str, Any]:
     """Share one pool or give each team its own replicas: the cheaper, and what the other would cost."""
     shared = None if winner is None else winner.cost_per_month
     split = None if partition is None else partition.cost_per_month
@@ -153,7 +157,7 @@ def _evicted(pool: Any) -> str:
 class FleetResult:
     """The answer of a fleet search."""
 
-    teams: tuple                        # workload.teams.Team (one team for --users N)
+    teams: tuple[Team, ...]             # workload.teams.Team (one team for --users N)
     currency: str
     price_includes_power: bool
     hours_per_month: float
@@ -161,7 +165,7 @@ class FleetResult:
     frontier: tuple[FleetOption, ...]   # cost against users served: no cheaper fleet serves as many
     skipped: tuple[tuple[str, str], ...]
     shapes_searched: int
-    prices: tuple                       # planning.prices.GpuPrice of the GPUs searched
+    prices: tuple[GpuPrice, ...]        # planning.prices.GpuPrice of the GPUs searched
     routing: bool                       # sticky
     max_gpus: int
     winner: FleetOption | None = None
@@ -170,9 +174,9 @@ class FleetResult:
     recipe: str | None = None
     recipe_notes: tuple[str, ...] = ()
     partition: Partition | None = None
-    verdict: dict | None = None
+    verdict: dict[str, Any] | None = None
     plan_command: str | None = None     # the `servesize plan` line that confirms the winner (set by the api layer)
-    confirm: dict | None = field(default=None, compare=False)  # the Scenario of that line, as JSON (api layer)
+    confirm: dict[str, Any] | None = field(default=None, compare=False)  # the Scenario of that line, as JSON (api layer)
 
     @property
     def users(self) -> int:
@@ -199,7 +203,7 @@ class FleetResult:
         """How many shapes each kind of reason removed."""
         return dict(Counter(_kind(why) for _, why in self.skipped).most_common())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "users": self.users,
             "teams": [{"name": t.name, "users": t.users, "priority": t.priority, "source": t.source,

@@ -12,15 +12,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.engine.quant_methods import ServedWeights, served_weights
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
-from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING
+from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, WindowedAttention
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
 from servesize.workload.model import Workload
+
+if TYPE_CHECKING:
+    from servesize.engine.memory import MemoryReport
+    from servesize.engine.pool import KvPool
+    from servesize.model.architecture import Architecture
+    from servesize.model.hardware import Gpu
+    from servesize.model.ledger import ParamLedger
 
 # the planning percentiles in words, as every face states them (here, not in plan.py: api reads it without numpy)
 PLANNING_PERCENTILE = ("planned for the warm users 19 in 20 simulated fills of the cache keep (p5) and the median "
@@ -55,10 +63,10 @@ class Knobs:
     seed: int = DEFAULT_SEED
     decode_fills: int | None = None
     prefill_samples: int | None = None
-    overrides: tuple = ()                  # ((assumption name, value), ...): one assumption switched (the seed line)
-    calibrated: tuple = ()                 # (knob, where), ...: knobs a step-model calibration set (calibrate --vllm-bench)
+    overrides: tuple[tuple[str, Any], ...] = ()  # ((assumption name, value), ...): one assumption switched (the seed line)
+    calibrated: tuple[tuple[str, str], ...] = ()  # (knob, where), ...: knobs a step-model calibration set (calibrate --vllm-bench)
 
-    def a(self, name: str):
+    def a(self, name: str) -> Any:
         for key, value in self.overrides:
             if key == name:
                 return value
@@ -107,7 +115,7 @@ class Fixed:
     has_mtp: bool
     kv_cache_dtype: str
     max_model_len: int
-    memory: dict
+    memory: dict[str, Any]
     derivation: Derivation = field(compare=False, repr=False)
     window_tokens: int = 0             # sliding / chunked layers: what each decode step reads at most
     window_bytes_per_token_rank: int = 0
@@ -127,7 +135,7 @@ class Fixed:
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
 
 
-def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
+def _pool_tokens(d: Derivation, pool: KvPool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
     """The pool one replica holds: the modelled one, or a measured one that replaces it."""
     if pool_tokens is None:
         src = pool_source or "modelled: engine budget (servesize memory)"
@@ -139,25 +147,27 @@ def _pool_tokens(d: Derivation, pool, pool_tokens: float | None, pool_source: st
     return pool_t, pool_source or "--pool-tokens"
 
 
-def _state_bytes(d: Derivation, pool) -> int:
+def _state_bytes(d: Derivation, pool: KvPool) -> int:
     """One cached state block per GDN/Mamba group a session holds, one rank (0 without state layers)."""
     state_groups = [g for g in pool.groups if g.kind in STATE_KINDS]
     if not state_groups:
         return 0
     pages = [g.page_bytes for g in state_groups]
     if len(set(pages)) == 1:
-        return d.step("state_bytes_per_session_rank", "state_groups * page_bytes * group_size", unit="B",
-                      note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
-                      state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size)
-    return d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
+        state_bytes: int = d.step("state_bytes_per_session_rank", "state_groups * page_bytes * group_size", unit="B",
+                                  note="one cached state block per GDN/Mamba group: a page in each of the group's layers",
+                                  state_groups=len(state_groups), page_bytes=pages[0], group_size=pool.group_size)
+    else:
+        state_bytes = d.given("state_bytes_per_session_rank", sum(p * pool.group_size for p in pages), unit="B")
+    return state_bytes
 
 
-def _window_charges(d: Derivation, pool, arch) -> tuple[int, int, int, int]:
+def _window_charges(d: Derivation, pool: KvPool, arch: Architecture) -> tuple[int, int, int, int]:
     """Sliding-window / chunked-local groups: a warm session keeps about one window of blocks in each (vLLM
     frees what falls out of the window), and every decode step reads up to a window. Returns (window tokens,
     bytes per token, bytes per session, windowed layers), all 0 without such groups."""
     window_groups = [g for g in pool.groups if g.kind in (SLIDING, CHUNKED)]
-    window = next((layer.window for layer in arch.layers if layer.kind in (SLIDING, CHUNKED)), 0) or 0
+    window = next((layer.window for layer in arch.layers if isinstance(layer, WindowedAttention)), 0) or 0  # sliding, chunked
     window_bpt = window_charge = 0
     if window_groups and window:
         per_group = [(-(-window // g.block_size) + 1) * g.page_bytes * pool.group_size for g in window_groups]
@@ -172,7 +182,8 @@ def _window_charges(d: Derivation, pool, arch) -> tuple[int, int, int, int]:
     return int(window), int(window_bpt), int(window_charge), layers
 
 
-def _weight_bytes_read(d: Derivation, groups: dict, ledger, arch, seed_convention: bool) -> float:
+def _weight_bytes_read(d: Derivation, groups: dict[str, int], ledger: ParamLedger, arch: Architecture,
+                       seed_convention: bool) -> float:
     """Weights read per decode step, whole group: MoE reads all but the routed experts, dense every text weight."""
     skip = ("mtp",) if seed_convention else NOT_READ_IN_DECODE  # the seed streams the whole checkpoint
     text_total = sum(v for k, v in groups.items() if k not in skip)
@@ -181,22 +192,24 @@ def _weight_bytes_read(d: Derivation, groups: dict, ledger, arch, seed_conventio
         shared = text_total - experts
         if not (ledger.groups.get("embedding") and bool(arch.tie_word_embeddings)) and not seed_convention:
             shared -= groups.get("embedding", 0)
-        return d.given("weight_bytes_read_shared", float(shared), unit="B",
-                       note="MoE: everything but the routed experts (and the embedding gather), read every step")
-    return d.given("weight_bytes_read", dense_weights_read_per_step(
-        text_total, groups.get("embedding", 0), bool(arch.tie_word_embeddings), seed_convention=seed_convention), unit="B",
-        note=("seed convention: the whole checkpoint (text) is read each step" if seed_convention else
-              "every text weight once per step, the input embedding only gathered"))
+        read: float = d.given("weight_bytes_read_shared", float(shared), unit="B",
+                              note="MoE: everything but the routed experts (and the embedding gather), read every step")
+    else:
+        read = d.given("weight_bytes_read", dense_weights_read_per_step(
+            text_total, groups.get("embedding", 0), bool(arch.tie_word_embeddings), seed_convention=seed_convention),
+            unit="B", note=("seed convention: the whole checkpoint (text) is read each step" if seed_convention else
+                            "every text weight once per step, the input embedding only gathered"))
+    return read
 
 
-def _lm_head(ledger, groups: dict) -> tuple[float, float]:
+def _lm_head(ledger: ParamLedger, groups: dict[str, int]) -> tuple[float, float]:
     """The output projection's parameters and bytes: the embedding's when tied."""
     tied = not ledger.groups.get("lm_head")
     key = "embedding" if tied else "lm_head"
     return float(ledger.groups.get(key, 0)), float(groups.get(key, 0))
 
 
-def _peak_flops(d: Derivation, gpu, precision) -> tuple[float, str]:
+def _peak_flops(d: Derivation, gpu: Gpu, precision: str) -> tuple[float, str]:
     """The GPU's dense peak at the weights' compute dtype (fp8 where both have it), 0 with no published figure."""
     prec = str(precision).lower()
     dtype = "fp8" if ("fp8" in prec and getattr(gpu, "fp8", False)) else "bf16"
@@ -209,7 +222,7 @@ def _peak_flops(d: Derivation, gpu, precision) -> tuple[float, str]:
     return float(peak), dtype
 
 
-def _memory_summary(report) -> dict:
+def _memory_summary(report: MemoryReport) -> dict[str, Any]:
     """The memory report's figures the plan shows beside its own."""
     pool, w, dep = report.pool, report.weights, report.deployment
     return {
@@ -225,7 +238,7 @@ def _memory_summary(report) -> dict:
     }
 
 
-def weight_format_of(precision: str, arch) -> str:
+def weight_format_of(precision: str, arch: Architecture) -> str:
     """The kernel family the weights run through: bf16, fp8_tensor, fp8_block, int8, int4 or fp4 (what the step
     model's kernel efficiencies are keyed by), from the memory report's precision and the checkpoint's own
     quantization_config where the precision is the checkpoint's ('native')."""
@@ -250,7 +263,7 @@ def weight_format_of(precision: str, arch) -> str:
     return "bf16"
 
 
-def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_source: str | None = None,
+def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: float | None = None, pool_source: str | None = None,
                       seed_convention: bool = False, hf_id: str | None = None) -> Fixed:
     """Everything the plan needs from a memory report (engine budget)."""
     pool, w, dep, gpu = report.pool, report.weights, report.deployment, report.gpus.gpu
@@ -271,6 +284,7 @@ def fixed_from_memory(report, arch, pool_tokens: float | None = None, pool_sourc
     width = arch.num_attention_heads * arch.head_dim
     full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
     peak, dtype = _peak_flops(d, gpu, w.precision)
+    assert dep.max_model_len is not None  # the memory report's deployment is resolved: its max_model_len is set
     return Fixed(
         name=report.model, hf_id=hf_id or report.model, tp=tp, dp=dp, n_gpu=tp * dp, gpu_key=gpu.key,
         bandwidth_bytes_per_s=float(gpu.bandwidth_bytes_per_s), peak_flops_per_gpu=peak, peak_dtype=dtype,
@@ -309,7 +323,7 @@ def spec_tokens_of(knobs: Knobs) -> int:
     return int(knobs.spec_tokens if knobs.spec_tokens is not None else knobs.a("decode.mtp_drafts"))
 
 
-def knob_value(knobs: Knobs, name: str):
+def knob_value(knobs: Knobs, name: str) -> Any:
     v = getattr(knobs, name)
     return v if v is not None else knobs.a(KNOB_SOURCE[name][0])
 

@@ -62,7 +62,7 @@ class StallLoad:
     mean_service_s: float = 0.0    # E[S]: a prefill's service (the queue's load, rho = rate x E[S])
     second_moment_s2: float = 0.0  # E[S^2]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (self.output_tokens > 0 and self.floor_tok_s > 0 and self.tokens_per_step >= 1):
             raise BadInput("the stall model needs output tokens > 0, a floor > 0 and >= 1 token a step")
         if not 0.0 <= self.miss_rate <= 1.0:
@@ -130,7 +130,8 @@ class StallLoad:
         lo = np.floor(x).astype(np.int64)
         hi = np.minimum(lo + 1, n_steps + 1)
         frac = x - lo
-        return np.clip(1.0 - ((1.0 - frac) * within[lo] + frac * within[hi]), 0.0, 1.0)
+        not_done: np.ndarray = np.clip(1.0 - ((1.0 - frac) * within[lo] + frac * within[hi]), 0.0, 1.0)
+        return not_done
 
     @cached_property
     def _lattice(self) -> tuple[float, np.ndarray]:
@@ -154,7 +155,7 @@ class StallLoad:
                 w = weight / draws.size
                 mass += np.bincount(lo, weights=(1.0 - frac) * w, minlength=bins + 2)[:bins + 2]
                 mass += np.bincount(hi, weights=frac * w, minlength=bins + 2)[:bins + 2]
-        total = mass.sum()
+        total: float = mass.sum()
         if total <= 0:
             mass[0] = 1.0
             return mass

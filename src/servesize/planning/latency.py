@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+
+if TYPE_CHECKING:
+    from servesize.planning.prefill import PrefillCosts
 
 _DISCIPLINES = ("fcfs", "ps")
 
@@ -51,7 +55,7 @@ class ServiceMoments:
         """Squared coefficient of variation E[S^2]/E[S]^2 - 1 (1 for exponential service)."""
         return self.second_moment_s2 / self.mean_s**2 - 1.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {
             "miss_rate": self.miss_rate, "mean_s": self.mean_s, "second_moment_s2": self.second_moment_s2,
             "miss_s": self.miss_s, "hit_s": self.hit_s, "scv": self.scv,
@@ -72,7 +76,7 @@ def service_moments(miss_rate: float, miss_s: float, miss_s2: float, hit_s: floa
     return ServiceMoments(f, mean, second, miss_s, hit_s)
 
 
-def moments_from(costs, miss_rate: float, start_rate: float = 0.0, start_s: float = 0.0,
+def moments_from(costs: PrefillCosts, miss_rate: float, start_rate: float = 0.0, start_s: float = 0.0,
                  start_s2: float = 0.0) -> ServiceMoments:
     """ServiceMoments from a prefill.PrefillCosts at miss rate f; ``start_rate`` more requests start a session
     (cold beyond the shared prefix: E[S] ``start_s``, E[S^2] ``start_s2``), folded into the cold leg."""
@@ -196,7 +200,7 @@ class LatencyReport:
     discipline: str
     derivation: Derivation
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "moments": self.moments.to_dict(),
             "users": self.users, "request_rate_per_s": self.rate_per_s, "utilisation": self.rho,
@@ -296,7 +300,7 @@ def breakeven_miss_rate(rate_per_s: float, miss_s: float, hit_s: float) -> float
     return (1.0 / rate_per_s - hit_s) / (miss_s - hit_s)
 
 
-def sla_miss_rate(costs, rate_per_s: float, ttft_limit_s: float | None = None, discipline: str | None = None) -> float:
+def sla_miss_rate(costs: PrefillCosts, rate_per_s: float, ttft_limit_s: float | None = None, discipline: str | None = None) -> float:
     """The largest miss rate f whose mean miss TTFT still meets the limit at this rate (bisection).
 
     ``costs`` carries miss_s, miss_s2, hit_s, hit_s2 (a prefill.PrefillCosts). Returns 0 when
@@ -323,7 +327,7 @@ def sla_miss_rate(costs, rate_per_s: float, ttft_limit_s: float | None = None, d
     return lo
 
 
-def _finite(x: float):
+def _finite(x: float) -> float | str:
     """Derivations print numbers; an infinite one is shown as a word."""
     return x if x != float("inf") else "unbounded"
 

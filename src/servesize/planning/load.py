@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,8 +51,11 @@ from servesize.planning.decode import percentiles
 from servesize.planning.interference import StallLoad, allowed_slow_share, stall_mean_s
 from servesize.planning.latency import ServiceMoments
 
+if TYPE_CHECKING:
+    from servesize.workload.model import Workload
 
-def think_time_of(workload) -> float:
+
+def think_time_of(workload: Workload) -> float:
     """The mean think time (s) between a user's turns: the one place the planner reads it.
 
     Little's law and the renewal-reward theorem need the mean gap whatever the distribution's shape: a workload's
@@ -78,10 +82,11 @@ def binomial_cdf_upto(n: int, p: float, k_max: int) -> np.ndarray:
         k = np.arange(k_max, dtype=float)
         steps = np.log(n - k) - np.log(k + 1.0) + math.log(p) - math.log1p(-p)
     logpmf = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(steps)))
-    return np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+    cdf: np.ndarray = np.minimum(np.cumsum(np.exp(logpmf)), 1.0)
+    return cdf
 
 
-_LOGS = {"table": None}  # log(1), log(2), ...: grown to the largest n asked for, kept for the process
+_LOGS: dict[str, np.ndarray | None] = {"table": None}  # log(1), log(2), ...: grown to the largest n asked for, kept for the process
 _LOG_TABLE_MAX = 1 << 17  # past this many streams the logs are computed per call (the table stays within 2 MiB)
 
 
@@ -126,7 +131,7 @@ class DecodeLoad:
     stall_allowed: float | None = None  # the share allowed (one user alone + slack, or 1 - percentile)
     stall_binds: bool = False           # one user more meets the floor on its batch but not beside the chunks
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"users_per_replica": self.users, "decoders_at_percentile": self.decoders_at_percentile,
                 "mean_decoders": self.mean_decoders, "duty": self.duty, "decode_s": self.decode_s,
                 "cycle_s": self.cycle_s, "per_user_tok_s_at_percentile": self.speed_tok_s,
@@ -394,10 +399,10 @@ class TtftLoad:
     percentile: float
     longest_miss_s: float       # the slowest cold prefill drawn (p99.9)
 
-    def share_at(self, rate_per_s: float, m: ServiceMoments, miss_s, hit_s) -> float:
+    def share_at(self, rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray) -> float:
         return miss_share(rate_per_s, m, miss_s, hit_s, self.budget_s)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"base_miss_share": self.base_share, "allowed_extra_share": self.allowed_extra_share,
                 "budget_s": self.budget_s, "percentile": self.percentile,
                 "cold_prefill_p999_s": self.longest_miss_s}

@@ -17,9 +17,12 @@ text can never describe one rule beside a number from the other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
+
+if TYPE_CHECKING:
+    from servesize.planning.inputs import Knobs
 
 Ceilings = Any  # planning.ceilings.Ceilings, which imports this module: the texts read its fields only
 
@@ -105,7 +108,7 @@ LOAD_MODELS: dict[str, LoadModel] = {m.name: m for m in (
 )}
 
 
-def load_model(knobs) -> LoadModel:
+def load_model(knobs: Knobs) -> LoadModel:
     """The load model the knobs' assumption ``load.model`` names."""
     name = str(knobs.a("load.model"))
     if name not in LOAD_MODELS:

@@ -38,7 +38,7 @@ class ChurnBound:
     percentile: float
     derivation: Derivation
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | None]:
         return {"users_per_replica": None if math.isinf(self.users) else self.users,
                 "new_tokens_per_request": self.new_tokens_per_request,
                 "requests_per_user_s": self.requests_per_user_s, "pool_tokens": self.pool_tokens,

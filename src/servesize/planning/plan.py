@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
@@ -20,6 +20,14 @@ from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import apply_param, sensitivity
 from servesize.units import GB, fmt_tokens
 from servesize.workload.model import Workload, length_mass
+
+if TYPE_CHECKING:
+    from servesize.engine.deployment import Deployment
+    from servesize.engine.memory import MemoryReport
+    from servesize.planning.ceilings import DecodePoint
+    from servesize.planning.power import PowerBill
+    from servesize.planning.warm_capacity import Percentiles
+    from servesize.workload.presets import WorkloadOrigin
 
 # which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
 
@@ -37,21 +45,21 @@ class Plan:
     recipe_notes: tuple[str, ...]
     power: Any
     power_note: str
-    sensitivity: dict
-    assumptions: tuple[dict, ...]
+    sensitivity: dict[str, Any]
+    assumptions: tuple[dict[str, Any], ...]
     latency: Any = None
-    decode_points: tuple = ()          # per-user decode at 1 decoder and at the recipe's --max-num-seqs
+    decode_points: tuple[DecodePoint, ...] = ()  # per-user decode at 1 decoder and at the recipe's --max-num-seqs
     origin: Any = None                 # workload.presets.WorkloadOrigin: where each workload field came from
-    sizing: dict | None = None         # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
+    sizing: dict[str, Any] | None = None  # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
     placement: Any = None              # engine.placement.Split: how --gpus is split into replicas (api.plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
-    vs_seed: dict | None = None        # plan.seed_difference: the one seed assumption that moves the answer
+    vs_seed: dict[str, Any] | None = None  # plan.seed_difference: the one seed assumption that moves the answer
     derivation: Derivation = field(default_factory=Derivation, compare=False, repr=False)
     # where the engine simulator's users-at-SLO differ from the plan's by more than the tolerance: one line, why
     # (set by servesize.api.check_plan / simulate --engine; None: not checked, or they agree)
     disagreement: str | None = None
     # the engine simulator's check where it was run (api.check_plan): its users at the comfort SLO beside the plan's
-    engine_check: dict | None = None
+    engine_check: dict[str, Any] | None = None
     at_load: Any = field(default=None, compare=False, repr=False)  # planning.at_load.AtLoad: api.plan(load=...)
 
     @property
@@ -116,7 +124,7 @@ class Plan:
             words.append(f"{w.subagent_ratio:g} subagent requests per user request")
         return ", ".join(words)
 
-    def offload(self) -> dict | None:
+    def offload(self) -> dict[str, Any] | None:
         """With CPU offload: where the warm users' sessions live (GPU KV, or host RAM only: p5 each, as the
         cache ceiling plans) and what a turn of one in host RAM waits to bring its KV back over the host link
         (the median warm session, uncontended), with one line that says both. None without offload."""
@@ -142,7 +150,7 @@ class Plan:
                 "restore_bytes_per_s": r["pcie_bytes_per_s"], "link": link, "link_assumed": r["pcie_assumed"],
                 "link_source": r["link_source"], "text": text}
 
-    def context_shortfall(self) -> dict | None:
+    def context_shortfall(self) -> dict[str, Any] | None:
         """When the served context (the model's window, or --max-model-len) is shorter than the workload's
         median user session: the cap, the median and the share of sessions longer than the cap (cut short or
         refused by vLLM), with one line saying so. None when the median session fits."""
@@ -163,18 +171,18 @@ class Plan:
                                think_time_of(self.workload))
 
     @property
-    def warm_users(self):
+    def warm_users(self) -> Percentiles:
         """Warm user sessions p5 / p50 / p95 (the p5 is the cache ceiling)."""
         return self.result.warm.users
 
-    def limits_over(self, at: Any = None) -> list[dict]:
+    def limits_over(self, at: Any = None) -> list[dict[str, str]]:
         """Each figure over its limit at the load (``at``: a planning.at_load.AtLoad; None: the binding load), and
         why it binds or not (planning.limits.limits_over): what the verdict, the CLI and --json say."""
         from servesize.planning.limits import limits_over
 
         return [{"limit": name, "text": text} for name, text in limits_over(self, at)]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         r = self.result
         w = r.warm
         out = {
@@ -235,7 +243,7 @@ class Plan:
 
 
 
-def _power_dict(p):
+def _power_dict(p: PowerBill) -> dict[str, Any]:
     d = p.to_dict()
     d.pop("derivation", None)
     return d
@@ -257,11 +265,12 @@ def step_term_names(fixed: Fixed) -> list[str]:
     return names
 
 
-def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, origin=None) -> list:
+def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings,
+                     origin: WorkloadOrigin | None = None) -> list[dict[str, Any]]:
     which = knobs.assumptions
-    rows = []
+    rows: list[dict[str, Any]] = []
 
-    def add(name, value, unit, source):
+    def add(name: str, value: Any, unit: str, source: str) -> None:
         rows.append({"name": name, "value": value, "unit": unit, "source": source})
 
     table = modelled_assumptions()
@@ -296,7 +305,7 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
     return rows
 
 
-def workload_rows(workload: Workload, origin=None) -> list[dict]:
+def workload_rows(workload: Workload, origin: WorkloadOrigin | None = None) -> list[dict[str, Any]]:
     """One row per workload field, with where its value came from (preset, file or flag)."""
     sources = dict(origin.sources) if origin is not None else {}
 
@@ -323,7 +332,8 @@ def workload_rows(workload: Workload, origin=None) -> list[dict]:
     return [{"name": n, "value": v, "unit": unit, "source": source} for n, v, unit, source in rows]
 
 
-def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *, users: float | None = None):
+def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *,
+             users: float | None = None) -> tuple[PowerBill | None, str]:
     """The power bill at ``users`` (default: the binding ceiling), at the knobs' price and PUE."""
     if not fixed.tdp_w:
         return None, f"{fixed.gpu_key} has no TDP in the GPU catalogue; power and the bill are skipped (give --gpu-tdp W)"
@@ -340,7 +350,7 @@ def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *
 
 
 def bill_at(fixed: Fixed, knobs: Knobs, rate_group_per_s: float, mean_service_s: float, decoders: int,
-            floor_tok_s: float, users: float, output_tokens: float):
+            floor_tok_s: float, users: float, output_tokens: float) -> PowerBill:
     """The power bill of ``fixed``'s GPUs (tp x dp) with ``rate_group_per_s`` requests per second on each replica
     group (planning.power; the power states are fractions of the catalogue's TDP, which ``fixed`` must have)."""
     from servesize.planning.power import PowerStates, power_bill, seed_decode_capacity
@@ -380,7 +390,7 @@ def _answer(c: Ceilings) -> tuple[float, str]:
     return c.values[c.binding], c.binding
 
 
-def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceilings, cache: CeilingCache) -> dict | None:
+def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceilings, cache: CeilingCache) -> dict[str, Any] | None:
     """Which one assumption, set to the seed's value, moves the answer most, and the answer it gives then.
 
     None under the seed's assumptions, or when no single switch changes the users or the binding ceiling."""
@@ -407,8 +417,9 @@ def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceiling
     return best
 
 
-def make_plan(fixed: Fixed, dep, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
-              sensitivity_fills: int = 300, memory=None, origin=None) -> Plan:
+def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
+              sensitivity_fills: int = 300, memory: MemoryReport | None = None,
+              origin: WorkloadOrigin | None = None) -> Plan:
     cache = CeilingCache()
     res = ceilings(fixed, workload, knobs, cache)
     points = decode_points(fixed, workload, knobs, (1, max_num_seqs(fixed, res)), cache)
@@ -449,7 +460,7 @@ class SweepCase:
     knobs: Knobs
 
 
-def sweep_cases(fixed: Fixed, param: str, cases: list[SweepCase]) -> dict:
+def sweep_cases(fixed: Fixed, param: str, cases: list[SweepCase]) -> dict[str, Any]:
     """Warm users p5/p50 and the four ceilings for each case (fills and decode banks shared)."""
     cache = CeilingCache()
     rows = []
@@ -460,7 +471,8 @@ def sweep_cases(fixed: Fixed, param: str, cases: list[SweepCase]) -> dict:
     return {"param": param, "rows": rows}
 
 
-def sweep(fixed: Fixed, workload: Workload, knobs: Knobs, param: str, values: list, labels: list | None = None) -> dict:
+def sweep(fixed: Fixed, workload: Workload, knobs: Knobs, param: str, values: Sequence[float],
+          labels: Sequence[str] | None = None) -> dict[str, Any]:
     """``sweep_cases`` over one planner parameter (``planning.sensitivity.apply_param`` names)."""
     cases = []
     for i, v in enumerate(values):

@@ -21,6 +21,7 @@ tariff is the EU average in euros); every cost the bill prints carries it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
@@ -36,7 +37,7 @@ class PowerStates:
     prefill_w: float
     host_w_per_gpu: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if min(self.idle_w, self.decode_w, self.prefill_w, self.host_w_per_gpu) < 0:
             raise BadInput("power states must be >= 0 W")
         if not self.idle_w <= self.decode_w <= self.prefill_w:
@@ -60,7 +61,7 @@ class PowerStates:
         host = assumption("power.host_w_per_gpu") if host_w_per_gpu is None else host_w_per_gpu
         return cls(idle * tdp_w, dec * tdp_w, pre * tdp_w, host)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {"idle_w": self.idle_w, "decode_w": self.decode_w, "prefill_w": self.prefill_w,
                 "host_w_per_gpu": self.host_w_per_gpu}
 
@@ -113,7 +114,7 @@ class PowerBill:
         """kW at the meter with nothing to do."""
         return self.n_gpu * (self.states.idle_w + self.states.host_w_per_gpu) * self.pue / 1000.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "prefill_duty": self.d_p, "decode_duty": self.d_d, "idle_fraction": max(0.0, 1.0 - self.d_p - self.d_d),
             "w_per_gpu": self.w_per_gpu, "kw_at_meter": self.kw_at_meter, "idle_floor_kw": self.idle_floor_kw,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,8 +34,12 @@ from servesize.errors import BadInput
 from servesize.planning.decode import ContextSampler, tp_efficiency
 from servesize.planning.step_model import prefill_seconds
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def prefill_flops(tokens, prior, gemm_params: float, attention_width: float, full_attention_layers: int):
+
+def prefill_flops(tokens: ArrayLike, prior: ArrayLike, gemm_params: float, attention_width: float,
+                  full_attention_layers: int) -> np.ndarray | float:
     """FLOPs of one pass over ``tokens`` new tokens with ``prior`` cached (vectorised over arrays)."""
     tokens = np.asarray(tokens, dtype=float)
     prior = np.asarray(prior, dtype=float)
@@ -67,7 +72,7 @@ class PrefillSetup:
     tp_efficiency: float | None = None
     mfu: float = field(default_factory=lambda: assumption("prefill.mfu"))
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.gemm_params <= 0:
             raise BadInput("prefill needs a positive matmul parameter count")
         if self.attention_width < 0 or self.full_attention_layers < 0:
@@ -90,18 +95,18 @@ class PrefillSetup:
         """tp x peak x tp_efficiency x MFU: the FLOP/s a prefill really gets from the group."""
         return self.tp * self.peak_flops_per_gpu * self.tp_eff * self.mfu
 
-    def flops(self, tokens, prior=0.0):
+    def flops(self, tokens: ArrayLike, prior: ArrayLike = 0.0) -> np.ndarray | float:
         return prefill_flops(tokens, prior, self.gemm_params, self.attention_width, self.full_attention_layers)
 
-    def seconds(self, tokens, prior=0.0):
+    def seconds(self, tokens: ArrayLike, prior: ArrayLike = 0.0) -> Any:
         """Machine time of one pass (vectorised): the step model's (planning.step_model.prefill_seconds)."""
         return prefill_seconds(self, tokens, prior)
 
-    def miss_seconds(self, contexts):
+    def miss_seconds(self, contexts: ArrayLike) -> Any:
         """A miss re-prefills its whole context from nothing (chunking does not change the FLOPs)."""
         return self.seconds(contexts, 0.0)
 
-    def hit_seconds(self, contexts, warm_turn_tokens: float):
+    def hit_seconds(self, contexts: ArrayLike, warm_turn_tokens: float) -> Any:
         """A warm hit prefills the new turn on top of its cached context (priced at prior = L)."""
         return self.seconds(warm_turn_tokens, contexts)
 
@@ -130,7 +135,7 @@ class PrefillCosts:
         """Misses per second at which prefill alone saturates the group."""
         return 1.0 / self.miss_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "mean_context_tokens": self.mean_context_tokens,
             "mean_context_sq_tokens2": self.mean_context_sq_tokens2,
@@ -153,7 +158,7 @@ def prefill_costs(
     warm_turn_tokens: float | None = None,
     samples: int | None = None,
     seed: int = 0,
-    length_moments: tuple | None = None,
+    length_moments: tuple[float, ...] | None = None,
 ) -> PrefillCosts:
     """E[S|miss], E[S^2|miss], E[S|hit], E[S^2|hit] from context lengths (given, sampled, or their moments).
 

@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from servesize.errors import BadInput, clip
 from servesize.model.hardware import find_gpu, load_gpus
@@ -35,7 +36,7 @@ class GpuPrice:
     source: str
     includes_power: bool = True
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "per_hour": self.per_hour, "currency": self.currency, "provider": self.provider,
                 "offer": self.offer, "date": self.date, "source": self.source, "includes_power": self.includes_power}
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from servesize.planning.ceilings import Ceilings
 from servesize.planning.inputs import Fixed, Knobs, spec_tokens_of
 from servesize.units import GiB
+
+if TYPE_CHECKING:
+    from servesize.engine.deployment import Deployment
 
 
 def gpu_resident_p5_per_replica(fixed: Fixed, result: Ceilings) -> float:
@@ -21,7 +25,7 @@ def max_num_seqs(fixed: Fixed, result: Ceilings) -> int:
     return max(1, int(min(result.decode.n, math.floor(gpu_resident_p5_per_replica(fixed, result)))))
 
 
-def serve_command(fixed: Fixed, dep, knobs: Knobs, max_num_seqs: int, spec_speedup: float) -> str:
+def serve_command(fixed: Fixed, dep: Deployment, knobs: Knobs, max_num_seqs: int, spec_speedup: float) -> str:
     """The ``vllm serve`` line of one replica of ``fixed`` (the flags the plan sized it with), in the words vLLM
     takes: --quantization only as a method the release accepts (engine.quant_methods.served_weights), and a
     placeholder for the checkpoint when the model's own cannot give the weights sized (checkpoint_note says which)."""
@@ -108,7 +112,7 @@ def chunk_note(fixed: Fixed, result: Ceilings) -> str | None:
                "(the sensitivity row max_num_batched_tokens says where the binding moves)" if binds else ""))
 
 
-def recipe_for(fixed: Fixed, dep, knobs: Knobs, result: Ceilings) -> tuple[str, list]:
+def recipe_for(fixed: Fixed, dep: Deployment, knobs: Knobs, result: Ceilings) -> tuple[str, list[str]]:
     per_replica_gpu_p5 = gpu_resident_p5_per_replica(fixed, result)
     mns = max_num_seqs(fixed, result)
     command = serve_command(fixed, dep, knobs, mns, result.spec_speedup)

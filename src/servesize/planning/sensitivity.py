@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -56,7 +57,8 @@ def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tu
 
 
 def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: str, fills: int = 300,
-                iterations: int = 10, names=None, cache: CeilingCache | None = None) -> dict:
+                iterations: int = 10, names: Iterable[str] | None = None,
+                cache: CeilingCache | None = None) -> dict[str, dict[str, Any]]:
     """For each named assumption: the value at which the binding ceiling changes, or no flip in [lo, hi].
 
     Rows that move only a modelled knob or the pacing (think time) run at the plan's own resolution
@@ -69,7 +71,7 @@ def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: st
     k_small = replace(knobs, fills=min(fills, knobs.fills), decode_fills=min(knobs.decode_fills or 400, 150))
     plan_cache, small_cache = cache or CeilingCache(), CeilingCache()
     small_cache.banks = plan_cache.banks  # the same random numbers: the small fills are the plan's first fills
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in (names or SENSITIVITY):
         kind, fld, lo, hi, unit = SENSITIVITY[name]
         current = _current(fixed, workload, knobs, name, fld)
@@ -92,7 +94,8 @@ def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCa
     return binding_of(fixed, w, k, cache)
 
 
-def _row(binding_at, name: str, current: float, lo: float, hi: float, unit: str, iterations: int) -> dict:
+def _row(binding_at: Callable[[float], str], name: str, current: float, lo: float, hi: float, unit: str,
+         iterations: int) -> dict[str, Any]:
     """The nearest flip below or above ``current``: bisection on the binding between current and each end."""
     base = binding_at(current)
     res = {"current": current, "range": [lo, hi], "unit": unit, "binding_at_current": base, "flip_at": None,
@@ -130,7 +133,7 @@ def _midpoint(name: str, a: float, b: float) -> float:
     return 0.5 * (a + b)
 
 
-def _current(fixed, workload, knobs, name, fld):
+def _current(fixed: Fixed, workload: Workload, knobs: Knobs, name: str, fld: str) -> float:
     if fld == "chunk_tokens":
         return float(fixed.chunk_tokens)
     if name == "spec_speedup":

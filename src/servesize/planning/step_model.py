@@ -37,6 +37,7 @@ from servesize.errors import BadInput
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
     import numpy as np
+    from numpy.typing import ArrayLike
 
 MIXED_RULES = ("one_weight_read", "sum")
 # the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
@@ -78,7 +79,7 @@ class StepTerms:
     mixed: str = "sum"
     prefill_weight_floor: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("overhead_s", "overhead_per_layer_s", "overhead_per_tp_doubling_s", "request_fixed_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
@@ -94,17 +95,19 @@ class StepTerms:
         return self.overhead_s + self.overhead_per_layer_s * layers + self.overhead_per_tp_doubling_s * math.log2(tp)
 
 
-def roofline_s(step_bytes, step_flops, bandwidth_bytes_per_s: float, flops_per_s: float, overhead_s: float):
+def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_bytes_per_s: float, flops_per_s: float,
+               overhead_s: float) -> np.ndarray:
     """The longer of the memory time and (``flops_per_s`` > 0 and FLOPs given) the compute time, plus the step's
     fixed cost; vectorised over arrays of bytes and FLOPs."""
     import numpy as np
     memory_s = np.asarray(step_bytes, dtype=float) / bandwidth_bytes_per_s
     if flops_per_s <= 0 or step_flops is None:
         return memory_s + overhead_s
-    return np.maximum(memory_s, np.asarray(step_flops, dtype=float) / flops_per_s) + overhead_s
+    longer_s: np.ndarray = np.maximum(memory_s, np.asarray(step_flops, dtype=float) / flops_per_s)
+    return longer_s + overhead_s
 
 
-def leg_s(work, rate: float) -> float:
+def leg_s(work: float, rate: float) -> float:
     """Seconds of one leg of a step: its bytes (or FLOPs) over the rate the group reaches (0 without a rate)."""
     return float(work) / rate if rate > 0 else 0.0
 
@@ -145,13 +148,13 @@ class PrefillWork(Protocol):
     def flops(self, tokens: Any, prior: Any = 0.0) -> Any: ...
 
 
-def decode_seconds(setup: DecodeWork, step_bytes, step_flops=None):
+def decode_seconds(setup: DecodeWork, step_bytes: ArrayLike, step_flops: ArrayLike | None = None) -> np.ndarray:
     """A decode step: the roofline of its bytes and FLOPs plus the setup's per-step overhead (vectorised)."""
     rate = setup.effective_flops_per_s if setup.prices_compute else 0.0
     return roofline_s(step_bytes, step_flops, setup.effective_bandwidth_bytes_per_s, rate, setup.step_overhead_s)
 
 
-def prefill_seconds(setup: PrefillWork, tokens, prior=0.0):
+def prefill_seconds(setup: PrefillWork, tokens: ArrayLike, prior: ArrayLike = 0.0) -> Any:
     """The compute time of one prefill pass over ``tokens`` new tokens on ``prior`` cached ones (vectorised; no
     overhead, no floor: the planner's closed forms price those on top, the simulator through ``StepModel``)."""
     return setup.flops(tokens, prior) / setup.achieved_flops_per_s
@@ -182,7 +185,7 @@ class StepModel:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
         return self.step_s([(tokens, prior)], None)
 
-    def stall_s(self, tokens, prior, chunk_tokens: int):
+    def stall_s(self, tokens: ArrayLike, prior: ArrayLike, chunk_tokens: int) -> Any:
         """Seconds the decoders that share a prefill's steps wait for it (vectorised over ``tokens`` new tokens on
         ``prior`` cached ones), its chunks at most ``chunk_tokens`` each (--max-num-batched-tokens).
 
@@ -200,7 +203,7 @@ class StepModel:
         read_s = leg_s(float(self.decode.weight_bytes(chunk_tokens)), self.decode.effective_bandwidth_bytes_per_s)
         return np.maximum(compute - np.ceil(tokens / chunk_tokens) * read_s, 0.0)
 
-    def _decode_flops(self, contexts: np.ndarray):
+    def _decode_flops(self, contexts: np.ndarray) -> Any:
         """FLOPs of a decode step over each row of ``contexts`` (None where compute is not priced)."""
         import numpy as np
         d = self.decode

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from servesize.planning.ceilings import (
     prefill_of,
     prefill_setup,
 )
-from servesize.planning.decode import DecodeSetup, median_speed
+from servesize.planning.decode import ContextBank, DecodeSetup, median_speed
 from servesize.planning.fill_pass import warm_of_teams
 from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
 from servesize.planning.latency import (
@@ -66,7 +67,7 @@ _BISECTION_STEPS = 60
 
 # -- decode --------------------------------------------------------------------------------
 
-def decoders_meeting(setup: DecodeSetup, bank, floor: float, cap: int) -> tuple[int, bool]:
+def decoders_meeting(setup: DecodeSetup, bank: ContextBank, floor: float, cap: int) -> tuple[int, bool]:
     """(n, at_least): the largest n <= ``cap`` whose p50 per-user decode meets ``floor``, and whether the floor
     still holds at ``cap`` (then n = cap is a lower bound). n = 0 when one decoder alone misses the floor.
 
@@ -301,7 +302,7 @@ class TeamOnPool:
     def meets(self) -> bool:
         return all(v >= self.users for v in self.ceilings.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "users": self.users, "priority": self.priority,
                 "warm_users": self.warm.to_dict(), "warm_users_alone": self.warm_alone.to_dict(),
                 "ceilings": dict(self.ceilings), "binding": self.binding, "meets_target": self.meets,
@@ -326,7 +327,7 @@ class SharedPool:
     def meets(self) -> bool:
         return all(t.meets for t in self.teams)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"gpus": f"{self.tp * self.dp}x{self.gpu}", "tensor_parallel_size": self.tp,
                 "data_parallel_size": self.dp, "pool_tokens_per_replica": self.pool_tokens,
                 "routing": self.routing, "decoders_per_replica": self.decoders_per_replica,
@@ -431,7 +432,7 @@ class ShapeSplit:
         other = f"each team on its own ({parted}: {per_team})" if choice == "share" else f"one shared pool ({shared})"
         return choice, f"{lead} {other}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"shared_replicas": self.shared_replicas, "team_replicas": dict(self.team_replicas),
                 "partitioned_replicas": self.partitioned_replicas}
 
@@ -461,7 +462,7 @@ class TeamsPanel:
     def verdict(self) -> tuple[str, str]:
         return self.split.verdict(self.shared.tp)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         choice, text = self.verdict()
         return {"shared": self.shared.to_dict(), "split": self.split.to_dict(),
                 "verdict": {"choice": choice, "text": text}}

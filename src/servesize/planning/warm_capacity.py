@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class Percentiles:
     def scaled(self, k: float) -> Percentiles:
         return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {"p5": self.p5, "p50": self.p50, "p95": self.p95}
 
     def __str__(self) -> str:
@@ -120,7 +121,7 @@ class WarmCapacity:
     cpu_offloaded: Percentiles   # warm sessions in host RAM, taken per fill (all - gpu)
     users_gpu_resident: Percentiles   # warm users in HBM, in the fill at each percentile of warm users
     users_cpu_offloaded: Percentiles  # warm users in host RAM only, in that same fill (the two add up to its users)
-    per_replica: dict            # the same four for one replica's pool
+    per_replica: dict[str, Percentiles]  # the same four for one replica's pool
     replicas: int
     routing: str                 # 'single' | 'sticky' | 'random'
     sticky_population_hit_rate_bound: float  # random routing: upper bound on a sticky-sized population's hit rate
@@ -128,7 +129,7 @@ class WarmCapacity:
     kv_bytes_per_token: float
     state_bytes_per_session: float
     cpu_offload_bytes: float
-    restore: dict | None         # PCIe restore cost of an offloaded session
+    restore: dict[str, Any] | None  # PCIe restore cost of an offloaded session
     fills: int
     draws_requested: int
     draws_used: int
@@ -136,7 +137,7 @@ class WarmCapacity:
     derivation: Derivation = field(repr=False)
     assumptions: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sessions": self.sessions.to_dict(),
             "users": self.users.to_dict(),
@@ -239,7 +240,7 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
 
 
 def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_budget: float, state_tokens: float,
-              ram_budget_tokens: float, inclusive: bool) -> tuple[tuple, int]:
+              ram_budget_tokens: float, inclusive: bool) -> tuple[tuple[np.ndarray, ...], int]:
     """(warm sessions, warm users, GPU-resident, offloaded, warm users GPU-resident) per fill, and the draw length
     that holds every fill."""
     rows_per_chunk = max(bank.ROWS, _MAX_ELEMENTS_PER_CHUNK // bank.COLS // bank.ROWS * bank.ROWS)
@@ -277,8 +278,8 @@ def _median_warm_unique(workload: Workload, bank: RandomBank, fills: int, head: 
     return percentile50(warm) if warm.size else 0.0
 
 
-def _check(pool_tokens, kv_bytes_per_token, state_bytes_per_session, cpu_offload_bytes, replicas, fills, draws,
-           pcie_bytes_per_s, offload_tier) -> None:
+def _check(pool_tokens: float, kv_bytes_per_token: float, state_bytes_per_session: float, cpu_offload_bytes: float,
+           replicas: int, fills: int, draws: int, pcie_bytes_per_s: float | None, offload_tier: str) -> None:
     if offload_tier not in ("inclusive", "additive"):
         raise BadInput(f"warm capacity: offload_tier must be inclusive or additive, got {offload_tier!r}")
     for name, value in (("pool_tokens", pool_tokens), ("kv_bytes_per_token", kv_bytes_per_token),
@@ -311,19 +312,21 @@ def _system_scale(d: Derivation, routing: str, replicas: int) -> tuple[float, fl
 
 def _restore_rate(d: Derivation, pcie_bytes_per_s: float | None, link: HostLink | None) -> float:
     if link is not None:
-        return d.step("pcie_bytes_per_s", "host_link_bytes_per_s * host_link_efficiency * tp_ranks", unit="B/s",
+        rate: float = d.step("pcie_bytes_per_s", "host_link_bytes_per_s * host_link_efficiency * tp_ranks", unit="B/s",
                       source=f"{link.name}: {link.source}; efficiency: offload.host_link_efficiency",
                       note="each TP rank restores its share of the KV over its own link, uncontended",
                       host_link_bytes_per_s=link.signal_bytes_per_s, host_link_efficiency=link.efficiency,
                       tp_ranks=link.links)
-    if pcie_bytes_per_s is not None:
-        return d.given("pcie_bytes_per_s", float(pcie_bytes_per_s), unit="B/s", source="given")
-    return d.given("pcie_bytes_per_s", float(DEFAULT_PCIE_BYTES_PER_S), unit="B/s",
-                   source="assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device")
+    elif pcie_bytes_per_s is not None:
+        rate = d.given("pcie_bytes_per_s", float(pcie_bytes_per_s), unit="B/s", source="given")
+    else:
+        rate = d.given("pcie_bytes_per_s", float(DEFAULT_PCIE_BYTES_PER_S), unit="B/s",
+                       source="assumed: PCIe Gen5 x16, ~50 GB/s effective host-to-device")
+    return rate
 
 
 def _restore(d: Derivation, median_unique: float, b: float, s_bytes: float, pcie_bytes_per_s: float | None,
-             link: HostLink | None = None) -> dict:
+             link: HostLink | None = None) -> dict[str, Any]:
     pcie = _restore_rate(d, pcie_bytes_per_s, link)
     per_100k = d.step("restore_s_per_100k_tokens", "100000 * kv_bytes_per_token / pcie_bytes_per_s", unit="s",
                       kv_bytes_per_token=b, pcie_bytes_per_s=pcie)
