@@ -407,7 +407,7 @@ def fit_workload(path: str | os.PathLike[str], *, column: str | None = None, min
 
 def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int | None = None,
              block_size: int | None = None, requests: str = "main", align: str | None = None, warmup: float = 0.5,
-             users: int | None = None, sessions_per_user: int | None = None, target_hit_rate: float = 0.9,
+             users: int | None = None, sessions_per_user: int | None = None, target_hit_rate: float | None = None,
              service: str | None = None, output_blocks: bool = True, exact: bool = True, bounds: bool = True,
              users_search: bool = True, curves_for_users: tuple[int, ...] = (), max_model_len: int | None = None,
              seed: int = 0, trace_format: str | None = None, trace_block_size: int | None = None,
@@ -427,7 +427,8 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     opts = sim.SimulateOptions(
         replay=ReplayOptions(requests=requests, align=align, users=users, sessions_per_user=sessions_per_user,
                              warmup=warmup, seed=seed, block_size=block_size, max_model_len=max_model_len),
-        target=target_hit_rate, service=service, output_blocks=output_blocks, exact=exact, bounds=bounds,
+        target=sim.DEFAULT_TARGET if target_hit_rate is None else target_hit_rate, service=service,
+        output_blocks=output_blocks, exact=exact, bounds=bounds,
         users_search=users_search, curves_for_users=tuple(curves_for_users))
     if scenario is None:
         pool = None if pool_tokens is None else _pool_of_tokens(pool_tokens, block_size or source.block_size)

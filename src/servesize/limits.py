@@ -191,6 +191,8 @@ MAX_TRACE_BLOCKS = 1 << 28           # block ids a trace may hold (the Claude Co
 MAX_REPLAY_BLOCKS = 1 << 29  # blocks a replay sends, or allocates with outputs (~16 B each at peak: ~8.6 GiB; Claude Code at 16: 375M)
 #                                      the Claude Code trace in its own 64-token blocks sends 94M
 MAX_REPLAY_SESSIONS = 1 << 20        # sessions one replay draws (--users x --sessions-per-user; the default at 100,000 users is 400,000)
+MAX_REPLAY_USERS = 100_000           # --users of a replay: each user is a row of the replay's arrays
+MAX_SYNTHETIC_SESSIONS = 100_000     # sessions generated from a workload file (--sessions): 1,600 requests' worth by default
 
 
 def field_path(path: tuple) -> str:

@@ -211,6 +211,8 @@ def _read_int(p: Param, value: Any) -> int:
         return int(value)
     if isinstance(value, str) and ("_" in value or "," in value):
         raise p._refuse(value, "a whole number (write it without ',' or '_' between the digits)")
+    if isinstance(value, str) and not value.isascii():  # int('٣') is 3 and float('１０') 10.0: ASCII digits only
+        raise p._refuse(value, "a whole number in ASCII digits (0-9)")
     if isinstance(value, str) and value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit() \
             and len(value.strip()) <= 40:  # ASCII: '²'.isdigit() is True, int('²') a ValueError
         return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
@@ -228,6 +230,8 @@ def _read_float(p: Param, value: Any) -> float:
         raise p._refuse(value, "a number")
     if isinstance(value, str) and ("_" in value or "," in value):  # float('1_0') is 10.0; '0,5' may mean 0.5
         raise p._refuse(value, "a number (write it without ',' or '_': 0.5, 1000)")
+    if isinstance(value, str) and not value.isascii():
+        raise p._refuse(value, "a number in ASCII digits (0-9)")
     try:
         number = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError, OverflowError):

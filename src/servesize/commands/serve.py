@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servesize.commands._types import whole
 from servesize.errors import BadInput
 
 EPILOG = """\
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; anything else exposes the "
                              "page to your network)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+    parser.add_argument("--port", type=whole(0, 65535), default=DEFAULT_PORT, metavar="N",
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one and prints it)")
     parser.add_argument("--open", action="store_true", help="open the page in the default browser")
 

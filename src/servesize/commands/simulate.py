@@ -6,8 +6,10 @@ import argparse
 import sys
 import time
 
+from servesize.commands._types import fraction, whole
 from servesize.errors import BadInput
 from servesize.flags import add_params, scenario_from_args
+from servesize.limits import MAX_ENGINE_USERS, MAX_REPLAY_USERS, MAX_SYNTHETIC_SESSIONS
 from servesize.scenario import PARAMS, params_in
 from servesize.units import parse_tokens
 
@@ -38,20 +40,20 @@ examples:
 
 
 def _counts(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise BadInput(f"expected a comma-separated list of user counts, got {text!r}") from None
-    if not values or any(v < 1 for v in values) or len(values) > 16:
+    parts = [v.strip() for v in text.split(",") if v.strip()]
+    if not parts or len(parts) > 16 or any(not (v.isascii() and v.isdigit() and len(v) <= 7) for v in parts):
+        raise BadInput(f"expected a comma-separated list of 1 to 16 user counts in ASCII digits, got {text!r}")
+    values = tuple(int(v) for v in parts)
+    if any(v < 1 for v in values):
         raise BadInput(f"expected 1 to 16 user counts >= 1, got {text!r}")
     return values
 
 
-def _fraction(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise BadInput(f"expected a number, got {text!r}") from None
+# The cache replay's own flags: the engine simulator takes none of them, and says so by name when one is given.
+REPLAY_ONLY = {"curves_for_users": ("--curves-for-users", ()), "service": ("--service", None),
+               "output_blocks": ("--no-output-blocks", True), "exact": ("--no-exact", True),
+               "bounds": ("--no-bounds", True), "target_hit_rate": ("--target-hit-rate", None)}
+MAX_TRACE_BLOCK_SIZE = 1 << 20  # tokens per hash id: past any context a trace records (Mooncake's are 512)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,16 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="main: each session's own requests (the published curves); all: subagents too (default main)")
     g.add_argument("--align", choices=("t0", "stagger", "trace"), default=None,
                    help="when each session starts (default: t0 for session traces, trace for one-clock traces)")
-    g.add_argument("--warmup", type=_fraction, default=0.5, metavar="F",
+    g.add_argument("--warmup", type=fraction(0.0, 1.0, hi_open=True), default=0.5, metavar="F",
                    help="fraction of requests that fill the cache uncounted (default 0.5: the second half is measured)")
-    g.add_argument("--users", type=int, default=None, metavar="N",
+    g.add_argument("--users", type=whole(1, MAX_REPLAY_USERS), default=None, metavar="N",
                    help="replay N concurrent users, each running sessions drawn from the trace back to back")
-    g.add_argument("--sessions-per-user", type=int, default=None, metavar="K",
+    g.add_argument("--sessions-per-user", type=whole(1, 10_000), default=None, metavar="K",
                    help="sessions each user runs (default max(4, ceil(100 / N)))")
     g.add_argument("--curves-for-users", type=_counts, default=(), metavar="N,N,...",
                    help="also draw the one-pass curve for these user counts (e.g. 5,10,20,40)")
-    g.add_argument("--target-hit-rate", type=_fraction, default=0.9, metavar="H",
-                   help="the token hit rate users must keep (default 0.9)")
+    g.add_argument("--target-hit-rate", type=fraction(0.0, 1.0, lo_open=True), default=None, metavar="H",
+                   help="the token hit rate users must keep, in (0, 1] (default 0.9; the cache replay's)")
     g.add_argument("--service", choices=("trace", "model", "none"), default=None,
                    help="service times of the exact replay (default: model with MODEL, else the trace's, else none)")
     g.add_argument("--no-output-blocks", dest="output_blocks", action="store_false",
@@ -85,12 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-exact", dest="exact", action="store_false", help="skip the exact replays")
     g.add_argument("--no-bounds", dest="bounds", action="store_false", help="skip FIFO and Belady")
     g.add_argument("--no-users-search", dest="users_search", action="store_false", help="skip users at the target")
-    g.add_argument("--seed", type=int, default=0, help="seed of the session draws (default 0)")
+    g.add_argument("--seed", type=whole(0, 2**63 - 1), default=0, help="seed of the session draws (default 0)")
     g.add_argument("--trace-format", choices=("claude-code", "mooncake", "openai", "measure"), default=None,
                    help="the trace's format, when detection should not decide")
-    g.add_argument("--trace-block-size", type=int, default=None, metavar="TOKENS",
+    g.add_argument("--trace-block-size", type=whole(1, MAX_TRACE_BLOCK_SIZE), default=None, metavar="TOKENS",
                    help="tokens per hash id for hash traces whose records do not say (Mooncake: 512)")
-    g.add_argument("--sessions", type=int, default=None, metavar="N",
+    g.add_argument("--sessions", type=whole(1, MAX_SYNTHETIC_SESSIONS), default=None, metavar="N",
                    help="sessions to generate from a workload file (default: 1,600 requests' worth of its "
                         "session_turns-long sessions)")
     g.add_argument("--plot", metavar="PNG", default=None, help="write hit rate against pool size (and users) as a PNG")
@@ -101,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "prefill within --max-num-batched-tokens, --max-num-seqs, the exact prefix cache, preemption, "
                         "the planner's step rooflines; TTFT and decode p50/p95 at --users N, and the users at which the "
                         "comfort SLO (--ttft-limit at p95, --decode-floor for 95%% of requests, warm) breaks, beside plan")
-    e.add_argument("--engine-max-users", type=int, default=None, metavar="N",
+    e.add_argument("--engine-max-users", type=whole(1, MAX_ENGINE_USERS), default=None, metavar="N",
                    help="the most users the engine's search tries (default 4,096)")
 
 
@@ -147,12 +149,13 @@ def run(args):
     try:
         result = simulate(args.trace, scenario, pool_tokens=args.pool_tokens, block_size=args.block_size,
                           requests=args.requests, align=args.align, warmup=args.warmup, users=args.users,
-                          sessions_per_user=args.sessions_per_user, target_hit_rate=args.target_hit_rate,
+                          sessions_per_user=args.sessions_per_user,
                           service=args.service, output_blocks=args.output_blocks, exact=args.exact, bounds=args.bounds,
                           users_search=args.users_search, curves_for_users=args.curves_for_users,
                           max_model_len=args.max_model_len if scenario is None else None, seed=args.seed,
                           trace_format=args.trace_format, trace_block_size=args.trace_block_size,
-                          synthetic_sessions=args.sessions, progress=progress)
+                          synthetic_sessions=args.sessions, progress=progress,
+                          **({} if args.target_hit_rate is None else {"target_hit_rate": args.target_hit_rate}))
     finally:
         progress.done()
     if args.plot:
@@ -167,6 +170,14 @@ def _engine(args, scenario, progress):
         raise BadInput("--engine prices every step on a deployment: give MODEL and --gpus")
     if args.pool_tokens is not None or args.plot:
         raise BadInput("--engine takes the pool from MODEL and its flags: drop --pool-tokens and --plot")
+    replay_only = [flag for name, (flag, unset) in REPLAY_ONLY.items() if getattr(args, name) != unset]
+    if replay_only:
+        raise BadInput(f"{', '.join(replay_only)} {'is a flag' if len(replay_only) == 1 else 'are flags'} of the cache "
+                       "replay; the engine simulator takes none of them: drop --engine, or drop them")
+    if args.users is not None and args.users > MAX_ENGINE_USERS:
+        raise BadInput(f"--users {args.users:,} is past the engine simulator's {MAX_ENGINE_USERS:,} (every user is "
+                       "priced step by step; the cache replay without --engine takes up to "
+                       f"{MAX_REPLAY_USERS:,})")
     try:
         return simulate_engine(args.trace, scenario, users=args.users, search=args.users_search or args.users is None,
                                requests=args.requests, align=args.align if args.align != "trace" else None,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, shown_number
+from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, MAX_REPLAY_USERS, shown_number
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
 
 ALIGNS = ("t0", "stagger", "trace")
@@ -42,7 +42,7 @@ MIN_REQUESTS_DRAWN = 800       # ... and enough requests that a closed loop of s
                                # sessions of 8 turns: what the longest-running replays drew before)
 MIN_REQUESTS_PER_USER = 16     # ... and each user cycles enough times that half the run (the warm-up) is behind it
                                # and the first user to run out (the cut) is not far from the rest
-MAX_USERS = 100_000
+MAX_USERS = MAX_REPLAY_USERS
 _CHUNK = 4096                  # requests re-chunked at a time (bounds the temporary arrays)
 
 

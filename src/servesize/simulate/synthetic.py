@@ -22,13 +22,14 @@ import math
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.limits import MAX_SYNTHETIC_SESSIONS
 from servesize.simulate.traces import MADE_BLOCK_SIZE, PrefixChains, ReadReport, SessionInfo, Trace, TraceBuilder
 from servesize.workload.model import EmpiricalClass, Workload
 
 DEFAULT_TURNS = 8        # requests per session where the workload gives none (Workload.session_turns): a modelled choice
 DEFAULT_REQUESTS = 1_600  # requests generated when not told (200 sessions of DEFAULT_TURNS): enough for the
                           # closed loop to forget its synchronised start at the users searched
-MAX_SESSIONS = 100_000
+MAX_SESSIONS = MAX_SYNTHETIC_SESSIONS
 
 
 def default_sessions(workload: Workload) -> int:
