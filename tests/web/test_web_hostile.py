@@ -236,3 +236,58 @@ def test_serve_on_a_host_it_cannot_listen_on_says_so_in_one_line_and_never_that_
     out, err = capsys.readouterr()
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1
     assert "listening" not in err and "explorer:" not in out
+
+
+# -- malformed requests (issue 31): a refusal, never a bug; one line in the terminal, never a traceback ------------
+
+@pytest.mark.parametrize("encoding, body", [("gzip", b"not gzip"), ("deflate", b"not deflate"), ("x-foo", b"{}"),
+                                            ("gzip", __import__("gzip").compress(json.dumps(BASE).encode()))],
+                         ids=["gzip-not-gzip", "deflate-not-deflate", "unknown-encoding", "real-gzip"])
+def test_a_body_with_a_content_encoding_is_refused_with_415_not_a_bug(encoding, body):
+    """The page never compresses a body. A gzip header over bytes that are not gzip was a 'bug' 500 (aiohttp failed
+    to inflate it as the handler read it); any encoding is now refused before the body is read."""
+    status, doc = call("/api/memory", body, headers={**JSON, "Content-Encoding": encoding})
+    assert status == 415 and "Content-Encoding" in doc["error"] and "bug" not in doc["error"], doc
+
+
+def test_the_explorer_answers_malformed_http_with_one_line_in_its_terminal_and_no_traceback():
+    """Clients that go away mid-body (one with a chunk size that is not hex), a request with no Host header, one whose
+    body is not the gzip it claims, and bytes that are not HTTP, sent to a real `servesize serve`: its terminal gets at
+    most one 'servesize explorer:' line for each, never a traceback (a client gone mid-body was a 'bug' traceback)."""
+    import re
+    import signal
+    import socket
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "servesize", "serve", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(60)
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", first[0]).group(1))
+        post = b"POST /api/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        for first, then in ((post + b"Content-Length: 100\r\n\r\n{\"model\"", None),  # gone before its body ends
+                            (post + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{\"\r\n", b"ZZ\r\n0\r\n\r\n")):  # chunk size 'ZZ'
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(first)
+                if then is not None:
+                    sock.sendall(then)
+        for raw in (b"POST /api/plan HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+                    b"POST /api/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Content-Encoding: gzip\r\nContent-Length: 8\r\n\r\nnot gzip",
+                    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not HTTP at all\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(raw)
+                answer = sock.recv(4096)
+                assert answer.startswith((b"HTTP/1.0 400", b"HTTP/1.1 400", b"HTTP/1.1 415")), answer[:200]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert "Traceback" not in err, err
+    assert all(line.startswith("servesize explorer:") for line in err.splitlines()), err

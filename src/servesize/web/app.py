@@ -23,7 +23,9 @@ A refusal is HTTP 400 ``{"error": message, "field": name}``. Work is bounded per
 draws capped, the body at ``server.MAX_BODY_BYTES``); no endpoint reads a file a client names or
 makes a network request (while a request is computed every reader refuses a path before touching it:
 ``limits.files_forbidden``). A POST is executed only as application/json from the explorer's own page
-(no Origin, or its own): another page the browser visits gets 403, a text/plain or form POST 415.
+(no Origin, or its own): another page the browser visits gets 403, a text/plain or form POST 415, and so does a
+body with a Content-Encoding (the page never sends one). A malformed request is answered 400 and gets at most one
+line in the terminal (``OneLine``); only a bug in servesize prints a traceback there.
 The numbers are computed in worker threads: the verdict on its own worker, the charts and panels on
 another, a fleet search on a third, a pasted log or record on a fourth, so neither a chart nor an
 upload delays a verdict; a chart or upload whose page has gone away (the client closed the request)
@@ -34,6 +36,7 @@ request, so the page itself is served at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -41,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from servesize.errors import ServesizeError
 from servesize.limits import files_forbidden
@@ -91,6 +96,10 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
         if request.content_type != "application/json":
             return json_response({"error": f"the explorer's API takes application/json, not "
                                            f"{request.content_type[:60]!r}", "field": None}, 415)
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":  # the page never compresses a body; aiohttp would inflate one when it is read
+            return json_response({"error": f"the explorer's API takes a body as sent, not one with Content-Encoding "
+                                           f"{encoding[:40]!r}", "field": None}, 415)
     try:
         with files_forbidden(NO_FILES):
             response = await handler(request)
@@ -99,6 +108,9 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
                                           "command line for larger files", "field": None}, 413)
     except web.HTTPException as exc:
         response = json_response({"error": exc.reason, "field": None}, exc.status)
+    except (RequestPayloadError, ConnectionResetError) as exc:  # the client went away mid-body, or sent one unreadable
+        response = json_response({"error": f"the request's body could not be read: {' '.join(str(exc).split())[:200]}",
+                                  "field": None}, 400)
     except ServesizeError as exc:
         from servesize.web.requests import refusal
 
@@ -174,9 +186,33 @@ def _warm() -> None:
 
 # -- serving -------------------------------------------------------------------------------------------
 
+class OneLine(logging.Handler):
+    """aiohttp's own server log (a request that is not HTTP, a missing Host, a client gone mid-answer): one line on
+    stderr naming what happened, never a traceback; a bug in servesize's handlers is the guard's, which keeps one."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        what = record.getMessage()
+        if isinstance(exc, (HttpProcessingError, RequestPayloadError)):  # the client's request, not servesize
+            what = "a request that is not well-formed HTTP was refused"
+        detail = f": {type(exc).__name__}: {' '.join(str(exc).split())[:200]}" if exc is not None else ""
+        try:
+            sys.stderr.write(f"servesize explorer: {what}{detail}\n")
+        except (OSError, ValueError):  # a closed terminal: nothing to tell
+            pass
+
+
+def server_log() -> logging.Logger:
+    logger = logging.getLogger("servesize.explorer")
+    if not any(isinstance(h, OneLine) for h in logger.handlers):
+        logger.addHandler(OneLine())
+    logger.propagate = False
+    return logger
+
+
 async def _serve(host: str, port: int, announce: Callable[[str], None], opened: Callable[[str], None] | None) -> None:
     hosts = LOOPBACK + ((host,) if host not in LOOPBACK else ()) if host not in ("0.0.0.0", "::", "") else ()
-    runner = web.AppRunner(make_app(hosts=hosts), access_log=None)
+    runner = web.AppRunner(make_app(hosts=hosts), access_log=None, logger=server_log())
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
