@@ -291,3 +291,61 @@ def test_the_explorer_answers_malformed_http_with_one_line_in_its_terminal_and_n
             _, err = proc.communicate()
     assert "Traceback" not in err, err
     assert all(line.startswith("servesize explorer:") for line in err.splitlines()), err
+
+
+# -- work bounded by what a request must compute (issue 31) ----------------------------------------------------------
+
+def test_a_comma_list_repeating_one_precision_is_one_fit_not_twenty_thousand():
+    """An 80 KB body of "fp8," x 20,000 held both verdict workers for minutes: a list's work is per distinct item."""
+    from servesize.scenario import FitQuery
+
+    assert FitQuery(gpus="1xH100", precision="fp8," * 20_000).precisions() == ("fp8",)
+    assert FitQuery(gpus="1xH100", precision="fp8,int4,fp8, int4").precisions() == ("fp8", "int4")
+    query = {"gpus": "1xH100", "models": "llama-3.1-8b," * 5_000}
+    many = call("/api/fit", {**query, "precision": "fp8," * 20_000})
+    one = call("/api/fit", {**query, "precision": "fp8"})
+    assert many[0] == one[0] == 200
+    assert many[1]["rows"] == one[1]["rows"] and len(one[1]["rows"]) == 1
+
+
+def test_a_form_past_its_limit_is_413_and_an_upload_of_the_same_size_is_read():
+    from servesize.web.server import FORM_BODY_BYTES, MAX_BODY_BYTES
+
+    padding = "x" * (FORM_BODY_BYTES + 1)
+    status, doc = call("/api/plan", {**BASE, "pad": padding})
+    assert status == 413 and f"larger than {FORM_BODY_BYTES >> 20} MiB" in doc["error"], doc
+    status, doc = call("/api/calibrate", {**BASE, "vllm_log": "INFO nothing to calibrate\n" + padding})
+    assert status == 400 and "larger than" not in doc["error"], doc   # read, then refused for what it says
+    status, doc = call("/api/calibrate", {**BASE, "vllm_log": "x" * (MAX_BODY_BYTES + 1)})
+    assert status == 413, doc
+
+
+def test_a_verdict_is_answered_while_an_upload_body_is_still_being_parsed(monkeypatch):
+    """An upload's JSON is parsed on the uploads' worker, not on the event loop: a plan asked while a pasted log's
+    body is held in its parse is answered first (decided by the order of events, not by a clock)."""
+    import servesize.web.server as server
+
+    release, started, order = threading.Event(), threading.Event(), []
+    parse = server.parse_json
+
+    def held_parse(text, what):
+        if "vllm_log" in text:
+            started.set()
+            release.wait(120)
+            order.append("upload parsed")
+        return parse(text, what)
+
+    monkeypatch.setattr(server, "parse_json", held_parse)
+
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            upload = asyncio.ensure_future(_request(client, "POST", "/api/calibrate", {**BASE, "vllm_log": "x"}, JSON))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 120)
+            plan = await _request(client, "POST", "/api/plan", BASE, JSON)
+            order.append("plan")
+            release.set()
+            return plan, await upload
+
+    (plan_status, _), (upload_status, _) = asyncio.run(go())
+    assert order == ["plan", "upload parsed"]
+    assert plan_status == 200 and upload_status == 400

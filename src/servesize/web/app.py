@@ -20,7 +20,8 @@
     POST /api/record          an uploaded ``servesize measure`` record -> what it measured, beside it
 
 A refusal is HTTP 400 ``{"error": message, "field": name}``. Work is bounded per request (fills and
-draws capped, the body at ``server.MAX_BODY_BYTES``); no endpoint reads a file a client names or
+draws capped, a comma list's work by its distinct items, a form's body at ``server.FORM_BODY_BYTES``, a pasted log's
+or record's at ``MAX_BODY_BYTES``, parsed off the event loop); no endpoint reads a file a client names or
 makes a network request (while a request is computed every reader refuses a path before touching it:
 ``limits.files_forbidden``). A POST is executed only as application/json from the explorer's own page
 (no Origin, or its own): another page the browser visits gets 403, a text/plain or form POST 415, and so does a
@@ -49,7 +50,19 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from servesize.errors import ServesizeError
 from servesize.limits import files_forbidden
-from servesize.web.server import FAST, FLEET, HEAVY, HOSTS, JOBS, MAX_BODY_BYTES, NO_FILES, UPLOADS, Jobs, json_response
+from servesize.web.server import (
+    FAST,
+    FLEET,
+    HEAVY,
+    HOSTS,
+    JOBS,
+    MAX_BODY_BYTES,
+    NO_FILES,
+    UPLOADS,
+    BodyTooLarge,
+    Jobs,
+    json_response,
+)
 
 STATIC = "static"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -103,9 +116,11 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
     try:
         with files_forbidden(NO_FILES):
             response = await handler(request)
-    except web.HTTPRequestEntityTooLarge:
-        response = json_response({"error": f"the request is larger than {MAX_BODY_BYTES // 2**20} MiB; use the "
-                                          "command line for larger files", "field": None}, 413)
+    except (web.HTTPRequestEntityTooLarge, BodyTooLarge) as exc:
+        limit = exc.limit if isinstance(exc, BodyTooLarge) else MAX_BODY_BYTES
+        taken = "" if limit == MAX_BODY_BYTES else f" (a pasted log or record may be up to {MAX_BODY_BYTES >> 20} MiB)"
+        response = json_response({"error": f"the request is larger than {limit >> 20} MiB{taken}; use the command "
+                                          "line for larger files", "field": None}, 413)
     except web.HTTPException as exc:
         response = json_response({"error": exc.reason, "field": None}, exc.status)
     except (RequestPayloadError, ConnectionResetError) as exc:  # the client went away mid-body, or sent one unreadable

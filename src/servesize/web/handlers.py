@@ -151,7 +151,7 @@ _PAGE_FIELDS = (*VIEW_PARAMS, "draft")  # the page sends its whole state; a pane
 
 
 async def post_calibrate(request: web.Request) -> web.Response:
-    body = await read_body(request)
+    body = await read_body(request, upload=True)
     log = text_field(body, "vllm_log", "a vLLM start-up log")
     hints = log_hints(body)
     scenario, _ = scenario_of({k: v for k, v in body.items() if k not in ("vllm_log", "log_hints")}, extra=_PAGE_FIELDS)
@@ -159,7 +159,7 @@ async def post_calibrate(request: web.Request) -> web.Response:
 
 
 async def post_record(request: web.Request) -> web.Response:
-    body = await read_body(request)
+    body = await read_body(request, upload=True)
     record = text_field(body, "record", "a servesize measure run record (the .jsonl file)")
     scenario, _ = scenario_of({k: v for k, v in body.items() if k != "record"}, extra=_PAGE_FIELDS)
     return await compute(request, UPLOADS, partial(views.record_view, scenario, record))

@@ -20,7 +20,8 @@ from aiohttp import web
 from servesize.errors import BadInput
 from servesize.limits import parse_json
 
-MAX_BODY_BYTES = 8 << 20     # a request body (a vLLM log or a measure record is the largest)
+MAX_BODY_BYTES = 8 << 20     # an upload's body (a pasted vLLM log or a measure record), the most any request may send
+FORM_BODY_BYTES = 1 << 20    # any other request's: the page's whole state with an uploaded config.json is ~20 KB
 NO_FILES = ("the explorer reads no file and makes no network request a request names: give a catalogue name, "
             "or upload the content")
 
@@ -93,13 +94,33 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="application/json")
 
 
-async def read_body(request: web.Request) -> Any:
-    """The request's JSON (an empty body is {}); one line when it is not JSON."""
+class BodyTooLarge(Exception):
+    """A body past what its endpoint takes (``limit`` bytes); the guard answers 413 naming the limit."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+async def read_body(request: web.Request, *, upload: bool = False) -> Any:
+    """The request's JSON (an empty body is {}); one line when it is not JSON. A form takes ``FORM_BODY_BYTES``; an
+    upload (``upload``: a log or a record) up to ``MAX_BODY_BYTES``, parsed on the uploads' worker, so that eight
+    7 MiB bodies parsed at once never hold up the event loop a verdict is answered on."""
+    limit = MAX_BODY_BYTES if upload else FORM_BODY_BYTES
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(limit)
     try:
-        text = await request.text()
+        raw = await request.read()
+        if len(raw) > limit:  # a chunked body states no length
+            raise BodyTooLarge(limit)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput("the request body is not UTF-8 text") from None
-    return parse_json(text, "the request body") if text.strip() else {}
+    if not text.strip():
+        return {}
+    if upload:
+        return await in_worker(request, UPLOADS, parse_json, text, "the request body")
+    return parse_json(text, "the request body")
 
 
 async def in_worker(request: web.Request, pool: web.AppKey, fn: Callable[..., Any], *args: Any) -> Any:
