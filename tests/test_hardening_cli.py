@@ -49,6 +49,7 @@ OUT_OF_RANGE = [
     ([*SIM, "--trace-block-size", "-16"], "--trace-block-size"),
     ([*ENGINE, "--users", "100000"], f"{MAX_ENGINE_USERS:,}"),  # ran past every bound
     (["serve", "--port", "70000"], "--port"),
+    (PLAN + ["--cpu-offload-gib", "1048576"], "--cpu-offload-gib"),  # a petabyte of host RAM was planned
 ]
 
 

@@ -41,6 +41,11 @@ MAX_JSON_DEPTH = 64                  # nesting of any JSON servesize reads: the 
 MAX_LAYERS = 4096                    # num_hidden_layers: the deepest real model is ~126 layers (Llama 3.1 405B)
 MAX_CONFIG_INT = 10**12              # any other config.json count (vocab, widths, experts, positions)
 
+# -- hardware ----------------------------------------------------------------------------------------
+# --cpu-offload-gib: one engine's host RAM. The largest single system sold holds 48 TB (HPE Superdome Flex, 32 sockets:
+# https://www.hpe.com/us/en/servers/superdome.html); 64 TiB is past it, so a larger figure is a typo, not a machine.
+MAX_HOST_MEMORY_GIB = 65536
+
 # -- Monte-Carlo -------------------------------------------------------------------------------------
 MAX_FILLS = 100_000                  # --fills: the default is DEFAULT_FILLS
 MAX_DRAWS = 1 << 20                  # --draws (and the most a fill grows them to): the default is DEFAULT_DRAWS

@@ -44,7 +44,7 @@ from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.engine.vocabulary import check_release
 from servesize.errors import BadInput, OutOfRange, UnreadableNumber, clip
-from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, parse_json
+from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, MAX_HOST_MEMORY_GIB, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
@@ -448,8 +448,10 @@ class KnobFields:
                               "default price is the EU average in euros)", "knobs", metavar="CODE")
     pue: float | None = _p("float", "power usage effectiveness: facility W per IT W", "knobs", lo=1.0, hi=5.0,
                            assumption="power.pue", metavar="PUE")
+    # at most MAX_HOST_MEMORY_GIB: one engine's host is one machine, and no machine sold holds more
     cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
-                                       hi=float(1 << 20), unit="GiB", sweep=True, metavar="GIB", to="cpu_offload_bytes")
+                                       hi=MAX_HOST_MEMORY_GIB, unit="GiB", sweep=True, metavar="GIB",
+                                       to="cpu_offload_bytes")
     sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
                               "balancer)", "knobs", default=True)
     assumptions: str = _p("choice", "seed: the warm-capacity seed's values (bandwidth efficiency 1.0, MTP 1.7, ...)",
