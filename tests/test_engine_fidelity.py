@@ -422,3 +422,14 @@ def test_on_a_cpu_with_amx_tiles_mla_keeps_the_block_asked_for(capsys):
     assert not deployment_of(Scenario(model="deepseek-v3", gpus="1xH100", device="cpu", cpu_avx512_bf16="no")).cpu_amx
     assert cpu_flags_have("flags : avx512_bf16 amx_bf16 amx_tile\n", "amx_tile")
     assert not cpu_flags_have("flags : avx512_bf16 amx_bf16\n", "amx_tile")
+
+
+def test_expert_parallelism_on_a_model_without_experts_is_refused_as_vllm_refuses_it():
+    """vLLM's ModelConfig._verify_with_expert_parallelism refuses --enable-expert-parallel for a dense model (0.32:
+    'Number of experts in the model must be greater than 0 when expert parallelism is enabled.'); servesize used to
+    size it with a note, and its recipe kept the flag (issue 31: Qwen3-32B, phi-4, ... refused by the engine config)."""
+    with pytest.raises(BadInput, match="Number of experts") as refused:
+        report("qwen3-32b", "2xH100", tensor_parallel_size=2, enable_expert_parallel=True)
+    assert refused.value.field == "enable_expert_parallel"
+    moe = report("qwen3-30b-a3b", "2xH100", tensor_parallel_size=2, enable_expert_parallel=True)
+    assert moe.pool.num_blocks > 0

@@ -22,7 +22,7 @@ from servesize.engine.lora import lora_slot_bytes
 from servesize.engine.pool import KvPool, auto_max_model_len, bytes_per_block, kv_pool, start_check
 from servesize.engine.quant_methods import weight_format
 from servesize.engine.weights import Placement, Weights, mla_replicated_params, weights
-from servesize.errors import DoesNotFit, UnsupportedArchitecture, WouldNotStart
+from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture, WouldNotStart
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 from servesize.model.ledger import speculator_ledger
@@ -167,6 +167,10 @@ def _check_layout(arch: Architecture, dep: Deployment, gpus: GpuGroup) -> None:
     if tp * dp * pp > gpus.count:
         raise DoesNotFit(f"TP {tp} x DP {dp} x PP {pp} needs {tp * dp * pp} GPUs; --gpus gives {gpus.count}", field="gpus")
     check_parallelism(arch, tp, pp)
+    if dep.enable_expert_parallel and arch.moe is None:  # vLLM's ModelConfig._verify_with_expert_parallelism
+        raise BadInput("--enable-expert-parallel: vLLM refuses it for a model without experts (\"Number of experts in "
+                       "the model must be greater than 0 when expert parallelism is enabled.\"); drop it",
+                       field="enable_expert_parallel")
     kinds = {layer.kind for layer in arch.layers}
     if pp > 1 and len(kinds) > 1:
         raise UnsupportedArchitecture(arch.model_type, "pipeline parallelism over several KV-cache layer kinds is not "
@@ -212,8 +216,6 @@ def memory_report(arch: Architecture, gpus: GpuGroup, deployment: Deployment, *,
     _refuse_if_larger_than_gpu(chosen, dep, gpus, name or arch.name)
     _refuse_if_vllm_would(chosen, dep, gpus, name or arch.name)
     warnings = list(arch.warnings)
-    if dep.enable_expert_parallel and arch.moe is None:
-        notes.append("--enable-expert-parallel has no experts to place in a dense model")
     return MemoryReport(name or arch.name, gpus, dep, chosen.weights, chosen.budget, pool, chosen.derivation,
                         tuple(warnings), chosen.extra, tuple(flags_not_affecting), tuple(flags_estimated), tuple(notes),
                         flags_not_modelled=tuple(flags_not_modelled))
