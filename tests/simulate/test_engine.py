@@ -189,3 +189,21 @@ def test_one_user_alone_sets_the_baseline_a_budget_one_miss_exceeds_is_never_zer
 
     found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0), max_users=8)
     assert found.users >= 1 and found.points[1]["ttft_miss"] == 1.0 and found.points[1]["comfortable"]
+
+
+def test_no_measured_turn_is_no_warm_share_never_100_percent():
+    """Issue 31: with every output longer than max_model_len nothing is answered, and the run said 'warm 100.0%' from
+    0 measured requests. A share of no turns is None, shown '-', and the SLO is then decided by what was measured."""
+    from servesize.simulate.engine import EngineRun
+
+    nan, n = np.full(3, np.nan), 3
+    run = EngineRun(users=3, arrival_s=np.zeros(n), first_token_s=nan, finish_s=nan, hit_tokens=np.zeros(n),
+                    ideal_tokens=np.full(n, 64.0), input_tokens=np.full(n, 128), output_tokens=np.full(n, 8),
+                    preemptions=np.zeros(n, dtype=int), too_large=n, clock_s=1.0)
+    assert run.warm_share is None and run.summary()["measured"] == 0 and run.summary()["warm_share"] is None
+    met, why = Comfort().check(run)
+    assert not met and "no request was answered" in why
+    answered = EngineRun(users=1, arrival_s=np.zeros(1), first_token_s=np.ones(1), finish_s=np.full(1, 2.0),
+                         hit_tokens=np.zeros(1), ideal_tokens=np.zeros(1), input_tokens=np.full(1, 128),
+                         output_tokens=np.full(1, 8), preemptions=np.zeros(1, dtype=int), clock_s=2.0, warmup=0.0)
+    assert answered.warm_share is None and Comfort().check(answered) == (True, "met")  # a first turn has nothing to keep

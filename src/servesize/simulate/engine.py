@@ -144,10 +144,11 @@ class EngineRun:
         return (self.output_tokens[m][ok] - 1) / span[ok]
 
     @property
-    def warm_share(self) -> float:
-        """Of the measured turns an unbounded cache would serve, the share served at least half of that."""
+    def warm_share(self) -> float | None:
+        """Of the measured turns an unbounded cache would serve, the share served at least half of that; None when
+        there is no such turn (nothing measured, or no turn has a prefix to keep): never 100% from no turns."""
         m = self.measured() & (self.ideal_tokens > 0)
-        return float(np.mean(self.hit_tokens[m] * 2 >= self.ideal_tokens[m])) if m.any() else 1.0
+        return float(np.mean(self.hit_tokens[m] * 2 >= self.ideal_tokens[m])) if m.any() else None
 
     @property
     def token_hit_rate(self) -> float:
@@ -563,9 +564,13 @@ class Comfort:
             return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
                            f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}): {mixed:.0%} of the steps "
                            "that prefill also carry decodes, which wait for the chunk")
-        need = min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
+        if got["warm"] is None:  # no turn with a prefix to keep was measured: warmth is not what decides
+            return True, "met"
+        need = self.warm_share if base["warm"] is None else \
+            min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
         if got["warm"] < need - 1e-12:
-            return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {base['warm']:.1%})"
+            alone = "-" if base["warm"] is None else f"{base['warm']:.1%}"
+            return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {alone})"
         return True, "met"
 
     def to_dict(self) -> dict:
@@ -754,7 +759,7 @@ class EngineReport:
                          f"{'preempt':>8} {'steps':>10}  verdict")
         for r in rows:
             lines.append(f"  {r['users']:>6,} {_s(r['ttft_s_p50']):>9} {_s(r['ttft_s_p95']):>8} "
-                         f"{_v(r['decode_tok_s_p50']):>11} {_v(r['decode_tok_s_p5']):>7} {r['warm_share']:>6.1%} "
+                         f"{_v(r['decode_tok_s_p50']):>11} {_v(r['decode_tok_s_p5']):>7} {_share(r['warm_share']):>6} "
                          f"{r['preemptions']:>8,} {r['steps']:>10,}  {r.get('why', '')}")
         if self.found is not None:
             lines.append(self.found.line())
@@ -773,3 +778,7 @@ def _s(x: float | None) -> str:
 
 def _v(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
