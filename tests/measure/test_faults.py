@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from testserver import Fault, ServerConfig, TestServer
+from testserver import INSTANT, Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 
@@ -334,12 +334,12 @@ def test_a_run_where_every_request_fails_exits_2_and_says_why(tmp_path, capsys):
 
 def test_a_pool_run_broken_by_http_500_resumes_without_redoing_a_completed_probe(tmp_path, capsys):
     rec = tmp_path / "p.jsonl"
-    with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status", after=40)])) as server:
+    with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status", after=40)], **INSTANT)) as server:
         code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--prompt-tokens", 513, "--record", rec, "--quiet")
     line = one_line(err)
     assert code == 2 and "HTTP 500" in line and "--resume" in line
     before = lines_of(rec)
-    with TestServer(ServerConfig(capacity_tokens=5000)) as server:
+    with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:
         code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--json", "--quiet")
     assert code == 0, err
     assert json.loads(out)["pool_tokens"]["low"] == 4992

@@ -366,19 +366,25 @@ def test_resuming_any_record_from_the_command_line_exits_0_or_2_with_one_line(re
 
 # -- a rung's statistics and the knee, over any mix of results -----------------------------------------------
 
+# built once: a strategy made inside the draw loop is validated again at every draw (most of this property's time)
+_COUNT, _BOOL, _PREFIX, _OK = st.integers(0, 30), st.booleans(), st.integers(0, 200), st.integers(0, 3)
+_CACHED, _REUSABLE = st.none() | st.integers(0, 2000), st.integers(0, 1500)
+_PROMPT, _TTFT = st.none() | st.integers(1, 4000), st.none() | st.floats(0, 100)
+
+
 @st.composite
 def request_results(draw) -> list[RequestResult]:
     out = []
-    for i in range(draw(st.integers(0, 30))):
-        returning = draw(st.booleans())
-        prefix = draw(st.integers(0, 200))
-        ok = draw(st.integers(0, 3)) > 0
-        cached = draw(st.none() | st.integers(0, 2000))
+    for i in range(draw(_COUNT)):
+        returning = draw(_BOOL)
+        prefix = draw(_PREFIX)
+        ok = draw(_OK) > 0
+        cached = draw(_CACHED)
         out.append(RequestResult(
             id=f"r{i}", tags={"returning": returning, "turn": 1 if returning else 0, "prefix_tokens": prefix,
-                              "reusable_tokens": prefix + draw(st.integers(0, 1500))},
-            prompt_tokens=draw(st.none() | st.integers(1, 4000)), cached_tokens=cached, cached_tokens_reported=cached is not None,
-            ttft_s=draw(st.none() | st.floats(0, 100)), error=None if ok else {"type": "connection_refused", "message": "x"}))
+                              "reusable_tokens": prefix + draw(_REUSABLE)},
+            prompt_tokens=draw(_PROMPT), cached_tokens=cached, cached_tokens_reported=cached is not None,
+            ttft_s=draw(_TTFT), error=None if ok else {"type": "connection_refused", "message": "x"}))
     return out
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from testserver import Fault, ServerConfig, TestServer
+from testserver import INSTANT, Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -77,7 +77,7 @@ def test_a_resume_of_a_record_another_run_holds_exits_2_and_sends_nothing(tmp_pa
     before = rec.read_bytes()
     lock = RecordLock.acquire(rec, create=False)  # the other --resume, mid-run
     try:
-        with TestServer(ServerConfig(capacity_tokens=5000)) as server:
+        with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:
             code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
             served = server.completions
     finally:
@@ -86,7 +86,7 @@ def test_a_resume_of_a_record_another_run_holds_exits_2_and_sends_nothing(tmp_pa
     assert err.count("\n") == 1 and "resuming" not in err  # refused before it says or sends anything
     assert err.startswith(f"servesize: the run record {rec} is in use by another run ({holder_words(os.getpid())})")
     assert rec.read_bytes() == before  # not a byte written
-    with TestServer(ServerConfig(capacity_tokens=5000)) as server:  # the lock released, the record resumes
+    with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:  # the lock released, the record resumes
         code, _, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
     assert code == 0, err
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from testserver import ServerConfig, TestServer
+from testserver import INSTANT, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.measure.pool import PoolConfig, measure_pool
@@ -148,7 +148,7 @@ def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp
     from servesize.measure.pool import CHECK_PROMPTS
 
     rec = tmp_path / "p.jsonl"
-    lying = dict(capacity_tokens=POOL, lie="over_prompt")
+    lying = dict(capacity_tokens=POOL, lie="over_prompt", **INSTANT)
     with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20 + 2 * CHECK_PROMPTS)])) as server:  # mid-search
         code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
     assert code == 2 and "HTTP 500" in err

@@ -4,7 +4,7 @@ import asyncio
 import json
 
 import pytest
-from testserver import Fault, ServerConfig, TestServer
+from testserver import INSTANT, Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.errors import ServesizeError
@@ -132,7 +132,7 @@ CAPACITY = 5000  # 312 blocks of 16 = 4,992 tokens
 
 @pytest.mark.parametrize("eviction", ["lru", "tail_first"])
 def test_measure_pool_recovers_the_injected_pool_to_the_block_from_cached_tokens(eviction):
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, eviction=eviction), prompt_tokens=513)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, eviction=eviction, **INSTANT), prompt_tokens=513)
     true_tokens = CAPACITY // 16 * 16
     assert r.signal == "cached_tokens"
     assert r.resolution == "block"
@@ -143,21 +143,21 @@ def test_measure_pool_recovers_the_injected_pool_to_the_block_from_cached_tokens
 
 def test_a_server_that_omits_cached_tokens_at_zero_is_still_judged_by_cached_tokens():
     """A missing field after the server has reported it reads as 0: cold, not 'signal unavailable'."""
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, omit_zero_cached=True, metrics=False),
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, omit_zero_cached=True, metrics=False, **INSTANT),
                 prompt_tokens=513, block_size=16)  # no /metrics: the block size comes from the flag
     assert r.signal == "cached_tokens"
     assert r.resolution == "block" and r.pool_low_tokens <= CAPACITY // 16 * 16 < r.pool_high_tokens
 
 
 def test_measure_pool_recovers_the_pool_from_the_prefix_cache_counters_alone():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False), prompt_tokens=513)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, block_size=16, report_cached_tokens=False, **INSTANT), prompt_tokens=513)
     assert r.signal == "metrics"
     assert r.pool_low_tokens == CAPACITY // 16 * 16 and r.resolution == "block"
     assert any("--enable-prompt-tokens-details" in n for n in r.signal_notes)
 
 
 def test_measure_pool_reads_the_older_vllm_metric_names():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, report_cached_tokens=False, metrics_names="legacy"), prompt_tokens=513)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, report_cached_tokens=False, metrics_names="legacy", **INSTANT), prompt_tokens=513)
     assert r.signal == "metrics" and r.pool_low_tokens == CAPACITY // 16 * 16
 
 
@@ -205,18 +205,18 @@ def test_a_given_block_size_makes_the_ttft_only_run_align_its_prompts():
 
 
 def test_a_prediction_starts_the_search_and_its_error_is_reported():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY), prompt_tokens=513, predicted_tokens=4800)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, **INSTANT), prompt_tokens=513, predicted_tokens=4800)
     assert r.probes[0].n == 4800 // 512
     assert r.relative_error(4800) == pytest.approx((4800 - 4992) / 4992)
 
 
 def test_the_engine_figure_is_compared_not_trusted():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY, published_blocks=100), prompt_tokens=513)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, published_blocks=100, **INSTANT), prompt_tokens=513)
     assert r.engine_tokens == 1600 and r.pool_low_tokens == 4992 and not r.inside(r.engine_tokens)
 
 
 def test_a_pool_larger_than_max_parallel_prompts_is_a_lower_bound():
-    r = measure(ServerConfig(capacity_tokens=CAPACITY), prompt_tokens=513, max_parallel=4, fine=False)
+    r = measure(ServerConfig(capacity_tokens=CAPACITY, **INSTANT), prompt_tokens=513, max_parallel=4, fine=False)
     assert r.resolution == "lower bound" and r.pool_low_tokens == 4 * 512 and r.pool_high_tokens is None
 
 
@@ -259,7 +259,7 @@ def test_a_failing_server_gives_one_line_and_keeps_every_result_taken(tmp_path, 
 
 
 def test_a_missing_metrics_endpoint_is_a_note_and_the_run_goes_on(tmp_path, capsys):
-    with TestServer(ServerConfig(capacity_tokens=CAPACITY, metrics=False)) as server:
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, metrics=False, **INSTANT)) as server:
         code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--block-size", "16",
                      "--record", str(tmp_path / "r.jsonl"), "--json", "--quiet"])
     out = json.loads(capsys.readouterr().out)
@@ -271,12 +271,12 @@ def test_a_missing_metrics_endpoint_is_a_note_and_the_run_goes_on(tmp_path, caps
 def test_resume_continues_a_broken_run_without_redoing_completed_probes(tmp_path, capsys):
     rec = tmp_path / "run.jsonl"
     # first run: the server fails from its 40th request on, after a few probes have completed
-    with TestServer(ServerConfig(capacity_tokens=CAPACITY, faults=[Fault("status", after=40)])) as server:
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, faults=[Fault("status", after=40)], **INSTANT)) as server:
         assert main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet"]) == 2
     capsys.readouterr()
     done_before = [e for e in _records(rec) if e["type"] == "probe"]
     assert done_before
-    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, **INSTANT)) as server:
         code = main(["measure", "pool", "--resume", str(rec), "--url", server.url, "--json", "--quiet"])
         served = server.completions
     out = json.loads(capsys.readouterr().out)
@@ -290,7 +290,7 @@ def test_resume_continues_a_broken_run_without_redoing_completed_probes(tmp_path
 
 def test_json_and_plot_outputs(tmp_path, capsys):
     png = tmp_path / "pool.png"
-    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, **INSTANT)) as server:
         code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(tmp_path / "r.jsonl"),
                      "--plot", str(png), "--predicted-tokens", "4.5k", "--quiet"])
     out = capsys.readouterr().out
@@ -304,7 +304,7 @@ def test_a_predict_is_named_in_the_report_and_kept_in_the_record_for_resume(tmp_
     predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB --max-model-len 4096"  # one 4k request fits: vLLM starts
     assert main(["memory", *predict.split(), "--json"]) == 0
     usable = json.loads(capsys.readouterr().out)["usable_kv_tokens"]  # servesize memory's own figure (5,104)
-    with TestServer(ServerConfig(capacity_tokens=CAPACITY)) as server:
+    with TestServer(ServerConfig(capacity_tokens=CAPACITY, **INSTANT)) as server:
         code = main(["measure", "pool", "--url", server.url, "--prompt-tokens", "513", "--record", str(rec), "--quiet",
                      "--predict", predict])
         out = capsys.readouterr().out

@@ -279,6 +279,7 @@ def test_sigterm_mid_rung_keeps_what_the_workers_completed_and_resume_measures_t
         kept = contents.of_type("request")
         assert len(kept) >= 8 and len({e["result"]["id"] for e in kept}) == len(kept) <= server.completions
         assert contents.of_type("interrupted")[0]["signal"] == "SIGTERM" and not contents.of_type("rung")
+        server.config.itl_s = 0.0  # slow tokens kept the rung running until the signal came; the resume need not wait
         code = main(["measure", "sessions", "--resume", str(rec), "--url", server.url, "--workers", "2", "--quiet"])
     assert code == 0, capsys.readouterr().err
     contents = read_record(rec, "sessions")
@@ -299,14 +300,36 @@ def test_workers_against_two_endpoints_give_the_in_process_per_endpoint_counts(t
         _check_against_each_server(spread, servers, tmp_path / f"{routing}-2.jsonl")
 
 
+class SilentDeadline:
+    """A clock for a rung's deadline (``RayWorkers(wait_shares=...)``) on which time jumps to the deadline as soon as
+    every share but the ``silent`` worker's has answered: the real clock would get there by waiting, this one does
+    not wait. It keeps each deadline it was given and which shares were still unanswered when it passed."""
+
+    def __init__(self, silent: int):
+        self.silent = silent
+        self.deadlines: list[float] = []
+        self.overdue: list[list[int]] = []
+
+    async def __call__(self, tasks: dict, deadline_s: float) -> None:
+        self.deadlines.append(deadline_s)
+        answering = [t for k, t in tasks.items() if k != self.silent]
+        if answering:
+            await asyncio.wait(answering)
+        await asyncio.sleep(0)  # a share that answered with the others is seen as answered
+        self.overdue.append(sorted(k for k, t in tasks.items() if not t.done()))
+
+
 def test_a_worker_that_goes_silent_mid_rung_fails_that_rung_by_its_deadline_and_is_killed(tmp_path):
     """A partitioned host answers nothing, and Ray raises nothing until its health checks call the node dead:
     worker 1 stays alive but never returns its share of the 2-user rung (a frozen process, SIGSTOP, was tried first:
     Ray on one machine sometimes calls it dead within seconds, sometimes not, so it tested nothing for sure). The
     coordinator waits the rung's duration, one request's --timeout and the grace, then fails the rung and kills the
-    worker; it never waits for ever."""
+    worker; it never waits for ever. The deadline is waited on an injected clock (``SilentDeadline``): it passes once
+    every other share has answered, so the test decides from what the coordinator did, not from how long it slept."""
     path = tmp_path / "h.jsonl"
-    workers = RayWorkers(3, fault=WorkerFault(worker=1, rung=1, after=1, kind="hang"), share_grace_s=1.0)
+    clock = SilentDeadline(silent=1)
+    workers = RayWorkers(3, fault=WorkerFault(worker=1, rung=1, after=1, kind="hang"), share_grace_s=1.0,
+                         wait_shares=clock)
     with _server() as server:
         cfg = SessionsConfig(url=server.url, params=_params(SEED), users=LADDER_USERS, duration_s=20.0, timeout_s=5.0,
                              requests_per_user=REQUESTS, predicted_users=2)
@@ -317,6 +340,8 @@ def test_a_worker_that_goes_silent_mid_rung_fails_that_rung_by_its_deadline_and_
             record.close()
         served = server.completions
     assert served == 3 + 3 + 3  # the silent worker's user sent its whole session; only the answer never came
+    assert clock.deadlines == [20.0 + 5.0 + 1.0] * 2  # each rung's deadline: its duration, --timeout and the grace
+    assert clock.overdue == [[], [1]]  # the 1-user rung answered in full; the 2-user rung's worker 1 never did
     assert [(g.users, g.status) for g in r.rungs] == [(1, "measured"), (2, "failed")]
     assert r.rungs[1].stop.startswith("worker 1 (") and "did not answer" in r.rungs[1].stop
     assert "partitioned or hung host" in r.rungs[1].stop and r.exit_code == 2

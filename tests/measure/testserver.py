@@ -111,6 +111,12 @@ class ServerConfig:
         return self.capacity_tokens // self.block_size
 
 
+# A server that answers at once: no injected TTFT nor ITL. For runs decided by the server's own counts
+# (cached_tokens, /metrics) or by request counts, where the injected delays are only waiting: with no prefill
+# to skip, a hit does not show in the TTFT (measure pool's TTFT check says so), and at the defaults' 28 ms cold
+# prefill the counts were not checked against TTFT either (measure pool: REFUTE_RESOLVABLE_S).
+INSTANT = dict(ttft_base_s=0.0, ttft_per_token_s=0.0, itl_s=0.0)
+
 HTML_PAGE = ("<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\n<body><form action=\"/login\">"
              "<input name=\"user\"></form></body></html>\n")
 

@@ -34,6 +34,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,16 +142,26 @@ class ShareOverdue(Exception):
     """A worker that did not answer its share of a rung in time (SHARE_GRACE_S)."""
 
 
+async def wait_for_shares(tasks: dict[int, asyncio.Future], deadline_s: float) -> None:
+    """The real clock: return once every worker's share has answered, or ``deadline_s`` seconds have passed.
+    ``RayWorkers(wait_shares=...)`` takes another (the tests' clock jumps to the deadline instead of sleeping)."""
+    await asyncio.wait(tasks.values(), timeout=deadline_s)
+
+
+SharesWait = Callable[[dict[int, asyncio.Future], float], Awaitable[None]]
+
+
 class RayWorkers:
     """N Ray actors for one ``measure sessions`` run: on a local Ray started here (and stopped at ``close``), on
     the Ray cluster at ``address``, or on the Ray this process has already initialised."""
 
     def __init__(self, n: int, *, address: str | None = None, fault: WorkerFault | None = None,
-                 share_grace_s: float = SHARE_GRACE_S):
+                 share_grace_s: float = SHARE_GRACE_S, wait_shares: SharesWait = wait_for_shares):
         if n < 1:  # the flag's range is declared with the measure flags (servesize.commands._measure.FLAGS)
             raise BadInput(f"--workers {n}: at least one worker")
         self.n, self.address, self.fault = n, address, fault
         self.share_grace_s = share_grace_s
+        self.wait_shares = wait_shares  # how a rung's deadline is waited on (wait_for_shares: the real clock)
         self.actors: list[Any] = []
         self.joined: list[dict] = []
         self.interrupted: list[tuple[int, RequestResult]] = []  # an interrupted rung's completed requests
@@ -251,7 +262,7 @@ class RayWorkers:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if not tasks:
             return {}
-        await asyncio.wait(tasks.values(), timeout=deadline_s)
+        await self.wait_shares(tasks, deadline_s)
         got: dict = {}
         for k, task in tasks.items():
             if task.done():
