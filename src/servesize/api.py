@@ -511,13 +511,9 @@ def _generated(trace: Any) -> bool:
 
 
 def _given_workload(workload: Any, source: Any, opts: Any) -> Any:
-    from dataclasses import replace as dc_replace
-
     from servesize.simulate.users import fit_trace_workload
 
-    fitted = fit_trace_workload(source, opts)
-    return dc_replace(fitted, workload=workload, think_time_source="the workload the sessions were generated from",
-                      fields={}, notes=())
+    return fit_trace_workload(source, opts, given=workload)
 
 
 def _pool_of_tokens(pool_tokens: int, block_size: int) -> Any:

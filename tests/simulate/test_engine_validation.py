@@ -52,3 +52,18 @@ def test_plan_engine_check_runs_the_simulator_and_says_whether_they_agree(capsys
     line = next(x for x in text.splitlines() if x.startswith("engine check: "))
     assert f"serves {check['engine_users']:,} users comfortably" in line
     assert ("within 15% of the plan" in line) == check["agree"]
+
+
+def test_a_workload_file_inside_its_bounds_is_simulated_as_given_never_refitted_and_refused(tmp_path):
+    """Issue 31: a workload file with a think time of 10^6 s (its bound) was refused ('the fitted workload is not
+    usable: think_time_s ... got 1407759.2') because the engine refitted the sessions it had generated from it; the
+    workload the sessions come from is now the one plan is given, as it is."""
+    from servesize.workload.files import save_workload
+
+    workload = replace(preset("coding-agent").workload(), think_time_s=1e6)
+    path = save_workload(workload, tmp_path / "slow-thinkers.toml")
+    result = simulate_engine(path, Scenario(model="llama-3.1-8b", gpus="1xH100"), users=2, search=False,
+                             synthetic_sessions=8)
+    doc = result.to_dict()
+    assert doc["fitted_workload"]["workload"]["think_time_s"] == 1e6
+    assert doc["fitted_workload"]["think_time_source"] == "the workload the sessions were generated from"

@@ -205,10 +205,17 @@ def trace_observations(trace: Trace, replay: Replay) -> Observations:
 
 
 def fit_trace_workload(trace: Trace, opts: ReplayOptions, *, fitted: WorkloadFit | None = None,
-                       preset: str | None = None) -> TraceWorkload:
-    """The Workload ``plan`` is given for this trace: ``fitted`` (``servesize workload fit`` on the same file, so
+                       preset: str | None = None, given: Workload | None = None) -> TraceWorkload:
+    """The Workload ``plan`` is given for this trace: ``given`` (the workload the trace's sessions were generated
+    from: nothing is fitted, so a workload inside its bounds is never refused for what a refit of its own draws gives,
+    e.g. a think time of 10^6 s drawn past the bound), else ``fitted`` (``servesize workload fit`` on the same file, so
     plan --workload and simulate read one workload), else workload/fit.py over ``trace_observations``."""
     replay = build_replay(trace, replace(opts, users=None, warmup=0.0))
+    if given is not None:
+        peaks, counts = _session_sizes(trace, replay)
+        return TraceWorkload(workload=given, user_fit={}, session_peak_tokens_p50=_median(peaks),
+                             requests_per_session_p50=_median(counts),
+                             think_time_source="the workload the sessions were generated from", notes=(), fields={})
     if fitted is None:
         try:
             fitted = fit_observations(trace_observations(trace, replay), preset_name=preset)
@@ -217,11 +224,21 @@ def fit_trace_workload(trace: Trace, opts: ReplayOptions, *, fitted: WorkloadFit
     notes = list(fitted.notes)
     if not fitted.fields["think_time_s"].fitted:
         notes.append(f"think time: {fitted.fields['think_time_s'].how}; preset {fitted.preset_name}'s is kept")
-    peaks = _per_session(replay, replay.input_tokens.astype(np.float64), "max") if trace.has_sessions else np.zeros(0)
-    counts = _per_session(replay, replay.input_tokens, "size") if trace.has_sessions else np.zeros(0)
+    peaks, counts = _session_sizes(trace, replay)
     return TraceWorkload(workload=fitted.workload, user_fit=fitted.user_fit.to_dict(),
-                         session_peak_tokens_p50=float(np.median(peaks)) if peaks.size else None,
-                         requests_per_session_p50=float(np.median(counts)) if counts.size else None,
+                         session_peak_tokens_p50=_median(peaks), requests_per_session_p50=_median(counts),
                          think_time_source=fitted.fields["think_time_s"].how, notes=tuple(notes),
                          fields={k: {"value": f.value, "fitted": f.fitted, "how": f.how}
                                  for k, f in fitted.fields.items()}, preset=fitted.preset_name)
+
+
+def _session_sizes(trace: Trace, replay: Replay) -> tuple[np.ndarray, np.ndarray]:
+    """Per session: its largest prompt and its request count (empty for a trace without sessions)."""
+    if not trace.has_sessions:
+        return np.zeros(0), np.zeros(0)
+    return (_per_session(replay, replay.input_tokens.astype(np.float64), "max"),
+            _per_session(replay, replay.input_tokens, "size"))
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
