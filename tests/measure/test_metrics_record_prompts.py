@@ -117,7 +117,7 @@ def test_prompt_ids_that_tokenize_to_the_same_tokens_are_refused():
     class UnkTokenizer:  # a stand-in server whose /tokenize knows no English word
         model = "m"
 
-        async def post_json(self, path, body):
+        async def post_json(self, path, body, *, timeout_s=None):
             words = body["prompt"].split()
             return 200, {"count": len(words), "tokens": [0] * len(words), "max_model_len": 4096}
 
@@ -132,7 +132,7 @@ def test_tokenize_going_away_on_the_last_count_keeps_the_count_already_measured(
         model = "m"
         calls = 0
 
-        async def post_json(self, path, body):
+        async def post_json(self, path, body, *, timeout_s=None):
             self.calls += 1
             if self.calls == 16:  # 1 + 2 while starting, 12 in the loop, then the last count
                 raise OSError("gone")

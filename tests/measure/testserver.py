@@ -90,6 +90,13 @@ class ServerConfig:
     lie_factor: float = 2.0  # over_prompt: cached_tokens reported = this x the prompt's tokens
     lie_metrics: bool = False  # /metrics' prefix-cache hits count the reported (lying) figure, not the true one
     cached_fn: Any = None  # (index, prompt_tokens, true_cached) -> the value reported as cached_tokens (any JSON value)
+    # hostile answers (test_hostile_server.py): None = the honest one
+    metrics_body: bytes | None = None  # /metrics answers these bytes
+    config_labels: dict | None = None  # cache_config_info labels replaced (e.g. {"block_size": "inf"})
+    models_body: bytes | None = None  # /v1/models answers these bytes
+    tokenize_count: Any = "honest"  # /tokenize answers this (any JSON value, null too) as its count; 'honest': the true one
+    tokenize_hangs: bool = False  # /tokenize never answers (until the server stops)
+    usage_prompt_tokens: Any = None  # usage.prompt_tokens reported for every prompt, whatever its length
 
     def reported_cached(self, index: int, prompt_tokens: int, cached: int) -> Any:
         """What the server says was cached: the truth, unless it lies."""
@@ -298,6 +305,8 @@ class TestServer:
         c = self.config
         if c.html_models:
             return web.Response(status=200, text=HTML_PAGE, content_type="text/html")
+        if c.models_body is not None:
+            return web.Response(status=200, body=c.models_body, content_type="application/json")
         return web.json_response({"object": "list", "data": [
             {"id": c.model, "object": "model", "owned_by": "servesize", "max_model_len": c.max_model_len}]})
 
@@ -307,16 +316,26 @@ class TestServer:
         if text is None and "messages" in body:
             text = " ".join(m.get("content", "") for m in body["messages"])
         ids = self._ids(text or "")
-        return web.json_response({"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids})
+        if self.config.tokenize_hangs:
+            task = asyncio.current_task()
+            assert task is not None
+            self._handlers.add(task)  # ended by stop
+            await asyncio.Event().wait()
+        count = len(ids) if self.config.tokenize_count == "honest" else self.config.tokenize_count
+        return web.Response(text=json.dumps({"count": count, "max_model_len": self.config.max_model_len, "tokens": ids}),
+                            content_type="application/json")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         c = self.config
+        if c.metrics_body is not None:
+            return web.Response(body=c.metrics_body, content_type="text/plain")
         labels = f'engine="0",model_name="{c.model}"'
         if c.metrics_names == "legacy":
             q, h, usage = "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_cache_usage_perc"
         else:
             q, h, usage = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:kv_cache_usage_perc"
         blocks = c.published_blocks if c.published_blocks is not None else c.capacity_blocks
+        config = {"block_size": c.block_size, "num_gpu_blocks": blocks, **(c.config_labels or {})}
         used = len(self.cache.blocks) / c.capacity_blocks if c.capacity_blocks else 0.0
         lines = [
             f"# HELP {q[:-6]} Prefix cache queries, in terms of number of queried tokens.",
@@ -331,8 +350,8 @@ class TestServer:
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{{{labels}}} {float(self.in_flight)}",
             "# TYPE vllm:cache_config_info gauge",
-            f'vllm:cache_config_info{{block_size="{c.block_size}",cache_dtype="auto",enable_prefix_caching="True",'
-            f'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="{blocks}",'
+            f'vllm:cache_config_info{{block_size="{config["block_size"]}",cache_dtype="auto",enable_prefix_caching="True",'
+            f'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="{config["num_gpu_blocks"]}",'
             f'num_gpu_blocks_override="None",{labels}}} 1.0',
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
@@ -431,7 +450,7 @@ class TestServer:
 
     def _usage(self, req: _Completion, entry: dict) -> dict:
         c = self.config
-        n = len(req.tokens)
+        n = len(req.tokens) if c.usage_prompt_tokens is None else c.usage_prompt_tokens
         usage: dict[str, Any] = {"prompt_tokens": n, "completion_tokens": req.max_tokens, "total_tokens": n + req.max_tokens}
         cached = entry["reported_cached_tokens"]
         if c.report_cached_tokens and not (c.omit_zero_cached and cached == 0):

@@ -143,9 +143,9 @@ def open_record(rec: Recording, kind: str, config_cls: Any, make_config: Callabl
 
 def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config: Callable[[], Any], lock: Any):
     """open_record's --resume branch, the record already locked (``lock`` passes to the RunRecord)."""
-    from servesize.measure.record import RunRecord, read_record
+    from servesize.measure.record import RunRecord, check_version, read_record
 
-    recorded = read_record(path, kind).header["params"]
+    recorded = check_version(read_record(path, kind), path).header["params"]
     if rec.same_params:
         refuse_other_params(path, recorded, make_config().to_params(), config_defaults(config_cls))
     cfg = config_cls.from_params(recorded)

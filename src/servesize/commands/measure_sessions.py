@@ -75,8 +75,10 @@ def _server_max_model_len(url: str, model: str | None) -> int | None:
             entries = await c.models()
             name = model or (entries[0]["id"] if entries else None)
             for e in entries:
-                if e.get("id") == name and e.get("max_model_len"):
-                    return int(e["max_model_len"])
+                cap = e.get("max_model_len")
+                # a whole, positive count only: anything else (a string, inf, 1e400) falls back as a missing one does
+                if e.get("id") == name and isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+                    return cap
             return None
 
     return asyncio.run(ask())

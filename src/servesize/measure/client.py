@@ -229,14 +229,21 @@ class StreamClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise BadInput(f"cannot reach {self.base_url}: {describe_exception(exc)[1]} "
                            "(is the server running, and is --url right?)") from None
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{self.base_url}/v1/models answered a body that is not UTF-8 text ({exc.reason} at byte "
+                           f"{exc.start}): not an OpenAI model list") from None
         if status != 200:
             raise BadInput(f"{self.base_url}/v1/models answered HTTP {status}: {excerpt(text)}")
         if is_html(text):
             raise BadInput(NOT_OPENAI.format(what=f"{self.base_url}/v1/models", expected="a model list", page=excerpt(text, 80)))
         try:
-            return list(json.loads(text)["data"])
+            data = json.loads(text)["data"]
         except (ValueError, KeyError, TypeError):
             raise BadInput(f"{self.base_url}/v1/models did not return an OpenAI model list: {excerpt(text)}") from None
+        if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+            raise BadInput(f"{self.base_url}/v1/models: its 'data' is {type(data).__name__} {excerpt(json.dumps(data), 80)}, "
+                           "not a list of model objects (an OpenAI model list)")
+        return data
 
     async def resolve_model(self) -> str:
         """``--model`` if given, else the server's first /v1/models entry."""
@@ -244,7 +251,11 @@ class StreamClient:
         if self.model is None:
             if not entries:
                 raise BadInput(f"{self.base_url}/v1/models lists no model; pass --model")
-            self.model = entries[0]["id"]
+            model = entries[0].get("id")
+            if not isinstance(model, str) or not model:
+                raise BadInput(f"{self.base_url}/v1/models: its first entry's 'id' is {excerpt(repr(model), 80)}, not a "
+                               "model name; pass --model")
+            self.model = model
         return self.model
 
     # -- the streaming request --------------------------------------------------------------

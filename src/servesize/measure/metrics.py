@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from servesize.errors import clip
+
 QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
            "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries")
 HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits",
@@ -82,6 +84,7 @@ class MetricsSnapshot:
     waiting: float | None = None
     cache_config: dict | None = None
     engines: int = 1
+    refused: str | None = None  # why cache_config_info was refused (an impossible label), else None
     names: dict = field(default_factory=dict)  # which series name answered for each quantity
 
     @property
@@ -105,13 +108,35 @@ class MetricsSnapshot:
                 "cache_config": self.cache_config, "engines": self.engines, "names": self.names}
 
 
+# The largest cache_config_info figure taken: a block of more tokens, or a pool of more blocks, is no engine's
+# (vLLM's block sizes are 1..a few hundred tokens; 2**40 blocks would be petabytes of KV cache)
+MAX_CONFIG_LABEL = 2**40
+CONFIG_LABELS = ("block_size", "num_gpu_blocks")
+
+
 def _int_label(labels: dict | None, key: str) -> int | None:
+    """A cache_config_info label as a whole number in [1, MAX_CONFIG_LABEL], else None (absent or impossible)."""
     if not labels:
         return None
     try:
-        return int(float(labels.get(key, "")))
+        v = float(labels.get(key, ""))
     except ValueError:
         return None
+    if not math.isfinite(v) or not v.is_integer() or not 1 <= v <= MAX_CONFIG_LABEL:
+        return None
+    return int(v)
+
+
+def _impossible_config(labels: dict) -> str | None:
+    """Why a cache_config_info label that is present is no possible figure (inf, 1e400, 0, -16, 2.5), or None."""
+    for key in CONFIG_LABELS:
+        raw = labels.get(key)
+        if raw is None or raw == "None":
+            continue
+        if _int_label(labels, key) is None:
+            return (f"vllm:cache_config_info label {key}={clip(raw)} is not a whole number in 1..{MAX_CONFIG_LABEL} "
+                    f"(an impossible figure): the engine's own pool figure and block size are not used")
+    return None
 
 
 def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
@@ -128,7 +153,11 @@ def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
         snap.kv_usage = max(v for _, v in samples)
         snap.names["kv_usage"] = name
     if CACHE_CONFIG in series:
-        snap.cache_config = dict(series[CACHE_CONFIG][0][0])
+        labels = dict(series[CACHE_CONFIG][0][0])
+        snap.refused = _impossible_config(labels)
+        if snap.refused is not None:
+            return snap
+        snap.cache_config = labels
         snap.engines = len(series[CACHE_CONFIG])
         snap.names["cache_config"] = CACHE_CONFIG
     return snap
@@ -170,6 +199,7 @@ class MetricsScraper:
         self.client = client
         self.enabled = enabled
         self.note: str | None = None if enabled else "/metrics not used (disabled)"
+        self.refused: str | None = None  # a cache_config_info refused as impossible, said once (endpoint and label)
 
     async def scrape(self) -> MetricsSnapshot | None:
         if not self.enabled:
@@ -178,6 +208,8 @@ class MetricsScraper:
         if snap is None:
             self._give_up(why or "/metrics could not be read")
             return None
+        if snap.refused is not None and self.refused is None:
+            self.refused = f"{self.client.base_url}/metrics: {snap.refused}"
         if snap.prefix_queries is None and snap.cache_config is None:
             self._give_up("/metrics has no vllm: prefix-cache series (not a vLLM server, or a version servesize does not know)")
             return None
@@ -189,6 +221,9 @@ class MetricsScraper:
             status, text = await self.client.get("/metrics", timeout_s=timeout_s)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return None, f"/metrics could not be read ({type(exc).__name__}: {exc})"
+        except UnicodeDecodeError as exc:
+            return None, (f"{self.client.base_url}/metrics answered a body that is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start}): not trusted")
         if status != 200:
             return None, f"/metrics answered HTTP {status}: the server publishes no Prometheus metrics there"
         return snapshot_from_text(text), None

@@ -498,8 +498,9 @@ class PoolRun:
         model = await client.resolve_model()
         scraper = MetricsScraper(client, enabled=True)
         self.engine = await scraper.scrape()
-        if scraper.note:
-            self.notes.append(scraper.note)
+        for note in (scraper.note, scraper.refused):
+            if note:
+                self.notes.append(note)
         if cfg.block_size:
             self.block_size, self.block_size_source = cfg.block_size, "--block-size"
         elif self.engine is not None and self.engine.block_size:

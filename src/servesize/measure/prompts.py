@@ -23,6 +23,12 @@ import aiohttp
 
 from servesize.errors import ServesizeError
 
+# How long one /tokenize call may take before servesize stops asking it and calibrates from usage.prompt_tokens:
+# vLLM tokenizes a prompt of 100k tokens in well under a second, so 10 s is a server that will not answer, and a
+# prompt is made in up to 13 calls, so a slower bound would stall every prompt of the run
+TOKENIZE_TIMEOUT_S = 10.0
+MAX_TOKEN_COUNT = 2**31 - 1  # a /tokenize count taken (no context holds more; Infinity, NaN and 1e400 are no count)
+
 WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
     "word but not what all were we when your can said there use an each which she do how their if will up "
@@ -64,8 +70,10 @@ class Prompt:
 class PromptFactory:
     """Makes unique prompts of a given token count against one server (see module docstring)."""
 
-    def __init__(self, client=None, *, seed: int = 0, nonce: int | None = None, use_tokenize: bool = True):
+    def __init__(self, client=None, *, seed: int = 0, nonce: int | None = None, use_tokenize: bool = True,
+                 tokenize_timeout_s: float = TOKENIZE_TIMEOUT_S):
         self.client = client
+        self.tokenize_timeout_s = tokenize_timeout_s
         self.seed = seed
         self.nonce = random.SystemRandom().getrandbits(32) if nonce is None else nonce
         self.use_tokenize = use_tokenize and client is not None
@@ -86,8 +94,14 @@ class PromptFactory:
         if not self.use_tokenize:
             return None
         try:
-            status, body = await self.client.post_json("/tokenize", {"model": self.client.model, "prompt": text})
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            status, body = await self.client.post_json("/tokenize", {"model": self.client.model, "prompt": text},
+                                                       timeout_s=self.tokenize_timeout_s)
+        except TimeoutError:
+            self.use_tokenize = False
+            self.note = (f"/tokenize did not answer within {self.tokenize_timeout_s:g} s; prompt lengths calibrated "
+                         "from usage.prompt_tokens")
+            return None
+        except (aiohttp.ClientError, OSError, UnicodeDecodeError) as exc:
             self.use_tokenize = False
             self.note = f"/tokenize unavailable ({type(exc).__name__}); prompt lengths calibrated from usage.prompt_tokens"
             return None
@@ -95,7 +109,13 @@ class PromptFactory:
             self.use_tokenize = False
             self.note = f"/tokenize answered HTTP {status}; prompt lengths calibrated from usage.prompt_tokens"
             return None
-        return int(body["count"])
+        count = body["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_TOKEN_COUNT:
+            self.use_tokenize = False
+            self.note = (f"/tokenize answered count={str(count)[:40]!r}, not a token count; not trusted: prompt lengths "
+                         "calibrated from usage.prompt_tokens")
+            return None
+        return count
 
     async def _check_ids_tokenize_apart(self) -> None:
         """Two prompts with different ids must differ in their first block of tokens, or every
@@ -104,8 +124,9 @@ class PromptFactory:
         for seq in (0xFFFFF2, 0xFFFFF3):
             try:
                 status, body = await self.client.post_json(
-                    "/tokenize", {"model": self.client.model, "prompt": " ".join(id_words(self.nonce, seq))})
-            except (aiohttp.ClientError, OSError, TimeoutError):
+                    "/tokenize", {"model": self.client.model, "prompt": " ".join(id_words(self.nonce, seq))},
+                    timeout_s=self.tokenize_timeout_s)
+            except (aiohttp.ClientError, OSError, TimeoutError, UnicodeDecodeError):
                 return
             if status != 200 or not isinstance(body, dict) or not isinstance(body.get("tokens"), list):
                 return
@@ -144,10 +165,16 @@ class PromptFactory:
                 return
             points.append((words, r.prompt_tokens))
         (w1, t1), (w2, t2) = points
+        if t2 <= t1:
+            raise ServesizeError(
+                f"usage.prompt_tokens is {t1} for a {w1}-word probe and {t2} for a {w2}-word one: the server does not "
+                "count prompt tokens, so prompt lengths cannot be calibrated (and /tokenize is unavailable); servesize refuses")
         self.tokens_per_word = (t2 - t1) / (w2 - w1)
         self._fixed = t1 - self.tokens_per_word * w1
-        self.note = (f"/tokenize unavailable: prompt lengths calibrated from two probes "
-                     f"({self.tokens_per_word:.3f} tokens per filler word); counts are approximate")
+        calibrated = (f"prompt lengths calibrated from two probes ({self.tokens_per_word:.3f} tokens per filler word); "
+                      "counts are approximate")
+        why = self.note.split(";")[0] if self.note and self.note.startswith("/tokenize ") else "/tokenize unavailable"
+        self.note = f"{why}; {calibrated}"
 
     async def make(self, seq: int, tokens: int) -> Prompt:
         """A prompt of ``tokens`` tokens whose id is (nonce, seq)."""

@@ -40,7 +40,7 @@ import typing
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Union, get_args, get_origin
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, clip
 from servesize.jsonable import finite
 
 FORMAT_VERSION = 1
@@ -172,7 +172,7 @@ class RunRecord:
 
     @classmethod
     def _resume(cls, path, kind: str, fsync: bool, lock: RecordLock) -> tuple[RunRecord, RecordContents]:
-        contents = read_record(path, kind)
+        contents = check_version(read_record(path, kind), path)
         dropped = None
         if contents.torn_tail:
             try:
@@ -229,6 +229,17 @@ class RunRecord:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_version(contents: RecordContents, path) -> RecordContents:
+    """The contents, when their header's format version is the one this servesize writes; else BadInput (one line):
+    a record of another (newer) format is never continued as if it were this one."""
+    version = contents.header.get("version")
+    if version != FORMAT_VERSION:
+        raise BadInput(f"{path}: the record's header says format version {clip(version)}, and this servesize "
+                       f"writes and resumes version {FORMAT_VERSION} only; it refuses to continue it (use the servesize "
+                       "that wrote it)")
+    return contents
 
 
 def _default(obj):

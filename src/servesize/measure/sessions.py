@@ -665,7 +665,7 @@ class SessionsRun:
                 if stats.stop:
                     self.notes.append(f"ladder stopped at {users} users: {stats.stop}")
                     break
-            for note in (*(sc.note for sc in scrapers), prompts.note):
+            for note in (*(sc.note for sc in scrapers), *(sc.refused for sc in scrapers), prompts.note):
                 if note and note not in self.notes:
                     self.notes.append(note)
         return self._result(model, rungs)
