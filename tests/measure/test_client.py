@@ -99,6 +99,26 @@ def test_each_timing_is_the_read_that_brought_its_event():
     assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.cached_tokens_reported) == (7, 3, 0, True)
 
 
+def _stream_in_reads(events: int, reads: int) -> list[tuple[bytes, int]]:
+    """``events`` token events delivered in ``reads`` reads, 10 ms apart, the last one carrying [DONE]."""
+    out = [(b"".join(event(f'{{"choices": [{{"text": " t{i}"}}]}}') for i in range(events) if i * reads // events == k),
+            10 * (k + 1)) for k in range(reads)]
+    return out + [(b"data: [DONE]\n\n", 10 * (reads + 1))]
+
+
+@pytest.mark.parametrize("reads, coalesced", [(1, True), (31, True), (32, False), (64, False)])
+def test_a_stream_read_in_bursts_has_its_itl_and_decode_speed_withheld_never_0_ms(reads, coalesced):
+    """Issue 31: on a starved client host a 64-token stream arrived in one read, and servesize reported an ITL of 0.0 ms
+    and ~79,000 tok/s per user. Events that came in fewer reads than half their number are not timed by the reads."""
+    r = parse(_stream_in_reads(64, reads))
+    assert r.ok and (r.token_events, r.token_reads) == (64, reads)
+    assert r.coalesced is coalesced
+    if coalesced:
+        assert r.itl is None and r.decode_tok_per_s is None
+    else:
+        assert r.itl["n"] == 63 and r.decode_tok_per_s == pytest.approx(63 / (0.010 * (reads - 1)))
+
+
 def test_a_chat_stream_times_its_first_token_at_the_role_delta_and_its_content_at_the_first_text():
     r = parse([
         (event('{"choices": [{"delta": {"role": "assistant"}}]}'), 30),

@@ -423,3 +423,22 @@ def test_the_fault_table_in_the_docs_is_the_one_these_tests_produce(tmp_path_fac
         DOC.write_text(text[:start] + "\n" + table + "\n" + text[end:])
         return
     assert text[start:end].strip() == table, "docs/measure.md's fault table is stale: rerun with SERVESIZE_WRITE_FAULT_TABLE=1"
+
+
+# -- sessions: streams read in bursts (issue 31) ------------------------------------------------------------
+
+def test_streams_that_arrive_in_one_read_have_no_decode_speed_and_the_run_says_how_many(capsys):
+    """On a starved client host a stream's tokens arrive in one read; servesize reported an ITL of 0.0 ms and tens of
+    thousands of tok/s per user without a word. A server that writes each stream in one burst gives the same reads."""
+    args = list(SESSIONS)
+    args[args.index("--output-tokens") + 1] = "16"
+    with TestServer(ServerConfig(burst=True, **INSTANT)) as server:
+        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
+                             "--json", *args)
+    assert code == 0, err
+    doc = json.loads(out)
+    (rung,) = doc["rungs"]
+    assert rung["coalesced"] == rung["requests"] - rung["errors"] > 0
+    assert rung["decode_tok_per_s_p50"] is None and rung["itl"]["p50_s"] is None
+    assert any("decode speed are withheld" in n and f"{rung['coalesced']} of {rung['coalesced']}" in n
+               for n in doc["notes"]), doc["notes"]

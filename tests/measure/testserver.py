@@ -74,6 +74,7 @@ class ServerConfig:
     ttft_base_s: float = 0.002
     ttft_per_token_s: float = 0.00005
     itl_s: float = 0.001
+    burst: bool = False  # every token of a stream in one write (what a client on a starved host reads: one burst)
     model: str = "servesize-test"
     max_model_len: int = 1 << 20
     report_cached_tokens: bool = True  # vLLM: --enable-prompt-tokens-details
@@ -483,7 +484,9 @@ class TestServer:
         self.in_flight += 1
         try:
             await resp.prepare(request)
-            for k in range(req.max_tokens):
+            if c.burst:
+                await resp.write(b"".join(self._token_chunk(chunks, entry, k) for k in range(req.max_tokens)))
+            for k in range(0 if c.burst else req.max_tokens):
                 delay = t0 + entry["ttft_injected_s"] + c.itl_s * k - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)

@@ -123,6 +123,8 @@ class RequestResult:
     last_token_s: float | None = None
     end_s: float | None = None
     chunks: int = 0
+    token_events: int = 0  # events that carried token text
+    token_reads: int = 0  # distinct reads of the body that brought them (see ``coalesced``)
     itl: dict | None = None
     decode_tok_per_s: float | None = None
     error: dict | None = None
@@ -134,6 +136,13 @@ class RequestResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def coalesced(self) -> bool:
+        """Its token events came in fewer reads than MIN_READS_PER_EVENT of them: read late, in bursts (a starved
+        client host), so the gaps between reads are not the gaps between tokens; its ITL and decode speed are
+        withheld (None), never reported as 0 ms and tens of thousands of tokens a second."""
+        return self.token_events > 1 and self.token_reads < MIN_READS_PER_EVENT * self.token_events
 
     @property
     def cached_tokens_or_zero(self) -> int:
@@ -157,6 +166,12 @@ class RequestResult:
             return ""
         return f"{self.error['type']}: {self.error['message']}"
 
+
+# A stream's token events are timed by the read that brought them. When the client reads late (its host starved),
+# many events arrive in one read and share its time: the gaps read are not the gaps the server sent. A stream whose
+# events came in fewer reads than half their number is "coalesced": its ITL and decode speed are withheld. A modelled
+# threshold: a server that is read as it sends gives one read per event, with a few pairs merged at most.
+MIN_READS_PER_EVENT = 0.5
 
 # vLLM's API server (uvicorn) closes a keep-alive connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5:
 # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py). aiohttp keeps an idle connection 15 s by default, so
@@ -498,6 +513,9 @@ class StreamParser:
             return
         r.first_content_s = (token_ns[0] - t0) / 1e9
         r.last_token_s = (token_ns[-1] - t0) / 1e9
+        r.token_events, r.token_reads = len(token_ns), len(set(token_ns))
+        if r.coalesced:
+            return  # the reads do not time the tokens: no ITL, no decode speed
         r.itl = summarise([(b - a) / 1e9 for a, b in zip(token_ns, token_ns[1:])])
         n_tokens = r.completion_tokens if r.completion_tokens else len(token_ns)
         span = (token_ns[-1] - token_ns[0]) / 1e9

@@ -311,6 +311,7 @@ class RungStats:
     refuted: str | None = None  # why this rung's cached_tokens could not be true (then another signal judged it)
     endpoints: list | None = None  # with several endpoints: each one's counts and /metrics (_per_endpoint)
     gauges: list | None = None  # per endpoint: its KV usage, running and waiting sampled during the rung (GaugeSampler)
+    coalesced: int = 0  # completed streams read in bursts: their ITL and decode speed withheld (RequestResult.coalesced)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -447,7 +448,8 @@ def _latencies(ok: list[RequestResult], warm: dict) -> dict[str, Any]:
             "ttft_miss": _summary([r.ttft_s for r in misses if r.ttft_s is not None]),
             "itl": {"p50_s": _quantile(sorted(itl_p50), 0.5) if itl_p50 else None,
                     "p95_s": _quantile(itl_p95, 0.95) if itl_p95 else None},
-            "decode_tok_per_s_p50": _quantile(decode, 0.5) if decode else None}
+            "decode_tok_per_s_p50": _quantile(decode, 0.5) if decode else None,
+            "coalesced": sum(1 for r in ok if r.coalesced)}
 
 
 def knee(rungs: list[RungStats], target: float) -> dict:
@@ -777,6 +779,12 @@ class SessionsRun:
         spread = _spread_note(cfg, self._results)
         if spread:
             self.notes.append(spread)
+        coalesced = sum(g.coalesced for g in rungs)
+        if coalesced:
+            streams = sum(g.requests - g.errors for g in rungs)
+            self.notes.append(f"{coalesced:,} of {streams:,} completed streams arrived in fewer reads than half their "
+                              "token events (read late, in bursts: a busy client host): their inter-token time and "
+                              "decode speed are withheld, not reported as ~0 ms and tens of thousands of tok/s")
         failed = next((g for g in rungs if g.failed), None)
         failure = None
         if failed is not None:
