@@ -427,14 +427,14 @@ def test_the_fault_table_in_the_docs_is_the_one_these_tests_produce(tmp_path_fac
 
 # -- sessions: streams read in bursts (issue 31) ------------------------------------------------------------
 
-def test_streams_that_arrive_in_one_read_have_no_decode_speed_and_the_run_says_how_many(capsys):
+def test_streams_that_arrive_in_one_read_have_no_decode_speed_and_the_run_says_how_many(capsys, tmp_path):
     """On a starved client host a stream's tokens arrive in one read; servesize reported an ITL of 0.0 ms and tens of
     thousands of tok/s per user without a word. A server that writes each stream in one burst gives the same reads."""
     args = list(SESSIONS)
     args[args.index("--output-tokens") + 1] = "16"
     with TestServer(ServerConfig(burst=True, **INSTANT)) as server:
         code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
-                             "--json", *args)
+                             "--record", tmp_path / "burst.jsonl", "--json", *args)
     assert code == 0, err
     doc = json.loads(out)
     (rung,) = doc["rungs"]
