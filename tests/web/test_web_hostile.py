@@ -195,6 +195,21 @@ def test_repeated_untagged_lines_are_numbered_each_once():
     assert len(per) == 40_000 and per["engine"] == 1 and per["engine#2"] == 2 and per["engine#40000"] == 40_000
 
 
+def plan_while_an_upload_is_held(started: threading.Event, release: threading.Event, order: list[str]):
+    """POST a calibrate upload; once the hold ``started``, ask for a plan, note it in ``order``, then ``release`` the
+    upload: ((plan status, doc), (upload status, doc)). The order of events decides, not a clock."""
+    async def go():
+        async with TestClient(TestServer(make_app())) as client:
+            upload = asyncio.ensure_future(_request(client, "POST", "/api/calibrate", {**BASE, "vllm_log": "x"}, JSON))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 120)
+            plan = await _request(client, "POST", "/api/plan", BASE, JSON)
+            order.append("plan")
+            release.set()
+            return plan, await upload
+
+    return asyncio.run(go())
+
+
 def test_a_verdict_is_answered_while_an_upload_is_still_being_computed(monkeypatch):
     """An upload runs on a worker of its own: a plan asked for while a calibrate is held in its worker is
     answered first (decided by the order of events, not by a clock)."""
@@ -210,16 +225,7 @@ def test_a_verdict_is_answered_while_an_upload_is_still_being_computed(monkeypat
 
     monkeypatch.setattr(views, "calibrate_view", held_calibrate)
 
-    async def go():
-        async with TestClient(TestServer(make_app())) as client:
-            upload = asyncio.ensure_future(_request(client, "POST", "/api/calibrate", {**BASE, "vllm_log": "x"}, JSON))
-            await asyncio.get_running_loop().run_in_executor(None, started.wait, 120)
-            plan = await _request(client, "POST", "/api/plan", BASE, JSON)
-            order.append("plan")
-            release.set()
-            return plan, await upload
-
-    (plan_status, _), (upload_status, upload) = asyncio.run(go())
+    (plan_status, _), (upload_status, upload) = plan_while_an_upload_is_held(started, release, order)
     assert order == ["plan", "calibrate"]
     assert plan_status == 200 and upload_status == 200 and upload == {"held": True}
 
@@ -337,15 +343,6 @@ def test_a_verdict_is_answered_while_an_upload_body_is_still_being_parsed(monkey
 
     monkeypatch.setattr(server, "parse_json", held_parse)
 
-    async def go():
-        async with TestClient(TestServer(make_app())) as client:
-            upload = asyncio.ensure_future(_request(client, "POST", "/api/calibrate", {**BASE, "vllm_log": "x"}, JSON))
-            await asyncio.get_running_loop().run_in_executor(None, started.wait, 120)
-            plan = await _request(client, "POST", "/api/plan", BASE, JSON)
-            order.append("plan")
-            release.set()
-            return plan, await upload
-
-    (plan_status, _), (upload_status, _) = asyncio.run(go())
+    (plan_status, _), (upload_status, _) = plan_while_an_upload_is_held(started, release, order)
     assert order == ["plan", "upload parsed"]
     assert plan_status == 200 and upload_status == 400
