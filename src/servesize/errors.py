@@ -18,6 +18,13 @@ def clip(value: object, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def excerpt(text: object, limit: int = 200) -> str:
+    """``str(text)`` on one line (every run of whitespace one space), cut to ``limit`` characters with an ellipsis:
+    how a server's answer or an exception's text is quoted in one line."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
 def _bounded(message: str) -> str:
     if len(message) <= MAX_MESSAGE_CHARS:
         return message

@@ -213,8 +213,7 @@ def _read_int(p: Param, value: Any) -> int:
         raise p._refuse(value, "a whole number (write it without ',' or '_' between the digits)")
     if isinstance(value, str) and not value.isascii():  # int('٣') is 3 and float('１０') 10.0: ASCII digits only
         raise p._refuse(value, "a whole number in ASCII digits (0-9)")
-    if isinstance(value, str) and value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit() \
-            and len(value.strip()) <= 40:  # ASCII: '²'.isdigit() is True, int('²') a ValueError
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value.strip()) <= 40:  # ASCII (above)
         return int(value.strip())  # exact, however large (a float would round 2**63 - 1)
     try:
         number = float(str(value).strip()) if not isinstance(value, float) else value

@@ -149,13 +149,12 @@ def run(args):
     try:
         result = simulate(args.trace, scenario, pool_tokens=args.pool_tokens, block_size=args.block_size,
                           requests=args.requests, align=args.align, warmup=args.warmup, users=args.users,
-                          sessions_per_user=args.sessions_per_user,
+                          sessions_per_user=args.sessions_per_user, target_hit_rate=args.target_hit_rate,
                           service=args.service, output_blocks=args.output_blocks, exact=args.exact, bounds=args.bounds,
                           users_search=args.users_search, curves_for_users=args.curves_for_users,
                           max_model_len=args.max_model_len if scenario is None else None, seed=args.seed,
                           trace_format=args.trace_format, trace_block_size=args.trace_block_size,
-                          synthetic_sessions=args.sessions, progress=progress,
-                          **({} if args.target_hit_rate is None else {"target_hit_rate": args.target_hit_rate}))
+                          synthetic_sessions=args.sessions, progress=progress)
     finally:
         progress.done()
     if args.plot:

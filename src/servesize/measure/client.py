@@ -38,7 +38,7 @@ from typing import Any
 
 import aiohttp
 
-from servesize.errors import BadInput
+from servesize.errors import BadInput, excerpt
 
 
 def run_async(coro):
@@ -538,11 +538,6 @@ def _count(value) -> int | None:
             or (isinstance(value, float) and not value.is_integer()):
         raise ValueError(value)
     return int(value)
-
-
-def excerpt(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str]:

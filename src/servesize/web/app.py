@@ -48,7 +48,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from servesize.errors import ServesizeError
+from servesize.errors import ServesizeError, excerpt
 from servesize.limits import files_forbidden
 from servesize.web.server import (
     FAST,
@@ -124,8 +124,7 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
     except web.HTTPException as exc:
         response = json_response({"error": exc.reason, "field": None}, exc.status)
     except (RequestPayloadError, ConnectionResetError) as exc:  # the client went away mid-body, or sent one unreadable
-        response = json_response({"error": f"the request's body could not be read: {' '.join(str(exc).split())[:200]}",
-                                  "field": None}, 400)
+        response = json_response({"error": f"the request's body could not be read: {excerpt(exc)}", "field": None}, 400)
     except ServesizeError as exc:
         from servesize.web.requests import refusal
 
@@ -210,7 +209,7 @@ class OneLine(logging.Handler):
         what = record.getMessage()
         if isinstance(exc, (HttpProcessingError, RequestPayloadError)):  # the client's request, not servesize
             what = "a request that is not well-formed HTTP was refused"
-        detail = f": {type(exc).__name__}: {' '.join(str(exc).split())[:200]}" if exc is not None else ""
+        detail = f": {type(exc).__name__}: {excerpt(exc)}" if exc is not None else ""
         try:
             sys.stderr.write(f"servesize explorer: {what}{detail}\n")
         except (OSError, ValueError):  # a closed terminal: nothing to tell
