@@ -29,3 +29,12 @@ def _working_directory_kept():
     if after != before:
         os.chdir(before)
         pytest.fail(f"the test moved the working directory to {after} and left it there (use monkeypatch.chdir)")
+
+
+def pytest_configure(config):
+    """The data tables' parsed copies (servesize.datafiles) go to a folder of this run's, never the user's cache;
+    the commands the tests start inherit it."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("SERVESIZE_CACHE_DIR", tempfile.mkdtemp(prefix="servesize-cache-"))

@@ -7,10 +7,10 @@ seed's value, a unit, a reason and a source (data/assumptions.toml). Only this l
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
-from importlib import resources
 from typing import Any
+
+from servesize.datafiles import table
 
 WHICH = ("default", "seed")
 
@@ -18,8 +18,7 @@ WHICH = ("default", "seed")
 @lru_cache(maxsize=1)
 def modelled_assumptions() -> dict[str, dict[str, Any]]:
     """Every modelled assumption, keyed ``section.name`` -> {default, seed, unit, reason, source, ...}."""
-    text = resources.files("servesize").joinpath("data/assumptions.toml").read_text(encoding="utf-8")
-    raw = tomllib.loads(text)
+    raw = table("assumptions.toml")
     out: dict[str, dict[str, Any]] = {}
     for section, entries in raw.items():
         for name, entry in entries.items():

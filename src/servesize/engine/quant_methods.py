@@ -10,11 +10,10 @@ or a checkpoint the method cannot read (vLLM's own "does not match" refusal) is 
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
+from servesize.datafiles import table
 from servesize.engine.vocabulary import accepts, show_version, vocabulary
 from servesize.errors import BadInput, UnsupportedArchitecture
 from servesize.model.architecture import Architecture
@@ -25,7 +24,7 @@ SERVESIZE_NAMES = ("native", "auto", "bf16", "bfloat16", "fp16", "float16", "hal
 
 @lru_cache(maxsize=1)
 def methods() -> dict[str, dict]:
-    return tomllib.loads(resources.files("servesize").joinpath("data/quantization.toml").read_text(encoding="utf-8"))
+    return table("quantization.toml")
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ the nearest earlier release read (a release newer than the newest read takes the
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
-from importlib import resources
 
+from servesize.datafiles import table
 from servesize.engine.versions import parse_version
 from servesize.errors import BadInput, clip
 
@@ -24,8 +23,7 @@ Version = tuple[int, int, int]
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    text = resources.files("servesize").joinpath("data/vllm_vocabulary.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return table("vllm_vocabulary.toml")
 
 
 @lru_cache(maxsize=1)
@@ -128,6 +126,5 @@ def flags_of_any_release() -> dict[str, bool]:
 @lru_cache(maxsize=1)
 def flag_effects() -> dict:
     """data/vllm_flag_effects.toml: flags that change memory in ways servesize does not model."""
-    text = resources.files("servesize").joinpath("data/vllm_flag_effects.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return table("vllm_flag_effects.toml")
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import difflib
 import json
 import pathlib
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from importlib import resources
 from typing import Any
 
+from servesize.datafiles import table
 from servesize.errors import BadInput, ServesizeError
 from servesize.limits import check_depth, check_may_read
 from servesize.model.architecture import Architecture, from_config, load_config_file
@@ -152,7 +151,7 @@ def _expand_quant(q: dict, text: dict) -> dict:
 
 
 def _read_toml() -> dict:
-    return tomllib.loads(resources.files("servesize").joinpath("data/models.toml").read_text(encoding="utf-8"))
+    return table("models.toml")
 
 
 @lru_cache(maxsize=1)

@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
+from servesize.datafiles import table
 from servesize.errors import BadInput
 from servesize.units import GB, MiB, parse_bytes
 
@@ -240,22 +241,14 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
 @lru_cache(maxsize=1)
 def load_host_links() -> dict[str, dict]:
     """The host links (GPU <-> host RAM), key -> {key, name, gbps_per_direction, source}."""
-    import tomllib
-    from importlib import resources
-
-    text = resources.files("servesize").joinpath("data/gpus.toml").read_text(encoding="utf-8")
-    return _links(tomllib.loads(text).get("host_link", []))
+    return _links(table("gpus.toml").get("host_link", []))
 
 
 @lru_cache(maxsize=1)
 def load_gpus() -> dict[str, Gpu]:
     """The catalogue, key -> Gpu, in file order."""
-    import tomllib
-    from importlib import resources
-
-    text = resources.files("servesize").joinpath("data/gpus.toml").read_text(encoding="utf-8")
     gpus: dict[str, Gpu] = {}
-    data = tomllib.loads(text)
+    data = table("gpus.toml")
     links = load_host_links()
     for row in data.get("gpu", []):
         gpu = _row_to_gpu(row, links)

@@ -10,12 +10,11 @@ user's own (``--gpu-hour-price GPU=PRICE``), in the fleet's currency.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from servesize.datafiles import table
 from servesize.errors import BadInput, clip
 from servesize.model.hardware import find_gpu, load_gpus
 
@@ -44,8 +43,7 @@ class GpuPrice:
 @lru_cache(maxsize=1)
 def gpu_hour_prices() -> dict[str, GpuPrice]:
     """The price list, GPU key -> GpuPrice (every row checked: a catalogue GPU, a positive price, a source, a date)."""
-    text = resources.files("servesize").joinpath("data/prices.toml").read_text(encoding="utf-8")
-    data = tomllib.loads(text)
+    data = table("prices.toml")
     currency = data.get("currency")
     if not isinstance(currency, str) or not currency:
         raise ValueError("prices.toml: a top-level currency is required")

@@ -7,10 +7,10 @@ Only this loader reads the file. ``servesize.workload.presets`` turns a preset i
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
-from importlib import resources
 from typing import Any
+
+from servesize.datafiles import table
 
 DEFAULT_PRESET = "coding-agent"  # the warm-capacity seed's reference workload
 
@@ -27,8 +27,7 @@ SPECULATIVE = ("mtp", "none")
 @lru_cache(maxsize=1)
 def preset_table() -> dict[str, dict[str, Any]]:
     """name -> {description, source, field -> {value, source}}, checked once."""
-    text = resources.files("servesize").joinpath("data/workloads.toml").read_text(encoding="utf-8")
-    raw = tomllib.loads(text)
+    raw = table("workloads.toml")
     for name, preset in raw.items():
         _check(name, preset)
     return raw
