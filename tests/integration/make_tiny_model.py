@@ -190,59 +190,67 @@ def family_config(family: str, vocab_size: int, max_positions: int, dtype: str, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=pathlib.Path, help="directory to write (created)")
+    ap.add_argument("out", type=pathlib.Path, help="directory to write (created); with --all-families, the folder "
+                    "that gets one sub-folder per family")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     ap.add_argument("--family", default="llama", choices=sorted(FAMILIES))
+    ap.add_argument("--all-families", action="store_true",
+                    help="write every family, OUT/<family>, in this one interpreter (one import of torch and "
+                         "transformers, not one each); one JSON line each")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--max-positions", type=int, default=MAX_POSITIONS)
     args = ap.parse_args(argv)
+    if args.all_families:
+        for family in sorted(FAMILIES):
+            print(json.dumps(write_model(args.out / family, family, args.dtype, args.seed, args.max_positions)))
+    else:
+        print(json.dumps(write_model(args.out, args.family, args.dtype, args.seed, args.max_positions)))
+    return 0
 
+
+def write_model(out: pathlib.Path, family: str, dtype: str, seed: int, max_positions: int) -> dict:
+    """Write one tiny model and its tokenizer into `out`; its summary (path, shape, parameter count)."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    tok = build_tokenizer(args.seed)
+    tok = build_tokenizer(seed)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<unk>",
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
-        model_max_length=args.max_positions,
+        model_max_length=max_positions,
     )
     hf_tok.chat_template = CHAT_TEMPLATE
     vocab_size = tok.get_vocab_size()
     vocab_size_padded = -(-vocab_size // 64) * 64
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
     ids = dict(bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
                pad_token_id=tok.token_to_id("<pad>"))
-    config = family_config(args.family, vocab_size_padded, args.max_positions, args.dtype, ids)
-    model = AutoModelForCausalLM.from_config(config).to(getattr(torch, args.dtype))
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out)
-    hf_tok.save_pretrained(args.out)
+    config = family_config(family, vocab_size_padded, max_positions, dtype, ids)
+    model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    hf_tok.save_pretrained(out)
 
-    written = json.loads((args.out / "config.json").read_text())
-    if DROPPED.get(args.family):
-        written = {k: v for k, v in written.items() if k not in DROPPED[args.family]}
-        (args.out / "config.json").write_text(json.dumps(written, indent=2) + "\n")
-    print(
-        json.dumps(
-            {
-                "path": str(args.out),
-                "family": args.family,
-                "model_type": written["model_type"],
-                "vocab_size": written["vocab_size"],
-                "tokenizer_vocab": vocab_size,
-                "num_hidden_layers": written["num_hidden_layers"],
-                "num_key_value_heads": written.get("num_key_value_heads"),
-                "head_dim": written.get("head_dim"),
-                "dtype": args.dtype,
-                "params": sum(p.numel() for p in model.parameters()),
-            }
-        )
-    )
-    return 0
+    written = json.loads((out / "config.json").read_text())
+    if DROPPED.get(family):
+        written = {k: v for k, v in written.items() if k not in DROPPED[family]}
+        (out / "config.json").write_text(json.dumps(written, indent=2) + "\n")
+    return {
+        "path": str(out),
+        "family": family,
+        "model_type": written["model_type"],
+        "vocab_size": written["vocab_size"],
+        "tokenizer_vocab": vocab_size,
+        "num_hidden_layers": written["num_hidden_layers"],
+        "num_key_value_heads": written.get("num_key_value_heads"),
+        "head_dim": written.get("head_dim"),
+        "dtype": dtype,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
 if __name__ == "__main__":

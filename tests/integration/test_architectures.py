@@ -29,9 +29,11 @@ setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-
 model for prefix caching (Mamba2 'align' mode). A case ending "-avx2" starts the engine deciding as on
 a CPU without AVX-512 BF16 or AMX and runs servesize with `--cpu-avx512-bf16 no` (which implies no AMX).
 
-Each (family, setting) starts one server for the module (in-process engine: one interpreter
-start), two at a time on worker threads ahead of the tests; its start-up seconds are recorded in the log
-directory (starts.json).
+Each (family, setting) is one engine, built from the server's command line the way `vllm serve` builds it, in a
+long-lived vLLM interpreter (EngineHost, engine_host.py) rather than a server start of its own: vLLM's serve parser
+reads the line, the API server's config builder and the engine core run as in a start, and the engine logs its lines
+into the case's log. SESSION checks that: the engine host, given the session server's command line, logs the line
+that real server logged.
 
 REFUSED: starts vLLM refuses (one request at max_model_len does not fit); servesize must exit 3 naming
 the largest --max-model-len vLLM estimated in its error.
@@ -46,7 +48,17 @@ import re
 import threading
 
 import pytest
-from vllm_server import ServerConfig, ServerStartError, VllmServer
+from vllm_server import (
+    SESSION_BLOCK_SIZE,
+    SESSION_DTYPE,
+    SESSION_KV_CACHE_MEMORY_BYTES,
+    SESSION_MAX_MODEL_LEN,
+    SESSION_MAX_NUM_SEQS,
+    EngineHost,
+    ServerConfig,
+    command_line,
+    free_port,
+)
 
 from servesize.cli import main
 from servesize.model.architecture import from_config, load_config_file
@@ -75,58 +87,108 @@ CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
             ("deepseek_v2", "A" + AVX2), ("deepseek_v2", "B" + AVX2)])
 
 
-# Starts run START_WORKERS at a time, ahead of the tests that read them: a start is mostly one interpreter's
-# single-threaded import and set-up, so on two cores two starts take about the time of one (14.0 s alone, 14.0 s
-# each with two at once: benchmarks/bench_vllm_starts.py on a 2-core Xeon, docs/benchmarks.md).
-START_WORKERS = max(1, min(2, os.cpu_count() or 1))
+# Engine hosts deciding as this CPU does, each on its own thread (the cases deciding as an AVX2 CPU would have one
+# more): a host is one single-threaded interpreter, so two keep two cores busy.
+NATIVE_HOSTS = max(1, min(2, os.cpu_count() or 1))
+# The KV-lines tests and the refused start, by the name of the test function.
 KV_LINES_TEST = "test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exactly"
+REFUSED_TEST = "test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names"
+REFUSED_SETTING = "refused"
+SESSION_TEST = "test_the_engine_host_logs_the_kv_line_a_real_server_start_logs"
+SESSION_SETTING = "session"
 
 
 def selected_cases(session: pytest.Session) -> list[tuple[str, str]]:
-    """The (family, setting) of each KV-lines test this run selected, in run order (nothing else is started)."""
-    return [(item.callspec.params["family"], item.callspec.params["setting"]) for item in session.items
-            if getattr(item, "originalname", None) == KV_LINES_TEST and item.module is not None
-            and item.module.__name__ == __name__]
+    """The (family, setting) of each engine this run's selected tests read, in run order (nothing else is built)."""
+    cases = []
+    for item in session.items:
+        if item.module is None or item.module.__name__ != __name__:
+            continue
+        name = getattr(item, "originalname", None)
+        if name == KV_LINES_TEST:
+            cases.append((item.callspec.params["family"], item.callspec.params["setting"]))
+        elif name == REFUSED_TEST:
+            cases.append((item.callspec.params["family"], REFUSED_SETTING))
+        elif name == SESSION_TEST:
+            cases.append(("llama", SESSION_SETTING))
+    return cases
+
+
+def config_of(model: str, family: str, setting: str) -> ServerConfig:
+    """The server's configuration of one case: SETTINGS (EXTRA_B on top for B), or REFUSED."""
+    if setting == SESSION_SETTING:  # the session server's own settings (conftest.vllm_server)
+        return ServerConfig(model=model, block_size=SESSION_BLOCK_SIZE, kv_cache_memory_bytes=SESSION_KV_CACHE_MEMORY_BYTES,
+                            max_model_len=SESSION_MAX_MODEL_LEN, max_num_seqs=SESSION_MAX_NUM_SEQS, dtype=SESSION_DTYPE,
+                            in_process=True)
+    if setting == REFUSED_SETTING:
+        return ServerConfig(model=model, max_num_seqs_flag=False, in_process=True, prefix_caching=None,
+                            **REFUSED[family])
+    base = setting.removesuffix(AVX2)
+    fields = {**SETTINGS[base], **(EXTRA_B.get(family, {}) if base == "B" else {})}
+    return ServerConfig(model=model, prefix_caching=fields.pop("prefix_caching", None), max_num_seqs_flag=False,
+                        in_process=True, without_avx512_bf16=setting.endswith(AVX2), **fields)
 
 
 @pytest.fixture(scope="module")
 def started(request, vllm_python, tiny_model_of, vllm_log_dir, start_timeout_s):
-    """(family, setting) -> the server's command line and its start-up log, one start per case, each started (and
-    stopped) on a worker thread before its test asks for it."""
+    """(family, setting) -> (the server's command line, the engine's log, whether it started), one engine per case.
+
+    Each engine is built from the serve command line by an EngineHost (vllm_server.py): one vLLM interpreter that
+    parses the line with vLLM's own serve parser and builds the engine as the API server does, one case after another
+    (about 3 s each, where a server start is about 35 s on a 2-core EPYC: two interpreters importing vLLM). The cases
+    that decide as an AVX2 CPU would have a host of their own. Each host works through its cases on its own thread,
+    ahead of the tests that read them; each engine's seconds are recorded in the log directory (starts.json)."""
     seconds: dict[str, float] = {}
     lock = threading.Lock()
+    hosts: dict[tuple[bool, int], EngineHost] = {}
+    lanes: dict[tuple[bool, int], concurrent.futures.ThreadPoolExecutor] = {}
 
-    def start(family: str, setting: str) -> tuple[str, str]:
-        base = setting.removesuffix(AVX2)
-        fields = {**SETTINGS[base], **(EXTRA_B.get(family, {}) if base == "B" else {})}
-        cfg = ServerConfig(model=tiny_model_of(family)["path"], prefix_caching=fields.pop("prefix_caching", None),
-                           max_num_seqs_flag=False, in_process=True, without_avx512_bf16=setting.endswith(AVX2),
-                           **fields)
-        srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-{setting}.log")
-        srv.start(timeout_s=start_timeout_s)
-        try:
-            result = (srv.command_line, srv.log_text())
-        finally:
-            srv.stop()
+    def lane(avx2: bool, index: int) -> tuple[EngineHost, concurrent.futures.ThreadPoolExecutor]:
+        key = (avx2, index)
         with lock:
-            seconds[f"{family}-{setting}"] = round(srv.startup_s or 0.0, 1)
+            if key not in hosts:
+                hosts[key] = EngineHost(vllm_python, vllm_log_dir, without_avx512_bf16=avx2, timeout_s=start_timeout_s,
+                                        name=f"engine-host-{'avx2-' if avx2 else ''}{index}")
+                lanes[key] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"engine-host-{key}")
+            return hosts[key], lanes[key]
+
+    def build(host: EngineHost, family: str, setting: str) -> tuple[str, str, bool]:
+        cfg = config_of(tiny_model_of(family)["path"], family, setting)
+        flags = cfg.flags(free_port(cfg.host))
+        log_path = vllm_log_dir / f"vllm-{family}-{setting}.log"
+        reply = host.build(flags, log_path)
+        with lock:
+            seconds[f"{family}-{setting}"] = reply["seconds"]
             (vllm_log_dir / "starts.json").write_text(json.dumps(seconds, indent=1))
-        return result
+        return command_line(flags), log_path.read_text(errors="replace"), reply["ok"]
 
-    pool = concurrent.futures.ThreadPoolExecutor(START_WORKERS, thread_name_prefix="vllm-start")
-    futures = {case: pool.submit(start, *case) for case in selected_cases(request.session)}
+    futures: dict[tuple[str, str], concurrent.futures.Future] = {}
 
-    def get(family: str, setting: str) -> tuple[str, str]:
+    def submit(family: str, setting: str, index: int = 0) -> concurrent.futures.Future:
+        avx2 = setting.endswith(AVX2)
+        host, pool = lane(avx2, 0 if avx2 else index % NATIVE_HOSTS)
+        return pool.submit(build, host, family, setting)
+
+    cases = selected_cases(request.session)
+    for i, case in enumerate(cases):
+        futures[case] = submit(*case, index=i)
+
+    def get(family: str, setting: str) -> tuple[str, str, bool]:
         with lock:
-            if (family, setting) not in futures:  # a case the run did not select up front
-                futures[family, setting] = pool.submit(start, family, setting)
-            future = futures[family, setting]
-        return future.result()
+            known = (family, setting) in futures
+        if not known:  # a case the run did not select up front
+            future = submit(family, setting)
+            with lock:
+                futures.setdefault((family, setting), future)
+        return futures[family, setting].result()
 
     try:
         yield get
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for pool in lanes.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+        for host in hosts.values():
+            host.close()
 
 
 def logged_lines(log: str) -> list[str]:
@@ -139,9 +201,18 @@ def version_of(log: str) -> str:
     return m.group(1) if m else "0.32.0"
 
 
+def test_the_engine_host_logs_the_kv_line_a_real_server_start_logs(vllm_server, started):
+    """The engine host stands in for 38 server starts: given the session server's command line (the same tiny Llama,
+    block 32, 16 MiB), the engine it builds logs the line that server logged when it started."""
+    _, log, ok = started("llama", SESSION_SETTING)
+    assert ok, log[-3000:]
+    assert logged_lines(log) == logged_lines(vllm_server.log_text()) != []
+
+
 @pytest.mark.parametrize("family,setting", CASES, ids=[f"{f}-{s}" for f, s in CASES])
 def test_servesize_memory_given_the_servers_command_line_prints_its_kv_lines_exactly(capsys, started, family, setting):
-    command, log = started(family, setting)
+    command, log, ok = started(family, setting)
+    assert ok, log[-3000:]
     lines = logged_lines(log)
     assert len(lines) == 1, lines  # 0.28+: tokens and concurrency on one line
     cpu = ["--cpu-avx512-bf16", "no"] if setting.endswith(AVX2) else []  # else servesize reads this machine's CPU
@@ -162,18 +233,13 @@ REFUSED = {"phi3_window": dict(SETTINGS["A"], kv_cache_memory_bytes="1M")}
 
 
 @pytest.mark.parametrize("family", sorted(REFUSED))
-def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsys, vllm_python, tiny_model_of,
-                                                                            vllm_log_dir, start_timeout_s, family):
-    cfg = ServerConfig(model=tiny_model_of(family)["path"], max_num_seqs_flag=False, in_process=True,
-                       prefix_caching=None, **REFUSED[family])
-    srv = VllmServer(vllm_python, cfg, vllm_log_dir / f"vllm-{family}-refused.log")
-    with pytest.raises(ServerStartError):
-        srv.start(timeout_s=start_timeout_s)
-    log = srv.log_text()
+def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsys, started, family):
+    command, log, ok = started(family, REFUSED_SETTING)
+    assert not ok, log[-3000:]
     m = re.search(r"the estimated maximum model length is (\d+)\.", log)
     assert m, log[-3000:]
     code = main(["memory", "--gpus", "1xH100", "--device", "cpu", "--vllm-version", version_of(log),
-                 "--vllm-serve", srv.command_line])
+                 "--vllm-serve", command])
     out, err = capsys.readouterr()
     assert code == 3, out + err
     assert f"the largest --max-model-len that starts is {int(m.group(1)):,}" in err

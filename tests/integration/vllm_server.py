@@ -17,6 +17,7 @@ the API server and its engine-core child together.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -55,6 +56,41 @@ def free_port(host: str = "127.0.0.1") -> int:
                 _handed_out.add(port)
                 return port
     raise OSError(f"no free port on {host} that this process has not handed out already")
+
+
+def vllm_env(in_process: bool = False, no_avx512_bf16_site: pathlib.Path | None = None) -> dict[str, str]:
+    """The environment of a vLLM interpreter: offline, no usage stats, none of the project venv's paths.
+    `no_avx512_bf16_site`: a folder to write the sitecustomize into that makes vLLM decide as on an AVX2 CPU."""
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if in_process:
+        # the engine core runs in the API server's process, the worker in the engine's (--distributed-executor-backend
+        # uni): vLLM starts one interpreter instead of three, which halves a start-up on two cores
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # The project venv must not leak into the vLLM venv's interpreter.
+    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(k, None)
+    if no_avx512_bf16_site is not None:
+        env["PYTHONPATH"] = str(_no_avx512_bf16_site(no_avx512_bf16_site))
+    return env
+
+
+def _no_avx512_bf16_site(parent: pathlib.Path) -> pathlib.Path:
+    site = pathlib.Path(parent) / "no-avx512-bf16-site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "# vLLM's CPU platform decides dtypes by torch.cpu._is_avx512_bf16_supported() and its MLA backend by\n"
+        "# torch.cpu._is_amx_tile_supported(): answer as an AVX2 CPU would\n"
+        "import torch\n"
+        "torch.cpu._is_avx512_bf16_supported = lambda: False\n"
+        "torch.cpu._is_amx_tile_supported = lambda: False\n")
+    return site
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +139,11 @@ class ServerConfig:
         return f + list(self.extra_args)
 
 
+def command_line(flags: list[str]) -> str:
+    """The serve command line of these flags, as the tests hand it to `servesize memory --vllm-serve`."""
+    return " ".join(["python", "-m", VllmServer.MODULE, *flags])
+
+
 class ServerStartError(RuntimeError):
     pass
 
@@ -128,38 +169,11 @@ class VllmServer:
 
     @property
     def command_line(self) -> str:
-        return " ".join(["python", "-m", self.MODULE, *self.flags])
+        return command_line(self.flags)
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            VLLM_NO_USAGE_STATS="1",
-            DO_NOT_TRACK="1",
-            PYTHONUNBUFFERED="1",
-        )
-        if self.config.in_process:
-            # the engine core runs in the API server's process, the worker in the engine's (--distributed-executor-backend
-            # uni): vLLM starts one interpreter instead of three, which halves a start-up on two cores
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        # The project venv must not leak into the vLLM venv's interpreter.
-        for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
-            env.pop(k, None)
-        if self.config.without_avx512_bf16:
-            env["PYTHONPATH"] = str(self._no_avx512_bf16_site())
-        return env
-
-    def _no_avx512_bf16_site(self) -> pathlib.Path:
-        site = pathlib.Path(self.log_path).parent / "no-avx512-bf16-site"
-        site.mkdir(parents=True, exist_ok=True)
-        (site / "sitecustomize.py").write_text(
-            "# vLLM's CPU platform decides dtypes by torch.cpu._is_avx512_bf16_supported() and its MLA backend by\n"
-            "# torch.cpu._is_amx_tile_supported(): answer as an AVX2 CPU would\n"
-            "import torch\n"
-            "torch.cpu._is_avx512_bf16_supported = lambda: False\n"
-            "torch.cpu._is_amx_tile_supported = lambda: False\n")
-        return site
+        return vllm_env(in_process=self.config.in_process,
+                        no_avx512_bf16_site=self.log_path.parent if self.config.without_avx512_bf16 else None)
 
     def start(self, timeout_s: float = 300.0) -> VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,3 +271,81 @@ class VllmServer:
         """(L, C) from `Maximum concurrency for L tokens per request: C x`."""
         m = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", self.log_text())
         return (int(m.group(1).replace(",", "")), float(m.group(2))) if m else None
+
+
+class EngineHost:
+    """One long-lived vLLM interpreter (engine_host.py) that builds engines from serve command lines one after
+    another: what a server start logs while it sizes its KV cache, for about a tenth of a start's time. Thread-safe:
+    one engine at a time.
+
+        with EngineHost(python, log_dir) as host:
+            reply = host.build(cfg.flags(port), log_dir / "case.log")   # {"ok": bool, "seconds": float, ...}
+    """
+
+    SCRIPT = pathlib.Path(__file__).resolve().parent / "engine_host.py"
+
+    def __init__(self, python: str | os.PathLike, log_dir: str | os.PathLike, without_avx512_bf16: bool = False,
+                 timeout_s: float = 300.0, name: str = "engine-host"):
+        self.log_dir = pathlib.Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = timeout_s
+        self.stderr_path = self.log_dir / f"{name}.log"
+        env = vllm_env(in_process=True, no_avx512_bf16_site=self.log_dir if without_avx512_bf16 else None)
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([str(python), str(self.SCRIPT)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, env=env, text=True, bufsize=1,
+                                         start_new_session=True)
+        self.lock = threading.Lock()
+
+    def build(self, flags: list[str], log_path: str | os.PathLike) -> dict:
+        """Build (and shut down) the engine `vllm serve <flags>` would; its log goes to `log_path`, headed by the
+        command line as VllmServer's logs are. The answer: {"ok": bool, "seconds": float, "error": str}."""
+        log_path = pathlib.Path(log_path)
+        log_path.write_text("$ " + command_line(flags) + "\n")
+        with self.lock:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"the engine host exited ({self.proc.returncode}); {self.stderr_path}:\n"
+                                       + self._stderr_tail())
+            self.proc.stdin.write(json.dumps({"flags": flags, "log": str(log_path)}) + "\n")
+            self.proc.stdin.flush()
+            line = self._readline()
+        if not line:
+            raise ServerStartError(f"the engine host gave no answer; {self.stderr_path}:\n" + self._stderr_tail())
+        return json.loads(line)
+
+    def _readline(self) -> str:
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.timeout_s)
+        if reader.is_alive():
+            self.close()
+            raise ServerStartError(f"the engine host did not answer in {self.timeout_s:.0f} s; {self.stderr_path}:\n"
+                                   + self._stderr_tail())
+        return box[0] if box else ""
+
+    def _stderr_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return ""
+
+    def close(self) -> None:
+        p = self.proc
+        if p.poll() is None:
+            try:
+                p.stdin.close()
+                p.wait(30)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        p.wait(10)
+
+    def __enter__(self) -> EngineHost:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
