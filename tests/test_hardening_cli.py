@@ -27,7 +27,7 @@ NON_ASCII = [
     ([*SIM, "--trace-block-size", "٣"], "--trace-block-size"),
     ([*SIM, "--sessions-per-user", "٣"], "--sessions-per-user"),
     ([*SIM, "--engine-max-users", "٣"], "--engine-max-users"),
-    ([*SIM, "--curves-for-users", "4,٣"], "user counts"),
+    ([*SIM, "--curves-for-users", "4,٣"], "--curves-for-users: '٣' is not a whole number in ASCII"),
     ([*SIM, "--warmup", "٠.٥"], "--warmup"),
 ]
 

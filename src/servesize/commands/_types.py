@@ -35,6 +35,21 @@ def whole(lo: int, hi: int) -> Callable[[str], int]:
     return read
 
 
+def counts(most: int, lo: int, hi: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: a comma list of 1 to ``most`` whole numbers in ASCII digits, each from ``lo`` to ``hi``,
+    in the order given."""
+
+    def read(text: str) -> tuple[int, ...]:
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not parts or len(parts) > most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of 1 to {most} counts, e.g. 4,8,16")
+        one = whole(lo, hi)
+        return tuple(one(part) for part in parts)
+
+    read.__name__ = "comma list of counts"
+    return read
+
+
 def fraction(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in ASCII, in the interval from ``lo`` to ``hi`` (each end open or closed)."""
 

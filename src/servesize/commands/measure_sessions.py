@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from servesize.commands._types import counts
 from servesize.errors import BadInput
 from servesize.flags import add_params
 from servesize.scenario import params_in
@@ -21,20 +22,11 @@ user, preemptions. Workload defaults are the seed's reference workload (servesiz
 """
 
 
-def _users(text: str) -> list[int]:
-    from servesize.measure.sessions import MAX_RUNGS, MAX_USERS
-
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    if not parts or len(parts) > MAX_RUNGS or any(len(x) > 7 or not (x.isascii() and x.isdigit()) for x in parts):
-        raise BadInput(f"--users {text!r} is not a comma list of 1 to {MAX_RUNGS} user counts, e.g. 4,8,16")
-    out = sorted({int(x) for x in parts})
-    if out[0] < 1 or out[-1] > MAX_USERS:
-        raise BadInput(f"--users {text!r} is out of range: each count in [1, {MAX_USERS:,}]")
-    return out
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from servesize.commands._measure import add_common, add_flag
+    from servesize.measure.sessions import MAX_RUNGS, MAX_USERS
+
+    rungs = counts(MAX_RUNGS, 1, MAX_USERS)
 
     p.add_argument("--url", help="the server, e.g. http://localhost:8000, or its replicas as a comma list "
                                  "(http://a:8000,http://b:8000): each request goes to the one --routing picks")
@@ -47,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("sessions")
     add_flag(s, "turns_per_session", 8)
     add_flag(s, "max_model_len")
-    p.add_argument("--users", type=_users, help="rungs, e.g. 4,8,16 (1 to 64 counts, each in [1, 100,000])")
+    p.add_argument("--users", type=lambda text: sorted(set(rungs(text))), help="rungs, e.g. 4,8,16 (1 to 64 counts, each in [1, 100,000])")
     add_flag(p, "predicted_users")
     add_flag(p, "predicted_decode")
     p.add_argument("--predict", metavar='"MODEL --gpus ... [plan flags]"',

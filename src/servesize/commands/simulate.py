@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from servesize.commands._types import fraction, whole
+from servesize.commands._types import counts, fraction, whole
 from servesize.errors import BadInput
 from servesize.flags import add_params, scenario_from_args
 from servesize.limits import MAX_ENGINE_USERS, MAX_REPLAY_USERS, MAX_SYNTHETIC_SESSIONS
@@ -39,16 +39,6 @@ examples:
 """
 
 
-def _counts(text: str) -> tuple[int, ...]:
-    parts = [v.strip() for v in text.split(",") if v.strip()]
-    if not parts or len(parts) > 16 or any(not (v.isascii() and v.isdigit() and len(v) <= 7) for v in parts):
-        raise BadInput(f"expected a comma-separated list of 1 to 16 user counts in ASCII digits, got {text!r}")
-    values = tuple(int(v) for v in parts)
-    if any(v < 1 for v in values):
-        raise BadInput(f"expected 1 to 16 user counts >= 1, got {text!r}")
-    return values
-
-
 # The cache replay's own flags: the engine simulator takes none of them, and says so by name when one is given.
 REPLAY_ONLY = {"curves_for_users": ("--curves-for-users", ()), "service": ("--service", None),
                "output_blocks": ("--no-output-blocks", True), "exact": ("--no-exact", True),
@@ -76,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="replay N concurrent users, each running sessions drawn from the trace back to back")
     g.add_argument("--sessions-per-user", type=whole(1, 10_000), default=None, metavar="K",
                    help="sessions each user runs (default max(4, ceil(100 / N)))")
-    g.add_argument("--curves-for-users", type=_counts, default=(), metavar="N,N,...",
+    g.add_argument("--curves-for-users", type=counts(16, 1, MAX_REPLAY_USERS), default=(), metavar="N,N,...",
                    help="also draw the one-pass curve for these user counts (e.g. 5,10,20,40)")
     g.add_argument("--target-hit-rate", type=fraction(0.0, 1.0, lo_open=True), default=None, metavar="H",
                    help="the token hit rate users must keep, in (0, 1] (default 0.9; the cache replay's)")
