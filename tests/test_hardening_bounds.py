@@ -140,7 +140,7 @@ def test_a_serve_line_with_config_is_refused_saying_to_pass_the_flags_themselves
 def test_mtp_draft_tokens_on_a_model_without_an_mtp_head_are_refused(capsys):
     code, _, err = run([*MEMORY, "--num-speculative-tokens", "16"], capsys)
     line = refusal(err)
-    assert code == 2 and "llama-3.1-8b has none" in line and "--speculative-config" in line, line
+    assert code == 2 and "llama-3.1-8b has no MTP head" in line and "--speculative-config" in line, line
     code, _, err = run(["memory", "qwen3.6-27b", "--gpus", "1xH200", "--num-speculative-tokens", "2"], capsys)
     assert code == 0, err
 

@@ -112,11 +112,33 @@ def test_subagents_on_a_chat_workload_need_their_class_and_are_noted(capsys):
 
 def test_mtp_on_a_model_without_a_head_is_noted_for_a_preset_and_refused_for_a_flag(capsys):
     d = plan_json(capsys, "llama-3.1-8b", "--gpus", "1xH100", "--preset", "chat")
-    assert any("llama-3.1-8b has none: decoding without speculation" in n for n in d["workload_origin"]["notes"])
+    assert any("llama-3.1-8b has no MTP head: decoding without speculation" in n for n in d["workload_origin"]["notes"])
     assert d["decode"]["spec_speedup"] == 1.0
     code = main(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--preset", "chat", "--mtp-speedup", "1.7", *FAST])
     err = capsys.readouterr().err
     assert code == 2 and "no MTP head" in err
+
+
+def test_a_head_vllm_does_not_serve_is_noted_and_refused_like_no_head(capsys):
+    # MiniMax-M2.5 declares 3 MTP modules (use_mtp, num_mtp_modules), but vLLM maps no minimax_m2 config onto an MTP
+    # draft and skips those weights at load (data/vllm_mtp.toml): the recipe used to serve
+    # --speculative-config '{"method":"mtp",...}', which vLLM cannot start, and priced its speed-up
+    d = plan_json(capsys, "minimax-m2.5", "--gpus", "8xH200", "--preset", "chat")
+    assert d["decode"]["spec_speedup"] == 1.0 and "--speculative-config" not in d["recipe"]
+    assert any("maps no minimax_m2 checkpoint onto an MTP draft" in n for n in d["workload_origin"]["notes"])
+    for flag in (["--mtp-speedup", "1.7"], ["--num-speculative-tokens", "2"],
+                 ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']):
+        code = main(["plan", "minimax-m2.5", "--gpus", "8xH200", "--preset", "chat", *flag, *FAST])
+        err = capsys.readouterr().err
+        assert code == 2 and "onto an MTP draft" in err, (flag, err)
+
+
+def test_a_head_is_served_from_the_release_its_draft_type_appears_in(capsys):
+    # Qwen3.5's draft type qwen3_5_mtp is a speculative method from vLLM 0.17.0 (data/vllm_vocabulary.toml)
+    served = plan_json(capsys, "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--vllm-version", "0.17.0")
+    before = plan_json(capsys, "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--vllm-version", "0.16.0")
+    assert '"method":"mtp"' in served["recipe"] and served["decode"]["spec_speedup"] > 1
+    assert "--speculative-config" not in before["recipe"] and before["decode"]["spec_speedup"] == 1.0
 
 
 def test_the_batch_preset_serves_without_speculation_unless_a_flag_asks():

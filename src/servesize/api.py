@@ -635,11 +635,15 @@ def bench(scenario: Scenario, load: Any) -> Any:
     from servesize.simulate import engine as eng
     from servesize.simulate.bench import BenchResult, bench_metrics, bench_replay
 
-    # the benchmark's requests stand in for the users' workload (which sizes nothing here)
+    # the benchmark's requests stand in for the users' workload (which sizes nothing here). The server is the one its
+    # flags start: without --speculative-config (or --num-speculative-tokens) vLLM drafts nothing, even for a
+    # model with an MTP head, where plan's recipe would serve the head
+    drafts = {} if scenario.speculative_config is not None or scenario.num_speculative_tokens is not None else \
+        {"num_speculative_tokens": 0}
     inputs = plan_inputs(scenario.replace(preset="chat", median=load.random_input_len + load.random_prefix_len,
                                           prefix=load.random_prefix_len, subagent_ratio=0.0,
                                           output_tokens=load.random_output_len,
-                                          warm_turn_tokens=min(load.random_input_len, 2000)))
+                                          warm_turn_tokens=min(load.random_input_len, 2000), **drafts))
     report, fixed = inputs.memory_and_fixed(check_prefixes=False)
     dep, pool = report.deployment, report.pool
     if load.longest_request_tokens > pool.max_model_len:

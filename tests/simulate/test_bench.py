@@ -120,3 +120,23 @@ def test_the_block_docs_simulate_md_quotes_is_what_the_command_prints(capsys):
     lines = block.rstrip("\n").splitlines()
     assert main(shlex.split(lines[0][2:])[1:]) == 0
     assert capsys.readouterr().out.rstrip("\n").splitlines() == lines[1:]
+
+
+def _bench_json(capsys, *extra: str) -> dict:
+    argv = ["bench", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--random-input-len", "1000",
+            "--random-output-len", "200", "--num-prompts", "16", "--max-concurrency", "4", "--json", *extra]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_server_started_without_a_speculative_config_drafts_nothing_even_with_an_mtp_head(capsys):
+    # vllm bench serve measures the server its flags start: no --speculative-config, no drafts. Qwen3.6-27B has an
+    # MTP head, which plan's recipe serves; the benchmark's server must not be priced with it (it was: TPOT 1.65x
+    # faster than the same server's steps on MiniMax-M2.5, whose head vLLM cannot serve at all)
+    plain = _bench_json(capsys)
+    off = _bench_json(capsys, "--num-speculative-tokens", "0")
+    drafting = _bench_json(capsys, "--num-speculative-tokens", "2")
+    metrics = ("mean_tpot_ms", "mean_ttft_ms", "output_throughput")
+    assert [plain[k] for k in metrics] == [off[k] for k in metrics]
+    assert plain["mean_tpot_ms"] == pytest.approx(plain["mean_itl_ms"])  # one token a step: TPOT is the step
+    assert drafting["mean_tpot_ms"] < plain["mean_tpot_ms"] < drafting["mean_itl_ms"]

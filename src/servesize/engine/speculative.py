@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from servesize.datafiles import table
+from servesize.engine.vocabulary import accepts, show_version
 from servesize.errors import BadInput, UnsupportedArchitecture
 from servesize.model.architecture import Architecture
 from servesize.model.layers import Layer
@@ -45,6 +48,31 @@ IGNORED_KEYS = frozenset({
 })
 KNOWN_KEYS = IGNORED_KEYS | {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
                              "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len"}
+
+
+@lru_cache(maxsize=1)
+def _mtp_drafts() -> dict[str, str]:
+    return dict(table("vllm_mtp.toml")["model_type"])
+
+
+def mtp_draft(target: Architecture, version: tuple[int, int, int]) -> str | None:
+    """The draft model type this release serves ``target``'s own MTP module(s) as (data/vllm_mtp.toml), or None: no
+    MTP module, or none vLLM can draft with (MiniMax-M2's are skipped at load)."""
+    if not target.mtp_layers:
+        return None
+    draft = _mtp_drafts().get(target.model_type)
+    return draft if draft is not None and accepts("speculative_method", draft, version) else None
+
+
+def no_mtp_draft_why(target: Architecture, version: tuple[int, int, int]) -> str:
+    """Why ``target`` cannot draft with its own MTP head on this release, in one clause."""
+    if not target.mtp_layers:
+        return f"{target.name} has no MTP head"
+    draft = _mtp_drafts().get(target.model_type)
+    if draft is None:
+        return (f"{target.name} declares {target.mtp_layers} MTP module(s), but vLLM maps no {target.model_type} "
+                "checkpoint onto an MTP draft (it skips those weights at load)")
+    return f"{target.name}'s MTP draft ({draft}) is not in vLLM {show_version(version)}"
 
 
 def method_of(config: Mapping[str, Any], target: Architecture) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.engine.quant_methods import ServedWeights, served_weights
+from servesize.engine.speculative import mtp_draft
 from servesize.errors import BadInput
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, WindowedAttention
@@ -293,7 +294,7 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         expert_bytes=float(groups.get("experts", 0)), num_experts=int(ledger.num_experts),
         experts_per_token=int(ledger.experts_per_token),
         gemm_params=float(gemm), attention_width=int(width), full_attention_layers=int(full_layers),
-        has_mtp=bool(arch.mtp_layers), kv_cache_dtype=dep.kv_cache_dtype, max_model_len=int(dep.max_model_len),
+        has_mtp=mtp_draft(arch, dep.version) is not None, kv_cache_dtype=dep.kv_cache_dtype, max_model_len=int(dep.max_model_len),
         memory=_memory_summary(report),
         derivation=d, window_tokens=window, window_bytes_per_token_rank=window_bpt,
         window_bytes_per_session_rank=window_charge, window_attention_layers=window_layers,

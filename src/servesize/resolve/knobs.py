@@ -14,6 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from servesize.engine.deployment import Deployment
+from servesize.engine.speculative import mtp_draft, no_mtp_draft_why
+from servesize.engine.versions import parse_version
 from servesize.errors import BadInput
 from servesize.model.catalogue import ResolvedModel
 from servesize.planning.inputs import Knobs, spec_tokens_of
@@ -63,9 +65,11 @@ def check_speculation(scenario: Scenario, model: ResolvedModel, knobs: Knobs) ->
              if getattr(scenario, name) is not None
              and not (name == "mtp_speedup" and scenario.mtp_speedup == 1.0)
              and not (name == "num_speculative_tokens" and scenario.num_speculative_tokens == 0)]
-    if asked and not model.architecture.mtp_layers:
-        raise BadInput(f"{model.architecture.name} has no MTP head, and servesize models speculative decoding only "
-                       f"through a model's own MTP module: drop {PARAMS[asked[0]].flag}", field=asked[0])
+    version = parse_version(scenario.vllm_version)
+    if asked and mtp_draft(model.architecture, version) is None:
+        raise BadInput(f"{no_mtp_draft_why(model.architecture, version)}, and servesize models speculative decoding "
+                       f"only through a model's own MTP module that vLLM serves: drop {PARAMS[asked[0]].flag}",
+                       field=asked[0])
     if scenario.mtp_speedup is not None:
         drafts = spec_tokens_of(knobs) or spec_tokens_of(Knobs())
         if scenario.mtp_speedup > drafts + 1:
@@ -82,7 +86,8 @@ def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: W
     attention layer in the KV group and the draft slots in the recurrent state. The seed's model
     ignores this, so ``assumptions='seed'`` leaves it out."""
     deployment = replace(deployment, max_model_len=workload.max_model_len)
-    serves_mtp = (model.architecture.mtp_layers and scenario.num_speculative_tokens is None
+    serves_mtp = (mtp_draft(model.architecture, deployment.version) is not None
+                  and scenario.num_speculative_tokens is None
                   and scenario.speculative_config is None
                   and scenario.assumptions != "seed" and knobs.mtp_speedup != 1.0)
     if serves_mtp:
@@ -92,10 +97,12 @@ def planned_deployment(deployment: Deployment, model: ResolvedModel, workload: W
 
 def speculation_note(scenario: Scenario, model: ResolvedModel, origin: WorkloadOrigin, knobs: Knobs) -> str | None:
     """The one line a reader needs when the preset's speculative decoding and the model disagree."""
-    if origin.preset.speculative == "mtp" and not model.architecture.mtp_layers:
-        return (f"preset {origin.preset.name} serves with MTP where the model has a head; "
-                f"{model.architecture.name} has none: decoding without speculation")
-    if origin.preset.speculative == "none" and model.architecture.mtp_layers and knobs.mtp_speedup == 1.0 \
+    version = parse_version(scenario.vllm_version)
+    servable = mtp_draft(model.architecture, version) is not None
+    if origin.preset.speculative == "mtp" and not servable:
+        return (f"preset {origin.preset.name} serves with MTP where vLLM serves the model's head; "
+                f"{no_mtp_draft_why(model.architecture, version)}: decoding without speculation")
+    if origin.preset.speculative == "none" and servable and knobs.mtp_speedup == 1.0 \
             and scenario.mtp_speedup is None:
         return (f"preset {origin.preset.name} serves without speculative decoding (saturated batches are not "
                 "memory-bound); --mtp-speedup or --num-speculative-tokens turns the model's MTP head on")

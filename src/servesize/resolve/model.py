@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from servesize.engine.deployment import Deployment
-from servesize.engine.speculative import NEEDS_DRAFT, Speculation, method_of
+from servesize.engine.speculative import NEEDS_DRAFT, Speculation, method_of, mtp_draft, no_mtp_draft_why
 from servesize.engine.versions import parse_version
 from servesize.engine.vocabulary import (
     accepts,
@@ -90,7 +90,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
         target = (model or model_of(scenario.model)).architecture
         values["speculation"] = speculation_of(json.loads(scenario.speculative_config), target, version)
     elif scenario.num_speculative_tokens:
-        check_mtp_head((model or model_of(scenario.model)).architecture)
+        check_mtp_head((model or model_of(scenario.model)).architecture, version)
     if scenario.limit_mm_per_prompt is not None:
         values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
@@ -114,12 +114,13 @@ def cpu_amx_of(scenario: Scenario) -> bool:
     return scenario.device == "cpu" and host_has_amx_tile()
 
 
-def check_mtp_head(target: Architecture) -> None:
-    """--num-speculative-tokens is vLLM's MTP speculation ({"method": "mtp"}): a model without an MTP head has no
-    draft layers to run, and vLLM refuses the method for it."""
-    if not target.mtp_layers:
-        raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head, and {target.name} has none "
-                       "(vLLM refuses method mtp for it): drop the flag, or name a draft with --speculative-config "
+def check_mtp_head(target: Architecture, version: tuple[int, int, int]) -> None:
+    """--num-speculative-tokens is vLLM's MTP speculation ({"method": "mtp"}): a model without an MTP head that this
+    release serves as a draft has no draft layers to run, and vLLM refuses the method for it."""
+    if mtp_draft(target, version) is None:
+        raise BadInput(f"--num-speculative-tokens drafts with the model's own MTP head: "
+                       f"{no_mtp_draft_why(target, version)} (vLLM refuses method mtp for it): drop the flag, or name "
+                       "a draft with --speculative-config "
                        "'{\"method\": \"eagle3\" | \"draft_model\", \"model\": ..., \"num_speculative_tokens\": k}'",
                        field="num_speculative_tokens")
 
@@ -131,6 +132,9 @@ def speculation_of(config: dict, target: Architecture, version: tuple[int, int, 
     if method is not None and not accepts("speculative_method", str(method), version):
         raise BadInput(f"--speculative-config method {method!r} is not one vLLM {show_version(version)} accepts: "
                        f"{', '.join(vocabulary('speculative_method', version))}", field="speculative_config")
+    if method_of(config, target) == "mtp" and target.mtp_layers and mtp_draft(target, version) is None:
+        raise BadInput(f"--speculative-config method mtp: {no_mtp_draft_why(target, version)}",
+                       field="speculative_config")
     draft = None
     if config.get("model") is not None and method_of(config, target) in NEEDS_DRAFT:
         draft = model_of(str(config["model"])).architecture
