@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import threading
 import zlib
 from typing import Any
 
@@ -73,7 +74,7 @@ def _keep(path: pathlib.Path, data: dict[str, Any]) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)
     except OSError:
