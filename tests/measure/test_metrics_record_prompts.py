@@ -191,3 +191,23 @@ def test_resume_truncates_a_torn_line_and_keeps_it_in_the_segment_line(tmp_path)
     lines = path.read_bytes().split(b"\n")
     assert path.read_bytes().startswith(complete) and len(lines) == 4 and lines[-1] == b""
     assert read_record(path).events[-1]["dropped"] == '{"type": "request", "n": '
+
+
+def test_a_resume_given_what_its_caller_read_under_the_lock_reads_the_record_no_more(tmp_path, monkeypatch):
+    # --resume reads the record once (commands/_measure._resumed: its parameters, then the RunRecord), not twice
+    from servesize.measure import record as record_module
+
+    path = tmp_path / "r.jsonl"
+    rec = RunRecord.create(path, "pool", {"url": "u"})
+    rec.append("request", n=1)
+    rec.close()
+    lock = record_module.RecordLock.acquire(path, create=False)
+    read = record_module.check_version(read_record(path, "pool"), path)
+    with pytest.raises(ValueError, match="pass the lock"):
+        RunRecord.resume(path, "pool", contents=read)
+    reads: list = []
+    monkeypatch.setattr(record_module, "read_record", lambda *a, **k: reads.append(a))
+    rec, contents = RunRecord.resume(path, "pool", lock=lock, contents=read)
+    rec.close()
+    assert reads == [] and contents is read and contents.events[-1]["n"] == 1
+    assert path.read_text().splitlines()[-1].startswith('{"type":"segment"')

@@ -145,7 +145,8 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
     """open_record's --resume branch, the record already locked (``lock`` passes to the RunRecord)."""
     from servesize.measure.record import RunRecord, check_version, read_record
 
-    recorded = check_version(read_record(path, kind), path).header["params"]
+    read = check_version(read_record(path, kind), path)  # once: RunRecord.resume takes it, under the same lock
+    recorded = read.header["params"]
     if rec.same_params:
         refuse_other_params(path, recorded, make_config().to_params(), config_defaults(config_cls))
     cfg = config_cls.from_params(recorded)
@@ -155,7 +156,7 @@ def _resumed(rec: Recording, path: str, kind: str, config_cls: Any, make_config:
     print(f"servesize: resuming {path} with {what} ("
           + ", ".join(f"{k} {v}" for k, v in cfg.to_params().items() if k in _SHOWN and v is not None)
           + (")" if rec.same_params else "); other measurement flags are not applied"), file=sys.stderr)
-    record, contents = RunRecord.resume(path, kind, fsync=rec.fsync, lock=lock)
+    record, contents = RunRecord.resume(path, kind, fsync=rec.fsync, lock=lock, contents=read)
     if contents.repair:
         print(f"servesize: {contents.repair}", file=sys.stderr)
     return cfg, record, contents

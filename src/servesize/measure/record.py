@@ -160,19 +160,25 @@ class RunRecord:
         return rec
 
     @classmethod
-    def resume(cls, path, kind: str, *, fsync: bool = False, lock: RecordLock | None = None) -> tuple[RunRecord, RecordContents]:
+    def resume(cls, path, kind: str, *, fsync: bool = False, lock: RecordLock | None = None,
+               contents: RecordContents | None = None) -> tuple[RunRecord, RecordContents]:
         """Open a record to continue it: locked (``lock``, else one taken here), its end repaired (see the module
-        docstring), a segment line appended."""
+        docstring), a segment line appended. ``contents``: what a caller holding ``lock`` already read and checked
+        (read_record, check_version), so the record is read once."""
+        if contents is not None and lock is None:
+            raise ValueError("contents read before the lock was taken may be stale: pass the lock they were read under")
         lock = lock or RecordLock.acquire(path, create=False)
         try:
-            return cls._resume(path, kind, fsync, lock)
+            return cls._resume(path, kind, fsync, lock, contents)
         except BaseException:
             lock.release()
             raise
 
     @classmethod
-    def _resume(cls, path, kind: str, fsync: bool, lock: RecordLock) -> tuple[RunRecord, RecordContents]:
-        contents = check_version(read_record(path, kind), path)
+    def _resume(cls, path, kind: str, fsync: bool, lock: RecordLock,
+                contents: RecordContents | None) -> tuple[RunRecord, RecordContents]:
+        if contents is None:
+            contents = check_version(read_record(path, kind), path)
         dropped = None
         if contents.torn_tail:
             try:
