@@ -15,7 +15,11 @@ only what the engine logs while it sizes its KV cache, so this host imports vLLM
 Everything vLLM logs for a case goes to that case's log file, with vLLM's own format, and a refused start's
 exception is written there as the server would print it.
 
-Protocol: one JSON object a line on stdin, {"flags": [...after the module name], "log": path}; one JSON line back on
+With "config_only", a case stops at the engine's configuration (vLLM's checks of the flags against the model's
+config.json, no weights): a plan's recipe for a GPU is checked so on any CPU.
+
+Protocol: one JSON object a line on stdin, {"flags": [...after the module name], "log": path, "config_only": bool};
+one JSON line back on
 the host's stdout per case, {"ok": bool, "seconds": float, "error": str}. vLLM's own prints go to stderr.
 """
 
@@ -75,7 +79,8 @@ def main() -> int:
             validate_parsed_serve_args(args)
             config = AsyncEngineArgs.from_cli_args(args).create_engine_config(
                 usage_context=UsageContext.OPENAI_API_SERVER)
-            engine = LLMEngine.from_vllm_config(config, usage_context=UsageContext.OPENAI_API_SERVER)
+            if not case.get("config_only"):
+                engine = LLMEngine.from_vllm_config(config, usage_context=UsageContext.OPENAI_API_SERVER)
         except Exception as e:  # a refused start: the log says why, as the server's would
             root.error("EngineCore failed to start.\n%s", traceback.format_exc())
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}

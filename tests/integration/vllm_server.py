@@ -297,16 +297,17 @@ class EngineHost:
                                          start_new_session=True)
         self.lock = threading.Lock()
 
-    def build(self, flags: list[str], log_path: str | os.PathLike) -> dict:
-        """Build (and shut down) the engine `vllm serve <flags>` would; its log goes to `log_path`, headed by the
-        command line as VllmServer's logs are. The answer: {"ok": bool, "seconds": float, "error": str}."""
+    def build(self, flags: list[str], log_path: str | os.PathLike, config_only: bool = False) -> dict:
+        """Build (and shut down) the engine `vllm serve <flags>` would, or with `config_only` only its configuration;
+        its log goes to `log_path`, headed by the command line as VllmServer's logs are. The answer: {"ok": bool,
+        "seconds": float, "error": str}."""
         log_path = pathlib.Path(log_path)
         log_path.write_text("$ " + command_line(flags) + "\n")
         with self.lock:
             if self.proc.poll() is not None:
                 raise ServerStartError(f"the engine host exited ({self.proc.returncode}); {self.stderr_path}:\n"
                                        + self._stderr_tail())
-            self.proc.stdin.write(json.dumps({"flags": flags, "log": str(log_path)}) + "\n")
+            self.proc.stdin.write(json.dumps({"flags": flags, "log": str(log_path), "config_only": config_only}) + "\n")
             self.proc.stdin.flush()
             line = self._readline()
         if not line:
