@@ -18,6 +18,14 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+def data_table(tmp_path, monkeypatch, text: str) -> None:
+    """A data folder of one table, t.toml, holding ``text``, in place of the package's."""
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "t.toml").write_text(text)
+    monkeypatch.setattr(datafiles, "DATA", data)
+
+
 def parses(monkeypatch) -> list[str]:
     """Count the TOML parses from here on."""
     calls: list[str] = []
@@ -42,24 +50,18 @@ def test_a_table_read_from_its_kept_copy_is_the_table_the_toml_holds(cache, name
 
 
 def test_the_second_read_parses_no_toml_and_an_edited_table_is_parsed_again(cache, monkeypatch, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "t.toml").write_text('a = 1\n[b]\nc = "x"\n')
-    monkeypatch.setattr(datafiles, "DATA", data)
+    data_table(tmp_path, monkeypatch, 'a = 1\n[b]\nc = "x"\n')
     calls = parses(monkeypatch)
     assert datafiles.table("t.toml") == {"a": 1, "b": {"c": "x"}}
     assert datafiles.table("t.toml") == {"a": 1, "b": {"c": "x"}}
     assert len(calls) == 1
-    (data / "t.toml").write_text('a = 2\n[b]\nc = "x"\n')
+    data_table(tmp_path, monkeypatch, 'a = 2\n[b]\nc = "x"\n')
     assert datafiles.table("t.toml") == {"a": 2, "b": {"c": "x"}}
     assert len(calls) == 2
 
 
 def test_a_broken_or_foreign_copy_is_passed_over_and_written_anew(cache, monkeypatch, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "t.toml").write_text("a = 1\n")
-    monkeypatch.setattr(datafiles, "DATA", data)
+    data_table(tmp_path, monkeypatch, "a = 1\n")
     datafiles.table("t.toml")
     (kept,) = cache.glob("t.toml.*.json")
     for bad in ('{"a": ', "[1, 2]", "\xff\xfe"):
@@ -69,10 +71,7 @@ def test_a_broken_or_foreign_copy_is_passed_over_and_written_anew(cache, monkeyp
 
 
 def test_a_table_json_cannot_hold_exactly_is_never_kept(cache, monkeypatch, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "t.toml").write_text("when = 2026-12-04\nx = nan\n")
-    monkeypatch.setattr(datafiles, "DATA", data)
+    data_table(tmp_path, monkeypatch, "when = 2026-12-04\nx = nan\n")
     calls = parses(monkeypatch)
     first = datafiles.table("t.toml")
     assert str(first["when"]) == "2026-12-04"
