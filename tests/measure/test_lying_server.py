@@ -124,6 +124,7 @@ def test_sessions_against_warmth_claims_ttft_denies_never_report_the_lies_knee()
                                  lie="claim_warm"))
     # the 16-user rung's returning requests were evicted (cold, 1.3 s or more), all claimed warm: caught
     g16 = r.rungs[2]
+    assert r.rungs[0].hit_shown  # the lower rungs' real hits showed in the TTFT: slow warm claims can refute
     assert g16.refuted is not None and g16.refuted.startswith(f"called {16 * 4} returning request(s) warm, but ")
     assert "no faster than cold" in g16.refuted
     # a counter caught lying judges nothing: the rungs it had judged are judged again without it, and with one
@@ -132,6 +133,18 @@ def test_sessions_against_warmth_claims_ttft_denies_never_report_the_lies_knee()
     assert [g.state(r.warm_target) for g in r.rungs] == ["no signal"] * 3
     assert r.knee == {"warm_users": None, "cold_users": None, "inconclusive_users": 1}  # the lie said >= 16
     assert sum("cached_tokens is not trusted for this run" in n for n in r.notes) == 1
+
+
+def test_honest_counts_on_a_server_whose_ttft_is_mostly_overhead_are_not_refuted():
+    """A hit saves 1,300 tokens of prefill at 20 us a token (26 ms) on a TTFT of 300 ms of fixed overhead: an honest
+    warm turn is no faster than 80% of the cold TTFT predicted for its length, and no request shows a hit in its
+    TTFT. Without that evidence slow warm claims refute nothing (two honest vLLM CPU engines were refuted under
+    load this way), and the true counts judge every rung."""
+    r = sessions_on(ServerConfig(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.3, ttft_per_token_s=0.00002))
+    assert [g.refuted for g in r.rungs] == [None] * 3 and not any(g.hit_shown for g in r.rungs)
+    assert [g.signal for g in r.rungs] == ["cached_tokens"] * 3
+    assert r.knee["warm_users"] == 2 and r.knee["cold_users"] == 16  # the true knee: [2, 16)
+    assert not any("not trusted" in n for n in r.notes)
 
 
 def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them():

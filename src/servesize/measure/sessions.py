@@ -312,6 +312,7 @@ class RungStats:
     endpoints: list | None = None  # with several endpoints: each one's counts and /metrics (_per_endpoint)
     gauges: list | None = None  # per endpoint: its KV usage, running and waiting sampled during the rung (GaugeSampler)
     coalesced: int = 0  # completed streams read in bursts: their ITL and decode speed withheld (RequestResult.coalesced)
+    hit_shown: bool = False  # a hit showed in the server's TTFT, in this rung or one before it (_hit_shows)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -334,38 +335,57 @@ class RungStats:
 
 
 def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ratio: float,
-                distrust_cached: bool = False) -> tuple[str, dict[str, bool], str | None]:
-    """Which signal judged warmth, warm or not per returning request (by id), and why cached_tokens was
-    refuted (None when it was not, or was not there)."""
+                distrust_cached: bool = False, hit_shown: bool = False) -> tuple[str, dict[str, bool], str | None, bool]:
+    """Which signal judged warmth, warm or not per returning request (by id), why cached_tokens was
+    refuted (None when it was not, or was not there), and whether a hit shows in this server's TTFT (``hit_shown``:
+    it did in an earlier rung of the run; or one does in this rung)."""
     reports = any(r.cached_tokens_reported for r in ok)
     warm: dict[str, bool] = {}
     refuted = None
     if returning and reports and not distrust_cached:
         for r in returning:
             warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
-        refuted = _refuted_cached(ok, returning, warm)
+        hit_shown = hit_shown or _hit_shows(ok, returning, warm, ttft_ratio)
+        refuted = _refuted_cached(ok, returning, warm, hit_shown)
         if refuted is None:
-            return "cached_tokens", warm, None
+            return "cached_tokens", warm, None, hit_shown
         warm = {}
     fit = ttft_fit(ok)
     if fit is None:
-        return "none", warm, refuted
+        return "none", warm, refuted, hit_shown
     a, b = fit
     for r in returning:
         cold = a + b * max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"])
         warm[r.id] = r.ttft_s is not None and cold > 0 and r.ttft_s < ttft_ratio * cold
-    return "ttft", warm, refuted
+    return "ttft", warm, refuted, hit_shown
 
 
-def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool]) -> str | None:
-    """Why the rung's cached_tokens cannot be trusted: a count above its prompt, or warm claims whose TTFT
-    was no faster than the cold TTFT predicted for their length (the fit over first turns, else the first
-    turns' median TTFT per uncached token)."""
+def _hit_shows(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool], ttft_ratio: float) -> bool:
+    """Whether a hit shows in this server's TTFT: some returning request the server called warm was served in
+    under ``ttft_ratio`` x the cold TTFT predicted for its length (what the TTFT rule calls warm), where that cold
+    TTFT is long enough to see (``resolvable``). On a server whose TTFT is mostly fixed overhead (queueing,
+    scheduling, a loaded client's event loop) no hit shows, and a warm claim no faster than cold refutes nothing:
+    two honest vLLM CPU engines serving 600-token sessions were refuted under load before this check."""
+    cold = _cold_model(ok)
+    if cold is None:
+        return False
+    for r in returning:
+        predicted = cold(max(0, (r.prompt_tokens or 0) - r.tags["prefix_tokens"]))
+        if warm.get(r.id) and r.ttft_s is not None and resolvable(predicted) and r.ttft_s < ttft_ratio * predicted:
+            return True
+    return False
+
+
+def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool],
+                    hit_shown: bool) -> str | None:
+    """Why the rung's cached_tokens cannot be trusted: a count above its prompt, or (on a server where a hit
+    shows in the TTFT, ``hit_shown``) warm claims whose TTFT was no faster than the cold TTFT predicted for their
+    length (the fit over first turns, else the first turns' median TTFT per uncached token)."""
     bad = next((r for r in ok if r.usage_impossible), None)
     if bad is not None:
         return f"reported {bad.usage_impossible}: impossible"
     cold = _cold_model(ok)
-    if cold is None:
+    if cold is None or not hit_shown:
         return None
     ratios = []
     for r in returning:
@@ -399,16 +419,17 @@ def _cold_model(ok: list[RequestResult]):
 def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, ttft_ratio: float = 0.4,
                preemptions: float | None = None, metrics_hit_ratio: float | None = None,
                distrust_cached: bool = False, endpoints: list[str] | None = None,
-               endpoint_metrics: list[dict | None] | None = None) -> RungStats:
+               endpoint_metrics: list[dict | None] | None = None, hit_shown: bool = False) -> RungStats:
     """A rung's statistics from its requests. The warm-hit rate counts every returning request sent:
     one that failed is a miss (it was not served warm), never left out. Without a single returning
     request that completed there is nothing to judge warmth by, and the rate is None. With ``endpoints``
     (several), the same counts per endpoint (by each request's ``endpoint`` tag), beside each endpoint's own
-    /metrics increases (``endpoint_metrics``, in the same order)."""
+    /metrics increases (``endpoint_metrics``, in the same order). ``hit_shown``: a hit showed in the server's TTFT in
+    an earlier rung of the run (``_hit_shows``), so slow warm claims can refute its cached_tokens."""
     ok = [r for r in results if r.ok]
     returning_all = [r for r in results if r.tags.get("returning")]
     returning = [r for r in returning_all if r.ok]
-    signal, warm, refuted = _warm_flags(ok, returning, ttft_ratio, distrust_cached)
+    signal, warm, refuted, shown = _warm_flags(ok, returning, ttft_ratio, distrust_cached, hit_shown)
     judged = bool(returning) and signal != "none"
     return RungStats(
         users=users, duration_s=duration_s, requests=len(results), errors=sum(1 for r in results if not r.ok),
@@ -417,7 +438,8 @@ def rung_stats(users: int, duration_s: float, results: list[RequestResult], *, t
         warm_hit_rate=sum(1 for r in returning if warm.get(r.id)) / len(returning_all) if judged else None,
         signal=signal, **_latencies(ok, warm),
         preemptions=preemptions, metrics_hit_ratio=metrics_hit_ratio, returning_errors=len(returning_all) - len(returning),
-        refuted=refuted, endpoints=_per_endpoint(results, warm, judged, endpoints, endpoint_metrics) if endpoints else None)
+        refuted=refuted, hit_shown=shown,
+        endpoints=_per_endpoint(results, warm, judged, endpoints, endpoint_metrics) if endpoints else None)
 
 
 def _per_endpoint(results: list[RequestResult], warm: dict[str, bool], judged: bool, urls: list[str],
@@ -637,10 +659,12 @@ class SessionsRun:
         self.attempts: Counter[int] = Counter()  # failed attempts of each rung (by users) in the record so far
         self.distrust: str | None = None  # why the server's cached_tokens was refuted in this run (or its record)
         self._results: dict[int, list[RequestResult]] = {}  # each measured rung's requests, to judge it again
+        self._hit_shown = False  # a hit has shown in the server's TTFT in a rung of this run (_hit_shows)
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
         done = self._completed_rungs()
+        self._hit_shown = any(g.hit_shown for g in done.values())
         rungs: list[RungStats] = []
         async with contextlib.AsyncExitStack() as stack:
             clients = [await stack.enter_async_context(StreamClient(u, cfg.model, timeout_s=cfg.timeout_s,
@@ -662,6 +686,7 @@ class SessionsRun:
                                        stats=stats.to_dict())
                     collect_between()
                 rungs.append(stats)
+                self._hit_shown = self._hit_shown or stats.hit_shown
                 if stats.refuted and self.distrust is None:
                     self._distrust(stats.refuted, stats.signal, rungs)
                 if stats.stop:
@@ -689,7 +714,7 @@ class SessionsRun:
             if g.signal != "cached_tokens" or results is None:
                 continue
             again = rung_stats(g.users, g.duration_s, results, ttft_ratio=self.cfg.ttft_ratio, preemptions=g.preemptions,
-                               metrics_hit_ratio=g.metrics_hit_ratio, distrust_cached=True,
+                               metrics_hit_ratio=g.metrics_hit_ratio, distrust_cached=True, hit_shown=g.hit_shown,
                                endpoints=[x["url"] for x in g.endpoints] if g.endpoints else None,
                                endpoint_metrics=[x["metrics"] for x in g.endpoints] if g.endpoints else None)
             again.status, again.stop, again.refuted = g.status, g.stop, g.refuted
@@ -816,7 +841,8 @@ class SessionsRun:
         urls = endpoints(cfg.url)
         stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
                            preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
-                           distrust_cached=self.distrust is not None, endpoints=urls if len(urls) > 1 else None,
+                           distrust_cached=self.distrust is not None, hit_shown=self._hit_shown,
+                           endpoints=urls if len(urls) > 1 else None,
                            endpoint_metrics=[x.to_dict() if x else None for x in deltas])
         stats.gauges = gauges if any(g is not None for g in gauges) else None
         failure = lost or self._failure(stats, results)
