@@ -45,7 +45,10 @@ async function post(path, body, signal, headers) {
   const res = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", ...(headers || {}) },
     body: JSON.stringify(body), signal });
   let data = null;
-  try { data = await res.json(); } catch (e) { data = { error: `the server answered ${res.status} without JSON` }; }
+  try { data = await res.json(); } catch (e) {
+    if (signal && signal.aborted) throw e;   // cancelled while the body was read: the caller's abort path, not an answer
+    data = { error: `the server answered ${res.status} without JSON` };
+  }
   return { ok: res.ok, status: res.status, data };
 }
 
@@ -1210,13 +1213,20 @@ async function postWatched(path, body, ctl, line, what) {
     onclick: () => { ctl.abort(); text.textContent = "cancelled: " + what; cancel.remove(); spin.remove(); } });
   line.append(spin, text, " ", cancel);
   line.setAttribute("role", "status");
+  let done = false;
+  // a poll's body is read under the same signal, so a Cancel can land while it is read: it then answers nothing
   const timer = setInterval(async () => {
-    let r;
-    try { r = await fetch("/api/progress/" + job, { signal: ctl.signal }); } catch (e) { return; }
-    if (r.ok && !ctl.signal.aborted) { const p = await r.json(); text.textContent = `${what}: ${p.text}`; line.dataset.stages = String(p.stages); }
+    try {
+      const r = await fetch("/api/progress/" + job, { signal: ctl.signal });
+      if (!r.ok) return;
+      const p = await r.json();
+      if (done || ctl.signal.aborted) return;
+      text.textContent = `${what}: ${p.text}`;
+      line.dataset.stages = String(p.stages);
+    } catch (e) { return; }   // aborted, or the server gone: the request's own answer says which
   }, 400);
   try { return await post(path, body, ctl.signal, { "X-Servesize-Job": job }); }
-  finally { clearInterval(timer); if (!ctl.signal.aborted) line.hidden = true; }
+  finally { done = true; clearInterval(timer); if (!ctl.signal.aborted) line.hidden = true; }
 }
 
 function syncFleetControls() {
