@@ -3,12 +3,24 @@
 the same call POST /api/calibrate makes.
 
     PYTHONPATH=src python benchmarks/bench_calibrate.py [--repeats 3]
+
+With ``--long-log N``: one start-up's KV lines after N debug lines (issue 31: 2,000,000 lines took 47 s and
+1.7 GB), written to a temporary file and given to `servesize calibrate --vllm-log` in a child process: its wall
+time and peak memory (the child's maximum resident set).
+
+    PYTHONPATH=src python benchmarks/bench_calibrate.py --long-log 2000000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import servesize as s
@@ -20,7 +32,11 @@ LINE = "INFO 12-01 12:00:00 [kv_cache_utils.py:1] GPU KV cache size: 290,864 tok
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--long-log", type=int, default=None, metavar="N", help="time one log of N debug lines instead")
     args = ap.parse_args()
+    if args.long_log is not None:
+        long_log(args.long_log)
+        return
     for n in (5_000, 20_000, 40_000, 100_000):
         text = "\n".join([LINE] * n)
         times = []
@@ -33,6 +49,29 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
         print(f"{n:>7,} repeated lines: median {median:.2f} s ({n / median:,.0f} lines/s, {args.repeats} runs)")
+
+
+DEBUG = "(EngineCore_DP0 pid=6302) DEBUG 11-13 11:03:06 [core.py:712] EngineCore loop active, waiting for work.\n"
+KV_LINES = ("INFO [kv_cache_utils.py:1319] GPU KV cache size: 290,864 tokens\n"
+            "INFO [kv_cache_utils.py:1324] Maximum concurrency for 32,768 tokens per request: 33.04x\n")
+
+
+def long_log(n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "long.log"
+        with open(path, "w") as f:
+            f.write("INFO 11-13 11:00:00 [api_server.py:1] vLLM API server version 0.19.0\n")
+            for _ in range(n):
+                f.write(DEBUG)
+            f.write(KV_LINES)
+        env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1] / "src"))
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "servesize", "calibrate", "--vllm-log", str(path), "--block-size",
+                               "784", "--json"], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        print(f"{n:,} debug lines ({path.stat().st_size / 1e6:.0f} MB): exit {done.returncode}, {wall:.1f} s, "
+              f"peak {peak_kib / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,49 @@ def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BY
     return raw
 
 
+def input_lines(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *, gunzip: bool = False,
+                max_line_bytes: int = 4 * MAX_LOG_LINE_CHARS) -> Iterator[str]:
+    """The lines of the regular file at ``path`` as ``read_input`` would give its text (split at '\\n' only,
+    UTF-8 with bad bytes replaced, gzip decompressed when ``gunzip``), read as they are used: the file is never
+    held whole. Each line is cut at ``max_line_bytes`` (the rest of it is read past, never kept); the file is at
+    most ``max_bytes`` on disk and, decompressed, at most ``MAX_DECOMPRESSED_BYTES``. Any of these, or a file that
+    cannot be read, is one line naming ``what``."""
+    info = require_regular(path, what)
+    name = _shown(os.fspath(path))
+    if info.st_size > max_bytes:
+        raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
+    packed = False
+    try:
+        with open(path, "rb") as raw:
+            packed = gunzip and raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            fh = gzip.GzipFile(fileobj=raw) if packed else raw
+            cap = MAX_DECOMPRESSED_BYTES if packed else max_bytes
+            size = 0
+            while True:
+                line = fh.readline(max_line_bytes)
+                if not line:
+                    return
+                size += len(line)
+                while not line.endswith(b"\n"):  # past the cut: read the rest of the line in pieces, keep none
+                    rest = fh.readline(_CHUNK)
+                    if not rest:
+                        break
+                    size += len(rest)
+                    if rest.endswith(b"\n"):
+                        break
+                    if size > cap:
+                        break
+                if size > cap:
+                    grown = "decompresses to more than" if packed else "grew while it was read, past"
+                    raise BadInput(f"{what} {name} {grown} {cap:,} bytes (the cap servesize reads)")
+                yield line.rstrip(b"\n").decode("utf-8", errors="replace")
+    except (OSError, EOFError, zlib.error) as exc:
+        if packed:
+            raise BadInput(f"{what} {name} looks gzip-compressed but cannot be decompressed: {exc}") from None
+        raise BadInput(f"{what} {name}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+
+
 _CHUNK = 4 << 20
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from servesize.commands._types import draft_tokens as _draft_tokens
 from servesize.commands._types import positive_int as _positive_int
 from servesize.errors import BadInput
-from servesize.limits import MAX_LOG_BYTES, read_input
+from servesize.limits import MAX_LOG_BYTES, input_lines, read_input
 
 if TYPE_CHECKING:
     from servesize.vllm_logs.calibration import Calibration
@@ -158,9 +158,6 @@ def _model_name(text: str) -> str:
     return name
 
 
-def _read(path: str) -> str:
-    data = read_input(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True)
-    return data.decode("utf-8", errors="replace")
 
 
 def _bench_calibration(args):
@@ -191,7 +188,8 @@ def run(args):
         raise BadInput("give --vllm-log FILE (a start-up log) or --vllm-bench FILE (a benchmark result)")
     items = []
     for path in args.vllm_log:
-        facts = parse_vllm_log(_read(path), source=pathlib.Path(path).name)
+        lines = input_lines(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True)  # read as parsed: never held whole
+        facts = parse_vllm_log(lines, source=pathlib.Path(path).name)
         cal = calibrate(facts, block_size=args.block_size, kv_cache_groups=args.kv_cache_groups,
                         mamba_cache_mode=args.mamba_cache_mode, blocks_per_request=args.blocks_per_request,
                         num_speculative_tokens=args.num_speculative_tokens, model=args.model)
