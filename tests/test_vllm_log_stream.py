@@ -57,6 +57,11 @@ def test_each_needle_is_text_of_its_own_pattern(name, needle, pattern):
     assert all(n in source for n in _needles(needle)), (name, needle)
 
 
+def test_the_anchors_cover_every_needle():
+    needles = [n for _, needle, _, _ in P._PATTERNS for n in _needles(needle)] + list(P._START_NEEDLES)
+    assert all(P._may_state_a_fact(n) for n in needles), [n for n in needles if not P._may_state_a_fact(n)]
+
+
 def test_every_real_log_line_a_pattern_matches_holds_its_needle_and_passes_the_gate():
     matched = set()
     for raw in _all_lines():
@@ -65,7 +70,7 @@ def test_every_real_log_line_a_pattern_matches_holds_its_needle_and_passes_the_g
             if pattern.search(line):
                 matched.add(name)
                 assert any(n in line for n in _needles(needle)), (name, line[:200])
-                assert P._ANY_NEEDLE.search(raw) or P._ANY_NEEDLE.search(line), line[:200]
+                assert P._may_state_a_fact(raw) or P._may_state_a_fact(line), line[:200]
         if P._START.search(line):
             assert any(n in line for n in P._START_NEEDLES), line[:200]
     # the logs exercise the patterns that matter: every KV-cache line and the start-up markers
@@ -98,7 +103,7 @@ def test_the_needles_find_every_fact_every_pattern_finds(path):
     gated = set()
     for no, raw in enumerate(text.split("\n"), start=1):
         line = P._ANSI.sub("", raw).replace("\r", " ").strip()
-        if line and (P._ANY_NEEDLE.search(raw) or P._ANY_NEEDLE.search(line)):
+        if line and (P._may_state_a_fact(raw) or P._may_state_a_fact(line)):
             for name, needle, pattern, _ in P._PATTERNS:
                 if any(n in line for n in _needles(needle)) and pattern.search(line):
                     gated.add((no, name))
@@ -128,10 +133,32 @@ def test_lines_split_at_newline_only_keep_carriage_returns_and_replace_bad_bytes
         b"one\r\ntwo\rstill two\n\xff\xfethree\n\nlast".decode("utf-8", errors="replace").split("\n")
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 4096])
+def test_lines_read_in_blocks_of_any_size_are_the_whole_texts_lines(tmp_path, monkeypatch, chunk):
+    """Blocks that end inside a line, inside a multi-byte character or an invalid sequence, and lines longer than a
+    block, cut or not: the lines are the whole text's, each cut at the same number of characters."""
+    import random
+
+    from servesize import limits
+
+    rng = random.Random(chunk)
+    pieces = [b"\n", b"a", b"KV cache", "\u00e9".encode(), "\u4e2d".encode(), "\U0001f600".encode(), b"\xff", b"\xe4\xb8",
+              b"\r", b" "]
+    data = b"".join(rng.choice(pieces) * rng.choice([1, 1, 1, 5, 40]) for _ in range(3000))
+    f = tmp_path / "x.log"
+    f.write_bytes(data)
+    monkeypatch.setattr(limits, "_CHUNK", chunk)
+    for cut in (1, 7, 30, 10_000):
+        expected = [x[:cut] for x in data.decode("utf-8", errors="replace").split("\n")]
+        if expected and expected[-1] == "":
+            expected.pop()  # a file ending in a newline has no line after it (blank lines say nothing to the parse)
+        assert list(input_lines(f, "log", max_line_chars=cut)) == expected, (chunk, cut)
+
+
 def test_a_line_past_the_cut_is_cut_and_the_lines_after_it_are_read(tmp_path):
     f = tmp_path / "x.log"
     f.write_bytes(b"a" * 100 + b"\nnext\n")
-    assert list(input_lines(f, "log", max_line_bytes=10)) == ["a" * 10, "next"]
+    assert list(input_lines(f, "log", max_line_chars=10)) == ["a" * 10, "next"]
 
 
 def test_over_the_caps_and_broken_gzip_are_one_line_each(tmp_path):
@@ -145,7 +172,7 @@ def test_over_the_caps_and_broken_gzip_are_one_line_each(tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(limits, "MAX_DECOMPRESSED_BYTES", 1000)
         with pytest.raises(BadInput, match="decompresses to more than 1,000 bytes"):
-            list(input_lines(bomb, "--vllm-log", gunzip=True, max_line_bytes=100))
+            list(input_lines(bomb, "--vllm-log", gunzip=True, max_line_chars=100))
     broken = tmp_path / "broken.log.gz"
     broken.write_bytes(gzip.compress(b"z\n" * 1000)[:-8])  # no trailer: the stream ends early
     with pytest.raises(BadInput, match="looks gzip-compressed but cannot be decompressed"):

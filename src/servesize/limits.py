@@ -103,16 +103,18 @@ def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BY
 
 
 def input_lines(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *, gunzip: bool = False,
-                max_line_bytes: int = 4 * MAX_LOG_LINE_CHARS) -> Iterator[str]:
+                max_line_chars: int = MAX_LOG_LINE_CHARS) -> Iterator[str]:
     """The lines of the regular file at ``path`` as ``read_input`` would give its text (split at '\\n' only,
-    UTF-8 with bad bytes replaced, gzip decompressed when ``gunzip``), read as they are used: the file is never
-    held whole. Each line is cut at ``max_line_bytes`` (the rest of it is read past, never kept); the file is at
-    most ``max_bytes`` on disk and, decompressed, at most ``MAX_DECOMPRESSED_BYTES``. Any of these, or a file that
-    cannot be read, is one line naming ``what``."""
+    UTF-8 with bad bytes replaced, gzip decompressed when ``gunzip``), read in blocks as they are used: the file is
+    never held whole. Each line is cut at ``max_line_chars`` (a line longer than a block is read past, never
+    kept); the file is at most ``max_bytes`` on disk and, decompressed, at most ``MAX_DECOMPRESSED_BYTES``. Any of
+    these, or a file that cannot be read, is one line naming ``what``. (A block is split at its last newline before
+    it is decoded: no UTF-8 sequence contains that byte, so the text is the whole file's, line for line.)"""
     info = require_regular(path, what)
     name = _shown(os.fspath(path))
     if info.st_size > max_bytes:
         raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
+    longest = 4 * max_line_chars  # bytes: a line cut at max_line_chars characters needs no more of its bytes
     packed = False
     try:
         with open(path, "rb") as raw:
@@ -120,25 +122,31 @@ def input_lines(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_B
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw) if packed else raw
             cap = MAX_DECOMPRESSED_BYTES if packed else max_bytes
-            size = 0
-            while True:
-                line = fh.readline(max_line_bytes)
-                if not line:
-                    return
-                size += len(line)
-                while not line.endswith(b"\n"):  # past the cut: read the rest of the line in pieces, keep none
-                    rest = fh.readline(_CHUNK)
-                    if not rest:
-                        break
-                    size += len(rest)
-                    if rest.endswith(b"\n"):
-                        break
-                    if size > cap:
-                        break
+            size, carry, skipping = 0, b"", False
+            while block := fh.read(_CHUNK):
+                size += len(block)
                 if size > cap:
                     grown = "decompresses to more than" if packed else "grew while it was read, past"
                     raise BadInput(f"{what} {name} {grown} {cap:,} bytes (the cap servesize reads)")
-                yield line.rstrip(b"\n").decode("utf-8", errors="replace")
+                if skipping:  # the rest of a line already cut
+                    end = block.find(b"\n")
+                    if end < 0:
+                        continue
+                    block, skipping = block[end + 1:], False
+                data = carry + block
+                last = data.rfind(b"\n")
+                if last >= 0:
+                    lines = data[:last].decode("utf-8", errors="replace").split("\n")
+                    if max(map(len, lines)) > max_line_chars:
+                        lines = [x[:max_line_chars] for x in lines]
+                    yield from lines
+                    data = data[last + 1:]
+                if len(data) > longest:
+                    yield data[:longest].decode("utf-8", errors="replace")[:max_line_chars]
+                    data, skipping = b"", True
+                carry = data
+            if carry:
+                yield carry.decode("utf-8", errors="replace")[:max_line_chars]
     except (OSError, EOFError, zlib.error) as exc:
         if packed:
             raise BadInput(f"{what} {name} looks gzip-compressed but cannot be decompressed: {exc}") from None

@@ -231,7 +231,7 @@ _PATTERNS: list[tuple[str, str | tuple[str, ...], _Lazy, Callable[[re.Match], An
     ("attention_block_size", "Setting attention block size to", _lazy(r"Setting attention block size to\s+" + _NUM + r"\s+tokens"),
      lambda m: _i(m.group(1))),
     ("mamba_padding_pct", "Padding mamba page size by", _lazy(r"Padding mamba page size by\s+([0-9.]+)%"), lambda m: _n(m.group(1))),
-    ("padding_layers", "Add ", _lazy(r"Add (\d+) padding layers?, may waste at most ([0-9.]+)% KV cache memory"),
+    ("padding_layers", "padding layer", _lazy(r"Add (\d+) padding layers?, may waste at most ([0-9.]+)% KV cache memory"),
      lambda m: {"padding_layers": _i(m.group(1)), "padding_waste_pct": _n(m.group(2))}),
     ("forced_block_size", "Forcing kv cache block size to", _lazy(r"Forcing kv cache block size to (\d+)"), lambda m: _i(m.group(1))),
     ("cudagraph_estimate_gib", "Estimated CUDA graph memory:",
@@ -269,7 +269,7 @@ _PATTERNS: list[tuple[str, str | tuple[str, ...], _Lazy, Callable[[re.Match], An
     ("kv_cache_memory_given", "KV Cache as specified by kv_cache_memory_bytes",
      _lazy(r"reserved ([0-9.]+) GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
      lambda m: {"available_kv_gib": _n(m.group(1)), "kv_cache_memory_given": True}),
-    ("startup_error", ("The model's max seq len", "To serve at least one request", "No available memory",
+    ("startup_error", ("max seq len", "No available memory",
                        "CUDA out of memory", "OutOfMemoryError"), _lazy(
         r"(The model's max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"
         r"|To serve at least one request with the models?'s max seq len|No available memory for the cache blocks"
@@ -283,9 +283,21 @@ _START = _lazy(r"vLLM API server version|Initializing an? (?:V1 )?LLM engine|non
 # Text every line _START matches contains (one of them).
 _START_NEEDLES = ("vLLM API server version", "LLM engine", "non-default args:", "Model loading took",
                   "Loading model weights took", "Memory profiling results:", "vLLM instance can use")
-# A line with none of the needles (of _PATTERNS and _START) neither starts a start-up nor states a fact.
-_ANY_NEEDLE = _lazy("|".join(re.escape(n) for n in dict.fromkeys(
-    [*_START_NEEDLES, *(x for _, needle, _, _ in _PATTERNS for x in ((needle,) if isinstance(needle, str) else needle))])))
+# Short text at least one of which every needle (of _PATTERNS and _START) contains: a line with none of these
+# neither starts a start-up nor states a fact. Plain `in` tests, because one regex alternating the needles costs
+# about 4 us a line (its first characters are common letters), five times these (tests/test_vllm_log_stream.py
+# checks that they cover every needle).
+_ANCHORS = ("LLM", "args:", "took", "emory", "max model len", "batched", "Mamba", "KV cache", "KV Cache", "concurrency",
+            "blocks:", "block size", "page size", "padding layer", "CUDA graph", "Graph capturing", "max seq len")
+
+
+def _may_state_a_fact(line: str) -> bool:
+    for anchor in _ANCHORS:
+        if anchor in line:
+            return True
+    return False
+
+
 _KV_FACTS = ("gpu_kv_cache_tokens", "cpu_kv_cache_tokens", "gpu_blocks", "available_kv_gib")
 # The log line's own source location: 'kv_cache_utils.py:864]' -> 864 (places a log in a version, §0).
 _KV_SOURCE_LINE = _lazy(r"kv_cache_utils\.py:(\d+)\]")
@@ -459,9 +471,10 @@ def _startups(lines: Iterable[str], source: str) -> tuple[list[list[Fact]], list
     segments: list[list[Fact]] = [[]]
     bounds: list[list[int]] = [[1, 1]]
     has_kv = False
+    may, has_ansi = _may_state_a_fact, _HAS_ANSI._get().search  # bound once: this loop may see millions of lines
     for no, raw in enumerate(lines, start=1):
         raw = raw[:MAX_LOG_LINE_CHARS]
-        if not _ANY_NEEDLE.search(raw) and not (_HAS_ANSI.search(raw) and _ANY_NEEDLE.search(_ANSI.sub("", raw))):
+        if not may(raw) and not (has_ansi(raw) and may(_ANSI.sub("", raw))):
             if raw.strip():  # a line that says nothing servesize reads: only the start-up's extent moves
                 bounds[-1][1] = no
             continue
