@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--long-log", type=int, default=None, metavar="N", help="time one log of N debug lines instead")
     args = ap.parse_args()
     if args.long_log is not None:
-        long_log(args.long_log)
+        long_log(args.long_log, args.repeats)
         return
     for n in (5_000, 20_000, 40_000, 100_000):
         text = "\n".join([LINE] * n)
@@ -56,7 +56,7 @@ KV_LINES = ("INFO [kv_cache_utils.py:1319] GPU KV cache size: 290,864 tokens\n"
             "INFO [kv_cache_utils.py:1324] Maximum concurrency for 32,768 tokens per request: 33.04x\n")
 
 
-def long_log(n: int) -> None:
+def long_log(n: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "long.log"
         with open(path, "w") as f:
@@ -65,14 +65,20 @@ def long_log(n: int) -> None:
                 f.write(DEBUG)
             f.write(KV_LINES)
         env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1] / "src"))
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "servesize", "calibrate", "--vllm-log", str(path), "--block-size",
-                               "784", "--json"], env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        print(f"{n:,} debug lines ({path.stat().st_size / 1e6:.0f} MB): exit {done.returncode}, {wall:.1f} s, "
-              f"peak {peak_kib / 1024:.0f} MiB")
-
+        walls, peaks = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "servesize", "calibrate", "--vllm-log", str(path),
+                                   "--block-size", "784", "--json"], env=env, capture_output=True, text=True)
+            walls.append(time.perf_counter() - start)
+            # the largest resident set of any child so far: each run's own is at most this
+            peaks.append(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+            if done.returncode:
+                raise SystemExit(f"calibrate exited {done.returncode}: {done.stderr.strip()}")
+        median = statistics.median(walls)
+        size = path.stat().st_size
+        print(f"{n:,} debug lines ({size / 1e6:.0f} MB): median {median:.1f} s of {repeats} "
+              f"({', '.join(f'{w:.1f}' for w in walls)}), {size / 1e6 / median:.0f} MB/s, peak {max(peaks):.0f} MiB")
 
 if __name__ == "__main__":
     main()
