@@ -564,6 +564,46 @@ def test_calibrate_over_any_vllm_log_exits_0_or_2_with_one_line(text, as_json):
             assert err.startswith("servesize") and err.count("\n") == 1, err
 
 
+@st.composite
+def log_file_bytes(draw) -> bytes:
+    """A generated log as a file may hold it: CRLF endings, colour codes (with or without their ESC byte), bytes
+    that are not UTF-8, a long line, gzip."""
+    lines = draw(vllm_log()).split("\n")
+    out = []
+    for line in lines:
+        if draw(st.integers(0, 9)) == 0:
+            line = draw(st.sampled_from(["\x1b[32mINFO\x1b[0m ", "[1;33m", "[0m"])) + line
+        raw = line.encode("utf-8", errors="replace")
+        if draw(st.integers(0, 19)) == 0:
+            at = draw(st.integers(0, len(raw)))
+            raw = raw[:at] + draw(st.sampled_from([b"\xff", b"\xe4\xb8", b"\r", b"\x00", b"x" * 5000])) + raw[at:]
+        out.append(raw + (b"\r" if draw(st.integers(0, 4)) == 0 else b""))
+    data = b"\n".join(out) + draw(st.sampled_from([b"", b"\n", b"\n\n"]))
+    return gzip.compress(data) if draw(st.booleans()) else data
+
+
+@fuzz(200)
+@given(log_file_bytes())
+def test_a_log_file_read_as_lines_parses_as_its_whole_text(data):
+    """#31's streaming reader against the whole-text path every log once took: the same facts, or the same refusal."""
+    from servesize.limits import MAX_LOG_BYTES, input_lines, read_input
+
+    with tempfile.TemporaryDirectory() as tmp, capped():
+        path = pathlib.Path(tmp) / "server.log"
+        path.write_bytes(data)
+        whole = read_input(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True).decode("utf-8", errors="replace")
+        try:
+            expected = parse_vllm_log(whole, "server.log")
+        except ServesizeError as exc:
+            with pytest.raises(ServesizeError) as got:
+                parse_vllm_log(input_lines(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True), "server.log")
+            assert str(got.value) == str(exc)
+            event("refused")
+            return
+        assert parse_vllm_log(input_lines(path, "--vllm-log", MAX_LOG_BYTES, gunzip=True), "server.log") == expected
+        event("parsed")
+
+
 # -- the web API (its request readers and views, in-process) -------------------------------------------------
 
 WEB_BASE = {"model": "qwen3.6-27b", "gpus": "1xH200", "quantization": "fp8", "kv_cache_dtype": "fp8", "fills": 20, "draws": 200}
