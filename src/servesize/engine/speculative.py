@@ -109,7 +109,10 @@ class Speculation:
         return self.method in ASYNC_METHODS
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], target: Architecture, draft: Architecture | None = None) -> Speculation:
+    def from_config(cls, config: Mapping[str, Any], target: Architecture, draft: Architecture | None = None,
+                    version: tuple[int, int, int] | None = None) -> Speculation:
+        """vLLM's SpeculativeConfig as servesize prices it. With ``version``, an MTP module the release cannot
+        draft with (data/vllm_mtp.toml) is refused, with the reason (``no_mtp_draft_why``)."""
         unknown = sorted(set(config) - KNOWN_KEYS)
         if unknown:
             raise BadInput(f"--speculative-config: unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig fields: "
@@ -118,9 +121,11 @@ class Speculation:
         if method not in MODELLED:
             raise UnsupportedArchitecture(target.model_type, f"speculative method {method!r} is not modelled "
                                           f"(servesize models {', '.join(MODELLED)})", ("speculative_config.method",))
-        k = _draft_tokens(config, method, target)
         if method == "mtp" and not target.mtp_layers:
             raise BadInput(f"--speculative-config method mtp: {target.name}'s config declares no MTP module", field="speculative_config")
+        if method == "mtp" and version is not None and mtp_draft(target, version) is None:
+            raise BadInput(f"--speculative-config method mtp: {no_mtp_draft_why(target, version)}", field="speculative_config")
+        k = _draft_tokens(config, method, target)
         if method in NEEDS_DRAFT and draft is None:
             raise BadInput(f"--speculative-config method {method} needs the draft's config: give \"model\" as a "
                            "catalogue name, a config.json path or a Hugging Face id", field="speculative_config")

@@ -132,14 +132,10 @@ def speculation_of(config: dict, target: Architecture, version: tuple[int, int, 
     if method is not None and not accepts("speculative_method", str(method), version):
         raise BadInput(f"--speculative-config method {method!r} is not one vLLM {show_version(version)} accepts: "
                        f"{', '.join(vocabulary('speculative_method', version))}", field="speculative_config")
-    normalised = method_of(config, target)
-    if normalised == "mtp" and target.mtp_layers and mtp_draft(target, version) is None:
-        raise BadInput(f"--speculative-config method mtp: {no_mtp_draft_why(target, version)}",
-                       field="speculative_config")
     draft = None
-    if config.get("model") is not None and normalised in NEEDS_DRAFT:
+    if config.get("model") is not None and method_of(config, target) in NEEDS_DRAFT:
         draft = model_of(str(config["model"])).architecture
-    return Speculation.from_config(config, target, draft)
+    return Speculation.from_config(config, target, draft, version)
 
 
 def language_model_only(limits: dict) -> bool:
