@@ -1,7 +1,7 @@
 """The caps on what an input may make servesize do, in one place, and the readers that enforce them.
 
 Every file servesize reads (config.json, request logs, workload and calibration files, vLLM logs) goes
-through ``read_input``: only a regular file (a FIFO, a device or a directory is refused before it is
+through ``read_input``, or ``input_lines`` for a vLLM log read as it is parsed: only a regular file (a FIFO, a device or a directory is refused before it is
 opened, so nothing blocks), at most its kind's size on disk, gzip decompressed to at most
 ``MAX_DECOMPRESSED_BYTES`` (a gzip bomb stops there), and JSON through ``parse_json``: nested at most
 ``MAX_JSON_DEPTH`` deep. docs/ENGINEERING.md ("Limits")
