@@ -1,8 +1,8 @@
 """The caps on what an input may make servesize do, in one place, and the readers that enforce them.
 
 Every file servesize reads (config.json, request logs, workload and calibration files, vLLM logs) goes
-through ``read_input``, or ``input_lines`` for a vLLM log read as it is parsed: only a regular file (a FIFO, a device or a directory is refused before it is
-opened, so nothing blocks), at most its kind's size on disk, gzip decompressed to at most
+through ``read_input``, or ``input_lines`` for a vLLM log read as it is parsed: only a regular file (a FIFO,
+a device or a directory is refused before it is opened, so nothing blocks), at most its kind's size on disk, gzip decompressed to at most
 ``MAX_DECOMPRESSED_BYTES`` (a gzip bomb stops there), and JSON through ``parse_json``: nested at most
 ``MAX_JSON_DEPTH`` deep. docs/ENGINEERING.md ("Limits")
 lists these caps beside the others (Monte-Carlo sizes, measure's records), and a test keeps the list
@@ -82,14 +82,20 @@ def check_may_read(name: str, what: str) -> None:
         raise BadInput(f"{what} {_shown(str(name))[:80]!r}: {why}")
 
 
-def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
-               gunzip: bool = False) -> bytes:
-    """The bytes of the regular file at ``path``, at most ``max_bytes`` (and decompressed when it is gzip
-    and ``gunzip``), or one line naming ``what`` and the reason."""
+def _regular_within(path: str | os.PathLike, what: str, max_bytes: int) -> str:
+    """The name a message shows for the regular file at ``path``, once it is at most ``max_bytes`` on disk."""
     info = require_regular(path, what)
     name = _shown(os.fspath(path))
     if info.st_size > max_bytes:
         raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
+    return name
+
+
+def read_input(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES, *,
+               gunzip: bool = False) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` (and decompressed when it is gzip
+    and ``gunzip``), or one line naming ``what`` and the reason."""
+    name = _regular_within(path, what, max_bytes)
     try:
         with open(path, "rb") as fh:
             raw = read_at_most(fh, max_bytes)
@@ -110,10 +116,7 @@ def input_lines(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_B
     kept); the file is at most ``max_bytes`` on disk and, decompressed, at most ``MAX_DECOMPRESSED_BYTES``. Any of
     these, or a file that cannot be read, is one line naming ``what``. (A block is split at its last newline before
     it is decoded: no UTF-8 sequence contains that byte, so the text is the whole file's, line for line.)"""
-    info = require_regular(path, what)
-    name = _shown(os.fspath(path))
-    if info.st_size > max_bytes:
-        raise BadInput(f"{what} {name}: {info.st_size:,} bytes, over the {max_bytes:,} servesize reads")
+    name = _regular_within(path, what, max_bytes)
     longest = 4 * max_line_chars  # bytes: a line cut at max_line_chars characters needs no more of its bytes
     packed = False
     try:
