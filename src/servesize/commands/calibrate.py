@@ -158,8 +158,6 @@ def _model_name(text: str) -> str:
     return name
 
 
-
-
 def _bench_calibration(args):
     """calibrate --vllm-bench: the step model's efficiencies for the deployment the flags name."""
     from servesize.api import calibrate_bench

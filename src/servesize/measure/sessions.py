@@ -345,8 +345,9 @@ def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ra
     if returning and reports and not distrust_cached:
         for r in returning:
             warm[r.id] = bool(is_warm_hit(r, server_reports_cached=True))
-        hit_shown = hit_shown or _hit_shows(ok, returning, warm, ttft_ratio)
-        refuted = _refuted_cached(ok, returning, warm, hit_shown)
+        cold = _cold_model(ok)
+        hit_shown = hit_shown or _hit_shows(returning, warm, cold, ttft_ratio)
+        refuted = _refuted_cached(ok, returning, warm, cold, hit_shown)
         if refuted is None:
             return "cached_tokens", warm, None, hit_shown
         warm = {}
@@ -360,13 +361,13 @@ def _warm_flags(ok: list[RequestResult], returning: list[RequestResult], ttft_ra
     return "ttft", warm, refuted, hit_shown
 
 
-def _hit_shows(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool], ttft_ratio: float) -> bool:
+def _hit_shows(returning: list[RequestResult], warm: dict[str, bool], cold, ttft_ratio: float) -> bool:
     """Whether a hit shows in this server's TTFT: some returning request the server called warm was served in
     under ``ttft_ratio`` x the cold TTFT predicted for its length (what the TTFT rule calls warm), where that cold
     TTFT is long enough to see (``resolvable``). On a server whose TTFT is mostly fixed overhead (queueing,
     scheduling, a loaded client's event loop) no hit shows, and a warm claim no faster than cold refutes nothing:
-    two honest vLLM CPU engines serving 600-token sessions were refuted under load before this check."""
-    cold = _cold_model(ok)
+    two honest vLLM CPU engines serving 600-token sessions were refuted under load before this check. ``cold``:
+    ``_cold_model`` of the rung's requests."""
     if cold is None:
         return False
     for r in returning:
@@ -376,7 +377,7 @@ def _hit_shows(ok: list[RequestResult], returning: list[RequestResult], warm: di
     return False
 
 
-def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool],
+def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], warm: dict[str, bool], cold,
                     hit_shown: bool) -> str | None:
     """Why the rung's cached_tokens cannot be trusted: a count above its prompt, or (on a server where a hit
     shows in the TTFT, ``hit_shown``) warm claims whose TTFT was no faster than the cold TTFT predicted for their
@@ -384,7 +385,6 @@ def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], war
     bad = next((r for r in ok if r.usage_impossible), None)
     if bad is not None:
         return f"reported {bad.usage_impossible}: impossible"
-    cold = _cold_model(ok)
     if cold is None or not hit_shown:
         return None
     ratios = []
