@@ -582,8 +582,8 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     if _generated(trace):  # a user's next session follows the last after a think time, as its turns do
         ropts = replace(ropts, session_gap_s=float(fitted.workload.think_time_s))
     notes: list[str] = []
-    try:
-        planned = scenario.replace(workload=fitted.workload)
+    try:  # plan's users for one replica: --users is the engine's load here, not a fleet to size
+        planned = scenario.replace(workload=fitted.workload, users=None)
         inputs = plan_inputs(planned)
     except BadInput as exc:
         notes.append(f"plan cannot take the fitted workload ({exc}); the engine is the scenario's own")
@@ -605,7 +605,12 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                                     max_users=max_users or MAX_ENGINE_USERS, progress=progress)
     plan_doc, line, p = None, None, None
     if with_plan:
-        p = plan(planned, sensitivity=False)
+        try:
+            p = plan(planned, sensitivity=False)
+        except BadInput as exc:  # the engine's runs stand; say why plan has no number beside them
+            notes.append(f"plan cannot plan the fitted workload ({exc}); the engine's figures stand alone")
+            with_plan = False
+    if with_plan and p is not None:
         plan_users = float(p.result.values[p.binding])
         plan_doc = {"users": plan_users, "binding": p.binding,
                     "ceilings": {k: float(v) for k, v in p.result.values.items()}, "dp": fixed.dp,

@@ -58,6 +58,8 @@ DEFAULT_SEED = 0                     # the same inputs give the same output
 # -- the engine simulator ----------------------------------------------------------------------------
 MAX_ENGINE_STEPS = 50_000_000        # steps of one engine run: 1,000 generated coding sessions take ~2M (jumps count each step)
 MAX_ENGINE_USERS = 4096              # users the engine simulator's search goes up to (one H200 serves tens to hundreds)
+MAX_ENGINE_REQUESTS = 200_000        # requests of one engine run: ~1 ms of CPU each here (a 20,000-request Mooncake trace:
+                                     # 13 runs of a search in 233 s), so a run this large takes minutes, a search ten
 
 
 # Set while a request of the explorer is computed: why no file a request names may be touched. Every reader

@@ -129,3 +129,34 @@ def test_engine_runs_the_scheduler_on_the_deployment_and_sets_plan_beside_it(cap
 def test_engine_without_a_deployment_is_one_line(capsys, sessions_file):
     code, out, err = run(capsys, sessions_file, "--engine", "--pool-tokens", "4096")
     assert code == 2 and err.count("\n") == 1 and "--engine prices every step on a deployment" in err
+
+
+@pytest.fixture
+def open_loop_file(tmp_path):
+    """300 lone Mooncake requests on one clock, 1-3 blocks of 512 tokens each (no sessions: open loop)."""
+    rows = [{"timestamp": 250 * i, "input_length": 512 * (1 + i % 3), "output_length": 16 + 7 * (i % 5),
+             "hash_ids": [3 * i + j for j in range(1 + i % 3)]} for i in range(300)]
+    return write_jsonl(tmp_path / "mooncake.jsonl", rows)
+
+
+def test_engine_at_users_on_an_open_loop_trace_reports_plan_beside_it_never_a_fleet_sizing_error(capsys, open_loop_file):
+    """Issue 31: `--engine --users 4` on an open-loop trace searched for minutes and then failed with plan's fleet
+    sizing ("one replica's cache ceiling is 0 users: no number of replicas serves 4"): --users is the engine's
+    load, and plan beside it is one replica's ceilings."""
+    code, out, err = run(capsys, open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
+                         "--no-users-search", "--json", "--quiet")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["at_users"]["users"] == 4 and doc["plan"]["binding"] in ("cache", "decode", "latency", "saturation")
+
+
+def test_an_engine_run_past_the_request_bound_is_one_line_before_any_step(capsys, open_loop_file, monkeypatch):
+    """Issue 31: an open-loop trace of 10^6 requests ran past every bound. The bound (MAX_ENGINE_REQUESTS, lowered
+    here to the fixture's size less one) refuses the run by its request count, naming what to do."""
+    import servesize.simulate.engine as engine
+
+    monkeypatch.setattr(engine, "MAX_ENGINE_REQUESTS", 299)
+    code, out, err = run(capsys, open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
+                         "--quiet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "300 requests in one engine run, past the simulator's 299" in err and "drop --engine" in err

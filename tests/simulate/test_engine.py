@@ -207,3 +207,41 @@ def test_no_measured_turn_is_no_warm_share_never_100_percent():
                          hit_tokens=np.zeros(1), ideal_tokens=np.zeros(1), input_tokens=np.full(1, 128),
                          output_tokens=np.full(1, 8), preemptions=np.zeros(1, dtype=int), clock_s=2.0, warmup=0.0)
     assert answered.warm_share is None and Comfort().check(answered) == (True, "met")  # a first turn has nothing to keep
+
+
+def test_a_replay_with_more_requests_than_one_run_prices_is_refused_before_any_step(monkeypatch):
+    """Issue 31: an open-loop trace of 10^6 requests at 4 users ran past ten minutes with no bound; a run is now
+    refused by its request count (MAX_ENGINE_REQUESTS, here lowered to the size of a small replay) before its loop."""
+    import servesize.simulate.engine as engine
+
+    rows = [(f"u{k}", 0.0, 16, _ids(k + 1, 16), 3) for k in range(5)]
+    times = ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.001)
+    monkeypatch.setattr(engine, "MAX_ENGINE_REQUESTS", 5)
+    assert np.isfinite(simulate_engine(_replay(rows), EngineConfig(num_blocks=100, block_size=B), times).finish_s).all()
+    monkeypatch.setattr(engine, "MAX_ENGINE_REQUESTS", 4)
+    calls = []
+    monkeypatch.setattr(engine._Engine, "step", lambda self: calls.append(1) or False)
+    with pytest.raises(engine.RunTooLarge, match=r"^5 requests in one engine run, past the simulator's 4 "):
+        simulate_engine(_replay(rows), EngineConfig(num_blocks=100, block_size=B), times)
+    assert calls == [] and issubclass(engine.RunTooLarge, BadInput)
+
+
+def test_a_search_that_reaches_a_run_too_large_stops_there_with_at_least_the_users_it_found():
+    """The search doubles users, and a session trace's requests grow with them: the first run past the request
+    bound ends the search at the last users served ("at least"), with the reason; never a refusal of the whole."""
+    from servesize.simulate.engine import RunTooLarge
+
+    def run_at(n):
+        if n > 8:
+            raise RunTooLarge(f"{n * 1000:,} requests in one engine run, past the simulator's 8,000")
+        rows = [(f"u{k}", 0.0, 16, _ids(k + 1, 16), 5) for k in range(n)]
+        return simulate_engine(_replay(rows), EngineConfig(num_blocks=1000, block_size=B),
+                               ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.001), warmup=0.0)
+
+    found = users_at_comfort(run_at, Comfort())
+    assert found.users == 8 and found.capped and found.breaks_at is None
+    assert set(found.points) == {1, 2, 4, 8}
+    assert found.line().startswith("at least 8 users served comfortably (engine simulator); the search stopped "
+                                   "there: the next run tried: 16,000 requests in one engine run")
+    with pytest.raises(RunTooLarge):  # at one user there is nothing to report: the caller's refusal
+        users_at_comfort(lambda n: run_at(n * 100), Comfort())

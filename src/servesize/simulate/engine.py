@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.limits import MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
 from servesize.planning.interference import BASELINE_SLACK
 from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
@@ -502,11 +502,20 @@ def closed_loop(replay: Replay) -> tuple[np.ndarray, dict[int, float], dict[int,
     return pauses, starts, order
 
 
+class RunTooLarge(BadInput):
+    """A replay with more requests than one engine run prices (``MAX_ENGINE_REQUESTS``), refused before the loop."""
+
+
 def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float = DEFAULT_WARMUP,
                     max_steps: int = MAX_ENGINE_STEPS) -> EngineRun:
     """Run the engine over every request of ``replay`` (closed-loop by user) and return what it measured."""
     if not 0 <= warmup < 1:
         raise BadInput(f"the warm-up must be in [0, 1), got {warmup!r}")
+    if replay.requests > MAX_ENGINE_REQUESTS:
+        raise RunTooLarge(f"{replay.requests:,} requests in one engine run, past the simulator's "
+                          f"{MAX_ENGINE_REQUESTS:,} (each is priced step by step, about a millisecond of CPU): "
+                          "replay fewer (a trace's first lines, fewer --sessions or --sessions-per-user), or drop "
+                          "--engine for the cache replay")
     pauses, starts, order = closed_loop(replay)
     eng = _Engine(replay, cfg, times, pauses, starts, order, warmup)
     while eng.step():
@@ -596,13 +605,16 @@ class EngineUsers:
 
     def line(self) -> str:
         above = "at least " if self.capped else ""
-        why = f"; at {self.breaks_at:,}: {self.reason}" if self.breaks_at else ""
+        why = f"; at {self.breaks_at:,}: {self.reason}" if self.breaks_at else \
+            (f"; the search stopped there: {self.reason}" if self.reason else "")
         return f"{above}{self.users:,} users served comfortably (engine simulator){why}"
 
 
 def users_at_comfort(run_at: Callable[[int], EngineRun], comfort: Comfort, *, max_users: int = MAX_ENGINE_USERS,
                      progress: Progress | None = None) -> EngineUsers:
-    """Doubling then bisection over N (each N one engine run) for the largest N meeting ``comfort``."""
+    """Doubling then bisection over N (each N one engine run) for the largest N meeting ``comfort``. A run too
+    large to price (``RunTooLarge``: more requests than one run takes) stops the search there, the users found a
+    lower bound ("at least"); at one user it is the caller's refusal."""
     if not 1 <= max_users <= MAX_ENGINE_USERS:
         raise BadInput(f"the users searched must be in [1, {MAX_ENGINE_USERS:,}], got {max_users!r}")
     points: dict[int, dict] = {}
@@ -623,14 +635,17 @@ def users_at_comfort(run_at: Callable[[int], EngineRun], comfort: Comfort, *, ma
     if not ok(1):
         return EngineUsers(0, comfort, points, breaks_at=1, reason=verdict[1][1])
     good, bad = 1, None
-    while bad is None:
-        n = min(2 * good, max_users)
-        if n == good:
-            return EngineUsers(good, comfort, points, capped=True)
-        good, bad = (n, None) if ok(n) else (good, n)
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    try:
+        while bad is None:
+            n = min(2 * good, max_users)
+            if n == good:
+                return EngineUsers(good, comfort, points, capped=True)
+            good, bad = (n, None) if ok(n) else (good, n)
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if ok(mid) else (good, mid)
+    except RunTooLarge as exc:
+        return EngineUsers(good, comfort, points, capped=True, reason=f"the next run tried: {exc}")
     return EngineUsers(good, comfort, points, breaks_at=bad, reason=verdict[bad][1])
 
 
