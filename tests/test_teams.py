@@ -317,3 +317,34 @@ def test_plan_team_refuses_in_one_line(capsys, extra, message):
     assert main(["plan", "llama-3.1-8b", "--gpus", "1xH100", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesize: ") and message in err and err.count("\n") == 1
+
+
+NO_SHARED_POOL = ["fleet", "--team", "agents=60:coding-agent", "--team", "support=400:chat", "--models", "qwen3.6-27b",
+                  "--gpus-from", "H200", "-q", "fp8", "--kv-cache-dtype", "fp8", "-tp", "1", "--no-sticky-routing"]
+
+
+def test_a_fleet_per_team_is_the_answer_when_no_shared_pool_serves_and_the_command_says_so(capsys):
+    """Issue 31: fleet --team printed a fleet per team as its verdict and then "no fleet ... serves all 460 users",
+    exit 2. Without sticky routing no shared pool keeps both teams warm, and a fleet per team (3 GPUs) does: that
+    is the answer, exit 0, with the currency."""
+    from servesize.cli import main
+
+    assert main(NO_SHARED_POOL) == 0
+    out, err = capsys.readouterr()
+    assert "verdict: partition: no shared pool serves every team; a fleet per team (3 GPUs) costs 9,914 USD/month" in out
+    assert "no shared fleet of at most 64 GPUs" in out and "servesize: no fleet" not in err
+    assert main([*NO_SHARED_POOL, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"]["choice"] == "partition" and doc["verdict"]["partitioned_gpus"] == 3
+
+
+def test_a_fleet_per_team_past_max_gpus_is_no_answer_and_the_verdict_says_why(capsys):
+    """--max-gpus bounds the whole answer: the 3 GPUs of a fleet per team are more than 2."""
+    from servesize.cli import main
+
+    assert main([*NO_SHARED_POOL, "--max-gpus", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert ("verdict: neither a shared pool nor a fleet per team in the search space serves every team: a fleet per "
+            "team needs 3 GPUs, more than --max-gpus 2") in out
+    assert err.splitlines()[-1].startswith("servesize: no fleet of at most 2 GPUs in the search space serves all 460 "
+                                          "users")

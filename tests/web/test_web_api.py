@@ -446,6 +446,23 @@ def test_a_fleet_of_teams_comes_with_each_teams_figures_and_the_verdict():
     assert view["open_plan"] is None  # several teams: no single plan confirms them
 
 
+def test_a_fleet_per_team_where_no_shared_pool_serves_is_the_pages_verdict_as_it_is_the_commands():
+    """Without sticky routing no shared pool keeps both teams warm and a fleet per team does: `servesize fleet`
+    exits 0 with that verdict, and the page's headline gives the same fleets and cost, not "no fleet"."""
+    query = {"models": "qwen3.6-27b", "gpus_from": "H200-SXM", "team": ["agents=60:coding-agent", "support=400:chat"],
+             "precision": "fp8", "kv_cache_dtype": "fp8", "tensor_parallel_size": "1", "sticky_routing": False}
+    status, view, _ = call("POST", "/api/fleet", query)
+    assert status == 200
+    result = s.fleet(**query)
+    assert result.winner is None and result.exit_code == 0 and view["fleet"] == finite(result.to_dict())
+    head = view["headline"]
+    assert head["found"] and head["title"].startswith("No shared pool serves") and head["text"] == result.verdict["text"]
+    assert head["cost"] == "9,914 USD/month"  # the command's verdict line: "a fleet per team (3 GPUs) costs 9,914 USD/month"
+    assert f"costs {head['cost']}" in result.verdict["text"]
+    for split in result.partition.cheapest:
+        assert f"{split.team} {split.option.gpus}" in head["shape"]
+
+
 def test_no_fleet_in_the_space_is_an_answer_not_a_refusal():
     status, view, _ = call("POST", "/api/fleet", {"models": "llama-3.1-70b", "users": 5000, "gpus_from": "L4", "max_gpus": 8})
     assert status == 200

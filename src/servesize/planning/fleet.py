@@ -368,7 +368,8 @@ def fleet_search(space: FleetSpace, progress: Progress = None) -> FleetResult:
     if len(mix.teams) > 1:
         say("fleet: each team on its own replicas...")
         result = replace(result, partition=_partition(shapes, sized, winner, space, cache))
-        result = replace(result, verdict=verdict(result.winner, result.partition, result.shared_pool))
+        result = replace(result, verdict=verdict(result.winner, result.partition, result.shared_pool,
+                                                      space.max_gpus))
     return result
 
 

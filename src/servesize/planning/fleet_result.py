@@ -103,21 +103,29 @@ class Partition:
                 "same_shape_replicas": self.same_shape_replicas}
 
 
-def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any = None) -> dict[str, Any]:
-    """Share one pool or give each team its own replicas: the cheaper, and what the other would cost."""
+def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any = None,
+            max_gpus: int | None = None) -> dict[str, Any]:
+    """Share one pool or give each team its own replicas: the cheaper, and what the other would cost. ``max_gpus``
+    (--max-gpus) bounds the whole answer: a fleet per team whose GPUs add up to more is not one of them."""
     shared = None if winner is None else winner.cost_per_month
     split = None if partition is None else partition.cost_per_month
+    split_gpus = None if partition is None else partition.gpus
     out: dict[str, Any] = {"shared_cost_per_month": shared, "partitioned_cost_per_month": split,
-                           "shared_gpus": None if winner is None else winner.n_gpu,
-                           "partitioned_gpus": None if partition is None else partition.gpus}
-    cur = "" if winner is None else f" {winner.currency}"
+                           "shared_gpus": None if winner is None else winner.n_gpu, "partitioned_gpus": split_gpus}
+    over = split_gpus is not None and max_gpus is not None and split_gpus > max_gpus
+    if over:
+        split = None
+    chosen = [s.option for s in partition.cheapest if s.option is not None] if partition is not None else []
+    cur = f" {winner.currency}" if winner is not None else (f" {chosen[0].currency}" if chosen else "")
     if winner is None or shared is None:
         if split is None:
+            why = f": a fleet per team needs {split_gpus:,} GPUs, more than --max-gpus {max_gpus:,}" if over else ""
             out.update(choice="none", text="neither a shared pool nor a fleet per team in the search space serves "
-                                           "every team")
+                                           f"every team{why}")
         else:
             out.update(choice="partition", saving_per_month=None,
-                       text=f"partition: no shared pool serves every team; a fleet per team costs {split:,.0f}/month")
+                       text=f"partition: no shared pool serves every team; a fleet per team ({split_gpus:,} GPUs) "
+                            f"costs {split:,.0f}{cur}/month")
         return out
     if split is None or shared < split - 1e-9:
         out.update(choice="share", saving_per_month=None if split is None else split - shared)
@@ -184,13 +192,19 @@ class FleetResult:
 
     @property
     def exit_code(self) -> int:
-        """2 (refused) when nothing in the search space serves every team."""
-        return 0 if self.winner is not None else 2
+        """2 (refused) when nothing in the search space serves every team: no shared fleet, and (several teams) no
+        fleet per team within --max-gpus either."""
+        return 0 if self.serves else 2
+
+    @property
+    def serves(self) -> bool:
+        """A shared fleet was found, or (several teams) the verdict gives each team a fleet of its own."""
+        return self.winner is not None or (self.verdict is not None and self.verdict.get("choice") == "partition")
 
     @property
     def failure(self) -> str | None:
         """Why nothing was chosen, as the one line the CLI prints with exit 2 (None when a fleet was)."""
-        if self.winner is not None:
+        if self.serves:
             return None
         best = max(self.frontier, key=lambda o: o.users_served, default=None)
         reached = f"; the most any searched fleet serves is {best.users_served:,.0f} users, on {best.gpus}" \

@@ -60,7 +60,8 @@ def _winner(result: FleetResult) -> list[str]:
     w = result.winner
     if w is None:
         summary = ", ".join(f"{n} {kind}" for kind, n in result.skipped_summary().items())
-        return [f"no fleet of at most {result.max_gpus} GPUs in the search space serves every user: {summary}",
+        shared = "shared fleet" if len(result.teams) > 1 else "fleet"
+        return [f"no {shared} of at most {result.max_gpus} GPUs in the search space serves every user: {summary}",
                 "  try more GPU types (--gpus-from), a larger --max-gpus, fp8 weights or KV, or your own prices"]
     power = "" if w.power_per_month is None else f" (GPUs {_money(w.rent_per_month, w.currency)} + power " \
                                                  f"{_money(w.power_per_month, w.currency)})"
