@@ -70,11 +70,11 @@ def headline(result: FleetResult) -> dict:
     """The verdict first: the cheapest fleet that serves everyone, or why none in the search space does."""
     w = result.winner
     if w is None and result.serves and result.partition is not None and result.verdict is not None:
-        own = [t for t in result.partition.cheapest if t.option is not None]
+        own = [(t.team, t.option) for t in result.partition.cheapest if t.option is not None]
         cost = float(result.partition.cost_per_month or 0.0)
-        cur = own[0].option.currency if own else result.currency
+        cur = own[0][1].currency if own else result.currency
         return {"found": True, "title": f"No shared pool serves {_who(result)}; a fleet per team does",
-                "shape": "; ".join(f"{t.team} {shape_text(t.option)}" for t in own),
+                "shape": "; ".join(f"{team} {shape_text(option)}" for team, option in own),
                 "cost": f"{money(cost, cur)}/month",
                 "per_user": f"{money(cost / max(result.users, 1), cur)} per user-month",
                 "text": result.verdict["text"], "next": ""}
