@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import pathlib
 import signal
@@ -543,3 +544,170 @@ def test_measure_against_a_lying_server_never_reports_a_false_capacity_nor_a_bug
         assert doc["pool_tokens"]["low"] <= E2E_POOL, (lies, doc["pool_tokens"], doc["notes"])
     if out.getvalue() and command == "sessions":
         assert json.loads(out.getvalue())["knee"]["warm_users"] != 8, lies  # never the lie's knee
+
+
+# -- a server's small answers: /metrics, /v1/models, /tokenize (issue 31) --------------------------------------------
+# Each reader is the real one (MetricsScraper.scrape, StreamClient.resolve_model, PromptFactory.count); only the HTTP
+# call under it answers what the case drew, decoded as aiohttp's resp.text() decodes a UTF-8 body (strictly).
+
+NASTY_NUMBERS = ["0", "-16", "2.5", "16", "4096", "1e400", "-1e400", "1e308", "inf", "-inf", "+Inf", "nan", "NaN", "",
+                 "None", "9" * 60, "١٦", "0x10", "1_000", "16.0", " 16", "true"]
+ESCAPES = ["\\x", "\\N{foo}", "\\\\", '\\"', "\\n", "\\u12", "é", "\\"]
+
+
+def _decoded(body: bytes) -> str:
+    return body.decode("utf-8")  # aiohttp's resp.text() with a UTF-8 charset: strict, UnicodeDecodeError on bad bytes
+
+
+@st.composite
+def metrics_bodies(draw) -> bytes:
+    """A /metrics answer: vLLM's series (every name servesize reads) with labels and values from the nasty set, label
+    text with escapes the format has and has not, lines that are no sample, CRLF, and bytes that are not UTF-8."""
+    from servesize.measure.metrics import CACHE_CONFIG, HITS, KV_USAGE, PREEMPTIONS, QUERIES, RUNNING, WAITING
+
+    names = [*QUERIES, *HITS, *PREEMPTIONS, *KV_USAGE, *RUNNING, *WAITING, CACHE_CONFIG, "vllm:other"]
+    label_text = st.one_of(st.sampled_from(NASTY_NUMBERS), st.text(max_size=12),
+                           st.lists(st.sampled_from(ESCAPES + ["a", "1"]), max_size=4).map("".join))
+    lines = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["sample", "sample", "sample", "comment", "junk"]))
+        if kind == "comment":
+            lines.append("# HELP " + draw(st.text(max_size=20)))
+        elif kind == "junk":
+            lines.append(draw(st.text(max_size=40)))
+        else:
+            labels = draw(st.dictionaries(st.sampled_from(["block_size", "num_gpu_blocks", "engine", "model_name",
+                                                            "cache_dtype"]), label_text, max_size=4))
+            inner = ",".join(f'{k}="{v.replace(chr(34), "")}"' for k, v in labels.items())
+            value = draw(st.one_of(st.sampled_from(NASTY_NUMBERS), st.floats().map(repr)))
+            lines.append(f"{draw(st.sampled_from(names))}{'{' + inner + '}' if labels else ''} {value}")
+    text = draw(st.sampled_from(["\n", "\r\n"])).join(lines)
+    body = text.encode("utf-8", "surrogatepass")
+    if draw(st.booleans()) and draw(st.booleans()):
+        at = draw(st.integers(0, len(body)))
+        body = body[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"])) + body[at:]
+    return body
+
+
+def _figure_ok(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isfinite(x) and x >= 0)
+
+
+@fuzz(300)
+@given(metrics_bodies(), st.sampled_from([200, 200, 200, 404, 500]))
+def test_any_metrics_answer_is_a_snapshot_of_finite_figures_or_the_signal_dropped_with_a_note(body, status):
+    import asyncio
+
+    from servesize.measure.metrics import MAX_CONFIG_LABEL, MetricsScraper
+
+    class Server:
+        base_url = "http://127.0.0.1:9"
+
+        async def get(self, path, timeout_s=None):
+            assert path == "/metrics"
+            return status, _decoded(body)
+
+    with capped():
+        scraper = MetricsScraper(Server())
+        snap = asyncio.run(scraper.scrape())
+    if snap is None:
+        assert not scraper.enabled and scraper.note
+        assert_one_line(scraper.note)
+        return
+    for name in ("prefix_queries", "prefix_hits", "preemptions", "running", "waiting", "kv_usage"):
+        assert _figure_ok(getattr(snap, name)), (name, getattr(snap, name))
+    for label in (snap.block_size, snap.num_gpu_blocks):
+        assert label is None or (type(label) is int and 1 <= label <= MAX_CONFIG_LABEL)
+    assert snap.engine_pool_tokens is None or snap.engine_pool_tokens == snap.block_size * snap.num_gpu_blocks
+    assert (snap.refused is None) or (snap.cache_config is None and scraper.refused and
+                                      "cache_config_info" in scraper.refused)
+
+
+MODEL_LIST = {"object": "list", "data": [{"id": "Qwen/Qwen3-0.6B", "object": "model", "max_model_len": 4096,
+                                          "root": "Qwen/Qwen3-0.6B"}]}
+json_with_nonfinite = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10)
+
+
+@st.composite
+def mutated(draw, template: dict) -> object:
+    """``template`` with one value at some depth replaced by any JSON value (NaN and infinities too), or removed."""
+    doc = json.loads(json.dumps(template))
+    node = doc
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            return doc
+        key = draw(st.sampled_from(keys))
+        child = node[key]
+        if isinstance(child, (dict, list)) and child and draw(st.booleans()):
+            node = child
+            continue
+        if draw(st.booleans()) or isinstance(node, list):
+            node[key] = draw(json_with_nonfinite)
+        else:
+            del node[key]
+        return doc
+
+
+def small_answers(template: dict):
+    """An answer to a small JSON endpoint: the template mutated, any JSON at all, an HTML page, text, or bytes
+    that are not UTF-8; serialised as a server would (NaN as JSON's non-standard NaN)."""
+    doc = st.one_of(mutated(template), mutated(template), json_with_nonfinite)
+    as_bytes = doc.map(lambda d: json.dumps(d, allow_nan=True).encode())
+    return st.one_of(as_bytes, as_bytes, as_bytes, st.just(b"<html><body>502 Bad Gateway</body></html>"),
+                     st.binary(max_size=40), st.just(b'{"count": ' + b"9" * 5000 + b"}"))
+
+
+@fuzz(300)
+@given(small_answers(MODEL_LIST), st.sampled_from([200, 200, 200, 404]), st.sampled_from([None, "given"]))
+def test_any_v1_models_answer_is_a_model_name_or_one_line_naming_the_endpoint(body, status, model):
+    import asyncio
+
+    from servesize.measure.client import StreamClient
+
+    client = StreamClient("http://127.0.0.1:9", model)
+
+    async def get(path, timeout_s=None):
+        assert path == "/v1/models"
+        return status, _decoded(body)
+
+    client.get = get  # type: ignore[method-assign]
+    with capped():
+        try:
+            name = asyncio.run(client.resolve_model())
+        except BadInput as exc:
+            assert_one_line(str(exc))
+            assert "/v1/models" in str(exc)
+            return
+    assert isinstance(name, str) and name
+
+
+TOKENIZE = {"count": 1234, "max_model_len": 4096, "tokens": [1, 2, 3]}
+
+
+@fuzz(300)
+@given(small_answers(TOKENIZE), st.sampled_from([200, 200, 200, 404, 500]))
+def test_any_tokenize_answer_is_a_count_or_tokenize_dropped_with_a_note(body, status):
+    import asyncio
+
+    from servesize.measure.client import json_or_text
+    from servesize.measure.prompts import MAX_TOKEN_COUNT, PromptFactory
+
+    class Server:
+        base_url, model = "http://127.0.0.1:9", "m"
+
+        async def post_json(self, path, payload, timeout_s=None):
+            assert path == "/tokenize"
+            return status, json_or_text(_decoded(body))  # StreamClient.post_json's own reading of the text
+
+    factory = PromptFactory(Server())
+    with capped():
+        count = asyncio.run(factory.count("some prompt"))
+    if count is None:
+        assert not factory.use_tokenize and "/tokenize" in factory.note
+        assert_one_line(factory.note)
+    else:
+        assert type(count) is int and 0 <= count <= MAX_TOKEN_COUNT and factory.use_tokenize

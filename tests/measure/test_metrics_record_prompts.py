@@ -51,6 +51,25 @@ def test_label_values_with_escapes_are_read():
     assert series["x"][0][0] == {"a": 'q"uote', "b": "c"}
 
 
+def test_label_escapes_are_the_text_formats_three_and_nothing_else_is_a_crash_or_mojibake():
+    """Issue 31's fuzz generator (tests/measure/test_fuzz.py, /metrics answers): a label "\\x" or "\\N{foo}" raised
+    UnicodeDecodeError out of the scrape (Python's unicode_escape), and "é" was read as mojibake."""
+    text = 'vllm:cache_config_info{block_size="16",a="\\x",b="\\N{foo}",c="é",d="q\\"r\\\\s\\nt"} 1'
+    labels = parse_prometheus(text)["vllm:cache_config_info"][0][0]
+    assert labels == {"block_size": "16", "a": "\\x", "b": "\\N{foo}", "c": "é", "d": 'q"r\\s\nt'}
+    assert snapshot_from_text(text).block_size == 16
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-16", "1e400"])
+def test_a_counter_that_is_no_count_is_no_figure_never_a_nan_in_a_hit_ratio(value):
+    """Prometheus's text allows NaN and infinities: a prefix-cache counter reading one (or a negative count) is
+    treated as absent, as the fuzz generator found (a hit ratio of NaN, a queries figure of -16)."""
+    text = f"vllm:prefix_cache_queries_total {value}\nvllm:prefix_cache_hits_total 5\nvllm:num_requests_running 2"
+    snap = snapshot_from_text(text)
+    assert snap.prefix_queries is None and "prefix_queries" not in snap.names
+    assert snap.prefix_hits == 5.0 and snap.running == 2.0
+
+
 def test_the_record_keeps_every_line_and_drops_only_a_torn_tail(tmp_path):
     path = tmp_path / "r.jsonl"
     rec = RunRecord.create(path, "pool", {"url": "u"})

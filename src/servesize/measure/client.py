@@ -182,6 +182,15 @@ CLIENT_KEEPALIVE_S = 2.0
 SERVER_KEEPALIVE_DEFAULT_S = 5.0
 
 
+def json_or_text(text: str) -> Any:
+    """A small JSON answer's document, or its text when it is none (not JSON, or an integer past Python's 4,300
+    digits): its reader decides what an answer that is not the document it expects means."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 class StreamClient:
     """An aiohttp session against one server. Use as ``async with StreamClient(url) as client``."""
 
@@ -231,11 +240,7 @@ class StreamClient:
     async def post_json(self, path: str, body: dict, *, timeout_s: float | None = None) -> tuple[int, Any]:
         t = aiohttp.ClientTimeout(total=timeout_s or self.connect_timeout_s * 3, connect=self.connect_timeout_s)
         async with self._open_session().post(self.base_url + path, json=body, timeout=t) as resp:
-            text = await resp.text()
-            try:
-                return resp.status, json.loads(text)
-            except ValueError:
-                return resp.status, text
+            return resp.status, json_or_text(await resp.text())
 
     async def models(self) -> list[dict]:
         """The server's /v1/models entries; BadInput (one line) when the server cannot be reached."""

@@ -45,6 +45,17 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
+# the text format's three label-value escapes (prometheus.io/docs/instrumenting/exposition_formats: "\\", "\"" and
+# "\n"); any other backslash is itself. Python's unicode_escape, used before, raised on "\x" or "\N{...}" (a
+# server's label was a crash) and turned UTF-8 label text into mojibake
+_ESCAPE = re.compile(r'\\([\\"n])')
+_UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+def _label_value(raw: str) -> str:
+    return _ESCAPE.sub(lambda m: _UNESCAPED[m.group(1)], raw) if "\\" in raw else raw
+
+
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Prometheus text exposition -> {metric name: [(labels, value), ...]}; unreadable lines are skipped."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -60,8 +71,7 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
             v = float(value)
         except ValueError:
             continue
-        lab = {k: bytes(val, "utf-8").decode("unicode_escape") if "\\" in val else val
-               for k, val in _LABEL.findall(labels or "")}
+        lab = {k: _label_value(val) for k, val in _LABEL.findall(labels or "")}
         out.setdefault(name, []).append((lab, v))
     return out
 
@@ -139,19 +149,27 @@ def _impossible_config(labels: dict) -> str | None:
     return None
 
 
+def _count(values: list[float], combine=sum) -> float | None:
+    """The series' figure (counts and gauges alike are finite and never negative): None when a sample is NaN,
+    infinite or negative (Prometheus's text allows all three), or the figure itself overflows: no figure, as when
+    the series is absent, never a NaN carried into a hit ratio."""
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        return None
+    out = float(combine(values))
+    return out if math.isfinite(out) else None
+
+
 def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
     series = parse_prometheus(text)
     snap = MetricsSnapshot(t_ns=time.perf_counter_ns() if t_ns is None else t_ns)
-    for attr, names in (("prefix_queries", QUERIES), ("prefix_hits", HITS), ("preemptions", PREEMPTIONS),
-                        ("running", RUNNING), ("waiting", WAITING)):
+    for attr, names, combine in (("prefix_queries", QUERIES, sum), ("prefix_hits", HITS, sum),
+                                 ("preemptions", PREEMPTIONS, sum), ("running", RUNNING, sum),
+                                 ("waiting", WAITING, sum), ("kv_usage", KV_USAGE, max)):
         name, samples = _first(series, names)
-        if name:
-            setattr(snap, attr, sum(v for _, v in samples))
+        value = _count([v for _, v in samples], combine) if name else None
+        if value is not None:
+            setattr(snap, attr, value)
             snap.names[attr] = name
-    name, samples = _first(series, KV_USAGE)
-    if name:
-        snap.kv_usage = max(v for _, v in samples)
-        snap.names["kv_usage"] = name
     if CACHE_CONFIG in series:
         labels = dict(series[CACHE_CONFIG][0][0])
         snap.refused = _impossible_config(labels)
