@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workload fit": ("servesize.commands.workload_fit", "fit a workload from request logs: each field from the file or a preset"),
     "measure pool": ("servesize.commands.measure_pool", "measure a live server's real KV pool (unique-id prompts, bisection)"),
     "measure sessions": ("servesize.commands.measure_sessions", "load a live server with simulated agentic users on a ladder"),
+    "measure bench": ("servesize.commands.measure_bench", "vllm bench serve's load on a live server: its figures, measured"),
     "measure server": ("servesize.commands.measure_server", "both, one after the other, each beside servesize's prediction"),
     "simulate": ("servesize.commands.simulate", "replay a trace through vLLM's prefix cache: hit rate vs pool, users at a target"),
     "bench": ("servesize.commands.bench", "what `vllm bench serve` will print for a deployment and a load (the engine simulator)"),

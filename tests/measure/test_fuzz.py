@@ -301,14 +301,16 @@ SESSIONS_FLAGS = ["--turns-per-session", "--max-model-len", "--predicted-users",
                   "--stall-timeout", "--seed", "--users", "--median", "--prefix", "--think-time", "--output-tokens",
                   "--turn-tokens"]
 SERVER_FLAGS = SESSIONS_FLAGS + ["--prompt-tokens", "--rounds"]
+BENCH_FLAGS = ["--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len", "--num-prompts",
+               "--max-concurrency", "--request-rate", "--seed", "--timeout", "--stall-timeout"]
 URLS = st.sampled_from(["http://127.0.0.1:9", "http://127.0.0.1:9/v1", "127.0.0.1:9", "ftp://x", "http://", "http://[::1",
                         "http://127.0.0.1:99999", ""])
 
 
 @st.composite
 def measure_argv(draw) -> list[str]:
-    command = draw(st.sampled_from(["pool", "sessions", "server"]))
-    flags = {"pool": POOL_FLAGS, "sessions": SESSIONS_FLAGS, "server": SERVER_FLAGS}[command]
+    command = draw(st.sampled_from(["pool", "sessions", "server", "bench"]))
+    flags = {"pool": POOL_FLAGS, "sessions": SESSIONS_FLAGS, "server": SERVER_FLAGS, "bench": BENCH_FLAGS}[command]
     argv = ["measure", command, "--quiet"]
     if draw(st.integers(0, 5)):
         argv += ["--url", draw(URLS)]

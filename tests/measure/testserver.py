@@ -188,6 +188,7 @@ class TestServer:
         self.completions = 0  # completion requests received
         self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
         self.in_flight = 0
+        self.peak_in_flight = 0  # the most completions streaming at once
         self.dead = False  # a 'die' fault struck: the server answers nothing more
         self._handlers: set[asyncio.Task] = set()  # handlers of the completions in flight, ended at stop
         self._runner: web.AppRunner | None = None
@@ -482,6 +483,7 @@ class TestServer:
         chunks = _Chunks(req, c.model)
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
             await resp.prepare(request)
             if c.burst:

@@ -47,6 +47,12 @@ def _number(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params(parser, [*params_in("model", "engine"), PARAMS["calibration"], PARAMS["calibration_mismatch_ok"],
                         PARAMS["bandwidth_efficiency"], PARAMS["mfu"]], required=("gpus",))
+    add_load_arguments(parser)
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load in ``vllm bench serve``'s flags (its random dataset), for ``bench`` (predicted) and ``measure bench``
+    (measured), declared once; BenchLoad checks their bounds."""
     g = parser.add_argument_group("the load (vllm bench serve's flags, --dataset-name random)")
     g.add_argument("--random-input-len", type=_whole, default=1024, metavar="N", help="prompt tokens (default 1024)")
     g.add_argument("--random-output-len", type=_whole, default=128, metavar="N", help="output tokens (default 128)")
@@ -62,12 +68,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=_whole, default=0, help="seed of the lengths and arrivals (default 0)")
 
 
-def run(args):
-    from servesize.api import bench
+def load_of(args):
+    """The BenchLoad of the load flags."""
     from servesize.simulate.bench import BenchLoad
 
-    load = BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
+    return BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
                      random_range_ratio=args.random_range_ratio, random_prefix_len=args.random_prefix_len,
                      num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
                      request_rate=args.request_rate, random_seed=args.seed)
-    return bench(scenario_from_args(args), load)
+
+
+def run(args):
+    from servesize.api import bench
+
+    return bench(scenario_from_args(args), load_of(args))

@@ -129,6 +129,9 @@ class RequestResult:
     decode_tok_per_s: float | None = None
     error: dict | None = None
     server: dict | None = None  # x_server timing, test server only
+    # with ``keep_chunks``: the time from the send of every event that carried a choice, in order (vLLM's bench
+    # client times these: the first is its TTFT, the last its latency, the gaps its ITLs); None otherwise
+    chunk_times_s: list[float] | None = None
     # why the usage this server reported cannot be true (more tokens cached than the prompt has), or None;
     # the request itself completed, but its cached_tokens is no evidence of anything
     usage_impossible: str | None = None
@@ -293,7 +296,7 @@ class StreamClient:
         return body
 
     async def complete(self, prompt: str, *, max_tokens: int = 1, request_id: str = "", tags: dict | None = None,
-                       extra_body: dict | None = None) -> RequestResult:
+                       extra_body: dict | None = None, keep_chunks: bool = False) -> RequestResult:
         """One streaming request; every failure is returned in ``result.error``, never raised."""
         session = self._open_session()
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
@@ -302,7 +305,7 @@ class StreamClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s)
         result.wall_time = time.time()
         t0 = result.t_sent_ns = time.perf_counter_ns()
-        parser = StreamParser(result, t0, chat=self.api == "chat")
+        parser = StreamParser(result, t0, chat=self.api == "chat", keep_chunks=keep_chunks)
         total_cm = asyncio.timeout(self.timeout_s)
         stall_cm = asyncio.timeout(None)
         try:
@@ -373,13 +376,15 @@ class StreamParser:
     non-empty text; ``finish()`` derives inter-token latency and decode speed from the token times.
     Every malformed input is an ``error`` on the result, never an exception."""
 
-    __slots__ = ("result", "t0", "chat", "token_ns", "started", "done", "_data", "_t_event", "_pending", "_sniffed")
+    __slots__ = ("result", "t0", "chat", "token_ns", "choice_ns", "started", "done", "_data", "_t_event", "_pending",
+                 "_sniffed")
 
-    def __init__(self, result: RequestResult, t0_ns: int, *, chat: bool = False):
+    def __init__(self, result: RequestResult, t0_ns: int, *, chat: bool = False, keep_chunks: bool = False):
         self.result = result
         self.t0 = t0_ns
         self.chat = chat
         self.token_ns: list[int] = []  # read time of each event with non-empty text
+        self.choice_ns: list[int] | None = [] if keep_chunks else None  # ... of each event with a choice
         self.started = False  # an event with a choice has been seen (the first token)
         self.done = False  # [DONE] seen
         self._data: list[bytes] = []  # data lines of the event being assembled
@@ -480,6 +485,8 @@ class StreamParser:
             return self._fail("malformed_sse", f"token text is not a string: {excerpt(str(text))}")
         r = self.result
         r.chunks += 1
+        if self.choice_ns is not None:
+            self.choice_ns.append(self._t_event)
         if not self.started:
             self.started = True
             r.ttft_s = (self._t_event - self.t0) / 1e9
@@ -514,6 +521,8 @@ class StreamParser:
     def finish(self) -> None:
         """Token timings from the token read times: first and last token, ITL summary, decode tok/s."""
         r, token_ns, t0 = self.result, self.token_ns, self.t0
+        if self.choice_ns is not None:
+            r.chunk_times_s = [(t - t0) / 1e9 for t in self.choice_ns]
         if not token_ns:
             return
         r.first_content_s = (token_ns[0] - t0) / 1e9

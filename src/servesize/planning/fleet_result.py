@@ -108,25 +108,14 @@ def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any =
     """Share one pool or give each team its own replicas: the cheaper, and what the other would cost. ``max_gpus``
     (--max-gpus) bounds the whole answer: a fleet per team whose GPUs add up to more is not one of them."""
     shared = None if winner is None else winner.cost_per_month
-    split = None if partition is None else partition.cost_per_month
     split_gpus = None if partition is None else partition.gpus
-    out: dict[str, Any] = {"shared_cost_per_month": shared, "partitioned_cost_per_month": split,
+    out: dict[str, Any] = {"shared_cost_per_month": shared,
+                           "partitioned_cost_per_month": None if partition is None else partition.cost_per_month,
                            "shared_gpus": None if winner is None else winner.n_gpu, "partitioned_gpus": split_gpus}
-    over = split_gpus is not None and max_gpus is not None and split_gpus > max_gpus
-    if over:
-        split = None
-    chosen = [s.option for s in partition.cheapest if s.option is not None] if partition is not None else []
-    cur = f" {winner.currency}" if winner is not None else (f" {chosen[0].currency}" if chosen else "")
+    split, why = _within(partition, max_gpus)
+    cur = f" {winner.currency}" if winner is not None else _currency(partition)
     if winner is None or shared is None:
-        if split is None:
-            why = f": a fleet per team needs {split_gpus:,} GPUs, more than --max-gpus {max_gpus:,}" if over else ""
-            out.update(choice="none", text="neither a shared pool nor a fleet per team in the search space serves "
-                                           f"every team{why}")
-        else:
-            out.update(choice="partition", saving_per_month=None,
-                       text=f"partition: no shared pool serves every team; a fleet per team ({split_gpus:,} GPUs) "
-                            f"costs {split:,.0f}{cur}/month")
-        return out
+        return _no_shared_pool(out, split, split_gpus, cur, why)
     if split is None or shared < split - 1e-9:
         out.update(choice="share", saving_per_month=None if split is None else split - shared)
         evicted = _evicted(pool)
@@ -144,6 +133,31 @@ def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any =
     out.update(choice="either", saving_per_month=0.0,
                text=f"either: both cost {shared:,.0f}{cur}/month; partitioning isolates the teams "
                     "(no team evicts another's sessions), sharing is one fleet to run")
+    return out
+
+
+def _within(partition: Partition | None, max_gpus: int | None) -> tuple[float | None, str]:
+    """A fleet per team's cost a month, or None (none serves every team, or its GPUs are past --max-gpus: why)."""
+    gpus = None if partition is None else partition.gpus
+    if partition is None or gpus is None or max_gpus is None or gpus <= max_gpus:
+        return (None if partition is None else partition.cost_per_month), ""
+    return None, f": a fleet per team needs {gpus:,} GPUs, more than --max-gpus {max_gpus:,}"
+
+
+def _currency(partition: Partition | None) -> str:
+    chosen = [] if partition is None else [t.option for t in partition.cheapest if t.option is not None]
+    return f" {chosen[0].currency}" if chosen else ""
+
+
+def _no_shared_pool(out: dict[str, Any], split: float | None, gpus: int | None, cur: str, why: str) -> dict[str, Any]:
+    """The verdict when no shared pool serves: a fleet per team (``split`` a month on ``gpus``), or none (``why``)."""
+    if split is None:
+        out.update(choice="none", text=f"neither a shared pool nor a fleet per team in the search space serves every "
+                                       f"team{why}")
+    else:
+        out.update(choice="partition", saving_per_month=None,
+                   text=f"partition: no shared pool serves every team; a fleet per team ({gpus:,} GPUs) costs "
+                        f"{split:,.0f}{cur}/month")
     return out
 
 

@@ -164,28 +164,7 @@ class BenchResult:
                 "step_model": self.step_model, "notes": self.notes}
 
     def render(self, explain: bool = False) -> str:
-        m = self.metrics
-        rows = [
-            ("Successful requests:", f"{m['completed']}"),
-            ("Failed requests:", f"{m['failed']}"),
-            ("Maximum request concurrency:", f"{self.load.max_concurrency}") if self.load.max_concurrency else None,
-            ("Benchmark duration (s):", f"{m['duration']:.2f}"),
-            ("Total input tokens:", f"{m['total_input_tokens']}"),
-            ("Total generated tokens:", f"{m['total_output_tokens']}"),
-            ("Request throughput (req/s):", f"{m['request_throughput']:.2f}"),
-            ("Output token throughput (tok/s):", f"{m['output_throughput']:.2f}"),
-            ("Total token throughput (tok/s):", f"{m['total_token_throughput']:.2f}"),
-        ]
-        lines = [f"{' Serving Benchmark Result ':=^50}"]
-        lines += [f"{label:<40}{value:<10}" for row in rows if row for label, value in [row]]
-        for title, key, name in (("Time to First Token", "ttft", "TTFT"), ("Time per Output Token (excl. 1st token)",
-                                                                          "tpot", "TPOT"),
-                                 ("Inter-token Latency", "itl", "ITL")):
-            lines.append(f"{title:-^50}")
-            lines.append(f"{f'Mean {name} (ms):':<40}{m[f'mean_{key}_ms']:<10.2f}")
-            lines.append(f"{f'Median {name} (ms):':<40}{m[f'median_{key}_ms']:<10.2f}")
-            lines.append(f"{f'P99 {name} (ms):':<40}{m[f'p99_{key}_ms']:<10.2f}")
-        lines.append("=" * 50)
+        lines = result_block(self.metrics, self.load.max_concurrency)
         lines.append("predicted by servesize's engine simulator, not measured")
         d = self.deployment
         lines.append(f"{d['model']} on {d['gpus']} (TP {d['tensor_parallel_size']}), "
@@ -196,6 +175,41 @@ class BenchResult:
             lines += [f"  {k}: {v}" for k, v in self.step_model.items() if k != "summary"]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def result_block(m: dict, max_concurrency: int | None) -> list[str]:
+    """The lines ``vllm bench serve`` prints for its metrics ``m`` (vllm/benchmarks/serve.py, the result block),
+    predicted (BenchResult) or measured (servesize.measure.bench) alike."""
+    rows = [
+        ("Successful requests:", f"{m['completed']}"),
+        ("Failed requests:", f"{m['failed']}"),
+        ("Maximum request concurrency:", f"{max_concurrency}") if max_concurrency else None,
+        ("Benchmark duration (s):", f"{m['duration']:.2f}"),
+        ("Total input tokens:", f"{m['total_input_tokens']}"),
+        ("Total generated tokens:", f"{m['total_output_tokens']}"),
+        ("Request throughput (req/s):", f"{m['request_throughput']:.2f}"),
+        ("Output token throughput (tok/s):", f"{m['output_throughput']:.2f}"),
+        ("Total token throughput (tok/s):", f"{m['total_token_throughput']:.2f}"),
+    ]
+    lines = [f"{' Serving Benchmark Result ':=^50}"]
+    lines += [f"{label:<40}{value:<10}" for row in rows if row for label, value in [row]]
+    for title, key, name in (("Time to First Token", "ttft", "TTFT"), ("Time per Output Token (excl. 1st token)",
+                                                                      "tpot", "TPOT"),
+                             ("Inter-token Latency", "itl", "ITL")):
+        lines.append(f"{title:-^50}")
+        lines.append(f"{f'Mean {name} (ms):':<40}{m[f'mean_{key}_ms']:<10.2f}")
+        lines.append(f"{f'Median {name} (ms):':<40}{m[f'median_{key}_ms']:<10.2f}")
+        lines.append(f"{f'P99 {name} (ms):':<40}{m[f'p99_{key}_ms']:<10.2f}")
+    lines.append("=" * 50)
+    return lines
+
+
+def stats_ms(name: str, x: np.ndarray) -> dict:
+    """Mean, median and p99 of ``x`` (ms) under the benchmark's keys; 0 for none (its ``np.mean(x or 0)``)."""
+    if x.size == 0:
+        return {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"p99_{name}_ms": 0.0}
+    return {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.percentile(x, 50)),
+            f"p99_{name}_ms": float(np.percentile(x, 99))}
 
 
 def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
@@ -218,12 +232,6 @@ def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
     total_in = int(run.input_tokens[done].sum()) * replicas
     total_out = int(out.sum()) * replicas
 
-    def stats(name: str, x: np.ndarray) -> dict:
-        if x.size == 0:
-            return {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"p99_{name}_ms": 0.0}
-        return {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.percentile(x, 50)),
-                f"p99_{name}_ms": float(np.percentile(x, 99))}
-
     itl = {"mean_itl_ms": float((itl_v * itl_w).sum() / itl_w.sum()) if itl_w.size else 0.0,
            "median_itl_ms": _weighted_quantile(itl_v, itl_w, 50.0) if itl_w.size else 0.0,
            "p99_itl_ms": _weighted_quantile(itl_v, itl_w, 99.0) if itl_w.size else 0.0}
@@ -232,4 +240,4 @@ def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
             "total_input_tokens": total_in, "total_output_tokens": total_out,
             "request_throughput": per_s(completed), "output_throughput": per_s(total_out),
             "total_token_throughput": per_s(total_in + total_out),
-            **stats("ttft", ttft), **stats("tpot", tpot), **itl}
+            **stats_ms("ttft", ttft), **stats_ms("tpot", tpot), **itl}
