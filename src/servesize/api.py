@@ -671,6 +671,10 @@ def bench(scenario: Scenario, load: Any) -> Any:
         notes.append(f"{run.too_large} requests need more blocks than the pool has: vLLM never schedules them")
     if run.stopped:
         notes.append("the run stopped at the engine's step limit: the figures cover the requests answered by then")
+    if not load.ignore_eos:
+        notes.append(f"every request is simulated to generate its {load.random_output_len:,} output tokens, as "
+                     "vllm bench serve --ignore-eos asks; without that flag a model may stop at EOS sooner, and a "
+                     "run whose Total generated tokens is lower did less work than this one")
     terms = times.terms
     step = {"summary": (f"overhead {times.overhead_s * 1e3:.2f} ms a step at TP {fixed.tp}, request fixed cost "
                         f"{terms.request_fixed_s * 1e3:.1f} ms, mixed step {terms.mixed}, bandwidth efficiency "

@@ -55,12 +55,12 @@ def test_measure_bench_and_vllm_bench_serve_count_what_the_server_counts_and_def
 
     url, model = vllm_server.base_url, vllm_server.config.model
     load = ["--random-input-len", str(INPUT), "--random-output-len", str(OUTPUT), "--num-prompts", str(N),
-            "--max-concurrency", str(C), "--seed", "0"]
+            "--max-concurrency", str(C), "--seed", "0", "--ignore-eos"]
 
     before = _counters(url)
     argv = [str(vllm_python), "-c", VLLM_BENCH, "--backend", "vllm", "--base-url", url, "--model", model,
             "--served-model-name", vllm_server.config.served_model_name, "--tokenizer", model,
-            "--dataset-name", "random", *load, "--ignore-eos", "--num-warmups", "0",
+            "--dataset-name", "random", *load, "--num-warmups", "0",
             "--save-result", "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", "vllm.json",
             "--disable-tqdm", "--ready-check-timeout-sec", "0"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=vllm_env())

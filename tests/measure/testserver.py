@@ -434,7 +434,7 @@ class TestServer:
                                     f"{len(tokens) + max_tokens} tokens ({len(tokens)} in the messages, {max_tokens} in the completion).")
         return _Completion(index=index, chat=chat, tokens=tokens, max_tokens=max_tokens, stream=bool(body.get("stream")),
                            include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
-                           fault=self._fault(index))
+                           fault=self._fault(index), ignore_eos=body.get("ignore_eos"))
 
     def _admit(self, req: _Completion, t_received_ns: int) -> dict:
         """Admit the prompt to the block cache; the request's log entry (what was cached, the TTFT injected)."""
@@ -446,7 +446,8 @@ class TestServer:
         self.prefix_hits += lied if c.lie_metrics else cached
         entry = {"index": req.index, "prompt_tokens": len(req.tokens), "cached_tokens": cached,
                  "reported_cached_tokens": reported,
-                 "ttft_injected_s": c.ttft_s(len(req.tokens) - cached), "t_received_ns": t_received_ns}
+                 "ttft_injected_s": c.ttft_s(len(req.tokens) - cached), "t_received_ns": t_received_ns,
+                 "ignore_eos": req.ignore_eos}
         self.log.append(entry)
         return entry
 
@@ -535,6 +536,7 @@ class _Completion:
     stream: bool
     include_usage: bool
     fault: Fault | None
+    ignore_eos: object = None  # the request's ignore_eos as sent (this server always generates max_tokens)
 
     @property
     def rid(self) -> str:

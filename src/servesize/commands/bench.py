@@ -66,6 +66,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--request-rate", type=_number, default=math.inf, metavar="R",
                    help="requests per second, Poisson (default inf: all at once, or C at a time)")
     g.add_argument("--seed", type=_whole, default=0, help="seed of the lengths and arrivals (default 0)")
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="every request generates all its output tokens (ignore_eos in the request), as vllm bench "
+                        "serve --ignore-eos does; without it the model may stop at EOS sooner")
 
 
 def load_of(args):
@@ -75,7 +78,7 @@ def load_of(args):
     return BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
                      random_range_ratio=args.random_range_ratio, random_prefix_len=args.random_prefix_len,
                      num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
-                     request_rate=args.request_rate, random_seed=args.seed)
+                     request_rate=args.request_rate, random_seed=args.seed, ignore_eos=args.ignore_eos)
 
 
 def run(args):

@@ -15,11 +15,12 @@ examples:
 
 The fixed-concurrency mode of `vllm bench serve`: the same load (its random dataset's lengths, from the same
 flags and --seed as `servesize bench`, which predicts it), C requests in flight and the next sent as one ends,
-EOS ignored, streamed; and the same figures by the benchmark's own definitions (TTFT to the first streamed
-choice, TPOT = (latency - TTFT) / (output - 1), ITL between streamed choices, throughputs over the run).
-Prompts share no cached block and are exactly their length where the server has /tokenize. Every request's
-result is appended to the run record as it ends; a benchmark's duration is one uninterrupted run's, so an
-interrupted one is run again, not resumed. --json prints the keys `vllm bench serve --save-result` writes.
+streamed, EOS ignored with --ignore-eos as the benchmark does; and the same figures by the benchmark's own
+definitions (TTFT to the first streamed choice, TPOT = (latency - TTFT) / (output - 1), ITL between streamed
+choices, throughputs over the run). Prompts share no cached block and are exactly their length where the server
+has /tokenize. Every request's result is appended to the run record as it ends; a benchmark's duration is one
+uninterrupted run's, so an interrupted one is run again, not resumed. --json prints the keys `vllm bench serve
+--save-result` writes.
 """
 
 

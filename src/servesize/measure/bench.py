@@ -1,13 +1,13 @@
 """``vllm bench serve --dataset-name random``, measured by servesize's own client: the same load, the same figures.
 
 What is sent (vllm/benchmarks/datasets.py ``RandomDataset``, vllm/benchmarks/serve.py ``benchmark``): the load's
-``--num-prompts`` requests, with the input and output lengths ``BenchLoad.lengths()`` draws (the lengths
-``servesize bench`` simulates, so a measurement and its prediction are of one load). Each prompt is one of servesize's
-unique prompts (measure/prompts.py: exactly its length where the server has /tokenize, and no block shared with any
-other, as random token ids share none), asks for its output length with EOS ignored (``ignore_eos``, as the
-benchmark sends), and is streamed. At most ``--max-concurrency`` are in flight, the next sent as one ends (the
-benchmark's semaphore; without the flag, every request at once). The prompts are made before the clock starts, as
-the benchmark builds its dataset first.
+``--num-prompts`` requests, with the input and output lengths ``BenchLoad.lengths()`` draws (the lengths ``servesize bench``
+simulates, so a measurement and its prediction are of one load). Each prompt is one of servesize's unique
+prompts (measure/prompts.py: exactly its length where the server has /tokenize, and no block shared with any other,
+as random token ids share none), asks for its output length (with ``ignore_eos`` when the load says ``--ignore-eos``,
+as the benchmark sends it then), and is streamed. At most ``--max-concurrency`` are in flight, the next sent
+as one ends (the benchmark's semaphore; without the flag, every request at once). The prompts are made before the
+clock starts, as the benchmark builds its dataset first.
 
 What it reports is ``calculate_metrics``'s, from the timings of vllm/benchmarks/lib/endpoint_request_func.py:
 - TTFT: from the send to the first event carrying a choice; latency: to the last such event; ITL: the gaps between
@@ -181,7 +181,7 @@ async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
             nonlocal ended
             async with slots:
                 r = await client.complete(prompts[i].text, max_tokens=int(outputs[i]), request_id=f"bench-{i}",
-                                          keep_chunks=True)
+                                          keep_chunks=True, extra_body={"ignore_eos": load.ignore_eos})
             results[i] = r
             record.append("request", index=i, result=r.to_dict())
             ended += 1

@@ -3,8 +3,10 @@
 The load is vLLM's random dataset, in its own flags (vllm/benchmarks/datasets.py ``RandomDataset``,
 vllm/benchmarks/serve.py): ``--num-prompts`` prompts of ``--random-input-len`` tokens (uniform within
 ``--random-range-ratio`` of it, after a ``--random-prefix-len`` prefix every prompt shares) asking for
-``--random-output-len`` tokens each (uniform in the same ratio; the benchmark ignores EOS, so every request
-gets them all). Random tokens share no block, so nothing but the common prefix hits the prefix cache.
+``--random-output-len`` tokens each (uniform in the same ratio). Every request is simulated to generate all of
+them, which is what the benchmark's ``--ignore-eos`` asks for; without it (the benchmark's default) a model may
+stop at EOS sooner, which no simulation of the engine can know, and the result says so. Random tokens share no
+block, so nothing but the common prefix hits the prefix cache.
 
 When requests are sent:
   ``--request-rate inf`` (the default) with ``--max-concurrency C``: C requests in flight, the next sent as one
@@ -47,6 +49,7 @@ class BenchLoad:
     max_concurrency: int | None = None
     request_rate: float = math.inf
     random_seed: int = 0  # vllm bench serve's --seed (Scenario's seed is the Monte-Carlo's)
+    ignore_eos: bool = False  # --ignore-eos: every request generates all its output tokens (the benchmark's default: no)
 
     def __post_init__(self):
         for name, lo, hi in (("random_input_len", 1, MAX_PROMPT_TOKENS), ("random_output_len", 1, MAX_PROMPT_TOKENS),
@@ -93,7 +96,8 @@ class BenchLoad:
                 "random_output_len": self.random_output_len, "random_range_ratio": self.random_range_ratio,
                 "random_prefix_len": self.random_prefix_len, "num_prompts": self.num_prompts,
                 "max_concurrency": self.max_concurrency,
-                "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.random_seed}
+                "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.random_seed,
+                "ignore_eos": self.ignore_eos}
 
 
 def bench_replay(load: BenchLoad, block_size: int) -> Replay:

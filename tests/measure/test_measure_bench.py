@@ -72,8 +72,9 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
     path = tmp_path / "bench.jsonl"
     with TestServer(ServerConfig(capacity_tokens=1 << 16)) as server:
         code, out, err = run(capsys, "--url", server.url, "--random-input-len", 64, "--random-output-len", 8,
-                             "--num-prompts", 12, "--max-concurrency", 3, "--record", path, "--json", "--quiet")
-        peak, received = server.peak_in_flight, server.completions
+                             "--num-prompts", 12, "--max-concurrency", 3, "--record", path, "--json", "--quiet",
+                             "--ignore-eos")
+        peak, received, sent = server.peak_in_flight, server.completions, [e["ignore_eos"] for e in server.log]
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["completed"], doc["failed"]) == (12, 0)
@@ -82,6 +83,7 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
     for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "request_throughput", "duration"):
         assert doc[key] > 0
     assert received == 12 and 1 <= peak <= 3  # never more than --max-concurrency streaming at once
+    assert sent == [True] * 12 and doc["load"]["ignore_eos"] is True  # as the benchmark sends with --ignore-eos
     # the measured result is what `calibrate --vllm-bench` reads, as JSON and as the printed block
     from servesize.vllm_logs.bench_result import read_bench_result
 
