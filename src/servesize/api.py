@@ -761,5 +761,6 @@ def check_plan(scenario: Scenario, trace: Any = None, *, planned: Plan | None = 
              "breaks_at": None if found.breaks_at is None else found.breaks_at * dp, "reason": found.reason,
              "sessions": report.trace.get("name", ""), "requests": report.trace.get("requests"),
              "seconds": report.seconds, "command": "simulate --engine (the same workload and pool)"}
-    base = planned if planned is not None else report.plan_object
+    # the engine's comparison plans one replica's ceilings (users=None); the plan returned is the scenario's own
+    base = planned if planned is not None else plan(scenario)
     return replace(base, disagreement=report.disagreement, engine_check=check)

@@ -281,3 +281,27 @@ def test_the_threaded_test_server_serves_stops_and_a_stop_after_a_failed_start_i
         failed.stop()  # was an AttributeError on the event that a failed start never made
     finally:
         taken.close()
+
+
+def test_json_nested_past_the_recursion_limit_is_malformed_never_a_crash():
+    """A review of the readers found '[' x 100,000 raising RecursionError (not a ValueError) out of the SSE parser,
+    /v1/models and /tokenize: a bug line. Each now reads it as what it is, JSON it cannot use."""
+    from servesize.measure.client import json_or_text
+
+    deep = "[" * 100_000
+    r = RequestResult(id="r")
+    parser = StreamParser(r, 0)
+    assert parser.feed(b"data: " + deep.encode() + b"\n\n", 1) is False
+    assert r.error["type"] == "malformed_sse"
+    assert json_or_text(deep) == deep
+
+    client = StreamClient("http://127.0.0.1:9")
+
+    async def get(path, timeout_s=None):
+        return 200, '{"data": ' + deep
+
+    client.get = get
+    from servesize.errors import BadInput
+
+    with pytest.raises(BadInput, match="/v1/models did not return an OpenAI model list"):
+        asyncio.run(client.models())

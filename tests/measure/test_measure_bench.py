@@ -14,7 +14,7 @@ from testserver import Fault, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.errors import BadInput
-from servesize.measure.bench import BenchConfig, bench_figures
+from servesize.measure.bench import BenchConfig, bench_figures, error_kinds
 from servesize.measure.client import RequestResult
 from servesize.measure.record import read_record
 from servesize.simulate.bench import BenchLoad
@@ -53,6 +53,38 @@ def test_a_coalesced_stream_gives_no_tpot_or_itl_and_usage_missing_falls_back_to
     assert m["mean_ttft_ms"] == pytest.approx(150.0)  # a burst's first token time still counts as its TTFT
 
 
+def test_where_nothing_was_measured_there_is_no_figure_never_0_ms():
+    """Every stream coalesced: no TPOT or ITL (they were 0.00 ms, which calibrate --vllm-bench would have taken);
+    no request completed: no latency figure at all. Each failure is named, a stream without a choice as no_choice."""
+    bursts = [_result([0.2] * 8, out=8, reads=1) for _ in range(3)]
+    m, coalesced = bench_figures(bursts, np.array([64] * 3), duration_s=1.0)
+    assert coalesced == 3 and m["mean_ttft_ms"] == pytest.approx(200.0)
+    assert all(m[f"{s}_{q}_ms"] is None for s in ("mean", "median", "p99") for q in ("tpot", "itl"))
+    one_token = [_result([0.1], out=1)]  # every output one token: vLLM's TPOT of 0, a figure, not a gap
+    assert bench_figures(one_token, np.array([64]), 1.0)[0]["mean_tpot_ms"] == 0.0
+    no_choice = RequestResult(id="e", chunk_times_s=[])  # [DONE] with no choice: ok, yet nothing completed
+    failed = [_result([0.1], out=1, error="http_error"), no_choice]
+    m, _ = bench_figures(failed, np.array([64, 64]), duration_s=1.0)
+    assert (m["completed"], m["failed"]) == (0, 2) and m["mean_ttft_ms"] is None and m["p99_itl_ms"] is None
+    assert error_kinds(failed) == {"http_error": 1, "no_choice": 1}
+    from servesize.simulate.bench import result_block
+
+    assert f"{'Mean TTFT (ms):':<40}{'-':<10}" in result_block(m, 2)
+
+
+def test_each_request_carries_the_fields_vllms_bench_sends_and_no_others():
+    """vLLM 0.32's bench sends no temperature (the server's default sampling) and ignore_eos only with --ignore-eos;
+    servesize's client sends temperature 0 and ignore_eos for its own measurements."""
+    from servesize.measure.bench import BENCH_FIELDS
+    from servesize.measure.client import StreamClient
+
+    client = StreamClient("http://127.0.0.1:9", "m")
+    plain, eos = client.body("p", 8, BENCH_FIELDS[False]), client.body("p", 8, BENCH_FIELDS[True])
+    assert "temperature" not in plain and "ignore_eos" not in plain
+    assert "temperature" not in eos and eos["ignore_eos"] is True
+    assert client.body("p", 8)["temperature"] == 0.0 and client.body("p", 8)["ignore_eos"] is True
+
+
 def test_what_measure_bench_cannot_send_is_refused_by_name():
     with pytest.raises(BadInput, match="--random-prefix-len"):
         BenchConfig(url="http://x", load=BenchLoad(random_prefix_len=10, num_prompts=4, max_concurrency=2))
@@ -80,8 +112,11 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
     assert (doc["completed"], doc["failed"]) == (12, 0)
     assert doc["total_input_tokens"] == 12 * 64 and doc["total_output_tokens"] == 12 * 8  # /tokenize: exact prompts
     assert doc["prompts"] == "tokenize" and doc["max_concurrency"] == 3 and doc["measured"] is True
-    for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "request_throughput", "duration"):
+    for key in ("mean_ttft_ms", "request_throughput", "duration"):
         assert doc[key] > 0
+    timed = doc["completed"] - doc["coalesced_streams"]  # a starved host may read a stream in one burst
+    for key in ("median_tpot_ms", "p99_itl_ms"):
+        assert (doc[key] is None) if timed == 0 else doc[key] > 0
     assert received == 12 and 1 <= peak <= 3  # never more than --max-concurrency streaming at once
     assert sent == [True] * 12 and doc["load"]["ignore_eos"] is True  # as the benchmark sends with --ignore-eos
     # the measured result is what `calibrate --vllm-bench` reads, as JSON and as the printed block
@@ -110,3 +145,14 @@ def test_when_no_request_completes_there_is_no_figure_and_the_exit_is_2(capsys, 
         code, out, err = run(capsys, "--url", server.url, "--random-input-len", 32, "--random-output-len", 4,
                              "--num-prompts", 3, "--record", tmp_path / "b.jsonl", "--quiet", "--json")
     assert code == 2 and "no request of 3 completed" in err and "http_error" in err
+    doc = json.loads(out)
+    assert doc["completed"] == 0 and doc["mean_ttft_ms"] is None and doc["median_tpot_ms"] is None
+
+
+def test_a_bench_never_tells_the_user_to_resume_it(capsys, tmp_path):
+    """measure bench has no --resume (a benchmark's duration is one uninterrupted run's): a record that exists is
+    refused with another --record as the way out, not the --resume the other measure commands offer."""
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"type": "header"}\n')
+    code, _, err = run(capsys, "--url", "http://127.0.0.1:9", "--num-prompts", 2, "--record", path, "--quiet")
+    assert code == 2 and "already exists; choose another --record" in err and "--resume" not in err

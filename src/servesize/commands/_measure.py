@@ -227,8 +227,8 @@ def run_recorded(rec: Recording, record: Any, measurement: Callable[[Any], Any])
     from servesize.measure.report import StderrProgress
 
     progress = StderrProgress(enabled=not rec.quiet)
-    where = f"the record {record.path} keeps every result taken; continue with --resume {record.path}" \
-        if record.path else "nothing was recorded"
+    again = f"continue with --resume {record.path}" if getattr(record, "resumable", True) else "run it again"
+    where = f"the record {record.path} keeps every result taken; {again}" if record.path else "nothing was recorded"
     try:
         result = run_async(_terminable(measurement(progress)))
         record.append("end", result=result.to_dict())

@@ -55,5 +55,5 @@ def run(args):
                       stall_timeout_s=args.stall_timeout)
     rec = Recording(args.url, args.record, None, args.fsync, args.quiet)
     path = args.record or time.strftime("servesize-bench-%Y%m%d-%H%M%S.jsonl")
-    record = RunRecord.create(path, "bench", cfg.to_params(), fsync=args.fsync)
+    record = RunRecord.create(path, "bench", cfg.to_params(), fsync=args.fsync, resumable=False)
     return run_recorded(rec, record, lambda progress: measure_bench(cfg, record=record, progress=progress))

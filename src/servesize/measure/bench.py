@@ -18,15 +18,21 @@ What it reports is ``calculate_metrics``'s, from the timings of vllm/benchmarks/
   /tokenize makes the same), else the length asked for;
 - duration: the first send to the last request's end, the throughputs over it; mean, median and p99 (numpy's).
 
-Where it departs, on purpose: a request that failed is counted as failed and in no figure (as the benchmark does);
+Where it departs, on purpose: a request that failed is counted as failed and in no figure (as the benchmark does),
+and a run with none completed has no latency figure (None, printed "-"; the benchmark prints 0);
 a stream whose token events came in fewer reads than half their number (measure.client ``coalesced``: read late, in
 bursts, on a starved client host) gives no TPOT and no ITL, since its gaps are the client's reads and not the
-server's tokens, and the run says how many (the benchmark reports them as near-zero gaps).
+server's tokens, and the run says how many (the benchmark reports them as near-zero gaps), and when every stream
+was, TPOT and ITL are None, never 0 ms; a stream silent for ``--stall-timeout`` (60 s) fails, where the benchmark
+waits up to its own 6-hour total timeout. The prompts are servesize's words, not the benchmark's random token ids,
+and ``--random-range-ratio`` draws lengths by ``BenchLoad.lengths`` (``int`` bounds, no special token taken off),
+which can differ from vLLM's floor and ceil by a token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from collections import Counter
@@ -38,8 +44,12 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.measure.client import RequestResult, StreamClient
 from servesize.measure.prompts import PromptFactory
-from servesize.simulate.bench import BenchLoad, result_block, stats_ms
+from servesize.simulate.bench import BenchLoad, metrics_document, result_block, stats_ms, tpot_ms
 
+# The request's fields as vLLM 0.32's bench sends them (benchmarks/lib/endpoint_request_func.py): no temperature
+# (the server's default sampling; servesize's client sends 0.0 elsewhere) and ignore_eos only with --ignore-eos
+BENCH_FIELDS: dict[bool, dict[str, Any]] = {False: {"temperature": None, "ignore_eos": None},
+                                             True: {"temperature": None, "ignore_eos": True}}
 MAX_BENCH_PROMPTS = 10_000  # requests of one measured run: each prompt is made (up to 13 /tokenize calls) first
 
 
@@ -124,33 +134,32 @@ def bench_figures(results: list[RequestResult], asked_input: np.ndarray, duratio
     """``calculate_metrics`` over measured requests (the module docstring's definitions), and how many completed
     streams were coalesced (no TPOT or ITL taken from them)."""
     done = [i for i, r in enumerate(results) if r.ok and r.chunk_times_s]
-    ttft, tpot, itl = [], [], []
-    total_in = total_out = coalesced = 0
+    outs = [results[i].completion_tokens or results[i].token_events for i in done]
+    ttft = np.asarray([(results[i].chunk_times_s or [0.0])[0] * 1e3 for i in done])
+    timed = [k for k, i in enumerate(done) if not results[i].coalesced]  # their gaps are the server's
+    latency = np.asarray([(results[done[k]].chunk_times_s or [0.0])[-1] * 1e3 for k in timed])
+    itl = [(b - a) * 1e3 for k in timed for a, b in itertools.pairwise(results[done[k]].chunk_times_s or [])]
+    total_in = 0
     for i in done:
-        r = results[i]
-        times = r.chunk_times_s or []
-        out = r.completion_tokens if r.completion_tokens else r.token_events
-        total_in += r.prompt_tokens if r.prompt_tokens is not None else int(asked_input[i])
-        total_out += out
-        ttft.append(times[0] * 1e3)
-        if r.coalesced:
-            coalesced += 1
-            continue
-        if out > 1:
-            tpot.append((times[-1] - times[0]) * 1e3 / (out - 1))
-        itl += [(b - a) * 1e3 for a, b in zip(times, times[1:])]
-    completed = len(done)
+        asked = results[i].prompt_tokens
+        total_in += int(asked_input[i]) if asked is None else asked
+    tpot = tpot_ms(ttft[timed], latency, np.asarray([outs[k] for k in timed], dtype=float))
+    metrics = metrics_document(len(done), len(results) - len(done), duration_s, total_in, sum(outs), ttft, tpot,
+                               stats_ms("itl", np.asarray(itl)))
+    # no figure, never 0 ms, where nothing was measured: no request completed (no latency at all), or every
+    # completed stream was coalesced (no TPOT or ITL). A run whose outputs are all one token keeps vLLM's TPOT of 0
+    unmeasured = ("ttft", "tpot", "itl") if not done else ("tpot", "itl") if not timed else ()
+    for name in unmeasured:
+        metrics.update({f"{stat}_{name}_ms": None for stat in ("mean", "median", "p99")})
+    return metrics, len(done) - len(timed)
 
-    def per_s(x: float) -> float:
-        return x / duration_s if duration_s > 0 else 0.0
 
-    metrics = {"completed": completed, "failed": len(results) - completed, "duration": duration_s,
-               "total_input_tokens": total_in, "total_output_tokens": total_out,
-               "request_throughput": per_s(completed), "output_throughput": per_s(total_out),
-               "total_token_throughput": per_s(total_in + total_out),
-               **stats_ms("ttft", np.asarray(ttft)), **stats_ms("tpot", np.asarray(tpot)),
-               **stats_ms("itl", np.asarray(itl))}
-    return metrics, coalesced
+def error_kinds(results: list[RequestResult]) -> dict[str, int]:
+    """Each failed request's kind, most frequent first: its error's type, or ``no_choice`` for a stream that ended
+    without a choice (no token: the benchmark counts it failed too), so the kinds add up to "Failed requests"."""
+    kinds = (r.error["type"] if r.error is not None else "no_choice" for r in results
+             if r.error is not None or not r.chunk_times_s)
+    return dict(Counter(kinds).most_common())
 
 
 async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
@@ -181,7 +190,7 @@ async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
             nonlocal ended
             async with slots:
                 r = await client.complete(prompts[i].text, max_tokens=int(outputs[i]), request_id=f"bench-{i}",
-                                          keep_chunks=True, extra_body={"ignore_eos": load.ignore_eos})
+                                          keep_chunks=True, extra_body=BENCH_FIELDS[load.ignore_eos])
             results[i] = r
             record.append("request", index=i, result=r.to_dict())
             ended += 1
@@ -190,9 +199,11 @@ async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
         start = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(load.num_prompts)))
         duration = time.perf_counter() - start
-    answered = [r for r in results if r is not None]
+    answered = [r if r is not None else RequestResult(id=f"bench-{i}", error={"type": "client_error",
+                                                                             "message": "no result"})
+                for i, r in enumerate(results)]  # each index its own prompt's length in bench_figures
     metrics, coalesced = bench_figures(answered, inputs, duration)
-    errors = dict(Counter(r.error["type"] for r in answered if r.error is not None).most_common())
+    errors = error_kinds(answered)
     notes = [factory.note] if factory.note else []
     if coalesced:
         notes.append(f"{coalesced:,} of {metrics['completed']:,} completed streams arrived in fewer reads than half "

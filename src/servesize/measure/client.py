@@ -190,7 +190,7 @@ def json_or_text(text: str) -> Any:
     digits): its reader decides what an answer that is not the document it expects means."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit ('[' x 100,000)
         return text
 
 
@@ -261,7 +261,7 @@ class StreamClient:
             raise BadInput(NOT_OPENAI.format(what=f"{self.base_url}/v1/models", expected="a model list", page=excerpt(text, 80)))
         try:
             data = json.loads(text)["data"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise BadInput(f"{self.base_url}/v1/models did not return an OpenAI model list: {excerpt(text)}") from None
         if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
             raise BadInput(f"{self.base_url}/v1/models: its 'data' is {type(data).__name__} {excerpt(json.dumps(data), 80)}, "
@@ -291,8 +291,11 @@ class StreamClient:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if extra:
-            body.update(extra)
+        for key, value in (extra or {}).items():  # None removes a field (measure bench sends what vLLM's bench does)
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
         return body
 
     async def complete(self, prompt: str, *, max_tokens: int = 1, request_id: str = "", tags: dict | None = None,
@@ -458,7 +461,7 @@ class StreamParser:
             return True
         try:
             event = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit
             return self._fail("malformed_sse", f"SSE data is not JSON: {_text(payload)}")
         if not isinstance(event, dict):
             return self._fail("malformed_sse", f"SSE data is not a JSON object: {_text(payload)}")

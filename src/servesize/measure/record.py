@@ -134,6 +134,7 @@ class RunRecord:
         self.fsync = fsync
         self.lines = 0
         self.segment = 0  # this writer's continuation number (0: the first run)
+        self.resumable = True  # a run taken again with --resume (measure bench's is run again instead)
         self._fh = None
         self._lock = lock
         if self.path is not None:
@@ -144,14 +145,18 @@ class RunRecord:
                 raise BadInput(f"cannot write the run record {self.path}: {exc.strerror}") from None
 
     @classmethod
-    def create(cls, path, kind: str, params: dict, *, fsync: bool = False, lock: RecordLock | None = None) -> RunRecord:
-        """A new record with its header; ``lock`` (else one taken here) is held until ``close``."""
+    def create(cls, path, kind: str, params: dict, *, fsync: bool = False, lock: RecordLock | None = None,
+               resumable: bool = True) -> RunRecord:
+        """A new record with its header; ``lock`` (else one taken here) is held until ``close``. ``resumable``: its
+        run can be continued with --resume (what the refusals and the end of an interrupted run say)."""
         if path is not None and lock is None:
             lock = RecordLock.acquire(path, create=True)
         try:
             if path is not None and pathlib.Path(path).stat().st_size > 0:
-                raise BadInput(f"the run record {path} already exists; continue it with --resume {path} or choose another --record")
+                how = f"continue it with --resume {path} or choose" if resumable else "choose"
+                raise BadInput(f"the run record {path} already exists; {how} another --record")
             rec = cls(path, fsync=fsync, lock=lock)
+            rec.resumable = resumable
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -213,7 +218,8 @@ class RunRecord:
                 os.fsync(self._fh.fileno())
         except OSError as exc:  # a full disk: the lines before this one are on disk (each is flushed whole)
             raise BadInput(f"cannot write the run record {self.path} ({exc.strerror or exc}); the {self.lines:,} "
-                           f"lines before are in it: free space and continue with --resume {self.path}") from None
+                           f"lines before are in it: free space and "
+                           + (f"continue with --resume {self.path}" if self.resumable else "run it again")) from None
         self.lines += 1
 
     def close(self) -> None:

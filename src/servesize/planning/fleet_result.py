@@ -114,6 +114,7 @@ def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any =
                            "shared_gpus": None if winner is None else winner.n_gpu, "partitioned_gpus": split_gpus}
     split, why = _within(partition, max_gpus)
     cur = f" {winner.currency}" if winner is not None else _currency(partition)
+    out["currency"] = cur.strip()
     if winner is None or shared is None:
         return _no_shared_pool(out, split, split_gpus, cur, why)
     if split is None or shared < split - 1e-9:

@@ -61,8 +61,10 @@ def _winner(result: FleetResult) -> list[str]:
     if w is None:
         summary = ", ".join(f"{n} {kind}" for kind, n in result.skipped_summary().items())
         shared = "shared fleet" if len(result.teams) > 1 else "fleet"
-        return [f"no {shared} of at most {result.max_gpus} GPUs in the search space serves every user: {summary}",
-                "  try more GPU types (--gpus-from), a larger --max-gpus, fp8 weights or KV, or your own prices"]
+        lines = [f"no {shared} of at most {result.max_gpus} GPUs in the search space serves every user: {summary}"]
+        if not result.serves:  # a fleet per team that serves is the answer: no advice for a failure
+            lines.append("  try more GPU types (--gpus-from), a larger --max-gpus, fp8 weights or KV, or your own prices")
+        return lines
     power = "" if w.power_per_month is None else f" (GPUs {_money(w.rent_per_month, w.currency)} + power " \
                                                  f"{_money(w.power_per_month, w.currency)})"
     lines = [f"cheapest: {w.gpus} (TP {w.tp} x DP {w.dp}), {w.model} {_weights(w)}, KV {w.kv_cache_dtype}: "

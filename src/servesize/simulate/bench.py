@@ -201,9 +201,9 @@ def result_block(m: dict, max_concurrency: int | None) -> list[str]:
                                                                       "tpot", "TPOT"),
                              ("Inter-token Latency", "itl", "ITL")):
         lines.append(f"{title:-^50}")
-        lines.append(f"{f'Mean {name} (ms):':<40}{m[f'mean_{key}_ms']:<10.2f}")
-        lines.append(f"{f'Median {name} (ms):':<40}{m[f'median_{key}_ms']:<10.2f}")
-        lines.append(f"{f'P99 {name} (ms):':<40}{m[f'p99_{key}_ms']:<10.2f}")
+        for label, stat in (("Mean", "mean"), ("Median", "median"), ("P99", "p99")):
+            value = m[f"{stat}_{key}_ms"]
+            lines.append(f"{f'{label} {name} (ms):':<40}{'-' if value is None else f'{value:.2f}':<10}")
     lines.append("=" * 50)
     return lines
 
@@ -216,6 +216,26 @@ def stats_ms(name: str, x: np.ndarray) -> dict:
             f"p99_{name}_ms": float(np.percentile(x, 99))}
 
 
+def tpot_ms(ttft_ms: np.ndarray, latency_ms: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The benchmark's TPOT: (latency - TTFT) / (output - 1), for the requests of more than one output token."""
+    many = out > 1
+    return (latency_ms[many] - ttft_ms[many]) / (out[many] - 1)
+
+
+def metrics_document(completed: int, failed: int, duration: float, total_in: int, total_out: int, ttft: np.ndarray,
+                     tpot: np.ndarray, itl: dict) -> dict:
+    """``calculate_metrics``'s document from its parts: the counts, the throughputs over ``duration``, and the mean,
+    median and p99 of TTFT and TPOT (ms); ``itl`` its ITL statistics (pooled, or step-weighted when simulated)."""
+    def per_s(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    return {"completed": completed, "failed": failed, "duration": duration,
+            "total_input_tokens": total_in, "total_output_tokens": total_out,
+            "request_throughput": per_s(completed), "output_throughput": per_s(total_out),
+            "total_token_throughput": per_s(total_in + total_out),
+            **stats_ms("ttft", ttft), **stats_ms("tpot", tpot), **itl}
+
+
 def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
     """``calculate_metrics`` over the simulated run: every request that was answered (``replicas`` identical
     replicas side by side: counts and throughputs scale, latencies do not)."""
@@ -224,8 +244,7 @@ def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
     out = run.output_tokens[done].astype(float)
     ttft = (first - sent) * 1e3
     latency = (finish - sent) * 1e3
-    many = out > 1
-    tpot = (latency[many] - ttft[many]) / (out[many] - 1)
+    tpot = tpot_ms(ttft, latency, out)
     steps = np.asarray(run.step_seconds, dtype=float) * 1e3
     decoders = np.asarray(run.decoders_per_step, dtype=np.int64)
     itl_w = decoders[decoders > 0]
@@ -239,9 +258,4 @@ def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
     itl = {"mean_itl_ms": float((itl_v * itl_w).sum() / itl_w.sum()) if itl_w.size else 0.0,
            "median_itl_ms": _weighted_quantile(itl_v, itl_w, 50.0) if itl_w.size else 0.0,
            "p99_itl_ms": _weighted_quantile(itl_v, itl_w, 99.0) if itl_w.size else 0.0}
-    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
-    return {"completed": completed, "failed": int((~done).sum()) * replicas, "duration": duration,
-            "total_input_tokens": total_in, "total_output_tokens": total_out,
-            "request_throughput": per_s(completed), "output_throughput": per_s(total_out),
-            "total_token_throughput": per_s(total_in + total_out),
-            **stats_ms("ttft", ttft), **stats_ms("tpot", tpot), **itl}
+    return metrics_document(completed, int((~done).sum()) * replicas, duration, total_in, total_out, ttft, tpot, itl)

@@ -715,7 +715,8 @@ def disagreement(plan_users: float, plan_binding: str, engine: EngineUsers, dp: 
         return None
     gap = f"{(plan_users - sim) / sim:+.0%}" if sim else "the engine serves none"
     broke = f"at {engine.breaks_at * dp:,} the engine breaks on {engine.reason}" if engine.breaks_at else \
-        f"the engine met the SLO up to its search cap ({engine.users * dp:,})"
+        (f"the engine's search stopped at {engine.users * dp:,}, a lower bound: {engine.reason}" if engine.reason
+         else f"the engine met the SLO up to its search cap ({engine.users * dp:,})")
     return (f"plan {plan_users:,.0f} users ({plan_binding} binds) vs the engine simulator's {sim:,} ({gap}): "
             f"{_WHY.get(plan_binding, plan_binding)}; {broke}")
 

@@ -122,6 +122,9 @@ def read_bench_result(text: str, where: str = "the benchmark result") -> Measure
     completed = int(v["completed"])
     if completed < 1 or not math.isfinite(v["total_input_tokens"]) or not math.isfinite(v["total_output_tokens"]):
         raise BadInput(f"{where}: no request completed, so it measured nothing to calibrate on")
+    if not v["mean_tpot_ms"] > 0:
+        raise BadInput(f"{where}: its mean TPOT is 0 ms (every output one token, or no decode measured): nothing "
+                       "to calibrate decode on")
     conc = v.get("max_concurrency")
     return MeasuredBench(completed=completed, total_input_tokens=int(v["total_input_tokens"]),
                          total_output_tokens=int(v["total_output_tokens"]), mean_ttft_ms=v["mean_ttft_ms"],

@@ -71,8 +71,8 @@ def headline(result: FleetResult) -> dict:
     w = result.winner
     if w is None and result.serves and result.partition is not None and result.verdict is not None:
         own = [(t.team, t.option) for t in result.partition.cheapest if t.option is not None]
-        cost = float(result.partition.cost_per_month or 0.0)
-        cur = own[0][1].currency if own else result.currency
+        cost = float(result.verdict["partitioned_cost_per_month"] or 0.0)
+        cur = result.verdict["currency"] or result.currency
         return {"found": True, "title": f"No shared pool serves {_who(result)}; a fleet per team does",
                 "shape": "; ".join(f"{team} {shape_text(option)}" for team, option in own),
                 "cost": f"{money(cost, cur)}/month",
