@@ -25,7 +25,8 @@ def test_a_stream_reports_usage_cached_tokens_and_token_timings():
     assert cold.prompt_tokens == 200 and cold.completion_tokens == 5
     assert cold.cached_tokens == 0 and cold.cached_tokens_reported
     assert warm.cached_tokens == (200 - 1) // 16 * 16  # whole blocks, never the last token
-    assert cold.chunks == 5 and cold.itl["n"] == 4
+    assert cold.chunks == 5
+    assert (cold.itl is None) if cold.coalesced else cold.itl["n"] == 4  # a starved host may read it in one burst
     assert cold.first_byte_s <= cold.ttft_s <= cold.first_content_s <= cold.last_token_s <= cold.end_s
 
 

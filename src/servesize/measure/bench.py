@@ -133,25 +133,31 @@ class BenchMeasured:
 def bench_figures(results: list[RequestResult], asked_input: np.ndarray, duration_s: float) -> tuple[dict, int]:
     """``calculate_metrics`` over measured requests (the module docstring's definitions), and how many completed
     streams were coalesced (no TPOT or ITL taken from them)."""
-    done = [i for i, r in enumerate(results) if r.ok and r.chunk_times_s]
-    outs = [results[i].completion_tokens or results[i].token_events for i in done]
-    ttft = np.asarray([(results[i].chunk_times_s or [0.0])[0] * 1e3 for i in done])
-    timed = [k for k, i in enumerate(done) if not results[i].coalesced]  # their gaps are the server's
-    latency = np.asarray([(results[done[k]].chunk_times_s or [0.0])[-1] * 1e3 for k in timed])
-    itl = [(b - a) * 1e3 for k in timed for a, b in itertools.pairwise(results[done[k]].chunk_times_s or [])]
-    total_in = 0
-    for i in done:
-        asked = results[i].prompt_tokens
-        total_in += int(asked_input[i]) if asked is None else asked
+    done = [r for r in results if r.ok and r.chunk_times_s]
+    times = [r.chunk_times_s or [] for r in done]
+    outs = [r.completion_tokens or r.token_events for r in done]
+    timed = [k for k, r in enumerate(done) if not r.coalesced]  # their gaps are the server's
+    ttft = np.asarray([t[0] * 1e3 for t in times])
+    latency = np.asarray([times[k][-1] * 1e3 for k in timed])
+    itl = [(b - a) * 1e3 for k in timed for a, b in itertools.pairwise(times[k])]
     tpot = tpot_ms(ttft[timed], latency, np.asarray([outs[k] for k in timed], dtype=float))
-    metrics = metrics_document(len(done), len(results) - len(done), duration_s, total_in, sum(outs), ttft, tpot,
-                               stats_ms("itl", np.asarray(itl)))
+    metrics = metrics_document(len(done), len(results) - len(done), duration_s, _input_tokens(results, asked_input),
+                               sum(outs), ttft, tpot, stats_ms("itl", np.asarray(itl)))
     # no figure, never 0 ms, where nothing was measured: no request completed (no latency at all), or every
     # completed stream was coalesced (no TPOT or ITL). A run whose outputs are all one token keeps vLLM's TPOT of 0
     unmeasured = ("ttft", "tpot", "itl") if not done else ("tpot", "itl") if not timed else ()
     for name in unmeasured:
         metrics.update({f"{stat}_{name}_ms": None for stat in ("mean", "median", "p99")})
     return metrics, len(done) - len(timed)
+
+
+def _input_tokens(results: list[RequestResult], asked_input: np.ndarray) -> int:
+    """The completed requests' prompt tokens: usage.prompt_tokens, else the length asked for (by index)."""
+    total = 0
+    for r, asked in zip(results, asked_input.tolist()):
+        if r.ok and r.chunk_times_s:
+            total += int(asked) if r.prompt_tokens is None else r.prompt_tokens
+    return total
 
 
 def error_kinds(results: list[RequestResult]) -> dict[str, int]:
