@@ -19,8 +19,8 @@ streamed, EOS ignored with --ignore-eos as the benchmark does; and the same figu
 definitions (TTFT to the first streamed choice, TPOT = (latency - TTFT) / (output - 1), ITL between streamed
 choices, throughputs over the run). Prompts share no cached block and are exactly their length where the server
 has /tokenize. Every request's result is appended to the run record as it ends; a benchmark's duration is one
-uninterrupted run's, so an interrupted one is run again, not resumed. --json prints the keys `vllm bench serve
---save-result` writes.
+uninterrupted run's, so an interrupted one is run again, not resumed. --json prints the metric keys `vllm bench
+serve --save-result` writes.
 """
 
 

@@ -89,7 +89,8 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class BenchMeasured:
-    """The benchmark's result block, measured: the keys ``vllm bench serve --save-result`` writes."""
+    """The benchmark's result block, measured: the metric keys ``vllm bench serve --save-result`` writes (not its
+    ``std_*`` and peak figures; ``errors`` is a count per kind where the benchmark lists each request's)."""
 
     config: BenchConfig
     model: str
