@@ -56,6 +56,12 @@ from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
 
+# A rung's warm claims are refuted on TTFT grounds only when at least this many were slow: two slow warm turns of an
+# honest server were seen on this 2-core machine with two engines, a CI run and busy loops sharing it (CI, stop 41:
+# "called 2 returning request(s) warm, but 2 of them were no faster than cold"). A modelled floor, not fitted: a
+# lying server's claims are many (every returning turn), and the lying-server tests catch them with it in place
+REFUTE_MIN_SLOW = 3
+
 LADDER_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
 
 
@@ -393,7 +399,7 @@ def _refuted_cached(ok: list[RequestResult], returning: list[RequestResult], war
         if warm.get(r.id) and r.ttft_s is not None and predicted > 0 and resolvable(predicted):
             ratios.append(r.ttft_s / predicted)
     slow = sum(1 for x in ratios if x >= REFUTE_TTFT_RATIO)
-    if not ratios or slow <= REFUTE_SHARE * len(ratios):
+    if not ratios or slow <= REFUTE_SHARE * len(ratios) or slow < REFUTE_MIN_SLOW:
         return None
     ratios.sort()
     return (f"called {len(ratios)} returning request(s) warm, but {slow} of them were no faster than cold (TTFT >= "
