@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import pathlib
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -370,6 +371,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="write tests/fixtures/measured/step-accuracy.json")
     ap.add_argument("--only", default=None, help="only runs whose id contains this")
+    ap.add_argument("--replay-extra", default=None, metavar="FLAGS",
+                    help="flags added to every run's servesize bench line, e.g. '--random-range-ratio 0.05' (a what-if "
+                         "replay, not the runs as recorded; refused with --write)")
     ap.add_argument("--fit", action="store_true", help="search the step terms on the fit part, then report with them")
     ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds (default 2)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
@@ -382,10 +386,16 @@ def main() -> int:
                          "as measured; fewer is faster but the first wave, every slot at once, is then a larger share "
                          "of the requests and its queue inflates TTFT: at 4 the search took MFU to its bound)")
     args = ap.parse_args()
+    if args.replay_extra and args.write:
+        ap.error("--replay-extra replays the runs otherwise than recorded: it does not write the fixture")
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     cases = published_cases() + aiconfigurator_cases()
     if args.only:
         cases = [c for c in cases if args.only in c.id]
+    if args.replay_extra:
+        for c in cases:
+            if c.argv is not None:
+                c.argv = [*c.argv, *shlex.split(args.replay_extra)]
     found = None
     if args.fit:
         part = [c for c in cases if c.argv is not None and c.split == "fit"]

@@ -123,6 +123,11 @@ COMMON = dict(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_lay
 FAMILIES: dict[str, tuple[str, dict]] = {
     # GQA, every layer full attention: 2 layers x 2 KV heads x 32
     "llama": ("llama", {}),
+    # wider (~14M parameters, run in float32): a prefill of a few hundred tokens takes the CPU engine a step far
+    # longer than a client's sends are apart, so which requests share a step is decided by the scheduler alone
+    # (test_engine_waves_vs_vllm.py)
+    "llama_wide": ("llama", dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                                 num_key_value_heads=8, head_dim=64)),
     # an explicit head_dim (64) that is not hidden / heads (32)
     "qwen3": ("qwen3", dict(head_dim=64)),
     # 5 sliding (window 64) : 1 global, as Gemma 3 interleaves them

@@ -21,6 +21,7 @@ from servesize.simulate.engine import (
 from servesize.simulate.replay import ReplayOptions, build_replay
 
 B = 16
+H = EngineConfig.__dataclass_fields__["handoff_s"].default  # a request reaches the scheduler this long after it is sent
 
 
 def _replay(rows, **opts):
@@ -35,9 +36,9 @@ def test_one_user_waits_exactly_its_prefill_for_the_first_token_then_decodes_one
     rp = _replay([("a", 0.0, 160, _ids(1, 160), 11)])
     times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.02)
     run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
-    assert run.first_token_s[0] - run.arrival_s[0] == pytest.approx(0.160)  # 160 tokens x 1 ms, one step
+    assert run.first_token_s[0] - run.arrival_s[0] == pytest.approx(H + 0.160)  # handed over, then 160 x 1 ms
     assert run.steps == 1 + 10  # the prefill step samples the first token, ten decode steps the rest
-    assert run.finish_s[0] == pytest.approx(0.160 + 10 * 0.02)
+    assert run.finish_s[0] == pytest.approx(H + 0.160 + 10 * 0.02)
     assert run.decode_tok_s[0] == pytest.approx(50.0)  # 10 tokens over 10 steps of 20 ms
 
 
@@ -49,7 +50,7 @@ def test_one_user_on_the_planners_rooflines_waits_prefill_seconds():
     decode = DecodeSetup(bandwidth_bytes_per_s=3.35e12, weight_bytes_per_step=16e9, kv_bytes_per_token_read=131072)
     rp = _replay([("a", 0.0, 4000, _ids(1, 4000), 5)])
     run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B), StepModel(prefill, decode), warmup=0.0)
-    assert run.first_token_s[0] == pytest.approx(float(prefill.seconds(4000, 0)), rel=1e-12)
+    assert run.first_token_s[0] == pytest.approx(H + float(prefill.seconds(4000, 0)), rel=1e-12)
     ctx = 4000 + np.arange(1, 5)  # each decode step reads the context so far
     expect = sum(float(decode.step_seconds(decode.step_bytes(np.array([[c]]))[0])) for c in ctx)
     assert run.finish_s[0] - run.first_token_s[0] == pytest.approx(expect, rel=1e-9)
@@ -59,14 +60,29 @@ def test_n_users_all_decoding_step_at_the_roofline_of_a_batch_of_n():
     n = 8
     rows = [(f"u{k}", 0.0, 32, _ids(k + 1, 32), 101) for k in range(n)]
     rp = _replay(rows)
-    # a step costs 10 ms + 1 ms per decoder: at a batch of 8, 18 ms
+    # a step costs 10 ms + 1 ms per decoder: at a batch of 8, 18 ms. With no hand-off all eight reach the scheduler
+    # together (with one, the first is prefilled alone: test_requests_sent_at_once_reach_the_scheduler_in_turn)
     times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.010, decode_per_seq_s=0.001)
-    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B, max_num_batched_tokens=4096), times,
-                          warmup=0.0)
+    run = simulate_engine(rp, EngineConfig(num_blocks=1000, block_size=B, max_num_batched_tokens=4096, handoff_s=0.0),
+                          times, warmup=0.0)
     assert run.prefill_steps == 1  # all eight prompts (256 tokens) in one step
     assert np.allclose(run.decode_tok_s, 1 / 0.018)  # every user: 100 tokens in 100 steps of 18 ms
     assert run.decoders_per_step.count(n) == 100
     assert run.jumps >= 1 and run.steps == 101  # the decode-only steps were advanced in jumps, each one counted
+
+
+def test_requests_sent_at_once_reach_the_scheduler_in_turn_and_an_idle_engine_starts_with_the_first():
+    # the API server hands requests over one at a time (EngineConfig.handoff_s): four users sent at 0 reach the
+    # scheduler at H, 2H, 3H and 4H; the idle engine prefills the first alone (0.1 s), then the other three together
+    # (the real CPU engine does the same, wave after wave: tests/integration/test_engine_waves_vs_vllm.py)
+    rows = [(f"u{k}", 0.0, 96, _ids(k + 1, 96), 3) for k in range(4)]
+    times = ConstantSteps(prefill_per_token_s=1e-3 / 0.96, decode_step_s=0.02)
+    run = simulate_engine(_replay(rows), EngineConfig(num_blocks=1000, block_size=B), times, warmup=0.0)
+    # the second step: the three prompts (0.3 s) beside the first user's decode (20 ms)
+    assert run.first_token_s.tolist() == pytest.approx([H + 0.1] + [H + 0.1 + 0.3 + 0.02] * 3)
+    together = simulate_engine(_replay(rows), EngineConfig(num_blocks=1000, block_size=B, handoff_s=0.0), times,
+                               warmup=0.0)
+    assert together.first_token_s.tolist() == pytest.approx([0.4] * 4) and together.prefill_steps == 1
 
 
 def test_chunked_prefill_splits_a_long_prompt_into_ceil_length_over_budget_steps():
@@ -76,7 +92,7 @@ def test_chunked_prefill_splits_a_long_prompt_into_ceil_length_over_budget_steps
     run = simulate_engine(rp, EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=budget), times,
                           warmup=0.0)
     assert run.prefill_chunks == math.ceil(L / budget) == 4
-    assert run.steps == 4 and run.first_token_s[0] == pytest.approx(1.0)  # the same tokens, the same machine time
+    assert run.steps == 4 and run.first_token_s[0] == pytest.approx(H + 1.0)  # the same tokens, the same machine time
 
 
 def test_a_decoder_shares_the_step_with_a_chunk_and_takes_one_token_of_the_budget():
@@ -124,15 +140,17 @@ def test_a_returning_turn_hits_its_prefix_and_prefills_only_its_tail_after_its_p
     run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B), times, warmup=0.0)
     assert run.hit_tokens.tolist() == [0, 128]
     assert run.arrival_s[1] == pytest.approx(run.finish_s[0] + 9.0)  # closed loop: the pause after the answer
-    assert run.first_token_s[1] - run.arrival_s[1] == pytest.approx(0.064)  # only the 64-token tail
+    assert run.first_token_s[1] - run.arrival_s[1] == pytest.approx(H + 0.064)  # only the 64-token tail
 
 
 def test_users_at_comfort_is_the_last_n_that_meets_the_slo_and_names_why_the_next_breaks():
-    # a decode step costs 1 ms per user: 25 concurrent decoders get 40 tok/s, 26 get 38.5 (floor 39.5: off the edge)
+    # a decode step costs 1 ms per user: 25 concurrent decoders get 40 tok/s, 26 get 38.5 (floor 39.5: off the edge);
+    # every user reaches the scheduler at once (no hand-off), so all n decode in every step
     def run_at(n):
         rows = [(f"u{k}", 0.0, 16, _ids(k + 1, 16), 41) for k in range(n)]
         times = ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.0, decode_per_seq_s=0.001)
-        return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B), times, warmup=0.0)
+        return simulate_engine(_replay(rows), EngineConfig(num_blocks=10_000, block_size=B, handoff_s=0.0), times,
+                               warmup=0.0)
 
     found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0, decode_floor_tok_s=39.5))
     assert found.users == 25 and found.breaks_at == 26 and "decode" in found.reason

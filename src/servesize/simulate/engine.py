@@ -79,6 +79,13 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     output_blocks: bool = True
+    # the API server hands requests to the engine core one at a time (it parses and tokenizes each on its one event
+    # loop, then sends it over ZMQ; vllm#25301), so requests sent at the same instant reach the scheduler this far
+    # apart, and an idle engine starts a step with the first alone. The real CPU engine does exactly that: 8
+    # requests sent at once are prefilled 1 then 7, and that split lasts every wave of an exact-length run
+    # (tests/integration/test_engine_waves_vs_vllm.py). A millisecond: a short prompt's parse and tokenization;
+    # any spacing shorter than a step gives an idle engine the same schedule
+    handoff_s: float = 0.001
 
     def __post_init__(self):
         if not 2 <= self.num_blocks <= 1 << 31:
@@ -89,6 +96,8 @@ class EngineConfig:
             raise BadInput(f"--max-num-seqs must be >= 1, got {self.max_num_seqs}")
         if self.max_num_batched_tokens < 1:
             raise BadInput(f"--max-num-batched-tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if not (math.isfinite(self.handoff_s) and 0 <= self.handoff_s <= 1):
+            raise BadInput(f"the API server's hand-off must be in [0, 1] s per request, got {self.handoff_s!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,6 +214,7 @@ class _Engine:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.now = 0.0
+        self.handed = -math.inf  # when the API server last handed a request to the scheduler (cfg.handoff_s)
         self.run = EngineRun(users=len(order), arrival_s=np.full(n, np.nan), first_token_s=np.full(n, np.nan),
                              finish_s=np.full(n, np.nan), hit_tokens=np.zeros(n, dtype=np.int64),
                              ideal_tokens=np.zeros(n, dtype=np.int64), input_tokens=self.prompt, output_tokens=self.out,
@@ -361,9 +371,17 @@ class _Engine:
         self._next(int(self.user_of[i]), self.run.finish_s[i])
 
     # -- one step -------------------------------------------------------------------------------
+    def _next_reach(self) -> float:
+        """When the next request sent reaches the scheduler: the API server hands them over in the order sent, one
+        ``handoff_s`` each (inf: none left to send)."""
+        if not self.arrivals:
+            return math.inf
+        return max(self.arrivals[0][0], self.handed) + self.cfg.handoff_s
+
     def _take_arrivals(self) -> None:
-        while self.arrivals and self.arrivals[0][0] <= self.now:
+        while (reach := self._next_reach()) <= self.now:
             t, i = heapq.heappop(self.arrivals)
+            self.handed = reach
             self._arrive(i, t)
 
     def step(self) -> bool:
@@ -372,7 +390,7 @@ class _Engine:
         if not self.running and not self.waiting:
             if not self.arrivals:
                 return False
-            self.now = max(self.now, self.arrivals[0][0])  # idle until the next request
+            self.now = max(self.now, self._next_reach())  # idle until the next request reaches the scheduler
             return True
         if self._can_jump():
             self._jump()
@@ -449,7 +467,7 @@ class _Engine:
         ends = self.now + np.cumsum(times)
         if self.arrivals:  # a step starting at or after the next arrival would see it: stop before
             starts = ends - times
-            k = max(1, min(k, int(np.searchsorted(starts, self.arrivals[0][0], side="left"))))
+            k = max(1, min(k, int(np.searchsorted(starts, self._next_reach(), side="left"))))
         dt = float(ends[k - 1] - self.now)
         # the blocks the k steps need, taken from the pool in one call and handed out in the running order (what a
         # _grow per request would take: the free queue's front, one request after the other)
