@@ -4,7 +4,7 @@ A ``vllm bench serve`` load of exact lengths with ``--ignore-eos`` at a fixed co
 to an idle vLLM. The real CPU engine prefills the first alone (it reaches the scheduler first, and an idle engine
 starts a step with what it has) and the other C - 1 together in the next step; every request of a group then
 finishes in one step, the group's replacements are sent together, and the split lasts every wave. The engine
-simulator schedules the same groups (``EngineConfig.handoff_s``: the API server hands requests over one at a time).
+simulator schedules the same groups (``engine.handoff_s`` in data/assumptions.toml: the API server hands requests over one at a time).
 
 This is what the measured fixed-length rows of docs/accuracy.md are compared against: an engine that keeps exact-
 length groups in step, so a measured run whose TTFT is below that lock-step floor was not of exact lengths.

@@ -107,7 +107,9 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
                              "--num-prompts", 12, "--max-concurrency", 3, "--record", path, "--json", "--quiet",
                              "--ignore-eos")
         peak, received, sent = server.peak_in_flight, server.completions, [e["ignore_eos"] for e in server.log]
+        listings = server.models_served
     assert code == 0, err
+    assert listings == 1  # the model's name and its max_model_len from one /v1/models
     doc = json.loads(out)
     assert (doc["completed"], doc["failed"]) == (12, 0)
     assert doc["total_input_tokens"] == 12 * 64 and doc["total_output_tokens"] == 12 * 8  # /tokenize: exact prompts

@@ -186,6 +186,7 @@ class TestServer:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.completions = 0  # completion requests received
+        self.models_served = 0  # /v1/models requests received
         self.log: list[dict] = []  # per request: prompt_tokens, cached_tokens, injected ttft
         self.in_flight = 0
         self.peak_in_flight = 0  # the most completions streaming at once
@@ -305,6 +306,7 @@ class TestServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         c = self.config
+        self.models_served += 1
         if c.html_models:
             return web.Response(status=200, text=HTML_PAGE, content_type="text/html")
         if c.models_body is not None:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.planning.step_model import ConstantSteps
@@ -27,12 +28,12 @@ def _run(load: BenchLoad, times, blocks: int = 100_000, batched: int = 8192):
 
 
 def test_one_client_at_a_time_gets_the_constant_step_times_exactly():
-    # one request in flight: handed to the scheduler (1 ms, EngineConfig.handoff_s), prefill 1,000 tokens at 1 us each
+    # one request in flight: handed to the scheduler (1 ms, engine.handoff_s), prefill 1,000 tokens at 1 us each
     # in one chunk, then 99 decode steps of 10 ms
     load = BenchLoad(random_input_len=1000, random_output_len=100, num_prompts=5, max_concurrency=1)
     m = bench_metrics(_run(load, ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.010)))
     assert m["completed"] == 5 and m["failed"] == 0
-    h = EngineConfig.__dataclass_fields__["handoff_s"].default
+    h = assumption("engine.handoff_s")
     assert h == 0.001
     assert m["mean_ttft_ms"] == pytest.approx(1e3 * h + 1.0)
     assert m["mean_tpot_ms"] == pytest.approx(10.0)

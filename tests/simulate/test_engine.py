@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from tracebuild import make_trace
 
+from servesize.assumptions import assumption
 from servesize.errors import BadInput
 from servesize.planning.step_model import ConstantSteps, StepModel
 from servesize.simulate.engine import (
@@ -21,7 +22,7 @@ from servesize.simulate.engine import (
 from servesize.simulate.replay import ReplayOptions, build_replay
 
 B = 16
-H = EngineConfig.__dataclass_fields__["handoff_s"].default  # a request reaches the scheduler this long after it is sent
+H = assumption("engine.handoff_s")  # a request reaches the scheduler this long after it is sent
 
 
 def _replay(rows, **opts):

@@ -175,8 +175,9 @@ async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
     inputs, outputs = load.lengths()
     async with StreamClient(cfg.url, cfg.model, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s,
                             api=cfg.api) as client:
-        model = await client.resolve_model()
-        limit = next((e.get("max_model_len") for e in await client.models() if e.get("id") == model), None)
+        entries = await client.models()  # one listing: the model's name and its max_model_len
+        model = await client.resolve_model(entries)
+        limit = next((e.get("max_model_len") for e in entries if e.get("id") == model), None)
         if isinstance(limit, int) and not isinstance(limit, bool) and load.longest_request_tokens > limit:
             raise BadInput(f"the load's longest request ({load.longest_request_tokens:,} tokens, prompt and output) "
                            f"is past the server's max_model_len {limit:,} (/v1/models): every such request would "

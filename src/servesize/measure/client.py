@@ -268,9 +268,10 @@ class StreamClient:
                            "not a list of model objects (an OpenAI model list)")
         return data
 
-    async def resolve_model(self) -> str:
-        """``--model`` if given, else the server's first /v1/models entry."""
-        entries = await self.models()
+    async def resolve_model(self, entries: list[dict] | None = None) -> str:
+        """``--model`` if given, else the server's first /v1/models entry (``entries``: a listing already fetched)."""
+        if entries is None:
+            entries = await self.models()
         if self.model is None:
             if not entries:
                 raise BadInput(f"{self.base_url}/v1/models lists no model; pass --model")

@@ -70,22 +70,35 @@ class BenchLoad:
         if math.isfinite(self.request_rate) and self.max_concurrency is not None:
             raise BadInput("--request-rate with --max-concurrency is not modelled (a request is then sent at the later "
                            "of its Poisson draw and a free slot): give one of the two", field="request_rate")
+        if self.random_prefix_len + math.floor(self.random_input_len * (1 - self.random_range_ratio)) < 1:
+            raise BadInput(f"--random-input-len {self.random_input_len} at --random-range-ratio "
+                           f"{self.random_range_ratio:g} can draw an empty prompt, which vllm bench serve refuses: "
+                           "raise --random-input-len or --random-prefix-len, or lower the ratio",
+                           field="random_input_len")
         if not 0 <= self.random_seed < 2**63:
             raise BadInput(f"--seed must be in [0, 2**63), got {self.random_seed!r}", field="random_seed")
 
+    def bounds(self, mean: int) -> tuple[int, int]:
+        """The interval a length is drawn from, as vLLM's random dataset computes it (vllm/benchmarks/datasets/
+        utils.py ``get_sampling_params``: floor of mean x (1 - r), ceil of mean x (1 + r); an output at least 1, and
+        a prompt never empty: __post_init__ refuses what vLLM refuses), the same float expressions, so the same
+        bounds. vLLM first takes the tokenizer's special tokens (a BOS) off the input
+        length and the server adds them back; servesize knows no tokenizer, so an input draw here is that of a
+        tokenizer that adds none (Qwen's): with a BOS, vLLM draws from the interval of input - 1, plus 1."""
+        r = self.random_range_ratio
+        return max(1, math.floor(mean * (1 - r))), max(1, math.ceil(mean * (1 + r)))
+
     @property
     def longest_request_tokens(self) -> int:
-        r = self.random_range_ratio
-        return (self.random_prefix_len + int(self.random_input_len * (1 + r))
-                + int(self.random_output_len * (1 + r)))
+        return self.random_prefix_len + self.bounds(self.random_input_len)[1] + self.bounds(self.random_output_len)[1]
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per prompt, its input tokens (prefix included) and its output tokens, as the random dataset draws them."""
+        """Per prompt, its input tokens (prefix included) and its output tokens, as the random dataset draws them:
+        one generator seeded with ``--seed``, every input length drawn, then every output length (vLLM's order)."""
         rng = np.random.default_rng(self.random_seed)
-        r = self.random_range_ratio
 
         def draw(mean: int) -> np.ndarray:
-            lo, hi = max(1, int(mean * (1 - r))), max(1, int(mean * (1 + r)))
+            lo, hi = self.bounds(mean)
             return rng.integers(lo, hi + 1, size=self.num_prompts)
 
         inputs = draw(self.random_input_len) + self.random_prefix_len

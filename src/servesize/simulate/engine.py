@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from servesize.assumptions import assumption
 from servesize.errors import BadInput
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
 from servesize.planning.interference import BASELINE_SLACK
@@ -79,13 +80,9 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     output_blocks: bool = True
-    # the API server hands requests to the engine core one at a time (it parses and tokenizes each on its one event
-    # loop, then sends it over ZMQ; vllm#25301), so requests sent at the same instant reach the scheduler this far
-    # apart, and an idle engine starts a step with the first alone. The real CPU engine does exactly that: 8
-    # requests sent at once are prefilled 1 then 7, and that split lasts every wave of an exact-length run
-    # (tests/integration/test_engine_waves_vs_vllm.py). A millisecond: a short prompt's parse and tokenization;
-    # any spacing shorter than a step gives an idle engine the same schedule
-    handoff_s: float = 0.001
+    # requests sent at the same instant reach the scheduler this far apart (the API server takes them one at a time),
+    # so an idle engine starts a step with the first alone, as the real engine does (data/assumptions.toml)
+    handoff_s: float = field(default_factory=lambda: float(assumption("engine.handoff_s")))
 
     def __post_init__(self):
         if not 2 <= self.num_blocks <= 1 << 31:
