@@ -674,7 +674,11 @@ def bench(scenario: Scenario, load: Any) -> Any:
     if not load.ignore_eos:
         notes.append(f"every request is simulated to generate its {load.random_output_len:,} output tokens, as "
                      "vllm bench serve --ignore-eos asks; without that flag a model may stop at EOS sooner, and a "
-                     "run whose Total generated tokens is lower did less work than this one")
+                     "run whose Total generated tokens is lower did less work than this one"
+                     + ("; and with equal lengths these requests finish together and are replaced in waves, as the "
+                        "real engine's are with --ignore-eos, where replies ending at EOS break the waves up: such a "
+                        "run's TTFT can be far lower (docs/accuracy.md, 'Fixed-length sweeps')"
+                        if load.random_range_ratio == 0 and load.max_concurrency is not None else ""))
     terms = times.terms
     step = {"summary": (f"overhead {times.overhead_s * 1e3:.2f} ms a step at TP {fixed.tp}, request fixed cost "
                         f"{terms.request_fixed_s * 1e3:.1f} ms, mixed step {terms.mixed}, bandwidth efficiency "

@@ -144,3 +144,15 @@ def test_a_server_started_without_a_speculative_config_drafts_nothing_even_with_
     assert [plain[k] for k in metrics] == [off[k] for k in metrics]
     assert plain["mean_tpot_ms"] == pytest.approx(plain["mean_itl_ms"])  # one token a step: TPOT is the step
     assert drafting["mean_tpot_ms"] < plain["mean_tpot_ms"] < drafting["mean_itl_ms"]
+
+
+def test_without_ignore_eos_the_result_says_what_a_real_run_may_differ_by_and_names_the_waves_only_where_they_form(
+        capsys):
+    # equal lengths at a fixed concurrency: the simulated requests finish together and are replaced in waves (as the
+    # real engine's are with --ignore-eos: tests/integration/test_engine_waves_vs_vllm.py); replies ending at EOS
+    # would break them up. Drawn lengths never form waves; with --ignore-eos the simulation is the run asked for
+    plain = " ".join(_bench_json(capsys)["notes"])
+    assert "--ignore-eos asks" in plain and "replaced in waves" in plain
+    drawn = " ".join(_bench_json(capsys, "--random-range-ratio", "0.1")["notes"])
+    assert "--ignore-eos asks" in drawn and "waves" not in drawn
+    assert not [n for n in _bench_json(capsys, "--ignore-eos")["notes"] if "EOS" in n]
