@@ -82,8 +82,8 @@ class BenchLoad:
         """The interval a length is drawn from, as vLLM's random dataset computes it (vllm/benchmarks/datasets/
         utils.py ``get_sampling_params``: floor of mean x (1 - r), ceil of mean x (1 + r); an output at least 1, and
         a prompt never empty: __post_init__ refuses what vLLM refuses), the same float expressions, so the same
-        bounds. vLLM first takes the tokenizer's special tokens (a BOS) off the input
-        length and the server adds them back; servesize knows no tokenizer, so an input draw here is that of a
+        bounds. vLLM first takes the tokenizer's special tokens (a BOS) off the input length and the server adds them
+        back; servesize knows no tokenizer, so an input draw here is that of a
         tokenizer that adds none (Qwen's): with a BOS, vLLM draws from the interval of input - 1, plus 1."""
         r = self.random_range_ratio
         return max(1, math.floor(mean * (1 - r))), max(1, math.ceil(mean * (1 + r)))
