@@ -92,14 +92,6 @@ def tiny_model(vllm_python, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
-def wide_model(vllm_python, tmp_path_factory) -> dict:
-    """make_tiny_model.py's llama_wide in float32: steps long enough on a CPU that the scheduler alone decides
-    which requests share one."""
-    return make_tiny_model(vllm_python, tmp_path_factory.mktemp("wide") / "model", dtype="float32",
-                           family="llama_wide")[0]
-
-
-@pytest.fixture(scope="session")
 def tiny_model_of(vllm_python, tmp_path_factory):
     """family -> the tiny model of make_tiny_model.py --family. The first call writes every family in one
     interpreter (about 12 s for all 17, where one interpreter each took about 9 s each); safe to call from the

@@ -125,7 +125,7 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "llama": ("llama", {}),
     # wider (~14M parameters, run in float32): a prefill of a few hundred tokens takes the CPU engine a step far
     # longer than a client's sends are apart, so which requests share a step is decided by the scheduler alone
-    # (test_engine_waves_vs_vllm.py)
+    # (scripts/engine_waves.py)
     "llama_wide": ("llama", dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
                                  num_key_value_heads=8, head_dim=64)),
     # an explicit head_dim (64) that is not hidden / heads (32)

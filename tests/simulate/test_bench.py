@@ -51,6 +51,20 @@ def test_the_concurrency_cap_is_the_batch():
     assert 11.0 <= m["median_tpot_ms"] <= 18.0 + 1e-9
 
 
+def test_exact_lengths_sent_at_once_prefill_the_first_then_the_rest_and_keep_those_groups_every_wave():
+    # 4 requests sent at once to an idle engine reach the scheduler 1 ms apart (engine.handoff_s): the first is
+    # prefilled alone (260 ms for 256 tokens), the other three together in the next step; with exact lengths and
+    # --ignore-eos each group finishes together and its replacements are sent together, so the split lasts every
+    # wave. The real CPU engine did the same on a quiet machine (scripts/engine_waves.py, docs/accuracy.md).
+    load = BenchLoad(random_input_len=256, random_output_len=4, num_prompts=16, max_concurrency=4, ignore_eos=True)
+    run = _run(load, ConstantSteps(prefill_per_token_s=1e-3, decode_step_s=0.02))
+    first = run.first_token_s.tolist()
+    groups: dict[float, list[int]] = {}
+    for i, t in enumerate(first):
+        groups.setdefault(t, []).append(i)
+    assert list(groups.values()) == [[0], [1, 2, 3], [4], [5, 6, 7], [8], [9, 10, 11], [12], [13, 14, 15]]
+
+
 def test_the_request_fixed_cost_adds_to_ttft_only():
     class Fixed(ConstantSteps):
         request_fixed_s = 0.050
@@ -149,7 +163,7 @@ def test_a_server_started_without_a_speculative_config_drafts_nothing_even_with_
 def test_without_ignore_eos_the_result_says_what_a_real_run_may_differ_by_and_names_the_waves_only_where_they_form(
         capsys):
     # equal lengths at a fixed concurrency: the simulated requests finish together and are replaced in waves (as the
-    # real engine's are with --ignore-eos: tests/integration/test_engine_waves_vs_vllm.py); replies ending at EOS
+    # real engine's are with --ignore-eos: scripts/engine_waves.py); replies ending at EOS
     # would break them up. Drawn lengths never form waves; with --ignore-eos the simulation is the run asked for
     plain = " ".join(_bench_json(capsys)["notes"])
     assert "--ignore-eos asks" in plain and "replaced in waves" in plain

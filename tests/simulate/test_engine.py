@@ -75,7 +75,7 @@ def test_n_users_all_decoding_step_at_the_roofline_of_a_batch_of_n():
 def test_requests_sent_at_once_reach_the_scheduler_in_turn_and_an_idle_engine_starts_with_the_first():
     # the API server hands requests over one at a time (engine.handoff_s, H): four users sent at 0 reach the
     # scheduler at H, 2H, 3H and 4H; the idle engine prefills the first alone (0.1 s), then the other three together
-    # (the real CPU engine does the same, wave after wave: tests/integration/test_engine_waves_vs_vllm.py)
+    # (the real CPU engine does the same, wave after wave: scripts/engine_waves.py, on a quiet machine)
     rows = [(f"u{k}", 0.0, 96, _ids(k + 1, 96), 3) for k in range(4)]
     times = ConstantSteps(prefill_per_token_s=1e-3 / 0.96, decode_step_s=0.02)
     run = simulate_engine(_replay(rows), EngineConfig(num_blocks=1000, block_size=B), times, warmup=0.0)
