@@ -70,13 +70,18 @@ class BenchLoad:
         if math.isfinite(self.request_rate) and self.max_concurrency is not None:
             raise BadInput("--request-rate with --max-concurrency is not modelled (a request is then sent at the later "
                            "of its Poisson draw and a free slot): give one of the two", field="request_rate")
-        if self.random_prefix_len + math.floor(self.random_input_len * (1 - self.random_range_ratio)) < 1:
+        if self.random_prefix_len + self._interval(self.random_input_len)[0] < 1:
             raise BadInput(f"--random-input-len {self.random_input_len} at --random-range-ratio "
                            f"{self.random_range_ratio:g} can draw an empty prompt, which vllm bench serve refuses: "
                            "raise --random-input-len or --random-prefix-len, or lower the ratio",
                            field="random_input_len")
         if not 0 <= self.random_seed < 2**63:
             raise BadInput(f"--seed must be in [0, 2**63), got {self.random_seed!r}", field="random_seed")
+
+    def _interval(self, mean: int) -> tuple[int, int]:
+        """vLLM's interval before its floor of 1: floor of mean x (1 - r), ceil of mean x (1 + r)."""
+        r = self.random_range_ratio
+        return math.floor(mean * (1 - r)), math.ceil(mean * (1 + r))
 
     def bounds(self, mean: int) -> tuple[int, int]:
         """The interval a length is drawn from, as vLLM's random dataset computes it (vllm/benchmarks/datasets/
@@ -85,8 +90,8 @@ class BenchLoad:
         bounds. vLLM first takes the tokenizer's special tokens (a BOS) off the input length and the server adds them
         back; servesize knows no tokenizer, so an input draw here is that of a
         tokenizer that adds none (Qwen's): with a BOS, vLLM draws from the interval of input - 1, plus 1."""
-        r = self.random_range_ratio
-        return max(1, math.floor(mean * (1 - r))), max(1, math.ceil(mean * (1 + r)))
+        lo, hi = self._interval(mean)
+        return max(1, lo), max(1, hi)
 
     @property
     def longest_request_tokens(self) -> int:
