@@ -108,10 +108,10 @@ def test_a_scenario_for_the_cpu_build_says_which_cpu_or_reads_this_machines():
 
 
 def test_mamba2_layers_hold_a_prefill_checkpoint_block_in_align_mode_from_0_32():
-    from servesize.engine.pool import _LayerSpec, _per_request_blocks
+    from servesize.engine.pool import LayerSpec, _per_request_blocks
     from servesize.model.layers import MAMBA
 
-    spec = _LayerSpec(MAMBA, state_bytes=1)
+    spec = LayerSpec(MAMBA, state_bytes=1)
     def blocks(version):
         dep = Deployment(vllm_version=version, mamba_cache_mode="align", max_model_len=4096, max_num_batched_tokens=2048)
         return _per_request_blocks(spec, 4096, dep)

@@ -103,7 +103,10 @@ class KvPool:
 
 
 @dataclass(frozen=True)
-class _LayerSpec:
+class LayerSpec:
+    """One layer's cache as vLLM lays it out on one rank: its kind and its bytes per token (attention) or per
+    sequence (Mamba/GDN state), and its window where it has one."""
+
     kind: str
     bytes_per_token: int = 0  # attention kinds
     state_bytes: int = 0  # recurrent kinds
@@ -125,7 +128,7 @@ def state_cache_dtype(arch: Architecture, dep: Deployment) -> str | None:
     return asked
 
 
-def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
+def _layer_specs(arch: Architecture, dep: Deployment) -> list[LayerSpec]:
     tp = dep.tensor_parallel_size
     kv_bytes = kv_element_bytes(dep.kv_cache_dtype, arch.dtype)
     ssm_b = ssm_dtype_bytes(arch, state_cache_dtype(arch, dep)) if arch.has_state else 0
@@ -136,26 +139,26 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[_LayerSpec]:
     for layer in arch.layers:
         if isinstance(layer, WindowedAttention) and dep.disable_hybrid_kv_cache_manager:
             # vLLM unify_hybrid_kv_cache_specs: a windowed layer is cached as full attention (every token kept)
-            specs.append(_LayerSpec(FULL, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
+            specs.append(LayerSpec(FULL, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
         elif isinstance(layer, WindowedAttention):
-            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
+            specs.append(LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype), window=layer.window))
         elif layer.is_attention:
-            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
+            specs.append(LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))
         else:
             s = state_shape(layer, tp, arch.dtype_bytes, ssm_b, dep.spec_tokens)
-            specs.append(_LayerSpec(layer.kind, state_bytes=s.bytes))
+            specs.append(LayerSpec(layer.kind, state_bytes=s.bytes))
     if dep.mtp_tokens and arch.mtp_layers:
         # An MTP draft module's attention layer(s) join the model's attention KV-cache group
         # (vllm-kv-sizing.md, version notes: group size 16 -> 17 for Qwen3.5/3.6-27B).
         first = next(s for s in specs if s.kind in (FULL, MLA))
-        specs += [_LayerSpec(first.kind, first.bytes_per_token)] * arch.mtp_layers
+        specs += [LayerSpec(first.kind, first.bytes_per_token)] * arch.mtp_layers
     if dep.speculation is not None:
         # A draft model's or EAGLE head's own attention layers join the pool the same way.
         for layer in dep.speculation.draft_attention_layers():
-            specs.append(_LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype),
+            specs.append(LayerSpec(layer.kind, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype),
                                     window=getattr(layer, "window", 0)))
     if arch.index_head_dim:
-        specs += [_LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.indexer_count
+        specs += [LayerSpec(INDEXER, indexer_bytes_per_token(arch))] * arch.indexer_count
     return specs
 
 
@@ -229,7 +232,7 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
     return 9.0 <= cc < 10 or (cc >= 10 and key_dim == 128)
 
 
-def _per_request_blocks(spec: _LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
+def _per_request_blocks(spec: LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
     """Blocks one request at max_model_len holds in a group of this kind (the spec's
     max_memory_usage_bytes / page). Windows reserve for every batch in flight (from 0.26)."""
     L, mnbt = _lengths(dep)
@@ -310,8 +313,8 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
 class _Kinds:
     """The layer specs by kind (in first-seen order), with the one KV page per token of each attention kind."""
 
-    specs: list[_LayerSpec]
-    by_kind: dict[str, list[_LayerSpec]]
+    specs: list[LayerSpec]
+    by_kind: dict[str, list[LayerSpec]]
     attention: list[str]
     state: list[str]
     per_token: dict[str, int]  # attention kind -> bytes per token of one layer, one rank
@@ -319,8 +322,8 @@ class _Kinds:
     uniform: bool  # every layer alike
 
 
-def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
-    by_kind: dict[str, list[_LayerSpec]] = {}
+def _group_by_kind(arch: Architecture, specs: list[LayerSpec]) -> _Kinds:
+    by_kind: dict[str, list[LayerSpec]] = {}
     for s in specs:
         by_kind.setdefault(s.kind, []).append(s)
     attention = [k for k in by_kind if k not in STATE_KINDS]
@@ -332,7 +335,7 @@ def _group_by_kind(arch: Architecture, specs: list[_LayerSpec]) -> _Kinds:
     return _Kinds(specs, by_kind, attention, state, per_token, uniform or uniform_type, uniform)
 
 
-def _alike_per_kind(arch: Architecture, specs: list[_LayerSpec], by_kind: dict[str, list[_LayerSpec]],
+def _alike_per_kind(arch: Architecture, specs: list[LayerSpec], by_kind: dict[str, list[LayerSpec]],
                     attention: list[str]) -> dict[str, int]:
     """Bytes per token of one layer of each attention kind; refused where the layers of one kind differ in KV
     head size or window, or (attention-free) in state size."""
@@ -483,7 +486,7 @@ def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, ch
     return groups, per_request
 
 
-def _one_kind_blocks_expression(spec: _LayerSpec, block: int, dep: Deployment, blocks: int) -> tuple[str, dict[str, Any]]:
+def _one_kind_blocks_expression(spec: LayerSpec, block: int, dep: Deployment, blocks: int) -> tuple[str, dict[str, Any]]:
     """The per-request block count of a model whose layers are all one kind, as the expression vLLM's spec uses."""
     L, mnbt = _lengths(dep)
     in_flight = {"max_model_len": L, "block_size": block, "in_flight_batches": dep.in_flight_batches,
@@ -590,15 +593,15 @@ OVERRIDE_CHECKED_FROM = (0, 22, 0)  # --num-gpu-blocks-override replaces the mem
 
 
 @dataclass(frozen=True)
-class _Layout:
+class BlockLayout:
     """Each layer spec with its page and block size, and the bytes one block id spans over all layers."""
 
-    specs: list[tuple[_LayerSpec, int, int]]  # (spec, page bytes of one layer, block size)
-    group_blocks: list[tuple[_LayerSpec, int]]  # one entry per KV-cache group: (a spec of its kind, its block size)
+    specs: list[tuple[LayerSpec, int, int]]  # (spec, page bytes of one layer, block size)
+    group_blocks: list[tuple[LayerSpec, int]]  # one entry per KV-cache group: (a spec of its kind, its block size)
     bytes_per_block: int
 
 
-def _layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> _Layout:
+def block_layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> BlockLayout:
     d, notes = Derivation(), list[str]()
     specs = _layer_specs(arch, dep)
     block = _base_block_size(arch, dep, gpu, notes)
@@ -606,23 +609,23 @@ def _layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> _Layout:
     if not kinds.attention:
         L = _lengths(dep)[0]
         state = specs[0].state_bytes
-        return _Layout([(s, state, L) for s in specs], [(specs[0], L)], state * len(specs))
+        return BlockLayout([(s, state, L) for s in specs], [(specs[0], L)], state * len(specs))
     if kinds.one_group:
         laid = [(s, block * s.bytes_per_token, block) for s in specs]
-        return _Layout(laid, [(specs[0], block)], sum(page for _, page, _ in laid))
+        return BlockLayout(laid, [(specs[0], block)], sum(page for _, page, _ in laid))
     page, block, block_of = _hybrid_pages(arch, dep, gpu, kinds, block, d, notes)
     grouping = _hybrid_groups(kinds, page, block, block_of, 1, d, notes)
     laid = [(s, page, block_of[s.kind]) for s in specs]
     firsts = {k: v[0] for k, v in kinds.by_kind.items()}
-    return _Layout(laid, [(firsts[g.kind], g.block_size) for g in grouping.groups], page * grouping.group_size)
+    return BlockLayout(laid, [(firsts[g.kind], g.block_size) for g in grouping.groups], page * grouping.group_size)
 
 
 def kv_cache_group_count(arch: Architecture, dep: Deployment, gpu: Gpu | None = None) -> int:
     """How many KV-cache groups vLLM makes of this model's layers (1 for a model of one attention kind)."""
-    return len(_layout(arch, dep, gpu).group_blocks)
+    return len(block_layout(arch, dep, gpu).group_blocks)
 
 
-def _request_bytes(layout: _Layout, dep: Deployment, length: int, checkpoint: int, per_group: bool) -> int:
+def _request_bytes(layout: BlockLayout, dep: Deployment, length: int, checkpoint: int, per_group: bool) -> int:
     """Bytes one request of ``length`` tokens needs: summed over layers (the start-up check) or, as
     auto-fit counts it, the group block ids it takes times the bytes one block id spans."""
     at = replace(dep, max_model_len=length)
@@ -658,7 +661,7 @@ class StartCheck:
         return self.needed_bytes <= self.available_bytes
 
 
-def _check_bytes(layout: _Layout, dep: Deployment, available_bytes: int) -> int | None:
+def _check_bytes(layout: BlockLayout, dep: Deployment, available_bytes: int) -> int | None:
     """The memory vLLM's start-up check plans against (None: the check does not run on it)."""
     if dep.num_gpu_blocks_override is not None:
         if dep.version < OVERRIDE_CHECKED_FROM:
@@ -669,12 +672,12 @@ def _check_bytes(layout: _Layout, dep: Deployment, available_bytes: int) -> int 
 
 def bytes_per_block(arch: Architecture, dep: Deployment, gpu: Gpu | None = None) -> int:
     """The bytes one block id spans over every layer of one rank: what vLLM allocates per block it is told of."""
-    return _layout(arch, dep, gpu).bytes_per_block
+    return block_layout(arch, dep, gpu).bytes_per_block
 
 
 def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu | None = None) -> StartCheck | None:
     """vLLM's check that one request at max_model_len fits, as the release runs it (None: not run)."""
-    layout = _layout(arch, dep, gpu)
+    layout = block_layout(arch, dep, gpu)
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
     usable = _check_bytes(layout, dep, available_bytes)
     if usable is None or not any(s.kind not in STATE_KINDS for s, _, _ in layout.specs) and arch.attention_free:
@@ -693,7 +696,7 @@ def auto_max_model_len(arch: Architecture, dep: Deployment, available_bytes: int
     (dep's max_model_len); an attention-free model keeps its derived length."""
     if arch.attention_free:
         return _lengths(dep)[0]
-    layout = _layout(arch, dep, gpu)
+    layout = block_layout(arch, dep, gpu)
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
     usable = _check_bytes(layout, dep, available_bytes)
     usable = available_bytes if usable is None else usable
