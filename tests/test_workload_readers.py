@@ -88,3 +88,29 @@ def test_a_csv_column_named_but_absent_lists_the_columns(tmp_path):
     path.write_text("id,prompt_tokens\n1,5\n")
     with pytest.raises(BadInput, match=r"no column 'in' in the CSV header \(columns: id, prompt_tokens\)"):
         read_token_counts(path, column="in")
+
+
+@pytest.mark.parametrize("ids, ok", [
+    ([1, 2, 3], True), (["a", 7], True), ([], True),
+    ([1, True], False),  # a bool is an int to isinstance, not a block id
+    ([1, 2.5], False), ([1, [2]], False), ([1, None], False), ("123", False),
+])
+def test_hash_ids_are_a_list_of_numbers_or_strings_and_nothing_else(ids, ok):
+    from servesize.workload.readers import _BadRow, _hash_ids
+    if ok:
+        assert _hash_ids(ids, "r") is ids
+    else:
+        with pytest.raises(_BadRow, match="not a list of block ids"):
+            _hash_ids(ids, "r")
+
+
+def test_a_container_after_a_long_run_of_numbers_is_still_walked_for_depth():
+    from collections import OrderedDict
+
+    from servesize.limits import check_depth
+    deep: object = 0
+    for _ in range(70):
+        deep = OrderedDict(x=deep)  # a dict subclass counts as a level too
+    check_depth([*range(10_000)], "flat")
+    with pytest.raises(BadInput, match="nested deeper than 64"):
+        check_depth([*range(10_000), deep], "deep")

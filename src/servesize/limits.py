@@ -242,7 +242,9 @@ def check_depth(data: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
         if depth > limit:
             raise BadInput(f"{what}: JSON nested deeper than {limit} levels")
         children = obj.values() if isinstance(obj, dict) else obj
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        # the children's types first, at C speed: a trace's long lists of numbers hold no container to descend into
+        if any(issubclass(kind, (dict, list)) for kind in set(map(type, children))):
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 # -- numbers inside files and sizes that follow from a file ------------------------------------------
