@@ -20,6 +20,7 @@ TRACE_READERS = {
     "tests/simulate/test_published.py": "replays the traces (via traces_dir) and says so",
     "scripts/engine_validation.py": "--traces default",
     "benchmarks/bench_simulate.py": "--traces default",
+    "benchmarks/bench_workload_fit.py": "--trace default",
 }
 THIS_TEST = "tests/test_citations.py"  # spells the pattern and its examples out
 
