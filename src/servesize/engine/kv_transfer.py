@@ -27,10 +27,11 @@ accelerator NIXL does not reach directly (``use_host_buffer``: the same bytes, o
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from servesize.engine.deployment import Deployment
-from servesize.engine.pool import block_layout
+from servesize.engine.pool import LayerSpec, block_layout
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -111,21 +112,26 @@ def nixl_pull(arch: Architecture, dep: Deployment, prompt_tokens: int, local_hit
     backoff = prefill_backoff(arch, dep)
     remote = prompt_tokens - backoff if backoff and prompt_tokens > backoff else prompt_tokens
     pulled = max(remote - hit, 0)
-    per_kind: dict[str, list] = {}
+    layers = Counter(spec.kind for spec, _, _ in layout.specs)
+    first: dict[str, tuple[LayerSpec, int, int]] = {}  # a layer of each kind, in the model's order
     for spec, page, block in layout.specs:
-        per_kind.setdefault(spec.kind, [spec, page, block, 0])[3] += 1
+        first.setdefault(spec.kind, (spec, page, block))
     groups = []
-    for kind, (spec, page, block, layers) in per_kind.items():
-        blocks = 0
-        if pulled:
-            new = math.ceil(remote / block) - hit // block
-            if kind in STATE_KINDS:
-                blocks = 1
-            elif kind == SLIDING:  # chunked-local groups are not clipped (not a SlidingWindowSpec)
-                blocks = min(new, math.ceil(spec.window / block) + 1)
-            else:
-                blocks = new
-        unit = spec.state_bytes if kind in STATE_KINDS else page
-        groups.append(GroupTransfer(kind, layers, block, blocks, blocks * unit * layers))
+    for kind, (spec, page, block) in first.items():
+        blocks = _pulled_blocks(spec, block, remote, hit) if pulled else 0
+        unit = spec.state_bytes if kind in STATE_KINDS else page  # a state moves unpadded (its conv and SSM regions)
+        groups.append(GroupTransfer(kind, layers[kind], block, blocks, blocks * unit * layers[kind]))
     return KvTransfer("NixlConnector", prompt_tokens, hit, backoff, pulled, tuple(groups),
                       dep.tensor_parallel_size)
+
+
+def _pulled_blocks(spec: LayerSpec, block: int, remote: int, hit: int) -> int:
+    """Blocks of one layer of ``spec``'s kind pulled for ``remote`` tokens of which ``hit`` are cached: the new ones,
+    clipped as get_exchange_clipped_blocks clips them (a sliding window to cdiv(window, block) + 1, a state to its
+    one slot; a chunked-local group is not a SlidingWindowSpec and keeps them all)."""
+    new = math.ceil(remote / block) - hit // block
+    if spec.kind in STATE_KINDS:
+        return 1
+    if spec.kind == SLIDING:
+        return min(new, math.ceil(spec.window / block) + 1)
+    return new
