@@ -138,7 +138,7 @@ def _no_constants(name: str):
 
 # -- the command line --------------------------------------------------------------------------------------
 
-COMMANDS = ["memory", "plan", "fit", "workload fit", "calibrate", "models", "gpus", "fleet"]
+COMMANDS = ["memory", "plan", "fit", "workload fit", "calibrate", "models", "gpus", "fleet", "bench"]
 MODELS = ["llama-3.1-8b", "qwen3.6-27b", "qwen3-30b-a3b", "gpt-oss-20b", "qwen3.5-35b-a3b", "gemma-3-27b", "mixtral-8x7b",
           "llama-4-scout-17b-16e", "qwen3-next-80b-a3b-thinking", "deepseek-v3", str(CONFIGS[0]), str(CONFIGS[0].parent)]
 BAD_MODELS = ["nosuchmodel", "org/name", "/dev/null", "/", "", "-q"]
@@ -165,6 +165,11 @@ GOOD = {
     "priority": ["a=high", "a=1"], "gpu_hour_price": ["H100=2.5", "H100=-1", "H100=nan"], "gpus_from": ["H100,H200", "nope"],
     "column": ["prompt_tokens", "usage.prompt_tokens", "nope"], "preset": ["coding-agent", "chat", "rag", "batch", "x"],
     "users": ["1", "10", "1000", "0", "100000000"], "median": ["31k", "100", "0", "1e8"],
+    # servesize bench: vllm bench serve's own flags
+    "num_prompts": ["10", "200", "0", "-5", "100000000"], "random_input_len": ["1024", "1", "0", "100000000"],
+    "random_output_len": ["128", "1", "0"], "random_range_ratio": ["0", "0.5", "0.99", "1", "-0.1", "nan"],
+    "random_prefix_len": ["0", "512", "-1"], "max_concurrency": ["1", "8", "0", "-1"],
+    "request_rate": ["inf", "5", "0.5", "0", "-1", "nan"],
 }
 PLAUSIBLE = {  # by the flag's metavar: values a user would type, so that most cases get past the parser
     "TOKENS": ["8k", "32k", "4096", "131072", "64K"], "N": ["1", "2", "4", "8", "64"], "U": ["0.9", "0.5", "0.95"],
@@ -210,17 +215,19 @@ def _value(draw, action, files: dict[str, str], plausible: bool = False) -> str:
 def cli_argv(draw, files: dict[str, str], plausible: bool = False) -> list[str]:
     """A command line: any command, flags with values a user would type or junk; ``plausible``: the engine's
     commands with typed values only (so that most cases are accepted and their --json is checked)."""
-    command = draw(st.sampled_from(["memory", "plan", "plan", "fit", "fleet"] if plausible else COMMANDS))
+    command = draw(st.sampled_from(["memory", "plan", "plan", "fit", "fleet", "bench"] if plausible else COMMANDS))
     argv = command.split()
-    if command in ("memory", "plan"):
+    if command in ("memory", "plan", "bench"):
         argv.append(draw(often(MODELS, [] if plausible else BAD_MODELS)))
     if command == "workload fit":
         argv.append(draw(st.sampled_from([files["requests"], files["requests_gz"], files["bad_json"], files["fifo"],
                                           files["csv"], "/nonexistent"])))
     if command == "calibrate":
         argv += ["--vllm-log", draw(st.sampled_from(list(map(str, LOGS))))]
-    if command in ("memory", "plan", "fit") and (plausible or draw(st.integers(0, 5))):
+    if command in ("memory", "plan", "fit", "bench") and (plausible or draw(st.integers(0, 5))):
         argv += ["--gpus", draw(often(GPUS, [] if plausible else GOOD["gpus"]))]
+    if command == "bench":  # a short run keeps a case fast (the prompt cap is tested on its own)
+        argv += ["--num-prompts", draw(st.sampled_from(["20", "50"]))]
     if command == "fleet" and (plausible or draw(st.integers(0, 5))):
         argv += ["--models", draw(st.sampled_from(["llama-3.1-8b", "qwen3.6-27b", "llama-3.1-8b,qwen3-30b-a3b"])),
                  "--users", draw(st.sampled_from(["1", "40", "0"]))]
