@@ -3,6 +3,8 @@
     PYTHONPATH=src python scripts/step_accuracy.py                 # the table (docs/accuracy.md), today's terms
     PYTHONPATH=src python scripts/step_accuracy.py --fit           # search the step terms on the fit part
     PYTHONPATH=src python scripts/step_accuracy.py --write         # also write tests/fixtures/measured/step-accuracy.json
+    PYTHONPATH=src python scripts/step_accuracy.py --joint decode.expert_union,step.moe_expert_efficiency
+                                                                   # two terms' grids together, then the table
 
 Every run is a fixture in tests/fixtures/measured (its URL and quoted lines, or the aiconfigurator row) and is
 predicted by `servesize bench` (servesize.api.bench: the engine simulator priced by the step model). The split
@@ -367,6 +369,40 @@ def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None
     return terms
 
 
+def joint(cases: list[Case], names: list[str], workers: int = 2) -> dict:
+    """Every combination of the grids of ``names`` (two or three terms of SEARCH), the others at their defaults: the
+    loss of each, and the best. A coordinate search moves one term at a time, so it misses an optimum two terms
+    reach only together (``decode.expert_union`` 'expected' is worse than 'linear' alone, better beside a lower
+    ``step.moe_expert_efficiency``)."""
+    import itertools
+
+    from servesize.assumptions import modelled_assumptions
+
+    base = {name: modelled_assumptions()[name]["default"] for name in SEARCH}
+    scores = {}
+    for combo in itertools.product(*(SEARCH[n] for n in names)):
+        scores[combo] = loss(cases, {**base, **dict(zip(names, combo))}, workers)
+        print(f"{dict(zip(names, combo))}: loss {scores[combo]:.4f}", file=sys.stderr, flush=True)
+    best = min(scores, key=lambda c: scores[c])
+    return {**base, **dict(zip(names, best))}
+
+
+def _searched(args: argparse.Namespace, cases: list[Case], joint_terms: list[str]) -> dict | None:
+    """The terms ``--joint`` or ``--fit`` finds on the fit part, made the defaults in this process (None: neither)."""
+    if not (joint_terms or args.fit):
+        return None
+    part = [shortened(c, args.fit_prompts_per_slot) for c in cases if c.argv is not None and c.split == "fit"]
+    if joint_terms:
+        found = joint(part, joint_terms, args.workers)
+        print("best of the joint grid: " + json.dumps({n: found[n] for n in joint_terms}))
+    else:
+        found = fit(part, args.rounds, args.workers, json.loads(args.start) if args.start else None,
+                    args.terms.split(",") if args.terms else None)
+        print("fitted terms: " + json.dumps(found))
+    set_terms(found)
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="write tests/fixtures/measured/step-accuracy.json")
@@ -381,6 +417,9 @@ def main() -> int:
                                                                   "assumptions' defaults)")
     ap.add_argument("--terms", default=None, metavar="A,B",
                     help="search only these terms (default: every term in SEARCH); the others keep their defaults")
+    ap.add_argument("--joint", default=None, metavar="A,B",
+                    help="search these two or three terms together, every combination of their grids (the others at "
+                         "their defaults), then report with the best")
     ap.add_argument("--fit-prompts-per-slot", type=int, default=10,
                     help="while fitting, at most this many prompts per --max-concurrency slot (default 10: every load "
                          "as measured; fewer is faster but the first wave, every slot at once, is then a larger share "
@@ -388,6 +427,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.replay_extra and args.write:
         ap.error("--replay-extra replays the runs otherwise than recorded: it does not write the fixture")
+    joint_terms = args.joint.split(",") if args.joint else []
+    if joint_terms and (args.fit or not 2 <= len(joint_terms) <= 3 or not set(joint_terms) <= set(SEARCH)):
+        ap.error("--joint takes two or three terms the fit searches (SEARCH), and not with --fit")
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     cases = published_cases() + aiconfigurator_cases()
     if args.only:
@@ -396,14 +438,7 @@ def main() -> int:
         for c in cases:
             if c.argv is not None:
                 c.argv = [*c.argv, *shlex.split(args.replay_extra)]
-    found = None
-    if args.fit:
-        part = [c for c in cases if c.argv is not None and c.split == "fit"]
-        found = fit([shortened(c, args.fit_prompts_per_slot) for c in part], args.rounds, args.workers,
-                    json.loads(args.start) if args.start else None,
-                    args.terms.split(",") if args.terms else None)
-        print("fitted terms: " + json.dumps(found))
-        set_terms(found)
+    found = _searched(args, cases, joint_terms)
     from servesize.assumptions import modelled_assumptions
 
     now = found or {name: modelled_assumptions()[name]["default"] for name in BEFORE}  # before BEFORE is set
