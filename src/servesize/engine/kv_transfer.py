@@ -36,8 +36,9 @@ from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
 from servesize.model.layers import SLIDING, STATE_KINDS
+from servesize.units import cdiv
 
-CONNECTORS = ("NixlConnector",)
+NIXL = "NixlConnector"  # the one connector whose rule this module holds (vLLM 0.32)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def nixl_pull(arch: Architecture, dep: Deployment, prompt_tokens: int, local_hit
     # get_computed_blocks: max_cache_hit_length = num_tokens - 1)
     hit = min(local_hit_tokens, prompt_tokens - 1) // hit_unit * hit_unit if dep.enable_prefix_caching else 0
     backoff = prefill_backoff(arch, dep)
-    remote = prompt_tokens - backoff if backoff and prompt_tokens > backoff else prompt_tokens
+    remote = prompt_tokens - backoff if prompt_tokens > backoff else prompt_tokens
     pulled = max(remote - hit, 0)
     layers = Counter(spec.kind for spec, _, _ in layout.specs)
     first: dict[str, tuple[LayerSpec, int, int]] = {}  # a layer of each kind, in the model's order
@@ -121,7 +122,7 @@ def nixl_pull(arch: Architecture, dep: Deployment, prompt_tokens: int, local_hit
         blocks = _pulled_blocks(spec, block, remote, hit) if pulled else 0
         unit = spec.state_bytes if kind in STATE_KINDS else page  # a state moves unpadded (its conv and SSM regions)
         groups.append(GroupTransfer(kind, layers[kind], block, blocks, blocks * unit * layers[kind]))
-    return KvTransfer("NixlConnector", prompt_tokens, hit, backoff, pulled, tuple(groups),
+    return KvTransfer(NIXL, prompt_tokens, hit, backoff, pulled, tuple(groups),
                       dep.tensor_parallel_size)
 
 
@@ -129,9 +130,9 @@ def _pulled_blocks(spec: LayerSpec, block: int, remote: int, hit: int) -> int:
     """Blocks of one layer of ``spec``'s kind pulled for ``remote`` tokens of which ``hit`` are cached: the new ones,
     clipped as get_exchange_clipped_blocks clips them (a sliding window to cdiv(window, block) + 1, a state to its
     one slot; a chunked-local group is not a SlidingWindowSpec and keeps them all)."""
-    new = math.ceil(remote / block) - hit // block
+    new = cdiv(remote, block) - hit // block
     if spec.kind in STATE_KINDS:
         return 1
     if spec.kind == SLIDING:
-        return min(new, math.ceil(spec.window / block) + 1)
+        return min(new, cdiv(spec.window, block) + 1)
     return new
