@@ -24,7 +24,6 @@ import io
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 
@@ -32,7 +31,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from vllm_server import ServerConfig, VllmServer  # noqa: E402
+from vllm_server import ServerConfig, TinyModelError, VllmServer, make_tiny_model  # noqa: E402
 
 from servesize.cli import main as servesize_main  # noqa: E402
 from servesize.planning.step_model import ConstantSteps  # noqa: E402
@@ -118,15 +117,10 @@ def main() -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
-            env.pop(var, None)
-        made = subprocess.run([str(python), str(REPO / "tests" / "integration" / "make_tiny_model.py"),
-                               str(work / "model"), "--dtype", "float32", "--family", "llama_wide"],
-                              capture_output=True, text=True, env=env, timeout=600)
-        if made.returncode != 0:
-            raise SystemExit(f"error: make_tiny_model.py failed:\n{made.stderr[-2000:]}")
-        model = json.loads(next(line for line in made.stdout.splitlines() if line.startswith("{")))["path"]
+        try:
+            model = make_tiny_model(python, work / "model", dtype="float32", family="llama_wide")[0]["path"]
+        except TinyModelError as exc:
+            raise SystemExit(f"error: {exc}") from None
         for k in range(args.runs):
             row = measured_run(python, model, work, k, args.apart)
             runs.append(row)

@@ -13,7 +13,6 @@ Environment:
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import subprocess
@@ -33,8 +32,10 @@ from vllm_server import (  # noqa: E402
     SESSION_MAX_MODEL_LEN,
     SESSION_MAX_NUM_SEQS,
     ServerConfig,
+    TinyModelError,
     VllmServer,
 )
+from vllm_server import make_tiny_model as _make_tiny_model  # noqa: E402
 
 SETUP_TIMEOUT_S = 1800
 START_TIMEOUT_S = 300
@@ -69,21 +70,12 @@ def vllm_python() -> pathlib.Path:
     return vllm_venv() / "bin" / "python"
 
 
-def make_tiny_model(vllm_python: pathlib.Path, out: pathlib.Path, dtype: str = "bfloat16", family: str = "llama",
-                    all_families: bool = False) -> list[dict]:
-    """Run make_tiny_model.py in the vLLM venv; its JSON summaries (path, shape), one per model written: `family`
-    into `out`, or with `all_families` every family into out/<family> in one interpreter."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
-        env.pop(k, None)
-    which = ["--all-families"] if all_families else ["--family", family]
-    r = subprocess.run(
-        [str(vllm_python), str(HERE / "make_tiny_model.py"), str(out), "--dtype", dtype, *which],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    if r.returncode != 0:
-        pytest.fail(f"make_tiny_model.py failed:\n{r.stderr[-3000:]}", pytrace=False)
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+def make_tiny_model(vllm_python: pathlib.Path, out: pathlib.Path, **kwargs) -> list[dict]:
+    """vllm_server.make_tiny_model, its failure a failed test."""
+    try:
+        return _make_tiny_model(vllm_python, out, **kwargs)
+    except TinyModelError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

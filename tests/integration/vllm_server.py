@@ -44,6 +44,26 @@ _handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
 
 
+class TinyModelError(RuntimeError):
+    """make_tiny_model.py failed: its stderr's tail."""
+
+
+def make_tiny_model(vllm_python: str | os.PathLike, out: str | os.PathLike, dtype: str = "bfloat16",
+                    family: str = "llama", all_families: bool = False) -> list[dict]:
+    """Run make_tiny_model.py in the vLLM venv; its JSON summaries (path, shape), one per model written: `family`
+    into `out`, or with `all_families` every family into out/<family> in one interpreter."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(k, None)
+    which = ["--all-families"] if all_families else ["--family", family]
+    script = pathlib.Path(__file__).resolve().parent / "make_tiny_model.py"
+    r = subprocess.run([str(vllm_python), str(script), str(out), "--dtype", dtype, *which],
+                       capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        raise TinyModelError(f"make_tiny_model.py failed:\n{r.stderr[-3000:]}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on `host` a moment ago (the OS picks it), never one this process handed out before:
     servers started at once on several threads each get their own."""
