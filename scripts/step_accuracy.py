@@ -343,13 +343,18 @@ def shortened(case: Case, per_slot: int) -> Case:
     return Case(case.id, case.source, case.url, case.deployment, case.family, case.gpu, argv, measured=case.measured)
 
 
+def defaults(names) -> dict:
+    """The assumptions' current defaults (data/assumptions.toml, or what set_terms made them) of ``names``."""
+    from servesize.assumptions import modelled_assumptions
+
+    return {name: modelled_assumptions()[name]["default"] for name in names}
+
+
 def fit(cases: list[Case], rounds: int = 2, workers: int = 2, start: dict | None = None,
         only: list[str] | None = None) -> dict:
     """Coordinate search: each term in turn over its grid, the others held, ``rounds`` times; a term whose grid the
     fit part does not move (no run it touches) keeps its default."""
-    from servesize.assumptions import modelled_assumptions
-
-    terms = {name: modelled_assumptions()[name]["default"] for name in SEARCH}
+    terms = defaults(SEARCH)
     terms.update(start or {})
     best = loss(cases, terms, workers)
     print(f"start: loss {best:.4f}", file=sys.stderr)
@@ -376,9 +381,7 @@ def joint(cases: list[Case], names: list[str], workers: int = 2) -> dict:
     ``step.moe_expert_efficiency``)."""
     import itertools
 
-    from servesize.assumptions import modelled_assumptions
-
-    base = {name: modelled_assumptions()[name]["default"] for name in SEARCH}
+    base = defaults(SEARCH)
     scores = {}
     for combo in itertools.product(*(SEARCH[n] for n in names)):
         scores[combo] = loss(cases, {**base, **dict(zip(names, combo))}, workers)
@@ -439,9 +442,7 @@ def main() -> int:
             if c.argv is not None:
                 c.argv = [*c.argv, *shlex.split(args.replay_extra)]
     found = _searched(args, cases, joint_terms)
-    from servesize.assumptions import modelled_assumptions
-
-    now = found or {name: modelled_assumptions()[name]["default"] for name in BEFORE}  # before BEFORE is set
+    now = found or defaults(BEFORE)  # before BEFORE is set
     predict_all(cases, BEFORE, args.workers)
     before = {c.id: dict(c.predicted) for c in cases if c.argv is not None}
     predict_all(cases, now, args.workers)
