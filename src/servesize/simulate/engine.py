@@ -201,6 +201,7 @@ class _Engine:
         self.computed = np.zeros(n, dtype=np.int64)
         self.generated = np.zeros(n, dtype=np.float64)
         self.blocks: dict[int, list[int]] = {}
+        self.nblocks = np.zeros(n, dtype=np.int64)  # len(self.blocks[i]), kept beside it for the vectorised steps
         self.cached_upto = np.zeros(n, dtype=np.int64)  # prompt nodes already hashed into the pool
         self.pauses, self.order = pauses, order
         self.user_of = closed_loop_users(replay)
@@ -234,6 +235,7 @@ class _Engine:
         if need > self.pool.free:
             return False
         self.blocks[i].extend(self.pool.allocate(need).tolist())
+        self.nblocks[i] += need
         return True
 
     def _hash_prompt(self, i: int) -> None:
@@ -252,6 +254,7 @@ class _Engine:
     def _free(self, i: int) -> None:
         """Free request i's blocks tail first; its full output blocks stay cached (under ids nothing names)."""
         held = np.asarray(self.blocks.pop(i), dtype=np.int32)
+        self.nblocks[i] = 0
         nodes = self._nodes(i)
         full = int(self.prompt[i] + self.generated[i]) // self.cfg.block_size if self.cfg.output_blocks else 0
         tail = held[nodes.size:full] if full > nodes.size else held[:0]
@@ -273,6 +276,42 @@ class _Engine:
         return victim
 
     def _schedule_running(self, budget: int) -> tuple[dict[int, int], int, bool]:
+        """The running requests' tokens this step, in the running order, until the budget is spent: a prefill's
+        chunk (at most what is left of the budget) or a decode's one token, each grown the blocks it needs."""
+        running = self.running
+        if not running or budget <= 0:
+            return {}, budget, False
+        # all at once where the free blocks suffice: the same chunks, and the same blocks taken from the pool's
+        # front in the running order, as the request-by-request loop below
+        idx = np.asarray(running, dtype=np.int64)
+        left = self.target[idx] - self.computed[idx]
+        want = np.where(left > 0, left, 1)
+        spent = np.cumsum(want)
+        n = int(np.searchsorted(spent, budget, side="right"))  # rows served whole
+        news = want[:n]
+        rest = budget - (int(spent[n - 1]) if n else 0)
+        if n < idx.size and rest > 0:  # a prefill's chunk cut to the budget's rest (a decode's 1 would have fit)
+            news = np.append(news, rest)
+        rows = idx[:news.size]
+        tokens = np.where(left[:news.size] > 0, self.computed[rows] + news,
+                          self.prompt[rows] + self.generated[rows] + self.t.tokens_per_decode_step)
+        bs, held = self.cfg.block_size, self.blocks
+        need = np.maximum(-(-np.ceil(tokens).astype(np.int64) // bs) - self.nblocks[rows], 0)
+        total = int(need.sum())
+        if total <= self.pool.free:
+            if total:
+                taken = self.pool.allocate(total).tolist()
+                at = 0
+                for m in np.flatnonzero(need).tolist():
+                    held[running[m]].extend(taken[at:at + int(need[m])])
+                    at += int(need[m])
+                self.nblocks[rows] += need
+            return dict(zip(rows.tolist(), news.tolist())), budget - int(news.sum()), False
+        return self._schedule_running_one_by_one(budget)
+
+    def _schedule_running_one_by_one(self, budget: int) -> tuple[dict[int, int], int, bool]:
+        """The loop vLLM runs: a request whose blocks the pool cannot give preempts the last running one (itself,
+        when it is the last), and the step goes on with what fits."""
         scheduled: dict[int, int] = {}
         preempted = False
         k = 0
@@ -312,6 +351,7 @@ class _Engine:
             return 0
         pool.touch(hits, idle)
         self.blocks[i] = hits.tolist() + (pool.allocate(need).tolist() if need > 0 else [])
+        self.nblocks[i] = len(self.blocks[i])
         self.cached_upto[i] = hits.size
         self.computed[i] = hit_tokens
         if not self.admitted_once[i]:
@@ -434,8 +474,9 @@ class _Engine:
     def _can_jump(self) -> bool:
         if not self.running or (self.waiting and not self.blocked):
             return False
-        return all(self.computed[i] >= self.target[i] for i in self.running) and len(self.running) <= \
-            self.cfg.max_num_batched_tokens
+        idx = np.asarray(self.running, dtype=np.int64)
+        return len(self.running) <= self.cfg.max_num_batched_tokens and \
+            bool(np.all(self.computed[idx] >= self.target[idx]))
 
     def _jump(self) -> None:
         """Advance k identical decode-only steps at once: k stops before the next arrival, finish or missing block."""
@@ -448,7 +489,7 @@ class _Engine:
         k_finish = max(1, int(np.min(np.ceil(left / s))))
         k = min(k_finish, JUMP_STEPS)
         # blocks: after j steps each needs ceil((ctx + (j + 1) s) / bs); stop where the pool runs short
-        held = np.asarray([len(self.blocks[i]) for i in self.running], dtype=np.int64)
+        held = self.nblocks[idx]
         j = np.arange(k, dtype=np.float64)
         need = np.ceil((ctx[None, :] + (j[:, None] + 1) * s) / bs).astype(np.int64) - held[None, :]
         total = np.maximum(need, 0).sum(axis=1)
@@ -475,6 +516,7 @@ class _Engine:
             for m in np.flatnonzero(extra).tolist():
                 self.blocks[self.running[m]].extend(taken[at:at + int(extra[m])])
                 at += int(extra[m])
+            self.nblocks[idx] += extra
         self.generated[idx] += k * s
         self.now += dt
         run.busy_s += dt
@@ -485,7 +527,7 @@ class _Engine:
         if room > 0:
             run.decoders_per_step.extend([idx.size] * min(k, room))
             run.step_seconds.extend(times[:min(k, room)].tolist())
-        for i in [i for i in self.running if self.generated[i] >= self.out[i]]:
+        for i in idx[self.generated[idx] >= self.out[idx]].tolist():  # in the running order
             self._finish(i)
 
 
