@@ -335,3 +335,21 @@ def test_a_host_link_that_names_no_link_or_no_source_is_refused(row):
     base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 100, "source": "s"}
     with pytest.raises(ValueError):
         hardware._row_to_gpu({**base, **row}, hardware.load_host_links())
+
+
+def test_the_kv_links_are_the_catalogued_gpu_to_gpu_links_and_the_host_links_each_with_its_source():
+    from servesize.model.hardware import load_host_links, load_kv_links
+
+    links = load_kv_links()
+    # per GPU, one way: NVLink 4's 900 GB/s both ways, one 400 Gb/s NIC per GPU
+    assert links["nvlink4"]["gbps_per_direction"] == 900 / 2 and links["ib-ndr"]["gbps_per_direction"] == 400 / 8
+    assert links["pcie5-x16"] is load_host_links()["pcie5-x16"]  # a PCIe path between GPUs: the host link's row
+    assert all(str(row["source"]).strip() for row in links.values())
+
+
+@pytest.mark.parametrize("rows", [[{"key": "a", "name": "A", "gbps_per_direction": 1, "source": "s"}] * 2,
+                                  [{"key": "a", "name": "A", "gbps_per_direction": 0, "source": "s"}],
+                                  [{"key": "a", "name": "A", "gbps_per_direction": 1}]])
+def test_a_kv_link_row_without_a_rate_or_source_or_twice_is_refused(rows):
+    with pytest.raises(ValueError, match="kv_link"):
+        hardware._links(rows, "kv_link")

@@ -11,9 +11,9 @@ import pytest
 
 from servesize.api import resolve_model
 from servesize.engine.deployment import Deployment
-from servesize.engine.kv_transfer import nixl_pull, prefill_backoff
+from servesize.engine.kv_transfer import handover_seconds, nixl_pull, prefill_backoff, pull_seconds
 from servesize.errors import BadInput
-from servesize.model.hardware import parse_gpus
+from servesize.model.hardware import load_kv_links, parse_gpus
 
 PROMPT = 10_000
 
@@ -114,4 +114,56 @@ def test_the_backoff_is_the_state_token_or_a_multi_module_drafters_lookahead_les
 def test_a_prompt_or_hit_out_of_range_is_one_line(prompt, hit):
     with pytest.raises(BadInput) as e:
         _pull("llama-3.1-8b", "1xH100", prompt=prompt, hit=hit)
+    assert "\n" not in str(e.value)
+
+
+# -- how long a pull takes: descriptors posted, then bytes over the decode GPU's link ------------------------------
+
+POST, PER_DESC, EFF = 3.75e-6, 2.9, 0.163  # kv_transfer.descriptor_post_s, .blocks_per_descriptor, .link_efficiency
+
+
+def test_a_pull_posts_a_descriptor_per_run_of_blocks_per_layer_and_k_or_v_then_moves_its_bytes_over_the_link():
+    # Llama-3.1-8B cold, 10,000 tokens: 625 blocks in each of 32 layers' K and V regions, runs of 2.9 blocks
+    t = pull_seconds(_pull("llama-3.1-8b", "1xH100"), load_kv_links()["nvlink4"], prefill_tp=1)
+    assert t.descriptors == 32 * 2 * math.ceil(625 / PER_DESC) == 13_824
+    assert t.post_s == pytest.approx(13_824 * POST)
+    assert t.move_s == pytest.approx(1_310_720_000 / (450e9 * EFF))
+    assert t.seconds == pytest.approx(0.05184 + 0.017869, rel=1e-4)
+    # the same pull over one 400 Gb/s NIC per GPU: the bytes take 9x longer, the posting is the same
+    ib = pull_seconds(_pull("llama-3.1-8b", "1xH100"), load_kv_links()["ib-ndr"], prefill_tp=1)
+    assert ib.descriptors == t.descriptors and ib.move_s == pytest.approx(9 * t.move_s)
+    # a pool that scatters every block: one descriptor per block
+    apart = pull_seconds(_pull("llama-3.1-8b", "1xH100"), load_kv_links()["nvlink4"], prefill_tp=1,
+                         blocks_per_descriptor=1)
+    assert apart.descriptors == 32 * 2 * 625
+
+
+def test_a_decode_rank_reads_from_every_prefill_rank_holding_its_heads_but_mla_from_one():
+    link = load_kv_links()["nvlink4"]
+    one = pull_seconds(_pull("llama-3.1-8b", "1xH100"), link, prefill_tp=1)
+    two = pull_seconds(_pull("llama-3.1-8b", "1xH100"), link, prefill_tp=2)
+    assert two.descriptors == 2 * one.descriptors and two.move_s == one.move_s
+    mla = _pull("deepseek-v3", "8xH200", tensor_parallel_size=8)
+    assert pull_seconds(mla, link, prefill_tp=8).descriptors == 61 * 1 * math.ceil(625 / PER_DESC)
+    assert pull_seconds(mla, link, prefill_tp=16).descriptors == 61 * math.ceil(625 / PER_DESC)
+
+
+def test_a_gated_deltanet_state_is_four_regions_of_one_block_each():
+    t = pull_seconds(_pull("qwen3-next-80b-a3b-thinking", "2xH100", tensor_parallel_size=2),
+                     load_kv_links()["nvlink4"], prefill_tp=2)
+    attention = 12 * 2 * math.ceil(math.ceil((PROMPT - 1) / 576) / PER_DESC)
+    assert t.descriptors == 36 * 4 * 1 + attention
+
+
+def test_the_handover_is_the_pull_and_the_decode_instances_steps_around_it():
+    t = pull_seconds(_pull("llama-3.1-8b", "1xH100"), load_kv_links()["nvlink4"], prefill_tp=1)
+    assert handover_seconds(t, 0.02) == pytest.approx(t.seconds + 4.3 * 0.02)
+    assert handover_seconds(t, 0.02, handover_steps=1) == pytest.approx(t.seconds + 0.02)
+
+
+@pytest.mark.parametrize("kwargs", [{"prefill_tp": 0}, {"prefill_tp": 1, "link_efficiency": 0},
+                                    {"prefill_tp": 1, "blocks_per_descriptor": -1}])
+def test_a_bad_transfer_parameter_is_one_line(kwargs):
+    with pytest.raises(BadInput) as e:
+        pull_seconds(_pull("llama-3.1-8b", "1xH100"), load_kv_links()["nvlink4"], **kwargs)
     assert "\n" not in str(e.value)

@@ -19,6 +19,15 @@ The rule, from vLLM 0.32's source (vllm/distributed/kv_transfer/kv_connector/v1/
   (tp_mapping.py). So a decode rank receives what its own cache holds for those blocks, and the link carries that
   times the decode instance's TP size.
 
+**How long.** ``pull_seconds``: the decode rank posts one NIXL descriptor per contiguous run of blocks, per layer, per
+region (K and V apart; MLA's latent one; a Mamba2/GDN state four, its three conv sub-projections and its SSM state),
+from every prefill rank it reads, at ``kv_transfer.descriptor_post_s`` each (pull_worker.py ``_read_blocks``: one
+descriptor id per block and region, ``make_prepped_xfer`` then ``transfer``; NIXL merges adjacent blocks), then the
+bytes move over its own GPU's link (gpus.toml ``[[kv_link]]``) at ``kv_transfer.link_efficiency``.
+``handover_seconds`` adds what the decode instance spends around the pull, in its own steps
+(``kv_transfer.handover_steps``): the pull dispatched with a step, its completion noticed at a step's end, the last
+prompt token recomputed.
+
 Not modelled: ``bidirectional_kv_xfer`` (off by default; the prefill side then also pulls what the decode side cached),
 the bounded-replay sliding windows of ``prefix_replay_tokens`` (DeepSeek-V4-style), and the host buffer of an
 accelerator NIXL does not reach directly (``use_host_buffer``: the same bytes, one more copy).
@@ -30,12 +39,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from servesize.assumptions import assumption
 from servesize.engine.deployment import Deployment
 from servesize.engine.pool import LayerSpec, block_layout
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
-from servesize.model.layers import SLIDING, STATE_KINDS
+from servesize.model.layers import MLA, SLIDING, STATE_KINDS
 from servesize.units import cdiv
 
 NIXL = "NixlConnector"  # the one connector whose rule this module holds (vLLM 0.32)
@@ -136,3 +146,59 @@ def _pulled_blocks(spec: LayerSpec, block: int, remote: int, hit: int) -> int:
     if spec.kind == SLIDING:
         return min(new, cdiv(spec.window, block) + 1)
     return new
+
+
+def _regions(kind: str) -> int:
+    """Memory regions NIXL registers per layer of ``kind``: K and V apart, MLA's one latent, a Mamba2/GDN state's
+    three conv sub-projections and its SSM state (base_worker.py _compute_desc_ids: "NIXL regions per SSM layer = conv
+    sub-projections + 1 SSM temporal (Mamba2/GDN: 3+1=4)")."""
+    return 1 if kind == MLA else 4 if kind in STATE_KINDS else 2
+
+
+@dataclass(frozen=True)
+class TransferTime:
+    """How long one decode rank's pull takes: the descriptors it posts, then the bytes over its GPU's link."""
+
+    descriptors: int  # per decode rank
+    post_s: float
+    move_s: float
+    link: str  # the link's name
+    link_bytes_per_s: float  # one way, per GPU, the signalling rate
+
+    @property
+    def seconds(self) -> float:
+        return self.post_s + self.move_s
+
+    def to_dict(self) -> dict:
+        return {"descriptors": self.descriptors, "post_s": self.post_s, "move_s": self.move_s,
+                "seconds": self.seconds, "link": self.link, "link_bytes_per_s": self.link_bytes_per_s}
+
+
+def pull_seconds(pull: KvTransfer, link: dict, prefill_tp: int, *,
+                 link_efficiency: float = assumption("kv_transfer.link_efficiency"),
+                 descriptor_post_s: float = assumption("kv_transfer.descriptor_post_s"),
+                 blocks_per_descriptor: float = assumption("kv_transfer.blocks_per_descriptor")) -> TransferTime:
+    """The time a decode rank of ``pull`` takes to read its share from a prefill instance of ``prefill_tp`` ranks over
+    ``link`` (a gpus.toml kv_link or host_link row). A decode rank holding the heads of several prefill ranks (prefill
+    TP above decode TP) reads from each of them; MLA's latent is whole on every rank, so one prefill rank serves it."""
+    if prefill_tp < 1:
+        raise BadInput(f"the prefill instance's TP size must be >= 1, got {prefill_tp!r}", field="prefill_tp")
+    for name, value in (("link_efficiency", link_efficiency), ("descriptor_post_s", descriptor_post_s),
+                        ("blocks_per_descriptor", blocks_per_descriptor)):
+        if not value > 0:
+            raise BadInput(f"kv_transfer.{name} must be > 0, got {value!r}", field=name)
+    sources = max(1, prefill_tp // pull.ranks)
+    descriptors = sum(g.layers * _regions(g.kind) * math.ceil(g.blocks / blocks_per_descriptor)
+                      * (1 if g.kind == MLA else sources) for g in pull.groups)
+    rate = float(link["gbps_per_direction"]) * 1e9
+    return TransferTime(descriptors, descriptors * descriptor_post_s, pull.bytes_per_rank / (rate * link_efficiency),
+                        str(link["name"]), rate)
+
+
+def handover_seconds(transfer: TransferTime, decode_step_s: float,
+                     handover_steps: float = assumption("kv_transfer.handover_steps")) -> float:
+    """From the prefill instance's first token to the decode instance's: the pull, and ``handover_steps`` of the
+    decode instance's steps (``decode_step_s`` each) around it (kv_transfer.handover_steps)."""
+    if not decode_step_s >= 0 or not handover_steps >= 0:
+        raise BadInput("a decode step and the handover's steps must be >= 0")
+    return transfer.seconds + handover_steps * decode_step_s

@@ -201,12 +201,15 @@ def _host_link(values: dict, links: dict[str, dict], label: str) -> None:
                   host_link_source=f"{values['host_link_source']}; {link['name']}: {link['source']}")
 
 
-def _links(rows: list[dict]) -> dict[str, dict]:
+def _links(rows: list[dict], table_name: str = "host_link") -> dict[str, dict]:
     links = {}
     for row in rows:
         if set(row) != {"key", "name", "gbps_per_direction", "source"} or not row["gbps_per_direction"] > 0 \
                 or not str(row["source"]).strip():
-            raise ValueError(f"gpus.toml host_link {row.get('key')!r}: needs key, name, gbps_per_direction > 0 and source")
+            raise ValueError(f"gpus.toml {table_name} {row.get('key')!r}: needs key, name, gbps_per_direction > 0 and "
+                             "source")
+        if row["key"] in links:
+            raise ValueError(f"gpus.toml {table_name}: duplicate key {row['key']!r}")
         links[row["key"]] = row
     return links
 
@@ -242,6 +245,18 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
 def load_host_links() -> dict[str, dict]:
     """The host links (GPU <-> host RAM), key -> {key, name, gbps_per_direction, source}."""
     return _links(table("gpus.toml").get("host_link", []))
+
+
+@lru_cache(maxsize=1)
+def load_kv_links() -> dict[str, dict]:
+    """The links a disaggregated deployment's KV blocks cross between instances, key -> {key, name,
+    gbps_per_direction (per GPU, one way), source}: the [[kv_link]] rows, and the host links (a PCIe path between
+    two GPUs of one host crosses each GPU's own x16 link)."""
+    links = _links(table("gpus.toml").get("kv_link", []), "kv_link")
+    clash = links.keys() & load_host_links().keys()
+    if clash:
+        raise ValueError(f"gpus.toml: kv_link key(s) {sorted(clash)} also name a host_link")
+    return {**links, **load_host_links()}
 
 
 @lru_cache(maxsize=1)
