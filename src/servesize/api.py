@@ -55,6 +55,7 @@ from servesize.workload.model import length_mass as length_mass
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
     from servesize.engine.models_table import ModelRow, ModelsResult
     from servesize.planning.at_load import AtLoad as AtLoad
+    from servesize.planning.disaggregated import DisaggregatedPlan
     from servesize.planning.fleet_result import FleetOption as FleetOption
     from servesize.planning.fleet_result import FleetResult as FleetResult
     from servesize.planning.latency import LatencyReport
@@ -119,6 +120,9 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
 
     ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
     answer in ``plan.sizing``."""
+    if scenario.prefill_instances is not None or scenario.decode_instances is not None:
+        raise BadInput("a disaggregated layout (--prefill-instances, --decode-instances) is planned by "
+                       "plan_disaggregated (servesize plan prints it)", field="prefill_instances")
     if load is not None:
         planned = plan(scenario, sensitivity=sensitivity, progress=progress)
         return replace(planned, at_load=at_load(planned, load))
@@ -133,6 +137,61 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
                        memory=report, origin=inputs.origin)
     return replace(result, placement=inputs.split)
+
+
+def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | None = None) -> DisaggregatedPlan:
+    """Prefill and decode in separate instances (``--prefill-instances X --decode-instances Y``): the layout's users
+    and its six ceilings (planning.disaggregated), the pull per warm, cold and starting turn (engine.kv_transfer),
+    and the aggregated plan on the same GPUs beside it."""
+    from servesize.engine.kv_transfer import handover_seconds, nixl_pull, pull_seconds
+    from servesize.planning.ceilings import cold_shares
+    from servesize.planning.disaggregated import DisaggregatedPlan, TurnTransfer, link_load, median_context
+    from servesize.planning.inputs import knob_value
+    from servesize.planning.plan import make_plan
+    from servesize.resolve.disaggregated import disaggregated_layout
+
+    layout, prefill_sc, decode_sc, aggregated_sc = disaggregated_layout(scenario)
+    if progress is not None:
+        progress(f"planning the decode pool ({layout.decode_instances} x TP {layout.decode_tp})...")
+    d_in = plan_inputs(decode_sc)
+    d_report, d_fixed = d_in.memory_and_fixed()
+    d_knobs = replace(d_in.knobs, overrides=d_in.knobs.overrides + (("load.interference", False),))
+    decode = make_plan(d_fixed, d_in.deployment, d_in.workload, d_knobs, with_sensitivity=False, memory=d_report,
+                       origin=d_in.origin)
+    arch, dep, workload = d_in.model.architecture, d_report.deployment, d_in.workload
+    if dep.max_model_len is None:
+        raise BadInput("the decode pool's deployment has no --max-model-len")  # resolved deployments have one
+    context = int(min(median_context(workload), float(dep.max_model_len)))
+    hits = {"warm": max(0, context - int(workload.warm_turn_tokens)), "cold": 0,
+            "start": min(int(workload.user.prefix_tokens), context)}
+    step_s = float(decode.result.spec_speedup) / float(knob_value(d_knobs, "decode_floor"))
+    turns = {}
+    for turn, hit in hits.items():
+        pull = nixl_pull(arch, dep, context, hit, d_in.gpus.gpu)
+        took = pull_seconds(pull, layout.link, layout.prefill_tp,
+                            link_efficiency=float(d_knobs.a("kv_transfer.link_efficiency")),
+                            descriptor_post_s=float(d_knobs.a("kv_transfer.descriptor_post_s")),
+                            blocks_per_descriptor=float(d_knobs.a("kv_transfer.blocks_per_descriptor")))
+        turns[turn] = TurnTransfer(turn, context, pull, took,
+                                   handover_seconds(took, step_s, float(d_knobs.a("kv_transfer.handover_steps"))))
+    limit = float(knob_value(d_knobs, "ttft_limit_s"))
+    budget = limit - turns["cold"].handover_s
+    if budget <= 0:
+        raise BadInput(f"a cold turn's handover over {layout.link['name']} takes {turns['cold'].handover_s:.2f} s, the "
+                       f"whole {limit:g} s TTFT limit: give a faster --kv-link or a longer --ttft-limit")
+    if progress is not None:
+        progress(f"planning the prefill pool ({layout.prefill_instances} x TP {layout.prefill_tp})...")
+    p_in = plan_inputs(prefill_sc.replace(ttft_limit=budget))
+    p_report, p_fixed = p_in.memory_and_fixed()
+    prefill = make_plan(p_fixed, p_in.deployment, p_in.workload, p_in.knobs, with_sensitivity=False,
+                        memory=p_report, origin=p_in.origin)
+    invalidated, started = cold_shares(workload, d_knobs)
+    shares = {"warm": max(0.0, 1.0 - invalidated - started), "cold": invalidated, "start": started}
+    link = link_load(layout, turns, shares, workload, float(d_knobs.a("kv_transfer.link_efficiency")))
+    if progress is not None:
+        progress("planning the aggregated layout on the same GPUs...")
+    aggregated = plan(aggregated_sc, sensitivity=False)
+    return DisaggregatedPlan(layout, prefill, decode, turns, link, step_s, limit, budget, aggregated)
 
 
 def at_load(plan: Plan, load: Load) -> AtLoad:

@@ -46,6 +46,7 @@ from servesize.engine.vocabulary import check_release
 from servesize.errors import BadInput, OutOfRange, UnreadableNumber, clip
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, MAX_HOST_MEMORY_GIB, parse_json
 from servesize.model.catalogue import InlineConfig
+from servesize.model.hardware import load_kv_links
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload import model as workload_model
@@ -66,6 +67,7 @@ GROUPS = {
     "monte_carlo": "Monte-Carlo",
     "fit": "what fits",
     "fleet": "the fleet: what to search and how to price it",  # fleet: servesize fleet (FleetQuery)
+    "disagg": "disaggregated prefill and decode (separate vllm serve instances joined by a KV connector)",
 }
 
 _TRUE = ("true", "yes", "on", "1")
@@ -339,6 +341,7 @@ _READERS = {"model": _read_model, "tokens": _read_tokens, "bytes": _read_bytes, 
             "workload": _read_workload, "calibration": _read_calibration, "list": _read_list,
             "vllm_int": _read_vllm_int, "vllm_len": _read_vllm_len, "vllm_bytes": _read_vllm_bytes, "json": _read_json}
 
+_KV_LINKS = tuple(load_kv_links())  # gpus.toml [[kv_link]] and [[host_link]]
 MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the workload's own cap)
 
 
@@ -497,6 +500,25 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
     users: int | None = _p("int", "size the fleet for N users: how many GPUs of --gpus's type (replicas of "
                            "--tensor-parallel-size GPUs) keep every ceiling at N; the count in --gpus is replaced",
                            "model", lo=1, hi=10_000_000, metavar="N")
+
+    # -- disaggregated prefill and decode (issue 32) ------------------------------------
+    prefill_instances: int | None = _p("int", "prefill instances (xP): with --decode-instances, plan prefill and decode "
+                                       "in separate vllm serve instances of --gpus's type, joined by a KV connector; "
+                                       "the plan prints the aggregated layout on the same GPUs beside it", "disagg",
+                                       lo=1, hi=1024, metavar="X")
+    decode_instances: int | None = _p("int", "decode instances (yD), with --prefill-instances", "disagg", lo=1,
+                                      hi=1024, metavar="Y")
+    prefill_tp: int | None = _p("int", "GPUs per prefill instance (default: --tensor-parallel-size)", "disagg", lo=1,
+                                hi=1024, metavar="N")
+    decode_tp: int | None = _p("int", "GPUs per decode instance (default: --tensor-parallel-size)", "disagg", lo=1,
+                               hi=1024, metavar="N")
+    kv_link: str | None = _p("choice", "the link a pull crosses from a prefill GPU to a decode GPU, per GPU (gpus.toml "
+                             "[[kv_link]] and [[host_link]]; default: the GPU's NVLink where it has one and every "
+                             "instance fits one 8-GPU node, else one 400 Gb/s NIC per GPU, ib-ndr)", "disagg",
+                             choices=_KV_LINKS, metavar="LINK")
+    kv_connector: str = _p("choice", "the KV connector, as --kv-transfer-config's kv_connector names it: servesize "
+                           "prices vLLM 0.32's NixlConnector (the decode instance pulls what it lacks)", "disagg",
+                           default="NixlConnector", choices=("NixlConnector",), metavar="NAME")
 
     # -- vLLM engine flags ----------------------------------------------------------------
     vllm_serve: str | None = _p(
@@ -662,7 +684,8 @@ def _declared(cls: type, group_order: tuple[str, ...] | None = None) -> dict[str
     return {p.name: p for p in sorted(params.values(), key=lambda p: group_order.index(p.group))}
 
 
-PARAMS: dict[str, Param] = _declared(Scenario, ("model", "engine", "workload", "knobs", "calibration", "monte_carlo"))
+PARAMS: dict[str, Param] = _declared(Scenario, ("model", "disagg", "engine", "workload", "knobs", "calibration",
+                                                "monte_carlo"))
 SWEEPABLE = tuple(p.name for p in PARAMS.values() if p.sweep)
 
 

@@ -18,6 +18,8 @@ examples:
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --workload my-workload.toml --think-time 43 --plot plan.png
   servesize plan llama-3.1-8b --gpus 4xH100 -dp 4 --cpu-offload-gib 200 --json
   servesize plan llama-3.3-70b --gpus 8xH100                   every GPU: servesize chooses TP x DP (the first line says why)
+  servesize plan qwen3.6-27b --gpus 4xH200 -q fp8 --kv-cache-dtype fp8 --prefill-instances 1 --decode-instances 3
+                  prefill and decode apart (NixlConnector): the layout's users beside the aggregated plan
 
 A workload is a preset (--preset coding-agent, the default: the warm-capacity seed's reference
 workload; chat, rag, batch; data/workloads.toml gives each field's source), then the fields a
@@ -100,11 +102,30 @@ def _sweep_of(text: str) -> tuple[str, list[str]]:
     return param, [v.strip() for v in rest.split(",") if v.strip()]
 
 
+def _disaggregated(scenario, args):
+    from servesize.api import plan_disaggregated
+    from servesize.errors import BadInput
+
+    other = [flag for flag, on in (("--team", args.team), ("--sweep", args.sweep), ("--plot", args.plot),
+                                   ("--engine-check", args.engine_check)) if on]
+    if other:
+        raise BadInput(f"{', '.join(other)} plan(s) an aggregated deployment; a disaggregated layout "
+                       "(--prefill-instances, --decode-instances) is planned without them")
+
+    def progress(line: str) -> None:
+        if not args.json:
+            print(f"servesize: {line}", file=sys.stderr)
+
+    return plan_disaggregated(scenario, progress=progress)
+
+
 def run(args):
     from servesize.api import check_plan, plan, sweep, sweep_values, teams
     from servesize.errors import BadInput
 
     scenario = scenario_from_args(args)
+    if scenario.prefill_instances is not None or scenario.decode_instances is not None:
+        return _disaggregated(scenario, args)
     if args.priority and not args.team:
         raise BadInput("--priority ranks teams: name them with --team NAME=USERS[:WORKLOAD]")
     if args.team:

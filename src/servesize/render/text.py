@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 from servesize.planning.ceilings import CEILINGS
+from servesize.planning.disaggregated import CEILINGS as DISAGG_CEILINGS
+from servesize.planning.disaggregated import DisaggregatedPlan
 from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.load_models import load_model
@@ -279,6 +281,47 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
         lines.append(f"wrote {fit.plot}")
     if explain:
         lines += ["", fit.derivation.render(), "", "workload (fitted fields over the preset):", fit.workload.describe()]
+    return "\n".join(lines)
+
+
+@render_text.register
+def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
+    layout, values, link = plan.layout, plan.values, plan.link
+    gb = 1e9
+    why = {
+        "cache": "decode pool: warm user sessions p5 its prefix caches keep (a warm turn pulls only its new tokens)",
+        "decode": "decode pool: per-user decode at the floor (p50), no prefill chunk in its steps",
+        "latency": f"prefill pool: the TTFT limit {plan.ttft_budget_s:g} s less a cold turn's handover "
+                   f"{plan.turns['cold'].handover_s:.2f} s",
+        "saturation": "prefill pool: prefill duty 100%",
+        "prefill cache": "prefill pool: warm user sessions p5 its prefix caches keep (a session-sticky router)",
+        "link": f"{layout.link['name']} busy all the time (decode ranks at {link.decode_users:,.0f}, "
+                f"prefill GPUs' sends at {link.prefill_users:,.0f})",
+    }
+    lines = [f"verdict: {plan.verdict()}", f"layout: {layout.words()}"]
+    if layout.link_assumed:
+        lines.append(f"  link {layout.link_key}: {layout.link_assumed}")
+    lines.append("ceilings (users):")
+    for k in DISAGG_CEILINGS:
+        mark = "  <- binding" if k == plan.binding else ""
+        lines.append(f"  {k:<14} {values[k]:>8,.0f}   {why[k]}{mark}")
+    ctx = plan.turns["cold"].context_tokens
+    lines.append(f"transfer per turn (a session of {ctx:,} tokens, the median; {layout.connector}, per decode rank):")
+    for turn, tt in plan.turns.items():
+        lines.append(f"  {turn:<6} {tt.pull.remote_tokens:>8,} tokens pulled, {tt.pull.bytes / gb:,.3f} GB over the link "
+                     f"({tt.time.descriptors:,} descriptors per rank): {tt.time.seconds * 1e3:,.1f} ms; handover "
+                     f"{tt.handover_s * 1e3:,.0f} ms with the decode instance's steps ({plan.decode_step_s * 1e3:.1f} ms "
+                     "each at the floor)")
+    lines.append(f"  link at {plan.users:,.0f} users: {link.utilisation_at(plan.users):.1%} busy "
+                 f"(shares of requests: warm {link.shares['warm']:.1%}, cold {link.shares['cold']:.1%}, session start "
+                 f"{link.shares['start']:.1%})")
+    agg = plan.aggregated
+    lines.append(f"aggregated on the same GPUs: {agg.ceilings[agg.binding]:,.0f} users ({agg.binding} binds), "
+                 f"TP {agg.fixed.tp} x DP {agg.fixed.dp}")
+    lines.append(f"comparison: {plan.comparison()}")
+    lines.append("recipes:")
+    for role, line in plan.recipes().items():
+        lines.append(f"  {role}: {line}")
     return "\n".join(lines)
 
 

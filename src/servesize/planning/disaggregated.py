@@ -1,0 +1,235 @@
+"""Prefill and decode apart (issue 32): a disaggregated layout's users, from an aggregated plan of each pool.
+
+vLLM's disaggregated serving runs prefill and decode in separate ``vllm serve`` instances joined by a KV connector
+(NixlConnector: the decode instance pulls the blocks it lacks, engine/kv_transfer.py). servesize plans it from two
+ordinary plans and the transfer between them:
+
+- **the decode pool** (y instances of ``decode_tp`` GPUs): the plan of those GPUs as data-parallel replicas, with no
+  prefill chunk in their steps (``load.interference`` off: a decode instance prefills nothing but the
+  ``prefill_backoff`` tokens it recomputes). Its **cache** and **decode** ceilings are the layout's: the decode
+  instance keeps a returning session's context in its own prefix cache and pulls only the new turn.
+- **the prefill pool** (x instances of ``prefill_tp`` GPUs): the plan of those GPUs, whose **latency** and
+  **saturation** ceilings are the layout's, the TTFT budget less the handover of a cold turn (the pull and the
+  decode instance's steps around it, ``kv_transfer.handover_steps``), and whose cache ceiling is the layout's
+  **prefill cache**: the prefill instance must still hold a returning session's context to prefill only its new
+  turn (a session-sticky router), so the users whose sessions it keeps warm bound the layout as the decode pool's do.
+- **the link**: each request's pull occupies the decode ranks' links for its descriptors and bytes, and the prefill
+  GPUs' links for its bytes; the **link** ceiling is the users at which either is busy all the time.
+
+The binding ceiling is the smallest of the six. Not modelled yet: the decode pool's steps that recompute the
+backoff tokens, the prefill instance's queue seen by the decode side (a pull waits for its prefill to finish: it is
+in the TTFT, not in the decode pool's time), several connectors, pools of different GPU types.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from servesize.engine.kv_transfer import KvTransfer, TransferTime
+from servesize.planning.inputs import sub_ratio_of
+from servesize.planning.latency import users_for_rate
+from servesize.planning.load import think_time_of
+from servesize.workload.model import SessionClass
+
+# what sends each request to a prefill instance, then to a decode instance with the prefill's kv_transfer_params
+ROUTER = ("a proxy that sends each request to a prefill instance with max_tokens 1, then to a decode instance with "
+          "the kv_transfer_params the prefill returned, session-sticky on both sides: vLLM's "
+          "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py to try it, llm-d or NVIDIA Dynamo in production")
+CEILINGS = ("cache", "decode", "latency", "saturation", "prefill cache", "link")
+WHERE = {"cache": "decode pool", "decode": "decode pool", "latency": "prefill pool", "saturation": "prefill pool",
+         "prefill cache": "prefill pool", "link": "KV link"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """xPyD on one GPU type: the instances, their TP sizes, the link between them and the connector."""
+
+    prefill_instances: int
+    prefill_tp: int
+    decode_instances: int
+    decode_tp: int
+    gpu: str
+    gpus_given: int
+    link_key: str
+    link: dict[str, Any]
+    link_assumed: str  # why the link is this one when --kv-link was not given ("" when it was)
+    connector: str
+
+    @property
+    def prefill_gpus(self) -> int:
+        return self.prefill_instances * self.prefill_tp
+
+    @property
+    def decode_gpus(self) -> int:
+        return self.decode_instances * self.decode_tp
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefill_instances}P{self.decode_instances}D"
+
+    def words(self) -> str:
+        return (f"{self.name}: {self.prefill_instances} prefill instance(s) of TP {self.prefill_tp} and "
+                f"{self.decode_instances} decode instance(s) of TP {self.decode_tp} on {self.prefill_gpus + self.decode_gpus} "
+                f"of {self.gpus_given} {self.gpu}, {self.connector} over {self.link['name']}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "prefill_instances": self.prefill_instances, "prefill_tp": self.prefill_tp,
+                "decode_instances": self.decode_instances, "decode_tp": self.decode_tp, "gpu": self.gpu,
+                "gpus_used": self.prefill_gpus + self.decode_gpus, "gpus_given": self.gpus_given,
+                "connector": self.connector, "link": {"key": self.link_key, "name": self.link["name"],
+                                                      "gbps_per_direction": self.link["gbps_per_direction"],
+                                                      "source": self.link["source"], "assumed": self.link_assumed}}
+
+
+@dataclass(frozen=True)
+class TurnTransfer:
+    """One kind of turn's pull: what crosses, how long it takes, and the handover it adds to the TTFT."""
+
+    turn: str  # warm | cold | start
+    context_tokens: int
+    pull: KvTransfer
+    time: TransferTime
+    handover_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "context_tokens": self.context_tokens, "pull": self.pull.to_dict(),
+                "time": self.time.to_dict(), "handover_s": self.handover_s}
+
+
+@dataclass(frozen=True)
+class LinkLoad:
+    """The link's ceiling: users at which the decode ranks' links (descriptors and bytes) or the prefill GPUs'
+    (bytes) are busy all the time, and the mean pull per request it is taken from."""
+
+    mean_pull_s: float       # per decode rank, per request (the turns at their shares)
+    mean_bytes: float        # over the link, per request (every decode rank's share)
+    decode_users: float
+    prefill_users: float
+    shares: dict[str, float]
+
+    @property
+    def users(self) -> float:
+        return min(self.decode_users, self.prefill_users)
+
+    def utilisation_at(self, users: float) -> float:
+        return users / self.users if self.users > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean_pull_s": self.mean_pull_s, "mean_bytes": self.mean_bytes, "decode_side_users": self.decode_users,
+                "prefill_side_users": self.prefill_users, "users": self.users, "shares": self.shares}
+
+
+def median_context(workload: Any) -> float:
+    """The user class's median session (a log-normal's median, or an empirical class's sample median): the session
+    each turn's transfer is shown for."""
+    user = workload.user
+    if isinstance(user, SessionClass):
+        return float(user.median_tokens)
+    return float(np.median(user.lengths))
+
+
+def link_load(layout: Layout, turns: dict[str, TurnTransfer], shares: dict[str, float], workload: Any,
+              link_efficiency: float) -> LinkLoad:
+    """The link's ceiling from each turn's pull at its share of requests (warm, cold re-prefill, session start):
+    a decode instance's ranks pull in parallel, each busy ``time.seconds`` per request; the prefill GPUs send every
+    byte, at ``link_efficiency`` of their links' rate."""
+    mean_s = sum(shares[t] * turns[t].time.seconds for t in shares)
+    mean_bytes = sum(shares[t] * turns[t].pull.bytes for t in shares)
+    think, r = think_time_of(workload), sub_ratio_of(workload)
+    decode_users = layout.decode_instances * users_for_rate(1.0 / mean_s, think, r) if mean_s > 0 else float("inf")
+    send = layout.prefill_gpus * float(layout.link["gbps_per_direction"]) * 1e9 * link_efficiency
+    prefill_users = users_for_rate(send / mean_bytes, think, r) if mean_bytes > 0 else float("inf")
+    return LinkLoad(mean_s, mean_bytes, decode_users, prefill_users, dict(shares))
+
+
+@dataclass(frozen=True)
+class DisaggregatedPlan:
+    """A disaggregated layout's users: its six ceilings, each pool's plan, the transfers, and the aggregated plan on
+    the same GPUs beside it."""
+
+    layout: Layout
+    prefill: Any   # planning.plan.Plan of the prefill pool (its latency, saturation and cache ceilings)
+    decode: Any    # planning.plan.Plan of the decode pool, no prefill chunks in its steps
+    turns: dict[str, TurnTransfer]
+    link: LinkLoad
+    decode_step_s: float     # a decode step at the floor: what the handover's steps take
+    ttft_budget_s: float     # the TTFT limit; the prefill pool plans for it less the cold turn's handover
+    prefill_budget_s: float
+    aggregated: Any          # planning.plan.Plan on the same GPUs, aggregated
+
+    @property
+    def values(self) -> dict[str, float]:
+        d, p = self.decode.ceilings, self.prefill.ceilings
+        return {"cache": d["cache"], "decode": d["decode"], "latency": p["latency"], "saturation": p["saturation"],
+                "prefill cache": p["cache"], "link": self.link.users}
+
+    @property
+    def binding(self) -> str:
+        values = self.values
+        return min(CEILINGS, key=lambda k: values[k])
+
+    @property
+    def users(self) -> float:
+        return self.values[self.binding]
+
+    def verdict(self) -> str:
+        return (f"{self.users:,.0f} users: {self.binding} binds first ({WHERE[self.binding]}), "
+                f"{self.layout.name} on {self.layout.prefill_gpus + self.layout.decode_gpus} {self.layout.gpu}")
+
+    def comparison(self) -> str:
+        """Which layout buys more comfortable users on these GPUs, and why, in one line."""
+        agg = self.aggregated
+        a_users, a_bind = agg.ceilings[agg.binding], agg.binding
+        split = agg.placement
+        a_name = f"aggregated TP {agg.fixed.tp} x DP {agg.fixed.dp}" if split is None else \
+            f"aggregated TP {split.tp} x DP {split.dp}"
+        d_users, d_bind = self.users, self.binding
+        if d_users > a_users:
+            why = (f"the decode pool's steps carry no prefill chunk (aggregated, {a_bind} binds)"
+                   if a_bind == "decode" else f"aggregated, {a_bind} binds at {a_users:,.0f}")
+            return (f"disaggregated {self.layout.name} buys more: {d_users:,.0f} users against {a_users:,.0f} "
+                    f"{a_name}, because {why}; here {d_bind} binds ({WHERE[d_bind]})")
+        return (f"{a_name} buys more: {a_users:,.0f} users against {d_users:,.0f} disaggregated {self.layout.name}, "
+                f"whose {d_bind} binds first ({WHERE[d_bind]}, {_ceiling_words(self, d_bind)})")
+
+    def recipes(self) -> dict[str, str]:
+        """The two ``vllm serve`` lines (each pool's recipe with the connector) and what joins them."""
+        config = json.dumps({"kv_connector": self.layout.connector, "kv_role": "kv_both"}, separators=(",", ":"))
+        extra = f" --kv-transfer-config '{config}'"
+        return {"prefill": self.prefill.recipe + extra, "decode": self.decode.recipe + extra,
+                "router": ROUTER}
+
+    def to_dict(self) -> dict[str, Any]:
+        agg = self.aggregated
+        return {"recipes": self.recipes(),
+            "layout": self.layout.to_dict(), "users": self.users, "binding": self.binding,
+            "binding_pool": WHERE[self.binding], "ceilings": self.values, "verdict": self.verdict(),
+            "comparison": self.comparison(),
+            "prefill_pool": {"ceilings": self.prefill.ceilings, "binding": self.prefill.binding,
+                             "ttft_budget_s": self.prefill_budget_s, "recipe": self.prefill.recipe},
+            "decode_pool": {"ceilings": self.decode.ceilings, "binding": self.decode.binding,
+                            "decode_step_s": self.decode_step_s, "recipe": self.decode.recipe},
+            "transfer": {t: tt.to_dict() for t, tt in self.turns.items()},
+            "link": self.link.to_dict(), "ttft_limit_s": self.ttft_budget_s,
+            "aggregated": {"users": agg.ceilings[agg.binding], "binding": agg.binding, "ceilings": agg.ceilings,
+                           "tp": agg.fixed.tp, "dp": agg.fixed.dp, "recipe": agg.recipe},
+        }
+
+
+def _ceiling_words(plan: DisaggregatedPlan, ceiling: str) -> str:
+    layout = plan.layout
+    if ceiling == "saturation":
+        return f"{layout.prefill_gpus} prefill GPU(s) busy all the time"
+    if ceiling == "latency":
+        return f"the prefill queue passes the {plan.prefill_budget_s:.2f} s left of the TTFT budget"
+    if ceiling == "link":
+        return f"{layout.link['name']} busy all the time"
+    if ceiling == "prefill cache":
+        return "the prefill instances keep too few sessions warm"
+    if ceiling == "cache":
+        return "the decode instances keep too few sessions warm"
+    return "decode falls under the floor"

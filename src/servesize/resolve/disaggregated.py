@@ -1,0 +1,75 @@
+"""A disaggregated Scenario (--prefill-instances X --decode-instances Y) resolved: the layout on --gpus, the link
+between the pools, and the three ordinary Scenarios servesize plans it from (each pool as data-parallel replicas,
+and the aggregated layout on the same GPUs)."""
+
+from __future__ import annotations
+
+import re
+
+from servesize.assumptions import assumption
+from servesize.errors import BadInput
+from servesize.model.hardware import load_host_links, load_kv_links, parse_gpus
+from servesize.planning.disaggregated import Layout
+from servesize.scenario import Scenario
+
+_DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "kv_link")
+_NVLINK = re.compile(r"^\s*NVLink\s*([345])\b", re.IGNORECASE)
+
+
+def is_disaggregated(scenario: Scenario) -> bool:
+    return scenario.prefill_instances is not None or scenario.decode_instances is not None
+
+
+def without_layout(scenario: Scenario) -> Scenario:
+    """The Scenario with its disaggregated fields cleared: the aggregated question on the same GPUs."""
+    return scenario.replace(**{name: None for name in _DISAGG_FIELDS})
+
+
+def default_link(interconnect: str, host_link: str, gpus_used: int) -> tuple[str, str]:
+    """(key, why) of the link a pull crosses when --kv-link is not given: the GPU's NVLink (an NVSwitch fabric,
+    interconnect 'NVLink3/4/5 ...') where the layout fits one NVLink domain (decode.nvlink_domain_gpus), else one
+    400 Gb/s InfiniBand NIC per GPU (ib-ndr, an HGX/DGX node's); a GPU without NVLink in one host: its PCIe link."""
+    domain = int(assumption("decode.nvlink_domain_gpus"))
+    nvlink = _NVLINK.match(interconnect or "")
+    if gpus_used <= domain:
+        if nvlink:
+            return f"nvlink{nvlink.group(1)}", (f"assumed: the GPU's NVLink ({interconnect}), the {gpus_used} GPUs "
+                                               f"in one {domain}-GPU NVLink domain; give --kv-link")
+        keys = {row["name"]: key for key, row in load_host_links().items()}
+        if host_link in keys:
+            return keys[host_link], f"assumed: the GPUs' {host_link} in one host (no NVLink fabric); give --kv-link"
+    return "ib-ndr", (f"assumed: one 400 Gb/s InfiniBand NIC per GPU ({gpus_used} GPUs"
+                      f"{' span more than one NVLink domain' if nvlink else ' without an NVLink fabric'}); "
+                      "give --kv-link")
+
+
+def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario, Scenario]:
+    """The layout, and the prefill pool's, the decode pool's and the aggregated Scenario."""
+    if scenario.prefill_instances is None or scenario.decode_instances is None:
+        raise BadInput("a disaggregated layout takes both --prefill-instances X and --decode-instances Y",
+                       field="prefill_instances" if scenario.prefill_instances is None else "decode_instances")
+    if scenario.users is not None:
+        raise BadInput("--users sizes aggregated replicas; a disaggregated layout is planned on the GPUs --gpus gives")
+    if not scenario.gpus:
+        raise BadInput("a disaggregated layout needs --gpus N x GPU (the GPUs its pools share)", field="gpus")
+    group = parse_gpus(scenario.gpus)
+    tp = scenario.tensor_parallel_size
+    p_tp, d_tp = scenario.prefill_tp or tp, scenario.decode_tp or tp
+    x, y = scenario.prefill_instances, scenario.decode_instances
+    used = x * p_tp + y * d_tp
+    if used > group.count:
+        raise BadInput(f"{x}P{y}D at TP {p_tp} and {d_tp} needs {used} GPUs ({x} x {p_tp} + {y} x {d_tp}); --gpus "
+                       f"gives {group.count}", field="gpus")
+    links = load_kv_links()
+    if scenario.kv_link is not None:
+        key, why = scenario.kv_link, ""
+    else:
+        key, why = default_link(group.gpu.interconnect, group.gpu.host_link, used)
+    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, scenario.kv_connector)
+    base = without_layout(scenario)
+
+    def pool(instances: int, pool_tp: int) -> Scenario:
+        return base.replace(gpus=f"{instances * pool_tp}x{group.gpu.key}", tensor_parallel_size=pool_tp,
+                            data_parallel_size=instances)
+
+    return layout, pool(x, p_tp), pool(y, d_tp), base

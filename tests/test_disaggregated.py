@@ -1,0 +1,136 @@
+"""Prefill and decode apart (issue 32): `servesize plan --prefill-instances X --decode-instances Y`.
+
+The layout's ceilings are its pools' own plans (the decode pool with no prefill chunk in its steps, the prefill pool
+with the TTFT budget less a cold turn's handover) and the link's; the transfers are engine/kv_transfer.py's
+(checked by hand in tests/test_kv_transfer.py); here, that the plan composes them as planning/disaggregated.py says,
+on the issue's own command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from servesize.api import plan, plan_disaggregated
+from servesize.cli import main
+from servesize.errors import BadInput
+from servesize.resolve.disaggregated import default_link
+from servesize.scenario import Scenario
+
+ISSUE = ["qwen3.6-27b", "--gpus", "4xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--prefill-instances", "1",
+         "--decode-instances", "3"]
+
+
+def _scenario(**extra) -> Scenario:
+    return Scenario(model="qwen3.6-27b", gpus="4xH200", quantization="fp8", kv_cache_dtype="fp8", **extra)
+
+
+@pytest.fixture(scope="module")
+def issue_json():
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", *ISSUE, "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_the_issues_command_gives_users_the_binding_ceiling_the_transfers_and_the_aggregated_line(issue_json):
+    d = issue_json
+    ceilings = d["ceilings"]
+    assert set(ceilings) == {"cache", "decode", "latency", "saturation", "prefill cache", "link"}
+    assert d["users"] == min(ceilings.values()) and ceilings[d["binding"]] == d["users"]
+    assert {"warm", "cold", "start"} == set(d["transfer"])
+    # a warm turn pulls only what the decode instance lacks: far less than a cold one, which pulls the whole context
+    warm, cold = d["transfer"]["warm"], d["transfer"]["cold"]
+    assert warm["pull"]["remote_tokens"] < 0.1 * cold["pull"]["remote_tokens"]
+    assert cold["pull"]["local_hit_tokens"] == 0 and warm["pull"]["bytes"] < cold["pull"]["bytes"]
+    agg = d["aggregated"]
+    assert f"{agg['users']:,.0f}" in d["comparison"] and f"{d['users']:,.0f}" in d["comparison"]
+    assert d["layout"]["gpus_used"] == 4 and d["layout"]["link"]["key"] == "nvlink4"  # H200s in one NVLink domain
+
+
+def test_the_ceilings_are_the_pools_own_plans(issue_json):
+    d = issue_json
+    assert d["ceilings"]["cache"] == d["decode_pool"]["ceilings"]["cache"]
+    assert d["ceilings"]["decode"] == d["decode_pool"]["ceilings"]["decode"]
+    assert d["ceilings"]["latency"] == d["prefill_pool"]["ceilings"]["latency"]
+    assert d["ceilings"]["saturation"] == d["prefill_pool"]["ceilings"]["saturation"]
+    assert d["ceilings"]["prefill cache"] == d["prefill_pool"]["ceilings"]["cache"]
+    # the prefill pool plans for the TTFT limit less a cold turn's handover
+    assert d["prefill_pool"]["ttft_budget_s"] == pytest.approx(d["ttft_limit_s"] - d["transfer"]["cold"]["handover_s"])
+
+
+def test_a_decode_pool_without_prefill_chunks_decodes_for_more_users_per_gpu_than_the_aggregated_one(issue_json):
+    # aggregated, decodes wait for the chunks in their steps (decode binds there); the decode pool's steps carry none
+    d = issue_json
+    assert d["aggregated"]["binding"] == "decode"
+    assert d["ceilings"]["decode"] / 3 > d["aggregated"]["ceilings"]["decode"] / 4
+
+
+def test_the_handover_is_the_pull_and_the_decode_instances_steps_at_the_floor(issue_json):
+    d = issue_json
+    step = d["decode_pool"]["decode_step_s"]
+    for tt in d["transfer"].values():
+        assert tt["handover_s"] == pytest.approx(tt["time"]["seconds"] + 4.3 * step)
+
+
+def test_the_link_ceiling_is_the_users_at_which_the_decode_ranks_or_the_prefill_gpus_are_busy_all_the_time(issue_json):
+    d = issue_json
+    link, shares = d["link"], d["link"]["shares"]
+    mean_s = sum(shares[t] * d["transfer"][t]["time"]["seconds"] for t in shares)
+    assert link["mean_pull_s"] == pytest.approx(mean_s)
+    # coding-agent: think 30 s, subagent requests r = 0.1; 3 decode instances each pull one request at a time
+    assert link["decode_side_users"] == pytest.approx(3 * (1 / mean_s) * 30 / 1.1)
+    mean_bytes = sum(shares[t] * d["transfer"][t]["pull"]["bytes"] for t in shares)
+    assert link["prefill_side_users"] == pytest.approx(1 * 450e9 * 0.163 / mean_bytes * 30 / 1.1)
+    assert d["ceilings"]["link"] == min(link["decode_side_users"], link["prefill_side_users"])
+
+
+def test_more_prefill_instances_raise_the_prefill_pools_ceilings():
+    one, two = plan_disaggregated(_scenario(prefill_instances=1, decode_instances=3)), \
+        plan_disaggregated(_scenario(prefill_instances=2, decode_instances=2))
+    assert two.values["saturation"] == pytest.approx(2 * one.values["saturation"], rel=1e-6)
+    assert two.values["decode"] < one.values["decode"]
+
+
+def test_every_recipe_line_reads_back_through_the_vllm_serve_reader(issue_json, capsys):
+    for role in ("prefill", "decode"):
+        line = issue_json["recipes"][role]
+        assert "--kv-transfer-config" in line
+        assert main(["memory", "--vllm-serve", line, "--gpus", "1xH200", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert any("NixlConnector" in w for w in report["flags_not_modelled"])  # the connector is named, not lost
+        assert shlex.split(line)[:3] == ["vllm", "serve", "Qwen/Qwen3.6-27B"]
+
+
+@pytest.mark.parametrize("interconnect, host_link, gpus, key", [
+    ("NVLink4 900 GB/s", "PCIe Gen5 x16", 4, "nvlink4"),
+    ("NVLink4 900 GB/s", "PCIe Gen5 x16", 16, "ib-ndr"),  # more than one 8-GPU NVLink domain
+    ("PCIe Gen4 x16 64 GB/s; no NVLink", "PCIe Gen4 x16", 2, "pcie4-x16"),
+    ("NVLink5 1,800 GB/s", "", 8, "nvlink5"),
+])
+def test_the_default_link_is_the_gpus_nvlink_in_one_domain_else_a_nic_per_gpu(interconnect, host_link, gpus, key):
+    got, why = default_link(interconnect, host_link, gpus)
+    assert got == key and "assumed" in why and "--kv-link" in why
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--prefill-instances", "3", "--decode-instances", "3"], "needs 6 GPUs"),
+    (["--prefill-instances", "1"], "both --prefill-instances"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--kv-connector", "P2pNcclConnector"], "NixlConnector"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--kv-link", "eth-100", "--ttft-limit", "0.1"],
+     "faster --kv-link"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--sweep", "median=31k,45k"], "--sweep"),
+])
+def test_a_layout_that_cannot_be_planned_is_one_line(argv, words, capsys):
+    assert main(["plan", "qwen3.6-27b", "--gpus", "4xH200", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_the_aggregated_plan_refuses_a_disaggregated_scenario_and_names_the_function_that_plans_it():
+    with pytest.raises(BadInput, match="plan_disaggregated"):
+        plan(_scenario(prefill_instances=1, decode_instances=1))
