@@ -134,3 +134,18 @@ def test_a_layout_that_cannot_be_planned_is_one_line(argv, words, capsys):
 def test_the_aggregated_plan_refuses_a_disaggregated_scenario_and_names_the_function_that_plans_it():
     with pytest.raises(BadInput, match="plan_disaggregated"):
         plan(_scenario(prefill_instances=1, decode_instances=1))
+
+
+def test_the_docs_table_is_the_plans_own():
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("disaggregated_table", root / "scripts" / "disaggregated_table.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    doc = (root / "docs" / "disaggregated.md").read_text()
+    for preset in script.PRESETS:
+        for gpus in (2, 4, 8):
+            assert script.row(preset, gpus) in doc, (preset, gpus)

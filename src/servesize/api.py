@@ -194,6 +194,24 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     return DisaggregatedPlan(layout, prefill, decode, turns, link, step_s, limit, budget, aggregated)
 
 
+def disaggregated_layouts(scenario: Scenario, *, progress: Callable[[str], None] | None = None
+                          ) -> list[DisaggregatedPlan]:
+    """Every xPyD layout of ``scenario``'s TP that fills --gpus (x + y instances, at least one of each), planned,
+    the most users first: which split of these GPUs between prefill and decode serves the most."""
+    from servesize.resolve.disaggregated import without_layout
+
+    group = parse_gpus(scenario.gpus)
+    tp = scenario.tensor_parallel_size
+    instances = group.count // tp
+    if instances < 2:
+        raise BadInput(f"{group.count} GPU(s) at TP {tp} hold {instances} instance(s): a disaggregated layout needs "
+                       "one prefill and one decode instance at least", field="gpus")
+    base = without_layout(scenario)
+    plans = [plan_disaggregated(base.replace(prefill_instances=x, decode_instances=instances - x), progress=progress)
+             for x in range(1, instances)]
+    return sorted(plans, key=lambda p: -p.users)
+
+
 def at_load(plan: Plan, load: Load) -> AtLoad:
     """A plan priced at a load (``planning.at_load``): the latency, the per-user decode and the bill at
     ``load.load_users`` (None: the binding ceiling) and a burst of ``load.burst`` simultaneous misses."""
