@@ -149,3 +149,22 @@ def test_the_docs_table_is_the_plans_own():
     for preset in script.PRESETS:
         for gpus in (2, 4, 8):
             assert script.row(preset, gpus) in doc, (preset, gpus)
+
+
+def test_fleet_considers_prefill_and_decode_apart_on_its_winners_shape_and_says_why_it_picked_its_winner():
+    import math
+
+    from servesize.api import fleet
+
+    result = fleet(users=500, models="qwen3.6-27b", gpus_from="H200")
+    d = result.disaggregated
+    assert d is not None and d["considered"]
+    sizing = d["sizing"]
+    # each pool's instances: the users over what one instance holds at its binding ceiling
+    assert sizing["prefill_instances"] == math.ceil(500 / sizing["per_prefill_instance"][sizing["prefill_binding"]])
+    assert sizing["decode_instances"] == math.ceil(500 / sizing["per_decode_instance"][sizing["decode_binding"]])
+    assert d["gpus"] == sizing["prefill_instances"] * sizing["prefill_tp"] + sizing["decode_instances"] * sizing["decode_tp"]
+    assert d["cheaper"] == (d["gpus"] < result.winner.n_gpu)
+    assert f"{d['gpus']} GPUs" in d["why"] and str(result.winner.n_gpu) in d["why"]
+    assert ("aggregated winner" in d["why"]) != d["cheaper"]
+    assert "--prefill-instances" in d["plan_command"]

@@ -361,8 +361,41 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     if result.winner is not None:
         confirm = confirm_scenario(q, specs[result.winner.model], result.winner)
         if confirm is not None:
-            result = replace(result, plan_command=plan_command(confirm), confirm=confirm.to_dict())
+            result = replace(result, plan_command=plan_command(confirm), confirm=confirm.to_dict(),
+                             disaggregated=_disaggregated_beside(confirm, result.winner, q.users or 0, progress))
     return result
+
+
+def _disaggregated_beside(confirm: Scenario, winner: FleetOption, users: int,
+                          progress: Callable[[str], None] | None) -> dict[str, Any]:
+    """Prefill and decode apart on the fleet winner's shape (its model, GPU, TP, precision and KV dtype): the xPyD
+    layout ``users`` need (a 1P1D plan's ceilings per instance, each pool scaled by its instances), its GPUs and
+    cost at the winner's cost per GPU, and the one line that says which of the two the fleet picks, and why."""
+    from servesize.errors import ServesizeError
+    from servesize.planning.disaggregated import sizing_for
+    from servesize.resolve.fleet import plan_command
+
+    if progress is not None:
+        progress("fleet: prefill and decode apart on the winner's shape...")
+    one_each = confirm.replace(gpus=f"{2 * winner.tp}x{winner.gpu}", data_parallel_size=1, prefill_instances=1,
+                               decode_instances=1)
+    try:
+        sizing = sizing_for(plan_disaggregated(one_each), users)
+    except ServesizeError as e:
+        return {"considered": False, "why": f"not priced on the winner's shape: {e}"}
+    per_gpu = winner.cost_per_month / winner.n_gpu
+    cost = sizing.gpus * per_gpu
+    layout = one_each.replace(gpus=f"{sizing.gpus}x{winner.gpu}", prefill_instances=sizing.prefill_instances,
+                              decode_instances=sizing.decode_instances)
+    if sizing.gpus < winner.n_gpu:
+        why = (f"{sizing.words()} needs {winner.n_gpu - sizing.gpus} GPU(s) fewer than the aggregated winner's "
+               f"{winner.n_gpu}: {cost:,.0f} {winner.currency}/month at its cost per GPU; confirm it with "
+               f"{plan_command(layout)}")
+    else:
+        why = (f"the fleet picks the aggregated winner: prefill and decode apart on its shape need {sizing.gpus} GPUs "
+               f"to its {winner.n_gpu}, {sizing.words()}")
+    return {"considered": True, "sizing": sizing.to_dict(), "gpus": sizing.gpus, "cost_per_month": cost,
+            "cheaper": sizing.gpus < winner.n_gpu, "plan_command": plan_command(layout), "why": why}
 
 
 def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None) -> TeamsPanel:

@@ -24,12 +24,14 @@ in the TTFT, not in the decode pool's time), several connectors, pools of differ
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from servesize.engine.kv_transfer import KvTransfer, TransferTime
+from servesize.errors import BadInput
 from servesize.planning.inputs import sub_ratio_of
 from servesize.planning.latency import users_for_rate
 from servesize.planning.load import think_time_of
@@ -218,6 +220,62 @@ class DisaggregatedPlan:
             "aggregated": {"users": agg.ceilings[agg.binding], "binding": agg.binding, "ceilings": agg.ceilings,
                            "tp": agg.fixed.tp, "dp": agg.fixed.dp, "recipe": agg.recipe},
         }
+
+
+@dataclass(frozen=True)
+class DisaggregatedSizing:
+    """The instances of each pool N users need, from a layout's ceilings per instance: each pool's ceilings scale
+    with its instances (data-parallel replicas behind a session-sticky router; the link's with the GPUs that send
+    and receive)."""
+
+    users: int
+    layout: Layout          # the layout the per-instance figures were planned on
+    per_prefill: dict[str, float]   # ceiling -> users per prefill instance
+    per_decode: dict[str, float]    # ceiling -> users per decode instance
+    prefill_instances: int
+    decode_instances: int
+
+    @property
+    def prefill_binding(self) -> str:
+        return min(self.per_prefill, key=lambda k: self.per_prefill[k])
+
+    @property
+    def decode_binding(self) -> str:
+        return min(self.per_decode, key=lambda k: self.per_decode[k])
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill_instances * self.layout.prefill_tp + self.decode_instances * self.layout.decode_tp
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefill_instances}P{self.decode_instances}D"
+
+    def words(self) -> str:
+        p, d = self.prefill_binding, self.decode_binding
+        return (f"{self.name} at TP {self.layout.prefill_tp}/{self.layout.decode_tp}, {self.gpus} {self.layout.gpu} for "
+                f"{self.users:,} users (a prefill instance holds {self.per_prefill[p]:,.0f}: {p}; a decode instance "
+                f"{self.per_decode[d]:,.0f}: {d})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"users": self.users, "layout": self.name, "prefill_instances": self.prefill_instances,
+                "decode_instances": self.decode_instances, "prefill_tp": self.layout.prefill_tp,
+                "decode_tp": self.layout.decode_tp, "gpus": self.gpus, "gpu": self.layout.gpu,
+                "per_prefill_instance": self.per_prefill, "per_decode_instance": self.per_decode,
+                "prefill_binding": self.prefill_binding, "decode_binding": self.decode_binding, "words": self.words()}
+
+
+def sizing_for(plan: DisaggregatedPlan, users: int) -> DisaggregatedSizing:
+    """The prefill and decode instances ``users`` need, each pool at the layout's ceilings per instance."""
+    x, y = plan.layout.prefill_instances, plan.layout.decode_instances
+    v = plan.values
+    per_p = {"latency": v["latency"] / x, "saturation": v["saturation"] / x, "prefill cache": v["prefill cache"] / x,
+             "link": plan.link.prefill_users / x}
+    per_d = {"cache": v["cache"] / y, "decode": v["decode"] / y, "link": plan.link.decode_users / y}
+    if min(per_p.values()) <= 0 or min(per_d.values()) <= 0:
+        raise BadInput(f"{plan.layout.name}: an instance serves no user ({plan.binding} binds at {plan.users:,.0f})")
+    return DisaggregatedSizing(users, plan.layout, per_p, per_d, math.ceil(users / min(per_p.values())),
+                               math.ceil(users / min(per_d.values())))
 
 
 def _ceiling_words(plan: DisaggregatedPlan, ceiling: str) -> str:

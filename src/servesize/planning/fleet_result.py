@@ -200,6 +200,9 @@ class FleetResult:
     verdict: dict[str, Any] | None = None
     plan_command: str | None = None     # the `servesize plan` line that confirms the winner (set by the api layer)
     confirm: dict[str, Any] | None = field(default=None, compare=False)  # the Scenario of that line, as JSON (api layer)
+    # prefill and decode apart on the winner's shape (api layer, one workload): the layout the users need, its GPUs
+    # and cost beside the winner's, and the one line that says which the search picked and why
+    disaggregated: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def users(self) -> int:
@@ -246,6 +249,7 @@ class FleetResult:
             "winner": None if self.winner is None else self.winner.to_dict(),
             "recipe": self.recipe, "recipe_notes": list(self.recipe_notes),
             "plan_command": self.plan_command, "confirm_scenario": self.confirm,
+            "disaggregated": self.disaggregated,
             "plan": None if self.plan is None else self.plan.to_dict(),
             "shared_pool": None if self.shared_pool is None else self.shared_pool.to_dict(),
             "options": [o.to_dict() for o in self.options],

@@ -77,6 +77,8 @@ def _winner(result: FleetResult) -> list[str]:
     lines += ["  " + (result.recipe or "")] + [f"  {note}" for note in result.recipe_notes]
     if result.plan_command:
         lines.append(f"  confirm: {result.plan_command}")
+    if result.disaggregated is not None:
+        lines.append(f"  disaggregated: {result.disaggregated['why']}")
     return lines
 
 
