@@ -99,7 +99,7 @@ def test_more_prefill_instances_raise_the_prefill_pools_ceilings():
 def test_every_recipe_line_reads_back_through_the_vllm_serve_reader(issue_json, capsys):
     for role in ("prefill", "decode"):
         line = issue_json["recipes"][role]
-        assert "--kv-transfer-config" in line
+        assert "--kv-transfer-config" in line and ('"kv_producer"' if role == "prefill" else '"kv_consumer"') in line
         assert main(["memory", "--vllm-serve", line, "--gpus", "1xH200", "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert any("NixlConnector" in w for w in report["flags_not_modelled"])  # the connector is named, not lost
@@ -120,7 +120,10 @@ def test_the_default_link_is_the_gpus_nvlink_in_one_domain_else_a_nic_per_gpu(in
 @pytest.mark.parametrize("argv, words", [
     (["--prefill-instances", "3", "--decode-instances", "3"], "needs 6 GPUs"),
     (["--prefill-instances", "1"], "both --prefill-instances"),
-    (["--prefill-instances", "1", "--decode-instances", "1", "--kv-connector", "P2pNcclConnector"], "NixlConnector"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--kv-connector", "NixlPushConnector"],
+     "does not price"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--kv-connector", "P2pNcclConnector"],
+     "registers no such connector"),
     (["--prefill-instances", "1", "--decode-instances", "1", "--kv-link", "eth-100", "--ttft-limit", "0.1"],
      "faster --kv-link"),
     (["--prefill-instances", "1", "--decode-instances", "1", "--sweep", "median=31k,45k"], "--sweep"),

@@ -200,10 +200,14 @@ class DisaggregatedPlan:
 
     def recipes(self) -> dict[str, str]:
         """The two ``vllm serve`` lines (each pool's recipe with the connector) and what joins them."""
-        config = json.dumps({"kv_connector": self.layout.connector, "kv_role": "kv_both"}, separators=(",", ":"))
-        extra = f" --kv-transfer-config '{config}'"
-        return {"prefill": self.prefill.recipe + extra, "decode": self.decode.recipe + extra,
-                "router": ROUTER}
+        def config(role: str) -> str:
+            # vLLM 0.32 deprecates kv_both for NixlConnector: kv_producer on prefill, kv_consumer on decode
+            # (kv_connector/v1/nixl/connector.py)
+            text = json.dumps({"kv_connector": self.layout.connector, "kv_role": role}, separators=(",", ":"))
+            return f" --kv-transfer-config '{text}'"
+
+        return {"prefill": self.prefill.recipe + config("kv_producer"),
+                "decode": self.decode.recipe + config("kv_consumer"), "router": ROUTER}
 
     def to_dict(self) -> dict[str, Any]:
         agg = self.aggregated

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from servesize.assumptions import assumption
+from servesize.datafiles import table
 from servesize.errors import BadInput
 from servesize.model.hardware import load_host_links, load_kv_links, parse_gpus
 from servesize.planning.disaggregated import Layout
@@ -43,6 +44,20 @@ def default_link(interconnect: str, host_link: str, gpus_used: int) -> tuple[str
                       "give --kv-link")
 
 
+def check_connector(name: str) -> None:
+    """Refuse, in one line, a connector servesize does not price: one vLLM's factory does not register, or one it
+    does whose rule servesize has not read (data/vllm_flag_effects.toml [kv_connectors])."""
+    known = table("vllm_flag_effects.toml")["kv_connectors"]
+    if name in known["priced"]:
+        return
+    if name in known["names"]:
+        raise BadInput(f"--kv-connector {name}: a connector vLLM {known['release']} registers, whose transfer "
+                       f"servesize does not price; it prices {' and '.join(known['priced'])} (the decode instance "
+                       "pulls what it lacks)", field="kv_connector")
+    raise BadInput(f"--kv-connector {name[:80]!r}: vLLM {known['release']} registers no such connector (it knows "
+                   f"{', '.join(known['names'])})", field="kv_connector")
+
+
 def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario, Scenario]:
     """The layout, and the prefill pool's, the decode pool's and the aggregated Scenario."""
     if scenario.prefill_instances is None or scenario.decode_instances is None:
@@ -52,6 +67,7 @@ def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario
         raise BadInput("--users sizes aggregated replicas; a disaggregated layout is planned on the GPUs --gpus gives")
     if not scenario.gpus:
         raise BadInput("a disaggregated layout needs --gpus N x GPU (the GPUs its pools share)", field="gpus")
+    check_connector(scenario.kv_connector)
     group = parse_gpus(scenario.gpus)
     tp = scenario.tensor_parallel_size
     p_tp, d_tp = scenario.prefill_tp or tp, scenario.decode_tp or tp
