@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from servesize.assumptions import assumption
 from servesize.engine.deployment import Deployment
-from servesize.engine.pool import LayerSpec, block_layout
+from servesize.engine.pool import LayerSpec, block_layout, resolved_lengths
 from servesize.errors import BadInput
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -107,11 +107,10 @@ def nixl_pull(arch: Architecture, dep: Deployment, prompt_tokens: int, local_hit
     """The blocks and bytes a decode instance of ``dep`` (resolved) pulls for a prompt of ``prompt_tokens`` of which
     its own prefix cache holds ``local_hit_tokens`` (at most the prompt less its last token, floored to whole blocks
     of every group, as a hit is; none without prefix caching)."""
-    if dep.max_model_len is None:
-        raise BadInput("the pull is priced for a resolved Deployment (Deployment.resolved fills max_model_len)")
-    if not 1 <= prompt_tokens <= dep.max_model_len:
-        raise BadInput(f"a prompt of {prompt_tokens!r} tokens: it must be 1 to --max-model-len "
-                       f"({dep.max_model_len:,})", field="prompt_tokens")
+    max_len, _ = resolved_lengths(dep)
+    if not 1 <= prompt_tokens <= max_len:
+        raise BadInput(f"a prompt of {prompt_tokens!r} tokens: it must be 1 to --max-model-len ({max_len:,})",
+                       field="prompt_tokens")
     if not 0 <= local_hit_tokens <= prompt_tokens:
         raise BadInput(f"the decode instance's prefix hit ({local_hit_tokens!r} tokens) must be 0 to the prompt's "
                        f"{prompt_tokens:,}", field="local_hit_tokens")

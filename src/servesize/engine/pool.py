@@ -235,7 +235,7 @@ def flashinfer_gdn_alignment(arch: Architecture, dep: Deployment, gpu: Gpu | Non
 def _per_request_blocks(spec: LayerSpec, block: int, dep: Deployment, checkpoint_blocks: int = 0) -> int:
     """Blocks one request at max_model_len holds in a group of this kind (the spec's
     max_memory_usage_bytes / page). Windows reserve for every batch in flight (from 0.26)."""
-    L, mnbt = _lengths(dep)
+    L, mnbt = resolved_lengths(dep)
     in_flight = dep.in_flight_batches * mnbt
     if spec.kind in (FULL, MLA, INDEXER):
         return cdiv(L, block)
@@ -262,10 +262,11 @@ def state_blocks_per_request(mode: str, spec_tokens: int = 0, checkpoint_blocks:
     return (2 + checkpoint_blocks if mode == "align" else 1) + spec_tokens
 
 
-def _lengths(dep: Deployment) -> tuple[int, int]:
+def resolved_lengths(dep: Deployment) -> tuple[int, int]:
     """max_model_len and max_num_batched_tokens of a resolved Deployment."""
     if dep.max_model_len is None or dep.max_num_batched_tokens is None:
-        raise BadInput("the KV pool is sized for a resolved Deployment (Deployment.resolved fills max_model_len)")
+        raise BadInput("the KV pool and a pull are priced for a resolved Deployment (Deployment.resolved fills "
+                       "max_model_len and max_num_batched_tokens)")
     return dep.max_model_len, dep.max_num_batched_tokens
 
 
@@ -283,7 +284,7 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
     kinds = _group_by_kind(arch, specs)
     if not kinds.attention:
         # Attention-free (vLLM's mamba_block_size = max_model_len without prefix caching): a block is a sequence.
-        block = _lengths(dep)[0]
+        block = resolved_lengths(dep)[0]
         notes.append(f"attention-free: each block holds one sequence's state (up to {block:,} tokens), so the pool "
                      "is a count of sequences, whatever their length")
     if kinds.one_group:
@@ -304,7 +305,7 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
     state_bytes = sum(g.blocks_per_request * g.page_bytes * grouping.group_size for g in groups if g.kind in STATE_KINDS)
     return KvPool(groups=tuple(groups), group_size=int(grouping.group_size), padding_layers=int(grouping.padding),
                   block_size=int(min(g.block_size for g in groups)), num_blocks=n, kv_cache_tokens=int(tokens),
-                  max_concurrency=float(concurrency), max_model_len=_lengths(dep)[0], log_lines=lines, usable_kv_tokens=int(usable),
+                  max_concurrency=float(concurrency), max_model_len=resolved_lengths(dep)[0], log_lines=lines, usable_kv_tokens=int(usable),
                   kv_bytes_per_token=int(kv_per_token), state_bytes_per_sequence=int(state_bytes), notes=tuple(notes), derivation=d,
                   log_line_note=line_notes[0] if line_notes else None)
 
@@ -463,7 +464,7 @@ def _num_blocks(dep: Deployment, n: int, available_bytes: int, d: Derivation) ->
 def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, checkpoint: int,
                          d: Derivation) -> tuple[list[KvGroup], int]:
     """Each group with the blocks one request at max_model_len holds in it (per layer); their sum is a derivation step."""
-    L, _ = _lengths(dep)
+    L, _ = resolved_lengths(dep)
     blocks_inputs: dict[str, Any]  # Derivation.step inputs
     if kinds.one_group and not kinds.uniform:  # UniformTypeKVCacheSpecs: full attention / MLA of several page sizes
         g, block = grouping.groups[0], grouping.block_size
@@ -488,7 +489,7 @@ def _with_request_blocks(kinds: _Kinds, grouping: _Grouping, dep: Deployment, ch
 
 def _one_kind_blocks_expression(spec: LayerSpec, block: int, dep: Deployment, blocks: int) -> tuple[str, dict[str, Any]]:
     """The per-request block count of a model whose layers are all one kind, as the expression vLLM's spec uses."""
-    L, mnbt = _lengths(dep)
+    L, mnbt = resolved_lengths(dep)
     in_flight = {"max_model_len": L, "block_size": block, "in_flight_batches": dep.in_flight_batches,
                  "max_num_batched_tokens": mnbt}
     if spec.kind == SLIDING:
@@ -505,7 +506,7 @@ def _one_kind_blocks_expression(spec: LayerSpec, block: int, dep: Deployment, bl
 def _log_lines(dep: Deployment, n: int, block: int, groups: list[KvGroup], concurrency: float,
                d: Derivation) -> tuple[int, float, tuple[str, ...]]:
     """The token count and concurrency as this vLLM release prints them (vllm-kv-sizing.md §6), and its lines."""
-    era, L = dep.era, _lengths(dep)[0]
+    era, L = dep.era, resolved_lengths(dep)[0]
     min_block, n_groups = min(g.block_size for g in groups), len(groups)
     pcp = 1
     if era == "v0":
@@ -556,7 +557,7 @@ def _usable_tokens(kinds: _Kinds, groups: list[KvGroup], n: int, d: Derivation) 
 def _token_line_notes(dep: Deployment, groups: list[KvGroup], tokens: int, usable: int, attn_block: int,
                       concurrency: float) -> list[str]:
     """Why the logged token count differs from what the pool holds, where it does by more than a block (or 2%)."""
-    era, n_groups, L = dep.era, len(groups), _lengths(dep)[0]
+    era, n_groups, L = dep.era, len(groups), resolved_lengths(dep)[0]
     if era == "v0" or abs(usable - tokens) <= max(attn_block, 0.02 * usable):
         return []
     if n_groups > 1 and era in ("v1-hybrid-old", "v1-uniform"):
@@ -607,7 +608,7 @@ def block_layout(arch: Architecture, dep: Deployment, gpu: Gpu | None) -> BlockL
     block = _base_block_size(arch, dep, gpu, notes)
     kinds = _group_by_kind(arch, specs)
     if not kinds.attention:
-        L = _lengths(dep)[0]
+        L = resolved_lengths(dep)[0]
         state = specs[0].state_bytes
         return BlockLayout([(s, state, L) for s in specs], [(specs[0], L)], state * len(specs))
     if kinds.one_group:
@@ -681,9 +682,9 @@ def start_check(arch: Architecture, dep: Deployment, available_bytes: int, gpu: 
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
     usable = _check_bytes(layout, dep, available_bytes)
     if usable is None or not any(s.kind not in STATE_KINDS for s, _, _ in layout.specs) and arch.attention_free:
-        return None if usable is None else StartCheck(0, usable, _lengths(dep)[0])
+        return None if usable is None else StartCheck(0, usable, resolved_lengths(dep)[0])
     per_group = dep.version >= GROUP_CHECK_FROM
-    L = _lengths(dep)[0]
+    L = resolved_lengths(dep)[0]
     needed = _request_bytes(layout, dep, L, checkpoint, per_group)
     largest = L if needed <= usable else _largest_fitting(
         lambda n: _request_bytes(layout, dep, n, checkpoint, per_group) <= usable, L)
@@ -695,10 +696,10 @@ def auto_max_model_len(arch: Architecture, dep: Deployment, available_bytes: int
     request's group blocks fit the memory the check plans against, at most the model's own context
     (dep's max_model_len); an attention-free model keeps its derived length."""
     if arch.attention_free:
-        return _lengths(dep)[0]
+        return resolved_lengths(dep)[0]
     layout = block_layout(arch, dep, gpu)
     checkpoint = 1 if flashinfer_gdn_alignment(arch, dep, gpu) else 0
     usable = _check_bytes(layout, dep, available_bytes)
     usable = available_bytes if usable is None else usable
     return _largest_fitting(lambda n: _request_bytes(layout, dep, n, checkpoint, per_group=True) <= usable,
-                            _lengths(dep)[0])
+                            resolved_lengths(dep)[0])
