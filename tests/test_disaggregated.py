@@ -52,6 +52,14 @@ def test_the_issues_command_gives_users_the_binding_ceiling_the_transfers_and_th
     assert d["layout"]["gpus_used"] == 4 and d["layout"]["link"]["key"] == "nvlink4"  # H200s in one NVLink domain
 
 
+def test_each_pool_is_sized_as_servesize_memory_sizes_its_instance_and_the_connector_reserves_nothing(issue_json):
+    memory = issue_json["memory"]
+    for role in ("prefill", "decode"):
+        pool = memory[role]
+        assert pool["num_blocks"] > 0 and any("GPU KV cache size" in line for line in pool["log_lines"])
+    assert memory["connector_gpu_bytes"] == 0 and "register_kv_caches" in memory["connector_source"]
+
+
 def test_the_ceilings_are_the_pools_own_plans(issue_json):
     d = issue_json
     assert d["ceilings"]["cache"] == d["decode_pool"]["ceilings"]["cache"]

@@ -41,6 +41,12 @@ from servesize.workload.model import SessionClass
 ROUTER = ("a proxy that sends each request to a prefill instance with max_tokens 1, then to a decode instance with "
           "the kv_transfer_params the prefill returned, session-sticky on both sides: vLLM's "
           "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py to try it, llm-d or NVIDIA Dynamo in production")
+# what NixlConnector allocates on the GPU beside vLLM's own pool: nothing; it registers the KV cache tensors in place
+# (vLLM 0.32 kv_connector/v1/nixl/base_worker.py register_kv_caches: xfer_buffers = kv_caches unless kv_buffer_device
+# is 'cpu', whose staging buffers live in host RAM)
+CONNECTOR_GPU_BYTES = 0
+CONNECTOR_GPU_SOURCE = ("vLLM 0.32 kv_connector/v1/nixl/base_worker.py register_kv_caches: the KV cache tensors are "
+                        "registered in place (a host staging buffer only with kv_buffer_device 'cpu')")
 CEILINGS = ("cache", "decode", "latency", "saturation", "prefill cache", "link")
 WHERE = {"cache": "decode pool", "decode": "decode pool", "latency": "prefill pool", "saturation": "prefill pool",
          "prefill cache": "prefill pool", "link": "KV link"}
@@ -209,9 +215,23 @@ class DisaggregatedPlan:
         return {"prefill": self.prefill.recipe + config("kv_producer"),
                 "decode": self.decode.recipe + config("kv_consumer"), "router": ROUTER}
 
+    def memory(self) -> dict[str, Any]:
+        """Each pool's instance as ``servesize memory`` sizes it (budget, pool, the lines it will log) and what the
+        connector reserves beside it."""
+        out: dict[str, Any] = {}
+        for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            report = pool.memory
+            out[role] = None if report is None else {
+                "available_kv_bytes_per_gpu": report.budget.available_bytes, "block_size": report.pool.block_size,
+                "num_blocks": report.pool.num_blocks, "kv_cache_tokens": report.pool.kv_cache_tokens,
+                "max_concurrency": round(report.pool.max_concurrency, 2), "log_lines": list(report.pool.log_lines)}
+        out["connector_gpu_bytes"] = CONNECTOR_GPU_BYTES
+        out["connector_source"] = CONNECTOR_GPU_SOURCE
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         agg = self.aggregated
-        return {"recipes": self.recipes(),
+        return {"recipes": self.recipes(), "memory": self.memory(),
             "layout": self.layout.to_dict(), "users": self.users, "binding": self.binding,
             "binding_pool": WHERE[self.binding], "ceilings": self.values, "verdict": self.verdict(),
             "comparison": self.comparison(),

@@ -11,7 +11,7 @@ import math
 
 from servesize.planning.ceilings import CEILINGS
 from servesize.planning.disaggregated import CEILINGS as DISAGG_CEILINGS
-from servesize.planning.disaggregated import DisaggregatedPlan
+from servesize.planning.disaggregated import CONNECTOR_GPU_SOURCE, DisaggregatedPlan
 from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.load_models import load_model
@@ -301,6 +301,13 @@ def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
     lines = [f"verdict: {plan.verdict()}", f"layout: {layout.words()}"]
     if layout.link_assumed:
         lines.append(f"  link {layout.link_key}: {layout.link_assumed}")
+    memory = plan.memory()
+    for role in ("prefill", "decode"):
+        m = memory[role]
+        if m is not None:
+            lines.append(f"{role} instance: pool {m['kv_cache_tokens']:,} tokens ({m['num_blocks']:,} blocks of "
+                         f"{m['block_size']}); it logs: " + "; ".join(m["log_lines"]))
+    lines.append(f"  {layout.connector} reserves no GPU memory beside the pool ({CONNECTOR_GPU_SOURCE})")
     lines.append("ceilings (users):")
     for k in DISAGG_CEILINGS:
         mark = "  <- binding" if k == plan.binding else ""
