@@ -748,3 +748,25 @@ def test_every_control_once_gives_the_scenario_the_command_line_reads(page, serv
         assert scenario == scenario_from_flags(shlex.join(flags)), (name, body, flags)
         checked += 1
     assert checked >= 60
+
+
+def test_prefill_and_decode_apart_shows_every_layout_beside_the_aggregated_plan_as_the_command_line_does(page, server,
+                                                                                                          cli, shots):
+    """The comparison panel on the seed's deployment over 4 H200s: its rows are every xPyD layout's users and binding
+    as `servesize plan --prefill-instances X --decode-instances Y` prints them, beside the aggregated plan."""
+    open_plan(page, server, "#view=plan&model=qwen3.6-27b&gpus=4xH200&quantization=fp8&kv_cache_dtype=fp8")
+    page.click("#disaggRun")
+    page.wait_for_function("() => document.querySelector('#disaggResult').dataset.more", timeout=300_000)
+    rows = page.evaluate("() => [...document.querySelectorAll('#disaggTable tbody tr')].map(r => "
+                         "[r.dataset.layout, r.dataset.users, r.dataset.aggregated])")
+    assert rows[0][2] == "true" and {r[0] for r in rows[1:]} == {"1P3D", "2P2D", "3P1D"}
+    for layout, users, _ in rows[1:]:
+        x, y = layout[0], layout[2]
+        doc = cli("plan", "qwen3.6-27b", "--gpus", "4xH200", "-q", "fp8", "--kv-cache-dtype", "fp8",
+                  "--prefill-instances", x, "--decode-instances", y)
+        assert users == f"{doc['users']:,.0f}", layout
+        if layout == rows[1][0]:  # the best: its line is the CLI's
+            assert page.text_content("#disaggComparison") == doc["comparison"]
+            assert f"{doc['aggregated']['users']:,.0f}" == rows[0][1]
+    assert "--prefill-instances" in page.text_content("#disaggCommand")
+    page.locator("#disagg").screenshot(path=str(shots / "disaggregated.png"))

@@ -561,3 +561,13 @@ def test_a_charts_description_states_its_values():
     assert f"met up to {decode['decode_ceiling']:,} decoders" in decode["description"]
     status, miss, _ = call("POST", "/api/charts/miss", BASE)
     assert all(f"{c}: {miss['ceilings'][c][0]:,.0f} users at 0.0% misses" in miss["description"] for c in miss["ceilings"])
+
+
+def test_prefill_and_decode_apart_is_the_librarys_layouts_and_one_gpu_is_refused_in_one_line():
+    status, doc, _ = call("POST", "/api/disaggregated", {**BASE, "gpus": "2xH200"})
+    assert status == 200
+    [layout] = s.api.disaggregated_layouts(s.Scenario(**{**BASE, "gpus": "2xH200"}))
+    assert [r["layout"] for r in doc["rows"]][1:] == ["1P1D"] and doc["rows"][1]["users_text"] == f"{layout.users:,.0f}"
+    assert doc["comparison"] == layout.comparison() and "--prefill-instances 1 --decode-instances 1" in doc["command"]
+    status, doc, _ = call("POST", "/api/disaggregated", BASE)
+    assert status == 400 and "one prefill and one decode instance" in doc["error"] and "\n" not in doc["error"]

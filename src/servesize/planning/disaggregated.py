@@ -184,6 +184,11 @@ class DisaggregatedPlan:
     def users(self) -> float:
         return self.values[self.binding]
 
+    @property
+    def binding_pool(self) -> str:
+        """Where the binding ceiling lies: the decode pool, the prefill pool or the KV link."""
+        return WHERE[self.binding]
+
     def verdict(self) -> str:
         return (f"{self.users:,.0f} users: {self.binding} binds first ({WHERE[self.binding]}), "
                 f"{self.layout.name} on {self.layout.prefill_gpus + self.layout.decode_gpus} {self.layout.gpu}")
@@ -233,7 +238,7 @@ class DisaggregatedPlan:
         agg = self.aggregated
         return {"recipes": self.recipes(), "memory": self.memory(),
             "layout": self.layout.to_dict(), "users": self.users, "binding": self.binding,
-            "binding_pool": WHERE[self.binding], "ceilings": self.values, "verdict": self.verdict(),
+            "binding_pool": self.binding_pool, "ceilings": self.values, "verdict": self.verdict(),
             "comparison": self.comparison(),
             "prefill_pool": {"ceilings": self.prefill.ceilings, "binding": self.prefill.binding,
                              "ttft_budget_s": self.prefill_budget_s, "recipe": self.prefill.recipe},

@@ -165,7 +165,8 @@ ROUTES = (("GET", "/api/catalogue", "get_catalogue"), ("POST", "/api/plan", "pos
           ("POST", "/api/calibrate", "post_calibrate"), ("POST", "/api/record", "post_record"),
           ("POST", "/api/fleet", "post_fleet"), ("POST", "/api/teams", "post_teams"),
           ("POST", "/api/value", "post_value"), ("POST", "/api/method", "post_method"),
-          ("POST", "/api/engine-check", "post_engine_check"), ("GET", "/api/progress/{job}", "get_progress"))
+          ("POST", "/api/engine-check", "post_engine_check"),
+          ("POST", "/api/disaggregated", "post_disaggregated"), ("GET", "/api/progress/{job}", "get_progress"))
 
 
 def make_app(*, hosts: tuple[str, ...] = LOOPBACK) -> web.Application:

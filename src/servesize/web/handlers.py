@@ -134,6 +134,12 @@ async def post_engine_check(request: web.Request) -> web.Response:
     return await compute(request, FLEET, partial(views.engine_check_view, req, progress=job.say), job)
 
 
+async def post_disaggregated(request: web.Request) -> web.Response:
+    req = plan_request(await read_body(request))
+    job = start_job(request)
+    return await compute(request, FLEET, partial(views.disaggregated_view, req, progress=job.say), job)
+
+
 async def get_progress(request: web.Request) -> web.Response:
     """Where a long request named JOB is: the stage the library last reported and the seconds it has run."""
     job = request.app[JOBS].get(request.match_info["job"])

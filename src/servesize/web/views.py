@@ -484,6 +484,29 @@ def engine_check_view(req: PlanRequest, progress: Callable[[str], None] | None =
                    "command": api.plan_command_of(req.scenario) + " --engine-check"})
 
 
+def disaggregated_view(req: PlanRequest, progress: Callable[[str], None] | None = None) -> dict:
+    """POST /api/disaggregated: prefill and decode apart on the page's GPUs (``servesize plan --prefill-instances X
+    --decode-instances Y``): every xPyD split at the page's TP, the most users first, beside the aggregated plan,
+    the one line that says which serves more, and the command that prints the best layout."""
+    layouts = api.disaggregated_layouts(req.scenario, progress=progress)
+    best, agg = layouts[0], layouts[0].aggregated
+    users = agg.ceilings[agg.binding]
+    rows = [{"layout": f"aggregated, TP {agg.fixed.tp} x DP {agg.fixed.dp}", "users": users,
+             "users_text": f"{users:,.0f}", "binding": agg.binding, "pool": "each replica", "aggregated": True,
+             "warm_pull_text": "-", "handover_text": "-"}]
+    for p in layouts:
+        warm = p.turns["warm"]
+        rows.append({"layout": p.layout.name, "users": p.users, "users_text": f"{p.users:,.0f}", "binding": p.binding,
+                     "pool": p.binding_pool, "aggregated": False,
+                     "warm_pull_text": f"{warm.pull.bytes / 1e9:,.3f} GB in {warm.time.seconds * 1e3:,.1f} ms",
+                     "handover_text": f"{warm.handover_s * 1e3:,.0f} ms"})
+    command = api.plan_command_of(req.scenario.replace(prefill_instances=best.layout.prefill_instances,
+                                                       decode_instances=best.layout.decode_instances))
+    return finite({"rows": rows, "comparison": best.comparison(), "best": best.layout.name,
+                   "link": best.layout.link["name"], "link_assumed": best.layout.link_assumed,
+                   "more": "aggregated" if users >= best.users else best.layout.name, "command": command})
+
+
 def explain_view(req: PlanRequest) -> dict:
     """POST /api/explain: every number's derivation, by section, as ``servesize plan --explain`` renders
     it, for the plan ``plan_view`` answered (fetched when a "why?" is first opened)."""

@@ -18,6 +18,7 @@ const App = {
   fleetSeq: 0, fleetCtl: null, lastFleet: null,
   teams: {},             // the plan view's teams panel: team and priority, as the fleet's fields
   teamsSeq: 0, teamsCtl: null,
+  check: null, disagg: null,   // AbortControllers of the on-demand engine check and prefill-and-decode comparison
   timings: [],           // control change -> verdict drawn, ms (benchmarks/bench_web.py reads them)
 };
 window.servesize = App;
@@ -420,6 +421,7 @@ async function requestPlan(draft) {
   const seq = ++App.planSeq;
   const started = App.changedAt || performance.now();
   if (App.check) { App.check.abort(); App.check = null; }   // an engine check of the old settings answers nothing now
+  if (App.disagg) { App.disagg.abort(); App.disagg = null; }  // nor a comparison of prefill and decode apart
   if (!draft) {
     App.draftAgain = false;                  // the full answer supersedes any draft still to send
     if (App.heavy) { App.heavy.abort(); App.heavy = null; }
@@ -542,6 +544,7 @@ function drawVerdict(view, seq, draft) {
   }
   box.appendChild(bars);
   drawEngineCheck(draft);
+  drawDisagg(draft);
   box.appendChild(explainBox("the whole derivation, as servesize plan --explain prints it", ["all"], "explainSteps"));
 }
 
@@ -584,6 +587,56 @@ async function runEngineCheck() {
   out.append(h("span", { text: d.text }),
     d.disagreement ? h("span", { id: "engineCheckWhy", text: " Why they differ: " + d.disagreement }) : "",
     h("br"), h("code", { class: "small", id: "engineCheckCommand", text: d.command }));
+}
+
+// prefill and decode apart on these GPUs, on demand (servesize plan --prefill-instances X --decode-instances Y):
+// every xPyD layout beside the aggregated plan, the line that says which serves more, and the command; every figure
+// and word is the server's
+function drawDisagg(draft) {
+  const button = h("button", { type: "button", class: "btn small", id: "disaggRun", disabled: draft,
+    text: "Compare prefill and decode apart", onclick: () => runDisagg() });
+  $("#disagg").replaceChildren(
+    h("p", { class: "v-why" }, button, " ",
+      h("span", { class: "muted small hint", text: "every split of these GPUs into prefill and decode instances, "
+        + "joined by a KV connector, beside this plan: a few seconds" })),
+    h("p", { id: "disaggProgress", class: "muted small", hidden: true }),
+    h("div", { id: "disaggResult" }));
+}
+
+async function runDisagg() {
+  if (App.disagg) App.disagg.abort();
+  const ctl = new AbortController(), seq = App.planSeq;
+  App.disagg = ctl;
+  const out = $("#disaggResult"), run = $("#disaggRun");
+  out.replaceChildren();
+  delete out.dataset.more;
+  run.disabled = true;
+  let res;
+  try {
+    res = await postWatched("/api/disaggregated", planBody(false), ctl, $("#disaggProgress"),
+      "planning every split of these GPUs into prefill and decode");
+  } catch (e) {
+    if (!ctl.signal.aborted) banner("the server did not answer: " + e.message);
+    if (seq === App.planSeq) run.disabled = false;
+    return;
+  } finally { if (App.disagg === ctl) App.disagg = null; }
+  if (seq !== App.planSeq) return;            // the settings changed while it ran: its answer is for the old ones
+  run.disabled = false;
+  if (!res.ok) { out.replaceChildren(h("p", { class: "v-why warn", id: "disaggError", text: res.data.error })); return; }
+  const d = res.data;
+  out.dataset.more = d.more;
+  const head = h("tr", {}, ...["layout", "users", "binds first", "where", "a warm turn's pull", "handover"]
+    .map(t => h("th", { scope: "col", text: t })));
+  const body = d.rows.map(r => h("tr", { dataset: { layout: r.layout, users: r.users_text, aggregated: String(r.aggregated) } },
+    h("th", { scope: "row", text: r.layout }), h("td", { text: r.users_text }), h("td", { text: r.binding }),
+    h("td", { text: r.pool }), h("td", { text: r.warm_pull_text }), h("td", { text: r.handover_text })));
+  out.append(
+    h("table", { class: "data small", id: "disaggTable" },
+      h("caption", { text: "Aggregated and disaggregated on these GPUs, over " + d.link
+        + (d.link_assumed ? " (" + d.link_assumed + ")" : "") }),
+      h("thead", {}, head), h("tbody", {}, ...body)),
+    h("p", { class: "v-why", id: "disaggComparison", text: d.comparison }),
+    h("code", { class: "small", id: "disaggCommand", text: d.command }));
 }
 
 // before/after: the last full answer's headline beside this one, and each ceiling whose figure changed
