@@ -179,3 +179,11 @@ def test_fleet_considers_prefill_and_decode_apart_on_its_winners_shape_and_says_
     assert f"{d['gpus']} GPUs" in d["why"] and str(result.winner.n_gpu) in d["why"]
     assert ("aggregated winner" in d["why"]) != d["cheaper"]
     assert "--prefill-instances" in d["plan_command"]
+
+
+def test_a_pool_whose_instance_vllm_would_not_start_exits_3_as_the_aggregated_plan_does(capsys):
+    argv = ["plan", "llama-3.1-8b", "--gpu-memory-utilization", "0.2", "--max-model-len", "131072"]
+    assert main([*argv, "--gpus", "1xH100"]) == 3
+    aggregated = capsys.readouterr().err.strip().splitlines()[-1]
+    assert main([*argv, "--gpus", "2xH100", "--prefill-instances", "1", "--decode-instances", "1"]) == 3
+    assert capsys.readouterr().err.strip().splitlines()[-1] == aggregated and "would not start" in aggregated
