@@ -3,6 +3,7 @@
 
     PYTHONPATH=src python scripts/disaggregated_table.py                # the table in docs/disaggregated.md
     PYTHONPATH=src python scripts/disaggregated_table.py --gpus 4 --preset chat
+    PYTHONPATH=src python scripts/disaggregated_table.py --engine   # plan beside the engine simulator, best layouts
 
 Each figure is `servesize plan`'s: servesize.api.disaggregated_layouts (every layout's plan_disaggregated) and the
 aggregated plan each of them carries. The model is Qwen 3.6 27B in FP8 with an FP8 KV cache, the seed's deployment.
@@ -31,11 +32,43 @@ def row(preset: str, gpus: int) -> str:
             f"{others or '-'} | {more} |")
 
 
+def engine_row(preset: str, gpus: int) -> str:
+    """The best layout's plan beside the engine simulator with each instance an engine of its own
+    (servesize.api.check_disaggregated), and the aggregated plan beside its own engine check."""
+    from servesize.api import check_disaggregated, check_plan
+
+    sc = Scenario(model="qwen3.6-27b", gpus=f"{gpus}xH200", quantization="fp8", kv_cache_dtype="fp8", preset=preset)
+    best = disaggregated_layouts(sc)[0]
+    layout = sc.replace(prefill_instances=best.layout.prefill_instances, decode_instances=best.layout.decode_instances)
+    got = check_disaggregated(layout, planned=best)
+    agg = check_plan(sc, planned=best.aggregated).engine_check or {}
+    a_users = best.aggregated.ceilings[best.aggregated.binding]
+
+    def gap(c: dict) -> str:
+        if c.get("gap") is None:
+            return "-"
+        return "within 15%" if c["agree"] else f"plan {c['gap']:+.0%}"
+
+    why = got["reason"] if not got["agree"] else ""
+    return (f"| {preset} | {gpus} | {best.layout.name}: {best.users:,.0f} ({best.binding}) | "
+            f"{'at least ' if got['capped'] else ''}{got['engine_users']:,} ({gap(got)}) | "
+            f"{a_users:,.0f} ({best.aggregated.binding}) | {agg.get('engine_users', '-')} ({gap(agg)}) | {why} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, action="append", help="H200s (repeat; default 2, 4 and 8)")
     ap.add_argument("--preset", action="append", choices=preset_names(), help="(repeat; default the four)")
+    ap.add_argument("--engine", action="store_true", help="the best layout's plan beside the engine simulator")
     args = ap.parse_args()
+    if args.engine:
+        print("| preset | H200s | best disaggregated, plan (binding) | engine simulator | aggregated, plan (binding) "
+              "| engine simulator | where disaggregated plan and simulator differ, what one user more breaks on |")
+        print("|---|---|---|---|---|---|---|")
+        for preset in args.preset or PRESETS:
+            for gpus in args.gpus or (2, 4, 8):
+                print(engine_row(preset, gpus), flush=True)
+        return
     print("| preset | H200s | aggregated: users (binding), layout | best disaggregated: users (binding, its decode "
           "pool's decode ceiling) | the other layouts | more users |")
     print("|---|---|---|---|---|---|")

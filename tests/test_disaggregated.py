@@ -135,6 +135,7 @@ def test_the_default_link_is_the_gpus_nvlink_in_one_domain_else_a_nic_per_gpu(in
     (["--prefill-instances", "1", "--decode-instances", "1", "--kv-link", "eth-100", "--ttft-limit", "0.1"],
      "faster --kv-link"),
     (["--prefill-instances", "1", "--decode-instances", "1", "--sweep", "median=31k,45k"], "--sweep"),
+    (["--prefill-instances", "1", "--decode-instances", "1", "--team", "a=10"], "--team"),
 ])
 def test_a_layout_that_cannot_be_planned_is_one_line(argv, words, capsys):
     assert main(["plan", "qwen3.6-27b", "--gpus", "4xH200", *argv]) == 2

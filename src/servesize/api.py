@@ -194,6 +194,80 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     return DisaggregatedPlan(layout, prefill, decode, turns, link, step_s, limit, budget, aggregated)
 
 
+# of kv_transfer.handover_steps, the decode steps the disaggregated simulator steps through itself: on average half a
+# step waiting for the next step to start, and the step that recomputes the last prompt token; the rest (the pull's
+# dispatch with a step, its completion noticed at a step's end) is added to the hand-over as time
+SIMULATED_HANDOVER_STEPS = 1.5
+
+
+def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None = None, warmup: float = 0.5,
+                        seed: int = 0, max_users: int | None = None,
+                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The engine simulator on a disaggregated layout (simulate/disaggregated.py: every prefill and decode instance
+    an engine of its own, the pull between them priced as the plan prices it), on sessions generated from the
+    workload: its users at the comfort SLO beside the plan's, whether they agree within 15%, and what one user more
+    breaks on."""
+    from dataclasses import replace as replaced
+    from functools import lru_cache
+
+    from servesize.engine.kv_transfer import nixl_pull, prefill_backoff, pull_seconds
+    from servesize.limits import MAX_ENGINE_USERS
+    from servesize.planning.ceilings import step_model_of
+    from servesize.planning.inputs import knob_value
+    from servesize.resolve.disaggregated import disaggregated_layout
+    from servesize.simulate import engine as eng
+    from servesize.simulate.disaggregated import simulate_disaggregated
+    from servesize.simulate.replay import ReplayOptions, build_replay
+
+    planned = planned if planned is not None else plan_disaggregated(scenario, progress=progress)
+    layout, prefill_sc, decode_sc, _ = disaggregated_layout(scenario)
+    configs = []
+    for pool_sc in (prefill_sc, decode_sc):
+        inputs = plan_inputs(pool_sc)
+        report, fixed = inputs.memory_and_fixed(check_prefixes=False)
+        dep = report.deployment
+        cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
+                               int(dep.max_num_batched_tokens or 8192))
+        configs.append((inputs, report, cfg, step_model_of(fixed, inputs.knobs)))
+    (_p_in, p_report, p_cfg, p_times), (d_in, d_report, d_cfg, d_times) = configs
+    if p_cfg.block_size != d_cfg.block_size:
+        raise BadInput(f"the prefill instance's blocks ({p_cfg.block_size} tokens) and the decode instance's "
+                       f"({d_cfg.block_size}) differ: the simulator replays one block size")
+    knobs, arch, dep, gpu = d_in.knobs, d_in.model.architecture, d_report.deployment, d_in.gpus.gpu
+
+    @lru_cache(maxsize=65536)
+    def pull_s(prompt: int, hit: int) -> float:
+        pull = nixl_pull(arch, dep, min(prompt, int(dep.max_model_len or prompt)), min(hit, prompt), gpu)
+        return pull_seconds(pull, layout.link, layout.prefill_tp,
+                            link_efficiency=float(knobs.a("kv_transfer.link_efficiency")),
+                            descriptor_post_s=float(knobs.a("kv_transfer.descriptor_post_s")),
+                            blocks_per_descriptor=float(knobs.a("kv_transfer.blocks_per_descriptor"))).seconds
+
+    extra_s = max(0.0, float(knobs.a("kv_transfer.handover_steps")) - SIMULATED_HANDOVER_STEPS) * planned.decode_step_s
+    recompute = max(1, prefill_backoff(arch, dep))
+    comfort = eng.Comfort(ttft_limit_s=float(knob_value(knobs, "ttft_limit_s")),
+                          decode_floor_tok_s=float(knob_value(knobs, "decode_floor")))
+    source = _simulation_trace(d_in.workload, None, None, None, seed)
+    base = ReplayOptions(warmup=0.0, seed=seed, block_size=d_cfg.block_size, align="stagger",
+                         max_model_len=min(p_report.pool.max_model_len, d_report.pool.max_model_len),
+                         session_gap_s=float(d_in.workload.think_time_s))
+
+    def run_at(n: int) -> Any:
+        replay = build_replay(source, replaced(base, users=n))
+        return simulate_disaggregated(replay, (p_cfg, p_times, layout.prefill_instances),
+                                      (d_cfg, d_times, layout.decode_instances), pull_s, extra_s, recompute,
+                                      warmup=warmup)
+
+    found = eng.users_at_comfort(run_at, comfort, max_users=max_users or MAX_ENGINE_USERS, progress=progress)
+    plan_users = planned.users
+    gap = (plan_users - found.users) / found.users if found.users else None
+    agree = gap is not None and abs(gap) <= eng.AGREEMENT
+    return {"layout": layout.name, "engine_users": found.users, "plan_users": plan_users, "plan_binding": planned.binding,
+            "gap": gap, "agree": agree, "tolerance": eng.AGREEMENT, "capped": found.capped,
+            "breaks_at": found.breaks_at, "reason": found.reason, "line": found.line(),
+            "extra_handover_s": extra_s, "recompute_tokens": recompute}
+
+
 def disaggregated_layouts(scenario: Scenario, *, progress: Callable[[str], None] | None = None
                           ) -> list[DisaggregatedPlan]:
     """Every xPyD layout of ``scenario``'s TP that fills --gpus (x + y instances, at least one of each), planned,

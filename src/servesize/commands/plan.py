@@ -106,8 +106,7 @@ def _disaggregated(scenario, args):
     from servesize.api import plan_disaggregated
     from servesize.errors import BadInput
 
-    other = [flag for flag, on in (("--team", args.team), ("--sweep", args.sweep), ("--plot", args.plot),
-                                   ("--engine-check", args.engine_check)) if on]
+    other = [flag for flag, on in (("--team", args.team), ("--sweep", args.sweep), ("--plot", args.plot)) if on]
     if other:
         raise BadInput(f"{', '.join(other)} plan(s) an aggregated deployment; a disaggregated layout "
                        "(--prefill-instances, --decode-instances) is planned without them")
@@ -116,7 +115,14 @@ def _disaggregated(scenario, args):
         if not args.json:
             print(f"servesize: {line}", file=sys.stderr)
 
-    return plan_disaggregated(scenario, progress=progress)
+    planned = plan_disaggregated(scenario, progress=progress)
+    if args.engine_check:
+        from dataclasses import replace
+
+        from servesize.api import check_disaggregated
+
+        planned = replace(planned, engine_check=check_disaggregated(scenario, planned=planned, progress=progress))
+    return planned
 
 
 def run(args):

@@ -168,6 +168,8 @@ class DisaggregatedPlan:
     ttft_budget_s: float     # the TTFT limit; the prefill pool plans for it less the cold turn's handover
     prefill_budget_s: float
     aggregated: Any          # planning.plan.Plan on the same GPUs, aggregated
+    # the engine simulator on this layout (api.check_disaggregated; None: not run): its users at the comfort SLO
+    engine_check: dict[str, Any] | None = None
 
     @property
     def values(self) -> dict[str, float]:
@@ -192,6 +194,18 @@ class DisaggregatedPlan:
     def verdict(self) -> str:
         return (f"{self.users:,.0f} users: {self.binding} binds first ({WHERE[self.binding]}), "
                 f"{self.layout.name} on {self.layout.prefill_gpus + self.layout.decode_gpus} {self.layout.gpu}")
+
+    def engine_check_text(self) -> str | None:
+        """The engine simulator's users beside the plan's, in one line (None: not run)."""
+        c = self.engine_check
+        if not c:
+            return None
+        above = "at least " if c["capped"] else ""
+        verdict = f"within {c['tolerance']:.0%} of the plan" if c["agree"] else \
+            (f"the plan is {c['gap']:+.0%} from it" if c["gap"] is not None else "the plan has no figure beside it")
+        broke = f"; one user more breaks on {c['reason']}" if c.get("reason") else ""
+        return (f"engine check: the engine simulator serves {above}{c['engine_users']:,} users comfortably on "
+                f"{self.layout.name}, each instance an engine of its own ({verdict}{broke})")
 
     def comparison(self) -> str:
         """Which layout buys more comfortable users on these GPUs, and why, in one line."""
@@ -236,7 +250,7 @@ class DisaggregatedPlan:
 
     def to_dict(self) -> dict[str, Any]:
         agg = self.aggregated
-        return {"recipes": self.recipes(), "memory": self.memory(),
+        return {"recipes": self.recipes(), "memory": self.memory(), "engine_check": self.engine_check,
             "layout": self.layout.to_dict(), "users": self.users, "binding": self.binding,
             "binding_pool": self.binding_pool, "ceilings": self.values, "verdict": self.verdict(),
             "comparison": self.comparison(),

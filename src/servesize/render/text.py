@@ -326,6 +326,9 @@ def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
     lines.append(f"aggregated on the same GPUs: {agg.ceilings[agg.binding]:,.0f} users ({agg.binding} binds), "
                  f"TP {agg.fixed.tp} x DP {agg.fixed.dp}")
     lines.append(f"comparison: {plan.comparison()}")
+    checked = plan.engine_check_text()
+    if checked:
+        lines.append(checked)
     lines.append("recipes:")
     for role, line in plan.recipes().items():
         lines.append(f"  {role}: {line}")

@@ -213,6 +213,10 @@ class _Engine:
         self.running: list[int] = []
         self.now = 0.0
         self.handed = -math.inf  # when the API server last handed a request to the scheduler (cfg.handoff_s)
+        # no request of this engine's arrives before now, but one from another engine may arrive at this time or
+        # later (simulate/disaggregated.py: a decode instance's requests come from prefill instances): a jump of
+        # decode steps stops before it, as before an arrival (inf: one engine alone)
+        self.horizon = math.inf
         self.run = EngineRun(users=len(order), arrival_s=np.full(n, np.nan), first_token_s=np.full(n, np.nan),
                              finish_s=np.full(n, np.nan), hit_tokens=np.zeros(n, dtype=np.int64),
                              ideal_tokens=np.zeros(n, dtype=np.int64), input_tokens=self.prompt, output_tokens=self.out,
@@ -503,9 +507,10 @@ class _Engine:
                 return
         times = t.decode_s(ctx[None, :] + j[:k, None] * s)
         ends = self.now + np.cumsum(times)
-        if self.arrivals:  # a step starting at or after the next arrival would see it: stop before
+        limit = min(self._next_reach(), self.horizon)
+        if math.isfinite(limit):  # a step starting at or after the next arrival would see it: stop before
             starts = ends - times
-            k = max(1, min(k, int(np.searchsorted(starts, self._next_reach(), side="left"))))
+            k = max(1, min(k, int(np.searchsorted(starts, limit, side="left"))))
         dt = float(ends[k - 1] - self.now)
         # the blocks the k steps need, taken from the pool in one call and handed out in the running order (what a
         # _grow per request would take: the free queue's front, one request after the other)
