@@ -49,7 +49,7 @@ def engine_row(preset: str, gpus: int) -> str:
             return "-"
         return "within 15%" if c["agree"] else f"plan {c['gap']:+.0%}"
 
-    why = got["reason"] if not got["agree"] else ""
+    why = got["disagreement"] or ""
     return (f"| {preset} | {gpus} | {best.layout.name}: {best.users:,.0f} ({best.binding}) | "
             f"{'at least ' if got['capped'] else ''}{got['engine_users']:,} ({gap(got)}) | "
             f"{a_users:,.0f} ({best.aggregated.binding}) | {agg.get('engine_users', '-')} ({gap(agg)}) | {why} |")
@@ -63,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.engine:
         print("| preset | H200s | best disaggregated, plan (binding) | engine simulator | aggregated, plan (binding) "
-              "| engine simulator | where disaggregated plan and simulator differ, what one user more breaks on |")
+              "| engine simulator | where the disaggregated plan and its simulator differ by more than 15%, why |")
         print("|---|---|---|---|---|---|---|")
         for preset in args.preset or PRESETS:
             for gpus in args.gpus or (2, 4, 8):

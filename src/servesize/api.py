@@ -261,10 +261,10 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     found = eng.users_at_comfort(run_at, comfort, max_users=max_users or MAX_ENGINE_USERS, progress=progress)
     plan_users = planned.users
     gap = (plan_users - found.users) / found.users if found.users else None
-    agree = gap is not None and abs(gap) <= eng.AGREEMENT
+    why = eng.disagreement(plan_users, planned.binding, found)
     return {"layout": layout.name, "engine_users": found.users, "plan_users": plan_users, "plan_binding": planned.binding,
-            "gap": gap, "agree": agree, "tolerance": eng.AGREEMENT, "capped": found.capped,
-            "breaks_at": found.breaks_at, "reason": found.reason, "line": found.line(),
+            "gap": gap, "agree": why is None, "tolerance": eng.AGREEMENT, "capped": found.capped,
+            "breaks_at": found.breaks_at, "reason": found.reason, "line": found.line(), "disagreement": why,
             "extra_handover_s": extra_s, "recompute_tokens": recompute}
 
 

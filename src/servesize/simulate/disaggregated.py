@@ -193,10 +193,10 @@ def _merged(prefills: list[_Prefill], decodes: list[_Decode], replay: Replay, us
         run.jumps += r.jumps
         run.busy_s += r.busy_s
         run.too_large += r.too_large
-    for r in p_runs:
-        run.prefill_steps += r.prefill_steps
+    for r in p_runs + d_runs:
         run.prefill_chunks += r.prefill_chunks
-    for r in d_runs:
+    for r in d_runs:  # the steps decodes share: the decode instances' (a prefill instance decodes nothing)
+        run.prefill_steps += r.prefill_steps
         run.mixed_steps += r.mixed_steps
         run.decode_only_steps += r.decode_only_steps
         run.decoders_per_step += r.decoders_per_step

@@ -764,6 +764,10 @@ _WHY = {  # what each side's limit models, for the one-line reason
                "chunks that share their steps (planning.interference)"),
     "latency": "plan's latency ceiling is a queue of cold and warm prefills against the TTFT budget",
     "saturation": "plan's saturation ceiling is the prefill work per replica at 100% duty",
+    # a disaggregated layout's own (planning/disaggregated.py)
+    "prefill cache": ("plan's prefill-cache ceiling counts the sessions whose whole context the prefill instances' "
+                      "pools hold at once (p5 of the warm fill), as the cache ceiling does for the decode pool"),
+    "link": "plan's link ceiling is the users whose pulls keep the decode ranks' or the prefill GPUs' links busy",
 }
 
 
