@@ -32,6 +32,10 @@ def row(preset: str, gpus: int) -> str:
             f"{others or '-'} | {more} |")
 
 
+def _count(users: int | None) -> str:
+    return "-" if users is None else f"{users:,}"
+
+
 def engine_row(preset: str, gpus: int) -> str:
     """The best layout's plan beside the engine simulator with each instance an engine of its own
     (servesize.api.check_disaggregated), and the aggregated plan beside its own engine check."""
@@ -52,7 +56,7 @@ def engine_row(preset: str, gpus: int) -> str:
     why = got["disagreement"] or ""
     return (f"| {preset} | {gpus} | {best.layout.name}: {best.users:,.0f} ({best.binding}) | "
             f"{'at least ' if got['capped'] else ''}{got['engine_users']:,} ({gap(got)}) | "
-            f"{a_users:,.0f} ({best.aggregated.binding}) | {agg.get('engine_users', '-')} ({gap(agg)}) | {why} |")
+            f"{a_users:,.0f} ({best.aggregated.binding}) | {_count(agg.get('engine_users'))} ({gap(agg)}) | {why} |")
 
 
 def main() -> None:
