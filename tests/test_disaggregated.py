@@ -188,3 +188,15 @@ def test_a_pool_whose_instance_vllm_would_not_start_exits_3_as_the_aggregated_pl
     aggregated = capsys.readouterr().err.strip().splitlines()[-1]
     assert main([*argv, "--gpus", "2xH100", "--prefill-instances", "1", "--decode-instances", "1"]) == 3
     assert capsys.readouterr().err.strip().splitlines()[-1] == aggregated and "would not start" in aggregated
+
+
+def test_a_pasted_serve_lines_kv_transfer_config_names_the_connector(capsys):
+    line = ("vllm serve Qwen/Qwen3.6-27B --quantization fp8 --kv-cache-dtype fp8 --kv-transfer-config "
+            "'{\"kv_connector\":\"NixlPullConnector\",\"kv_role\":\"kv_consumer\"}'")
+    d = plan_disaggregated(Scenario(vllm_serve=line, gpus="2xH200", prefill_instances=1, decode_instances=1))
+    assert d.layout.connector == "NixlPullConnector"
+    push = line.replace("NixlPullConnector", "NixlPushConnector")
+    assert main(["plan", "--vllm-serve", push, "--gpus", "2xH200", "--prefill-instances", "1",
+                 "--decode-instances", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--kv-connector NixlPushConnector" in err and "does not price" in err

@@ -516,9 +516,10 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                              "[[kv_link]] and [[host_link]]; default: the GPU's NVLink where it has one and every "
                              "instance fits one 8-GPU node, else one 400 Gb/s NIC per GPU, ib-ndr)", "disagg",
                              choices=_KV_LINKS, metavar="LINK")
-    kv_connector: str = _p("text", "the KV connector, as --kv-transfer-config's kv_connector names it: servesize "
-                           "prices vLLM 0.32's NixlConnector (alias NixlPullConnector: the decode instance pulls "
-                           "what it lacks)", "disagg", default="NixlConnector", metavar="NAME")
+    kv_connector: str = _p("text", "the KV connector, as --kv-transfer-config's kv_connector names it (a pasted "
+                           "--vllm-serve line's is read): servesize prices vLLM 0.32's NixlConnector (alias "
+                           "NixlPullConnector: the decode instance pulls what it lacks)", "disagg",
+                           default="NixlConnector", metavar="NAME")
 
     # -- vLLM engine flags ----------------------------------------------------------------
     vllm_serve: str | None = _p(

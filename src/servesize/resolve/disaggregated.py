@@ -11,6 +11,7 @@ from servesize.datafiles import table
 from servesize.errors import BadInput
 from servesize.model.hardware import load_host_links, load_kv_links, parse_gpus
 from servesize.planning.disaggregated import Layout
+from servesize.resolve.served import with_serve_line
 from servesize.scenario import Scenario
 
 _DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "kv_link")
@@ -67,7 +68,8 @@ def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario
         raise BadInput("--users sizes aggregated replicas; a disaggregated layout is planned on the GPUs --gpus gives")
     if not scenario.gpus:
         raise BadInput("a disaggregated layout needs --gpus N x GPU (the GPUs its pools share)", field="gpus")
-    check_connector(scenario.kv_connector)
+    read, _ = with_serve_line(scenario)  # a pasted serve line's --kv-transfer-config names the connector
+    check_connector(read.kv_connector)
     group = parse_gpus(scenario.gpus)
     tp = scenario.tensor_parallel_size
     p_tp, d_tp = scenario.prefill_tp or tp, scenario.decode_tp or tp
@@ -81,7 +83,7 @@ def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario
         key, why = scenario.kv_link, ""
     else:
         key, why = default_link(group.gpu.interconnect, group.gpu.host_link, used)
-    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, scenario.kv_connector)
+    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, read.kv_connector)
     base = without_layout(scenario)
 
     def pool(instances: int, pool_tp: int) -> Scenario:

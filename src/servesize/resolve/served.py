@@ -141,11 +141,18 @@ class _Connectors:
             return None
         return float(PARAMS["cpu_offload_gib"].parse(str(cpu_bytes / GiB)))
 
-    def modelled(self) -> dict[str, float]:
-        """The host RAM of vLLM's native CPU offloading, GiB per engine (a size flag wins, as in vLLM's post-init)."""
+    def modelled(self) -> dict[str, float | str]:
+        """The host RAM of vLLM's native CPU offloading, GiB per engine (a size flag wins, as in vLLM's post-init),
+        and the connector --kv-transfer-config names (the one a disaggregated layout's instances use)."""
+        out: dict[str, float | str] = {}
         gib = self._sized_offload_gib()
         gib = self._transfer_offload_gib() if gib is None else gib
-        return {} if gib is None else {"cpu_offload_gib": gib}
+        if gib is not None:
+            out["cpu_offload_gib"] = gib
+        name = self._transfer().get("kv_connector")
+        if isinstance(name, str) and name:
+            out["kv_connector"] = name
+        return out
 
     def plain(self) -> tuple[str, ...]:
         """--kv-offloading-backend without a size: offloading stays off, so it changes no figure."""
