@@ -258,7 +258,26 @@ def test_where_a_hit_does_not_show_in_the_ttft_and_no_counter_is_reported_nothin
 def test_where_a_hit_shows_in_the_ttft_the_check_says_so_and_a_lie_is_still_refuted(tmp_path, capsys):
     code, doc, err = pool_cli(capsys, tmp_path, ServerConfig(capacity_tokens=POOL, lie="claim_warm", **SLOW), "--no-fine")
     assert code == 0, err
-    (check,) = read_record(tmp_path / "p.jsonl").of_type("ttft_check")
-    assert check["sees_hits"] is True and check["repeat_over_cold"] < 0.4
-    assert len(check["cold_s"]) == len(check["repeat_s"]) == 3
+    # the check before the search, and again before the lie is refuted: a hit still shows, so the lie is caught
+    check, again = read_record(tmp_path / "p.jsonl").of_type("ttft_check")
+    for c in (check, again):
+        assert c["sees_hits"] is True and c["repeat_over_cold"] < 0.4
+        assert len(c["cold_s"]) == len(c["repeat_s"]) == 3
     assert "cached_tokens" in [e["signal"] for e in read_record(tmp_path / "p.jsonl").of_type("distrust")]
+
+
+def test_load_arriving_after_the_ttft_check_does_not_refute_the_honest_counters(tmp_path, capsys):
+    """The TTFT check passes (a warm repeat takes 0.2% of its cold TTFT), then every first token takes at least
+    0.25 s (another job takes the host's cores): a warm request is now 97% of its 0.257 s cold, which alone would
+    refute the honest counters (and TTFT would then call every probe cold). The check runs again before a counter
+    is refuted, finds that a hit no longer shows in the TTFT, and the counters go on deciding: the true pool."""
+    config = ServerConfig(capacity_tokens=POOL, ttft_base_s=0.0, ttft_per_token_s=0.0005,
+                          ttft_floor_from=(2 * 3, 0.25))  # after the check's 3 prompts, twice
+    code, doc, err = pool_cli(capsys, tmp_path, config, "--no-fine")
+    assert code == 0, err
+    assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 512)
+    assert doc["signal"] == "cached_tokens"
+    events = read_record(tmp_path / "p.jsonl")
+    assert events.of_type("distrust") == []
+    first, again = events.of_type("ttft_check")
+    assert first["sees_hits"] is True and again["sees_hits"] is False

@@ -98,6 +98,9 @@ class ServerConfig:
     tokenize_count: Any = "honest"  # /tokenize answers this (any JSON value, null too) as its count; 'honest': the true one
     tokenize_hangs: bool = False  # /tokenize never answers (until the server stops)
     usage_prompt_tokens: Any = None  # usage.prompt_tokens reported for every prompt, whatever its length
+    # load arriving mid-run: from the completion of this index on, every first token takes at least this long, warm
+    # or cold (a host whose cores another job takes): (index, seconds); None: never
+    ttft_floor_from: tuple[int, float] | None = None
 
     def reported_cached(self, index: int, prompt_tokens: int, cached: int) -> Any:
         """What the server says was cached: the truth, unless it lies."""
@@ -111,8 +114,11 @@ class ServerConfig:
             raise ValueError(f"lie must be 'over_prompt' or 'claim_warm', not {self.lie!r}")
         return cached
 
-    def ttft_s(self, uncached_tokens: int) -> float:
-        return self.ttft_base_s + self.ttft_per_token_s * uncached_tokens
+    def ttft_s(self, uncached_tokens: int, index: int = 0) -> float:
+        ttft = self.ttft_base_s + self.ttft_per_token_s * uncached_tokens
+        if self.ttft_floor_from is not None and index >= self.ttft_floor_from[0]:
+            ttft = max(ttft, self.ttft_floor_from[1])
+        return ttft
 
     @property
     def capacity_blocks(self) -> int:
@@ -448,7 +454,7 @@ class TestServer:
         self.prefix_hits += lied if c.lie_metrics else cached
         entry = {"index": req.index, "prompt_tokens": len(req.tokens), "cached_tokens": cached,
                  "reported_cached_tokens": reported,
-                 "ttft_injected_s": c.ttft_s(len(req.tokens) - cached), "t_received_ns": t_received_ns,
+                 "ttft_injected_s": c.ttft_s(len(req.tokens) - cached, req.index), "t_received_ns": t_received_ns,
                  "ignore_eos": req.ignore_eos}
         self.log.append(entry)
         return entry

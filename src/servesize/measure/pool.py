@@ -33,7 +33,8 @@ queries in a round) or when the requests it calls warm were no faster than cold:
 ``REFUTE_SHARE`` of them had a TTFT of at least ``REFUTE_TTFT_RATIO`` x their own prompt's cold TTFT,
 where a real hit skips the prefill of the whole cached prefix (a claim is checked only where that prefill is
 visible: a cold TTFT of ``REFUTE_RESOLVABLE_S`` or more, on a server whose TTFT shows a hit at all: the
-check before the search, ``CHECK_PROMPTS``). A refuted signal is not trusted for the
+check before the search, ``CHECK_PROMPTS``, run again before the TTFTs refute a counter: load that arrives
+later slows warm requests as much as cold ones). A refuted signal is not trusted for the
 rest of the run (a ``distrust`` event in the record, one line in the report); the next signal decides,
 and the probes it had decided are decided again (the search restarts from them, sending nothing again).
 The check sees a cold request claimed warm; it cannot see a count that lies by a few blocks (a partial
@@ -654,8 +655,21 @@ class PoolRun:
         self.record.append("probe", seq=probe.seq, stage=stage, n=n, extra_blocks=extra_blocks, sizes=sizes,
                            verdict=probe.verdict.to_dict())
         self.probes.append(probe)  # before _distrust: a restart takes it with the others
+        await self._recheck_ttft(live, probe)
         self._distrust(probe.verdict)
         return probe
+
+    async def _recheck_ttft(self, live: _Live, probe: Probe) -> None:
+        """Before a counter is refuted by the TTFTs, whether a certain hit still shows in them now (the TTFT check,
+        run again): load on the machine can slow a warm request as much as a cold one, and then it is the TTFT
+        that cannot judge, not the counter that lies. When the check fails, TTFT neither decides nor refutes for the
+        rest of the run, and the probe is decided again (only an impossible count is refuted then)."""
+        new = [s for s in probe.decided.refuted if s not in self.distrusted]
+        if not new or self.ttft_check is None or self.ttft_check.get("sees_hits") is not True:
+            return
+        await self._check_ttft(live)
+        if self.ttft_check.get("sees_hits") is False:
+            probe.verdict = self._classify(probe)
 
     async def _round(self, live: _Live, probe: Probe, rnd: int, prompts: list) -> None:
         """One round of a probe: every prompt once (in parallel; in order for the sequential fine stage),
