@@ -667,6 +667,10 @@ class PoolRun:
         new = [s for s in probe.decided.refuted if s not in self.distrusted]
         if not new or self.ttft_check is None or self.ttft_check.get("sees_hits") is not True:
             return
+        impossible = _signal_flags(probe.sizes, probe.rounds, probe.deltas, self.block_size, self.cfg.ttft_ratio,
+                                   self.server_reports_cached)[2]  # the counts refuted with no TTFT's say
+        if all(s in impossible for s in new):
+            return
         await self._check_ttft(live)
         if self.ttft_check.get("sees_hits") is False:
             probe.verdict = self._classify(probe)
