@@ -143,9 +143,9 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     """Prefill and decode in separate instances (``--prefill-instances X --decode-instances Y``): the layout's users
     and its six ceilings (planning.disaggregated), the pull per warm, cold and starting turn (engine.kv_transfer),
     and the aggregated plan on the same GPUs beside it."""
-    from servesize.engine.kv_transfer import handover_seconds, nixl_pull, pull_seconds
+    from servesize.engine.kv_transfer import handover_seconds, nixl_pull
     from servesize.planning.ceilings import cold_shares
-    from servesize.planning.disaggregated import DisaggregatedPlan, TurnTransfer, link_load, median_context
+    from servesize.planning.disaggregated import DisaggregatedPlan, TurnTransfer, link_load, pull_time
     from servesize.planning.inputs import knob_value
     from servesize.planning.plan import make_plan
     from servesize.resolve.disaggregated import disaggregated_layout
@@ -161,17 +161,14 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     arch, dep, workload = d_in.model.architecture, d_report.deployment, d_in.workload
     if dep.max_model_len is None:
         raise BadInput("the decode pool's deployment has no --max-model-len")  # resolved deployments have one
-    context = int(min(median_context(workload), float(dep.max_model_len)))
+    context = int(min(workload.user.median_tokens, float(dep.max_model_len)))
     hits = {"warm": max(0, context - int(workload.warm_turn_tokens)), "cold": 0,
             "start": min(int(workload.user.prefix_tokens), context)}
     step_s = float(decode.result.spec_speedup) / float(knob_value(d_knobs, "decode_floor"))
     turns = {}
     for turn, hit in hits.items():
         pull = nixl_pull(arch, dep, context, hit, d_in.gpus.gpu)
-        took = pull_seconds(pull, layout.link, layout.prefill_tp,
-                            link_efficiency=float(d_knobs.a("kv_transfer.link_efficiency")),
-                            descriptor_post_s=float(d_knobs.a("kv_transfer.descriptor_post_s")),
-                            blocks_per_descriptor=float(d_knobs.a("kv_transfer.blocks_per_descriptor")))
+        took = pull_time(pull, layout, d_knobs)
         turns[turn] = TurnTransfer(turn, context, pull, took,
                                    handover_seconds(took, step_s, float(d_knobs.a("kv_transfer.handover_steps"))))
     limit = float(knob_value(d_knobs, "ttft_limit_s"))
@@ -210,9 +207,10 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     from dataclasses import replace as replaced
     from functools import lru_cache
 
-    from servesize.engine.kv_transfer import nixl_pull, prefill_backoff, pull_seconds
+    from servesize.engine.kv_transfer import nixl_pull, prefill_backoff
     from servesize.limits import MAX_ENGINE_USERS
     from servesize.planning.ceilings import step_model_of
+    from servesize.planning.disaggregated import pull_time
     from servesize.planning.inputs import knob_value
     from servesize.resolve.disaggregated import disaggregated_layout
     from servesize.simulate import engine as eng
@@ -225,9 +223,7 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     for pool_sc in (prefill_sc, decode_sc):
         inputs = plan_inputs(pool_sc)
         report, fixed = inputs.memory_and_fixed(check_prefixes=False)
-        dep = report.deployment
-        cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
-                               int(dep.max_num_batched_tokens or 8192))
+        cfg = _engine_config(report)
         configs.append((inputs, report, cfg, step_model_of(fixed, inputs.knobs)))
     (_p_in, p_report, p_cfg, p_times), (d_in, d_report, d_cfg, d_times) = configs
     if p_cfg.block_size != d_cfg.block_size:
@@ -238,10 +234,7 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     @lru_cache(maxsize=65536)
     def pull_s(prompt: int, hit: int) -> float:
         pull = nixl_pull(arch, dep, min(prompt, int(dep.max_model_len or prompt)), min(hit, prompt), gpu)
-        return pull_seconds(pull, layout.link, layout.prefill_tp,
-                            link_efficiency=float(knobs.a("kv_transfer.link_efficiency")),
-                            descriptor_post_s=float(knobs.a("kv_transfer.descriptor_post_s")),
-                            blocks_per_descriptor=float(knobs.a("kv_transfer.blocks_per_descriptor"))).seconds
+        return pull_time(pull, layout, knobs).seconds
 
     extra_s = max(0.0, float(knobs.a("kv_transfer.handover_steps")) - SIMULATED_HANDOVER_STEPS) * planned.decode_step_s
     recompute = max(1, prefill_backoff(arch, dep))
@@ -740,6 +733,16 @@ def _is_workload_file(path: str) -> bool:
 
 # -- the engine simulator (servesize.simulate.engine): vLLM's scheduler at N users, beside the plan ----------
 
+def _engine_config(report: MemoryReport) -> Any:
+    """The engine simulator's replica for the deployment ``report`` sized: its pool's blocks and its scheduler's
+    --max-num-seqs and --max-num-batched-tokens (vLLM's defaults where the deployment leaves them unset)."""
+    from servesize.simulate import engine as eng
+
+    dep = report.deployment
+    return eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
+                            int(dep.max_num_batched_tokens or 8192))
+
+
 def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None, search: bool = True,
                     requests: str = "main", align: str | None = None, sessions_per_user: int | None = None,
                     warmup: float = 0.5, max_users: int | None = None, seed: int = 0,
@@ -773,9 +776,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
         notes.append(f"plan cannot take the fitted workload ({exc}); the engine is the scenario's own")
         planned, inputs, with_plan = scenario, plan_inputs(scenario), False
     report, fixed = inputs.memory_and_fixed(check_prefixes=False)
-    dep = report.deployment
-    cfg = eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
-                           int(dep.max_num_batched_tokens or 8192))
+    cfg = _engine_config(report)
     times = step_model_of(fixed, inputs.knobs)
     comfort = eng.Comfort(ttft_limit_s=float(knob_value(inputs.knobs, "ttft_limit_s")),
                           decode_floor_tok_s=float(knob_value(inputs.knobs, "decode_floor")))
@@ -834,12 +835,11 @@ def bench(scenario: Scenario, load: Any) -> Any:
                                           output_tokens=load.random_output_len,
                                           warm_turn_tokens=min(load.random_input_len, 2000), **drafts))
     report, fixed = inputs.memory_and_fixed(check_prefixes=False)
-    dep, pool = report.deployment, report.pool
+    pool = report.pool
     if load.longest_request_tokens > pool.max_model_len:
         raise BadInput(f"a prompt and its output reach {load.longest_request_tokens:,} tokens, past --max-model-len "
                        f"{pool.max_model_len:,}: vLLM refuses such requests (shorten the load or raise --max-model-len)")
-    cfg = eng.EngineConfig(pool.num_blocks, pool.block_size, int(dep.max_num_seqs or 256),
-                           int(dep.max_num_batched_tokens or 8192))
+    cfg = _engine_config(report)
     times = step_model_of(fixed, inputs.knobs)
     one = load
     notes = []

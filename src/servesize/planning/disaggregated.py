@@ -28,14 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from servesize.engine.kv_transfer import KvTransfer, TransferTime
+from servesize.engine.kv_transfer import KvTransfer, TransferTime, pull_seconds
 from servesize.errors import BadInput
-from servesize.planning.inputs import sub_ratio_of
+from servesize.planning.inputs import Knobs, sub_ratio_of
 from servesize.planning.latency import users_for_rate
 from servesize.planning.load import think_time_of
-from servesize.workload.model import SessionClass
 
 # what sends each request to a prefill instance, then to a decode instance with the prefill's kv_transfer_params
 ROUTER = ("a proxy that sends each request to a prefill instance with max_tokens 1, then to a decode instance with "
@@ -131,13 +128,13 @@ class LinkLoad:
                 "prefill_side_users": self.prefill_users, "users": self.users, "shares": self.shares}
 
 
-def median_context(workload: Any) -> float:
-    """The user class's median session (a log-normal's median, or an empirical class's sample median): the session
-    each turn's transfer is shown for."""
-    user = workload.user
-    if isinstance(user, SessionClass):
-        return float(user.median_tokens)
-    return float(np.median(user.lengths))
+def pull_time(pull: KvTransfer, layout: Layout, knobs: Knobs) -> TransferTime:
+    """How long ``pull`` takes over the layout's link from its prefill instances, at the knobs' kv_transfer.*
+    assumptions: the one pricing plan and engine simulator share."""
+    return pull_seconds(pull, layout.link, layout.prefill_tp,
+                        link_efficiency=float(knobs.a("kv_transfer.link_efficiency")),
+                        descriptor_post_s=float(knobs.a("kv_transfer.descriptor_post_s")),
+                        blocks_per_descriptor=float(knobs.a("kv_transfer.blocks_per_descriptor")))
 
 
 def link_load(layout: Layout, turns: dict[str, TurnTransfer], shares: dict[str, float], workload: Any,
