@@ -73,28 +73,13 @@ class _Decode(_Engine):
         """The prefix this instance's cache holds for request i now (what its pull need not carry)."""
         return int(self.pool.lookup(self._nodes(i)[: int(self.cap[i])]).size) * self.cfg.block_size
 
-    def _admit(self, i: int, budget: int) -> int:
-        if self.admitted_once[i]:  # a preempted request is recomputed here, as vLLM does: no second pull
-            return super()._admit(i, budget)
-        cfg, pool = self.cfg, self.pool
-        nodes = self._nodes(i)
-        hits = pool.lookup(nodes[: int(self.cap[i])])
+    def _at_admission(self, i: int, hit_tokens: int, budget: int) -> tuple[int, int]:
+        """First admitted, the whole prompt is held (its own hit, the rest pulled) and all but the last
+        ``recompute`` tokens computed; a preempted request is recomputed here, as vLLM does: no second pull."""
+        if self.admitted_once[i]:
+            return super()._at_admission(i, hit_tokens, budget)
         prompt = int(self.target[i])
-        need = self._blocks_for(prompt) - hits.size  # the blocks the pull fills, beside its own hits
-        idle = pool.idle(hits)
-        if need > pool.free - int(np.count_nonzero(idle)):
-            return 0
-        pool.touch(hits, idle)
-        self.blocks[i] = hits.tolist() + (pool.allocate(need).tolist() if need > 0 else [])
-        self.nblocks[i] = len(self.blocks[i])
-        self.cached_upto[i] = hits.size
-        self.computed[i] = max(prompt - self.recompute, hits.size * cfg.block_size)
-        self._hash_prompt(i)  # the pulled blocks are full and cached, as its own would be
-        self.admitted_once[i] = True
-        self.run.hit_tokens[i] = hits.size * cfg.block_size
-        self.running.append(i)
-        self.run.events += 1
-        return min(prompt - int(self.computed[i]), budget)
+        return max(prompt - self.recompute, hit_tokens), prompt
 
     def _next(self, user: int, t: float) -> None:
         """The user's next request (after this one's answer, or after one too large for this pool): to its

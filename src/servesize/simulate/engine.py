@@ -348,8 +348,8 @@ class _Engine:
         nodes = self._nodes(i)
         hits = pool.lookup(nodes[: int(self.cap[i])])
         hit_tokens = hits.size * cfg.block_size
-        new = min(int(self.target[i]) - hit_tokens, budget)
-        need = self._blocks_for(hit_tokens + new) - hits.size
+        computed, held = self._at_admission(i, hit_tokens, budget)
+        need = self._blocks_for(held) - hits.size
         idle = pool.idle(hits)
         if need > pool.free - int(np.count_nonzero(idle)):
             return 0
@@ -357,13 +357,20 @@ class _Engine:
         self.blocks[i] = hits.tolist() + (pool.allocate(need).tolist() if need > 0 else [])
         self.nblocks[i] = len(self.blocks[i])
         self.cached_upto[i] = hits.size
-        self.computed[i] = hit_tokens
+        self.computed[i] = computed
+        if computed > hit_tokens:  # blocks filled beyond the hit (a pull) are full and cached, as computed ones are
+            self._hash_prompt(i)
         if not self.admitted_once[i]:
             self.admitted_once[i] = True
             self.run.hit_tokens[i] = hit_tokens
         self.running.append(i)
         self.run.events += 1
-        return new
+        return min(int(self.target[i]) - computed, budget)
+
+    def _at_admission(self, i: int, hit_tokens: int, budget: int) -> tuple[int, int]:
+        """(tokens of request i already computed when it is admitted, tokens its blocks must then hold): its prefix
+        hit, and the hit with this step's chunk (simulate/disaggregated.py: a decode instance's pulled prompt)."""
+        return hit_tokens, hit_tokens + min(int(self.target[i]) - hit_tokens, budget)
 
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         self.blocked = False
