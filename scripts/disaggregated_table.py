@@ -66,20 +66,18 @@ def main() -> None:
     ap.add_argument("--engine", action="store_true", help="the best layout's plan beside the engine simulator")
     args = ap.parse_args()
     if args.engine:
-        print("| preset | H200s | best disaggregated, plan (binding) | engine simulator | aggregated, plan (binding) "
-              "| engine simulator | where the disaggregated plan and its simulator differ by more than 15%, why |")
-        print("|---|---|---|---|---|---|---|")
-        for preset in args.preset or PRESETS:
-            for gpus in args.gpus or (2, 4, 8):
-                print(engine_row(preset, gpus), flush=True)
-        return
-    print("| preset | H200s | aggregated: users (binding), layout | best disaggregated: users (binding, its decode "
-          "pool's decode ceiling) | the other layouts | more users |")
-    print("|---|---|---|---|---|---|")
+        head = ("| preset | H200s | best disaggregated, plan (binding) | engine simulator | aggregated, plan (binding) "
+                "| engine simulator | where the disaggregated plan and its simulator differ by more than 15%, why |")
+        make = engine_row
+    else:
+        head = ("| preset | H200s | aggregated: users (binding), layout | best disaggregated: users (binding, its decode "
+                "pool's decode ceiling) | the other layouts | more users |")
+        make = row
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
     for preset in args.preset or PRESETS:
         for gpus in args.gpus or (2, 4, 8):
-            print(row(preset, gpus), flush=True)
-
+            print(make(preset, gpus), flush=True)
 
 if __name__ == "__main__":
     main()
