@@ -561,24 +561,12 @@ function drawEngineCheck(draft) {
 }
 
 async function runEngineCheck() {
-  if (App.check) App.check.abort();
-  const ctl = new AbortController(), seq = App.planSeq;
-  App.check = ctl;
-  const out = $("#engineCheckResult"), run = $("#engineCheckRun");
+  const out = $("#engineCheckResult");
   out.textContent = "";
   delete out.dataset.agree;
-  run.disabled = true;
-  let res;
-  try {
-    res = await postWatched("/api/engine-check", planBody(false), ctl, $("#engineCheckProgress"),
-      "running the engine simulator on these settings");
-  } catch (e) {
-    if (!ctl.signal.aborted) banner("the server did not answer: " + e.message);
-    if (seq === App.planSeq) run.disabled = false;
-    return;
-  } finally { if (App.check === ctl) App.check = null; }
-  if (seq !== App.planSeq) return;            // the settings changed while it ran: its answer is for the old ones
-  run.disabled = false;
+  const res = await onDemand("check", "/api/engine-check", $("#engineCheckRun"), $("#engineCheckProgress"),
+    "running the engine simulator on these settings");
+  if (!res) return;
   if (!res.ok) { out.textContent = res.data.error; out.dataset.agree = "error"; return; }
   const d = res.data;
   out.dataset.agree = String(d.agree);
@@ -587,6 +575,27 @@ async function runEngineCheck() {
   out.append(h("span", { text: d.text }),
     d.disagreement ? h("span", { id: "engineCheckWhy", text: " Why they differ: " + d.disagreement }) : "",
     h("br"), h("code", { class: "small", id: "engineCheckCommand", text: d.command }));
+}
+
+// one on-demand panel's request (the engine check, prefill and decode apart): the panel's previous request cancelled,
+// its button disabled while it runs, its status line with Cancel (postWatched); null when it failed, was cancelled,
+// or the settings changed while it ran (its answer is for the old ones)
+async function onDemand(key, path, run, progress, what) {
+  if (App[key]) App[key].abort();
+  const ctl = new AbortController(), seq = App.planSeq;
+  App[key] = ctl;
+  run.disabled = true;
+  let res;
+  try {
+    res = await postWatched(path, planBody(false), ctl, progress, what);
+  } catch (e) {
+    if (!ctl.signal.aborted) banner("the server did not answer: " + e.message);
+    if (seq === App.planSeq) run.disabled = false;
+    return null;
+  } finally { if (App[key] === ctl) App[key] = null; }
+  if (seq !== App.planSeq) return null;
+  run.disabled = false;
+  return res;
 }
 
 // prefill and decode apart on these GPUs, on demand (servesize plan --prefill-instances X --decode-instances Y):
@@ -604,24 +613,12 @@ function drawDisagg(draft) {
 }
 
 async function runDisagg() {
-  if (App.disagg) App.disagg.abort();
-  const ctl = new AbortController(), seq = App.planSeq;
-  App.disagg = ctl;
-  const out = $("#disaggResult"), run = $("#disaggRun");
+  const out = $("#disaggResult");
   out.replaceChildren();
   delete out.dataset.more;
-  run.disabled = true;
-  let res;
-  try {
-    res = await postWatched("/api/disaggregated", planBody(false), ctl, $("#disaggProgress"),
-      "planning every split of these GPUs into prefill and decode");
-  } catch (e) {
-    if (!ctl.signal.aborted) banner("the server did not answer: " + e.message);
-    if (seq === App.planSeq) run.disabled = false;
-    return;
-  } finally { if (App.disagg === ctl) App.disagg = null; }
-  if (seq !== App.planSeq) return;            // the settings changed while it ran: its answer is for the old ones
-  run.disabled = false;
+  const res = await onDemand("disagg", "/api/disaggregated", $("#disaggRun"), $("#disaggProgress"),
+    "planning every split of these GPUs into prefill and decode");
+  if (!res) return;
   if (!res.ok) { out.replaceChildren(h("p", { class: "v-why warn", id: "disaggError", text: res.data.error })); return; }
   const d = res.data;
   out.dataset.more = d.more;
