@@ -287,7 +287,6 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
 @render_text.register
 def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
     layout, values, link = plan.layout, plan.values, plan.link
-    gb = 1e9
     why = {
         "cache": "decode pool: warm user sessions p5 its prefix caches keep (a warm turn pulls only its new tokens)",
         "decode": "decode pool: per-user decode at the floor (p50), no prefill chunk in its steps",
@@ -315,7 +314,7 @@ def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
     ctx = plan.turns["cold"].context_tokens
     lines.append(f"transfer per turn (a session of {ctx:,} tokens, the median; {layout.connector}, per decode rank):")
     for turn, tt in plan.turns.items():
-        lines.append(f"  {turn:<6} {tt.pull.remote_tokens:>8,} tokens pulled, {tt.pull.bytes / gb:,.3f} GB over the link "
+        lines.append(f"  {turn:<6} {tt.pull.remote_tokens:>8,} tokens pulled, {tt.pull.bytes / GB:,.3f} GB over the link "
                      f"({tt.time.descriptors:,} descriptors per rank): {tt.time.seconds * 1e3:,.1f} ms; handover "
                      f"{tt.handover_s * 1e3:,.0f} ms with the decode instance's steps ({plan.decode_step_s * 1e3:.1f} ms "
                      "each at the floor)")

@@ -48,12 +48,8 @@ class _Prefill(_Engine):
         self.run.output_tokens = self.out
         self.hand = hand
 
-    def _finish(self, i: int) -> None:
-        self.run.finish_s[i] = self.now + self.fixed_s
-        self.run.events += 1
-        self.running.remove(i)
-        self._free(i)
-        self.hand(i, self.run.finish_s[i])
+    def _answered(self, i: int, t: float) -> None:
+        self.hand(i, t)
 
 
 class _Decode(_Engine):
@@ -135,7 +131,8 @@ def simulate_disaggregated(replay: Replay, prefill: tuple[EngineConfig, object, 
     for _k in range(y):
         decodes.append(_Decode(replay, d_cfg, d_times, pauses, warmup, recompute, back))
     engines: list[_Engine] = [*prefills, *decodes]
-    while True:
+    stopped = False
+    while not stopped:
         handoff_floor = min(_next_time(p) for p in prefills) + extra_s
         for d in decodes:
             d.horizon = handoff_floor
@@ -143,9 +140,8 @@ def simulate_disaggregated(replay: Replay, prefill: tuple[EngineConfig, object, 
         if not math.isfinite(_next_time(e)):
             break
         e.step()
-        if sum(x.run.steps for x in engines) >= max_steps:
-            break
-    return _merged(prefills, decodes, replay, len(order), warmup, stopped=sum(x.run.steps for x in engines) >= max_steps)
+        stopped = sum(engine.run.steps for engine in engines) >= max_steps
+    return _merged(prefills, decodes, replay, len(order), warmup, stopped=stopped)
 
 
 def _merged(prefills: list[_Prefill], decodes: list[_Decode], replay: Replay, users: int, warmup: float,

@@ -416,7 +416,12 @@ class _Engine:
         self.run.events += 1
         self.running.remove(i)
         self._free(i)
-        self._next(int(self.user_of[i]), self.run.finish_s[i])
+        self._answered(i, self.run.finish_s[i])
+
+    def _answered(self, i: int, t: float) -> None:
+        """Request i's answer ended at ``t``: its user's next request follows (simulate/disaggregated.py: a
+        prefill instance hands the request on instead)."""
+        self._next(int(self.user_of[i]), t)
 
     # -- one step -------------------------------------------------------------------------------
     def _next_reach(self) -> float:
