@@ -120,7 +120,7 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
 
     ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
     answer in ``plan.sizing``."""
-    if scenario.prefill_instances is not None or scenario.decode_instances is not None:
+    if scenario.disaggregated:
         raise BadInput("a disaggregated layout (--prefill-instances, --decode-instances) is planned by "
                        "plan_disaggregated (servesize plan prints it)", field="prefill_instances")
     if load is not None:

@@ -641,6 +641,11 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
             raise BadInput(f"Scenario has no field {', '.join(unknown)}; fields: {', '.join(PARAMS)}")
         return replace(self, **changes)
 
+    @property
+    def disaggregated(self) -> bool:
+        """Whether this asks for prefill and decode apart (--prefill-instances or --decode-instances given)."""
+        return self.prefill_instances is not None or self.decode_instances is not None
+
     def explicit(self) -> dict[str, Any]:
         """The fields that differ from their declared default (what a share link or a log needs)."""
         defaults = {f.name: f.default for f in fields(self)}

@@ -130,7 +130,7 @@ def run(args):
     from servesize.errors import BadInput
 
     scenario = scenario_from_args(args)
-    if scenario.prefill_instances is not None or scenario.decode_instances is not None:
+    if scenario.disaggregated:
         return _disaggregated(scenario, args)
     if args.priority and not args.team:
         raise BadInput("--priority ranks teams: name them with --team NAME=USERS[:WORKLOAD]")

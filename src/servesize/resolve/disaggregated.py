@@ -18,10 +18,6 @@ _DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode
 _NVLINK = re.compile(r"^\s*NVLink\s*([345])\b", re.IGNORECASE)
 
 
-def is_disaggregated(scenario: Scenario) -> bool:
-    return scenario.prefill_instances is not None or scenario.decode_instances is not None
-
-
 def without_layout(scenario: Scenario) -> Scenario:
     """The Scenario with its disaggregated fields cleared: the aggregated question on the same GPUs."""
     return scenario.replace(**{name: None for name in _DISAGG_FIELDS})

@@ -498,7 +498,7 @@ def disaggregated_view(req: PlanRequest, progress: Callable[[str], None] | None 
         warm = p.turns["warm"]
         rows.append({"layout": p.layout.name, "users": p.users, "users_text": f"{p.users:,.0f}", "binding": p.binding,
                      "pool": p.binding_pool, "aggregated": False,
-                     "warm_pull_text": f"{warm.pull.bytes / 1e9:,.3f} GB in {warm.time.seconds * 1e3:,.1f} ms",
+                     "warm_pull_text": f"{warm.pull.bytes / GB:,.3f} GB in {warm.time.seconds * 1e3:,.1f} ms",
                      "handover_text": f"{warm.handover_s * 1e3:,.0f} ms"})
     command = api.plan_command_of(req.scenario.replace(prefill_instances=best.layout.prefill_instances,
                                                        decode_instances=best.layout.decode_instances))
