@@ -237,7 +237,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
-          "decode.expert_union": "linear"}
+          "decode.expert_union": "linear", "step.fp4_dequant_bytes_per_flop": 1.0}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -319,14 +319,32 @@ def set_terms(terms: dict) -> None:
         table[name]["default"] = value
 
 
+def lockstep_replay(case: Case) -> bool:
+    """Whether the replay sends exact-length prompts from several closed-loop clients: its slots then send in
+    lock-step waves whose TTFT the measured run need not have had (what desynchronised the real slots is not
+    recorded: docs/accuracy.md "Fixed-length sweeps")."""
+    argv = case.argv or []
+
+    def flag(name: str, default: str) -> str:
+        return argv[argv.index(name) + 1] if name in argv else default
+
+    return (int(flag("--max-concurrency", "1")) > 1 and flag("--request-rate", "inf") == "inf"
+            and float(flag("--random-range-ratio", "0")) == 0)
+
+
+SKIP_LOCKSTEP_TTFT = False  # --skip-lockstep-ttft: a what-if loss (docs/accuracy.md: tried 2026-12-05, not kept)
+
+
 def loss(cases: list[Case], terms: dict, workers: int) -> float:
     """Mean over the deployments of the mean over their runs and quantities of |log(predicted / measured)|, clipped
     at CLIP: each deployment counts once, so that one deployment swept 84 times (MiniMax-M2.5) does not set a term
-    for every model."""
+    for every model. With SKIP_LOCKSTEP_TTFT a lock-step replay's TTFT (``lockstep_replay``) is left out."""
     per: dict[str, list[float]] = {}
     predict_all(cases, terms, workers)
     for c in cases:
         for q in QUANTITIES:
+            if q == "ttft" and SKIP_LOCKSTEP_TTFT and lockstep_replay(c):
+                continue
             e = error(c, q)
             if e is not None:
                 per.setdefault(c.deployment, []).append(min(abs(math.log1p(e)), CLIP) if e > -1 else CLIP)
@@ -410,6 +428,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="write tests/fixtures/measured/step-accuracy.json")
     ap.add_argument("--only", default=None, help="only runs whose id contains this")
+    ap.add_argument("--skip-lockstep-ttft", action="store_true",
+                    help="while fitting, leave out the TTFT of replays sent in lock-step waves (exact lengths, "
+                         "several closed-loop clients): a what-if loss, tried 2026-12-05 and not kept")
     ap.add_argument("--replay-extra", default=None, metavar="FLAGS",
                     help="flags added to every run's servesize bench line, e.g. '--random-range-ratio 0.05' (a what-if "
                          "replay, not the runs as recorded; refused with --write)")
@@ -428,6 +449,9 @@ def main() -> int:
                          "as measured; fewer is faster but the first wave, every slot at once, is then a larger share "
                          "of the requests and its queue inflates TTFT: at 4 the search took MFU to its bound)")
     args = ap.parse_args()
+    if args.skip_lockstep_ttft:
+        global SKIP_LOCKSTEP_TTFT
+        SKIP_LOCKSTEP_TTFT = True
     if args.replay_extra and args.write:
         ap.error("--replay-extra replays the runs otherwise than recorded: it does not write the fixture")
     joint_terms = args.joint.split(",") if args.joint else []

@@ -119,22 +119,93 @@ def test_the_weight_floor_prices_a_short_chunk_at_the_weights_read():
 
 
 def test_the_expert_union_rule_reaches_the_decode_step_through_its_assumption():
-    """decode.expert_union is read where the decode setup is built: 'expected' reads the uniform-routing union of the
-    routed experts (fewer than min(n k, E) once tokens share experts), 'linear' (the default) the no-overlap bound."""
+    """decode.expert_union is read where the decode setup is built: 'expected' (the default) reads the uniform-routing
+    union of the routed experts (fewer than min(n k, E) once tokens share experts), 'linear' the no-overlap bound."""
     from dataclasses import replace
 
     from servesize.api import plan
+    from servesize.assumptions import assumption
     from servesize.planning.ceilings import decode_setup
     from servesize.resolve import plan_inputs
     from servesize.scenario import Scenario
 
     scenario = Scenario(model="qwen3-30b-a3b", gpus="1xH200")   # 128 experts, 8 per token
     fixed, knobs = plan(scenario, sensitivity=False).fixed, plan_inputs(scenario).knobs
-    linear = decode_setup(fixed, knobs)
-    expected = decode_setup(fixed, replace(knobs, overrides=(("decode.expert_union", "expected"),)))
+    linear = decode_setup(fixed, replace(knobs, overrides=(("decode.expert_union", "linear"),)))
+    expected = decode_setup(fixed, knobs)
     assert (linear.experts.union, expected.experts.union) == ("linear", "expected")
     assert linear.weight_bytes(1) == pytest.approx(expected.weight_bytes(1))
     shared = linear.weight_bytes_per_step
-    assert linear.weight_bytes(16) - shared == pytest.approx(linear.experts.all_expert_bytes)   # 16 x 8 = 128: all
-    assert expected.weight_bytes(16) - shared == pytest.approx(
-        expected.experts.all_expert_bytes * (1 - (1 - 8 / 128) ** 16))                      # 64% of them
+    read = linear.experts.all_expert_bytes / linear.experts.read_share    # at the MoE kernel's share of the stream
+    assert linear.experts.read_share == expected.experts.read_share == assumption("step.moe_expert_efficiency")
+    assert linear.weight_bytes(16) - shared == pytest.approx(read)                               # 16 x 8 = 128: all
+    assert expected.weight_bytes(16) - shared == pytest.approx(read * (1 - (1 - 8 / 128) ** 16))  # 64% of them
+
+
+KERNELS = pathlib.Path(__file__).resolve().parent / "fixtures" / "measured" / "aiconfigurator-moe-kernels-vllm.csv"
+BITS = {"w4a16_mxfp4": 4.25, "bfloat16": 16, "fp8_block": 8}  # MXFP4: 4-bit values and one 8-bit scale per 32
+
+
+def _kernel_rates(dtype: str, system: str, tp: int) -> list[float]:
+    """Bytes per second of vLLM's measured MoE kernel where every expert is touched (n x k >= E, balanced routing):
+    all E experts' gate, up and down projections, this rank's 1/tp of them, over the measured latency (ms)."""
+    import csv
+
+    rates = []
+    with KERNELS.open(encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if (r["moe_dtype"], r["system"], int(r["moe_tp_size"])) != (dtype, system, tp):
+                continue
+            e, k, n = int(r["num_experts"]), int(r["topk"]), int(r["num_tokens"])
+            if n * k >= e:
+                nbytes = e * 3 * int(r["hidden_size"]) * int(r["inter_size"]) * BITS[dtype] / 8 / tp
+                rates.append(nbytes / (float(r["latency"]) * 1e-3))
+    return rates
+
+
+def test_fp4_experts_without_fp4_tensor_cores_read_at_the_sms_rate_the_kernel_tables_measure():
+    """step.fp4_dequant_bytes_per_flop is read from vLLM's measured MoE kernels (aiconfigurator's tables): MXFP4
+    experts run no faster on an H200 than on an H100 (the SMs dequantise them; both GPUs have the same), where bf16
+    and block-FP8 experts run as much faster as the H200's memory is; and the assumption is their TP 1 rate per
+    FLOP/s of the dense bf16 peak."""
+    from servesize.assumptions import assumption
+    from servesize.model.hardware import find_gpu
+
+    h100, h200 = find_gpu("H100-SXM"), find_gpu("H200-SXM")
+    assert h100.bf16_dense_tflops == h200.bf16_dense_tflops and not h100.fp4 and not h200.fp4
+    median = {key: float(np.median(_kernel_rates(*key))) for key in
+              [(d, s, tp) for d in BITS for s in ("h100_sxm", "h200_sxm") for tp in (1, 2)]}
+    assert all(len(_kernel_rates(*key)) >= 4 for key in median)
+    for tp in (1, 2):
+        assert median[("w4a16_mxfp4", "h200_sxm", tp)] / median[("w4a16_mxfp4", "h100_sxm", tp)] < 1.1
+        for dtype in ("bfloat16", "fp8_block"):
+            assert median[(dtype, "h200_sxm", tp)] / median[(dtype, "h100_sxm", tp)] > 1.25
+    measured = (median[("w4a16_mxfp4", "h100_sxm", 1)] + median[("w4a16_mxfp4", "h200_sxm", 1)]) / 2
+    assert assumption("step.fp4_dequant_bytes_per_flop") * h100.bf16_dense_tflops * 1e12 == pytest.approx(measured,
+                                                                                                         rel=0.05)
+
+
+def test_the_dequant_cap_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_on_a_gpu_with_fp4():
+    from servesize.api import plan
+    from servesize.planning.ceilings import decode_setup
+    from servesize.planning.step_model import dequant_share
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    def experts_s(gpus: str) -> tuple[float, float]:
+        scenario = Scenario(model="gpt-oss-120b", gpus=gpus)
+        fixed = plan(scenario, sensitivity=False).fixed
+        setup = decode_setup(fixed, plan_inputs(scenario).knobs)
+        assert setup.experts is not None
+        experts = setup.experts.all_expert_bytes / setup.experts.read_share
+        return fixed.dequant_flops_per_gpu, experts / setup.effective_bandwidth_bytes_per_s
+
+    (h100_flops, h100_s), (h200_flops, h200_s) = experts_s("1xH100-SXM"), experts_s("1xH200-SXM")
+    assert h100_flops == h200_flops == 989e12
+    assert h100_s == pytest.approx(h200_s)          # the SMs' rate, not the memory's, on both
+    b200_flops, b200_s = experts_s("1xB200")
+    assert b200_flops == 0                          # FP4 tensor cores: the stream's rate
+    assert b200_s < h200_s
+    assert dequant_share(3e12, 0.0, 0.0025) == 1.0  # no SM-bound kernel: no cap
+    assert dequant_share(1e12, 989e12, 0.0025) == 1.0  # a stream slower than the SMs: the stream binds
+    assert dequant_share(4e12, 989e12, 0.0025) == pytest.approx(989e12 * 0.0025 / 4e12)

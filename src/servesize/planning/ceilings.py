@@ -68,7 +68,7 @@ from servesize.planning.load import (
 from servesize.planning.load_models import load_model
 from servesize.planning.lru import ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
-from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms
+from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms, dequant_share
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -144,10 +144,16 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     Under ``decode.roofline = memory`` (the seed's) the compute leg and the MTP drafts' own cost are left
     out. ``bandwidth_efficiency`` / ``compute_efficiency`` override the knobs (the plan's bounds)."""
     kernels = kernel_efficiency(fixed, knobs)
+    bw_eff = min(1.0, kernels.bandwidth * float(bandwidth_efficiency if bandwidth_efficiency is not None
+                                                else knob_value(knobs, "bandwidth_efficiency")))
     experts = None
-    if fixed.expert_bytes:  # routed experts read at their kernels' own efficiency: as if that many more bytes
-        experts = ExpertRouting(fixed.expert_bytes / kernels.experts, fixed.num_experts, fixed.experts_per_token,
-                                union=str(knobs.a("decode.expert_union")))
+    if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
+        # (an SM-bound FP4 kernel's measured rate is its own: the memory-bound MoE kernels' efficiency is not on it)
+        share = (dequant_share(fixed.bandwidth_bytes_per_s * bw_eff, fixed.dequant_flops_per_gpu,
+                               float(knobs.a("step.fp4_dequant_bytes_per_flop")))
+                 if fixed.dequant_flops_per_gpu else kernels.experts)
+        experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token,
+                                union=str(knobs.a("decode.expert_union")), read_share=share)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))
@@ -175,8 +181,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         kv_bytes_per_token_read=fixed.kv_bytes_per_token_rank * fixed.tp,
         state_bytes_per_sequence=fixed.state_bytes_rank * fixed.tp, tp=fixed.tp, experts=experts,
         spec_speedup=speedup,
-        bandwidth_efficiency=min(1.0, kernels.bandwidth * float(bandwidth_efficiency if bandwidth_efficiency is not None
-                                                                 else knob_value(knobs, "bandwidth_efficiency"))),
+        bandwidth_efficiency=bw_eff,
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,

@@ -168,12 +168,17 @@ class ExpertRouting:
       "linear"   the no-overlap upper bound min(n x k, E) experts per layer (the seed's default)
       "expected" the expected union under uniform independent routing: E x (1 - (1 - k/E)^n)
     Real routing is skewed, so the truth sits between the two (nearer "expected" at large n).
+
+    ``read_share``: the share of the decode stream's rate at which the experts' kernel reads them (the MoE kernel's
+    efficiency, or an SM-bound FP4 kernel's own rate: planning.step_model.dequant_share); their bytes count
+    1 / read_share times in the step's read.
     """
 
     all_expert_bytes: float
     num_experts: int
     experts_per_token: int
     union: str = "linear"
+    read_share: float = 1.0
 
     def __post_init__(self) -> None:
         if self.all_expert_bytes <= 0:
@@ -182,6 +187,8 @@ class ExpertRouting:
             raise BadInput(f"experts per token must be in 1..{self.num_experts}, got {self.experts_per_token}")
         if self.union not in ("linear", "expected"):
             raise BadInput(f"expert union must be 'linear' or 'expected', got {self.union!r}")
+        if not 0 < self.read_share <= 1:
+            raise BadInput(f"the experts' read share must be in (0, 1], got {self.read_share!r}")
 
     def union_bytes(self, n: ArrayLike) -> np.ndarray | float:
         """Routed-expert bytes read per step with n concurrent decode tokens (vectorised in n)."""
@@ -192,7 +199,7 @@ class ExpertRouting:
             frac = np.minimum(n * share, 1.0)
         else:
             frac = 1.0 - (1.0 - share) ** n
-        out = self.all_expert_bytes * frac
+        out = self.all_expert_bytes / self.read_share * frac
         return float(out) if out.ndim == 0 else out
 
 
@@ -506,12 +513,14 @@ def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
                 + (", the MTP drafts' head and lm_head once per draft" if setup.draft_bytes_per_step else ""))
         return
     e = setup.experts
-    formula = ("shared_bytes + all_expert_bytes * min(n * k / E, 1)" if e.union == "linear"
-               else "shared_bytes + all_expert_bytes * (1 - (1 - k / E) ** n)")
+    formula = ("shared_bytes + all_expert_bytes / read_share * min(n * k / E, 1)" if e.union == "linear"
+               else "shared_bytes + all_expert_bytes / read_share * (1 - (1 - k / E) ** n)")
     d.step("weight_bytes_per_step", formula, unit="B",
-           note="no-overlap upper bound on the expert union" if e.union == "linear" else "expected union under uniform routing",
+           note=("no-overlap upper bound on the expert union" if e.union == "linear" else "expected union under uniform routing")
+           + "; read_share: the experts' kernel's share of the stream rate (step.moe_expert_efficiency, or the SMs' "
+             "rate for FP4 experts without FP4 tensor cores: step.fp4_dequant_bytes_per_flop)",
            shared_bytes=setup.weight_bytes_per_step + setup.draft_bytes_per_step, all_expert_bytes=e.all_expert_bytes,
-           n=n, k=e.experts_per_token, E=e.num_experts)
+           read_share=e.read_share, n=n, k=e.experts_per_token, E=e.num_experts)
 
 
 def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, memory_s: float) -> float:

@@ -261,7 +261,8 @@ def step_term_names(fixed: Fixed) -> list[str]:
     if fixed.vendor.upper() == "AMD":
         names.append("step.vendor_efficiency_amd")
     if fixed.expert_bytes:
-        names += ["decode.expert_union", "step.moe_expert_efficiency", "step.moe_prefill_efficiency"]
+        names += ["decode.expert_union", "step.moe_prefill_efficiency"]
+        names.append("step.fp4_dequant_bytes_per_flop" if fixed.dequant_flops_per_gpu else "step.moe_expert_efficiency")
     return names
 
 
@@ -281,7 +282,8 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
                   if v is not None else f"{which}: data/assumptions.toml ({table[key].get('source', '')[:60].strip()})")
         add(key, knob_value(knobs, field_), table[key].get("unit", ""), source)
     for key in step_term_names(fixed):  # the step model's other terms (planning/step_model.py), this deployment's
-        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml (fitted: docs/accuracy.md)")
+        how = "fitted" if "step_accuracy.py" in table[key].get("source", "") else "measured"
+        add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml ({how}: docs/accuracy.md)")
     add("decode.spec_speedup", result.spec_speedup, "x tokens/step",
         "flag --mtp-speedup" if knobs.mtp_speedup is not None else "flag --spec-acceptance" if knobs.spec_acceptance is not None
         else ("none: the model has no MTP head" if not fixed.has_mtp else f"{which}: decode.mtp_speedup"))

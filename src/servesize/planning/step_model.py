@@ -9,6 +9,8 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           (the scheduler's pass and sampling; each of the L layers' kernels; TP adds two
                           all-reduces per layer)
     decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
+                          (FP4 routed experts on a GPU without FP4 tensor cores stream at no more than
+                          step.fp4_dequant_bytes_per_flop x its dense bf16 peak: the SMs dequantise them)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
                           (the weight-read floor: a short chunk still streams every weight once;
                           ``prefill.weight_floor``)
@@ -93,6 +95,16 @@ class StepTerms:
         if tp < 1 or layers < 0:
             raise BadInput(f"tensor-parallel size must be >= 1 and layers >= 0, got {tp!r} and {layers!r}")
         return self.overhead_s + self.overhead_per_layer_s * layers + self.overhead_per_tp_doubling_s * math.log2(tp)
+
+
+def dequant_share(stream_bytes_per_s: float, dequant_flops_per_s: float, bytes_per_flop: float) -> float:
+    """The share of the decode stream's rate at which FP4 routed experts are read where the GPU's SMs dequantise them
+    (no FP4 tensor cores): their kernel is bound by the SMs' rate, ``bytes_per_flop`` x the dense bf16 peak
+    (step.fp4_dequant_bytes_per_flop), not by memory; 1 where that rate exceeds the stream's, or with no SM-bound
+    kernel (``dequant_flops_per_s`` 0)."""
+    if dequant_flops_per_s <= 0 or stream_bytes_per_s <= 0:
+        return 1.0
+    return min(1.0, bytes_per_flop * dequant_flops_per_s / stream_bytes_per_s)
 
 
 def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_bytes_per_s: float, flops_per_s: float,
