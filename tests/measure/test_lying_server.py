@@ -19,7 +19,7 @@ from testserver import INSTANT, ServerConfig, TestServer
 
 from servesize.cli import main
 from servesize.measure.pool import PoolConfig, measure_pool
-from servesize.measure.record import read_record
+from servesize.measure.record import RunRecord, read_record
 from servesize.measure.sessions import ClassParams, SessionParams, SessionsConfig, measure_sessions
 
 POOL = 4096  # 256 blocks of 16: 8 prompts of 513 tokens (32 blocks each, the last token recomputed)
@@ -145,6 +145,38 @@ def test_honest_counts_on_a_server_whose_ttft_is_mostly_overhead_are_not_refuted
     assert [g.signal for g in r.rungs] == ["cached_tokens"] * 3
     assert r.knee["warm_users"] == 2 and r.knee["cold_users"] == 16  # the true knee: [2, 16)
     assert not any("not trusted" in n for n in r.notes)
+
+
+def test_sessions_load_arriving_after_the_hits_showed_does_not_refute_the_honest_counters(tmp_path):
+    """The 1- and 2-user rungs' warm turns are fast (hits show in the TTFT), then every first token takes at least
+    1.5 s (another job takes the host's cores): at 16 users an honest warm turn is no faster than cold, which on
+    the earlier rungs' evidence alone would refute the honest counters. The TTFT check runs again before they are
+    refuted, finds that a hit no longer shows, and the counters go on judging: every rung warm (the pool holds all
+    16 sessions)."""
+    first_of_16 = 1 * 5 + 2 * 5  # the 1- and 2-user rungs' requests (5 per user) come first
+    config = ServerConfig(capacity_tokens=100_000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001,
+                          ttft_floor_from=(first_of_16, 1.5))
+
+    async def go():
+        async with TestServer(config) as server:
+            cfg = SessionsConfig(url=server.url, params=LADDER, users=[1, 2, 16], duration_s=600, requests_per_user=5)
+            record = RunRecord(tmp_path / "s.jsonl")
+            try:
+                return await measure_sessions(cfg, record=record)
+            finally:
+                record.close()
+
+    r = asyncio.run(go())
+    assert r.rungs[0].hit_shown and r.rungs[1].hit_shown
+    assert [g.refuted for g in r.rungs] == [None] * 3
+    assert [g.signal for g in r.rungs] == ["cached_tokens"] * 3
+    assert [g.state(r.warm_target) for g in r.rungs] == ["warm"] * 3
+    assert not any("not trusted" in n for n in r.notes)
+    assert sum("a hit no longer shows in this server's TTFT" in n for n in r.notes) == 1
+    events = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    (check,) = [e for e in events if e["type"] == "ttft_check"]
+    assert (check["users"], check["sees_hits"], len(check["requests"])) == (16, False, 6)
+    assert check["repeat_over_cold"] > 0.8  # the repeats waited for the floor like the cold prompts
 
 
 def test_sessions_against_cached_tokens_above_the_prompt_judge_nothing_by_them():

@@ -470,6 +470,19 @@ class _Live:
     model: str  # the model the server serves, as resolved
 
 
+def repeat_verdict(cold: list[RequestResult], repeat: list[RequestResult], ttft_ratio: float) -> dict[str, Any]:
+    """The TTFT check's verdict (pool and sessions alike): prompts sent cold, then sent again at once (surely
+    cached). A hit shows in this server's TTFT now when the repeats' median TTFT over their own cold TTFT is under
+    the TTFT rule's ratio; ``sees_hits`` None (with ``why``) when a request had no TTFT."""
+    untimed = [r for r in (*cold, *repeat) if r.ttft_s is None or r.ttft_s <= 0]
+    if untimed:
+        return {"sees_hits": None, "why": f"{len(untimed)} of {len(cold) + len(repeat)} check request(s) had no TTFT"}
+    ratio = _median(w.ttft_s / c.ttft_s for c, w in zip(cold, repeat))  # type: ignore[operator]
+    assert ratio is not None  # every check request has a TTFT here
+    return {"sees_hits": ratio < ttft_ratio, "repeat_over_cold": ratio,
+            "cold_s": [r.ttft_s for r in cold], "repeat_s": [r.ttft_s for r in repeat]}
+
+
 class PoolRun:
     """One ``measure pool`` run: set-up, coarse bisection, fine bisection, result."""
 
@@ -550,17 +563,12 @@ class PoolRun:
             if failed:
                 raise ProbeFailed(f"the TTFT check, round {rnd}: {len(failed)} of {CHECK_PROMPTS} requests "
                                   f"failed, first: {failed[0].error_line()}{self._resume_hint()}")
-        untimed = [r for rnd in rounds for r in rnd if r.ttft_s is None or r.ttft_s <= 0]
-        if untimed:
-            self.ttft_check = {"sees_hits": None, "why": f"{len(untimed)} of {2 * CHECK_PROMPTS} check request(s) had no TTFT"}
+        self.ttft_check = repeat_verdict(rounds[0], rounds[1], self.cfg.ttft_ratio)
+        if self.ttft_check["sees_hits"] is None:
             self._note("the TTFT check could not run (" + self.ttft_check["why"] + "): TTFT is used as before")
         else:
-            ratio = _median(w.ttft_s / c.ttft_s for c, w in zip(rounds[0], rounds[1]))  # type: ignore[operator]
-            assert ratio is not None  # every check request has a TTFT here
-            sees = ratio < self.cfg.ttft_ratio
-            self.ttft_check = {"sees_hits": sees, "repeat_over_cold": ratio,
-                               "cold_s": [r.ttft_s for r in rounds[0]], "repeat_s": [r.ttft_s for r in rounds[1]]}
-            if not sees:
+            ratio = self.ttft_check["repeat_over_cold"]
+            if not self.ttft_check["sees_hits"]:
                 self._note(f"a hit does not show in this server's TTFT now: {CHECK_PROMPTS} prompts of {self.prompt_tokens:,} "
                            f"tokens repeated at once (surely cached) took a median {ratio:.0%} of their cold TTFT, not "
                            f"under the TTFT rule's {self.cfg.ttft_ratio:.0%}; TTFT neither decides a probe nor refutes "

@@ -51,7 +51,7 @@ from servesize.errors import BadInput
 from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import GaugeSampler, MetricsDelta, MetricsScraper, delta
-from servesize.measure.pool import REFUTE_SHARE, REFUTE_TTFT_RATIO, resolvable
+from servesize.measure.pool import CHECK_PROMPTS, REFUTE_SHARE, REFUTE_TTFT_RATIO, repeat_verdict, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
@@ -670,7 +670,7 @@ class SessionsRun:
     async def run(self) -> SessionsResult:
         cfg = self.cfg
         done = self._completed_rungs()
-        self._hit_shown = any(g.hit_shown for g in done.values())
+        self._hit_shown = any(g.hit_shown for g in done.values())  # (a refutation on them is checked again: _rung)
         rungs: list[RungStats] = []
         async with contextlib.AsyncExitStack() as stack:
             clients = [await stack.enter_async_context(StreamClient(u, cfg.model, timeout_s=cfg.timeout_s,
@@ -702,6 +702,33 @@ class SessionsRun:
                 if note and note not in self.notes:
                     self.notes.append(note)
         return self._result(model, rungs)
+
+    async def _ttft_still_shows(self, client: StreamClient, prompts: PromptFactory, users: int) -> bool:
+        """Before slow warm claims refute cached_tokens on a hit seen only in an earlier rung's TTFT: whether a
+        certain hit still shows in it now (the pool's TTFT check: CHECK_PROMPTS fresh prompts of the median
+        session's length, sent together twice). Load on the machine can slow a warm turn as much as a cold one, and
+        then it is the TTFT that cannot judge, not the counter that lies. A 'ttft_check' event keeps the figures and
+        the requests; a check that cannot run (a request failed, or had no TTFT) leaves the refutation standing."""
+        cfg = self.cfg
+        tokens = max(1, int(min(cfg.params.user.median_tokens, cfg.params.max_model_len - cfg.params.output_tokens - 1)))
+        first = 10**9 + 1000 * users + 10 * (self.attempts[users] + 1)  # ids no rung's prompt, nor a resumed check's, has
+        made = [await prompts.make(first + i, tokens) for i in range(CHECK_PROMPTS)]
+        rounds: list[list[RequestResult]] = []
+        for rnd in (1, 2):
+            self.progress(f"{users} users: checking that a cached prompt is still faster than cold: round {rnd}/2")
+            rounds.append(list(await asyncio.gather(*(client.complete(p.text, max_tokens=1, request_id=f"{p.id}-check{rnd}")
+                                                      for p in made))))
+        failed = [r for rnd in rounds for r in rnd if not r.ok]
+        verdict = ({"sees_hits": None, "why": f"{len(failed)} of {2 * CHECK_PROMPTS} check request(s) failed, first: "
+                                              f"{failed[0].error_line()}"} if failed
+                   else repeat_verdict(rounds[0], rounds[1], cfg.ttft_ratio))
+        self.record.append("ttft_check", users=users, **verdict, requests=[r.to_dict() for rnd in rounds for r in rnd])
+        if verdict["sees_hits"] is False:
+            self.notes.append(f"at {users} users the warm claims were no faster than cold, but a hit no longer shows in "
+                              f"this server's TTFT ({CHECK_PROMPTS} prompts of {tokens:,} tokens repeated at once took a "
+                              f"median {verdict['repeat_over_cold']:.0%} of their cold TTFT): the TTFT does not refute "
+                              f"the server's cached_tokens on hits seen in earlier rungs")
+        return verdict["sees_hits"] is not False
 
     def _distrust(self, why: str, instead: str, rungs: list[RungStats]) -> None:
         """Latch the refutation of cached_tokens (one line, a 'distrust' event) and judge again, without it,
@@ -845,11 +872,20 @@ class SessionsRun:
         d = _summed(deltas)
         self._results[users] = results
         urls = endpoints(cfg.url)
-        stats = rung_stats(users, loop.time() - t_start, results, ttft_ratio=cfg.ttft_ratio,
-                           preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
-                           distrust_cached=self.distrust is not None, hit_shown=self._hit_shown,
-                           endpoints=urls if len(urls) > 1 else None,
-                           endpoint_metrics=[x.to_dict() if x else None for x in deltas])
+        duration_s = loop.time() - t_start
+
+        def judged(hit_shown: bool) -> RungStats:
+            return rung_stats(users, duration_s, results, ttft_ratio=cfg.ttft_ratio,
+                              preemptions=d.preemptions if d else None, metrics_hit_ratio=d.hit_ratio if d else None,
+                              distrust_cached=self.distrust is not None, hit_shown=hit_shown,
+                              endpoints=urls if len(urls) > 1 else None,
+                              endpoint_metrics=[x.to_dict() if x else None for x in deltas])
+
+        stats = judged(self._hit_shown)
+        if stats.refuted and self._hit_shown and judged(False).refuted is None \
+                and not await self._ttft_still_shows(clients[0], prompts, users):
+            self._hit_shown = False  # the earlier rungs' hits are no evidence now
+            stats = judged(False)
         stats.gauges = gauges if any(g is not None for g in gauges) else None
         failure = lost or self._failure(stats, results)
         if failure:
