@@ -163,16 +163,12 @@ def _kernel_rates(dtype: str, system: str, tp: int) -> list[float]:
     return rates
 
 
-def test_fp4_experts_without_fp4_tensor_cores_read_at_the_sms_rate_the_kernel_tables_measure():
-    """step.fp4_dequant_bytes_per_flop is read from vLLM's measured MoE kernels (aiconfigurator's tables): MXFP4
-    experts run no faster on an H200 than on an H100 (the SMs dequantise them; both GPUs have the same), where bf16
-    and block-FP8 experts run as much faster as the H200's memory is; and the assumption is their TP 1 rate per
-    FLOP/s of the dense bf16 peak."""
-    from servesize.assumptions import assumption
+def test_fp4_experts_without_fp4_tensor_cores_read_at_the_rate_the_kernel_tables_measure():
+    """gpus.toml's fp4_moe_tbps is read from vLLM's measured MoE kernels (aiconfigurator's tables): MXFP4 experts
+    run no faster on an H200 than on an H100 (the SMs dequantise them; both GPUs have the same), where bf16 and
+    block-FP8 experts run as much faster as the H200's memory is; each GPU's figure is its TP 1 median."""
     from servesize.model.hardware import find_gpu
 
-    h100, h200 = find_gpu("H100-SXM"), find_gpu("H200-SXM")
-    assert h100.bf16_dense_tflops == h200.bf16_dense_tflops and not h100.fp4 and not h200.fp4
     median = {key: float(np.median(_kernel_rates(*key))) for key in
               [(d, s, tp) for d in BITS for s in ("h100_sxm", "h200_sxm") for tp in (1, 2)]}
     assert all(len(_kernel_rates(*key)) >= 4 for key in median)
@@ -180,32 +176,42 @@ def test_fp4_experts_without_fp4_tensor_cores_read_at_the_sms_rate_the_kernel_ta
         assert median[("w4a16_mxfp4", "h200_sxm", tp)] / median[("w4a16_mxfp4", "h100_sxm", tp)] < 1.1
         for dtype in ("bfloat16", "fp8_block"):
             assert median[(dtype, "h200_sxm", tp)] / median[(dtype, "h100_sxm", tp)] > 1.25
-    measured = (median[("w4a16_mxfp4", "h100_sxm", 1)] + median[("w4a16_mxfp4", "h200_sxm", 1)]) / 2
-    assert assumption("step.fp4_dequant_bytes_per_flop") * h100.bf16_dense_tflops * 1e12 == pytest.approx(measured,
-                                                                                                         rel=0.05)
+    for key, system in (("H100-SXM", "h100_sxm"), ("H200-SXM", "h200_sxm")):
+        gpu = find_gpu(key)
+        assert not gpu.fp4 and "moe_perf.parquet" in gpu.fp4_moe_source
+        assert gpu.fp4_moe_tbps * 1e12 == pytest.approx(median[("w4a16_mxfp4", system, 1)], rel=0.01)
 
 
-def test_the_dequant_cap_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_on_a_gpu_with_fp4():
+def test_the_kernel_rate_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_where_unmeasured_or_in_hardware():
+    from dataclasses import replace
+
     from servesize.api import plan
+    from servesize.assumptions import assumption
     from servesize.planning.ceilings import decode_setup
     from servesize.planning.step_model import dequant_share
     from servesize.resolve import plan_inputs
     from servesize.scenario import Scenario
 
-    def experts_s(gpus: str) -> tuple[float, float]:
+    def experts(gpus: str, rule: str = "measured") -> tuple[float, float, float]:
         scenario = Scenario(model="gpt-oss-120b", gpus=gpus)
         fixed = plan(scenario, sensitivity=False).fixed
-        setup = decode_setup(fixed, plan_inputs(scenario).knobs)
+        knobs = replace(plan_inputs(scenario).knobs, overrides=(("step.fp4_moe_kernel_rate", rule),))
+        setup = decode_setup(fixed, knobs)
         assert setup.experts is not None
-        experts = setup.experts.all_expert_bytes / setup.experts.read_share
-        return fixed.dequant_flops_per_gpu, experts / setup.effective_bandwidth_bytes_per_s
+        read_s = setup.experts.all_expert_bytes / setup.experts.read_share / setup.effective_bandwidth_bytes_per_s
+        return fixed.fp4_expert_bytes_per_s, setup.experts.read_share, read_s
 
-    (h100_flops, h100_s), (h200_flops, h200_s) = experts_s("1xH100-SXM"), experts_s("1xH200-SXM")
-    assert h100_flops == h200_flops == 989e12
-    assert h100_s == pytest.approx(h200_s)          # the SMs' rate, not the memory's, on both
-    b200_flops, b200_s = experts_s("1xB200")
-    assert b200_flops == 0                          # FP4 tensor cores: the stream's rate
-    assert b200_s < h200_s
-    assert dequant_share(3e12, 0.0, 0.0025) == 1.0  # no SM-bound kernel: no cap
-    assert dequant_share(1e12, 989e12, 0.0025) == 1.0  # a stream slower than the SMs: the stream binds
-    assert dequant_share(4e12, 989e12, 0.0025) == pytest.approx(989e12 * 0.0025 / 4e12)
+    (h100_rate, _, h100_s), (h200_rate, _, h200_s) = experts("1xH100-SXM"), experts("1xH200-SXM")
+    assert (h100_rate, h200_rate) == (2.41e12, 2.54e12)
+    assert h100_s / h200_s == pytest.approx(2.54 / 2.41)       # the kernels' rates, not the memories' (1.43x)
+    moe, stream = assumption("step.moe_expert_efficiency"), 3.35 * assumption("decode.bandwidth_efficiency")
+    _, memory_share, h100_memory_s = experts("1xH100-SXM", "memory")
+    assert memory_share == moe                                  # the rule before: the stream at the MoE efficiency
+    assert h100_memory_s / h100_s == pytest.approx(2.41 / (stream * moe))  # (1.76 TB/s on an H100, not 2.41)
+    b200_rate, b200_share, b200_s = experts("1xB200")           # FP4 tensor cores: a memory-bound MoE kernel
+    assert (b200_rate, b200_share) == (0.0, moe) and b200_s < h200_s
+    h20_rate, h20_share, _ = experts("1xH20")                   # no FP4 tensor cores, but no measured rate: as before
+    assert (h20_rate, h20_share) == (0.0, moe)
+    assert dequant_share(3e12, 0.0) == 1.0                      # no measured kernel: no cap
+    assert dequant_share(1e12, 2.41e12) == 1.0                  # a stream slower than the kernel: the stream binds
+    assert dequant_share(3.6e12, 2.54e12) == pytest.approx(2.54 / 3.6)

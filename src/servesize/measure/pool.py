@@ -470,6 +470,27 @@ class _Live:
     model: str  # the model the server serves, as resolved
 
 
+async def check_rounds(client: Any, prompts: list, progress: Callable[[str], None], *,
+                       tags: Callable[[int, int], dict], on_result: Callable[[int, int, RequestResult], None]
+                       ) -> list[list[RequestResult]]:
+    """The TTFT check's requests (pool and sessions alike): ``prompts`` sent together, then together again (surely
+    cached by then), one output token each; every result handed to ``on_result(round, index, result)`` as it
+    completes, for the caller's record. It stops after a round in which a request failed."""
+    rounds: list[list[RequestResult]] = []
+    for rnd in (1, 2):
+        progress(f"checking that a cached prompt is faster than cold: round {rnd}/2")
+
+        async def one(i: int, prompt: Any, rnd: int = rnd) -> RequestResult:
+            r = await client.complete(prompt.text, max_tokens=1, request_id=f"{prompt.id}-check{rnd}", tags=tags(rnd, i))
+            on_result(rnd, i, r)
+            return r
+
+        rounds.append(list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))))
+        if any(not r.ok for r in rounds[-1]):
+            break
+    return rounds
+
+
 def repeat_verdict(cold: list[RequestResult], repeat: list[RequestResult], ttft_ratio: float) -> dict[str, Any]:
     """The TTFT check's verdict (pool and sessions alike): prompts sent cold, then sent again at once (surely
     cached). A hit shows in this server's TTFT now when the repeats' median TTFT over their own cold TTFT is under
@@ -548,18 +569,11 @@ class PoolRun:
         for _ in range(CHECK_PROMPTS):
             self.prompt_counter += 1
             prompts.append(await live.prompts.make(self.prompt_counter, self.prompt_tokens))
-        rounds: list[list[RequestResult]] = []
-        for rnd in (1, 2):
-            self.progress(f"checking that a cached prompt is faster than cold: round {rnd}/2")
-
-            async def one(i: int, text: str, pid: str, rnd: int = rnd) -> RequestResult:
-                r = await live.client.complete(text, max_tokens=1, request_id=f"{pid}-check{rnd}",
-                                               tags={"probe": 0, "round": rnd, "index": i})
-                self.record.append("request", probe=0, round=rnd, index=i, result=r.to_dict())
-                return r
-
-            rounds.append(list(await asyncio.gather(*(one(i, p.text, p.id) for i, p in enumerate(prompts)))))
-            failed = [r for r in rounds[-1] if not r.ok]
+        rounds = await check_rounds(
+            live.client, prompts, self.progress, tags=lambda rnd, i: {"probe": 0, "round": rnd, "index": i},
+            on_result=lambda rnd, i, r: self.record.append("request", probe=0, round=rnd, index=i, result=r.to_dict()))
+        for rnd, results in enumerate(rounds, 1):
+            failed = [r for r in results if not r.ok]
             if failed:
                 raise ProbeFailed(f"the TTFT check, round {rnd}: {len(failed)} of {CHECK_PROMPTS} requests "
                                   f"failed, first: {failed[0].error_line()}{self._resume_hint()}")

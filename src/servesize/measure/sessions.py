@@ -51,7 +51,7 @@ from servesize.errors import BadInput
 from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import GaugeSampler, MetricsDelta, MetricsScraper, delta
-from servesize.measure.pool import CHECK_PROMPTS, REFUTE_SHARE, REFUTE_TTFT_RATIO, repeat_verdict, resolvable
+from servesize.measure.pool import CHECK_PROMPTS, REFUTE_SHARE, REFUTE_TTFT_RATIO, check_rounds, repeat_verdict, resolvable
 from servesize.measure.prompts import PromptFactory, filler_words, id_words
 from servesize.measure.record import RecordContents, RunRecord, typed
 from servesize.scenario import MAX_TOKENS
@@ -63,6 +63,7 @@ from servesize.scenario import MAX_TOKENS
 REFUTE_MIN_SLOW = 3
 
 LADDER_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
+CHECK_SEQ = 1 << 20  # the TTFT checks' prompts take the factory's sequence numbers from here (id_words keeps 24 bits)
 
 
 @dataclass(frozen=True)
@@ -666,6 +667,7 @@ class SessionsRun:
         self.distrust: str | None = None  # why the server's cached_tokens was refuted in this run (or its record)
         self._results: dict[int, list[RequestResult]] = {}  # each measured rung's requests, to judge it again
         self._hit_shown = False  # a hit has shown in the server's TTFT in a rung of this run (_hit_shows)
+        self._checks = 0  # TTFT checks run in this segment (each takes fresh prompts)
 
     async def run(self) -> SessionsResult:
         cfg = self.cfg
@@ -706,23 +708,25 @@ class SessionsRun:
     async def _ttft_still_shows(self, client: StreamClient, prompts: PromptFactory, users: int) -> bool:
         """Before slow warm claims refute cached_tokens on a hit seen only in an earlier rung's TTFT: whether a
         certain hit still shows in it now (the pool's TTFT check: CHECK_PROMPTS fresh prompts of the median
-        session's length, sent together twice). Load on the machine can slow a warm turn as much as a cold one, and
-        then it is the TTFT that cannot judge, not the counter that lies. A 'ttft_check' event keeps the figures and
-        the requests; a check that cannot run (a request failed, or had no TTFT) leaves the refutation standing."""
+        session's length, sent together twice, on the first endpoint). Load on the machine can slow a warm turn as much
+        as a cold one, and then it is the TTFT that cannot judge, not the counter that lies. Each request is recorded
+        as it completes ('ttft_check_request'), the verdict as a 'ttft_check' event; a check that cannot run (a
+        request failed, or had no TTFT) leaves the refutation standing."""
         cfg = self.cfg
         tokens = max(1, int(min(cfg.params.user.median_tokens, cfg.params.max_model_len - cfg.params.output_tokens - 1)))
-        first = 10**9 + 1000 * users + 10 * (self.attempts[users] + 1)  # ids no rung's prompt, nor a resumed check's, has
-        made = [await prompts.make(first + i, tokens) for i in range(CHECK_PROMPTS)]
-        rounds: list[list[RequestResult]] = []
-        for rnd in (1, 2):
-            self.progress(f"{users} users: checking that a cached prompt is still faster than cold: round {rnd}/2")
-            rounds.append(list(await asyncio.gather(*(client.complete(p.text, max_tokens=1, request_id=f"{p.id}-check{rnd}")
-                                                      for p in made))))
+        # the factory's own sequence numbers, which the users' prompts (named by their rung's nonce) never take; a
+        # resumed run's factory has a new nonce, so a check taken again is not served from an earlier one's cache
+        made = [await prompts.make(CHECK_SEQ + CHECK_PROMPTS * self._checks + i, tokens) for i in range(CHECK_PROMPTS)]
+        self._checks += 1
+        rounds = await check_rounds(
+            client, made, lambda msg: self.progress(f"{users} users: {msg}"),
+            tags=lambda rnd, i: {"check": rnd, "index": i},
+            on_result=lambda rnd, i, r: self.record.append("ttft_check_request", users=users, round=rnd, index=i,
+                                                           result=r.to_dict()))
         failed = [r for rnd in rounds for r in rnd if not r.ok]
-        verdict = ({"sees_hits": None, "why": f"{len(failed)} of {2 * CHECK_PROMPTS} check request(s) failed, first: "
-                                              f"{failed[0].error_line()}"} if failed
-                   else repeat_verdict(rounds[0], rounds[1], cfg.ttft_ratio))
-        self.record.append("ttft_check", users=users, **verdict, requests=[r.to_dict() for rnd in rounds for r in rnd])
+        verdict = ({"sees_hits": None, "why": f"{len(failed)} check request(s) failed, first: {failed[0].error_line()}"}
+                   if failed else repeat_verdict(rounds[0], rounds[1], cfg.ttft_ratio))
+        self.record.append("ttft_check", users=users, **verdict)
         if verdict["sees_hits"] is False:
             self.notes.append(f"at {users} users the warm claims were no faster than cold, but a hit no longer shows in "
                               f"this server's TTFT ({CHECK_PROMPTS} prompts of {tokens:,} tokens repeated at once took a "

@@ -55,6 +55,10 @@ class Gpu:
     host_link_gbps: float = 0.0  # GB/s one way, the signalling rate (gpus.toml [[host_link]]); 0: not catalogued
     host_link_source: str = ""  # where the GPU's link and the link's rate were read
     tdp_w: int | None = None
+    # where FP4 weights have no tensor cores: the measured rate (TB/s, one GPU, TP 1) at which vLLM's MXFP4 MoE kernel
+    # reads routed experts, bound by the SMs that dequantise them, not by memory; 0: not measured
+    fp4_moe_tbps: float = 0.0
+    fp4_moe_source: str = ""
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -236,6 +240,9 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
         raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
+    if gpu.fp4_moe_tbps and (gpu.fp4 or gpu.fp4_moe_tbps < 0 or not gpu.fp4_moe_source.strip()):
+        raise ValueError(f"gpus.toml row {label}: an FP4 MoE kernel rate is measured for a GPU without FP4 tensor "
+                         "cores, positive, with its fp4_moe_source")
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
     return gpu

@@ -149,9 +149,8 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
         # (an SM-bound FP4 kernel's measured rate is its own: the memory-bound MoE kernels' efficiency is not on it)
-        share = (dequant_share(fixed.bandwidth_bytes_per_s * bw_eff, fixed.dequant_flops_per_gpu,
-                               float(knobs.a("step.fp4_dequant_bytes_per_flop")))
-                 if fixed.dequant_flops_per_gpu else kernels.experts)
+        measured = fixed.fp4_expert_bytes_per_s if knobs.a("step.fp4_moe_kernel_rate") == "measured" else 0.0
+        share = dequant_share(fixed.bandwidth_bytes_per_s * bw_eff, measured) if measured else kernels.experts
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token,
                                 union=str(knobs.a("decode.expert_union")), read_share=share)
     tp_eff = knobs.tp_efficiency

@@ -170,7 +170,7 @@ class ExpertRouting:
     Real routing is skewed, so the truth sits between the two (nearer "expected" at large n).
 
     ``read_share``: the share of the decode stream's rate at which the experts' kernel reads them (the MoE kernel's
-    efficiency, or an SM-bound FP4 kernel's own rate: planning.step_model.dequant_share); their bytes count
+    efficiency, or an SM-bound FP4 kernel's measured rate: planning.step_model.dequant_share); their bytes count
     1 / read_share times in the step's read.
     """
 
@@ -518,7 +518,7 @@ def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
     d.step("weight_bytes_per_step", formula, unit="B",
            note=("no-overlap upper bound on the expert union" if e.union == "linear" else "expected union under uniform routing")
            + "; read_share: the experts' kernel's share of the stream rate (step.moe_expert_efficiency, or the SMs' "
-             "rate for FP4 experts without FP4 tensor cores: step.fp4_dequant_bytes_per_flop)",
+             "rate for FP4 experts without FP4 tensor cores: step.fp4_moe_kernel_rate)",
            shared_bytes=setup.weight_bytes_per_step + setup.draft_bytes_per_step, all_expert_bytes=e.all_expert_bytes,
            read_share=e.read_share, n=n, k=e.experts_per_token, E=e.num_experts)
 

@@ -134,8 +134,9 @@ class Fixed:
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
     layers: int = 0                    # decoder layers (each launches its kernels every step)
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
-    dequant_flops_per_gpu: float = 0.0  # FP4 weights on a GPU without FP4 tensor cores: its dense bf16 peak, the
-                                        # rate of the SMs that dequantise them (0: not FP4, or FP4 in hardware)
+    fp4_expert_bytes_per_s: float = 0.0  # FP4 experts on a GPU without FP4 tensor cores: the measured rate its MoE
+                                         # kernel reads them at (gpus.toml fp4_moe_tbps; 0: not FP4, FP4 in hardware,
+                                         # or not measured)
 
 
 def _pool_tokens(d: Derivation, pool: KvPool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
@@ -307,16 +308,17 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format_of(w.precision, arch), vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         layers=len(arch.layers), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
-        dequant_flops_per_gpu=_dequant_flops(gpu, weight_format_of(w.precision, arch)),
+        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format_of(w.precision, arch)),
     )
 
 
-def _dequant_flops(gpu: Gpu, weight_format: str) -> float:
-    """The dense bf16 peak of a GPU that runs FP4 weights without FP4 tensor cores (its SMs dequantise them: the
-    step model caps the routed experts' read by it, step.fp4_dequant_bytes_per_flop); 0 otherwise."""
+def _fp4_expert_rate(gpu: Gpu, weight_format: str) -> float:
+    """The measured rate (B/s, one GPU) of vLLM's MXFP4 MoE kernel on a GPU that runs FP4 weights without FP4 tensor
+    cores (its SMs dequantise them: the step model reads the routed experts at it, step.fp4_moe_kernel_rate); 0 where
+    the weights are not FP4, the GPU has FP4 tensor cores, or no rate is measured for it (gpus.toml fp4_moe_tbps)."""
     if weight_format != "fp4" or getattr(gpu, "fp4", False):
         return 0.0
-    return float(getattr(gpu, "bf16_dense_tflops", 0.0)) * 1e12
+    return float(getattr(gpu, "fp4_moe_tbps", 0.0)) * 1e12
 
 
 def spec_speedup_of(fixed: Fixed, knobs: Knobs) -> float:

@@ -262,7 +262,7 @@ def step_term_names(fixed: Fixed) -> list[str]:
         names.append("step.vendor_efficiency_amd")
     if fixed.expert_bytes:
         names += ["decode.expert_union", "step.moe_prefill_efficiency"]
-        names.append("step.fp4_dequant_bytes_per_flop" if fixed.dequant_flops_per_gpu else "step.moe_expert_efficiency")
+        names.append("step.fp4_moe_kernel_rate" if fixed.fp4_expert_bytes_per_s else "step.moe_expert_efficiency")
     return names
 
 

@@ -9,8 +9,8 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           (the scheduler's pass and sampling; each of the L layers' kernels; TP adds two
                           all-reduces per layer)
     decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
-                          (FP4 routed experts on a GPU without FP4 tensor cores stream at no more than
-                          step.fp4_dequant_bytes_per_flop x its dense bf16 peak: the SMs dequantise them)
+                          (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
+                          measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
                           (the weight-read floor: a short chunk still streams every weight once;
                           ``prefill.weight_floor``)
@@ -97,14 +97,13 @@ class StepTerms:
         return self.overhead_s + self.overhead_per_layer_s * layers + self.overhead_per_tp_doubling_s * math.log2(tp)
 
 
-def dequant_share(stream_bytes_per_s: float, dequant_flops_per_s: float, bytes_per_flop: float) -> float:
+def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
     """The share of the decode stream's rate at which FP4 routed experts are read where the GPU's SMs dequantise them
-    (no FP4 tensor cores): their kernel is bound by the SMs' rate, ``bytes_per_flop`` x the dense bf16 peak
-    (step.fp4_dequant_bytes_per_flop), not by memory; 1 where that rate exceeds the stream's, or with no SM-bound
-    kernel (``dequant_flops_per_s`` 0)."""
-    if dequant_flops_per_s <= 0 or stream_bytes_per_s <= 0:
+    (no FP4 tensor cores): their kernel's measured rate (``kernel_bytes_per_s``, gpus.toml fp4_moe_tbps), bound by
+    the SMs, not by memory; 1 where the stream is the slower, or with no measured rate (0)."""
+    if kernel_bytes_per_s <= 0 or stream_bytes_per_s <= 0:
         return 1.0
-    return min(1.0, bytes_per_flop * dequant_flops_per_s / stream_bytes_per_s)
+    return min(1.0, kernel_bytes_per_s / stream_bytes_per_s)
 
 
 def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_bytes_per_s: float, flops_per_s: float,
