@@ -234,6 +234,12 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
     values["aliases"] = tuple(values.get("aliases", ()))
     _host_link(values, links or {}, label)
     gpu = Gpu(**values)
+    _check_figures(gpu, label)
+    return gpu
+
+
+def _check_figures(gpu: Gpu, label: str) -> None:
+    """A catalogue row's figures agree with each other (ValueError naming the row where they do not)."""
     if gpu.fp8_dense_tflops and not gpu.fp8 or gpu.fp4_dense_tflops and not gpu.fp4:
         raise ValueError(f"gpus.toml row {label}: a dense FP8/FP4 rate on a GPU marked without FP8/FP4")
     if gpu.cuda_total_bytes is not None and gpu.cuda_total_bytes > gpu.memory_bytes:
@@ -245,7 +251,6 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
                          "cores, positive, with its fp4_moe_source")
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
-    return gpu
 
 
 @lru_cache(maxsize=1)
