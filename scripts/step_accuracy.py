@@ -332,19 +332,14 @@ def lockstep_replay(case: Case) -> bool:
             and float(flag("--random-range-ratio", "0")) == 0)
 
 
-SKIP_LOCKSTEP_TTFT = False  # --skip-lockstep-ttft: a what-if loss (docs/accuracy.md: tried 2026-12-05, not kept)
-
-
 def loss(cases: list[Case], terms: dict, workers: int) -> float:
     """Mean over the deployments of the mean over their runs and quantities of |log(predicted / measured)|, clipped
     at CLIP: each deployment counts once, so that one deployment swept 84 times (MiniMax-M2.5) does not set a term
-    for every model. With SKIP_LOCKSTEP_TTFT a lock-step replay's TTFT (``lockstep_replay``) is left out."""
+    for every model. A quantity a case does not measure is not counted."""
     per: dict[str, list[float]] = {}
     predict_all(cases, terms, workers)
     for c in cases:
         for q in QUANTITIES:
-            if q == "ttft" and SKIP_LOCKSTEP_TTFT and lockstep_replay(c):
-                continue
             e = error(c, q)
             if e is not None:
                 per.setdefault(c.deployment, []).append(min(abs(math.log1p(e)), CLIP) if e > -1 else CLIP)
@@ -413,6 +408,10 @@ def _searched(args: argparse.Namespace, cases: list[Case], joint_terms: list[str
     if not (joint_terms or args.fit):
         return None
     part = [shortened(c, args.fit_prompts_per_slot) for c in cases if c.argv is not None and c.split == "fit"]
+    if args.skip_lockstep_ttft:  # a what-if loss (docs/accuracy.md: tried 2026-12-05, not kept)
+        for c in part:
+            if lockstep_replay(c):
+                c.measured = {q: v for q, v in c.measured.items() if q != "ttft"}
     if joint_terms:
         found = joint(part, joint_terms, args.workers)
         print("best of the joint grid: " + json.dumps({n: found[n] for n in joint_terms}))
@@ -449,9 +448,6 @@ def main() -> int:
                          "as measured; fewer is faster but the first wave, every slot at once, is then a larger share "
                          "of the requests and its queue inflates TTFT: at 4 the search took MFU to its bound)")
     args = ap.parse_args()
-    if args.skip_lockstep_ttft:
-        global SKIP_LOCKSTEP_TTFT
-        SKIP_LOCKSTEP_TTFT = True
     if args.replay_extra and args.write:
         ap.error("--replay-extra replays the runs otherwise than recorded: it does not write the fixture")
     joint_terms = args.joint.split(",") if args.joint else []

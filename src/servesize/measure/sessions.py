@@ -886,10 +886,11 @@ class SessionsRun:
                               endpoint_metrics=[x.to_dict() if x else None for x in deltas])
 
         stats = judged(self._hit_shown)
-        if stats.refuted and self._hit_shown and judged(False).refuted is None \
-                and not await self._ttft_still_shows(clients[0], prompts, users):
-            self._hit_shown = False  # the earlier rungs' hits are no evidence now
-            stats = judged(False)
+        if stats.refuted and self._hit_shown:  # refuted on hits seen only in an earlier rung: does one still show?
+            alone = judged(False)
+            if alone.refuted is None and not await self._ttft_still_shows(clients[0], prompts, users):
+                self._hit_shown = False  # the earlier rungs' hits are no evidence now
+                stats = alone
         stats.gauges = gauges if any(g is not None for g in gauges) else None
         failure = lost or self._failure(stats, results)
         if failure:

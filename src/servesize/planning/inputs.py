@@ -288,6 +288,7 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
     width = arch.num_attention_heads * arch.head_dim
     full_layers = sum(1 for layer in arch.layers if layer.kind in (FULL, MLA))
     peak, dtype = _peak_flops(d, gpu, w.precision)
+    weight_format = weight_format_of(w.precision, arch)
     assert dep.max_model_len is not None  # the memory report's deployment is resolved: its max_model_len is set
     return Fixed(
         name=report.model, hf_id=hf_id or report.model, tp=tp, dp=dp, n_gpu=tp * dp, gpu_key=gpu.key,
@@ -306,9 +307,9 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         served=served_weights(arch, dep.quantization, dep.version),
         host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
         host_link_source=getattr(gpu, "host_link_source", ""),
-        weight_format=weight_format_of(w.precision, arch), vendor=str(getattr(gpu, "vendor", "NVIDIA")),
+        weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         layers=len(arch.layers), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
-        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format_of(w.precision, arch)),
+        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
     )
 
 
