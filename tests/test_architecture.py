@@ -174,7 +174,29 @@ def test_granite_4_hybrid_reads_mamba2_mixers_and_attention_by_layer_types_with_
         from_config({**cfg, "mamba_d_head": 48})
 
 
-@pytest.mark.parametrize("model_type,kind", [("falcon_h1", "a Mamba2 mixer and attention side by side")])
+def test_falcon_h1_has_a_mamba2_mixer_beside_the_attention_of_every_layer_each_a_cache_layer_of_its_own():
+    cfg = {**TINY, "model_type": "falcon_h1", "head_dim": 32, "mamba_d_ssm": 256, "mamba_n_heads": 8,
+           "mamba_d_head": 32, "mamba_d_state": 16, "mamba_n_groups": 1, "mamba_d_conv": 4}
+    arch = from_config(cfg)
+    assert arch.num_layers == 4 and [layer.kind for layer in arch.layers] == [FULL] * 4
+    assert arch.kinds == {FULL: 4, MAMBA: 4} and len(arch.cache_layers) == 8 and arch.has_state
+    assert not arch.attention_free and arch.mixers[0].intermediate_size == 256
+    # mamba_d_ssm null: mamba_expand x hidden (FalconH1Config), with the head dim derived from it ('auto')
+    wide = from_config({**cfg, "mamba_d_ssm": None, "mamba_expand": 2, "mamba_d_head": "auto"})
+    assert wide.mixers[0].intermediate_size == 2 * 128 and wide.mixers[0].head_dim == 2 * 128 // 8
+    with pytest.raises(UnsupportedArchitecture, match="mamba_d_head"):
+        from_config({**cfg, "mamba_d_head": 48})
+    with pytest.raises(UnsupportedArchitecture, match="projectors_bias"):
+        from_config({**cfg, "projectors_bias": True})
+    # a pipeline stage keeps its layers' mixers with them, and the mixers' weights split with their layers
+    from servesize.engine.memory import _stage_arch
+    from servesize.engine.weights import _layers_with
+    stage = _stage_arch(arch, 2, 4)
+    assert stage.kinds == {FULL: 2, MAMBA: 2}
+    assert _layers_with(arch, "linear_attention") == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("model_type,kind", [("deepseek_v4", "compressed attention")])
 def test_a_hybrid_vllm_serves_and_servesize_cannot_read_is_refused_naming_the_layer_kind_it_lacks(model_type, kind):
     with pytest.raises(UnsupportedArchitecture) as e:
         from_config({**TINY, "model_type": model_type})

@@ -178,6 +178,10 @@ FAMILIES: dict[str, tuple[str, dict]] = {
         mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64,
         num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, shared_intermediate_size=64,
         position_embedding_type="rope", head_dim=None)),
+    # Falcon-H1: a Mamba2 mixer (8 heads x 32, state 16) and attention side by side in every layer, a gated MLP
+    "falcon_h1": ("falcon_h1", dict(
+        mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=64, mamba_rms_norm=False)),
 }
 # Fields transformers writes into config.json that a family's published configs lack: removed after saving, so
 # servesize and vLLM read the spelling real checkpoints use (Qwen2.5's configs carry no layer_types).

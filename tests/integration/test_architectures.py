@@ -21,6 +21,7 @@ engine logged, character for character.
     exaone4      3 sliding : 1 global by an integer sliding_window_pattern (no layer_types), q/k norms
     smollm3      NoPE on every 4th layer, every layer full attention (vLLM's Transformers backend)
     granitemoehybrid  3 Mamba2 mixers : 1 full attention, experts and a shared MLP (state-aligned block)
+    falcon_h1    a Mamba2 mixer and attention side by side in every layer (two cache layers per layer)
 
 Setting A leaves the engine its defaults (block 128, batch 2048, the model's prefix caching);
 setting B sets block 32 (64 for MLA, which the engine overrides to 16), a 3,000-token max_model_len,
@@ -68,12 +69,13 @@ pytestmark = pytest.mark.vllm
 
 FAMILIES = ("llama", "qwen3", "gemma3", "mistral_swa", "qwen3_moe", "gpt_oss", "qwen3_next", "mamba2", "deepseek_v2",
             "qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
-            "granitemoehybrid")
+            "granitemoehybrid", "falcon_h1")
 SETTINGS = {
     "A": dict(block_size=None, max_model_len=4096, kv_cache_memory_bytes=16 * 2**20),
     "B": dict(block_size=32, max_model_len=3000, kv_cache_memory_bytes="12M", max_num_batched_tokens="1K"),
 }
 EXTRA_B = {"qwen3_next": dict(prefix_caching=False), "granitemoehybrid": dict(prefix_caching=False),
+           "falcon_h1": dict(prefix_caching=False),
            "deepseek_v2": dict(block_size=64)}
 # Setting C: the attention-free model with prefix caching asked for, which puts its Mamba2 layers in
 # 'align' mode (three state blocks per request from 0.32: MambaMixer2's prefill checkpoint block).
@@ -84,7 +86,8 @@ SETTINGS["C"] = dict(SETTINGS["A"], prefix_caching=True)
 AVX2 = "-avx2"
 CASES = ([(f, s) for f in FAMILIES for s in ("A", "B")] + [("mamba2", "C")]
          + [("qwen3_next", "B" + AVX2), ("mamba2", "A" + AVX2), ("mamba2", "C" + AVX2),
-            ("deepseek_v2", "A" + AVX2), ("deepseek_v2", "B" + AVX2)])
+            ("deepseek_v2", "A" + AVX2), ("deepseek_v2", "B" + AVX2), ("falcon_h1", "A" + AVX2),
+            ("falcon_h1", "B" + AVX2)])
 
 
 # Engine hosts deciding as this CPU does, each on its own thread (the cases deciding as an AVX2 CPU would have one
@@ -248,7 +251,7 @@ def test_a_start_vllm_refuses_exits_3_naming_the_largest_length_vllm_names(capsy
 # Families added with their own tensor layout in the ledger: its total must be what torch counts in the tiny
 # model make_tiny_model.py built (model.parameters(), tied weights once); no server needed.
 LEDGER_CHECKED = ("qwen2_window", "phi3_window", "starcoder2", "cohere2", "exaone4", "smollm3",
-            "granitemoehybrid")
+                  "granitemoehybrid", "falcon_h1")
 
 
 @pytest.mark.parametrize("family", LEDGER_CHECKED)

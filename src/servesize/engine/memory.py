@@ -111,7 +111,8 @@ def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:
 def _stage_arch(arch: Architecture, first: int, last: int) -> Architecture:
     """The layers one pipeline stage holds (the MTP module rides on the last stage)."""
     keep_mtp = last == arch.num_layers
-    return replace(arch, layers=arch.layers[first:last], mtp_layers=arch.mtp_layers if keep_mtp else 0)
+    return replace(arch, layers=arch.layers[first:last], mixers=arch.mixers[first:last],
+                   mtp_layers=arch.mtp_layers if keep_mtp else 0)
 
 
 def _placement(arch: Architecture, dep: Deployment, stage: tuple[int, int] | None) -> Placement:

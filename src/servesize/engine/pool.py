@@ -136,7 +136,7 @@ def _layer_specs(arch: Architecture, dep: Deployment) -> list[LayerSpec]:
     if dep.disable_hybrid_kv_cache_manager and arch.has_state:
         raise BadInput("--disable-hybrid-kv-cache-manager: vLLM needs the hybrid manager for Mamba/GDN layers",
         field="disable_hybrid_kv_cache_manager")
-    for layer in arch.layers:
+    for layer in arch.cache_layers:
         if isinstance(layer, WindowedAttention) and dep.disable_hybrid_kv_cache_manager:
             # vLLM unify_hybrid_kv_cache_specs: a windowed layer is cached as full attention (every token kept)
             specs.append(LayerSpec(FULL, layer_bytes_per_token(layer, tp, kv_bytes, dep.kv_cache_dtype)))

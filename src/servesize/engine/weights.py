@@ -183,8 +183,8 @@ def _layers_with(arch: Architecture, group: str) -> list[int]:
     moe = arch.moe
     if group == "attention":
         return [i for i, layer in enumerate(arch.layers) if layer.is_attention]
-    if group == "linear_attention":
-        return [i for i, layer in enumerate(arch.layers) if not layer.is_attention]
+    if group == "linear_attention":  # a recurrent layer, or a layer with a mixer beside its attention (Falcon-H1)
+        return [i for i, layer in enumerate(arch.layers) if not layer.is_attention or i < len(arch.mixers)]
     if group == "indexer":
         if arch.indexer_layers is not None:  # IndexShare: vLLM builds the indexer on the 'full' layers only
             return list(arch.indexer_layers)

@@ -83,6 +83,11 @@ class Architecture:
     # (nor its key cache) there (vllm/model_executor/models/deepseek_v2.py, _skip_topk).
     indexer_layers: tuple[int, ...] | None = None
     mamba_ssm_dtype: str | None = None
+    # A second mixer beside a layer's attention, one per layer in that layer's place (Falcon-H1's parallel hybrid:
+    # a Mamba2 mixer and attention side by side in every layer). vLLM builds each as a layer of its own, with its
+    # own KV-cache spec (vllm/model_executor/models/falcon_h1.py, FalconH1ParallelHybrid), so each is a cache layer
+    # (``cache_layers``) while the layer count (MLP, norms, pipeline stages) stays the decoder's.
+    mixers: tuple[Layer, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the text config
     vision_config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     # The multimodal wrapper's own projector fields (Mistral 3: spatial_merge_size, ...), read by the ledger.
@@ -93,8 +98,14 @@ class Architecture:
     def num_layers(self) -> int:
         return len(self.layers)
 
+    @property
+    def cache_layers(self) -> tuple[Layer, ...]:
+        """Every layer vLLM gives a cache spec: the decoder's layers, then the mixers beside them."""
+        return self.layers + self.mixers
+
     def count(self, kind: str) -> int:
-        return sum(1 for layer in self.layers if layer.kind == kind)
+        """Cache layers of one kind (a parallel mixer counts as a layer of its kind)."""
+        return sum(1 for layer in self.cache_layers if layer.kind == kind)
 
     @property
     def indexer_count(self) -> int:
@@ -106,7 +117,7 @@ class Architecture:
     @property
     def kinds(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for layer in self.layers:
+        for layer in self.cache_layers:
             out[layer.kind] = out.get(layer.kind, 0) + 1
         return out
 
@@ -116,7 +127,7 @@ class Architecture:
 
     @property
     def has_state(self) -> bool:
-        return any(layer.kind in STATE_KINDS for layer in self.layers)
+        return any(layer.kind in STATE_KINDS for layer in self.cache_layers)
 
     @property
     def attention_free(self) -> bool:

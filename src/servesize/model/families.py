@@ -606,6 +606,27 @@ def _granitemoehybrid(c: CommonFields) -> FamilyParts:
     return FamilyParts(layers, moe, fields={"attention_bias": bool(c.text.get("attention_bias", False))})
 
 
+def _falcon_h1(c: CommonFields) -> FamilyParts:
+    """Falcon-H1: attention and a Mamba2 mixer side by side in every layer (FalconH1ParallelHybrid), then a gated
+    MLP. The mixer's width is mamba_d_ssm (mamba_expand x hidden when null, transformers' FalconH1Config and vLLM's
+    falcon_h1.py alike), its heads mamba_n_heads x mamba_d_head. The mu-P multipliers scale activations, not sizes.
+    vLLM builds the attention and the mixer as two layers with a cache each: the mixers ride in ``mixers``."""
+    inner = c.text.get("mamba_d_ssm")
+    inner = c.whole("mamba_expand", 2, lo=1) * c.hidden_size if inner is None else c.whole("mamba_d_ssm", None, lo=1)
+    heads = c.whole("mamba_n_heads", 128, lo=1)
+    head_dim = inner // heads if c.text.get("mamba_d_head", "auto") == "auto" else c.whole("mamba_d_head", None, lo=1)
+    if head_dim * heads != inner:
+        raise c.refuse("mamba_d_head x mamba_n_heads differs from mamba_d_ssm",
+                       ("mamba_d_head", "mamba_n_heads", "mamba_d_ssm"))
+    for key in ("projectors_bias", "mamba_proj_bias"):
+        if c.text.get(key):
+            raise c.refuse(f"{key}: biased projections are not modelled", (key,))
+    mamba = Mamba2(heads, head_dim, c.whole("mamba_d_state", 256, lo=1), c.whole("mamba_n_groups", 1, lo=1),
+                   c.whole("mamba_d_conv", 4, lo=1, hi=1024))
+    return FamilyParts([c.full()] * c.num_layers, fields={"mixers": (mamba,) * c.num_layers,
+                                                          "attention_bias": bool(c.text.get("attention_bias", False))})
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 
@@ -666,12 +687,12 @@ MODEL_TYPES: dict[str, Family] = {
     "qwen3_5_moe_text": _QWEN3_5_MOE,
     "mamba2": Family("mamba2", _mamba2, needs_attention_heads=False),
     "granitemoehybrid": Family("granitemoehybrid", _granitemoehybrid, tie_default=False),
+    "falcon_h1": Family("falcon_h1", _falcon_h1, tie_default=False),  # FalconH1Config: tie_word_embeddings False
 }
 SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPES)
 # model_types vLLM 0.32 serves (its model registry) whose layers servesize does not read yet: each refusal says
 # which layer kind is missing.
 LACKING_LAYER_KIND: dict[str, str] = {
-    "falcon_h1": "a Mamba2 mixer and attention side by side in every layer (a state and a KV cache per layer)",
     "deepseek_v4": ("DeepSeek-V4's compressed attention (compress_ratios: per-layer KV compressed 4x or 128x along "
                     "the sequence beside a sliding window), hash-routed expert layers and hyper-connections (hc_mult)"),
 }

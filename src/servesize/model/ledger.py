@@ -172,7 +172,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
     else:
         b.add("lm_head", "lm_head", "vocab * hidden", linear=True, vocab=V, hidden=h)
 
-    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4", "cohere2", "granitemoehybrid"} | _GDN:
+    if fam in _DENSE | _MOE | {"gpt_oss", "gemma3", "gemma2", "llama4", "cohere2", "granitemoehybrid", "falcon_h1"} | _GDN:
         _gqa_attention(b, arch)
     elif fam in _DEEPSEEK:
         _mla_attention(b, arch, arch.count(MLA), "attention")
@@ -181,7 +181,7 @@ def parameter_ledger(arch: Architecture) -> ParamLedger:
 
     if fam in _GDN:
         _gdn(b, arch)
-    if fam in ("mamba2", "granitemoehybrid"):
+    if fam in ("mamba2", "granitemoehybrid", "falcon_h1"):
         _mamba2(b, arch)
 
     _ffn(b, arch, [i for i in range(arch.num_layers)], "")
@@ -313,10 +313,11 @@ def _gdn(b: _Builder, arch: Architecture, n: int | None = None, group: str = "li
 
 def _mamba2(b: _Builder, arch: Architecture) -> None:
     n = arch.count(MAMBA)
-    m = next(layer for layer in arch.layers if isinstance(layer, Mamba2))
+    m = next(layer for layer in arch.cache_layers if isinstance(layer, Mamba2))
     cfg = arch.config
-    # GraniteMoeHybrid spells Mamba2's bias switches mamba_proj_bias / mamba_conv_bias
-    bias_key, conv_key = ("mamba_proj_bias", "mamba_conv_bias") if arch.model_type == "granitemoehybrid" else ("use_bias", "use_conv_bias")
+    # GraniteMoeHybrid and Falcon-H1 spell Mamba2's bias switches mamba_proj_bias / mamba_conv_bias
+    bias_key, conv_key = (("mamba_proj_bias", "mamba_conv_bias") if arch.model_type in ("granitemoehybrid", "falcon_h1")
+                          else ("use_bias", "use_conv_bias"))
     if cfg.get(bias_key):
         raise UnsupportedArchitecture(arch.model_type, "Mamba2 with in/out projection biases is not modelled", (bias_key,))
     b.add("linear_attention", "in_out_proj", "layers * (hidden * (2 * inner + 2 * groups * d_state + heads) + inner * hidden)",
@@ -325,6 +326,12 @@ def _mamba2(b: _Builder, arch: Architecture) -> None:
     conv_bias = 1 if cfg.get(conv_key, True) else 0
     b.add("linear_attention", "conv1d", "layers * conv_dim * (conv_kernel + conv_bias)", linear=False,
           layers=n, conv_dim=m.conv_dim, conv_kernel=m.conv_kernel, conv_bias=conv_bias)
+    if arch.model_type == "falcon_h1" and not cfg.get("mamba_rms_norm", False):
+        # Falcon-H1 gates the mixer's output without a norm unless mamba_rms_norm (transformers
+        # modeling_falcon_h1.py FalconH1Mixer: self.norm only then; FalconH1Config's default is False)
+        b.add("linear_attention", "A_log_D_dt_bias", "layers * 3 * heads", linear=False, layers=n, heads=m.num_heads,
+              note="no gated RMSNorm (mamba_rms_norm false)")
+        return
     b.add("linear_attention", "A_log_D_dt_bias_norm", "layers * (3 * heads + inner)", linear=False,
           layers=n, heads=m.num_heads, inner=m.intermediate_size)
 
