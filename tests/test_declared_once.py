@@ -177,3 +177,58 @@ def test_the_planner_reads_think_time_in_one_place_and_it_has_one_default():
                     readers.append(f"{path.name}:{fn.name}")
     assert sorted(set(readers)) == ["load.py:think_time_of"], readers
     assert not [k for k in modelled_assumptions() if "think_time" in k]
+
+
+# The sensitivity panel's rows and the explorer's sliders are declared on the fields they vary (Param.sensitivity,
+# Param.slider): no table elsewhere may key ranges, steps or scales by those fields' or rows' names.
+def _declared_names() -> set[str]:
+    from servesize.web.form import VIEW_PARAMS
+
+    params = [*sc.PARAMS.values(), *VIEW_PARAMS.values()]
+    return ({p.name for p in params if p.slider is not None or p.sensitivity is not None}
+            | {p.sensitivity.name for p in params if p.sensitivity is not None})
+
+
+def _a_range_or_step(value: ast.expr) -> bool:
+    """A number (a step), or a tuple or list holding two numbers or more (a range): what such a table maps to."""
+    def number(x: ast.expr) -> bool:
+        return isinstance(x, ast.Constant) and isinstance(x.value, (int, float)) and not isinstance(x.value, bool) or (
+            isinstance(x, ast.BinOp))
+    if number(value):
+        return True
+    return isinstance(value, (ast.Tuple, ast.List)) and sum(number(x) for x in value.elts) >= 2
+
+
+def test_no_module_keeps_a_table_of_sensitivity_rows_or_slider_ranges_beside_the_declarations():
+    names = _declared_names()
+    tables = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k, v in zip(node.keys, node.values)
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str) and _a_range_or_step(v)}
+                if len(keys & names) >= 3:
+                    tables.append(f"{path.relative_to(SRC)}:{node.lineno} {sorted(keys & names)[:4]}")
+    assert tables == []
+
+
+def test_the_panel_and_the_sliders_read_the_declarations():
+    from servesize.api import sensitivity_ranges
+    from servesize.web.form import slider_range
+
+    rows = sensitivity_ranges()
+    for p in sc.PARAMS.values():
+        if p.sensitivity is not None:
+            kind, field, lo, hi, unit = rows[p.sensitivity.name]
+            assert (lo, hi, unit) == (p.sensitivity.lo, p.sensitivity.hi, p.sensitivity.unit)
+            assert field == (p.sensitivity.field or p.target)
+        if p.slider is not None:
+            assert slider_range(p.name)["step"] == p.slider.step
+        else:
+            assert slider_range(p.name) is None, p.name
+    # the rows users see, by name, with the ranges they were searched over before the declarations held them
+    assert {k: v[2:] for k, v in rows.items()} == {
+        "bandwidth_efficiency": (0.3, 1.0, "fraction"), "mfu": (0.15, 0.9, "fraction"), "spec_speedup": (1.0, 3.0, "x"),
+        "user_median_tokens": (5_000.0, 250_000.0, "tokens"), "user_sigma": (0.2, 1.6, ""),
+        "invalidation": (0.0, 0.5, "fraction"), "think_time_s": (3.0, 180.0, "s"), "ttft_limit_s": (1.0, 60.0, "s"),
+        "max_num_batched_tokens": (512.0, 32768.0, "tokens")}

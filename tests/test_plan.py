@@ -264,9 +264,12 @@ def test_a_latency_or_decode_binding_is_decided_without_finishing_the_ttft_searc
 def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
     from servesize.planning.inputs import Knobs
     from servesize.planning.plan import make_plan
+    from servesize.scenario import SENSITIVITY_ROWS
     from servesize.workload.model import Workload
 
-    plan = make_plan(*_fixed_27b_on_one_h200(with_deployment=True), Workload.seed_reference(), Knobs(fills=400))
+    plan = make_plan(*_fixed_27b_on_one_h200(with_deployment=True), Workload.seed_reference(), Knobs(fills=400),
+                     sensitivity_rows=SENSITIVITY_ROWS)
+    assert list(plan.sensitivity) == list(SENSITIVITY_ROWS)
     for name, row in plan.sensitivity.items():
         assert row["binding_at_current"] in ("cache", "decode", "latency", "saturation"), name
         if row["flip_at"] is not None:

@@ -133,9 +133,10 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if progress is not None:
         progress("planning (Monte-Carlo fills)...")
     from servesize.planning.plan import make_plan
+    from servesize.scenario import SENSITIVITY_ROWS
 
-    result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=sensitivity,
-                       memory=report, origin=inputs.origin)
+    result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs,
+                       sensitivity_rows=SENSITIVITY_ROWS if sensitivity else None, memory=report, origin=inputs.origin)
     return replace(result, placement=inputs.split)
 
 
@@ -156,8 +157,7 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     d_in = plan_inputs(decode_sc)
     d_report, d_fixed = d_in.memory_and_fixed()
     d_knobs = replace(d_in.knobs, overrides=d_in.knobs.overrides + (("load.interference", False),))
-    decode = make_plan(d_fixed, d_in.deployment, d_in.workload, d_knobs, with_sensitivity=False, memory=d_report,
-                       origin=d_in.origin)
+    decode = make_plan(d_fixed, d_in.deployment, d_in.workload, d_knobs, memory=d_report, origin=d_in.origin)
     arch, dep, workload = d_in.model.architecture, d_report.deployment, d_in.workload
     if dep.max_model_len is None:
         raise BadInput("the decode pool's deployment has no --max-model-len")  # resolved deployments have one
@@ -180,8 +180,7 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
         progress(f"planning the prefill pool ({layout.prefill_instances} x TP {layout.prefill_tp})...")
     p_in = plan_inputs(prefill_sc.replace(ttft_limit=budget))
     p_report, p_fixed = p_in.memory_and_fixed()
-    prefill = make_plan(p_fixed, p_in.deployment, p_in.workload, p_in.knobs, with_sensitivity=False,
-                        memory=p_report, origin=p_in.origin)
+    prefill = make_plan(p_fixed, p_in.deployment, p_in.workload, p_in.knobs, memory=p_report, origin=p_in.origin)
     invalidated, started = cold_shares(workload, d_knobs)
     shares = {"warm": max(0.0, 1.0 - invalidated - started), "cold": invalidated, "start": started}
     link = link_load(layout, turns, shares, workload, float(d_knobs.a("kv_transfer.link_efficiency")))
@@ -349,10 +348,11 @@ def ceiling_names() -> tuple[str, ...]:
 
 
 def sensitivity_ranges() -> dict[str, Any]:
-    """The sensitivity panel's table: each assumption's (kind, field, low, high, unit) as the panel varies it."""
-    from servesize.planning.sensitivity import SENSITIVITY
+    """The sensitivity panel's table: each row's (kind, field, low, high, unit) as the panel varies it, read from the
+    declarations of the fields it varies (``servesize.scenario.SENSITIVITY_ROWS``)."""
+    from servesize.scenario import SENSITIVITY_ROWS
 
-    return dict(SENSITIVITY)
+    return {name: row.as_tuple() for name, row in SENSITIVITY_ROWS.items()}
 
 
 def calibration_applies(scenario: Scenario, calibration: Calibration) -> tuple[bool, str]:

@@ -75,6 +75,60 @@ _FALSE = ("false", "no", "off", "0")
 
 
 @dataclass(frozen=True)
+class SensitivityRow:
+    """One row of the sensitivity panel (planning.sensitivity), declared on the field it varies (``Param.sensitivity``)
+    and handed to the planner by the api (``SENSITIVITY_ROWS``): the planner holds no table of its own.
+
+    name       the row's name in every output (``spec_speedup``, ``user_median_tokens``, ...)
+    kind       'knob' edits Knobs; 'pacing' edits the Workload but not the sessions it samples (the warm fill and
+               decode stay the plan's); 'workload' edits the sessions themselves; 'engine' edits the deployment's
+               scheduler (--max-num-batched-tokens: the chunk a decode waits for), its pool held as planned (a
+               larger chunk also reserves more activation memory: servesize memory says how much)
+    lo, hi     the range searched for a flip of the binding ceiling
+    unit       how its values print ('tokens', 's', 'x', 'fraction', '')
+    field      the planner's name for it: ``apply_param``'s, or the Fixed field an 'engine' row edits (the
+               declaring Param's target when left empty)
+    geometric  searched on a log scale (a length or a time that spans decades)
+    """
+
+    name: str
+    kind: str
+    lo: float
+    hi: float
+    unit: str = ""
+    field: str = ""
+    geometric: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("knob", "pacing", "workload", "engine"):
+            raise ValueError(f"sensitivity row {self.name}: kind {self.kind!r}")
+        if not self.lo < self.hi:
+            raise ValueError(f"sensitivity row {self.name}: an empty range [{self.lo}, {self.hi}]")
+
+    def as_tuple(self) -> tuple[str, str, float, float, str]:
+        """(kind, field, lo, hi, unit): the panel's table as the page reads it."""
+        return self.kind, self.field, self.lo, self.hi, self.unit
+
+
+@dataclass(frozen=True)
+class Slider:
+    """The explorer's slider over a field, a view of it and not its bound (the text box beside it takes any value
+    the declaration allows). step: 0 is continuous. scale: 'linear' or 'log'; None takes the field's sensitivity
+    row's (log where that row searches on a log scale). span: where neither the field's sensitivity row nor its
+    assumption's low/high bracket in data/assumptions.toml gives the range, the span the page offers."""
+
+    step: float = 0.0
+    scale: str | None = None
+    span: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.scale not in (None, "linear", "log") or self.step < 0:
+            raise ValueError(f"a slider of scale {self.scale!r}, step {self.step!r}")
+        if self.span is not None and not self.span[0] < self.span[1]:
+            raise ValueError(f"a slider over an empty span {self.span!r}")
+
+
+@dataclass(frozen=True)
 class Param:
     """How one Scenario field is typed, bounded and explained.
 
@@ -93,6 +147,8 @@ class Param:
                 ``planning.sensitivity.apply_param`` takes (``target``: this, else the field's name).
     origin      the key a WorkloadOrigin records its provenance under, when it differs from ``target``
                 (``origin_key``); the name tables of ``servesize.resolve`` are generated from these.
+    sensitivity the sensitivity panel's row over this field (``SENSITIVITY_ROWS`` is generated from these).
+    slider      the explorer's slider over it (web/form.py reads it), or None: no slider.
     """
 
     kind: str
@@ -112,6 +168,8 @@ class Param:
     bound_why: str = ""
     to: str = ""
     origin: str = ""
+    sensitivity: SensitivityRow | None = None
+    slider: Slider | None = None
 
     @property
     def target(self) -> str:
@@ -382,34 +440,45 @@ class WorkloadFields:
                                          "replace the preset's; the fields below replace both", "workload",
                                          metavar="FILE")
     median: int | None = _p("tokens", "user session median prompt length", "workload", lo=1, hi=MAX_TOKENS, unit="tokens",
-                            seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS", origin="user_median_tokens")
+                            seed_value=_SEED.SEED_USER_MEDIAN_TOKENS, sweep=True, metavar="TOKENS", origin="user_median_tokens",
+                            sensitivity=SensitivityRow("user_median_tokens", "workload", 5_000.0, 250_000.0, "tokens",
+                                                       geometric=True),
+                            slider=Slider())
     sigma: float | None = _p("float", "user log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
-                             seed_value=_SEED.SEED_USER_SIGMA, sweep=True, metavar="S", origin="user_sigma")
+                             seed_value=_SEED.SEED_USER_SIGMA, sweep=True, metavar="S", origin="user_sigma",
+                             sensitivity=SensitivityRow("user_sigma", "workload", 0.2, 1.6), slider=Slider(0.01))
     prefix: int | None = _p("tokens", "user shared prefix (system prompt + tools)", "workload", lo=0, hi=MAX_TOKENS,
                             unit="tokens", seed_value=_SEED.SEED_USER_PREFIX_TOKENS, sweep=True, metavar="TOKENS",
-                            origin="user_prefix_tokens")
+                            origin="user_prefix_tokens", slider=Slider(500, "linear", (0, 64_000)))
     subagent_ratio: float | None = _p("float", "subagent requests per user request (0 = none)", "workload", lo=0.0,
-                                      hi=100.0, seed_value=_SEED.SEED_SUBAGENT_RATIO, sweep=True, metavar="R")
+                                      hi=100.0, seed_value=_SEED.SEED_SUBAGENT_RATIO, sweep=True, metavar="R",
+                                      slider=Slider(0.05, "linear", (0, 1)))
     subagent_median: int | None = _p("tokens", "subagent median prompt length", "workload", lo=1, hi=MAX_TOKENS,
                                      unit="tokens", seed_value=_SEED.SEED_SUBAGENT_MEDIAN_TOKENS, sweep=True,
-                                     metavar="TOKENS", origin="subagent")
+                                     metavar="TOKENS", origin="subagent", slider=Slider(0, "log", (500, 120_000)))
     subagent_sigma: float | None = _p("float", "subagent log-normal sigma", "workload", lo=0.0, hi=5.0, lo_open=True,
-                                      seed_value=_SEED.SEED_SUBAGENT_SIGMA, sweep=True, metavar="S", origin="subagent")
+                                      seed_value=_SEED.SEED_SUBAGENT_SIGMA, sweep=True, metavar="S", origin="subagent",
+                                      slider=Slider(0.01, "linear", (0.2, 1.6)))
     subagent_prefix: int | None = _p("tokens", "subagent shared prefix", "workload", lo=0, hi=MAX_TOKENS, unit="tokens",
                                      seed_value=_SEED.SEED_SUBAGENT_PREFIX_TOKENS, sweep=True, metavar="TOKENS", origin="subagent")
     subagents_share_prefix: bool | None = _p("bool", "subagents start with the user prefix", "workload",
                                              seed_value=False)
     invalidation: float | None = _p("float", "fraction of requests that match no cached prefix (also the miss rate)",
                                     "workload", lo=0.0, hi=1.0, seed_value=_SEED.SEED_INVALIDATION, sweep=True,
-                                    metavar="F")
+                                    metavar="F", sensitivity=SensitivityRow("invalidation", "workload", 0.0, 0.5,
+                                                                            "fraction"),
+                                    slider=Slider(0.005))
     think_time: float | None = _p("float", "seconds between one user's requests", "workload", lo=_THINK_FLOOR_S,
                                   hi=1e6, unit="s", seed_value=_SEED.SEED_THINK_TIME_S, sweep=True,
-                                  metavar="SECONDS", bound_why=_THINK_WHY, to="think_time_s")
+                                  metavar="SECONDS", bound_why=_THINK_WHY, to="think_time_s",
+                                  sensitivity=SensitivityRow("think_time_s", "pacing", 3.0, 180.0, "s", geometric=True),
+                                  slider=Slider(1))
     output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
                                    unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
     warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
                                       hi=MAX_TOKENS, unit="tokens", seed_value=_SEED.SEED_WARM_TURN_TOKENS, sweep=True,
-                                      flags=("--turn-tokens",), metavar="TOKENS")
+                                      flags=("--turn-tokens",), metavar="TOKENS",
+                                      slider=Slider(250, "linear", (250, 16_000)))
 
 
     def __post_init__(self) -> None:
@@ -422,38 +491,46 @@ class KnobFields:
 
     bandwidth_efficiency: float | None = _p("float", "achieved / datasheet HBM bandwidth", "knobs", lo=_EFFICIENCY_FLOOR,
                                             hi=1.0, assumption="decode.bandwidth_efficiency", sweep=True,
-                                            metavar="F", bound_why=_EFFICIENCY_WHY)
+                                            metavar="F", bound_why=_EFFICIENCY_WHY,
+                                            sensitivity=SensitivityRow("bandwidth_efficiency", "knob", 0.3, 1.0,
+                                                                       "fraction"),
+                                            slider=Slider(0.01))
     tp_efficiency: float | None = _p("float", "bandwidth/FLOP efficiency of the TP group (default 0.90 per doubling)",
                                      "knobs", lo=_EFFICIENCY_FLOOR, hi=1.0, sweep=True, metavar="F",
                                      bound_why=_EFFICIENCY_WHY)
     mtp_speedup: float | None = _p("float", "tokens per step with MTP speculation (1.0 = off)", "knobs", lo=1.0,
-                                   hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X")
+                                   hi=17.0, assumption="decode.mtp_speedup", sweep=True, metavar="X",
+                                   sensitivity=SensitivityRow("spec_speedup", "knob", 1.0, 3.0, "x"), slider=Slider(0.05))
     spec_acceptance: float | None = _p("float", "per-draft MTP acceptance (speedup 1 + a + ... + a^k)", "knobs",
-                                       lo=0.0, hi=1.0, assumption="decode.mtp_acceptance", sweep=True, metavar="A")
+                                       lo=0.0, hi=1.0, assumption="decode.mtp_acceptance", sweep=True, metavar="A",
+                                       slider=Slider())
     decode_floor: float | None = _p("float", "per-user p50 decode floor", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
                                     unit="tok/s", assumption="decode.floor_hard_tok_s", sweep=True, metavar="TOK_S")
     comfortable_floor: float | None = _p("float", "comfortable decode speed", "knobs", lo=0.0, hi=100_000.0,
                                          lo_open=True, unit="tok/s", assumption="decode.floor_comfortable_tok_s",
                                          sweep=True, metavar="TOK_S")
     mfu: float | None = _p("float", "prefill model FLOP utilisation", "knobs", lo=_EFFICIENCY_FLOOR,
-                           hi=1.0, assumption="prefill.mfu", sweep=True, metavar="F", bound_why=_EFFICIENCY_WHY)
+                           hi=1.0, assumption="prefill.mfu", sweep=True, metavar="F", bound_why=_EFFICIENCY_WHY,
+                           sensitivity=SensitivityRow("mfu", "knob", 0.15, 0.9, "fraction"), slider=Slider(0.01))
     decode_compute_efficiency: float | None = _p(
         "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
         lo=_EFFICIENCY_FLOOR, hi=1.0, assumption="decode.compute_efficiency", sweep=True, metavar="F",
-        bound_why=_EFFICIENCY_WHY, to="compute_efficiency")
+        bound_why=_EFFICIENCY_WHY, to="compute_efficiency", slider=Slider())
     ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
-                                  unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS", to="ttft_limit_s")
+                                  unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS", to="ttft_limit_s",
+                                  sensitivity=SensitivityRow("ttft_limit_s", "knob", 1.0, 60.0, "s"), slider=Slider(0.5))
     electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,
                                         hi=100.0, unit="per kWh", assumption="power.price_per_kwh",
-                                        flags=("--price-per-kwh",), metavar="PRICE", to="price_per_kwh")
+                                        flags=("--price-per-kwh",), metavar="PRICE", to="price_per_kwh",
+                                        slider=Slider(0.01))
     currency: str | None = _p("text", "currency of --electricity-price and every cost printed (default EUR: the "
                               "default price is the EU average in euros)", "knobs", metavar="CODE")
     pue: float | None = _p("float", "power usage effectiveness: facility W per IT W", "knobs", lo=1.0, hi=5.0,
-                           assumption="power.pue", metavar="PUE")
+                           assumption="power.pue", metavar="PUE", slider=Slider(0.05))
     # at most MAX_HOST_MEMORY_GIB: one engine's host is one machine, and no machine sold holds more
     cpu_offload_gib: float | None = _p("float", "host RAM for KV offload per engine (GiB)", "knobs", lo=0.0,
                                        hi=MAX_HOST_MEMORY_GIB, unit="GiB", sweep=True, metavar="GIB",
-                                       to="cpu_offload_bytes")
+                                       to="cpu_offload_bytes", slider=Slider(32, "linear", (0, 1024)))
     sticky_routing: bool = _p("bool", "DP replicas behind a session-sticky router (--no-sticky-routing: a cache-blind "
                               "balancer)", "knobs", default=True)
     assumptions: str = _p("choice", "seed: the warm-capacity seed's values (bandwidth efficiency 1.0, MTP 1.7, ...)",
@@ -548,17 +625,19 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                              metavar="DTYPE")
     gpu_memory_utilization: float | None = _p(
         "float", "fraction of GPU memory vLLM may use (default: the vLLM version's, 0.90 before v0.20, 0.92 from v0.20)",
-        "engine", lo=0.0, hi=1.0, lo_open=True, metavar="U")
+        "engine", lo=0.0, hi=1.0, lo_open=True, metavar="U", slider=Slider(0.01, "linear", (0.5, 0.98)))
     max_model_len: int | None = _p(
         "vllm_len", "longest request, read as vLLM reads it (32768, 32k = 32,000, 32K = 32,768; auto or -1: the largest "
         "that fits; memory: default the model's context; plan: the workload's cap, at most the model's)", "engine",
-        lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens")
+        lo=1, hi=MAX_TOKENS, metavar="TOKENS", unit="tokens", slider=Slider(0, "log", (4096, 1 << 20)))
     max_num_seqs: int | None = _p("int", f"sequences in one batch (default: {batch_default_words('seqs')})", "engine",
                                   lo=1, hi=1 << 20, metavar="N")
     max_num_batched_tokens: int | None = _p(
         "vllm_int", "the profile batch, read as vLLM reads it (8K = 8,192); the activation reserve grows with it "
         f"(default {batch_default_words('batched_tokens')})", "engine", lo=1, hi=MAX_TOKENS,
-        metavar="TOKENS", unit="tokens")
+        metavar="TOKENS", unit="tokens",
+        sensitivity=SensitivityRow("max_num_batched_tokens", "engine", 512.0, 32768.0, "tokens", field="chunk_tokens",
+                                   geometric=True))
     block_size: int | None = _p("int", "KV block size in tokens (default 16, CPU 128; MLA backends force 16/32/64/128)",
                                 "engine", lo=1, hi=1 << 16, metavar="TOKENS")
     kv_cache_memory_bytes: int | None = _p(
@@ -693,6 +772,14 @@ def _declared(cls: type, group_order: tuple[str, ...] | None = None) -> dict[str
 PARAMS: dict[str, Param] = _declared(Scenario, ("model", "disagg", "engine", "workload", "knobs", "calibration",
                                                 "monte_carlo"))
 SWEEPABLE = tuple(p.name for p in PARAMS.values() if p.sweep)
+# The sensitivity panel's rows, by row name, from the declarations of the fields they vary (an empty ``field`` is
+# the field's planner name, its Param's target), in the order the panel prints them (the knobs, then the workload,
+# then the engine's chunk)
+_PANEL_GROUPS = ("knobs", "workload", "engine")
+SENSITIVITY_ROWS: dict[str, SensitivityRow] = {
+    p.sensitivity.name: replace(p.sensitivity, field=p.sensitivity.field or p.target)
+    for p in sorted(PARAMS.values(), key=lambda p: _PANEL_GROUPS.index(p.group) if p.group in _PANEL_GROUPS else -1)
+    if p.sensitivity is not None}
 
 
 def params_in(*groups: str) -> list[Param]:

@@ -392,7 +392,7 @@ def _with_winner(result: FleetResult, winner: FleetOption, sized: list[Sized], s
     fixed, dep = shape.with_replicas(winner.dp)
     mix, knobs = shape.model.mix, shape.model.knobs
     if mix.single is not None:
-        plan = make_plan(fixed, dep, mix.single, knobs, with_sensitivity=False)
+        plan = make_plan(fixed, dep, mix.single, knobs)
         return replace(result, winner=winner, plan=plan, recipe=plan.recipe, recipe_notes=plan.recipe_notes)
     pool = shared_pool(fixed, mix, knobs, cache=cache)
     checkpoint = checkpoint_note(fixed)

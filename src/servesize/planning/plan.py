@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.planning.latency import latency_report
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
-from servesize.planning.sensitivity import apply_param, sensitivity
+from servesize.planning.sensitivity import SensitivityRow, apply_param, sensitivity
 from servesize.units import GB, fmt_tokens
 from servesize.workload.model import Workload, length_mass
 
@@ -419,7 +419,8 @@ def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceiling
     return best
 
 
-def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *, with_sensitivity: bool = True,
+def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *,
+              sensitivity_rows: Mapping[str, SensitivityRow] | None = None,
               sensitivity_fills: int = 300, memory: MemoryReport | None = None,
               origin: WorkloadOrigin | None = None) -> Plan:
     cache = CeilingCache()
@@ -445,7 +446,9 @@ def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *
     bill, pnote = power_of(fixed, workload, knobs, res)
     if bill is not None:
         d.extend(bill.derivation)
-    sens = sensitivity(fixed, workload, knobs, res.binding, fills=sensitivity_fills, cache=cache) if with_sensitivity else {}
+    with_sensitivity = sensitivity_rows is not None  # the rows the declarations give (api); None: no panel
+    sens = sensitivity(fixed, workload, knobs, res.binding, sensitivity_rows, fills=sensitivity_fills,
+                       cache=cache) if sensitivity_rows is not None else {}
     vs_seed = seed_difference(fixed, workload, knobs, res, cache) if with_sensitivity else None
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
                 tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,

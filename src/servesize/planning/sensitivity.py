@@ -3,31 +3,34 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CeilingCache, binding_of
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
-# name -> (kind, field, lo, hi, unit). kind: 'knob' edits Knobs; 'pacing' edits the Workload but not the
-# sessions it samples (the warm fill and decode stay the plan's); 'workload' edits the sessions themselves;
-# 'engine' edits the deployment's scheduler (--max-num-batched-tokens: the chunk a decode waits for), its pool held
-# as planned (a larger chunk also reserves more activation memory: servesize memory says how much)
-SENSITIVITY = {
-    "bandwidth_efficiency": ("knob", "bandwidth_efficiency", 0.3, 1.0, "fraction"),
-    "mfu": ("knob", "mfu", 0.15, 0.9, "fraction"),
-    "spec_speedup": ("knob", "mtp_speedup", 1.0, 3.0, "x"),
-    "user_median_tokens": ("workload", "median", 5_000.0, 250_000.0, "tokens"),
-    "user_sigma": ("workload", "sigma", 0.2, 1.6, ""),
-    "invalidation": ("workload", "invalidation", 0.0, 0.5, "fraction"),
-    "think_time_s": ("pacing", "think_time_s", 3.0, 180.0, "s"),
-    "ttft_limit_s": ("knob", "ttft_limit_s", 1.0, 60.0, "s"),
-    "max_num_batched_tokens": ("engine", "chunk_tokens", 512.0, 32768.0, "tokens"),
-}
+
+class SensitivityRow(Protocol):
+    """One row of the sensitivity panel, declared on the Scenario field it varies (``servesize.scenario``
+    SensitivityRow, where each attribute is explained) and handed to ``sensitivity`` by the api: the planner holds
+    no table of its own."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def lo(self) -> float: ...
+    @property
+    def hi(self) -> float: ...
+    @property
+    def geometric(self) -> bool: ...
+
+    def as_tuple(self) -> tuple[str, str, float, float, str]: ...
 
 
 def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tuple[Workload, Knobs]:
@@ -56,10 +59,11 @@ def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tu
     raise BadInput(f"cannot vary {name!r}")
 
 
-def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: str, fills: int = 300,
-                iterations: int = 10, names: Iterable[str] | None = None,
-                cache: CeilingCache | None = None) -> dict[str, dict[str, Any]]:
-    """For each named assumption: the value at which the binding ceiling changes, or no flip in [lo, hi].
+def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: str,
+                rows: Mapping[str, SensitivityRow], fills: int = 300, iterations: int = 10,
+                names: Iterable[str] | None = None, cache: CeilingCache | None = None) -> dict[str, dict[str, Any]]:
+    """For each row (``rows``, by name; ``names`` a subset): the value at which the binding ceiling changes, or no
+    flip in [lo, hi].
 
     Rows that move only a modelled knob or the pacing (think time) run at the plan's own resolution
     and reuse its warm fill (``cache``), so a near-tie is judged as the plan judged it; rows that
@@ -72,19 +76,17 @@ def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: st
     plan_cache, small_cache = cache or CeilingCache(), CeilingCache()
     small_cache.banks = plan_cache.banks  # the same random numbers: the small fills are the plan's first fills
     out: dict[str, dict[str, Any]] = {}
-    for name in (names or SENSITIVITY):
-        kind, fld, lo, hi, unit = SENSITIVITY[name]
+    for name in (names or rows):
+        row = rows[name]
+        kind, fld, lo, hi, unit = row.as_tuple()
         current = _current(fixed, workload, knobs, name, fld)
         k_eval, c_eval = (k_small, small_cache) if kind == "workload" else (knobs, plan_cache)
         binding_at = partial(_binding_at, fixed, workload, k_eval, c_eval, fld)
         try:
-            out[name] = _row(binding_at, name, current, lo, hi, unit, iterations)
+            out[name] = _row(binding_at, row, current, iterations)
         except BadInput as exc:
             out[name] = {"current": current, "range": [lo, hi], "unit": unit, "error": str(exc), "text": f"not evaluated: {exc}"}
     return out
-
-
-GEOMETRIC = ("user_median_tokens", "think_time_s", "max_num_batched_tokens")  # searched on a log scale
 
 
 def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, fld: str, x: float) -> str:
@@ -94,9 +96,9 @@ def _binding_at(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCa
     return binding_of(fixed, w, k, cache)
 
 
-def _row(binding_at: Callable[[float], str], name: str, current: float, lo: float, hi: float, unit: str,
-         iterations: int) -> dict[str, Any]:
+def _row(binding_at: Callable[[float], str], row: SensitivityRow, current: float, iterations: int) -> dict[str, Any]:
     """The nearest flip below or above ``current``: bisection on the binding between current and each end."""
+    lo, hi, unit = row.lo, row.hi, row.unit
     base = binding_at(current)
     res = {"current": current, "range": [lo, hi], "unit": unit, "binding_at_current": base, "flip_at": None,
            "binds_after": None}
@@ -109,7 +111,7 @@ def _row(binding_at: Callable[[float], str], name: str, current: float, lo: floa
             continue
         x_in, x_out = current, end
         for _ in range(iterations):
-            mid = _midpoint(name, x_in, x_out)
+            mid = _midpoint(row.geometric, x_in, x_out)
             at_mid = binding_at(mid)
             if at_mid == base:
                 x_in = mid
@@ -127,8 +129,8 @@ def _row(binding_at: Callable[[float], str], name: str, current: float, lo: floa
     return res
 
 
-def _midpoint(name: str, a: float, b: float) -> float:
-    if name in GEOMETRIC and a > 0 and b > 0:
+def _midpoint(geometric: bool, a: float, b: float) -> float:
+    if geometric and a > 0 and b > 0:
         return math.sqrt(a * b)
     return 0.5 * (a + b)
 

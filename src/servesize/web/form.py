@@ -3,11 +3,11 @@
 The page draws every control from this: the Scenario's own declaration (``servesize.scenario``:
 kind, bounds, help, group, choices, the default a None takes), the two fields only the page has
 (the load it is priced at: users and a cold burst, declared here with the same ``Param``), and the
-layout: which control goes in which section, and the range a slider spans. A slider's range is a
-view of the field, not its bound: the server enforces the declared bounds, and the text box
-beside every slider takes any value inside them. Where a range has a source (an assumption's
-low/high bracket in data/assumptions.toml, the sensitivity panel's search range) it is read from
-there.
+layout: which control goes in which section. A slider is declared on its field (``Param.slider``: step,
+scale, and a span where nothing else gives one); its range is a view of the field, not its bound: the
+server enforces the declared bounds, and the text box beside every slider takes any value inside them.
+Where a range has a source (the field's sensitivity row, an assumption's low/high bracket in
+data/assumptions.toml) it is read from there.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
-from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS, sensitivity_ranges
+from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS
 from servesize.assumptions import assumption, modelled_assumptions
 from servesize.errors import BadInput, clip
-from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario
+from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario, Slider
 from servesize.web.server import MAX_BODY_BYTES
 
 # -- the page's own fields ----------------------------------------------------------------------
@@ -29,9 +29,11 @@ VIEW_GROUPS = {
 
 VIEW_PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("int", "concurrent users: your load; TTFT, burst tolerance and the bill are priced at it (default: the "
-          "binding ceiling, as servesize plan does)", "load", name="load_users", lo=1, hi=1_000_000, metavar="N"),
+          "binding ceiling, as servesize plan does)", "load", name="load_users", lo=1, hi=1_000_000, metavar="N",
+          slider=Slider(0, "log", (1, 4096))),
     Param("int", "cache misses arriving at the same instant (a cold burst); 'flush' = one replica group's warm "
-          "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N"),
+          "users p5", "load", name="burst", lo=1, hi=1_000_000, metavar="N",
+          slider=Slider(1, "linear", (1, 512))),
 )}
 
 # -- bounded work per request ---------------------------------------------------------------------
@@ -47,44 +49,27 @@ DRAFT_FILLS = 300            # a slider being dragged gets a draft at this many 
 
 # -- slider ranges ---------------------------------------------------------------------------------
 
-# field -> the sensitivity row its slider takes its range from: the row whose planner field the field goes to
-_SENS_FIELD = {p.name: row for row, (_, planner, *_) in sensitivity_ranges().items() for p in PARAMS.values()
-               if p.target == planner}
-
-# fields whose slider range has no published bracket: the span a reader explores, chosen here
-_RANGES: dict[str, tuple[float, float, float, str]] = {  # name -> (min, max, step, scale)
-    "max_model_len": (4096, 1 << 20, 0, "log"),
-    "cpu_offload_gib": (0, 1024, 32, "linear"),
-    "subagent_median": (500, 120_000, 0, "log"),
-    "subagent_sigma": (0.2, 1.6, 0.01, "linear"),
-    "subagent_ratio": (0, 1, 0.05, "linear"),
-    "prefix": (0, 64_000, 500, "linear"),
-    "warm_turn_tokens": (250, 16_000, 250, "linear"),
-    "load_users": (1, 4096, 0, "log"),
-    "burst": (1, 512, 1, "linear"),
-    "gpu_memory_utilization": (0.5, 0.98, 0.01, "linear"),
-}
-_STEPS = {"median": 0, "sigma": 0.01, "invalidation": 0.005, "think_time": 1, "ttft_limit": 0.5, "mfu": 0.01,
-          "bandwidth_efficiency": 0.01, "mtp_speedup": 0.05, "electricity_price": 0.01, "pue": 0.05}
-_LOG = ("median", "think_time")
-
-
 def slider_range(name: str) -> dict | None:
-    """min, max, step (0 = continuous), scale and where the range comes from."""
-    if name in _SENS_FIELD:
-        _, _, lo, hi, _ = sensitivity_ranges()[_SENS_FIELD[name]]
-        return {"min": lo, "max": hi, "step": _STEPS[name], "scale": "log" if name in _LOG else "linear",
-                "source": "the sensitivity panel's search range (planning/sensitivity.py)"}
+    """min, max, step (0 = continuous), scale and where the range comes from, all read from the field's declaration
+    (``Param.slider``): the span of its sensitivity row, else its assumption's low/high bracket, else the span the
+    declaration gives the page. None: the field has no slider."""
     param = PARAMS.get(name) or VIEW_PARAMS.get(name)
-    key = param.assumption if param is not None else None
-    row = modelled_assumptions().get(key) if key else None
-    if row is not None and "low" in row and "high" in row:
-        return {"min": row["low"], "max": row["high"], "step": _STEPS.get(name, 0), "scale": "linear",
-                "source": f"the bracket of {key} in data/assumptions.toml"}
-    if name in _RANGES:
-        lo, hi, step, scale = _RANGES[name]
-        return {"min": lo, "max": hi, "step": step, "scale": scale, "source": "the span the page offers"}
-    return None
+    if param is None or param.slider is None:
+        return None
+    slider, row = param.slider, param.sensitivity
+    if row is not None:
+        return {"min": row.lo, "max": row.hi, "step": slider.step,
+                "scale": slider.scale or ("log" if row.geometric else "linear"),
+                "source": "the sensitivity panel's search range (the field's declaration, servesize/scenario.py)"}
+    bracket = modelled_assumptions().get(param.assumption) if param.assumption else None
+    if bracket is not None and "low" in bracket and "high" in bracket:
+        return {"min": bracket["low"], "max": bracket["high"], "step": slider.step, "scale": slider.scale or "linear",
+                "source": f"the bracket of {param.assumption} in data/assumptions.toml"}
+    if slider.span is not None:
+        return {"min": slider.span[0], "max": slider.span[1], "step": slider.step, "scale": slider.scale or "linear",
+                "source": "the span the page offers"}
+    raise AssertionError(f"{name}: a slider with no range (give its Param a sensitivity row, an assumption with a "
+                         "bracket or a span)")
 
 
 # -- the layout ------------------------------------------------------------------------------------
