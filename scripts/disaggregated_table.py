@@ -23,7 +23,7 @@ PRESETS = ("coding-agent", "chat", "rag", "batch")
 def row(preset: str, gpus: int) -> str:
     sc = Scenario(model="qwen3.6-27b", gpus=f"{gpus}xH200", quantization="fp8", kv_cache_dtype="fp8", preset=preset)
     plans = disaggregated_layouts(sc)
-    best, agg = plans[0], plans[0].aggregated
+    best, agg = plans[0], plans[0].aggregated.plans[0]  # one GPU type: one aggregated plan
     a_users = agg.ceilings[agg.binding]
     others = ", ".join(f"{p.layout.name} {p.users:,.0f}" for p in plans[1:])
     more = "aggregated" if a_users >= best.users else best.layout.name
@@ -45,8 +45,9 @@ def engine_row(preset: str, gpus: int) -> str:
     best = disaggregated_layouts(sc)[0]
     layout = sc.replace(prefill_instances=best.layout.prefill_instances, decode_instances=best.layout.decode_instances)
     got = check_disaggregated(layout, planned=best)
-    agg = check_plan(sc, planned=best.aggregated).engine_check or {}
-    a_users = best.aggregated.ceilings[best.aggregated.binding]
+    aggregated = best.aggregated.plans[0]  # one GPU type: one aggregated plan
+    agg = check_plan(sc, planned=aggregated).engine_check or {}
+    a_users = aggregated.ceilings[aggregated.binding]
 
     def gap(c: dict) -> str:
         if c.get("gap") is None:
@@ -56,7 +57,7 @@ def engine_row(preset: str, gpus: int) -> str:
     why = got["disagreement"] or ""
     return (f"| {preset} | {gpus} | {best.layout.name}: {best.users:,.0f} ({best.binding}) | "
             f"{'at least ' if got['capped'] else ''}{got['engine_users']:,} ({gap(got)}) | "
-            f"{a_users:,.0f} ({best.aggregated.binding}) | {_count(agg.get('engine_users'))} ({gap(agg)}) | {why} |")
+            f"{a_users:,.0f} ({aggregated.binding}) | {_count(agg.get('engine_users'))} ({gap(agg)}) | {why} |")
 
 
 def main() -> None:

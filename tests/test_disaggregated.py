@@ -200,3 +200,43 @@ def test_a_pasted_serve_lines_kv_transfer_config_names_the_connector(capsys):
                  "--decode-instances", "1"]) == 2
     err = capsys.readouterr().err
     assert "--kv-connector NixlPushConnector" in err and "does not price" in err
+
+
+def test_pools_of_two_gpu_types_each_plan_on_their_own_gpus_over_a_nic_and_the_aggregated_answer_adds_both_types():
+    from servesize.api import plan_inputs
+
+    mixed = plan_disaggregated(_scenario(prefill_instances=2, decode_instances=3, prefill_gpu="H100").replace(
+        gpus="3xH200"))
+    layout = mixed.layout
+    assert layout.mixed and (layout.gpu, layout.prefill_gpu_type) == ("H200-SXM", "H100-SXM")
+    # each pool is the plan of its own GPUs: the prefill pool's instance is sized as `memory` sizes one on an H100
+    assert mixed.prefill.fixed.gpu_key == "H100-SXM" and mixed.decode.fixed.gpu_key == "H200-SXM"
+    h100 = plan_inputs(_scenario(tensor_parallel_size=1, data_parallel_size=2).replace(gpus="2xH100"))
+    assert mixed.prefill.memory.pool.num_blocks == h100.memory_and_fixed()[0].pool.num_blocks
+    # GPUs of two types share no NVLink fabric: the default link is a NIC per GPU, and it says so
+    assert layout.link_key == "ib-ndr" and "share no NVLink" in layout.link_assumed
+    # the aggregated answer on the same GPUs: each type's GPUs served apart, their users added
+    groups = mixed.aggregated.plans
+    assert [p.fixed.gpu_key for p in groups] == ["H200-SXM", "H100-SXM"]
+    assert mixed.aggregated.users == sum(p.ceilings[p.binding] for p in groups)
+    d = mixed.to_dict()
+    assert d["layout"]["prefill_gpu"] == "H100-SXM" and d["aggregated"]["users"] == mixed.aggregated.users
+    assert [g["gpu"] for g in d["aggregated"]["groups"]] == ["H200-SXM", "H100-SXM"]
+    assert "H100-SXM" in mixed.comparison() and "H200-SXM" in mixed.comparison()
+    # one type named twice is the one-type layout
+    same = plan_disaggregated(_scenario(prefill_instances=1, decode_instances=3, prefill_gpu="H200"))
+    assert not same.layout.mixed and len(same.aggregated.plans) == 1 and "groups" not in same.to_dict()["aggregated"]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--prefill-instances", "2", "--decode-instances", "3", "--prefill-gpu", "FOO"], "--prefill-gpu 'FOO': unknown GPU"),
+    (["--prefill-instances", "2", "--decode-instances", "3", "--prefill-gpu", "2xH100"], "names a GPU type"),
+    (["--prefill-instances", "1", "--decode-instances", "5", "--prefill-gpu", "H100"], "holds the decode pool alone"),
+    (["--prefill-gpu", "H100"], "--prefill-gpu shapes a disaggregated layout"),
+    (["--prefill-tp", "2"], "--prefill-tp shapes a disaggregated layout"),
+    (["--kv-link", "ib-ndr"], "--kv-link shapes a disaggregated layout"),
+])
+def test_a_layout_of_two_gpu_types_or_a_layout_field_alone_is_refused_in_one_line(argv, words, capsys):
+    assert main(["plan", "qwen3.6-27b", "--gpus", "4xH200", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and "Traceback" not in "".join(err)

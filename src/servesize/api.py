@@ -123,6 +123,7 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if scenario.disaggregated:
         raise BadInput("a disaggregated layout (--prefill-instances, --decode-instances) is planned by "
                        "plan_disaggregated (servesize plan prints it)", field="prefill_instances")
+    _refuse_layout_fields_alone(scenario)
     if load is not None:
         planned = plan(scenario, sensitivity=sensitivity, progress=progress)
         return replace(planned, at_load=at_load(planned, load))
@@ -140,13 +141,22 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     return replace(result, placement=inputs.split)
 
 
+def _refuse_layout_fields_alone(scenario: Scenario) -> None:
+    """A disaggregated layout's own fields mean nothing to an aggregated plan: refused by name, not ignored."""
+    for name in ("prefill_tp", "decode_tp", "prefill_gpu", "kv_link"):
+        if getattr(scenario, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise BadInput(f"{flag} shapes a disaggregated layout: give --prefill-instances X --decode-instances Y "
+                           f"with it, or leave it out", field=name)
+
+
 def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | None = None) -> DisaggregatedPlan:
     """Prefill and decode in separate instances (``--prefill-instances X --decode-instances Y``): the layout's users
     and its six ceilings (planning.disaggregated), the pull per warm, cold and starting turn (engine.kv_transfer),
     and the aggregated plan on the same GPUs beside it."""
     from servesize.engine.kv_transfer import handover_seconds, nixl_pull
     from servesize.planning.ceilings import cold_shares
-    from servesize.planning.disaggregated import DisaggregatedPlan, TurnTransfer, link_load, pull_time
+    from servesize.planning.disaggregated import Aggregated, DisaggregatedPlan, TurnTransfer, link_load, pull_time
     from servesize.planning.inputs import knob_value
     from servesize.planning.plan import make_plan
     from servesize.resolve.disaggregated import disaggregated_layout
@@ -186,7 +196,7 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     link = link_load(layout, turns, shares, workload, float(d_knobs.a("kv_transfer.link_efficiency")))
     if progress is not None:
         progress("planning the aggregated layout on the same GPUs...")
-    aggregated = plan(aggregated_sc, sensitivity=False)
+    aggregated = Aggregated(tuple(plan(sc, sensitivity=False) for sc in aggregated_sc))
     return DisaggregatedPlan(layout, prefill, decode, turns, link, step_s, limit, budget, aggregated)
 
 
@@ -266,6 +276,10 @@ def disaggregated_layouts(scenario: Scenario, *, progress: Callable[[str], None]
     the most users first: which split of these GPUs between prefill and decode serves the most."""
     from servesize.resolve.disaggregated import without_layout
 
+    if scenario.prefill_gpu is not None:
+        raise BadInput("--prefill-gpu: the search over every split of --gpus between prefill and decode runs on one GPU "
+                       "type; plan a layout of two types with --prefill-instances X --decode-instances Y",
+                       field="prefill_gpu")
     group = parse_gpus(scenario.gpus)
     tp = scenario.tensor_parallel_size
     instances = group.count // tp

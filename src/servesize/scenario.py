@@ -589,6 +589,10 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
                                 hi=1024, metavar="N")
     decode_tp: int | None = _p("int", "GPUs per decode instance (default: --tensor-parallel-size)", "disagg", lo=1,
                                hi=1024, metavar="N")
+    prefill_gpu: str | None = _p("text", "the prefill instances' GPU type where it differs from --gpus's (H100-SXM, "
+                                 "L40S, ...): --gpus then holds the decode pool, the prefill pool runs on --prefill-instances "
+                                 "x --prefill-tp of these, and the aggregated layout beside it is each type's GPUs "
+                                 "served apart, behind one router", "disagg", metavar="GPU")
     kv_link: str | None = _p("choice", "the link a pull crosses from a prefill GPU to a decode GPU, per GPU (gpus.toml "
                              "[[kv_link]] and [[host_link]]; default: the GPU's NVLink where it has one and every "
                              "instance fits one 8-GPU node, else one 400 Gb/s NIC per GPU, ib-ndr)", "disagg",

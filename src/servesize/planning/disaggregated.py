@@ -18,7 +18,11 @@ ordinary plans and the transfer between them:
 
 The binding ceiling is the smallest of the six. Not modelled yet: the decode pool's steps that recompute the
 backoff tokens, the prefill instance's queue seen by the decode side (a pull waits for its prefill to finish: it is
-in the TTFT, not in the decode pool's time), several connectors, pools of different GPU types.
+in the TTFT, not in the decode pool's time), several connectors.
+
+The pools may run on GPUs of two types (--prefill-gpu): each pool is planned on its own GPUs, the link defaults to a
+NIC per GPU (GPUs of two types share no NVLink fabric), and the aggregated answer beside the layout is each type's
+GPUs served apart, their users added (``Aggregated``).
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ WHERE = {"cache": "decode pool", "decode": "decode pool", "latency": "prefill po
 
 @dataclass(frozen=True)
 class Layout:
-    """xPyD on one GPU type: the instances, their TP sizes, the link between them and the connector."""
+    """xPyD: the instances, their TP sizes and GPUs, the link between them and the connector. ``gpu`` is --gpus's
+    type, the decode pool's; ``prefill_gpu`` the prefill pool's, the same unless --prefill-gpu names another (then
+    --gpus holds the decode pool alone)."""
 
     prefill_instances: int
     prefill_tp: int
@@ -63,6 +69,23 @@ class Layout:
     link: dict[str, Any]
     link_assumed: str  # why the link is this one when --kv-link was not given ("" when it was)
     connector: str
+    prefill_gpu: str = ""  # "": --gpus's type
+
+    @property
+    def prefill_gpu_type(self) -> str:
+        return self.prefill_gpu or self.gpu
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the two pools run on GPUs of different types."""
+        return self.prefill_gpu_type != self.gpu
+
+    def gpus_words(self) -> str:
+        """The GPUs the layout runs on: 'N of M H200-SXM', or each pool's where their types differ."""
+        if self.mixed:
+            return (f"{self.prefill_gpus} {self.prefill_gpu_type} (prefill) and {self.decode_gpus} of "
+                    f"{self.gpus_given} {self.gpu} (decode)")
+        return f"{self.prefill_gpus + self.decode_gpus} of {self.gpus_given} {self.gpu}"
 
     @property
     def prefill_gpus(self) -> int:
@@ -78,12 +101,13 @@ class Layout:
 
     def words(self) -> str:
         return (f"{self.name}: {self.prefill_instances} prefill instance(s) of TP {self.prefill_tp} and "
-                f"{self.decode_instances} decode instance(s) of TP {self.decode_tp} on {self.prefill_gpus + self.decode_gpus} "
-                f"of {self.gpus_given} {self.gpu}, {self.connector} over {self.link['name']}")
+                f"{self.decode_instances} decode instance(s) of TP {self.decode_tp} on {self.gpus_words()}, "
+                f"{self.connector} over {self.link['name']}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "prefill_instances": self.prefill_instances, "prefill_tp": self.prefill_tp,
                 "decode_instances": self.decode_instances, "decode_tp": self.decode_tp, "gpu": self.gpu,
+                "prefill_gpu": self.prefill_gpu_type,
                 "gpus_used": self.prefill_gpus + self.decode_gpus, "gpus_given": self.gpus_given,
                 "connector": self.connector, "link": {"key": self.link_key, "name": self.link["name"],
                                                       "gbps_per_direction": self.link["gbps_per_direction"],
@@ -152,6 +176,53 @@ def link_load(layout: Layout, turns: dict[str, TurnTransfer], shares: dict[str, 
 
 
 @dataclass(frozen=True)
+class Aggregated:
+    """The aggregated answer on the layout's GPUs: one plan of them all, or, where the pools' GPUs are of two types
+    (--prefill-gpu), one plan of each type's GPUs, served apart behind one router: their users add up."""
+
+    plans: tuple[Any, ...]   # planning.plan.Plan, --gpus's first
+
+    @property
+    def users(self) -> float:
+        return float(sum(p.ceilings[p.binding] for p in self.plans))
+
+    @property
+    def binding(self) -> str:
+        """The first group's binding ceiling (each group's is in ``groups``)."""
+        return str(self.plans[0].binding)
+
+    @staticmethod
+    def _split(p: Any) -> str:
+        split = p.placement
+        tp, dp = (p.fixed.tp, p.fixed.dp) if split is None else (split.tp, split.dp)
+        return f"TP {tp} x DP {dp}"
+
+    @property
+    def name(self) -> str:
+        if len(self.plans) == 1:
+            return f"aggregated {self._split(self.plans[0])}"
+        return "aggregated " + " + ".join(f"{self._split(p)} on {p.fixed.gpu_key}" for p in self.plans)
+
+    def words(self) -> str:
+        """'140 users (decode binds), TP 1 x DP 4', or each type's group and the sum."""
+        def one(p: Any) -> str:
+            return f"{p.ceilings[p.binding]:,.0f} users ({p.binding} binds), {self._split(p)}"
+        if len(self.plans) == 1:
+            return one(self.plans[0])
+        return f"{self.users:,.0f} users: " + " + ".join(f"{one(p)} on {p.fixed.gpu_key}" for p in self.plans)
+
+    def to_dict(self) -> dict[str, Any]:
+        def group(p: Any) -> dict[str, Any]:
+            return {"users": p.ceilings[p.binding], "binding": p.binding, "ceilings": p.ceilings,
+                    "tp": p.fixed.tp, "dp": p.fixed.dp, "recipe": p.recipe, "gpu": p.fixed.gpu_key}
+        out = group(self.plans[0])
+        if len(self.plans) > 1:
+            out["users"] = self.users
+            out["groups"] = [group(p) for p in self.plans]
+        return out
+
+
+@dataclass(frozen=True)
 class DisaggregatedPlan:
     """A disaggregated layout's users: its six ceilings, each pool's plan, the transfers, and the aggregated plan on
     the same GPUs beside it."""
@@ -164,7 +235,7 @@ class DisaggregatedPlan:
     decode_step_s: float     # a decode step at the floor: what the handover's steps take
     ttft_budget_s: float     # the TTFT limit; the prefill pool plans for it less the cold turn's handover
     prefill_budget_s: float
-    aggregated: Any          # planning.plan.Plan on the same GPUs, aggregated
+    aggregated: Aggregated   # the same GPUs, aggregated
     # the engine simulator on this layout (api.check_disaggregated; None: not run): its users at the comfort SLO
     engine_check: dict[str, Any] | None = None
 
@@ -190,7 +261,7 @@ class DisaggregatedPlan:
 
     def verdict(self) -> str:
         return (f"{self.users:,.0f} users: {self.binding} binds first ({WHERE[self.binding]}), "
-                f"{self.layout.name} on {self.layout.prefill_gpus + self.layout.decode_gpus} {self.layout.gpu}")
+                f"{self.layout.name} on {self.layout.gpus_words()}")
 
     def engine_check_text(self) -> str | None:
         """The engine simulator's users beside the plan's, in one line (None: not run)."""
@@ -207,10 +278,7 @@ class DisaggregatedPlan:
     def comparison(self) -> str:
         """Which layout buys more comfortable users on these GPUs, and why, in one line."""
         agg = self.aggregated
-        a_users, a_bind = agg.ceilings[agg.binding], agg.binding
-        split = agg.placement
-        a_name = f"aggregated TP {agg.fixed.tp} x DP {agg.fixed.dp}" if split is None else \
-            f"aggregated TP {split.tp} x DP {split.dp}"
+        a_users, a_bind, a_name = agg.users, agg.binding, agg.name
         d_users, d_bind = self.users, self.binding
         if d_users > a_users:
             why = (f"the decode pool's steps carry no prefill chunk (aggregated, {a_bind} binds)"
@@ -246,7 +314,6 @@ class DisaggregatedPlan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        agg = self.aggregated
         return {"recipes": self.recipes(), "memory": self.memory(), "engine_check": self.engine_check,
             "layout": self.layout.to_dict(), "users": self.users, "binding": self.binding,
             "binding_pool": self.binding_pool, "ceilings": self.values, "verdict": self.verdict(),
@@ -257,8 +324,7 @@ class DisaggregatedPlan:
                             "decode_step_s": self.decode_step_s, "recipe": self.decode.recipe},
             "transfer": {t: tt.to_dict() for t, tt in self.turns.items()},
             "link": self.link.to_dict(), "ttft_limit_s": self.ttft_budget_s,
-            "aggregated": {"users": agg.ceilings[agg.binding], "binding": agg.binding, "ceilings": agg.ceilings,
-                           "tp": agg.fixed.tp, "dp": agg.fixed.dp, "recipe": agg.recipe},
+            "aggregated": self.aggregated.to_dict(),
         }
 
 
@@ -293,7 +359,10 @@ class DisaggregatedSizing:
 
     def words(self) -> str:
         p, d = self.prefill_binding, self.decode_binding
-        return (f"{self.name} at TP {self.layout.prefill_tp}/{self.layout.decode_tp}, {self.gpus} {self.layout.gpu} for "
+        gpus = (f"{self.gpus} {self.layout.gpu}" if not self.layout.mixed else
+                f"{self.prefill_instances * self.layout.prefill_tp} {self.layout.prefill_gpu_type} and "
+                f"{self.decode_instances * self.layout.decode_tp} {self.layout.gpu}")
+        return (f"{self.name} at TP {self.layout.prefill_tp}/{self.layout.decode_tp}, {gpus} for "
                 f"{self.users:,} users (a prefill instance holds {self.per_prefill[p]:,.0f}: {p}; a decode instance "
                 f"{self.per_decode[d]:,.0f}: {d})")
 

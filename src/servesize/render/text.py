@@ -321,9 +321,7 @@ def _disaggregated(plan: DisaggregatedPlan, explain: bool = False) -> str:
     lines.append(f"  link at {plan.users:,.0f} users: {link.utilisation_at(plan.users):.1%} busy "
                  f"(shares of requests: warm {link.shares['warm']:.1%}, cold {link.shares['cold']:.1%}, session start "
                  f"{link.shares['start']:.1%})")
-    agg = plan.aggregated
-    lines.append(f"aggregated on the same GPUs: {agg.ceilings[agg.binding]:,.0f} users ({agg.binding} binds), "
-                 f"TP {agg.fixed.tp} x DP {agg.fixed.dp}")
+    lines.append(f"aggregated on the same GPUs: {plan.aggregated.words()}")
     lines.append(f"comparison: {plan.comparison()}")
     checked = plan.engine_check_text()
     if checked:

@@ -5,6 +5,7 @@ and the aggregated layout on the same GPUs)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from servesize.assumptions import assumption
 from servesize.datafiles import table
@@ -14,7 +15,7 @@ from servesize.planning.disaggregated import Layout
 from servesize.resolve.served import with_serve_line
 from servesize.scenario import Scenario
 
-_DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "kv_link")
+_DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "prefill_gpu", "kv_link")
 _NVLINK = re.compile(r"^\s*NVLink\s*([345])\b", re.IGNORECASE)
 
 
@@ -55,8 +56,28 @@ def check_connector(name: str) -> None:
                    f"{', '.join(known['names'])})", field="kv_connector")
 
 
-def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario, Scenario]:
-    """The layout, and the prefill pool's, the decode pool's and the aggregated Scenario."""
+def _prefill_gpu(name: str) -> Any:
+    """The --prefill-gpu type, or one line naming the flag."""
+    try:
+        group = parse_gpus(name)
+    except BadInput as exc:
+        raise BadInput(f"--prefill-gpu {name[:40]!r}: {exc}", field="prefill_gpu") from None
+    if group.count != 1:
+        raise BadInput(f"--prefill-gpu {name[:40]!r} names a GPU type, not a count (the prefill pool's GPUs are "
+                       "--prefill-instances x --prefill-tp)", field="prefill_gpu")
+    return group.gpu
+
+
+def mixed_link(prefill_gpu: str, decode_gpu: str) -> tuple[str, str]:
+    """(key, why) of the link a pull crosses between pools of two GPU types when --kv-link is not given: one 400 Gb/s
+    InfiniBand NIC per GPU (ib-ndr), since GPUs of two types share no NVLink fabric."""
+    return "ib-ndr", (f"assumed: one 400 Gb/s InfiniBand NIC per GPU ({prefill_gpu} prefill and {decode_gpu} decode "
+                      "GPUs share no NVLink fabric); give --kv-link")
+
+
+def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario, tuple[Scenario, ...]]:
+    """The layout, and the prefill pool's, the decode pool's and the aggregated Scenarios (one, or one per GPU type
+    where --prefill-gpu names another: each type's GPUs served apart)."""
     if scenario.prefill_instances is None or scenario.decode_instances is None:
         raise BadInput("a disaggregated layout takes both --prefill-instances X and --decode-instances Y",
                        field="prefill_instances" if scenario.prefill_instances is None else "decode_instances")
@@ -67,23 +88,34 @@ def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario
     read, _ = with_serve_line(scenario)  # a pasted serve line's --kv-transfer-config names the connector
     check_connector(read.kv_connector)
     group = parse_gpus(scenario.gpus)
+    p_gpu = _prefill_gpu(scenario.prefill_gpu) if scenario.prefill_gpu else group.gpu
+    mixed = p_gpu.key != group.gpu.key
     tp = scenario.tensor_parallel_size
     p_tp, d_tp = scenario.prefill_tp or tp, scenario.decode_tp or tp
     x, y = scenario.prefill_instances, scenario.decode_instances
     used = x * p_tp + y * d_tp
-    if used > group.count:
+    if mixed and y * d_tp > group.count:
+        raise BadInput(f"{y} decode instance(s) at TP {d_tp} need {y * d_tp} {group.gpu.key}; --gpus gives "
+                       f"{group.count} (with --prefill-gpu {p_gpu.key}, --gpus holds the decode pool alone)", field="gpus")
+    if not mixed and used > group.count:
         raise BadInput(f"{x}P{y}D at TP {p_tp} and {d_tp} needs {used} GPUs ({x} x {p_tp} + {y} x {d_tp}); --gpus "
                        f"gives {group.count}", field="gpus")
     links = load_kv_links()
     if scenario.kv_link is not None:
         key, why = scenario.kv_link, ""
+    elif mixed:
+        key, why = mixed_link(p_gpu.key, group.gpu.key)
     else:
         key, why = default_link(group.gpu.interconnect, group.gpu.host_link, used)
-    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, read.kv_connector)
+    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, read.kv_connector,
+                    prefill_gpu=p_gpu.key if mixed else "")
     base = without_layout(scenario)
 
-    def pool(instances: int, pool_tp: int) -> Scenario:
-        return base.replace(gpus=f"{instances * pool_tp}x{group.gpu.key}", tensor_parallel_size=pool_tp,
+    def pool(instances: int, pool_tp: int, gpu: str) -> Scenario:
+        return base.replace(gpus=f"{instances * pool_tp}x{gpu}", tensor_parallel_size=pool_tp,
                             data_parallel_size=instances)
 
-    return layout, pool(x, p_tp), pool(y, d_tp), base
+    prefill, decode = pool(x, p_tp, p_gpu.key), pool(y, d_tp, group.gpu.key)
+    # aggregated on the same GPUs: all of --gpus, and, where the prefill pool's GPUs are of another type, those too,
+    # served apart at the prefill pool's TP (a group of one type per router behind the one the layout needs anyway)
+    return layout, prefill, decode, (base, prefill) if mixed else (base,)

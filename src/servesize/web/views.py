@@ -490,8 +490,8 @@ def disaggregated_view(req: PlanRequest, progress: Callable[[str], None] | None 
     the one line that says which serves more, and the command that prints the best layout."""
     layouts = api.disaggregated_layouts(req.scenario, progress=progress)
     best, agg = layouts[0], layouts[0].aggregated
-    users = agg.ceilings[agg.binding]
-    rows = [{"layout": f"aggregated, TP {agg.fixed.tp} x DP {agg.fixed.dp}", "users": users,
+    users = agg.users
+    rows = [{"layout": agg.name.replace("aggregated ", "aggregated, ", 1), "users": users,
              "users_text": f"{users:,.0f}", "binding": agg.binding, "pool": "each replica", "aggregated": True,
              "warm_pull_text": "-", "handover_text": "-"}]
     for p in layouts:
