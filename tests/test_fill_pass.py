@@ -109,3 +109,22 @@ def test_many_budgets_are_counted_in_runs_of_bounded_memory_with_the_same_result
     monkeypatch.setattr(fill_pass, "_MAX_CELLS", 200 * 5)  # five budgets per run
     runs = warm_at_budgets(single_team(w, 100), RandomBank(0), 200, budgets, 100.0)
     assert np.array_equal(whole.percentiles, runs.percentiles) and np.array_equal(whole.budgets, runs.budgets)
+
+
+def test_a_budget_the_first_session_of_a_block_passes_alone_counts_no_session_of_that_block():
+    """Found by the 10,000-case command-line run (fleet --models qwen3.6-27b --users 40 --priority a=high --seed 2
+    --invalidation 0.9 --fills 20 --draws 200): with most sessions cold, one session of a new block can carry a fill
+    past several budgets at once, and those budgets were looked up before the block's own range: a wrong count where
+    the lookup wrapped within the row, an IndexError ('servesize: bug') where it did not. Every count is checked here
+    against counting by hand, budgets below the block's first entry included."""
+    from servesize.planning.fill_pass import _count_at_most
+
+    rng = np.random.default_rng(7)
+    cum = np.cumsum(rng.uniform(1.0, 50.0, (6, 64)), axis=1) + rng.uniform(0.0, 400.0, (6, 1))
+    budgets = np.sort(rng.uniform(0.0, 3_500.0, 40))
+    rows, q = np.repeat(np.arange(6), 40), np.tile(np.arange(40), 6)
+    by_hand = [(cum[r] <= budgets[k]).sum() for r, k in zip(rows, q)]
+    assert _count_at_most(cum, budgets, rows, q).tolist() == by_hand
+    assert min(by_hand) == 0 and (budgets < cum[:, 0].min()).any()  # the case: a budget below every entry
+    assert _count_at_most(np.array([[10.0, 20.0, 30.0]]), np.array([5.0, 15.0, 25.0]), np.array([0]),
+                          np.array([0])).tolist() == [0]  # it wrapped to 3

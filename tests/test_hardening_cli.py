@@ -94,3 +94,17 @@ def test_a_fraction_keeps_its_open_and_closed_ends():
     for bad in ("0", "1.0001", "inf", "nan", "-0.5", "０.５"):
         with pytest.raises(argparse.ArgumentTypeError):
             read(bad)
+
+
+def test_a_fleet_of_mostly_cold_sessions_is_sized_not_a_bug(capsys):
+    """The 10,000-case run of plausible command lines (2026-12-05) found this one ending in 'servesize: bug'
+    (an IndexError in the warm fill: tests/test_fill_pass.py has the rule's own test)."""
+    argv = ["fleet", "--models", "qwen3.6-27b", "--users", "40", "--priority", "a=high", "--seed", "2",
+            "--invalidation", "0.9", "--fills", "20", "--draws", "200", "--json"]
+    import json
+
+    from servesize.cli import main
+
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "bug" not in err and json.loads(out)["winner"]

@@ -80,14 +80,16 @@ def _count_at_most(cum: np.ndarray, budgets: np.ndarray, rows: np.ndarray, q: np
 
     Entry j is <= budget q exactly when q >= s_j = the number of budgets below it (the budgets are sorted), so
     the count is the number of j with s_j <= q: one searchsorted of the block into the budgets, then a running
-    histogram per row."""
+    histogram per row. A budget below every entry of the block (q < first: the block's first session alone passes
+    it, as a cold session of a long context can) counts none; one above every entry counts them all."""
     first = int(np.searchsorted(budgets, cum[:, 0].min(), side="left"))  # no entry has fewer budgets below it
     window = budgets[first:int(np.searchsorted(budgets, cum[:, -1].max(), side="left"))]
     width = window.size + 1
     s = np.searchsorted(window, cum, side="left")  # (A, 64), each row non-decreasing
     hist = np.bincount((np.arange(cum.shape[0])[:, None] * width + s).ravel(), minlength=cum.shape[0] * width)
     at_most = np.cumsum(hist.reshape(cum.shape[0], width), axis=1)
-    counts: np.ndarray = at_most[rows, q - first]
+    # a budget at or above a block's last entry counts them all (the last column); one below its first, none
+    counts: np.ndarray = np.where(q >= first, at_most[rows, np.clip(q - first, 0, width - 1)], 0)
     return counts
 
 
