@@ -237,7 +237,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
-          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory"}
+          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -293,6 +293,7 @@ SEARCH: dict[str, list] = {
     # bounded by what vLLM's prefill kernels reach alone (about 0.66 of the dense peak in aiconfigurator's measured
     # kernel tables, #28): a larger value would be the fit hiding a queueing error in a kernel speed
     "prefill.mfu": [0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.66, 0.7],
+    "prefill.tp_efficiency_per_doubling": [0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
     "step.request_fixed_s": [0.0, 0.005, 0.01, 0.02, 0.03, 0.04],
     "step.mixed": ["sum", "one_weight_read"],
     "decode.expert_union": ["linear", "expected"],

@@ -67,3 +67,31 @@ def test_docs_quote_the_held_out_figures():
     held = RESULT["summary"]["held-out"]
     for q in ("tpot", "ttft"):
         assert f"{100 * held[q]['median_abs_error']:.0f}%" in text
+
+
+def test_a_step_term_is_labelled_fitted_exactly_when_the_fit_searches_it():
+    """The plan's assumption table says 'fitted' or 'measured' from each term's declared basis
+    (data/assumptions.toml); the basis must be the fit's own: 'fitted' for each term scripts/step_accuracy.py
+    searches, 'measured' or 'not fitted' for the others."""
+    import importlib.util
+
+    from servesize.assumptions import modelled_assumptions
+    from servesize.planning.plan import step_term_names
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("step_accuracy", root / "scripts" / "step_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules.setdefault("step_accuracy", script)  # its dataclasses look their module up
+    spec.loader.exec_module(script)
+    table = modelled_assumptions()
+    based = {k: row["basis"] for k, row in table.items() if "basis" in row}
+    assert {k for k, b in based.items() if b == "fitted"} == set(script.SEARCH)
+    assert set(based.values()) == {"fitted", "measured", "not fitted"}
+
+    class _Every:  # a deployment that names every term: each weight format, AMD, FP4 experts
+        weight_format, peak_dtype, vendor, expert_bytes, fp4_expert_bytes_per_s = "fp8_block", "fp8", "AMD", 1, 0
+    names = set(step_term_names(_Every()))  # type: ignore[arg-type]
+    names |= {f"step.kernel_efficiency_{f}" for f in ("fp8_tensor", "fp4", "int4", "int8")} | {"step.fp4_moe_kernel_rate"}
+    assert names <= set(based), sorted(names - set(based))

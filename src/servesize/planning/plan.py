@@ -253,7 +253,7 @@ def step_term_names(fixed: Fixed) -> list[str]:
     """The step model's terms that price this deployment: the overheads, the mixed step, and the kernel factors of
     its weight format, vendor and experts."""
     names = ["decode.step_overhead_s", "step.overhead_per_layer_s", "step.overhead_per_tp_doubling_s",
-             "step.request_fixed_s", "step.mixed", "prefill.weight_floor"]
+             "step.request_fixed_s", "step.mixed", "prefill.weight_floor", "prefill.tp_efficiency_per_doubling"]
     if fixed.weight_format != "bf16":
         names.append(f"step.kernel_efficiency_{fixed.weight_format}")
     if fixed.peak_dtype == "fp8":
@@ -282,7 +282,7 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
                   if v is not None else f"{which}: data/assumptions.toml ({table[key].get('source', '')[:60].strip()})")
         add(key, knob_value(knobs, field_), table[key].get("unit", ""), source)
     for key in step_term_names(fixed):  # the step model's other terms (planning/step_model.py), this deployment's
-        how = "fitted" if "step_accuracy.py" in table[key].get("source", "") else "measured"
+        how = table[key]["basis"]  # fitted on the measured runs, or measured kernel data (data/assumptions.toml)
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml ({how}: docs/accuracy.md)")
     add("decode.spec_speedup", result.spec_speedup, "x tokens/step",
         "flag --mtp-speedup" if knobs.mtp_speedup is not None else "flag --spec-acceptance" if knobs.spec_acceptance is not None
