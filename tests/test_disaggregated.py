@@ -208,7 +208,7 @@ def test_pools_of_two_gpu_types_each_plan_on_their_own_gpus_over_a_nic_and_the_a
     mixed = plan_disaggregated(_scenario(prefill_instances=2, decode_instances=3, prefill_gpu="H100").replace(
         gpus="3xH200"))
     layout = mixed.layout
-    assert layout.mixed and (layout.gpu, layout.prefill_gpu_type) == ("H200-SXM", "H100-SXM")
+    assert layout.mixed and (layout.gpu, layout.prefill_gpu) == ("H200-SXM", "H100-SXM")
     # each pool is the plan of its own GPUs: the prefill pool's instance is sized as `memory` sizes one on an H100
     assert mixed.prefill.fixed.gpu_key == "H100-SXM" and mixed.decode.fixed.gpu_key == "H200-SXM"
     h100 = plan_inputs(_scenario(tensor_parallel_size=1, data_parallel_size=2).replace(gpus="2xH100"))

@@ -123,7 +123,9 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     if scenario.disaggregated:
         raise BadInput("a disaggregated layout (--prefill-instances, --decode-instances) is planned by "
                        "plan_disaggregated (servesize plan prints it)", field="prefill_instances")
-    _refuse_layout_fields_alone(scenario)
+    from servesize.resolve.disaggregated import refuse_layout_fields_alone
+
+    refuse_layout_fields_alone(scenario)
     if load is not None:
         planned = plan(scenario, sensitivity=sensitivity, progress=progress)
         return replace(planned, at_load=at_load(planned, load))
@@ -139,15 +141,6 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
     result = make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs,
                        sensitivity_rows=SENSITIVITY_ROWS if sensitivity else None, memory=report, origin=inputs.origin)
     return replace(result, placement=inputs.split)
-
-
-def _refuse_layout_fields_alone(scenario: Scenario) -> None:
-    """A disaggregated layout's own fields mean nothing to an aggregated plan: refused by name, not ignored."""
-    for name in ("prefill_tp", "decode_tp", "prefill_gpu", "kv_link"):
-        if getattr(scenario, name) is not None:
-            flag = "--" + name.replace("_", "-")
-            raise BadInput(f"{flag} shapes a disaggregated layout: give --prefill-instances X --decode-instances Y "
-                           f"with it, or leave it out", field=name)
 
 
 def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | None = None) -> DisaggregatedPlan:

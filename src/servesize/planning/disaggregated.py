@@ -69,21 +69,17 @@ class Layout:
     link: dict[str, Any]
     link_assumed: str  # why the link is this one when --kv-link was not given ("" when it was)
     connector: str
-    prefill_gpu: str = ""  # "": --gpus's type
-
-    @property
-    def prefill_gpu_type(self) -> str:
-        return self.prefill_gpu or self.gpu
+    prefill_gpu: str  # --gpus's type unless --prefill-gpu names another
 
     @property
     def mixed(self) -> bool:
         """Whether the two pools run on GPUs of different types."""
-        return self.prefill_gpu_type != self.gpu
+        return self.prefill_gpu != self.gpu
 
     def gpus_words(self) -> str:
         """The GPUs the layout runs on: 'N of M H200-SXM', or each pool's where their types differ."""
         if self.mixed:
-            return (f"{self.prefill_gpus} {self.prefill_gpu_type} (prefill) and {self.decode_gpus} of "
+            return (f"{self.prefill_gpus} {self.prefill_gpu} (prefill) and {self.decode_gpus} of "
                     f"{self.gpus_given} {self.gpu} (decode)")
         return f"{self.prefill_gpus + self.decode_gpus} of {self.gpus_given} {self.gpu}"
 
@@ -107,7 +103,7 @@ class Layout:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "prefill_instances": self.prefill_instances, "prefill_tp": self.prefill_tp,
                 "decode_instances": self.decode_instances, "decode_tp": self.decode_tp, "gpu": self.gpu,
-                "prefill_gpu": self.prefill_gpu_type,
+                "prefill_gpu": self.prefill_gpu,
                 "gpus_used": self.prefill_gpus + self.decode_gpus, "gpus_given": self.gpus_given,
                 "connector": self.connector, "link": {"key": self.link_key, "name": self.link["name"],
                                                       "gbps_per_direction": self.link["gbps_per_direction"],
@@ -360,7 +356,7 @@ class DisaggregatedSizing:
     def words(self) -> str:
         p, d = self.prefill_binding, self.decode_binding
         gpus = (f"{self.gpus} {self.layout.gpu}" if not self.layout.mixed else
-                f"{self.prefill_instances * self.layout.prefill_tp} {self.layout.prefill_gpu_type} and "
+                f"{self.prefill_instances * self.layout.prefill_tp} {self.layout.prefill_gpu} and "
                 f"{self.decode_instances * self.layout.decode_tp} {self.layout.gpu}")
         return (f"{self.name} at TP {self.layout.prefill_tp}/{self.layout.decode_tp}, {gpus} for "
                 f"{self.users:,} users (a prefill instance holds {self.per_prefill[p]:,.0f}: {p}; a decode instance "

@@ -446,10 +446,10 @@ def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *
     bill, pnote = power_of(fixed, workload, knobs, res)
     if bill is not None:
         d.extend(bill.derivation)
-    with_sensitivity = sensitivity_rows is not None  # the rows the declarations give (api); None: no panel
-    sens = sensitivity(fixed, workload, knobs, res.binding, sensitivity_rows, fills=sensitivity_fills,
-                       cache=cache) if sensitivity_rows is not None else {}
-    vs_seed = seed_difference(fixed, workload, knobs, res, cache) if with_sensitivity else None
+    sens, vs_seed = {}, None  # no rows (None): no sensitivity panel, nor the seed's comparison beside it
+    if sensitivity_rows is not None:  # the rows the fields' declarations give (api)
+        sens = sensitivity(fixed, workload, knobs, res.binding, sensitivity_rows, fills=sensitivity_fills, cache=cache)
+        vs_seed = seed_difference(fixed, workload, knobs, res, cache)
     return Plan(fixed, workload, knobs, res, recipe, tuple(notes), bill, pnote, sens,
                 tuple(assumption_table(fixed, workload, knobs, res, origin)), latency=rep, decode_points=points,
                 origin=origin, memory=memory, derivation=d, vs_seed=vs_seed)

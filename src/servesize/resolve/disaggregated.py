@@ -15,8 +15,18 @@ from servesize.planning.disaggregated import Layout
 from servesize.resolve.served import with_serve_line
 from servesize.scenario import Scenario
 
-_DISAGG_FIELDS = ("prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "prefill_gpu", "kv_link")
+# the fields that shape a layout, beside the two that ask for one (Scenario.disaggregated)
+LAYOUT_FIELDS = ("prefill_tp", "decode_tp", "prefill_gpu", "kv_link")
+_DISAGG_FIELDS = ("prefill_instances", "decode_instances", *LAYOUT_FIELDS)
 _NVLINK = re.compile(r"^\s*NVLink\s*([345])\b", re.IGNORECASE)
+
+
+def refuse_layout_fields_alone(scenario: Scenario) -> None:
+    """A layout's own fields mean nothing to an aggregated plan: refused by name, not ignored."""
+    for name in LAYOUT_FIELDS:
+        if getattr(scenario, name) is not None:
+            raise BadInput(f"--{name.replace('_', '-')} shapes a disaggregated layout: give --prefill-instances X "
+                           "--decode-instances Y with it, or leave it out", field=name)
 
 
 def without_layout(scenario: Scenario) -> Scenario:
@@ -107,8 +117,7 @@ def disaggregated_layout(scenario: Scenario) -> tuple[Layout, Scenario, Scenario
         key, why = mixed_link(p_gpu.key, group.gpu.key)
     else:
         key, why = default_link(group.gpu.interconnect, group.gpu.host_link, used)
-    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, read.kv_connector,
-                    prefill_gpu=p_gpu.key if mixed else "")
+    layout = Layout(x, p_tp, y, d_tp, group.gpu.key, group.count, key, links[key], why, read.kv_connector, p_gpu.key)
     base = without_layout(scenario)
 
     def pool(instances: int, pool_tp: int, gpu: str) -> Scenario:
