@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import pathlib
 
 import pytest
 from testserver import INSTANT, Fault, ServerConfig, TestServer
@@ -11,6 +12,8 @@ from servesize.errors import ServesizeError
 from servesize.measure.client import RequestResult
 from servesize.measure.metrics import MetricsDelta
 from servesize.measure.pool import (
+    REFUTE_SHARE,
+    REFUTE_TTFT_RATIO,
     Bisection,
     PoolConfig,
     aligned_prompt_tokens,
@@ -20,6 +23,8 @@ from servesize.measure.pool import (
     predicted_tokens_of,
 )
 from servesize.measure.record import read_record
+
+FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "measured"
 
 
 def measure_on(server_config: ServerConfig, **pool_kw):
@@ -117,6 +122,28 @@ def test_every_later_round_counts_toward_the_ttft_verdict():
     rounds = [[_result(1.0), _result(1.0)], [_result(0.1), _result(0.1)], [_result(0.1), _result(0.9)]]
     v = classify([33, 33], rounds, [None, None, None], block_size=16)
     assert v.flags == [[True, True], [True, False]] and v.warm_fraction == pytest.approx(3 / 4) and not v.warm
+
+
+def test_honest_hits_served_in_one_step_are_not_refuted_by_the_cold_rounds_first_chunks():
+    """A probe of the real CPU vLLM under load (tests/fixtures/measured/pool-probe-cpu-vllm-under-load.json): 32
+    honest hits served together in one step of 0.29-0.31 s, where the cold round gave its first prompts their
+    first token after one prefill chunk (0.13 s). Paired request by request, most warm TTFTs are >= 80% of their
+    own cold one (the rule alone refuted both counters and measured the pool at < 26,784 of 32,768 tokens); the
+    round as a whole took 56% of the cold round's time, so the counters stand and decide."""
+    doc = json.loads((FIXTURES / "pool-probe-cpu-vllm-under-load.json").read_text())
+    rounds = [[RequestResult(id=f"r{k}-{i}", **r) for i, r in enumerate(rnd)] for k, rnd in enumerate(doc["rounds"])]
+    deltas = [MetricsDelta(**d) for d in doc["deltas"]]
+    cold = [r.ttft_s for r in rounds[0]]
+    paired = [w.ttft_s / c for w, c in zip(rounds[1], cold)]
+    assert sum(x >= REFUTE_TTFT_RATIO for x in paired) > REFUTE_SHARE * len(paired)  # the pairing alone would refute
+    v = classify(doc["sizes"], rounds, deltas, block_size=doc["block_size"])
+    assert v.signal == "cached_tokens" and v.warm and v.refuted == {}
+    assert v.by_signal["ttft"] == 0.0  # TTFT's own rule still calls every one of them cold: it does not decide here
+    # the same TTFTs under a counter that claims warmth the round did not save: every later TTFT as slow as the
+    # cold round's slowest, and the claim is refuted
+    slow = [[rounds[0][i] for i in range(len(cold))], [RequestResult(id=f"s{i}", ttft_s=max(cold), cached_tokens=r.cached_tokens,
+                                                                 cached_tokens_reported=True) for i, r in enumerate(rounds[1])]]
+    assert "cached_tokens" in classify(doc["sizes"], slow, [None, None], block_size=doc["block_size"]).refuted
 
 
 def test_without_a_cold_ttft_for_every_prompt_there_is_no_ttft_signal():
