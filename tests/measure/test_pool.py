@@ -128,8 +128,8 @@ def test_honest_hits_served_in_one_step_are_not_refuted_by_the_cold_rounds_first
     """A probe of the real CPU vLLM under load (tests/fixtures/measured/pool-probe-cpu-vllm-under-load.json): 32
     honest hits served together in one step of 0.29-0.31 s, where the cold round gave its first prompts their
     first token after one prefill chunk (0.13 s). Paired request by request, most warm TTFTs are >= 80% of their
-    own cold one (the rule alone refuted both counters and measured the pool at < 26,784 of 32,768 tokens); the
-    round as a whole took 56% of the cold round's time, so the counters stand and decide."""
+    own cold one (that pairing alone refuted both counters in an earlier run, which then measured the pool at
+    < 26,784 of 32,768 tokens); the round as a whole took 56% of the cold round's time, so the counters stand."""
     doc = json.loads((FIXTURES / "pool-probe-cpu-vllm-under-load.json").read_text())
     rounds = [[RequestResult(id=f"r{k}-{i}", **r) for i, r in enumerate(rnd)] for k, rnd in enumerate(doc["rounds"])]
     deltas = [MetricsDelta(**d) for d in doc["deltas"]]
