@@ -21,7 +21,7 @@ import time
 
 import servesize as s
 from servesize.model.hardware import load_gpus
-from servesize.planning.prices import gpu_hour_prices
+from servesize.sizing.prices import gpu_hour_prices
 
 TEAMS = ["agents=120:coding-agent", "support=300:chat", "research=40:rag"]
 

@@ -168,7 +168,7 @@ def test_the_planner_reads_think_time_in_one_place_and_it_has_one_default():
     from servesize.assumptions import modelled_assumptions
 
     readers = []
-    for path in sorted((SRC / "planning").rglob("*.py")):
+    for path in sorted([*(SRC / "planning").rglob("*.py"), *(SRC / "sizing").rglob("*.py")]):
         tree = ast.parse(path.read_text())
         for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
             for node in ast.walk(fn):

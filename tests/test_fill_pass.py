@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.planning.fill_pass import cap_for, warm_at_budgets, warm_at_charges
 from servesize.planning.warm_capacity import warm_capacity
+from servesize.sizing.fill_pass import cap_for, warm_at_budgets, warm_at_charges
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import EmpiricalClass, SessionClass, Workload
 from servesize.workload.presets import preset
@@ -101,7 +101,7 @@ def test_bad_inputs_are_refused():
 
 
 def test_many_budgets_are_counted_in_runs_of_bounded_memory_with_the_same_result(monkeypatch):
-    import servesize.planning.fill_pass as fill_pass
+    import servesize.sizing.fill_pass as fill_pass
 
     w = Workload.seed_reference()
     budgets = list(np.geomspace(2e5, 8e6, 23))
@@ -117,7 +117,7 @@ def test_a_budget_the_first_session_of_a_block_passes_alone_counts_no_session_of
     past several budgets at once, and those budgets were looked up before the block's own range: a wrong count where
     the lookup wrapped within the row, an IndexError ('servesize: bug') where it did not. Every count is checked here
     against counting by hand, budgets below the block's first entry included."""
-    from servesize.planning.fill_pass import _count_at_most
+    from servesize.sizing.fill_pass import _count_at_most
 
     rng = np.random.default_rng(7)
     cum = np.cumsum(rng.uniform(1.0, 50.0, (6, 64)), axis=1) + rng.uniform(0.0, 400.0, (6, 1))

@@ -16,7 +16,7 @@ import pytest
 import servesize as s
 from servesize.cli import main
 from servesize.errors import BadInput, ServesizeError
-from servesize.planning.prices import gpu_hour_prices, parse_price
+from servesize.sizing.prices import gpu_hour_prices, parse_price
 
 USERS = 150  # several replicas, several shapes within 8 GPUs (the prefill chunks beside the decodes bind: planning.interference)
 PRICES = {"L40S": 0.90, "H100-SXM": 2.20, "H200-SXM": 3.10}  # per GPU-hour, chosen so no one GPU wins by price alone

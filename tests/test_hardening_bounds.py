@@ -17,7 +17,7 @@ import pytest
 
 from servesize.cli import main
 from servesize.errors import MAX_MESSAGE_CHARS, BadInput, ServesizeError, clip
-from servesize.planning.teams import REPLICAS_PAST_COUNTING, replicas_for
+from servesize.sizing.teams import REPLICAS_PAST_COUNTING, replicas_for
 from servesize.units import MiB, parse_tokens, parse_vllm_int
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -284,7 +284,7 @@ def test_a_workload_whose_think_time_is_1e_300_is_refused_as_the_flag_is():
 
 @pytest.mark.parametrize("price", ["H100=2_5", "H100=2,5", "H100=" + "9" * 5000])
 def test_a_gpu_hour_price_with_a_separator_or_5000_digits_is_refused_in_a_short_line(price):
-    from servesize.planning.prices import parse_price
+    from servesize.sizing.prices import parse_price
 
     with pytest.raises(BadInput) as refused:
         parse_price(price)

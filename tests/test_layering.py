@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("servesize.engine",)),
     ("workload", ("servesize.workload",)),
     ("planning", ("servesize.planning",)),
+    ("sizing", ("servesize.sizing",)),
     ("vllm_logs", ("servesize.vllm_logs",)),
     ("simulate", ("servesize.simulate",)),
     ("api", ("servesize.scenario", "servesize.resolve", "servesize.api", "servesize.flags")),

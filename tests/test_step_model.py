@@ -60,7 +60,7 @@ def test_the_consumers_import_the_step_model(module):
         assert names, f"{module} does not import planning.step_model"
 
 
-@pytest.mark.parametrize("module", ["planning/teams.py", "planning/fleet.py", "planning/plan.py", "api.py"])
+@pytest.mark.parametrize("module", ["sizing/teams.py", "sizing/search.py", "planning/plan.py", "api.py"])
 def test_the_planners_price_time_through_the_modules_that_use_the_step_model(module):
     # teams, fleet and the plan price decode and prefill through planning.ceilings (decode_setup, prefill_setup,
     # step_model_of), which build on planning.step_model; power takes the decode capacity they computed

@@ -14,10 +14,11 @@ import servesize as s
 from servesize.errors import BadInput
 from servesize.planning.ceilings import CeilingCache, ceilings, contexts_of, decode_setup
 from servesize.planning.decode import decode_ceiling
-from servesize.planning.fill_pass import warm_at_budgets, warm_of_teams
 from servesize.planning.inputs import knob_value
 from servesize.planning.latency import ServiceMoments
-from servesize.planning.teams import (
+from servesize.resolve import plan_inputs
+from servesize.sizing.fill_pass import warm_at_budgets, warm_of_teams
+from servesize.sizing.teams import (
     MixedQueue,
     ShapeSplit,
     decoders_meeting,
@@ -25,7 +26,6 @@ from servesize.planning.teams import (
     shared_pool,
     split_on_shape,
 )
-from servesize.resolve import plan_inputs
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import EmpiricalClass, Workload
 from servesize.workload.presets import preset

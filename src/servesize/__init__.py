@@ -33,7 +33,7 @@ _EXPORTS = {
     "fleet": "servesize.api",  # fleet: the cheapest fleet for N users, teams
     "teams": "servesize.api",
     "FleetQuery": "servesize.scenario",
-    "FleetResult": "servesize.planning.fleet_result",
+    "FleetResult": "servesize.sizing.result",
     "Team": "servesize.workload.teams",
     "Plan": "servesize.planning.plan",
     "MemoryReport": "servesize.engine.memory",

@@ -56,13 +56,13 @@ if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit
     from servesize.engine.models_table import ModelRow, ModelsResult
     from servesize.planning.at_load import AtLoad as AtLoad
     from servesize.planning.disaggregated import DisaggregatedPlan
-    from servesize.planning.fleet_result import FleetOption as FleetOption
-    from servesize.planning.fleet_result import FleetResult as FleetResult
     from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan as Plan
-    from servesize.planning.teams import TeamsPanel
     from servesize.simulate.cache import ModelledService
     from servesize.simulate.replay import Replay
+    from servesize.sizing.result import FleetOption as FleetOption
+    from servesize.sizing.result import FleetResult as FleetResult
+    from servesize.sizing.teams import TeamsPanel
     from servesize.workload.fit import WorkloadFit
     from servesize.workload.presets import Preset
 
@@ -390,12 +390,12 @@ def engine_utilization(vllm_version: str, gpu_memory_utilization: float | None, 
 # fleet: plan --users N and servesize fleet --------------------------------------------------
 
 def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str], None] | None) -> Plan:
-    """plan --users N: one replica planned, the replicas N needs (planning.fleet.replicas_for_plan), that fleet planned."""
+    """plan --users N: one replica planned, the replicas N needs (sizing.search.replicas_for_plan), that fleet planned."""
     from dataclasses import replace
 
     from servesize.planning.ceilings import ceilings
-    from servesize.planning.fleet import replicas_for_plan
     from servesize.resolve import sized_scenario, users_sizing
+    from servesize.sizing.search import replicas_for_plan
 
     one = users_sizing(scenario)
     inputs = plan_inputs(one)
@@ -424,8 +424,8 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     The winner of one workload comes with the ``servesize plan`` command (and Scenario) that confirms it."""
     from dataclasses import replace
 
-    from servesize.planning.fleet import fleet_search
     from servesize.resolve import confirm_scenario, fleet_space, plan_command
+    from servesize.sizing.search import fleet_search
 
     q = query if query is not None else FleetQuery(**options)
     if query is not None and options:
@@ -475,14 +475,14 @@ def _disaggregated_beside(confirm: Scenario, winner: FleetOption, users: int,
 def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[str] | tuple[str, ...] | None = None) -> TeamsPanel:
     """Several teams on the scenario's deployment (its GPUs, TP and DP): each team's warm users when they share
     the pool under LRU (and alone on it), each team's ceilings and miss TTFT, and the replicas of this shape
-    the teams need sharing it or each on its own (``planning.teams.TeamsPanel``; ``.to_dict()`` for a page).
+    the teams need sharing it or each on its own (``sizing.teams.TeamsPanel``; ``.to_dict()`` for a page).
 
     ``team``: NAME=USERS[:WORKLOAD] (a preset name or a workload file; default the scenario's workload);
     ``priority``: NAME=LEVEL (higher first in the prefill queue)."""
     from dataclasses import replace
 
-    from servesize.planning.teams import teams_panel
     from servesize.resolve import teams_from
+    from servesize.sizing.teams import teams_panel
     from servesize.workload.teams import TeamMix
 
     if scenario.users is not None:

@@ -73,7 +73,7 @@ from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capaci
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
-from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (planning.teams)
+from servesize.workload.teams import TeamMix  # decode contexts of several teams' users (sizing.teams)
 
 if TYPE_CHECKING:
     from servesize.planning.load import _Tail

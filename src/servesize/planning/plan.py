@@ -50,7 +50,7 @@ class Plan:
     latency: Any = None
     decode_points: tuple[DecodePoint, ...] = ()  # per-user decode at 1 decoder and at the recipe's --max-num-seqs
     origin: Any = None                 # workload.presets.WorkloadOrigin: where each workload field came from
-    sizing: dict[str, Any] | None = None  # plan --users N: the replicas N users need (planning.fleet.replicas_for_plan)
+    sizing: dict[str, Any] | None = None  # plan --users N: the replicas N users need (sizing.search.replicas_for_plan)
     placement: Any = None              # engine.placement.Split: how --gpus is split into replicas (api.plan)
     memory: Any = field(default=None, compare=False, repr=False)  # the MemoryReport it was sized from
     vs_seed: dict[str, Any] | None = None  # plan.seed_difference: the one seed assumption that moves the answer

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from servesize.planning.ceilings import CEILINGS
-from servesize.planning.fleet_result import FleetOption, FleetResult
-from servesize.planning.teams import SharedPool, TeamsPanel
+from servesize.sizing.result import FleetOption, FleetResult
+from servesize.sizing.teams import SharedPool, TeamsPanel
 
 
 def _money(value: float | None, currency: str) -> str:

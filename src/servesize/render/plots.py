@@ -17,9 +17,9 @@ from servesize.errors import BadInput
 from servesize.limits import PLOT_SUFFIXES, check_output, write_output
 from servesize.planning.ceilings import CEILINGS, decode_setup
 from servesize.planning.decode import contexts_from, decode_curve
-from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.plan import Plan, sweep
+from servesize.sizing.result import FleetResult
 from servesize.workload.fit import WorkloadFit
 
 

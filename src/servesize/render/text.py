@@ -12,13 +12,13 @@ import math
 from servesize.planning.ceilings import CEILINGS
 from servesize.planning.disaggregated import CEILINGS as DISAGG_CEILINGS
 from servesize.planning.disaggregated import CONNECTOR_GPU_SOURCE, DisaggregatedPlan
-from servesize.planning.fleet_result import FleetResult
 from servesize.planning.inputs import knob_value
 from servesize.planning.load_models import load_model
 from servesize.planning.plan import Plan
-from servesize.planning.teams import TeamsPanel
 from servesize.planning.warm_capacity import WarmCapacity
 from servesize.render.engine_text import flag_lines, placement_lines, render_text
+from servesize.sizing.result import FleetResult
+from servesize.sizing.teams import TeamsPanel
 from servesize.units import GB
 from servesize.vllm_logs.calibration import CalibrationCheck
 from servesize.workload.fit import MIN_SUBAGENT_SAMPLES, NEVER_IN_A_LOG, WorkloadFit, fit_meaning

@@ -5,7 +5,7 @@
 - ``teams_of``            fleet --users N is one team of the workload; --team NAME=USERS[:WORKLOAD] each its
                           own (a preset name or a workload file; without one, the fleet's workload);
 - ``fleet_currency``      the fleet's prices and power bill in one currency, never converted;
-- ``fleet_space``         a FleetQuery -> what planning.fleet searches; ``confirm_scenario`` the Scenario
+- ``fleet_space``         a FleetQuery -> what sizing.search searches; ``confirm_scenario`` the Scenario
                           (and ``plan_command`` the command line) that confirms its answer.
 """
 
@@ -27,8 +27,8 @@ from servesize.workload.model import Workload
 from servesize.workload.teams import Team
 
 if TYPE_CHECKING:  # the fleet's modules load with the first fleet: memory, fit and plan start without them
-    from servesize.planning.fleet import FleetSpace, ModelChoice
-    from servesize.planning.fleet_result import FleetOption
+    from servesize.sizing.result import FleetOption
+    from servesize.sizing.search import FleetSpace, ModelChoice
 
 
 def users_sizing(scenario: Scenario) -> Scenario:
@@ -104,7 +104,7 @@ def teams_of(query: FleetQuery, model_limit: int | None = None) -> tuple[tuple[T
 def fleet_currency(query: FleetQuery) -> str:
     """The fleet's currency: --currency, else the price list's. A power bill added to the prices must be in it:
     the default tariff is in EUR (power.currency), so another currency needs its own --electricity-price."""
-    from servesize.planning.prices import gpu_hour_prices
+    from servesize.sizing.prices import gpu_hour_prices
 
     listed = {p.currency for p in gpu_hour_prices().values()}
     currency = query.currency or (listed.pop() if len(listed) == 1 else "USD")
@@ -128,12 +128,12 @@ def _ints(items: tuple[str, ...] | None, flag: str) -> tuple[int, ...]:
 
 
 def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineConfig]]:
-    """What planning.fleet searches, and each model's display name -> the spec it was given as."""
+    """What sizing.search searches, and each model's display name -> the spec it was given as."""
     from servesize.engine.kv_cache import KV_CACHE_DTYPES
     from servesize.engine.weights import normalise_precision
     from servesize.model.hardware import find_gpu, load_gpus
-    from servesize.planning.fleet import FleetSpace
-    from servesize.planning.prices import parse_price, with_overrides
+    from servesize.sizing.prices import parse_price, with_overrides
+    from servesize.sizing.search import FleetSpace
 
     lists = query.lists()
     for name, most in (("models", 8), ("gpus_from", 64), ("precision", 4), ("kv_cache_dtype", 4),
@@ -170,7 +170,7 @@ def fleet_space(query: FleetQuery) -> tuple[FleetSpace, dict[str, str | InlineCo
 
 def _model_choice(query: FleetQuery, spec: str | InlineConfig, gpu_key: str) -> ModelChoice:
     """One model of the search: its knobs, teams and planned deployment (what every fleet of it shares)."""
-    from servesize.planning.fleet import ModelChoice
+    from servesize.sizing.search import ModelChoice
     from servesize.workload.teams import TeamMix
 
     model = model_of(spec)

@@ -3,7 +3,7 @@
 The teams' requests share one pool, one decode batch and one prefill queue (workload.teams):
 
 - cache: team t's users stay warm when everything touched in one of its think times fits; its fill
-  (workload.teams, window(t); planning.fill_pass) gives how many of them the pool keeps at this mix
+  (workload.teams, window(t); sizing.fill_pass) gives how many of them the pool keeps at this mix
   (p5 over fills, x replicas under sticky routing), so the long sessions of teams that return often
   evict the short ones of a team that returns rarely;
 - decode: one batch; the ceiling n counts every user decoding at once (the plan's count), the
@@ -48,7 +48,6 @@ from servesize.planning.ceilings import (
     prefill_setup,
 )
 from servesize.planning.decode import ContextBank, DecodeSetup, median_speed
-from servesize.planning.fill_pass import warm_of_teams
 from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
 from servesize.planning.latency import (
     ServiceMoments,
@@ -60,6 +59,7 @@ from servesize.planning.latency import (
 from servesize.planning.load import think_time_of
 from servesize.planning.lru import ChurnBound
 from servesize.planning.warm_capacity import Percentiles
+from servesize.sizing.fill_pass import warm_of_teams
 from servesize.workload.teams import TeamMix
 
 _BISECTION_STEPS = 60
@@ -211,7 +211,7 @@ class ReplicaCeilings:
         return out
 
 
-# A replica count past any fleet (planning.fleet.MAX_GPUS is 4,096): what replicas_for answers when a ceiling so
+# A replica count past any fleet (sizing.search.MAX_GPUS is 4,096): what replicas_for answers when a ceiling so
 # small that users / ceiling is past exact float integers (or infinite) would need more, instead of counting to it.
 REPLICAS_PAST_COUNTING = 2**53
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from servesize.planning.prices import GpuPrice
+    from servesize.sizing.prices import GpuPrice
     from servesize.workload.teams import Team
 
 
@@ -188,12 +188,12 @@ class FleetResult:
     frontier: tuple[FleetOption, ...]   # cost against users served: no cheaper fleet serves as many
     skipped: tuple[tuple[str, str], ...]
     shapes_searched: int
-    prices: tuple[GpuPrice, ...]        # planning.prices.GpuPrice of the GPUs searched
+    prices: tuple[GpuPrice, ...]        # sizing.prices.GpuPrice of the GPUs searched
     routing: bool                       # sticky
     max_gpus: int
     winner: FleetOption | None = None
     plan: Any = None                    # the winner's Plan (one workload)
-    shared_pool: Any = None             # the winner's teams panel (several teams): planning.teams.SharedPool
+    shared_pool: Any = None             # the winner's teams panel (several teams): sizing.teams.SharedPool
     recipe: str | None = None
     recipe_notes: tuple[str, ...] = ()
     partition: Partition | None = None

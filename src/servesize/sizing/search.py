@@ -3,17 +3,17 @@
 A *replica shape* is one model at one precision and KV dtype on ``tp`` GPUs of one type (tensor
 parallel: one engine, one pool); a *fleet* is a shape with ``dp`` replicas (data parallel), tp x dp
 GPUs. The search covers every model given, each precision and KV dtype asked, every GPU type with a
-price (planning.prices), every tensor-parallel size the model's heads allow up to --max-gpus.
+price (sizing.prices), every tensor-parallel size the model's heads allow up to --max-gpus.
 
 Computed once and shared, never a whole plan per candidate:
 
 - per shape, the memory report and the planner's Fixed, at DP 1 (a replica's pool does not depend on
   how many replicas there are);
 - per (stream, state charge), one pass over the random bank fills every shape's pool at once
-  (planning.fill_pass): the plan's own numbers and counts;
+  (sizing.fill_pass): the plan's own numbers and counts;
 - per stream, one bank of decode contexts; per shape, the decode bisection, stopped at the users asked
   for; per (prefill setup, workload), the prefill moments; latency and saturation in closed form;
-- per shape, the ceilings of one replica group (planning.teams). Replicas scale them: decode, latency
+- per shape, the ceilings of one replica group (sizing.teams). Replicas scale them: decode, latency
   and saturation always, the cache only under sticky routing. The fewest replicas a shape needs is then
   arithmetic, and every DP up to it is a point of the cost-users frontier at no further cost.
 
@@ -37,15 +37,15 @@ from servesize.errors import BadInput, ServesizeError
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu, GpuGroup
 from servesize.planning.ceilings import CeilingCache
-from servesize.planning.fill_pass import warm_of_teams
-from servesize.planning.fleet_result import FleetOption, FleetResult, Partition, TeamSplit, verdict
 from servesize.planning.inputs import Fixed, Knobs, fixed_from_memory, knob_value, spec_speedup_of
 from servesize.planning.plan import bill_at, make_plan
-from servesize.planning.prices import GpuPrice
 from servesize.planning.recipe import checkpoint_note, routing_note, serve_command
-from servesize.planning.teams import ReplicaCeilings, replica_ceilings, replicas_for, shared_pool
 from servesize.planning.warm_capacity import _MAX_DRAWS
 from servesize.progress import Progress as Say
+from servesize.sizing.fill_pass import warm_of_teams
+from servesize.sizing.prices import GpuPrice
+from servesize.sizing.result import FleetOption, FleetResult, Partition, TeamSplit, verdict
+from servesize.sizing.teams import ReplicaCeilings, replica_ceilings, replicas_for, shared_pool
 from servesize.workload.teams import TeamMix
 
 MAX_GPUS = 4096
