@@ -243,7 +243,7 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     comfort = eng.Comfort(ttft_limit_s=float(knob_value(knobs, "ttft_limit_s")),
                           decode_floor_tok_s=float(knob_value(knobs, "decode_floor")))
     source = _simulation_trace(d_in.workload, None, None, None, seed)
-    base = ReplayOptions(warmup=0.0, seed=seed, block_size=d_cfg.block_size, align="stagger",
+    base = ReplayOptions(warmup=0.0, seed=seed, block_size=d_cfg.block_size, align="stagger", cut=False,
                          max_model_len=min(p_report.pool.max_model_len, d_report.pool.max_model_len),
                          session_gap_s=float(d_in.workload.think_time_s))
 

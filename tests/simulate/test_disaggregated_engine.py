@@ -77,10 +77,17 @@ def test_two_decode_instances_share_the_users_and_each_keeps_its_own_sessions(se
     assert np.median(two.decode_tok_s) >= np.median(one.decode_tok_s)  # fewer decoders per instance
 
 
-def test_the_plan_agrees_with_the_simulator_on_one_prefill_and_one_decode_instance():
+def test_the_check_on_one_prefill_and_one_decode_instance_gives_the_engines_users_and_says_why_plan_differs():
+    """1P1D of the 27B on two H200s, coding-agent: plan's latency ceiling (the prefill queue) binds. Until the engine
+    measured its users only while all of them sent (2026-12-05 night), its load fell through the measured half and
+    the two agreed; at the full load the engine's TTFT breaks first, and the check says so in one line."""
     from servesize.api import check_disaggregated
 
     got = check_disaggregated(Scenario(model="qwen3.6-27b", gpus="2xH200", quantization="fp8", kv_cache_dtype="fp8",
                                        prefill_instances=1, decode_instances=1))
-    assert got["agree"], got
     assert got["engine_users"] > 0 and "engine simulator" in got["line"]
+    assert got["agree"] == (abs(got["gap"]) <= got["tolerance"])
+    if not got["agree"]:
+        why = got["disagreement"]
+        assert f"plan {got['plan_users']:,.0f} users ({got['plan_binding']} binds)" in why, why
+        assert f"the engine simulator's {got['engine_users']:,}" in why and got["reason"] in why, why

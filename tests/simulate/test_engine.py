@@ -169,12 +169,43 @@ def test_the_search_over_users_runs_closed_loop_sessions_from_a_trace():
     times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.002, decode_per_seq_s=0.001)
     at, found = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times,
                              Comfort(), users=3)
-    assert found is None and at.users == 3 and np.isfinite(at.finish_s).all()
+    assert found is None and at.users == 3 and np.isfinite(at.finish_s[at.measured()]).all()
     _, found = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times, Comfort(),
                             max_users=64)
     # 1 ms a decoder and 2 ms a step: the floor (40 tok/s, 25 ms a step) holds to 23 decoding at once; users think
     # 19 s between 20-token answers, so far more than 23 users are served
     assert found.users > 23
+
+
+def test_n_users_are_measured_until_the_first_runs_out_and_every_user_sends_until_then():
+    """N closed-loop users: the run measures what is sent until the first user runs out of requests (after it,
+    fewer users send and the load falls), and stops once those are answered. The replay keeps every drawn
+    session (``cut=False``): a cut on the trace's clock, whose turns took 1 s, would drop the sessions the
+    engine's slower service pushes past it (before the window existed, users ran out one by one through the
+    measured half, and its load was a fraction of N users')."""
+    rows = []
+    for s in range(8):  # the trace served session s's turns in s % 3 s each: its turns 1 + s % 3 s apart, pauses 1 s
+        ids: list[int] = []
+        for turn in range(4):
+            ids = ids + [100 * s + len(ids) + j for j in range(2)]
+            rows.append((f"s{s}", (1.0 + s % 3) * turn, B * len(ids), list(ids), 40, float(s % 3)))
+    trace = make_trace(rows, block_size=B, clock="session")
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.05, decode_per_seq_s=0.0)  # 2 s a 40-token answer
+    cfg = EngineConfig(num_blocks=4000, block_size=B)
+    kept = build_replay(trace, ReplayOptions(users=4, sessions_per_user=6, warmup=0.0, block_size=B, cut=False))
+    cut = build_replay(trace, ReplayOptions(users=4, sessions_per_user=6, warmup=0.0, block_size=B))
+    assert kept.requests == 4 * 6 * 4 > cut.requests  # the trace's clock ends the cut replay's users early
+    run = simulate_engine(kept, cfg, times)
+    users = kept.user
+    last = {u: np.nanmax(np.where(np.isnan(run.finish_s[users == u]), np.inf, run.finish_s[users == u]))
+            for u in range(4)}
+    assert run.window_end_s == min(last.values())  # the first user's last answer ends the window
+    assert all(t >= run.window_end_s for t in last.values())  # every user sends until then
+    m = run.measured()
+    assert m.any() and (run.arrival_s[m] <= run.window_end_s).all()
+    assert (run.arrival_s[m] >= 0.5 * run.window_end_s).all()  # the warm-up's half of the window is not measured
+    sent = [int(((users == u) & (run.arrival_s <= run.window_end_s)).sum()) for u in range(4)]
+    assert max(sent) - min(sent) <= 1, sent  # each user's cycle is the same: all send as often through the window
 
 
 def test_bad_engine_settings_are_one_line_errors():

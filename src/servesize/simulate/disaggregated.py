@@ -167,7 +167,7 @@ def _merged(prefills: list[_Prefill], decodes: list[_Decode], replay: Replay, us
                     finish_s=finish, hit_tokens=np.minimum(p_hit, d_hit).astype(np.int64),
                     ideal_tokens=ideal.astype(np.int64), input_tokens=prefills[0].prompt,
                     output_tokens=decodes[0].out, preemptions=np.sum([r.preemptions for r in p_runs + d_runs], axis=0),
-                    warmup=warmup)
+                    warmup=warmup, window_end_s=min(p.first_out for p in prefills))  # users run out at their prefill
     for r in p_runs + d_runs:
         run.steps += r.steps
         run.events += r.events

@@ -30,8 +30,13 @@ arrival, finish or block boundary, and is advanced in one vectorised jump (the s
 
 Reported: time to first token (arrival to the end of the step that finishes its prefill, queueing included)
 and each request's decode speed (its output after the first token over the time it took), p50 and p95, over
-the requests that arrive after the warm-up; and the users at which the comfort SLO (DESIGN.md: warm, the
-decode floor at p95 of requests, the TTFT budget at p95) breaks, by a bounded search over N.
+the requests that arrive after the warm-up. With N users (replay.py's ``--users``: each runs drawn sessions back
+to back) only the requests sent before the first user runs out of sessions are measured, the warm-up being the
+first half of that window, and the run stops once they are answered: after it fewer users send. (Until
+2026-12-05 the window was the run's second half, through which users ran out one by one: Llama 3.1 70B on four
+H100s at 44 batch users measured 0.92 requests/s, 1.83/s in the window, and the users found were too many.)
+And the users at which the comfort SLO (DESIGN.md: warm, the decode floor at p95 of requests, the TTFT budget at
+p95) breaks, by a bounded search over N.
 
 Not modelled: CUDA graphs' padding, the async scheduler's overlap, priorities, the V1 ``long_prefill_token
 _threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), recurrent-state
@@ -132,10 +137,15 @@ class EngineRun:
     step_seconds: list[float] = field(default_factory=list)     # the same steps' durations (inter-token times)
     stopped: bool = False         # MAX_ENGINE_STEPS reached
     warmup: float = DEFAULT_WARMUP
+    # N closed-loop users: when the first of them ran out of requests (inf: the trace's own sessions, or open loop).
+    # Only what was sent before it is measured: after it fewer users send, and the load falls
+    window_end_s: float = math.inf
 
     def measured(self) -> np.ndarray:
+        """The requests measured: answered, and sent within the window (after the warm-up's share of it)."""
         done = np.isfinite(self.first_token_s)
-        return done & (self.arrival_s >= self.warmup * self.clock_s)
+        end = min(self.clock_s, self.window_end_s)
+        return done & (self.arrival_s >= self.warmup * end) & (self.arrival_s <= end)
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -162,9 +172,22 @@ class EngineRun:
         total = float(self.input_tokens[m].sum())
         return float(self.hit_tokens[m].sum()) / total if total else 0.0
 
+    @property
+    def sent_per_s(self) -> float | None:
+        """Requests sent per second in the measured window (the load the comfort SLO is judged at); None when the
+        window is empty."""
+        end = min(self.clock_s, self.window_end_s)
+        span = end * (1.0 - self.warmup)
+        if not span > 0:
+            return None
+        a = self.arrival_s
+        return float(np.count_nonzero((a >= self.warmup * end) & (a <= end)) / span)
+
     def summary(self) -> dict:
         ttft, speed = self.ttft_s, self.decode_tok_s
         return {"users": self.users, "requests": int(self.arrival_s.size), "measured": int(self.measured().sum()),
+                "window_end_s": float(self.window_end_s) if math.isfinite(self.window_end_s) else None,
+                "sent_per_s": self.sent_per_s,
                 "ttft_s_p50": _pct(ttft, 50), "ttft_s_p95": _pct(ttft, 95),
                 "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
                 "warm_share": self.warm_share, "token_hit_rate": self.token_hit_rate,
@@ -223,6 +246,9 @@ class _Engine:
                              preemptions=np.zeros(n, dtype=np.int64), warmup=warmup)
         self.admitted_once = np.zeros(n, dtype=bool)
         self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats)
+        # N users (replay.py's --users; not a trace's own sessions): when the first of them runs out of requests
+        self.users_made = bool(n) and bool(np.all(replay.user >= 0))
+        self.first_out = math.inf
 
     # -- blocks ---------------------------------------------------------------------------------
     def _nodes(self, i: int) -> np.ndarray:
@@ -410,6 +436,16 @@ class _Engine:
         if k < len(self.order[user]):
             j = self.order[user][k]
             heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
+        elif self.users_made:
+            self.first_out = min(self.first_out, t)
+
+    def window_done(self) -> bool:
+        """N users: the first of them has run out and every request sent before then is answered (the rest of the
+        run is not measured: ``EngineRun.window_end_s``)."""
+        if not math.isfinite(self.first_out) or (self.arrivals and self.arrivals[0][0] <= self.first_out):
+            return False
+        pending = [*self.running, *self.waiting]
+        return not pending or bool(np.all(self.run.arrival_s[pending] > self.first_out))
 
     def _finish(self, i: int) -> None:
         self.run.finish_s[i] = self.now + self.fixed_s  # the last token as the client reads it
@@ -596,7 +632,10 @@ def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float =
         if eng.run.steps >= max_steps:
             eng.run.stopped = True
             break
+        if eng.window_done():
+            break
     eng.run.clock_s = eng.now
+    eng.run.window_end_s = eng.first_out
     return eng.run
 
 
@@ -733,8 +772,8 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
     trace of lone requests on one clock (Mooncake): its arrivals compressed or stretched so that they come at the
     rate N users make, N x (1 + r) / think time (planning.latency.request_rate; ``think_time_s`` the workload's),
     each request on its own (open-loop)."""
-    if trace.has_sessions:
-        base = replace(opts, users=None, warmup=0.0, block_size=cfg.block_size,
+    if trace.has_sessions:  # closed loop: every drawn session kept, the run measured until the first user runs out
+        base = replace(opts, users=None, warmup=0.0, block_size=cfg.block_size, cut=False,
                        align=opts.align if opts.align in ("t0", "stagger") else "stagger")
 
         def run_at(n: int) -> EngineRun:

@@ -11,7 +11,9 @@ The choices that change a hit rate, each named and stated in every output:
   through ``sessions_per_user`` sessions (default max(4, ceil(100 / N)): at least four each and a hundred in
   all) drawn (seeded) from the trace back to back, pausing the trace's
   median think time between two; the replay stops when the first user runs out of sessions, so N users
-  are active throughout. A session drawn twice is a second user's copy: its blocks are its own;
+  are active throughout (on the trace's clock; a closed-loop engine replay keeps every drawn session,
+  ``cut=False``, and finds where the first user runs out on its own clock: simulate/engine.py). A session
+  drawn twice is a second user's copy: its blocks are its own;
 - **block size**: the engine's. Trace ids are chained (one names a block and all before it), so an engine
   block is named by the trace block that holds its last token and that token's place in it: an engine
   block smaller than the trace's takes the trace block's identity and its own position in it, a larger one
@@ -56,6 +58,10 @@ class ReplayOptions:
     seed: int = DEFAULT_SEED
     block_size: int | None = None       # the engine's; None: the trace's own
     max_model_len: int | None = None    # prompts longer are refused by vLLM: left out and counted
+    # N users: cut where the first user runs out on the trace's clock (an open-loop replay, whose arrivals are those
+    # times); False keeps every drawn session, for a closed-loop engine that finds where the first user runs out on
+    # its own clock (simulate/engine.py: a request's service there is the engine's, not the trace's)
+    cut: bool = True
     session_gap_s: float | None = None  # the mean pause between a user's sessions, each drawn exponential (seeded);
                                         # None: the trace's median pause between turns, every time (sessions
                                         # generated from a workload: its mean think time, drawn as its turns' are)
@@ -239,7 +245,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     first = np.arange(n_users) * (median_s / n_users) if opts.align == "stagger" else np.zeros(n_users)
     lengths = (durations + gap).reshape(n_users, per_user)
     starts = first[:, None] + np.cumsum(lengths, axis=1) - lengths
-    stop = float(np.min(starts[:, -1] + durations.reshape(n_users, per_user)[:, -1]))
+    stop = float(np.min(starts[:, -1] + durations.reshape(n_users, per_user)[:, -1])) if opts.cut else math.inf
     counts = hi[picks] - lo[picks]
     _refuse_blocks(int(np.add.reduceat(trace.input_tokens[grouped] // (opts.block_size or trace.block_size), lo)[picks].sum()),
                    opts.block_size or trace.block_size, f"--users {n_users:,}")
@@ -252,7 +258,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     # a draw's subagents are sessions of their own, apart from the draw's main session
     _, session = np.unique((draw * len(trace.sessions) + s_local)[inside], return_inverse=True)
     session = session.astype(np.int64).ravel()
-    choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": float(np.mean(gap)), "stop_s": stop,
+    choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": float(np.mean(gap)), "stop_s": stop if opts.cut else None,
                "sessions_drawn": need, "distinct_sessions_drawn": int(min(need, mains.size))}
     return _Plan(source[inside], arrival[inside], session, (draw // per_user)[inside], copy_of_draw[draw][inside],
                  int(session.max()) + 1 if session.size else 0, choices)
@@ -372,8 +378,10 @@ def describe_choices(choices: dict) -> str:
              f"warm-up {choices['warmup']:.0%} of {choices['replayed_requests']:,} requests",
              f"{choices['block_size']}-token blocks"]
     if "users" in choices:
+        cut = (f"cut at {choices['stop_s']:,.0f} s" if choices["stop_s"] is not None else
+               "measured until the first user runs out")
         parts.insert(0, f"{choices['users']:,} users x {choices['sessions_per_user']} sessions "
-                        f"(gap {choices['session_gap_s']:.0f} s, cut at {choices['stop_s']:,.0f} s)")
+                        f"(gap {choices['session_gap_s']:.0f} s, {cut})")
     if "stagger_s" in choices:
         parts.append(f"stagger {choices['stagger_s']:.2f} s")
     return ", ".join(parts)
