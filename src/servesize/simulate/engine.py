@@ -246,8 +246,9 @@ class _Engine:
                              preemptions=np.zeros(n, dtype=np.int64), warmup=warmup)
         self.admitted_once = np.zeros(n, dtype=bool)
         self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats)
-        # N users (replay.py's --users; not a trace's own sessions): when the first of them runs out of requests
-        self.users_made = bool(n) and bool(np.all(replay.user >= 0))
+        # N users running drawn sessions until they run out (replay.py's --users, uncut: not a trace's own sessions,
+        # nor a benchmark's slots, which send a fixed list): when the first of them runs out of requests
+        self.until_first_out = bool(replay.choices.get("until_first_out"))
         self.first_out = math.inf
 
     # -- blocks ---------------------------------------------------------------------------------
@@ -436,7 +437,7 @@ class _Engine:
         if k < len(self.order[user]):
             j = self.order[user][k]
             heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
-        elif self.users_made:
+        elif self.until_first_out:
             self.first_out = min(self.first_out, t)
 
     def window_done(self) -> bool:

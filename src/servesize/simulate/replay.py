@@ -259,6 +259,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     _, session = np.unique((draw * len(trace.sessions) + s_local)[inside], return_inverse=True)
     session = session.astype(np.int64).ravel()
     choices = {"users": n_users, "sessions_per_user": per_user, "session_gap_s": float(np.mean(gap)), "stop_s": stop if opts.cut else None,
+               "until_first_out": not opts.cut,  # how a closed-loop engine measures it (simulate/engine.py)
                "sessions_drawn": need, "distinct_sessions_drawn": int(min(need, mains.size))}
     return _Plan(source[inside], arrival[inside], session, (draw // per_user)[inside], copy_of_draw[draw][inside],
                  int(session.max()) + 1 if session.size else 0, choices)
