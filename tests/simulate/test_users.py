@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from tracebuild import make_trace
 
+from servesize.planning.ceilings import start_tokens
 from servesize.simulate.cache import CacheConfig, replay_exact
 from servesize.simulate.replay import ReplayOptions, build_replay
 from servesize.simulate.synthetic import synthesize
@@ -67,6 +68,19 @@ def test_generated_sessions_grow_by_one_reply_and_one_turn_and_share_the_user_pr
     a, b = trace.ids_of(0), trace.ids_of(6)  # the first requests of two sessions
     assert a[: 512 // B].tolist() == b[: 512 // B].tolist() and a[512 // B] != b[512 // B]
     assert np.all(np.diff(trace.t_s[first]) > 0)
+
+
+def test_generated_requests_have_the_workloads_context_not_half_a_session_more():
+    # coding-agent's user class alone: sessions of 8 requests growing 3,000 tokens each. Started at their draw,
+    # the requests averaged 1.17-1.25x the class's mean over seeds 0-5 (half a session's growth above it); each
+    # draw placed at a uniformly drawn request, 1.00-1.09x (the shared prefix and one turn floor the starts)
+    w = Workload(user=SessionClass("user", 31000, 0.81, prefix_tokens=15000), subagent=None, invalidation=0.0,
+                 think_time_s=30.0, output_tokens=1000, warm_turn_tokens=2000, max_model_len=180_000, session_turns=8)
+    ratios = [synthesize(w, sessions=300, seed=s).input_tokens.mean() / w.mean_tokens() for s in range(3)]
+    assert all(0.95 < r < 1.12 for r in ratios), ratios
+    # the plan prices a session's start by the same rule: the k-th draw reached at request k mod 8
+    new, prior = start_tokens(w, np.full(8, 40_000.0))
+    assert prior == 15000 and new.tolist() == [max(40_000 - k * 3000, 17_000) - 15000 for k in range(8)]
 
 
 def test_a_workload_fitted_from_generated_sessions_recovers_their_prefix_and_think_time():

@@ -382,21 +382,25 @@ def cold_shares(workload: Workload, knobs: Knobs) -> tuple[float, float]:
 
 
 def start_tokens(workload: Workload, lengths: np.ndarray) -> tuple[np.ndarray, float]:
-    """(new tokens, cached prior) of a session's first request at each context length: its context beyond the
-    shared prefix, at least one turn (as the session generator draws it, simulate/synthetic.py)."""
-    prefix = float(workload.user.prefix_tokens)
-    return np.maximum(lengths - prefix, float(workload.warm_turn_tokens)), prefix
+    """(new tokens, cached prior) of the session starts drawn at these context lengths: each draw is its
+    session's context at one of its ``session_turns`` requests, taken in turn (the k-th draw at request k mod
+    turns: uniform, as the session generator draws it, simulate/synthetic.py), so the start is that many
+    turns' growth earlier (Workload.session_start_tokens); it prefills its context beyond the shared prefix."""
+    prefix = workload.user.prefix_tokens
+    turns = np.arange(lengths.size) % max(1, workload.session_turns)
+    return np.asarray(workload.session_start_tokens(lengths, turns, prefix), dtype=float) - prefix, float(prefix)
 
 
 def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank
                ) -> tuple[np.ndarray, np.ndarray, int]:
     """The decode's own context draws (fills x 128), each one's cold prefill, and how many of them (the first)
-    are session starts: a start prefills its context beyond the shared prefix (at least one turn, as the
-    session generator draws it, simulate/synthetic.py); the rest re-prefill the whole context. The starts'
+    are session starts: a start prefills its first prompt beyond the shared prefix (``start_tokens``: that many
+    turns before its drawn context, as the session generator draws it); the rest re-prefill the whole context. The starts'
     count is their share of the cold requests (Workload.cold_shares)."""
     pset = prefill_setup(fixed, knobs)
     invalidated, started = cold_shares(workload, knobs)
-    key = (pset, id(bank), workload.warm_turn_tokens, workload.user.prefix_tokens, invalidated, started)
+    key = (pset, id(bank), workload.warm_turn_tokens, workload.output_tokens, workload.user.prefix_tokens,
+           invalidated, started)
     if key not in cache.cold:
         lengths = bank.matrix(128).ravel()
         cold = np.asarray(pset.miss_seconds(lengths), dtype=float)
@@ -424,7 +428,8 @@ def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
     """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
     percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
-    key = (pset, id(bank), workload.warm_turn_tokens, cold_shares(workload, knobs), workload.user.prefix_tokens)
+    key = (pset, id(bank), workload.warm_turn_tokens, workload.output_tokens, cold_shares(workload, knobs),
+           workload.user.prefix_tokens)
     if key not in cache.ttft_samples:
         lengths, cold, _starts = cold_draws(fixed, workload, knobs, cache, bank)
         cache.ttft_samples[key] = (cold, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
@@ -522,13 +527,14 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
     """The cache ceiling's bound under LRU churn (planning.lru), per replica; None under the seed's reading.
 
     A request writes its prefilled tokens and its output: a warm tail, a cold re-prefill of the whole context,
-    or a session's start beyond the shared prefix (Workload.cold_shares). The cycle is the mean think time, the
+    or a session's start beyond the shared prefix (Workload.cold_shares; at the mean context, ``start_tokens``
+    over a session's turns). The cycle is the mean think time, the
     prefill's mean service and a decode at the floor (the slowest comfortable one)."""
     if not knobs.a("cache.churn"):
         return None
     invalidated, started = cold_shares(workload, knobs)
     out, turn, mean_l = float(workload.output_tokens), float(workload.warm_turn_tokens), float(workload.mean_tokens())
-    start_new = max(mean_l - float(workload.user.prefix_tokens), turn)
+    start_new = float(start_tokens(workload, np.full(max(1, workload.session_turns), mean_l))[0].mean())
     new = (1.0 - invalidated - started) * turn + invalidated * mean_l + started * start_new + out
     cycle = think_time_of(workload) + (m.mean_s if m is not None else 0.0) + out / floor
     offload = knobs.cpu_offload_bytes / (fixed.kv_bytes_per_token_rank * fixed.tp) if knobs.cpu_offload_bytes else 0.0

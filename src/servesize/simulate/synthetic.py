@@ -1,9 +1,12 @@
 """A servesize Workload -> sessions of requests, in the same Trace every reader makes.
 
-A session starts at a context of L tokens drawn from its class (log-normal: ln L ~ N(ln median, sigma);
-empirical: bootstrapped), at least its class's shared prefix plus one turn and at most max_model_len less
-the output; each later request appends the reply (``output_tokens``) and a new turn (``warm_turn_tokens``),
-so every prompt extends the previous one. A session ends after ``turns_per_session`` requests or when the
+Each request appends the previous reply (``output_tokens``) and a new turn (``warm_turn_tokens``) to
+the one before, so every prompt extends the previous one. A session's context of L tokens drawn from its
+class (log-normal: ln L ~ N(ln median, sigma); empirical: bootstrapped) is its prompt at one of its
+requests drawn uniformly, so it starts that many turns' growth earlier (Workload.session_start_tokens,
+which the plan prices session starts by), at least its class's shared prefix plus one turn and at most
+max_model_len less the output. A subagent's session has as many requests as its parent's share of them
+(turns x r / (1 + r), at least one). A session ends after ``turns_per_session`` requests or when the
 next would pass max_model_len. Requests follow one another after an exponential think time (mean
 ``think_time_s``). With probability r / (1 + r) (r = ``subagent_ratio``) a request is a turn of the session's
 subagent instead: a session of its own with its class's prefix, started on its parent's clock. With
@@ -50,7 +53,7 @@ class _Session:
         self.t = 0.0
 
 
-def _new(b: TraceBuilder, workload: Workload, kind: str, rng: np.random.Generator, parent: int = -1,
+def _new(b: TraceBuilder, workload: Workload, kind: str, rng: np.random.Generator, turns: int, parent: int = -1,
          start: float = 0.0) -> _Session:
     cls = workload.user if kind == "user" else workload.subagent
     assert cls is not None
@@ -59,7 +62,7 @@ def _new(b: TraceBuilder, workload: Workload, kind: str, rng: np.random.Generato
     hi = workload.max_model_len - workload.output_tokens
     if lo > hi:
         raise BadInput(f"max_model_len ({workload.max_model_len:,}) cannot hold the {kind} prefix, one turn and the output")
-    tokens = int(min(max(_length(cls, rng), lo), hi))
+    tokens = int(min(workload.session_start_tokens(_length(cls, rng), rng.integers(turns), prefix), hi))
     shared = "user" if kind == "user" or workload.subagents_share_prefix else "subagent"
     index = b.add_session(SessionInfo(key=f"{kind}-{len(b.sessions)}", parent=parent, start_s=start, prefix_tokens=prefix))
     return _Session(index, kind, tokens, prefix, shared)
@@ -84,15 +87,16 @@ def synthesize(workload: Workload, *, sessions: int | None = None, turns_per_ses
     chains = PrefixChains(block_size)
     p_sub = workload.subagent_probability if workload.subagent is not None else 0.0
     grow = workload.output_tokens + workload.warm_turn_tokens
+    sub_turns = max(1, math.ceil(turns_per_session * p_sub))  # a subagent session's requests, of its parent's
     for _ in range(sessions):
-        user = _new(b, workload, "user", rng)
+        user = _new(b, workload, "user", rng, turns_per_session)
         sub: _Session | None = None
         now = 0.0  # on the user session's clock
         while user.turns < turns_per_session and user.tokens + workload.output_tokens <= workload.max_model_len:
             s = user
             if p_sub and rng.random() < p_sub:
                 if sub is None or sub.tokens + grow + workload.output_tokens > workload.max_model_len:
-                    sub = _new(b, workload, "subagent", rng, parent=user.index, start=now)
+                    sub = _new(b, workload, "subagent", rng, sub_turns, parent=user.index, start=now)
                     sub.t = now  # its start on the parent's clock; its requests count from there
                 s = sub
             salted = s.turns > 0 and rng.random() < workload.invalidation

@@ -456,6 +456,19 @@ class Workload:
         start = 1.0 / self.session_turns
         return self.invalidation * (1.0 - start), start
 
+    def session_start_tokens(self, context, turn, prefix_tokens: int):
+        """A session's first prompt (tokens) where ``context`` (its class's draw) is its prompt at its request
+        number ``turn`` (0-based): ``turn`` replies and turns (``output_tokens + warm_turn_tokens`` each) earlier,
+        at least the shared prefix and one turn. Drawing ``turn`` uniformly over a session's requests makes the
+        class's distribution its requests' (their mean is its mean), as the plan reads it; a session started at
+        its draw would sit half a session's growth above it (coding-agent's user class: 1.17-1.25x its mean,
+        tests/simulate/test_users.py). The session generator (simulate/synthetic.py) and the plan's pricing of session
+        starts (planning/ceilings.py) both call this. Numbers or arrays."""
+        import numpy as np
+        grow = self.output_tokens + self.warm_turn_tokens
+        return np.maximum(np.asarray(context, dtype=float) - np.asarray(turn) * grow,
+                          float(prefix_tokens + self.warm_turn_tokens))
+
     def lengths_key(self) -> tuple:
         """Everything the sampled full lengths depend on (not coldness, which does not change a length)."""
         return (self.user, self.subagent, self.subagent_ratio, self.subagents_share_prefix, self.max_model_len)
