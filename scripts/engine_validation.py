@@ -3,6 +3,7 @@
 Run:  PYTHONPATH=src .venv/bin/python scripts/engine_validation.py [--traces ../shared/traces] [--out table.md]
 (the traces are optional large data outside the clone; see docs/simulate.md for their public sources)
                                    [--only presets|traces] [--json rows.json] [--deployment 27b|moe|tp4]
+                                   [--trace claude-code-sessions.jsonl.gz ...]
 
 Three deployments: Qwen 3.6 27B, FP8 weights and KV, one H200 (the one docs/simulate.md plans; ``27b``), a MoE
 model (Qwen3-30B-A3B, bf16, one H200; ``moe``) and a dense model at TP 4 (Llama 3.1 70B, FP8 weights and KV, 4 x H100;
@@ -73,11 +74,12 @@ def row(label: str, source, scenario: Scenario, command: str, seeds: int = 1) ->
             "capped": bool(middle and middle.capped), "seconds": time.perf_counter() - start, "command": command}
 
 
-def rows(traces: pathlib.Path, only: str | None, deployment: str = "27b", seeds: int = 3) -> list[dict]:
+def rows(traces: pathlib.Path, only: str | None, deployment: str = "27b", seeds: int = 3,
+         trace_files: tuple[str, ...] = TRACE_FILES) -> list[dict]:
     dep = DEPLOYMENTS[deployment]
     out = []
     if only in (None, "traces"):
-        for name in TRACE_FILES:
+        for name in trace_files:
             path = traces / name
             if not path.exists():
                 print(f"{path} is absent: row skipped", file=sys.stderr)
@@ -127,8 +129,9 @@ def main() -> None:
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the rows as JSON")
     parser.add_argument("--deployment", choices=sorted(DEPLOYMENTS), default="27b")
     parser.add_argument("--seeds", type=int, default=3, help="engine runs per row, their median users reported")
+    parser.add_argument("--trace", action="append", choices=TRACE_FILES, help="only this trace's row (repeat)")
     args = parser.parse_args()
-    found = rows(args.traces, args.only, args.deployment, args.seeds)
+    found = rows(args.traces, args.only, args.deployment, args.seeds, tuple(args.trace or TRACE_FILES))
     text = table(found)
     print(text)
     if args.out:

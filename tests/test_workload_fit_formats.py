@@ -59,7 +59,8 @@ def test_a_csv_with_outputs_cache_hits_sessions_and_classes_fits_each_of_them(tm
     f = fit.fields
     assert f["output_tokens"].value == round(np.mean([300 + t for t in range(5)] * 40 + [50] * 40))
     assert f["think_time_s"].value == 20.0                    # gaps within a session, user-class only
-    assert f["invalidation"].value == pytest.approx(1 / 5)    # 40 first turns of 200 requests cached nothing
+    # the 40 first turns of 200 requests cached nothing: they start their sessions (of 5), no later turn is cold
+    assert (f["invalidation"].value, f["session_turns"].value) == (0.0, 5)
     assert f["subagent_ratio"].value == pytest.approx(40 / 200) and fit.workload.subagent is not None
     assert "which preset chat has none of" in " ".join(fit.notes)
     data, w = every_field_is_fitted_or_the_presets(tmp_path, fit)
@@ -129,8 +130,10 @@ def test_claude_code_sessions_give_prefix_invalidation_think_time_output_and_tur
     fit = fit_file(path)
     f = fit.fields
     assert f["user_prefix_tokens"].value == 19_200
-    # per session: the first request and the compacted one match no history of their own (2 of 9)
-    assert f["invalidation"].value == pytest.approx(2 / 9, abs=1e-4)
+    # per session: the first request starts it (sessions of 9 requests); of the 8 after it, the compacted one
+    # matches no history of its own
+    assert f["session_turns"].value == 9 and f["invalidation"].value == pytest.approx(1 / 8, abs=1e-4)
+    assert fit.workload.cold_shares() == pytest.approx((1 / 8 * 8 / 9, 1 / 9), abs=1e-4)  # 2 cold of 9, as read
     assert f["think_time_s"].value == 30.0 and f["output_tokens"].value == 200
     assert f["warm_turn_tokens"].value == 640                  # 10 new blocks of 64 tokens a turn
     assert f["subagent_ratio"].value == 0.0 and fit.workload.subagent is None  # labelled: none is a subagent's

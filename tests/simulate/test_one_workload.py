@@ -63,6 +63,8 @@ def test_a_trace_given_as_an_object_goes_through_the_same_fitter(tmp_path):
     assert from_object.workload.think_time_s == pytest.approx(fit.workload.think_time_s, rel=1e-6)
     assert from_object.workload.think_time_sigma == fit.workload.think_time_sigma
     assert from_object.workload.user.median_tokens == pytest.approx(fit.workload.user.median_tokens, rel=1e-3)
+    # and both count each session's first request as its start (session_turns), not as an invalidated turn
+    assert from_object.workload.session_turns == fit.workload.session_turns > 1
 
 
 @pytest.mark.parametrize("name", ["claude-code-sessions.jsonl.gz", "mooncake-conversation.jsonl.gz",

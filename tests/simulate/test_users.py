@@ -94,7 +94,7 @@ def test_a_workload_fitted_from_generated_sessions_recovers_their_prefix_and_thi
     assert w.think_time_sigma == pytest.approx(0.8, rel=0.06)
     assert w.think_time_s == pytest.approx(7.0, rel=0.08)
     assert w.output_tokens == 40 and w.invalidation == 0.0
-    assert fitted.requests_per_session_p50 == 6
+    assert fitted.requests_per_session_p50 == 6 and w.session_turns == 6  # each session's first starts it
     assert 2000 < w.user.median_tokens < 2000 + 5 * 340
 
 

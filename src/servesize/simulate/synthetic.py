@@ -27,7 +27,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.limits import MAX_SYNTHETIC_SESSIONS
 from servesize.simulate.traces import MADE_BLOCK_SIZE, PrefixChains, ReadReport, SessionInfo, Trace, TraceBuilder
-from servesize.workload.model import EmpiricalClass, Workload
+from servesize.workload.model import MAX_SESSION_TURNS, EmpiricalClass, Workload
 
 DEFAULT_TURNS = 8        # requests per session where the workload gives none (Workload.session_turns): a modelled choice
 DEFAULT_REQUESTS = 1_600  # requests generated when not told (200 sessions of DEFAULT_TURNS): enough for the
@@ -78,8 +78,8 @@ def synthesize(workload: Workload, *, sessions: int | None = None, turns_per_ses
         sessions = default_sessions(workload)
     if not 1 <= sessions <= MAX_SESSIONS:
         raise BadInput(f"sessions must be in [1, {MAX_SESSIONS:,}], got {sessions!r}")
-    if not 1 <= turns_per_session <= 10_000:
-        raise BadInput(f"turns per session must be in [1, 10000], got {turns_per_session!r}")
+    if not 1 <= turns_per_session <= MAX_SESSION_TURNS:
+        raise BadInput(f"turns per session must be in [1, {MAX_SESSION_TURNS}], got {turns_per_session!r}")
     rng = np.random.default_rng(seed)
     report = ReadReport(name, format="synthetic")
     report.notes.append(f"generated from the workload: {sessions:,} sessions of {turns_per_session} turns, seed {seed}")

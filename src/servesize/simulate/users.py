@@ -178,8 +178,8 @@ def _per_session(replay: Replay, values: np.ndarray, how: str) -> np.ndarray:
 def trace_observations(trace: Trace, replay: Replay) -> Observations:
     """What a Trace given as an object (no file ``workload fit`` can read) says, in the form workload/fit.py reads:
     the replayed requests' prompt lengths (main and subagent), outputs, the pauses within a session (from a
-    request's end to the next) and, per request after a session's first, whether an unbounded cache would serve
-    less than half of it (cold)."""
+    request's end to the next) and, per user-class request, whether an unbounded cache would serve less than half
+    of it (cold) and whether it is its session's first (its start: workload/fit.py counts the starts apart)."""
     obs = Observations(trace.name, f"trace ({trace.format})", "the replayed requests' prompt tokens",
                        output_field="the trace's output tokens")
     sub = trace.subagent[replay.source]
@@ -197,9 +197,11 @@ def trace_observations(trace: Trace, replay: Replay) -> Observations:
         obs.gaps_s = column(think_gaps_s(trace, keep))
         obs.think_field = "pauses from a request's end to its session's next request"
         ideal = unbounded_hit_blocks(replay) * replay.block_size
-        later = ~sub
-        later[_first_requests(replay)] = False
-        obs.cold = column(ideal[later] < COLD_SHARE * replay.input_tokens[later], flags=True)
+        user = ~sub
+        first = np.zeros(user.size, dtype=bool)
+        first[_first_requests(replay)] = True
+        obs.cold = column(ideal[user] < COLD_SHARE * replay.input_tokens[user], flags=True)
+        obs.opens = column(first[user], flags=True)  # a session's first: its start (session_turns), not invalidation
         obs.cold_basis = "the trace's block ids (an unbounded cache serves less than half of the request)"
     return obs
 

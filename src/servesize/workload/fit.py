@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
+from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
@@ -295,27 +295,61 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
     return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
 
 
-def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
-    """From hash blocks (an infinite cache within the file's scope), else from each record's cached tokens:
-    the fraction of requests that match no cached prefix of their own (the --invalidation definition)."""
+def _cold_basis(obs: Observations, prefix: int | None) -> tuple[np.ndarray, str] | None:
+    """Per request of the file's cold basis, whether it matched no cached prefix of its own, and the basis in
+    words: hash blocks (an infinite cache within the file's scope), else each record's cached tokens (no more
+    than the shared prefix); None where the file reports neither."""
     import numpy as np
     if obs.cold:
-        f = float(np.mean(obs.cold))
-        return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {len(obs.cold):,} requests cold by {obs.cold_basis}")
+        return np.asarray(obs.cold, dtype=bool), obs.cold_basis
     if obs.cached_hits:
-        cached = np.asarray(obs.cached_hits, dtype=np.float64)
         limit = float(prefix) if prefix is not None else 0.0
-        f = float(np.mean(cached <= limit))
         basis = (f"cached tokens no more than the {prefix:,}-token prefix" if prefix is not None
                  else "no cached tokens (the file does not say its prefix)")
-        return FieldFit("invalidation", round(f, 4),
-                        f"{f:.1%} of {cached.size:,} requests report {basis}; the server's own evictions count too, "
-                        "so it is an upper bound on the workload's own invalidation")
-    return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
+        return np.asarray(obs.cached_hits, dtype=np.float64) <= limit, basis
+    return None
 
 
-def _turnover_field(invalidation: FieldFit) -> FieldFit:
-    """No session turnover on top of a fitted invalidation (which counts each session's first request cold)."""
+def _opens(obs: Observations, requests: int) -> np.ndarray | None:
+    """Which requests of the cold basis open their session, where the file groups requests into sessions."""
+    import numpy as np
+    if len(obs.opens) != requests or not any(obs.opens):
+        return None
+    return np.asarray(obs.opens, dtype=bool)
+
+
+def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
+    """The --invalidation definition: the fraction of requests that match no cached prefix of their own. Where the
+    file has sessions, over the requests after each session's first (a session's start is its own field,
+    ``session_turns``: the Workload's reading, ``Workload.cold_shares``); else over every request."""
+    import numpy as np
+    found = _cold_basis(obs, prefix)
+    if found is None:
+        return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
+    cold, basis = found
+    opens = _opens(obs, cold.size)
+    if opens is not None:
+        later = cold[~opens]
+        f = float(later.mean()) if later.size else 0.0
+        return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {later.size:,} requests after their session's first "
+                        f"cold by {basis}")
+    f = float(np.mean(cold))
+    how = f"{f:.1%} of {cold.size:,} requests cold by {basis}"
+    if not obs.cold:
+        how += "; the server's own evictions count too, so it is an upper bound on the workload's own invalidation"
+    return FieldFit("invalidation", round(f, 4), how)
+
+
+def _turnover_field(invalidation: FieldFit, obs: Observations, prefix: int | None) -> FieldFit:
+    """Requests per session where the file groups them into sessions (each session's first starts it, cold beyond
+    the shared prefix); else no turnover on top of a fitted invalidation, which counts each session's first."""
+    found = _cold_basis(obs, prefix)
+    opens = None if found is None else _opens(obs, found[0].size)
+    if opens is not None:
+        sessions = int(opens.sum())
+        turns = min(MAX_SESSION_TURNS, max(1, round(opens.size / sessions)))
+        return FieldFit("session_turns", turns, f"{opens.size:,} requests over {sessions:,} sessions: each session's "
+                        "first request starts it, cold beyond the shared prefix")
     if invalidation.fitted:
         return FieldFit("session_turns", 0, "the fitted invalidation counts each session's first request: no "
                         "turnover on top of it")
@@ -434,7 +468,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
                                         "prompt growths from one request of a session to the next", "", integer=True),
     }
-    fields["session_turns"] = _turnover_field(fields["invalidation"])
+    fields["session_turns"] = _turnover_field(fields["invalidation"], obs, prefix.value)
     base = chosen.workload()
     user_prefix = prefix.value if prefix.fitted else base.user.prefix_tokens
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}

@@ -61,6 +61,7 @@ SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
 _MAX_SIGMA = 5.0
 _MAX_TOKENS = 100_000_000
 MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a load generator, not a user
+MAX_SESSION_TURNS = 10_000  # requests per session: a bound on what a file or a flag may say (and on a generated session)
 
 
 def _number(owner: str, name: str, value: Any) -> float:
@@ -345,7 +346,7 @@ class Workload:
                                                                       self.think_time_sigma, 0, _MAX_SIGMA))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
         turns = _check_range("workload", "session_turns", 0 if self.session_turns is None else self.session_turns,
-                             0, 10_000)
+                             0, MAX_SESSION_TURNS)
         if turns != int(turns):
             raise BadInput(f"workload.session_turns must be a whole number of requests, got {self.session_turns!r}")
         object.__setattr__(self, "session_turns", int(turns))

@@ -96,6 +96,8 @@ class Observations:
     cached_hits: array = dataclass_field(default_factory=floats)     # cached tokens, per request that reports them
     cached_prompts: array = dataclass_field(default_factory=floats)  # the same requests' prompt tokens
     cold: array = dataclass_field(default_factory=flags)  # per request, from hash blocks (infinite cache): 1 cold
+    opens: array = dataclass_field(default_factory=flags)  # beside cold, else beside cached_hits, where the file has
+                                                           # sessions: 1 where the request is its session's first
     cold_basis: str = ""
     hash_prefix_tokens: float | None = None   # leading blocks more than half of all requests share
     output: array = dataclass_field(default_factory=floats)
@@ -202,7 +204,7 @@ def _csv_time(text: str | None, where: str) -> float | None:
         raise _BadRow(f"{where}: {text!r} is not a timestamp") from None
 
 
-def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations, last: dict) -> None:
+def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations, last: dict, seen: set) -> None:
     cls = _cell(row, lay.klass)
     is_sub = cls is not None and "subagent" in cls.lower()
     x = _count(_cell(row, lay.prompt), where)
@@ -212,11 +214,15 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
     stamp = _csv_time(_cell(row, lay.time), f"{where}, time") if lay.session is not None else None
     _check_cached(cached, x, where)
     obs.request(x, out, subagent=is_sub)
+    session = _cell(row, lay.session)
     if cached is not None and not is_sub:
         _observe_cached(obs, cached, x)
+        if lay.session is not None:  # a row without a session id is a session of its own
+            obs.opens.append(not session or session not in seen)
+    if session and not is_sub:
+        seen.add(session)
     if think is not None and not is_sub:
         obs.gaps_s.append(think)
-    session = _cell(row, lay.session)
     if stamp is not None and session is not None and not is_sub:
         if session in last:
             obs.gaps_s.append(max(0.0, stamp - last[session]))
@@ -242,13 +248,14 @@ def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observatio
                        if lay.session is not None and lay.time is not None else "")
     obs.labels_field = f"column {names[lay.klass]!r}" if lay.klass is not None else ""
     last: dict = {}
+    seen: set = set()
     try:
         for line_no, row in enumerate(reader, start=2):
             if not row or all(not c.strip() for c in row):
                 continue
             obs.records += 1
             try:
-                _read_csv_row(row, lay, f"line {line_no}", obs, last)
+                _read_csv_row(row, lay, f"line {line_no}", obs, last, seen)
             except _BadRow as bad:
                 obs.skip(str(bad))
     except csv.Error as exc:
@@ -415,6 +422,7 @@ def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) ->
     if ids is not None and state.get("cache") is not None:
         cold = state["cache"].cold(ids)
         obs.cold.append(cold)
+        obs.opens.append(state.get("in") is None)  # the session's first request
     if state.get("in") is not None and x > state["in"] and not cold:
         obs.turn_growth.append(x - state["in"])  # a warm request's new tail (a cold one re-prefills it all)
     state["in"] = x
