@@ -9,6 +9,7 @@ import pathlib
 import pytest
 
 import servesize as s
+from cli_runner import run_json
 from servesize.cli import main
 from servesize.flags import add_params, markdown_table, scenario_from_args, scenario_from_flags
 from servesize.scenario import FIT_PARAMS, PARAMS, Param, params_in
@@ -16,13 +17,6 @@ from servesize.scenario import FIT_PARAMS, PARAMS, Param, params_in
 REPO = pathlib.Path(__file__).resolve().parent.parent
 REFERENCE = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
 FAST = dict(fills=300, draws=1000)
-
-
-def cli_json(capsys, *argv) -> dict:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_every_name_in_all_is_importable_from_the_package():
@@ -35,7 +29,7 @@ def test_every_name_in_all_is_importable_from_the_package():
 def test_the_library_plan_equals_the_command_lines_plan(capsys):
     """The issue's 'done when': s.plan(Scenario(...)).ceilings is what `servesize plan ... --json` prints."""
     library = s.plan(s.Scenario(**REFERENCE), sensitivity=False)
-    printed = cli_json(capsys, "plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8",
+    printed = run_json(capsys, "plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8",
                        "--no-sensitivity", "--json")
     assert library.ceilings == printed["ceilings"]
     assert library.binding == printed["binding"]
@@ -46,7 +40,7 @@ def test_the_library_plan_equals_the_command_lines_plan(capsys):
 
 def test_the_library_memory_equals_the_command_lines_memory(capsys):
     report = s.memory(s.Scenario(model="llama-3.1-8b", gpus="1xH100", max_model_len="32k"))
-    printed = cli_json(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "32k", "--json")
+    printed = run_json(capsys, "memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "32k", "--json")
     assert report.pool.kv_cache_tokens == printed["kv_cache_tokens"]
     assert list(report.pool.log_lines) == printed["log_lines"]
     assert report.pool.max_model_len == printed["max_model_len"] == 32_000
@@ -54,7 +48,7 @@ def test_the_library_memory_equals_the_command_lines_memory(capsys):
 
 def test_the_library_fit_equals_the_command_lines_fit(capsys):
     result = s.fit("4xH100", precision="bf16", budget="simple")
-    printed = cli_json(capsys, "fit", "--gpus", "4xH100", "--precision", "bf16", "--budget", "simple", "--json")
+    printed = run_json(capsys, "fit", "--gpus", "4xH100", "--precision", "bf16", "--budget", "simple", "--json")
     assert [p.to_dict() for p in result.placements if p.chosen] == printed["placements"]
 
 

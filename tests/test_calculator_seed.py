@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from cli_runner import run_captured
 from servesize.cli import main
 from servesize.units import GiB, KiB
 
@@ -23,15 +24,10 @@ SEED_TABLE = {  # model: (weights GiB, TP, replicas, per replica, across group)
 
 @pytest.fixture(scope="module")
 def seed_fit():
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(["fit", "--gpus", "4xH100", "--precision", "bf16", "--budget", "simple",
-                     "--models", ",".join(SEED_TABLE), "--json"])
-    assert code == 0
-    return {p["model"]: p for p in json.loads(buf.getvalue())["placements"]}
+    code, out, err = run_captured("fit", "--gpus", "4xH100", "--precision", "bf16", "--budget", "simple",
+                                  "--models", ",".join(SEED_TABLE), "--json")
+    assert code == 0, err
+    return {p["model"]: p for p in json.loads(out)["placements"]}
 
 
 @pytest.mark.parametrize("model", list(SEED_TABLE))

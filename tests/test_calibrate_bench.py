@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from cli_runner import run
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -49,8 +50,9 @@ def test_a_result_that_says_too_little_is_one_line(text):
 
 
 def _predicted(capsys, fmt: str) -> str:
-    assert main(["bench", *DEPLOYMENT, *LOAD, *(["--json"] if fmt == "json" else [])]) == 0
-    return capsys.readouterr().out
+    code, out, err = run(capsys, "bench", *DEPLOYMENT, *LOAD, *(["--json"] if fmt == "json" else []))
+    assert code == 0, err
+    return out
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])

@@ -6,15 +6,10 @@ import re
 
 import pytest
 
+from cli_runner import run
 from servesize.cli import main
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line_error(code, out, err, *fragments):

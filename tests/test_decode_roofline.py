@@ -1,11 +1,11 @@
 """Decode at the real limit: each step takes the longer of its memory and compute time, with MTP verification and
 the batch's attention FLOPs priced; an unreachable floor is said, and the batch sized at the best speed's margin."""
 
-import json
 
 import numpy as np
 import pytest
 
+from cli_runner import run_json
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.planning.decode import DecodeSetup, decode_ceiling, decode_speed
@@ -64,10 +64,7 @@ def test_the_roofline_and_the_mtp_cost_are_named_assumptions_the_seed_switches_o
 
 
 def plan_json(capsys, *argv):
-    code = main(["plan", *argv, *FAST, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return json.loads(captured.out)
+    return run_json(capsys, "plan", *argv, *FAST, "--json")
 
 
 def test_qwen36_27b_fp8_tp2_with_mtp_is_about_half_compute_at_its_decode_ceiling(capsys):

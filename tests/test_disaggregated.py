@@ -12,6 +12,7 @@ import shlex
 
 import pytest
 
+from cli_runner import run_captured
 from servesize.api import plan, plan_disaggregated
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -28,13 +29,9 @@ def _scenario(**extra) -> Scenario:
 
 @pytest.fixture(scope="module")
 def issue_json():
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["plan", *ISSUE, "--json"]) == 0
-    return json.loads(out.getvalue())
+    code, out, err = run_captured("plan", *ISSUE, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 def test_the_issues_command_gives_users_the_binding_ceiling_the_transfers_and_the_aggregated_line(issue_json):

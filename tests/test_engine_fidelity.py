@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from cli_runner import run_json
 from servesize.engine.deployment import Deployment
 from servesize.engine.memory import memory_report, pipeline_stages
 from servesize.engine.weights import Placement, mla_replicated_params, weights
@@ -385,12 +386,8 @@ def test_language_model_only_leaves_the_vision_tower_unloaded():
 
 
 def _plan(capsys, *argv):
-    from servesize.cli import main
-    code = main(["plan", "llama-3.1-8b", "--gpus", "1xA10G", "--max-model-len", "16k", "--no-sensitivity", "--fills", "400",
-                 "--json", *argv])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out)
+    return run_json(capsys, "plan", "llama-3.1-8b", "--gpus", "1xA10G", "--max-model-len", "16k", "--no-sensitivity",
+                    "--fills", "400", "--json", *argv)
 
 
 def test_a_gpu_without_a_published_flops_figure_plans_what_it_can_and_names_what_the_rest_needs(capsys):
@@ -406,14 +403,13 @@ def test_a_gpu_without_a_published_flops_figure_plans_what_it_can_and_names_what
 def test_on_a_cpu_with_amx_tiles_mla_keeps_the_block_asked_for(capsys):
     """vLLM 0.32's CPU platform serves MLA with AMX_MLA where torch reports AMX tiles (block as asked,
     default 128), else with the reference CPU_MLA kernel (block 16 whatever was asked)."""
-    from servesize.cli import main
     from servesize.model.hardware import cpu_flags_have
     from servesize.resolve import deployment_of
     from servesize.scenario import Scenario
 
     def block(*flags):
-        assert main(["memory", "deepseek-v3", "--gpus", "8xH200", "--device", "cpu", "--max-model-len", "8192", *flags, "--json"]) == 0
-        return json.loads(capsys.readouterr().out)["block_size"]
+        return run_json(capsys, "memory", "deepseek-v3", "--gpus", "8xH200", "--device", "cpu", "--max-model-len", "8192",
+                        *flags, "--json")["block_size"]
 
     assert block("--cpu-amx", "yes") == 128 and block("--cpu-amx", "yes", "--block-size", "64") == 64
     assert block("--cpu-amx", "no") == 16 == block("--cpu-amx", "no", "--block-size", "64")

@@ -6,6 +6,7 @@ import json
 import pytest
 
 import servesize as s
+from cli_runner import run_json
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.scenario import FIT_PARAMS, FitQuery
@@ -15,10 +16,7 @@ GiB = 2**30
 
 
 def fit_json(capsys, *argv):
-    code = main(["fit", *argv, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return json.loads(captured.out)
+    return run_json(capsys, "fit", *argv, "--json")
 
 
 @pytest.mark.parametrize("text, tokens", [("8k", 8_000), ("8K", 8_192), ("32k", 32_000), ("32K", 32_768),

@@ -38,6 +38,7 @@ from hypothesis import event as hypothesis_event  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import servesize.api as api  # noqa: E402
+from cli_runner import run_captured  # noqa: E402
 from servesize.cli import build_parser, main  # noqa: E402
 from servesize.errors import ServesizeError  # noqa: E402
 from servesize.model.architecture import from_config  # noqa: E402
@@ -270,13 +271,6 @@ def files(tmp_path_factory) -> dict[str, str]:
         return _write_files(tmp_path_factory.mktemp("fuzz"))
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with capped(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 def assert_cli_contract(argv: list[str], code: int, out: str, err: str) -> None:
     assert code in (0, 2, 3), (argv, code, err)
     assert "Traceback" not in err and "servesize: bug:" not in err, (argv, err)
@@ -292,7 +286,7 @@ def assert_cli_contract(argv: list[str], code: int, out: str, err: str) -> None:
 @given(data=st.data())
 def test_any_command_line_exits_0_2_or_3_with_one_line_and_sane_json(files, data):
     argv = data.draw(cli_argv(files))
-    code, out, err = run_cli(argv)
+    code, out, err = run_captured(*argv, around=capped)
     event(f"{argv[0]} exit {code}")
     assert_cli_contract(argv, code, out, err)
 
@@ -301,7 +295,7 @@ def test_any_command_line_exits_0_2_or_3_with_one_line_and_sane_json(files, data
 @given(data=st.data())
 def test_plausible_command_lines_are_mostly_accepted_and_their_json_is_sane(files, data):
     argv = data.draw(cli_argv(files, plausible=True))
-    code, out, err = run_cli(argv)
+    code, out, err = run_captured(*argv, around=capped)
     event(f"{argv[0]} exit {code}")
     assert_cli_contract(argv, code, out, err)
 
@@ -379,7 +373,7 @@ def test_memory_over_a_mutated_config_file_exits_0_2_or_3_with_sane_json(config)
         path = pathlib.Path(tmp) / "config.json"
         path.write_text(json.dumps(config))
         argv = ["memory", str(path), "--gpus", "8xH100", "--json"]
-        code, out, err = run_cli(argv)
+        code, out, err = run_captured(*argv, around=capped)
         assert_cli_contract(argv, code, out, err)
 
 
@@ -564,7 +558,7 @@ def test_calibrate_over_any_vllm_log_exits_0_or_2_with_one_line(text, as_json):
         path = pathlib.Path(tmp) / "server.log"
         path.write_text(text)
         argv = ["calibrate", "--vllm-log", str(path)] + (["--json"] if as_json else [])
-        code, out, err = run_cli(argv)
+        code, out, err = run_captured(*argv, around=capped)
         assert code in (0, 2), (code, err)
         assert "Traceback" not in err and "servesize: bug:" not in err, err
         if code:
@@ -741,7 +735,7 @@ def run_cli_strict(argv: list[str]) -> tuple[int, str, str]:
     (pytest would otherwise record the warning instead of letting it reach stderr)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        return run_cli(argv)
+        return run_captured(*argv, around=capped)
 
 
 @fuzz(150)
@@ -963,7 +957,7 @@ def test_a_wrong_shape_at_any_depth_of_a_workload_or_calibration_file_is_refused
         path = pathlib.Path(tmp) / f"{which}.json"
         path.write_text(json.dumps(document))
         argv = ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "30", "--no-sensitivity", f"--{which}", str(path)]
-        code, out, err = run_cli(argv)
+        code, out, err = run_captured(*argv, around=capped)
     event(f"{which}: exit {code}")
     assert_cli_contract(argv, code, out, err)
     assert code in (0, 2), (argv, err)
@@ -1001,7 +995,7 @@ def output_case(draw, files: dict) -> tuple[str, list[str], str]:
 def test_an_output_path_servesize_must_not_write_is_refused_before_work_in_one_line(files, data):
     kind, argv, path = data.draw(output_case(files))
     before = {p: p.stat().st_mtime_ns for p in pathlib.Path(files["requests"]).parent.iterdir() if p.is_file()}
-    code, out, err = run_cli(argv)
+    code, out, err = run_captured(*argv, around=capped)
     event(f"{kind}: exit {code}")
     assert_cli_contract(argv, code, out, err)
     assert code == 2, (argv, err)
@@ -1041,7 +1035,7 @@ def test_a_trace_with_huge_sizes_is_replayed_or_refused_in_one_line_under_the_me
         path = pathlib.Path(tmp) / "trace.jsonl"
         path.write_bytes(raw)
         argv = ["simulate", str(path), "--pool-tokens", "1M", "--quiet", "--no-bounds", *extra]
-        code, out, err = run_cli(argv)
+        code, out, err = run_captured(*argv, around=capped)
     event(f"{fmt}{' users ' + extra[1] if extra else ''}: exit {code}")
     assert_cli_contract(argv, code, out, err)
     assert code in (0, 2), (argv, err)

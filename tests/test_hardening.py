@@ -20,7 +20,7 @@ import sys
 import pytest
 
 import servesize.limits as limits
-from servesize.cli import main
+from cli_runner import run
 from servesize.errors import BadInput, ServesizeError
 from servesize.model.architecture import from_config
 from servesize.vllm_logs.calibration import Calibration, calibrate
@@ -34,12 +34,6 @@ LOGS = ROOT / "data" / "vllm-logs"
 LLAMA = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B" / "config.json").read_text())
 MIXTRAL = json.loads((CONFIGS / "mistralai--Mixtral-8x7B-v0.1" / "config.json").read_text())
 QWEN3_0_6B = json.loads((CONFIGS / "Qwen--Qwen3-0.6B" / "config.json").read_text())
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_refused(code: int, err: str, *fragments: str, exit_code: int = 2) -> None:
@@ -83,7 +77,7 @@ FLAG_CASES = [
 
 @pytest.mark.parametrize("argv, names", FLAG_CASES, ids=[" ".join(a[-2:]) for a, _ in FLAG_CASES])
 def test_a_flag_out_of_its_range_is_one_line_naming_it(argv, names, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert_refused(code, err, names)
 
 
@@ -159,7 +153,7 @@ def test_a_config_value_out_of_its_schema_is_refused_naming_the_field(config, fi
 def test_a_config_value_out_of_its_schema_is_one_line_from_the_command_line(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(_with(LLAMA, quantization_config={"quant_method": "fp8", "weight_block_size": [0, 0]})))
-    code, _, err = run(["memory", str(path), "--gpus", "1xH100"], capsys)
+    code, _, err = run(capsys, "memory", str(path), "--gpus", "1xH100")
     assert_refused(code, err, "weight_block_size", "[0, 0]")
 
 
@@ -194,7 +188,7 @@ def fifo(tmp_path) -> pathlib.Path:
     ["simulate", "{fifo}", "--pool-tokens", "100000"],
 ], ids=["workload-fit", "calibrate", "memory", "plan-workload", "plan-calibration", "simulate"])
 def test_a_fifo_is_refused_before_it_is_opened_never_blocks(argv, fifo, capsys):
-    code, _, err = run([a.replace("{fifo}", str(fifo)) for a in argv], capsys)
+    code, _, err = run(capsys, *[a.replace("{fifo}", str(fifo)) for a in argv])
     assert_refused(code, err, "not a regular file")
 
 
@@ -208,7 +202,7 @@ def test_a_fifo_is_refused_before_it_is_opened_never_blocks(argv, fifo, capsys):
 def test_json_nested_past_the_cap_is_one_line_in_every_reader(name, argv, tmp_path, capsys):
     path = tmp_path / name
     path.write_text("[" * 1000 + "]" * 1000 if name != "requests.jsonl" else "[" * 100_000 + "]" * 100_000 + "\n")
-    code, _, err = run([a.replace("{path}", str(path)) for a in argv], capsys)
+    code, _, err = run(capsys, *[a.replace("{path}", str(path)) for a in argv])
     assert_refused(code, err)
     assert "nested deeper" in err or "no records" in err or "RecursionError" not in err
 
@@ -225,7 +219,7 @@ def test_a_gzip_bomb_stops_at_the_decompressed_cap(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(limits, "MAX_DECOMPRESSED_BYTES", 1 << 20)
     path = tmp_path / "bomb.jsonl.gz"
     path.write_bytes(gzip.compress(b"\n" * (8 << 20)))  # 8 MiB of newlines in ~8 KB
-    code, _, err = run(["workload", "fit", str(path)], capsys)
+    code, _, err = run(capsys, "workload", "fit", str(path))
     assert_refused(code, err, "decompresses to more than 1,048,576 bytes")
 
 
@@ -251,7 +245,7 @@ def test_a_request_log_line_past_the_line_cap_is_skipped_and_counted(tmp_path, m
 def test_400_digit_integers_are_skipped_rows_not_an_overflow(tmp_path, capsys):
     path = tmp_path / "requests.jsonl"
     path.write_text("\n".join(json.dumps({"usage": {"prompt_tokens": int("9" * 400)}}) for _ in range(30)) + "\n")
-    code, _, err = run(["workload", "fit", str(path)], capsys)
+    code, _, err = run(capsys, "workload", "fit", str(path))
     assert_refused(code, err, "30 rows skipped", "is not a number")
 
 
@@ -299,7 +293,7 @@ def test_a_calibration_field_of_the_wrong_kind_is_refused_naming_it(field, value
 def test_a_workload_class_kind_that_is_not_a_name_is_refused(tmp_path, capsys):
     path = tmp_path / "w.json"
     path.write_text(json.dumps({"user": {"kind": ["lognormal"], "median_tokens": 1000, "sigma": 1.0}}))
-    code, _, err = run(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--workload", str(path)], capsys)
+    code, _, err = run(capsys, "plan", "llama-3.1-8b", "--gpus", "1xH100", "--workload", str(path))
     assert_refused(code, err, "kind")
 
 
@@ -321,7 +315,7 @@ VERSION = "INFO 07-06 22:52:01 [api_server.py:1] vLLM API server version 0.24.0\
 def test_a_malformed_number_in_a_log_line_is_one_line_naming_the_line(line, fragment, tmp_path, capsys):
     path = tmp_path / "server.log"
     path.write_text(VERSION + line + "\n")
-    code, _, err = run(["calibrate", "--vllm-log", str(path)], capsys)
+    code, _, err = run(capsys, "calibrate", "--vllm-log", str(path))
     assert_refused(code, err, fragment, "line 2")
 
 
@@ -343,7 +337,7 @@ def test_odd_but_readable_logs_render_as_text_and_json(text, tmp_path, capsys):
     path = tmp_path / "server.log"
     path.write_text(text)
     for extra in ([], ["--json"], ["--explain"]):
-        code, out, err = run(["calibrate", "--vllm-log", str(path), *extra], capsys)
+        code, out, err = run(capsys, "calibrate", "--vllm-log", str(path), *extra)
         assert code == 0 and "Traceback" not in err and "bug" not in err, err
         if extra == ["--json"]:
             calibration = json.loads(out)["calibrations"][0]
@@ -379,7 +373,7 @@ def test_the_last_resort_handler_says_it_is_a_bug_in_one_line(monkeypatch, capsy
 
     monkeypatch.setattr(gpus, "run", broken)
     monkeypatch.delenv("SERVESIZE_DEBUG", raising=False)
-    code, _, err = run(["gpus"], capsys)
+    code, _, err = run(capsys, "gpus")
     assert code == 1
     assert err.count("\n") == 1 and err.startswith("servesize: bug: RuntimeError: an invariant broke"), err
     assert "please report it" in err
@@ -450,7 +444,7 @@ def test_an_uploaded_config_nested_past_the_cap_is_a_refusal_naming_it():
      "usable_kv_tokens"),
 ])
 def test_a_pool_smaller_than_its_state_blocks_holds_zero_tokens_never_a_negative_figure(argv, field, capsys):
-    code, out, err = run(argv, capsys)
+    code, out, err = run(capsys, *argv)
     assert code == 0, err
     steps = {step["name"]: step["value"] for step in json.loads(out)["derivation"]}
     assert steps[field] == 0
@@ -469,7 +463,7 @@ def test_a_zero_block_log_calibrates_to_a_zero_pool_never_a_negative_one():
     (["memory", "/" + "a" * 3000 + ".json", "--gpus", "1xH100"], "config"),
 ])
 def test_a_model_name_that_is_no_path_is_one_short_line(argv, fragment, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert_refused(code, err, fragment)
     assert len(err) < 500
 
@@ -518,14 +512,14 @@ def test_a_v0_peak_below_the_weights_it_includes_is_no_activation_figure():
     MEMORY + ["--vllm-version", "9" * 5000],                            # past Python's int digit limit
 ])
 def test_unicode_digits_and_endless_versions_are_one_line(argv, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert_refused(code, err)
 
 
 def test_a_log_whose_version_has_a_superscript_digit_calibrates(tmp_path, capsys):
     path = tmp_path / "server.log"
     path.write_text("INFO vLLM API server version 0.2¹\nINFO GPU KV cache size: 1,024 tokens\n")
-    code, _, err = run(["calibrate", "--vllm-log", str(path)], capsys)
+    code, _, err = run(capsys, "calibrate", "--vllm-log", str(path))
     assert code == 0 and "bug" not in err, err
 
 

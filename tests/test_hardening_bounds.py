@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import pathlib
-import warnings
 
 import pytest
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.errors import MAX_MESSAGE_CHARS, BadInput, ServesizeError, clip
 from servesize.sizing.teams import REPLICAS_PAST_COUNTING, replicas_for
 from servesize.units import MiB, parse_tokens, parse_vllm_int
@@ -25,15 +24,8 @@ LLAMA = json.loads((ROOT / "fixtures" / "model-configs" / "meta-llama--Meta-Llam
 QWEN_TP8_LOG = ROOT / "data" / "vllm-logs" / "v1-0102-qwen3-235b-l40s-tp.log"
 PLAN = ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--no-sensitivity", "--fills", "20", "--draws", "200"]
 MEMORY = ["memory", "llama-3.1-8b", "--gpus", "1xH100"]
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    """The command under warnings-as-errors: a numpy RuntimeWarning becomes the bug line the asserts refuse."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+# every command here runs with numpy's RuntimeWarning as an error: a warning becomes the bug line the asserts refuse
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 
 def refusal(err: str) -> str:
@@ -50,16 +42,16 @@ def refusal(err: str) -> str:
                                   "--decode-compute-efficiency", "--gpu-bandwidth", "--gpu-tdp", "--think-time"])
 @pytest.mark.parametrize("tiny", ["1e-300", "5e-324"])
 def test_a_tiny_positive_value_is_refused_where_the_scenario_is_made_with_the_bounds_reason(flag, tiny, capsys):
-    code, _, err = run([*PLAN, flag, tiny], capsys)
+    code, _, err = run(capsys, *PLAN, flag, tiny)
     line = refusal(err)
     assert code == 2 and line.startswith(f"servesize: {flag} ") and "out of range" in line, line
     assert "(" in line.partition("out of range")[2].partition("]")[2], line  # the reason follows the range
 
 
 def test_values_at_the_new_lower_bounds_plan_without_a_numpy_warning(capsys):
-    code, out, err = run([*PLAN, "--gpus", "2xH100", "-tp", "2", "--gpu-flops", "0.01", "--mfu", "0.01",
+    code, out, err = run(capsys, *PLAN, "--gpus", "2xH100", "-tp", "2", "--gpu-flops", "0.01", "--mfu", "0.01",
                           "--tp-efficiency", "0.01", "--decode-compute-efficiency", "0.01", "--gpu-bandwidth", "1",
-                          "--bandwidth-efficiency", "0.01", "--think-time", "0.01", "--json"], capsys)
+                          "--bandwidth-efficiency", "0.01", "--think-time", "0.01", "--json")
     assert code == 0, err
     assert all(line.startswith("servesize") for line in err.strip().split("\n") if line), err
     assert json.loads(out)["ceilings"]
@@ -73,9 +65,8 @@ def test_replicas_for_a_ceiling_of_1e_300_users_stops_counting_instead_of_loopin
 
 
 def test_a_fleet_that_serves_no_one_says_why_instead_of_the_command_did_not_complete(capsys):
-    code, _, err = run(["fleet", "--models", "llama-3.1-8b", "--users", "100000", "--gpus-from", "H100", "--max-gpus",
-                        "1", "-tp", "1", "-q", "native", "--kv-cache-dtype", "auto", "--fills", "20", "--draws", "200"],
-                       capsys)
+    code, _, err = run(capsys, "fleet", "--models", "llama-3.1-8b", "--users", "100000", "--gpus-from", "H100", "--max-gpus",
+                        "1", "-tp", "1", "-q", "native", "--kv-cache-dtype", "auto", "--fills", "20", "--draws", "200")
     line = refusal(err)
     assert code == 2 and "did not complete" not in line, line
     assert "no fleet of at most 1 GPUs in the search space serves all 100,000 users" in line, line
@@ -84,7 +75,7 @@ def test_a_fleet_that_serves_no_one_says_why_instead_of_the_command_did_not_comp
 # -- what vLLM would refuse to start: exit 3 with the fix ------------------------------------------------------
 
 def _weights_bytes(capsys) -> int:
-    code, out, err = run([*MEMORY, "--json"], capsys)
+    code, out, err = run(capsys, *MEMORY, "--json")
     assert code == 0, err
     return json.loads(out)["weights_bytes_per_gpu"]
 
@@ -92,11 +83,11 @@ def _weights_bytes(capsys) -> int:
 def test_a_kv_cache_larger_than_the_gpu_beside_the_weights_would_not_start(capsys):
     weights = _weights_bytes(capsys)
     room = 81559 * MiB - weights  # H100-SXM: 81,559 MiB as nvidia-smi reports it
-    code, _, err = run([*MEMORY, "--kv-cache-memory-bytes", "1000GiB"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--kv-cache-memory-bytes", "1000GiB")
     line = refusal(err)
     assert code == 3 and "1,000.00 GiB of KV cache per GPU" in line, line
     assert f"--kv-cache-memory-bytes at most {room / 2**30:,.2f} GiB" in line, line
-    code, _, err = run([*MEMORY, "--kv-cache-memory-bytes", "60GiB"], capsys)  # fits beside 14.96 GiB of weights
+    code, _, err = run(capsys, *MEMORY, "--kv-cache-memory-bytes", "60GiB")  # fits beside 14.96 GiB of weights
     assert code == 0, err
 
 
@@ -104,66 +95,66 @@ def test_a_block_count_override_larger_than_the_gpu_would_not_start_and_names_th
     weights = _weights_bytes(capsys)
     per_block = 32 * 16 * 8 * 128 * 2 * 2  # layers x block tokens x KV heads x head_dim x (K, V) x bf16 = 2 MiB
     most = (81559 * MiB - weights) // per_block
-    code, _, err = run([*MEMORY, "--num-gpu-blocks-override", "4294967296"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--num-gpu-blocks-override", "4294967296")
     line = refusal(err)
     assert code == 3 and f"blocks of {per_block:,} B" in line and f"at most {most:,}" in line, line
-    code, _, err = run([*MEMORY, "--num-gpu-blocks-override", str(most), "--max-model-len", "8192"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--num-gpu-blocks-override", str(most), "--max-model-len", "8192")
     assert code == 0, err
-    code, _, err = run([*MEMORY, "--num-gpu-blocks-override", str(most + 1), "--max-model-len", "8192"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--num-gpu-blocks-override", str(most + 1), "--max-model-len", "8192")
     assert code == 3, err
 
 
 def test_a_batch_smaller_than_max_model_len_without_chunked_prefill_would_not_start(capsys):
-    code, _, err = run([*MEMORY, "--max-num-batched-tokens", "1", "--no-enable-chunked-prefill"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--max-num-batched-tokens", "1", "--no-enable-chunked-prefill")
     line = refusal(err)
     assert code == 3 and "max_num_batched_tokens (1) is smaller than max_model_len (131,072)" in line, line
     assert "--enable-chunked-prefill" in line and "--max-num-batched-tokens 131072" in line, line
-    code, _, err = run([*MEMORY, "--max-num-batched-tokens", "8192", "--no-enable-chunked-prefill",
-                        "--max-model-len", "8192"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--max-num-batched-tokens", "8192", "--no-enable-chunked-prefill",
+                        "--max-model-len", "8192")
     assert code == 0, err
 
 
 def test_a_batch_smaller_than_max_num_seqs_would_not_start(capsys):
-    code, _, err = run([*MEMORY, "--max-num-batched-tokens", "100", "--max-num-seqs", "200"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--max-num-batched-tokens", "100", "--max-num-seqs", "200")
     assert code == 3 and "must be at least max_num_seqs (200)" in refusal(err), err
 
 
 # -- vLLM's vocabulary only where vLLM accepts it --------------------------------------------------------------
 
 def test_a_serve_line_with_config_is_refused_saying_to_pass_the_flags_themselves(capsys):
-    code, _, err = run(["memory", "--gpus", "1xH100", "--vllm-serve",
-                        "vllm serve meta-llama/Llama-3.1-8B-Instruct --config f.yaml"], capsys)
+    code, _, err = run(capsys, "memory", "--gpus", "1xH100", "--vllm-serve",
+                        "vllm serve meta-llama/Llama-3.1-8B-Instruct --config f.yaml")
     line = refusal(err)
     assert code == 2 and "--config" in line and "put the YAML's flags on the line itself" in line, line
 
 
 def test_mtp_draft_tokens_on_a_model_without_an_mtp_head_are_refused(capsys):
-    code, _, err = run([*MEMORY, "--num-speculative-tokens", "16"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--num-speculative-tokens", "16")
     line = refusal(err)
     assert code == 2 and "llama-3.1-8b has no MTP head" in line and "--speculative-config" in line, line
-    code, _, err = run(["memory", "qwen3.6-27b", "--gpus", "1xH200", "--num-speculative-tokens", "2"], capsys)
+    code, _, err = run(capsys, "memory", "qwen3.6-27b", "--gpus", "1xH200", "--num-speculative-tokens", "2")
     assert code == 0, err
 
 
 def test_an_mla_cache_layout_on_attention_that_is_not_mla_is_refused(capsys):
-    code, _, err = run([*MEMORY, "--kv-cache-dtype", "fp8_ds_mla"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--kv-cache-dtype", "fp8_ds_mla")
     line = refusal(err)
     assert code == 2 and "fp8_ds_mla" in line and "not MLA" in line and "use fp8" in line, line
-    code, _, err = run(["memory", "deepseek-v3", "--gpus", "8xH200", "-tp", "8", "--kv-cache-dtype", "fp8_ds_mla",
-                        "--max-model-len", "32768"], capsys)
+    code, _, err = run(capsys, "memory", "deepseek-v3", "--gpus", "8xH200", "-tp", "8", "--kv-cache-dtype", "fp8_ds_mla",
+                        "--max-model-len", "32768")
     assert code == 0, err
 
 
 @pytest.mark.parametrize("version", ["99.0.0", "0.0.0", "0.34.0", "0.6.3"])
 def test_a_vllm_version_outside_the_releases_read_is_refused_naming_the_range(version, capsys):
-    code, _, err = run([*MEMORY, "--vllm-version", version], capsys)
+    code, _, err = run(capsys, *MEMORY, "--vllm-version", version)
     line = refusal(err)
     assert code == 2 and "from 0.6.4 to 0.33.x" in line, line
 
 
 @pytest.mark.parametrize("version", ["0.6.4", "0.20.0", "0.33.0", "0.33.7"])
 def test_a_vllm_version_inside_the_releases_read_is_accepted(version, capsys):
-    code, _, err = run([*MEMORY, "--vllm-version", version, "--max-model-len", "8192"], capsys)
+    code, _, err = run(capsys, *MEMORY, "--vllm-version", version, "--max-model-len", "8192")
     assert code == 0, err
 
 
@@ -179,7 +170,7 @@ def test_a_vllm_version_inside_the_releases_read_is_accepted(version, capsys):
 def test_a_config_field_that_is_not_what_it_should_be_is_refused_naming_file_and_field(change, named, tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**LLAMA, **change}))
-    code, _, err = run(["memory", str(path), "--gpus", "1xH100"], capsys)
+    code, _, err = run(capsys, "memory", str(path), "--gpus", "1xH100")
     line = refusal(err)
     assert code == 2 and line.startswith(f"servesize: {path}: ") and named in line, line
 
@@ -187,7 +178,7 @@ def test_a_config_field_that_is_not_what_it_should_be_is_refused_naming_file_and
 def test_a_config_without_intermediate_size_is_refused_not_counted_as_2_39b(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({k: v for k, v in LLAMA.items() if k != "intermediate_size"}))
-    code, _, err = run(["memory", str(path), "--gpus", "1xH100"], capsys)
+    code, _, err = run(capsys, "memory", str(path), "--gpus", "1xH100")
     assert code == 2 and "intermediate_size" in refusal(err), err
 
 
@@ -196,8 +187,8 @@ def test_a_config_without_intermediate_size_is_refused_not_counted_as_2_39b(tmp_
 @pytest.fixture()
 def qwen_calibration(tmp_path, capsys) -> pathlib.Path:
     out = tmp_path / "cal.json"
-    assert main(["calibrate", "--vllm-log", str(QWEN_TP8_LOG), "--out", str(out)]) == 0
-    capsys.readouterr()
+    code, _, err = run(capsys, "calibrate", "--vllm-log", QWEN_TP8_LOG, "--out", out)
+    assert code == 0, err
     cal = json.loads(out.read_text())
     assert cal["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and cal["tensor_parallel_size"] == 8
     return out
@@ -209,14 +200,14 @@ def qwen_calibration(tmp_path, capsys) -> pathlib.Path:
     (["qwen3-235b-a22b-fp8", "--gpus", "8xH100", "-tp", "8"], "on a GPU of 44.42 GiB, not H100-SXM's"),
 ])
 def test_a_calibration_of_another_deployment_is_refused_naming_the_field(qwen_calibration, argv, differs, capsys):
-    code, _, err = run(["plan", *argv, "--calibration", str(qwen_calibration), "--no-sensitivity", "--fills", "20",
-                        "--draws", "200"], capsys)
+    code, _, err = run(capsys, "plan", *argv, "--calibration", str(qwen_calibration), "--no-sensitivity", "--fills", "20",
+                        "--draws", "200")
     assert code == 2 and differs in refusal(err), err
 
 
 def test_a_calibration_of_this_deployment_is_applied(qwen_calibration, capsys):
-    code, out, err = run(["plan", "qwen3-235b-a22b-fp8", "--gpus", "8xL40S", "-tp", "8", "--calibration",
-                          str(qwen_calibration), "--no-sensitivity", "--fills", "20", "--draws", "200", "--json"], capsys)
+    code, out, err = run(capsys, "plan", "qwen3-235b-a22b-fp8", "--gpus", "8xL40S", "-tp", "8", "--calibration",
+                          str(qwen_calibration), "--no-sensitivity", "--fills", "20", "--draws", "200", "--json")
     assert code == 0, err
     assert "calibration" in json.loads(out)["pool_source"]
 
@@ -224,8 +215,8 @@ def test_a_calibration_of_this_deployment_is_applied(qwen_calibration, capsys):
 def test_a_calibration_at_tp_1000000_is_refused_by_the_reader(qwen_calibration, capsys):
     cal = json.loads(qwen_calibration.read_text())
     qwen_calibration.write_text(json.dumps({**cal, "tensor_parallel_size": 1_000_000}))
-    code, _, err = run(["plan", "qwen3-235b-a22b-fp8", "--gpus", "8xL40S", "-tp", "8", "--calibration",
-                        str(qwen_calibration), "--no-sensitivity"], capsys)
+    code, _, err = run(capsys, "plan", "qwen3-235b-a22b-fp8", "--gpus", "8xL40S", "-tp", "8", "--calibration",
+                        str(qwen_calibration), "--no-sensitivity")
     line = refusal(err)
     assert code == 2 and "'tensor_parallel_size' must be a whole number in [1, 1,024]" in line, line
 
@@ -237,7 +228,7 @@ def test_a_calibration_at_tp_1000000_is_refused_by_the_reader(qwen_calibration, 
                                   [*PLAN, "--users", "1_000"], [*PLAN, "--mfu", "0,5"], [*PLAN, "--mfu", "0_5"],
                                   [*MEMORY, "--gpu-memory", "8_0GiB"]])
 def test_a_number_with_a_digit_separator_is_refused(argv, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert code == 2 and "is not" in refusal(err), err
 
 
@@ -257,7 +248,7 @@ def test_vllm_flags_take_an_underscore_where_vllms_int_does_and_never_a_comma():
                                   [*PLAN, "--median", "1e99t"], [*MEMORY, "--num-gpu-blocks-override", "1e99"],
                                   [*MEMORY, "--dtype", "x" * 5000], [*MEMORY, "--vllm-version", "0." + "9" * 5000]])
 def test_a_refusal_echoes_at_most_a_clipped_value(argv, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     line = refusal(err)
     assert code == 2 and len(line) < 300, (len(line), line[:300])
     assert "9" * 61 not in line and "x" * 61 not in line, line

@@ -13,6 +13,7 @@ import pathlib
 import pytest
 
 import servesize.limits as limits
+from cli_runner import run
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.measure.record import RunRecord, read_record
@@ -25,8 +26,8 @@ PLAN = ["plan", "llama-3.1-8b", "--gpus", "1xH100", "--fills", "50"]
 
 
 def refused(capsys, *argv, fragments=(), code=2) -> str:
-    rc = main([str(a) for a in argv])
-    err = capsys.readouterr().err.strip()
+    rc, _, err = run(capsys, *argv)
+    err = err.strip()
     lines = err.split("\n")
     assert rc == code, err
     assert "Traceback" not in err and "servesize: bug:" not in err, err

@@ -9,6 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from cli_runner import run_json
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.planning.load import binomial_cdf_upto, binomial_quantile, decode_load_ceiling
@@ -22,10 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def plan_json(capsys, *argv, fast=FAST):
-    code = main(["plan", *argv, *fast, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return json.loads(captured.out)
+    return run_json(capsys, "plan", *argv, *fast, "--json")
 
 
 def test_the_binomial_quantile_is_the_brute_force_one():

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from cli_runner import run, run_json
 from servesize.cli import main
 
 H200_NOMINAL = 141e9                     # the seed's nominal H200 memory (working-set-model.md 2.4)
@@ -19,10 +20,7 @@ FAST = ["--fills", "400"]
 
 
 def plan_json(capsys, *argv):
-    code = main(["plan", *SEED, *argv, "--json"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out)
+    return run_json(capsys, "plan", *SEED, *argv, "--json")
 
 
 def test_the_seeds_fp8_headline_reproduces_86_warm_users_p50_and_69_p5(capsys):
@@ -298,10 +296,10 @@ def test_a_model_whose_context_is_shorter_than_the_median_session_says_so():
 def _offload_plan(capsys, *extra):
     args = ["llama-3.1-8b", "--gpus", "2xH100-SXM", "-tp", "2", "--cpu-offload-gib", "256", "--fills", "200",
             "--no-sensitivity", *extra]
-    assert main(["plan", *args, "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert main(["plan", *args]) == 0
-    return doc, capsys.readouterr().out
+    doc = run_json(capsys, "plan", *args, "--json")
+    code, out, err = run(capsys, "plan", *args)
+    assert code == 0, err
+    return doc, out
 
 
 def test_cpu_offload_says_where_the_warm_users_live_and_what_a_restore_costs(capsys):

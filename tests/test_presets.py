@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cli_runner import run_json
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -26,10 +27,7 @@ FAST = ["--no-sensitivity", "--fills", "200"]
 
 
 def plan_json(capsys, *argv):
-    code = main(["plan", *argv, *FAST, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return json.loads(captured.out)
+    return run_json(capsys, "plan", *argv, *FAST, "--json")
 
 
 def test_the_four_presets_give_every_required_field_each_with_a_source():

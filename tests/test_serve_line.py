@@ -5,17 +5,12 @@ import json
 
 import pytest
 
+from cli_runner import run
 from servesize.cli import main
 from servesize.errors import BadInput
 from servesize.resolve import served
 
 V = (0, 32, 0)
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_serve_line_sets_the_fields_vllm_would_and_lists_the_rest():

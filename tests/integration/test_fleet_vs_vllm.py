@@ -27,8 +27,6 @@ prefix-cache hit increase, their prompt tokens to its query increase, rung by ru
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import io
 import json
 import re
 import urllib.request
@@ -43,7 +41,7 @@ from vllm_server import (
     VllmServer,
 )
 
-from servesize.cli import main
+from cli_runner import run_captured
 from servesize.measure.record import read_record
 
 pytestmark = pytest.mark.vllm
@@ -103,16 +101,14 @@ def runs(fleet, tmp_path_factory, vllm_log_dir):
     for routing in ("sticky", "per-request"):
         path = tmp_path_factory.mktemp("fleet") / f"{routing}.jsonl"
         before = [prefix_cache_counters(s.base_url) for s in fleet]
-        stdout, stderr = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = main([str(a) for a in ["measure", "sessions", "--url", urls, "--routing", routing,
-                                          "--users", ",".join(map(str, USERS)), "--requests-per-user", REQUESTS_PER_USER,
-                                          "--duration", 600, *WORKLOAD, "--record", path, "--quiet", "--json"]])
-        assert code == 0, stderr.getvalue()
+        code, stdout, stderr = run_captured("measure", "sessions", "--url", urls, "--routing", routing,
+                                            "--users", ",".join(map(str, USERS)), "--requests-per-user", REQUESTS_PER_USER,
+                                            "--duration", 600, *WORKLOAD, "--record", path, "--quiet", "--json")
+        assert code == 0, stderr
         after = [prefix_cache_counters(s.base_url) for s in fleet]
         deltas = [{k: a[k] - b[k] for k in a} for b, a in zip(before, after)]
         requests = [e["result"] for e in read_record(path, "sessions").of_type("request")]
-        out[routing] = (json.loads(stdout.getvalue()), requests, deltas)
+        out[routing] = (json.loads(stdout), requests, deltas)
         # the evidence, beside the engines' logs: the report, each engine's counter increase, each request's counts
         (vllm_log_dir / f"fleet-{routing}.json").write_text(json.dumps({
             "report": out[routing][0], "engine_deltas": deltas,

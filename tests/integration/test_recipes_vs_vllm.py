@@ -21,7 +21,7 @@ import shlex
 import pytest
 from vllm_server import EngineHost
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.model.catalogue import load_catalogue
 
 pytestmark = pytest.mark.vllm
@@ -64,8 +64,7 @@ def host(vllm_python, vllm_log_dir, start_timeout_s):
 
 def recipe_of(capsys, name: str, args: list[str]) -> str | None:
     """The plan's recipe line, or None when the plan refuses (a model too large for the shape, say)."""
-    code = main(["plan", name, *args, "--vllm-version", VERSION, "--fills", "2", "--draws", "20", "--json"])
-    out, _ = capsys.readouterr()
+    code, out, _ = run(capsys, "plan", name, *args, "--vllm-version", VERSION, "--fills", "2", "--draws", "20", "--json")
     return json.loads(out)["recipe"] if code == 0 else None
 
 

@@ -6,21 +6,12 @@ Llama, prefix caching on, 16 MiB of KV cache, block size 32.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from vllm_server import SESSION_BLOCK_SIZE, SESSION_DTYPE, SESSION_KV_CACHE_MEMORY_BYTES, SESSION_MAX_MODEL_LEN
 
-from servesize.cli import main
+from cli_runner import run_json
 
 pytestmark = pytest.mark.vllm
-
-
-def cli_json(capsys, *argv) -> dict:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def engine_args(vllm_server) -> list[str]:
@@ -32,7 +23,7 @@ def engine_args(vllm_server) -> list[str]:
 
 
 def predicted(capsys, vllm_server) -> dict:
-    return cli_json(capsys, "memory", *engine_args(vllm_server), "--json")
+    return run_json(capsys, "memory", *engine_args(vllm_server), "--json")
 
 
 def vllm_server_version(vllm_server) -> str:
@@ -52,7 +43,7 @@ def test_servesize_memory_predicts_the_engines_logged_kv_lines_exactly(capsys, v
 
 def test_measure_pool_recovers_the_engines_pool_within_one_block(capsys, tmp_path, vllm_server):
     pred = predicted(capsys, vllm_server)
-    doc = cli_json(capsys, "measure", "pool", "--url", vllm_server.base_url, "--prompt-tokens", 1024, "--rounds", 2,
+    doc = run_json(capsys, "measure", "pool", "--url", vllm_server.base_url, "--prompt-tokens", 1024, "--rounds", 2,
                    "--predict", " ".join(engine_args(vllm_server)), "--record", tmp_path / "pool.jsonl", "--quiet", "--json")
     engine_pool = pred["num_blocks"] * SESSION_BLOCK_SIZE  # 1,024 blocks x 32 = 32,768 tokens
     assert doc["pool_tokens"]["resolution"] == "block"
@@ -69,7 +60,7 @@ def test_measure_pool_recovers_the_engines_pool_within_one_block(capsys, tmp_pat
 def test_measure_sessions_runs_a_short_ladder_on_the_real_engine_with_plans_predictions(capsys, tmp_path, vllm_server):
     workload = ["--median", "600", "--sigma", "0.3", "--prefix", "128", "--subagent-median", "300",
                 "--subagent-prefix", "64", "--think-time", "0.5", "--output-tokens", "8"]
-    doc = cli_json(capsys, "measure", "sessions", "--url", vllm_server.base_url, "--users", "2,4", *workload,
+    doc = run_json(capsys, "measure", "sessions", "--url", vllm_server.base_url, "--users", "2,4", *workload,
                    "--turn-tokens", 64, "--max-model-len", 2048, "--duration", 8, "--record", tmp_path / "s.jsonl",
                    "--predict", " ".join(engine_args(vllm_server) + workload), "--json")
     assert len(doc["rungs"]) >= 1
@@ -80,7 +71,7 @@ def test_measure_sessions_runs_a_short_ladder_on_the_real_engine_with_plans_pred
 def test_measure_server_gives_pool_ladder_and_predictions_in_one_command(capsys, tmp_path, vllm_server):
     workload = ["--median", "600", "--sigma", "0.3", "--prefix", "128", "--subagent-median", "300",
                 "--subagent-prefix", "64", "--think-time", "0.5", "--output-tokens", "8"]
-    doc = cli_json(capsys, "measure", "server", "--url", vllm_server.base_url, "--predict", " ".join(engine_args(vllm_server)),
+    doc = run_json(capsys, "measure", "server", "--url", vllm_server.base_url, "--predict", " ".join(engine_args(vllm_server)),
                    *workload, "--turn-tokens", 64, "--max-model-len", 2048, "--duration", 3, "--users", "4,8",
                    "--prompt-tokens", 1024, "--rounds", 2, "--record-dir", tmp_path, "--quiet", "--json")
     assert doc["pool"]["pool_tokens"]["engine_pool_implied"] == doc["pool"]["engine"]["tokens"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pytest
 from testserver import INSTANT, Fault, ServerConfig, TestServer
 
-from servesize.cli import main
+from cli_runner import run
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "measure.md"
@@ -52,12 +52,6 @@ class Row:
 ROWS: dict[str, Row] = {}
 ORDER = ["killed", "torn", "unterminated", "SIGTERM", "SIGINT", "html", "html_models", "all_fail", "pool_500",
          "server_other_flags"]
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def lines_of(path: pathlib.Path) -> list[str]:
@@ -104,7 +98,7 @@ def test_a_server_killed_mid_rung_fails_that_rung_and_resume_measures_it_again(t
     # rung 1 (1 user x 3 requests: 0-2) completes; in rung 2 (2 users x 3) request 3 is answered, request 4
     # kills the server: 1 of the rung's 6 requests completes, 5 fail (reset, then refused)
     with TestServer(ServerConfig(faults=[Fault("die", after=4)])) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--requests-per-user", 3,
+        code, out, err = run(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--requests-per-user", 3,
                              "--record", rec, "--json", *SESSIONS)
     doc = json.loads(out)
     assert code == 2
@@ -123,7 +117,7 @@ def test_a_server_killed_mid_rung_fails_that_rung_and_resume_measures_it_again(t
     before = lines_of(rec)
 
     with TestServer(ServerConfig()) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
+        code, out, err = run(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
         served = server.completions
     doc = json.loads(out)
     assert code == 0, err
@@ -145,7 +139,7 @@ def _one_rung_record(tmp_path, capsys) -> pathlib.Path:
     """A finished 1-user ladder (3 requests), then cut back to its requests, as a crash before the rung line leaves it."""
     rec = tmp_path / "s.jsonl"
     with TestServer(ServerConfig()) as server:
-        code, _, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
+        code, _, err = run(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
                            "--record", rec, *SESSIONS)
     assert code == 0, err
     lines = lines_of(rec)
@@ -169,7 +163,7 @@ def test_resume_repairs_the_records_end_and_never_glues_two_events(tmp_path, cap
     complete_before = len(lines_of(rec)) - (case == "torn")
 
     with TestServer(ServerConfig()) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
+        code, out, err = run(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
     assert code == 0, err
     said = [line for line in err.splitlines() if "resuming" not in line]
     assert len(said) == 1 and said[0].startswith("servesize: ")
@@ -262,7 +256,7 @@ def test_a_signal_mid_rung_ends_the_run_like_ctrl_c_and_resume_continues_it(tmp_
     before = lines_of(rec)
 
     with TestServer(ServerConfig()) as server:
-        rc, out, err2 = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
+        rc, out, err2 = run(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--json", "--quiet")
         served = server.completions
     assert rc == 0, err2
     assert served == 5 and json.loads(out)["rungs"][0]["requests"] == 5
@@ -291,7 +285,7 @@ def events_or_empty(path: pathlib.Path) -> list[dict]:
 def test_an_html_page_with_http_200_is_not_an_openai_endpoint(tmp_path, capsys):
     rec = tmp_path / "s.jsonl"
     with TestServer(ServerConfig(faults=[Fault("html")])) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--record", rec,
+        code, out, err = run(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--record", rec,
                              "--json", *SESSIONS)
         served = server.completions
     line = one_line(err)
@@ -307,7 +301,7 @@ def test_an_html_page_with_http_200_is_not_an_openai_endpoint(tmp_path, capsys):
 def test_an_html_page_for_the_model_list_is_refused_before_anything_is_sent(tmp_path, capsys):
     rec = tmp_path / "p.jsonl"
     with TestServer(ServerConfig(html_models=True)) as server:
-        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", "--url", server.url, "--record", rec, "--quiet")
         served = server.completions
     line = one_line(err)
     assert code == 2 and served == 0 and "not an OpenAI-compatible endpoint" in line and "/v1/models" in line
@@ -320,7 +314,7 @@ def test_an_html_page_for_the_model_list_is_refused_before_anything_is_sent(tmp_
 def test_a_run_where_every_request_fails_exits_2_and_says_why(tmp_path, capsys):
     rec = tmp_path / "s.jsonl"
     with TestServer(ServerConfig(faults=[Fault("status", status=500)])) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--requests-per-user", 2,
+        code, out, err = run(capsys, "measure", "sessions", "--url", server.url, "--users", "1,2", "--requests-per-user", 2,
                              "--record", rec, *SESSIONS)
     line = one_line(err)
     assert code == 2 and line.startswith("servesize: the 1-user rung failed (error rate 100% > 5%: 2 of 2 requests failed")
@@ -335,12 +329,12 @@ def test_a_run_where_every_request_fails_exits_2_and_says_why(tmp_path, capsys):
 def test_a_pool_run_broken_by_http_500_resumes_without_redoing_a_completed_probe(tmp_path, capsys):
     rec = tmp_path / "p.jsonl"
     with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status", after=40)], **INSTANT)) as server:
-        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--prompt-tokens", 513, "--record", rec, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", "--url", server.url, "--prompt-tokens", 513, "--record", rec, "--quiet")
     line = one_line(err)
     assert code == 2 and "HTTP 500" in line and "--resume" in line
     before = lines_of(rec)
     with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--json", "--quiet")
+        code, out, err = run(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--json", "--quiet")
     assert code == 0, err
     assert json.loads(out)["pool_tokens"]["low"] == 4992
     lost, dup = audit(before, lines_of(rec))
@@ -362,18 +356,18 @@ def test_measure_server_refuses_a_record_dir_of_a_run_with_other_flags(tmp_path,
     folder = tmp_path / "run"
     predict = "llama-3.1-8b --gpus 1xH100 --kv-cache-memory-bytes 640MiB --max-model-len 4096"  # one 4k request fits: vLLM starts
     with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status")])) as server:
-        code, _, err = cli(capsys, "measure", "server", "--url", server.url, "--predict", predict, "--record-dir", folder, *SERVER)
+        code, _, err = run(capsys, "measure", "server", "--url", server.url, "--predict", predict, "--record-dir", folder, *SERVER)
         assert code == 2 and "HTTP 500" in one_line(err)
         before = lines_of(folder / "pool.jsonl")
         # the same folder, another prediction: refused before anything is sent, the record untouched
-        code, _, err = cli(capsys, "measure", "server", "--url", server.url, "--predict", predict.replace("640MiB", "1GiB"),
+        code, _, err = run(capsys, "measure", "server", "--url", server.url, "--predict", predict.replace("640MiB", "1GiB"),
                            "--record-dir", folder, *SERVER)
         served = server.completions
         line = one_line(err)
         assert code == 2 and "holds a run taken with other parameters" in line and "predicted_tokens" in line
         assert lines_of(folder / "pool.jsonl") == before and not (folder / "sessions.jsonl").exists()
         # the same flags continue it (and fail again here: the server still answers 500)
-        code, _, err = cli(capsys, "measure", "server", "--url", server.url, "--predict", predict, "--record-dir", folder, *SERVER)
+        code, _, err = run(capsys, "measure", "server", "--url", server.url, "--predict", predict, "--record-dir", folder, *SERVER)
         assert code == 2 and "resuming" in err and "with the same parameters" in err
         assert server.completions > served
     lost, dup = audit(before, lines_of(folder / "pool.jsonl"))
@@ -433,7 +427,7 @@ def test_streams_that_arrive_in_one_read_have_no_decode_speed_and_the_run_says_h
     args = list(SESSIONS)
     args[args.index("--output-tokens") + 1] = "16"
     with TestServer(ServerConfig(burst=True, **INSTANT)) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
+        code, out, err = run(capsys, "measure", "sessions", "--url", server.url, "--users", "1", "--requests-per-user", 3,
                              "--record", tmp_path / "burst.jsonl", "--json", *args)
     assert code == 0, err
     doc = json.loads(out)

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import pytest
 
-from servesize.cli import main
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+from cli_runner import run_captured
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -29,7 +19,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 ])
 def test_a_measure_flag_out_of_range_is_one_line_naming_the_flag_the_value_and_the_range(argv, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(argv)
+    code, _, err = run_captured(*argv)
     assert code == 2 and words in err and err.count("\n") == 1, err
     if "--median" not in argv:
         # the range is named (--median is the Scenario's own flag)

@@ -10,7 +10,6 @@ same cases every time; ``SERVESIZE_FUZZ_EXAMPLES=10000`` runs that many cases pe
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
@@ -25,7 +24,7 @@ hypothesis = pytest.importorskip("hypothesis")  # the project's test extra insta
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from servesize.cli import main  # noqa: E402
+from cli_runner import Ran, run_captured  # noqa: E402
 from servesize.errors import BadInput  # noqa: E402
 from servesize.measure.client import ERROR_TYPES, RequestResult, StreamParser  # noqa: E402
 from servesize.measure.metrics import MetricsDelta  # noqa: E402
@@ -326,19 +325,18 @@ def measure_argv(draw) -> list[str]:
     return argv
 
 
-def run_cli(argv: list[str], record: bytes | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
+def run_in_scratch(argv: list[str], record: bytes | None = None) -> Ran:
+    """The command (tests/cli_runner.py) in a scratch folder, where default record files land and ``record``, if
+    given, is old.jsonl; capped in memory."""
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)  # default record files land here, not in the checkout
+        os.chdir(tmp)
         try:
             if record is not None:
                 pathlib.Path("old.jsonl").write_bytes(record)
-            with capped(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = main(argv)
+            return run_captured(*argv, around=capped)
         finally:
             os.chdir(cwd)
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_cli_contract(code: int, err: str) -> None:
@@ -351,7 +349,7 @@ def assert_cli_contract(code: int, err: str) -> None:
 @fuzz(150)
 @given(measure_argv())
 def test_any_measure_command_line_exits_0_or_2_with_one_line(argv):
-    code, _, err = run_cli(argv)
+    code, _, err = run_in_scratch(argv)
     assert_cli_contract(code, err)
 
 
@@ -359,7 +357,7 @@ def test_any_measure_command_line_exits_0_or_2_with_one_line(argv):
 @given(record_bytes(), st.sampled_from(["pool", "sessions"]), st.booleans())
 def test_resuming_any_record_from_the_command_line_exits_0_or_2_with_one_line(record, command, give_url):
     argv = ["measure", command, "--resume", "old.jsonl", "--quiet"] + (["--url", "http://127.0.0.1:9"] if give_url else [])
-    code, _, err = run_cli(argv, record)
+    code, _, err = run_in_scratch(argv, record)
     assert code in (0, 2), (code, err)
     assert "Traceback" not in err and "servesize: bug:" not in err, err
     # a refusal is its last line; before it, resume may say what it resumed and what it repaired
@@ -533,19 +531,16 @@ def test_measure_against_a_lying_server_never_reports_a_false_capacity_nor_a_bug
                     "120", "--sigma", "0.3", "--prefix", "20", "--think-time", "0.01", "--output-tokens", "2", "--turn-tokens",
                     "10", "--max-model-len", "2000", "--subagent-ratio", "0", "--duration", "60", "--record",
                     f"{tmp}/r.jsonl", "--quiet", "--json"]
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(argv)
-    text = err.getvalue()
+        code, out, text = run_captured(*argv)
     assert code in (0, 2) and "bug" not in text and "Traceback" not in text, text
     assert "usage:" not in text and "unrecognized" not in text, text  # the case measured, it was not a flag typo
     if code == 2:
         assert text.count("\n") == 1 and text.startswith("servesize: "), text
     if code == 0 and command == "pool":
-        doc = json.loads(out.getvalue())
+        doc = json.loads(out)
         assert doc["pool_tokens"]["low"] <= E2E_POOL, (lies, doc["pool_tokens"], doc["notes"])
-    if out.getvalue() and command == "sessions":
-        assert json.loads(out.getvalue())["knee"]["warm_users"] != 8, lies  # never the lie's knee
+    if out and command == "sessions":
+        assert json.loads(out)["knee"]["warm_users"] != 8, lies  # never the lie's knee
 
 
 # -- a server's small answers: /metrics, /v1/models, /tokenize (issue 31) --------------------------------------------

@@ -10,7 +10,7 @@ import json
 import pytest
 from testserver import ServerConfig, TestServer
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.errors import BadInput
 from servesize.measure.client import StreamClient
 from servesize.measure.metrics import snapshot_from_text
@@ -22,12 +22,6 @@ POOL = ["--prompt-tokens", "513", "--max-parallel", "16", "--rounds", "2", "--qu
 SESSIONS = ["--users", "1", "--requests-per-user", "3", "--median", "500", "--prefix", "100", "--think-time", "0.02",
             "--output-tokens", "2", "--turn-tokens", "50", "--max-model-len", "4000", "--subagent-ratio", "0", "--quiet"]
 NOT_UTF8 = b"vllm:prefix_cache_queries_total 10.0\n\xff\xfe\xc3\x28 not text\n"
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(err: str) -> str:
@@ -42,10 +36,10 @@ def test_a_metrics_body_that_is_not_utf8_is_distrusted_with_a_note_naming_metric
     with TestServer(ServerConfig(capacity_tokens=4096)) as good, TestServer(ServerConfig(capacity_tokens=4096,
                                                                                          metrics_body=NOT_UTF8)) as bad:
         if command == "pool":
-            code, out, err = cli(capsys, "measure", "pool", "--url", bad.url, "--record", tmp_path / "r.jsonl", *POOL)
+            code, out, err = run(capsys, "measure", "pool", "--url", bad.url, "--record", tmp_path / "r.jsonl", *POOL)
         else:
             url = bad.url if command == "sessions" else f"{good.url},{bad.url}"
-            code, out, err = cli(capsys, "measure", "sessions", "--url", url, "--record", tmp_path / "r.jsonl", *SESSIONS)
+            code, out, err = run(capsys, "measure", "sessions", "--url", url, "--record", tmp_path / "r.jsonl", *SESSIONS)
     assert code == 0, err
     assert f"{bad.url}/metrics answered a body that is not UTF-8 text" in out
     assert "bug" not in err
@@ -70,7 +64,7 @@ def test_an_impossible_cache_config_label_is_refused_as_that_signal(label, value
 @pytest.mark.parametrize("label,value", IMPOSSIBLE[:4])
 def test_measure_pool_never_uses_an_impossible_cache_config_label(tmp_path, capsys, label, value):
     with TestServer(ServerConfig(capacity_tokens=4096, config_labels={label: value})) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
+        code, out, err = run(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["block_size_source"] != "vllm:cache_config_info"
@@ -87,7 +81,7 @@ def test_measure_pool_never_uses_an_impossible_cache_config_label(tmp_path, caps
                                       (b'\xff\xfe{"data": []}', "not UTF-8 text")])
 def test_a_models_list_of_the_wrong_shape_is_refused_in_one_line(tmp_path, capsys, body, why):
     with TestServer(ServerConfig(models_body=body)) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
+        code, out, err = run(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
     line = one_line(err)
     assert code == 2 and f"{server.url}/v1/models" in line and why in line
 
@@ -122,7 +116,7 @@ def test_a_tokenize_that_never_answers_is_given_up_after_its_bounded_timeout():
 @pytest.mark.parametrize("prompt_tokens", [0, 7])
 def test_usage_prompt_tokens_that_never_change_refuse_the_calibration_in_one_line(tmp_path, capsys, prompt_tokens):
     with TestServer(ServerConfig(tokenize=False, usage_prompt_tokens=prompt_tokens)) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
+        code, out, err = run(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *POOL)
     line = one_line(err)
     assert code == 2 and f"usage.prompt_tokens is {prompt_tokens} for a 64-word probe and {prompt_tokens}" in line
 
@@ -142,7 +136,7 @@ def test_resuming_a_record_of_a_newer_format_version_is_refused_naming_both_vers
     with pytest.raises(BadInput, match=f"format version {FORMAT_VERSION + 1}.* version {FORMAT_VERSION} only"):
         RunRecord.resume(rec, "sessions")
     with TestServer(ServerConfig()) as server:
-        code, _, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet")
+        code, _, err = run(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet")
     line = one_line(err)
     assert code == 2 and f"format version {FORMAT_VERSION + 1}" in line and f"version {FORMAT_VERSION} only" in line
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 from testserver import INSTANT, Fault, ServerConfig, TestServer
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.errors import BadInput
 from servesize.measure.record import RecordLock, RunRecord
 
@@ -28,17 +28,11 @@ def holder_words(pid: int) -> str:
     return f"pid {pid}" if os.path.exists("/proc/locks") else "another process"
 
 
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def broken_pool_record(tmp_path, capsys) -> pathlib.Path:
     """A pool run stopped by HTTP 500 on its first request: a record to --resume."""
     rec = tmp_path / "p.jsonl"
     with TestServer(ServerConfig(capacity_tokens=5000, faults=[Fault("status")])) as server:
-        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--prompt-tokens", 513, "--record", rec, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", "--url", server.url, "--prompt-tokens", 513, "--record", rec, "--quiet")
     assert code == 2 and "HTTP 500" in err
     return rec
 
@@ -78,7 +72,7 @@ def test_a_resume_of_a_record_another_run_holds_exits_2_and_sends_nothing(tmp_pa
     lock = RecordLock.acquire(rec, create=False)  # the other --resume, mid-run
     try:
         with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:
-            code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
+            code, out, err = run(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
             served = server.completions
     finally:
         lock.release()
@@ -87,7 +81,7 @@ def test_a_resume_of_a_record_another_run_holds_exits_2_and_sends_nothing(tmp_pa
     assert err.startswith(f"servesize: the run record {rec} is in use by another run ({holder_words(os.getpid())})")
     assert rec.read_bytes() == before  # not a byte written
     with TestServer(ServerConfig(capacity_tokens=5000, **INSTANT)) as server:  # the lock released, the record resumes
-        code, _, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet")
     assert code == 0, err
 
 
@@ -102,7 +96,7 @@ def test_a_resume_while_another_process_runs_on_the_record_names_that_process(tm
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"  # the marker: it holds the lock now
-        code, _, err = cli(capsys, "measure", "sessions", "--resume", rec, "--quiet")  # the kind is not even read
+        code, _, err = run(capsys, "measure", "sessions", "--resume", rec, "--quiet")  # the kind is not even read
         assert code == 2 and err.count("\n") == 1
         assert f"the run record {rec} is in use by another run ({holder_words(holder.pid)})" in err
     finally:
@@ -114,7 +108,7 @@ def test_a_new_run_on_a_record_another_run_is_creating_is_refused(tmp_path, caps
     path = tmp_path / "new.jsonl"
     lock = RecordLock.acquire(path, create=True)  # the first run has just made the file, empty
     try:
-        code, _, err = cli(capsys, "measure", "pool", "--url", "http://127.0.0.1:9", "--record", path, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", "--url", "http://127.0.0.1:9", "--record", path, "--quiet")
     finally:
         lock.release()
     assert code == 2 and err.count("\n") == 1 and "is in use by another run" in err
@@ -131,6 +125,6 @@ def test_a_record_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path
         if not path.exists():
             pytest.skip("no /dev/full here")
     for argv in (["--record", path, "--url", "http://127.0.0.1:9"], ["--resume", path]):
-        code, _, err = cli(capsys, "measure", "pool", *argv, "--quiet")
+        code, _, err = run(capsys, "measure", "pool", *argv, "--quiet")
         # --record is refused by the output check every command runs first; --resume by the record's own
         assert code == 2 and err.count("\n") == 1 and "not a regular file" in err and str(path) in err

@@ -17,7 +17,7 @@ import json
 
 from testserver import INSTANT, ServerConfig, TestServer
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.measure.pool import PoolConfig, measure_pool
 from servesize.measure.record import RunRecord, read_record
 from servesize.measure.sessions import ClassParams, SessionParams, SessionsConfig, measure_sessions
@@ -27,15 +27,9 @@ SLOW = dict(ttft_base_s=0.0, ttft_per_token_s=0.002)  # cold 513-token prompt: 1
 ISSUE = ["--prompt-tokens", "513", "--max-parallel", "32", "--rounds", "2", "--quiet", "--json"]
 
 
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def pool_cli(capsys, tmp_path, config: ServerConfig, *extra) -> tuple[int, dict | None, str]:
     with TestServer(config) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *ISSUE, *extra)
+        code, out, err = run(capsys, "measure", "pool", "--url", server.url, "--record", tmp_path / "p.jsonl", *ISSUE, *extra)
     return code, json.loads(out) if out else None, err
 
 
@@ -201,11 +195,11 @@ def test_a_resumed_pool_run_keeps_distrusting_the_counter_its_record_refuted(tmp
     rec = tmp_path / "p.jsonl"
     lying = dict(capacity_tokens=POOL, lie="over_prompt", **INSTANT)
     with TestServer(ServerConfig(**lying, faults=[Fault("status", after=20 + 2 * CHECK_PROMPTS)])) as server:  # mid-search
-        code, _, err = cli(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
+        code, _, err = run(capsys, "measure", "pool", "--url", server.url, "--record", rec, *ISSUE)
     assert code == 2 and "HTTP 500" in err
     assert [e["signal"] for e in read_record(rec).of_type("distrust")] == ["cached_tokens"]
     with TestServer(ServerConfig(**lying)) as server:
-        code, out, err = cli(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet", "--json")
+        code, out, err = run(capsys, "measure", "pool", "--resume", rec, "--url", server.url, "--quiet", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["pool_tokens"]["low"], doc["pool_tokens"]["high"]) == (POOL, POOL + 16) and doc["signal"] == "metrics"
@@ -218,13 +212,13 @@ def test_a_resumed_sessions_record_judges_again_the_rungs_a_refuted_counter_had_
              "--requests-per-user", "5", "--users", "1,2,16", "--quiet", "--json"]
     config = dict(capacity_tokens=8000, itl_s=0.001, ttft_base_s=0.0, ttft_per_token_s=0.001, lie="claim_warm")
     with TestServer(ServerConfig(**config)) as server:
-        code, out, err = cli(capsys, "measure", "sessions", "--url", server.url, "--record", rec, *flags)
+        code, out, err = run(capsys, "measure", "sessions", "--url", server.url, "--record", rec, *flags)
     assert code == 0, err
     first = json.loads(out)
     recorded = {e["users"]: e["stats"]["signal"] for e in read_record(rec).of_type("rung")}
     assert recorded[1] == "cached_tokens" and first["rungs"][0]["signal"] != "cached_tokens"  # judged again in the run
     with TestServer(ServerConfig(**config)) as server:  # every rung complete: the resume sends nothing...
-        code, out, err = cli(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet", "--json")
+        code, out, err = run(capsys, "measure", "sessions", "--resume", rec, "--url", server.url, "--quiet", "--json")
         served = server.completions
     assert code == 0, err
     assert served == 0

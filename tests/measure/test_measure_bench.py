@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from testserver import Fault, ServerConfig, TestServer
 
-from servesize.cli import main
+from cli_runner import run
 from servesize.errors import BadInput
 from servesize.measure.bench import BenchConfig, bench_figures, error_kinds
 from servesize.measure.client import RequestResult
@@ -94,16 +94,10 @@ def test_what_measure_bench_cannot_send_is_refused_by_name():
         BenchConfig(url="http://x", load=BenchLoad(num_prompts=20_000))
 
 
-def run(capsys, *argv):
-    code = main(["measure", "bench", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_concurrency(capsys, tmp_path):
     path = tmp_path / "bench.jsonl"
     with TestServer(ServerConfig(capacity_tokens=1 << 16)) as server:
-        code, out, err = run(capsys, "--url", server.url, "--random-input-len", 64, "--random-output-len", 8,
+        code, out, err = run(capsys, "measure", "bench", "--url", server.url, "--random-input-len", 64, "--random-output-len", 8,
                              "--num-prompts", 12, "--max-concurrency", 3, "--record", path, "--json", "--quiet",
                              "--ignore-eos")
         peak, received, sent = server.peak_in_flight, server.completions, [e["ignore_eos"] for e in server.log]
@@ -127,7 +121,7 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
     read = read_bench_result(out)
     assert (read.completed, read.max_concurrency, read.input_len, read.output_len) == (12, 3, 64, 8)
     assert read.mean_tpot_ms == pytest.approx(doc["mean_tpot_ms"])
-    code, text, _ = run(capsys, "--resume", path)  # no --resume: a benchmark's duration is one uninterrupted run's
+    code, text, _ = run(capsys, "measure", "bench", "--resume", path)  # no --resume: a benchmark's duration is one uninterrupted run's
     assert code == 2
     record = read_record(path, "bench")
     assert record.header["params"]["load"]["num_prompts"] == 12
@@ -137,14 +131,14 @@ def test_against_a_server_every_request_is_sent_counted_and_recorded_at_the_conc
 
 def test_a_request_longer_than_the_servers_max_model_len_is_refused_before_any_is_sent(capsys, tmp_path):
     with TestServer(ServerConfig(max_model_len=100)) as server:
-        code, out, err = run(capsys, "--url", server.url, "--random-input-len", 96, "--random-output-len", 8,
+        code, out, err = run(capsys, "measure", "bench", "--url", server.url, "--random-input-len", 96, "--random-output-len", 8,
                              "--num-prompts", 2, "--record", tmp_path / "b.jsonl", "--quiet")
     assert code == 2 and err.count("\n") == 1 and "max_model_len 100" in err and "104 tokens" in err
 
 
 def test_when_no_request_completes_there_is_no_figure_and_the_exit_is_2(capsys, tmp_path):
     with TestServer(ServerConfig(faults=[Fault("status", status=500, after=0)])) as server:
-        code, out, err = run(capsys, "--url", server.url, "--random-input-len", 32, "--random-output-len", 4,
+        code, out, err = run(capsys, "measure", "bench", "--url", server.url, "--random-input-len", 32, "--random-output-len", 4,
                              "--num-prompts", 3, "--record", tmp_path / "b.jsonl", "--quiet", "--json")
     assert code == 2 and "no request of 3 completed" in err and "http_error" in err
     doc = json.loads(out)
@@ -156,5 +150,5 @@ def test_a_bench_never_tells_the_user_to_resume_it(capsys, tmp_path):
     refused with another --record as the way out, not the --resume the other measure commands offer."""
     path = tmp_path / "b.jsonl"
     path.write_text('{"type": "header"}\n')
-    code, _, err = run(capsys, "--url", "http://127.0.0.1:9", "--num-prompts", 2, "--record", path, "--quiet")
+    code, _, err = run(capsys, "measure", "bench", "--url", "http://127.0.0.1:9", "--num-prompts", 2, "--record", path, "--quiet")
     assert code == 2 and "already exists; choose another --record" in err and "--resume" not in err

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from cli_runner import run_json
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -143,8 +144,7 @@ def test_the_block_docs_simulate_md_quotes_is_what_the_command_prints(capsys):
 def _bench_json(capsys, *extra: str) -> dict:
     argv = ["bench", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--random-input-len", "1000",
             "--random-output-len", "200", "--num-prompts", "16", "--max-concurrency", "4", "--json", *extra]
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+    return run_json(capsys, *argv)
 
 
 def test_a_server_started_without_a_speculative_config_drafts_nothing_even_with_an_mtp_head(capsys):

@@ -7,8 +7,8 @@ import json
 import pytest
 from test_traces import claude_session, req, write_jsonl
 
+from cli_runner import run
 from servesize.assumptions import assumption
-from servesize.cli import main
 
 
 @pytest.fixture
@@ -24,14 +24,8 @@ def sessions_file(tmp_path):
     return write_jsonl(tmp_path / "cc.jsonl", sessions)
 
 
-def run(capsys, *argv):
-    code = main(["simulate", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_the_text_report_states_the_choices_the_pool_and_every_stage(capsys, sessions_file):
-    code, out, err = run(capsys, sessions_file, "--pool-tokens", 64 * 40, "--quiet")
+    code, out, err = run(capsys, "simulate", sessions_file, "--pool-tokens", 64 * 40, "--quiet")
     assert code == 0, err
     assert "requests main, align t0, warm-up 50%" in out
     assert "pool: 40 blocks x 64 tokens" in out
@@ -42,7 +36,7 @@ def test_the_text_report_states_the_choices_the_pool_and_every_stage(capsys, ses
 
 
 def test_json_is_one_document_with_the_curve_and_the_exact_replay(capsys, sessions_file, tmp_path):
-    code, out, err = run(capsys, sessions_file, "--pool-tokens", 64 * 40, "--json", "--plot", tmp_path / "c.png",
+    code, out, err = run(capsys, "simulate", sessions_file, "--pool-tokens", 64 * 40, "--json", "--plot", tmp_path / "c.png",
                          "--curves-for-users", "2,4")
     assert code == 0, err
     doc = json.loads(out)
@@ -55,14 +49,14 @@ def test_json_is_one_document_with_the_curve_and_the_exact_replay(capsys, sessio
 
 
 def test_without_a_pool_there_is_the_curve_alone(capsys, sessions_file):
-    code, out, _ = run(capsys, sessions_file, "--json", "--quiet", "--no-bounds")
+    code, out, _ = run(capsys, "simulate", sessions_file, "--json", "--quiet", "--no-bounds")
     doc = json.loads(out)
     assert code == 0 and doc["pool"] is None and doc["exact"] is None and doc["users"] is None
     assert doc["curve"]["points"]
 
 
 def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(capsys, sessions_file):
-    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "2GiB",
+    code, out, err = run(capsys, "simulate", sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--kv-cache-memory-bytes", "2GiB",
                          "--max-model-len", "16000", "--json", "--quiet", "--no-bounds")  # 2 GiB starts only shorter lengths
     assert code == 0, err
     doc = json.loads(out)
@@ -82,7 +76,7 @@ def test_a_deployment_gives_the_pool_model_service_times_and_plans_warm_users(ca
     (["--pool-tokens", "10"], "fewer than two"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, sessions_file, argv, message):
-    code, out, err = run(capsys, sessions_file, *argv, "--quiet")
+    code, out, err = run(capsys, "simulate", sessions_file, *argv, "--quiet")
     assert code == 2 and out == ""
     # a flag's own range is argparse's refusal ("servesize simulate: argument --warmup: ..."), the rest the command's
     assert err.startswith(("servesize: ", "servesize simulate: ")) and message in err and err.count("\n") == 1
@@ -91,7 +85,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, sessions_file, argv, message):
 def test_a_file_that_is_not_a_trace_is_exit_2(capsys, tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello\n")
-    code, _, err = run(capsys, path)
+    code, _, err = run(capsys, "simulate", path)
     assert code == 2 and "servesize:" in err
 
 
@@ -102,7 +96,7 @@ def test_a_workload_file_is_turned_into_sessions(capsys, tmp_path):
     path = tmp_path / "w.json"
     save_workload(Workload(user=SessionClass("user", 1500, 0.4, 256), think_time_s=3.0, output_tokens=20,
                            warm_turn_tokens=200), path)
-    code, out, err = run(capsys, path, "--sessions", 40, "--pool-tokens", 20_000, "--block-size", 16, "--json", "--quiet",
+    code, out, err = run(capsys, "simulate", path, "--sessions", 40, "--pool-tokens", 20_000, "--block-size", 16, "--json", "--quiet",
                          "--no-bounds")
     assert code == 0, err
     doc = json.loads(out)
@@ -110,7 +104,7 @@ def test_a_workload_file_is_turned_into_sessions(capsys, tmp_path):
 
 
 def test_engine_runs_the_scheduler_on_the_deployment_and_sets_plan_beside_it(capsys, sessions_file):
-    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
+    code, out, err = run(capsys, "simulate", sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
                          "--engine", "--engine-max-users", "8", "--json", "--quiet")
     assert code == 0, err
     doc = json.loads(out)
@@ -120,14 +114,14 @@ def test_engine_runs_the_scheduler_on_the_deployment_and_sets_plan_beside_it(cap
     assert 1 <= found["users"] <= 8 and found["points"][0]["users"] == 1
     assert doc["plan"]["binding"] in ("cache", "decode", "latency", "saturation")
     assert (doc["disagreement"] is None) == (abs(doc["plan"]["users"] - found["users"]) <= 0.15 * found["users"])
-    code, out, err = run(capsys, sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
+    code, out, err = run(capsys, "simulate", sessions_file, "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "16000",
                          "--engine", "--users", "3", "--no-users-search", "--quiet")
     assert code == 0, err
     assert "engine simulator (vLLM V1 scheduler)" in out and "plan for the same workload and pool" in out
 
 
 def test_engine_without_a_deployment_is_one_line(capsys, sessions_file):
-    code, out, err = run(capsys, sessions_file, "--engine", "--pool-tokens", "4096")
+    code, out, err = run(capsys, "simulate", sessions_file, "--engine", "--pool-tokens", "4096")
     assert code == 2 and err.count("\n") == 1 and "--engine prices every step on a deployment" in err
 
 
@@ -143,7 +137,7 @@ def test_engine_at_users_on_an_open_loop_trace_reports_plan_beside_it_never_a_fl
     """Issue 31: `--engine --users 4` on an open-loop trace searched for minutes and then failed with plan's fleet
     sizing ("one replica's cache ceiling is 0 users: no number of replicas serves 4"): --users is the engine's
     load, and plan beside it is one replica's ceilings."""
-    code, out, err = run(capsys, open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
+    code, out, err = run(capsys, "simulate", open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
                          "--no-users-search", "--json", "--quiet")
     assert code == 0, err
     doc = json.loads(out)
@@ -156,7 +150,7 @@ def test_an_engine_run_past_the_request_bound_is_one_line_before_any_step(capsys
     import servesize.simulate.engine as engine
 
     monkeypatch.setattr(engine, "MAX_ENGINE_REQUESTS", 299)
-    code, out, err = run(capsys, open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
+    code, out, err = run(capsys, "simulate", open_loop_file, "qwen3.6-27b", "--gpus", "1xH200", "--engine", "--users", "4",
                          "--quiet")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "300 requests in one engine run, past the simulator's 299" in err and "drop --engine" in err
