@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from cli_runner import run
 from servesize.commands._types import fraction, whole
 from servesize.limits import MAX_ENGINE_USERS
-from test_hardening import assert_refused, run
+from test_hardening import assert_refused
 
 NO_TRACE = "no-such-trace.jsonl"  # every refusal below comes before the trace is opened
 SIM = ["simulate", NO_TRACE]
@@ -34,7 +35,7 @@ NON_ASCII = [
 
 @pytest.mark.parametrize("argv, name", NON_ASCII, ids=[" ".join(a[-2:]) for a, _ in NON_ASCII])
 def test_a_number_in_digits_that_are_not_ascii_is_refused_naming_the_flag(argv, name, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert_refused(code, err, name)
     assert "ASCII" in err
 
@@ -55,7 +56,7 @@ OUT_OF_RANGE = [
 
 @pytest.mark.parametrize("argv, name", OUT_OF_RANGE, ids=[" ".join(a[-2:]) for a, _ in OUT_OF_RANGE])
 def test_an_engine_or_replay_number_out_of_its_range_is_refused_before_any_work(argv, name, capsys):
-    code, _, err = run(argv, capsys)
+    code, _, err = run(capsys, *argv)
     assert_refused(code, err, name)
 
 
@@ -63,15 +64,15 @@ def test_an_engine_or_replay_number_out_of_its_range_is_refused_before_any_work(
                                    ["--no-exact"], ["--no-bounds"], ["--target-hit-rate", "0.8"],
                                    ["--no-exact", "--no-bounds"]])
 def test_a_flag_of_the_cache_replay_given_to_the_engine_simulator_is_refused_by_name(flags, capsys):
-    code, _, err = run([*ENGINE, *flags], capsys)
+    code, _, err = run(capsys, *ENGINE, *flags)
     names = [f for f in flags if f.startswith("--")]
     assert_refused(code, err, *names, "cache replay")
 
 
 def test_the_replay_still_takes_its_own_flags_and_reaches_the_trace(capsys):
     """The same flags without --engine pass the command line and stop only at the missing trace."""
-    code, _, err = run([*SIM, "--curves-for-users", "5,10", "--service", "none", "--no-bounds", "--target-hit-rate",
-                        "0.8", "--warmup", "0", "--seed", "7", "--sessions", "3"], capsys)
+    code, _, err = run(capsys, *SIM, "--curves-for-users", "5,10", "--service", "none", "--no-bounds", "--target-hit-rate",
+                        "0.8", "--warmup", "0", "--seed", "7", "--sessions", "3")
     assert_refused(code, err, NO_TRACE)
 
 
