@@ -636,6 +636,8 @@ class Workload:
             lines.append(self.subagent.describe() + (" (shares the user prefix)" if self.subagents_share_prefix else ""))
             lines.append(f"subagent requests per user request r = {self.subagent_ratio:g} (share {self.subagent_probability:.3f})")
         lines.append(f"invalidation f = {self.invalidation:g}; max_model_len = {self.max_model_len:,} tokens")
+        if self.session_turns:
+            lines.append(f"sessions of {self.session_turns:,} requests: each one's first is cold beyond the shared prefix")
         if self.think_time_sigma is not None:  # a fitted distribution: its median first, the mean the rates use
             lines.append(f"think time: median {self.think_time_median_s:.3g} s (log-normal sigma "
                          f"{self.think_time_sigma:.2f}), mean {self.think_time_s:.3g} s")
