@@ -295,61 +295,62 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
     return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
 
 
-def _cold_basis(obs: Observations, prefix: int | None) -> tuple[np.ndarray, str] | None:
-    """Per request of the file's cold basis, whether it matched no cached prefix of its own, and the basis in
-    words: hash blocks (an infinite cache within the file's scope), else each record's cached tokens (no more
-    than the shared prefix); None where the file reports neither."""
+@dataclass(frozen=True)
+class _ColdBasis:
+    """Per request of the file's cold basis, whether it matched no cached prefix of its own; the basis in words;
+    which of those requests open their session, where the file groups requests into sessions (else None); and
+    whether the basis is hash blocks (an infinite cache within the file's scope) or each record's cached tokens."""
+
+    cold: np.ndarray
+    basis: str
+    opens: np.ndarray | None
+    from_hashes: bool
+
+
+def _cold_basis(obs: Observations, prefix: int | None) -> _ColdBasis | None:
+    """Hash blocks, else each record's cached tokens (no more than the shared prefix); None where the file reports
+    neither. Read once: the invalidation and the session turnover both count from it."""
     import numpy as np
     if obs.cold:
-        return np.asarray(obs.cold, dtype=bool), obs.cold_basis
-    if obs.cached_hits:
+        cold, basis = np.asarray(obs.cold, dtype=bool), obs.cold_basis
+    elif obs.cached_hits:
         limit = float(prefix) if prefix is not None else 0.0
         basis = (f"cached tokens no more than the {prefix:,}-token prefix" if prefix is not None
                  else "no cached tokens (the file does not say its prefix)")
-        return np.asarray(obs.cached_hits, dtype=np.float64) <= limit, basis
-    return None
-
-
-def _opens(obs: Observations, requests: int) -> np.ndarray | None:
-    """Which requests of the cold basis open their session, where the file groups requests into sessions."""
-    import numpy as np
-    if len(obs.opens) != requests or not any(obs.opens):
+        cold = np.asarray(obs.cached_hits, dtype=np.float64) <= limit
+    else:
         return None
-    return np.asarray(obs.opens, dtype=bool)
+    opens = np.asarray(obs.opens, dtype=bool) if len(obs.opens) == cold.size and any(obs.opens) else None
+    return _ColdBasis(cold, basis, opens, bool(obs.cold))
 
 
-def _invalidation_field(obs: Observations, prefix: int | None) -> FieldFit:
+def _invalidation_field(found: _ColdBasis | None) -> FieldFit:
     """The --invalidation definition: the fraction of requests that match no cached prefix of their own. Where the
     file has sessions, over the requests after each session's first (a session's start is its own field,
     ``session_turns``: the Workload's reading, ``Workload.cold_shares``); else over every request."""
     import numpy as np
-    found = _cold_basis(obs, prefix)
     if found is None:
         return FieldFit("invalidation", None, "the file reports no cached tokens or hash blocks")
-    cold, basis = found
-    opens = _opens(obs, cold.size)
-    if opens is not None:
-        later = cold[~opens]
+    if found.opens is not None:
+        later = found.cold[~found.opens]
         f = float(later.mean()) if later.size else 0.0
         return FieldFit("invalidation", round(f, 4), f"{f:.1%} of {later.size:,} requests after their session's first "
-                        f"cold by {basis}")
-    f = float(np.mean(cold))
-    how = f"{f:.1%} of {cold.size:,} requests cold by {basis}"
-    if not obs.cold:
+                        f"cold by {found.basis}")
+    f = float(np.mean(found.cold))
+    how = f"{f:.1%} of {found.cold.size:,} requests cold by {found.basis}"
+    if not found.from_hashes:
         how += "; the server's own evictions count too, so it is an upper bound on the workload's own invalidation"
     return FieldFit("invalidation", round(f, 4), how)
 
 
-def _turnover_field(invalidation: FieldFit, obs: Observations, prefix: int | None) -> FieldFit:
+def _turnover_field(invalidation: FieldFit, found: _ColdBasis | None) -> FieldFit:
     """Requests per session where the file groups them into sessions (each session's first starts it, cold beyond
     the shared prefix); else no turnover on top of a fitted invalidation, which counts each session's first."""
-    found = _cold_basis(obs, prefix)
-    opens = None if found is None else _opens(obs, found[0].size)
-    if opens is not None:
-        sessions = int(opens.sum())
-        turns = min(MAX_SESSION_TURNS, max(1, round(opens.size / sessions)))
-        return FieldFit("session_turns", turns, f"{opens.size:,} requests over {sessions:,} sessions: each session's "
-                        "first request starts it, cold beyond the shared prefix")
+    if found is not None and found.opens is not None:
+        sessions = int(found.opens.sum())
+        turns = min(MAX_SESSION_TURNS, max(1, round(found.opens.size / sessions)))
+        return FieldFit("session_turns", turns, f"{found.opens.size:,} requests over {sessions:,} sessions: each "
+                        "session's first request starts it, cold beyond the shared prefix")
     if invalidation.fitted:
         return FieldFit("session_turns", 0, "the fitted invalidation counts each session's first request: no "
                         "turnover on top of it")
@@ -450,6 +451,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
 
     prefix = _prefix_field(obs, prefix_tokens)
     sub, ratio, sub_values, sub_fit, sub_cls = _subagent_fields(obs, min_tokens, int(user.size), name)
+    cold = _cold_basis(obs, prefix.value)
     fields = {
         "user_median_tokens": FieldFit("user_median_tokens", round(user_fit.median, 1) if dist == "lognormal"
                                        else float(np.median(user)),
@@ -460,7 +462,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
                                                                 ": the observed distribution itself is used")),
         "user_prefix_tokens": prefix,
         "subagent": sub, "subagent_ratio": ratio,
-        "invalidation": _invalidation_field(obs, prefix.value),
+        "invalidation": _invalidation_field(cold),
         **_think_fields(obs.gaps_s, f"pauses between a session's requests ({obs.think_field})"
                         if obs.think_field else "think times"),
         "output_tokens": _mean_field("output_tokens", obs.output, f"output counts ({obs.output_field})"
@@ -468,7 +470,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
                                         "prompt growths from one request of a session to the next", "", integer=True),
     }
-    fields["session_turns"] = _turnover_field(fields["invalidation"], obs, prefix.value)
+    fields["session_turns"] = _turnover_field(fields["invalidation"], cold)
     base = chosen.workload()
     user_prefix = prefix.value if prefix.fitted else base.user.prefix_tokens
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
