@@ -141,11 +141,14 @@ class EngineRun:
     # Only what was sent before it is measured: after it fewer users send, and the load falls
     window_end_s: float = math.inf
 
+    def _window(self) -> tuple[float, np.ndarray]:
+        """The measured window's end, and which requests were sent within it after the warm-up's share of it."""
+        end = min(self.clock_s, self.window_end_s)
+        return end, (self.arrival_s >= self.warmup * end) & (self.arrival_s <= end)
+
     def measured(self) -> np.ndarray:
         """The requests measured: answered, and sent within the window (after the warm-up's share of it)."""
-        done = np.isfinite(self.first_token_s)
-        end = min(self.clock_s, self.window_end_s)
-        return done & (self.arrival_s >= self.warmup * end) & (self.arrival_s <= end)
+        return np.isfinite(self.first_token_s) & self._window()[1]
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -176,12 +179,11 @@ class EngineRun:
     def sent_per_s(self) -> float | None:
         """Requests sent per second in the measured window (the load the comfort SLO is judged at); None when the
         window is empty."""
-        end = min(self.clock_s, self.window_end_s)
+        end, sent = self._window()
         span = end * (1.0 - self.warmup)
         if not span > 0:
             return None
-        a = self.arrival_s
-        return float(np.count_nonzero((a >= self.warmup * end) & (a <= end)) / span)
+        return float(np.count_nonzero(sent) / span)
 
     def summary(self) -> dict:
         ttft, speed = self.ttft_s, self.decode_tok_s
