@@ -204,7 +204,9 @@ def _csv_time(text: str | None, where: str) -> float | None:
         raise _BadRow(f"{where}: {text!r} is not a timestamp") from None
 
 
-def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations, last: dict, seen: set) -> None:
+def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations, last: dict[str, float | None]) -> None:
+    """One row. ``last``: every session id seen so far on a user-class row, with its latest timestamp (None before
+    one): a row's session is new when it is not there, and a timestamp's pause is from the one before."""
     cls = _cell(row, lay.klass)
     is_sub = cls is not None and "subagent" in cls.lower()
     x = _count(_cell(row, lay.prompt), where)
@@ -218,15 +220,14 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
     if cached is not None and not is_sub:
         _observe_cached(obs, cached, x)
         if lay.session is not None:  # a row without a session id is a session of its own
-            obs.opens.append(not session or session not in seen)
-    if session and not is_sub:
-        seen.add(session)
+            obs.opens.append(not session or session not in last)
     if think is not None and not is_sub:
         obs.gaps_s.append(think)
-    if stamp is not None and session is not None and not is_sub:
-        if session in last:
-            obs.gaps_s.append(max(0.0, stamp - last[session]))
-        last[session] = stamp
+    if session is not None and not is_sub:
+        before = last.get(session)
+        if stamp is not None and before is not None:
+            obs.gaps_s.append(max(0.0, stamp - before))
+        last[session] = stamp if stamp is not None else before
 
 
 def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observations:
@@ -247,15 +248,14 @@ def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observatio
                        f"gaps between {names[lay.time]!r} within {names[lay.session]!r}"
                        if lay.session is not None and lay.time is not None else "")
     obs.labels_field = f"column {names[lay.klass]!r}" if lay.klass is not None else ""
-    last: dict = {}
-    seen: set = set()
+    last: dict[str, float | None] = {}
     try:
         for line_no, row in enumerate(reader, start=2):
             if not row or all(not c.strip() for c in row):
                 continue
             obs.records += 1
             try:
-                _read_csv_row(row, lay, f"line {line_no}", obs, last, seen)
+                _read_csv_row(row, lay, f"line {line_no}", obs, last)
             except _BadRow as bad:
                 obs.skip(str(bad))
     except csv.Error as exc:
