@@ -118,7 +118,7 @@ def bench_engine(traces: pathlib.Path, repeats: int) -> None:
     from servesize.api import plan_inputs
     from servesize.planning.ceilings import step_model_of
     from servesize.scenario import Scenario
-    from servesize.simulate.engine import EngineConfig, simulate_engine
+    from servesize.simulate.engine import config_of, simulate_engine
     from servesize.simulate.synthetic import synthesize
 
     cases = []
@@ -133,9 +133,7 @@ def bench_engine(traces: pathlib.Path, repeats: int) -> None:
         cases.append(("Claude Code trace, 750 sessions, 50 users x 15", read_trace(cc), plan_inputs(sc), 50, 15))
     for label, trace, inputs, users, per_user in cases:
         report, fixed = inputs.memory_and_fixed(check_prefixes=False)
-        dep = report.deployment
-        cfg = EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
-                           int(dep.max_num_batched_tokens or 8192))
+        cfg = config_of(report)
         times = step_model_of(fixed, inputs.knobs)
         replay = build_replay(trace, ReplayOptions(users=users, sessions_per_user=per_user, align="stagger", warmup=0.0,
                                                    block_size=cfg.block_size, max_model_len=report.pool.max_model_len))

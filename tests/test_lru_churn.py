@@ -56,3 +56,26 @@ def test_binding_of_agrees_with_ceilings_where_churn_binds():
     inputs, fixed = _inputs("rag")
     assert binding_of(fixed, inputs.workload, inputs.knobs, CeilingCache()) == \
         ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False).binding
+
+
+def test_a_hybrid_models_requests_also_write_their_state_where_their_prompt_fills_a_block():
+    """Qwen 3.6 27B caches a request's recurrent state at its prompt's last full block (1,600-token blocks on an
+    H200): the churn's writes per request are the plain model's plus the state, times the share of prompts
+    that fill a block (short chat prompts write none)."""
+    from servesize.api import plan_inputs
+    from servesize.planning.ceilings import churn_of
+    from servesize.planning.inputs import knob_value
+    from servesize.scenario import Scenario
+
+    for preset in ("chat", "rag"):
+        inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8",
+                                      preset=preset))
+        fixed = inputs.memory_and_fixed()[1]
+        assert fixed.state_bytes_rank > 0 and fixed.block_size == 1600
+        floor = float(knob_value(inputs.knobs, "decode_floor"))
+        hybrid = churn_of(fixed, inputs.workload, inputs.knobs, floor, None)
+        plain = churn_of(replace(fixed, state_bytes_rank=0), inputs.workload, inputs.knobs, floor, None)
+        share = inputs.workload.share_at_least(1600)
+        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank
+        assert hybrid.new_tokens_per_request == pytest.approx(plain.new_tokens_per_request + share * state)
+        assert (0.2 < share < 0.5) if preset == "chat" else share > 0.99  # median 1,020 tokens; 5,700

@@ -209,3 +209,16 @@ def test_an_unknown_field_whose_name_breaks_the_line_is_echoed_quoted(tmp_path):
         with pytest.raises(BadInput, match="unknown field") as err:
             load_workload(path)
         assert "\n" not in str(err.value) and ("'\\n0'" in str(err.value) or "'a\\nb'" in str(err.value))
+
+
+def test_the_share_of_prompts_at_least_so_long_matches_a_large_sample():
+    import numpy as np
+
+    from servesize.workload.presets import preset
+
+    for name in ("chat", "coding-agent"):
+        w = preset(name).workload()
+        s = w.sample(np.random.default_rng(5), 400_000).full_tokens
+        for tokens in (16, 1600, 20_000, 90_000):
+            assert w.share_at_least(tokens) == pytest.approx(float(np.mean(s >= tokens)), abs=0.004), (name, tokens)
+    assert preset("chat").workload().share_at_least(1) == 1.0

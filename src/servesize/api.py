@@ -741,13 +741,10 @@ def _is_workload_file(path: str) -> bool:
 # -- the engine simulator (servesize.simulate.engine): vLLM's scheduler at N users, beside the plan ----------
 
 def _engine_config(report: MemoryReport) -> Any:
-    """The engine simulator's replica for the deployment ``report`` sized: its pool's blocks and its scheduler's
-    --max-num-seqs and --max-num-batched-tokens (vLLM's defaults where the deployment leaves them unset)."""
-    from servesize.simulate import engine as eng
+    """The engine simulator's replica for the deployment ``report`` sized (simulate/engine.py ``config_of``)."""
+    from servesize.simulate.engine import config_of
 
-    dep = report.deployment
-    return eng.EngineConfig(report.pool.num_blocks, report.pool.block_size, int(dep.max_num_seqs or 256),
-                            int(dep.max_num_batched_tokens or 8192))
+    return config_of(report)
 
 
 def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None, search: bool = True,

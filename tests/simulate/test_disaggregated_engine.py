@@ -4,6 +4,8 @@ client's TTFT runs from the send to the decode instance's first token."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from servesize.planning.ceilings import step_model_of
 from servesize.resolve import plan_inputs
 from servesize.scenario import Scenario
 from servesize.simulate.disaggregated import simulate_disaggregated
-from servesize.simulate.engine import EngineConfig
+from servesize.simulate.engine import config_of
 from servesize.simulate.replay import ReplayOptions, build_replay
 from servesize.simulate.synthetic import synthesize
 
@@ -20,7 +22,7 @@ from servesize.simulate.synthetic import synthesize
 def setup():
     inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
     report, fixed = inputs.memory_and_fixed(check_prefixes=False)
-    cfg = EngineConfig(report.pool.num_blocks, report.pool.block_size, 64, 8192)
+    cfg = replace(config_of(report), max_num_seqs=64, max_num_batched_tokens=8192)
     trace = synthesize(inputs.workload, sessions=40, seed=3)
     opts = ReplayOptions(warmup=0.0, seed=3, block_size=cfg.block_size, align="stagger",
                          max_model_len=report.pool.max_model_len, session_gap_s=float(inputs.workload.think_time_s))

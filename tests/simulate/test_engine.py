@@ -295,3 +295,59 @@ def test_a_search_that_reaches_a_run_too_large_stops_there_with_at_least_the_use
                                    "there: the next run tried: 16,000 requests in one engine run")
     with pytest.raises(RunTooLarge):  # at one user there is nothing to report: the caller's refusal
         users_at_comfort(lambda n: run_at(n * 100), Comfort())
+
+
+# -- hybrid models: recurrent states share the pool (EngineConfig.state_groups) ------------------
+
+_TURNS = [("a", 0.0, 128, _ids(1, 128), 1, 1.0), ("b", 0.5, 96, _ids(2, 96), 1),
+          ("a", 10.0, 192, _ids(1, 128) + [5000, 5001, 5002, 5003], 1)]
+
+
+def _hybrid(num_blocks: int, groups: int = 2, per_group: int = 3, cached: bool = True) -> EngineConfig:
+    return EngineConfig(num_blocks=num_blocks, block_size=B, state_groups=groups, state_blocks_per_group=per_group,
+                        state_cached=cached)
+
+
+def test_a_hybrid_models_returning_turn_hits_up_to_the_block_whose_state_its_last_prompt_left_cached():
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(_replay(_TURNS), _hybrid(200), times, warmup=0.0)
+    assert run.hit_tokens.tolist() == [0, 0, 128]
+    # 'none' mode keeps no state after a request: nothing of a hybrid model's prompt is ever hit
+    none = simulate_engine(_replay(_TURNS), _hybrid(200, cached=False), times, warmup=0.0)
+    assert none.hit_tokens.tolist() == [0, 0, 0]
+
+
+def test_a_hybrid_models_state_takes_pool_blocks_so_a_pool_that_kept_a_plain_models_prefix_loses_it():
+    # 20 usable blocks. a holds 9 attention blocks (129 tokens) and 2 x 3 state blocks; it leaves its prompt's 8
+    # full blocks and its 2 state blocks cached. b then takes its 4 own state blocks and 6 attention blocks from the
+    # 10 empty ones, and the 2 blocks of its own prompt's state evict 2 of a's: a's return cannot resume (its state,
+    # or the attention block it belongs to, is gone), so no hit
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(_replay(_TURNS), _hybrid(21), times, warmup=0.0)
+    assert run.hit_tokens.tolist() == [0, 0, 0]
+    # without state layers the same pool keeps a's prefix through b (12 empty blocks are enough for b)
+    plain = simulate_engine(_replay(_TURNS), EngineConfig(num_blocks=21, block_size=B), times, warmup=0.0)
+    assert plain.hit_tokens.tolist() == [0, 0, 128]
+    # and a pool two blocks larger keeps a's state too
+    assert simulate_engine(_replay(_TURNS), _hybrid(23), times, warmup=0.0).hit_tokens.tolist() == [0, 0, 128]
+
+
+def test_a_hybrid_models_request_too_large_for_the_pool_with_its_state_is_never_scheduled():
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    rows = [("a", 0.0, 128, _ids(1, 128), 1)]  # 9 attention blocks; with 2 x 3 state blocks 15 of the 14 usable
+    assert simulate_engine(_replay(rows), _hybrid(15), times, warmup=0.0).too_large == 1
+    assert simulate_engine(_replay(rows), _hybrid(16), times, warmup=0.0).too_large == 0
+
+
+def test_the_engine_config_of_a_hybrid_deployment_carries_its_state_groups():
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+    from servesize.simulate.engine import config_of
+
+    report, _ = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8",
+                                     kv_cache_dtype="fp8")).memory_and_fixed(check_prefixes=False)
+    cfg = config_of(report)
+    states = [g for g in report.pool.groups if g.kind == "gated_deltanet"]
+    assert cfg.state_groups == len(states) == 3 and cfg.state_cached  # 'align': prefix caching is on
+    page = states[0].page_bytes * report.pool.group_size  # one block of a group: a page in each of its layers
+    assert cfg.state_blocks_running * page == report.pool.state_bytes_per_sequence

@@ -528,14 +528,20 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
 
     A request writes its prefilled tokens and its output: a warm tail, a cold re-prefill of the whole context,
     or a session's start beyond the shared prefix (Workload.cold_shares; at the mean context, ``start_tokens``
-    over a session's turns). The cycle is the mean think time, the
-    prefill's mean service and a decode at the floor (the slowest comfortable one)."""
+    over a session's turns), and on a hybrid model its recurrent state at its prompt's last full block. The cycle
+    is the mean think time, the prefill's mean service and a decode at the floor (the slowest comfortable one)."""
     if not knobs.a("cache.churn"):
         return None
     invalidated, started = cold_shares(workload, knobs)
     out, turn, mean_l = float(workload.output_tokens), float(workload.warm_turn_tokens), float(workload.mean_tokens())
     start_new = float(start_tokens(workload, np.full(max(1, workload.session_turns), mean_l))[0].mean())
-    new = (1.0 - invalidated - started) * turn + invalidated * mean_l + started * start_new + out
+    # a hybrid model's request also leaves its recurrent state cached at its prompt's last full block, one block in
+    # each state group ('align' mode; the engine simulator's _cache_state): a warm session's state in
+    # token-equivalents, written by the requests whose prompt fills a block at all
+    state = 0.0
+    if fixed.state_bytes_rank and fixed.kv_bytes_per_token_rank:
+        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank * workload.share_at_least(max(fixed.block_size, 1))
+    new = (1.0 - invalidated - started) * turn + invalidated * mean_l + started * start_new + out + state
     cycle = think_time_of(workload) + (m.mean_s if m is not None else 0.0) + out / floor
     offload = knobs.cpu_offload_bytes / (fixed.kv_bytes_per_token_rank * fixed.tp) if knobs.cpu_offload_bytes else 0.0
     q = float(knobs.a("load.percentile"))

@@ -65,7 +65,8 @@ def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_
     d = Derivation()
     d.given("pool_tokens", pool_tokens, unit="tokens", note="one replica's KV pool (and its host-RAM tier)")
     d.given("new_tokens_per_request", new_tokens_per_request, unit="tokens",
-            note="E[prefilled + output tokens] a request writes: warm tails, cold re-prefills, session starts")
+            note="E[prefilled + output tokens] a request writes: warm tails, cold re-prefills, session starts "
+                 "(and a hybrid model's cached state, in token-equivalents)")
     d.given("requests_per_user_s", requests_per_user_s, unit="1/s", note="(1 + r) / cycle")
     d.given("pause_s", pause_s, unit="s", note=f"p{percentile:g} of the think time")
     if not returning or pause_s == 0:

@@ -10,6 +10,11 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
 - **max_num_seqs**: no waiting request is admitted while that many run;
 - **the exact prefix cache** of cache.py (``BlockPool``: the free queue, LRU eviction, hits pinned, blocks freed
   tail first, the last prompt token recomputed); a waiting request is admitted only when its blocks fit;
+- **recurrent states of hybrid models** (GDN / Mamba layers, vLLM's MambaManager in 'align' mode): a running
+  request holds its state blocks in every state group beside its attention blocks; its prompt's state at its
+  last full block stays cached (one block per group, released before the attention blocks, so evicted first),
+  and a later prompt hits only up to a block whose state is cached (``EngineConfig.state_groups``); in 'none'
+  mode nothing is hit;
 - **preemption by recompute**: a running request that needs a block when none is free preempts the request
   scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
   them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
@@ -39,9 +44,11 @@ And the users at which the comfort SLO (DESIGN.md: warm, the decode floor at p95
 p95) breaks, by a bounded search over N.
 
 Not modelled: CUDA graphs' padding, the async scheduler's overlap, priorities, the V1 ``long_prefill_token
-_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), recurrent-state
-blocks of hybrid models, CPU offload, pipeline parallelism and routing across data-parallel replicas (one
-replica).
+_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), the states a hybrid
+model caches at chunk ends and at the block boundaries its decode crosses (only the prompt's last full block's is
+kept), 'align' mode's chunks cut at block boundaries, the blocks of sliding-window groups and of a second
+full-attention group (every block of the pool holds one block of tokens of the one attention group), CPU offload,
+pipeline parallelism and routing across data-parallel replicas (one replica).
 """
 
 from __future__ import annotations
@@ -88,6 +95,15 @@ class EngineConfig:
     # requests sent at the same instant reach the scheduler this far apart (the API server takes them one at a time),
     # so an idle engine starts a step with the first alone, as the real engine does (data/assumptions.toml)
     handoff_s: float = field(default_factory=lambda: float(assumption("engine.handoff_s")))
+    # hybrid models (GDN / Mamba layers) share the pool with their recurrent states (engine/pool.py): in each of
+    # ``state_groups`` groups a running request holds ``state_blocks_per_group`` blocks (its running state, the last
+    # block-boundary state, checkpoint and draft blocks: the pool's blocks per request for the group). With
+    # ``state_cached`` ('align' mode) the state at a prompt's last full block stays cached after the request, one
+    # block per group, and a later prompt hits only up to a block whose state is cached; without it ('none')
+    # nothing of a hybrid model's prompt is ever hit (vLLM: MambaManager, HybridKVCacheCoordinator)
+    state_groups: int = 0
+    state_blocks_per_group: int = 0
+    state_cached: bool = True
 
     def __post_init__(self):
         if not 2 <= self.num_blocks <= 1 << 31:
@@ -100,6 +116,28 @@ class EngineConfig:
             raise BadInput(f"--max-num-batched-tokens must be >= 1, got {self.max_num_batched_tokens}")
         if not (math.isfinite(self.handoff_s) and 0 <= self.handoff_s <= 1):
             raise BadInput(f"the API server's hand-off must be in [0, 1] s per request, got {self.handoff_s!r}")
+        if self.state_groups < 0 or (self.state_groups and self.state_blocks_per_group < 1 + self.state_cached):
+            raise BadInput(f"a hybrid model's state takes at least {1 + self.state_cached} blocks per group of a running "
+                           f"request, got {self.state_groups} groups of {self.state_blocks_per_group}")
+
+    @property
+    def state_blocks_running(self) -> int:
+        """Blocks a running request holds for its recurrent state, every group together (0: no state layers)."""
+        return self.state_groups * self.state_blocks_per_group
+
+
+def config_of(report: Any) -> EngineConfig:
+    """The engine simulator's replica for the deployment a memory report sized (engine/memory.py): its pool's
+    blocks, its recurrent-state groups, and its scheduler's --max-num-seqs and --max-num-batched-tokens (vLLM's
+    defaults where the deployment leaves them unset)."""
+    from servesize.model.layers import STATE_KINDS
+
+    pool, dep = report.pool, report.deployment
+    states = [g for g in pool.groups if g.kind in STATE_KINDS]
+    return EngineConfig(pool.num_blocks, pool.block_size, int(dep.max_num_seqs or 256),
+                        int(dep.max_num_batched_tokens or 8192), state_groups=len(states),
+                        state_blocks_per_group=max((g.blocks_per_request for g in states), default=0),
+                        state_cached=dep.mamba_cache_mode == "align")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,8 +255,18 @@ class _Engine:
             raise BadInput(f"the replay is in {replay.block_size}-token blocks, the engine in {cfg.block_size}-token ones")
         self.r, self.cfg, self.t = replay, cfg, times
         n = replay.requests
-        self.pool = BlockPool(cfg.num_blocks, replay.num_nodes)
+        # a recurrent state cached at block k of a prompt is a node of its own in each state group: node ids past
+        # the replay's, one slot per prompt boundary that had its state cached (at most one per request)
+        self.states = cfg.state_groups
+        self.slots = n if self.states and cfg.state_cached else 0
+        self.pool = BlockPool(cfg.num_blocks, replay.num_nodes + self.states * self.slots)
         self.cap = replay.hittable_blocks()
+        if self.states and not cfg.state_cached:  # 'none' mode: a hybrid model's prompts are never hit
+            self.cap = np.zeros_like(self.cap)
+        self.state_slot = np.full(max(replay.num_nodes, 1) if self.slots else 0, -1, dtype=np.int64)
+        self.slots_used = 0
+        self.state_run: dict[int, list[int]] = {}              # a running request's own state blocks (unhashed)
+        self.boundary: dict[int, tuple[int, np.ndarray]] = {}  # its last block-boundary state: (blocks before, ids)
         self.seen = np.zeros(max(replay.num_nodes, 1), dtype=bool)
         self.prompt = replay.input_tokens.astype(np.int64)
         self.out = replay.output_tokens.astype(np.int64).clip(min=1)
@@ -283,9 +331,62 @@ class _Engine:
             if fresh.any():
                 self.pool.cache(held[fresh], nodes[k0:done][fresh])
             self.cached_upto[i] = done
+        if self.slots and nodes.size and done == nodes.size and self.computed[i] >= done * self.cfg.block_size:
+            self._cache_state(i, nodes)
+
+    # -- recurrent states (hybrid models) -------------------------------------------------------
+    def _state_ids(self, slots: np.ndarray) -> np.ndarray:
+        """The state nodes of prompt-boundary ``slots``: one row per state group."""
+        groups = np.arange(self.states, dtype=np.int64)[:, None]
+        return self.r.num_nodes + groups * self.slots + slots[None, :]
+
+    def _state_hit(self, nodes: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The attention hit cut back to the last block whose state is cached in every state group, and that
+        state's blocks (vLLM's MambaManager.find_longest_cache_hit: the rightmost cached state within the
+        attention's hit; the coordinator takes the shorter): no such block, no hit."""
+        slots = self.state_slot[nodes[:hits.size]]
+        at = np.flatnonzero(slots >= 0)
+        if at.size:
+            found = self.pool.block_of[self._state_ids(slots[at])]
+            whole = np.flatnonzero((found >= 0).all(axis=0))
+            if whole.size:
+                k = int(whole[-1])
+                return hits[: int(at[k]) + 1], found[:, k].astype(np.int32)
+        return hits[:0], None
+
+    def _cache_state(self, i: int, nodes: np.ndarray) -> None:
+        """Request i's prefill reached its prompt's last full block: the state there is kept in a block of each
+        state group, hashed, and the boundary state it held before is released (still cached). With no block
+        free for it, that prompt leaves no state behind (vLLM would preempt; rare, and said here)."""
+        last = nodes.size
+        held = self.boundary.get(i)
+        if held is not None and held[0] >= last:
+            return
+        if self.pool.free < self.states:
+            return
+        node = int(nodes[last - 1])
+        if self.state_slot[node] < 0:
+            self.state_slot[node] = self.slots_used
+            self.slots_used += 1
+        new = self.pool.allocate(self.states)
+        self.pool.cache(new, self._state_ids(self.state_slot[node:node + 1])[:, 0].astype(np.int32))
+        if held is not None:
+            self.pool.release(held[1])
+        self.boundary[i] = (last, new)
+
+    def _free_state(self, i: int) -> None:
+        """Release request i's state blocks before its attention blocks (vLLM frees the state groups first, each
+        tail first): its own running blocks to the front of the free queue, its boundary state to the back."""
+        own = self.state_run.pop(i, [])
+        held = self.boundary.pop(i, None)
+        blocks = (held[1].tolist() if held is not None else []) + own
+        if blocks:
+            self.pool.release(np.asarray(blocks, dtype=np.int32))
 
     def _free(self, i: int) -> None:
         """Free request i's blocks tail first; its full output blocks stay cached (under ids nothing names)."""
+        if self.states:
+            self._free_state(i)
         held = np.asarray(self.blocks.pop(i), dtype=np.int32)
         self.nblocks[i] = 0
         nodes = self._nodes(i)
@@ -376,13 +477,23 @@ class _Engine:
         cfg, pool = self.cfg, self.pool
         nodes = self._nodes(i)
         hits = pool.lookup(nodes[: int(self.cap[i])])
+        state = None
+        if self.slots and hits.size:
+            hits, state = self._state_hit(nodes, hits)
         hit_tokens = hits.size * cfg.block_size
         computed, held = self._at_admission(i, hit_tokens, budget)
         need = self._blocks_for(held) - hits.size
+        own = cfg.state_blocks_running - (self.states if self.slots else 0)  # the boundary state is the hit's, or later
         idle = pool.idle(hits)
-        if need > pool.free - int(np.count_nonzero(idle)):
+        pinned = int(np.count_nonzero(idle)) + (int(np.count_nonzero(pool.idle(state))) if state is not None else 0)
+        if need + own > pool.free - pinned:
             return 0
         pool.touch(hits, idle)
+        if state is not None:
+            pool.touch(state, pool.idle(state))
+            self.boundary[i] = (hits.size, state)
+        if own:
+            self.state_run[i] = pool.allocate(own).tolist()
         self.blocks[i] = hits.tolist() + (pool.allocate(need).tolist() if need > 0 else [])
         self.nblocks[i] = len(self.blocks[i])
         self.cached_upto[i] = hits.size
@@ -427,7 +538,7 @@ class _Engine:
         run.ideal_tokens[i] = (unseen[0] if unseen.size else probe.size) * self.cfg.block_size
         self.seen[nodes] = True
         out = self.prompt[i] + self.out[i] if self.cfg.output_blocks else self.prompt[i] + 1
-        if self._blocks_for(out) > self.cfg.num_blocks - 1:
+        if self._blocks_for(out) + self.cfg.state_blocks_running > self.cfg.num_blocks - 1:
             run.too_large += 1  # more blocks than the pool has: vLLM never schedules it
             self._next(int(self.user_of[i]), t)
             return

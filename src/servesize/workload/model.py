@@ -579,6 +579,22 @@ class Workload:
         """E[full] over requests (tokens): closed form for log-normal classes, exact for empirical."""
         return self._class_moment(1)
 
+    def share_at_least(self, tokens: float) -> float:
+        """P(full >= tokens) over requests: the share of prompts at least that long (each class's length at least
+        its prefix and at most the cap, as ``length_moment`` takes them; ``length_mass`` above them)."""
+        cap = float(self.max_model_len)
+
+        def share(cls: RequestClass, prefix: float) -> float:
+            if tokens <= min(prefix, cap):
+                return 1.0
+            return 0.0 if tokens > cap else float(length_mass(cls, [tokens, math.inf])[0])
+
+        user = share(self.user, self.user.prefix_tokens)
+        p = self.subagent_probability
+        if p == 0 or self.subagent is None:
+            return user
+        return (1.0 - p) * user + p * share(self.subagent, self.subagent_prefix_tokens)
+
     def second_moment_tokens(self) -> float:
         """E[full^2] over requests (tokens^2), same method as ``mean_tokens``."""
         return self._class_moment(2)
