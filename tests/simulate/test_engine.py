@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -351,3 +352,26 @@ def test_the_engine_config_of_a_hybrid_deployment_carries_its_state_groups():
     assert cfg.state_groups == len(states) == 3 and cfg.state_cached  # 'align': prefix caching is on
     page = states[0].page_bytes * report.pool.group_size  # one block of a group: a page in each of its layers
     assert cfg.state_blocks_running * page == report.pool.state_bytes_per_sequence
+
+
+def test_a_hybrid_prompt_is_prefilled_in_whole_blocks_up_to_its_last_full_block_then_the_rest():
+    # 'align' mode: 100 tokens at 40 a step go 32, 32, 32 (the last full block's end, 96), then 4; plain: 40, 40, 20
+    rows = [("a", 0.0, 100, _ids(1, 100), 1)]
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    hybrid = simulate_engine(_replay(rows), replace(_hybrid(200), max_num_batched_tokens=40), times, warmup=0.0)
+    plain = simulate_engine(_replay(rows), EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=40),
+                            times, warmup=0.0)
+    assert (hybrid.prefill_chunks, plain.prefill_chunks) == (4, 3)
+
+
+def test_a_new_session_sharing_a_prefix_resumes_from_the_state_a_chunk_of_another_left_inside_it():
+    # a and b share 96 tokens (6 blocks). a's 160 tokens go 64, 64, 32 a step: states at blocks 4, 8 and 10; b's
+    # attention hit is the 6 shared blocks, and the last state within them is block 4's: 64 tokens
+    prefix = _ids(1, 96)
+    rows = [("a", 0.0, 160, prefix + _ids(2, 64), 1), ("b", 5.0, 160, prefix + _ids(3, 64), 1)]
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    hybrid = simulate_engine(_replay(rows), replace(_hybrid(200), max_num_batched_tokens=64), times, warmup=0.0)
+    assert hybrid.hit_tokens.tolist() == [0, 64]
+    plain = simulate_engine(_replay(rows), EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=64),
+                            times, warmup=0.0)
+    assert plain.hit_tokens.tolist() == [0, 96]

@@ -11,10 +11,11 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
 - **the exact prefix cache** of cache.py (``BlockPool``: the free queue, LRU eviction, hits pinned, blocks freed
   tail first, the last prompt token recomputed); a waiting request is admitted only when its blocks fit;
 - **recurrent states of hybrid models** (GDN / Mamba layers, vLLM's MambaManager in 'align' mode): a running
-  request holds its state blocks in every state group beside its attention blocks; its prompt's state at its
-  last full block stays cached (one block per group, released before the attention blocks, so evicted first),
-  and a later prompt hits only up to a block whose state is cached (``EngineConfig.state_groups``); in 'none'
-  mode nothing is hit;
+  request holds its state blocks in every state group beside its attention blocks; a prefill's chunks are cut to
+  whole blocks, its prompt's last full block's end forced (Scheduler._mamba_block_aligned_split), and the state
+  at every chunk end on a block boundary stays cached (one block per group, released before the attention
+  blocks, so evicted first); a later prompt hits only up to a block whose state is cached
+  (``EngineConfig.state_groups``); in 'none' mode nothing is hit;
 - **preemption by recompute**: a running request that needs a block when none is free preempts the request
   scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
   them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
@@ -44,11 +45,11 @@ And the users at which the comfort SLO (DESIGN.md: warm, the decode floor at p95
 p95) breaks, by a bounded search over N.
 
 Not modelled: CUDA graphs' padding, the async scheduler's overlap, priorities, the V1 ``long_prefill_token
-_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), the states a hybrid
-model caches at chunk ends and at the block boundaries its decode crosses (only the prompt's last full block's is
-kept), 'align' mode's chunks cut at block boundaries, the blocks of sliding-window groups and of a second
-full-attention group (every block of the pool holds one block of tokens of the one attention group), CPU offload,
-pipeline parallelism and routing across data-parallel replicas (one replica).
+_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step) and the prefix hit's
+last block that vLLM drops with EAGLE / MTP drafts, the states a hybrid model caches at the block boundaries its
+decode crosses, the blocks of sliding-window groups and of a second full-attention group (every block of the
+pool holds one block of tokens of the one attention group), CPU offload, pipeline parallelism and routing across
+data-parallel replicas (one replica).
 """
 
 from __future__ import annotations
@@ -256,9 +257,12 @@ class _Engine:
         self.r, self.cfg, self.t = replay, cfg, times
         n = replay.requests
         # a recurrent state cached at block k of a prompt is a node of its own in each state group: node ids past
-        # the replay's, one slot per prompt boundary that had its state cached (at most one per request)
+        # the replay's, one slot per block boundary that had its state cached (at most one per node)
         self.states = cfg.state_groups
-        self.slots = n if self.states and cfg.state_cached else 0
+        self.slots = replay.num_nodes if self.states and cfg.state_cached else 0
+        if (1 + self.states) * self.slots >= 1 << 31:
+            raise RunTooLarge(f"{replay.num_nodes:,} distinct blocks and their states in {self.states} groups are "
+                              "past the simulator's node ids: replay fewer sessions")
         self.pool = BlockPool(cfg.num_blocks, replay.num_nodes + self.states * self.slots)
         self.cap = replay.hittable_blocks()
         if self.states and not cfg.state_cached:  # 'none' mode: a hybrid model's prompts are never hit
@@ -331,8 +335,12 @@ class _Engine:
             if fresh.any():
                 self.pool.cache(held[fresh], nodes[k0:done][fresh])
             self.cached_upto[i] = done
-        if self.slots and nodes.size and done == nodes.size and self.computed[i] >= done * self.cfg.block_size:
-            self._cache_state(i, nodes)
+        if self.slots and nodes.size:
+            c, bs = int(self.computed[i]), self.cfg.block_size
+            if c % bs == 0 and 0 < c // bs <= nodes.size:  # a chunk ended on a block boundary: its state is kept
+                self._cache_state(i, nodes, c // bs)
+            elif done == nodes.size and c >= done * bs:  # the prompt is done (a decode instance's pull): its last
+                self._cache_state(i, nodes, done)         # full block's state arrived with it
 
     # -- recurrent states (hybrid models) -------------------------------------------------------
     def _state_ids(self, slots: np.ndarray) -> np.ndarray:
@@ -354,17 +362,16 @@ class _Engine:
                 return hits[: int(at[k]) + 1], found[:, k].astype(np.int32)
         return hits[:0], None
 
-    def _cache_state(self, i: int, nodes: np.ndarray) -> None:
-        """Request i's prefill reached its prompt's last full block: the state there is kept in a block of each
-        state group, hashed, and the boundary state it held before is released (still cached). With no block
-        free for it, that prompt leaves no state behind (vLLM would preempt; rare, and said here)."""
-        last = nodes.size
+    def _cache_state(self, i: int, nodes: np.ndarray, at: int) -> None:
+        """Request i's prefill stopped after block ``at`` of its prompt: the state there is kept in a block of
+        each state group, hashed, and the boundary state it held before is released (still cached). With no
+        block free for it, that boundary keeps no state (vLLM would preempt; rare, and said here)."""
         held = self.boundary.get(i)
-        if held is not None and held[0] >= last:
+        if held is not None and held[0] >= at:
             return
         if self.pool.free < self.states:
             return
-        node = int(nodes[last - 1])
+        node = int(nodes[at - 1])
         if self.state_slot[node] < 0:
             self.state_slot[node] = self.slots_used
             self.slots_used += 1
@@ -372,7 +379,23 @@ class _Engine:
         self.pool.cache(new, self._state_ids(self.state_slot[node:node + 1])[:, 0].astype(np.int32))
         if held is not None:
             self.pool.release(held[1])
-        self.boundary[i] = (last, new)
+        self.boundary[i] = (at, new)
+
+    def _aligned(self, i: int, computed: int, new: int) -> int:
+        """'align' mode cuts a prefill's chunk so the state lands on a block boundary (vLLM's Scheduler
+        ._mamba_block_aligned_split): whole blocks while the chunk ends before the last full block of what is
+        to compute, that block's end where the chunk would pass it, the rest once past it; 0: nothing this step.
+        A block larger than a step's budget is prefilled in uncut chunks (the state is kept where one ends on a
+        block boundary)."""
+        if not self.slots or self.cfg.block_size > self.cfg.max_num_batched_tokens:
+            return new
+        bs, total = self.cfg.block_size, int(self.target[i])
+        last = total - total % bs
+        if computed + new < last:
+            return new // bs * bs
+        if computed < last < computed + new:
+            return last - computed
+        return new
 
     def _free_state(self, i: int) -> None:
         """Release request i's state blocks before its attention blocks (vLLM frees the state groups first, each
@@ -415,6 +438,8 @@ class _Engine:
         running = self.running
         if not running or budget <= 0:
             return {}, budget, False
+        if self.slots:  # 'align' mode cuts each prefill's chunk to its blocks: the loop below does it request by request
+            return self._schedule_running_one_by_one(budget)
         # all at once where the free blocks suffice: the same chunks, and the same blocks taken from the pool's
         # front in the running order, as the request-by-request loop below
         idx = np.asarray(running, dtype=np.int64)
@@ -453,7 +478,10 @@ class _Engine:
         while k < len(self.running) and budget > 0:
             i = self.running[k]
             left = int(self.target[i] - self.computed[i])
-            new = min(left, budget) if left > 0 else 1
+            new = self._aligned(i, int(self.computed[i]), min(left, budget)) if left > 0 else 1
+            if new == 0:  # a chunk shorter than a block keeps no state: this request waits for a later step
+                k += 1
+                continue
             tokens = self.computed[i] + new if left > 0 else self.prompt[i] + self.generated[i] + step
             if tokens <= len(held[i]) * bs:  # its blocks hold it already (what _grow would find)
                 scheduled[i] = new
@@ -482,6 +510,8 @@ class _Engine:
             hits, state = self._state_hit(nodes, hits)
         hit_tokens = hits.size * cfg.block_size
         computed, held = self._at_admission(i, hit_tokens, budget)
+        if held <= computed < self.target[i]:  # its first chunk would be shorter than a block: not this step
+            return 0
         need = self._blocks_for(held) - hits.size
         own = cfg.state_blocks_running - (self.states if self.slots else 0)  # the boundary state is the hit's, or later
         idle = pool.idle(hits)
@@ -505,12 +535,12 @@ class _Engine:
             self.run.hit_tokens[i] = hit_tokens
         self.running.append(i)
         self.run.events += 1
-        return min(int(self.target[i]) - computed, budget)
+        return min(held - computed, budget)
 
     def _at_admission(self, i: int, hit_tokens: int, budget: int) -> tuple[int, int]:
         """(tokens of request i already computed when it is admitted, tokens its blocks must then hold): its prefix
         hit, and the hit with this step's chunk (simulate/disaggregated.py: a decode instance's pulled prompt)."""
-        return hit_tokens, hit_tokens + min(int(self.target[i]) - hit_tokens, budget)
+        return hit_tokens, hit_tokens + self._aligned(i, hit_tokens, min(int(self.target[i]) - hit_tokens, budget))
 
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         self.blocked = False
