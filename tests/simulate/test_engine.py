@@ -375,3 +375,22 @@ def test_a_new_session_sharing_a_prefix_resumes_from_the_state_a_chunk_of_anothe
     plain = simulate_engine(_replay(rows), EngineConfig(num_blocks=200, block_size=B, max_num_batched_tokens=64),
                             times, warmup=0.0)
     assert plain.hit_tokens.tolist() == [0, 96]
+
+
+def test_a_generated_sessions_next_prompt_hits_the_reply_it_repeats_and_a_traces_does_not():
+    # 64 tokens in, 32 out: the reply fills blocks 5 and 6 (96 tokens), which the next prompt (128 tokens, the same
+    # chain) names. Sessions generated from a workload repeat the reply (the engine hashes it under those ids, as
+    # vLLM hashes a reply's blocks as they fill); a trace's ids do not say what its next prompt repeats
+    rows = [("a", 0.0, 64, _ids(1, 64), 32, 1.0), ("a", 10.0, 128, _ids(1, 128), 1)]
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    trace = make_trace(rows, block_size=B, clock="session")
+    generated = simulate_engine(build_replay(trace, ReplayOptions(warmup=0.0)), EngineConfig(num_blocks=100, block_size=B),
+                                times, warmup=0.0)
+    assert generated.hit_tokens.tolist() == [0, 96] and generated.ideal_tokens.tolist() == [0, 96]
+    logged = replace(trace, format="claude-code")
+    other = simulate_engine(build_replay(logged, ReplayOptions(warmup=0.0)), EngineConfig(num_blocks=100, block_size=B),
+                            times, warmup=0.0)
+    assert other.hit_tokens.tolist() == [0, 64] and other.ideal_tokens.tolist() == [0, 64]
+    # a hybrid model keeps the state its decode left at the reply's last full block: the same hit
+    assert simulate_engine(build_replay(trace, ReplayOptions(warmup=0.0)), _hybrid(100), times,
+                           warmup=0.0).hit_tokens.tolist() == [0, 96]

@@ -16,6 +16,10 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
   at every chunk end on a block boundary stays cached (one block per group, released before the attention
   blocks, so evicted first); a later prompt hits only up to a block whose state is cached
   (``EngineConfig.state_groups``); in 'none' mode nothing is hit;
+- **a reply's blocks**: hashed as they fill (vLLM caches a request's full blocks, its output's too); where the
+  sessions were generated from a workload, whose every prompt repeats the reply before it, under the ids the
+  session's next prompt gives them, so the next turn hits them; a trace's ids do not say what its next prompt
+  repeats, so there they are cached under ids nothing names;
 - **preemption by recompute**: a running request that needs a block when none is free preempts the request
   scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
   them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
@@ -73,6 +77,9 @@ from servesize.simulate.replay import Replay, ReplayOptions, build_replay
 from servesize.simulate.traces import Trace
 
 JUMP_STEPS = 512        # decode-only steps advanced in one vectorised jump, at most
+# sessions generated from a workload (simulate/synthetic.py): each prompt repeats the reply before it, so the
+# engine hashes a reply's blocks under the ids the next prompt gives them; a trace's ids do not say
+REPLIES_REUSED = "synthetic"
 DEFAULT_TTFT_PERCENTILE = 95.0
 DEFAULT_DECODE_PERCENTILE = 95.0  # the decode floor holds for this share of requests (their p5 speed)
 DEFAULT_WARM_SHARE = 0.95         # returning turns that find at least half their prefix cached (the SLO's "warm")
@@ -304,6 +311,7 @@ class _Engine:
         # nor a benchmark's slots, which send a fixed list): when the first of them runs out of requests
         self.until_first_out = bool(replay.choices.get("until_first_out"))
         self.first_out = math.inf
+        self.follows = _next_in_session(replay) if replay.choices.get("format") == REPLIES_REUSED else None
 
     # -- blocks ---------------------------------------------------------------------------------
     def _nodes(self, i: int) -> np.ndarray:
@@ -407,19 +415,42 @@ class _Engine:
             self.pool.release(np.asarray(blocks, dtype=np.int32))
 
     def _free(self, i: int) -> None:
-        """Free request i's blocks tail first; its full output blocks stay cached (under ids nothing names)."""
-        if self.states:
-            self._free_state(i)
-        held = np.asarray(self.blocks.pop(i), dtype=np.int32)
-        self.nblocks[i] = 0
+        """Free request i's blocks tail first; its full output blocks stay cached: under the ids the session's next
+        prompt gives them where the trace's next prompt carries the reply (sessions generated from a workload),
+        else under ids nothing names."""
+        held = np.asarray(self.blocks[i], dtype=np.int32)
         nodes = self._nodes(i)
         full = int(self.prompt[i] + self.generated[i]) // self.cfg.block_size if self.cfg.output_blocks else 0
         tail = held[nodes.size:full] if full > nodes.size else held[:0]
         if tail.size:
-            unhashed = tail[self.pool.node_of[tail] == UNHASHED]
+            named = self._name_reply(i, nodes, tail)
+            unhashed = tail[named:][self.pool.node_of[tail[named:]] == UNHASHED]
             self.pool.node_of[unhashed] = ANONYMOUS
+        if self.states:
+            self._free_state(i)
+        del self.blocks[i]
+        self.nblocks[i] = 0
         self.pool.release(held)
         self.cached_upto[i] = 0
+
+    def _name_reply(self, i: int, nodes: np.ndarray, tail: np.ndarray) -> int:
+        """Hash request i's full reply blocks under the ids its session's next prompt gives them, where that prompt
+        extends this one (vLLM hashes a reply's blocks as they fill, and the next turn, which repeats the reply, hits
+        them); a hybrid model's state at the last of them is kept too (its decode crossed that boundary). How many
+        of ``tail`` were named (0: no next prompt, or one that does not extend this one)."""
+        j = -1 if self.follows is None else int(self.follows[i])
+        if j < 0 or not nodes.size:
+            return 0
+        after = self._nodes(j)
+        if after.size <= nodes.size or after[nodes.size - 1] != nodes[-1]:
+            return 0
+        names = after[nodes.size:nodes.size + tail.size]
+        fresh = self.pool.node_of[tail[:names.size]] == UNHASHED
+        self.pool.cache(tail[:names.size][fresh], names[fresh])
+        self.seen[names] = True
+        if self.slots:
+            self._cache_state(i, after, nodes.size + names.size)
+        return int(names.size)
 
     # -- scheduling -----------------------------------------------------------------------------
     def _preempt(self) -> int:
@@ -731,6 +762,17 @@ class _Engine:
 # ----------------------------------------------------------------------------------------------
 # driving it: users from a replay, pauses from the trace or the workload
 # ----------------------------------------------------------------------------------------------
+
+def _next_in_session(replay: Replay) -> np.ndarray:
+    """Per request, its session's next request (-1: the last), in the replay's order."""
+    nxt = np.full(replay.requests, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, s in enumerate(replay.session.tolist()):
+        if s in last:
+            nxt[last[s]] = i
+        last[s] = i
+    return nxt
+
 
 def closed_loop_users(replay: Replay) -> np.ndarray:
     """Whose request each is: the replay's user (``--users N``), else its session (the trace as it is)."""
