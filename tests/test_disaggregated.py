@@ -40,9 +40,12 @@ def test_the_issues_command_gives_users_the_binding_ceiling_the_transfers_and_th
     assert set(ceilings) == {"cache", "decode", "latency", "saturation", "prefill cache", "link"}
     assert d["users"] == min(ceilings.values()) and ceilings[d["binding"]] == d["users"]
     assert {"warm", "cold", "start"} == set(d["transfer"])
-    # a warm turn pulls only what the decode instance lacks: far less than a cold one, which pulls the whole context
+    # a warm turn pulls only what the decode instance lacks: its turn and the blocks its hit does not cover (at
+    # 1,600-token blocks with MTP drafts, 4,400 tokens: planning.ceilings.warm_prefill_tokens), far less than a cold
+    # one, which pulls the whole context
     warm, cold = d["transfer"]["warm"], d["transfer"]["cold"]
-    assert warm["pull"]["remote_tokens"] < 0.1 * cold["pull"]["remote_tokens"]
+    assert 2_000 + 799.5 + 1_600 <= warm["pull"]["remote_tokens"] + 1 <= 2_000 + 799.5 + 1_600 + 1_600
+    assert warm["pull"]["remote_tokens"] < 0.2 * cold["pull"]["remote_tokens"]
     assert cold["pull"]["local_hit_tokens"] == 0 and warm["pull"]["bytes"] < cold["pull"]["bytes"]
     agg = d["aggregated"]
     assert f"{agg['users']:,.0f}" in d["comparison"] and f"{d['users']:,.0f}" in d["comparison"]

@@ -429,3 +429,23 @@ def test_expert_parallelism_on_a_model_without_experts_is_refused_as_vllm_refuse
     assert refused.value.field == "enable_expert_parallel"
     moe = report("qwen3-30b-a3b", "2xH100", tensor_parallel_size=2, enable_expert_parallel=True)
     assert moe.pool.num_blocks > 0
+
+
+def test_drafts_that_read_the_targets_hidden_states_drop_a_prefix_hits_last_block_unless_told_not_to():
+    """vLLM's prefix cache drops a hit's last block with MTP / EAGLE drafts (SpeculativeConfig.use_eagle); ngram
+    drafts keep it, and so does "disable_eagle_block_drop": true."""
+    from servesize.api import memory
+    from servesize.scenario import Scenario
+
+    sc = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", max_model_len=65536, vllm_version="0.25.0")
+
+    def drops(**extra):
+        return memory(Scenario(**sc, **extra)).deployment.drops_hit_block
+
+    assert drops(num_speculative_tokens=2)   # the model's own MTP head
+    assert drops(speculative_config='{"method": "mtp", "num_speculative_tokens": 2}')
+    assert not drops(speculative_config='{"method": "mtp", "num_speculative_tokens": 2, "disable_eagle_block_drop": true}')
+    assert not drops(speculative_config='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}')
+    assert not drops()
+    with pytest.raises(BadInput, match="disable_eagle_block_drop must be true or false"):
+        drops(speculative_config='{"method": "mtp", "num_speculative_tokens": 2, "disable_eagle_block_drop": "yes"}')

@@ -140,3 +140,22 @@ def test_the_closed_form_moments_agree_with_a_large_sample_of_the_seed_workload(
     for name in ("miss_s", "miss_s2", "hit_s", "hit_s2"):
         assert getattr(exact, name) == pytest.approx(getattr(sampled, name), rel=0.01)
     assert exact.miss_s == pytest.approx(2.826, rel=0.01)  # the seed's miss on the 27B
+
+
+def test_a_warm_turn_prefills_its_turn_the_uncached_part_of_its_last_block_and_a_dropped_hit_block():
+    """The plan's warm prefill (planning.ceilings.warm_prefill_tokens): the new turn, (block - 1) / 2 tokens of the
+    block a hit cannot end inside, and the hit's last block where MTP drafts are priced (vLLM drops it)."""
+    from dataclasses import replace
+
+    from servesize.planning.ceilings import warm_prefill_tokens
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
+    fixed, turn = inputs.memory_and_fixed()[1], inputs.workload.warm_turn_tokens
+    assert fixed.block_size == 1600 and fixed.drops_hit_block
+    assert warm_prefill_tokens(fixed, inputs.workload, inputs.knobs) == turn + 799.5 + 1600
+    no_drafts = replace(inputs.knobs, mtp_speedup=1.0)
+    assert warm_prefill_tokens(fixed, inputs.workload, no_drafts) == turn + 799.5
+    dense = plan_inputs(Scenario(model="llama-3.1-8b", gpus="1xH100"))
+    assert warm_prefill_tokens(dense.memory_and_fixed()[1], dense.workload, dense.knobs) == dense.workload.warm_turn_tokens + 7.5

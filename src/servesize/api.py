@@ -148,7 +148,7 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     and its six ceilings (planning.disaggregated), the pull per warm, cold and starting turn (engine.kv_transfer),
     and the aggregated plan on the same GPUs beside it."""
     from servesize.engine.kv_transfer import handover_seconds, nixl_pull
-    from servesize.planning.ceilings import cold_shares
+    from servesize.planning.ceilings import cold_shares, warm_prefill_tokens
     from servesize.planning.disaggregated import Aggregated, DisaggregatedPlan, TurnTransfer, link_load, pull_time
     from servesize.planning.inputs import knob_value
     from servesize.planning.plan import make_plan
@@ -165,7 +165,8 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     if dep.max_model_len is None:
         raise BadInput("the decode pool's deployment has no --max-model-len")  # resolved deployments have one
     context = int(min(workload.user.median_tokens, float(dep.max_model_len)))
-    hits = {"warm": max(0, context - int(workload.warm_turn_tokens)), "cold": 0,
+    warm = warm_prefill_tokens(d_fixed, workload, d_knobs)  # the turn and the blocks its hit does not cover
+    hits = {"warm": max(0, context - int(math.ceil(warm))), "cold": 0,
             "start": min(int(workload.user.prefix_tokens), context)}
     step_s = float(decode.result.spec_speedup) / float(knob_value(d_knobs, "decode_floor"))
     turns = {}

@@ -475,7 +475,9 @@ class WorkloadFields:
                                   slider=Slider(1))
     output_tokens: int | None = _p("tokens", "output tokens per request", "workload", lo=1, hi=10_000_000,
                                    unit="tokens", seed_value=_SEED.SEED_OUTPUT_TOKENS, sweep=True, metavar="TOKENS")
-    warm_turn_tokens: int | None = _p("tokens", "tokens prefilled on a warm hit (the new turn)", "workload", lo=1,
+    warm_turn_tokens: int | None = _p("tokens", "a warm turn's new tokens (the plan prefills these, the part of the "
+                                      "last block a hit cannot end inside, and a block MTP drafts make vLLM drop)",
+                                      "workload", lo=1,
                                       hi=MAX_TOKENS, unit="tokens", seed_value=_SEED.SEED_WARM_TURN_TOKENS, sweep=True,
                                       flags=("--turn-tokens",), metavar="TOKENS",
                                       slider=Slider(250, "linear", (250, 16_000)))

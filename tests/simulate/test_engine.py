@@ -394,3 +394,16 @@ def test_a_generated_sessions_next_prompt_hits_the_reply_it_repeats_and_a_traces
     # a hybrid model keeps the state its decode left at the reply's last full block: the same hit
     assert simulate_engine(build_replay(trace, ReplayOptions(warmup=0.0)), _hybrid(100), times,
                            warmup=0.0).hit_tokens.tolist() == [0, 96]
+
+
+def test_mtp_drafts_make_a_returning_turn_compute_its_hits_last_block_again():
+    # the returning turn above hits its 8 blocks; with the block dropped (MTP / EAGLE drafts) it hits 7 and
+    # prefills 16 tokens more
+    first = _ids(1, 128)
+    rows = [("a", 0.0, 128, first, 1, 1.0), ("a", 10.0, 192, first + [5000, 5001, 5002, 5003], 1)]
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(_replay(rows), EngineConfig(num_blocks=100, block_size=B, drop_hit_block=True), times,
+                          warmup=0.0)
+    assert run.hit_tokens.tolist() == [0, 112]
+    assert run.first_token_s[1] - run.arrival_s[1] == pytest.approx(H + 0.080)
+    assert run.ideal_tokens.tolist() == [0, 112] and run.warm_share == 1.0  # an unbounded cache drops it too

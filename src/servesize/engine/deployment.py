@@ -172,6 +172,14 @@ class Deployment:
         return self.speculation.num_speculative_tokens if self.speculation is not None else self.num_speculative_tokens
 
     @property
+    def drops_hit_block(self) -> bool:
+        """Whether vLLM's prefix cache drops a hit's last block here: drafts that read the target's hidden states
+        (the model's own MTP head, EAGLE, EAGLE-3) unless disable_eagle_block_drop (engine/speculative.py)."""
+        if self.speculation is not None:
+            return self.speculation.drops_hit_block
+        return self.num_speculative_tokens > 0
+
+    @property
     def mtp_tokens(self) -> int:
         """Draft tokens of the model's own MTP head (0 when speculation uses something else)."""
         if self.speculation is None:

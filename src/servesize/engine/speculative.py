@@ -38,7 +38,7 @@ MODELLED = ("mtp", "eagle", "eagle3", "draft_model", "ngram", "ngram_gpu", "suff
 NEEDS_DRAFT = ("eagle", "eagle3", "draft_model")
 # Keys of vLLM's SpeculativeConfig that change nothing servesize computes (sampling, kernels, drafting policy).
 IGNORED_KEYS = frozenset({
-    "prompt_lookup_max", "prompt_lookup_min", "disable_padded_drafter_batch", "disable_eagle_block_drop",
+    "prompt_lookup_max", "prompt_lookup_min", "disable_padded_drafter_batch",
     "use_local_argmax_reduction", "rejection_sample_method", "draft_sample_method", "synthetic_acceptance_rates",
     "synthetic_acceptance_length", "enable_adaptive_verification", "suffix_decoding_max_tree_depth",
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
@@ -47,7 +47,14 @@ IGNORED_KEYS = frozenset({
     "num_speculative_tokens_per_batch_size", "disable_log_stats", "speculative_token_tree",
 })
 KNOWN_KEYS = IGNORED_KEYS | {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
-                             "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len"}
+                             "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len",
+                             "disable_eagle_block_drop"}
+# Drafts that read the target's hidden states (SpeculativeConfig.use_eagle: EAGLE, EAGLE-3, MTP) make vLLM's prefix
+# cache drop a hit's last block, which is computed again (v1/core/single_type_kv_cache_manager.py
+# FullAttentionManager.find_longest_cache_hit: "if use_eagle ... pop()"; 'align' mode's last cached state moves a
+# block back to match, Scheduler._mamba_block_aligned_split); "disable_eagle_block_drop": true keeps it (vLLM
+# PR 53388: a 16k-token agent turn on a 1,600-token-block hybrid model re-read about 1,600 tokens)
+BLOCK_DROP_METHODS = ("mtp", "eagle", "eagle3")
 
 
 @lru_cache(maxsize=1)
@@ -103,6 +110,12 @@ class Speculation:
     draft_name: str | None = None
     draft_tensor_parallel_size: int | None = None
     ignored: tuple[str, ...] = ()  # keys accepted that change nothing servesize computes
+    keeps_hit_block: bool = False  # "disable_eagle_block_drop": the prefix hit's last block is not dropped
+
+    @property
+    def drops_hit_block(self) -> bool:
+        """Whether vLLM's prefix cache drops a hit's last block for these drafts (BLOCK_DROP_METHODS)."""
+        return self.num_speculative_tokens > 0 and self.method in BLOCK_DROP_METHODS and not self.keeps_hit_block
 
     @property
     def async_ok(self) -> bool:
@@ -135,8 +148,12 @@ class Speculation:
                                               (f"speculative_config.{key}",))
         tp = config.get("draft_tensor_parallel_size") or config.get("tensor_parallel_size")
         ignored = tuple(sorted(set(config) & IGNORED_KEYS))
+        keep = config.get("disable_eagle_block_drop", False)
+        if not isinstance(keep, bool):
+            raise BadInput(f"--speculative-config disable_eagle_block_drop must be true or false, got {keep!r}",
+                           field="speculative_config")
         return cls(method, k, draft if method in NEEDS_DRAFT else None, config.get("model"),
-                   int(tp) if tp else None, ignored)
+                   int(tp) if tp else None, ignored, keep)
 
     def draft_attention_layers(self) -> tuple[Layer, ...]:
         """The draft's own attention layers, which vLLM gives KV-cache specs beside the target's."""

@@ -336,16 +336,26 @@ def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, fl
     return cache.decode[key]
 
 
-def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache) -> PrefillCosts:
-    """Prefill costs: exact from the workload's length moments, or sampled when ``knobs.prefill_samples`` is set."""
-    key = (pset, workload.lengths_key(), workload.warm_turn_tokens, knobs.prefill_samples, knobs.seed)
+def warm_prefill_tokens(fixed: Fixed, workload: Workload, knobs: Knobs) -> float:
+    """The tokens a warm turn prefills: its new turn, the part of the block before it that the cache never held (a
+    prefix is hit in whole blocks: (block - 1) / 2 tokens on average, the context's end falling anywhere in its last
+    block), and the hit's last block where MTP / EAGLE drafts make vLLM compute it again (Fixed.drops_hit_block,
+    when the plan prices drafts). The engine simulator does each of these block by block."""
+    block = max(int(fixed.block_size), 1)
+    dropped = block if fixed.drops_hit_block and spec_speedup_of(fixed, knobs) > 1 else 0
+    return float(workload.warm_turn_tokens) + (block - 1) / 2.0 + dropped
+
+
+def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache, warm: float) -> PrefillCosts:
+    """Prefill costs (a warm turn prefilling ``warm`` tokens, ``warm_prefill_tokens``): exact from the workload's
+    length moments, or sampled when ``knobs.prefill_samples`` is set."""
+    key = (pset, workload.lengths_key(), warm, knobs.prefill_samples, knobs.seed)
     if key not in cache.prefill:
         if knobs.prefill_samples:
-            cache.prefill[key] = prefill_costs(pset, sample_contexts=contexts_from(workload),
-                                               warm_turn_tokens=workload.warm_turn_tokens,
+            cache.prefill[key] = prefill_costs(pset, sample_contexts=contexts_from(workload), warm_turn_tokens=warm,
                                                samples=knobs.prefill_samples, seed=knobs.seed)
         else:
-            cache.prefill[key] = prefill_costs(pset, warm_turn_tokens=workload.warm_turn_tokens,
+            cache.prefill[key] = prefill_costs(pset, warm_turn_tokens=warm,
                                                length_moments=tuple(workload.length_moment(k) for k in (1, 2, 3, 4)))
     return cache.prefill[key]
 
@@ -357,7 +367,7 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
 
     ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
     ceiling as None, for a caller that narrows it only as far as it needs (``binding_of``)."""
-    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache)
+    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache, warm_prefill_tokens(fixed, workload, knobs))
     m = cold_moments(fixed, workload, knobs, cache, bank, costs)
     r = sub_ratio_of(workload)
     think = think_time_of(workload)
@@ -428,11 +438,11 @@ def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
     """The load model's TTFT search over the decode's own context draws, one per draws, moments, budget and
     percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
-    key = (pset, id(bank), workload.warm_turn_tokens, workload.output_tokens, cold_shares(workload, knobs),
-           workload.user.prefix_tokens)
+    warm = warm_prefill_tokens(fixed, workload, knobs)
+    key = (pset, id(bank), warm, workload.output_tokens, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.ttft_samples:
         lengths, cold, _starts = cold_draws(fixed, workload, knobs, cache, bank)
-        cache.ttft_samples[key] = (cold, np.asarray(pset.hit_seconds(lengths, workload.warm_turn_tokens), dtype=float))
+        cache.ttft_samples[key] = (cold, np.asarray(pset.hit_seconds(lengths, warm), dtype=float))
     miss_draws, hit_draws = samples = cache.ttft_samples[key]
 
     def longest() -> float:  # the draws' p99.9, once, when a search over them is finished
@@ -502,7 +512,8 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
         return None
     steps = step_model_of(fixed, knobs)
     chunk = int(fixed.chunk_tokens)
-    key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, id(bank), workload.warm_turn_tokens, chunk,
+    warm = warm_prefill_tokens(fixed, workload, knobs)
+    key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, id(bank), warm, chunk,
            float(floor), workload.output_tokens, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.stalls:
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
@@ -517,8 +528,7 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
             tokens_per_step=float(steps.tokens_per_decode_step),
             chunk_stall_s=float(steps.stall_s(chunk, 0.0, chunk)), miss_rate=float(m.miss_rate),
             miss_stall_s=cold,
-            hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, float(workload.warm_turn_tokens)), lengths,
-                                                 chunk), dtype=float),
+            hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, warm), lengths, chunk), dtype=float),
             mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2))
     return cache.stalls[key]
 

@@ -134,6 +134,7 @@ class Fixed:
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
     layers: int = 0                    # decoder layers (each launches its kernels every step)
     block_size: int = 0                # the pool's (attention) block: a prompt's cache and a hybrid's state start at one
+    drops_hit_block: bool = False      # MTP / EAGLE drafts: vLLM computes a prefix hit's last block again
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
     fp4_expert_bytes_per_s: float = 0.0  # FP4 experts on a GPU without FP4 tensor cores: the measured rate its MoE
                                          # kernel reads them at (gpus.toml fp4_moe_tbps; 0: not FP4, FP4 in hardware,
@@ -309,7 +310,7 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
-        block_size=int(report.pool.block_size),
+        block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
     )

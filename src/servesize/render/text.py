@@ -178,10 +178,22 @@ def _bracket(plan: Plan, knob: str) -> str:
     return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
 
 
+def _warm_tokens(plan: Plan) -> str:
+    """What a warm hit prefills beyond its turn (planning.ceilings.warm_prefill_tokens), where it is a block or more."""
+    priced, turn = plan.result.prefill.warm_turn_tokens, plan.workload.warm_turn_tokens
+    if priced - turn < plan.fixed.block_size:
+        return ""
+    return (f"; a warm hit prefills {priced:,.0f} tokens: its turn's {turn:,} and {priced - turn:,.0f} of the "
+            f"{plan.fixed.block_size:,}-token blocks its hit does not cover (its last one, and the one MTP drafts make "
+            f"vLLM drop)" if plan.fixed.drops_hit_block else
+            f"; a warm hit prefills {priced:,.0f} tokens: its turn's {turn:,} and {priced - turn:,.0f} of the last "
+            f"{plan.fixed.block_size:,}-token block its hit does not cover")
+
+
 def _plan_serving(plan: Plan) -> list[str]:
     r, w = plan.result, plan.result.warm
     lines = [f"prefill: cold miss {r.prefill.miss_s:.2f} s, warm hit {r.prefill.hit_s:.3f} s "
-             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits)" if r.prefill is not None
+             f"(one miss costs {r.prefill.thrash_ratio:.0f} hits){_warm_tokens(plan)}" if r.prefill is not None
              else "prefill: not timed (no dense FLOP/s figure for this GPU: give --gpu-flops)"]
     if plan.latency is not None and math.isfinite(plan.latency.burst_tolerance):
         lines.append(f"burst: at the binding load a replica absorbs {plan.latency.burst_tolerance:.1f} simultaneous "

@@ -56,6 +56,8 @@ class _Decode(_Engine):
     """A decode instance: requests arrive from prefill instances with their prompt's KV pulled; the last
     ``recompute`` prompt tokens are computed here, then the output decoded; the user's next request goes back."""
 
+    pulled_state = True
+
     def __init__(self, replay: Replay, cfg: EngineConfig, times, pauses, warmup: float, recompute: int,
                  back: Callable[[int, float], None]):
         super().__init__(replay, cfg, times, pauses, {}, {}, warmup)

@@ -112,6 +112,9 @@ class EngineConfig:
     state_groups: int = 0
     state_blocks_per_group: int = 0
     state_cached: bool = True
+    # drafts that read the target's hidden states (MTP, EAGLE) make vLLM drop a prefix hit's last block, computed
+    # again (Deployment.drops_hit_block, engine/speculative.py BLOCK_DROP_METHODS)
+    drop_hit_block: bool = False
 
     def __post_init__(self):
         if not 2 <= self.num_blocks <= 1 << 31:
@@ -145,7 +148,7 @@ def config_of(report: Any) -> EngineConfig:
     return EngineConfig(pool.num_blocks, pool.block_size, int(dep.max_num_seqs or 256),
                         int(dep.max_num_batched_tokens or 8192), state_groups=len(states),
                         state_blocks_per_group=max((g.blocks_per_request for g in states), default=0),
-                        state_cached=dep.mamba_cache_mode == "align")
+                        state_cached=dep.mamba_cache_mode == "align", drop_hit_block=dep.drops_hit_block)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +260,8 @@ _SAMPLE_STEPS = 200_000  # decoders per step are kept for at most this many step
 class _Engine:
     """The scheduler's state over one replay: requests by replay index, users closed-loop."""
 
+    pulled_state = False  # a hybrid's state at a prompt's last full block arrives with the prompt (a decode instance)
+
     def __init__(self, replay: Replay, cfg: EngineConfig, times, pauses: np.ndarray, starts: dict[int, float],
                  order: dict[int, list[int]], warmup: float):
         if cfg.block_size != replay.block_size:
@@ -274,7 +279,7 @@ class _Engine:
         self.cap = replay.hittable_blocks()
         if self.states and not cfg.state_cached:  # 'none' mode: a hybrid model's prompts are never hit
             self.cap = np.zeros_like(self.cap)
-        self.state_slot = np.full(max(replay.num_nodes, 1) if self.slots else 0, -1, dtype=np.int64)
+        self.state_slot = np.full(max(replay.num_nodes, 1) if self.slots else 0, -1, dtype=np.int64)  # >= 0: ever cached
         self.slots_used = 0
         self.state_run: dict[int, list[int]] = {}              # a running request's own state blocks (unhashed)
         self.boundary: dict[int, tuple[int, np.ndarray]] = {}  # its last block-boundary state: (blocks before, ids)
@@ -347,8 +352,8 @@ class _Engine:
             c, bs = int(self.computed[i]), self.cfg.block_size
             if c % bs == 0 and 0 < c // bs <= nodes.size:  # a chunk ended on a block boundary: its state is kept
                 self._cache_state(i, nodes, c // bs)
-            elif done == nodes.size and c >= done * bs:  # the prompt is done (a decode instance's pull): its last
-                self._cache_state(i, nodes, done)         # full block's state arrived with it
+            elif self.pulled_state and done == nodes.size and c >= done * bs:  # a decode instance's pulled prompt:
+                self._cache_state(i, nodes, done)                               # its state arrived with it
 
     # -- recurrent states (hybrid models) -------------------------------------------------------
     def _state_ids(self, slots: np.ndarray) -> np.ndarray:
@@ -399,6 +404,8 @@ class _Engine:
             return new
         bs, total = self.cfg.block_size, int(self.target[i])
         last = total - total % bs
+        if self.cfg.drop_hit_block:  # the next hit drops its last block: the state it resumes from is a block before
+            last = max(last - bs, 0)
         if computed + new < last:
             return new // bs * bs
         if computed < last < computed + new:
@@ -448,8 +455,8 @@ class _Engine:
         fresh = self.pool.node_of[tail[:names.size]] == UNHASHED
         self.pool.cache(tail[:names.size][fresh], names[fresh])
         self.seen[names] = True
-        if self.slots:
-            self._cache_state(i, after, nodes.size + names.size)
+        for at in range(nodes.size + 1, nodes.size + names.size + 1) if self.slots else ():
+            self._cache_state(i, after, at)  # each block boundary the decode crossed kept its state
         return int(names.size)
 
     # -- scheduling -----------------------------------------------------------------------------
@@ -536,6 +543,8 @@ class _Engine:
         cfg, pool = self.cfg, self.pool
         nodes = self._nodes(i)
         hits = pool.lookup(nodes[: int(self.cap[i])])
+        if cfg.drop_hit_block and hits.size:  # MTP / EAGLE drafts: the hit's last block is computed again
+            hits = hits[:-1]
         state = None
         if self.slots and hits.size:
             hits, state = self._state_hit(nodes, hits)
@@ -596,7 +605,13 @@ class _Engine:
         nodes = self._nodes(i)
         probe = self.seen[nodes[: int(self.cap[i])]]
         unseen = np.flatnonzero(~probe)
-        run.ideal_tokens[i] = (unseen[0] if unseen.size else probe.size) * self.cfg.block_size
+        seen = int(unseen[0]) if unseen.size else int(probe.size)
+        if self.cfg.drop_hit_block:  # what an unbounded cache would serve under the same rules: a block fewer,
+            seen = max(seen - 1, 0)
+        if self.slots and seen:        # and a hybrid's up to the last block whose state was ever kept
+            kept = np.flatnonzero(self.state_slot[nodes[:seen]] >= 0)
+            seen = int(kept[-1]) + 1 if kept.size else 0
+        run.ideal_tokens[i] = seen * self.cfg.block_size
         self.seen[nodes] = True
         out = self.prompt[i] + self.out[i] if self.cfg.output_blocks else self.prompt[i] + 1
         if self._blocks_for(out) + self.cfg.state_blocks_running > self.cfg.num_blocks - 1:

@@ -46,6 +46,7 @@ from servesize.planning.ceilings import (
     load_ceilings_per_replica,
     prefill_of,
     prefill_setup,
+    warm_prefill_tokens,
 )
 from servesize.planning.decode import ContextBank, DecodeSetup, median_speed
 from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
@@ -161,7 +162,8 @@ def mixed_queue(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -
     pset = prefill_setup(fixed, knobs)
     topk = decode_setup(fixed, knobs).topk_tokens
     moments = tuple(cold_moments(fixed, t.workload, knobs, cache, contexts_of(t.workload, knobs, topk, cache),
-                                 prefill_of(pset, t.workload, knobs, cache)) for t in mix.teams)
+                                 prefill_of(pset, t.workload, knobs, cache, warm_prefill_tokens(fixed, t.workload, knobs)))
+                    for t in mix.teams)
     rates = np.array([t.request_rate_per_s for t in mix.teams])
     return MixedQueue(rates, moments, priorities, discipline)
 
