@@ -443,7 +443,7 @@ class _Engine:
     def _name_reply(self, i: int, nodes: np.ndarray, tail: np.ndarray) -> int:
         """Hash request i's full reply blocks under the ids its session's next prompt gives them, where that prompt
         extends this one (vLLM hashes a reply's blocks as they fill, and the next turn, which repeats the reply, hits
-        them); a hybrid model's state at the last of them is kept too (its decode crossed that boundary). How many
+        them); a hybrid model's state at each of their ends is kept too (its decode crossed those boundaries). How many
         of ``tail`` were named (0: no next prompt, or one that does not extend this one)."""
         j = -1 if self.follows is None else int(self.follows[i])
         if j < 0 or not nodes.size:
