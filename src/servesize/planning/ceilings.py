@@ -346,9 +346,10 @@ def warm_prefill_tokens(fixed: Fixed, workload: Workload, knobs: Knobs) -> float
     return float(workload.warm_turn_tokens) + (block - 1) / 2.0 + dropped
 
 
-def prefill_of(pset: PrefillSetup, workload: Workload, knobs: Knobs, cache: CeilingCache, warm: float) -> PrefillCosts:
-    """Prefill costs (a warm turn prefilling ``warm`` tokens, ``warm_prefill_tokens``): exact from the workload's
-    length moments, or sampled when ``knobs.prefill_samples`` is set."""
+def prefill_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> PrefillCosts:
+    """Prefill costs (a warm turn prefilling ``warm_prefill_tokens``): exact from the workload's length moments, or
+    sampled when ``knobs.prefill_samples`` is set."""
+    pset, warm = prefill_setup(fixed, knobs), warm_prefill_tokens(fixed, workload, knobs)
     key = (pset, workload.lengths_key(), warm, knobs.prefill_samples, knobs.seed)
     if key not in cache.prefill:
         if knobs.prefill_samples:
@@ -367,7 +368,7 @@ def _prefill_side(fixed: Fixed, workload: Workload, knobs: Knobs, cache: Ceiling
 
     ``exact=False`` (the load model only): the TTFT search is handed back open (a TtftSearch) and the latency
     ceiling as None, for a caller that narrows it only as far as it needs (``binding_of``)."""
-    costs = prefill_of(prefill_setup(fixed, knobs), workload, knobs, cache, warm_prefill_tokens(fixed, workload, knobs))
+    costs = prefill_of(fixed, workload, knobs, cache)
     m = cold_moments(fixed, workload, knobs, cache, bank, costs)
     r = sub_ratio_of(workload)
     think = think_time_of(workload)

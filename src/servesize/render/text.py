@@ -179,15 +179,14 @@ def _bracket(plan: Plan, knob: str) -> str:
 
 
 def _warm_tokens(plan: Plan) -> str:
-    """What a warm hit prefills beyond its turn (planning.ceilings.warm_prefill_tokens), where it is a block or more."""
+    """What a warm hit prefills beyond its turn (planning.ceilings.warm_prefill_tokens), where that is a block or more:
+    only where the hit's last block is dropped (the rest of the last block is under one block)."""
     priced, turn = plan.result.prefill.warm_turn_tokens, plan.workload.warm_turn_tokens
     if priced - turn < plan.fixed.block_size:
         return ""
     return (f"; a warm hit prefills {priced:,.0f} tokens: its turn's {turn:,} and {priced - turn:,.0f} of the "
             f"{plan.fixed.block_size:,}-token blocks its hit does not cover (its last one, and the one MTP drafts make "
-            f"vLLM drop)" if plan.fixed.drops_hit_block else
-            f"; a warm hit prefills {priced:,.0f} tokens: its turn's {turn:,} and {priced - turn:,.0f} of the last "
-            f"{plan.fixed.block_size:,}-token block its hit does not cover")
+            f"vLLM drop)")
 
 
 def _plan_serving(plan: Plan) -> list[str]:

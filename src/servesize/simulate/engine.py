@@ -20,6 +20,8 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
   sessions were generated from a workload, whose every prompt repeats the reply before it, under the ids the
   session's next prompt gives them, so the next turn hits them; a trace's ids do not say what its next prompt
   repeats, so there they are cached under ids nothing names;
+- **a hit's last block dropped** where drafts read the target's hidden states (MTP, EAGLE: vLLM computes it
+  again, ``EngineConfig.drop_hit_block``);
 - **preemption by recompute**: a running request that needs a block when none is free preempts the request
   scheduled last (``self.running.pop()``), whose blocks are freed (still cached: its resumed prefill may hit
   them) and which goes back to the front of the waiting queue; no waiting request is admitted in a step that
@@ -49,9 +51,9 @@ And the users at which the comfort SLO (DESIGN.md: warm, the decode floor at p95
 p95) breaks, by a bounded search over N.
 
 Not modelled: CUDA graphs' padding, the async scheduler's overlap, priorities, the V1 ``long_prefill_token
-_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step) and the prefix hit's
-last block that vLLM drops with EAGLE / MTP drafts, the states a hybrid model caches at the block boundaries its
-decode crosses, the blocks of sliding-window groups and of a second full-attention group (every block of the
+_threshold``, speculative decoding's rejected drafts (MTP is its expected tokens per step), the states a hybrid
+model caches at the block boundaries its decode crosses on a trace's sessions (whose replies no later prompt
+names), the blocks of sliding-window groups and of a second full-attention group (every block of the
 pool holds one block of tokens of the one attention group), CPU offload, pipeline parallelism and routing across
 data-parallel replicas (one replica).
 """
@@ -106,8 +108,8 @@ class EngineConfig:
     # hybrid models (GDN / Mamba layers) share the pool with their recurrent states (engine/pool.py): in each of
     # ``state_groups`` groups a running request holds ``state_blocks_per_group`` blocks (its running state, the last
     # block-boundary state, checkpoint and draft blocks: the pool's blocks per request for the group). With
-    # ``state_cached`` ('align' mode) the state at a prompt's last full block stays cached after the request, one
-    # block per group, and a later prompt hits only up to a block whose state is cached; without it ('none')
+    # ``state_cached`` ('align' mode) the state at each block boundary a chunk ends on stays cached, one block per
+    # group, and a later prompt hits only up to a block whose state is cached; without it ('none')
     # nothing of a hybrid model's prompt is ever hit (vLLM: MambaManager, HybridKVCacheCoordinator)
     state_groups: int = 0
     state_blocks_per_group: int = 0
@@ -268,19 +270,18 @@ class _Engine:
             raise BadInput(f"the replay is in {replay.block_size}-token blocks, the engine in {cfg.block_size}-token ones")
         self.r, self.cfg, self.t = replay, cfg, times
         n = replay.requests
-        # a recurrent state cached at block k of a prompt is a node of its own in each state group: node ids past
-        # the replay's, one slot per block boundary that had its state cached (at most one per node)
+        # 'align' mode: the recurrent state cached at a prompt's block k is a node of its own in each state group g,
+        # id num_nodes x (1 + g) + the block's node (``_state_ids``)
         self.states = cfg.state_groups
-        self.slots = replay.num_nodes if self.states and cfg.state_cached else 0
-        if (1 + self.states) * self.slots >= 1 << 31:
+        self.align = bool(self.states and cfg.state_cached)
+        if self.align and (1 + self.states) * replay.num_nodes >= 1 << 31:
             raise RunTooLarge(f"{replay.num_nodes:,} distinct blocks and their states in {self.states} groups are "
                               "past the simulator's node ids: replay fewer sessions")
-        self.pool = BlockPool(cfg.num_blocks, replay.num_nodes + self.states * self.slots)
+        self.pool = BlockPool(cfg.num_blocks, replay.num_nodes * (1 + self.states if self.align else 1))
         self.cap = replay.hittable_blocks()
         if self.states and not cfg.state_cached:  # 'none' mode: a hybrid model's prompts are never hit
             self.cap = np.zeros_like(self.cap)
-        self.state_slot = np.full(max(replay.num_nodes, 1) if self.slots else 0, -1, dtype=np.int64)  # >= 0: ever cached
-        self.slots_used = 0
+        self.state_kept = np.zeros(replay.num_nodes if self.align else 0, dtype=bool)  # a block's state ever cached
         self.state_run: dict[int, list[int]] = {}              # a running request's own state blocks (unhashed)
         self.boundary: dict[int, tuple[int, np.ndarray]] = {}  # its last block-boundary state: (blocks before, ids)
         self.seen = np.zeros(max(replay.num_nodes, 1), dtype=bool)
@@ -348,7 +349,7 @@ class _Engine:
             if fresh.any():
                 self.pool.cache(held[fresh], nodes[k0:done][fresh])
             self.cached_upto[i] = done
-        if self.slots and nodes.size:
+        if self.align and nodes.size:
             c, bs = int(self.computed[i]), self.cfg.block_size
             if c % bs == 0 and 0 < c // bs <= nodes.size:  # a chunk ended on a block boundary: its state is kept
                 self._cache_state(i, nodes, c // bs)
@@ -356,24 +357,21 @@ class _Engine:
                 self._cache_state(i, nodes, done)                               # its state arrived with it
 
     # -- recurrent states (hybrid models) -------------------------------------------------------
-    def _state_ids(self, slots: np.ndarray) -> np.ndarray:
-        """The state nodes of prompt-boundary ``slots``: one row per state group."""
-        groups = np.arange(self.states, dtype=np.int64)[:, None]
-        return self.r.num_nodes + groups * self.slots + slots[None, :]
+    def _state_ids(self, nodes: np.ndarray) -> np.ndarray:
+        """The state nodes of these blocks' ends: one row per state group."""
+        groups = np.arange(1, self.states + 1, dtype=np.int64)[:, None]
+        return self.r.num_nodes * groups + nodes.astype(np.int64)[None, :]
 
     def _state_hit(self, nodes: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The attention hit cut back to the last block whose state is cached in every state group, and that
         state's blocks (vLLM's MambaManager.find_longest_cache_hit: the rightmost cached state within the
         attention's hit; the coordinator takes the shorter): no such block, no hit."""
-        slots = self.state_slot[nodes[:hits.size]]
-        at = np.flatnonzero(slots >= 0)
-        if at.size:
-            found = self.pool.block_of[self._state_ids(slots[at])]
-            whole = np.flatnonzero((found >= 0).all(axis=0))
-            if whole.size:
-                k = int(whole[-1])
-                return hits[: int(at[k]) + 1], found[:, k].astype(np.int32)
-        return hits[:0], None
+        found = self.pool.block_of[self._state_ids(nodes[:hits.size])]
+        whole = np.flatnonzero((found >= 0).all(axis=0))
+        if not whole.size:
+            return hits[:0], None
+        k = int(whole[-1])
+        return hits[:k + 1], found[:, k].astype(np.int32)
 
     def _cache_state(self, i: int, nodes: np.ndarray, at: int) -> None:
         """Request i's prefill stopped after block ``at`` of its prompt: the state there is kept in a block of
@@ -384,12 +382,10 @@ class _Engine:
             return
         if self.pool.free < self.states:
             return
-        node = int(nodes[at - 1])
-        if self.state_slot[node] < 0:
-            self.state_slot[node] = self.slots_used
-            self.slots_used += 1
+        node = nodes[at - 1:at]
+        self.state_kept[node] = True
         new = self.pool.allocate(self.states)
-        self.pool.cache(new, self._state_ids(self.state_slot[node:node + 1])[:, 0].astype(np.int32))
+        self.pool.cache(new, self._state_ids(node)[:, 0].astype(np.int32))
         if held is not None:
             self.pool.release(held[1])
         self.boundary[i] = (at, new)
@@ -400,7 +396,7 @@ class _Engine:
         to compute, that block's end where the chunk would pass it, the rest once past it; 0: nothing this step.
         A block larger than a step's budget is prefilled in uncut chunks (the state is kept where one ends on a
         block boundary)."""
-        if not self.slots or self.cfg.block_size > self.cfg.max_num_batched_tokens:
+        if not self.align or self.cfg.block_size > self.cfg.max_num_batched_tokens:
             return new
         bs, total = self.cfg.block_size, int(self.target[i])
         last = total - total % bs
@@ -455,7 +451,7 @@ class _Engine:
         fresh = self.pool.node_of[tail[:names.size]] == UNHASHED
         self.pool.cache(tail[:names.size][fresh], names[fresh])
         self.seen[names] = True
-        for at in range(nodes.size + 1, nodes.size + names.size + 1) if self.slots else ():
+        for at in range(nodes.size + 1, nodes.size + names.size + 1) if self.align else ():
             self._cache_state(i, after, at)  # each block boundary the decode crossed kept its state
         return int(names.size)
 
@@ -476,7 +472,7 @@ class _Engine:
         running = self.running
         if not running or budget <= 0:
             return {}, budget, False
-        if self.slots:  # 'align' mode cuts each prefill's chunk to its blocks: the loop below does it request by request
+        if self.align:  # 'align' mode cuts each prefill's chunk to its blocks: the loop below does it request by request
             return self._schedule_running_one_by_one(budget)
         # all at once where the free blocks suffice: the same chunks, and the same blocks taken from the pool's
         # front in the running order, as the request-by-request loop below
@@ -546,21 +542,21 @@ class _Engine:
         if cfg.drop_hit_block and hits.size:  # MTP / EAGLE drafts: the hit's last block is computed again
             hits = hits[:-1]
         state = None
-        if self.slots and hits.size:
+        if self.align and hits.size:
             hits, state = self._state_hit(nodes, hits)
         hit_tokens = hits.size * cfg.block_size
         computed, held = self._at_admission(i, hit_tokens, budget)
         if held <= computed < self.target[i]:  # its first chunk would be shorter than a block: not this step
             return 0
         need = self._blocks_for(held) - hits.size
-        own = cfg.state_blocks_running - (self.states if self.slots else 0)  # the boundary state is the hit's, or later
+        own = cfg.state_blocks_running - (self.states if self.align else 0)  # the boundary state is the hit's, or later
         idle = pool.idle(hits)
-        pinned = int(np.count_nonzero(idle)) + (int(np.count_nonzero(pool.idle(state))) if state is not None else 0)
-        if need + own > pool.free - pinned:
+        state_idle = pool.idle(state) if state is not None else idle[:0]
+        if need + own > pool.free - int(np.count_nonzero(idle)) - int(np.count_nonzero(state_idle)):
             return 0
         pool.touch(hits, idle)
         if state is not None:
-            pool.touch(state, pool.idle(state))
+            pool.touch(state, state_idle)
             self.boundary[i] = (hits.size, state)
         if own:
             self.state_run[i] = pool.allocate(own).tolist()
@@ -608,8 +604,8 @@ class _Engine:
         seen = int(unseen[0]) if unseen.size else int(probe.size)
         if self.cfg.drop_hit_block:  # what an unbounded cache would serve under the same rules: a block fewer,
             seen = max(seen - 1, 0)
-        if self.slots and seen:        # and a hybrid's up to the last block whose state was ever kept
-            kept = np.flatnonzero(self.state_slot[nodes[:seen]] >= 0)
+        if self.align and seen:        # and a hybrid's up to the last block whose state was ever kept
+            kept = np.flatnonzero(self.state_kept[nodes[:seen]])
             seen = int(kept[-1]) + 1 if kept.size else 0
         run.ideal_tokens[i] = seen * self.cfg.block_size
         self.seen[nodes] = True

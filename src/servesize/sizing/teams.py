@@ -45,8 +45,6 @@ from servesize.planning.ceilings import (
     decode_setup,
     load_ceilings_per_replica,
     prefill_of,
-    prefill_setup,
-    warm_prefill_tokens,
 )
 from servesize.planning.decode import ContextBank, DecodeSetup, median_speed
 from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
@@ -159,11 +157,9 @@ def mixed_queue(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -
     if len(set(priorities.tolist())) > 1 and discipline != "fcfs":
         raise BadInput("team priorities are modelled for a first-come-first-served prefill queue "
                        f"(latency.discipline fcfs); the assumptions say {discipline}")
-    pset = prefill_setup(fixed, knobs)
     topk = decode_setup(fixed, knobs).topk_tokens
     moments = tuple(cold_moments(fixed, t.workload, knobs, cache, contexts_of(t.workload, knobs, topk, cache),
-                                 prefill_of(pset, t.workload, knobs, cache, warm_prefill_tokens(fixed, t.workload, knobs)))
-                    for t in mix.teams)
+                                 prefill_of(fixed, t.workload, knobs, cache)) for t in mix.teams)
     rates = np.array([t.request_rate_per_s for t in mix.teams])
     return MixedQueue(rates, moments, priorities, discipline)
 
