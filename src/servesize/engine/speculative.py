@@ -53,7 +53,7 @@ KNOWN_KEYS = IGNORED_KEYS | {"method", "model", "num_speculative_tokens", "draft
 # cache drop a hit's last block, which is computed again (v1/core/single_type_kv_cache_manager.py
 # FullAttentionManager.find_longest_cache_hit: "if use_eagle ... pop()"; 'align' mode's last cached state moves a
 # block back to match, Scheduler._mamba_block_aligned_split); "disable_eagle_block_drop": true keeps it (vLLM
-# PR 53388: a 16k-token agent turn on a 1,600-token-block hybrid model re-read about 1,600 tokens)
+# PR 53388)
 BLOCK_DROP_METHODS = ("mtp", "eagle", "eagle3")
 
 
