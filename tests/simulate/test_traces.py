@@ -170,3 +170,25 @@ def test_a_file_that_is_no_trace_is_one_clear_error(tmp_path, content, message):
 def test_a_missing_file_is_one_clear_error(tmp_path):
     with pytest.raises(BadInput, match="cannot read"):
         read_trace(tmp_path / "absent.jsonl")
+
+
+def test_the_fitter_and_the_replay_read_a_claude_code_session_by_one_walk(tmp_path):
+    """workload fit and simulate read the same requests of a session, and the same ones as a subagent's, nested
+    subagents included (formats.claude_entries); an unreadable subagent entry is counted with its requests."""
+    from servesize.workload.readers import read_token_counts
+
+    inner = {"t": 1.0, "type": "subagent", "agent_id": "inner", "requests": [req(0.0, 70, [90])]}
+    outer = {"t": 5.0, "type": "subagent", "agent_id": "outer", "requests": [req(0.0, 130, [50, 51]), inner]}
+    path = write_jsonl(tmp_path / "cc.jsonl", [claude_session("s1", [req(0.0, 100, [1, 2]), outer,
+                                                                      req(9.0, 300, [1, 2, 3, 4])])])
+    trace, obs = read_trace(path), read_token_counts(path)
+    assert trace.input_tokens.tolist() == [100, 130, 70, 300]
+    assert trace.subagent.tolist() == [False, True, True, False]
+    assert [s.key for s in trace.sessions] == ["s1", "s1/outer", "s1/outer/inner"]
+    assert [s.parent for s in trace.sessions] == [-1, 0, 1]
+    assert list(obs.user) == [100, 300] and list(obs.subagent) == [130, 70]
+
+    bad = {"t": "soon", "type": "subagent", "requests": [req(0.0, 130, [50, 51])]}
+    path = write_jsonl(tmp_path / "bad.jsonl", [claude_session("s2", [req(0.0, 100, [1, 2]), bad])])
+    report = read_trace(path).report
+    assert report.bad_requests == 2 and report.examples[-1].startswith("line 1 (s2), requests[1].requests[0]")

@@ -435,7 +435,7 @@ class _ClaudeFile:
     scope: str | None = None
 
 
-def _claude_request(b: TraceBuilder, req: Any, ids: list[np.ndarray], session: int, subagent: bool, where: str) -> None:
+def _claude_request(b: TraceBuilder, req: Any, ids: list[np.ndarray], session: int, subagent: bool) -> None:
     if not isinstance(req, dict):
         raise BadRecord("a request must be an object")
     hid = req.get("hash_ids")
@@ -449,20 +449,25 @@ def _claude_request(b: TraceBuilder, req: Any, ids: list[np.ndarray], session: i
                   block_ids, service_s=number(req.get("api_time"), "api_time", missing=math.nan), subagent=subagent)
 
 
-def _claude_requests(b: TraceBuilder, reqs: list, ids: list[np.ndarray], session: int, subagent: bool, where: str) -> None:
-    """A session's requests; a subagent entry becomes a session of its own (its start on the parent's clock)."""
-    for j, req in enumerate(reqs):
-        here = f"{where}, requests[{j}]"
+def _claude_requests(b: TraceBuilder, reqs: list, ids: list[np.ndarray], session: int, where: str) -> None:
+    """A session's requests (formats.claude_entries); each subagent becomes a session of its own, its start on its
+    parent's clock. The requests of a subagent whose entry cannot be read are counted bad with it."""
+    sessions: dict[tuple[int, ...], int | None] = {(): session}
+    for e in formats.claude_entries(reqs, where):
         try:
-            if isinstance(req, dict) and req.get("type") == "subagent" and isinstance(req.get("requests"), list):
-                info = SessionInfo(key=f"{b.sessions[session].key}/{req.get('agent_id', j)}", parent=session,
-                                   start_s=number(req.get("t"), "t", missing=0.0),
-                                   prefix_tokens=_prefix_tokens(req))
-                _claude_requests(b, req["requests"], ids, b.add_session(info), True, here)
-                continue
-            _claude_request(b, req, ids, session, subagent, here)
+            parent = sessions.get(e.path)
+            if parent is None:
+                raise BadRecord("in a subagent entry that could not be read")
+            if e.opens_subagent:
+                sessions[(*e.path, e.index)] = None
+                info = SessionInfo(key=f"{b.sessions[parent].key}/{e.entry.get('agent_id', e.index)}", parent=parent,
+                                   start_s=number(e.entry.get("t"), "t", missing=0.0),
+                                   prefix_tokens=_prefix_tokens(e.entry))
+                sessions[(*e.path, e.index)] = b.add_session(info)
+            else:
+                _claude_request(b, e.entry, ids, parent, bool(e.path))
         except BadRecord as exc:
-            b.report.bad(here, str(exc), line=False)
+            b.report.bad(e.where, str(exc), line=False)
 
 
 def _prefix_tokens(rec: dict) -> int:
@@ -495,7 +500,7 @@ def _claude_line(b: TraceBuilder, state: _ClaudeFile, line_no: int, line: bytes)
         b.new_namespace()
     key = str(rec.get("id", f"line {line_no}"))
     session = b.add_session(SessionInfo(key=key, prefix_tokens=_prefix_tokens(rec)))
-    _claude_requests(b, rec["requests"], ids, session, False, f"line {line_no} ({key})")
+    _claude_requests(b, rec["requests"], ids, session, f"line {line_no} ({key})")
 
 
 def read_claude_code(path: pathlib.Path, lines: Iterator[tuple[int, bytes]], report: ReadReport, first: dict) -> Trace:

@@ -28,7 +28,7 @@ import pathlib
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import servesize.limits as limits
 from servesize.errors import BadInput
@@ -84,6 +84,37 @@ def prefix_tokens(obj: dict, read: Callable[[Any, str], float | None]) -> float:
     """system_tokens + tool_tokens: the prefix a Claude Code session (or subagent) sends with every request;
     ``read(value, field)`` is the caller's number check (None or 0 for an absent field)."""
     return sum(read(obj.get(name), name) or 0.0 for name in PREFIX_FIELDS)
+
+
+# -- Claude Code sessions (kv-cache-tester traces) -----------------------------------------------------------
+
+def is_subagent(entry: Any) -> bool:
+    """A session's ``requests[]`` entry that is a subagent: ``type: "subagent"`` with a ``requests`` list of its
+    own, which may hold subagents in turn."""
+    return isinstance(entry, dict) and entry.get("type") == "subagent" and isinstance(entry.get("requests"), list)
+
+
+class ClaudeEntry(NamedTuple):
+    """One entry of a Claude Code session, in file order: a request, or a subagent's opening (its requests follow)."""
+
+    entry: Any              # the request (anything: its reader checks it) or the subagent object
+    where: str              # "record 3, requests[4].requests[1]": the caller's location, then the entry's path
+    path: tuple[int, ...]   # the indices of the subagents around it, outermost first: () for the session's own
+    index: int              # its index in its list
+    opens_subagent: bool    # a subagent entry: the entries after it with ``path + (index,)`` are its own
+
+
+def claude_entries(requests: list, where: str, path: tuple[int, ...] = ()) -> Iterator[ClaudeEntry]:
+    """Every request and subagent of a session's ``requests`` list, depth first in file order: the one walk the
+    workload fitter (workload/readers.py) and the replay (simulate/traces.py) read a session by. Bounded by the
+    JSON already parsed (its depth is capped at MAX_JSON_DEPTH)."""
+    for j, entry in enumerate(requests):
+        here = f"{where}{'.' if path else ', '}requests[{j}]"
+        if is_subagent(entry):
+            yield ClaudeEntry(entry, here, path, j, True)
+            yield from claude_entries(entry["requests"], here, (*path, j))
+        else:
+            yield ClaudeEntry(entry, here, path, j, False)
 
 
 # -- detection ---------------------------------------------------------------------------------------------

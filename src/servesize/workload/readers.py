@@ -361,23 +361,11 @@ def _prefix_tokens(obj: dict, where: str) -> float:
     return formats.prefix_tokens(obj, lambda value, name: _number(value, f"{where}{name}"))
 
 
-def _is_subagent(request: dict) -> bool:
-    return request.get("type") == "subagent" and isinstance(request.get("requests"), list)
-
-
-def _read_subagent(subagent: dict, where: str, obs: Observations) -> None:
-    """A subagent entry: its own prefix, and its nested requests[].in as subagent-class requests."""
-    prefix = _prefix_tokens(subagent, f"{where}.")
-    if prefix > 0:
-        obs.subagent_prefix_tokens.append(prefix)
-    for k, q in enumerate(subagent["requests"]):
-        try:
-            if not isinstance(q, dict):
-                raise _BadRow(f"{where}.requests[{k}]: not an object")
-            x = _count(q.get("in"), f"{where}.requests[{k}].in")
-            obs.request(x, _number(q.get("out"), f"{where}.requests[{k}].out"), subagent=True)
-        except _BadRow as bad:
-            obs.skip(str(bad))
+def _read_subagent_request(q: Any, where: str, obs: Observations) -> None:
+    """A request inside a subagent (at any depth): a subagent-class request."""
+    if not isinstance(q, dict):
+        raise _BadRow(f"{where}: not an object")
+    obs.request(_count(q.get("in"), f"{where}.in"), _number(q.get("out"), f"{where}.out"), subagent=True)
 
 
 @dataclass
@@ -441,15 +429,18 @@ def _read_claude_code(rec: dict, loc: str, obs: Observations) -> None:
     if block and not obs.cold_basis:
         obs.cold_basis = (f"hash_ids ({block:g} tokens each, unique within a session): a request is cold when its first "
                           "block past the session's system + tool prefix is in no earlier request of the session")
-    for j, r in enumerate(reqs):
-        where = f"{loc}, requests[{j}]"
+    for e in formats.claude_entries(reqs, loc):
         try:
-            if not isinstance(r, dict):
-                raise _BadRow(f"{where}: not an object")
-            if _is_subagent(r):
-                _read_subagent(r, where, obs)
+            if e.opens_subagent:  # its own prefix; its requests follow
+                sub_prefix = _prefix_tokens(e.entry, f"{e.where}.")
+                if sub_prefix > 0:
+                    obs.subagent_prefix_tokens.append(sub_prefix)
+            elif e.path:
+                _read_subagent_request(e.entry, e.where, obs)
+            elif not isinstance(e.entry, dict):
+                raise _BadRow(f"{e.where}: not an object")
             else:
-                _read_claude_request(r, where, obs, state)
+                _read_claude_request(e.entry, e.where, obs, state)
         except _BadRow as bad:
             obs.skip(str(bad))
 
