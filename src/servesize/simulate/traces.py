@@ -459,11 +459,11 @@ def _claude_requests(b: TraceBuilder, reqs: list, ids: list[np.ndarray], session
             if parent is None:
                 raise BadRecord("in a subagent entry that could not be read")
             if e.opens_subagent:
-                sessions[(*e.path, e.index)] = None
-                info = SessionInfo(key=f"{b.sessions[parent].key}/{e.entry.get('agent_id', e.index)}", parent=parent,
+                sessions[(*e.path, e.position)] = None
+                info = SessionInfo(key=f"{b.sessions[parent].key}/{e.entry.get('agent_id', e.position)}", parent=parent,
                                    start_s=number(e.entry.get("t"), "t", missing=0.0),
                                    prefix_tokens=_prefix_tokens(e.entry))
-                sessions[(*e.path, e.index)] = b.add_session(info)
+                sessions[(*e.path, e.position)] = b.add_session(info)
             else:
                 _claude_request(b, e.entry, ids, parent, bool(e.path))
         except BadRecord as exc:

@@ -100,8 +100,8 @@ class ClaudeEntry(NamedTuple):
     entry: Any              # the request (anything: its reader checks it) or the subagent object
     where: str              # "record 3, requests[4].requests[1]": the caller's location, then the entry's path
     path: tuple[int, ...]   # the indices of the subagents around it, outermost first: () for the session's own
-    index: int              # its index in its list
-    opens_subagent: bool    # a subagent entry: the entries after it with ``path + (index,)`` are its own
+    position: int           # its index in its list
+    opens_subagent: bool    # a subagent entry: the entries after it with ``path + (position,)`` are its own
 
 
 def claude_entries(requests: list, where: str, path: tuple[int, ...] = ()) -> Iterator[ClaudeEntry]:
