@@ -28,3 +28,29 @@ def finite(obj: Any) -> Any:
     if hasattr(obj, "tolist"):  # numpy arrays and scalars
         return finite(obj.tolist())
     return obj
+
+
+def shape(doc: Any, path: str = "") -> list[str]:
+    """The shape of a JSON document: one ``path: types`` line per leaf, sorted (``plan.ceilings[].users: number|null``),
+    list items merged into one ``[]`` and a map's keys kept. What a change to servesize's serialisation must leave as it
+    is (tests/test_json_shapes.py), whatever the numbers are. Bounded by the document."""
+    leaves: dict[str, set[str]] = {}
+    _walk(doc, path, leaves)
+    return sorted(f"{p or '.'}: {'|'.join(sorted(t))}" for p, t in leaves.items())
+
+
+def _walk(doc: Any, path: str, leaves: dict[str, set[str]]) -> None:
+    if isinstance(doc, dict):
+        if not doc:
+            leaves.setdefault(path, set()).add("{}")
+        for k, v in doc.items():
+            _walk(v, f"{path}.{k}", leaves)
+    elif isinstance(doc, list):
+        if not doc:
+            leaves.setdefault(path + "[]", set()).add("[]")
+        for v in doc:
+            _walk(v, path + "[]", leaves)
+    else:
+        kind = ("null" if doc is None else "bool" if isinstance(doc, bool) else "string" if isinstance(doc, str)
+                else "number")
+        leaves.setdefault(path, set()).add(kind)
