@@ -72,9 +72,9 @@ def test_a_given_tp_wins_and_dp_fills_the_gpus():
 def test_a_given_split_that_leaves_gpus_idle_says_so():
     report = s.memory(s.Scenario(model="qwen3-8b", gpus="8xH100", tensor_parallel_size=2, data_parallel_size=2))
     assert (report.deployment.tensor_parallel_size, report.deployment.data_parallel_size) == (2, 2)
-    assert report.placement.idle == 4 and "4 of 8 GPUs idle" in report.placement.reason
+    assert report.placement.gpus_idle == 4 and "4 of 8 GPUs idle" in report.placement.reason
     odd = s.memory(s.Scenario(model="qwen3-8b", gpus="6xH100", tensor_parallel_size=4))
-    assert odd.placement.idle == 2 and "TP 4 x PP 1 does not divide 6" in odd.placement.reason
+    assert odd.placement.gpus_idle == 2 and "TP 4 x PP 1 does not divide 6" in odd.placement.reason
 
 
 def test_a_tp_the_heads_refuse_is_never_chosen_and_six_gpus_are_all_used():

@@ -1,4 +1,12 @@
-"""What JSON can hold: the one place an unbounded or undefined figure becomes ``null``.
+"""Results as JSON: one naming policy for every result's document, and the one place an unbounded or undefined
+figure becomes ``null``.
+
+A result is a dataclass; its document is its fields under their own names, in declaration order, then the
+properties its class names in ``JSON_EXTRA`` (``Record.to_dict``). A field whose document name differs says so
+where it is declared (``users: int = field(metadata=json_as("users_per_replica"))``; ``json_as(None)`` leaves it
+out), so a field's name in the files and the API lives in one place. Nested results, lists and maps of them are
+written as their own documents. A result whose document is not its fields (a verdict's wording, a table keyed by
+data) keeps a ``to_dict`` of its own.
 
 JSON has no Infinity or NaN (``json.dumps(..., allow_nan=False)`` refuses them), while the planner's
 figures may be either (a ceiling that never binds is infinite). Every JSON document servesize writes
@@ -7,8 +15,48 @@ figures may be either (a ceiling that never binds is infinite). Every JSON docum
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
+
+JSON_KEY = "json"  # a dataclass field's metadata: the name its value takes in a document (None: not written)
+
+
+def json_as(key: str | None) -> dict[str, str | None]:
+    """A dataclass field's metadata naming it ``key`` in the result's document (None: not written):
+    ``users: int = field(metadata=json_as("users_per_replica"))``."""
+    return {JSON_KEY: key}
+
+
+class Record:
+    """A result whose document is its fields (under their ``json_as`` names) and then the properties in
+    ``JSON_EXTRA``."""
+
+    JSON_EXTRA: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every Record is a dataclass
+            key = f.metadata.get(JSON_KEY, f.name)
+            if key is not None:
+                out[key] = plain(getattr(self, f.name))
+        for name in self.JSON_EXTRA:
+            out[name] = plain(getattr(self, name))
+        return out
+
+
+def plain(value: Any) -> Any:
+    """A value as a document holds it: results by their ``to_dict()`` (a derivation by its ``to_list()``), tuples
+    as lists, at any depth of lists and maps; anything else as it is (``finite`` makes numbers JSON's)."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "to_list"):
+        return value.to_list()
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def finite(obj: Any) -> Any:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.commands import measure_sessions
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 
 EPILOG = """\
 examples:
@@ -36,18 +37,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class ServerReport:
+class ServerReport(Record):
     pool: Any
     sessions: Any
-    exit_code: int = 0
+    exit_code: int = field(default=0, metadata=json_as(None))
 
     @property
     def failure(self) -> str | None:
         reasons = [r for r in (getattr(self.pool, "failure", None), getattr(self.sessions, "failure", None)) if r]
         return "; ".join(reasons) or None
 
-    def to_dict(self) -> dict:
-        return {"pool": self.pool.to_dict(), "sessions": self.sessions.to_dict(), "failure": self.failure}
+    JSON_EXTRA = ("failure",)
 
     def render(self, explain: bool = False) -> str:
         from servesize.measure.report import render_pool, render_sessions

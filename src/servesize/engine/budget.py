@@ -25,6 +25,7 @@ from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import kv_heads_per_rank
 from servesize.engine.versions import V1_FROM
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
 from servesize.units import GiB, MiB
@@ -103,28 +104,20 @@ class EngineAssumptions:
 
 
 @dataclass(frozen=True)
-class MemoryBudget:
+class MemoryBudget(Record):
     budget: str  # "engine" | "simple" | "given"
-    total_bytes: int
-    requested_bytes: int
-    weights_bytes: int
-    activation_bytes: int
+    total_bytes: int = field(metadata=json_as("total_bytes_per_gpu"))
+    requested_bytes: int = field(metadata=json_as("requested_bytes_per_gpu"))
+    weights_bytes: int = field(metadata=json_as("weights_bytes_per_gpu"))
+    activation_bytes: int = field(metadata=json_as("activation_peak_bytes"))
     non_torch_bytes: int
     cudagraph_bytes: int
-    available_bytes: int
-    derivation: Derivation = field(compare=False)
+    available_bytes: int = field(metadata=json_as("available_kv_bytes_per_gpu"))
+    derivation: Derivation = field(compare=False, metadata=json_as(None))
 
     @property
     def reserve_bytes(self) -> int:
         return self.activation_bytes + self.non_torch_bytes + self.cudagraph_bytes
-
-    def to_dict(self) -> dict:
-        return {
-            "budget": self.budget, "total_bytes_per_gpu": self.total_bytes, "requested_bytes_per_gpu": self.requested_bytes,
-            "weights_bytes_per_gpu": self.weights_bytes, "activation_peak_bytes": self.activation_bytes,
-            "non_torch_bytes": self.non_torch_bytes, "cudagraph_bytes": self.cudagraph_bytes,
-            "available_kv_bytes_per_gpu": self.available_bytes,
-        }
 
 
 def _moe_workspace_bytes_per_token(arch: Architecture, dep: Deployment, a: EngineAssumptions) -> tuple[int, str]:

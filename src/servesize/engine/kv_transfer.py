@@ -43,6 +43,7 @@ from servesize.assumptions import assumption
 from servesize.engine.deployment import Deployment
 from servesize.engine.pool import LayerSpec, block_layout, resolved_lengths
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
 from servesize.model.layers import MLA, SLIDING, STATE_KINDS
@@ -52,7 +53,7 @@ NIXL = "NixlConnector"  # the one connector whose rule this module holds (vLLM 0
 
 
 @dataclass(frozen=True)
-class GroupTransfer:
+class GroupTransfer(Record):
     """One KV-cache group's share of a pull: the blocks of each of its layers, and their bytes on one decode rank."""
 
     kind: str
@@ -61,13 +62,9 @@ class GroupTransfer:
     blocks: int  # per layer
     bytes_per_rank: int  # every layer of the group
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "layers": self.layers, "block_size": self.block_size, "blocks": self.blocks,
-                "bytes_per_rank": self.bytes_per_rank}
-
 
 @dataclass(frozen=True)
-class KvTransfer:
+class KvTransfer(Record):
     """The pull of one request: the prompt tokens loaded remotely and the blocks and bytes per KV-cache group."""
 
     connector: str
@@ -87,11 +84,7 @@ class KvTransfer:
         """Bytes over the link, every decode rank's pull."""
         return self.bytes_per_rank * self.ranks
 
-    def to_dict(self) -> dict:
-        return {"connector": self.connector, "prompt_tokens": self.prompt_tokens,
-                "local_hit_tokens": self.local_hit_tokens, "backoff_tokens": self.backoff_tokens,
-                "remote_tokens": self.remote_tokens, "ranks": self.ranks, "bytes_per_rank": self.bytes_per_rank,
-                "bytes": self.bytes, "groups": [g.to_dict() for g in self.groups]}
+    JSON_EXTRA = ("bytes_per_rank", "bytes")
 
 
 def prefill_backoff(arch: Architecture, dep: Deployment) -> int:
@@ -155,7 +148,7 @@ def _regions(kind: str) -> int:
 
 
 @dataclass(frozen=True)
-class TransferTime:
+class TransferTime(Record):
     """How long one decode rank's pull takes: the descriptors it posts, then the bytes over its GPU's link."""
 
     descriptors: int  # per decode rank
@@ -168,9 +161,7 @@ class TransferTime:
     def seconds(self) -> float:
         return self.post_s + self.move_s
 
-    def to_dict(self) -> dict:
-        return {"descriptors": self.descriptors, "post_s": self.post_s, "move_s": self.move_s,
-                "seconds": self.seconds, "link": self.link, "link_bytes_per_s": self.link_bytes_per_s}
+    JSON_EXTRA = ("seconds",)
 
 
 def pull_seconds(pull: KvTransfer, link: dict, prefill_tp: int, *,

@@ -20,6 +20,7 @@ from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
 from servesize.engine.weights import normalise_precision, weights
 from servesize.errors import ServesizeError, WouldNotStart
+from servesize.jsonable import Record
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 
@@ -194,7 +195,7 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
 # -- the split of N GPUs for one deployment (plan and memory with --gpus NxGPU and no TP/DP) --------
 
 @dataclass(frozen=True)
-class Split:
+class Split(Record):
     """How N GPUs are split into replicas: TP x PP GPUs each, DP of them, and why."""
 
     tp: int
@@ -210,12 +211,10 @@ class Split:
         return self.tp * self.dp * self.pp
 
     @property
-    def idle(self) -> int:
+    def gpus_idle(self) -> int:
         return self.gpus - self.gpus_used
 
-    def to_dict(self) -> dict:
-        return {"tp": self.tp, "dp": self.dp, "pp": self.pp, "gpus": self.gpus, "gpus_used": self.gpus_used,
-                "gpus_idle": self.idle, "chosen": self.chosen, "reason": self.reason, "tried": list(self.tried)}
+    JSON_EXTRA = ("gpus_used", "gpus_idle")
 
     def text(self) -> str:
         return (f"placement: {self.gpus_used} of {self.gpus} GPUs as TP {self.tp} x DP {self.dp}"

@@ -29,6 +29,7 @@ from servesize.derivation import Derivation
 from servesize.engine.deployment import CPU_MLA_BLOCK, CPU_MLA_FORCED_FROM, Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
 from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture
+from servesize.jsonable import Record, json_as
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
 from servesize.model.layers import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, STATE_KINDS, GatedDeltaNet, WindowedAttention
@@ -60,16 +61,12 @@ V0_SWAP_SPACE_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
-class KvGroup:
+class KvGroup(Record):
     kind: str
     layers: int  # real layers (group_size minus padding)
     block_size: int
     page_bytes: int  # one layer, one block, one rank
-    blocks_per_request: int  # per layer, for one request at max_model_len
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "layers": self.layers, "block_size": self.block_size,
-                "page_bytes": self.page_bytes, "blocks_per_request_at_max_model_len": self.blocks_per_request}
+    blocks_per_request: int = field(metadata=json_as("blocks_per_request_at_max_model_len"))  # per layer, for one request at max_model_len
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from servesize.errors import clip
+from servesize.jsonable import Record, json_as
 
 QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
            "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries")
@@ -84,8 +85,8 @@ def _first(series: dict, names: tuple[str, ...]) -> tuple[str | None, list]:
 
 
 @dataclass
-class MetricsSnapshot:
-    t_ns: int
+class MetricsSnapshot(Record):
+    t_ns: int = field(metadata=json_as(None))
     prefix_queries: float | None = None
     prefix_hits: float | None = None
     preemptions: float | None = None
@@ -94,7 +95,7 @@ class MetricsSnapshot:
     waiting: float | None = None
     cache_config: dict | None = None
     engines: int = 1
-    refused: str | None = None  # why cache_config_info was refused (an impossible label), else None
+    refused: str | None = field(default=None, metadata=json_as(None))  # why cache_config_info was refused (an impossible label), else None
     names: dict = field(default_factory=dict)  # which series name answered for each quantity
 
     @property
@@ -111,11 +112,6 @@ class MetricsSnapshot:
         if self.num_gpu_blocks is None or self.block_size is None:
             return None
         return self.num_gpu_blocks * self.block_size
-
-    def to_dict(self) -> dict:
-        return {"prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "preemptions": self.preemptions,
-                "kv_usage": self.kv_usage, "running": self.running, "waiting": self.waiting,
-                "cache_config": self.cache_config, "engines": self.engines, "names": self.names}
 
 
 # The largest cache_config_info figure taken: a block of more tokens, or a pool of more blocks, is no engine's
@@ -182,7 +178,7 @@ def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
 
 
 @dataclass(frozen=True)
-class MetricsDelta:
+class MetricsDelta(Record):
     """Counter increases between two snapshots (None where either side lacks the series)."""
 
     queries: float | None
@@ -194,9 +190,6 @@ class MetricsDelta:
         if not self.queries or self.hits is None:
             return None
         return self.hits / self.queries
-
-    def to_dict(self) -> dict:
-        return {"queries": self.queries, "hits": self.hits, "preemptions": self.preemptions}
 
 
 def delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> MetricsDelta | None:

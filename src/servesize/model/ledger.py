@@ -35,6 +35,7 @@ from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
+from servesize.jsonable import Record
 from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.families import REQUIRED, config_int
 from servesize.model.layers import GDN, MAMBA, MLA, GatedDeltaNet, KvHeadAttention, Mamba2
@@ -62,7 +63,7 @@ _PER_HEAD_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe
 
 
 @dataclass(frozen=True)
-class ParamLedger:
+class ParamLedger(Record):
     name: str
     groups: dict[str, int]
     linear: dict[str, int]
@@ -102,15 +103,7 @@ class ParamLedger:
     def linear_total(self) -> int:
         return sum(v for g, v in self.linear.items() if g != "mtp")
 
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name, "groups": dict(self.groups), "linear": dict(self.linear),
-            "total": self.total, "total_with_mtp": self.total_with_mtp, "active": self.active,
-            "active_as_published": self.active_as_published,
-            "expert_params_per_token": self.expert_params_per_token,
-            "num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
-            "notes": list(self.notes), "derivation": self.derivation.to_list(),
-        }
+    JSON_EXTRA = ("total", "total_with_mtp", "active", "active_as_published", "expert_params_per_token")
 
     def explain(self) -> str:
         """Each group as arithmetic over the config's fields, then the totals."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
+from servesize.jsonable import Record, json_as
 from servesize.model.hardware import load_host_links
 from servesize.planning.decode import (
     ContextBank,
@@ -82,25 +83,23 @@ CEILINGS = ("cache", "decode", "latency", "saturation")
 
 
 @dataclass(frozen=True)
-class FloorOutOfReach:
+class FloorOutOfReach(Record):
     """The hard floor no batch meets: one user alone decodes slower. The plan then sizes the batch at
     ``fraction`` x the best speed (decode.unreachable_floor_fraction) and says so."""
 
     floor_tok_s: float
-    best_tok_s: float
+    best_tok_s: float = field(metadata=json_as("one_user_tok_s"))
     fraction: float
 
     @property
-    def used_tok_s(self) -> float:
+    def sized_at_tok_s(self) -> float:
         return self.best_tok_s * self.fraction
 
-    def to_dict(self) -> dict[str, float]:
-        return {"floor_tok_s": self.floor_tok_s, "one_user_tok_s": self.best_tok_s, "fraction": self.fraction,
-                "sized_at_tok_s": self.used_tok_s}
+    JSON_EXTRA = ("sized_at_tok_s",)
 
     def text(self) -> str:
         return (f"the {self.floor_tok_s:g} tok/s floor is out of reach: one user alone decodes at "
-                f"{self.best_tok_s:.1f} tok/s (p50), so the batch is sized at {self.used_tok_s:.1f} tok/s, "
+                f"{self.best_tok_s:.1f} tok/s (p50), so the batch is sized at {self.sized_at_tok_s:.1f} tok/s, "
                 f"{self.fraction:.0%} of that (decode.unreachable_floor_fraction)")
 
 
@@ -737,7 +736,7 @@ def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Kno
     if dec.n > 0:
         return dec, None
     out = FloorOutOfReach(floor, float(dec.p50_one_more_tok_s), float(knobs.a("decode.unreachable_floor_fraction")))
-    return decode_of(setup, workload, knobs, out.used_tok_s, cache), out
+    return decode_of(setup, workload, knobs, out.sized_at_tok_s, cache), out
 
 
 @dataclass(frozen=True)

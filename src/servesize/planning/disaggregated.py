@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servesize.engine.kv_transfer import KvTransfer, TransferTime, pull_seconds
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 from servesize.planning.inputs import Knobs, sub_ratio_of
 from servesize.planning.latency import users_for_rate
 from servesize.planning.load import think_time_of
@@ -111,7 +112,7 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class TurnTransfer:
+class TurnTransfer(Record):
     """One kind of turn's pull: what crosses, how long it takes, and the handover it adds to the TTFT."""
 
     turn: str  # warm | cold | start
@@ -120,20 +121,16 @@ class TurnTransfer:
     time: TransferTime
     handover_s: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "context_tokens": self.context_tokens, "pull": self.pull.to_dict(),
-                "time": self.time.to_dict(), "handover_s": self.handover_s}
-
 
 @dataclass(frozen=True)
-class LinkLoad:
+class LinkLoad(Record):
     """The link's ceiling: users at which the decode ranks' links (descriptors and bytes) or the prefill GPUs'
     (bytes) are busy all the time, and the mean pull per request it is taken from."""
 
     mean_pull_s: float       # per decode rank, per request (the turns at their shares)
     mean_bytes: float        # over the link, per request (every decode rank's share)
-    decode_users: float
-    prefill_users: float
+    decode_users: float = field(metadata=json_as("decode_side_users"))
+    prefill_users: float = field(metadata=json_as("prefill_side_users"))
     shares: dict[str, float]
 
     @property
@@ -143,9 +140,7 @@ class LinkLoad:
     def utilisation_at(self, users: float) -> float:
         return users / self.users if self.users > 0 else float("inf")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"mean_pull_s": self.mean_pull_s, "mean_bytes": self.mean_bytes, "decode_side_users": self.decode_users,
-                "prefill_side_users": self.prefill_users, "users": self.users, "shares": self.shares}
+    JSON_EXTRA = ("users",)
 
 
 def pull_time(pull: KvTransfer, layout: Layout, knobs: Knobs) -> TransferTime:

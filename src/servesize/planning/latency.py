@@ -27,12 +27,13 @@ Bursts:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 
 if TYPE_CHECKING:
     from servesize.planning.prefill import PrefillCosts
@@ -41,7 +42,7 @@ _DISCIPLINES = ("fcfs", "ps")
 
 
 @dataclass(frozen=True)
-class ServiceMoments:
+class ServiceMoments(Record):
     """Service-time moments of the prefill server for a miss rate f."""
 
     miss_rate: float
@@ -55,11 +56,7 @@ class ServiceMoments:
         """Squared coefficient of variation E[S^2]/E[S]^2 - 1 (1 for exponential service)."""
         return self.second_moment_s2 / self.mean_s**2 - 1.0
 
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "miss_rate": self.miss_rate, "mean_s": self.mean_s, "second_moment_s2": self.second_moment_s2,
-            "miss_s": self.miss_s, "hit_s": self.hit_s, "scv": self.scv,
-        }
+    JSON_EXTRA = ("scv",)
 
 
 def service_moments(miss_rate: float, miss_s: float, miss_s2: float, hit_s: float, hit_s2: float) -> ServiceMoments:
@@ -179,14 +176,14 @@ def burst_tolerance(m: ServiceMoments, rho: float, ttft_limit_s: float | None = 
 
 
 @dataclass(frozen=True)
-class LatencyReport:
+class LatencyReport(Record):
     """TTFT, the latency and saturation ceilings in users, and burst tolerance for one group."""
 
     moments: ServiceMoments
     users: float
-    rate_per_s: float
-    rho: float
-    wait_s: float
+    rate_per_s: float = field(metadata=json_as("request_rate_per_s"))
+    rho: float = field(metadata=json_as("utilisation"))
+    wait_s: float = field(metadata=json_as("queue_wait_s"))
     miss_ttft_s: float
     hit_ttft_s: float
     latency_ceiling_users: float
@@ -199,18 +196,6 @@ class LatencyReport:
     sub_ratio: float
     discipline: str
     derivation: Derivation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "moments": self.moments.to_dict(),
-            "users": self.users, "request_rate_per_s": self.rate_per_s, "utilisation": self.rho,
-            "queue_wait_s": self.wait_s, "miss_ttft_s": self.miss_ttft_s, "hit_ttft_s": self.hit_ttft_s,
-            "latency_ceiling_users": self.latency_ceiling_users,
-            "saturation_ceiling_users": self.saturation_ceiling_users,
-            "burst_tolerance": self.burst_tolerance, "burst": self.burst, "burst_drain_s": self.burst_drain_s,
-            "ttft_limit_s": self.ttft_limit_s, "think_time_s": self.think_time_s, "sub_ratio": self.sub_ratio,
-            "discipline": self.discipline, "derivation": self.derivation.to_list(),
-        }
 
 
 def latency_report(

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 from servesize.planning.decode import percentiles
 from servesize.planning.interference import StallLoad, allowed_slow_share, stall_mean_s
 from servesize.planning.latency import ServiceMoments
@@ -113,31 +114,24 @@ def binomial_quantile(n: int, p: float, q: float, k_max: int | None = None) -> i
 
 
 @dataclass(frozen=True)
-class DecodeLoad:
+class DecodeLoad(Record):
     """The decode ceiling under the load model, per replica group."""
 
-    users: int                  # the ceiling: most users per replica whose k_q meets the floor
+    users: int = field(metadata=json_as("users_per_replica"))  # the ceiling: most users per replica whose k_q meets the floor
     decoders_at_percentile: int  # k_q at that many users
     mean_decoders: float        # E[K]
     duty: float                 # a: share of a cycle one request stream decodes
     decode_s: float             # D
     cycle_s: float              # C
-    speed_tok_s: float          # v(k_q)
+    speed_tok_s: float = field(metadata=json_as("per_user_tok_s_at_percentile"))  # v(k_q)
     every_user_decoders: int    # k*: the batch that meets the floor (the seed's every-user-decodes ceiling)
     percentile: float
     lower_bound: bool           # k* was the search limit: decode never binds
-    derivation: Derivation
+    derivation: Derivation = field(metadata=json_as(None))
     stall_share: float | None = None    # requests the prefill chunks slow below the floor, at the ceiling
-    stall_allowed: float | None = None  # the share allowed (one user alone + slack, or 1 - percentile)
+    # the share allowed (one user alone + slack, or 1 - percentile)
+    stall_allowed: float | None = field(default=None, metadata=json_as("stall_allowed_share"))
     stall_binds: bool = False           # one user more meets the floor on its batch but not beside the chunks
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"users_per_replica": self.users, "decoders_at_percentile": self.decoders_at_percentile,
-                "mean_decoders": self.mean_decoders, "duty": self.duty, "decode_s": self.decode_s,
-                "cycle_s": self.cycle_s, "per_user_tok_s_at_percentile": self.speed_tok_s,
-                "every_user_decoders": self.every_user_decoders, "percentile": self.percentile,
-                "lower_bound": self.lower_bound, "stall_share": self.stall_share,
-                "stall_allowed_share": self.stall_allowed, "stall_binds": self.stall_binds}
 
 
 @dataclass(frozen=True)
@@ -389,23 +383,19 @@ def miss_share(rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: 
 
 
 @dataclass(frozen=True)
-class TtftLoad:
+class TtftLoad(Record):
     """The latency ceiling as a share of turns that miss the TTFT budget."""
 
-    rate_at_ceiling_per_s: float
-    base_share: float           # share of turns that miss at zero load (their own prefill exceeds the budget)
+    rate_at_ceiling_per_s: float = field(metadata=json_as(None))
+    # share of turns that miss at zero load (their own prefill exceeds the budget)
+    base_share: float = field(metadata=json_as("base_miss_share"))
     allowed_extra_share: float  # 1 - percentile: what load may add
     budget_s: float
     percentile: float
-    longest_miss_s: float       # the slowest cold prefill drawn (p99.9)
+    longest_miss_s: float = field(metadata=json_as("cold_prefill_p999_s"))  # the slowest cold prefill drawn (p99.9)
 
     def share_at(self, rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray) -> float:
         return miss_share(rate_per_s, m, miss_s, hit_s, self.budget_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"base_miss_share": self.base_share, "allowed_extra_share": self.allowed_extra_share,
-                "budget_s": self.budget_s, "percentile": self.percentile,
-                "cold_prefill_p999_s": self.longest_miss_s}
 
 
 RATE_REL_TOL = 1e-13  # the rate is found to 1e-13 of itself: where a 60-step bisection lands (tests/test_load_model.py)

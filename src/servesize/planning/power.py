@@ -26,10 +26,11 @@ from typing import Any
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 
 
 @dataclass(frozen=True)
-class PowerStates:
+class PowerStates(Record):
     """Watts one GPU draws in each state, plus the host's share per GPU (flat)."""
 
     idle_w: float
@@ -60,10 +61,6 @@ class PowerStates:
         pre = assumption("power.prefill_fraction_of_tdp") if prefill_fraction is None else prefill_fraction
         host = assumption("power.host_w_per_gpu") if host_w_per_gpu is None else host_w_per_gpu
         return cls(idle * tdp_w, dec * tdp_w, pre * tdp_w, host)
-
-    def to_dict(self) -> dict[str, float]:
-        return {"idle_w": self.idle_w, "decode_w": self.decode_w, "prefill_w": self.prefill_w,
-                "host_w_per_gpu": self.host_w_per_gpu}
 
 
 def seed_decode_capacity(decode_ceiling_users: float, floor_tok_s: float | None = None) -> float:

@@ -31,6 +31,7 @@ import numpy as np
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 from servesize.planning.decode import ContextSampler, tp_efficiency
 from servesize.planning.step_model import prefill_seconds
 
@@ -112,15 +113,15 @@ class PrefillSetup:
 
 
 @dataclass(frozen=True)
-class PrefillCosts:
+class PrefillCosts(Record):
     """Service times of a cache miss and a warm hit over the workload's context lengths."""
 
     mean_context_tokens: float          # E[L]
     mean_context_sq_tokens2: float      # E[L^2]
     warm_turn_tokens: float
-    miss_s: float                       # E[S | miss]: cold TTFT with no queue
+    miss_s: float = field(metadata=json_as("miss_ttft_s"))  # E[S | miss]: cold TTFT with no queue
     miss_s2: float                      # E[S^2 | miss]
-    hit_s: float                        # E[S | hit]: warm TTFT with no queue (= hit at prior E[L])
+    hit_s: float = field(metadata=json_as("hit_ttft_s"))  # E[S | hit]: warm TTFT with no queue (= hit at prior E[L])
     hit_s2: float                       # E[S^2 | hit]
     samples: int                        # context draws behind the moments (0: closed form)
     derivation: Derivation
@@ -135,20 +136,7 @@ class PrefillCosts:
         """Misses per second at which prefill alone saturates the group."""
         return 1.0 / self.miss_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mean_context_tokens": self.mean_context_tokens,
-            "mean_context_sq_tokens2": self.mean_context_sq_tokens2,
-            "warm_turn_tokens": self.warm_turn_tokens,
-            "miss_ttft_s": self.miss_s,
-            "miss_s2": self.miss_s2,
-            "hit_ttft_s": self.hit_s,
-            "hit_s2": self.hit_s2,
-            "thrash_ratio": self.thrash_ratio,
-            "max_cold_rate_per_s": self.max_cold_rate_per_s,
-            "samples": self.samples,
-            "derivation": self.derivation.to_list(),
-        }
+    JSON_EXTRA = ("thrash_ratio", "max_cold_rate_per_s")
 
 
 def prefill_costs(

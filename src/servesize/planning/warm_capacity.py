@@ -53,6 +53,7 @@ import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
 from servesize.planning.decode import percentile50, percentiles
 from servesize.units import GB, fmt_bytes
@@ -90,7 +91,7 @@ class HostLink:
 
 
 @dataclass(frozen=True)
-class Percentiles:
+class Percentiles(Record):
     p5: float
     p50: float
     p95: float
@@ -104,15 +105,12 @@ class Percentiles:
     def scaled(self, k: float) -> Percentiles:
         return Percentiles(self.p5 * k, self.p50 * k, self.p95 * k)
 
-    def to_dict(self) -> dict[str, float]:
-        return {"p5": self.p5, "p50": self.p50, "p95": self.p95}
-
     def __str__(self) -> str:
         return f"{self.p5:,.0f} / {self.p50:,.0f} / {self.p95:,.0f}"
 
 
 @dataclass(frozen=True)
-class WarmCapacity:
+class WarmCapacity(Record):
     """Warm sessions p5/p50/p95, for the whole deployment and for one replica."""
 
     sessions: Percentiles        # warm sessions of every class (GPU + CPU), system total
@@ -136,31 +134,6 @@ class WarmCapacity:
     seed: int
     derivation: Derivation = field(repr=False)
     assumptions: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sessions": self.sessions.to_dict(),
-            "users": self.users.to_dict(),
-            "gpu_resident": self.gpu_resident.to_dict(),
-            "cpu_offloaded": self.cpu_offloaded.to_dict(),
-            "users_gpu_resident": self.users_gpu_resident.to_dict(),
-            "users_cpu_offloaded": self.users_cpu_offloaded.to_dict(),
-            "per_replica": {k: v.to_dict() for k, v in self.per_replica.items()},
-            "replicas": self.replicas,
-            "routing": self.routing,
-            "sticky_population_hit_rate_bound": self.sticky_population_hit_rate_bound,
-            "pool_tokens": self.pool_tokens,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "state_bytes_per_session": self.state_bytes_per_session,
-            "cpu_offload_bytes": self.cpu_offload_bytes,
-            "restore": self.restore,
-            "fills": self.fills,
-            "draws_requested": self.draws_requested,
-            "draws_used": self.draws_used,
-            "seed": self.seed,
-            "assumptions": list(self.assumptions),
-            "derivation": self.derivation.to_list(),
-        }
 
     def explain(self) -> str:
         lines = [self.derivation.render(), "", "assumptions:"]

@@ -28,7 +28,7 @@ def render_text(result: Any, explain: bool = False) -> str:
 
 def placement_lines(split) -> list[str]:
     """How --gpus was split, first, when servesize chose the split or GPUs stay idle (engine.placement.Split)."""
-    return [split.text()] if split is not None and (split.chosen or split.idle) else []
+    return [split.text()] if split is not None and (split.chosen or split.gpus_idle) else []
 
 
 def flag_lines(report: MemoryReport | None) -> list[str]:

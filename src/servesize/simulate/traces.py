@@ -45,6 +45,7 @@ import numpy as np
 
 import servesize.workload.formats as formats
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.limits import MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
 from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_SIZE
 from servesize.workload.formats import SESSION_FIELDS, TIME_FIELDS, dotted, first_field, usage
@@ -67,7 +68,7 @@ class BadRecord(ValueError):
 # ----------------------------------------------------------------------------------------------
 
 @dataclass
-class ReadReport:
+class ReadReport(Record):
     """What reading a trace found: counts, the first few bad lines, and where a truncated file broke."""
 
     path: str
@@ -91,11 +92,6 @@ class ReadReport:
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
-
-    def to_dict(self) -> dict:
-        return {"path": self.path, "format": self.format, "lines": self.lines, "requests": self.requests,
-                "bad_lines": self.bad_lines, "bad_requests": self.bad_requests, "skipped": dict(self.skipped),
-                "examples": list(self.examples), "truncated": self.truncated, "notes": list(self.notes)}
 
     def summary(self) -> str:
         parts = [f"{self.requests:,} requests from {self.lines:,} lines ({self.format})"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.progress import Progress
 from servesize.simulate.curve import lru_curve
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gaps_s
@@ -42,14 +43,11 @@ COLD_SHARE = 0.5            # a request an unbounded cache serves less than half
 
 
 @dataclass(frozen=True)
-class UsersPoint:
+class UsersPoint(Record):
     users: int
     hit_rate: float
     requests: int
     sessions: int
-
-    def to_dict(self) -> dict:
-        return {"users": self.users, "hit_rate": self.hit_rate, "requests": self.requests, "sessions": self.sessions}
 
 
 @dataclass(frozen=True)
@@ -148,7 +146,7 @@ def shared_prefix_blocks(replay: Replay) -> int:
 
 
 @dataclass(frozen=True)
-class TraceWorkload:
+class TraceWorkload(Record):
     """A Workload fitted from a replay, with the figures the Workload has no field for."""
 
     workload: Workload
@@ -159,13 +157,6 @@ class TraceWorkload:
     notes: tuple[str, ...] = field(default_factory=tuple)
     fields: dict = field(default_factory=dict)  # workload/fit.py's FieldFit per field: value, fitted, how
     preset: str = ""
-
-    def to_dict(self) -> dict:
-        return {"workload": self.workload.to_dict(), "user_fit": self.user_fit, "fields": self.fields,
-                "preset": self.preset,
-                "session_peak_tokens_p50": self.session_peak_tokens_p50,
-                "requests_per_session_p50": self.requests_per_session_p50,
-                "think_time_source": self.think_time_source, "notes": list(self.notes)}
 
 
 def _per_session(replay: Replay, values: np.ndarray, how: str) -> np.ndarray:

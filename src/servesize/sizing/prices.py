@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from servesize.datafiles import table
 from servesize.errors import BadInput, clip
+from servesize.jsonable import Record
 from servesize.model.hardware import find_gpu, load_gpus
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -23,7 +23,7 @@ _MAX_PRICE = 10_000.0  # per GPU-hour: past any rental or amortised price, a typ
 
 
 @dataclass(frozen=True)
-class GpuPrice:
+class GpuPrice(Record):
     """What one GPU costs per hour, in ``currency``, and where the figure comes from."""
 
     gpu: str
@@ -34,10 +34,6 @@ class GpuPrice:
     date: str
     source: str
     includes_power: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "per_hour": self.per_hour, "currency": self.currency, "provider": self.provider,
-                "offer": self.offer, "date": self.date, "source": self.source, "includes_power": self.includes_power}
 
 
 @lru_cache(maxsize=1)

@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from servesize.jsonable import Record
+
 if TYPE_CHECKING:
     from servesize.sizing.prices import GpuPrice
     from servesize.workload.teams import Team
@@ -58,7 +60,7 @@ class FleetOption:
 
 
 @dataclass(frozen=True)
-class TeamSplit:
+class TeamSplit(Record):
     """One team on replicas of its own: its fleet, or why none serves it."""
 
     team: str
@@ -66,13 +68,9 @@ class TeamSplit:
     option: FleetOption | None
     reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"team": self.team, "users": self.users, "option": None if self.option is None else self.option.to_dict(),
-                "reason": self.reason}
-
 
 @dataclass(frozen=True)
-class Partition:
+class Partition(Record):
     """Each team on its own replicas: its cheapest fleet alone, and the split of the shared winner's shape."""
 
     cheapest: tuple[TeamSplit, ...]
@@ -96,11 +94,7 @@ class Partition:
             return None
         return sum(s.option.dp for s in self.same_shape if s.option is not None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cheapest": [s.to_dict() for s in self.cheapest], "cost_per_month": self.cost_per_month,
-                "gpus": self.gpus,
-                "same_shape": None if self.same_shape is None else [s.to_dict() for s in self.same_shape],
-                "same_shape_replicas": self.same_shape_replicas}
+    JSON_EXTRA = ("cost_per_month", "gpus", "same_shape_replicas")
 
 
 def verdict(winner: FleetOption | None, partition: Partition | None, pool: Any = None,

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.planning.ceilings import (
     CEILINGS,
     DECODE_SEARCH_LIMIT,
@@ -394,7 +395,7 @@ def _one_replica(fixed: Fixed) -> Fixed:
 # -- sharing one replica shape or splitting it ------------------------------------------------
 
 @dataclass(frozen=True)
-class ShapeSplit:
+class ShapeSplit(Record):
     """On one replica shape: the replicas the teams need sharing them, and each team's on replicas of its own."""
 
     shared_replicas: int | None
@@ -430,9 +431,7 @@ class ShapeSplit:
         other = f"each team on its own ({parted}: {per_team})" if choice == "share" else f"one shared pool ({shared})"
         return choice, f"{lead} {other}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"shared_replicas": self.shared_replicas, "team_replicas": dict(self.team_replicas),
-                "partitioned_replicas": self.partitioned_replicas}
+    JSON_EXTRA = ("partitioned_replicas",)
 
 
 def _replicas_on(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -> int | None:

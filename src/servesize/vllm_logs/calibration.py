@@ -20,6 +20,7 @@ from servesize.derivation import Derivation
 from servesize.engine.pool import USABLE_KV_TOKENS, state_blocks_per_request
 from servesize.engine.speculative import MAX_DRAFT_TOKENS
 from servesize.errors import BadInput, clip
+from servesize.jsonable import Record
 from servesize.limits import MAX_LAYERS, MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
 from servesize.vllm_logs.parse import LogFacts, era_of
@@ -757,16 +758,13 @@ class Check:
 
 
 @dataclass(frozen=True)
-class CalibrationCheck:
+class CalibrationCheck(Record):
     source: str
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = ()
 
     def get(self, name: str) -> Check | None:
         return next((c for c in self.checks if c.name == name), None)
-
-    def to_dict(self) -> dict:
-        return {"source": self.source, "checks": [c.to_dict() for c in self.checks], "notes": list(self.notes)}
 
 
 

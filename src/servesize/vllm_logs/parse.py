@@ -22,6 +22,7 @@ from typing import Any
 
 from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.limits import MAX_LOG_LINE_CHARS, MAX_LOG_NUMBER
 
 
@@ -98,7 +99,7 @@ def _not_negative(value: float, what: str) -> float:
 
 
 @dataclass(frozen=True)
-class Fact:
+class Fact(Record):
     """One value read from one line of a log."""
 
     name: str
@@ -106,9 +107,6 @@ class Fact:
     line_no: int  # 1-based, in the file as given
     line: str  # the line, ANSI codes removed, surrounding space stripped
     rank: str | None = None  # worker tag ('rank=0', 'TP1', 'TP3_EP3', 'pid=1786'); None for the engine/driver
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "value": self.value, "line_no": self.line_no, "rank": self.rank, "line": self.line}
 
 
 def _version_facts(m: re.Match) -> dict:

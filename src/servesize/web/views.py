@@ -459,7 +459,7 @@ def plan_view(req: PlanRequest) -> dict:
         "bill": bill(at),
         "lengths": lengths(plan),
         "splits": splits(req.scenario, plan),
-        "placement_text": plan.placement.text() if plan.placement is not None and (plan.placement.chosen or plan.placement.idle)
+        "placement_text": plan.placement.text() if plan.placement is not None and (plan.placement.chosen or plan.placement.gpus_idle)
         else None,
         "effective": effective(plan, at),
         "share": share(req.scenario, req.load),
