@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 from servesize.planning.step_model import decode_seconds
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
@@ -681,25 +682,21 @@ def decode_mfu(setup: DecodeSetup, ns: Iterable[int], bank: ContextBank) -> np.n
 
 
 @dataclass(frozen=True)
-class DecodeCeiling:
+class DecodeCeiling(Record):
     """The largest number of concurrent decoders whose p50 per-user speed meets the floor."""
 
-    n: int
+    n: int = field(metadata=json_as("decode_ceiling"))
     floor_tok_s: float
     at_ceiling: DecodeSpeed | None
     p50_one_more_tok_s: float
-    evaluations: int
+    evaluations: int = field(metadata=json_as(None))
     derivation: Derivation
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "decode_ceiling": self.n,
-            "floor_tok_s": self.floor_tok_s,
-            "p50_at_ceiling_tok_s": None if self.at_ceiling is None else self.at_ceiling.p50_tok_s,
-            "p50_one_more_tok_s": self.p50_one_more_tok_s,
-            "at_ceiling": None if self.at_ceiling is None else self.at_ceiling.to_dict(),
-            "derivation": self.derivation.to_list(),
-        }
+    JSON_EXTRA = ("p50_at_ceiling_tok_s",)
+
+    @property
+    def p50_at_ceiling_tok_s(self) -> float | None:
+        return None if self.at_ceiling is None else self.at_ceiling.p50_tok_s
 
 
 def decode_ceiling(

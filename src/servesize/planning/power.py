@@ -20,13 +20,12 @@ tariff is the EU average in euros); every cost the bill prints carries it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
-from servesize.jsonable import Record
+from servesize.jsonable import Record, json_as
 
 
 @dataclass(frozen=True)
@@ -88,11 +87,11 @@ def duty_cycles(
 
 
 @dataclass(frozen=True)
-class PowerBill:
+class PowerBill(Record):
     """Average draw and what it costs, for the whole deployment (all replica groups)."""
 
-    d_p: float
-    d_d: float
+    d_p: float = field(metadata=json_as("prefill_duty"))
+    d_d: float = field(metadata=json_as("decode_duty"))
     w_per_gpu: float
     kw_at_meter: float
     kwh_per_month: float
@@ -111,17 +110,12 @@ class PowerBill:
         """kW at the meter with nothing to do."""
         return self.n_gpu * (self.states.idle_w + self.states.host_w_per_gpu) * self.pue / 1000.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prefill_duty": self.d_p, "decode_duty": self.d_d, "idle_fraction": max(0.0, 1.0 - self.d_p - self.d_d),
-            "w_per_gpu": self.w_per_gpu, "kw_at_meter": self.kw_at_meter, "idle_floor_kw": self.idle_floor_kw,
-            "kwh_per_month": self.kwh_per_month, "cost_per_month": self.cost_per_month,
-            "cost_per_user_month": self.cost_per_user_month,
-            "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
-            "n_gpu": self.n_gpu, "pue": self.pue, "price_per_kwh": self.price_per_kwh,
-            "currency": self.currency, "states": self.states.to_dict(),
-            "derivation": self.derivation.to_list(),
-        }
+    @property
+    def idle_fraction(self) -> float:
+        """The share of time neither prefilling nor decoding."""
+        return max(0.0, 1.0 - self.d_p - self.d_d)
+
+    JSON_EXTRA = ("idle_fraction", "idle_floor_kw")
 
 
 def power_bill(

@@ -107,7 +107,7 @@ def _team_rows(pool: SharedPool, where: str) -> list[str]:
     for t in pool.teams:
         lines.append(f"  {t.name:<14}{t.users:>7,}{t.warm.p5:>9,.0f}{f'({t.warm_alone.p5:,.0f})':>9}"
                      + "".join(f"{t.ceilings[k]:>11,.0f}" for k in CEILINGS)
-                     + f"{t.miss_ttft_s:>10.2f}s  {t.binding}" + ("" if t.meets else "  (short)"))
+                     + f"{t.miss_ttft_s:>10.2f}s  {t.binding}" + ("" if t.meets_target else "  (short)"))
     if pool.floor_note:
         lines.append(f"  {pool.floor_note}")
     return lines
@@ -168,7 +168,7 @@ def render_fleet(result: FleetResult, explain: bool = False) -> str:
 def render_teams(panel: TeamsPanel, explain: bool = False) -> str:
     """``servesize plan ... --team``: every team on this deployment, and sharing its replicas against splitting them."""
     pool = panel.shared
-    short = [t.name for t in pool.teams if not t.meets]
+    short = [t.name for t in pool.teams if not t.meets_target]
     head = (f"this deployment ({pool.tp * pool.dp}x{pool.gpu}, {pool.dp} replica(s)) serves every team" if not short
             else f"this deployment ({pool.tp * pool.dp}x{pool.gpu}) falls short for {', '.join(short)}")
     lines = [head, *_team_rows(pool, "this deployment")]

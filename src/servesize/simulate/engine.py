@@ -71,6 +71,7 @@ import numpy as np
 
 from servesize.assumptions import assumption
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
 from servesize.planning.interference import BASELINE_SLACK
 from servesize.progress import Progress
@@ -845,7 +846,7 @@ def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float =
 
 
 @dataclass(frozen=True)
-class Comfort:
+class Comfort(Record):
     """DESIGN.md's "served comfortably", as the engine sees it: at most 5% of turns (the p95) miss the TTFT
     budget, at most 5% of requests decode below the floor, and at least 95% of returning turns are warm.
 
@@ -858,6 +859,13 @@ class Comfort:
     ttft_percentile: float = DEFAULT_TTFT_PERCENTILE
     decode_percentile: float = DEFAULT_DECODE_PERCENTILE
     warm_share: float = DEFAULT_WARM_SHARE
+
+    JSON_EXTRA = ("baseline_slack",)
+
+    @property
+    def baseline_slack(self) -> float:
+        """BASELINE_SLACK: what load may add to the share one user alone misses."""
+        return BASELINE_SLACK
 
     def shares(self, run: EngineRun) -> dict:
         ttft, speed = run.ttft_s, run.decode_tok_s
@@ -892,10 +900,6 @@ class Comfort:
             return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {alone})"
         return True, "met"
 
-    def to_dict(self) -> dict:
-        return {"ttft_limit_s": self.ttft_limit_s, "decode_floor_tok_s": self.decode_floor_tok_s,
-                "ttft_percentile": self.ttft_percentile, "decode_percentile": self.decode_percentile,
-                "warm_share": self.warm_share, "baseline_slack": BASELINE_SLACK}
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.progress import Progress
 from servesize.simulate.cache import CacheConfig, ExactResult, RecordedService, ServiceTimes, replay_exact
 from servesize.simulate.curve import LruCurve, belady_hit_blocks, definitions, fifo_hit_blocks, lru_curve
@@ -32,7 +33,7 @@ BOUND_SIZES = 4  # pool sizes at which FIFO and Belady are replayed beside LRU (
 
 
 @dataclass(frozen=True)
-class PoolSpec:
+class PoolSpec(Record):
     """The engine's KV pool: ``num_blocks`` as vLLM counts them (its num_gpu_blocks, the null block included)."""
 
     num_blocks: int
@@ -45,10 +46,12 @@ class PoolSpec:
     def tokens(self) -> int:
         return self.num_blocks * self.block_size
 
-    def to_dict(self) -> dict:
-        return {"num_blocks": self.num_blocks, "block_size": self.block_size, "tokens": self.tokens,
-                "usable_tokens": (self.num_blocks - 1) * self.block_size, "source": self.source,
-                "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs}
+    @property
+    def usable_tokens(self) -> int:
+        """The blocks a request may hold: vLLM's null block is never handed out."""
+        return (self.num_blocks - 1) * self.block_size
+
+    JSON_EXTRA = ("tokens", "usable_tokens")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
-from servesize.jsonable import Record
+from servesize.jsonable import Record, json_as
 from servesize.planning.ceilings import (
     CEILINGS,
     DECODE_SEARCH_LIMIT,
@@ -284,54 +284,49 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
 # -- a deployment's teams panel -------------------------------------------------------------
 
 @dataclass(frozen=True)
-class TeamOnPool:
+class TeamOnPool(Record):
     """One team on a shared deployment."""
 
     name: str
     users: int
     priority: int
-    warm: Percentiles            # warm users of this team, system (x replicas under sticky routing)
-    warm_alone: Percentiles      # the same team alone on the same pool (what sharing costs it)
+    warm: Percentiles = field(metadata=json_as("warm_users"))  # warm users of this team, system (x replicas, sticky)
+    warm_alone: Percentiles = field(metadata=json_as("warm_users_alone"))  # the team alone on the same pool
     ceilings: dict[str, float]   # in this team's users, at the mix
     binding: str
     miss_ttft_s: float           # mean TTFT of this team's misses at every team's full size
     hit_ttft_s: float
 
-    @property
-    def meets(self) -> bool:
-        return all(v >= self.users for v in self.ceilings.values())
+    JSON_EXTRA = ("meets_target",)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "users": self.users, "priority": self.priority,
-                "warm_users": self.warm.to_dict(), "warm_users_alone": self.warm_alone.to_dict(),
-                "ceilings": dict(self.ceilings), "binding": self.binding, "meets_target": self.meets,
-                "miss_ttft_s": self.miss_ttft_s, "hit_ttft_s": self.hit_ttft_s}
+    @property
+    def meets_target(self) -> bool:
+        return all(v >= self.users for v in self.ceilings.values())
 
 
 @dataclass(frozen=True)
-class SharedPool:
+class SharedPool(Record):
     """Every team on one deployment (tp x dp GPUs): who stays warm, each team's ceilings and TTFT."""
 
-    gpu: str
-    tp: int
-    dp: int
-    pool_tokens: float
+    gpu: str = field(metadata=json_as(None))  # written in "gpus"
+    tp: int = field(metadata=json_as("tensor_parallel_size"))
+    dp: int = field(metadata=json_as("data_parallel_size"))
+    pool_tokens: float = field(metadata=json_as("pool_tokens_per_replica"))
     teams: tuple[TeamOnPool, ...]
     decoders_per_replica: int
     prefill_duty: float
     routing: str
     floor_note: str | None = None
 
-    @property
-    def meets(self) -> bool:
-        return all(t.meets for t in self.teams)
+    JSON_EXTRA = ("gpus", "meets_every_target")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpus": f"{self.tp * self.dp}x{self.gpu}", "tensor_parallel_size": self.tp,
-                "data_parallel_size": self.dp, "pool_tokens_per_replica": self.pool_tokens,
-                "routing": self.routing, "decoders_per_replica": self.decoders_per_replica,
-                "prefill_duty": self.prefill_duty, "meets_every_target": self.meets,
-                "floor_note": self.floor_note, "teams": [t.to_dict() for t in self.teams]}
+    @property
+    def gpus(self) -> str:
+        return f"{self.tp * self.dp}x{self.gpu}"
+
+    @property
+    def meets_every_target(self) -> bool:
+        return all(t.meets_target for t in self.teams)
 
 
 def _warm_percentiles(mix: TeamMix, fixed: Fixed, knobs: Knobs, cache: CeilingCache) -> list[Percentiles]:
