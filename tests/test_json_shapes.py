@@ -38,6 +38,9 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
+DATA_KEYED = (".skipped", ".inputs")  # maps keyed by data: a search's skip reasons, a derivation step's inputs
+
+
 def shape_of(argv: list[str]) -> list[str]:
     """The shape of what ``servesize ARGV`` prints (run in process)."""
     from cli_runner import run_captured
@@ -45,7 +48,7 @@ def shape_of(argv: list[str]) -> list[str]:
 
     code, out, err = run_captured(*argv)
     assert code == 0, err
-    return shape(json.loads(out))
+    return shape(json.loads(out), DATA_KEYED)
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -67,6 +70,9 @@ def test_a_shape_names_every_leaf_with_its_types():
 
     doc = {"a": [{"x": 1, "y": None}, {"x": 2.5, "y": "s"}], "b": {}, "c": [], "d": True}
     assert shape(doc) == [".a[].x: number", ".a[].y: null|string", ".b: {}", ".c[]: []", ".d: bool"]
+    # an empty list where another holds items, and a map keyed by data
+    doc = {"l": [[], ["s"]], "skipped": {"no price": 3, "too big": 1}}
+    assert shape(doc, (".skipped",)) == [".l[][]: string", ".skipped.*: number"]
 
 
 if __name__ == "__main__":

@@ -78,26 +78,35 @@ def finite(obj: Any) -> Any:
     return obj
 
 
-def shape(doc: Any, path: str = "") -> list[str]:
-    """The shape of a JSON document: one ``path: types`` line per leaf, sorted (``plan.ceilings[].users: number|null``),
-    list items merged into one ``[]`` and a map's keys kept. What a change to servesize's serialisation must leave as it
-    is (tests/test_json_shapes.py), whatever the numbers are. Bounded by the document."""
+def shape(doc: Any, data_keyed: tuple[str, ...] = ()) -> list[str]:
+    """The shape of a JSON document: one ``path: types`` line per leaf, sorted (``.ceilings.cache: number|null``),
+    list items merged into one ``[]``; a map whose path ends in one of ``data_keyed`` (keyed by data: a reason, a
+    derivation's inputs) has its keys merged into one ``*``. An empty list or map counts only where nothing else
+    fills that path. What a change to servesize's serialisation must leave as it is (tests/test_json_shapes.py),
+    whatever the numbers are. Bounded by the document."""
     leaves: dict[str, set[str]] = {}
-    _walk(doc, path, leaves)
-    return sorted(f"{p or '.'}: {'|'.join(sorted(t))}" for p, t in leaves.items())
+    _walk(doc, "", leaves, tuple(data_keyed))
+    filled = {p for p, kinds in leaves.items() if kinds - {"[]", "{}"}}
+    lines = []
+    for path, kinds in leaves.items():
+        real = kinds - {"[]", "{}"}
+        if not real and any(f.startswith(path) for f in filled):
+            continue  # an empty list or map where another document shows what it holds
+        lines.append(f"{path or '.'}: {'|'.join(sorted(real or kinds))}")
+    return sorted(lines)
 
 
-def _walk(doc: Any, path: str, leaves: dict[str, set[str]]) -> None:
+def _walk(doc: Any, path: str, leaves: dict[str, set[str]], data_keyed: tuple[str, ...]) -> None:
     if isinstance(doc, dict):
         if not doc:
             leaves.setdefault(path, set()).add("{}")
         for k, v in doc.items():
-            _walk(v, f"{path}.{k}", leaves)
+            _walk(v, f"{path}.{'*' if data_keyed and path.endswith(data_keyed) else k}", leaves, data_keyed)
     elif isinstance(doc, list):
         if not doc:
             leaves.setdefault(path + "[]", set()).add("[]")
         for v in doc:
-            _walk(v, path + "[]", leaves)
+            _walk(v, path + "[]", leaves, data_keyed)
     else:
         kind = ("null" if doc is None else "bool" if isinstance(doc, bool) else "string" if isinstance(doc, str)
                 else "number")
