@@ -349,12 +349,46 @@ def test_a_fleet_per_team_past_max_gpus_is_no_answer_and_the_verdict_says_why(ca
                                           "users")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a known inconsistency, kept visible: several teams on one pool are priced by the every-user decode rule (no "
-    "prefill chunk's stall: sizing/teams.py replica_ceilings_from), one team alone by the load model with it, so "
-    "with a warm turn's blocks priced (2026-12-06) the agents need 4 replicas alone and 3 shared with support"))
 def test_a_shared_pool_needs_at_least_the_replicas_of_its_largest_team_alone():
+    """Several teams share the decode batch linearly, each at its own load-model ceiling (sizing/teams.py): until
+    2026-12-06 they were priced by the every-user rule with no prefill chunk's stall, and the agents needed 4
+    replicas alone and 3 beside support."""
     scenario = s.Scenario(model="qwen3.6-27b", gpus="2xH200", data_parallel_size=2, quantization="fp8",
                           kv_cache_dtype="fp8", fills=400)
     split = s.teams(scenario, team=["agents=100:coding-agent", "support=200:chat"], priority=["support=1"]).split
     assert split.shared_replicas >= max(split.team_replicas.values())
+
+
+def test_several_teams_share_the_batch_linearly_at_each_ones_own_ceiling():
+    """Team t alone holds C_t users per replica; at the mix the teams scale together until sum users_t / C_t = 1."""
+    from servesize.sizing.teams import shared_decode
+
+    targets, alone = np.array([60.0, 150.0]), np.array([33.0, 190.0])
+    at_mix = shared_decode(targets, alone)
+    assert np.allclose(at_mix / targets, 1 / (60 / 33 + 150 / 190))  # every team at the same scale of its users
+    assert math.isclose(float(np.sum(at_mix / alone)), 1.0)           # the batch exactly full
+    assert shared_decode(np.array([10.0]), np.array([33.0])).tolist() == [33.0]  # one team: its own ceiling
+    assert shared_decode(targets, np.array([33.0, 0.0])).tolist() == [0.0, 0.0]  # a team no batch serves
+
+
+def test_the_teams_decode_at_the_mix_is_each_teams_plan_alone_shared():
+    """The shared pool's decode ceilings come from each team's own plan (its load model, its stalls) on one replica."""
+    scenario = s.Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8", fills=200)
+    alone = {name: s.plan(scenario.replace(preset=name)).to_dict()["ceilings"]["decode"]
+             for name in ("coding-agent", "chat")}
+    pool = s.teams(scenario, team=["agents=20:coding-agent", "support=60:chat"]).shared
+    decode = {t.name: t.ceilings["decode"] for t in pool.teams}
+    share = 20 / alone["coding-agent"] + 60 / alone["chat"]
+    assert decode["agents"] == pytest.approx(20 / share, rel=1e-9)
+    assert decode["support"] == pytest.approx(60 / share, rel=1e-9)
+
+
+def test_a_gpu_without_flops_is_skipped_by_a_teams_search_and_refused_by_a_teams_plan(capsys):
+    from cli_runner import run
+
+    code, out, err = run(capsys, "fleet", "--models", "llama-3.1-8b", "--team", "a=10", "--team", "b=5:chat",
+                         "--gpus-from", "A10G,L40S", "--gpu-hour-price", "A10G=1")
+    assert code == 0 and "no FLOP/s to price the prefill" in out and "L40S" in out
+    code, out, err = run(capsys, "plan", "llama-3.1-8b", "--gpus", "1xA10G", "--max-model-len", "32k", "-q", "fp8",
+                         "--team", "a=3:chat", "--team", "b=4:chat")
+    assert code == 2 and err.count("\n") == 1 and "has no dense FLOP/s" in err and "--gpu-flops" in err

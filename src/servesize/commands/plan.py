@@ -35,7 +35,7 @@ the floor it says so and sizes the batch at 80% of that best speed.
   servesize plan llama-3.1-8b --gpus 1xH100 --median 2k --prefix 300 --max-model-len 32k
   servesize plan qwen3.6-27b --gpus 1xH200 -q fp8 --electricity-price 0.12 --currency USD --pue 1.3
   servesize plan qwen3.6-27b --gpus 2xH200 -dp 2 -q fp8 --kv-cache-dtype fp8 \\
-      --team agents=60 --team support=150:chat --priority support=1      several teams on one deployment
+      --team agents=40 --team support=150:chat --priority support=1      several teams on one deployment
 """
 
 

@@ -560,17 +560,21 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
-                              setup: DecodeSetup, k_star: int, lower_bound: bool = False
+                              setup: DecodeSetup, k_star: int, lower_bound: bool = False, latency: bool = True
                               ) -> tuple[float, float | None] | None:
     """One replica's decode and latency ceilings in users under the load model, as ``ceilings`` finds them
-    (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s."""
+    (for the teams and fleet paths); None under the seed's every-user rule; latency None without FLOP/s or
+    when not asked for (``latency=False``: the TTFT search is not run, the prefill moments alone are)."""
     if not load_model(knobs).cycles or not 1 <= k_star < DECODE_SEARCH_LIMIT:
         return None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     lat = m = None
     request_s = 0.0
     if fixed.peak_flops_per_gpu > 0:
-        _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
+        if latency:
+            _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
+        else:
+            m = cold_moments(fixed, workload, knobs, cache, bank, prefill_of(fixed, workload, knobs, cache))
         request_s = m.mean_s
     stall = stall_of(fixed, workload, knobs, cache, bank, m, float(knob_value(knobs, "decode_floor")))
     load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache, stall)

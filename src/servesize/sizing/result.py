@@ -256,7 +256,8 @@ class FleetResult:
         }
 
 
-_KINDS = (("no price", "no price"), ("does not divide", "TP does not divide the heads"),
+_KINDS = (("no dense FLOP/s", "no FLOP/s to price the prefill"),
+          ("no price", "no price"), ("does not divide", "TP does not divide the heads"),
           ("do not divide", "TP does not divide the heads"), ("does not fit", "weights do not fit"),
           ("--max-gpus", "needs more than --max-gpus"), ("tok/s floor", "one user misses the decode floor"),
           ("shared prefixes", "pool under the shared prefixes"), ("sticky", "no replicas keep them warm (random routing)"),

@@ -6,8 +6,16 @@ The teams' requests share one pool, one decode batch and one prefill queue (work
   (workload.teams, window(t); sizing.fill_pass) gives how many of them the pool keeps at this mix
   (p5 over fills, x replicas under sticky routing), so the long sessions of teams that return often
   evict the short ones of a team that returns rarely;
-- decode: one batch; the ceiling n counts every user decoding at once (the plan's count), the
-  contexts drawn with each team in proportion to its users; team t's share of n is users_t / sum users;
+- decode: one batch. Under the load model (the default) each team's own decode ceiling C_t is the plan's for
+  that team alone on the replica (its duty cycle, its contexts, the prefill chunks its decodes wait for), and
+  the teams share the batch linearly: the mix fits while sum_t users_t / C_t <= 1, so team t's ceiling at the
+  mix is users_t / sum_s (users_s / C_s). One team is exactly its plan, and a team never needs fewer replicas
+  beside others than alone. Linear sharing is the first-order model of one batch: each user holds its duty's
+  share of the decoders and adds its requests' chunks to the stalls, as it would alone; what it leaves out is
+  the cross term (a team's long contexts slowing another's short ones), which the every-user rule below prices
+  and the load model alone does not. Under the seed's every-user rule the ceiling n counts every user decoding
+  at once (the plan's count), the contexts drawn with each team in proportion to its users, and team t's
+  share of n is users_t / sum users;
 - latency: one M/G/1 prefill server fed by every team (planning.latency): rates add, and the service
   moments are the rate-weighted mixture of the teams' own (each its lengths, miss rate, warm turn).
   A miss of team t waits the common queue and is served in its own E[S | miss]_t:
@@ -76,10 +84,14 @@ def decoders_meeting(setup: DecodeSetup, bank: ContextBank, floor: float, cap: i
     cap = max(1, int(cap))
     if median_speed(setup, bank, 1) < floor:
         return 0, False
-    if median_speed(setup, bank, cap) >= floor:
-        return cap, True
-    lo, hi = 1, cap  # p50(lo) >= floor > p50(hi)
-    while hi - lo > 1:
+    lo, hi = 1, 2  # galloping up (as decode_ceiling does), so the work follows the answer, not the cap
+    while hi < cap and median_speed(setup, bank, hi) >= floor:
+        lo, hi = hi, 2 * hi
+    if hi >= cap:
+        if median_speed(setup, bank, cap) >= floor:
+            return cap, True
+        hi = cap
+    while hi - lo > 1:  # p50(lo) >= floor > p50(hi)
         mid = (lo + hi) // 2
         if median_speed(setup, bank, mid) >= floor:
             lo = mid
@@ -235,7 +247,10 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
     """One replica group's ceilings for ``mix`` (``fixed`` with DP 1), the warm p5 per team given (a fill pass).
 
     ``decoder_cap``: stop the decode bisection there (a search needs no more). Returns the reason instead
-    when one user alone decodes under the floor (no batch serves anyone at it)."""
+    when one user alone decodes under the floor (no batch serves anyone at it), or when the GPU has no dense
+    FLOP/s to price the prefill queue by."""
+    if fixed.peak_flops_per_gpu <= 0:
+        return no_flops(fixed)
     setup = decode_setup(fixed, knobs)
     floor = float(knob_value(knobs, "decode_floor"))
     bank = contexts_of(mix.decoders(), knobs, setup.topk_tokens, cache)
@@ -244,25 +259,63 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
         return (f"one user alone decodes at {median_speed(setup, bank, 1):.1f} tok/s (p50), under the "
                 f"{floor:g} tok/s floor")
     queue = mixed_queue(fixed, mix, knobs, cache)
-    at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
     load = None if mix.single is None else load_ceilings_per_replica(fixed, mix.single, knobs, cache, setup, n,
                                                                      lower_bound=n_at_least)
+    teams = team_decode_ceilings(fixed, mix, knobs, cache, setup, decoder_cap or DECODE_SEARCH_LIMIT)
+    if teams is not None:
+        n_at_least = teams[1]
+    at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
     churn = None if mix.single is None else churn_of(fixed, mix.single, knobs, floor, queue.moments[0])
-    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load, churn)
+    return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load, churn,
+                                 None if teams is None else teams[0])
+
+
+def team_decode_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache, setup: DecodeSetup,
+                         cap: int) -> tuple[np.ndarray, bool] | None:
+    """Each of several teams' decode ceiling alone on one replica under the load model, in its users
+    (planning.ceilings.load_ceilings_per_replica on its own contexts, prefill and stalls), and whether any is
+    only a lower bound (its every-user batch reached ``cap``); None for one team or under the seed's every-user
+    rule."""
+    if mix.single is not None:
+        return None
+    floor = float(knob_value(knobs, "decode_floor"))
+    ceilings, at_least = [], False
+    for team in mix.teams:
+        bank = contexts_of(team.workload, knobs, setup.topk_tokens, cache)
+        n, n_at_least = decoders_meeting(setup, bank, floor, min(cap, DECODE_SEARCH_LIMIT))
+        if n == 0:
+            ceilings.append(0.0)
+            continue
+        load = load_ceilings_per_replica(fixed, team.workload, knobs, cache, setup, n, lower_bound=n_at_least,
+                                         latency=False)
+        if load is None:
+            return None
+        ceilings.append(load[0])
+        at_least = at_least or n_at_least
+    return np.asarray(ceilings, dtype=float), at_least
+
+
+def shared_decode(targets: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """Each team's decode ceiling at the mix from each one's alone (``team_decode_ceilings``), the batch shared
+    linearly: the mix scaled by s fits while s sum_t targets_t / alone_t <= 1 (0 for all when a team has none)."""
+    if np.any(alone <= 0):
+        return np.zeros_like(targets, dtype=float)
+    return targets / float(np.sum(targets / alone))
 
 
 def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5: np.ndarray, decoders: int,
                           at_least: dict[str, np.ndarray] | None = None,
                           load: tuple[float, float | None] | None = None,
-                          churn: ChurnBound | None = None) -> ReplicaCeilings:
+                          churn: ChurnBound | None = None, team_decode: np.ndarray | None = None) -> ReplicaCeilings:
     """The per-replica ceilings from the warm p5, the decoders and the prefill queue.
 
     ``load``: one team's (decode, latency) users under the load model (planning.ceilings.load_ceilings_per_replica);
-    without it (several teams, or the seed's rule) every user decodes at once and a miss's mean TTFT binds.
+    ``team_decode``: several teams' decode ceilings alone under it (``team_decode_ceilings``), shared linearly;
+    without either (the seed's rule) every user decodes at once; with several teams a miss's mean TTFT binds.
     ``churn``: one team's cache bound under LRU churn (planning.ceilings.churn_of), as the plan bounds its cache."""
     targets = mix.targets
     queue_budget = ttft_queue_budget_s(knobs)  # the TTFT budget less the request's fixed cost
-    decode = decoders * targets / targets.sum()
+    decode = decoders * targets / targets.sum() if team_decode is None else shared_decode(targets, team_decode)
     if mix.single is not None:  # the plan's own closed forms (planning.ceilings)
         w, r = mix.single, mix.teams[0].sub_ratio
         lat = np.array([max(0.0, latency_ceiling_users(queue.moments[0], r, think_time_of(w), queue_budget,
@@ -352,9 +405,16 @@ def _charges(fixed: Fixed) -> tuple[int, int]:
             (fixed.state_bytes_rank + fixed.window_bytes_per_session_rank) * fixed.tp)
 
 
+def no_flops(fixed: Fixed) -> str:
+    """Why a GPU without a dense FLOP/s figure cannot hold teams: their prefill queue is priced by it."""
+    return f"{fixed.gpu_key} has no dense FLOP/s in the GPU catalogue: its prefill queue cannot be priced"
+
+
 def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None = None,
                 cache: CeilingCache | None = None) -> SharedPool:
     """Every team of ``mix`` on ``fixed``'s replica shape with ``replicas`` groups (default ``fixed.dp``)."""
+    if fixed.peak_flops_per_gpu <= 0:
+        raise BadInput(no_flops(fixed) + " (give --gpu-flops TFLOPS)", field="gpu_flops")
     cache = cache or CeilingCache()
     dp = int(replicas or fixed.dp)
     one = _one_replica(fixed)
@@ -367,7 +427,9 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     load = None if mix.single is None else load_ceilings_per_replica(one, mix.single, knobs, cache, setup, dec.n)
     churn = None if mix.single is None else churn_of(one, mix.single, knobs, float(knob_value(knobs, "decode_floor")),
                                                      queue.moments[0])
-    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load, churn=churn)
+    teams_alone = team_decode_ceilings(one, mix, knobs, cache, setup, DECODE_SEARCH_LIMIT)
+    per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load, churn=churn,
+                                team_decode=None if teams_alone is None else teams_alone[0])
     scaled = per.scaled(dp)
     scale_w = dp if knobs.sticky_routing else 1
     teams = []
