@@ -17,8 +17,9 @@ mix (team t's cache ceiling, in its own users): a team that returns rarely looks
 window, in which every other team's sessions count, and the long sessions evict the short ones. With
 one think time for every team the window weights are the request rates (users x (1 + r) / think).
 
-``decoders()`` is the batch: the decode ceiling counts every user decoding at once (the plan's count),
-so a team's share of the decoders is its share of the users, its own subagent share within it.
+``decoders()`` is the batch under the seed's every-user rule (every user decoding at once): a team's share of
+the decoders is its share of the users, its own subagent share within it. Under the load model each team's
+decode ceiling is its own plan's, shared linearly (sizing/teams.py).
 
 The class word of ``workload.draws`` decides team and class at once: [0, 2**32) is cut into one segment
 per team, of width share_t x 2**32, and each segment's first part is its subagents'. Coldness (the cold
