@@ -43,7 +43,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.limits import MAX_REPLAY_BLOCKS
 from servesize.progress import Counted as Progress
-from servesize.simulate.replay import Replay
+from servesize.simulate.replay import Replay, warm_turns
 
 UNHASHED = -1  # a block whose contents have no hash (a partial block, or never used)
 ANONYMOUS = -2  # a full block hashed under an id no prompt of the trace names (decode output)
@@ -286,11 +286,11 @@ class ExactResult:
 
     @property
     def warm_request_rate(self) -> float:
-        """Of the measured requests an unbounded cache would serve, those served at least half of that."""
+        """Of the measured requests an unbounded cache would serve, the warm ones (replay.warm_turns)."""
         w = self._window()
         ideal, hit = self.ideal_tokens[w], self.hit_tokens[w]
         could = ideal > 0
-        return float(np.count_nonzero(hit[could] * 2 >= ideal[could])) / int(could.sum()) if could.any() else 0.0
+        return float(np.count_nonzero(warm_turns(hit[could], ideal[could]))) / int(could.sum()) if could.any() else 0.0
 
     @property
     def wait_s(self) -> np.ndarray:

@@ -35,7 +35,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.progress import Counted as Progress
-from servesize.simulate.replay import Replay
+from servesize.simulate.replay import Replay, warm_depth
 from servesize.simulate.traces import Trace
 
 POOL_OVERHEAD_BLOCKS = 2  # vLLM's null block + the partial block a request allocates before it frees its own
@@ -106,7 +106,7 @@ class LruCurve:
         return self.ideal_blocks * self.block_size / self.measured_tokens if self.measured_tokens else 0.0
 
     def warm_request_rate(self, capacity) -> np.ndarray:
-        """Of the measured requests an unbounded cache serves, those served at least half of that."""
+        """Of the measured requests an unbounded cache serves, the warm ones (replay.warm_depth)."""
         if not self.warm_thresholds.size:
             return np.zeros(np.shape(capacity))
         return np.searchsorted(self.warm_thresholds, np.asarray(capacity), side="left") / self.warm_thresholds.size
@@ -187,7 +187,7 @@ def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress 
                     stops.append(above + b - a)
             if seen:
                 any_hit.append(intervals[0][3])
-                warm.append(_distance_at(intervals, (seen + 1) // 2 - 1))
+                warm.append(_distance_at(intervals, warm_depth(seen)))
         for a, e, s, _ in intervals:
             lo[s] = e
             tree.add(s, a - e)

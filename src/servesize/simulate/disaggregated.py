@@ -20,7 +20,7 @@ decode instance whose clock has passed it by at most one step (it is taken at th
 coupled at step granularity.
 
 Measured per request: the client's TTFT (from the send to the decode instance's first token), the decode speed on
-the decode instance, and a turn is warm when both instances found at least half its prefix (the smaller hit).
+the decode instance, and a turn is warm when the smaller of the two hits is (replay.warm_turns).
 """
 
 from __future__ import annotations

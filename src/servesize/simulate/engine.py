@@ -76,7 +76,7 @@ from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_U
 from servesize.planning.interference import BASELINE_SLACK
 from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
-from servesize.simulate.replay import Replay, ReplayOptions, build_replay
+from servesize.simulate.replay import Replay, ReplayOptions, build_replay, warm_turns
 from servesize.simulate.traces import Trace
 
 JUMP_STEPS = 512        # decode-only steps advanced in one vectorised jump, at most
@@ -85,7 +85,7 @@ JUMP_STEPS = 512        # decode-only steps advanced in one vectorised jump, at 
 REPLIES_REUSED = "synthetic"
 DEFAULT_TTFT_PERCENTILE = 95.0
 DEFAULT_DECODE_PERCENTILE = 95.0  # the decode floor holds for this share of requests (their p5 speed)
-DEFAULT_WARM_SHARE = 0.95         # returning turns that find at least half their prefix cached (the SLO's "warm")
+DEFAULT_WARM_SHARE = 0.95         # returning turns that are warm (replay.WARM_HIT_SHARE of their prefix cached)
 DEFAULT_WARMUP = 0.5              # requests arriving in the first half of the simulated time are not counted
 
 
@@ -216,10 +216,10 @@ class EngineRun:
 
     @property
     def warm_share(self) -> float | None:
-        """Of the measured turns an unbounded cache would serve, the share served at least half of that; None when
+        """Of the measured turns an unbounded cache would serve, the warm share (replay.warm_turns); None when
         there is no such turn (nothing measured, or no turn has a prefix to keep): never 100% from no turns."""
         m = self.measured() & (self.ideal_tokens > 0)
-        return float(np.mean(self.hit_tokens[m] * 2 >= self.ideal_tokens[m])) if m.any() else None
+        return float(np.mean(warm_turns(self.hit_tokens[m], self.ideal_tokens[m]))) if m.any() else None
 
     @property
     def token_hit_rate(self) -> float:

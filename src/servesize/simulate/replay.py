@@ -46,6 +46,23 @@ MIN_REQUESTS_PER_USER = 16     # ... and each user cycles enough times that half
                                # and the first user to run out (the cut) is not far from the rest
 MAX_USERS = MAX_REPLAY_USERS
 _CHUNK = 4096                  # requests re-chunked at a time (bounds the temporary arrays)
+# A turn is warm when the cache serves at least this share of what an unbounded cache would (its prefix under the
+# same block rules): a modelled threshold. An LRU pool evicts a finished request's tail blocks first, so a session
+# under pressure keeps its head; at a half the turn re-prefills no more than it found. On the engine validation rows
+# of Qwen 3.6 27B (1,600-token blocks) a threshold of 1 (the whole prefix) gave the same users on every row
+# (2026-12-06, docs/accuracy.md): a hit there is nearly all or nothing.
+WARM_HIT_SHARE = 0.5
+
+
+def warm_turns(hit_tokens: np.ndarray, ideal_tokens: np.ndarray) -> np.ndarray:
+    """Which turns are warm (WARM_HIT_SHARE): the replay's, the engine's and the disaggregated engine's one rule."""
+    return np.asarray(hit_tokens) >= WARM_HIT_SHARE * np.asarray(ideal_tokens)
+
+
+def warm_depth(ideal_blocks: int) -> int:
+    """The block (0-based) a turn's hit must reach to be warm, of ``ideal_blocks`` an unbounded cache would serve
+    (the same rule as ``warm_turns``, for the LRU curve's reuse distances)."""
+    return math.ceil(WARM_HIT_SHARE * ideal_blocks) - 1
 
 
 @dataclass(frozen=True)
