@@ -17,6 +17,7 @@ from typing import Any
 
 from servesize.datafiles import table
 from servesize.errors import BadInput, ServesizeError
+from servesize.jsonable import Record, json_as
 from servesize.limits import check_depth, check_may_read
 from servesize.model.architecture import Architecture, from_config, load_config_file
 from servesize.model.ledger import parameter_ledger
@@ -202,13 +203,20 @@ def find_entry(name: str) -> CatalogueEntry | None:
 
 
 @dataclass(frozen=True)
-class ResolvedModel:
-    architecture: Architecture
-    entry: CatalogueEntry | None
+class ResolvedModel(Record):
+    architecture: Architecture = field(metadata=json_as(None))  # written as its name
+    entry: CatalogueEntry | None = field(metadata=json_as(None))  # written as its key
     origin: str  # "catalogue: <key>" | "file: <path>" | "huggingface: <id>"
 
-    def to_dict(self) -> dict:
-        return {"name": self.architecture.name, "origin": self.origin, "catalogue_key": self.entry.key if self.entry else None}
+    JSON_EXTRA = ("name", "catalogue_key")
+
+    @property
+    def name(self) -> str:
+        return self.architecture.name
+
+    @property
+    def catalogue_key(self) -> str | None:
+        return self.entry.key if self.entry else None
 
 
 @dataclass(frozen=True)

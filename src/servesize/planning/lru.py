@@ -20,29 +20,24 @@ Sessions of one request (``session_turns = 1``) never return: no bound.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record, json_as
 
 
 @dataclass(frozen=True)
-class ChurnBound:
+class ChurnBound(Record):
     """The users per replica at which the pool's characteristic time falls to the pause's percentile."""
 
-    users: float                  # per replica (math.inf: no returning turns)
+    users: float = field(metadata=json_as("users_per_replica"))  # per replica (math.inf: no returning turns)
     new_tokens_per_request: float
     requests_per_user_s: float    # (1 + r) / C
     pool_tokens: float
-    pause_s: float                # the pause's percentile
+    pause_s: float = field(metadata=json_as("pause_s_at_percentile"))  # the pause's percentile
     percentile: float
-    derivation: Derivation
-
-    def to_dict(self) -> dict[str, float | None]:
-        return {"users_per_replica": None if math.isinf(self.users) else self.users,
-                "new_tokens_per_request": self.new_tokens_per_request,
-                "requests_per_user_s": self.requests_per_user_s, "pool_tokens": self.pool_tokens,
-                "pause_s_at_percentile": self.pause_s, "percentile": self.percentile}
+    derivation: Derivation = field(metadata=json_as(None))
 
     def binds(self, warm_users: float, replicas: int = 1) -> bool:
         """Whether the churn bound is below the warm fill's users (both across ``replicas``)."""

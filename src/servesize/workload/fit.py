@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.jsonable import Record
 from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
@@ -102,20 +103,27 @@ def fit_meaning(d: float, n: int, p: float) -> str:
 
 
 @dataclass(frozen=True)
-class LogNormalFit:
+class LogNormalFit(Record):
     n: int
     mu: float
     sigma: float
     ks_d: float
     ks_p: float
 
+    JSON_EXTRA = ("median_tokens", "ks_meaning")
+
     @property
     def median(self) -> float:
         return math.exp(self.mu)
 
-    def to_dict(self) -> dict:
-        return {"n": self.n, "median_tokens": self.median, "mu": self.mu, "sigma": self.sigma,
-                "ks_d": self.ks_d, "ks_p": self.ks_p, "ks_meaning": fit_meaning(self.ks_d, self.n, self.ks_p)}
+    @property
+    def median_tokens(self) -> float:
+        """The median under the name the documents give it (a token count's fit; think times are read as seconds)."""
+        return self.median
+
+    @property
+    def ks_meaning(self) -> str:
+        return fit_meaning(self.ks_d, self.n, self.ks_p)
 
 
 def fit_lognormal(x) -> LogNormalFit:
