@@ -93,3 +93,16 @@ def test_the_check_on_one_prefill_and_one_decode_instance_gives_the_engines_user
         why = got["disagreement"]
         assert f"plan {got['plan_users']:,.0f} users ({got['plan_binding']} binds)" in why, why
         assert f"the engine simulator's {got['engine_users']:,}" in why and got["reason"] in why, why
+
+
+def test_a_turn_is_warm_by_its_prefill_instances_hit_whatever_its_decode_instance_holds(setup):
+    """Only the prefill instance computes a prefix; what the decode instance's cache lacks is pulled (TTFT). So a
+    decode instance that holds nothing (a pool of one request) leaves every turn's warmth as it was."""
+    cfg, times, trace, opts = setup
+    replay = build_replay(trace, replace(opts, users=2))
+    both = simulate_disaggregated(replay, (cfg, times, 1), (cfg, times, 1), lambda p, h: 0.0, 0.0, 1, warmup=0.0)
+    longest = int(np.max(replay.input_tokens + replay.output_tokens))  # one request at a time, nothing kept
+    tiny = replace(cfg, num_blocks=-(-longest // cfg.block_size) + 2 * cfg.state_blocks_running + 8)
+    lone = simulate_disaggregated(replay, (cfg, times, 1), (tiny, times, 1), lambda p, h: 0.0, 0.0, 1, warmup=0.0)
+    assert both.warm_share is not None and both.warm_share > 0.5
+    assert lone.warm_share == both.warm_share and np.array_equal(lone.hit_tokens, both.hit_tokens)

@@ -20,7 +20,11 @@ decode instance whose clock has passed it by at most one step (it is taken at th
 coupled at step granularity.
 
 Measured per request: the client's TTFT (from the send to the decode instance's first token), the decode speed on
-the decode instance, and a turn is warm when the smaller of the two hits is (replay.warm_turns).
+the decode instance, and a turn is warm when its prefill instance's hit is (replay.warm_turns). Warm means the
+prefix is not computed again, and only the prefill instance computes it: what the decode instance's own cache
+lacks it pulls, whose time the TTFT already holds. (Until 2026-12-06 the smaller of the two hits counted; a decode
+instance of a hybrid model with MTP drafts keeps almost no state it can resume from, so one user alone had most
+turns cold there and the rule measured noise: chat broke at 7 users on every layout.)
 """
 
 from __future__ import annotations
@@ -163,10 +167,9 @@ def _merged(prefills: list[_Prefill], decodes: list[_Decode], replay: Replay, us
     first = take(d_runs, "first_token_s")
     finish = take(d_runs, "finish_s")
     p_hit = np.sum([r.hit_tokens for r in p_runs], axis=0)  # each request is one instance's: the others hold 0
-    d_hit = np.sum([r.hit_tokens for r in d_runs], axis=0)
     ideal = np.sum([r.ideal_tokens for r in p_runs], axis=0)
     run = EngineRun(users=users, arrival_s=arrival, first_token_s=first,
-                    finish_s=finish, hit_tokens=np.minimum(p_hit, d_hit).astype(np.int64),
+                    finish_s=finish, hit_tokens=p_hit.astype(np.int64),
                     ideal_tokens=ideal.astype(np.int64), input_tokens=prefills[0].prompt,
                     output_tokens=decodes[0].out, preemptions=np.sum([r.preemptions for r in p_runs + d_runs], axis=0),
                     warmup=warmup, window_end_s=min(p.first_out for p in prefills))  # users run out at their prefill
