@@ -78,3 +78,38 @@ def test_no_hand_written_to_dict_only_restates_its_fields():
                     if values and all(_of_self(v) is not None for v in values):
                         restating.append(f"{path.relative_to(SRC)}:{cls.name}")
     assert not restating, f"make these Records (servesize.jsonable): {restating}"
+
+
+def _records() -> list[type]:
+    """Every Record in the library (each module imported, then the subclasses walked)."""
+    import importlib
+    import pkgutil
+
+    import servesize
+
+    for info in pkgutil.walk_packages(servesize.__path__, "servesize."):
+        if not info.name.endswith("__main__") and not info.name.startswith("servesize.web.static"):
+            importlib.import_module(info.name)
+    out, stack = [], list(Record.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        out.append(cls)
+        stack.extend(cls.__subclasses__())
+    return [c for c in out if c.__module__.startswith("servesize.")]
+
+
+def test_every_records_document_names_are_declared_once_and_its_extras_exist():
+    """A typo in JSON_EXTRA, or two fields written under one name, would show only when that result is written."""
+    import dataclasses
+
+    from servesize.jsonable import JSON_KEY
+
+    records = _records()
+    assert len(records) >= 35
+    for cls in records:
+        assert dataclasses.is_dataclass(cls), cls
+        names = [f.metadata.get(JSON_KEY, f.name) for f in dataclasses.fields(cls)]
+        names = [n for n in names if n is not None] + list(cls.JSON_EXTRA)
+        assert len(names) == len(set(names)), f"{cls.__name__}: a document name twice: {names}"
+        for extra in cls.JSON_EXTRA:
+            assert isinstance(getattr(cls, extra, None), property), f"{cls.__name__}.{extra} is not a property"

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
@@ -464,22 +464,28 @@ def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class DecodeSpeed:
+class DecodeSpeed(Record):
     """Per-user decode speed at n concurrent decoders, over Monte-Carlo fills."""
 
-    n: int
-    p5_tok_s: float
-    p50_tok_s: float
-    p95_tok_s: float
-    aggregate_p50_tok_s: float
+    n: int = field(metadata=json_as("concurrent_decoders"))
+    p5_tok_s: float = field(metadata=json_as(None))  # written in per_user_tok_s
+    p50_tok_s: float = field(metadata=json_as(None))
+    p95_tok_s: float = field(metadata=json_as(None))
+    aggregate_p50_tok_s: float = field(metadata=json_as("aggregate_tok_s_p50"))
     step_bytes_p50: float
-    weight_bytes: float
-    kv_bytes_p50: float
-    state_bytes: float
+    weight_bytes: float = field(metadata=json_as("weight_bytes_per_step"))
+    kv_bytes_p50: float = field(metadata=json_as("kv_bytes_per_step_p50"))
+    state_bytes: float = field(metadata=json_as("state_bytes_per_step"))
     fills: int
     derivation: Derivation
     memory_s_p50: float = 0.0
     compute_s_p50: float = 0.0
+
+    JSON_EXTRA = ("per_user_tok_s", "bound")
+
+    @property
+    def per_user_tok_s(self) -> dict[str, float]:
+        return {"p5": self.p5_tok_s, "p50": self.p50_tok_s, "p95": self.p95_tok_s}
 
     @property
     def bound(self) -> str:
@@ -490,20 +496,6 @@ class DecodeSpeed:
     def compute_share(self) -> float:
         """Compute time / memory time of the median step (1 = the ridge point)."""
         return self.compute_s_p50 / self.memory_s_p50 if self.memory_s_p50 > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "concurrent_decoders": self.n,
-            "per_user_tok_s": {"p5": self.p5_tok_s, "p50": self.p50_tok_s, "p95": self.p95_tok_s},
-            "aggregate_tok_s_p50": self.aggregate_p50_tok_s,
-            "step_bytes_p50": self.step_bytes_p50,
-            "weight_bytes_per_step": self.weight_bytes,
-            "kv_bytes_per_step_p50": self.kv_bytes_p50,
-            "state_bytes_per_step": self.state_bytes,
-            "memory_s_p50": self.memory_s_p50, "compute_s_p50": self.compute_s_p50, "bound": self.bound,
-            "fills": self.fills,
-            "derivation": self.derivation.to_list(),
-        }
 
 
 def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
