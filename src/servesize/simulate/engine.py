@@ -901,7 +901,6 @@ class Comfort(Record):
         return True, "met"
 
 
-
 @dataclass
 class EngineUsers:
     """The largest N whose engine run meets the comfort SLO (0: not even one user), and every N tried."""
