@@ -61,16 +61,36 @@ def test_a_commands_help_loads_no_heavy_module(argv):
     (["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192"], "servesize.render.engine_text"),
     (["models"], "servesize.render.engine_text"),
 ])
-def test_what_fits_and_the_memory_budget_run_without_numpy(argv, worker):
-    """The api layer still imports planning.inputs (Knobs, Fixed) at import time: those modules load, numpy
-    does not (planning.decode imports it inside the functions that compute)."""
+def test_what_fits_and_the_memory_budget_load_no_planner(argv, worker):
+    """The engine's commands load none of the planner (the api and servesize.resolve import it, the fleet's rules
+    and a calibration's log parser with the first name asked of them), so they start in what the engine costs."""
     modules = loaded_by(argv)
     assert worker in modules  # the command did its work in this interpreter
-    assert heavy_in(modules, allowed=("servesize.planning",)) == []
-    assert "servesize.render.text" not in modules and "servesize.planning.plan" not in modules
+    assert heavy_in(modules) == []
+    assert [m for m in modules if m in LOADED_ON_DEMAND] == []
+
+
+LOADED_ON_DEMAND = ("servesize.render.text", "servesize.resolve.fleet", "servesize.resolve.plan",
+                    "servesize.resolve.knobs", "servesize.workload.teams", "servesize.vllm_logs.calibration",
+                    "servesize.vllm_logs.parse")
 
 
 def test_a_plan_loads_the_planner_and_numpy_but_not_the_web_stack_or_plotting():
     modules = loaded_by(["plan", "llama-3.1-8b", "--gpus", "1xH100", "--json"])
     assert "servesize.planning.plan" in modules and "numpy" in modules  # the probe would see a lazy import miss
     assert heavy_in(modules, allowed=("numpy", "servesize.planning")) == []
+
+
+def test_every_name_the_lazy_packages_export_resolves():
+    """servesize.resolve and servesize.api import some names on first use: each named one is where it says."""
+    import servesize.api as api
+    import servesize.resolve as resolve
+
+    assert resolve.served is sys.modules["servesize.resolve.served"].served  # the function; a submodule shares its name
+    for name in resolve._HOME_OF:
+        assert getattr(resolve, name) is getattr(__import__(f"servesize.resolve.{resolve._HOME_OF[name]}",
+                                                            fromlist=[name]), name)
+    for name in api._PLANNER_EXPORTS:
+        assert getattr(api, name) is not None
+    with pytest.raises(AttributeError):
+        resolve.no_such_rule  # noqa: B018

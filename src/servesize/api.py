@@ -29,33 +29,23 @@ from servesize.errors import BadInput
 from servesize.limits import require_regular
 from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
-from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
-from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
-from servesize.planning.at_load import Load as Load
-from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
-from servesize.resolve import ENGINE_FIELDS as ENGINE_FIELDS
-from servesize.resolve import (
-    calibrated,
-    deployment_of,
-    display_name,
-    gpus_of,
-    model_of,
-    plan_inputs,
-    split_of,
-    with_serve_line,
-)
+from servesize.resolve.measured import calibrated, split_of
+from servesize.resolve.model import ENGINE_FIELDS as ENGINE_FIELDS
+from servesize.resolve.model import deployment_of, display_name, gpus_of, model_of
+from servesize.resolve.served import with_serve_line
 from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
-from servesize.vllm_logs.calibration import Calibration
-from servesize.vllm_logs.calibration import calibrate as calibrate_facts
-from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
 from servesize.workload.catalogue import preset_names as preset_names
 from servesize.workload.model import Workload as Workload
 from servesize.workload.model import length_mass as length_mass
 
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
     from servesize.engine.models_table import ModelRow, ModelsResult
+    from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
+    from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
     from servesize.planning.at_load import AtLoad as AtLoad
+    from servesize.planning.at_load import Load as Load
     from servesize.planning.disaggregated import DisaggregatedPlan
+    from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
     from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan as Plan
     from servesize.simulate.cache import ModelledService
@@ -63,8 +53,26 @@ if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit
     from servesize.sizing.result import FleetOption as FleetOption
     from servesize.sizing.result import FleetResult as FleetResult
     from servesize.sizing.teams import TeamsPanel
+    from servesize.vllm_logs.calibration import Calibration
+    from servesize.vllm_logs.parse import LogFacts
     from servesize.workload.fit import WorkloadFit
     from servesize.workload.presets import Preset
+
+# the planner's names the explorer reads through this module, imported with the first one asked for (PEP 562)
+_PLANNER_EXPORTS = {"BURST_FLUSH": "servesize.planning.at_load", "MAX_DECODERS": "servesize.planning.at_load",
+                    "Load": "servesize.planning.at_load", "PLANNING_PERCENTILE": "servesize.planning.inputs"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PLANNER_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'servesize.api' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop
 
@@ -120,6 +128,8 @@ def plan(scenario: Scenario, *, sensitivity: bool = True, progress: Callable[[st
 
     ``Scenario(users=N)``: how many GPUs of --gpus's type serve N users; the plan of that fleet, with the
     answer in ``plan.sizing``."""
+    from servesize.resolve.plan import plan_inputs
+
     if scenario.disaggregated:
         raise BadInput("a disaggregated layout (--prefill-instances, --decode-instances) is planned by "
                        "plan_disaggregated (servesize plan prints it)", field="prefill_instances")
@@ -153,6 +163,7 @@ def plan_disaggregated(scenario: Scenario, *, progress: Callable[[str], None] | 
     from servesize.planning.inputs import knob_value
     from servesize.planning.plan import make_plan
     from servesize.resolve.disaggregated import disaggregated_layout
+    from servesize.resolve.plan import plan_inputs
 
     layout, prefill_sc, decode_sc, aggregated_sc = disaggregated_layout(scenario)
     if progress is not None:
@@ -216,6 +227,7 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     from servesize.planning.disaggregated import pull_time
     from servesize.planning.inputs import knob_value
     from servesize.resolve.disaggregated import disaggregated_layout
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate import engine as eng
     from servesize.simulate.disaggregated import simulate_disaggregated
     from servesize.simulate.replay import ReplayOptions, build_replay
@@ -395,7 +407,8 @@ def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str],
     from dataclasses import replace
 
     from servesize.planning.ceilings import ceilings
-    from servesize.resolve import sized_scenario, users_sizing
+    from servesize.resolve.fleet import sized_scenario, users_sizing
+    from servesize.resolve.plan import plan_inputs
     from servesize.sizing.search import replicas_for_plan
 
     one = users_sizing(scenario)
@@ -412,7 +425,7 @@ def _sized_plan(scenario: Scenario, sensitivity: bool, progress: Callable[[str],
 
 
 def plan_command_of(scenario: Scenario) -> str:
-    from servesize.resolve import plan_command
+    from servesize.resolve.fleet import plan_command
 
     return plan_command(scenario)
 
@@ -425,7 +438,7 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     The winner of one workload comes with the ``servesize plan`` command (and Scenario) that confirms it."""
     from dataclasses import replace
 
-    from servesize.resolve import confirm_scenario, fleet_space, plan_command
+    from servesize.resolve.fleet import confirm_scenario, fleet_space, plan_command
     from servesize.sizing.search import fleet_search
 
     q = query if query is not None else FleetQuery(**options)
@@ -482,7 +495,8 @@ def teams(scenario: Scenario, team: list[str] | tuple[str, ...], priority: list[
     ``priority``: NAME=LEVEL (higher first in the prefill queue)."""
     from dataclasses import replace
 
-    from servesize.resolve import teams_from
+    from servesize.resolve.fleet import teams_from
+    from servesize.resolve.plan import plan_inputs
     from servesize.sizing.teams import teams_panel
     from servesize.workload.teams import TeamMix
 
@@ -503,6 +517,7 @@ def sweep(scenario: Scenario, param: str, values: list[Any]) -> dict[str, Any]:
     ``values`` are typed values or their text ('31k'); the memory is the scenario's own throughout
     (a parameter that changes the memory, such as the draft count, is planned once per value)."""
     from servesize.planning.plan import SweepCase, sweep_cases
+    from servesize.resolve.plan import plan_inputs
 
     name, typed_values = sweep_values(param, values)
     inputs = plan_inputs(scenario)
@@ -558,6 +573,8 @@ def fit(gpus: str | FitQuery, **options: Any) -> FitResult:
 
 def read_vllm_log(text: str, source: str = "<log>") -> LogFacts:
     """Every memory / KV-cache fact a vLLM start-up log states (the text, not a path)."""
+    from servesize.vllm_logs.parse import parse_vllm_log
+
     return parse_vllm_log(text, source=source)
 
 
@@ -569,6 +586,9 @@ def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | N
     ``Scenario(calibration=...)`` takes. What a hybrid model's log does not say (its block size, KV-cache
     groups, Mamba cache mode, draft tokens per step or per-request block sum) may be given, and so may the
     model, where the log does not name it."""
+    from servesize.vllm_logs.calibration import calibrate as calibrate_facts
+    from servesize.vllm_logs.parse import LogFacts, parse_vllm_log
+
     facts = log if isinstance(log, LogFacts) else parse_vllm_log(log, source=source)
     return calibrate_facts(facts, block_size=block_size, kv_cache_groups=kv_cache_groups,
                            mamba_cache_mode=mamba_cache_mode, blocks_per_request=blocks_per_request,
@@ -605,6 +625,7 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     A scenario also prices service times (``service='model'``) and plans the Workload fitted from the trace."""
     from dataclasses import replace
 
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate import result as sim
     from servesize.simulate.replay import ReplayOptions
 
@@ -764,6 +785,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     from servesize.limits import MAX_ENGINE_USERS
     from servesize.planning.ceilings import step_model_of
     from servesize.planning.inputs import knob_value
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate import engine as eng
     from servesize.simulate.replay import ReplayOptions
 
@@ -827,6 +849,7 @@ def bench(scenario: Scenario, load: Any) -> Any:
     from dataclasses import replace
 
     from servesize.planning.ceilings import step_model_of
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate import engine as eng
     from servesize.simulate.bench import BenchResult, bench_metrics, bench_replay
 
@@ -893,8 +916,10 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
     the step model: the bandwidth efficiency at which ``bench`` gives the measured mean TPOT, then the prefill MFU at
     which it gives the measured mean TTFT, each by bisection (each time falls as its efficiency rises), for the
     same load (the result's requests, mean lengths and concurrency cap or rate)."""
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate.bench import BenchLoad
     from servesize.vllm_logs.bench_result import read_bench_result
+    from servesize.vllm_logs.calibration import Calibration
 
     measured = read_bench_result(result, source)
     if scenario.calibration is not None:
@@ -939,6 +964,7 @@ def check_plan(scenario: Scenario, trace: Any = None, *, planned: Plan | None = 
     15%: the sessions are the ``trace``'s, else generated from the scenario's workload."""
     from dataclasses import replace
 
+    from servesize.resolve.plan import plan_inputs
     from servesize.simulate.engine import AGREEMENT
 
     source = trace if trace is not None else plan_inputs(scenario).workload

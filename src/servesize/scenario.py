@@ -35,7 +35,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
 from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, batch_default_words
@@ -48,11 +48,13 @@ from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRA
 from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import load_kv_links
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
-from servesize.vllm_logs.calibration import Calibration
 from servesize.workload import model as workload_model
 from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload
 from servesize.workload.presets import presets
+
+if TYPE_CHECKING:  # a Calibration is read only where one is given: the scenario's import does without the log parser
+    from servesize.vllm_logs.calibration import Calibration
 
 KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration",
          "list", "vllm_int", "vllm_len", "vllm_bytes", "json")
@@ -389,6 +391,8 @@ def _read_list(p: Param, value: Any) -> tuple[str, ...]:
 
 
 def _read_calibration(p: Param, value: Any) -> Calibration | str:
+    from servesize.vllm_logs.calibration import Calibration
+
     if isinstance(value, Calibration):
         return value
     return _read_text(p, value)  # a calibration file, read when the scenario is resolved

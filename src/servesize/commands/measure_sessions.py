@@ -81,7 +81,7 @@ def build_params(args):
     --workload file, the workload flags), with the server's own cap."""
     from servesize.flags import given
     from servesize.measure.sessions import SessionParams
-    from servesize.resolve import overridden_workload
+    from servesize.resolve.workload import overridden_workload
     from servesize.scenario import WorkloadFields
 
     workload = overridden_workload(WorkloadFields(**given(args, params_in("workload"))))

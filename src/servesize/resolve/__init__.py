@@ -11,56 +11,55 @@ Each rule is one named function, with the reason it exists (see each module's do
 - ``plan``       ``plan_inputs``: a Scenario resolved for the planner (every rule above, in order);
 - ``fleet``      plan --users N, the teams of a fleet, its currency and search space, the Scenario that confirms it.
 
-``servesize.api`` calls these; no command holds a rule of its own. The names below are the package's
-public ones, so ``from servesize.resolve import plan_inputs`` reads as it did when this was one module.
+``servesize.api`` calls these; no command holds a rule of its own. The names in ``_HOMES`` are the package's
+public ones, so ``from servesize.resolve import plan_inputs`` reads as it did when this was one module; each submodule
+is imported with the first of its names asked for (``servesize memory`` starts without the planner's and the fleet's
+rules). The library's own modules import from the submodule, whose types mypy sees.
 """
 
-from servesize.resolve.fleet import (
-    confirm_scenario,
-    fleet_currency,
-    fleet_space,
-    plan_command,
-    sized_scenario,
-    teams_from,
-    teams_of,
-    users_sizing,
-)
-from servesize.resolve.knobs import KNOB_FIELDS, check_speculation, knobs_of, planned_deployment, speculation_note
-from servesize.resolve.measured import (
-    Calibrated,
-    calibrated,
-    calibration_of,
-    check_calibration_matches,
-    split_of,
-    step_calibration_of,
-)
-from servesize.resolve.model import (
-    ENGINE_FIELDS,
-    auto_fitted_length,
-    deployment_of,
-    display_name,
-    gpus_of,
-    hf_id_of,
-    model_of,
-)
-from servesize.resolve.plan import PlanInputs, plan_inputs
-from servesize.resolve.served import ServeLine, served, with_serve_line
-from servesize.resolve.workload import (
-    WORKLOAD_FIELDS,
-    base_workload,
-    check_prefixes,
-    overridden_workload,
-    preset_of,
-    resolved_workload,
-    workload_of,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ENGINE_FIELDS", "KNOB_FIELDS", "WORKLOAD_FIELDS", "Calibrated", "PlanInputs", "ServeLine", "auto_fitted_length",
-    "base_workload", "calibrated", "calibration_of", "check_calibration_matches",
-    "step_calibration_of", "check_prefixes", "check_speculation",
-    "confirm_scenario", "deployment_of", "display_name", "fleet_currency", "fleet_space", "gpus_of", "hf_id_of",
-    "knobs_of", "model_of", "overridden_workload", "plan_command", "plan_inputs", "planned_deployment", "preset_of",
-    "resolved_workload", "served", "sized_scenario", "speculation_note", "split_of", "teams_from", "teams_of",
-    "users_sizing", "with_serve_line", "workload_of",
-]
+from typing import Any
+
+# eager, for its name: importing the submodule ``served`` binds the package's ``served`` to the module, which a lazy
+# import of the function of the same name would never replace
+from servesize.resolve.served import ServeLine as ServeLine
+from servesize.resolve.served import served as served
+from servesize.resolve.served import with_serve_line as with_serve_line
+
+_HOMES = {  # submodule -> the public names it holds; each is imported with the first name asked of it
+    "fleet": (
+        "confirm_scenario", "fleet_currency", "fleet_space", "plan_command", "sized_scenario", "teams_from",
+        "teams_of", "users_sizing",
+    ),
+    "knobs": ("KNOB_FIELDS", "check_speculation", "knobs_of", "planned_deployment", "speculation_note"),
+    "measured": (
+        "Calibrated", "calibrated", "calibration_of", "check_calibration_matches", "split_of", "step_calibration_of",
+    ),
+    "model": (
+        "ENGINE_FIELDS", "auto_fitted_length", "deployment_of", "display_name", "gpus_of", "hf_id_of", "model_of",
+    ),
+    "plan": ("PlanInputs", "plan_inputs"),
+    "workload": (
+        "WORKLOAD_FIELDS", "base_workload", "check_prefixes", "overridden_workload", "preset_of",
+        "resolved_workload", "workload_of",
+    ),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted([*_HOME_OF, "ServeLine", "served", "with_serve_line"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'servesize.resolve' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"servesize.resolve.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,11 +17,10 @@ from servesize.model.catalogue import ResolvedModel
 from servesize.resolve.model import display_name, gpus_of, hf_id_of, model_of
 from servesize.scenario import PARAMS, Scenario
 from servesize.units import GiB
-from servesize.vllm_logs.calibration import Calibration
-from servesize.vllm_logs.files import load_calibration
 
-if TYPE_CHECKING:  # the placement module loads with the first split: memory and fit start without it
-    from servesize.engine.placement import Split
+if TYPE_CHECKING:  # placement loads with the first split, a calibration's modules where one is given: memory starts
+    from servesize.engine.placement import Split  # without either
+    from servesize.vllm_logs.calibration import Calibration
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,9 @@ class Calibrated:
 def calibration_of(scenario: Scenario) -> tuple[Calibration, str] | None:
     if scenario.calibration is None:
         return None
+    from servesize.vllm_logs.calibration import Calibration
+    from servesize.vllm_logs.files import load_calibration
+
     if isinstance(scenario.calibration, Calibration):
         return scenario.calibration, f"calibration {scenario.calibration.source}"
     return load_calibration(scenario.calibration), f"calibration {scenario.calibration}"
