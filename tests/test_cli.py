@@ -105,6 +105,17 @@ def test_help_lists_every_command(capsys):
         assert re.search(rf"^\s+{command}\b", out, re.M), command
 
 
+def test_a_named_command_builds_its_parser_alone_and_a_mistyped_one_still_lists_every_command(capsys):
+    from servesize.cli import COMMANDS, _available, build_parser
+
+    assert list(_available("memory")) == ["memory"]
+    sub = next(a for a in build_parser(_available("memory"), load="memory")._actions if a.dest == "command")
+    assert list(sub.choices) == ["memory"]
+    assert main(["memroy", "x"]) == 2
+    err = capsys.readouterr().err
+    assert all(f"'{name.split()[0]}'" in err for name in COMMANDS)  # the typo is told every command
+
+
 @pytest.mark.parametrize("flag,value", [("--max-model-len", "abc"), ("--kv-cache-memory-bytes", "12 parsecs"),
                                         ("--gpu-memory-utilization", "1.5"), ("--tensor-parallel-size", "0")])
 def test_a_flag_value_that_cannot_be_read_is_one_line_and_exit_2(capsys, flag, value):
