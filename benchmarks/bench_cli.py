@@ -7,12 +7,14 @@ cli: under 150 ms). Each command runs N times in a subprocess (after one warm-up
 package runs); printed per command: the median wall time, min and max, and the median CPU time of the child
 (user + system, from its rusage): on a busy machine the wall includes waiting for a core, the CPU time does
 not, so the CPU median is the nearer figure for a quiet machine. Targets (issue 18): `plan ... --json` within
-0.6 s and `fit --gpus 8xH100 --json` within 0.3 s wall. With --kvfit, `servesize memory` and the peer tool
-kvfit are run in alternating pairs in the same loop (kvfit needs Hugging Face's API for any model, so with no
-network its start-up, `kvfit --list-hardware`, is timed: a floor under its answer). Prints figures; asserts
-nothing. The load average is printed beside them. With --against OLD/src (another checkout's src, e.g.
-`git archive BASE src | tar -x -C /tmp/base`), each command also runs from that tree, alternating run by run
-with this one, so both see the same load: the before/after of a change on a busy machine.
+0.6 s and `fit --gpus 8xH100 --json` within 0.3 s wall. With --kvfit, `servesize memory` (text, as a user runs
+it) and the peer tool kvfit are run in alternating pairs in the same loop on the same question (issue 30: at most
+kvfit's CPU time, median of pairs): kvfit reads a model's config.json from Hugging Face, so it runs offline through
+the workspace's bench/kvfit-offline.py (which replaces only that fetch) on the fixture's Llama-3.1-8B config, with
+--kvfit naming the Python of kvfit's own venv (`python3 -m venv /tmp/kvfit-venv && /tmp/kvfit-venv/bin/pip install
+kvfit==0.3.0`). Prints figures; asserts nothing. The load average is printed beside them. With --against OLD/src
+(another checkout's src, e.g. `git archive BASE src | tar -x -C /tmp/base`), each command also runs from that tree,
+alternating run by run with this one, so both see the same load: the before/after of a change on a busy machine.
 """
 
 import argparse
@@ -31,7 +33,13 @@ CASES = {
     "servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json":
         ["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192", "--json"],
 }
-KVFIT_FLOOR = ["--list-hardware"]  # no network: every model question fetches config.json from Hugging Face
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KVFIT_OFFLINE = os.path.join(ROOT, "..", "shared", "bench", "kvfit-offline.py")  # the workspace's, beside the checkout
+LLAMA_8B = os.path.join(ROOT, "tests", "fixtures", "model-configs", "meta-llama--Meta-Llama-3.1-8B")
+# the same question: Llama-3.1-8B (8,030,261,248 bf16 parameters, 2 bytes each) on one H100 at 8,192 tokens
+KVFIT_QUESTION = [LLAMA_8B, "16060522496", "meta-llama/Llama-3.1-8B", "--hardware", "h100-80", "--gpus", "1",
+                  "--context", "8192"]
+MEMORY_TEXT = ["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192"]
 
 
 def _env() -> dict:
@@ -72,7 +80,7 @@ def own_import_ms(module: str, env: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--kvfit", help="the kvfit executable (pip install kvfit into its own venv)")
+    ap.add_argument("--kvfit", metavar="PYTHON", help="the Python of kvfit's own venv (pip install kvfit==0.3.0)")
     ap.add_argument("--against", metavar="OLD/src", help="another checkout's src: each command alternates with it")
     args = ap.parse_args()
     base = [sys.executable, "-m", "servesize"]  # the servesize this interpreter imports (PYTHONPATH=src: the checkout)
@@ -96,16 +104,17 @@ def main() -> None:
         report(label, ours)
         report(f"    the same from {args.against}", theirs)
     if args.kvfit:
-        memory = CASES["servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json"]
+        kvfit = [args.kvfit, KVFIT_OFFLINE, *KVFIT_QUESTION]
+        script = [os.path.join(os.path.dirname(sys.executable), "servesize"), *MEMORY_TEXT]  # as a user runs it
         ours, theirs = [], []
-        timed([args.kvfit, *KVFIT_FLOOR], env)
+        timed(kvfit, env), timed(script, env)
         for _ in range(args.repeats):  # alternating pairs: both see the same load
-            ours.append(timed(base + memory, env))
-            theirs.append(timed([args.kvfit, *KVFIT_FLOOR], env))
-        report("paired: servesize memory llama-3.1-8b --gpus 1xH100 --max-model-len 8192 --json", ours)
-        report(f"paired: kvfit {' '.join(KVFIT_FLOOR)} (its start-up; a question needs Hugging Face)", theirs)
-        ratio = statistics.median(w for w, _ in ours) / statistics.median(w for w, _ in theirs)
-        print(f"    servesize / kvfit wall medians: {ratio:.2f}")
+            ours.append(timed(script, env))
+            theirs.append(timed(kvfit, env))
+        report(f"paired: servesize {' '.join(MEMORY_TEXT)}", ours)
+        report("paired: kvfit 0.3.0 on the same question (offline, kvfit-offline.py)", theirs)
+        ratio = statistics.median(c for _, c in ours) / statistics.median(c for _, c in theirs)
+        print(f"    servesize / kvfit CPU medians: {ratio:.2f} (issue 30: at most 1)")
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at end")
 
 
