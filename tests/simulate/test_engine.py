@@ -364,6 +364,20 @@ def test_a_hybrid_prompt_is_prefilled_in_whole_blocks_up_to_its_last_full_block_
     assert (hybrid.prefill_chunks, plain.prefill_chunks) == (4, 3)
 
 
+def test_a_hybrid_prompt_the_steps_budget_could_not_start_is_admitted_the_next_step_not_after_the_decodes():
+    """20 tokens a step, 16-token blocks: a's second chunk (16) ends its prefill and leaves 4 tokens of the budget,
+    short of b's first whole block, so b waits that step only. (The engine took it for a pool without room and
+    jumped a's 100 decode steps before admitting b: on the 27B its turns waited seconds behind every decode.)"""
+    rows = [("a", 0.0, 32, _ids(1, 32), 100), ("b", 0.0, 20, _ids(2, 20), 1)]
+    times = ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01)
+    run = simulate_engine(_replay(rows), replace(_hybrid(200), max_num_batched_tokens=20), times, warmup=0.0)
+    a, b = (0, 1) if run.output_tokens[0] == 100 else (1, 0)
+    assert run.first_token_s[b] < run.first_token_s[a] + 3 * 0.01 + 0.02 < run.finish_s[a]
+    # a pool without room for b beside a's growing blocks does hold it until a finishes (the jump is right there)
+    full = simulate_engine(_replay(rows), replace(_hybrid(17), max_num_batched_tokens=20), times, warmup=0.0)
+    assert full.first_token_s[b] > full.finish_s[a]
+
+
 def test_a_new_session_sharing_a_prefix_resumes_from_the_state_a_chunk_of_another_left_inside_it():
     # a and b share 96 tokens (6 blocks). a's 160 tokens go 64, 64, 32 a step: states at blocks 4, 8 and 10; b's
     # attention hit is the 6 shared blocks, and the last state within them is block 4's: 64 tokens

@@ -313,7 +313,8 @@ class _Engine:
                              ideal_tokens=np.zeros(n, dtype=np.int64), input_tokens=self.prompt, output_tokens=self.out,
                              preemptions=np.zeros(n, dtype=np.int64), warmup=warmup)
         self.admitted_once = np.zeros(n, dtype=bool)
-        self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats)
+        self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats), so decode
+                              # steps may be jumped until a request finishes
         # N users running drawn sessions until they run out (replay.py's --users, uncut: not a trace's own sessions,
         # nor a benchmark's slots, which send a fixed list): when the first of them runs out of requests
         self.until_first_out = bool(replay.choices.get("until_first_out"))
@@ -536,7 +537,9 @@ class _Engine:
         return scheduled, budget, preempted
 
     def _admit(self, i: int, budget: int) -> int:
-        """Admit the waiting request i with at most ``budget`` new tokens: the tokens scheduled, or 0 (no room)."""
+        """Admit the waiting request i with at most ``budget`` new tokens: the tokens scheduled; 0 where this step's
+        budget is short of its first chunk (a hybrid's whole block: the next step's may not be), -1 where the pool
+        lacks the blocks (until a request finishes)."""
         cfg, pool = self.cfg, self.pool
         nodes = self._nodes(i)
         hits = pool.lookup(nodes[: int(self.cap[i])])
@@ -554,7 +557,7 @@ class _Engine:
         idle = pool.idle(hits)
         state_idle = pool.idle(state) if state is not None else idle[:0]
         if need + own > pool.free - int(np.count_nonzero(idle)) - int(np.count_nonzero(state_idle)):
-            return 0
+            return -1
         pool.touch(hits, idle)
         if state is not None:
             pool.touch(state, state_idle)
@@ -587,8 +590,8 @@ class _Engine:
                 return
             i = self.waiting[0]
             new = self._admit(i, budget)
-            if new <= 0:
-                self.blocked = True
+            if new <= 0:  # blocked until a request finishes where the pool lacks room; where only this step's
+                self.blocked = new < 0  # budget was short, the next step admits it (a decode-only jump would not)
                 return
             self.waiting.popleft()
             scheduled[i] = new
