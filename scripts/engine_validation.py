@@ -75,7 +75,7 @@ def row(label: str, source, scenario: Scenario, command: str, seeds: int = 1) ->
 
 
 def rows(traces: pathlib.Path, only: str | None, deployment: str = "27b", seeds: int = 3,
-         trace_files: tuple[str, ...] = TRACE_FILES) -> list[dict]:
+         trace_files: tuple[str, ...] = TRACE_FILES, presets: tuple[str, ...] = PRESETS) -> list[dict]:
     dep = DEPLOYMENTS[deployment]
     out = []
     if only in (None, "traces"):
@@ -88,7 +88,7 @@ def rows(traces: pathlib.Path, only: str | None, deployment: str = "27b", seeds:
                            COMMAND.format(source=f"$TRACES/{name}", flags=FLAGS[deployment]), seeds))
             print(json.dumps(out[-1]), file=sys.stderr)
     if only in (None, "presets"):
-        for name in PRESETS:
+        for name in presets:
             sc = Scenario(**dep, preset=name)
             command = f"servesize plan {FLAGS[deployment]} --preset {name} --engine-check"
             out.append(row(f"preset {name}", preset(name).workload(), sc, command, seeds))
@@ -130,8 +130,10 @@ def main() -> None:
     parser.add_argument("--deployment", choices=sorted(DEPLOYMENTS), default="27b")
     parser.add_argument("--seeds", type=int, default=3, help="engine runs per row, their median users reported")
     parser.add_argument("--trace", action="append", choices=TRACE_FILES, help="only this trace's row (repeat)")
+    parser.add_argument("--preset", action="append", choices=PRESETS, help="only this preset's row (repeat)")
     args = parser.parse_args()
-    found = rows(args.traces, args.only, args.deployment, args.seeds, tuple(args.trace or TRACE_FILES))
+    found = rows(args.traces, args.only, args.deployment, args.seeds, tuple(args.trace or TRACE_FILES),
+                 tuple(args.preset or PRESETS))
     text = table(found)
     print(text)
     if args.out:

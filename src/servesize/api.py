@@ -256,7 +256,7 @@ def check_disaggregated(scenario: Scenario, *, planned: DisaggregatedPlan | None
     comfort = eng.Comfort(ttft_limit_s=float(knob_value(knobs, "ttft_limit_s")),
                           decode_floor_tok_s=float(knob_value(knobs, "decode_floor")))
     source = _simulation_trace(d_in.workload, None, None, None, seed)
-    base = ReplayOptions(warmup=0.0, seed=seed, block_size=d_cfg.block_size, align="stagger", cut=False,
+    base = ReplayOptions(requests="all", warmup=0.0, seed=seed, block_size=d_cfg.block_size, align="stagger", cut=False,
                          max_model_len=min(p_report.pool.max_model_len, d_report.pool.max_model_len),
                          session_gap_s=float(d_in.workload.think_time_s))
 
@@ -770,7 +770,7 @@ def _engine_config(report: MemoryReport) -> Any:
 
 
 def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None, search: bool = True,
-                    requests: str = "main", align: str | None = None, sessions_per_user: int | None = None,
+                    requests: str = "all", align: str | None = None, sessions_per_user: int | None = None,
                     warmup: float = 0.5, max_users: int | None = None, seed: int = 0,
                     trace_format: str | None = None, trace_block_size: int | None = None,
                     synthetic_sessions: int | None = None, with_plan: bool = True,
@@ -778,7 +778,9 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
     """The deployment's engine (its pool, --max-num-seqs, --max-num-batched-tokens, the planner's step rooflines)
     replaying the trace's sessions (or sessions generated from a Workload) closed-loop: at ``users``, and (with
     ``search``) the users at which the comfort SLO breaks, beside plan's users for the same workload and pool
-    (the workload ``simulate`` and ``plan --workload`` both read from the file)."""
+    (the workload ``simulate`` and ``plan --workload`` both read from the file). ``requests`` 'all' (the default)
+    sends the subagents' requests too, as the plan counts them (N (1 + r) requests a cycle); 'main' leaves them
+    out, as the cache replay's published curves do."""
     import time
     from dataclasses import replace
 

@@ -97,9 +97,11 @@ def test_the_check_on_one_prefill_and_one_decode_instance_gives_the_engines_user
 
 def test_a_turn_is_warm_by_its_prefill_instances_hit_whatever_its_decode_instance_holds(setup):
     """Only the prefill instance computes a prefix; what the decode instance's cache lacks is pulled (TTFT). So a
-    decode instance that holds nothing (a pool of one request) leaves every turn's warmth as it was."""
+    decode instance that holds nothing (a pool of one request) leaves every turn's warmth as it was. One user, whose
+    requests follow one another, so that the small pool changes no request's timing (it would queue a second
+    user's request behind the first, and the prefill pool's order with it)."""
     cfg, times, trace, opts = setup
-    replay = build_replay(trace, replace(opts, users=2))
+    replay = build_replay(trace, replace(opts, users=1))
     both = simulate_disaggregated(replay, (cfg, times, 1), (cfg, times, 1), lambda p, h: 0.0, 0.0, 1, warmup=0.0)
     longest = int(np.max(replay.input_tokens + replay.output_tokens))  # one request at a time, nothing kept
     tiny = replace(cfg, num_blocks=-(-longest // cfg.block_size) + 2 * cfg.state_blocks_running + 8)

@@ -178,6 +178,35 @@ def test_the_search_over_users_runs_closed_loop_sessions_from_a_trace():
     assert found.users > 23
 
 
+def test_a_generated_turn_sends_its_subagent_requests_with_it_and_the_user_waits_for_the_turns_answer_alone():
+    """Sessions generated from a workload with r = 1: each turn rides one subagent request, sent at the turn's
+    moment (DESIGN.md's cycle), and the user's next turn follows the turn's own answer and pause, whenever the
+    subagent's answer ends. A trace's subagents keep its own order."""
+    from servesize.simulate.engine import riding
+    from servesize.simulate.synthetic import synthesize
+    from servesize.workload.model import SessionClass, Workload
+
+    w = Workload(user=SessionClass("user", 600, 0.2, prefix_tokens=64), subagent=SessionClass("subagent", 3000, 0.2, 32),
+                 subagent_ratio=1.0, think_time_s=5.0, output_tokens=40, warm_turn_tokens=64)
+    rp = build_replay(synthesize(w, sessions=3, turns_per_session=8, seed=2),
+                      ReplayOptions(requests="all", users=1, warmup=0.0, block_size=B, cut=False))
+    rides = riding(rp)
+    assert rides.sum() == (~rides).sum() == rp.requests // 2 and np.array_equal(rides, rp.subagent)
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.01, decode_per_seq_s=0.0)
+    run = simulate_engine(rp, EngineConfig(num_blocks=4000, block_size=B), times, warmup=0.0)
+    pauses, _, order = closed_loop(rp)
+    turns = [i for i in order[0] if not rides[i]]
+    for a, b in zip(turns, turns[1:]):
+        assert run.arrival_s[b] == pytest.approx(run.finish_s[a] + pauses[b])  # after the turn's answer alone
+    for k, i in enumerate(order[0]):
+        if rides[i]:  # sent with the turn before it in the user's order
+            assert run.arrival_s[i] == run.arrival_s[order[0][k - 1]] and not rides[order[0][k - 1]]
+    later = [run.finish_s[i] > run.finish_s[order[0][k - 1]] for k, i in enumerate(order[0]) if rides[i]]
+    assert any(later)  # a subagent's longer prompt ends after its turn's answer: the next turn did not wait for it
+    as_trace = replace(rp, choices={**rp.choices, "format": "claude-code"})
+    assert not riding(as_trace).any()
+
+
 def test_n_users_are_measured_until_the_first_runs_out_and_every_user_sends_until_then():
     """N closed-loop users: the run measures what is sent until the first user runs out of requests (after it,
     fewer users send and the load falls), and stops once those are answered. The replay keeps every drawn

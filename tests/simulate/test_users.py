@@ -109,6 +109,24 @@ def test_subagent_turns_are_sessions_of_their_own_with_their_own_prefix():
     assert rp.requests == trace.requests
 
 
+def test_a_turn_is_sent_with_its_subagent_requests_r_per_turn_and_one_think_time_between_turns():
+    """DESIGN.md's cycle: think -> send a turn (plus any subagent requests). r = 1.5: every turn brings one subagent
+    request and half of them a second, at the turn's own moment; the user's clock moves by think times alone."""
+    w = Workload(user=SessionClass("user", 3000, 0.4, prefix_tokens=256), subagent=SessionClass("subagent", 800, 0.3, 64),
+                 subagent_ratio=1.5, think_time_s=2.0, output_tokens=20, warm_turn_tokens=100)
+    trace = synthesize(w, sessions=200, turns_per_session=12, seed=1)
+    sub = trace.subagent
+    assert sub.sum() / (~sub).sum() == pytest.approx(1.5, rel=0.05)  # r subagent requests per user request
+    turns: dict[int, set] = {}  # each user session's turns, on its clock
+    for k in np.flatnonzero(~sub):
+        turns.setdefault(int(trace.session[k]), set()).add(round(float(trace.t_s[k]), 9))
+    for k in np.flatnonzero(sub):  # a subagent request is sent at the moment of one of its parent's turns
+        info = trace.sessions[int(trace.session[k])]
+        assert round(info.start_s + float(trace.t_s[k]), 9) in turns[info.parent]
+    gaps = [np.diff(sorted(t)) for t in turns.values()]
+    assert np.concatenate(gaps).mean() == pytest.approx(2.0, rel=0.15)  # one think a turn, none for its subagents
+
+
 def test_the_shared_prefix_is_what_most_sessions_start_with():
     rows = [(f"s{k}", 0, 100, [1, 2, 3] + [10 + k, 20 + k], 0) for k in range(5)]
     rows.append(("odd", 0, 100, [9, 9, 9, 9, 9], 0))

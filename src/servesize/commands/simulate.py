@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("the replay")
     g.add_argument("--pool-tokens", type=parse_tokens, default=None, metavar="TOKENS",
                    help="the pool as the engine's KV cache size in tokens (instead of, or overriding, MODEL's)")
-    g.add_argument("--requests", choices=("main", "all"), default="main",
-                   help="main: each session's own requests (the published curves); all: subagents too (default main)")
+    g.add_argument("--requests", choices=("main", "all"), default=None,
+                   help="main: each session's own requests (the published curves); all: subagents too (default main; "
+                        "all with --engine, whose users are checked against the plan's, which counts every request)")
     g.add_argument("--align", choices=("t0", "stagger", "trace"), default=None,
                    help="when each session starts (default: t0 for session traces, trace for one-clock traces)")
     g.add_argument("--warmup", type=fraction(0.0, 1.0, hi_open=True), default=0.5, metavar="F",
@@ -138,7 +139,7 @@ def run(args):
         return _engine(args, scenario, progress)
     try:
         result = simulate(args.trace, scenario, pool_tokens=args.pool_tokens, block_size=args.block_size,
-                          requests=args.requests, align=args.align, warmup=args.warmup, users=args.users,
+                          requests=args.requests or "main", align=args.align, warmup=args.warmup, users=args.users,
                           sessions_per_user=args.sessions_per_user, target_hit_rate=args.target_hit_rate,
                           service=args.service, output_blocks=args.output_blocks, exact=args.exact, bounds=args.bounds,
                           users_search=args.users_search, curves_for_users=args.curves_for_users,
@@ -169,7 +170,7 @@ def _engine(args, scenario, progress):
                        f"{MAX_REPLAY_USERS:,})")
     try:
         return simulate_engine(args.trace, scenario, users=args.users, search=args.users_search or args.users is None,
-                               requests=args.requests, align=args.align if args.align != "trace" else None,
+                               requests=args.requests or "all", align=args.align if args.align != "trace" else None,
                                sessions_per_user=args.sessions_per_user, warmup=args.warmup,
                                max_users=args.engine_max_users, seed=args.seed, trace_format=args.trace_format,
                                trace_block_size=args.trace_block_size, synthetic_sessions=args.sessions,

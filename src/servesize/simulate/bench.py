@@ -150,7 +150,8 @@ def bench_replay(load: BenchLoad, block_size: int) -> Replay:
         user = np.arange(n) % slots
     return Replay(block_size=block_size, arrival_s=arrival.astype(np.float64), service_s=np.full(n, np.nan),
                   input_tokens=inputs, output_tokens=outputs, session=np.arange(n), user=user.astype(np.int64),
-                  source=np.arange(n), nodes=nodes, offsets=offsets, num_nodes=max(int(next_id), 1), measured_from=0,
+                  source=np.arange(n), subagent=np.zeros(n, dtype=bool), nodes=nodes, offsets=offsets,
+                  num_nodes=max(int(next_id), 1), measured_from=0,
                   sessions=n, choices={"load": load.to_dict()})
 
 

@@ -296,10 +296,13 @@ class _Engine:
         self.cached_upto = np.zeros(n, dtype=np.int64)  # prompt nodes already hashed into the pool
         self.pauses, self.order = pauses, order
         self.user_of = closed_loop_users(replay)
-        self.next_of = {u: 0 for u in order}
         self.fixed_s = float(getattr(times, "request_fixed_s", 0.0))  # the engine's token -> the client's
-        self.arrivals: list[tuple[float, int]] = [(starts[u], order[u][0]) for u in order if order[u]]
-        heapq.heapify(self.arrivals)
+        self.rides = riding(replay)
+        self.next_of = {u: -1 for u in order}
+        self.arrivals: list[tuple[float, int]] = []
+        for u in order:
+            if order[u]:
+                self._send(u, 0, starts[u])
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.now = 0.0
@@ -616,18 +619,26 @@ class _Engine:
         out = self.prompt[i] + self.out[i] if self.cfg.output_blocks else self.prompt[i] + 1
         if self._blocks_for(out) + self.cfg.state_blocks_running > self.cfg.num_blocks - 1:
             run.too_large += 1  # more blocks than the pool has: vLLM never schedules it
-            self._next(int(self.user_of[i]), t)
+            if not self.rides[i]:
+                self._next(int(self.user_of[i]), t)
             return
         self.waiting.append(i)
 
     def _next(self, user: int, t: float) -> None:
         k = self.next_of[user] + 1
-        self.next_of[user] = k
         if k < len(self.order[user]):
-            j = self.order[user][k]
-            heapq.heappush(self.arrivals, (t + float(self.pauses[j]), j))
+            self._send(user, k, t + float(self.pauses[self.order[user][k]]))
         elif self.until_first_out:
             self.first_out = min(self.first_out, t)
+
+    def _send(self, user: int, k: int, t: float) -> None:
+        """The user's k-th request sent at ``t``, and the requests that ride with it (``riding``)."""
+        reqs = self.order[user]
+        heapq.heappush(self.arrivals, (t, reqs[k]))
+        while k + 1 < len(reqs) and self.rides[reqs[k + 1]]:
+            k += 1
+            heapq.heappush(self.arrivals, (t, reqs[k]))
+        self.next_of[user] = k
 
     def window_done(self) -> bool:
         """N users: the first of them has run out and every request sent before then is answered (the rest of the
@@ -646,8 +657,9 @@ class _Engine:
 
     def _answered(self, i: int, t: float) -> None:
         """Request i's answer ended at ``t``: its user's next request follows (simulate/disaggregated.py: a
-        prefill instance hands the request on instead)."""
-        self._next(int(self.user_of[i]), t)
+        prefill instance hands the request on instead). A request that rode with a turn gates nothing."""
+        if not self.rides[i]:
+            self._next(int(self.user_of[i]), t)
 
     # -- one step -------------------------------------------------------------------------------
     def _next_reach(self) -> float:
@@ -794,13 +806,25 @@ def closed_loop_users(replay: Replay) -> np.ndarray:
     return np.where(replay.user >= 0, replay.user, replay.session)
 
 
+def riding(replay: Replay) -> np.ndarray:
+    """Per request, whether it is sent with its user's turn rather than after that turn's answer: a subagent
+    request of sessions generated from a workload (DESIGN.md's cycle: "send a turn (the new tail, plus any subagent
+    requests)"; simulate/synthetic.py sends them at the turn's moment). A trace's subagents keep its own order (a
+    Claude Code subagent runs while its parent waits on it)."""
+    if replay.choices.get("format") != REPLIES_REUSED:
+        return np.zeros(replay.requests, dtype=bool)
+    return np.asarray(replay.subagent, dtype=bool)
+
+
 def closed_loop(replay: Replay) -> tuple[np.ndarray, dict[int, float], dict[int, list[int]]]:
     """Per request, the pause before it (its arrival less its predecessor's arrival and service, in the replay's
-    user order); each user's first arrival; each user's requests in order."""
+    user order); each user's first arrival; each user's requests in order, a request that rides (``riding``) in
+    the order right after the turn it is sent with."""
     n = replay.requests
     users_of = closed_loop_users(replay)
+    rides = riding(replay)
     order: dict[int, list[int]] = {}
-    for i in np.lexsort((replay.arrival_s, users_of)).tolist():
+    for i in np.lexsort((rides, replay.arrival_s, users_of)).tolist():
         order.setdefault(int(users_of[i]), []).append(i)
     pauses = np.zeros(n, dtype=np.float64)
     service = np.nan_to_num(replay.service_s, nan=0.0)

@@ -115,6 +115,7 @@ class Replay:
     session: np.ndarray         # replay session index
     user: np.ndarray            # -1 unless users were made
     source: np.ndarray          # the trace request each one replays
+    subagent: np.ndarray        # whether it is a subagent's request (the trace's flag)
     nodes: np.ndarray
     offsets: np.ndarray
     num_nodes: int
@@ -386,7 +387,7 @@ def build_replay(trace: Trace, opts: ReplayOptions = ReplayOptions()) -> Replay:
         choices["skipped"] = skipped
     return Replay(block_size=block, arrival_s=arrival, service_s=trace.service_s[source], input_tokens=trace.input_tokens[source],
                   output_tokens=trace.output_tokens[source], session=plan.session[order].astype(np.int32),
-                  user=plan.user[order].astype(np.int32), source=source, nodes=nodes, offsets=offsets,
+                  user=plan.user[order].astype(np.int32), source=source, subagent=trace.subagent[source], nodes=nodes, offsets=offsets,
                   num_nodes=num_nodes, measured_from=measured_from, sessions=plan.sessions, choices=choices)
 
 

@@ -7,9 +7,12 @@ requests drawn uniformly, so it starts that many turns' growth earlier (Workload
 which the plan prices session starts by), at least its class's shared prefix plus one turn and at most
 max_model_len less the output. A subagent's session has as many requests as its parent's share of them
 (turns x r / (1 + r), at least one). A session ends after ``turns_per_session`` requests or when the
-next would pass max_model_len. Requests follow one another after an exponential think time (mean
-``think_time_s``). With probability r / (1 + r) (r = ``subagent_ratio``) a request is a turn of the session's
-subagent instead: a session of its own with its class's prefix, started on its parent's clock. With
+next would pass max_model_len. A user's turns follow one another after a think time (the workload's
+distribution, mean ``think_time_s``). A turn is sent with r subagent requests on average (r =
+``subagent_ratio``: floor(r), and one more with probability r - floor(r)), at the same moment and with no think
+time of their own (DESIGN.md: "send a turn (the new tail, plus any subagent requests)"; the plan counts N (1 + r)
+requests a cycle), each a turn of the session's subagent: a session of its own with its class's prefix, started on
+its parent's clock (the engine simulator sends them with the turn, not after its answer). With
 probability ``invalidation`` a turn matches nothing (a new chain from its first block). Every user-class
 session shares the user prefix's blocks, every subagent the subagent prefix's (the user prefix when
 ``subagents_share_prefix``).
@@ -85,27 +88,33 @@ def synthesize(workload: Workload, *, sessions: int | None = None, turns_per_ses
     report.notes.append(f"generated from the workload: {sessions:,} sessions of {turns_per_session} turns, seed {seed}")
     b = TraceBuilder("synthetic", block_size, "session", report)
     chains = PrefixChains(block_size)
-    p_sub = workload.subagent_probability if workload.subagent is not None else 0.0
+    ratio = float(workload.subagent_ratio) if workload.subagent is not None else 0.0
+    whole, part = math.floor(ratio), ratio - math.floor(ratio)
     grow = workload.output_tokens + workload.warm_turn_tokens
-    sub_turns = max(1, math.ceil(turns_per_session * p_sub))  # a subagent session's requests, of its parent's
+    # a subagent session's requests, of its parent's (the conversation's share r / (1 + r) of them)
+    sub_turns = max(1, math.ceil(turns_per_session * workload.subagent_probability)) if ratio else 0
     for _ in range(sessions):
         user = _new(b, workload, "user", rng, turns_per_session)
         sub: _Session | None = None
         now = 0.0  # on the user session's clock
         while user.turns < turns_per_session and user.tokens + workload.output_tokens <= workload.max_model_len:
-            s = user
-            if p_sub and rng.random() < p_sub:
+            _send(b, chains, workload, user, now, grow, rng)
+            for _ in range(whole + int(part > 0 and rng.random() < part)):  # the subagent requests sent with it
                 if sub is None or sub.tokens + grow + workload.output_tokens > workload.max_model_len:
                     sub = _new(b, workload, "subagent", rng, sub_turns, parent=user.index, start=now)
                     sub.t = now  # its start on the parent's clock; its requests count from there
-                s = sub
-            salted = s.turns > 0 and rng.random() < workload.invalidation
-            ids = chains.ids(s.index, s.tokens, shared=s.shared, shared_tokens=s.prefix, restart=salted)
-            b.add_request(s.index, now - (s.t if s is sub else 0.0), s.tokens, workload.output_tokens, ids,
-                          subagent=s is sub)
-            s.turns += 1
-            s.tokens += grow
-            if s is sub:
+                _send(b, chains, workload, sub, now - sub.t, grow, rng)
                 user.turns += 1  # a subagent turn is one of the conversation's requests
             now += float(workload.think_times(rng))  # the workload's think-time distribution (log-normal when fitted)
     return b.build(name)
+
+
+def _send(b: TraceBuilder, chains: PrefixChains, workload: Workload, s: _Session, t: float, grow: int,
+          rng: np.random.Generator) -> None:
+    """Session ``s``'s next request at ``t`` on its own clock; its prompt then grows by ``grow`` (a reply and a
+    turn)."""
+    salted = s.turns > 0 and rng.random() < workload.invalidation
+    ids = chains.ids(s.index, s.tokens, shared=s.shared, shared_tokens=s.prefix, restart=salted)
+    b.add_request(s.index, t, s.tokens, workload.output_tokens, ids, subagent=s.kind == "subagent")
+    s.turns += 1
+    s.tokens += grow
