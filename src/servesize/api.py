@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit
     from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
     from servesize.planning.latency import LatencyReport
     from servesize.planning.plan import Plan as Plan
+    from servesize.resolve.plan import plan_inputs as plan_inputs
     from servesize.simulate.cache import ModelledService
     from servesize.simulate.replay import Replay
     from servesize.sizing.result import FleetOption as FleetOption
@@ -60,7 +61,8 @@ if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit
 
 # the planner's names the explorer reads through this module, imported with the first one asked for (PEP 562)
 _PLANNER_EXPORTS = {"BURST_FLUSH": "servesize.planning.at_load", "MAX_DECODERS": "servesize.planning.at_load",
-                    "Load": "servesize.planning.at_load", "PLANNING_PERCENTILE": "servesize.planning.inputs"}
+                    "Load": "servesize.planning.at_load", "PLANNING_PERCENTILE": "servesize.planning.inputs",
+                    "plan_inputs": "servesize.resolve.plan"}
 
 
 def __getattr__(name: str) -> Any:
