@@ -15,7 +15,8 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
 # lowest first; a module may import from its own layer and any layer listed before it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("servesize.units", "servesize.errors", "servesize.datafiles", "servesize.limits",
-                     "servesize.derivation", "servesize.assumptions", "servesize.jsonable", "servesize.progress")),
+                     "servesize.derivation", "servesize.assumptions", "servesize.jsonable", "servesize.progress",
+                     "servesize.lazy")),
     ("model", ("servesize.model",)),
     ("engine", ("servesize.engine",)),
     ("workload", ("servesize.workload",)),

@@ -87,9 +87,8 @@ def test_every_name_the_lazy_packages_export_resolves():
     import servesize.resolve as resolve
 
     assert resolve.served is sys.modules["servesize.resolve.served"].served  # the function; a submodule shares its name
-    for name in resolve._HOME_OF:
-        assert getattr(resolve, name) is getattr(__import__(f"servesize.resolve.{resolve._HOME_OF[name]}",
-                                                            fromlist=[name]), name)
+    for name, home in resolve._HOME_OF.items():
+        assert getattr(resolve, name) is getattr(__import__(home, fromlist=[name]), name)
     for name in api._PLANNER_EXPORTS:
         assert getattr(api, name) is not None
     with pytest.raises(AttributeError):

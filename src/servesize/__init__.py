@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesize.lazy import load
+
 __version__ = "0.2.0"
 
 _EXPORTS = {
@@ -52,14 +54,7 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'servesize' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load(globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

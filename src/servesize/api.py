@@ -26,6 +26,7 @@ from servesize.engine.placement import FitResult
 from servesize.engine.placement import fit as fit_placements
 from servesize.engine.weights import PRECISIONS as PRECISIONS
 from servesize.errors import BadInput
+from servesize.lazy import load
 from servesize.limits import require_regular
 from servesize.model.catalogue import InlineConfig, ResolvedModel, load_catalogue
 from servesize.model.hardware import parse_gpus
@@ -66,14 +67,7 @@ _PLANNER_EXPORTS = {"BURST_FLUSH": "servesize.planning.at_load", "MAX_DECODERS":
 
 
 def __getattr__(name: str) -> Any:
-    module = _PLANNER_EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'servesize.api' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load(globals(), _PLANNER_EXPORTS, name)
 
 
 MAX_SWEEP_VALUES = 64  # a sweep is a table to read; past this, run plan in a loop

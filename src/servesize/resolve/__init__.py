@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesize.lazy import load
+
 # eager, for its name: importing the submodule ``served`` binds the package's ``served`` to the module, which a lazy
 # import of the function of the same name would never replace
 from servesize.resolve.served import ServeLine as ServeLine
@@ -45,20 +47,13 @@ _HOMES = {  # submodule -> the public names it holds; each is imported with the 
         "resolved_workload", "workload_of",
     ),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_HOME_OF = {name: f"servesize.resolve.{module}" for module, names in _HOMES.items() for name in names}
 
 __all__ = sorted([*_HOME_OF, "ServeLine", "served", "with_serve_line"])
 
 
 def __getattr__(name: str) -> Any:
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'servesize.resolve' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"servesize.resolve.{module}"), name)
-    globals()[name] = value
-    return value
+    return load(globals(), _HOME_OF, name)
 
 
 def __dir__() -> list[str]:
