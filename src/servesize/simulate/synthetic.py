@@ -92,7 +92,7 @@ def synthesize(workload: Workload, *, sessions: int | None = None, turns_per_ses
     whole, part = math.floor(ratio), ratio - math.floor(ratio)
     grow = workload.output_tokens + workload.warm_turn_tokens
     # a subagent session's requests, of its parent's (the conversation's share r / (1 + r) of them)
-    sub_turns = max(1, math.ceil(turns_per_session * workload.subagent_probability)) if ratio else 0
+    sub_turns = max(1, math.ceil(turns_per_session * workload.subagent_probability))
     for _ in range(sessions):
         user = _new(b, workload, "user", rng, turns_per_session)
         sub: _Session | None = None
