@@ -10,6 +10,7 @@ Each command lives in ``servesize.commands.<module>`` and exposes ``add_argument
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import json
@@ -206,7 +207,9 @@ def _main(argv: list[str] | None) -> int:
         from servesize.commands._outputs import check_outputs
 
         check_outputs(args)  # before any work: a plot or record that cannot be written is refused now
-        return _emit(importlib.import_module(module).run(args), args)
+        run = importlib.import_module(module).run
+        _collect_from_here()
+        return _emit(run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
         code = getattr(exc, "exit_code", 2)
@@ -256,5 +259,23 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def _collect_from_here() -> None:
+    """Start-up is over: the modules, classes and tables loaded so far live as long as the process, so they move to
+    the collector's permanent generation (``gc.freeze``) and collection resumes for what the command allocates."""
+    gc.freeze()
+    gc.enable()
+
+
 def entry() -> None:
-    sys.exit(main())
+    """The console script (and ``python -m servesize``). Start-up allocates some hundred thousand long-lived objects
+    (modules, classes, the catalogues) and no cyclic garbage, so the collector is off until the command's modules are
+    loaded (``_collect_from_here``); at the end, what is left is frozen, so the interpreter's last collection does not
+    walk it (refcounting frees it; records and files are closed by then). Measured: ``servesize memory`` 76 -> 67 ms of
+    CPU (docs/benchmarks.md)."""
+    gc.disable()
+    try:
+        code = main()
+    finally:
+        gc.enable()
+    gc.freeze()
+    sys.exit(code)
