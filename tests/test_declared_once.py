@@ -24,19 +24,20 @@ import pathlib
 
 import pytest
 
+from servesize import fleet_query as fq
 from servesize import scenario as sc
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
 
 # the inputs the issue names: the utilisation, the median-like workload fields, and the Monte-Carlo's
 NAMES = ("gpu_memory_utilization", "median", "subagent_median", "fills", "draws", "seed")
-QUERIES = (sc.Scenario, sc.FitQuery, sc.FleetQuery, sc.WorkloadFields, sc.KnobFields, sc.MonteCarloFields)
+QUERIES = (sc.Scenario, sc.FitQuery, fq.FleetQuery, sc.WorkloadFields, sc.KnobFields, sc.MonteCarloFields)
 
 
 def _is_dataclass(node: ast.ClassDef) -> bool:
     for d in node.decorator_list:
         target = d.func if isinstance(d, ast.Call) else d
-        if (isinstance(target, ast.Name) and target.id == "dataclass") or (
+        if (isinstance(target, ast.Name) and target.id in ("dataclass", "frozen")) or (
                 isinstance(target, ast.Attribute) and target.attr == "dataclass"):
             return True
     return False
@@ -102,14 +103,14 @@ def test_every_query_holding_the_field_holds_its_one_param(name):
     params = {id(f.metadata["param"]) for cls in QUERIES for f in dataclasses.fields(cls)
               if f.name == name and "param" in f.metadata}
     assert len(params) == 1
-    named = [table[name] for table in (sc.PARAMS, sc.FIT_PARAMS, sc.FLEET_PARAMS) if name in table]
+    named = [table[name] for table in (sc.PARAMS, sc.FIT_PARAMS, fq.FLEET_PARAMS) if name in table]
     assert all(p is named[0] for p in named)
 
 
 def test_the_fleet_query_takes_the_groups_whole_not_field_by_field():
-    own = sc.FleetQuery.__dict__["__annotations__"]
+    own = fq.FleetQuery.__dict__["__annotations__"]
     for group in (sc.WorkloadFields, sc.KnobFields, sc.MonteCarloFields):
-        assert issubclass(sc.FleetQuery, group) and issubclass(sc.Scenario, group)
+        assert issubclass(fq.FleetQuery, group) and issubclass(sc.Scenario, group)
         assert not set(own) & set(group.__dict__["__annotations__"])
 
 
@@ -117,7 +118,7 @@ def test_the_monte_carlo_defaults_agree_from_flag_to_planner():
     from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
     from servesize.planning.inputs import Knobs
 
-    knobs, scenario, query = Knobs(), sc.Scenario(model="qwen3.6-27b", gpus="1xH200"), sc.FleetQuery(
+    knobs, scenario, query = Knobs(), sc.Scenario(model="qwen3.6-27b", gpus="1xH200"), fq.FleetQuery(
         models="qwen3.6-27b", users=10)
     for obj in (knobs, scenario, query):
         assert (obj.fills, obj.draws, obj.seed) == (DEFAULT_FILLS, DEFAULT_DRAWS, DEFAULT_SEED)

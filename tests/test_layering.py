@@ -16,7 +16,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("servesize.units", "servesize.errors", "servesize.datafiles", "servesize.limits",
                      "servesize.derivation", "servesize.assumptions", "servesize.jsonable", "servesize.progress",
-                     "servesize.lazy")),
+                     "servesize.lazy", "servesize.frozen")),
     ("model", ("servesize.model",)),
     ("engine", ("servesize.engine",)),
     ("workload", ("servesize.workload",)),
@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sizing", ("servesize.sizing",)),
     ("vllm_logs", ("servesize.vllm_logs",)),
     ("simulate", ("servesize.simulate",)),
-    ("api", ("servesize.scenario", "servesize.resolve", "servesize.api", "servesize.flags")),
+    ("api", ("servesize.scenario", "servesize.fleet_query", "servesize.resolve", "servesize.api", "servesize.flags")),
     ("render", ("servesize.render",)),
     ("measure", ("servesize.measure",)),
     ("web", ("servesize.web",)),

@@ -72,7 +72,8 @@ def test_what_fits_and_the_memory_budget_load_no_planner(argv, worker):
 
 LOADED_ON_DEMAND = ("servesize.render.text", "servesize.resolve.fleet", "servesize.resolve.plan",
                     "servesize.resolve.knobs", "servesize.workload.teams", "servesize.vllm_logs.calibration",
-                    "servesize.vllm_logs.parse")
+                    "servesize.vllm_logs.parse", "servesize.fleet_query", "servesize.workload.model",
+                    "servesize.workload.presets")
 
 
 def test_a_plan_loads_the_planner_and_numpy_but_not_the_web_stack_or_plotting():

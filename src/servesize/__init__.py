@@ -34,7 +34,7 @@ _EXPORTS = {
     "simulate": "servesize.api",  # the Simulate issue: replay a trace through vLLM's prefix cache
     "fleet": "servesize.api",  # fleet: the cheapest fleet for N users, teams
     "teams": "servesize.api",
-    "FleetQuery": "servesize.scenario",
+    "FleetQuery": "servesize.fleet_query",
     "FleetResult": "servesize.sizing.result",
     "Team": "servesize.workload.teams",
     "Plan": "servesize.planning.plan",

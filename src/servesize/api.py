@@ -34,13 +34,12 @@ from servesize.resolve.measured import calibrated, split_of
 from servesize.resolve.model import ENGINE_FIELDS as ENGINE_FIELDS
 from servesize.resolve.model import deployment_of, display_name, gpus_of, model_of
 from servesize.resolve.served import with_serve_line
-from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, FleetQuery, Scenario
+from servesize.scenario import PARAMS, SWEEPABLE, FitQuery, Scenario
 from servesize.workload.catalogue import preset_names as preset_names
-from servesize.workload.model import Workload as Workload
-from servesize.workload.model import length_mass as length_mass
 
 if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit and models start without them
     from servesize.engine.models_table import ModelRow, ModelsResult
+    from servesize.fleet_query import FleetQuery
     from servesize.planning.at_load import BURST_FLUSH as BURST_FLUSH
     from servesize.planning.at_load import MAX_DECODERS as MAX_DECODERS
     from servesize.planning.at_load import AtLoad as AtLoad
@@ -58,12 +57,16 @@ if TYPE_CHECKING:  # the planner's modules load with the first plan: memory, fit
     from servesize.vllm_logs.calibration import Calibration
     from servesize.vllm_logs.parse import LogFacts
     from servesize.workload.fit import WorkloadFit
+    from servesize.workload.model import Workload as Workload
+    from servesize.workload.model import length_mass as length_mass
     from servesize.workload.presets import Preset
 
-# the planner's names the explorer reads through this module, imported with the first one asked for (PEP 562)
+# the planner's and the workload's names the explorer reads through this module, imported with the first one asked
+# for (PEP 562): the engine's commands (memory, fit, models) never load them
 _PLANNER_EXPORTS = {"BURST_FLUSH": "servesize.planning.at_load", "MAX_DECODERS": "servesize.planning.at_load",
                     "Load": "servesize.planning.at_load", "PLANNING_PERCENTILE": "servesize.planning.inputs",
-                    "plan_inputs": "servesize.resolve.plan"}
+                    "plan_inputs": "servesize.resolve.plan", "Workload": "servesize.workload.model",
+                    "length_mass": "servesize.workload.model"}
 
 
 def __getattr__(name: str) -> Any:
@@ -434,6 +437,7 @@ def fleet(query: FleetQuery | None = None, *, progress: Callable[[str], None] | 
     The winner of one workload comes with the ``servesize plan`` command (and Scenario) that confirms it."""
     from dataclasses import replace
 
+    from servesize.fleet_query import FleetQuery
     from servesize.resolve.fleet import confirm_scenario, fleet_space, plan_command
     from servesize.sizing.search import fleet_search
 

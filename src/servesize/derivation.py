@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from servesize.frozen import frozen
 from servesize.units import cdiv
 
 _FUNCTIONS = {
@@ -51,7 +52,7 @@ def _pretty(expression: str) -> str:
     return expression.replace(" * ", " × ").replace(" // ", " ⌊/⌋ ")
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     name: str
     expression: str

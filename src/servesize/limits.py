@@ -11,7 +11,6 @@ whole. Each cap sits far past any real input: the figure beside it says what the
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import math
@@ -125,7 +124,7 @@ def input_lines(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_B
         with open(path, "rb") as raw:
             packed = gunzip and raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
-            fh = gzip.GzipFile(fileobj=raw) if packed else raw
+            fh = _gunzip(raw) if packed else raw
             cap = MAX_DECOMPRESSED_BYTES if packed else max_bytes
             size, carry, skipping = 0, b"", False
             while block := fh.read(_CHUNK):
@@ -200,11 +199,18 @@ def require_regular(path: str | os.PathLike, what: str) -> os.stat_result:
     return info
 
 
+def _gunzip(raw: Any) -> Any:
+    """A gzip reader over the binary file ``raw`` (gzip is imported here: most commands never read a gzip file)."""
+    import gzip
+
+    return gzip.GzipFile(fileobj=raw)
+
+
 def gunzip_bounded(raw: bytes, what: str, max_bytes: int | None = None) -> bytes:
     """``raw`` gzip-decompressed, refused once it would pass ``max_bytes`` (``MAX_DECOMPRESSED_BYTES``)."""
     max_bytes = MAX_DECOMPRESSED_BYTES if max_bytes is None else max_bytes
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+        with _gunzip(io.BytesIO(raw)) as fh:
             out = read_at_most(fh, max_bytes)
     except (OSError, EOFError, zlib.error) as exc:
         raise BadInput(f"{what} looks gzip-compressed but cannot be decompressed: {exc}") from None

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
@@ -44,17 +44,17 @@ from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
 from servesize.engine.vocabulary import check_release
 from servesize.errors import BadInput, OutOfRange, UnreadableNumber, clip
+from servesize.frozen import frozen
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS, MAX_FILLS, MAX_HOST_MEMORY_GIB, parse_json
 from servesize.model.catalogue import InlineConfig
 from servesize.model.hardware import load_kv_links
 from servesize.units import parse_bytes, parse_tokens, parse_vllm_int
-from servesize.workload import model as workload_model
-from servesize.workload.catalogue import preset_names
-from servesize.workload.model import Workload
-from servesize.workload.presets import presets
+from servesize.workload import catalogue as workload_catalogue
+from servesize.workload.catalogue import preset_names, preset_table
 
 if TYPE_CHECKING:  # a Calibration is read only where one is given: the scenario's import does without the log parser
     from servesize.vllm_logs.calibration import Calibration
+    from servesize.workload.model import Workload
 
 KINDS = ("model", "tokens", "bytes", "int", "float", "choice", "bool", "text", "version", "workload", "calibration",
          "list", "vllm_int", "vllm_len", "vllm_bytes", "json")
@@ -76,7 +76,7 @@ _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
 
-@dataclass(frozen=True)
+@frozen
 class SensitivityRow:
     """One row of the sensitivity panel (planning.sensitivity), declared on the field it varies (``Param.sensitivity``)
     and handed to the planner by the api (``SENSITIVITY_ROWS``): the planner holds no table of its own.
@@ -112,7 +112,7 @@ class SensitivityRow:
         return self.kind, self.field, self.lo, self.hi, self.unit
 
 
-@dataclass(frozen=True)
+@frozen
 class Slider:
     """The explorer's slider over a field, a view of it and not its bound (the text box beside it takes any value
     the declaration allows). step: 0 is continuous. scale: 'linear' or 'log'; None takes the field's sensitivity
@@ -130,7 +130,7 @@ class Slider:
             raise ValueError(f"a slider over an empty span {self.span!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class Param:
     """How one Scenario field is typed, bounded and explained.
 
@@ -375,6 +375,8 @@ def _read_model(p: Param, value: Any) -> str | InlineConfig:
 
 
 def _read_workload(p: Param, value: Any) -> Workload | str:
+    from servesize.workload.model import Workload  # the workload's model loads where a workload is given or resolved
+
     if isinstance(value, Workload):
         return value
     return _read_text(p, value)  # a workload file, read when the scenario is resolved
@@ -413,13 +415,13 @@ def _p(kind: str, help: str, group: str, *, default: Any = None, **extra: Any) -
     return field(default=default, metadata={"param": Param(kind, help, group, **extra)})
 
 
-_SEED = workload_model  # the seed reference workload's constants, for the generated help
+_SEED = workload_catalogue  # the seed reference workload's constants, for the generated help
 
 # Lower bounds no physics violates, so that a value inside a declared range gives a finite figure (1e-300 passed
 # an open bound at 0 and divided by zero, or overflowed, downstream).
 _EFFICIENCY_FLOOR = 0.01
 _EFFICIENCY_WHY = "below 1% no engine runs a GPU; a smaller fraction only divides the figures toward infinity"
-_THINK_FLOOR_S = workload_model.MIN_THINK_TIME_S
+_THINK_FLOOR_S = workload_catalogue.MIN_THINK_TIME_S
 _THINK_WHY = "a user who waits under 10 ms between requests is a load generator, not a user"
 
 
@@ -430,7 +432,7 @@ def _parse_own(obj: Any, params: Mapping[str, Param]) -> None:
         object.__setattr__(obj, name, param.parse(getattr(obj, name)))
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkloadFields:
     """What the users do: a preset, a workload file, then single-field overrides (the workload group).
 
@@ -438,7 +440,7 @@ class WorkloadFields:
     or a measurement's workload is one built from its own flags."""
 
     preset: str | None = _p("choice", "workload preset (data/workloads.toml, each field sourced): "
-                            + "; ".join(f"{p.name}: {p.description}" for p in presets()),
+                            + "; ".join(f"{name}: {p['description']}" for name, p in preset_table().items()),
                             "workload", choices=preset_names(), metavar="NAME")
     workload: Workload | str | None = _p("workload", "a workload file (servesize workload fit) or Workload: its fields "
                                          "replace the preset's; the fields below replace both", "workload",
@@ -491,7 +493,7 @@ class WorkloadFields:
         _parse_own(self, _own_params(WorkloadFields))
 
 
-@dataclass(frozen=True)
+@frozen
 class KnobFields:
     """The modelled assumptions (the knobs group): None = the named assumption's value."""
 
@@ -544,7 +546,7 @@ class KnobFields:
 
 
 
-@dataclass(frozen=True)
+@frozen
 class MonteCarloFields:
     """The Monte-Carlo group: fills, draws and the seed."""
 
@@ -556,7 +558,7 @@ class MonteCarloFields:
 
 
 
-@dataclass(frozen=True)
+@frozen
 class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
     """A model on GPUs with vLLM's flags, a workload, the modelled knobs and any calibration.
 
@@ -809,7 +811,7 @@ def _shared(name: str, *, required: bool = False) -> Any:
     return field(default=declared.default, metadata=declared.metadata)
 
 
-@dataclass(frozen=True)
+@frozen
 class FitQuery:
     """``servesize fit``: what these GPUs can serve: by default one row per model (the checkpoint's own precision,
     the smallest placement that serves); ``all_placements`` for every precision and placement."""
@@ -864,86 +866,3 @@ def _comma_list(text: str | None) -> tuple[str, ...] | None:
 
 
 FIT_PARAMS: dict[str, Param] = _declared(FitQuery)
-
-
-# -- fleet: servesize fleet -------------------------------------------------------------------------
-
-# engine flags every searched deployment takes (the rest are what the search varies or sizes)
-FLEET_ENGINE = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "block_size", "enforce_eager",
-                "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version", "budget")
-
-
-@dataclass(frozen=True)
-class FleetQuery(WorkloadFields, KnobFields, MonteCarloFields):
-    """``servesize fleet``: the cheapest fleet for N users (or several teams), over GPU type x count x precision
-    x KV dtype x TP/DP, priced per GPU-hour (data/prices.toml, or --gpu-hour-price)."""
-
-    models: str = _p("text", "comma list of models to serve (catalogue names, Hugging Face ids or config paths)",
-                     "fleet", default=MISSING, metavar="LIST")
-    users: int | None = _p("int", "users to serve (one workload: the preset, file and fields below)", "fleet",
-                           lo=1, hi=10_000_000, metavar="N")
-    team: tuple[str, ...] | None = _p("list", "a team sharing the fleet, NAME=USERS[:WORKLOAD] (WORKLOAD: a preset name "
-                                      "or a workload file; default the workload below); repeat per team", "fleet",
-                                      metavar="NAME=USERS[:WORKLOAD]")
-    priority: tuple[str, ...] | None = _p("list", "NAME=LEVEL: a team's prefill-queue priority (higher first; default 0 "
-                                          "for all, one FCFS queue); repeat per team", "fleet", metavar="NAME=LEVEL")
-    gpus_from: str | None = _p("text", "comma list of GPU types to search (default: every GPU with a price)", "fleet",
-                               metavar="LIST")
-    max_gpus: int = _p("int", "most GPUs in one fleet", "fleet", default=64, lo=1, hi=4096, metavar="N")
-    gpu_hour_price: tuple[str, ...] | None = _p("list", "GPU=PRICE: your price per GPU-hour (in --currency), replacing "
-                                                "the list's; repeat per GPU", "fleet", metavar="GPU=PRICE")
-    precision: str = _p("text", "comma list of weight precisions (native = the checkpoint's own; bf16, fp8, int8, int4, "
-                        "mxfp4, nvfp4)", "fleet", default="native,fp8", flags=("-q",), metavar="LIST")
-    kv_cache_dtype: str = _p("text", "comma list of KV cache dtypes", "fleet", default="auto,fp8", metavar="LIST")
-    tensor_parallel_size: str = _p("text", "comma list of GPUs per replica", "fleet", default="1,2,4,8", flags=("-tp",),
-                                   metavar="LIST")
-    top: int = _p("int", "how many of the cheapest fleets to list", "fleet", default=5, lo=1, hi=100, metavar="K")
-    price_includes_power: bool = _p("bool", "the GPU-hour prices include electricity (cloud rental); "
-                                    "--no-price-includes-power adds the power bill (owned GPUs at an amortised price)",
-                                    "fleet", default=True)
-
-    gpu_memory_utilization: float | None = _shared("gpu_memory_utilization")
-    max_model_len: int | None = _shared("max_model_len")
-    max_num_batched_tokens: int | None = _shared("max_num_batched_tokens")
-    block_size: int | None = _shared("block_size")
-    enforce_eager: bool = _shared("enforce_eager")
-    mamba_ssm_cache_dtype: str | None = _shared("mamba_ssm_cache_dtype")
-    mamba_cache_mode: str | None = _shared("mamba_cache_mode")
-    num_speculative_tokens: int | None = _shared("num_speculative_tokens")
-    vllm_version: str = _shared("vllm_version")
-    budget: str = _shared("budget")
-
-    def __post_init__(self) -> None:
-        for name, param in FLEET_PARAMS.items():
-            object.__setattr__(self, name, param.parse(getattr(self, name)))
-        if (self.users is None) == (self.team is None):
-            raise BadInput("give --users N (one workload) or --team NAME=USERS[:WORKLOAD] (repeated), not both"
-                           if self.users is not None else "how many users? give --users N, or --team NAME=USERS per team",
-                           field="users")
-
-    def replace(self, **changes: Any) -> FleetQuery:
-        unknown = sorted(set(changes) - set(FLEET_PARAMS))
-        if unknown:
-            raise BadInput(f"FleetQuery has no field {', '.join(unknown)}; fields: {', '.join(FLEET_PARAMS)}")
-        return replace(self, **changes)
-
-    def shared(self) -> dict[str, Any]:
-        """The fields a Scenario takes as they are (engine flags, workload, knobs, Monte-Carlo)."""
-        groups = (*FLEET_ENGINE, *_own_params(WorkloadFields), *_own_params(KnobFields), *_own_params(MonteCarloFields))
-        return {name: getattr(self, name) for name in groups}
-
-    def lists(self) -> dict[str, tuple[str, ...] | None]:
-        """The comma lists, split: models, GPU types, precisions, KV dtypes, TP sizes."""
-        return {"models": _comma_list(self.models), "gpus_from": _comma_list(self.gpus_from),
-                "precision": _comma_list(self.precision), "kv_cache_dtype": _comma_list(self.kv_cache_dtype),
-                "tensor_parallel_size": _comma_list(self.tensor_parallel_size)}
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in FLEET_PARAMS:
-            value = getattr(self, name)
-            out[name] = value.to_dict() if hasattr(value, "to_dict") else list(value) if isinstance(value, tuple) else value
-        return out
-
-
-FLEET_PARAMS: dict[str, Param] = _declared(FleetQuery, ("fleet", "engine", "workload", "knobs", "monte_carlo"))

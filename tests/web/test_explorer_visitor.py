@@ -13,7 +13,8 @@ import pytest
 from test_explorer_browser import PANELS, open_plan, settle, type_into
 from test_fleet_browser import FLEET_SETTLED
 
-from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS
+from servesize.fleet_query import FLEET_PARAMS
+from servesize.scenario import FIT_PARAMS, PARAMS
 from servesize.web.form import VIEW_PARAMS, form
 
 pytestmark = pytest.mark.browser

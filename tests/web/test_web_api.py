@@ -492,7 +492,7 @@ def test_a_fleet_refusal_is_400_with_the_field(body, field):
 
 
 def test_the_catalogue_carries_the_fleet_form_from_its_declaration():
-    from servesize.scenario import FLEET_PARAMS
+    from servesize.fleet_query import FLEET_PARAMS
 
     status, cat, _ = call("GET", "/api/catalogue")
     assert status == 200

@@ -11,7 +11,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from servesize.errors import BadInput
-from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS
+from servesize.fleet_query import FLEET_PARAMS
+from servesize.scenario import FIT_PARAMS, PARAMS
 from servesize.units import parse_tokens
 from servesize.web.app import make_app
 from servesize.web.form import VIEW_PARAMS, form

@@ -12,10 +12,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from servesize.errors import BadInput, Interrupted, OutOfRange, ServesizeError, Terminated
+from servesize.frozen import frozen
 from servesize.scenario import MAX_TOKENS, Param
 
 _SHOWN = ("url", "model", "prompt_tokens", "rounds", "predicted_tokens", "users", "duration_s", "block_size")
@@ -103,7 +103,7 @@ def add_common(parser: argparse.ArgumentParser, kind: str, resume_help: str) -> 
 
 # -- the run record ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class Recording:
     """Where a measurement's run record goes: a new file, or one to continue (--resume).
 

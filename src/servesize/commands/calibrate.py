@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from servesize.commands._types import draft_tokens as _draft_tokens
 from servesize.commands._types import positive_int as _positive_int
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import MAX_LOG_BYTES, input_lines, read_input
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def add_arguments(parser) -> None:
                                 **({"default": 0} if hint.low == 0 else {}))
 
 
-@dataclass(frozen=True)
+@frozen
 class CalibrateResult:
     items: tuple[tuple[LogFacts, Calibration], ...]
     out: str | None = None
@@ -206,7 +206,7 @@ def _save(calibrations: list, out: str | None) -> None:
             raise BadInput(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchCalibrateResult:
     calibration: Calibration
     out: str | None = None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any
+
+from servesize.frozen import frozen
 
 EPILOG = """\
 examples:
@@ -31,7 +32,8 @@ first); the output compares that with each team on replicas of its own.
 
 def add_arguments(parser) -> None:
     from servesize.flags import add_params
-    from servesize.scenario import FLEET_PARAMS, GROUPS, FleetQuery
+    from servesize.fleet_query import FLEET_PARAMS, FleetQuery
+    from servesize.scenario import GROUPS
 
     single = [p for p in FLEET_PARAMS.values() if p.kind != "list"]
     add_params(parser, single, required=("models",), declared_by=FleetQuery)
@@ -44,7 +46,7 @@ def add_arguments(parser) -> None:
     out.add_argument("--plot", metavar="FILE.png", help="write the cost-users frontier as a PNG (matplotlib)")
 
 
-@dataclass(frozen=True)
+@frozen
 class FleetOutput:
     """What ``servesize fleet`` prints: the search's answer, and the plot when asked for."""
 
@@ -75,7 +77,7 @@ class FleetOutput:
 def run(args):
     from servesize.api import fleet
     from servesize.flags import given
-    from servesize.scenario import FLEET_PARAMS, FleetQuery
+    from servesize.fleet_query import FLEET_PARAMS, FleetQuery
 
     query = FleetQuery(**given(args, FLEET_PARAMS.values()))
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
+from servesize.frozen import frozen
 from servesize.model.hardware import Gpu, find_gpu, load_gpus
 from servesize.units import GiB
 
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("gpu", nargs="?", metavar="GPU", help="show only this GPU (a key, name or alias, e.g. H100, 4090)")
 
 
-@dataclass(frozen=True)
+@frozen
 class GpusResult:
     gpus: tuple[Gpu, ...]
     one: bool = False  # a single GPU was asked for: show its details without --explain

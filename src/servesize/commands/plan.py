@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from servesize.flags import add_params, scenario_from_args
+from servesize.frozen import frozen
 from servesize.scenario import GROUPS
 
 EPILOG = """\
@@ -66,7 +66,7 @@ def _params(group: str):
     return params_in(group)
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanOutput:
     """What ``servesize plan`` prints: the plan, and the sweep and plot when asked for."""
 

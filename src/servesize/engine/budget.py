@@ -18,13 +18,14 @@ ignores them, and ``--explain`` shows exactly how far the two differ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from servesize.derivation import Derivation
 from servesize.engine.deployment import Deployment
 from servesize.engine.kv_cache import kv_heads_per_rank
 from servesize.engine.versions import V1_FROM
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -47,7 +48,7 @@ def budget_utilization(budget: str, gpu_memory_utilization: float | None) -> flo
     return gpu_memory_utilization
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineAssumptions:
     """Modelled terms of the budget: each default carries its evidence."""
 
@@ -103,7 +104,7 @@ class EngineAssumptions:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryBudget(Record):
     budget: str  # "engine" | "simple" | "given"
     total_bytes: int = field(metadata=json_as("total_bytes_per_gpu"))

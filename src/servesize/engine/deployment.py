@@ -9,7 +9,7 @@ later stage sees concrete values. Each rule cites where it comes from (the relea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING
 
 from servesize.engine.versions import (
@@ -22,6 +22,7 @@ from servesize.engine.versions import (
     parse_version,
 )
 from servesize.errors import BadInput, DoesNotFit, WouldNotStart
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 from servesize.model.layers import MLA, SLIDING, GatedDeltaNet
@@ -44,7 +45,7 @@ CPU_SERVER_BATCHED_TOKENS_PER_RANK = 2048
 CPU_SERVER_SEQS_PER_RANK = 128
 
 
-@dataclass(frozen=True)
+@frozen
 class BatchTier:
     """One row of the CUDA OpenAI server's batch defaults (arg_utils.py get_batch_defaults): from release
     ``since``, on at least ``min_bytes`` of CUDA-visible memory (A100s excluded where ``not_a100``, PR #17885)."""
@@ -119,7 +120,7 @@ def _cuda_total_bytes(gpus: GpuGroup) -> int:
     return g.cuda_total_bytes or g.memory_bytes
 
 
-@dataclass(frozen=True)
+@frozen
 class Deployment:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1

@@ -16,9 +16,8 @@ vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.layers import FullAttention, GatedDeltaNet, KvHeadAttention, Layer, Mamba2, Mla, WindowedAttention
 from servesize.model.quantization import DTYPE_BYTES
@@ -97,7 +96,7 @@ def indexer_bytes_per_token(arch: Architecture) -> int:
     return arch.index_head_dim + arch.index_head_dim // 128 * INDEXER_SCALE_BYTES_PER_128
 
 
-@dataclass(frozen=True)
+@frozen
 class StateShape:
     conv_elements: int
     ssm_elements: int
@@ -130,7 +129,7 @@ def ssm_dtype_bytes(arch: Architecture, override: str | None = None) -> int:
     return DTYPE_BYTES[name]
 
 
-@dataclass(frozen=True)
+@frozen
 class KvPerToken:
     """KV bytes per token for one TP rank (or the whole model with tp=1)."""
 

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
 
 from servesize.assumptions import assumption
 from servesize.engine.deployment import Deployment
 from servesize.engine.pool import LayerSpec, block_layout, resolved_lengths
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -52,7 +52,7 @@ from servesize.units import cdiv
 NIXL = "NixlConnector"  # the one connector whose rule this module holds (vLLM 0.32)
 
 
-@dataclass(frozen=True)
+@frozen
 class GroupTransfer(Record):
     """One KV-cache group's share of a pull: the blocks of each of its layers, and their bytes on one decode rank."""
 
@@ -63,7 +63,7 @@ class GroupTransfer(Record):
     bytes_per_rank: int  # every layer of the group
 
 
-@dataclass(frozen=True)
+@frozen
 class KvTransfer(Record):
     """The pull of one request: the prompt tokens loaded remotely and the blocks and bytes per KV-cache group."""
 
@@ -147,7 +147,7 @@ def _regions(kind: str) -> int:
     return 1 if kind == MLA else 4 if kind in STATE_KINDS else 2
 
 
-@dataclass(frozen=True)
+@frozen
 class TransferTime(Record):
     """How long one decode rank's pull takes: the descriptors it posts, then the bytes over its GPU's link."""
 

@@ -12,7 +12,7 @@ the minimum block count over its workers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from servesize.derivation import Derivation
@@ -23,6 +23,7 @@ from servesize.engine.pool import KvPool, auto_max_model_len, bytes_per_block, k
 from servesize.engine.quant_methods import weight_format
 from servesize.engine.weights import Placement, Weights, mla_replicated_params, weights
 from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture, WouldNotStart
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
 from servesize.model.ledger import speculator_ledger
@@ -37,7 +38,7 @@ def _gib(n_bytes: int) -> str:
 DEFAULT_ENGINE_ASSUMPTIONS = EngineAssumptions()
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryReport:
     model: str
     gpus: GpuGroup
@@ -140,7 +141,7 @@ def _extra_weights(arch: Architecture, dep: Deployment, d: Derivation, last_stag
     return extra
 
 
-@dataclass(frozen=True)
+@frozen
 class _Stage:
     weights: Weights
     extra: int

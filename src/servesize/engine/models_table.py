@@ -5,9 +5,10 @@ KV-cost-per-token reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from servesize.engine.kv_cache import kv_per_token
+from servesize.frozen import frozen
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, Architecture
 from servesize.model.catalogue import CatalogueEntry
 from servesize.model.ledger import ParamLedger, parameter_ledger
@@ -24,7 +25,7 @@ UNITS = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelRow:
     key: str
     display: str
@@ -92,7 +93,7 @@ def mla_latent_dim(arch: Architecture) -> int | None:
     return arch.kv_lora_rank + (arch.qk_rope_head_dim or 0)
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelsResult:
     rows: tuple[ModelRow, ...]
     explain: bool = False

@@ -12,7 +12,7 @@ The placement shown for a model is the smallest TP whose replica holds at least
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from servesize.engine.budget import EngineAssumptions, budget_utilization
 from servesize.engine.deployment import Deployment, check_parallelism
@@ -20,6 +20,7 @@ from servesize.engine.kv_cache import kv_per_token
 from servesize.engine.memory import DEFAULT_ENGINE_ASSUMPTIONS, memory_report
 from servesize.engine.weights import normalise_precision, weights
 from servesize.errors import ServesizeError, WouldNotStart
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import GpuGroup
@@ -32,7 +33,7 @@ DEFAULT_MIN_CONCURRENCY = 8
 DEFAULT_PRECISIONS = ("bf16", "fp8", "int4")
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     model: str
     display: str
@@ -54,7 +55,7 @@ class Placement:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass(frozen=True)
+@frozen
 class FitResult:
     gpus: GpuGroup
     context: int
@@ -91,7 +92,7 @@ def simple_concurrency(arch: Architecture, gpus: GpuGroup, tp: int, weights_tota
     return max(0, int(pool // kv)) if pool > 0 else 0
 
 
-@dataclass(frozen=True)
+@frozen
 class _Settings:
     """What every placement of one fit is evaluated at."""
 
@@ -194,7 +195,7 @@ def fit(models: list[tuple[str, str, Architecture]], gpus: GpuGroup, *, context:
 
 # -- the split of N GPUs for one deployment (plan and memory with --gpus NxGPU and no TP/DP) --------
 
-@dataclass(frozen=True)
+@frozen
 class Split(Record):
     """How N GPUs are split into replicas: TP x PP GPUs each, DP of them, and why."""
 

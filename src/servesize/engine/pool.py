@@ -22,13 +22,14 @@ vllm/platforms/interface.py ``Platform._align_hybrid_block_size``):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.engine.deployment import CPU_MLA_BLOCK, CPU_MLA_FORCED_FROM, Deployment
 from servesize.engine.kv_cache import indexer_bytes_per_token, kv_element_bytes, layer_bytes_per_token, ssm_dtype_bytes, state_shape
 from servesize.errors import BadInput, DoesNotFit, UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu
@@ -60,7 +61,7 @@ CPU_DEFAULT_BLOCK = 128  # the CPU backend: a multiple of 32, default 128 (vllm-
 V0_SWAP_SPACE_BYTES = 4 << 30
 
 
-@dataclass(frozen=True)
+@frozen
 class KvGroup(Record):
     kind: str
     layers: int  # real layers (group_size minus padding)
@@ -69,7 +70,7 @@ class KvGroup(Record):
     blocks_per_request: int = field(metadata=json_as("blocks_per_request_at_max_model_len"))  # per layer, for one request at max_model_len
 
 
-@dataclass(frozen=True)
+@frozen
 class KvPool:
     groups: tuple[KvGroup, ...]
     group_size: int
@@ -99,7 +100,7 @@ class KvPool:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class LayerSpec:
     """One layer's cache as vLLM lays it out on one rank: its kind and its bytes per token (attention) or per
     sequence (Mamba/GDN state), and its window where it has one."""
@@ -307,7 +308,7 @@ def kv_pool(arch: Architecture, dep: Deployment, available_bytes: int, gpu: Gpu 
                   log_line_note=line_notes[0] if line_notes else None)
 
 
-@dataclass(frozen=True)
+@frozen
 class _Kinds:
     """The layer specs by kind (in first-seen order), with the one KV page per token of each attention kind."""
 
@@ -350,7 +351,7 @@ def _alike_per_kind(arch: Architecture, specs: list[LayerSpec], by_kind: dict[st
     return {k: next(iter(v)) for k, v in sizes.items()}
 
 
-@dataclass(frozen=True)
+@frozen
 class _Grouping:
     groups: list[KvGroup]  # blocks_per_request not yet filled in
     group_size: int
@@ -590,7 +591,7 @@ GROUP_CHECK_FROM = (0, 17, 0)  # the check counts group block ids x bytes per bl
 OVERRIDE_CHECKED_FROM = (0, 22, 0)  # --num-gpu-blocks-override replaces the memory the check plans against
 
 
-@dataclass(frozen=True)
+@frozen
 class BlockLayout:
     """Each layer spec with its page and block size, and the bytes one block id spans over all layers."""
 
@@ -646,7 +647,7 @@ def _largest_fitting(fits, upper: int) -> int:
     return best
 
 
-@dataclass(frozen=True)
+@frozen
 class StartCheck:
     """vLLM's check that one request at max_model_len fits (check_enough_kv_cache_memory)."""
 

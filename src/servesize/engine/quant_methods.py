@@ -10,12 +10,12 @@ or a checkpoint the method cannot read (vLLM's own "does not match" refusal) is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from servesize.datafiles import table
 from servesize.engine.vocabulary import accepts, show_version, vocabulary
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture
 
 # servesize's own names: the checkpoint as stored, 16-bit, and the calculator seed's conventions.
@@ -27,7 +27,7 @@ def methods() -> dict[str, dict]:
     return table("quantization.toml")
 
 
-@dataclass(frozen=True)
+@frozen
 class WeightFormat:
     precision: str  # a key of engine.weights.PRECISIONS, or "native"
     how: str  # one line for the report
@@ -95,7 +95,7 @@ SEED_FORMAT_CHECKPOINTS = {
 SEED_FORMAT_ONLINE = {"int8": "int8_per_channel_weight_only", "nvfp4": "nvfp4_per_token"}
 
 
-@dataclass(frozen=True)
+@frozen
 class ServedWeights:
     """How a recipe serves the weights a plan sized: the --quantization value vLLM takes (None: vLLM reads the
     checkpoint's own quantization_config, or it is 16-bit), and, when the model's checkpoint cannot give those

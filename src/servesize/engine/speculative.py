@@ -21,13 +21,13 @@ dspark, custom_class) is refused, not guessed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from servesize.datafiles import table
 from servesize.engine.vocabulary import accepts, show_version
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture
 from servesize.model.layers import Layer
 
@@ -100,7 +100,7 @@ def method_of(config: Mapping[str, Any], target: Architecture) -> str:
     return "mtp" if method.endswith("_mtp") else method
 
 
-@dataclass(frozen=True)
+@frozen
 class Speculation:
     """One --speculative-config: the method, the draft tokens per step and the draft's architecture."""
 

@@ -12,10 +12,9 @@ blocks: one fp32 scale per 16,384 weights).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.model.architecture import DTYPE_BYTES, Architecture
 from servesize.model.layers import MLA
 from servesize.model.ledger import ParamLedger, parameter_ledger
@@ -63,7 +62,7 @@ def normalise_precision(name: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     """How a replica's weights spread over its GPUs (the rank that holds the most is the one sized).
 
@@ -83,7 +82,7 @@ class Placement:
     skip: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class GroupBytes:
     group: str
     params: int
@@ -93,7 +92,7 @@ class GroupBytes:
     sharded: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class Weights:
     precision: str
     tp: int

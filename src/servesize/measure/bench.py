@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.measure.client import RequestResult, StreamClient
 from servesize.measure.prompts import PromptFactory
 from servesize.simulate.bench import BenchLoad, metrics_document, result_block, stats_ms, tpot_ms
@@ -87,7 +88,7 @@ class BenchConfig:
                 "stall_timeout_s": self.stall_timeout_s, "load": self.load.to_dict()}
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchMeasured:
     """The benchmark's result block, measured: the metric keys ``vllm bench serve --save-result`` writes (not its
     ``std_*`` and peak figures; ``errors`` is a count per kind where the benchmark lists each request's)."""

@@ -42,6 +42,7 @@ import ray
 
 from servesize import __version__
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.measure.client import RequestResult, StreamClient
 
 CLOCK_SAMPLES = 5  # clock round trips per worker before each rung; the shortest decides the offset
@@ -57,7 +58,7 @@ SHARE_GRACE_S = 60.0
 CLOCK_TIMEOUT_S = 30.0  # one clock round trip: a worker that cannot answer it in this long takes no share
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkerFault:
     """A worker that exits (``os._exit``, as a crash or the OOM killer ends a process) once it has completed
     ``after`` requests of rung ``rung`` (0-based index): the tests' way of killing one worker mid-rung."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from servesize.errors import clip
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 
 QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
@@ -177,7 +178,7 @@ def snapshot_from_text(text: str, t_ns: int | None = None) -> MetricsSnapshot:
     return snap
 
 
-@dataclass(frozen=True)
+@frozen
 class MetricsDelta(Record):
     """Counter increases between two snapshots (None where either side lacks the series)."""
 

@@ -17,11 +17,11 @@ recorded from each response's usage).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import aiohttp
 
 from servesize.errors import ServesizeError
+from servesize.frozen import frozen
 
 # How long one /tokenize call may take before servesize stops asking it and calibrates from usage.prompt_tokens:
 # vLLM tokenizes a prompt of 100k tokens in well under a second, so 10 s is a server that will not answer, and a
@@ -59,7 +59,7 @@ def filler_words(seed: int, n: int) -> list[str]:
     return [WORDS[rng.randrange(len(WORDS))] for _ in range(n)]
 
 
-@dataclass(frozen=True)
+@frozen
 class Prompt:
     id: str
     text: str

@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import DEFAULT_SEED
 from servesize.measure.client import RequestResult, StreamClient, _quantile, collect_between
 from servesize.measure.metrics import GaugeSampler, MetricsDelta, MetricsScraper, delta
@@ -66,14 +67,14 @@ LADDER_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
 CHECK_SEQ = 1 << 20  # the TTFT checks' prompts take the factory's sequence numbers from here (id_words keeps 24 bits)
 
 
-@dataclass(frozen=True)
+@frozen
 class ClassParams:
     median_tokens: float
     sigma: float
     prefix_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionParams:
     """The simulated workload, over plain parameters (``from_workload`` adapts a servesize Workload)."""
 

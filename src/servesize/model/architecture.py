@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeVar
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.limits import MAX_CONFIG_BYTES, parse_json, read_input
 from servesize.model.families import SUPPORTED_MODEL_TYPES, config_int, family_of, read_common
 from servesize.model.layers import (
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@frozen
 class Architecture:
     name: str
     model_type: str

@@ -7,16 +7,16 @@ numpy) and cached, so a command can walk the whole catalogue in well under a sec
 
 from __future__ import annotations
 
-import difflib
 import json
 import pathlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property, lru_cache
 from typing import Any
 
 from servesize.datafiles import table
 from servesize.errors import BadInput, ServesizeError
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.limits import check_depth, check_may_read
 from servesize.model.architecture import Architecture, from_config, load_config_file
@@ -54,7 +54,7 @@ def is_precise(text: str | None, tolerance: float = 0.01) -> bool:
     return text is not None and count_granularity(text) <= tolerance
 
 
-@dataclass(frozen=True)
+@frozen
 class CatalogueEntry:
     key: str
     hf_id: str
@@ -202,7 +202,7 @@ def find_entry(name: str) -> CatalogueEntry | None:
 # MODEL resolution
 
 
-@dataclass(frozen=True)
+@frozen
 class ResolvedModel(Record):
     architecture: Architecture = field(metadata=json_as(None))  # written as its name
     entry: CatalogueEntry | None = field(metadata=json_as(None))  # written as its key
@@ -219,7 +219,7 @@ class ResolvedModel(Record):
         return self.entry.key if self.entry else None
 
 
-@dataclass(frozen=True)
+@frozen
 class InlineConfig:
     """A config.json given as data (an upload, a test), not as a path: parsed, never stored or run.
 
@@ -320,6 +320,8 @@ def _hf_download(repo_id: str) -> str:
 
 def _unknown_message(spec: str) -> str:
     names = list(load_catalogue())
+    import difflib  # only to suggest a name after a miss
+
     close = difflib.get_close_matches(spec.lower(), names, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     shown = spec if len(spec) <= 80 else spec[:77] + "..."

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import partial
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.limits import MAX_CONFIG_INT, MAX_LAYERS
 from servesize.model.layers import ChunkedLocal, FullAttention, GatedDeltaNet, Layer, Mamba2, Mla, Moe, SlidingWindow
 from servesize.model.quantization import DTYPE_BYTES
@@ -56,7 +57,7 @@ def required_int(cfg: Mapping, key: str, model_type: str, lo: int = 0, hi: int =
     return int(config_int(cfg, key, model_type, lo=lo, hi=hi))
 
 
-@dataclass(frozen=True)
+@frozen
 class CommonFields:
     """One family's text config, with the fields every family reads the same way read once."""
 
@@ -163,7 +164,7 @@ def _implied_head_dim(hidden: int, heads: int, family: str) -> int:
 # What a family's reader returns
 
 
-@dataclass(frozen=True)
+@frozen
 class FamilyParts:
     layers: Sequence[Layer]
     moe: Moe | None = None
@@ -631,7 +632,7 @@ def _falcon_h1(c: CommonFields) -> FamilyParts:
 # The table
 
 
-@dataclass(frozen=True)
+@frozen
 class Family:
     """A model family: the name an Architecture records, its reader, and the defaults it differs in."""
 

@@ -13,11 +13,12 @@ whose figures are unverified say which in ``confidence``.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from functools import lru_cache
 
 from servesize.datafiles import table
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.units import GB, MiB, parse_bytes
 
 # dtype spellings -> the catalogue column that holds their dense rate. FP16 runs at the BF16 rate
@@ -33,7 +34,7 @@ _DTYPE_COLUMN = {
 _PREFIXES = ("nvidia", "amd", "intel", "geforce", "instinct")
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     """One device type. Memory in MiB as nvidia-smi prints it; bandwidth in GB/s; FLOP/s dense."""
 
@@ -153,7 +154,7 @@ class Gpu:
         return self.key
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuGroup:
     """``count`` GPUs of one type, as in ``4xH100``."""
 
@@ -178,8 +179,11 @@ _REQUIRED = ("key", "name", "vendor", "memory_mib", "bandwidth_gbps", "source")
 _FROM_TOML_ONLY = {"cuda_total_gib"}  # converted to cuda_total_bytes on load
 
 
+_SEPARATORS = re.compile(r"[\s\-_]+")
+
+
 def _normalise(name: str) -> str:
-    return re.sub(r"[\s\-_]+", "", str(name)).lower()
+    return _SEPARATORS.sub("", str(name)).lower()
 
 
 def _without_prefixes(norm: str) -> str:
@@ -271,9 +275,14 @@ def load_kv_links() -> dict[str, dict]:
     return {**links, **load_host_links()}
 
 
-@lru_cache(maxsize=1)
 def load_gpus() -> dict[str, Gpu]:
     """The catalogue, key -> Gpu, in file order."""
+    return _catalogue()[0]
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[dict[str, Gpu], dict[str, str]]:
+    """The catalogue and its index of names (built once: it is also the check that no alias names two GPUs)."""
     gpus: dict[str, Gpu] = {}
     data = table("gpus.toml")
     links = load_host_links()
@@ -282,8 +291,7 @@ def load_gpus() -> dict[str, Gpu]:
         if gpu.key in gpus:
             raise ValueError(f"gpus.toml: duplicate key {gpu.key}")
         gpus[gpu.key] = gpu
-    _index(gpus)  # fails on an alias claimed by two GPUs
-    return gpus
+    return gpus, _index(gpus)  # _index fails on an alias claimed by two GPUs
 
 
 def _names(gpu: Gpu) -> tuple[str, ...]:
@@ -295,16 +303,16 @@ def _index(gpus: dict[str, Gpu]) -> dict[str, str]:
     index: dict[str, str] = {}
     for gpu in gpus.values():
         for name in _names(gpu):
-            for norm in {_normalise(name), _without_prefixes(_normalise(name))}:
+            plain = _normalise(name)
+            for norm in {plain, _without_prefixes(plain)}:
                 other = index.setdefault(norm, gpu.key)
                 if other != gpu.key:
                     raise ValueError(f"gpus.toml: {name!r} names both {other} and {gpu.key}")
     return index
 
 
-@lru_cache(maxsize=1)
 def _lookup() -> dict[str, str]:
-    return _index(load_gpus())
+    return _catalogue()[1]
 
 
 def find_gpu(name: str) -> Gpu:

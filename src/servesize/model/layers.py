@@ -16,8 +16,9 @@ the geometry that spec needs:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+from servesize.frozen import frozen
 
 FULL = "full_attention"
 SLIDING = "sliding_window"
@@ -29,7 +30,7 @@ ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA)
 STATE_KINDS = (GDN, MAMBA)
 
 
-@dataclass(frozen=True)
+@frozen
 class KvHeadAttention:
     """Attention that caches a K and a V vector per KV head per token (MHA/GQA)."""
 
@@ -40,33 +41,33 @@ class KvHeadAttention:
     is_attention: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
+@frozen
 class FullAttention(KvHeadAttention):
     kind: ClassVar[str] = FULL
 
 
-@dataclass(frozen=True)
+@frozen
 class WindowedAttention(KvHeadAttention):
     """K/V attention over at most ``window`` tokens: the rest of the context is not read."""
 
     window: int  # tokens
 
 
-@dataclass(frozen=True)
+@frozen
 class SlidingWindow(WindowedAttention):
     """Each token attends to the ``window`` tokens before it."""
 
     kind: ClassVar[str] = SLIDING
 
 
-@dataclass(frozen=True)
+@frozen
 class ChunkedLocal(WindowedAttention):
     """Llama 4 local attention: each token attends within its own ``window``-token chunk."""
 
     kind: ClassVar[str] = CHUNKED
 
 
-@dataclass(frozen=True)
+@frozen
 class Mla:
     """Multi-head latent attention (DeepSeek): the cache holds one latent per token, the same on every TP rank."""
 
@@ -81,7 +82,7 @@ class Mla:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
 
-@dataclass(frozen=True)
+@frozen
 class GatedDeltaNet:
     """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5/3.6). State per sequence is constant."""
 
@@ -100,7 +101,7 @@ class GatedDeltaNet:
         return self.key_head_dim * self.num_key_heads * 2 + self.value_head_dim * self.num_value_heads
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2:
     """Mamba2 SSM mixer: conv over x/B/C and an (nheads, head_dim, d_state) state."""
 
@@ -127,7 +128,7 @@ StateLayer = GatedDeltaNet | Mamba2
 Layer = AttentionLayer | StateLayer
 
 
-@dataclass(frozen=True)
+@frozen
 class Moe:
     """Which feed-forward layers route to experts, and the experts' widths."""
 

@@ -30,11 +30,12 @@ and DeepSeek-V3.2-Exp's inference/model.py (Indexer: wq_b, wk, k_norm, weights_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from servesize.derivation import Derivation
 from servesize.errors import UnsupportedArchitecture
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.model.architecture import Architecture, per_architecture
 from servesize.model.families import REQUIRED, config_int
@@ -62,7 +63,7 @@ _QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "glm4_moe", "qwen2_5_vl"}
 _PER_HEAD_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3", "exaone4"}
 
 
-@dataclass(frozen=True)
+@frozen
 class ParamLedger(Record):
     name: str
     groups: dict[str, int]

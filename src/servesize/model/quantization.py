@@ -8,16 +8,17 @@ Fail closed: a method, bit width or algorithm without a reader here raises
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from servesize.errors import BadInput, UnsupportedArchitecture
+from servesize.frozen import frozen
 
 # config.json torch_dtype / dtype -> bytes per element
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4, "fp32": 4, "fp16": 2, "bf16": 2}
 
 
-@dataclass(frozen=True)
+@frozen
 class Quantization:
     """What the checkpoint itself says about its weights (``quantization_config``)."""
 

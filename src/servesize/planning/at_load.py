@@ -10,9 +10,9 @@ per-user decode and the bill at that load, from the plan's own moments, decode s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from servesize.frozen import frozen
 from servesize.planning.inputs import sub_ratio_of, ttft_queue_budget_s
 
 if TYPE_CHECKING:  # the rest loads with the first plan: ``Load`` is a query type every face may build
@@ -31,7 +31,7 @@ BURST_FLUSH = "flush"  # the burst of every warm user (p5) of one replica group 
 MAX_DECODERS = 4096    # the decoders a load is read at stop here (a bank of 400 fills x this many contexts)
 
 
-@dataclass(frozen=True)
+@frozen
 class Load:
     """A load to price the plan at: None = as ``servesize plan`` (the binding ceiling, one miss at a time)."""
 
@@ -42,7 +42,7 @@ class Load:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass(frozen=True)
+@frozen
 class AtLoad:
     """The plan evaluated at a load: the binding ceiling unless ``users`` is given."""
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.model.hardware import load_host_links
 from servesize.planning.decode import (
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
 CEILINGS = ("cache", "decode", "latency", "saturation")
 
 
-@dataclass(frozen=True)
+@frozen
 class FloorOutOfReach(Record):
     """The hard floor no batch meets: one user alone decodes slower. The plan then sizes the batch at
     ``fraction`` x the best speed (decode.unreachable_floor_fraction) and says so."""
@@ -103,7 +104,7 @@ class FloorOutOfReach(Record):
                 f"{self.fraction:.0%} of that (decode.unreachable_floor_fraction)")
 
 
-@dataclass(frozen=True)
+@frozen
 class Ceilings:
     warm: WarmCapacity
     decode: DecodeCeiling
@@ -743,7 +744,7 @@ def decode_at_floor(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Kno
     return decode_of(setup, workload, knobs, out.sized_at_tok_s, cache), out
 
 
-@dataclass(frozen=True)
+@frozen
 class DecodePoint:
     """Per-user decode at n decoders per replica: the p50, and its bounds over the assumption brackets."""
 

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.planning.step_model import decode_seconds
 
@@ -158,7 +159,7 @@ def dense_weights_read_per_step(
     return float(total_weight_bytes - embedding_bytes)
 
 
-@dataclass(frozen=True)
+@frozen
 class ExpertRouting:
     """The routed experts of a MoE model, over all its MoE layers, per replica group.
 
@@ -204,7 +205,7 @@ class ExpertRouting:
         return float(out) if out.ndim == 0 else out
 
 
-@dataclass(frozen=True)
+@frozen
 class DecodeSetup:
     """What one replica group reads per decode step, and how fast it reads it.
 
@@ -463,7 +464,7 @@ def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
     return setup.spec_speedup / setup.step_seconds(step, flops)
 
 
-@dataclass(frozen=True)
+@frozen
 class DecodeSpeed(Record):
     """Per-user decode speed at n concurrent decoders, over Monte-Carlo fills."""
 
@@ -673,7 +674,7 @@ def decode_mfu(setup: DecodeSetup, ns: Iterable[int], bank: ContextBank) -> np.n
     return np.array(out)
 
 
-@dataclass(frozen=True)
+@frozen
 class DecodeCeiling(Record):
     """The largest number of concurrent decoders whose p50 per-user speed meets the floor."""
 

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from servesize.engine.kv_transfer import KvTransfer, TransferTime, pull_seconds
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.planning.inputs import Knobs, sub_ratio_of
 from servesize.planning.latency import users_for_rate
@@ -54,7 +55,7 @@ WHERE = {"cache": "decode pool", "decode": "decode pool", "latency": "prefill po
          "prefill cache": "prefill pool", "link": "KV link"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     """xPyD: the instances, their TP sizes and GPUs, the link between them and the connector. ``gpu`` is --gpus's
     type, the decode pool's; ``prefill_gpu`` the prefill pool's, the same unless --prefill-gpu names another (then
@@ -111,7 +112,7 @@ class Layout:
                                                       "source": self.link["source"], "assumed": self.link_assumed}}
 
 
-@dataclass(frozen=True)
+@frozen
 class TurnTransfer(Record):
     """One kind of turn's pull: what crosses, how long it takes, and the handover it adds to the TTFT."""
 
@@ -122,7 +123,7 @@ class TurnTransfer(Record):
     handover_s: float
 
 
-@dataclass(frozen=True)
+@frozen
 class LinkLoad(Record):
     """The link's ceiling: users at which the decode ranks' links (descriptors and bytes) or the prefill GPUs'
     (bytes) are busy all the time, and the mean pull per request it is taken from."""
@@ -166,7 +167,7 @@ def link_load(layout: Layout, turns: dict[str, TurnTransfer], shares: dict[str, 
     return LinkLoad(mean_s, mean_bytes, decode_users, prefill_users, dict(shares))
 
 
-@dataclass(frozen=True)
+@frozen
 class Aggregated:
     """The aggregated answer on the layout's GPUs: one plan of them all, or, where the pools' GPUs are of two types
     (--prefill-gpu), one plan of each type's GPUs, served apart behind one router: their users add up."""
@@ -213,7 +214,7 @@ class Aggregated:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class DisaggregatedPlan:
     """A disaggregated layout's users: its six ceilings, each pool's plan, the transfers, and the aggregated plan on
     the same GPUs beside it."""
@@ -319,7 +320,7 @@ class DisaggregatedPlan:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class DisaggregatedSizing:
     """The instances of each pool N users need, from a layout's ceilings per instance: each pool's ceilings scale
     with its instances (data-parallel replicas behind a session-sticky router; the link's with the GPUs that send

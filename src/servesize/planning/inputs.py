@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
@@ -19,6 +19,7 @@ from servesize.derivation import Derivation
 from servesize.engine.quant_methods import ServedWeights, served_weights
 from servesize.engine.speculative import mtp_draft
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED
 from servesize.model.architecture import CHUNKED, FULL, GDN, MAMBA, MLA, SLIDING, WindowedAttention
 from servesize.planning.decode import dense_weights_read_per_step, mtp_speedup
@@ -39,7 +40,7 @@ STATE_KINDS = (GDN, MAMBA)
 NOT_READ_IN_DECODE = ("vision", "mtp")  # text decode never streams the vision tower; the MTP head is the draft
 
 
-@dataclass(frozen=True)
+@frozen
 class Knobs:
     """Every modelled choice the planner takes; None = the assumption's value for ``assumptions``."""
 
@@ -88,7 +89,7 @@ KNOB_SOURCE = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Fixed:
     """What the memory report fixes for the plan: bytes, pool, topology, hardware."""
 

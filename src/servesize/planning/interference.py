@@ -31,12 +31,13 @@ is the share that misses the floor with no neighbour at all.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 
 GRID = 64           # lattice steps across the window T = R / f (the stall's resolution: T / 64)
 _FFT = 4 * GRID     # the transform's length: sums up to 4x the window stay apart before the tilt's decay
@@ -48,7 +49,7 @@ _HIT_ROWS, _HIT_COLS = _N - 1, np.clip(_N - _U, 0, GRID)
 _HIT_WEIGHT = np.where(_N >= _U, _U / _N, 0.0)
 
 
-@dataclass(frozen=True)
+@frozen
 class StallLoad:
     """Decode stalls behind prefill chunks, per replica: what the decode ceiling reads beside the batch."""
 

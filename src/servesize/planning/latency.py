@@ -27,12 +27,13 @@ Bursts:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 _DISCIPLINES = ("fcfs", "ps")
 
 
-@dataclass(frozen=True)
+@frozen
 class ServiceMoments(Record):
     """Service-time moments of the prefill server for a miss rate f."""
 
@@ -175,7 +176,7 @@ def burst_tolerance(m: ServiceMoments, rho: float, ttft_limit_s: float | None = 
     return max(0.0, sla * (1.0 - rho) / m.miss_s)
 
 
-@dataclass(frozen=True)
+@frozen
 class LatencyReport(Record):
     """TTFT, the latency and saturation ceilings in users, and burst tolerance for one group."""
 

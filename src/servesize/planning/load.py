@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.planning.decode import percentiles
 from servesize.planning.interference import StallLoad, allowed_slow_share, stall_mean_s
@@ -113,7 +114,7 @@ def binomial_quantile(n: int, p: float, q: float, k_max: int | None = None) -> i
     return limit + 1
 
 
-@dataclass(frozen=True)
+@frozen
 class DecodeLoad(Record):
     """The decode ceiling under the load model, per replica group."""
 
@@ -134,7 +135,7 @@ class DecodeLoad(Record):
     stall_binds: bool = False           # one user more meets the floor on its batch but not beside the chunks
 
 
-@dataclass(frozen=True)
+@frozen
 class StallCheck:
     """What the decode ceiling needs to price interference: the stall model and the per-fill speeds it reads."""
 
@@ -382,7 +383,7 @@ def miss_share(rate_per_s: float, m: ServiceMoments, miss_s: np.ndarray, hit_s: 
     return _share(rate_per_s, m, _Tail(miss_s, budget_s), _Tail(hit_s, budget_s))
 
 
-@dataclass(frozen=True)
+@frozen
 class TtftLoad(Record):
     """The latency ceiling as a share of turns that miss the TTFT budget."""
 

@@ -16,10 +16,10 @@ text can never describe one rule beside a number from the other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 
 if TYPE_CHECKING:
     from servesize.planning.inputs import Knobs
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Ceilings = Any  # planning.ceilings.Ceilings, which imports this module: the texts read its fields only
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadModel:
     name: str                  # the value of the assumption load.model
     title: str                 # a short name for people

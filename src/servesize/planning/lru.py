@@ -20,14 +20,15 @@ Sessions of one request (``session_turns = 1``) never return: no bound.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 
 
-@dataclass(frozen=True)
+@frozen
 class ChurnBound(Record):
     """The users per replica at which the pool's characteristic time falls to the pause's percentile."""
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
+from servesize.frozen import frozen
 from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of, ttft_queue_budget_s
 from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 # which percentile each ceiling plans at (planning.ceilings): the verdict names it so the headline reads alone
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     """One deployment's plan: warm users, the four ceilings and which binds, the recipe, the bill,
     the assumption table and (unless skipped) the sensitivity panel."""
@@ -455,7 +456,7 @@ def make_plan(fixed: Fixed, dep: Deployment, workload: Workload, knobs: Knobs, *
                 origin=origin, memory=memory, derivation=d, vs_seed=vs_seed)
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepCase:
     """One row of a sweep: the parameter's value, how it reads, and the inputs it gives."""
 

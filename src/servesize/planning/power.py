@@ -20,15 +20,16 @@ tariff is the EU average in euros); every cost the bill prints carries it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 
 
-@dataclass(frozen=True)
+@frozen
 class PowerStates(Record):
     """Watts one GPU draws in each state, plus the host's share per GPU (flat)."""
 
@@ -86,7 +87,7 @@ def duty_cycles(
     return d_p, d_d
 
 
-@dataclass(frozen=True)
+@frozen
 class PowerBill(Record):
     """Average draw and what it costs, for the whole deployment (all replica groups)."""
 

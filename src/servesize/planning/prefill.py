@@ -23,7 +23,7 @@ E[S|miss] needs E[L^2], not E[L]^2, because the tail of a log-normal dominates t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,7 @@ import numpy as np
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.planning.decode import ContextSampler, tp_efficiency
 from servesize.planning.step_model import prefill_seconds
@@ -54,7 +55,7 @@ def prefill_flops(tokens: ArrayLike, prior: ArrayLike, gemm_params: float, atten
     return float(out) if out.ndim == 0 else out
 
 
-@dataclass(frozen=True)
+@frozen
 class PrefillSetup:
     """How much compute one prefill pass costs, and how fast one replica group does it.
 
@@ -112,7 +113,7 @@ class PrefillSetup:
         return self.seconds(warm_turn_tokens, contexts)
 
 
-@dataclass(frozen=True)
+@frozen
 class PrefillCosts(Record):
     """Service times of a cache miss and a warm hit over the workload's context lengths."""
 

@@ -32,10 +32,10 @@ tests/fixtures/measured, and docs/accuracy.md reports them on the runs held out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
     import numpy as np
@@ -47,7 +47,7 @@ MIXED_RULES = ("one_weight_read", "sum")
 WEIGHT_FORMATS = ("bf16", "fp8_tensor", "fp8_block", "int8", "int4", "fp4")
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelEfficiency:
     """How far a deployment's kernels are from the bf16 NVIDIA ones the base efficiencies describe: factors on the
     decode bandwidth (by weight format and vendor), on the routed experts' read (MoE), and on prefill's MFU."""
@@ -70,7 +70,7 @@ class KernelEfficiency:
                    prefill=amd * fp8 * (float(a("step.moe_prefill_efficiency")) if moe else 1.0))
 
 
-@dataclass(frozen=True)
+@frozen
 class StepTerms:
     """The fixed costs of a step and of a request (seconds), and how a mixed step is priced."""
 

@@ -46,13 +46,14 @@ parallel is ``replicas`` independent engines, ``pool_tokens`` being one replica'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
 from servesize.planning.decode import percentile50, percentiles
@@ -73,7 +74,7 @@ PERCENTILES = (5, 50, 95)
 _COUNTS = ("sessions", "users", "gpu_resident", "cpu_offloaded")
 
 
-@dataclass(frozen=True)
+@frozen
 class HostLink:
     """What an offloaded session is restored over: the link's name, its one-way signalling rate per GPU
     (B/s), the fraction of it a pinned copy reaches, how many GPUs restore their share at once (the TP
@@ -90,7 +91,7 @@ class HostLink:
         return self.signal_bytes_per_s * self.efficiency * self.links
 
 
-@dataclass(frozen=True)
+@frozen
 class Percentiles(Record):
     p5: float
     p50: float
@@ -109,7 +110,7 @@ class Percentiles(Record):
         return f"{self.p5:,.0f} / {self.p50:,.0f} / {self.p95:,.0f}"
 
 
-@dataclass(frozen=True)
+@frozen
 class WarmCapacity(Record):
     """Warm sessions p5/p50/p95, for the whole deployment and for one replica."""
 

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 from servesize.engine.deployment import Deployment, derived_max_model_len
 from servesize.errors import BadInput
+from servesize.fleet_query import FleetQuery
 from servesize.model.catalogue import InlineConfig
 from servesize.planning.inputs import Knobs
 from servesize.resolve.knobs import check_speculation, knobs_of, planned_deployment
 from servesize.resolve.model import display_name, gpus_of, hf_id_of, model_of
 from servesize.resolve.workload import resolved_workload
-from servesize.scenario import PARAMS, FleetQuery, Scenario, WorkloadFields
+from servesize.scenario import PARAMS, Scenario, WorkloadFields
 from servesize.vllm_logs.calibration import Calibration
 from servesize.workload.catalogue import preset_names
 from servesize.workload.model import Workload

@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servesize.engine.deployment import Deployment
 from servesize.errors import BadInput, clip
+from servesize.frozen import frozen
 from servesize.model.catalogue import ResolvedModel
 from servesize.resolve.model import display_name, gpus_of, hf_id_of, model_of
 from servesize.scenario import PARAMS, Scenario
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # placement loads with the first split, a calibration's modul
     from servesize.vllm_logs.calibration import Calibration
 
 
-@dataclass(frozen=True)
+@frozen
 class Calibrated:
     """What a measurement fixes: the pool outright, or the engine figures the pool follows from."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, Deployment, derived_max_model_len
+from servesize.frozen import frozen
 from servesize.model.catalogue import ResolvedModel
 from servesize.model.hardware import GpuGroup
 from servesize.planning.inputs import Knobs
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the placement module loads with the first split: memory and
     from servesize.planning.inputs import Fixed
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanInputs:
     """A Scenario resolved for the planner."""
 

@@ -18,6 +18,7 @@ from servesize.engine.vocabulary import (
     vocabulary,
 )
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import parse_json
 from servesize.scenario import PARAMS, Param, Scenario, params_in
 from servesize.units import GiB
@@ -26,7 +27,7 @@ from servesize.units import GiB
 SERVESIZE_ONLY = ("vllm_serve", "vllm_version", "budget", "num_speculative_tokens", "cpu_avx512_bf16", "cpu_amx")
 
 
-@dataclass(frozen=True)
+@frozen
 class ServeLine:
     """What a `vllm serve ...` line says, in Scenario terms."""
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from servesize.errors import BadInput
+from servesize.fleet_query import FleetQuery
 from servesize.planning.inputs import Knobs
-from servesize.scenario import PARAMS, FleetQuery, Scenario, WorkloadFields, params_in
+from servesize.scenario import PARAMS, Scenario, WorkloadFields, params_in
 from servesize.workload.catalogue import preset_names
 from servesize.workload.files import read_workload_data
 from servesize.workload.model import SessionClass, Workload

@@ -24,11 +24,12 @@ their mean, median and p99, and the throughputs over the benchmark's duration (f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.simulate.engine import EngineRun
 from servesize.simulate.replay import Replay
 
@@ -37,7 +38,7 @@ MAX_PROMPT_TOKENS = 10_000_000
 PERCENTILES = (50.0, 99.0)  # the benchmark's default --metric-percentiles is 99; the median is printed too
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchLoad:
     """The load of one ``vllm bench serve --dataset-name random`` run, in its flags' names."""
 
@@ -170,7 +171,7 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return a + (b - a) * (pos - lo)
 
 
-@dataclass(frozen=True)
+@frozen
 class BenchResult:
     """The benchmark's result block, predicted: the keys ``vllm bench serve --save-result`` writes."""
 

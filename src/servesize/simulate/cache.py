@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import MAX_REPLAY_BLOCKS
 from servesize.progress import Counted as Progress
 from servesize.simulate.replay import Replay, warm_turns
@@ -51,7 +52,7 @@ MAX_POOL_BLOCKS = 1 << 31
 
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheConfig:
     """The engine's pool: ``num_blocks`` as vLLM counts them (its num_gpu_blocks, the null block included)."""
 

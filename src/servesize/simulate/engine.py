@@ -72,6 +72,7 @@ import numpy as np
 
 from servesize.assumptions import assumption
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
 from servesize.planning.interference import BASELINE_SLACK
@@ -95,7 +96,7 @@ DEFAULT_WARMUP = 0.5              # requests arriving in the first half of the s
 # the engine's settings and its step times
 # ----------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class EngineConfig:
     """One replica's scheduler and pool: ``num_blocks`` as vLLM counts them (the null block included)."""
 
@@ -873,7 +874,7 @@ def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float =
 # (sampling noise), the plan's allowance too
 
 
-@dataclass(frozen=True)
+@frozen
 class Comfort(Record):
     """DESIGN.md's "served comfortably", as the engine sees it: at most 5% of turns (the p95) miss the TTFT
     budget, at most 5% of requests decode below the floor, and at least 95% of returning turns are warm.

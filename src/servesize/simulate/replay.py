@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, MAX_REPLAY_USERS, shown_number
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
 
@@ -65,7 +66,7 @@ def warm_depth(ideal_blocks: int) -> int:
     return math.ceil(WARM_HIT_SHARE * ideal_blocks) - 1
 
 
-@dataclass(frozen=True)
+@frozen
 class ReplayOptions:
     requests: str = "main"
     align: str | None = None            # None: 'trace' for a trace with one clock and no sessions, else 't0'

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.progress import Progress
 from servesize.simulate.cache import CacheConfig, ExactResult, RecordedService, ServiceTimes, replay_exact
@@ -32,7 +33,7 @@ BOUND_SIZES = 4  # pool sizes at which FIFO and Belady are replayed beside LRU (
 
 
 
-@dataclass(frozen=True)
+@frozen
 class PoolSpec(Record):
     """The engine's KV pool: ``num_blocks`` as vLLM counts them (its num_gpu_blocks, the null block included)."""
 
@@ -54,7 +55,7 @@ class PoolSpec(Record):
     JSON_EXTRA = ("tokens", "usable_tokens")
 
 
-@dataclass(frozen=True)
+@frozen
 class SimulateOptions:
     replay: ReplayOptions = field(default_factory=ReplayOptions)
     target: float = DEFAULT_TARGET

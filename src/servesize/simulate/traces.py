@@ -45,6 +45,7 @@ import numpy as np
 
 import servesize.workload.formats as formats
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
 from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_SIZE
@@ -105,7 +106,7 @@ class ReadReport(Record):
         return "; ".join(parts)
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionInfo:
     """One session of a trace (a Claude Code conversation, a subagent, a measured user session)."""
 

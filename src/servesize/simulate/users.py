@@ -21,11 +21,12 @@ beside it: the Workload has no field for them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.progress import Progress
 from servesize.simulate.curve import lru_curve
@@ -42,7 +43,7 @@ COLD_SHARE = 0.5            # a request an unbounded cache serves less than half
 
 
 
-@dataclass(frozen=True)
+@frozen
 class UsersPoint(Record):
     users: int
     hit_rate: float
@@ -50,7 +51,7 @@ class UsersPoint(Record):
     sessions: int
 
 
-@dataclass(frozen=True)
+@frozen
 class UsersAtTarget:
     """The largest N whose replay keeps the token hit rate at the pool >= target (0: not even one user)."""
 
@@ -145,7 +146,7 @@ def shared_prefix_blocks(replay: Replay) -> int:
     return depth
 
 
-@dataclass(frozen=True)
+@frozen
 class TraceWorkload(Record):
     """A Workload fitted from a replay, with the figures the Workload has no field for."""
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.planning.load import think_time_of
 from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentiles
 from servesize.workload.draws import RandomBank
@@ -49,7 +49,7 @@ def cap_for(target: float, fills: int) -> float:
     return float(math.ceil(target / t))
 
 
-@dataclass(frozen=True)
+@frozen
 class WarmAtBudgets:
     """Warm users of each team, p5 / p50 / p95 over fills, in each of ``budgets`` (one engine's pool each)."""
 

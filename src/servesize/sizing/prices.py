@@ -10,11 +10,11 @@ user's own (``--gpu-hour-price GPU=PRICE``), in the fleet's currency.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 from servesize.datafiles import table
 from servesize.errors import BadInput, clip
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.model.hardware import find_gpu, load_gpus
 
@@ -22,7 +22,7 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _MAX_PRICE = 10_000.0  # per GPU-hour: past any rental or amortised price, a typo
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuPrice(Record):
     """What one GPU costs per hour, in ``currency``, and where the figure comes from."""
 

@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from servesize.workload.teams import Team
 
 
-@dataclass(frozen=True)
+@frozen
 class FleetOption:
     """One fleet: ``tp x dp`` GPUs of one type serving one model at one precision and KV dtype."""
 
@@ -59,7 +60,7 @@ class FleetOption:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class TeamSplit(Record):
     """One team on replicas of its own: its fleet, or why none serves it."""
 
@@ -69,7 +70,7 @@ class TeamSplit(Record):
     reason: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Partition(Record):
     """Each team on its own replicas: its cheapest fleet alone, and the split of the shared winner's shape."""
 
@@ -170,7 +171,7 @@ def _evicted(pool: Any) -> str:
             "touched meanwhile count against it")
 
 
-@dataclass(frozen=True)
+@frozen
 class FleetResult:
     """The answer of a fleet search."""
 

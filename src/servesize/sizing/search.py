@@ -26,7 +26,7 @@ best case needs more than --max-gpus, and (random routing) whose one replica can
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ import numpy as np
 from servesize.engine.deployment import Deployment, check_parallelism
 from servesize.engine.memory import memory_report
 from servesize.errors import BadInput, ServesizeError
+from servesize.frozen import frozen
 from servesize.model.architecture import Architecture
 from servesize.model.hardware import Gpu, GpuGroup
 from servesize.planning.ceilings import CeilingCache
@@ -51,7 +52,7 @@ from servesize.workload.teams import TeamMix
 MAX_GPUS = 4096
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelChoice:
     """One model the fleet may serve, resolved: the deployment its plans size and the teams' stream on it."""
 
@@ -63,7 +64,7 @@ class ModelChoice:
     knobs: Knobs
 
 
-@dataclass(frozen=True)
+@frozen
 class FleetSpace:
     """What the search ranges over and how a fleet is priced."""
 
@@ -90,7 +91,7 @@ class FleetSpace:
             raise BadInput("every model of one search serves the same teams")
 
 
-@dataclass(frozen=True)
+@frozen
 class Shape:
     """One replica shape that fits, with what its memory report fixes (at DP 1)."""
 
@@ -113,7 +114,7 @@ class Shape:
                 replace(self.deployment, data_parallel_size=dp))
 
 
-@dataclass(frozen=True)
+@frozen
 class Sized:
     """A shape's replica-group ceilings for one stream, and the fewest replicas that serve every team."""
 

@@ -36,12 +36,13 @@ One team is exactly the plan (planning.ceilings): the same fill, decode bisectio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.planning.ceilings import (
     CEILINGS,
@@ -102,7 +103,7 @@ def decoders_meeting(setup: DecodeSetup, bank: ContextBank, floor: float, cap: i
 
 # -- latency --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class MixedQueue:
     """The prefill server of one replica group fed by every team at its full size (scale 1)."""
 
@@ -179,7 +180,7 @@ def mixed_queue(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache) -
 
 # -- the ceilings of one replica group ------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class ReplicaCeilings:
     """Per team, the users one replica group keeps by each ceiling at the teams' mix (the plan's ceilings of
     one replica), and whether a figure is only a lower bound (a search stops counting past what it needs)."""
@@ -336,7 +337,7 @@ def replica_ceilings_from(mix: TeamMix, knobs: Knobs, queue: MixedQueue, warm_p5
 
 # -- a deployment's teams panel -------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class TeamOnPool(Record):
     """One team on a shared deployment."""
 
@@ -357,7 +358,7 @@ class TeamOnPool(Record):
         return all(v >= self.users for v in self.ceilings.values())
 
 
-@dataclass(frozen=True)
+@frozen
 class SharedPool(Record):
     """Every team on one deployment (tp x dp GPUs): who stays warm, each team's ceilings and TTFT."""
 
@@ -451,7 +452,7 @@ def _one_replica(fixed: Fixed) -> Fixed:
 
 # -- sharing one replica shape or splitting it ------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class ShapeSplit(Record):
     """On one replica shape: the replicas the teams need sharing them, and each team's on replicas of its own."""
 
@@ -506,7 +507,7 @@ def split_on_shape(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCache
     return ShapeSplit(_replicas_on(one, mix, knobs, cache), alone)
 
 
-@dataclass(frozen=True)
+@frozen
 class TeamsPanel:
     """The explorer's teams panel for one deployment: every team on its replicas, and sharing against splitting."""
 

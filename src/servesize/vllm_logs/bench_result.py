@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 
 # the text block's labels -> the keys --save-result writes
 TEXT_KEYS = {
@@ -42,7 +42,7 @@ _LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ()/.-]*?):\s+([0-9][0-9,]*\.?[0-9]*
 MAX_RESULT_NUMBER = 1e15
 
 
-@dataclass(frozen=True)
+@frozen
 class MeasuredBench:
     """One benchmark's load and its measured means."""
 

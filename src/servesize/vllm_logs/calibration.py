@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any, Generic, TypeVar
 
 from servesize.derivation import Derivation
 from servesize.engine.pool import USABLE_KV_TOKENS, state_blocks_per_request
 from servesize.engine.speculative import MAX_DRAFT_TOKENS
 from servesize.errors import BadInput, clip
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_LAYERS, MAX_LOG_NUMBER
 from servesize.units import GiB, cdiv
@@ -30,7 +31,7 @@ from servesize.vllm_logs.parse import LogFacts, era_of
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class LogHint:
     """One thing ``calibrate`` may be told that a log does not print: its keyword, its flag, its words."""
 
@@ -71,7 +72,7 @@ LOG_HINTS = (
 GIB_HALF_STEP = 0.005  # the log rounds GiB to two decimals
 
 
-@dataclass(frozen=True)
+@frozen
 class Calibration:
     """What a real start-up log says, in the terms servesize's memory/plan use."""
 
@@ -234,7 +235,7 @@ def _mamba_blocks_per_request(mode: str | None, spec_tokens: int = 0) -> list[in
     return [state_blocks_per_request(m, spec_tokens) for m in modes]
 
 
-@dataclass(frozen=True)
+@frozen
 class _Derived(Generic[_T]):
     """What one step derived: the value, how it was derived, and what the step noticed on the way."""
 
@@ -243,7 +244,7 @@ class _Derived(Generic[_T]):
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class _PoolLines:
     """What the start-up's lines (and the caller) say about the KV pool, in vllm-kv-sizing.md's letters (§4, §6)."""
 
@@ -742,7 +743,7 @@ def _possible(cal: Calibration) -> Calibration:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     name: str
     predicted: float
@@ -757,7 +758,7 @@ class Check:
                 "error_pct": self.error_pct, "unit": self.unit}
 
 
-@dataclass(frozen=True)
+@frozen
 class CalibrationCheck(Record):
     source: str
     checks: tuple[Check, ...]

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from servesize.engine.versions import log_era, parse_version
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_LOG_LINE_CHARS, MAX_LOG_NUMBER
 
@@ -98,7 +98,7 @@ def _not_negative(value: float, what: str) -> float:
     return value
 
 
-@dataclass(frozen=True)
+@frozen
 class Fact(Record):
     """One value read from one line of a log."""
 
@@ -345,7 +345,7 @@ def _scan_line(line: str, line_no: int) -> list[Fact]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class LogFacts:
     """What one start-up in a log states, each value with the line it came from."""
 

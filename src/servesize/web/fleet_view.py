@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import servesize.api as api
-from servesize.scenario import FleetQuery, Scenario
+from servesize.fleet_query import FleetQuery
+from servesize.scenario import Scenario
 from servesize.web.requests import Load
 from servesize.web.views import finite, series_words, share
 

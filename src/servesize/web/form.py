@@ -18,7 +18,8 @@ from typing import Any
 from servesize.api import BURST_FLUSH, MODELLED_KV_CACHE_DTYPES, PRECISIONS
 from servesize.assumptions import assumption, modelled_assumptions
 from servesize.errors import BadInput, clip
-from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, GROUPS, PARAMS, FitQuery, FleetQuery, Param, Scenario, Slider
+from servesize.fleet_query import FLEET_PARAMS, FleetQuery
+from servesize.scenario import FIT_PARAMS, GROUPS, PARAMS, FitQuery, Param, Scenario, Slider
 from servesize.web.server import MAX_BODY_BYTES
 
 # -- the page's own fields ----------------------------------------------------------------------

@@ -17,14 +17,15 @@ Every refusal is ``RequestError(message, field)``; a library refusal carries the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from servesize.api import Load, Workload, preset_names
 from servesize.errors import BadInput, DoesNotFit, ServesizeError
+from servesize.fleet_query import FLEET_PARAMS, FleetQuery
+from servesize.frozen import frozen
 from servesize.model.catalogue import find_entry
 from servesize.model.hardware import parse_gpus
-from servesize.scenario import FIT_PARAMS, FLEET_PARAMS, PARAMS, FitQuery, FleetQuery, Scenario
+from servesize.scenario import FIT_PARAMS, PARAMS, FitQuery, Scenario
 from servesize.vllm_logs.calibration import LOG_HINTS, Calibration
 from servesize.web.form import BURST_FLUSH, FLEET_LIMITS, MAX_GPUS, VIEW_PARAMS, WEB_LIMITS
 
@@ -58,7 +59,7 @@ UPLOAD_FIELDS = ("model", "workload", "calibration")
 CONTROL_FIELDS = ("draft",)
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanRequest:
     scenario: Scenario
     load: Load

@@ -58,3 +58,21 @@ def preset_names() -> tuple[str, ...]:
 def reference_value(field: str) -> Any:
     """The default preset's (the seed's reference workload's) value of one field."""
     return preset_table()[DEFAULT_PRESET][field]["value"]
+
+
+# --- the seed's reference workload: the coding-agent preset of data/workloads.toml, where each value
+# --- carries its source (working-set-model.md 2.6; seed 000, "One measurement is not a capacity plan")
+SEED_USER_MEDIAN_TOKENS = int(reference_value("user_median_tokens"))
+SEED_USER_SIGMA = float(reference_value("user_sigma"))
+SEED_USER_PREFIX_TOKENS = int(reference_value("user_prefix_tokens"))
+SEED_SUBAGENT_MEDIAN_TOKENS = int(reference_value("subagent_median_tokens"))
+SEED_SUBAGENT_SIGMA = float(reference_value("subagent_sigma"))
+SEED_SUBAGENT_PREFIX_TOKENS = int(reference_value("subagent_prefix_tokens"))
+SEED_SUBAGENT_RATIO = float(reference_value("subagent_ratio"))
+SEED_INVALIDATION = float(reference_value("invalidation"))
+SEED_MAX_MODEL_LEN = int(reference_value("max_model_len"))
+SEED_THINK_TIME_S = float(reference_value("think_time_s"))
+SEED_OUTPUT_TOKENS = int(reference_value("output_tokens"))
+SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
+
+MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a load generator, not a user

@@ -22,8 +22,9 @@ rows of a longer one, and nothing is drawn that no fill reaches.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from servesize.frozen import frozen
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
     import numpy as np
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
 UNIFORM_STREAM = 1  # the bootstrap uniforms come from generator (seed, i, j, 1): drawn only when needed
 
 
-@dataclass(frozen=True)
+@frozen
 class RawDraw:
     """The random numbers of a block of requests (any shape), before any arithmetic."""
 

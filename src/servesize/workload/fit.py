@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
@@ -102,7 +103,7 @@ def fit_meaning(d: float, n: int, p: float) -> str:
     return text
 
 
-@dataclass(frozen=True)
+@frozen
 class LogNormalFit(Record):
     n: int
     mu: float
@@ -160,7 +161,7 @@ NEVER_IN_A_LOG = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class FieldFit:
     """One workload field: fitted from the file (``value`` set, ``how`` says from what) or left to the preset
     (``value`` None, ``how`` says why the file cannot say)."""
@@ -303,7 +304,7 @@ def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
     return FieldFit("user_prefix_tokens", None, "the file has no system-prompt sizes or hash blocks")
 
 
-@dataclass(frozen=True)
+@frozen
 class _ColdBasis:
     """Per request of the file's cold basis, whether it matched no cached prefix of its own; the basis in words;
     which of those requests open their session, where the file groups requests into sessions (else None); and

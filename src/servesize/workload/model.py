@@ -30,7 +30,22 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput, clip
-from servesize.workload.catalogue import reference_value
+from servesize.frozen import frozen
+from servesize.workload.catalogue import (  # the seed's reference workload (data/workloads.toml) and the think floor
+    MIN_THINK_TIME_S,
+    SEED_INVALIDATION,
+    SEED_MAX_MODEL_LEN,
+    SEED_OUTPUT_TOKENS,
+    SEED_SUBAGENT_MEDIAN_TOKENS,
+    SEED_SUBAGENT_PREFIX_TOKENS,
+    SEED_SUBAGENT_RATIO,
+    SEED_SUBAGENT_SIGMA,
+    SEED_THINK_TIME_S,
+    SEED_USER_MEDIAN_TOKENS,
+    SEED_USER_PREFIX_TOKENS,
+    SEED_USER_SIGMA,
+    SEED_WARM_TURN_TOKENS,
+)
 from servesize.workload.draws import RawDraw, draw_numbers
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
@@ -43,24 +58,8 @@ SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "ma
 # beside the scalar fields; think_time_median_s is derived (written for the reader; read only without think_time_s)
 FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"})
 
-# --- the seed's reference workload: the coding-agent preset of data/workloads.toml, where each value
-# --- carries its source (working-set-model.md 2.6; seed 000, "One measurement is not a capacity plan")
-SEED_USER_MEDIAN_TOKENS = int(reference_value("user_median_tokens"))
-SEED_USER_SIGMA = float(reference_value("user_sigma"))
-SEED_USER_PREFIX_TOKENS = int(reference_value("user_prefix_tokens"))
-SEED_SUBAGENT_MEDIAN_TOKENS = int(reference_value("subagent_median_tokens"))
-SEED_SUBAGENT_SIGMA = float(reference_value("subagent_sigma"))
-SEED_SUBAGENT_PREFIX_TOKENS = int(reference_value("subagent_prefix_tokens"))
-SEED_SUBAGENT_RATIO = float(reference_value("subagent_ratio"))
-SEED_INVALIDATION = float(reference_value("invalidation"))
-SEED_MAX_MODEL_LEN = int(reference_value("max_model_len"))
-SEED_THINK_TIME_S = float(reference_value("think_time_s"))
-SEED_OUTPUT_TOKENS = int(reference_value("output_tokens"))
-SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
-
 _MAX_SIGMA = 5.0
 _MAX_TOKENS = 100_000_000
-MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a load generator, not a user
 MAX_SESSION_TURNS = 10_000  # requests per session: a bound on what a file or a flag may say (and on a generated session)
 
 
@@ -114,7 +113,7 @@ def clipped_lognormal_moment(mu: float, sigma: float, lo: float, hi: float, k: i
 
 # --- request classes ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class SessionClass:
     """A log-normal request class: ln L ~ N(ln median_tokens, sigma), sharing prefix_tokens.
 
@@ -272,7 +271,7 @@ def class_from_dict(data: Any, where: str, prefix_tokens: int = 0) -> RequestCla
 
 # --- samples -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class Sample:
     """One draw of requests (any shape): what the pool fill consumes."""
 
@@ -289,7 +288,7 @@ class Sample:
 
 # --- the workload ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     """Session lengths, shared prefixes, request classes, churn and pacing.
 

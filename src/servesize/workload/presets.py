@@ -14,10 +14,11 @@ refused before that; see ``servesize.resolve``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from servesize.errors import BadInput, clip
+from servesize.frozen import frozen
 from servesize.workload.catalogue import DEFAULT_PRESET, FIELDS, preset_names, preset_table
 from servesize.workload.model import (
     FORMAT_KEY,
@@ -34,7 +35,7 @@ from servesize.workload.model import (
 UNCAPPED = 100_000_000
 
 
-@dataclass(frozen=True)
+@frozen
 class Preset:
     """One preset: every field's value and its source."""
 
@@ -122,7 +123,7 @@ ORIGIN_FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "suba
                  "warm_turn_tokens", "speculative", "think_time_sigma", "session_turns")
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkloadOrigin:
     """Which layer gave each workload field (preset, file, flag), with its source, and the notes to print."""
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import servesize.workload.formats as formats
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.limits import parse_json
 from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS, dotted, first_char, json_array, text_lines, usage
 
@@ -174,7 +175,7 @@ def _csv_column(names: list[str], column: str | None, path: str) -> int:
     return found
 
 
-@dataclass(frozen=True)
+@frozen
 class _CsvLayout:
     prompt: int
     output: int | None
@@ -298,7 +299,7 @@ def _jsonl_records(lines: Iterable[str], obs_skip: Callable[[str], None]) -> Ite
 _RecordReader = Callable[[dict, str, Observations], None]
 
 
-@dataclass(frozen=True)
+@frozen
 class _JsonFormat:
     format: str  # Observations.format
     field: str  # what is read, in words (Observations.field)

@@ -32,10 +32,10 @@ fills, decode contexts and figures are the plan's own.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput
+from servesize.frozen import frozen
 from servesize.workload.draws import RawDraw
 from servesize.workload.model import RequestClass, SessionClass, Workload
 
@@ -48,7 +48,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 _WORDS = 2**32
 
 
-@dataclass(frozen=True)
+@frozen
 class Team:
     """A named group of ``users`` with its own ``workload``; higher ``priority`` is served first in the
     prefill queue (0 for everyone = one FCFS queue)."""
@@ -99,7 +99,7 @@ class Team:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class _Class:
     """One request class of one team, as the mixed stream realises it."""
 
