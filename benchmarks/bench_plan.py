@@ -86,7 +86,12 @@ def plan_once(inputs, with_sensitivity: bool):
         report = memory_report(arch, inputs.gpus, inputs.deployment, budget=inputs.scenario.budget, name=inputs.name)
         fixed = fixed_from_memory(report, arch, inputs.pool_tokens, inputs.pool_source,
                                   seed_convention=inputs.scenario.assumptions == "seed", hf_id=inputs.hf_id)
-    return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=with_sensitivity)
+    try:  # the panel's rows are the Scenario's declarations (servesize.scenario.SENSITIVITY_ROWS), as the api passes them
+        from servesize.scenario import SENSITIVITY_ROWS
+    except ImportError:  # a checkout from before the rows were declared: its make_plan took a flag
+        return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs, with_sensitivity=with_sensitivity)
+    return make_plan(fixed, inputs.deployment, inputs.workload, inputs.knobs,
+                     sensitivity_rows=SENSITIVITY_ROWS if with_sensitivity else None)
 
 
 def median_ms(fn, repeats: int) -> tuple[float, float, float]:
