@@ -86,14 +86,16 @@ def is_html(text: bytes | str) -> bool:
     return head in (b"<", "<")
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated quantile of an already sorted list (numpy's default method)."""
-    if not sorted_values:
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile (0-1) of a list, by the plan's one percentile rule (planning.decode.percentiles: numpy's
+    linear interpolation); NaN for an empty list."""
+    if not values:
         return float("nan")
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    import numpy as np
+
+    from servesize.planning.decode import percentiles
+
+    return percentiles(np.asarray(values, dtype=float), (100.0 * q,))[0]
 
 
 def summarise(values: list[float]) -> dict | None:

@@ -15,7 +15,7 @@ Per replica group, everything TP-wide is the group's: b x tp and state x tp byte
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
@@ -582,31 +582,72 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
     return float(load.users), None if lat is None else float(max(0.0, lat))
 
 
-def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache | None = None, comfortable: bool = True) -> Ceilings:
-    cache = cache or CeilingCache()
-    dp = fixed.dp
+@frozen
+class _Parts:
+    """What every ceiling is computed from, the searches still open: ``ceilings`` finishes them, ``binding_of``
+    narrows them only as far as deciding the binding needs. The one place the plan's ceilings are put together."""
+
+    warm: WarmCapacity
+    setup: DecodeSetup
+    dec: DecodeCeiling
+    out_of_reach: FloorOutOfReach | None
+    bank: ContextBank
+    costs: PrefillCosts | None
+    m: ServiceMoments | None
+    lat: float              # the latency ceiling per group, where no search is left open (the seed's rule), else inf
+    sat: float
+    search: TtftSearch | None  # the load model's TTFT search, open (None under the seed's rule or without FLOP/s)
+    samples: tuple[np.ndarray, ...]
+    stall: StallLoad | None
+    churn: ChurnBound | None
+    missing: dict[str, str]
+
+    def values(self, decode_users: float, latency_users: float, dp: int) -> dict[str, float]:
+        """Each ceiling in users, decode and latency per replica as given (``_values``)."""
+        return _values(self.warm, decode_users, latency_users, self.sat, dp, self.churn)
+
+
+def _parts(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) -> _Parts:
     warm = warm_of(fixed, workload, knobs, cache)
     setup = decode_setup(fixed, knobs)
     dec, out_of_reach = decode_at_floor(setup, workload, knobs, cache)
-    dec_c = decode_of(setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
     missing: dict[str, str] = {}
-    costs = m = ttft = None
+    costs = m = search = None
     samples: tuple[np.ndarray, ...] = ()
     lat = sat = math.inf
     if fixed.peak_flops_per_gpu > 0:
-        costs, m, lat, sat, ttft, samples = _prefill_side(fixed, workload, knobs, cache, bank)
+        costs, m, lat_or_none, sat, search, samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
+        lat = math.inf if lat_or_none is None else lat_or_none
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
     stall = stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s)
-    load, decode_users = _decode_users(setup, dec, workload, knobs, bank, m, cache, stall)
     churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
-    values = _values(warm, decode_users, lat, sat, dp, churn)
-    binding = min((k for k in CEILINGS if k not in missing), key=lambda k: values[k])
-    return Ceilings(warm, dec, dec_c, costs, m, values["latency"], values["saturation"], setup.spec_speedup, values, binding,
-                    out_of_reach, missing, decode_load=load, ttft=ttft, every_user_decode=float(dec.n * dp),
-                    ttft_samples=samples, stall=stall, churn=churn)
+    return _Parts(warm, setup, dec, out_of_reach, bank, costs, m, lat, sat, search, samples, stall, churn, missing)
+
+
+def lowest_ceiling(values: Mapping[str, float], among: Iterable[str] = CEILINGS) -> str:
+    """The binding ceiling: the lowest of ``among`` (ceiling names; default all four), in CEILINGS' order on a
+    tie the first in ``among``'s order. The one binding rule: the plan's, ``binding_of``'s narrowing, the teams' and
+    the disaggregated layout's (its six ceilings) read it."""
+    return min(among, key=lambda k: values[k])
+
+
+def ceilings(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache | None = None, comfortable: bool = True) -> Ceilings:
+    cache = cache or CeilingCache()
+    p = _parts(fixed, workload, knobs, cache)
+    dec_c = decode_of(p.setup, workload, knobs, float(knob_value(knobs, "comfortable_floor")), cache) if comfortable else None
+    ttft, lat = None, p.lat
+    if p.search is not None:  # the load model's TTFT ceiling, its search finished
+        ttft = p.search.result()
+        lat = users_for_rate(ttft.rate_at_ceiling_per_s, think_time_of(workload), sub_ratio_of(workload))
+    load, decode_users = _decode_users(p.setup, p.dec, workload, knobs, p.bank, p.m, cache, p.stall)
+    values = p.values(decode_users, lat, fixed.dp)
+    binding = lowest_ceiling(values, [k for k in CEILINGS if k not in p.missing])
+    return Ceilings(p.warm, p.dec, dec_c, p.costs, p.m, values["latency"], values["saturation"], p.setup.spec_speedup,
+                    values, binding, p.out_of_reach, p.missing, decode_load=load, ttft=ttft,
+                    every_user_decode=float(p.dec.n * fixed.dp), ttft_samples=p.samples, stall=p.stall, churn=p.churn)
 
 
 # binding_of narrows the TTFT search in these steps, asking at each whether latency may still bind (each step
@@ -631,25 +672,22 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     if fixed.peak_flops_per_gpu <= 0 or not load_model(knobs).cycles:
         return ceilings(fixed, workload, knobs, cache, comfortable=False).binding
     dp = fixed.dp
-    warm = warm_of(fixed, workload, knobs, cache)
-    setup = decode_setup(fixed, knobs)
-    dec, _out_of_reach = decode_at_floor(setup, workload, knobs, cache)
-    bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    _costs, m, _lat, sat, search, _samples = _prefill_side(fixed, workload, knobs, cache, bank, exact=False)
+    p = _parts(fixed, workload, knobs, cache)
+    assert p.search is not None and p.m is not None  # the load model with FLOP/s leaves its TTFT search open
+    search, m = p.search, p.m
     think, r = think_time_of(workload), sub_ratio_of(workload)
-    churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
-    others = _values(warm, float(dec.n), 0.0, sat, dp, churn)  # decode as the every-user figure, until the load model's
+    others = p.values(float(p.dec.n), 0.0, dp)  # decode as the every-user figure, until the load model's
     del others["latency"]
+
     def latency_at(rate: float) -> float:
-        return _values(warm, 0.0, users_for_rate(rate, think, r), sat, dp, churn)["latency"]
+        return p.values(0.0, users_for_rate(rate, think, r), dp)["latency"]
 
     def decode_at(users: float) -> float:
-        return _values(warm, users, 0.0, sat, dp, churn)["decode"]
+        return p.values(users, 0.0, dp)["decode"]
 
     bisection = None
-    if 1 <= dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
-        bisection = decode_load_search_of(setup, dec.n, workload, knobs, bank, m.mean_s, cache=cache,
-                                          stall=stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s))
+    if 1 <= p.dec.n < DECODE_SEARCH_LIMIT:  # the load model prices decode (as _decode_users decides)
+        bisection = decode_load_search_of(p.setup, p.dec.n, workload, knobs, p.bank, m.mean_s, cache=cache, stall=p.stall)
         users = _decode_against(bisection, min(others["cache"], others["saturation"]) / dp)
         if users is None:
             del others["decode"]  # the ceiling exceeds the cache or saturation one: decode does not bind
@@ -665,7 +703,7 @@ def binding_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
             del others["decode"]  # above the latency ceiling: decode does not bind
         else:
             others["decode"] = decode_at(users)
-    return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+    return lowest_ceiling(others, [k for k in CEILINGS if k in others])
 
 
 def _latency_bracketed(search: TtftSearch, bisection: DecodeLoadSearch | None, others: dict[str, float],
@@ -676,7 +714,7 @@ def _latency_bracketed(search: TtftSearch, bisection: DecodeLoadSearch | None, o
     the ceilings' values."""
 
     def lowest_other() -> str:
-        return min((k for k in CEILINGS if k in others), key=lambda k: others[k])
+        return lowest_ceiling(others, [k for k in CEILINGS if k in others])
 
     for tol in BINDING_RATE_TOLS:
         lo_rate, hi_rate = search.rate_bounds(tol)

@@ -422,7 +422,7 @@ def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
         return tuple(float(v) for v in np.percentile(arr, list(qs)))  # numpy's own answer (or refusal)
     picks = []
     for q in qs:
-        virtual = (n - 1) * (q / 100)
+        virtual = percentile_position(n, q)
         if virtual >= n - 1:
             picks.append((virtual, -1, n - 1, n - 1))  # numpy takes the last value; its gamma counts from -1
         elif virtual < 0:
@@ -434,13 +434,37 @@ def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
     part = np.partition(arr, kth)
     if arr.dtype.kind == "f" and math.isnan(part[-1]):
         return tuple(math.nan for _ in qs)
-    out = []
-    for virtual, gamma_from, i, j in picks:
-        a, b = part[i].item(), part[j].item()
-        t = virtual - gamma_from
-        diff = b - a
-        out.append(float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t))
-    return tuple(out)
+    return tuple(_lerp(part[i].item(), part[j].item(), virtual - gamma_from) for virtual, gamma_from, i, j in picks)
+
+
+def percentile_position(n: int, q: float) -> float:
+    """Where the q-th percentile (0-100) of n sorted values lies: numpy's 'linear' virtual index (n - 1) q / 100,
+    interpolated between its two neighbours (``_lerp``). The one percentile rule: ``percentiles``,
+    ``weighted_percentile`` and the fills' rank reads (sizing/fill_pass.py, warm_capacity's split) read it."""
+    return (n - 1) * (q / 100)
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's two-sided interpolation between neighbours a <= b at fraction t (exact at both ends)."""
+    diff = b - a
+    return float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """``percentiles(np.repeat(values, weights), (q,))`` without repeating: the q-th percentile of ``values``, each
+    counted ``weights`` times (non-negative integers), by the same rule. 0.0 when the weights sum to 0."""
+    import numpy as np
+    order = np.argsort(values, kind="stable")
+    v, w = np.asarray(values)[order], np.asarray(weights)[order]
+    total = int(w.sum())
+    if total == 0:
+        return 0.0
+    position = percentile_position(total, q)
+    lo, hi = math.floor(position), math.ceil(position)
+    ends = np.cumsum(w)
+    a = float(v[np.searchsorted(ends, lo, side="right")])
+    b = float(v[np.searchsorted(ends, hi, side="right")])
+    return _lerp(a, b, position - lo)
 
 
 def percentile50(x: np.ndarray) -> float:
@@ -715,33 +739,24 @@ def decode_ceiling(
         bank = ContextBank(sample_contexts, fills, seed, setup.topk_tokens)
     elif bank.topk_tokens != setup.topk_tokens:
         raise BadInput("the context bank was drawn for another top-k / window than this decode setup")
-    evals = 0
+    seen: dict[int, float] = {}
 
     def p50(n: int) -> float:
-        nonlocal evals
-        evals += 1
-        return percentile50(_speeds(setup, bank, n))
+        if n not in seen:
+            seen[n] = percentile50(_speeds(setup, bank, n))
+        return seen[n]
 
     d = Derivation()
-    first = p50(1)
-    if first < floor:
+    lo, at_least = largest_meeting(p50, floor, max_n, first_probe=_BLOCK)
+    if lo == 0:
+        first = p50(1)
         d.step("decode_ceiling", "0", note=f"one decoder alone runs at {first:.1f} tok/s (p50), under the {floor:g} tok/s floor")
-        return DecodeCeiling(0, floor, None, first, evals, d)
-    lo, hi = 1, _BLOCK  # p50 is monotone in n, so the bracket changes the work, not the answer
-    while p50(hi) >= floor:
-        lo = hi
-        hi *= 2
-        if hi > max_n:
-            raise FloorNeverReached(
-                f"per-user decode stays above {floor:g} tok/s beyond {max_n} concurrent decoders; "
-                "the decode ceiling is not the binding constraint here (raise max_n to locate it)"
-            )
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if p50(mid) >= floor:
-            lo = mid
-        else:
-            hi = mid
+        return DecodeCeiling(0, floor, None, first, len(seen), d)
+    if at_least:
+        raise FloorNeverReached(
+            f"per-user decode stays above {floor:g} tok/s beyond {max_n} concurrent decoders; "
+            "the decode ceiling is not the binding constraint here (raise max_n to locate it)"
+        )
     at = _speed_result(setup, bank, lo)
     above = p50(lo + 1)
     d.extend(at.derivation)
@@ -751,4 +766,29 @@ def decode_ceiling(
             f"{above:.2f} at n = {lo + 1} (bisection over one bank of {bank.fills} fills, common random numbers)"
         ), n=lo,
     )
-    return DecodeCeiling(lo, floor, at, above, evals, d)
+    return DecodeCeiling(lo, floor, at, above, len(seen), d)
+
+
+def largest_meeting(p50: Callable[[int], float], floor: float, cap: int, first_probe: int = 2) -> tuple[int, bool]:
+    """The decode ceiling's search, the one every caller runs (``decode_ceiling`` here, the teams' and the fleet's
+    searches): ``(n, at_least)``, the largest n <= ``cap`` whose p50 per-user speed ``p50(n)`` meets ``floor``, and
+    whether the floor still holds at ``cap`` (n = cap is then only a lower bound); n = 0 when one decoder alone misses
+    it. p50 is monotone in n over one bank of contexts (common random numbers), so the search galloping up from
+    ``first_probe`` (the work follows the answer, not the cap) and then bisecting finds the one answer."""
+    cap = max(1, int(cap))
+    if p50(1) < floor:
+        return 0, False
+    lo, hi = 1, max(2, int(first_probe))
+    while hi < cap and p50(hi) >= floor:
+        lo, hi = hi, 2 * hi
+    if hi >= cap:
+        if p50(cap) >= floor:
+            return cap, True
+        hi = cap
+    while hi - lo > 1:  # p50(lo) >= floor > p50(hi)
+        mid = (lo + hi) // 2
+        if p50(mid) >= floor:
+            lo = mid
+        else:
+            hi = mid
+    return lo, False

@@ -36,6 +36,7 @@ from servesize.engine.kv_transfer import KvTransfer, TransferTime, pull_seconds
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
+from servesize.planning.ceilings import lowest_ceiling
 from servesize.planning.inputs import Knobs, sub_ratio_of
 from servesize.planning.latency import users_for_rate
 from servesize.planning.load import think_time_of
@@ -240,7 +241,7 @@ class DisaggregatedPlan:
     @property
     def binding(self) -> str:
         values = self.values
-        return min(CEILINGS, key=lambda k: values[k])
+        return lowest_ceiling(values, CEILINGS)
 
     @property
     def users(self) -> float:

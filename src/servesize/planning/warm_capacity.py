@@ -56,7 +56,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
-from servesize.planning.decode import percentile50, percentiles
+from servesize.planning.decode import percentile50, percentile_position, percentiles
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload
@@ -239,7 +239,7 @@ def _users_split(users: np.ndarray, users_gpu: np.ndarray) -> tuple[Percentiles,
     the fill whose user count has the percentile's rank (nearest rank, ties in fill order), so the two add up to
     that fill's warm users. A percentile of each count on its own would not add up."""
     order = np.argsort(users, kind="stable")
-    picks = [order[int(round(q / 100 * (len(users) - 1)))] for q in PERCENTILES]
+    picks = [order[int(round(percentile_position(len(users), q)))] for q in PERCENTILES]
     gpu = [float(users_gpu[i]) for i in picks]
     ram = [float(users[i] - users_gpu[i]) for i in picks]
     return Percentiles(*gpu), Percentiles(*ram)

@@ -30,6 +30,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.frozen import frozen
+from servesize.planning.decode import weighted_percentile
 from servesize.simulate.engine import EngineRun
 from servesize.simulate.replay import Replay
 
@@ -156,21 +157,6 @@ def bench_replay(load: BenchLoad, block_size: int) -> Replay:
                   sessions=n, choices={"load": load.to_dict()})
 
 
-def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """The q-th percentile of ``values`` each repeated ``weights`` times (linear interpolation, numpy's rule)."""
-    order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order]
-    total = int(w.sum())
-    if total == 0:
-        return 0.0
-    pos = (total - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    ends = np.cumsum(w)
-    a = float(v[np.searchsorted(ends, lo, side="right")])
-    b = float(v[np.searchsorted(ends, hi, side="right")])
-    return a + (b - a) * (pos - lo)
-
-
 @frozen
 class BenchResult:
     """The benchmark's result block, predicted: the keys ``vllm bench serve --save-result`` writes."""
@@ -276,6 +262,6 @@ def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
     total_out = int(out.sum()) * replicas
 
     itl = {"mean_itl_ms": float((itl_v * itl_w).sum() / itl_w.sum()) if itl_w.size else 0.0,
-           "median_itl_ms": _weighted_quantile(itl_v, itl_w, 50.0) if itl_w.size else 0.0,
-           "p99_itl_ms": _weighted_quantile(itl_v, itl_w, 99.0) if itl_w.size else 0.0}
+           "median_itl_ms": weighted_percentile(itl_v, itl_w, 50.0) if itl_w.size else 0.0,
+           "p99_itl_ms": weighted_percentile(itl_v, itl_w, 99.0) if itl_w.size else 0.0}
     return metrics_document(completed, int((~done).sum()) * replicas, duration, total_in, total_out, ttft, tpot, itl)

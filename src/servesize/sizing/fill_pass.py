@@ -25,6 +25,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.frozen import frozen
+from servesize.planning.decode import percentile_position
 from servesize.planning.load import think_time_of
 from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentiles
 from servesize.workload.draws import RandomBank
@@ -42,7 +43,7 @@ def cap_for(target: float, fills: int) -> float:
     numpy's linear p5 of F values is x_i + t (x_{i+1} - x_i), i = floor(0.05 (F - 1)), t its fraction.
     Capping at c changes it only when x_{i+1} > c, and then it is at least t x c: so c = target / t
     (t > 0), or the target itself when t = 0 (the p5 is then one order statistic)."""
-    position = PERCENTILES[0] / 100 * (fills - 1)
+    position = percentile_position(fills, PERCENTILES[0])
     t = position - math.floor(position)
     if t <= 1e-12:
         return float(math.ceil(target))
@@ -228,7 +229,7 @@ def _exactness(counted: np.ndarray, cap: np.ndarray, pct: np.ndarray) -> np.ndar
     below = np.count_nonzero(counted < cap, axis=0)  # (Q, T)
     out = np.empty(pct.shape, dtype=bool)
     for i, p in enumerate(PERCENTILES):
-        upper = math.ceil(p / 100 * (fills - 1))  # the upper order statistic (0-based)
+        upper = math.ceil(percentile_position(fills, p))  # the upper order statistic (0-based)
         out[i] = below > upper
     return out
 

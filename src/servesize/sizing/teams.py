@@ -54,9 +54,10 @@ from servesize.planning.ceilings import (
     decode_at_floor,
     decode_setup,
     load_ceilings_per_replica,
+    lowest_ceiling,
     prefill_of,
 )
-from servesize.planning.decode import ContextBank, DecodeSetup, median_speed
+from servesize.planning.decode import ContextBank, DecodeSetup, largest_meeting, median_speed
 from servesize.planning.inputs import Fixed, Knobs, knob_value, ttft_queue_budget_s
 from servesize.planning.latency import (
     ServiceMoments,
@@ -77,28 +78,9 @@ _BISECTION_STEPS = 60
 # -- decode --------------------------------------------------------------------------------
 
 def decoders_meeting(setup: DecodeSetup, bank: ContextBank, floor: float, cap: int) -> tuple[int, bool]:
-    """(n, at_least): the largest n <= ``cap`` whose p50 per-user decode meets ``floor``, and whether the floor
-    still holds at ``cap`` (then n = cap is a lower bound). n = 0 when one decoder alone misses the floor.
-
-    The same answer as ``planning.decode.decode_ceiling`` below the cap (p50 is monotone in n over one
-    bank of contexts), without its derivation: what a search over many deployments needs."""
-    cap = max(1, int(cap))
-    if median_speed(setup, bank, 1) < floor:
-        return 0, False
-    lo, hi = 1, 2  # galloping up (as decode_ceiling does), so the work follows the answer, not the cap
-    while hi < cap and median_speed(setup, bank, hi) >= floor:
-        lo, hi = hi, 2 * hi
-    if hi >= cap:
-        if median_speed(setup, bank, cap) >= floor:
-            return cap, True
-        hi = cap
-    while hi - lo > 1:  # p50(lo) >= floor > p50(hi)
-        mid = (lo + hi) // 2
-        if median_speed(setup, bank, mid) >= floor:
-            lo = mid
-        else:
-            hi = mid
-    return lo, False
+    """(n, at_least) of ``planning.decode.largest_meeting`` over this setup's p50 per-user speeds: the decode ceiling
+    without its derivation, capped, as a search over many deployments and team mixes asks it."""
+    return largest_meeting(lambda n: median_speed(setup, bank, n), floor, cap)
 
 
 # -- latency --------------------------------------------------------------------------------
@@ -219,7 +201,7 @@ class ReplicaCeilings:
         out = []
         for t in range(len(self.names)):
             values = {k: float(scaled[k][t]) for k in CEILINGS}
-            out.append(min(CEILINGS, key=values.__getitem__))
+            out.append(lowest_ceiling(values))
         return out
 
 
@@ -437,7 +419,7 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     for t, team in enumerate(mix.teams):
         ceilings = {k: float(scaled[k][t]) for k in CEILINGS}
         teams.append(TeamOnPool(team.name, team.users, team.priority, warm[t].scaled(scale_w),
-                                alone[t].scaled(scale_w), ceilings, min(CEILINGS, key=lambda k: ceilings[k]),
+                                alone[t].scaled(scale_w), ceilings, lowest_ceiling(ceilings),
                                 queue.miss_ttft_s(t, 1.0 / dp), queue.miss_ttft_s(t, 1.0 / dp, "hit")))
     routing = "single" if dp == 1 else ("sticky" if knobs.sticky_routing else "random")
     return SharedPool(one.gpu_key, one.tp, dp, one.pool_tokens, tuple(teams), dec.n, queue.rho / dp, routing,
