@@ -241,7 +241,8 @@ class CeilingCache:
     """
 
     def __init__(self) -> None:
-        # keyed by (everything the value depends on, ...): tuples of mixed fields
+        # keyed by (everything the value depends on, ...): tuples of mixed fields; a bank is in a key as itself (its
+        # identity: the key holds it alive, so a freed bank's id can never name another's values)
         self.banks: dict[tuple[int, bool], RandomBank] = {}
         self.warm: dict[tuple[Any, ...], WarmCapacity] = {}
         self.contexts: dict[tuple[Any, ...], ContextBank] = {}
@@ -252,8 +253,8 @@ class CeilingCache:
         self.ttft_tails: dict[tuple[Any, ...], tuple[_Tail, _Tail]] = {}
         self.ttft: dict[tuple[Any, ...], TtftSearch] = {}
         self.decode_load: dict[tuple[Any, ...], DecodeLoadSearch] = {}
-        self.speeds: dict[tuple[DecodeSetup, int], dict[int, float]] = {}  # (setup, id(bank)) -> k -> p50
-        self.fill_speeds: dict[tuple[DecodeSetup, int], dict[int, np.ndarray]] = {}
+        self.speeds: dict[tuple[DecodeSetup, ContextBank], dict[int, float]] = {}  # (setup, bank) -> k -> p50
+        self.fill_speeds: dict[tuple[DecodeSetup, ContextBank], dict[int, np.ndarray]] = {}
         self.stalls: dict[tuple[Any, ...], StallLoad] = {}
         self.cold: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, int]] = {}  # (lengths, cold_s, starts)
 
@@ -330,7 +331,7 @@ def decode_of(setup: DecodeSetup, workload: Workload | TeamMix, knobs: Knobs, fl
               cache: CeilingCache) -> DecodeCeiling:
     """The decode ceiling at ``floor`` (memoised on the setup, the floor and the context bank)."""
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    key = (setup, floor, id(bank))
+    key = (setup, floor, bank)
     if key not in cache.decode:
         cache.decode[key] = _decode_ceiling(setup, bank, floor)
     return cache.decode[key]
@@ -410,7 +411,7 @@ def cold_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCac
     count is their share of the cold requests (Workload.cold_shares)."""
     pset = prefill_setup(fixed, knobs)
     invalidated, started = cold_shares(workload, knobs)
-    key = (pset, id(bank), workload.warm_turn_tokens, workload.output_tokens, workload.user.prefix_tokens,
+    key = (pset, bank, workload.warm_turn_tokens, workload.output_tokens, workload.user.prefix_tokens,
            invalidated, started)
     if key not in cache.cold:
         lengths = bank.matrix(128).ravel()
@@ -440,7 +441,7 @@ def _ttft_search(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingC
     percentile (kept open in ``cache.ttft``: a later caller resumes it), and those draws."""
     pset = prefill_setup(fixed, knobs)
     warm = warm_prefill_tokens(fixed, workload, knobs)
-    key = (pset, id(bank), warm, workload.output_tokens, cold_shares(workload, knobs), workload.user.prefix_tokens)
+    key = (pset, bank, warm, workload.output_tokens, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.ttft_samples:
         lengths, cold, _starts = cold_draws(fixed, workload, knobs, cache, bank)
         cache.ttft_samples[key] = (cold, np.asarray(pset.hit_seconds(lengths, warm), dtype=float))
@@ -477,11 +478,11 @@ def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, k
     bound = k_star >= DECODE_SEARCH_LIMIT if lower_bound is None else lower_bound
     args = (k_star, workload.output_tokens, think_time_of(workload), request_s, sub_ratio_of(workload),
             float(knobs.a("load.percentile")))
-    key = (setup, id(bank), *args, bound, id(stall))
+    key = (setup, bank, *args, bound, id(stall))
     if cache is not None and key in cache.decode_load:
         return cache.decode_load[key]
-    speeds = cache.speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
-    per_fill = cache.fill_speeds.setdefault((setup, id(bank)), {}) if cache is not None else {}
+    speeds = cache.speeds.setdefault((setup, bank), {}) if cache is not None else {}
+    per_fill = cache.fill_speeds.setdefault((setup, bank), {}) if cache is not None else {}
 
     def speed_at(k: int) -> float:  # the p50 at k decoders: one setup and bank give one curve, whatever the pacing
         if k not in speeds:
@@ -514,7 +515,7 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     steps = step_model_of(fixed, knobs)
     chunk = int(fixed.chunk_tokens)
     warm = warm_prefill_tokens(fixed, workload, knobs)
-    key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, id(bank), warm, chunk,
+    key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, bank, warm, chunk,
            float(floor), workload.output_tokens, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.stalls:
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
