@@ -117,14 +117,16 @@ def test_a_budget_the_first_session_of_a_block_passes_alone_counts_no_session_of
     past several budgets at once, and those budgets were looked up before the block's own range: a wrong count where
     the lookup wrapped within the row, an IndexError ('servesize: bug') where it did not. Every count is checked here
     against counting by hand, budgets below the block's first entry included."""
-    from servesize.sizing.fill_pass import _count_at_most
+    from servesize.planning.warm_capacity import _count_at_most
 
     rng = np.random.default_rng(7)
     cum = np.cumsum(rng.uniform(1.0, 50.0, (6, 64)), axis=1) + rng.uniform(0.0, 400.0, (6, 1))
     budgets = np.sort(rng.uniform(0.0, 3_500.0, 40))
     rows, q = np.repeat(np.arange(6), 40), np.tile(np.arange(40), 6)
     by_hand = [(cum[r] <= budgets[k]).sum() for r, k in zip(rows, q)]
-    assert _count_at_most(cum, budgets, rows, q).tolist() == by_hand
+    assert _count_at_most(cum, budgets, rows, q).tolist() == by_hand  # 240 pairs: the running histogram
+    few = slice(100, 106)  # no more pairs than rows: the pairs compared directly, the same counts
+    assert _count_at_most(cum, budgets, rows[few], q[few]).tolist() == by_hand[few]
     assert min(by_hand) == 0 and (budgets < cum[:, 0].min()).any()  # the case: a budget below every entry
     assert _count_at_most(np.array([[10.0, 20.0, 30.0]]), np.array([5.0, 15.0, 25.0]), np.array([0]),
                           np.array([0])).tolist() == [0]  # it wrapped to 3

@@ -4,6 +4,8 @@ one appears, and each scan is shown to catch a planted copy (a scan that finds n
 - the percentile rule (numpy's linear virtual index, (n - 1) q / 100): planning/decode.py (``percentile_position``)
 - the binding rule (the lowest ceiling, ties in the ceilings' order): planning/ceilings.py (``lowest_ceiling``)
 - the decode ceiling's search (the largest n whose p50 speed meets a floor): planning/decode.py (``largest_meeting``)
+- the warm fill (sessions' running cost against a pool's budget): planning/warm_capacity.py (``FillPass.add``; the
+  plan's one pool and the fleet's hundreds, sizing/fill_pass.py, both count with it)
 """
 
 import ast
@@ -71,10 +73,18 @@ def speed_bisections(tree) -> list[str]:
     return found
 
 
+def running_costs(tree) -> list[str]:
+    """Every running sum of sessions' costs (np.cumsum of a cost): where a fill decides what a pool holds."""
+    return [f"{name}:{node.lineno}" for name, fn in _functions(tree) for node in ast.walk(fn)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("np.cumsum", "numpy.cumsum") and node.args
+            and "cost" in ast.unparse(node.args[0])]
+
+
 HOMES = {  # scan -> the one module and function allowed to hold the rule
     percentile_positions: ("planning/decode.py", "percentile_position"),
     binding_rules: ("planning/ceilings.py", "lowest_ceiling"),
     speed_bisections: ("planning/decode.py", "largest_meeting"),
+    running_costs: ("planning/warm_capacity.py", "add"),
 }
 
 
@@ -93,6 +103,9 @@ def p95(values, q=95):
 def binding(values):
     return min(CEILINGS, key=values.__getitem__)
 
+def fits(cost, budget):
+    return (np.cumsum(cost, axis=1) <= budget).sum(axis=1)
+
 def decoders(setup, bank, floor):
     lo, hi = 1, 64
     while hi - lo > 1:
@@ -109,4 +122,5 @@ def test_each_scan_catches_a_copy_written_elsewhere():
     tree = ast.parse(PLANTED)
     assert percentile_positions(tree) == ["p95:4"]
     assert binding_rules(tree) == ["binding:8"]
-    assert speed_bisections(tree) == ["decoders:12"]
+    assert speed_bisections(tree) == ["decoders:15"]
+    assert running_costs(tree) == ["fits:11"]

@@ -46,6 +46,7 @@ parallel is ``replicas`` independent engines, ``pool_tokens`` being one replica'
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import field
 from typing import Any
 
@@ -143,52 +144,113 @@ class WarmCapacity(Record):
 
 
 
-class _Fill:
-    """Running counts of a chunk of fills while their sessions are added column block by column block."""
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, value) of every integer in [starts[i], stops[i]) for each i, in order."""
+    n = stops - starts
+    owner = np.repeat(np.arange(n.size), n)
+    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return owner, np.repeat(starts, n) + offset
 
-    def __init__(self, rows: int):
-        self.rows = rows
-        self.total = np.zeros(rows)   # cumulative cost of the sessions added so far (token-equivalents)
-        self.taken = np.zeros(rows)   # cumulative cost of the GPU-resident sessions (additive tier)
-        self.n_gpu, self.n_res, self.warm_all, self.warm_user, self.warm_gpu, self.warm_user_gpu = (
-            np.zeros(rows, dtype=np.int64) for _ in range(6))
 
-    def add(self, rows: np.ndarray, cost: np.ndarray, is_cold: np.ndarray, is_sub: np.ndarray, gpu_budget: float,
-            ram_budget_tokens: float, inclusive: bool) -> np.ndarray:
-        """Add the next sessions (columns of ``cost``) of fills ``rows``; return which of those fills are now full.
+def _count_at_most(cum: np.ndarray, budgets: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """For each pair (rows[i], q[i]): how many entries of the non-decreasing row ``cum[rows[i]]`` are <= budgets[q[i]].
 
-        The cumulative cost is non-decreasing along a fill, so counting entries <= budget is
-        searchsorted(side='right'): the largest k whose cost fits, ties fit. A fill is full once a
-        session fits neither tier: no later session can change its counts.
-        """
+    Entry j is <= budget q exactly when q >= s_j = the number of budgets below it (the budgets are sorted), so
+    the count is the number of j with s_j <= q: one searchsorted of the block into the budgets, then a running
+    histogram per row. A budget below every entry of the block (q < first: the block's first session alone passes
+    it, as a cold session of a long context can) counts none; one above every entry counts them all. With no more
+    pairs than rows (a pool or two: the plan's fill) the pairs' entries are compared directly, the same count for
+    less work."""
+    if q.size <= cum.shape[0]:  # as few pairs as rows (one pool, or two tiers): each pair's entries compared
+        direct: np.ndarray = np.count_nonzero(cum[rows] <= budgets[q][:, None], axis=1)
+        return direct
+    first = int(np.searchsorted(budgets, cum[:, 0].min(), side="left"))  # no entry has fewer budgets below it
+    window = budgets[first:int(np.searchsorted(budgets, cum[:, -1].max(), side="left"))]
+    width = window.size + 1
+    s = np.searchsorted(window, cum, side="left")  # (A, 64), each row non-decreasing
+    hist = np.bincount((np.arange(cum.shape[0])[:, None] * width + s).ravel(), minlength=cum.shape[0] * width)
+    at_most = np.cumsum(hist.reshape(cum.shape[0], width), axis=1)
+    # a budget at or above a block's last entry counts them all (the last column); one below its first, none
+    counts: np.ndarray = np.where(q >= first, at_most[rows, np.clip(q - first, 0, width - 1)], 0)
+    return counts
+
+
+class FillPass:
+    """The warm fill's counting, the one there is: ``warm_capacity``'s pool and the fleet's hundreds of pools
+    (sizing/fill_pass.py) both count with it.
+
+    Per fill, sessions join in recency order, each with its cost; a pool of budget B holds those whose running
+    cost is at most B (ties fit). For each of ``budgets`` (sorted), ``counts[fill, q, c]`` is how many sessions of
+    class c it holds (a session in no class is held, not counted). A block of sessions resolves every budget its
+    running cost passes, so a fill's work follows its sessions, never the number of budgets. ``relative``: one
+    budget more per fill, ``rel_counts``: the running cost of the sessions the first budget holds plus
+    ``relative`` (at least the first budget): the seed's additive host-RAM tier, which holds what the GPU evicted
+    after it."""
+
+    def __init__(self, fills: int, budgets: np.ndarray, classes: int, relative: float | None = None):
+        self.budgets = budgets
+        self.total = np.zeros(fills)
+        self.running = np.zeros((fills, classes), dtype=np.int64)
+        self.resolved = np.zeros(fills, dtype=np.int64)
+        self.counts = np.zeros((fills, budgets.size, classes), dtype=np.int32)
+        self.relative = relative
+        self.taken = np.zeros(fills)  # relative: the running cost of the sessions the first budget holds, so far
+        self.rel_counts = np.zeros((fills, classes), dtype=np.int64)
+        self.rel_open = np.full(fills, relative is not None)
+
+    def add(self, rows: np.ndarray, cost: np.ndarray, members: Sequence[np.ndarray]) -> None:
+        """The next block of sessions (columns of ``cost``) of fills ``rows``, ``members[c]`` (bool, the block's
+        shape) the sessions of class c: resolve every budget their running cost passes."""
         cum = np.cumsum(cost, axis=1)
         cum += self.total[rows, None]
-        in_gpu = cum <= gpu_budget
-        if ram_budget_tokens > 0 and inclusive:
-            # host RAM holds a copy of every computed block (the most recent ones, up to its size)
-            resident = cum <= max(gpu_budget, ram_budget_tokens)
-        elif ram_budget_tokens > 0:
-            # additive: RAM holds what HBM evicted, after the cost of the GPU-resident sessions (final
-            # once a fill's GPU budget is crossed, which happens before its RAM budget is)
-            self.taken[rows] = np.maximum(self.taken[rows], np.max(np.where(in_gpu, cum, 0.0), axis=1))
-            resident = cum <= np.maximum(gpu_budget, self.taken[rows] + ram_budget_tokens)[:, None]
-        else:
-            resident = in_gpu
-        warm = ~is_cold
-        warm_res = warm & resident
-        self.n_gpu[rows] += np.count_nonzero(in_gpu, axis=1)
-        self.n_res[rows] += np.count_nonzero(resident, axis=1)
-        self.warm_all[rows] += np.count_nonzero(warm_res, axis=1)
-        self.warm_user[rows] += np.count_nonzero(warm_res & ~is_sub, axis=1)
-        self.warm_gpu[rows] += np.count_nonzero(warm & in_gpu, axis=1)
-        self.warm_user_gpu[rows] += np.count_nonzero(warm & in_gpu & ~is_sub, axis=1)
-        self.total[rows] = cum[:, -1]
-        return ~resident[:, -1]
+        end = cum[:, -1]
+        # a budget below the block's end is passed inside this block (or at its start): every earlier session
+        # fits it (their cost is at most the carried total <= the budget) and no later one does
+        upto = np.searchsorted(self.budgets, end, side="left")
+        passed = upto > self.resolved[rows]
+        owner, q = _ranges(self.resolved[rows], upto) if passed.any() else (passed, passed[:0])
+        if q.size:
+            inside = _count_at_most(cum, self.budgets, owner, q)  # the block's first `inside` sessions fit
+            held = np.arange(cum.shape[1]) < inside[:, None]
+            here = self.running[rows[owner]]
+            for c, m in enumerate(members):
+                here[:, c] += np.count_nonzero(held & m[owner], axis=1)
+            self.counts[rows[owner], q] = here
+        if self.relative is not None:
+            self._add_relative(rows, cum, members)
+        for c, m in enumerate(members):
+            self.running[rows, c] += np.count_nonzero(m, axis=1)
+        self.total[rows] = end
+        self.resolved[rows] = upto
+
+    def _add_relative(self, rows: np.ndarray, cum: np.ndarray, members: Sequence[np.ndarray]) -> None:
+        first, relative = self.budgets[0], float(self.relative or 0.0)
+        self.taken[rows] = np.maximum(self.taken[rows], np.max(np.where(cum <= first, cum, 0.0), axis=1))
+        fits = cum <= np.maximum(first, self.taken[rows] + relative)[:, None]
+        for c, m in enumerate(members):
+            self.rel_counts[rows, c] += np.count_nonzero(fits & m, axis=1)
+        self.rel_open[rows] &= fits[:, -1]
+
+    def open(self, rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` some budget still holds more of (their next sessions may count)."""
+        still: np.ndarray = (self.resolved[rows] < self.budgets.size) | self.rel_open[rows]
+        return still
+
+    def close(self, rows: np.ndarray) -> None:
+        """Fills stopped before their budgets (at a cap): the budgets not reached get the counts so far (lower
+        bounds)."""
+        owner, q = _ranges(self.resolved[rows], np.full(rows.size, self.budgets.size))
+        if q.size:
+            self.counts[rows[owner], q] = self.running[rows[owner]]
 
 
-def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_draws: int, gpu_budget: float,
-                 state_tokens: float, ram_budget_tokens: float, inclusive: bool = True) -> _Fill:
-    """Counts per fill for fills [r0, r1), adding sessions one column block of the bank at a time.
+# a session's class in warm_capacity's fill: a warm user's, a warm subagent's, or a cold one (held, never warm)
+_USER, _SUBAGENT, _COLD = 0, 1, 2
+
+
+def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_draws: int, budgets: np.ndarray,
+                 state_tokens: float, relative: float | None) -> FillPass:
+    """The fill's counts for fills [r0, r1), adding sessions one column block of the bank at a time.
 
     After each block the fills that are full drop out; the rest get the next block. A fill's
     sessions are the same however many are drawn (RandomBank), so its counts equal those of an
@@ -196,7 +258,7 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
     unique x b + s bytes is b x (unique + s / b), the same cost as on the GPU. Raises when a
     fill holds ``max_draws`` sessions without filling.
     """
-    fill = _Fill(r1 - r0)
+    fill = FillPass(r1 - r0, budgets, 3, relative)
     active = np.arange(r1 - r0)
     c0 = 0
     while active.size:
@@ -204,11 +266,12 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
             raise BadInput(f"warm capacity: a fill holds more than {max_draws:,} sessions; "
                            "the pool is too large for this workload's session sizes to simulate")
         raw = bank.take(r0, r1, c0, c0 + bank.COLS)
-        if active.size < fill.rows:
+        if active.size < r1 - r0:
             raw = raw[active]
         cost, is_cold, is_sub = workload.realise_costs(raw, state_tokens)
-        full = fill.add(active, cost, is_cold, is_sub, gpu_budget, ram_budget_tokens, inclusive)
-        active = active[~full]
+        warm = ~is_cold
+        fill.add(active, cost, (warm & ~is_sub, warm & is_sub, is_cold))  # _USER, _SUBAGENT, _COLD
+        active = active[fill.open(active)]
         c0 += bank.COLS
     return fill
 
@@ -216,18 +279,26 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
 def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_budget: float, state_tokens: float,
               ram_budget_tokens: float, inclusive: bool) -> tuple[tuple[np.ndarray, ...], int]:
     """(warm sessions, warm users, GPU-resident, offloaded, warm users GPU-resident) per fill, and the draw length
-    that holds every fill."""
+    that holds every fill. The GPU holds the most recent sessions that fit its budget; host RAM (``inclusive``:
+    vLLM's offloading connector keeps a copy of every computed block, the most recent up to its size) those that
+    fit its own, or (additive, the seed's) what the GPU evicted, after the GPU's sessions."""
+    budgets = [gpu_budget]
+    if ram_budget_tokens > 0 and inclusive:
+        budgets.append(max(gpu_budget, ram_budget_tokens))
+    relative = ram_budget_tokens if ram_budget_tokens > 0 and not inclusive else None
     rows_per_chunk = max(bank.ROWS, _MAX_ELEMENTS_PER_CHUNK // bank.COLS // bank.ROWS * bank.ROWS)
     parts = [_fill_counts(workload, bank, start, min(fills, start + rows_per_chunk), max(draws, _MAX_DRAWS),
-                          gpu_budget, state_tokens, ram_budget_tokens, inclusive)
+                          np.asarray(budgets, dtype=float), state_tokens, relative)
              for start in range(0, fills, rows_per_chunk)]  # chunks bound memory; one chunk in the usual case
-    warm_all = np.concatenate([p.warm_all for p in parts])
-    warm_gpu = np.concatenate([p.warm_gpu for p in parts])
-    counts = (warm_all, np.concatenate([p.warm_user for p in parts]), warm_gpu,
-              warm_all - warm_gpu,  # offloaded per fill, then percentiled
-              np.concatenate([p.warm_user_gpu for p in parts]))
+    gpu = np.concatenate([p.counts[:, 0, :] for p in parts])
+    resident = np.concatenate([p.rel_counts if relative is not None else p.counts[:, -1, :] for p in parts])
+    warm_all = resident[:, _USER] + resident[:, _SUBAGENT]
+    warm_gpu = gpu[:, _USER] + gpu[:, _SUBAGENT]
+    counts = tuple(c.astype(np.int64) for c in (warm_all, resident[:, _USER], warm_gpu,
+                                                   warm_all - warm_gpu,  # offloaded per fill, then percentiled
+                                                   gpu[:, _USER]))
     # the draw length the seed's doubling rule would have reached: every fill exhausts its budget inside it
-    most = int(max(p.n_res.max() for p in parts))
+    most = int(resident.sum(axis=1).max())
     draws_used = draws
     while draws_used <= most:
         draws_used = min(max(draws, _MAX_DRAWS), 2 * draws_used)

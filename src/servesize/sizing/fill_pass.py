@@ -5,9 +5,9 @@ differ only in size: for one request stream and one per-session state charge, fi
 their running cost are the same whatever the pool (common random numbers, ``workload.draws``), and a
 pool whose budget is B keeps the sessions whose running cost is at most B. So one pass over the bank's
 column blocks answers every budget at once: each (fill, budget) pair is resolved in the block where
-the fill's running cost first passes the budget, with the comparisons ``warm_capacity`` makes on the
-same floating-point sums (block cumsum plus the carried total), so its counts are exactly
-``warm_capacity``'s.
+the fill's running cost first passes the budget. The counting is ``warm_capacity``'s own
+(``planning.warm_capacity.FillPass``, one pool being one budget there), so its counts are exactly
+``warm_capacity``'s; this module adds the teams, the caps and the percentiles.
 
 A fill drops out once its running cost passes the largest budget, or once every team it counts has
 ``caps`` warm users: past a cap the count is only known to be at least the cap. Percentiles are then
@@ -27,7 +27,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.planning.decode import percentile_position
 from servesize.planning.load import think_time_of
-from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, Percentiles
+from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, FillPass, Percentiles
 from servesize.workload.draws import RandomBank
 from servesize.workload.teams import TeamMix
 
@@ -66,72 +66,6 @@ class WarmAtBudgets:
     def users(self, q: int, team: int = 0) -> Percentiles:
         a, b, c = self.percentiles[:, q, team]
         return Percentiles(float(a), float(b), float(c))
-
-
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(owner, value) of every integer in [starts[i], stops[i]) for each i, in order."""
-    n = stops - starts
-    owner = np.repeat(np.arange(n.size), n)
-    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    return owner, np.repeat(starts, n) + offset
-
-
-def _count_at_most(cum: np.ndarray, budgets: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """For each pair (rows[i], q[i]): how many entries of the non-decreasing row ``cum[rows[i]]`` are <= budgets[q[i]].
-
-    Entry j is <= budget q exactly when q >= s_j = the number of budgets below it (the budgets are sorted), so
-    the count is the number of j with s_j <= q: one searchsorted of the block into the budgets, then a running
-    histogram per row. A budget below every entry of the block (q < first: the block's first session alone passes
-    it, as a cold session of a long context can) counts none; one above every entry counts them all."""
-    first = int(np.searchsorted(budgets, cum[:, 0].min(), side="left"))  # no entry has fewer budgets below it
-    window = budgets[first:int(np.searchsorted(budgets, cum[:, -1].max(), side="left"))]
-    width = window.size + 1
-    s = np.searchsorted(window, cum, side="left")  # (A, 64), each row non-decreasing
-    hist = np.bincount((np.arange(cum.shape[0])[:, None] * width + s).ravel(), minlength=cum.shape[0] * width)
-    at_most = np.cumsum(hist.reshape(cum.shape[0], width), axis=1)
-    # a budget at or above a block's last entry counts them all (the last column); one below its first, none
-    counts: np.ndarray = np.where(q >= first, at_most[rows, np.clip(q - first, 0, width - 1)], 0)
-    return counts
-
-
-class _Pass:
-    """The running state of one pass: per fill, its carried cost, its warm users per team so far and how many
-    of the (sorted) budgets are resolved."""
-
-    def __init__(self, fills: int, budgets: np.ndarray, teams: int, counted: np.ndarray):
-        self.budgets = budgets
-        self.counted = counted  # the teams whose warm users are counted (the others stay 0)
-        self.total = np.zeros(fills)
-        self.running = np.zeros((fills, teams), dtype=np.int64)
-        self.resolved = np.zeros(fills, dtype=np.int64)
-        self.counts = np.zeros((fills, budgets.size, teams), dtype=np.int32)
-
-    def add(self, rows: np.ndarray, cost: np.ndarray, is_cold: np.ndarray, team: np.ndarray) -> None:
-        """The next block of sessions of fills ``rows``: resolve every budget their running cost passes."""
-        cum = np.cumsum(cost, axis=1)
-        cum += self.total[rows, None]
-        warm_team = np.where(is_cold, -1, team)
-        per = np.zeros(cum.shape + (self.running.shape[1],), dtype=np.int64)
-        for g in self.counted:
-            per[:, :, g] = np.cumsum(warm_team == g, axis=1)
-        end = cum[:, -1]
-        # a budget below the block's end is passed inside this block (or at its start): every earlier session
-        # fits it (their cost is at most the carried total <= the budget) and no later one does
-        upto = np.searchsorted(self.budgets, end, side="left")
-        owner, q = _ranges(self.resolved[rows], upto)
-        if q.size:
-            inside = _count_at_most(cum, self.budgets, owner, q)
-            here = np.where(inside[:, None] > 0, per[owner, np.maximum(inside - 1, 0)], 0)
-            self.counts[rows[owner], q] = self.running[rows[owner]] + here
-        self.running[rows] += per[:, -1]
-        self.total[rows] = end
-        self.resolved[rows] = upto
-
-    def close(self, rows: np.ndarray) -> None:
-        """Fills that stop at their caps: the budgets they did not reach get the counts so far (lower bounds)."""
-        owner, q = _ranges(self.resolved[rows], np.full(rows.size, self.budgets.size))
-        if q.size:
-            self.counts[rows[owner], q] = self.running[rows[owner]]
 
 
 def warm_at_budgets(mix: TeamMix, bank: RandomBank, fills: int, budgets: ArrayLike, state_tokens: float = 0.0,
@@ -204,15 +138,16 @@ class _Run:
             raise BadInput("warm fills need at least one finite budget")
         self.asked, self.state_tokens, self.cap = asked, state_tokens, cap
         self.order = np.argsort(asked, kind="stable")
-        self.state = _Pass(fills, asked[self.order], teams, np.flatnonzero(cap > 0))
+        self.state = FillPass(fills, asked[self.order], teams)
         self.active = np.arange(fills)
 
     def step(self, cost: np.ndarray, is_cold: np.ndarray, team: np.ndarray) -> None:
         state, active = self.state, self.active
-        state.add(active, cost, is_cold, team)
+        warm = ~is_cold  # a cold session is held, never a warm user
+        state.add(active, cost, [warm & (team == t) for t in range(self.cap.size)])
         capped = np.all(state.running[active] >= self.cap, axis=1)
         state.close(active[capped])
-        self.active = active[(state.resolved[active] < self.asked.size) & ~capped]
+        self.active = active[state.open(active) & ~capped]
 
     def result(self, drawn: int) -> WarmAtBudgets:
         counted = np.minimum(self.state.counts, self.cap)  # past a cap only a lower bound is known: min(count, cap)
