@@ -16,7 +16,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "servesize"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("servesize.units", "servesize.errors", "servesize.datafiles", "servesize.limits",
                      "servesize.derivation", "servesize.assumptions", "servesize.jsonable", "servesize.progress",
-                     "servesize.lazy", "servesize.frozen")),
+                     "servesize.lazy", "servesize.frozen", "servesize.percentile")),
     ("model", ("servesize.model",)),
     ("engine", ("servesize.engine",)),
     ("workload", ("servesize.workload",)),

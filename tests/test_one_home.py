@@ -1,7 +1,8 @@
 """One implementation of each rule the review found written twice (#30): a scan of src/servesize fails when a second
 one appears, and each scan is shown to catch a planted copy (a scan that finds nothing proves nothing).
 
-- the percentile rule (numpy's linear virtual index, (n - 1) q / 100): planning/decode.py (``percentile_position``)
+- the percentile rule (numpy's linear virtual index, (n - 1) q / 100): percentile.py (``percentile_position``), and
+  no numpy percentile, quantile or median called anywhere but there
 - the binding rule (the lowest ceiling, ties in the ceilings' order): planning/ceilings.py (``lowest_ceiling``)
 - the decode ceiling's search (the largest n whose p50 speed meets a floor): planning/decode.py (``largest_meeting``)
 - the warm fill (sessions' running cost against a pool's budget): planning/warm_capacity.py (``FillPass.add``; the
@@ -52,6 +53,16 @@ def percentile_positions(tree) -> list[str]:
     return found
 
 
+NUMPY_RANKS = {"np.percentile", "np.quantile", "np.median", "np.nanpercentile", "np.nanquantile", "np.nanmedian",
+               "numpy.percentile", "numpy.quantile", "numpy.median", "statistics.median", "statistics.quantiles"}
+
+
+def percentile_calls(tree) -> list[str]:
+    """Every call of a library's percentile, quantile or median: a second implementation of the rule beside ours."""
+    return [f"{name}:{node.lineno}" for name, fn in _functions(tree) for node in ast.walk(fn)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in NUMPY_RANKS]
+
+
 def binding_rules(tree) -> list[str]:
     """Every min(..., key=...) in a function that names CEILINGS: where a binding ceiling is chosen."""
     return [f"{name}:{node.lineno}" for name, fn in _functions(tree)
@@ -81,11 +92,17 @@ def running_costs(tree) -> list[str]:
 
 
 HOMES = {  # scan -> the one module and function allowed to hold the rule
-    percentile_positions: ("planning/decode.py", "percentile_position"),
+    percentile_positions: ("percentile.py", "percentile_position"),
     binding_rules: ("planning/ceilings.py", "lowest_ceiling"),
     speed_bisections: ("planning/decode.py", "largest_meeting"),
     running_costs: ("planning/warm_capacity.py", "add"),
 }
+
+
+def test_only_the_percentile_module_calls_a_librarys_percentile():
+    """servesize.percentile falls back on numpy's own for what it does not take (no values, or not numbers)."""
+    found = [f"{module}:{hit}" for module, tree in _modules() for hit in percentile_calls(tree)]
+    assert {hit.split(":")[0] for hit in found} == {"percentile.py"}, found
 
 
 def test_each_rule_is_written_once_in_its_home():
@@ -102,6 +119,9 @@ def p95(values, q=95):
 
 def binding(values):
     return min(CEILINGS, key=values.__getitem__)
+
+def middle(values):
+    return np.median(values)
 
 def fits(cost, budget):
     return (np.cumsum(cost, axis=1) <= budget).sum(axis=1)
@@ -122,5 +142,6 @@ def test_each_scan_catches_a_copy_written_elsewhere():
     tree = ast.parse(PLANTED)
     assert percentile_positions(tree) == ["p95:4"]
     assert binding_rules(tree) == ["binding:8"]
-    assert speed_bisections(tree) == ["decoders:15"]
-    assert running_costs(tree) == ["fits:11"]
+    assert speed_bisections(tree) == ["decoders:18"]
+    assert running_costs(tree) == ["fits:14"]
+    assert percentile_calls(tree) == ["middle:11"]

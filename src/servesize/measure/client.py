@@ -93,7 +93,7 @@ def _quantile(values: list[float], q: float) -> float:
         return float("nan")
     import numpy as np
 
-    from servesize.planning.decode import percentiles
+    from servesize.percentile import percentiles
 
     return percentiles(np.asarray(values, dtype=float), (100.0 * q,))[0]
 

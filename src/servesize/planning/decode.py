@@ -53,6 +53,7 @@ from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
+from servesize.percentile import percentile50, percentiles
 from servesize.planning.step_model import decode_seconds
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
@@ -410,68 +411,6 @@ class ContextBank:
         return np.diff(self.cum[:, : n + 1], axis=1)
 
 
-def percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
-    """``np.percentile(x, qs)`` (linear interpolation, numpy's default) bit for bit, as floats, by one partition:
-    numpy's own steps for a flat array (the virtual index (n - 1) x q / 100, its neighbours, its two-sided lerp,
-    a NaN anywhere giving NaN) without its general machinery, a fraction of the cost on a few thousand values
-    (tests/test_decode.py compares the two on random arrays)."""
-    import numpy as np
-    arr = np.asarray(x).ravel()
-    n = arr.size
-    if n == 0 or arr.dtype.kind not in "iuf":
-        return tuple(float(v) for v in np.percentile(arr, list(qs)))  # numpy's own answer (or refusal)
-    picks = []
-    for q in qs:
-        virtual = percentile_position(n, q)
-        if virtual >= n - 1:
-            picks.append((virtual, -1, n - 1, n - 1))  # numpy takes the last value; its gamma counts from -1
-        elif virtual < 0:
-            picks.append((virtual, 0, 0, 0))
-        else:
-            lo = math.floor(virtual)
-            picks.append((virtual, lo, lo, lo + 1))
-    kth = sorted({0, n - 1, *(p[2] for p in picks), *(p[3] for p in picks)})
-    part = np.partition(arr, kth)
-    if arr.dtype.kind == "f" and math.isnan(part[-1]):
-        return tuple(math.nan for _ in qs)
-    return tuple(_lerp(part[i].item(), part[j].item(), virtual - gamma_from) for virtual, gamma_from, i, j in picks)
-
-
-def percentile_position(n: int, q: float) -> float:
-    """Where the q-th percentile (0-100) of n sorted values lies: numpy's 'linear' virtual index (n - 1) q / 100,
-    interpolated between its two neighbours (``_lerp``). The one percentile rule: ``percentiles``,
-    ``weighted_percentile`` and the fills' rank reads (sizing/fill_pass.py, warm_capacity's split) read it."""
-    return (n - 1) * (q / 100)
-
-
-def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's two-sided interpolation between neighbours a <= b at fraction t (exact at both ends)."""
-    diff = b - a
-    return float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t)
-
-
-def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """``percentiles(np.repeat(values, weights), (q,))`` without repeating: the q-th percentile of ``values``, each
-    counted ``weights`` times (non-negative integers), by the same rule. 0.0 when the weights sum to 0."""
-    import numpy as np
-    order = np.argsort(values, kind="stable")
-    v, w = np.asarray(values)[order], np.asarray(weights)[order]
-    total = int(w.sum())
-    if total == 0:
-        return 0.0
-    position = percentile_position(total, q)
-    lo, hi = math.floor(position), math.ceil(position)
-    ends = np.cumsum(w)
-    a = float(v[np.searchsorted(ends, lo, side="right")])
-    b = float(v[np.searchsorted(ends, hi, side="right")])
-    return _lerp(a, b, position - lo)
-
-
-def percentile50(x: np.ndarray) -> float:
-    """The median as ``np.percentile(x, 50)`` gives it (``percentiles``: the one percentile rule here)."""
-    return percentiles(x, (50.0,))[0]
-
-
 def _legs(setup: DecodeSetup, bank: ContextBank, n: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Per fill: the step's bytes and (when compute is priced) its FLOPs."""
     sums, topk_sums = bank.context_sums(n)
@@ -674,7 +613,7 @@ def decode_curve(
     elif bank.topk_tokens != setup.topk_tokens:
         raise BadInput("the context bank was drawn for another top-k / window than this decode setup")
     bank._grow(int(ns.max()))
-    out = np.array([np.percentile(_speeds(setup, bank, int(n)), [5, 50, 95]) for n in ns])
+    out = np.array([percentiles(_speeds(setup, bank, int(n)), (5, 50, 95)) for n in ns])
     return {"n": ns, "p5": out[:, 0], "p50": out[:, 1], "p95": out[:, 2], "aggregate_p50": ns * out[:, 1]}
 
 

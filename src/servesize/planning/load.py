@@ -49,7 +49,7 @@ from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
-from servesize.planning.decode import percentiles
+from servesize.percentile import percentiles
 from servesize.planning.interference import StallLoad, allowed_slow_share, stall_mean_s
 from servesize.planning.latency import ServiceMoments
 

@@ -57,7 +57,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import DEFAULT_DRAWS, DEFAULT_FILLS, DEFAULT_SEED, MAX_DRAWS
-from servesize.planning.decode import percentile50, percentile_position, percentiles
+from servesize.percentile import percentile50, percentile_position, percentiles
 from servesize.units import GB, fmt_bytes
 from servesize.workload.draws import RandomBank
 from servesize.workload.model import Workload

@@ -30,7 +30,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.frozen import frozen
-from servesize.planning.decode import weighted_percentile
+from servesize.percentile import percentiles, weighted_percentile
 from servesize.simulate.engine import EngineRun
 from servesize.simulate.replay import Replay
 
@@ -218,8 +218,8 @@ def stats_ms(name: str, x: np.ndarray) -> dict:
     """Mean, median and p99 of ``x`` (ms) under the benchmark's keys; 0 for none (its ``np.mean(x or 0)``)."""
     if x.size == 0:
         return {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"p99_{name}_ms": 0.0}
-    return {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.percentile(x, 50)),
-            f"p99_{name}_ms": float(np.percentile(x, 99))}
+    p50, p99 = percentiles(x, (50, 99))
+    return {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": p50, f"p99_{name}_ms": p99}
 
 
 def tpot_ms(ttft_ms: np.ndarray, latency_ms: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -43,6 +43,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.limits import MAX_REPLAY_BLOCKS
+from servesize.percentile import median
 from servesize.progress import Counted as Progress
 from servesize.simulate.replay import Replay, warm_turns
 
@@ -320,7 +321,7 @@ class ExactResult:
                 "evictions": self.evictions, "evictions_measured": self.evictions_measured,
                 "lookups": self.lookups, "blocks_replayed": self.blocks_replayed,
                 "peak_pinned_blocks": self.peak_pinned_blocks, "admission_waits": self.waits,
-                "wait_s_p50": float(np.median(waits)) if waits.size else 0.0,
+                "wait_s_p50": median(waits) if waits.size else 0.0,
                 "wait_s_max": float(waits.max()) if waits.size else 0.0, "too_large": self.too_large}
 
 

@@ -75,6 +75,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.percentile import percentiles
 from servesize.planning.interference import BASELINE_SLACK
 from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
@@ -161,7 +162,7 @@ def config_of(report: Any) -> EngineConfig:
 # ----------------------------------------------------------------------------------------------
 
 def _pct(x: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(x, q)) if x.size else None
+    return percentiles(x, (q,))[0] if x.size else None
 
 
 @dataclass

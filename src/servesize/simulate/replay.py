@@ -34,6 +34,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, MAX_REPLAY_USERS, shown_number
+from servesize.percentile import median
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
 
 ALIGNS = ("t0", "stagger", "trace")
@@ -199,7 +200,7 @@ def think_gaps_s(trace: Trace, keep: np.ndarray) -> np.ndarray:
 def think_gap_s(trace: Trace, keep: np.ndarray) -> float:
     """The median pause between one request's end and the next request of its session (0 if none)."""
     gaps = think_gaps_s(trace, keep)
-    return float(np.median(gaps)) if gaps.size else 0.0
+    return median(gaps) if gaps.size else 0.0
 
 
 @dataclass
@@ -221,7 +222,7 @@ def _as_is(trace: Trace, keep: np.ndarray, align: str, root: np.ndarray, start: 
     offset = np.zeros(len(trace.sessions))
     choices: dict = {}
     if align == "stagger":
-        duration = float(np.median(_durations(trace, keep, root, start)[mains]))
+        duration = median(_durations(trace, keep, root, start)[mains])
         offset[mains] = np.arange(mains.size) * (duration / max(mains.size, 1))
         choices["stagger_s"] = duration / max(mains.size, 1)
         choices["median_session_s"] = duration
@@ -260,7 +261,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
         gap: float | np.ndarray = think_gap_s(trace, keep)
     else:  # drawn, so that users of identical short sessions do not run in lock-step
         gap = rng.exponential(float(opts.session_gap_s), need) if opts.session_gap_s > 0 else np.zeros(need)
-    median_s = float(np.median(_durations(trace, keep, root, start)[mains]))
+    median_s = median(_durations(trace, keep, root, start)[mains])
     first = np.arange(n_users) * (median_s / n_users) if opts.align == "stagger" else np.zeros(n_users)
     lengths = (durations + gap).reshape(n_users, per_user)
     starts = first[:, None] + np.cumsum(lengths, axis=1) - lengths

@@ -28,6 +28,7 @@ import numpy as np
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
+from servesize.percentile import median
 from servesize.progress import Progress
 from servesize.simulate.curve import lru_curve
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay, think_gaps_s
@@ -235,4 +236,4 @@ def _session_sizes(trace: Trace, replay: Replay) -> tuple[np.ndarray, np.ndarray
 
 
 def _median(values: np.ndarray) -> float | None:
-    return float(np.median(values)) if values.size else None
+    return median(values) if values.size else None

@@ -25,7 +25,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.frozen import frozen
-from servesize.planning.decode import percentile_position
+from servesize.percentile import percentile_position, percentiles
 from servesize.planning.load import think_time_of
 from servesize.planning.warm_capacity import _MAX_DRAWS, PERCENTILES, FillPass, Percentiles
 from servesize.workload.draws import RandomBank
@@ -151,7 +151,9 @@ class _Run:
 
     def result(self, drawn: int) -> WarmAtBudgets:
         counted = np.minimum(self.state.counts, self.cap)  # past a cap only a lower bound is known: min(count, cap)
-        pct = np.percentile(counted, PERCENTILES, axis=0)
+        columns = counted.reshape(counted.shape[0], -1)  # (fills, Q x T): each pool and team's counts over fills
+        pct = np.array([percentiles(columns[:, j], PERCENTILES) for j in range(columns.shape[1])]).T.reshape(
+            (len(PERCENTILES), *counted.shape[1:]))
         exact = _exactness(counted, self.cap, pct)
         unsort = np.empty_like(self.order)
         unsort[self.order] = np.arange(self.order.size)

@@ -32,6 +32,7 @@ from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
+from servesize.percentile import median, quantiles
 from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
@@ -280,7 +281,8 @@ def empirical_points(values: np.ndarray, points: int = EMPIRICAL_POINTS) -> np.n
     import numpy as np
     if values.size <= points:
         return np.sort(values)
-    return np.round(np.quantile(values, (np.arange(points) + 0.5) / points), 1)
+    at = quantiles(values, [float(f) for f in (np.arange(points) + 0.5) / points])
+    return np.round(np.array(at, dtype=float), 1)
 
 
 def _user_class(values: np.ndarray, fit: LogNormalFit, distribution: str, prefix: int, name: str):
@@ -292,11 +294,10 @@ def _user_class(values: np.ndarray, fit: LogNormalFit, distribution: str, prefix
 
 
 def _prefix_field(obs: Observations, prefix_tokens: int | None) -> FieldFit:
-    import numpy as np
     if prefix_tokens is not None:
         return FieldFit("user_prefix_tokens", int(prefix_tokens), "given with --prefix-tokens")
     if obs.prefix_tokens:
-        return FieldFit("user_prefix_tokens", int(round(float(np.median(obs.prefix_tokens)))),
+        return FieldFit("user_prefix_tokens", int(round(median(obs.prefix_tokens))),
                         f"median system + tool tokens over {len(obs.prefix_tokens):,} sessions")
     if obs.hash_prefix_tokens is not None:  # 0 is a finding too: no leading block is shared by most requests
         return FieldFit("user_prefix_tokens", int(obs.hash_prefix_tokens),
@@ -375,7 +376,7 @@ def _mean_field(name: str, values: Sequence[float], what: str, unit: str, intege
     value: Any = int(round(mean)) if integer else round(mean, 2)
     if integer and value < 1:
         return FieldFit(name, None, f"the {what} average below one token")
-    return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {float(np.median(arr)):,.4g}{unit})")
+    return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {median(arr):,.4g}{unit})")
 
 
 def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
@@ -393,7 +394,7 @@ def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
         return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
     zeros = f"; {arr.size - positive.size:,} pauses of 0 s left out" if positive.size < arr.size else ""
     if positive.size < MIN_SAMPLES or not np.std(np.log(positive)) > 0:
-        value = float(np.median(positive))
+        value = median(positive)
         how = f"every one of the {positive.size:,} positive {what} is {value:,.4g} s (no spread: sigma 0){zeros}"
         return {"think_time_s": FieldFit("think_time_s", round(value, 2), how),
                 "think_time_sigma": FieldFit("think_time_sigma", 0.0, how)}
@@ -409,7 +410,6 @@ def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
 def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
                      ) -> tuple[FieldFit, FieldFit, np.ndarray | None, LogNormalFit | None, Any]:
     """(subagent class, subagent ratio, values, fit, class): from labelled requests, or left to the preset."""
-    import numpy as np
     if not obs.labels_field:
         why = "the file does not label subagent requests"
         return FieldFit("subagent", None, why), FieldFit("subagent_ratio", None, why), None, None, None
@@ -421,7 +421,7 @@ def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
         why = f"only {sv.size} subagent requests ({obs.labels_field}): too few to fit (< {MIN_SUBAGENT_SAMPLES})"
         return FieldFit("subagent", None, why), FieldFit("subagent_ratio", None, why), None, None, None
     fit = fit_lognormal(sv)
-    sub_prefix = int(round(float(np.median(obs.subagent_prefix_tokens)))) if obs.subagent_prefix_tokens else 0
+    sub_prefix = int(round(median(obs.subagent_prefix_tokens))) if obs.subagent_prefix_tokens else 0
     cls = SessionClass("subagent", round(fit.median, 1), round(fit.sigma, 4), sub_prefix,
                        source=f"fitted from {name} (n={fit.n}, KS D={fit.ks_d:.3f})")
     ratio = round(fit.n / n_user, 6)
@@ -435,7 +435,6 @@ def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
 def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS, prefix_tokens: int | None = None,
                      preset_name: str | None = None, distribution: str = "auto") -> WorkloadFit:
     """The workload the file implies over a preset: each field fitted from the file or left to the preset."""
-    import numpy as np
 
     from servesize.workload.presets import preset
 
@@ -463,7 +462,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     cold = _cold_basis(obs, prefix.value)
     fields = {
         "user_median_tokens": FieldFit("user_median_tokens", round(user_fit.median, 1) if dist == "lognormal"
-                                       else float(np.median(user)),
+                                       else median(user),
                                        f"{'log-normal MLE' if dist == 'lognormal' else 'the sample median'} of "
                                        f"{user.size:,} prompt lengths ({obs.field})"),
         "user_sigma": FieldFit("user_sigma", round(user_fit.sigma, 4) if dist == "lognormal" else "empirical",

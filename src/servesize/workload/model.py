@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesize.errors import BadInput, clip
 from servesize.frozen import frozen
+from servesize.percentile import median
 from servesize.workload.catalogue import (  # the seed's reference workload (data/workloads.toml) and the think floor
     MIN_THINK_TIME_S,
     SEED_INVALIDATION,
@@ -200,8 +201,7 @@ class EmpiricalClass:
 
     @property
     def median_tokens(self) -> float:
-        import numpy as np
-        return float(np.median(self.lengths))
+        return median(self.lengths)
 
     def moment(self, lo: float, hi: float, k: int) -> float:
         """Exact for the bootstrap: the mean of clip(lengths, lo, hi)^k."""
