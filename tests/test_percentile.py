@@ -28,7 +28,18 @@ def test_each_rule_is_numpys_bit_for_bit(x):
     assert percentile50(x) == float(np.percentile(x, 50))
 
 
+@pytest.mark.parametrize("x", [x for x in _arrays() if x.size <= 1001], ids=lambda x: f"list-{x.dtype}-{x.size}")
+def test_a_list_of_numbers_is_read_without_numpy_and_gives_the_same(x, monkeypatch):
+    """A measurement's workers summarise their requests from lists, and load no numpy for it."""
+    expected = tuple(float(v) for v in np.percentile(x, QS))
+    import servesize.percentile as module
+
+    monkeypatch.setattr(module, "_at", None)  # the array path would fail: the list path alone answers
+    assert percentiles(x.tolist(), QS) == expected
+
+
 def test_a_nan_anywhere_gives_nan_as_numpy_does():
+    assert all(math.isnan(v) for v in percentiles([1.0, float("nan"), 3.0], (5, 50)))
     x = np.array([1.0, np.nan, 3.0, 4.0])
     assert all(math.isnan(v) for v in percentiles(x, (5, 50)))
     assert math.isnan(median(x)) and math.isnan(float(np.median(x)))

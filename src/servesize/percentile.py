@@ -38,10 +38,9 @@ def _flat(x: Any) -> np.ndarray:
     return flat
 
 
-def _at(arr: np.ndarray, virtuals: Sequence[float]) -> tuple[float, ...]:
-    """The values at these virtual indexes of ``arr``'s sorted order (numpy's picks and lerp), by one partition."""
-    import numpy as np
-    n = arr.size
+def _picks(n: int, virtuals: Sequence[float]) -> list[tuple[float, int, int, int]]:
+    """numpy's neighbours of each virtual index among n sorted values: (virtual, where its gamma counts from,
+    the lower, the upper)."""
     picks = []
     for virtual in virtuals:
         if virtual >= n - 1:
@@ -51,6 +50,14 @@ def _at(arr: np.ndarray, virtuals: Sequence[float]) -> tuple[float, ...]:
         else:
             lo = math.floor(virtual)
             picks.append((virtual, lo, lo, lo + 1))
+    return picks
+
+
+def _at(arr: np.ndarray, virtuals: Sequence[float]) -> tuple[float, ...]:
+    """The values at these virtual indexes of ``arr``'s sorted order (numpy's picks and lerp), by one partition."""
+    import numpy as np
+    n = arr.size
+    picks = _picks(n, virtuals)
     kth = sorted({0, n - 1, *(p[2] for p in picks), *(p[3] for p in picks)})
     part = np.partition(arr, kth)
     if arr.dtype.kind == "f" and math.isnan(part[-1]):
@@ -58,8 +65,26 @@ def _at(arr: np.ndarray, virtuals: Sequence[float]) -> tuple[float, ...]:
     return tuple(_lerp(part[i].item(), part[j].item(), virtual - gamma_from) for virtual, gamma_from, i, j in picks)
 
 
+def _at_sorted(values: list[float], virtuals: Sequence[float]) -> tuple[float, ...]:
+    """``_at`` for a list of numbers, without numpy (a measurement's workers summarise their requests with it)."""
+    if any(v != v for v in values):
+        return tuple(math.nan for _ in virtuals)
+    ordered = sorted(values)
+    return tuple(_lerp(float(ordered[i]), float(ordered[j]), virtual - gamma_from)
+                 for virtual, gamma_from, i, j in _picks(len(ordered), virtuals))
+
+
+def _numbers(x: Any) -> bool:
+    """A non-empty list or tuple of plain numbers: read without numpy."""
+    return isinstance(x, (list, tuple)) and bool(x) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+
+
 def percentiles(x: Any, qs: Sequence[float]) -> tuple[float, ...]:
-    """``np.percentile(x, qs)`` (0-100, linear interpolation) bit for bit, as floats."""
+    """``np.percentile(x, qs)`` (0-100, linear interpolation) bit for bit, as floats (a list of numbers read
+    without numpy)."""
+    if _numbers(x):
+        return _at_sorted(list(x), [percentile_position(len(x), q) for q in qs])
     arr = _flat(x)
     if arr.size == 0 or arr.dtype.kind not in "iuf":
         import numpy as np

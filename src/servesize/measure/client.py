@@ -91,11 +91,9 @@ def _quantile(values: list[float], q: float) -> float:
     linear interpolation); NaN for an empty list."""
     if not values:
         return float("nan")
-    import numpy as np
+    from servesize.percentile import percentiles  # a list: no numpy loads in a measurement's worker
 
-    from servesize.percentile import percentiles
-
-    return percentiles(np.asarray(values, dtype=float), (100.0 * q,))[0]
+    return percentiles(values, (100.0 * q,))[0]
 
 
 def summarise(values: list[float]) -> dict | None:
