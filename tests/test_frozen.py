@@ -94,3 +94,15 @@ def test_every_frozen_record_in_the_package_is_made_by_frozen():
                         if kw.get("frozen") is True and kw.get("eq", True) is not False:
                             slow.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}")
     assert not slow, slow
+
+
+def test_eq_and_hash_are_compiled_at_their_first_call_only():
+    """A class made costs no compiled eq or hash; the first call puts dataclasses' own code on the class."""
+    rec = frozen(type("Lazy", (), {"__annotations__": {"a": "int", "b": "str"}}))
+    stub_eq, stub_hash = rec.__dict__["__eq__"], rec.__dict__["__hash__"]
+    assert stub_eq.__code__.co_filename.endswith("frozen.py")  # the stub: nothing compiled yet
+    x, y = rec(1, "x"), rec(1, "x")
+    assert x == y and hash(x) == hash((1, "x"))
+    assert rec.__dict__["__eq__"] is not stub_eq and rec.__dict__["__hash__"] is not stub_hash
+    assert rec.__dict__["__eq__"].__code__.co_filename == "<string>"  # the compiled one now answers
+    assert (x == rec(2, "x")) is False and hash(rec(2, "y")) == hash((2, "y"))

@@ -62,7 +62,7 @@ def _at(arr: np.ndarray, virtuals: Sequence[float]) -> tuple[float, ...]:
     part = np.partition(arr, kth)
     if arr.dtype.kind == "f" and math.isnan(part[-1]):
         return tuple(math.nan for _ in virtuals)
-    return tuple(_lerp(part[i].item(), part[j].item(), virtual - gamma_from) for virtual, gamma_from, i, j in picks)
+    return tuple([_lerp(part[i].item(), part[j].item(), virtual - gamma_from) for virtual, gamma_from, i, j in picks])
 
 
 def _at_sorted(values: list[float], virtuals: Sequence[float]) -> tuple[float, ...]:
@@ -83,13 +83,14 @@ def _numbers(x: Any) -> bool:
 def percentiles(x: Any, qs: Sequence[float]) -> tuple[float, ...]:
     """``np.percentile(x, qs)`` (0-100, linear interpolation) bit for bit, as floats (a list of numbers read
     without numpy)."""
-    if _numbers(x):
+    if isinstance(x, (list, tuple)) and _numbers(x):
         return _at_sorted(list(x), [percentile_position(len(x), q) for q in qs])
-    arr = _flat(x)
-    if arr.size == 0 or arr.dtype.kind not in "iuf":
-        import numpy as np
+    import numpy as np
+    arr = np.asarray(x).ravel()
+    n = arr.size
+    if n == 0 or arr.dtype.kind not in "iuf":
         return tuple(float(v) for v in np.percentile(arr, list(qs)))  # numpy's own answer (or refusal)
-    return _at(arr, [percentile_position(arr.size, q) for q in qs])
+    return _at(arr, [percentile_position(n, q) for q in qs])
 
 
 def quantiles(x: Any, fractions: Sequence[float]) -> tuple[float, ...]:

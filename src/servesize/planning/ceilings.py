@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -583,10 +583,10 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
     return float(load.users), None if lat is None else float(max(0.0, lat))
 
 
-@frozen
-class _Parts:
+class _Parts(NamedTuple):
     """What every ceiling is computed from, the searches still open: ``ceilings`` finishes them, ``binding_of``
-    narrows them only as far as deciding the binding needs. The one place the plan's ceilings are put together."""
+    narrows them only as far as deciding the binding needs. The one place the plan's ceilings are put together
+    (a NamedTuple: made a few hundred times a plan, never kept)."""
 
     warm: WarmCapacity
     setup: DecodeSetup

@@ -180,10 +180,11 @@ class FillPass:
     (sizing/fill_pass.py) both count with it.
 
     Per fill, sessions join in recency order, each with its cost; a pool of budget B holds those whose running
-    cost is at most B (ties fit). For each of ``budgets`` (sorted), ``counts[fill, q, c]`` is how many sessions of
-    class c it holds (a session in no class is held, not counted). A block of sessions resolves every budget its
+    cost is at most B (ties fit). For each of ``budgets`` (sorted), ``held[fill, q]`` is how many sessions it holds
+    and ``counts[fill, q, c]`` how many of them are of class c (``members[c]``; the classes need not be disjoint,
+    nor cover every session). A block of sessions resolves every budget its
     running cost passes, so a fill's work follows its sessions, never the number of budgets. ``relative``: one
-    budget more per fill, ``rel_counts``: the running cost of the sessions the first budget holds plus
+    budget more per fill (``rel_held``, ``rel_counts``): the running cost of the sessions the first budget holds plus
     ``relative`` (at least the first budget): the seed's additive host-RAM tier, which holds what the GPU evicted
     after it."""
 
@@ -193,9 +194,12 @@ class FillPass:
         self.running = np.zeros((fills, classes), dtype=np.int64)
         self.resolved = np.zeros(fills, dtype=np.int64)
         self.counts = np.zeros((fills, budgets.size, classes), dtype=np.int32)
+        self.seen = np.zeros(fills, dtype=np.int64)  # sessions added before the block being added
+        self.held = np.zeros((fills, budgets.size), dtype=np.int64)
         self.relative = relative
         self.taken = np.zeros(fills)  # relative: the running cost of the sessions the first budget holds, so far
         self.rel_counts = np.zeros((fills, classes), dtype=np.int64)
+        self.rel_held = np.zeros(fills, dtype=np.int64)
         self.rel_open = np.full(fills, relative is not None)
 
     def add(self, rows: np.ndarray, cost: np.ndarray, members: Sequence[np.ndarray]) -> None:
@@ -211,6 +215,7 @@ class FillPass:
         owner, q = _ranges(self.resolved[rows], upto) if passed.any() else (passed, passed[:0])
         if q.size:
             inside = _count_at_most(cum, self.budgets, owner, q)  # the block's first `inside` sessions fit
+            self.held[rows[owner], q] = self.seen[rows[owner]] + inside
             held = np.arange(cum.shape[1]) < inside[:, None]
             here = self.running[rows[owner]]
             for c, m in enumerate(members):
@@ -220,6 +225,7 @@ class FillPass:
             self._add_relative(rows, cum, members)
         for c, m in enumerate(members):
             self.running[rows, c] += np.count_nonzero(m, axis=1)
+        self.seen[rows] += cum.shape[1]
         self.total[rows] = end
         self.resolved[rows] = upto
 
@@ -229,6 +235,7 @@ class FillPass:
         fits = cum <= np.maximum(first, self.taken[rows] + relative)[:, None]
         for c, m in enumerate(members):
             self.rel_counts[rows, c] += np.count_nonzero(fits & m, axis=1)
+        self.rel_held[rows] += np.count_nonzero(fits, axis=1)
         self.rel_open[rows] &= fits[:, -1]
 
     def open(self, rows: np.ndarray) -> np.ndarray:
@@ -242,10 +249,12 @@ class FillPass:
         owner, q = _ranges(self.resolved[rows], np.full(rows.size, self.budgets.size))
         if q.size:
             self.counts[rows[owner], q] = self.running[rows[owner]]
+            self.held[rows[owner], q] = self.seen[rows[owner]]
 
 
-# a session's class in warm_capacity's fill: a warm user's, a warm subagent's, or a cold one (held, never warm)
-_USER, _SUBAGENT, _COLD = 0, 1, 2
+# what warm_capacity's fill counts of the sessions a pool holds: the warm ones, and the warm users' (a cold session
+# is held, never warm; a warm subagent's is warm, not a user's)
+_WARM, _WARM_USER = 0, 1
 
 
 def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_draws: int, budgets: np.ndarray,
@@ -258,7 +267,7 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
     unique x b + s bytes is b x (unique + s / b), the same cost as on the GPU. Raises when a
     fill holds ``max_draws`` sessions without filling.
     """
-    fill = FillPass(r1 - r0, budgets, 3, relative)
+    fill = FillPass(r1 - r0, budgets, 2, relative)
     active = np.arange(r1 - r0)
     c0 = 0
     while active.size:
@@ -270,7 +279,7 @@ def _fill_counts(workload: Workload, bank: RandomBank, r0: int, r1: int, max_dra
             raw = raw[active]
         cost, is_cold, is_sub = workload.realise_costs(raw, state_tokens)
         warm = ~is_cold
-        fill.add(active, cost, (warm & ~is_sub, warm & is_sub, is_cold))  # _USER, _SUBAGENT, _COLD
+        fill.add(active, cost, (warm, warm & ~is_sub))  # _WARM, _WARM_USER
         active = active[fill.open(active)]
         c0 += bank.COLS
     return fill
@@ -292,13 +301,12 @@ def _simulate(workload: Workload, bank: RandomBank, fills: int, draws: int, gpu_
              for start in range(0, fills, rows_per_chunk)]  # chunks bound memory; one chunk in the usual case
     gpu = np.concatenate([p.counts[:, 0, :] for p in parts])
     resident = np.concatenate([p.rel_counts if relative is not None else p.counts[:, -1, :] for p in parts])
-    warm_all = resident[:, _USER] + resident[:, _SUBAGENT]
-    warm_gpu = gpu[:, _USER] + gpu[:, _SUBAGENT]
-    counts = tuple(c.astype(np.int64) for c in (warm_all, resident[:, _USER], warm_gpu,
-                                                   warm_all - warm_gpu,  # offloaded per fill, then percentiled
-                                                   gpu[:, _USER]))
+    held = np.concatenate([p.rel_held if relative is not None else p.held[:, -1] for p in parts])
+    counts = tuple(c.astype(np.int64) for c in (resident[:, _WARM], resident[:, _WARM_USER], gpu[:, _WARM],
+                                                   resident[:, _WARM] - gpu[:, _WARM],  # offloaded per fill
+                                                   gpu[:, _WARM_USER]))
     # the draw length the seed's doubling rule would have reached: every fill exhausts its budget inside it
-    most = int(resident.sum(axis=1).max())
+    most = int(held.max())
     draws_used = draws
     while draws_used <= most:
         draws_used = min(max(draws, _MAX_DRAWS), 2 * draws_used)
