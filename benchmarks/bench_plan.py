@@ -1,6 +1,7 @@
 """Time one plan in-process: memory report + Fixed + make_plan, without and with the sensitivity panel.
 
     python benchmarks/bench_plan.py [--repeats 15] [--case NAME ...] [--against OLD/src] [--profile]
+    python benchmarks/bench_plan.py --against OLD/src --alternate 5     # the panel, CPU time, trees alternating
 
 Measured, not asserted. Targets (docs/benchmarks.md): <= 20 ms median without sensitivity and
 <= 250 ms with it, on the reference case `servesize plan qwen3.6-27b -q fp8 --gpus 1xH200
@@ -124,6 +125,40 @@ def against(src: str, labels: list, repeats: int) -> dict:
     return json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
 
 
+_PANEL_ROUNDS = r"""
+import json, resource, sys
+from servesize.api import plan
+from servesize.scenario import Scenario
+cases = [Scenario(**kw) for kw in json.loads(sys.argv[1])]
+for s in cases:
+    plan(s)  # warm-up: imports, catalogues, the first call of every record's eq and hash
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(4):
+    for s in cases:
+        plan(s)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1000 / 4)
+"""
+
+
+def alternate(src: str, labels: list, processes: int) -> None:
+    """``servesize.plan`` with the panel, every case four times a process, in child processes that alternate between
+    this tree and ``src``: CPU time a round (user + sys), the median over processes. Both trees see the same load and
+    the same state of the machine, where the two sequential runs above do not (a collection or a frequency step
+    landing in one tree's repeats)."""
+    cases = json.dumps([CASES[label] for label in labels])
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    times: dict[str, list[float]] = {here: [], src: []}
+    for _ in range(processes):
+        for tree in times:
+            out = subprocess.run([sys.executable, "-c", _PANEL_ROUNDS, cases], env={**os.environ, "PYTHONPATH": tree},
+                                 check=True, capture_output=True, text=True).stdout
+            times[tree].append(float(out.split()[-1]))
+    new, old = (statistics.median(times[t]) for t in (here, src))
+    print(f"servesize.plan with the panel, {len(labels)} case(s) a round, CPU ms a round, median of {processes} "
+          f"processes alternating: this tree {new:.1f}, {src} {old:.1f} (x{old / new:.3f})")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=15)
@@ -132,8 +167,15 @@ def main(argv=None) -> int:
                    "git archive db91321 src | tar -x -C /tmp/old && ... --against /tmp/old/src")
     p.add_argument("--json", action="store_true", help="print the figures as JSON (for --against)")
     p.add_argument("--profile", action="store_true", help="cProfile one plan with sensitivity (top 25 by cumulative time)")
+    p.add_argument("--alternate", type=int, metavar="PROCESSES", help="with --against: only the plan with the panel, "
+                   "CPU time, in child processes alternating between the two trees (the fairer before/after)")
     args = p.parse_args(argv)
     labels = args.case or list(CASES)
+    if args.alternate:
+        if not args.against:
+            p.error("--alternate compares two trees: give --against SRC")
+        alternate(args.against, labels, args.alternate)
+        return 0
     figures = {label: measure(label, args.repeats) for label in labels}
     if args.json:
         print(json.dumps(figures))

@@ -45,7 +45,7 @@ def prefill_flops(tokens: ArrayLike, prior: ArrayLike, gemm_params: float, atten
     """FLOPs of one pass over ``tokens`` new tokens with ``prior`` cached (vectorised over arrays)."""
     tokens = np.asarray(tokens, dtype=float)
     prior = np.asarray(prior, dtype=float)
-    if np.any(tokens < 0) or np.any(prior < 0):
+    if (tokens.size and tokens.min() < 0) or (prior.size and prior.min() < 0):  # one reduction each, no mask
         raise BadInput("token counts must be >= 0")
     out = (
         2.0 * gemm_params * tokens
