@@ -305,8 +305,9 @@ class SilentDeadline:
     every share but the ``silent`` worker's has answered: the real clock would get there by waiting, this one does
     not wait. It keeps each deadline it was given and which shares were still unanswered when it passed."""
 
-    def __init__(self, silent: int):
+    def __init__(self, silent: int, settled=None):
         self.silent = silent
+        self.settled = settled  # None, or a check that the silent worker has done what it does before going silent
         self.deadlines: list[float] = []
         self.overdue: list[list[int]] = []
 
@@ -315,8 +316,15 @@ class SilentDeadline:
         answering = [t for k, t in tasks.items() if k != self.silent]
         if answering:
             await asyncio.wait(answering)
+        for _ in range(SETTLE_POLLS if self.silent in tasks and self.settled is not None else 0):
+            if self.settled():  # the silent worker may still be sending (its process starts slower on a loaded
+                break  # machine): the deadline passes once it has, as a real one, seconds later, would find it;
+            await asyncio.sleep(0.01)  # bounded, so a worker that never sends fails the test, not hangs it
         await asyncio.sleep(0)  # a share that answered with the others is seen as answered
         self.overdue.append(sorted(k for k, t in tasks.items() if not t.done()))
+
+
+SETTLE_POLLS = 6_000  # 60 s of 10 ms polls: the most the silent worker is waited for before the deadline passes
 
 
 def test_a_worker_that_goes_silent_mid_rung_fails_that_rung_by_its_deadline_and_is_killed(tmp_path):
@@ -327,10 +335,12 @@ def test_a_worker_that_goes_silent_mid_rung_fails_that_rung_by_its_deadline_and_
     worker; it never waits for ever. The deadline is waited on an injected clock (``SilentDeadline``): it passes once
     every other share has answered, so the test decides from what the coordinator did, not from how long it slept."""
     path = tmp_path / "h.jsonl"
-    clock = SilentDeadline(silent=1)
-    workers = RayWorkers(3, fault=WorkerFault(worker=1, rung=1, after=1, kind="hang"), share_grace_s=1.0,
-                         wait_shares=clock)
     with _server() as server:
+        # the deadline passes once the silent worker's user has sent its whole session too: the 1-user rung's 3
+        # requests and the 2-user rung's 6
+        clock = SilentDeadline(silent=1, settled=lambda: server.completions >= 3 + 3 + 3)
+        workers = RayWorkers(3, fault=WorkerFault(worker=1, rung=1, after=1, kind="hang"), share_grace_s=1.0,
+                             wait_shares=clock)
         cfg = SessionsConfig(url=server.url, params=_params(SEED), users=LADDER_USERS, duration_s=20.0, timeout_s=5.0,
                              requests_per_user=REQUESTS, predicted_users=2)
         record = RunRecord.create(path, "sessions", cfg.to_params())
