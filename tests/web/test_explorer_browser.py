@@ -26,8 +26,8 @@ SETTLED = """() => {
 }"""
 FIT_SETTLED = """() => {
   const t = document.querySelector('#fitTable'), app = window.servesize;
-  return app && t.dataset.state && +t.dataset.seq === app.fitSeq;
-}"""
+  return app && t.dataset.state && t.dataset.pending !== 'true' && +t.dataset.seq === app.fitSeq;
+}"""  # pending: a change whose fit has not started yet (its timer) would otherwise read as settled on the old table
 PANELS = "() => document.querySelector('#verdict').dataset.panels === String(window.servesize.planSeq)"
 
 

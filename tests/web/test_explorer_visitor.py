@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 
 AXE = pathlib.Path(__file__).resolve().parent / "vendor" / "axe-core" / "axe.min.js"
 FIT_SETTLED = ("() => { const t = document.querySelector('#fitTable'); "
-               "return t.dataset.state && +t.dataset.seq === window.servesize.fitSeq; }")
+               "return t.dataset.state && t.dataset.pending !== 'true' && +t.dataset.seq === window.servesize.fitSeq; }")
 SMALL_FLEET = "#view=fleet&models=qwen3.6-27b&users=50&max_gpus=2&gpus_from=H100-SXM"  # each search is quick
 VIEWS = {  # view -> (the link that opens it, the id prefix of its controls, the fields it parses with)
     "plan": ("", "f-", {**PARAMS, **VIEW_PARAMS}),

@@ -1035,13 +1035,16 @@ async function loadRecord(file) {
 
 function scheduleFit(draft) {
   clearTimeout(App.fitTimer);
+  $("#fitTable").dataset.pending = "true";  // an answer is due: the table shows the settings before this change
   App.fitTimer = setTimeout(runFit, draft ? 150 : 0);
 }
 
 async function runFit() {
   const seq = ++App.fitSeq;
+  $("#fitTable").dataset.pending = "true";
   const res = await post("/api/fit", App.fit);
   if (seq !== App.fitSeq) return;
+  $("#fitTable").dataset.pending = "false";
   clearErrors($("#view-fit"));
   banner("");
   const eff = res.ok ? res.data.effective : {};
