@@ -170,3 +170,14 @@ def test_the_vllm_flags_join_the_parser_only_when_a_word_may_be_one_and_parse_th
     assert "--trust-remote-code" in plan_of(full)._option_string_actions
     for extra in (["--trust-remote-code"], ["--port=8001"], ["--max-model", "8k"], ["--"]):  # a vLLM flag, an abbreviation
         assert "--trust-remote-code" in plan_of(build_parser(_available(), load="plan", argv=own + extra))._option_string_actions
+
+
+def test_main_in_a_callers_process_leaves_its_collector_as_it_was(capsys):
+    """Only the console script freezes start-up's objects (cli.entry); a caller of main (a test, a library user) keeps
+    its garbage collectable and its collector on: this suite calls main thousands of times in one process."""
+    import gc
+
+    frozen_before = gc.get_freeze_count()
+    assert main(["memory", "llama-3.1-8b", "--gpus", "1xH100", "--max-model-len", "8192", "--json"]) == 0
+    capsys.readouterr()
+    assert gc.get_freeze_count() == frozen_before and gc.isenabled()

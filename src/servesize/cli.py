@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from servesize import __version__
 
@@ -150,14 +151,15 @@ def _on_sigterm(signum, frame):
     raise _SigTerm
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, loaded: Callable[[], None] | None = None) -> int:
     """Run one command: its exit code (0 ok, 2 refused, bad input or out of memory, 3 vLLM would not start, 130 Ctrl-C,
     143 SIGTERM, 1 a bug, printed as one). SIGTERM anywhere ends the command with one line, as Ctrl-C does;
-    a measurement installs its own handler for the run (the record is closed first)."""
+    a measurement installs its own handler for the run (the record is closed first). ``loaded``: called once the
+    command's module is imported, before it runs (the console script's collector, ``entry``)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
-        return _main(argv)
+        return _main(argv, loaded)
     except _SigTerm:
         print("servesize: terminated (SIGTERM)", file=sys.stderr)
         return 143
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, loaded: Callable[[], None] | None = None) -> int:
     from servesize.errors import ServesizeError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -208,7 +210,8 @@ def _main(argv: list[str] | None) -> int:
 
         check_outputs(args)  # before any work: a plot or record that cannot be written is refused now
         run = importlib.import_module(module).run
-        _collect_from_here()
+        if loaded is not None:
+            loaded()
         return _emit(run(args), args)
     except ServesizeError as exc:
         print(f"servesize: {exc}", file=sys.stderr)
@@ -261,7 +264,9 @@ def _json_default(obj):
 
 def _collect_from_here() -> None:
     """Start-up is over: the modules, classes and tables loaded so far live as long as the process, so they move to
-    the collector's permanent generation (``gc.freeze``) and collection resumes for what the command allocates."""
+    the collector's permanent generation (``gc.freeze``) and collection resumes for what the command allocates.
+    Only the console script's process: a caller of ``main`` (the tests, a library user) keeps its collector as it
+    was, its garbage never frozen."""
     gc.freeze()
     gc.enable()
 
@@ -274,7 +279,7 @@ def entry() -> None:
     CPU (docs/benchmarks.md)."""
     gc.disable()
     try:
-        code = main()
+        code = main(loaded=_collect_from_here)
     finally:
         gc.enable()
     gc.freeze()
