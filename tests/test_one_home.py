@@ -1,7 +1,7 @@
 """One implementation of each rule the review found written twice (#30): a scan of src/servesize fails when a second
 one appears, and each scan is shown to catch a planted copy (a scan that finds nothing proves nothing).
 
-- the percentile rule (numpy's linear virtual index, (n - 1) q / 100): percentile.py (``percentile_position``), and
+- the percentile rule (numpy's linear virtual index, (n - 1) q): percentile.py (``_position``), and
   no numpy percentile, quantile or median called anywhere but there
 - the binding rule (the lowest ceiling, ties in the ceilings' order): planning/ceilings.py (``lowest_ceiling``)
 - the decode ceiling's search (the largest n whose p50 speed meets a floor): planning/decode.py (``largest_meeting``)
@@ -31,9 +31,9 @@ def _is_minus_one(node) -> bool:
 
 
 def _is_quantile(node) -> bool:
-    """A percentile or quantile: a name q / p, a value / 100, or an entry of PERCENTILES."""
+    """A percentile or quantile: a name q / p / fraction, a value / 100, or an entry of PERCENTILES."""
     if isinstance(node, ast.Name):
-        return node.id in ("q", "p")
+        return node.id in ("q", "p", "fraction")
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         return (isinstance(node.right, ast.Constant) and node.right.value in (100, 100.0)) or _is_quantile(node.left)
     if isinstance(node, ast.Subscript):
@@ -92,7 +92,7 @@ def running_costs(tree) -> list[str]:
 
 
 HOMES = {  # scan -> the one module and function allowed to hold the rule
-    percentile_positions: ("percentile.py", "percentile_position"),
+    percentile_positions: ("percentile.py", "_position"),
     binding_rules: ("planning/ceilings.py", "lowest_ceiling"),
     speed_bisections: ("planning/decode.py", "largest_meeting"),
     running_costs: ("planning/warm_capacity.py", "add"),

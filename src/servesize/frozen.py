@@ -68,7 +68,8 @@ def _repr(self: Any) -> str:
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
 def frozen(cls: type[T]) -> type[T]:
-    """``cls`` as a frozen dataclass with the shared ``__eq__``, ``__hash__`` and ``__repr__`` (see the module)."""
+    """``cls`` as a frozen dataclass whose ``__eq__`` and ``__hash__`` compile at their first call and whose
+    ``__repr__`` is the shared one (see the module)."""
     own = cls.__dict__
     writes_eq, writes_repr = "__eq__" in own, "__repr__" in own
     # Python sets __hash__ = None on a class that writes __eq__ alone; dataclasses count that as no hash of its own

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 def percentile_position(n: int, q: float) -> float:
     """Where the q-th percentile (0-100) of n sorted values lies: numpy's virtual index (n - 1) q / 100."""
-    return (n - 1) * (q / 100)
+    return _position(n, q / 100)
+
+
+def _position(n: int, fraction: float) -> float:
+    """Where the quantile ``fraction`` (0-1) of n sorted values lies: (n - 1) x fraction (numpy's 'linear')."""
+    return (n - 1) * fraction
 
 
 def _lerp(a: float, b: float, t: float) -> float:
@@ -74,10 +79,9 @@ def _at_sorted(values: list[float], virtuals: Sequence[float]) -> tuple[float, .
                  for virtual, gamma_from, i, j in _picks(len(ordered), virtuals))
 
 
-def _numbers(x: Any) -> bool:
+def _numbers(x: list[Any] | tuple[Any, ...]) -> bool:
     """A non-empty list or tuple of plain numbers: read without numpy."""
-    return isinstance(x, (list, tuple)) and bool(x) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+    return bool(x) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
 
 
 def percentiles(x: Any, qs: Sequence[float]) -> tuple[float, ...]:
@@ -99,7 +103,7 @@ def quantiles(x: Any, fractions: Sequence[float]) -> tuple[float, ...]:
     if arr.size == 0 or arr.dtype.kind not in "iuf":
         import numpy as np
         return tuple(float(v) for v in np.quantile(arr, list(fractions)))
-    return _at(arr, [(arr.size - 1) * f for f in fractions])
+    return _at(arr, [_position(arr.size, f) for f in fractions])
 
 
 def percentile50(x: Any) -> float:

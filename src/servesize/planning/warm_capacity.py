@@ -182,11 +182,10 @@ class FillPass:
     Per fill, sessions join in recency order, each with its cost; a pool of budget B holds those whose running
     cost is at most B (ties fit). For each of ``budgets`` (sorted), ``held[fill, q]`` is how many sessions it holds
     and ``counts[fill, q, c]`` how many of them are of class c (``members[c]``; the classes need not be disjoint,
-    nor cover every session). A block of sessions resolves every budget its
-    running cost passes, so a fill's work follows its sessions, never the number of budgets. ``relative``: one
-    budget more per fill (``rel_held``, ``rel_counts``): the running cost of the sessions the first budget holds plus
-    ``relative`` (at least the first budget): the seed's additive host-RAM tier, which holds what the GPU evicted
-    after it."""
+    nor cover every session). A block of sessions resolves every budget its running cost passes, so a fill's work
+    follows its sessions, never the number of budgets. ``relative``: one budget more per fill (``rel_held``,
+    ``rel_counts``): the running cost of the sessions the first budget holds plus ``relative`` (at least the first
+    budget): the seed's additive host-RAM tier, which holds what the GPU evicted after it."""
 
     def __init__(self, fills: int, budgets: np.ndarray, classes: int, relative: float | None = None):
         self.budgets = budgets
