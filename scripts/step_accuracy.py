@@ -237,7 +237,8 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
-          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9}
+          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9,
+          "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -284,11 +285,19 @@ def groups(expressed: list[Case]) -> dict[str, list[Case]]:
     return rows
 
 
+# a MoE layer's kernel's fixed part, measured alone: the median over aiconfigurator's measured MoE kernel series of the
+# 1-token latency less its k experts' bytes at the series' every-expert rate (data/assumptions.toml step.moe_layer_fixed_s)
+MOE_LAYER_FIXED_MEASURED_S = 2.74e-05
+
 # the terms the fit searches, each over a bounded grid (data/assumptions.toml holds what it found, with its source)
 SEARCH: dict[str, list] = {
     "decode.step_overhead_s": [0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003],
     "step.overhead_per_layer_s": [0.0, 0.00001, 0.00002, 0.00003, 0.00004],
     "step.overhead_per_tp_doubling_s": [0.0, 0.00025, 0.0005, 0.001],
+    # two all-reduces a layer: per layer per doubling (the flat term above prices a 36-layer model's as an 80-layer one's)
+    "step.overhead_per_layer_tp_doubling_s": [0.0, 3.5e-06, 7e-06, 1.4e-05],
+    # none, or what vLLM's MoE kernels measure alone (tests/test_step_model.py recomputes it from their rows)
+    "step.moe_layer_fixed_s": [0.0, MOE_LAYER_FIXED_MEASURED_S],
     "decode.bandwidth_efficiency": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85],
     # bounded by what vLLM's prefill kernels reach alone (about 0.66 of the dense peak in aiconfigurator's measured
     # kernel tables, #28): a larger value would be the fit hiding a queueing error in a kernel speed

@@ -76,7 +76,18 @@ def test_overhead_grows_per_tp_doubling():
     assert terms.overhead(8) == pytest.approx(0.007)
 
 
-@pytest.mark.parametrize("bad", [dict(overhead_s=-1e-3), dict(request_fixed_s=math.nan), dict(mixed="max")])
+def test_tp_overhead_grows_with_depth_and_moe_layers_pay_their_kernels_fixed_part():
+    terms = StepTerms(overhead_s=0.001, overhead_per_layer_tp_doubling_s=1e-5, moe_layer_fixed_s=3e-5)
+    assert terms.overhead(1, 36) == pytest.approx(0.001)                     # no all-reduce at TP 1
+    assert terms.overhead(8, 36) == pytest.approx(0.001 + 36 * 1e-5 * 3)     # 36 layers, three doublings
+    assert terms.overhead(8, 80) == pytest.approx(0.001 + 80 * 1e-5 * 3)     # deeper: more all-reduces
+    assert terms.overhead(1, 36, 36) == pytest.approx(0.001 + 36 * 3e-5)     # every layer a MoE layer
+    with pytest.raises(BadInput):
+        terms.overhead(1, 36, 37)                                            # more MoE layers than layers
+
+
+@pytest.mark.parametrize("bad", [dict(overhead_s=-1e-3), dict(request_fixed_s=math.nan), dict(mixed="max"),
+                                 dict(moe_layer_fixed_s=-1e-6), dict(overhead_per_layer_tp_doubling_s=math.inf)])
 def test_bad_terms_are_refused(bad):
     with pytest.raises(BadInput):
         StepTerms(**bad)
@@ -181,6 +192,62 @@ def test_fp4_experts_without_fp4_tensor_cores_read_at_the_rate_the_kernel_tables
         gpu = find_gpu(key)
         assert not gpu.fp4 and "moe_perf.parquet" in gpu.fp4_moe_source
         assert gpu.fp4_moe_tbps * 1e12 == pytest.approx(median[("w4a16_mxfp4", system, 1)], rel=0.01)
+
+
+def _kernel_fixed_parts() -> list[float]:
+    """Per measured series (kernel, GPU, TP): its 1-token latency less the bytes of the k experts that token
+    touches, read at the series' median rate over its every-expert rows; seconds."""
+    import csv
+
+    out = []
+    with KERNELS.open(encoding="utf-8") as f:
+        one = [r for r in csv.DictReader(f) if int(r["num_tokens"]) == 1]
+    for r in one:
+        dtype, tp = r["moe_dtype"], int(r["moe_tp_size"])
+        rate = float(np.median(_kernel_rates(dtype, r["system"], tp)))
+        k_bytes = int(r["topk"]) * 3 * int(r["hidden_size"]) * int(r["inter_size"]) * BITS[dtype] / 8 / tp
+        out.append(float(r["latency"]) * 1e-3 - k_bytes / rate)
+    return out
+
+
+def test_a_moe_layers_fixed_part_offered_to_the_fit_is_what_the_kernel_tables_measure():
+    """The fit chooses step.moe_layer_fixed_s between 0 and vLLM's measured MoE kernels' figure: the median over
+    every series of what one token's call costs beyond its experts' bytes."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("step_accuracy", SRC.parents[1] / "scripts" / "step_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("step_accuracy", script)  # its dataclasses look their module up
+    spec.loader.exec_module(script)
+    parts = _kernel_fixed_parts()
+    assert len(parts) == 26
+    assert script.MOE_LAYER_FIXED_MEASURED_S == pytest.approx(float(np.median(parts)), rel=0.01)
+    assert script.SEARCH["step.moe_layer_fixed_s"] == [0.0, script.MOE_LAYER_FIXED_MEASURED_S]
+    # the H100 and H200 series (the Triton kernels) all pay 18-41 us
+    assert 15e-6 < sorted(parts)[len(parts) // 4] and max(parts) < 45e-6
+
+
+def test_a_moe_model_pays_its_kernels_fixed_part_in_every_step_and_a_dense_one_does_not():
+    from dataclasses import replace
+
+    from servesize.api import plan
+    from servesize.planning.ceilings import decode_setup
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    def overhead(model: str, fixed_s: float) -> tuple[float, int]:
+        scenario = Scenario(model=model, gpus="1xH200")
+        fixed = plan(scenario, sensitivity=False).fixed
+        knobs = replace(plan_inputs(scenario).knobs, overrides=(("step.moe_layer_fixed_s", fixed_s),))
+        return decode_setup(fixed, knobs).step_overhead_s, fixed.moe_layers
+
+    moe_with, layers = overhead("qwen3-30b-a3b", 3e-5)
+    moe_without, _ = overhead("qwen3-30b-a3b", 0.0)
+    assert layers == 48 and moe_with - moe_without == pytest.approx(48 * 3e-5)
+    dense_with, dense_layers = overhead("llama-3.1-8b", 3e-5)
+    assert dense_layers == 0 and dense_with == overhead("llama-3.1-8b", 0.0)[0]
 
 
 def test_the_kernel_rate_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_where_unmeasured_or_in_hardware():

@@ -184,7 +184,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         tp_efficiency=tp_eff,
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
-        step_overhead_s=step_terms(knobs).overhead(fixed.tp, fixed.layers),
+        step_overhead_s=step_terms(knobs).overhead(fixed.tp, fixed.layers, fixed.moe_layers),
         **compute,
     )
 
@@ -194,7 +194,10 @@ def step_terms(knobs: Knobs) -> StepTerms:
     return StepTerms(overhead_s=float(knobs.a("decode.step_overhead_s")),
                      overhead_per_layer_s=float(knobs.a("step.overhead_per_layer_s")),
                      overhead_per_tp_doubling_s=float(knobs.a("step.overhead_per_tp_doubling_s")),
-                     request_fixed_s=float(knobs.a("step.request_fixed_s")), mixed=str(knobs.a("step.mixed")),
+                     request_fixed_s=float(knobs.a("step.request_fixed_s")),
+                     moe_layer_fixed_s=float(knobs.a("step.moe_layer_fixed_s")),
+                     overhead_per_layer_tp_doubling_s=float(knobs.a("step.overhead_per_layer_tp_doubling_s")),
+                     mixed=str(knobs.a("step.mixed")),
                      prefill_weight_floor=bool(knobs.a("prefill.weight_floor")))
 
 

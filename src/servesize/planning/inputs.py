@@ -134,6 +134,7 @@ class Fixed:
     weight_format: str = "bf16"        # the GEMMs' kernel family (planning.step_model.WEIGHT_FORMATS)
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
     layers: int = 0                    # decoder layers (each launches its kernels every step)
+    moe_layers: int = 0                # of them, those with routed experts (each launches a fused MoE kernel)
     block_size: int = 0                # the pool's (attention) block: a prompt's cache and a hybrid's state start at one
     drops_hit_block: bool = False      # MTP / EAGLE drafts: vLLM computes a prefix hit's last block again
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
@@ -312,9 +313,15 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
-        layers=len(arch.layers), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
+        layers=len(arch.layers), moe_layers=_moe_layers(arch), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
     )
+
+
+def _moe_layers(arch: Architecture) -> int:
+    """How many of the decoder layers route to experts (0 for a dense model)."""
+    moe = arch.moe
+    return 0 if moe is None else sum(1 for i in range(len(arch.layers)) if moe.is_moe_layer(i))
 
 
 def _fp4_expert_rate(gpu: Gpu, weight_format: str) -> float:

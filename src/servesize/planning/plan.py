@@ -254,7 +254,8 @@ def step_term_names(fixed: Fixed) -> list[str]:
     """The step model's terms that price this deployment: the overheads, the mixed step, and the kernel factors of
     its weight format, vendor and experts."""
     names = ["decode.step_overhead_s", "step.overhead_per_layer_s", "step.overhead_per_tp_doubling_s",
-             "step.request_fixed_s", "step.mixed", "prefill.weight_floor", "prefill.tp_efficiency_per_doubling"]
+             "step.overhead_per_layer_tp_doubling_s", "step.request_fixed_s", "step.mixed", "prefill.weight_floor",
+             "prefill.tp_efficiency_per_doubling"]
     if fixed.weight_format != "bf16":
         names.append(f"step.kernel_efficiency_{fixed.weight_format}")
     if fixed.peak_dtype == "fp8":
@@ -262,7 +263,7 @@ def step_term_names(fixed: Fixed) -> list[str]:
     if fixed.vendor.upper() == "AMD":
         names.append("step.vendor_efficiency_amd")
     if fixed.expert_bytes:
-        names += ["decode.expert_union", "step.moe_prefill_efficiency"]
+        names += ["decode.expert_union", "step.moe_prefill_efficiency", "step.moe_layer_fixed_s"]
         names.append("step.fp4_moe_kernel_rate" if fixed.fp4_expert_bytes_per_s else "step.moe_expert_efficiency")
     return names
 

@@ -4,10 +4,11 @@ Every consumer prices time here: the plan's decode and prefill rooflines (planni
 hand over the bytes a step reads and the FLOPs it computes), the load model, power, teams and fleet through them,
 and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_s`` and ``StepModel.decode_s``.
 
-    overhead(tp, L)     = decode.step_overhead_s + step.overhead_per_layer_s x L
-                          + step.overhead_per_tp_doubling_s x log2(tp)
+    overhead(tp, L, M)  = decode.step_overhead_s + step.overhead_per_layer_s x L
+                          + step.overhead_per_tp_doubling_s x log2(tp) + step.moe_layer_fixed_s x M
                           (the scheduler's pass and sampling; each of the L layers' kernels; TP adds two
-                          all-reduces per layer)
+                          all-reduces per layer; each of the M MoE layers' fused-experts kernel has a fixed part
+                          that no expert's bytes pay for, measured alone)
     decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
                           (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
                           measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)
@@ -78,23 +79,29 @@ class StepTerms:
     overhead_per_layer_s: float = 0.0
     overhead_per_tp_doubling_s: float = 0.0
     request_fixed_s: float = 0.0
+    moe_layer_fixed_s: float = 0.0
+    overhead_per_layer_tp_doubling_s: float = 0.0
     mixed: str = "sum"
     prefill_weight_floor: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("overhead_s", "overhead_per_layer_s", "overhead_per_tp_doubling_s", "request_fixed_s"):
+        for name in ("overhead_s", "overhead_per_layer_s", "overhead_per_tp_doubling_s", "request_fixed_s",
+                     "moe_layer_fixed_s", "overhead_per_layer_tp_doubling_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value < 1):
                 raise BadInput(f"the step model's {name} must be in [0, 1) s, got {value!r}")
         if self.mixed not in MIXED_RULES:
             raise BadInput(f"a mixed step is priced 'one_weight_read' or 'sum', got {self.mixed!r}")
 
-    def overhead(self, tp: int, layers: int = 0) -> float:
-        """Seconds every step costs beyond its roofline, for a model of ``layers`` layers at tensor-parallel width
-        ``tp``."""
-        if tp < 1 or layers < 0:
-            raise BadInput(f"tensor-parallel size must be >= 1 and layers >= 0, got {tp!r} and {layers!r}")
-        return self.overhead_s + self.overhead_per_layer_s * layers + self.overhead_per_tp_doubling_s * math.log2(tp)
+    def overhead(self, tp: int, layers: int = 0, moe_layers: int = 0) -> float:
+        """Seconds every step costs beyond its roofline, for a model of ``layers`` layers, ``moe_layers`` of them
+        with routed experts, at tensor-parallel width ``tp``."""
+        if tp < 1 or layers < 0 or moe_layers < 0 or (layers and moe_layers > layers):
+            raise BadInput(f"tensor-parallel size must be >= 1 and 0 <= MoE layers <= layers, got {tp!r}, "
+                           f"{moe_layers!r} and {layers!r}")
+        return (self.overhead_s + self.overhead_per_layer_s * layers
+                + (self.overhead_per_tp_doubling_s + self.overhead_per_layer_tp_doubling_s * layers) * math.log2(tp)
+                + self.moe_layer_fixed_s * moe_layers)
 
 
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
