@@ -18,6 +18,7 @@ from servesize.simulate.engine import (
     closed_loop,
     engine_users,
     simulate_engine,
+    spread_ties,
     users_at_comfort,
 )
 from servesize.simulate.replay import ReplayOptions, build_replay
@@ -236,6 +237,30 @@ def test_n_users_are_measured_until_the_first_runs_out_and_every_user_sends_unti
     assert (run.arrival_s[m] >= 0.5 * run.window_end_s).all()  # the warm-up's half of the window is not measured
     sent = [int(((users == u) & (run.arrival_s <= run.window_end_s)).sum()) for u in range(4)]
     assert max(sent) - min(sent) <= 1, sent  # each user's cycle is the same: all send as often through the window
+
+
+def test_requests_logged_at_one_instant_are_spread_over_it_in_order():
+    t = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 10.0, 12.0, 12.0])
+    # each group over the interval to the next distinct time; the last over the median interval (3, 7, 2: 3)
+    assert spread_ties(t).tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 6.5, 10.0, 12.0, 13.5])
+    distinct = np.array([0.0, 0.5, 4.0])
+    assert spread_ties(distinct).tolist() == distinct.tolist()  # nothing tied: untouched
+    with pytest.raises(BadInput, match="sorted"):
+        spread_ties(np.array([1.0, 0.0]))
+
+
+def test_an_open_loop_trace_logged_in_bursts_arrives_spread_over_its_timestamps():
+    """A trace whose clock logs requests in groups (Mooncake's conversation trace: 12,031 requests at 1,180 distinct
+    times) is replayed with each group spread over its interval: without it every group arrived at one instant,
+    and one user's rate came as bursts whose prefills stalled each other's decodes."""
+    rows = [(f"r{g}-{k}", 10.0 * g, 4 * B, _ids(10 * g + k + 1, 4 * B), 5) for g in range(5) for k in range(4)]
+    trace = make_trace(rows, block_size=B)
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.01)
+    at, _ = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times, Comfort(),
+                         users=1, think_time_s=30.0)
+    gaps = np.diff(np.sort(at.arrival_s))
+    assert gaps.min() > 0 and gaps == pytest.approx(np.full(gaps.size, gaps.mean()))  # 20 requests, evenly apart
+    assert at.decoders_per_step and max(at.decoders_per_step) == 1  # one request at a time: none waits for another
 
 
 def test_bad_engine_settings_are_one_line_errors():
