@@ -992,29 +992,33 @@ def users_at_comfort(run_at: Callable[[int], EngineRun], comfort: Comfort, *, ma
     return EngineUsers(good, comfort, points, breaks_at=bad, reason=verdict[bad][1])
 
 
-def spread_ties(arrival_s: np.ndarray) -> np.ndarray:
-    """Arrival times (sorted) with each group of equal times spread evenly over the interval to the next distinct
-    time (the last group over the median interval between distinct times).
+def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Arrival times (sorted) with each group of equal times placed uniformly at random (seeded, in order) over the
+    interval to the next distinct time (the last group over the median interval between distinct times).
 
     A timestamp is a reading at the trace's resolution: requests logged at one instant arrived somewhere within
     it. Mooncake's conversation trace logs its 12,031 requests at 1,180 distinct times, 3 s apart or more; replayed
     as written, open loop, every stretch of its clock still sends about ten requests at the same instant, so even
     one user's rate came as bursts whose prefills stalled each other's decodes (24.8% of replies under 40 tok/s
-    on Qwen 3.6 27B with no other load). Spread evenly, the requests keep their order, the trace's distinct times
-    and its rate."""
+    on Qwen 3.6 27B with no other load). Placed evenly instead, the arrivals are as regular as a clock, and a
+    request's first decode step almost never meets the next one's prefill (9% of the shortest replies slowed where
+    the prefills kept the GPU busy 28% of the time). Uniform positions given the count are what a Poisson process
+    of the trace's rate would give (the plan's arrivals); the requests keep their order, the trace's distinct
+    times and its rate."""
     t = np.asarray(arrival_s, dtype=float)
-    if t.size < 2 or np.any(np.diff(t) < 0):
-        if t.size >= 2:
-            raise BadInput("arrival times must be sorted to spread their ties")
+    if t.size >= 2 and np.any(np.diff(t) < 0):
+        raise BadInput("arrival times must be sorted to spread their ties")
+    if t.size < 2:
         return t.copy()
     distinct, first, counts = np.unique(t, return_index=True, return_counts=True)
     if distinct.size == t.size:
         return t.copy()
     gaps = np.diff(distinct)
-    last_gap = median(gaps) if gaps.size else 0.0
-    span = np.append(gaps, last_gap)
-    rank = np.arange(t.size) - np.repeat(first, counts)  # a request's place within its group
-    return t + np.repeat(span / counts, counts) * rank
+    span = np.append(gaps, median(gaps) if gaps.size else 0.0)
+    offsets = np.random.default_rng(seed).random(t.size)
+    group = np.repeat(np.arange(distinct.size), counts)
+    offsets = offsets[np.lexsort((offsets, group))]  # sorted within each group: the requests keep their order
+    return t + np.where(np.repeat(counts, counts) > 1, offsets * np.repeat(span, counts), 0.0)
 
 
 def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, comfort: Comfort, *,
@@ -1041,7 +1045,7 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
         span = float(replay.arrival_s.max() - replay.arrival_s.min()) if replay.requests > 1 else 0.0
         if not span > 0:
             raise BadInput(f"{trace.name}: every request arrives at once: no rate to scale")
-        replay = replace(replay, arrival_s=spread_ties(replay.arrival_s))
+        replay = replace(replay, arrival_s=spread_ties(replay.arrival_s, opts.seed))
         trace_rate = (replay.requests - 1) / float(replay.arrival_s[-1] - replay.arrival_s[0])
 
         def run_at(n: int) -> EngineRun:
