@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from servesize.errors import BadInput
-from servesize.planning.interference import StallLoad, allowed_slow_share
+from servesize.planning.interference import StallLoad, allowed_slow_share, timed_decode_tokens
 
 
 def _load(**kw) -> StallLoad:
@@ -60,6 +60,18 @@ def test_a_queue_at_the_start_adds_to_the_stall():
     quiet = _load()
     queued = _load(mean_service_s=0.4, second_moment_s2=1.0)
     assert queued.slow_share(1.0, np.array([0.015])) > quiet.slow_share(1.0, np.array([0.015]))
+
+
+def test_a_spread_of_replies_is_priced_reply_by_reply():
+    """Replies of 40 and 760 tokens (mean 400): the slowed share is the mean of each one's over its own window."""
+    spread = timed_decode_tokens(400, (0.1025, 1.9025))   # 41 and 761 tokens: 40 and 760 timed after the first
+    assert spread == pytest.approx((40.0, 760.0))
+    load = _load(decode_spread=spread)
+    token_s = np.array([0.012])
+    short, long = (_load(output_tokens=r).slow_share(1.0, token_s) for r in spread)
+    assert load.slow_share(1.0, token_s) == pytest.approx((short + long) / 2)
+    assert abs(short - long) > 0.05  # each window its own share: the mean reply alone is not what they average to
+    assert timed_decode_tokens(400, None) == () and timed_decode_tokens(400, (0.001,)) == (1.0,)  # at least one
 
 
 def test_chunks_shorter_than_the_slack_per_step_cannot_slow_a_decode():

@@ -93,6 +93,40 @@ def test_openai_usage_records_give_prompt_tokens_and_the_observed_hit_rate(tmp_p
     assert fit.fields["output_tokens"].value == 10 and fit.workload.output_tokens == 10
 
 
+def test_the_replies_spread_is_their_deciles_over_their_mean_and_a_written_file_keeps_it(tmp_path):
+    from servesize.percentile import quantiles
+    from servesize.workload.files import load_workload
+
+    outputs = [1, 1] + list(range(2, 200, 2))  # 101 replies: two of one token (not timed: no token after the first)
+    rows = [{"id": i, "usage": {"prompt_tokens": 5_000 + i, "completion_tokens": o}} for i, o in enumerate(outputs)]
+    path = tmp_path / "usage.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    fit = fit_workload(path)
+    mean = sum(outputs) / len(outputs)
+    want = tuple(round(q / mean, 4) for q in quantiles(range(2, 200, 2), [(i + 0.5) / 10 for i in range(10)]))
+    assert fit.fields["output_spread"].value == want == fit.workload.output_spread
+    out = tmp_path / "w.json"
+    out.write_text(json.dumps(fit.workload_dict()))
+    assert load_workload(str(out)).output_spread == want
+    # too few timed replies say nothing of a spread: every reply the mean, as before
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(json.dumps(r) for r in rows[:12]) + "\n")
+    assert not fit_workload(few).fields["output_spread"].fitted and fit_workload(few).workload.output_spread is None
+
+
+def test_a_bad_reply_spread_in_a_workload_file_is_one_clear_error(tmp_path):
+    from servesize.errors import BadInput
+    from servesize.workload.files import load_workload
+
+    path = tmp_path / "w.json"
+    for bad, said in (([], "1 to 100"), ([0.5, -1], "output_spread must be in"), ("wide", "list of numbers"),
+                      ([1.0] * 101, "1 to 100")):
+        path.write_text(json.dumps({"servesize_workload": 1, "user": {"median_tokens": 5000, "sigma": 0.5},
+                                    "output_spread": bad}))
+        with pytest.raises(BadInput, match=said):
+            load_workload(str(path))
+
+
 def test_batch_api_output_and_a_dotted_column_are_read(tmp_path):
     path = tmp_path / "batch.jsonl"
     path.write_text("\n".join(json.dumps({"response": {"body": {"usage": {"prompt_tokens": p}}}}) for p in (5_000, 7_000)))

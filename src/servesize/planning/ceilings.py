@@ -49,7 +49,7 @@ from servesize.planning.inputs import (
     sub_ratio_of,
     ttft_queue_budget_s,
 )
-from servesize.planning.interference import StallLoad
+from servesize.planning.interference import StallLoad, timed_decode_tokens
 from servesize.planning.latency import (
     ServiceMoments,
     latency_ceiling_users,
@@ -518,8 +518,9 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     steps = step_model_of(fixed, knobs)
     chunk = int(fixed.chunk_tokens)
     warm = warm_prefill_tokens(fixed, workload, knobs)
+    spread = timed_decode_tokens(workload.output_tokens, workload.output_spread)
     key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, bank, warm, chunk,
-           float(floor), workload.output_tokens, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
+           float(floor), workload.output_tokens, spread, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.stalls:
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
         stride = max(1, lengths.size // STALL_DRAWS)  # every stride-th: the starts (the first) keep their share
@@ -534,7 +535,7 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
             chunk_stall_s=float(steps.stall_s(chunk, 0.0, chunk)), miss_rate=float(m.miss_rate),
             miss_stall_s=cold,
             hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, warm), lengths, chunk), dtype=float),
-            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2))
+            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2), decode_spread=spread)
     return cache.stalls[key]
 
 

@@ -31,7 +31,7 @@ is the share that misses the floor with no neighbour at all.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from dataclasses import field, replace
 from functools import cached_property
 
 import numpy as np
@@ -62,6 +62,8 @@ class StallLoad:
     hit_stall_s: np.ndarray = field(repr=False)    # J of a warm tail, per context draw
     mean_service_s: float = 0.0    # E[S]: a prefill's service (the queue's load, rho = rate x E[S])
     second_moment_s2: float = 0.0  # E[S^2]
+    # the decodes of equally likely replies (timed_decode_tokens): the slowed share is their mean; (): all are R
+    decode_spread: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.output_tokens > 0 and self.floor_tok_s > 0 and self.tokens_per_step >= 1):
@@ -78,9 +80,17 @@ class StallLoad:
     def mean_stall_s(self) -> float:
         return float(self.miss_rate * _mean(self.miss_stall_s) + (1.0 - self.miss_rate) * _mean(self.hit_stall_s))
 
+    @cached_property
+    def _spread(self) -> tuple[StallLoad, ...]:
+        """One load per reply of ``decode_spread``: the same stalls over that reply's own window."""
+        return tuple(replace(self, output_tokens=r, decode_spread=()) for r in self.decode_spread)
+
     def slow_share(self, rate_per_s: float, token_s: np.ndarray) -> float:
         """The share of requests whose decode falls below the floor at ``rate_per_s`` prefills a second, over the
-        per-token decode times ``token_s`` (one per fill)."""
+        per-token decode times ``token_s`` (one per fill); with ``decode_spread``, the mean over its replies (a short
+        reply has little slack for a chunk beside it, a long one much)."""
+        if self.decode_spread:
+            return float(np.mean([load.slow_share(rate_per_s, token_s) for load in self._spread]))
         token_s = np.asarray(token_s, dtype=float).ravel()
         if not token_s.size:
             raise BadInput("the stall model needs at least one decode time")
@@ -161,6 +171,15 @@ class StallLoad:
             mass[0] = 1.0
             return mass
         return mass / total
+
+
+def timed_decode_tokens(output_tokens: float, spread: tuple[float, ...] | None) -> tuple[float, ...]:
+    """The decodes the floor is judged on, one per equally likely reply: a reply of L tokens is timed over its
+    L - 1 tokens after the first (vllm bench serve's TPOT; the engine simulator's decode speed), at least one;
+    () without a spread (every reply ``output_tokens`` long, priced whole: the rule before the spread)."""
+    if not spread:
+        return ()
+    return tuple(max(1.0, x * float(output_tokens) - 1.0) for x in spread)
 
 
 def _mean(x: np.ndarray) -> float:

@@ -79,7 +79,7 @@ _FIELD_WORDS = {"user_median_tokens": "median", "user_sigma": "sigma", "user_pre
                 "subagent": "subagent class", "subagent_ratio": "subagent ratio",
                 "subagents_share_prefix": "shared subagent prefix", "invalidation": "invalidation",
                 "max_model_len": "cap", "think_time_s": "think time", "output_tokens": "output tokens",
-                "warm_turn_tokens": "warm turn", "think_time_sigma": "think-time spread",
+                "warm_turn_tokens": "warm turn", "think_time_sigma": "think-time spread", "output_spread": "reply spread",
                 "session_turns": "session length"}
 
 

@@ -150,7 +150,9 @@ def fit_lognormal(x) -> LogNormalFit:
 
 # the workload's scalar fields a log can set: what fit_observations changes and what the written file carries
 SCALAR_FIELDS = ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
-                 "warm_turn_tokens", "session_turns")
+                 "warm_turn_tokens", "session_turns", "output_spread")
+SPREAD_POINTS = 10         # the replies' spread: their deciles' midpoints (Workload.output_spread)
+MIN_SPREAD_REPLIES = 20    # fewer timed replies say too little of a spread: every reply the mean, as before
 DISTRIBUTIONS = ("auto", "lognormal", "empirical")
 POOR_FIT_D = 0.10        # auto: at or above this KS D the log-normal is 'a poor fit' (fit_meaning) -> empirical
 EMPIRICAL_POINTS = 1000  # an empirical class is written as this many evenly spaced quantiles of the sample
@@ -379,6 +381,22 @@ def _mean_field(name: str, values: Sequence[float], what: str, unit: str, intege
     return FieldFit(name, value, f"mean of {arr.size:,} {what} (median {median(arr):,.4g}{unit})")
 
 
+def _spread_field(outputs: Sequence[float], what: str) -> FieldFit:
+    """The replies' lengths as multiples of their mean (Workload.output_spread): the deciles' midpoints of the
+    replies of two tokens or more, the ones whose decode speed a client times ((tokens - 1) over the time after
+    the first; vllm bench serve's TPOT, the engine simulator's floor)."""
+    import numpy as np
+    arr = np.asarray(outputs, dtype=np.float64)
+    timed = arr[arr >= 2]
+    if arr.size == 0 or timed.size < MIN_SPREAD_REPLIES:
+        return FieldFit("output_spread", None, f"fewer than {MIN_SPREAD_REPLIES} {what} of two tokens or more")
+    mean = float(arr.mean())
+    points = quantiles(timed, [(i + 0.5) / SPREAD_POINTS for i in range(SPREAD_POINTS)])
+    value = tuple(round(p / mean, 4) for p in points)
+    return FieldFit("output_spread", value, f"the deciles' midpoints of {timed.size:,} {what} of two tokens or more "
+                                            f"({points[0]:,.0f} to {points[-1]:,.0f} tokens), over their mean {mean:,.4g}")
+
+
 def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
     """The think time as a distribution: the log-normal MLE over the positive pauses, its mean the planner's
     ``think_time_s`` (median x exp(sigma^2 / 2)), its shape ``think_time_sigma``; the median is reported. The bare
@@ -460,6 +478,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     prefix = _prefix_field(obs, prefix_tokens)
     sub, ratio, sub_values, sub_fit, sub_cls = _subagent_fields(obs, min_tokens, int(user.size), name)
     cold = _cold_basis(obs, prefix.value)
+    outputs = f"output counts ({obs.output_field})" if obs.output_field else "output counts"
     fields = {
         "user_median_tokens": FieldFit("user_median_tokens", round(user_fit.median, 1) if dist == "lognormal"
                                        else median(user),
@@ -473,8 +492,8 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         "invalidation": _invalidation_field(cold),
         **_think_fields(obs.gaps_s, f"pauses between a session's requests ({obs.think_field})"
                         if obs.think_field else "think times"),
-        "output_tokens": _mean_field("output_tokens", obs.output, f"output counts ({obs.output_field})"
-                                     if obs.output_field else "output counts", "", integer=True),
+        "output_tokens": _mean_field("output_tokens", obs.output, outputs, "", integer=True),
+        "output_spread": _spread_field(obs.output, outputs),
         "warm_turn_tokens": _mean_field("warm_turn_tokens", obs.turn_growth,
                                         "prompt growths from one request of a session to the next", "", integer=True),
     }

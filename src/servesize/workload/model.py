@@ -55,11 +55,12 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
 SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s",
-                 "output_tokens", "warm_turn_tokens", "think_time_sigma", "session_turns")
+                 "output_tokens", "warm_turn_tokens", "think_time_sigma", "session_turns", "output_spread")
 # beside the scalar fields; think_time_median_s is derived (written for the reader; read only without think_time_s)
 FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"})
 
 _MAX_SIGMA = 5.0
+MAX_OUTPUT_SPREAD = 100  # reply-length points a workload may carry (a fit writes 10: the deciles' midpoints)
 _MAX_TOKENS = 100_000_000
 MAX_SESSION_TURNS = 10_000  # requests per session: a bound on what a file or a flag may say (and on a generated session)
 
@@ -304,6 +305,10 @@ class Workload:
                             is not known and pauses are drawn exponential with that mean. The median is
                             derived (``think_time_median_s``); read pauses through ``think_times``.
     output_tokens           output tokens per request (decode, power). Seed: 1,000.
+    output_spread           the replies' lengths at equally likely points (a fit: the deciles' midpoints of the
+                            replies of two tokens or more), as multiples of ``output_tokens``; None: every reply
+                            is ``output_tokens`` long. The decode floor's slowed share is priced over them (a short
+                            reply has little slack for a prefill chunk beside it).
     warm_turn_tokens        new tokens prefilled on a warm hit (prefill). Seed: 2,000.
     session_turns           requests per session (the conversation's, subagents' included): after that many the
                             user starts a new session, whose first request is cold beyond the shared prefix.
@@ -323,6 +328,7 @@ class Workload:
     warm_turn_tokens: int = SEED_WARM_TURN_TOKENS
     think_time_sigma: float | None = None
     session_turns: int = 0
+    output_spread: tuple[float, ...] | None = None
 
     def __post_init__(self):
         import numpy as np
@@ -344,6 +350,7 @@ class Workload:
             object.__setattr__(self, "think_time_sigma", _check_range("workload", "think_time_sigma",
                                                                       self.think_time_sigma, 0, _MAX_SIGMA))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
+        object.__setattr__(self, "output_spread", _output_spread(self.output_spread))
         turns = _check_range("workload", "session_turns", 0 if self.session_turns is None else self.session_turns,
                              0, MAX_SESSION_TURNS)
         if turns != int(turns):
@@ -614,6 +621,7 @@ class Workload:
             "think_time_sigma": self.think_time_sigma,
             "think_time_median_s": self.think_time_median_s,
             "session_turns": self.session_turns,
+            "output_spread": None if self.output_spread is None else list(self.output_spread),
         }
 
     @classmethod
@@ -653,10 +661,24 @@ class Workload:
         lines.append(f"invalidation f = {self.invalidation:g}; max_model_len = {self.max_model_len:,} tokens")
         if self.session_turns:
             lines.append(f"sessions of {self.session_turns:,} requests: each one's first is cold beyond the shared prefix")
+        if self.output_spread is not None:
+            lengths = ", ".join(f"{x * self.output_tokens:,.0f}" for x in self.output_spread)
+            lines.append(f"replies of {lengths} tokens, equally likely (mean {self.output_tokens:,})")
         if self.think_time_sigma is not None:  # a fitted distribution: its median first, the mean the rates use
             lines.append(f"think time: median {self.think_time_median_s:.3g} s (log-normal sigma "
                          f"{self.think_time_sigma:.2f}), mean {self.think_time_s:.3g} s")
         return "\n".join(lines)
+
+
+def _output_spread(value: Any) -> tuple[float, ...] | None:
+    """A workload's reply lengths as multiples of its mean: None, or 1..MAX_OUTPUT_SPREAD numbers in (0, 10^4]."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise BadInput(f"workload.output_spread must be a list of numbers (multiples of output_tokens), got {clip(repr(value))}")
+    if not 1 <= len(value) <= MAX_OUTPUT_SPREAD:
+        raise BadInput(f"workload.output_spread must hold 1 to {MAX_OUTPUT_SPREAD} numbers, got {len(value)}")
+    return tuple(float(_check_range("workload", "output_spread", x, 0, 1e4, lo_open=True)) for x in value)
 
 
 def _erfinv(y: float) -> float:
