@@ -189,9 +189,10 @@ def _layers_with(arch: Architecture, group: str) -> list[int]:
             return list(arch.indexer_layers)
         return [i for i, layer in enumerate(arch.layers) if layer.kind == MLA]
     if group in ("experts", "router", "shared_experts") and moe is not None:
-        return [i for i in range(n) if moe.is_moe_layer(i)]
+        return arch.moe_layer_ids
     if group == "mlp" and moe is not None:
-        return [i for i in range(n) if not moe.is_moe_layer(i)]
+        routed = set(arch.moe_layer_ids)
+        return [i for i in range(n) if i not in routed]
     return list(range(n))
 
 

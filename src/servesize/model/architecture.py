@@ -100,6 +100,12 @@ class Architecture:
         return len(self.layers)
 
     @property
+    def moe_layer_ids(self) -> list[int]:
+        """The decoder layers with routed experts (none for a dense model)."""
+        moe = self.moe
+        return [] if moe is None else [i for i in range(self.num_layers) if moe.is_moe_layer(i)]
+
+    @property
     def cache_layers(self) -> tuple[Layer, ...]:
         """Every layer vLLM gives a cache spec: the decoder's layers, then the mixers beside them."""
         return self.layers + self.mixers

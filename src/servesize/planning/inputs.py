@@ -313,15 +313,9 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
-        layers=len(arch.layers), moe_layers=_moe_layers(arch), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
+        layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
     )
-
-
-def _moe_layers(arch: Architecture) -> int:
-    """How many of the decoder layers route to experts (0 for a dense model)."""
-    moe = arch.moe
-    return 0 if moe is None else sum(1 for i in range(len(arch.layers)) if moe.is_moe_layer(i))
 
 
 def _fp4_expert_rate(gpu: Gpu, weight_format: str) -> float:

@@ -5,10 +5,12 @@ hand over the bytes a step reads and the FLOPs it computes), the load model, pow
 and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_s`` and ``StepModel.decode_s``.
 
     overhead(tp, L, M)  = decode.step_overhead_s + step.overhead_per_layer_s x L
-                          + step.overhead_per_tp_doubling_s x log2(tp) + step.moe_layer_fixed_s x M
+                          + (step.overhead_per_tp_doubling_s + step.overhead_per_layer_tp_doubling_s x L) x log2(tp)
+                          + step.moe_layer_fixed_s x M
                           (the scheduler's pass and sampling; each of the L layers' kernels; TP adds two
                           all-reduces per layer; each of the M MoE layers' fused-experts kernel has a fixed part
-                          that no expert's bytes pay for, measured alone)
+                          that no expert's bytes pay for, measured alone; the two per-layer TP and MoE terms are 0
+                          as fitted)
     decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
                           (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
                           measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)

@@ -1010,7 +1010,7 @@ def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
         raise BadInput("arrival times must be sorted to spread their ties")
     if t.size < 2:
         return t.copy()
-    distinct, first, counts = np.unique(t, return_index=True, return_counts=True)
+    distinct, counts = np.unique(t, return_counts=True)
     if distinct.size == t.size:
         return t.copy()
     gaps = np.diff(distinct)

@@ -388,7 +388,7 @@ def _spread_field(outputs: Sequence[float], what: str) -> FieldFit:
     import numpy as np
     arr = np.asarray(outputs, dtype=np.float64)
     timed = arr[arr >= 2]
-    if arr.size == 0 or timed.size < MIN_SPREAD_REPLIES:
+    if timed.size < MIN_SPREAD_REPLIES:
         return FieldFit("output_spread", None, f"fewer than {MIN_SPREAD_REPLIES} {what} of two tokens or more")
     mean = float(arr.mean())
     points = quantiles(timed, [(i + 0.5) / SPREAD_POINTS for i in range(SPREAD_POINTS)])
