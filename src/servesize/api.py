@@ -671,6 +671,14 @@ def simulate(trace: Any, scenario: Scenario | None = None, *, pool_tokens: int |
     return result
 
 
+def workload_of_data(data: Any, where: str = "(uploaded)") -> Workload:
+    """A workload file's content (what ``servesize workload fit --out`` writes) as ``plan --workload`` reads the file:
+    its fields over the preset it names, not over the seed's values (``Workload.from_dict``)."""
+    from servesize.workload.files import workload_of_data as of_data
+
+    return of_data(data, where)
+
+
 def presets() -> list[Preset]:
     """The workload presets (data/workloads.toml), each with its fields' values and sources."""
     from servesize.workload.presets import presets as every_preset

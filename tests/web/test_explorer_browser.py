@@ -18,6 +18,7 @@ pytestmark = pytest.mark.browser
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 QWEN3_8B = FIXTURES / "model-configs" / "Qwen--Qwen3-8B" / "config.json"
+TINY_TRACE = pathlib.Path(__file__).resolve().parents[1] / "data" / "claude-code-tiny.jsonl"  # four Claude Code sessions
 
 SETTLED = """() => {
   const v = document.querySelector('#verdict'), app = window.servesize;
@@ -426,6 +427,26 @@ def test_an_uploaded_config_json_is_planned(page, server, cli, tmp_path):
     assert tested["ceilings"] == shown(page)["ceilings"]
     page.click("#shareBtn")
     assert "not in the link" in page.text_content("#shareNote")
+
+
+def test_an_uploaded_workload_with_its_replies_spread_is_planned_as_the_command_line_plans_it(page, server, cli, tmp_path):
+    """A workload fitted from a trace carries its replies' spread (Workload.output_spread), which the decode floor is
+    judged over; uploaded on the page it gives the plan `plan --workload` gives."""
+    path = tmp_path / "tiny.json"
+    cli("workload", "fit", str(TINY_TRACE), "--out", str(path))
+    spread = json.loads(path.read_text())["output_spread"]
+    assert spread and len(spread) == 10
+    open_plan(page, server, "#view=plan&model=llama-3.1-8b&gpus=1xH100-SXM")
+    page.set_input_files("#f-workload-file", str(path))
+    page.wait_for_function("() => document.querySelector('#view-plan').textContent.includes('an uploaded workload')",
+                           timeout=60_000)
+    settle(page)
+    doc = cli("plan", "llama-3.1-8b", "--gpus", "1xH100-SXM", "--workload", str(path))
+    assert_same_plan(page, doc)
+    # the spread reached the page: without it the decode ceiling differs
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "output_spread"}))
+    assert cli("plan", "llama-3.1-8b", "--gpus", "1xH100-SXM", "--workload", str(bare))["ceilings"] != doc["ceilings"]
 
 
 def predicted_by_the_test_command(page, folder: pathlib.Path) -> list[str]:

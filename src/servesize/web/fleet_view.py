@@ -116,7 +116,7 @@ def _plan_fields(confirm: dict | None) -> dict | None:
         return None
     workload = confirm.get("workload")
     if isinstance(workload, dict):  # an uploaded workload: the plan view sends its content, as its upload does
-        fields = share(Scenario(**{**confirm, "workload": api.Workload.from_dict(workload)}), Load())["fields"]
+        fields = share(Scenario(**{**confirm, "workload": api.workload_of_data(workload)}), Load())["fields"]
         return {**fields, "workload": workload}
     return share(Scenario(**confirm), Load())["fields"]
 

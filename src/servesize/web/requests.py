@@ -7,7 +7,7 @@ line reads them: ``"31k"`` or ``31000``), the page's own load and tariff fields
 - ``model``       a catalogue name (or the Hugging Face id of a catalogue entry), or a config.json's
                   content as an object; a path or any other Hugging Face id is refused: the server
                   reads no file a client names and makes no network request;
-- ``workload``    a workload file's content as an object (``Workload.from_dict``), never a path;
+- ``workload``    a workload file's content as an object (read as ``plan --workload`` reads the file), never a path;
 - ``calibration`` a Calibration as ``/api/calibrate`` returned it (``Calibration.from_dict``), never
                   a path.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesize.api import Load, Workload, preset_names
+from servesize.api import Load, Workload, preset_names, workload_of_data
 from servesize.errors import BadInput, DoesNotFit, ServesizeError
 from servesize.fleet_query import FLEET_PARAMS, FleetQuery
 from servesize.frozen import frozen
@@ -98,7 +98,7 @@ def _workload(value: Any) -> Workload | None:
         raise RequestError("workload: upload a workload file's content (servesize workload fit writes one), not a "
                            "path: the explorer reads no files", "workload")
     try:
-        return Workload.from_dict(value)
+        return workload_of_data(value)  # as plan --workload reads the file: over the preset it names
     except BadInput as exc:
         raise RequestError(str(exc), "workload") from None
 

@@ -41,9 +41,14 @@ def read_workload_data(path) -> dict:
 
 def load_workload(path) -> Workload:
     """A workload file read over the preset it names (coding-agent when it names none)."""
-    data = read_workload_data(path)
+    return workload_of_data(read_workload_data(path), str(path))
+
+
+def workload_of_data(data: dict, where: str) -> Workload:
+    """A workload file's content (``where``: its name in errors) over the preset it names (coding-agent when it names
+    none): what ``plan --workload FILE`` plans, whether the content was read from a file or uploaded."""
     chosen = preset(file_preset(data))
-    return workload_from_data(data, chosen.workload(), WorkloadOrigin.of_preset(chosen), str(path))[0]
+    return workload_from_data(data, chosen.workload(), WorkloadOrigin.of_preset(chosen), where)[0]
 
 
 def save_workload(workload: Workload, path) -> pathlib.Path:
