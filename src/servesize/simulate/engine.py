@@ -1001,8 +1001,8 @@ def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
     as written, open loop, every stretch of its clock still sends about ten requests at the same instant, so even
     one user's rate came as bursts whose prefills stalled each other's decodes (24.8% of replies under 40 tok/s
     on Qwen 3.6 27B with no other load). Placed evenly instead, the arrivals are as regular as a clock, and a
-    request's first decode step almost never meets the next one's prefill (9% of the shortest replies slowed where
-    the prefills kept the GPU busy 28% of the time). Uniform positions given the count are what a Poisson process
+    request's first decode step almost never meets the next one's prefill (9% of the shortest replies slowed at a
+    prefill load of 0.28, where a Poisson stream slows 28%). Uniform positions given the count are what a Poisson process
     of the trace's rate would give (the plan's arrivals); the requests keep their order, the trace's distinct
     times and its rate."""
     t = np.asarray(arrival_s, dtype=float)
