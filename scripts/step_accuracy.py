@@ -238,7 +238,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
           "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9,
-          "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0}
+          "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0, "step.moe_prefill_scope": "all"}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -314,7 +314,9 @@ SEARCH: dict[str, list] = {
     "step.moe_expert_efficiency": [0.5, 0.7, 0.85, 1.0],
     # floored at 0.3: searched down to 0.15 (2026-12-04 night), the fit part took 0.2 for MiniMax-M2.5's TTFT while the
     # held-out TTFT went 22% -> 37% (gpt-oss, a MoE, 11% -> 36%): the fit hiding a MiniMax queueing error in a kernel speed
-    "step.moe_prefill_efficiency": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "step.moe_prefill_efficiency": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+    # the efficiency on a MoE prefill's every FLOP, or on its routed experts' GEMMs alone (what the kernels measure)
+    "step.moe_prefill_scope": ["all", "experts"],
     "step.prefill_efficiency_fp8": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0],
 }
 CLIP = 1.5  # a log error past this (4.5x) counts as this: one run the model cannot express does not steer the fit
@@ -346,14 +348,32 @@ def loss(cases: list[Case], terms: dict, workers: int) -> float:
     """Mean over the deployments of the mean over their runs and quantities of |log(predicted / measured)|, clipped
     at CLIP: each deployment counts once, so that one deployment swept 84 times (MiniMax-M2.5) does not set a term
     for every model. A quantity a case does not measure is not counted."""
-    per: dict[str, list[float]] = {}
     predict_all(cases, terms, workers)
+    per = deployment_errors(cases)
+    return sum(sum(v for vs in qs.values() for v in vs) / sum(len(vs) for vs in qs.values())
+               for qs in per.values()) / max(len(per), 1)
+
+
+def deployment_errors(cases: list[Case]) -> dict[str, dict[str, list[float]]]:
+    """Per deployment, per quantity: each predicted run's |log(predicted / measured)|, clipped at CLIP (the loss's
+    terms)."""
+    per: dict[str, dict[str, list[float]]] = {}
     for c in cases:
         for q in QUANTITIES:
             e = error(c, q)
             if e is not None:
-                per.setdefault(c.deployment, []).append(min(abs(math.log1p(e)), CLIP) if e > -1 else CLIP)
-    return sum(sum(v) / len(v) for v in per.values()) / max(len(per), 1)
+                per.setdefault(c.deployment, {}).setdefault(q, []).append(min(abs(math.log1p(e)), CLIP) if e > -1 else CLIP)
+    return per
+
+
+def deployment_table(cases: list[Case]) -> str:
+    """Each deployment's share of the loss: its mean |log error| over runs and quantities, and per quantity."""
+    lines = []
+    for dep, qs in sorted(deployment_errors(cases).items()):
+        mean = sum(v for vs in qs.values() for v in vs) / sum(len(vs) for vs in qs.values())
+        parts = " ".join(f"{q} {sum(vs) / len(vs):.2f}" for q, vs in qs.items())
+        lines.append(f"  {dep[:52]:52} {mean:.3f}  ({parts})")
+    return "\n".join(lines)
 
 
 def shortened(case: Case, per_slot: int) -> Case:
@@ -484,6 +504,9 @@ def main() -> int:
     for c in expressed:
         errs = " ".join(f"{q} {100 * e:+.0f}%" for q in QUANTITIES if (e := error(c, q)) is not None)
         print(f"{c.split:8} {c.id[:48]:48} {errs}")
+    for part, cs in rows.items():
+        print(f"\n{part}, per deployment: mean |log(predicted / measured)| (the fit's loss, clipped at {CLIP})")
+        print(deployment_table(cs))
     print(f"\nnot expressed: {len(cases) - len(expressed)} of {len(cases)}")
     for c in cases:
         if c.argv is None:

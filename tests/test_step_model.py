@@ -158,8 +158,9 @@ BITS = {"w4a16_mxfp4": 4.25, "bfloat16": 16, "fp8_block": 8}  # MXFP4: 4-bit val
 
 
 def _kernel_rates(dtype: str, system: str, tp: int) -> list[float]:
-    """Bytes per second of vLLM's measured MoE kernel where every expert is touched (n x k >= E, balanced routing):
-    all E experts' gate, up and down projections, this rank's 1/tp of them, over the measured latency (ms)."""
+    """Bytes per second of vLLM's measured MoE kernel where every expert is touched (n x k >= E, balanced routing)
+    and the call is still weight-bound (n <= 512): all E experts' gate, up and down projections, this rank's 1/tp of
+    them, over the measured latency (ms)."""
     import csv
 
     rates = []
@@ -168,7 +169,7 @@ def _kernel_rates(dtype: str, system: str, tp: int) -> list[float]:
             if (r["moe_dtype"], r["system"], int(r["moe_tp_size"])) != (dtype, system, tp):
                 continue
             e, k, n = int(r["num_experts"]), int(r["topk"]), int(r["num_tokens"])
-            if n * k >= e:
+            if n * k >= e and n <= 512:
                 nbytes = e * 3 * int(r["hidden_size"]) * int(r["inter_size"]) * BITS[dtype] / 8 / tp
                 rates.append(nbytes / (float(r["latency"]) * 1e-3))
     return rates
@@ -283,3 +284,68 @@ def test_the_kernel_rate_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_wh
     assert dequant_share(3e12, 0.0) == 1.0                      # no measured kernel: no cap
     assert dequant_share(1e12, 2.41e12) == 1.0                  # a stream slower than the kernel: the stream binds
     assert dequant_share(3.6e12, 2.54e12) == pytest.approx(2.54 / 3.6)
+
+
+def test_the_moe_prefill_efficiency_slows_every_flop_or_the_routed_experts_alone_as_its_scope_says():
+    """step.moe_prefill_scope: 'all' prices a MoE prefill's every FLOP at step.moe_prefill_efficiency of the dense
+    rate; 'experts' only the routed experts' grouped GEMMs (k of E per token), the attention and the shared weights at
+    the dense rate. A dense model is priced alike under both."""
+    from dataclasses import replace
+
+    from servesize.planning.ceilings import prefill_setup
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    def setup(model: str, scope: str) -> tuple[PrefillSetup, object]:
+        inputs = plan_inputs(Scenario(model=model, gpus="1xH200"))
+        _, fixed = inputs.memory_and_fixed(check_prefixes=False)
+        knobs = replace(inputs.knobs, overrides=(("step.moe_prefill_efficiency", 0.5), ("step.moe_prefill_scope", scope)))
+        return prefill_setup(fixed, knobs), fixed
+
+    every, fixed = setup("qwen3-30b-a3b", "all")
+    experts, _ = setup("qwen3-30b-a3b", "experts")
+    routed = fixed.expert_gemm_params
+    assert 0 < routed < fixed.gemm_params
+    tokens, prior = 2048.0, 1000.0
+    flops = float(experts.flops(tokens, prior))
+    assert flops == float(every.flops(tokens, prior))  # the work is the same; its price is not
+    # 'all': the whole pass at half the dense rate; 'experts': the routed experts' 2 P_e T FLOPs count twice
+    assert every.achieved_flops_per_s == pytest.approx(experts.achieved_flops_per_s * 0.5)
+    assert experts.seconds(tokens, prior) * experts.achieved_flops_per_s == pytest.approx(flops + 2 * routed * tokens)
+    assert every.seconds(tokens, prior) == pytest.approx(flops / (experts.achieved_flops_per_s * 0.5))
+    assert experts.seconds(tokens, prior) < every.seconds(tokens, prior)
+    dense_all, _ = setup("llama-3.1-8b", "all")
+    dense_experts, _ = setup("llama-3.1-8b", "experts")
+    assert dense_all.seconds(tokens, prior) == dense_experts.seconds(tokens, prior)
+    with pytest.raises(BadInput, match="moe_prefill_scope"):
+        setup("qwen3-30b-a3b", "shared")
+
+
+def test_a_prefills_routed_experts_reach_below_the_dense_mfu_as_the_kernel_tables_measure():
+    """What step.moe_prefill_scope = 'experts' describes (data/assumptions.toml): vLLM's fused-MoE kernels measured
+    alone are weight-bound up to some 512 tokens and compute-bound past a few thousand, where at 16,384 tokens (TP 1)
+    their grouped GEMMs reach 0.47 (block FP8, of the FP8 peak) to 0.95 (MXFP4 on Hopper, of the bf16 peak) of the
+    dense prefill's share of its peak (prefill.mfu)."""
+    import csv
+
+    from servesize.assumptions import assumption
+    from servesize.model.hardware import find_gpu
+
+    mfu = float(assumption("prefill.mfu"))
+    with KERNELS.open(encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["moe_tp_size"]) == 1 and r["system"] != "l40s"]
+    shares = {}
+    for r in rows:
+        n, k = int(r["num_tokens"]), int(r["topk"])
+        flops = 2 * 3 * n * k * int(r["hidden_size"]) * int(r["inter_size"])
+        gpu = find_gpu({"h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM"}[r["system"]])
+        peak = gpu.fp8_dense_tflops if r["moe_dtype"] == "fp8_block" else gpu.bf16_dense_tflops
+        shares[(r["system"], r["moe_dtype"], n)] = flops / (float(r["latency"]) * 1e-3) / (peak * 1e12) / mfu
+    series = {(s, d) for s, d, _ in shares}
+    assert len(series) == 6
+    for s, d in series:
+        # weight-bound: 64 to 512 tokens take about as long as 64 (the experts' bytes, read once)
+        assert shares[(s, d, 512)] / shares[(s, d, 64)] > 5
+        assert 0.4 < shares[(s, d, 16384)] <= 1.0
+    at_16k = sorted(round(shares[(s, d, 16384)], 2) for s, d in series)
+    assert at_16k[0] == pytest.approx(0.47, abs=0.02) and at_16k[-1] == pytest.approx(0.95, abs=0.02)

@@ -213,13 +213,15 @@ def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:
-    mfu = min(1.0, kernel_efficiency(fixed, knobs).prefill * float(knob_value(knobs, "mfu")))
+    kernels = kernel_efficiency(fixed, knobs)
+    mfu = min(1.0, kernels.prefill * float(knob_value(knobs, "mfu")))
     tp_eff = knobs.tp_efficiency  # --tp-efficiency, one figure for decode and prefill alike
     if tp_eff is None:
         tp_eff = tp_efficiency(fixed.tp, knobs.a("prefill.tp_efficiency_per_doubling"))
     return PrefillSetup(gemm_params=fixed.gemm_params, attention_width=fixed.attention_width,
                         full_attention_layers=fixed.full_attention_layers, peak_flops_per_gpu=fixed.peak_flops_per_gpu,
-                        tp=fixed.tp, tp_efficiency=tp_eff, mfu=mfu)
+                        tp=fixed.tp, tp_efficiency=tp_eff, mfu=mfu, expert_params=fixed.expert_gemm_params,
+                        expert_efficiency=kernels.expert_prefill)
 
 
 class CeilingCache:

@@ -138,6 +138,7 @@ class Fixed:
     block_size: int = 0                # the pool's (attention) block: a prompt's cache and a hybrid's state start at one
     drops_hit_block: bool = False      # MTP / EAGLE drafts: vLLM computes a prefix hit's last block again
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
+    expert_gemm_params: float = 0.0    # of gemm_params, the routed experts' a token runs through (k of E)
     fp4_expert_bytes_per_s: float = 0.0  # FP4 experts on a GPU without FP4 tensor cores: the measured rate its MoE
                                          # kernel reads them at (gpus.toml fp4_moe_tbps; 0: not FP4, FP4 in hardware,
                                          # or not measured)
@@ -315,6 +316,7 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
+        expert_gemm_params=float(ledger.expert_params_per_token),
     )
 
 

@@ -73,6 +73,8 @@ class PrefillSetup:
     tp: int = 1
     tp_efficiency: float | None = None
     mfu: float = field(default_factory=lambda: assumption("prefill.mfu"))
+    expert_params: float = 0.0      # of gemm_params, the routed experts' (k of E) per token
+    expert_efficiency: float = 1.0  # their grouped GEMMs' rate, as a share of the others' (step.moe_prefill_scope)
 
     def __post_init__(self) -> None:
         if self.gemm_params <= 0:
@@ -87,6 +89,9 @@ class PrefillSetup:
             raise BadInput(f"tensor-parallel size must be a whole number >= 1, got {self.tp!r}")
         if self.tp_efficiency is not None and not 0 < self.tp_efficiency <= 1:
             raise BadInput(f"TP efficiency must be in (0, 1], got {self.tp_efficiency!r}")
+        if not 0 <= self.expert_params <= self.gemm_params or not 0 < self.expert_efficiency <= 1:
+            raise BadInput(f"the routed experts' parameters must be in [0, {self.gemm_params:g}] and their prefill "
+                           f"efficiency in (0, 1], got {self.expert_params!r} and {self.expert_efficiency!r}")
 
     @property
     def tp_eff(self) -> float:
@@ -97,8 +102,18 @@ class PrefillSetup:
         """tp x peak x tp_efficiency x MFU: the FLOP/s a prefill really gets from the group."""
         return self.tp * self.peak_flops_per_gpu * self.tp_eff * self.mfu
 
+    @property
+    def priced_params(self) -> float:
+        """The matmul parameters per token as the achieved rate prices them: the routed experts' count 1 /
+        expert_efficiency each (their grouped GEMMs run slower than the rest); gemm_params for a dense model."""
+        return self.gemm_params + self.expert_params * (1.0 / self.expert_efficiency - 1.0)
+
     def flops(self, tokens: ArrayLike, prior: ArrayLike = 0.0) -> np.ndarray | float:
         return prefill_flops(tokens, prior, self.gemm_params, self.attention_width, self.full_attention_layers)
+
+    def priced_flops(self, tokens: ArrayLike, prior: ArrayLike = 0.0) -> np.ndarray | float:
+        """FLOPs weighted by their kernels' rate (``priced_params``): over ``achieved_flops_per_s``, the pass's time."""
+        return prefill_flops(tokens, prior, self.priced_params, self.attention_width, self.full_attention_layers)
 
     def seconds(self, tokens: ArrayLike, prior: ArrayLike = 0.0) -> Any:
         """Machine time of one pass (vectorised): the step model's (planning.step_model.prefill_seconds)."""
@@ -189,7 +204,8 @@ def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, sampled: tup
     2 d L_a L^2) / F and hit = (h0 + 4 T d L_a L) / F are polynomials in L, so their squares' means are
     sums of E[L^k]."""
     d = Derivation()
-    d.given("P", setup.gemm_params, note="matmul parameters per token (active for MoE), no embedding/lm_head")
+    d.given("P", setup.priced_params, note="matmul parameters per token (active for MoE), no embedding/lm_head"
+            + ("; the routed experts' counted 1 / step.moe_prefill_efficiency each" if setup.expert_efficiency < 1 else ""))
     d.given("d", setup.attention_width, note="attention width n_q x head_dim")
     d.given("L_a", setup.full_attention_layers, note="full-attention layers")
     flops_s = d.step(
@@ -202,13 +218,13 @@ def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, sampled: tup
     miss_s = d.step(
         "miss_ttft_s", "(2 * P * E_L + 2 * d * L_a * E_L2) / achieved_flops_per_s", unit="s",
         note="E[S | miss]: re-prefill the whole context, no queue", source="working-set-model.md 2.8",
-        P=setup.gemm_params, E_L=el, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2,
+        P=setup.priced_params, E_L=el, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2,
         achieved_flops_per_s=flops_s,
     )
     hit_s = d.step(
         "hit_ttft_s", "(2 * P * T + 2 * T ** 2 * d * L_a + 4 * T * E_L * d * L_a) / achieved_flops_per_s", unit="s",
         note="E[S | hit]: the new turn at prior = E[L] (affine in L, so exact in expectation)",
-        P=setup.gemm_params, T=turn, d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el,
+        P=setup.priced_params, T=turn, d=setup.attention_width, L_a=setup.full_attention_layers, E_L=el,
         achieved_flops_per_s=flops_s,
     )
     if sampled is not None:
@@ -219,9 +235,9 @@ def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, sampled: tup
         miss_s2 = d.step(
             "miss_s2", "((2 * P) ** 2 * E_L2 + 2 * (2 * P) * (2 * d * L_a) * E_L3 + (2 * d * L_a) ** 2 * E_L4)"
             " / achieved_flops_per_s ** 2", unit="s^2", note="E[S^2 | miss], exact from the length moments",
-            P=setup.gemm_params, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2, E_L3=e3, E_L4=e4,
+            P=setup.priced_params, d=setup.attention_width, L_a=setup.full_attention_layers, E_L2=el2, E_L3=e3, E_L4=e4,
             achieved_flops_per_s=flops_s)
-        h0 = float(setup.flops(turn, 0.0))
+        h0 = float(setup.priced_flops(turn, 0.0))
         hit_s2 = d.step(
             "hit_s2", "(h0 ** 2 + 2 * h0 * (4 * T * d * L_a) * E_L + (4 * T * d * L_a) ** 2 * E_L2) / achieved_flops_per_s ** 2",
             unit="s^2", note="E[S^2 | hit], h0 = the turn's own FLOPs with nothing cached", h0=h0, T=turn,

@@ -15,6 +15,8 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
                           measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
+                          (a MoE model's routed experts' FLOPs at step.moe_prefill_efficiency of that rate where
+                          ``step.moe_prefill_scope = experts``; with ``all`` its every FLOP is)
                           (the weight-read floor: a short chunk still streams every weight once;
                           ``prefill.weight_floor``)
     mixed step          = one weight read: the chunks' and the decoders' GEMMs priced as one prefill pass over
@@ -45,6 +47,8 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
     from numpy.typing import ArrayLike
 
 MIXED_RULES = ("one_weight_read", "sum")
+# what step.moe_prefill_efficiency slows: a MoE prefill's every FLOP, or only its routed experts' GEMMs
+MOE_PREFILL_SCOPES = ("all", "experts")
 # the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
 # step.kernel_efficiency_<format> (data/assumptions.toml), relative to bf16's decode.bandwidth_efficiency
 WEIGHT_FORMATS = ("bf16", "fp8_tensor", "fp8_block", "int8", "int4", "fp4")
@@ -58,6 +62,7 @@ class KernelEfficiency:
     bandwidth: float = 1.0
     experts: float = 1.0
     prefill: float = 1.0
+    expert_prefill: float = 1.0  # on prefill's rate for the routed experts' GEMMs alone (step.moe_prefill_scope)
 
     @classmethod
     def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16") -> KernelEfficiency:
@@ -69,8 +74,14 @@ class KernelEfficiency:
         fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
         amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
         fp8 = float(a("step.prefill_efficiency_fp8")) if peak_dtype == "fp8" else 1.0
+        moe_prefill = float(a("step.moe_prefill_efficiency")) if moe else 1.0
+        scope = str(a("step.moe_prefill_scope"))
+        if scope not in MOE_PREFILL_SCOPES:
+            raise BadInput(f"step.moe_prefill_scope is 'all' or 'experts', got {scope!r}")
+        on_all = scope == "all"
         return cls(bandwidth=fmt * amd, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
-                   prefill=amd * fp8 * (float(a("step.moe_prefill_efficiency")) if moe else 1.0))
+                   prefill=amd * fp8 * (moe_prefill if on_all else 1.0),
+                   expert_prefill=1.0 if on_all else moe_prefill)
 
 
 @frozen
@@ -166,6 +177,7 @@ class PrefillWork(Protocol):
     @property
     def achieved_flops_per_s(self) -> float: ...
     def flops(self, tokens: Any, prior: Any = 0.0) -> Any: ...
+    def priced_flops(self, tokens: Any, prior: Any = 0.0) -> Any: ...
 
 
 def decode_seconds(setup: DecodeWork, step_bytes: ArrayLike, step_flops: ArrayLike | None = None) -> np.ndarray:
@@ -177,7 +189,7 @@ def decode_seconds(setup: DecodeWork, step_bytes: ArrayLike, step_flops: ArrayLi
 def prefill_seconds(setup: PrefillWork, tokens: ArrayLike, prior: ArrayLike = 0.0) -> Any:
     """The compute time of one prefill pass over ``tokens`` new tokens on ``prior`` cached ones (vectorised; no
     overhead, no floor: the planner's closed forms price those on top, the simulator through ``StepModel``)."""
-    return setup.flops(tokens, prior) / setup.achieved_flops_per_s
+    return setup.priced_flops(tokens, prior) / setup.achieved_flops_per_s
 
 
 class StepModel:
