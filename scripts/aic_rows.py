@@ -29,12 +29,22 @@ PROMPTS_PER_SLOT = 10
 # aic-auto-gap-analysis) say nothing of a ratio, and keep fixed lengths.
 INFERENCEMAX_GRID = {(1024, 1024), (1024, 8192), (8192, 1024)}
 INFERENCEMAX_RATIO = 0.8
+# InferenceMAX serves gpt-oss-120b on Hopper with vLLM's Marlin MoE kernel, not the release's default (Triton):
+# `export VLLM_MXFP4_USE_MARLIN=1` in its launch scripts for both GPUs (github.com/SemiAnalysisAI/InferenceX
+# benchmarks/gptoss_fp4_h100.sh and benchmarks/single_node/gptoss_fp4_h100.sh, gptoss_fp4_h200.sh), what
+# vLLM 0.17 on spells --moe-backend marlin
+INFERENCEMAX_SERVER_FLAGS = {"openai/gpt-oss-120b": ["--moe-backend", "marlin"]}
+
+
+def _inferencemax(isl: int, osl: int, source: str) -> bool:
+    """Whether a row is of InferenceMAX's sweep: its grid, and not aiconfigurator's own gap analysis."""
+    return (isl, osl) in INFERENCEMAX_GRID and "aic-auto-gap-analysis" not in source
 
 
 def _lengths(isl: int, osl: int, source: str) -> list[str]:
     """`servesize bench`'s length flags for a row: InferenceMAX's [r L, L] is vLLM's current random dataset (lengths
     uniform in [m (1 - r'), m (1 + r')]) at the mean m = (1 + r) L / 2 and r' = (1 - r) / (1 + r)."""
-    if (isl, osl) not in INFERENCEMAX_GRID or "aic-auto-gap-analysis" in source:
+    if not _inferencemax(isl, osl, source):
         return ["--random-input-len", str(isl), "--random-output-len", str(osl)]
     r = INFERENCEMAX_RATIO
     return ["--random-input-len", str(round((1 + r) * isl / 2)), "--random-output-len", str(round((1 + r) * osl / 2)),
@@ -78,6 +88,8 @@ def aic_case(row: dict, case_type):
     name, extra = MODELS[model]
     if model == "Qwen/Qwen3-32B" and row["precision"] == "fp8":
         extra = ["-q", "fp8"]
+    if _inferencemax(int(row["isl"]), int(row["osl"]), row["silicon_data_source"]):
+        extra = [*extra, *INFERENCEMAX_SERVER_FLAGS.get(model, [])]
     case.argv = [name, "--gpus", f"{tp}x{SYSTEMS[system]}", "-tp", str(tp), *extra, "--max-model-len", "auto",
                  *_lengths(int(row["isl"]), int(row["osl"]), row["silicon_data_source"]),
                  "--max-concurrency", str(conc), "--num-prompts", str(PROMPTS_PER_SLOT * conc)]

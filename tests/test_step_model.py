@@ -155,18 +155,31 @@ def test_the_expert_union_rule_reaches_the_decode_step_through_its_assumption():
 
 KERNELS = pathlib.Path(__file__).resolve().parent / "fixtures" / "measured" / "aiconfigurator-moe-kernels-vllm.csv"
 BITS = {"w4a16_mxfp4": 4.25, "bfloat16": 16, "fp8_block": 8}  # MXFP4: 4-bit values and one 8-bit scale per 32
+# the Marlin MXFP4 kernel on Hopper (--moe-backend marlin), measured at another model's geometry: apart from the
+# default kernels' series (on the L40S Marlin is the default: its series is gpt-oss's own)
+MARLIN_HOPPER = "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu"
 
 
-def _kernel_rates(dtype: str, system: str, tp: int) -> list[float]:
+def _kernel_rows() -> list[dict]:
+    """The fixture's rows of the default kernels (every series but Marlin's on Hopper)."""
+    import csv
+
+    with KERNELS.open(encoding="utf-8") as f:
+        return [r for r in csv.DictReader(f) if r["kernel_source"] != MARLIN_HOPPER]
+
+
+def _kernel_rates(dtype: str, system: str, tp: int, kernel: str | None = None) -> list[float]:
     """Bytes per second of vLLM's measured MoE kernel where every expert is touched (n x k >= E, balanced routing)
     and the call is still weight-bound (n <= 512): all E experts' gate, up and down projections, this rank's 1/tp of
-    them, over the measured latency (ms)."""
+    them, over the measured latency (ms). ``kernel``: that kernel_source's series (default: the default kernels')."""
     import csv
 
     rates = []
     with KERNELS.open(encoding="utf-8") as f:
         for r in csv.DictReader(f):
             if (r["moe_dtype"], r["system"], int(r["moe_tp_size"])) != (dtype, system, tp):
+                continue
+            if (r["kernel_source"] == MARLIN_HOPPER) != (kernel == MARLIN_HOPPER):
                 continue
             e, k, n = int(r["num_experts"]), int(r["topk"]), int(r["num_tokens"])
             if n * k >= e and n <= 512:
@@ -198,11 +211,9 @@ def test_fp4_experts_without_fp4_tensor_cores_read_at_the_rate_the_kernel_tables
 def _kernel_fixed_parts() -> list[float]:
     """Per measured series (kernel, GPU, TP): its 1-token latency less the bytes of the k experts that token
     touches, read at the series' median rate over its every-expert rows; seconds."""
-    import csv
 
     out = []
-    with KERNELS.open(encoding="utf-8") as f:
-        one = [r for r in csv.DictReader(f) if int(r["num_tokens"]) == 1]
+    one = [r for r in _kernel_rows() if int(r["num_tokens"]) == 1]
     for r in one:
         dtype, tp = r["moe_dtype"], int(r["moe_tp_size"])
         rate = float(np.median(_kernel_rates(dtype, r["system"], tp)))
@@ -282,7 +293,8 @@ def test_the_kernel_rate_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_wh
     h20_rate, h20_share, _ = experts("1xH20")                   # no FP4 tensor cores, but no measured rate: as before
     assert (h20_rate, h20_share) == (0.0, moe)
     assert dequant_share(3e12, 0.0) == 1.0                      # no measured kernel: no cap
-    assert dequant_share(1e12, 2.41e12) == 1.0                  # a stream slower than the kernel: the stream binds
+    # a kernel measured faster than the fitted stream reads at its own measured rate (Marlin on an H100)
+    assert dequant_share(1e12, 2.41e12) == pytest.approx(2.41)
     assert dequant_share(3.6e12, 2.54e12) == pytest.approx(2.54 / 3.6)
 
 
@@ -326,14 +338,12 @@ def test_a_prefills_routed_experts_reach_below_the_dense_mfu_as_the_kernel_table
     alone are weight-bound up to some 512 tokens and compute-bound past a few thousand, where at 16,384 tokens (TP 1)
     their grouped GEMMs reach 0.47 (block FP8, of the FP8 peak) to 0.95 (MXFP4 on Hopper, of the bf16 peak) of the
     dense prefill's share of its peak (prefill.mfu)."""
-    import csv
 
     from servesize.assumptions import assumption
     from servesize.model.hardware import find_gpu
 
     mfu = float(assumption("prefill.mfu"))
-    with KERNELS.open(encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["moe_tp_size"]) == 1 and r["system"] != "l40s"]
+    rows = [r for r in _kernel_rows() if int(r["moe_tp_size"]) == 1 and r["system"] != "l40s"]
     shares = {}
     for r in rows:
         n, k = int(r["num_tokens"]), int(r["topk"])
@@ -349,3 +359,29 @@ def test_a_prefills_routed_experts_reach_below_the_dense_mfu_as_the_kernel_table
         assert 0.4 < shares[(s, d, 16384)] <= 1.0
     at_16k = sorted(round(shares[(s, d, 16384)], 2) for s, d in series)
     assert at_16k[0] == pytest.approx(0.47, abs=0.02) and at_16k[-1] == pytest.approx(0.95, abs=0.02)
+
+
+def test_marlin_reads_fp4_experts_on_hopper_at_the_rate_the_kernel_tables_measure_and_the_step_model_takes_it_when_asked():
+    """gpus.toml's fp4_moe_marlin_tbps is the TP 1 median of vLLM's measured Marlin MXFP4 MoE kernel where every expert
+    is touched; --moe-backend marlin reads gpt-oss-120b's experts at it, faster than the default (Triton) kernel on
+    both GPUs; another backend, or a GPU with no Marlin rate, keeps the default kernel's."""
+    from servesize.model.hardware import find_gpu
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    for key, system in (("H100-SXM", "h100_sxm"), ("H200-SXM", "h200_sxm")):
+        rates = _kernel_rates("w4a16_mxfp4", system, 1, kernel=MARLIN_HOPPER)
+        assert len(rates) == 4
+        gpu = find_gpu(key)
+        assert "moe_perf.parquet" in gpu.fp4_moe_marlin_source
+        assert gpu.fp4_moe_marlin_tbps * 1e12 == pytest.approx(float(np.median(rates)), rel=0.01)
+        assert gpu.fp4_moe_marlin_tbps > gpu.fp4_moe_tbps
+
+    def rate(gpus: str, backend: str) -> float:
+        inputs = plan_inputs(Scenario(model="gpt-oss-120b", gpus=gpus, tensor_parallel_size=int(gpus[0]),
+                                      moe_backend=backend))
+        return inputs.memory_and_fixed(check_prefixes=False)[1].fp4_expert_bytes_per_s
+
+    assert rate("1xH100-SXM", "marlin") == pytest.approx(find_gpu("H100-SXM").fp4_moe_marlin_tbps * 1e12)
+    assert rate("1xH100-SXM", "auto") == rate("1xH100-SXM", "triton") == pytest.approx(2.41e12)
+    assert rate("2xL40S", "marlin") == rate("2xL40S", "auto")  # Marlin is the L40S's default: one measured rate

@@ -38,7 +38,7 @@ from dataclasses import MISSING, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
-from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, batch_default_words
+from servesize.engine.deployment import AUTO_MAX_MODEL_LEN, MOE_BACKENDS, batch_default_words
 from servesize.engine.placement import DEFAULT_MIN_CONCURRENCY
 from servesize.engine.quant_methods import check_vocabulary
 from servesize.engine.versions import DEFAULT_VLLM_VERSION, parse_version
@@ -663,6 +663,10 @@ class Scenario(WorkloadFields, KnobFields, MonteCarloFields):
     enable_chunked_prefill: bool | None = _p("bool", "chunked prefill (default on in V1); off, the profile batch must "
                                              "hold a whole max_model_len prompt", "engine")
     enforce_eager: bool = _p("bool", "no CUDA graphs (nothing reserved for them)", "engine", default=False)
+    moe_backend: str = _p("choice", "vLLM's fused-MoE kernel (from v0.17; VLLM_MXFP4_USE_MARLIN=1 before it is "
+                          "marlin): marlin reads FP4 experts on a GPU without FP4 tensor cores at Marlin's measured "
+                          "rate (gpus.toml fp4_moe_marlin_tbps) where it is measured; auto and the others at the "
+                          "default kernel's", "engine", default="auto", choices=MOE_BACKENDS, metavar="BACKEND")
     disable_hybrid_kv_cache_manager: bool = _p("bool", "every sliding-window layer cached as full attention (no window "
                                                "savings)", "engine", default=False)
     mamba_ssm_cache_dtype: str | None = _p(

@@ -43,6 +43,13 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 # 'cpu specific default values', in every release read from 0.22 to 0.33).
 CPU_SERVER_BATCHED_TOKENS_PER_RANK = 2048
 CPU_SERVER_SEQS_PER_RANK = 128
+# --moe-backend's values (vllm/config/kernel.py MoEBackend, vLLM 0.32; the flag from 0.17: data/vllm_vocabulary.toml):
+# the fused-MoE kernel. The step model prices 'marlin' apart (FP4 experts, gpus.toml fp4_moe_marlin_tbps); 'auto' is
+# the release's choice for the GPU and weights.
+MOE_BACKENDS = ("auto", "triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+                "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
+                "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused", "aiter", "aiter_mega_moe",
+                "aiter_triton_mxfp4_bf16", "flydsl", "hpc", "emulation", "rdna3")
 
 
 @frozen
@@ -139,6 +146,7 @@ class Deployment:
     enable_prefix_caching: bool | None = None  # None: the model's default (off for attention-free models)
     enable_chunked_prefill: bool | None = None
     enforce_eager: bool = False
+    moe_backend: str = "auto"  # --moe-backend: the fused-MoE kernel (MOE_BACKENDS)
     disable_hybrid_kv_cache_manager: bool = False
     mamba_ssm_cache_dtype: str | None = None
     mamba_cache_mode: str | None = None

@@ -60,6 +60,8 @@ class Gpu:
     # reads routed experts, bound by the SMs that dequantise them, not by memory; 0: not measured
     fp4_moe_tbps: float = 0.0
     fp4_moe_source: str = ""
+    fp4_moe_marlin_tbps: float = 0.0  # the same for vLLM's Marlin MoE kernel (--moe-backend marlin); 0: not measured
+    fp4_moe_marlin_source: str = ""
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -253,6 +255,11 @@ def _check_figures(gpu: Gpu, label: str) -> None:
     if gpu.fp4_moe_tbps and (gpu.fp4 or gpu.fp4_moe_tbps < 0 or not gpu.fp4_moe_source.strip()):
         raise ValueError(f"gpus.toml row {label}: an FP4 MoE kernel rate is measured for a GPU without FP4 tensor "
                          "cores, positive, with its fp4_moe_source")
+    if max(gpu.fp4_moe_tbps, gpu.fp4_moe_marlin_tbps) * 1000 > gpu.bandwidth_gbps:
+        raise ValueError(f"gpus.toml row {label}: an FP4 MoE kernel rate above the GPU's memory bandwidth")
+    if gpu.fp4_moe_marlin_tbps and (gpu.fp4 or gpu.fp4_moe_marlin_tbps < 0 or not gpu.fp4_moe_marlin_source.strip()):
+        raise ValueError(f"gpus.toml row {label}: a Marlin FP4 MoE kernel rate is measured for a GPU without FP4 "
+                         "tensor cores, positive, with its fp4_moe_marlin_source")
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
 

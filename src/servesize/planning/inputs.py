@@ -315,18 +315,21 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
-        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format),
+        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format, dep.moe_backend),
         expert_gemm_params=float(ledger.expert_params_per_token),
     )
 
 
-def _fp4_expert_rate(gpu: Gpu, weight_format: str) -> float:
+def _fp4_expert_rate(gpu: Gpu, weight_format: str, moe_backend: str = "auto") -> float:
     """The measured rate (B/s, one GPU) of vLLM's MXFP4 MoE kernel on a GPU that runs FP4 weights without FP4 tensor
-    cores (its SMs dequantise them: the step model reads the routed experts at it, step.fp4_moe_kernel_rate); 0 where
-    the weights are not FP4, the GPU has FP4 tensor cores, or no rate is measured for it (gpus.toml fp4_moe_tbps)."""
+    cores (its SMs dequantise them: the step model reads the routed experts at it, step.fp4_moe_kernel_rate): the
+    Marlin kernel's where --moe-backend marlin asks for it and it is measured (gpus.toml fp4_moe_marlin_tbps), else
+    the default kernel's (fp4_moe_tbps); 0 where the weights are not FP4, the GPU has FP4 tensor cores, or no rate is
+    measured for it."""
     if weight_format != "fp4" or getattr(gpu, "fp4", False):
         return 0.0
-    return float(getattr(gpu, "fp4_moe_tbps", 0.0)) * 1e12
+    marlin = float(getattr(gpu, "fp4_moe_marlin_tbps", 0.0)) if moe_backend == "marlin" else 0.0
+    return (marlin or float(getattr(gpu, "fp4_moe_tbps", 0.0))) * 1e12
 
 
 def spec_speedup_of(fixed: Fixed, knobs: Knobs) -> float:

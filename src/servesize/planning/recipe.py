@@ -40,6 +40,8 @@ def serve_command(fixed: Fixed, dep: Deployment, knobs: Knobs, max_num_seqs: int
               "--enable-prefix-caching"]
     if served.quantization is not None:
         parts.append(f"--quantization {served.quantization}")
+    if dep.moe_backend != "auto":
+        parts.append(f"--moe-backend {dep.moe_backend}")
     if dep.mamba_ssm_cache_dtype not in (None, "auto"):
         parts.append(f"--mamba-ssm-cache-dtype {dep.mamba_ssm_cache_dtype}")
     util = dep.gpu_memory_utilization or fixed.memory.get("gpu_memory_utilization")

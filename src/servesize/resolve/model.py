@@ -32,7 +32,7 @@ from servesize.scenario import Scenario
 ENGINE_FIELDS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "dtype",
                  "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
                  "max_num_batched_tokens", "block_size", "kv_cache_memory_bytes", "num_gpu_blocks_override",
-                 "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "disable_hybrid_kv_cache_manager",
+                 "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "moe_backend", "disable_hybrid_kv_cache_manager",
                  "mamba_ssm_cache_dtype", "mamba_cache_mode", "enable_lora", "max_loras", "max_lora_rank",
                  "fully_sharded_loras", "vllm_version", "device")
 
