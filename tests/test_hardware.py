@@ -339,12 +339,19 @@ def test_a_host_link_that_names_no_link_or_no_source_is_refused(row):
 
 @pytest.mark.parametrize("row", [{"fp4_moe_tbps": 2.0}, {"fp4_moe_tbps": 2.0, "fp4_moe_source": " "},
                                  {"fp4_moe_tbps": 2.0, "fp4_moe_source": "tables", "fp4": True},
-                                 {"fp4_moe_tbps": -1.0, "fp4_moe_source": "tables"}])
+                                 {"fp4_moe_tbps": -1.0, "fp4_moe_source": "tables"},
+                                 {"fp4_moe_tbps": 3.5, "fp4_moe_source": "tables"},
+                                 {"fp4_moe_marlin_tbps": 2.0},
+                                 {"fp4_moe_marlin_tbps": 2.0, "fp4_moe_marlin_source": "tables", "fp4": True},
+                                 {"fp4_moe_marlin_tbps": 3.5, "fp4_moe_marlin_source": "tables"}])
 def test_a_measured_fp4_moe_rate_needs_its_source_a_positive_value_and_a_gpu_without_fp4_tensor_cores(row):
-    base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 100, "source": "s"}
+    """... and no kernel reads faster than the GPU's memory (3.5 TB/s on a 3 TB/s GPU is a wrong row)."""
+    base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 3000, "source": "s"}
     with pytest.raises(ValueError, match="FP4 MoE kernel rate"):
         hardware._row_to_gpu({**base, **row})
     assert hardware._row_to_gpu({**base, "fp4_moe_tbps": 2.0, "fp4_moe_source": "tables"}).fp4_moe_tbps == 2.0
+    assert hardware._row_to_gpu({**base, "fp4_moe_marlin_tbps": 2.5,
+                                 "fp4_moe_marlin_source": "tables"}).fp4_moe_marlin_tbps == 2.5
 
 
 def test_the_kv_links_are_the_catalogued_gpu_to_gpu_links_and_the_host_links_each_with_its_source():

@@ -714,7 +714,7 @@ TEXTS = {  # a value each text box (and slider's text box) takes, as the command
 }
 CHOICES = {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "float32",
            "mamba_cache_mode": "align", "device": "cpu", "cpu_avx512_bf16": "no", "cpu_amx": "no", "budget": "simple",
-           "preset": "chat", "assumptions": "seed"}
+           "preset": "chat", "assumptions": "seed", "moe_backend": "marlin"}
 # each has a test of its own (TP and DP are set by the split control)
 NOT_HERE = {"model", "gpus", "workload", "split", "vllm_serve", "calibration", "tensor_parallel_size",
             "data_parallel_size"}

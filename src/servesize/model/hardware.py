@@ -244,6 +244,18 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
     return gpu
 
 
+def _check_fp4_moe_rates(gpu: Gpu, label: str) -> None:
+    """A measured FP4 MoE kernel rate (the default kernel's, Marlin's) is of a GPU without FP4 tensor cores, positive,
+    with its source, and under the GPU's memory bandwidth (a kernel reads no faster than the HBM)."""
+    for rate, source, which in ((gpu.fp4_moe_tbps, gpu.fp4_moe_source, "an FP4 MoE kernel rate"),
+                                (gpu.fp4_moe_marlin_tbps, gpu.fp4_moe_marlin_source, "a Marlin FP4 MoE kernel rate")):
+        if rate and (gpu.fp4 or rate < 0 or not source.strip()):
+            raise ValueError(f"gpus.toml row {label}: {which} is measured for a GPU without FP4 tensor cores, "
+                             "positive, with its source")
+        if rate * 1000 > gpu.bandwidth_gbps:
+            raise ValueError(f"gpus.toml row {label}: {which} above the GPU's memory bandwidth")
+
+
 def _check_figures(gpu: Gpu, label: str) -> None:
     """A catalogue row's figures agree with each other (ValueError naming the row where they do not)."""
     if gpu.fp8_dense_tflops and not gpu.fp8 or gpu.fp4_dense_tflops and not gpu.fp4:
@@ -252,14 +264,7 @@ def _check_figures(gpu: Gpu, label: str) -> None:
         raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
-    if gpu.fp4_moe_tbps and (gpu.fp4 or gpu.fp4_moe_tbps < 0 or not gpu.fp4_moe_source.strip()):
-        raise ValueError(f"gpus.toml row {label}: an FP4 MoE kernel rate is measured for a GPU without FP4 tensor "
-                         "cores, positive, with its fp4_moe_source")
-    if max(gpu.fp4_moe_tbps, gpu.fp4_moe_marlin_tbps) * 1000 > gpu.bandwidth_gbps:
-        raise ValueError(f"gpus.toml row {label}: an FP4 MoE kernel rate above the GPU's memory bandwidth")
-    if gpu.fp4_moe_marlin_tbps and (gpu.fp4 or gpu.fp4_moe_marlin_tbps < 0 or not gpu.fp4_moe_marlin_source.strip()):
-        raise ValueError(f"gpus.toml row {label}: a Marlin FP4 MoE kernel rate is measured for a GPU without FP4 "
-                         "tensor cores, positive, with its fp4_moe_marlin_source")
+    _check_fp4_moe_rates(gpu, label)
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
 
