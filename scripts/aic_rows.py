@@ -31,8 +31,10 @@ INFERENCEMAX_GRID = {(1024, 1024), (1024, 8192), (8192, 1024)}
 INFERENCEMAX_RATIO = 0.8
 # InferenceMAX serves gpt-oss-120b on Hopper with vLLM's Marlin MoE kernel, not the release's default (Triton):
 # `export VLLM_MXFP4_USE_MARLIN=1` in its launch scripts for both GPUs (github.com/SemiAnalysisAI/InferenceX
-# benchmarks/gptoss_fp4_h100.sh and benchmarks/single_node/gptoss_fp4_h100.sh, gptoss_fp4_h200.sh), what
-# vLLM 0.17 on spells --moe-backend marlin
+# benchmarks/gptoss_fp4_h100.sh and benchmarks/single_node/gptoss_fp4_h100.sh, gptoss_fp4_h200.sh; both set it at
+# cec542a9a, 2026-03-27, "update gptoss H100 & H200 vLLM image to v0.18.0", the release the rows name), what
+# vLLM 0.17 on spells --moe-backend marlin. Its MiniMax-M2.5 H200 script of the rows' time (a36346339, 2026-03-01)
+# sets no kernel: defaults, --gpu-memory-utilization 0.95
 INFERENCEMAX_SERVER_FLAGS = {"openai/gpt-oss-120b": ["--moe-backend", "marlin"]}
 
 
