@@ -99,3 +99,25 @@ def test_calibrate_needs_the_deployment_the_benchmark_measured(tmp_path, capsys)
     result.write_text(PUBLISHED_BLOCK)
     assert main(["calibrate", "--vllm-bench", str(result)]) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def test_a_calibration_of_a_marlin_server_is_refused_for_the_default_kernel_and_applies_to_marlin(tmp_path, capsys):
+    """calibrate --vllm-bench records the fused-MoE kernel the server ran (--moe-backend): its efficiencies were
+    fitted with that kernel's expert rate, so a plan on another kernel is another deployment."""
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"source": "r.txt", "era": "vllm bench serve", "model": "openai/gpt-oss-120b",
+                               "tensor_parallel_size": 2, "gpu": "H100-SXM", "bandwidth_efficiency": 0.7, "mfu": 0.5,
+                               "moe_backend": "marlin"}))
+    gpt = ["gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp", "2", "--random-input-len", "256", "--random-output-len",
+           "32", "--num-prompts", "8", "--max-concurrency", "4", "--calibration", str(cal)]
+    assert main(["bench", *gpt]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--moe-backend marlin" in err
+    assert main(["bench", *gpt, "--moe-backend", "marlin", "--json"]) == 0
+    assert any("calibrate --vllm-bench" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    # the flag reaches calibrate's own deployment (here refused for a release without it)
+    result = tmp_path / "r.txt"
+    result.write_text(PUBLISHED_BLOCK)
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", "gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp",
+                 "2", "--moe-backend", "marlin", "--vllm-version", "0.16.0"]) == 2
+    assert "--moe-backend is not a flag of vllm serve 0.16.0" in capsys.readouterr().err

@@ -370,3 +370,15 @@ def test_the_kv_links_are_the_catalogued_gpu_to_gpu_links_and_the_host_links_eac
 def test_a_kv_link_row_without_a_rate_or_source_or_twice_is_refused(rows):
     with pytest.raises(ValueError, match="kv_link"):
         hardware._links(rows, "kv_link")
+
+
+def test_a_user_given_bandwidth_slows_a_measured_fp4_moe_kernel_in_proportion_and_a_faster_one_does_not_speed_it():
+    """The FP4 MoE kernels' measured rates are SM-bound on the GPU they were measured on: --gpu-bandwidth below the
+    catalogue's slows them as it slows the memory (they stay under it), above it leaves them as measured."""
+    h100 = hardware.find_gpu("H100-SXM")
+    slower = h100.with_figures(bandwidth_gbps=1000)
+    assert slower.fp4_moe_tbps == pytest.approx(h100.fp4_moe_tbps * 1000 / 3350)
+    assert slower.fp4_moe_marlin_tbps == pytest.approx(h100.fp4_moe_marlin_tbps * 1000 / 3350)
+    assert slower.fp4_moe_marlin_tbps * 1000 < slower.bandwidth_gbps
+    faster = h100.with_figures(bandwidth_gbps=6000)
+    assert (faster.fp4_moe_tbps, faster.fp4_moe_marlin_tbps) == (h100.fp4_moe_tbps, h100.fp4_moe_marlin_tbps)

@@ -266,3 +266,21 @@ def test_a_plan_served_on_marlin_says_so_in_its_recipe_and_reads_back(capsys):
     assert "--moe-backend" not in default.recipe
     # Marlin reads the experts faster on an H100 (measured 2.70 against 2.41 TB/s): more decoders keep the floor
     assert plan.result.decode.n > default.result.decode.n
+
+
+def test_a_moe_backend_for_a_release_without_the_flag_is_one_line_and_exit_2(capsys):
+    """Before 0.17 vLLM has no --moe-backend (VLLM_MXFP4_USE_MARLIN=1 chose Marlin): the recipe could not be run."""
+    assert main(["plan", "gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp", "2", "--moe-backend", "marlin",
+                 "--vllm-version", "0.16.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--moe-backend is not a flag of vllm serve 0.16.0" in err
+    assert main(["plan", "gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp", "2", "--vllm-version", "0.16.0", "--json"]) == 0
+
+
+def test_a_fleet_searched_on_marlin_confirms_with_it_and_refuses_it_for_a_release_without_the_flag(capsys):
+    fleet = ["fleet", "--users", "50", "--models", "gpt-oss-120b", "--gpus-from", "H100-SXM", "--moe-backend", "marlin"]
+    assert main([*fleet, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["confirm_scenario"]["moe_backend"] == "marlin" and "--moe-backend marlin" in doc["plan_command"]
+    assert main([*fleet, "--vllm-version", "0.16.0"]) == 2
+    assert "--moe-backend is not a flag of vllm serve 0.16.0" in capsys.readouterr().err

@@ -13,7 +13,8 @@ from servesize.scenario import KnobFields, MonteCarloFields, Param, WorkloadFiel
 
 # engine flags every searched deployment takes (the rest are what the search varies or sizes)
 FLEET_ENGINE = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "block_size", "enforce_eager",
-                "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version", "budget")
+                "moe_backend", "mamba_ssm_cache_dtype", "mamba_cache_mode", "num_speculative_tokens", "vllm_version",
+                "budget")
 
 
 @frozen
@@ -50,6 +51,7 @@ class FleetQuery(WorkloadFields, KnobFields, MonteCarloFields):
     max_num_batched_tokens: int | None = _shared("max_num_batched_tokens")
     block_size: int | None = _shared("block_size")
     enforce_eager: bool = _shared("enforce_eager")
+    moe_backend: str = _shared("moe_backend")
     mamba_ssm_cache_dtype: str | None = _shared("mamba_ssm_cache_dtype")
     mamba_cache_mode: str | None = _shared("mamba_cache_mode")
     num_speculative_tokens: int | None = _shared("num_speculative_tokens")

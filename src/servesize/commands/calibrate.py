@@ -35,7 +35,7 @@ server with speculative decoding, --num-speculative-tokens; where a kernel holds
 
 
 BENCH_DEPLOYMENT = ("gpus", "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_model_len",
-                    "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "vllm_version")
+                    "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "moe_backend", "vllm_version")
 
 
 def add_arguments(parser) -> None:

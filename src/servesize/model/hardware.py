@@ -117,6 +117,10 @@ class Gpu:
                 raise BadInput(f"--gpu-bandwidth must be > 0 GB/s, got {bandwidth_gbps!r}", field="gpu_bandwidth")
             changes["bandwidth_gbps"] = float(bandwidth_gbps)
             said.append(f"bandwidth {bandwidth_gbps:g} GB/s")
+            if self.bandwidth_gbps > 0:  # a measured FP4 MoE kernel is SM-bound: a slower memory slows it in
+                slower = min(1.0, float(bandwidth_gbps) / self.bandwidth_gbps)  # proportion, a faster one does not
+                changes["fp4_moe_tbps"] = self.fp4_moe_tbps * slower        # speed it (it stays under the HBM)
+                changes["fp4_moe_marlin_tbps"] = self.fp4_moe_marlin_tbps * slower
         if dense_tflops is not None:
             if dense_tflops <= 0:
                 raise BadInput(f"--gpu-flops must be > 0 TFLOP/s, got {dense_tflops!r}", field="gpu_flops")

@@ -120,9 +120,11 @@ class StepTerms:
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
     """The share of the decode stream's rate at which FP4 routed experts are read where the GPU's SMs dequantise them
     (no FP4 tensor cores): their kernel's measured rate (``kernel_bytes_per_s``, gpus.toml fp4_moe_tbps or
-    fp4_moe_marlin_tbps) over the stream's (the HBM at decode.bandwidth_efficiency); 1 with no measured rate (0). A
-    kernel measured faster than that fitted efficiency reads at its own rate (share above 1: Marlin on an H100,
-    2.70 TB/s against 3.35 x 0.75); gpus.toml holds every measured rate under its GPU's HBM peak."""
+    fp4_moe_marlin_tbps, under the GPU's memory bandwidth: gpus.toml and Gpu.with_figures keep it so) over the
+    stream's (the HBM at
+    decode.bandwidth_efficiency); 1 with no measured rate (0). A kernel measured faster than that fitted efficiency
+    reads at its own rate (share above 1: Marlin on an H100, 2.70 TB/s against 3.35 x 0.75), so the share is at most
+    1 / decode.bandwidth_efficiency."""
     if kernel_bytes_per_s <= 0 or stream_bytes_per_s <= 0:
         return 1.0
     return kernel_bytes_per_s / stream_bytes_per_s

@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesize.engine.deployment import Deployment, derived_max_model_len
+from servesize.engine.versions import parse_version
 from servesize.errors import BadInput
 from servesize.fleet_query import FleetQuery
 from servesize.model.catalogue import InlineConfig
 from servesize.planning.inputs import Knobs
 from servesize.resolve.knobs import check_speculation, knobs_of, planned_deployment
-from servesize.resolve.model import display_name, gpus_of, hf_id_of, model_of
+from servesize.resolve.model import check_moe_backend, display_name, gpus_of, hf_id_of, model_of
 from servesize.resolve.workload import resolved_workload
 from servesize.scenario import PARAMS, Scenario, WorkloadFields
 from servesize.vllm_logs.calibration import Calibration
@@ -179,11 +180,13 @@ def _model_choice(query: FleetQuery, spec: str | InlineConfig, gpu_key: str) -> 
     shared = Scenario(model=spec, gpus=f"1x{gpu_key}", **query.shared())
     knobs = knobs_of(shared)
     check_speculation(shared, model, knobs)
+    check_moe_backend(query.moe_backend, parse_version(query.vllm_version))
     teams, base = teams_of(query, derived_max_model_len(model.architecture))
     cap = max(t.workload.max_model_len for t in teams)
     template = Deployment(gpu_memory_utilization=query.gpu_memory_utilization,
                           max_num_batched_tokens=query.max_num_batched_tokens, block_size=query.block_size,
-                          enforce_eager=query.enforce_eager, mamba_ssm_cache_dtype=query.mamba_ssm_cache_dtype,
+                          enforce_eager=query.enforce_eager, moe_backend=query.moe_backend,
+                          mamba_ssm_cache_dtype=query.mamba_ssm_cache_dtype,
                           mamba_cache_mode=query.mamba_cache_mode,
                           num_speculative_tokens=query.num_speculative_tokens or 0, vllm_version=query.vllm_version)
     deployment = planned_deployment(template, model, base.replace(max_model_len=cap), knobs, shared)

@@ -93,6 +93,10 @@ def _check_calibration_engine(cal: Calibration, scenario: Scenario, deployment: 
         raise BadInput(f"{where} was measured with kv_cache_dtype {str(cal.kv_cache_dtype)[:40]}, not "
                        f"{deployment.kv_cache_dtype}: give --kv-cache-dtype {str(cal.kv_cache_dtype)[:40]} or a calibration "
                        "of this one", field="kv_cache_dtype")
+    if cal.moe_backend is not None and cal.moe_backend != deployment.moe_backend:
+        raise BadInput(f"{where} was measured on --moe-backend {str(cal.moe_backend)[:40]}, not "
+                       f"{deployment.moe_backend}: give --moe-backend {str(cal.moe_backend)[:40]} or a calibration of "
+                       "this one", field="moe_backend")
     if "gpu_memory_utilization" in given and cal.gpu_memory_utilization:
         ours_util = deployment.resolved_utilisation()
         if abs(float(cal.gpu_memory_utilization) - ours_util) > 1e-9:

@@ -20,6 +20,7 @@ from servesize.engine.speculative import NEEDS_DRAFT, Speculation, method_of, mt
 from servesize.engine.versions import parse_version
 from servesize.engine.vocabulary import (
     accepts,
+    known_flag,
     show_version,
     vocabulary,
 )
@@ -84,6 +85,7 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     values["cpu_avx512_bf16"] = cpu_avx512_bf16_of(scenario)
     values["cpu_amx"] = cpu_amx_of(scenario)
     version = parse_version(scenario.vllm_version)
+    check_moe_backend(scenario.moe_backend, version)
     if scenario.speculative_config is not None:
         if scenario.num_speculative_tokens:
             raise BadInput("give --speculative-config or --num-speculative-tokens, not both", field="speculative_config")
@@ -94,6 +96,14 @@ def deployment_of(scenario: Scenario, model: ResolvedModel | None = None) -> Dep
     if scenario.limit_mm_per_prompt is not None:
         values["language_model_only"] = language_model_only(json.loads(scenario.limit_mm_per_prompt))
     return Deployment(**values)
+
+
+def check_moe_backend(moe_backend: str, version: tuple[int, int, int]) -> None:
+    """A fused-MoE kernel chosen by flag needs a release with --moe-backend (0.17.0 on): the recipe's line must run."""
+    if moe_backend != "auto" and not known_flag("--moe-backend", version):
+        raise BadInput(f"--moe-backend is not a flag of vllm serve {show_version(version)} (it is from 0.17.0; before it "
+                       "VLLM_MXFP4_USE_MARLIN=1 chose Marlin for MXFP4 experts): plan with --vllm-version 0.17.0 or "
+                       "later, or leave the backend at auto", field="moe_backend")
 
 
 def cpu_avx512_bf16_of(scenario: Scenario) -> bool:

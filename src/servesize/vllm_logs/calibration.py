@@ -110,6 +110,7 @@ class Calibration:
     gpu: str | None = None
     bandwidth_efficiency: float | None = None
     mfu: float | None = None
+    moe_backend: str | None = None  # the fused-MoE kernel the benchmarked server ran (--moe-backend; None: not said)
 
     @property
     def available_kv_bytes_mid(self) -> int | None:
@@ -167,7 +168,7 @@ def _field_value(name: str, value: Any) -> Any:
         return int(_checked(name, value, ok, f"a whole number in [{lo:,}, {hi:,}]"))
     if name in _COUNT_FIELDS:
         return int(_checked(name, value, _is_count(value), f"a whole number in [0, {_MAX_CALIBRATION_NUMBER:g}]"))
-    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization", "gpu"):
+    if name in ("vllm_version", "model", "kv_cache_dtype", "quantization", "gpu", "moe_backend"):
         return _checked(name, value, isinstance(value, str), "text or null")
     if name in _FRACTION_FIELDS:
         return _fraction(name, value)
