@@ -350,8 +350,12 @@ def loss(cases: list[Case], terms: dict, workers: int) -> float:
     for every model. A quantity a case does not measure is not counted."""
     predict_all(cases, terms, workers)
     per = deployment_errors(cases)
-    return sum(sum(v for vs in qs.values() for v in vs) / sum(len(vs) for vs in qs.values())
-               for qs in per.values()) / max(len(per), 1)
+    return sum(_deployment_mean(qs) for qs in per.values()) / max(len(per), 1)
+
+
+def _deployment_mean(errors: dict[str, list[float]]) -> float:
+    """One deployment's mean |log error| over its runs and quantities (each run's each quantity counts once)."""
+    return sum(v for vs in errors.values() for v in vs) / sum(len(vs) for vs in errors.values())
 
 
 def deployment_errors(cases: list[Case]) -> dict[str, dict[str, list[float]]]:
@@ -370,9 +374,8 @@ def deployment_table(cases: list[Case]) -> str:
     """Each deployment's share of the loss: its mean |log error| over runs and quantities, and per quantity."""
     lines = []
     for dep, qs in sorted(deployment_errors(cases).items()):
-        mean = sum(v for vs in qs.values() for v in vs) / sum(len(vs) for vs in qs.values())
         parts = " ".join(f"{q} {sum(vs) / len(vs):.2f}" for q, vs in qs.items())
-        lines.append(f"  {dep[:52]:52} {mean:.3f}  ({parts})")
+        lines.append(f"  {dep[:52]:52} {_deployment_mean(qs):.3f}  ({parts})")
     return "\n".join(lines)
 
 

@@ -55,6 +55,16 @@ def _predicted(capsys, fmt: str) -> str:
     return out
 
 
+def _calibrated(tmp_path, capsys, result) -> tuple:
+    """calibrate --vllm-bench of ``result`` for DEPLOYMENT: the calibration file and its document."""
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
+                 "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = json.loads(cal.read_text())
+    return cal, doc["calibrations"][0] if "calibrations" in doc else doc
+
+
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_servesize_bench_s_own_result_calibrates_back_to_its_efficiencies(tmp_path, capsys, fmt):
     # the round trip: what bench predicts at the default efficiencies, read back, gives those efficiencies
@@ -76,12 +86,7 @@ def test_a_server_slower_than_the_defaults_calibrates_to_its_own_efficiencies_an
     result = tmp_path / "server.txt"
     result.write_text(capsys.readouterr().out)
     measured = read_bench_result(result.read_text())
-    cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
-                 "--out", str(cal)]) == 0
-    capsys.readouterr()
-    doc = json.loads(cal.read_text())
-    doc = doc["calibrations"][0] if "calibrations" in doc else doc
+    cal, doc = _calibrated(tmp_path, capsys, result)
     assert doc["bandwidth_efficiency"] == pytest.approx(0.5, rel=0.01) and doc["mfu"] == pytest.approx(0.3, rel=0.03)
     assert main(["bench", *DEPLOYMENT, *LOAD, "--calibration", str(cal), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -121,3 +126,11 @@ def test_a_calibration_of_a_marlin_server_is_refused_for_the_default_kernel_and_
     assert main(["calibrate", "--vllm-bench", str(result), "--model", "gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp",
                  "2", "--moe-backend", "marlin", "--vllm-version", "0.16.0"]) == 2
     assert "--moe-backend is not a flag of vllm serve 0.16.0" in capsys.readouterr().err
+
+
+def test_a_dense_models_calibration_names_no_moe_kernel_so_any_backend_may_apply_it(tmp_path, capsys):
+    result = tmp_path / "r.txt"
+    result.write_text(_predicted(capsys, "text"))
+    cal, doc = _calibrated(tmp_path, capsys, result)
+    assert doc.get("moe_backend") is None
+    assert main(["bench", *DEPLOYMENT, *LOAD, "--calibration", str(cal), "--moe-backend", "marlin", "--json"]) == 0

@@ -966,7 +966,8 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
     return Calibration(source=source, era="vllm bench serve", model=inputs.hf_id,
                        tensor_parallel_size=inputs.deployment.tensor_parallel_size, gpu=inputs.gpus.gpu.key,
                        bandwidth_efficiency=round(bw, 4), mfu=round(mfu, 4), notes=tuple(notes),
-                       moe_backend=inputs.deployment.moe_backend)
+                       # the fused-MoE kernel the efficiencies were fitted with: none to name for a dense model
+                       moe_backend=inputs.deployment.moe_backend if inputs.model.architecture.moe is not None else None)
 
 
 def check_plan(scenario: Scenario, trace: Any = None, *, planned: Plan | None = None, **engine_options: Any) -> Plan:
