@@ -791,3 +791,14 @@ def test_prefill_and_decode_apart_shows_every_layout_beside_the_aggregated_plan_
             assert f"{doc['aggregated']['users']:,.0f}" == rows[0][1]
     assert "--prefill-instances" in page.text_content("#disaggCommand")
     page.locator("#disagg").screenshot(path=str(shots / "disaggregated.png"))
+
+
+def test_the_moe_backend_select_plans_as_the_command_line_plans_it(page, server, cli):
+    """--moe-backend marlin reads gpt-oss-120b's FP4 experts at Marlin's measured rate: chosen on the page, the plan
+    is `plan --moe-backend marlin`'s, and not the default kernel's."""
+    deployment = ["gpt-oss-120b", "--gpus", "2xH100-SXM", "-tp", "2"]
+    open_plan(page, server, "#view=plan&model=gpt-oss-120b&gpus=2xH100-SXM&tensor_parallel_size=2&moe_backend=marlin")
+    settle(page)
+    doc = cli("plan", *deployment, "--moe-backend", "marlin")
+    assert_same_plan(page, doc)
+    assert cli("plan", *deployment)["ceilings"] != doc["ceilings"]
