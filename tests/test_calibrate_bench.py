@@ -58,9 +58,9 @@ def _predicted(capsys, fmt: str) -> str:
 def _calibrated(tmp_path, capsys, result) -> tuple:
     """calibrate --vllm-bench of ``result`` for DEPLOYMENT: the calibration file and its document."""
     cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
-                 "--out", str(cal)]) == 0
-    capsys.readouterr()
+    code, _, err = run(capsys, "calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100",
+                       "--out", str(cal))
+    assert code == 0, err
     doc = json.loads(cal.read_text())
     return cal, doc["calibrations"][0] if "calibrations" in doc else doc
 
