@@ -238,7 +238,8 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
           "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9,
-          "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0, "step.moe_prefill_scope": "all"}
+          "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0, "step.moe_prefill_scope": "all",
+          "decode.roofline": "max"}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:
@@ -306,6 +307,8 @@ SEARCH: dict[str, list] = {
     "step.request_fixed_s": [0.0, 0.005, 0.01, 0.02, 0.03, 0.04],
     "step.mixed": ["sum", "one_weight_read"],
     "decode.expert_union": ["linear", "expected"],
+    # a decode step's KV read overlapped with its GEMMs' compute (max), or after their roofline as in a mixed step
+    "decode.roofline": ["max", "sequential"],
     "prefill.weight_floor": [False, True],
     "step.kernel_efficiency_fp8_tensor": [0.6, 0.8, 1.0],
     "step.kernel_efficiency_fp8_block": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0],

@@ -56,7 +56,7 @@ def test_without_compute_figures_the_roofline_is_the_seeds_memory_only_one():
 
 
 def test_the_roofline_and_the_mtp_cost_are_named_assumptions_the_seed_switches_off():
-    assert assumption("decode.roofline") == "max" and assumption("decode.roofline", "seed") == "memory"
+    assert assumption("decode.roofline") == "sequential" and assumption("decode.roofline", "seed") == "memory"
     assert assumption("decode.mtp_verified_tokens_per_draft") == 1.0
     assert assumption("decode.mtp_verified_tokens_per_draft", "seed") == 0.0
     assert assumption("decode.attention_flops_per_context_token") == 4.0

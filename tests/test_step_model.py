@@ -118,6 +118,34 @@ def test_a_mixed_step_reads_the_weights_once():
     assert one.step_s(chunk, contexts) > max(one.step_s(chunk, None), float(one.decode_s(contexts[None, :])[0]))
 
 
+def test_a_decode_step_is_a_mixed_step_without_its_chunk_under_the_sequential_roofline():
+    """decode.roofline = sequential: the GEMMs' roofline (weights against their FLOPs), then the attention's (the KV
+    read against its FLOPs), as the mixed step prices its decoders; so a step that adds one token of prefill costs
+    that token more. Under 'max' (the KV read overlapped with the GEMMs) a compute-bound batch jumps when a chunk
+    joins it."""
+    prefill, _ = _setups()
+    fields = dict(bandwidth_bytes_per_s=4.8e12, weight_bytes_per_step=27e9, kv_bytes_per_token_read=65536,
+                  bandwidth_efficiency=0.75, peak_flops_per_s=989e12, compute_efficiency=0.6, flops_per_token=2 * 27e9,
+                  attention_flops_per_context_token=4 * 6144 * 16, tp_efficiency=1.0, step_overhead_s=0.002)
+    contexts = np.full(256, 8000.0)  # 256 decoders: their GEMMs compute-bound, their KV read 134 GB
+    bw, flops = 4.8e12 * 0.75, 989e12 * 0.6
+    gemm_s, weights_s = 256 * 2 * 27e9 / flops, 27e9 / bw
+    kv_s, attention_s = 256 * 8000 * 65536 / bw, 4 * 6144 * 16 * 256 * 8000 / flops
+    assert gemm_s > weights_s and kv_s > attention_s
+    steps = {}
+    for sequential in (True, False):
+        decode = DecodeSetup(**fields, sequential=sequential)
+        model = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read"))
+        alone = float(model.decode_s(contexts[None, :])[0])
+        steps[sequential] = alone, model.step_s([(1.0, 0.0)], contexts) - alone
+    alone, one_token_more = steps[True]
+    assert alone == pytest.approx(gemm_s + kv_s + 0.002, rel=1e-9)
+    assert 0 < one_token_more < 1e-4
+    alone, one_token_more = steps[False]
+    assert alone == pytest.approx(weights_s + kv_s + 0.002, rel=1e-9)  # max(all bytes, all FLOPs): the bytes here
+    assert one_token_more > 0.01
+
+
 def test_the_weight_floor_prices_a_short_chunk_at_the_weights_read():
     prefill, decode = _setups()
     floor = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read", prefill_weight_floor=True))

@@ -201,7 +201,9 @@ def test_the_panels_after_the_verdict_are_the_plans_own(page, server, cli, shots
     # the method section: the engine's derivation steps, a formula then its figures; the FAQ's figures from the plan
     assert page.locator("#method [data-section]").count() >= 6 and page.locator("#faq details").count() >= 3
     decode = page.text_content("#method [data-section=decode]")
-    assert "per_user_tok_s_p50 = spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)" in decode
+    assert "per_user_tok_s_p50 = spec_speedup / (step_s_p50 + step_overhead_s)" in decode
+    assert "step_s_p50 = max(weights_s_p50, gemm_s_p50) + max(memory_s_p50 - weights_s_p50, compute_s_p50 - gemm_s_p50)" \
+        in decode
     ceiling = page.text_content("#method [data-section=decode] [data-name=decode_ceiling] .figures")
     assert ceiling.endswith(f"= {doc['decode']['ceiling_per_replica']:,}")
     page.evaluate("() => window.scrollTo(0, 0)")

@@ -23,6 +23,7 @@ import numpy as np
 
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
+from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 from servesize.model.hardware import load_host_links
@@ -70,7 +71,7 @@ from servesize.planning.load import (
 from servesize.planning.load_models import load_model
 from servesize.planning.lru import ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
-from servesize.planning.step_model import KernelEfficiency, StepModel, StepTerms, dequant_share
+from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -159,7 +160,10 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     speedup = spec_speedup_of(fixed, knobs)
     drafts = spec_tokens_of(knobs) if speedup > 1 else 0
     compute: dict[str, float] = {}
-    if knobs.a("decode.roofline") == "max":
+    roofline = knobs.a("decode.roofline")
+    if roofline not in DECODE_ROOFLINES:
+        raise BadInput(f"decode.roofline is one of {', '.join(DECODE_ROOFLINES)}, got {roofline!r}")
+    if roofline != "memory":
         # F: every matmul weight once per token, the lm_head included (the embedding is a gather)
         per_draft_params = fixed.mtp_matmul_params + fixed.lm_head_params
         compute = dict(
@@ -185,6 +189,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         # sliding/chunked layers read min(L, window) tokens per step (the same form as sparse top-k reads)
         topk_tokens=fixed.window_tokens, topk_bytes_per_token=fixed.window_bytes_per_token_rank * fixed.tp,
         step_overhead_s=step_terms(knobs).overhead(fixed.tp, fixed.layers, fixed.moe_layers),
+        sequential=roofline == "sequential",
         **compute,
     )
 

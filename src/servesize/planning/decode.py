@@ -17,13 +17,19 @@ its own) and F = 2 x (matmul parameters + lm_head) FLOPs per token:
                   + q x A x sum over the n contexts   attention, A = 4 x d x L_a per context token
                                                       (+ the sliding layers over min(L, window))
 
-The step takes the longer of the two (the roofline, ``decode.roofline``):
+The GEMMs take the longer of their weights' read and the step's FLOPs, and the attention's KV (and state)
+read comes after them (the roofline, ``decode.roofline = sequential``: vLLM runs the two as kernels one after
+the other, and the mixed step prices its decoders so, planning/step_model.py):
 
-    step_s = max(step_bytes / (tp x bandwidth x bandwidth_efficiency x tp_efficiency),
-                 step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
+    step_s = max(weight_bytes / B, step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
+             + (step_bytes - weight_bytes) / B
              + step_overhead_s                 (scheduling, kernel launches, sampling: a fixed cost
                                                 per step, planning/step_model.py StepTerms.overhead,
                                                 fitted to measured runs by scripts/step_accuracy.py)
+
+with B = tp x bandwidth x bandwidth_efficiency x tp_efficiency; ``decode.roofline = max`` takes
+max(step_bytes / B, step_flops / ...) instead (the KV read overlapped with the compute; the rule before
+2026-12-06).
 
 and each of the n users gets ``spec_speedup`` tokens per step: per-user tok/s = spec_speedup / step_s.
 A setup without compute figures (peak 0) is the seed's memory-only roofline.
@@ -46,7 +52,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesize.assumptions import assumption
 from servesize.derivation import Derivation
@@ -240,6 +246,8 @@ class DecodeSetup:
     attention_flops_per_context_token: float = 0.0
     window_attention_flops_per_token: float = 0.0
     step_overhead_s: float = 0.0  # fixed per step (decode.step_overhead_s); 0 is the pure roofline (the seed's)
+    # the KV and state read after the GEMMs' roofline, not overlapped with their compute (decode.roofline = sequential)
+    sequential: bool = False
 
     def __post_init__(self) -> None:
         if self.bandwidth_bytes_per_s <= 0:
@@ -292,17 +300,21 @@ class DecodeSetup:
             return np.full(np.shape(n), base) if np.ndim(n) else base
         return base + self.experts.union_bytes(n)
 
+    def gemm_flops(self, n: Any) -> Any:
+        """FLOPs of one step's GEMMs: n sequences x (q tokens x F + drafts) (n a count or an array of counts)."""
+        return n * (self.query_tokens_per_step * self.flops_per_token + self.draft_flops_per_sequence)
+
     def step_flops(self, n: int, context_sum: ArrayLike, window_sum: ArrayLike = 0.0) -> np.ndarray:
         """FLOPs of one step: n sequences x (q tokens x F + drafts) + q x attention over the contexts."""
         import numpy as np
-        gemm = n * (self.query_tokens_per_step * self.flops_per_token + self.draft_flops_per_sequence)
+        gemm = float(self.gemm_flops(n))
         attention = self.query_tokens_per_step * (self.attention_flops_per_context_token * np.asarray(context_sum, dtype=float)
                                                   + self.window_attention_flops_per_token * np.asarray(window_sum, dtype=float))
         return gemm + attention
 
-    def step_seconds(self, step_bytes: ArrayLike, step_flops: ArrayLike | None = None) -> np.ndarray:
-        """The step's time: the one step model's roofline (planning.step_model.decode_seconds)."""
-        return decode_seconds(self, step_bytes, step_flops)
+    def step_seconds(self, step_bytes: ArrayLike, step_flops: ArrayLike | None = None, n: int = 0) -> np.ndarray:
+        """The step's time at ``n`` decoders: the one step model's roofline (planning.step_model.decode_seconds)."""
+        return decode_seconds(self, step_bytes, step_flops, n)
 
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray:
         """Bytes per step for each row of ``contexts`` (shape (..., n): the n active contexts)."""
@@ -424,7 +436,7 @@ def _legs(setup: DecodeSetup, bank: ContextBank, n: int) -> tuple[np.ndarray, np
 
 def _speeds(setup: DecodeSetup, bank: ContextBank, n: int) -> np.ndarray:
     step, flops = _legs(setup, bank, n)
-    return setup.spec_speedup / setup.step_seconds(step, flops)
+    return setup.spec_speedup / setup.step_seconds(step, flops, n)
 
 
 @frozen
@@ -480,8 +492,9 @@ def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
            read_share=e.read_share, n=n, k=e.experts_per_token, E=e.num_experts)
 
 
-def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, memory_s: float) -> float:
-    """The compute leg of the median step, derived; returns its seconds."""
+def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, memory_s: float,
+                   eff_bw: float) -> tuple[float, float]:
+    """The compute leg of the median step and the step it sets (decode.roofline), derived; returns both (s)."""
     eff = d.step("effective_flops", "tp * peak_flops_per_s * tp_efficiency * compute_efficiency", unit="FLOP/s",
                  source="GPU catalogue (dense, weights' dtype); data/assumptions.toml decode.compute_efficiency",
                  tp=setup.tp, peak_flops_per_s=setup.peak_flops_per_s, tp_efficiency=setup.tp_eff,
@@ -495,10 +508,24 @@ def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, me
                    attention_flops_per_context_token=setup.attention_flops_per_context_token, context_tokens_p50=ctx_p50)
     compute_s = d.step("compute_s_p50", "step_flops_p50 / effective_flops", unit="s", step_flops_p50=flops,
                        effective_flops=eff)
-    d.step("step_s_p50", "max(memory_s_p50, compute_s_p50)", unit="s", memory_s_p50=memory_s, compute_s_p50=compute_s,
-           note="the roofline: " + ("compute-bound" if compute_s > memory_s else "memory-bound")
-           + f" (compute / memory = {compute_s / memory_s:.2f})")
-    return float(compute_s)
+    if setup.sequential:
+        weights_s = d.step("weights_s_p50", "weight_bytes_per_step / effective_bandwidth", unit="s",
+                           weight_bytes_per_step=float(setup.weight_bytes(n)), effective_bandwidth=eff_bw)
+        gemm_s = d.step("gemm_s_p50", "n * (q * flops_per_token + draft_flops) / effective_flops", unit="s",
+                        n=n, q=setup.query_tokens_per_step, flops_per_token=setup.flops_per_token,
+                        draft_flops=setup.draft_flops_per_sequence, effective_flops=eff)
+        step_s = d.step("step_s_p50", "max(weights_s_p50, gemm_s_p50) + max(memory_s_p50 - weights_s_p50, "
+                        "compute_s_p50 - gemm_s_p50)", unit="s", weights_s_p50=weights_s, gemm_s_p50=gemm_s,
+                        memory_s_p50=memory_s, compute_s_p50=compute_s,
+                        note="the GEMMs' roofline, then the attention's over the KV and state read (decode.roofline "
+                        "= sequential): the GEMMs " + ("compute-bound" if gemm_s > weights_s else "memory-bound")
+                        + f" (their compute / their weights' read = {gemm_s / weights_s:.2f})")
+        return float(compute_s), float(step_s)
+    step_s = d.step("step_s_p50", "max(memory_s_p50, compute_s_p50)", unit="s", memory_s_p50=memory_s,
+                    compute_s_p50=compute_s, note="the roofline: " + ("compute-bound" if compute_s > memory_s
+                                                                     else "memory-bound")
+                    + f" (compute / memory = {compute_s / memory_s:.2f})")
+    return float(compute_s), float(step_s)
 
 
 def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
@@ -537,14 +564,19 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
                         state_bytes_per_step=state, note="the median fill's step")
     memory_s = d.step("memory_s_p50", "step_bytes_p50 / effective_bandwidth", unit="s", step_bytes_p50=step_bytes,
                       effective_bandwidth=eff_bw)
-    compute_s = _compute_steps(d, setup, n, ctx_p50, memory_s) if setup.prices_compute else 0.0
+    compute_s, step_s = _compute_steps(d, setup, n, ctx_p50, memory_s, eff_bw) if setup.prices_compute else (0.0, 0.0)
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
     overhead = d.given("step_overhead_s", setup.step_overhead_s, unit="s",
                        source="modelled: planning/step_model.py StepTerms.overhead (decode.step_overhead_s + per layer + per TP "
                        "doubling: scheduling, launches, sampling, all-reduces)")
     step_p50 = float(setup.spec_speedup / p50 - overhead) * eff_bw  # the median fill's roofline bytes
-    if setup.prices_compute:
+    if setup.prices_compute and setup.sequential:
+        d.step("per_user_tok_s_p50", "spec_speedup / (step_s_p50 + step_overhead_s)", unit="tok/s",
+               source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,
+               step_s_p50=step_s, step_overhead_s=overhead,
+               note="p50 over the fills of the per-fill speed; the median step above gives it to rounding")
+    elif setup.prices_compute:
         d.step("per_user_tok_s_p50", "spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)", unit="tok/s",
                source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,
                memory_s_p50=memory_s, compute_s_p50=compute_s, step_overhead_s=overhead,
@@ -632,7 +664,7 @@ def decode_mfu(setup: DecodeSetup, ns: Iterable[int], bank: ContextBank) -> np.n
     out = []
     for n in ns:
         step, flops = _legs(setup, bank, int(n))
-        out.append(percentile50(np.asarray(flops, dtype=float) / setup.step_seconds(step, flops)
+        out.append(percentile50(np.asarray(flops, dtype=float) / setup.step_seconds(step, flops, int(n))
                         / (setup.tp * setup.peak_flops_per_s)))
     return np.array(out)
 

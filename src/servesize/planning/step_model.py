@@ -11,7 +11,12 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           all-reduces per layer; each of the M MoE layers' fused-experts kernel has a fixed part
                           that no expert's bytes pay for, measured alone; the two per-layer TP and MoE terms are 0
                           as fitted)
-    decode step         = max(bytes / effective bandwidth, FLOPs / effective FLOP/s) + overhead(tp)
+    decode step         = max(weights / effective bandwidth, GEMM FLOPs / effective FLOP/s)
+                          + max(KV and state bytes / effective bandwidth, attention FLOPs / effective FLOP/s)
+                          + overhead(tp)
+                          (``decode.roofline = sequential``: the GEMMs' roofline, then the attention's, as vLLM runs
+                          them one kernel after the other and as the mixed step below prices the decoders; ``max``
+                          takes max(all bytes, all FLOPs), the KV read overlapped with the GEMMs: the rule before)
                           (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
                           measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
@@ -47,6 +52,8 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
     from numpy.typing import ArrayLike
 
 MIXED_RULES = ("one_weight_read", "sum")
+# a decode step: the GEMMs' roofline then the KV read, the whole step's roofline, or its reads alone (the seed's)
+DECODE_ROOFLINES = ("sequential", "max", "memory")
 # what step.moe_prefill_efficiency slows: a MoE prefill's every FLOP, or only its routed experts' GEMMs
 MOE_PREFILL_SCOPES = ("all", "experts")
 # the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
@@ -131,14 +138,22 @@ def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float
 
 
 def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_bytes_per_s: float, flops_per_s: float,
-               overhead_s: float) -> np.ndarray:
+               overhead_s: float, gemms: tuple[ArrayLike, ArrayLike] | None = None) -> np.ndarray:
     """The longer of the memory time and (``flops_per_s`` > 0 and FLOPs given) the compute time, plus the step's
-    fixed cost; vectorised over arrays of bytes and FLOPs."""
+    fixed cost; vectorised over arrays of bytes and FLOPs. With ``gemms`` = (their weights' bytes, their FLOPs),
+    the sequential rule: the GEMMs' own roofline, then the attention's (the rest of the bytes, the KV and state
+    reads, against the rest of the FLOPs)."""
     import numpy as np
     memory_s = np.asarray(step_bytes, dtype=float) / bandwidth_bytes_per_s
     if flops_per_s <= 0 or step_flops is None:
         return memory_s + overhead_s
-    longer_s: np.ndarray = np.maximum(memory_s, np.asarray(step_flops, dtype=float) / flops_per_s)
+    compute_s = np.asarray(step_flops, dtype=float) / flops_per_s
+    if gemms is not None:
+        weights_s = np.asarray(gemms[0], dtype=float) / bandwidth_bytes_per_s
+        gemm_s = np.asarray(gemms[1], dtype=float) / flops_per_s
+        sequential_s: np.ndarray = np.maximum(weights_s, gemm_s) + np.maximum(memory_s - weights_s, compute_s - gemm_s)
+        return sequential_s + overhead_s
+    longer_s: np.ndarray = np.maximum(memory_s, compute_s)
     return longer_s + overhead_s
 
 
@@ -166,7 +181,10 @@ class DecodeWork(Protocol):
     def effective_flops_per_s(self) -> float: ...
     @property
     def prices_compute(self) -> bool: ...
+    @property
+    def sequential(self) -> bool: ...
     def weight_bytes(self, n: Any) -> Any: ...
+    def gemm_flops(self, n: Any) -> Any: ...
     def step_bytes(self, contexts: np.ndarray) -> np.ndarray: ...
     def step_flops(self, n: int, context_sum: Any, window_sum: Any = 0.0) -> Any: ...
 
@@ -184,10 +202,19 @@ class PrefillWork(Protocol):
     def priced_flops(self, tokens: Any, prior: Any = 0.0) -> Any: ...
 
 
-def decode_seconds(setup: DecodeWork, step_bytes: ArrayLike, step_flops: ArrayLike | None = None) -> np.ndarray:
-    """A decode step: the roofline of its bytes and FLOPs plus the setup's per-step overhead (vectorised)."""
+def decode_seconds(setup: DecodeWork, step_bytes: ArrayLike, step_flops: ArrayLike | None = None,
+                   n: int = 0) -> np.ndarray:
+    """A decode step of ``n`` decoders: the roofline of its bytes and FLOPs plus the setup's per-step overhead
+    (vectorised); under the sequential rule the weights' read (``setup.weight_bytes(n)``) against the FLOPs, the
+    rest of the bytes after them."""
     rate = setup.effective_flops_per_s if setup.prices_compute else 0.0
-    return roofline_s(step_bytes, step_flops, setup.effective_bandwidth_bytes_per_s, rate, setup.step_overhead_s)
+    gemms = None
+    if setup.sequential and rate > 0 and step_flops is not None:
+        if n < 1:
+            raise ValueError("the sequential roofline prices a step of n >= 1 decoders: pass n")
+        gemms = (setup.weight_bytes(n), setup.gemm_flops(n))
+    return roofline_s(step_bytes, step_flops, setup.effective_bandwidth_bytes_per_s, rate, setup.step_overhead_s,
+                      gemms)
 
 
 def prefill_seconds(setup: PrefillWork, tokens: ArrayLike, prior: ArrayLike = 0.0) -> Any:
@@ -251,7 +278,8 @@ class StepModel:
     def decode_s(self, contexts: np.ndarray) -> np.ndarray:
         """One decode-only step of len(contexts[-1]) decoders for each row of ``contexts`` (rows: successive steps)."""
         import numpy as np
-        return np.asarray(decode_seconds(self.decode, self.decode.step_bytes(contexts), self._decode_flops(contexts)),
+        return np.asarray(decode_seconds(self.decode, self.decode.step_bytes(contexts), self._decode_flops(contexts),
+                                         int(contexts.shape[-1])),
                           dtype=np.float64)
 
     def step_s(self, chunks: list[tuple[float, float]], contexts: np.ndarray | None) -> float:
@@ -278,7 +306,11 @@ class StepModel:
             kv_bytes = float(d.step_bytes(contexts[None, :])[0]) - float(d.weight_bytes(n))
             kv_s = leg_s(kv_bytes, d.effective_bandwidth_bytes_per_s)
             flops = self._decode_flops(contexts)
-            if flops is not None:
+            if flops is not None and d.sequential:  # the decoders' GEMMs beside the chunks', their attention
+                gemm = float(d.gemm_flops(n))                # against its KV read (decode.roofline = sequential)
+                compute += leg_s(gemm, d.effective_flops_per_s)
+                kv_s = max(kv_s, leg_s(float(flops) - gemm, d.effective_flops_per_s))
+            elif flops is not None:
                 compute += leg_s(float(flops), d.effective_flops_per_s)
             tokens += n
         weights_s = leg_s(float(d.weight_bytes(tokens)), d.effective_bandwidth_bytes_per_s) \
