@@ -146,6 +146,27 @@ def test_a_decode_step_is_a_mixed_step_without_its_chunk_under_the_sequential_ro
     assert one_token_more > 0.01
 
 
+def test_the_derivation_prices_the_median_step_as_the_decode_step_does_sliding_layers_and_all():
+    """The plan's derivation of the median step (``--explain``, the page's method section) gives the per-user speed
+    the vectorised step gives, under both rooflines, with the sliding layers' attention FLOPs counted (a small KV
+    read: the attention's FLOPs outlast it); a setup with no weights to read (a degenerate input the setup allows)
+    still derives."""
+    from servesize.planning.decode import ContextBank, decode_speed_in
+
+    for sequential in (True, False):
+        for weights in (27e9, 0.0):
+            setup = DecodeSetup(bandwidth_bytes_per_s=4.8e12, weight_bytes_per_step=weights, kv_bytes_per_token_read=512,
+                                bandwidth_efficiency=0.75, peak_flops_per_s=989e12, compute_efficiency=0.6,
+                                flops_per_token=2 * 27e9, attention_flops_per_context_token=4 * 6144 * 4,
+                                window_attention_flops_per_token=4 * 6144 * 60, topk_tokens=4096,
+                                topk_bytes_per_token=64, tp_efficiency=1.0, step_overhead_s=0.002,
+                                sequential=sequential)
+            bank = ContextBank(lambda rng, size: np.full(size, 30000.0), fills=8, topk_tokens=4096)
+            speed = decode_speed_in(setup, bank, 256)
+            derived = [s for s in speed.derivation.steps if s.name == "per_user_tok_s_p50"][0]
+            assert derived.value == pytest.approx(speed.p50_tok_s, rel=1e-9), (sequential, weights)
+
+
 def test_the_weight_floor_prices_a_short_chunk_at_the_weights_read():
     prefill, decode = _setups()
     floor = StepModel(prefill, decode, StepTerms(overhead_s=0.002, mixed="one_weight_read", prefill_weight_floor=True))

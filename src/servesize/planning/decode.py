@@ -17,17 +17,17 @@ its own) and F = 2 x (matmul parameters + lm_head) FLOPs per token:
                   + q x A x sum over the n contexts   attention, A = 4 x d x L_a per context token
                                                       (+ the sliding layers over min(L, window))
 
-The GEMMs take the longer of their weights' read and the step's FLOPs, and the attention's KV (and state)
-read comes after them (the roofline, ``decode.roofline = sequential``: vLLM runs the two as kernels one after
+The GEMMs take the longer of their weights' read and their FLOPs' time, and the attention (its KV and state
+read, or its FLOPs if longer) comes after them (the roofline, ``decode.roofline = sequential``: vLLM runs the two as kernels one after
 the other, and the mixed step prices its decoders so, planning/step_model.py):
 
-    step_s = max(weight_bytes / B, step_flops / (tp x peak FLOP/s x tp_efficiency x compute_efficiency))
-             + (step_bytes - weight_bytes) / B
+    step_s = max(weight_bytes / B, GEMM FLOPs / R) + max((step_bytes - weight_bytes) / B, attention FLOPs / R)
              + step_overhead_s                 (scheduling, kernel launches, sampling: a fixed cost
                                                 per step, planning/step_model.py StepTerms.overhead,
                                                 fitted to measured runs by scripts/step_accuracy.py)
 
-with B = tp x bandwidth x bandwidth_efficiency x tp_efficiency; ``decode.roofline = max`` takes
+with B = tp x bandwidth x bandwidth_efficiency x tp_efficiency, R = tp x peak FLOP/s x tp_efficiency x
+compute_efficiency, the GEMM FLOPs n x (q x F + draft_flops) and the attention's the rest; ``decode.roofline = max`` takes
 max(step_bytes / B, step_flops / ...) instead (the KV read overlapped with the compute; the rule before
 2026-12-06).
 
@@ -307,7 +307,7 @@ class DecodeSetup:
     def step_flops(self, n: int, context_sum: ArrayLike, window_sum: ArrayLike = 0.0) -> np.ndarray:
         """FLOPs of one step: n sequences x (q tokens x F + drafts) + q x attention over the contexts."""
         import numpy as np
-        gemm = float(self.gemm_flops(n))
+        gemm = np.asarray(self.gemm_flops(n), dtype=float)
         attention = self.query_tokens_per_step * (self.attention_flops_per_context_token * np.asarray(context_sum, dtype=float)
                                                   + self.window_attention_flops_per_token * np.asarray(window_sum, dtype=float))
         return gemm + attention
@@ -465,12 +465,14 @@ class DecodeSpeed(Record):
 
     @property
     def bound(self) -> str:
-        """Which leg of the roofline sets the step: 'memory' or 'compute'."""
+        """Which leg of the roofline sets the step: 'memory' or 'compute' (under decode.roofline = sequential, the
+        legs of the step's GEMMs: their weights' read and their FLOPs; the KV read comes after either)."""
         return "compute" if self.compute_s_p50 > self.memory_s_p50 else "memory"
 
     @property
     def compute_share(self) -> float:
-        """Compute time / memory time of the median step (1 = the ridge point)."""
+        """Compute time / memory time of the median step, or of its GEMMs under the sequential rule (1 = the ridge
+        point)."""
         return self.compute_s_p50 / self.memory_s_p50 if self.memory_s_p50 > 0 else 0.0
 
 
@@ -492,20 +494,23 @@ def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
            read_share=e.read_share, n=n, k=e.experts_per_token, E=e.num_experts)
 
 
-def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, memory_s: float,
-                   eff_bw: float) -> tuple[float, float]:
-    """The compute leg of the median step and the step it sets (decode.roofline), derived; returns both (s)."""
+def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, window_p50: float, memory_s: float,
+                   eff_bw: float) -> tuple[float, float, float]:
+    """The compute leg of the median step and the step it sets (decode.roofline), derived; returns the two legs the
+    ridge is read between (compute, memory: the GEMMs' under the sequential rule) and the step (s)."""
     eff = d.step("effective_flops", "tp * peak_flops_per_s * tp_efficiency * compute_efficiency", unit="FLOP/s",
                  source="GPU catalogue (dense, weights' dtype); data/assumptions.toml decode.compute_efficiency",
                  tp=setup.tp, peak_flops_per_s=setup.peak_flops_per_s, tp_efficiency=setup.tp_eff,
                  compute_efficiency=setup.compute_efficiency)
     flops = d.step("step_flops_p50",
-                   "n * (q * flops_per_token + draft_flops) + q * attention_flops_per_context_token * context_tokens_p50",
-                   unit="FLOP", note="q = 1 + drafts verified per sequence; attention 4 x d x L_a per context token"
-                   + (" (+ the sliding layers over min(L, window))" if setup.window_attention_flops_per_token else ""),
+                   "n * (q * flops_per_token + draft_flops) + q * (attention_flops_per_context_token * context_tokens_p50"
+                   " + window_attention_flops_per_token * window_tokens_p50)",
+                   unit="FLOP", note="q = 1 + drafts verified per sequence; attention 4 x d x L_a per context token, "
+                   "the sliding layers' over min(L, window)",
                    n=n, q=setup.query_tokens_per_step, flops_per_token=setup.flops_per_token,
                    draft_flops=setup.draft_flops_per_sequence,
-                   attention_flops_per_context_token=setup.attention_flops_per_context_token, context_tokens_p50=ctx_p50)
+                   attention_flops_per_context_token=setup.attention_flops_per_context_token, context_tokens_p50=ctx_p50,
+                   window_attention_flops_per_token=setup.window_attention_flops_per_token, window_tokens_p50=window_p50)
     compute_s = d.step("compute_s_p50", "step_flops_p50 / effective_flops", unit="s", step_flops_p50=flops,
                        effective_flops=eff)
     if setup.sequential:
@@ -519,13 +524,13 @@ def _compute_steps(d: Derivation, setup: DecodeSetup, n: int, ctx_p50: float, me
                         memory_s_p50=memory_s, compute_s_p50=compute_s,
                         note="the GEMMs' roofline, then the attention's over the KV and state read (decode.roofline "
                         "= sequential): the GEMMs " + ("compute-bound" if gemm_s > weights_s else "memory-bound")
-                        + f" (their compute / their weights' read = {gemm_s / weights_s:.2f})")
-        return float(compute_s), float(step_s)
+                        + (f" (their compute / their weights' read = {gemm_s / weights_s:.2f})" if weights_s > 0 else ""))
+        return float(gemm_s), float(weights_s), float(step_s)
     step_s = d.step("step_s_p50", "max(memory_s_p50, compute_s_p50)", unit="s", memory_s_p50=memory_s,
                     compute_s_p50=compute_s, note="the roofline: " + ("compute-bound" if compute_s > memory_s
                                                                      else "memory-bound")
                     + f" (compute / memory = {compute_s / memory_s:.2f})")
-    return float(compute_s), float(step_s)
+    return float(compute_s), float(memory_s), float(step_s)
 
 
 def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
@@ -564,7 +569,9 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
                         state_bytes_per_step=state, note="the median fill's step")
     memory_s = d.step("memory_s_p50", "step_bytes_p50 / effective_bandwidth", unit="s", step_bytes_p50=step_bytes,
                       effective_bandwidth=eff_bw)
-    compute_s, step_s = _compute_steps(d, setup, n, ctx_p50, memory_s, eff_bw) if setup.prices_compute else (0.0, 0.0)
+    window_p50 = float(percentiles(topk_sums, (50,))[0]) if setup.window_attention_flops_per_token else 0.0
+    compute_leg, memory_leg, step_s = (_compute_steps(d, setup, n, ctx_p50, window_p50, memory_s, eff_bw)
+                                       if setup.prices_compute else (0.0, float(memory_s), 0.0))
     d.given("spec_speedup", setup.spec_speedup, unit="tokens/step",
             source="1 + a + ... + a^k for MTP acceptance a and k drafts (data/assumptions.toml decode.mtp_*); 1 without speculation")
     overhead = d.given("step_overhead_s", setup.step_overhead_s, unit="s",
@@ -579,14 +586,14 @@ def _speed_result(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:
     elif setup.prices_compute:
         d.step("per_user_tok_s_p50", "spec_speedup / (max(memory_s_p50, compute_s_p50) + step_overhead_s)", unit="tok/s",
                source="the roofline (data/assumptions.toml decode.roofline)", spec_speedup=setup.spec_speedup,
-               memory_s_p50=memory_s, compute_s_p50=compute_s, step_overhead_s=overhead,
+               memory_s_p50=memory_s, compute_s_p50=compute_leg, step_overhead_s=overhead,
                note="p50 over the fills of the per-fill speed; the median step above gives it to rounding")
     else:
         d.step("per_user_tok_s_p50", "spec_speedup / (step_bytes_p50 / effective_bandwidth + step_overhead_s)",
                unit="tok/s", source="working-set-model.md 2.7", spec_speedup=setup.spec_speedup,
                effective_bandwidth=eff_bw, step_bytes_p50=step_p50, step_overhead_s=overhead)
     agg = d.step("aggregate_tok_s_p50", "n * per_user_tok_s_p50", unit="tok/s", n=n, per_user_tok_s_p50=p50)
-    return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d, float(memory_s), compute_s)
+    return DecodeSpeed(n, p5, p50, p95, agg, step_p50, weights, kv_p50, state, bank.fills, d, memory_leg, compute_leg)
 
 
 def decode_speed_in(setup: DecodeSetup, bank: ContextBank, n: int) -> DecodeSpeed:

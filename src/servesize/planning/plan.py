@@ -380,7 +380,8 @@ SEED_WORDS: dict[str, Callable[[Any, Any], str]] = {
     "prefill.mfu": lambda seed, now: f"prefill runs at {seed:.0%} of peak FLOP/s (servesize: {now:.0%})",
     "load.model": lambda seed, now: "every user decodes at once (servesize: they take turns)",
     "decode.step_overhead_s": lambda seed, now: f"a decode step costs only its reads (servesize: {now * 1e3:g} ms more)",
-    "decode.roofline": lambda seed, now: "a decode step costs only its reads (servesize: or its compute, if slower)",
+    "decode.roofline": lambda seed, now: "a decode step costs only its reads (servesize: its GEMMs cost their compute "
+                                         "where it is slower than their weights' read)",
     "decode.mtp_verified_tokens_per_draft": lambda seed, now: "verifying MTP drafts is free (servesize: one token each)",
 }
 
