@@ -137,6 +137,14 @@ def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float
     return kernel_bytes_per_s / stream_bytes_per_s
 
 
+def gemms_then_attention_s(weights_s: ArrayLike, gemm_s: ArrayLike, kv_s: ArrayLike, attention_s: ArrayLike) -> Any:
+    """The sequential rule's seconds (vectorised): the GEMMs' roofline (their weights' read against their compute),
+    then the attention's (the KV and state read against its compute). A decode step and a mixed step's decoders are
+    both priced here."""
+    import numpy as np
+    return np.maximum(weights_s, gemm_s) + np.maximum(kv_s, attention_s)
+
+
 def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_bytes_per_s: float, flops_per_s: float,
                overhead_s: float, gemms: tuple[ArrayLike, ArrayLike] | None = None) -> np.ndarray:
     """The longer of the memory time and (``flops_per_s`` > 0 and FLOPs given) the compute time, plus the step's
@@ -151,7 +159,7 @@ def roofline_s(step_bytes: ArrayLike, step_flops: ArrayLike | None, bandwidth_by
     if gemms is not None:
         weights_s = np.asarray(gemms[0], dtype=float) / bandwidth_bytes_per_s
         gemm_s = np.asarray(gemms[1], dtype=float) / flops_per_s
-        sequential_s: np.ndarray = np.maximum(weights_s, gemm_s) + np.maximum(memory_s - weights_s, compute_s - gemm_s)
+        sequential_s: np.ndarray = gemms_then_attention_s(weights_s, gemm_s, memory_s - weights_s, compute_s - gemm_s)
         return sequential_s + overhead_s
     longer_s: np.ndarray = np.maximum(memory_s, compute_s)
     return longer_s + overhead_s
@@ -300,22 +308,20 @@ class StepModel:
         their KV read on top."""
         d = self.decode
         tokens = sum(float(t) for t, _ in chunks)
-        kv_s = 0.0
+        kv_s = attention_s = 0.0
         if contexts is not None:
             n = contexts.size
             kv_bytes = float(d.step_bytes(contexts[None, :])[0]) - float(d.weight_bytes(n))
             kv_s = leg_s(kv_bytes, d.effective_bandwidth_bytes_per_s)
             flops = self._decode_flops(contexts)
-            if flops is not None and d.sequential:  # the decoders' GEMMs beside the chunks', their attention
-                gemm = float(d.gemm_flops(n))                # against its KV read (decode.roofline = sequential)
-                compute += leg_s(gemm, d.effective_flops_per_s)
-                kv_s = max(kv_s, leg_s(float(flops) - gemm, d.effective_flops_per_s))
-            elif flops is not None:
-                compute += leg_s(float(flops), d.effective_flops_per_s)
+            if flops is not None:  # the decoders' GEMMs beside the chunks'; under decode.roofline = sequential their
+                gemm = float(d.gemm_flops(n)) if d.sequential else float(flops)  # attention against its KV read, else
+                compute += leg_s(gemm, d.effective_flops_per_s)                  # with the GEMMs
+                attention_s = leg_s(float(flops) - gemm, d.effective_flops_per_s)
             tokens += n
         weights_s = leg_s(float(d.weight_bytes(tokens)), d.effective_bandwidth_bytes_per_s) \
             if self.terms.prefill_weight_floor or contexts is not None else 0.0
-        return max(compute, weights_s) + kv_s + self.overhead_s
+        return float(gemms_then_attention_s(weights_s, compute, kv_s, attention_s)) + self.overhead_s
 
 
 class ConstantSteps:
