@@ -434,3 +434,63 @@ def test_marlin_reads_fp4_experts_on_hopper_at_the_rate_the_kernel_tables_measur
     assert rate("1xH100-SXM", "marlin") == pytest.approx(find_gpu("H100-SXM").fp4_moe_marlin_tbps * 1e12)
     assert rate("1xH100-SXM", "auto") == rate("1xH100-SXM", "triton") == pytest.approx(2.41e12)
     assert rate("2xL40S", "marlin") == rate("2xL40S", "auto")  # Marlin is the L40S's default: one measured rate
+
+
+GEMM_SYSTEMS = {"a100_sxm": "A100-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "l40s": "L40S",
+                "b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300",
+                "rtx_pro_6000_server": "RTX-PRO-6000"}
+
+
+def test_each_gpus_gemm_read_share_is_what_vllms_measured_gemms_read():
+    """gpus.toml's gemm_read_share is recomputed from the measured GEMM rows (aiconfigurator's tables): the bytes
+    of bf16 weights 4,096-16,384 a side read at 1-8 tokens over their measured time, over the GPU's bandwidth."""
+    import csv
+
+    from servesize.model.hardware import find_gpu
+
+    path = SRC.parents[1] / "tests" / "fixtures" / "measured" / "aiconfigurator-gemm-kernels-vllm.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    seen: dict[str, list[float]] = {}
+    for r in rows:
+        assert r["gemm_dtype"] == "bfloat16" and 1 <= int(r["m"]) <= 8
+        assert {int(r["n"]), int(r["k"])} <= {4096, 8192, 16384}
+        acc = seen.setdefault(r["system"], [0.0, 0.0])
+        acc[0] += int(r["n"]) * int(r["k"]) * 2
+        acc[1] += float(r["latency"]) * 1e-3
+    assert set(seen) == set(GEMM_SYSTEMS)
+    for system, (nbytes, seconds) in seen.items():
+        gpu = find_gpu(GEMM_SYSTEMS[system])
+        assert gpu.gemm_read_share == pytest.approx(nbytes / seconds / gpu.bandwidth_bytes_per_s, abs=6e-4)
+        assert "gemm_perf.parquet" in gpu.gemm_read_source
+    # an A100's GEMMs read a smaller share of its HBM than a Hopper's do
+    assert find_gpu("A100-SXM").gemm_read_share < 0.8 * find_gpu("H100-SXM").gemm_read_share + 0.05
+
+
+def test_a_gpus_memory_kernels_scale_its_decode_stream_against_the_fit_gpus_and_only_where_measured():
+    """step.gpu_memory_kernels: an A100 reads at its measured share over the H100's and H200's mean; those two
+    (the fit's GPUs) and a GPU with no measured share at 1; 'catalogue' prices them all alike (the rule before)."""
+    from dataclasses import replace
+
+    from servesize.api import plan
+    from servesize.model.hardware import MEMORY_KERNEL_REFERENCE, find_gpu, memory_kernel_factor
+    from servesize.planning.ceilings import decode_setup
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    ref = sum(find_gpu(k).gemm_read_share for k in MEMORY_KERNEL_REFERENCE) / len(MEMORY_KERNEL_REFERENCE)
+    a100 = find_gpu("A100-SXM")
+    assert memory_kernel_factor(a100) == pytest.approx(a100.gemm_read_share / ref) and memory_kernel_factor(a100) < 0.9
+    assert [memory_kernel_factor(find_gpu(k)) for k in ("H100-SXM", "H200-SXM", "H20")] == [1.0, 1.0, 1.0]
+
+    def bandwidth(gpus: str, rule: str) -> float:
+        scenario = Scenario(model="qwen2.5-7b", gpus=gpus)
+        fixed = plan(scenario, sensitivity=False).fixed
+        knobs = replace(plan_inputs(scenario).knobs, overrides=(("step.gpu_memory_kernels", rule),))
+        return decode_setup(fixed, knobs).effective_bandwidth_bytes_per_s
+
+    assert bandwidth("1xA100-SXM", "measured") / bandwidth("1xA100-SXM", "catalogue") == \
+        pytest.approx(memory_kernel_factor(a100))
+    assert bandwidth("1xH100-SXM", "measured") == bandwidth("1xH100-SXM", "catalogue")
+    with pytest.raises(BadInput, match="gpu_memory_kernels"):
+        bandwidth("1xA100-SXM", "fast")

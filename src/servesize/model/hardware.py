@@ -62,6 +62,10 @@ class Gpu:
     fp4_moe_source: str = ""
     fp4_moe_marlin_tbps: float = 0.0  # the same for vLLM's Marlin MoE kernel (--moe-backend marlin); 0: not measured
     fp4_moe_marlin_source: str = ""
+    # the share of the HBM's peak bandwidth that vLLM's bf16 GEMMs reach at decode sizes (1-8 tokens, weights of
+    # 4,096-16,384 a side), bytes over time summed over the measured shapes; 0: not measured (memory_kernel_factor)
+    gemm_read_share: float = 0.0
+    gemm_read_source: str = ""
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -269,6 +273,8 @@ def _check_figures(gpu: Gpu, label: str) -> None:
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
     _check_fp4_moe_rates(gpu, label)
+    if gpu.gemm_read_share and not (0 < gpu.gemm_read_share <= 1 and gpu.gemm_read_source.strip()):
+        raise ValueError(f"gpus.toml row {label}: a GEMM read share is in (0, 1] and carries its gemm_read_source")
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
 
@@ -289,6 +295,24 @@ def load_kv_links() -> dict[str, dict]:
     if clash:
         raise ValueError(f"gpus.toml: kv_link key(s) {sorted(clash)} also name a host_link")
     return {**links, **load_host_links()}
+
+
+# the GPUs that hold the fit's runs (scripts/step_accuracy.py: all but a few of them are on these two), whose
+# kernels the fitted decode.bandwidth_efficiency already prices: the one fitted figure cannot tell them apart
+MEMORY_KERNEL_REFERENCE = ("H100-SXM", "H200-SXM")
+
+
+def memory_kernel_factor(gpu: Gpu) -> float:
+    """How fast a GPU's memory-bound kernels read, relative to the GPUs the step model was fitted on: its measured
+    GEMM read share (gpus.toml gemm_read_share) over the mean of MEMORY_KERNEL_REFERENCE's; 1 for those GPUs
+    themselves (the fit's efficiency is theirs) and for a GPU with no measured share (step.gpu_memory_kernels)."""
+    share = float(getattr(gpu, "gemm_read_share", 0.0))
+    if share <= 0 or gpu.key in MEMORY_KERNEL_REFERENCE:
+        return 1.0
+    ref = [load_gpus()[k].gemm_read_share for k in MEMORY_KERNEL_REFERENCE]
+    if min(ref) <= 0:
+        raise ValueError(f"gpus.toml: the reference GPUs {', '.join(MEMORY_KERNEL_REFERENCE)} need a gemm_read_share")
+    return share / (sum(ref) / len(ref))
 
 
 def load_gpus() -> dict[str, Gpu]:

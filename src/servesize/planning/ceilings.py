@@ -214,7 +214,7 @@ def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
 def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
     """The deployment's kernel factors (weight format, vendor, MoE) on the base efficiencies (planning.step_model)."""
     return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a,
-                               peak_dtype=fixed.peak_dtype)
+                               peak_dtype=fixed.peak_dtype, memory_kernels=fixed.memory_kernel_factor)
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:

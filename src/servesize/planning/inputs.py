@@ -133,6 +133,8 @@ class Fixed:
     host_link_source: str = ""
     weight_format: str = "bf16"        # the GEMMs' kernel family (planning.step_model.WEIGHT_FORMATS)
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
+    memory_kernel_factor: float = 1.0  # its memory-bound kernels' measured rate against the fit's GPUs'
+                                       # (model.hardware.memory_kernel_factor; step.gpu_memory_kernels)
     layers: int = 0                    # decoder layers (each launches its kernels every step)
     moe_layers: int = 0                # of them, those with routed experts (each launches a fused MoE kernel)
     block_size: int = 0                # the pool's (attention) block: a prompt's cache and a hybrid's state start at one
@@ -313,11 +315,18 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link=getattr(gpu, "host_link", ""), host_link_bytes_per_s=float(getattr(gpu, "host_link_bytes_per_s", 0.0)),
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
+        memory_kernel_factor=_memory_kernel_factor(gpu),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format, dep.moe_backend),
         expert_gemm_params=float(ledger.expert_params_per_token),
     )
+
+
+def _memory_kernel_factor(gpu: Gpu) -> float:
+    """The GPU's memory-bound kernels against the fit's GPUs' (model.hardware.memory_kernel_factor)."""
+    from servesize.model.hardware import memory_kernel_factor
+    return memory_kernel_factor(gpu)
 
 
 def _fp4_expert_rate(gpu: Gpu, weight_format: str, moe_backend: str = "auto") -> float:

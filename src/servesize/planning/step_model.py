@@ -34,8 +34,9 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           what a one-token prompt's TTFT still costs)
 
 The efficiencies are scaled by the deployment's kernels (``KernelEfficiency``: the weight format, the GPU's vendor,
-the routed experts). The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``),
-each with its source; scripts/step_accuracy.py --fit fits them on the fit part of the measured runs in
+its memory-bound kernels' measured rate against the fit's GPUs' (step.gpu_memory_kernels), the routed experts).
+The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``), each with its
+source; scripts/step_accuracy.py --fit fits them on the fit part of the measured runs in
 tests/fixtures/measured, and docs/accuracy.md reports them on the runs held out.
 """
 
@@ -54,6 +55,8 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
 MIXED_RULES = ("one_weight_read", "sum")
 # a decode step: the GEMMs' roofline then the KV read, the whole step's roofline, or its reads alone (the seed's)
 DECODE_ROOFLINES = ("sequential", "max", "memory")
+# a GPU's memory-bound kernels: at its measured GEMM read share against the fit's GPUs', or all alike (the rule before)
+GPU_MEMORY_KERNEL_RULES = ("measured", "catalogue")
 # what step.moe_prefill_efficiency slows: a MoE prefill's every FLOP, or only its routed experts' GEMMs
 MOE_PREFILL_SCOPES = ("all", "experts")
 # the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
@@ -72,21 +75,30 @@ class KernelEfficiency:
     expert_prefill: float = 1.0  # on prefill's rate for the routed experts' GEMMs alone (step.moe_prefill_scope)
 
     @classmethod
-    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16") -> KernelEfficiency:
+    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16",
+           memory_kernels: float = 1.0) -> KernelEfficiency:
         """From the named assumptions (``a(name)`` reads one); ``peak_dtype``: the dtype whose dense peak prefill's
         MFU is a share of (fp8 where the weights and the GPU both have it: step.prefill_efficiency_fp8 then scales
-        it, since the attention and the activations' quantisation do not run at the FP8 peak)."""
+        it, since the attention and the activations' quantisation do not run at the FP8 peak); ``memory_kernels``:
+        the GPU's measured memory-bound kernel rate against the fit's GPUs' (model.hardware.memory_kernel_factor),
+        on the bandwidth where step.gpu_memory_kernels is 'measured'."""
         if weight_format not in WEIGHT_FORMATS:
             raise BadInput(f"unknown weight format {weight_format!r} (one of {', '.join(WEIGHT_FORMATS)})")
         fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
         amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
+        rule = str(a("step.gpu_memory_kernels"))
+        if rule not in GPU_MEMORY_KERNEL_RULES:
+            raise BadInput(f"step.gpu_memory_kernels is 'measured' or 'catalogue', got {rule!r}")
+        if not (math.isfinite(memory_kernels) and memory_kernels > 0):
+            raise BadInput(f"a GPU's memory kernel factor must be > 0, got {memory_kernels!r}")
+        gpu = memory_kernels if rule == "measured" else 1.0
         fp8 = float(a("step.prefill_efficiency_fp8")) if peak_dtype == "fp8" else 1.0
         moe_prefill = float(a("step.moe_prefill_efficiency")) if moe else 1.0
         scope = str(a("step.moe_prefill_scope"))
         if scope not in MOE_PREFILL_SCOPES:
             raise BadInput(f"step.moe_prefill_scope is 'all' or 'experts', got {scope!r}")
         on_all = scope == "all"
-        return cls(bandwidth=fmt * amd, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
+        return cls(bandwidth=fmt * amd * gpu, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
                    prefill=amd * fp8 * (moe_prefill if on_all else 1.0),
                    expert_prefill=1.0 if on_all else moe_prefill)
 
