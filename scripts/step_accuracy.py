@@ -145,8 +145,18 @@ def _published_case(run: dict, source: str) -> Case:
         argv += ["--max-concurrency", str(load["max_concurrency"])]
     if math.isfinite(_rate(load)):
         argv += ["--request-rate", str(_rate(load))]
+    if _sent_ready_check(run):
+        argv += ["--ready-check-timeout-sec", "600"]
     case.argv = argv
     return case
+
+
+def _sent_ready_check(run: dict) -> bool:
+    """Whether the run's client sent its first prompt alone before the run (the ready check, simulate/bench.py):
+    vLLM's benchmark_serving.py always did, and a `vllm bench serve` that printed "Initial test run completed" did
+    (its default skips it since PR #30975, 2025-12-18)."""
+    quote = "\n".join(run.get("quote", []))
+    return "benchmark_serving.py" in quote or "Initial test run completed" in quote
 
 
 def _rate(load: dict) -> float:

@@ -38,6 +38,9 @@ def test_the_text_block_gives_the_load_and_the_means():
     m = read_bench_result(PUBLISHED_BLOCK)
     assert (m.completed, m.input_len, m.output_len, m.max_concurrency) == (10, 1024, 1024, None)
     assert (m.mean_ttft_ms, m.mean_tpot_ms, m.output_throughput) == (84.43, 12.45, 798.33)
+    # the ready check's line before the block: the run's first prompt was cached (simulate/bench.py)
+    assert not m.ready_check
+    assert read_bench_result("Initial test run completed. Starting main benchmark run...\n" + PUBLISHED_BLOCK).ready_check
 
 
 @pytest.mark.parametrize("text", ["", "Mean TTFT (ms): 12\n", '{"completed": 0, "total_input_tokens": 1, '

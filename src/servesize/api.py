@@ -861,7 +861,7 @@ def bench(scenario: Scenario, load: Any) -> Any:
     from servesize.planning.ceilings import step_model_of
     from servesize.resolve.plan import plan_inputs
     from servesize.simulate import engine as eng
-    from servesize.simulate.bench import BenchResult, bench_metrics, bench_replay
+    from servesize.simulate.bench import BenchResult, bench_metrics, bench_replay, ready_check_replay
 
     # the benchmark's requests stand in for the users' workload (which sizes nothing here). The server is the one its
     # flags start: without --speculative-config (or --num-speculative-tokens) vLLM drafts nothing, even for a
@@ -886,7 +886,16 @@ def bench(scenario: Scenario, load: Any) -> Any:
         one = replace(load, num_prompts=share, request_rate=load.request_rate / fixed.dp,
                       max_concurrency=None if load.max_concurrency is None else -(-load.max_concurrency // fixed.dp))
         notes.append(f"one replica of {fixed.dp} simulated with its even share of the requests; throughputs x {fixed.dp}")
-    run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
+    if load.ready_check:  # the test request alone first (bench.py): the run starts when it is answered
+        alone = eng.simulate_engine(ready_check_replay(one, cfg.block_size), cfg, times, warmup=0.0)
+        start_s = float(alone.finish_s[0]) if math.isfinite(alone.finish_s[0]) else 0.0
+        run = eng.simulate_engine(bench_replay(one, cfg.block_size, start_s), cfg, times, warmup=0.0)
+        skip, skip_steps = 1, alone.steps
+        notes.append(f"the ready check's test request (the first prompt, sent alone) took {start_s:.2f} s before the "
+                     "run, and left its prompt in the prefix cache for the run's first request")
+    else:
+        run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
+        skip = skip_steps = 0
     for _, where in inputs.knobs.calibrated[:1]:  # plan_inputs checked it against this deployment
         notes.append(f"the step model's efficiencies are {where}'s (calibrate --vllm-bench)")
     if run.too_large:
@@ -913,8 +922,8 @@ def bench(scenario: Scenario, load: Any) -> Any:
                   "tensor_parallel_size": fixed.tp, "data_parallel_size": fixed.dp,
                   "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": cfg.max_num_batched_tokens,
                   "num_gpu_blocks": cfg.num_blocks, "block_size": cfg.block_size}
-    metrics = bench_metrics(run, replicas=fixed.dp)
-    return BenchResult(load, {**metrics, "engine_steps": run.steps}, deployment, step, notes)
+    metrics = bench_metrics(run, replicas=fixed.dp, skip=skip, skip_steps=skip_steps)
+    return BenchResult(load, {**metrics, "engine_steps": run.steps - skip_steps}, deployment, step, notes)
 
 
 BENCH_CALIBRATION_STEPS = 12  # bisection steps per efficiency: (0, 1] to within 1/4,096 of the best
@@ -936,7 +945,8 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
         raise BadInput("calibrate --vllm-bench measures the step model afresh: drop --calibration")
     load = BenchLoad(random_input_len=measured.input_len, random_output_len=measured.output_len,
                      num_prompts=min(measured.completed, 1000), max_concurrency=measured.max_concurrency,
-                     request_rate=measured.request_rate if measured.max_concurrency is None else math.inf)
+                     request_rate=measured.request_rate if measured.max_concurrency is None else math.inf,
+                     ready_check=measured.ready_check)
 
     def solve(name: str, key: str, target: float, fixed: dict[str, float]) -> tuple[float, float]:
         lo, hi = 1.0 / 4096, 1.0

@@ -152,3 +152,22 @@ def test_a_bench_never_tells_the_user_to_resume_it(capsys, tmp_path):
     path.write_text('{"type": "header"}\n')
     code, _, err = run(capsys, "measure", "bench", "--url", "http://127.0.0.1:9", "--num-prompts", 2, "--record", path, "--quiet")
     assert code == 2 and "already exists; choose another --record" in err and "--resume" not in err
+
+
+def test_the_ready_check_sends_the_first_prompt_alone_first_and_counts_it_in_no_figure(capsys, tmp_path):
+    """--ready-check-timeout-sec above 0: the benchmark's first prompt is sent alone and answered before the clock
+    starts (vllm bench serve's ready check), so the run's first request finds it in the server's prefix cache."""
+    path = tmp_path / "bench.jsonl"
+    with TestServer(ServerConfig(capacity_tokens=1 << 16)) as server:
+        code, out, err = run(capsys, "measure", "bench", "--url", server.url, "--random-input-len", 64,
+                             "--random-output-len", 4, "--num-prompts", 4, "--max-concurrency", 2, "--record", path,
+                             "--json", "--quiet", "--ready-check-timeout-sec", 600)
+        log = list(server.log)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["completed"], doc["failed"], doc["total_input_tokens"]) == (4, 0, 4 * 64) and doc["load"]["ready_check"]
+    assert len(log) == 5 and log[0]["cached_tokens"] == 0           # the test request, alone and first
+    assert sum(e["cached_tokens"] > 0 for e in log[1:]) == 1         # the run's first request hits the test's prompt
+    record = read_record(path, "bench")
+    assert sorted(e["index"] for e in record.of_type("request")) == list(range(4))
+    assert [e for e in record.of_type("info") if "ready_check" in e]

@@ -170,3 +170,44 @@ def test_without_ignore_eos_the_result_says_what_a_real_run_may_differ_by_and_na
     drawn = " ".join(_bench_json(capsys, "--random-range-ratio", "0.1")["notes"])
     assert "--ignore-eos asks" in drawn and "waves" not in drawn
     assert not [n for n in _bench_json(capsys, "--ignore-eos")["notes"] if "EOS" in n]
+
+
+def test_the_ready_check_sends_the_first_prompt_alone_first_and_the_runs_first_request_hits_its_blocks():
+    # vllm bench serve's ready check (benchmark_serving.py always; vllm bench serve with --ready-check-timeout-sec
+    # above 0 since PR #30975): the first request's prompt and output, alone and answered before the run starts. The
+    # run's first request then hits its 62 full blocks (vLLM recomputes the last prompt token: 999 // 16), prefills
+    # 8 tokens, and the benchmark counts neither the test request nor its steps
+    from dataclasses import replace
+
+    from servesize.simulate.bench import ready_check_replay
+
+    load = BenchLoad(random_input_len=1000, random_output_len=100, num_prompts=5, max_concurrency=1, ready_check=True)
+    times = ConstantSteps(prefill_per_token_s=1e-6, decode_step_s=0.010)
+    cfg = EngineConfig(num_blocks=100_000, block_size=16, max_num_batched_tokens=8192)
+    alone = simulate_engine(ready_check_replay(load, 16), cfg, times, warmup=0.0)
+    h = assumption("engine.handoff_s")
+    start = float(alone.finish_s[0])
+    assert alone.steps == 100 and start == pytest.approx(h + 0.001 + 99 * 0.010)
+    run = simulate_engine(bench_replay(load, 16, start), cfg, times, warmup=0.0)
+    assert run.arrival_s[1] == start and run.hit_tokens[1] == 992 and not run.hit_tokens[2:].any()
+    checked = bench_metrics(run, skip=1, skip_steps=alone.steps)
+    plain = bench_metrics(_run(replace(load, ready_check=False), times))
+    assert checked["completed"] == plain["completed"] == 5
+    assert checked["total_input_tokens"] == plain["total_input_tokens"]
+    assert checked["mean_ttft_ms"] == pytest.approx(plain["mean_ttft_ms"] - 992 * 1e-3 / 5)
+    assert checked["median_ttft_ms"] == pytest.approx(plain["median_ttft_ms"])
+    assert checked["duration"] == pytest.approx(plain["duration"] - 992e-6)
+    assert checked["mean_itl_ms"] == pytest.approx(plain["mean_itl_ms"])
+
+
+def test_the_ready_check_flag_reaches_the_prediction_and_a_negative_timeout_is_one_line(capsys):
+    from cli_runner import run
+
+    plain = _bench_json(capsys, "--random-range-ratio", "0.1")
+    checked = _bench_json(capsys, "--random-range-ratio", "0.1", "--ready-check-timeout-sec", "600")
+    assert checked["load"]["ready_check"] and not plain["load"]["ready_check"]
+    assert any("ready check" in n for n in checked["notes"]) and not any("ready check" in n for n in plain["notes"])
+    assert checked["completed"] == plain["completed"] == 16
+    assert checked["mean_ttft_ms"] < plain["mean_ttft_ms"]
+    code, out, err = run(capsys, "bench", "llama-3.1-8b", "--gpus", "1xH100", "--ready-check-timeout-sec", "-1")
+    assert code != 0 and not out and len(err.strip().splitlines()) == 1 and "--ready-check-timeout-sec" in err

@@ -12,7 +12,8 @@ from servesize.scenario import PARAMS, params_in
 EPILOG = """\
 the load, in `vllm bench serve`'s own flags (its random dataset; every request gets all its output tokens):
   --random-input-len, --random-output-len, --random-range-ratio, --random-prefix-len, --num-prompts,
-  --max-concurrency (C requests in flight), --request-rate (a Poisson stream; inf: all at once), --seed
+  --max-concurrency (C requests in flight), --request-rate (a Poisson stream; inf: all at once), --seed,
+  --ready-check-timeout-sec (above 0: the first prompt sent alone before the run, as benchmark_serving.py did)
 
 the deployment, in `vllm serve`'s flags (or a pasted --vllm-serve '...' line): --tensor-parallel-size,
 --max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype, --gpu-memory-utilization, ...
@@ -69,6 +70,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ignore-eos", action="store_true",
                    help="every request generates all its output tokens (ignore_eos in the request), as vllm bench "
                         "serve --ignore-eos does; without it the model may stop at EOS sooner")
+    g.add_argument("--ready-check-timeout-sec", type=_whole, default=0, metavar="S",
+                   help="above 0: the first request is sent alone and answered before the run (vllm bench serve's "
+                        "ready check), leaving its prompt in the prefix cache. Default 0: skipped, as vLLM does "
+                        "since PR #30975 (2025-12-18); benchmark_serving.py and earlier releases always sent it")
 
 
 def load_of(args):
@@ -78,7 +83,14 @@ def load_of(args):
     return BenchLoad(random_input_len=args.random_input_len, random_output_len=args.random_output_len,
                      random_range_ratio=args.random_range_ratio, random_prefix_len=args.random_prefix_len,
                      num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
-                     request_rate=args.request_rate, random_seed=args.seed, ignore_eos=args.ignore_eos)
+                     request_rate=args.request_rate, random_seed=args.seed, ignore_eos=args.ignore_eos,
+                     ready_check=_ready_check(args.ready_check_timeout_sec))
+
+
+def _ready_check(seconds: int) -> bool:
+    if seconds < 0:
+        raise BadInput(f"--ready-check-timeout-sec must be >= 0 (0: skip the ready check), got {seconds}")
+    return seconds > 0
 
 
 def run(args):

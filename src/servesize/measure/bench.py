@@ -7,7 +7,8 @@ prompts (measure/prompts.py: exactly its length where the server has /tokenize, 
 as random token ids share none), asks for its output length (with ``ignore_eos`` when the load says ``--ignore-eos``,
 as the benchmark sends it then), and is streamed. At most ``--max-concurrency`` are in flight, the next sent
 as one ends (the benchmark's semaphore; without the flag, every request at once). The prompts are made before the
-clock starts, as the benchmark builds its dataset first.
+clock starts, as the benchmark builds its dataset first; with ``--ready-check-timeout-sec`` above 0 the first prompt
+is sent alone and answered before it too (the benchmark's ready check), and is not counted.
 
 What it reports is ``calculate_metrics``'s, from the timings of vllm/benchmarks/lib/endpoint_request_func.py:
 - TTFT: from the send to the first event carrying a choice; latency: to the last such event; ITL: the gaps between
@@ -205,6 +206,14 @@ async def measure_bench(cfg: BenchConfig, *, record, progress) -> BenchMeasured:
             ended += 1
             progress(f"measure bench: {ended:,}/{load.num_prompts:,} requests ({cfg.concurrency:,} at a time)")
 
+        if load.ready_check:  # vllm bench serve's ready check: the first prompt alone, answered, not counted
+            progress("measure bench: the ready check's test request (the first prompt, alone)")
+            test = await client.complete(prompts[0].text, max_tokens=int(outputs[0]), request_id="bench-ready-check",
+                                         keep_chunks=False, extra_body=BENCH_FIELDS[load.ignore_eos])
+            record.append("info", ready_check=test.to_dict())
+            if test.error:
+                raise BadInput(f"the ready check's test request failed ({test.error.get('message', test.error)}): "
+                               "the server is not answering the benchmark's first prompt")
         start = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(load.num_prompts)))
         duration = time.perf_counter() - start

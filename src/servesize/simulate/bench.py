@@ -8,6 +8,11 @@ them, which is what the benchmark's ``--ignore-eos`` asks for; without it (the b
 stop at EOS sooner, which no simulation of the engine can know, and the result says so. Random tokens share no
 block, so nothing but the common prefix hits the prefix cache.
 
+Before them, where ``--ready-check-timeout-sec`` is above 0, the benchmark sends the first request alone and waits
+for its answer (vllm/benchmarks/serve.py ``wait_for_endpoint``: its prompt and output length, the "initial single
+prompt test run"); the run starts when it is answered, its prompt's blocks cached, so the first request of the run
+hits them. vLLM skips it by default since PR #30975 (2025-12-18); the older benchmark_serving.py always sent it.
+
 When requests are sent:
   ``--request-rate inf`` (the default) with ``--max-concurrency C``: C requests in flight, the next sent as one
       finishes (the benchmark's semaphore: C closed-loop clients with no pause);
@@ -52,6 +57,10 @@ class BenchLoad:
     request_rate: float = math.inf
     random_seed: int = 0  # vllm bench serve's --seed (Scenario's seed is the Monte-Carlo's)
     ignore_eos: bool = False  # --ignore-eos: every request generates all its output tokens (the benchmark's default: no)
+    # --ready-check-timeout-sec > 0: the first request's prompt is sent alone and answered before the run (its prompt
+    # then sits in the prefix cache); vLLM's default since PR #30975 (2025-12-18) skips it, benchmark_serving.py
+    # and vllm bench serve before it always sent it
+    ready_check: bool = False
 
     def __post_init__(self):
         for name, lo, hi in (("random_input_len", 1, MAX_PROMPT_TOKENS), ("random_output_len", 1, MAX_PROMPT_TOKENS),
@@ -117,16 +126,23 @@ class BenchLoad:
                 "random_prefix_len": self.random_prefix_len, "num_prompts": self.num_prompts,
                 "max_concurrency": self.max_concurrency,
                 "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate, "seed": self.random_seed,
-                "ignore_eos": self.ignore_eos}
+                "ignore_eos": self.ignore_eos, "ready_check": self.ready_check}
 
 
-def bench_replay(load: BenchLoad, block_size: int) -> Replay:
+def bench_replay(load: BenchLoad, block_size: int, start_s: float | None = None) -> Replay:
     """The benchmark's requests as a replay: each prompt its own blocks (the shared prefix's first), sent as the
-    load says; a closed-loop client per concurrency slot (``Replay.user``) or one per request."""
+    load says; a closed-loop client per concurrency slot (``Replay.user``) or one per request.
+
+    ``start_s`` None: the run alone. Else the ready check's test request comes first (index 0: the first request's
+    prompt and output, sent at 0 by a client of its own) and the run's requests are sent from ``start_s`` on (when
+    the test is answered: ``ready_check_replay`` times it alone)."""
     if block_size < 1:
         raise BadInput(f"the block size must be >= 1 token, got {block_size}")
     inputs, outputs = load.lengths()
-    n = load.num_prompts
+    test = start_s is not None
+    if test:  # the test request repeats the first request's prompt and output
+        inputs, outputs = np.concatenate([inputs[:1], inputs]), np.concatenate([outputs[:1], outputs])
+    n = inputs.size
     prefix_blocks = load.random_prefix_len // block_size
     full = inputs // block_size
     own = np.maximum(full - prefix_blocks, 0)
@@ -138,23 +154,40 @@ def bench_replay(load: BenchLoad, block_size: int) -> Replay:
         shared = int(min(full[i], prefix_blocks))
         nodes[offsets[i]:offsets[i] + shared] = np.arange(shared)
         mine = int(own[i])
+        if test and i == 1:  # the run's first request: the test's own prompt
+            nodes[offsets[1] + shared:offsets[2]] = nodes[offsets[0] + shared:offsets[1]]
+            continue
         nodes[offsets[i] + shared:offsets[i + 1]] = np.arange(next_id, next_id + mine)
         next_id += mine
+    runs = load.num_prompts
     if math.isfinite(load.request_rate):
         rng = np.random.default_rng([load.random_seed, 1])
-        arrival = np.cumsum(rng.exponential(1.0 / load.request_rate, size=n)) - 0.0
+        arrival = np.cumsum(rng.exponential(1.0 / load.request_rate, size=runs)) - 0.0
         arrival[0] = 0.0
         arrival = np.maximum.accumulate(arrival)
-        user = np.arange(n)
+        user = np.arange(runs)
     else:
-        slots = n if load.max_concurrency is None else min(load.max_concurrency, n)
-        arrival = np.zeros(n)
-        user = np.arange(n) % slots
+        slots = runs if load.max_concurrency is None else min(load.max_concurrency, runs)
+        arrival = np.zeros(runs)
+        user = np.arange(runs) % slots
+    if start_s is not None:  # the test's client is one of its own, before every other
+        arrival = np.concatenate([[0.0], arrival + float(start_s)])
+        user = np.concatenate([[int(user.max()) + 1], user])
     return Replay(block_size=block_size, arrival_s=arrival.astype(np.float64), service_s=np.full(n, np.nan),
                   input_tokens=inputs, output_tokens=outputs, session=np.arange(n), user=user.astype(np.int64),
                   source=np.arange(n), subagent=np.zeros(n, dtype=bool), nodes=nodes, offsets=offsets,
                   num_nodes=max(int(next_id), 1), measured_from=0,
                   sessions=n, choices={"load": load.to_dict()})
+
+
+def ready_check_replay(load: BenchLoad, block_size: int) -> Replay:
+    """The ready check's test request alone (the first request's prompt and output), to time when the run starts."""
+    r = bench_replay(load, block_size, start_s=0.0)
+    end = int(r.offsets[1])
+    return Replay(block_size=block_size, arrival_s=r.arrival_s[:1], service_s=r.service_s[:1],
+                  input_tokens=r.input_tokens[:1], output_tokens=r.output_tokens[:1], session=r.session[:1],
+                  user=r.user[:1], source=r.source[:1], subagent=r.subagent[:1], nodes=r.nodes[:end],
+                  offsets=r.offsets[:2], num_nodes=r.num_nodes, measured_from=0, sessions=1, choices=r.choices)
 
 
 @frozen
@@ -242,23 +275,25 @@ def metrics_document(completed: int, failed: int, duration: float, total_in: int
             **stats_ms("ttft", ttft), **stats_ms("tpot", tpot), **itl}
 
 
-def bench_metrics(run: EngineRun, replicas: int = 1) -> dict:
+def bench_metrics(run: EngineRun, replicas: int = 1, skip: int = 0, skip_steps: int = 0) -> dict:
     """``calculate_metrics`` over the simulated run: every request that was answered (``replicas`` identical
-    replicas side by side: counts and throughputs scale, latencies do not)."""
-    done = np.isfinite(run.finish_s) & np.isfinite(run.first_token_s)
-    sent, first, finish = run.arrival_s[done], run.first_token_s[done], run.finish_s[done]
-    out = run.output_tokens[done].astype(float)
+    replicas side by side: counts and throughputs scale, latencies do not), less the first ``skip`` requests and
+    ``skip_steps`` steps (the ready check's test request and its steps, which the benchmark does not count)."""
+    arrival, first_s, finish_s = run.arrival_s[skip:], run.first_token_s[skip:], run.finish_s[skip:]
+    done = np.isfinite(finish_s) & np.isfinite(first_s)
+    sent, first, finish = arrival[done], first_s[done], finish_s[done]
+    out = run.output_tokens[skip:][done].astype(float)
     ttft = (first - sent) * 1e3
     latency = (finish - sent) * 1e3
     tpot = tpot_ms(ttft, latency, out)
-    steps = np.asarray(run.step_seconds, dtype=float) * 1e3
-    decoders = np.asarray(run.decoders_per_step, dtype=np.int64)
+    steps = np.asarray(run.step_seconds, dtype=float)[skip_steps:] * 1e3
+    decoders = np.asarray(run.decoders_per_step, dtype=np.int64)[skip_steps:]
     itl_w = decoders[decoders > 0]
     itl_v = steps[decoders > 0]
-    start = float(np.nanmin(run.arrival_s)) if np.isfinite(run.arrival_s).any() else 0.0
+    start = float(np.nanmin(arrival)) if np.isfinite(arrival).any() else 0.0
     duration = float(finish.max() - start) if finish.size else 0.0
     completed = int(done.sum()) * replicas
-    total_in = int(run.input_tokens[done].sum()) * replicas
+    total_in = int(run.input_tokens[skip:][done].sum()) * replicas
     total_out = int(out.sum()) * replicas
 
     itl = {"mean_itl_ms": float((itl_v * itl_w).sum() / itl_w.sum()) if itl_w.size else 0.0,

@@ -40,6 +40,8 @@ TEXT_KEYS = {
 }
 _LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ()/.-]*?):\s+([0-9][0-9,]*\.?[0-9]*|inf)\s*$")
 MAX_RESULT_NUMBER = 1e15
+# what both benchmark_serving.py and vllm bench serve print once the ready check's test request is answered
+READY_CHECK_LINE = "Initial test run completed"
 
 
 @frozen
@@ -55,6 +57,9 @@ class MeasuredBench:
     request_rate: float = math.inf
     output_throughput: float | None = None
     duration: float | None = None
+    # the text shows the ready check's test request answered before the run ("Initial test run completed"): its
+    # prompt was cached for the run's first request (simulate/bench.py); a saved JSON does not say, so False
+    ready_check: bool = False
 
     @property
     def input_len(self) -> int:
@@ -69,7 +74,8 @@ class MeasuredBench:
                 "total_output_tokens": self.total_output_tokens, "mean_ttft_ms": self.mean_ttft_ms,
                 "mean_tpot_ms": self.mean_tpot_ms, "max_concurrency": self.max_concurrency,
                 "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
-                "output_throughput": self.output_throughput, "duration": self.duration}
+                "output_throughput": self.output_throughput, "duration": self.duration,
+                "ready_check": self.ready_check}
 
 
 def _number(key: str, value, where: str) -> float:
@@ -131,4 +137,5 @@ def read_bench_result(text: str, where: str = "the benchmark result") -> Measure
                          mean_tpot_ms=v["mean_tpot_ms"],
                          max_concurrency=int(conc) if conc is not None and math.isfinite(conc) and conc >= 1 else None,
                          request_rate=v.get("request_rate", math.inf) or math.inf,
-                         output_throughput=v.get("output_throughput"), duration=v.get("duration"))
+                         output_throughput=v.get("output_throughput"), duration=v.get("duration"),
+                         ready_check=READY_CHECK_LINE in text)
