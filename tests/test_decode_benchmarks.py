@@ -39,8 +39,6 @@ def test_a_published_decode_speed_lies_where_the_fixture_says_against_the_plans_
     measured = case["per_user_tok_s"]
     if case["expected"] == "inside":
         assert point.low_tok_s <= measured <= point.high_tok_s, (measured, point.low_tok_s, point.high_tok_s)
-    elif case["expected"] == "above":
-        assert case["why"].strip() and measured > point.high_tok_s, (measured, point.high_tok_s)
     else:
         assert case["expected"] == "below" and case["why"].strip()
         assert measured < point.low_tok_s, (measured, point.low_tok_s)

@@ -468,8 +468,9 @@ def test_each_gpus_gemm_read_share_is_what_vllms_measured_gemms_read():
 
 
 def test_a_gpus_memory_kernels_scale_its_decode_stream_against_the_fit_gpus_and_only_where_measured():
-    """step.gpu_memory_kernels: an A100 reads at its measured share over the H100's and H200's mean; those two
-    (the fit's GPUs) and a GPU with no measured share at 1; 'catalogue' prices them all alike (the rule before)."""
+    """step.gpu_memory_kernels: on an A100 the fitted efficiency is scaled by its measured share over the H100's and
+    H200's mean; those two (the fit's GPUs) and a GPU with no measured share at 1; 'catalogue' prices them all alike
+    (the rule before); an efficiency the user or a calibration gives is the GPU's own."""
     from dataclasses import replace
 
     from servesize.api import plan
@@ -482,6 +483,10 @@ def test_a_gpus_memory_kernels_scale_its_decode_stream_against_the_fit_gpus_and_
     a100 = find_gpu("A100-SXM")
     assert memory_kernel_factor(a100) == pytest.approx(a100.gemm_read_share / ref) and memory_kernel_factor(a100) < 0.9
     assert [memory_kernel_factor(find_gpu(k)) for k in ("H100-SXM", "H200-SXM", "H20")] == [1.0, 1.0, 1.0]
+    # a part of the same chip takes its measured sibling's share: an A100 PCIe is not priced faster than the SXM
+    pcie = find_gpu("A100-PCIE")
+    assert memory_kernel_factor(pcie) == memory_kernel_factor(a100) and "A100-SXM" in pcie.gemm_read_source
+    assert pcie.bandwidth_gbps * memory_kernel_factor(pcie) < a100.bandwidth_gbps * memory_kernel_factor(a100)
 
     def bandwidth(gpus: str, rule: str) -> float:
         scenario = Scenario(model="qwen2.5-7b", gpus=gpus)
@@ -494,3 +499,8 @@ def test_a_gpus_memory_kernels_scale_its_decode_stream_against_the_fit_gpus_and_
     assert bandwidth("1xH100-SXM", "measured") == bandwidth("1xH100-SXM", "catalogue")
     with pytest.raises(BadInput, match="gpu_memory_kernels"):
         bandwidth("1xA100-SXM", "fast")
+    # an efficiency given for the deployment (--bandwidth-efficiency, a calibration) is that GPU's own: not scaled
+    scenario = Scenario(model="qwen2.5-7b", gpus="1xA100-SXM")
+    fixed = plan(scenario, sensitivity=False).fixed
+    given = replace(plan_inputs(scenario).knobs, bandwidth_efficiency=0.7)
+    assert decode_setup(fixed, given).effective_bandwidth_bytes_per_s == pytest.approx(0.7 * 2039e9)

@@ -886,14 +886,21 @@ def bench(scenario: Scenario, load: Any) -> Any:
         one = replace(load, num_prompts=share, request_rate=load.request_rate / fixed.dp,
                       max_concurrency=None if load.max_concurrency is None else -(-load.max_concurrency // fixed.dp))
         notes.append(f"one replica of {fixed.dp} simulated with its even share of the requests; throughputs x {fixed.dp}")
-    if load.ready_check:  # the test request alone first (bench.py): the run starts when it is answered
+    if load.ready_check and fixed.dp == 1:  # the test request alone first (bench.py): the run starts when answered
         alone = eng.simulate_engine(ready_check_replay(one, cfg.block_size), cfg, times, warmup=0.0)
-        start_s = float(alone.finish_s[0]) if math.isfinite(alone.finish_s[0]) else 0.0
+        if not math.isfinite(alone.finish_s[0]):
+            raise BadInput("the ready check's test request (the first prompt) is never answered on this deployment "
+                           "(it does not fit the pool): vllm bench serve stops there; shorten the load")
+        start_s = float(alone.finish_s[0])
         run = eng.simulate_engine(bench_replay(one, cfg.block_size, start_s), cfg, times, warmup=0.0)
         skip, skip_steps = 1, alone.steps
         notes.append(f"the ready check's test request (the first prompt, sent alone) took {start_s:.2f} s before the "
-                     "run, and left its prompt in the prefix cache for the run's first request")
+                     "run" + (", and left its prompt in the prefix cache for the run's first request"
+                              if cfg.prefix_caching else "; with prefix caching off it leaves nothing the run hits"))
     else:
+        if load.ready_check:
+            notes.append(f"the ready check's test request is not simulated with {fixed.dp} data-parallel replicas "
+                         "(it reaches one of them; each is simulated with its even share of the run)")
         run = eng.simulate_engine(bench_replay(one, cfg.block_size), cfg, times, warmup=0.0)
         skip = skip_steps = 0
     for _, where in inputs.knobs.calibrated[:1]:  # plan_inputs checked it against this deployment

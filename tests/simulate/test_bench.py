@@ -211,3 +211,14 @@ def test_the_ready_check_flag_reaches_the_prediction_and_a_negative_timeout_is_o
     assert checked["mean_ttft_ms"] < plain["mean_ttft_ms"]
     code, out, err = run(capsys, "bench", "llama-3.1-8b", "--gpus", "1xH100", "--ready-check-timeout-sec", "-1")
     assert code != 0 and not out and len(err.strip().splitlines()) == 1 and "--ready-check-timeout-sec" in err
+    # one request at a time: the run takes the steps it takes without the check (the test's ~200 are not counted;
+    # the first request's cached prompt may save it the one step its prefill took)
+    one = ("--max-concurrency", "1", "--num-prompts", "4")
+    steps = _bench_json(capsys, *one)["engine_steps"]
+    assert steps - 1 <= _bench_json(capsys, *one, "--ready-check-timeout-sec", "600")["engine_steps"] <= steps
+    # with prefix caching off the test request leaves nothing to hit: the run is the run without it
+    off = ("--random-range-ratio", "0.1", "--no-enable-prefix-caching")
+    checked_off, plain_off = _bench_json(capsys, *off, "--ready-check-timeout-sec", "600"), _bench_json(capsys, *off)
+    assert checked_off["mean_ttft_ms"] == pytest.approx(plain_off["mean_ttft_ms"], rel=1e-9)
+    assert checked_off["duration"] == pytest.approx(plain_off["duration"], rel=1e-9)
+    assert any("prefix caching off" in n for n in checked_off["notes"])

@@ -66,6 +66,7 @@ class Gpu:
     # 4,096-16,384 a side), bytes over time summed over the measured shapes; 0: not measured (memory_kernel_factor)
     gemm_read_share: float = 0.0
     gemm_read_source: str = ""
+    gemm_read_share_from: str = ""  # a GPU of the same chip whose measured share this one takes (its SXM part, say)
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -331,6 +332,14 @@ def _catalogue() -> tuple[dict[str, Gpu], dict[str, str]]:
         if gpu.key in gpus:
             raise ValueError(f"gpus.toml: duplicate key {gpu.key}")
         gpus[gpu.key] = gpu
+    for key, gpu in list(gpus.items()):  # the same chip's kernels: its measured sibling's GEMM read share
+        if gpu.gemm_read_share_from:
+            other = gpus.get(gpu.gemm_read_share_from)
+            if other is None or not other.gemm_read_share or gpu.gemm_read_share:
+                raise ValueError(f"gpus.toml row {key}: gemm_read_share_from names a measured GPU, and the row "
+                                 "gives no share of its own")
+            gpus[key] = replace(gpu, gemm_read_share=other.gemm_read_share,
+                                gemm_read_source=f"the same chip's, measured on the {other.key}: {other.gemm_read_source}")
     return gpus, _index(gpus)  # _index fails on an alias claimed by two GPUs
 
 

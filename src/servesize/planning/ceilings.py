@@ -71,7 +71,7 @@ from servesize.planning.load import (
 from servesize.planning.load_models import load_model
 from servesize.planning.lru import ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
-from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share
+from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share, fitted_bandwidth_share
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -145,8 +145,12 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     Under ``decode.roofline = memory`` (the seed's) the compute leg and the MTP drafts' own cost are left
     out. ``bandwidth_efficiency`` / ``compute_efficiency`` override the knobs (the plan's bounds)."""
     kernels = kernel_efficiency(fixed, knobs)
-    bw_eff = min(1.0, kernels.bandwidth * float(bandwidth_efficiency if bandwidth_efficiency is not None
-                                                else knob_value(knobs, "bandwidth_efficiency")))
+    given = bandwidth_efficiency if bandwidth_efficiency is not None else knobs.bandwidth_efficiency
+    # the fitted default is the fit's GPUs': on another GPU, at its memory kernels' measured rate (step_model
+    # fitted_bandwidth_share); an efficiency given for this deployment is its own
+    share = float(given) if given is not None else float(knob_value(knobs, "bandwidth_efficiency")) * \
+        fitted_bandwidth_share(str(knobs.a("step.gpu_memory_kernels")), fixed.memory_kernel_factor)
+    bw_eff = min(1.0, kernels.bandwidth * share)
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
         # (an SM-bound FP4 kernel's measured rate is its own: the memory-bound MoE kernels' efficiency is not on it)
@@ -214,7 +218,7 @@ def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
 def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
     """The deployment's kernel factors (weight format, vendor, MoE) on the base efficiencies (planning.step_model)."""
     return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a,
-                               peak_dtype=fixed.peak_dtype, memory_kernels=fixed.memory_kernel_factor)
+                               peak_dtype=fixed.peak_dtype)
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:

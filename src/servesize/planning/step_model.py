@@ -34,7 +34,8 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           what a one-token prompt's TTFT still costs)
 
 The efficiencies are scaled by the deployment's kernels (``KernelEfficiency``: the weight format, the GPU's vendor,
-its memory-bound kernels' measured rate against the fit's GPUs' (step.gpu_memory_kernels), the routed experts).
+the routed experts), and the fitted bandwidth efficiency by the GPU's memory-bound kernels' measured rate against
+the fit's GPUs' (``fitted_bandwidth_share``, step.gpu_memory_kernels).
 The terms are named assumptions (data/assumptions.toml ``step.*``, ``decode.*``, ``prefill.*``), each with its
 source; scripts/step_accuracy.py --fit fits them on the fit part of the measured runs in
 tests/fixtures/measured, and docs/accuracy.md reports them on the runs held out.
@@ -75,30 +76,21 @@ class KernelEfficiency:
     expert_prefill: float = 1.0  # on prefill's rate for the routed experts' GEMMs alone (step.moe_prefill_scope)
 
     @classmethod
-    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16",
-           memory_kernels: float = 1.0) -> KernelEfficiency:
+    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16") -> KernelEfficiency:
         """From the named assumptions (``a(name)`` reads one); ``peak_dtype``: the dtype whose dense peak prefill's
         MFU is a share of (fp8 where the weights and the GPU both have it: step.prefill_efficiency_fp8 then scales
-        it, since the attention and the activations' quantisation do not run at the FP8 peak); ``memory_kernels``:
-        the GPU's measured memory-bound kernel rate against the fit's GPUs' (model.hardware.memory_kernel_factor),
-        on the bandwidth where step.gpu_memory_kernels is 'measured'."""
+        it, since the attention and the activations' quantisation do not run at the FP8 peak)."""
         if weight_format not in WEIGHT_FORMATS:
             raise BadInput(f"unknown weight format {weight_format!r} (one of {', '.join(WEIGHT_FORMATS)})")
         fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
         amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
-        rule = str(a("step.gpu_memory_kernels"))
-        if rule not in GPU_MEMORY_KERNEL_RULES:
-            raise BadInput(f"step.gpu_memory_kernels is 'measured' or 'catalogue', got {rule!r}")
-        if not (math.isfinite(memory_kernels) and memory_kernels > 0):
-            raise BadInput(f"a GPU's memory kernel factor must be > 0, got {memory_kernels!r}")
-        gpu = memory_kernels if rule == "measured" else 1.0
         fp8 = float(a("step.prefill_efficiency_fp8")) if peak_dtype == "fp8" else 1.0
         moe_prefill = float(a("step.moe_prefill_efficiency")) if moe else 1.0
         scope = str(a("step.moe_prefill_scope"))
         if scope not in MOE_PREFILL_SCOPES:
             raise BadInput(f"step.moe_prefill_scope is 'all' or 'experts', got {scope!r}")
         on_all = scope == "all"
-        return cls(bandwidth=fmt * amd * gpu, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
+        return cls(bandwidth=fmt * amd, experts=float(a("step.moe_expert_efficiency")) if moe else 1.0,
                    prefill=amd * fp8 * (moe_prefill if on_all else 1.0),
                    expert_prefill=1.0 if on_all else moe_prefill)
 
@@ -134,6 +126,18 @@ class StepTerms:
         return (self.overhead_s + self.overhead_per_layer_s * layers
                 + (self.overhead_per_tp_doubling_s + self.overhead_per_layer_tp_doubling_s * layers) * math.log2(tp)
                 + self.moe_layer_fixed_s * moe_layers)
+
+
+def fitted_bandwidth_share(rule: str, memory_kernels: float) -> float:
+    """What the fitted decode.bandwidth_efficiency is multiplied by on this GPU (step.gpu_memory_kernels): its
+    memory-bound kernels' measured rate against the fit's GPUs' (``memory_kernels``, model.hardware
+    memory_kernel_factor) under 'measured', 1 under 'catalogue'. Only the fitted default is scaled: an efficiency
+    given for the deployment (--bandwidth-efficiency, a calibration, the plan's bracket) is that GPU's own."""
+    if rule not in GPU_MEMORY_KERNEL_RULES:
+        raise BadInput(f"step.gpu_memory_kernels is 'measured' or 'catalogue', got {rule!r}")
+    if not (math.isfinite(memory_kernels) and memory_kernels > 0):
+        raise BadInput(f"a GPU's memory kernel factor must be > 0, got {memory_kernels!r}")
+    return memory_kernels if rule == "measured" else 1.0
 
 
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:

@@ -121,6 +121,8 @@ class EngineConfig:
     # drafts that read the target's hidden states (MTP, EAGLE) make vLLM drop a prefix hit's last block, computed
     # again (Deployment.drops_hit_block, engine/speculative.py BLOCK_DROP_METHODS)
     drop_hit_block: bool = False
+    # --no-enable-prefix-caching: vLLM hashes no block, so no prompt is ever hit (a random prefix, a ready check's)
+    prefix_caching: bool = True
 
     def __post_init__(self):
         if not 2 <= self.num_blocks <= 1 << 31:
@@ -154,7 +156,8 @@ def config_of(report: Any) -> EngineConfig:
     return EngineConfig(pool.num_blocks, pool.block_size, int(dep.max_num_seqs or 256),
                         int(dep.max_num_batched_tokens or 8192), state_groups=len(states),
                         state_blocks_per_group=max((g.blocks_per_request for g in states), default=0),
-                        state_cached=dep.mamba_cache_mode == "align", drop_hit_block=dep.drops_hit_block)
+                        state_cached=dep.mamba_cache_mode == "align", drop_hit_block=dep.drops_hit_block,
+                        prefix_caching=dep.enable_prefix_caching is not False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,8 +286,8 @@ class _Engine:
                               "past the simulator's node ids: replay fewer sessions")
         self.pool = BlockPool(cfg.num_blocks, replay.num_nodes * (1 + self.states if self.align else 1))
         self.cap = replay.hittable_blocks()
-        if self.states and not cfg.state_cached:  # 'none' mode: a hybrid model's prompts are never hit
-            self.cap = np.zeros_like(self.cap)
+        if not cfg.prefix_caching or (self.states and not cfg.state_cached):  # caching off, or 'none' mode (a
+            self.cap = np.zeros_like(self.cap)                                 # hybrid model's): nothing is hit
         self.state_kept = np.zeros(replay.num_nodes if self.align else 0, dtype=bool)  # a block's state ever cached
         self.state_run: dict[int, list[int]] = {}              # a running request's own state blocks (unhashed)
         self.boundary: dict[int, tuple[int, np.ndarray]] = {}  # its last block-boundary state: (blocks before, ids)
