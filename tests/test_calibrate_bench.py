@@ -137,3 +137,16 @@ def test_a_dense_models_calibration_names_no_moe_kernel_so_any_backend_may_apply
     cal, doc = _calibrated(tmp_path, capsys, result)
     assert doc.get("moe_backend") is None
     assert main(["bench", *DEPLOYMENT, *LOAD, "--calibration", str(cal), "--moe-backend", "marlin", "--json"]) == 0
+
+
+def test_a_result_whose_text_shows_the_ready_check_calibrates_with_it_and_says_so(tmp_path, capsys):
+    # LOAD's 64 prompts, 16 at a time: the ready check caches the first prompt, which the run's first request hits;
+    # the block printed after "Initial test run completed" is replayed with it, and round-trips to the defaults
+    code, out, err = run(capsys, "bench", *DEPLOYMENT, *LOAD, "--ready-check-timeout-sec", "600")
+    assert code == 0, err
+    result = tmp_path / "result.txt"
+    result.write_text("Initial test run completed. Starting main benchmark run...\n" + out)
+    _, doc = _calibrated(tmp_path, capsys, result)
+    cal = doc["calibrations"][0] if "calibrations" in doc else doc
+    assert cal["mfu"] == pytest.approx(assumption("prefill.mfu"), rel=0.03)
+    assert any("ready check" in n for n in cal["notes"])

@@ -975,7 +975,8 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
              f"at prefill MFU {mfu:.3f}",
              f"load: {load.num_prompts} requests of {load.random_input_len:,} -> {load.random_output_len:,} tokens, "
              + (f"--max-concurrency {load.max_concurrency}" if load.max_concurrency else
-                f"--request-rate {load.request_rate:g}")]
+                f"--request-rate {load.request_rate:g}")
+             + (", after the ready check's test request (the text shows it answered)" if load.ready_check else "")]
     for label, value in (("bandwidth efficiency", bw), ("prefill MFU", mfu)):
         if value > 0.999 or value < 2.0 / 4096:
             notes.append(f"the {label} sits at the end of its range: the step model cannot reproduce this result "
