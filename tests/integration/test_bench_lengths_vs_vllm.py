@@ -63,3 +63,41 @@ def test_a_load_that_can_draw_an_empty_prompt_is_refused_as_vllm_refuses_it(vllm
     with pytest.raises(BadInput, match="empty prompt"):
         BenchLoad(random_input_len=10, random_range_ratio=0.9)
     BenchLoad(random_input_len=10, random_range_ratio=0.9, random_prefix_len=1)  # a prefix: never empty
+
+
+PARSER = """
+import json
+from vllm.benchmarks.serve import add_cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+parsed = vars(parser.parse_args([]))  # every default as vLLM resolves it (a string default through its type)
+print(json.dumps({"options": sorted(o for a in parser._actions for o in a.option_strings),
+                  "defaults": {k: v if v is None or isinstance(v, (int, float, str, bool)) else str(v)
+                               for k, v in parsed.items()}}))
+"""
+
+
+def test_every_load_flag_of_servesize_bench_is_vllm_bench_serves_with_its_default(vllm_python):
+    # the load is given in vllm bench serve's own flags: each of servesize's is one of vLLM's (0.32's parser, from the
+    # CPU build's venv), with the default vLLM resolves it to (--ready-check-timeout-sec 0: skipped, since PR #30975)
+    import argparse
+
+    from servesize.commands.bench import add_load_arguments
+
+    r = subprocess.run([str(vllm_python), "-c", PARSER], capture_output=True, text=True, timeout=300, env=vllm_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    parser = argparse.ArgumentParser()
+    add_load_arguments(parser)
+    ours = {a.option_strings[0]: (a.dest, a.default) for a in parser._actions if a.option_strings[0] != "-h"}
+    assert "--ready-check-timeout-sec" in ours and set(ours) <= set(theirs["options"]), \
+        sorted(set(ours) - set(theirs["options"]))
+    for opt, (dest, default) in ours.items():
+        vllm_default = theirs["defaults"][dest]
+        if opt == "--random-range-ratio" and vllm_default is None:  # None is vLLM's 0.0 (utils.get_sampling_params)
+            vllm_default = 0.0
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and vllm_default is not None:
+            vllm_default = float(vllm_default)  # some of vLLM's defaults are strings its dataset code parses ("0.0")
+        assert default == vllm_default, (opt, default, vllm_default)
