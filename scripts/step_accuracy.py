@@ -155,8 +155,10 @@ def _sent_ready_check(run: dict) -> bool:
     """Whether the run's client sent its first prompt alone before the run (the ready check, simulate/bench.py):
     vLLM's benchmark_serving.py always did, and a `vllm bench serve` that printed "Initial test run completed" did
     (its default skips it since PR #30975, 2025-12-18)."""
+    from servesize.vllm_logs.bench_result import READY_CHECK_LINE
+
     quote = "\n".join(run.get("quote", []))
-    return "benchmark_serving.py" in quote or "Initial test run completed" in quote
+    return "benchmark_serving.py" in quote or READY_CHECK_LINE in quote
 
 
 def _rate(load: dict) -> float:
