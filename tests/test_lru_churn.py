@@ -58,24 +58,65 @@ def test_binding_of_agrees_with_ceilings_where_churn_binds():
         ceilings(fixed, inputs.workload, inputs.knobs, comfortable=False).binding
 
 
-def test_a_hybrid_models_requests_also_write_their_state_where_their_prompt_fills_a_block():
-    """Qwen 3.6 27B caches a request's recurrent state at its prompt's last full block (1,600-token blocks on an
-    H200): the churn's writes per request are the plain model's plus the state, times the share of prompts
-    that fill a block (short chat prompts write none)."""
+def _27b(preset: str):
     from servesize.api import plan_inputs
-    from servesize.planning.ceilings import churn_of
-    from servesize.planning.inputs import knob_value
     from servesize.scenario import Scenario
 
+    inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8",
+                                  preset=preset))
+    return inputs, inputs.memory_and_fixed()[1]
+
+
+def _writes(fixed, workload, knobs, lengths):
+    """cache_writes over a workload whose every prompt is one of ``lengths`` (all warm turns: no starts)."""
+    from servesize.planning.ceilings import CeilingCache, cache_writes, contexts_of
+    from servesize.workload.model import EmpiricalClass
+
+    w = workload.replace(user=EmpiricalClass("user", lengths, prefix_tokens=512), invalidation=0.0, session_turns=0)
+    return cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))
+
+
+def test_a_request_writes_only_the_blocks_it_fills():
+    """vLLM hashes a block into the prefix cache once it is full: a chat turn of 284 tokens and its 211-token reply
+    (495 tokens) write 1,600 tokens where they fill a 1,600-token block and nothing where they end inside the
+    block they began in. Qwen 3.6 27B on an H200 (1,600-token blocks, MTP drafts: a hit's last block is computed
+    again, so a prompt's state is kept a block before its last full one)."""
+    inputs, fixed = _27b("chat")
+    w, knobs = inputs.workload, inputs.knobs
+    assert fixed.block_size == 1600 and fixed.drops_hit_block and (w.warm_turn_tokens, w.output_tokens) == (284, 211)
+    # 1,000 tokens: the previous prompt and reply (716) and this reply's end (1,211) lie in the first block
+    assert _writes(fixed, w, knobs, [1000.0]) == (0.0, 0.0)
+    # 1,500: the reply crosses the first block's end (1,711): one block, and the state at that boundary
+    assert _writes(fixed, w, knobs, [1500.0]) == (1600.0, 1.0)
+    # 5,000: cached up to 4,716 (2 blocks), the reply ends at 5,211 (3 blocks): one block; the prompt's state is
+    # kept at block 2 (its last full block, 3, less the dropped one), which was cached: no state
+    assert _writes(fixed, w, knobs, [5000.0]) == (1600.0, 0.0)
+    no_drafts = replace(fixed, drops_hit_block=False)
+    assert _writes(no_drafts, w, knobs, [5000.0]) == (1600.0, 1.0)  # its state at block 3 is new
+    # on 16-token blocks the same turn writes its 495 tokens to within a block
+    tokens, _ = _writes(replace(fixed, block_size=16), w, knobs, [5000.0])
+    assert tokens == 31 * 16 and abs(tokens - 495) < 16
+
+
+def test_the_churn_counts_the_blocks_and_states_a_request_writes():
+    """The churn bound's writes per request are the full blocks plus, on a hybrid model, each state kept (a block
+    in each state group, in token-equivalents): on the 27B's chat, whose turns mostly end inside a block, under
+    the raw 495 tokens a turn and its reply hold; on rag, whose prompts span several blocks, about the raw tokens."""
+    from servesize.planning.ceilings import CeilingCache, cache_writes, churn_of, contexts_of
+    from servesize.planning.inputs import knob_value
+
     for preset in ("chat", "rag"):
-        inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8",
-                                      preset=preset))
-        fixed = inputs.memory_and_fixed()[1]
-        assert fixed.state_bytes_rank > 0 and fixed.block_size == 1600
-        floor = float(knob_value(inputs.knobs, "decode_floor"))
-        hybrid = churn_of(fixed, inputs.workload, inputs.knobs, floor, None)
-        plain = churn_of(replace(fixed, state_bytes_rank=0), inputs.workload, inputs.knobs, floor, None)
-        share = inputs.workload.share_at_least(1600)
+        inputs, fixed = _27b(preset)
+        w, knobs = inputs.workload, inputs.knobs
+        floor = float(knob_value(knobs, "decode_floor"))
+        hybrid = churn_of(fixed, w, knobs, floor, None, CeilingCache())
+        tokens, states = cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))
         state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank
-        assert hybrid.new_tokens_per_request == pytest.approx(plain.new_tokens_per_request + share * state)
-        assert (0.2 < share < 0.5) if preset == "chat" else share > 0.99  # median 1,020 tokens; 5,700
+        assert hybrid.new_tokens_per_request == pytest.approx(tokens + states * state)
+        plain = churn_of(replace(fixed, state_bytes_rank=0), w, knobs, floor, None, CeilingCache())
+        assert plain.new_tokens_per_request == pytest.approx(tokens)
+        raw = cache_writes(replace(fixed, block_size=1), w, knobs, contexts_of(w, knobs, 0, CeilingCache()))[0]
+        if preset == "chat":
+            assert tokens < 0.7 * raw and states < 0.2
+        else:
+            assert tokens == pytest.approx(raw, rel=0.1) and states > 1

@@ -550,25 +550,54 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     return cache.stalls[key]
 
 
-def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: ServiceMoments | None) -> ChurnBound | None:
+def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBank) -> tuple[float, float]:
+    """(KV tokens, recurrent states) one request leaves newly cached, on average over the plan's context draws.
+
+    vLLM hashes a block into the prefix cache only once it is full, the prompt's as the prefill fills them and the
+    reply's as the decode does, so a request writes the full blocks between what its session had cached (its
+    previous prompt and reply: the drawn prompt less the new turn) and its prompt with its reply; a chat turn that
+    ends inside the block it started in writes nothing. A cold re-prefill writes its whole context's blocks, a
+    session's start those beyond the shared prefix (``start_tokens``). On a hybrid model ('align' mode) a state is
+    kept where the prefill's chunk ends on a block boundary, its prompt's last full block (the one before it where
+    drafts drop a hit's last block: Fixed.drops_hit_block), when that boundary is new, and at each boundary its reply
+    crosses: the engine simulator's ``_cache_state``. With a block of one token this is the tokens themselves."""
+    block = max(int(fixed.block_size), 1)
+    drop = 1 if fixed.drops_hit_block and spec_speedup_of(fixed, knobs) > 1 else 0
+    invalidated, started = cold_shares(workload, knobs)
+    lengths = bank.matrix(128).ravel()
+    out = float(workload.output_tokens)
+
+    def writes(prompt: np.ndarray, cached: np.ndarray) -> tuple[float, float]:
+        had, ends = np.floor(cached / block), np.floor((prompt + out) / block)
+        kept = np.floor(prompt / block) - drop
+        states = ((kept >= 1) & (kept > had)).astype(float) + ends - np.floor(prompt / block)
+        return float(block * np.maximum(ends - had, 0.0).mean()), float(np.maximum(states, 0.0).mean())
+
+    warm = writes(lengths, np.maximum(lengths - float(workload.warm_turn_tokens), 0.0))
+    cold = writes(lengths, np.zeros_like(lengths))
+    new, prefix = start_tokens(workload, lengths)
+    start = writes(new + prefix, np.full_like(lengths, prefix))
+    shares = (1.0 - invalidated - started, invalidated, started)
+    return (sum(w * s[0] for w, s in zip(shares, (warm, cold, start))),
+            sum(w * s[1] for w, s in zip(shares, (warm, cold, start))))
+
+
+def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: ServiceMoments | None,
+             cache: CeilingCache) -> ChurnBound | None:
     """The cache ceiling's bound under LRU churn (planning.lru), per replica; None under the seed's reading.
 
-    A request writes its prefilled tokens and its output: a warm tail, a cold re-prefill of the whole context,
-    or a session's start beyond the shared prefix (Workload.cold_shares; at the mean context, ``start_tokens``
-    over a session's turns), and on a hybrid model its recurrent state at its prompt's last full block. The cycle
-    is the mean think time, the prefill's mean service and a decode at the floor (the slowest comfortable one)."""
+    A request writes the full blocks of its prefilled tokens and its output (``cache_writes``: a warm tail, a cold
+    re-prefill of the whole context, or a session's start beyond the shared prefix, at Workload.cold_shares), and
+    on a hybrid model the recurrent states it keeps, each a block in every state group. The cycle is the mean
+    think time, the prefill's mean service and a decode at the floor (the slowest comfortable one)."""
     if not knobs.a("cache.churn"):
         return None
-    invalidated, started = cold_shares(workload, knobs)
-    out, turn, mean_l = float(workload.output_tokens), float(workload.warm_turn_tokens), float(workload.mean_tokens())
-    start_new = float(start_tokens(workload, np.full(max(1, workload.session_turns), mean_l))[0].mean())
-    # a hybrid model's request also leaves its recurrent state cached at its prompt's last full block, one block in
-    # each state group ('align' mode; the engine simulator's _cache_state): a warm session's state in
-    # token-equivalents, written by the requests whose prompt fills a block at all
+    out, started = float(workload.output_tokens), cold_shares(workload, knobs)[1]
+    tokens, states = cache_writes(fixed, workload, knobs, contexts_of(workload, knobs, 0, cache))
     state = 0.0
-    if fixed.state_bytes_rank and fixed.kv_bytes_per_token_rank:
-        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank * workload.share_at_least(max(fixed.block_size, 1))
-    new = (1.0 - invalidated - started) * turn + invalidated * mean_l + started * start_new + out + state
+    if fixed.state_bytes_rank and fixed.kv_bytes_per_token_rank:  # a state set in token-equivalents
+        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank * states
+    new = tokens + state
     cycle = think_time_of(workload) + (m.mean_s if m is not None else 0.0) + out / floor
     offload = knobs.cpu_offload_bytes / (fixed.kv_bytes_per_token_rank * fixed.tp) if knobs.cpu_offload_bytes else 0.0
     q = float(knobs.a("load.percentile"))
@@ -639,7 +668,7 @@ def _parts(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) 
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
     stall = stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s)
-    churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m)
+    churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m, cache)
     return _Parts(warm, setup, dec, out_of_reach, bank, costs, m, lat, sat, search, samples, stall, churn, missing)
 
 

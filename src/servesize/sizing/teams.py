@@ -248,7 +248,7 @@ def replica_ceilings(fixed: Fixed, mix: TeamMix, knobs: Knobs, cache: CeilingCac
     if teams is not None:
         n_at_least = teams[1]
     at_least = {"cache": np.asarray(warm_at_least, dtype=bool), "decode": np.full(len(mix.teams), n_at_least)}
-    churn = None if mix.single is None else churn_of(fixed, mix.single, knobs, floor, queue.moments[0])
+    churn = None if mix.single is None else churn_of(fixed, mix.single, knobs, floor, queue.moments[0], cache)
     return replica_ceilings_from(mix, knobs, queue, np.asarray(warm_p5, dtype=float), n, at_least, load, churn,
                                  None if teams is None else teams[0])
 
@@ -409,7 +409,7 @@ def shared_pool(fixed: Fixed, mix: TeamMix, knobs: Knobs, replicas: int | None =
     queue = mixed_queue(one, mix, knobs, cache)
     load = None if mix.single is None else load_ceilings_per_replica(one, mix.single, knobs, cache, setup, dec.n)
     churn = None if mix.single is None else churn_of(one, mix.single, knobs, float(knob_value(knobs, "decode_floor")),
-                                                     queue.moments[0])
+                                                     queue.moments[0], cache)
     teams_alone = team_decode_ceilings(one, mix, knobs, cache, setup, DECODE_SEARCH_LIMIT)
     per = replica_ceilings_from(mix, knobs, queue, np.array([w.p5 for w in warm]), dec.n, load=load, churn=churn,
                                 team_decode=None if teams_alone is None else teams_alone[0])
