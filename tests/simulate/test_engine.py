@@ -323,6 +323,32 @@ def test_no_measured_turn_is_no_warm_share_never_100_percent():
     assert answered.warm_share is None and Comfort().check(answered) == (True, "met")  # a first turn has nothing to keep
 
 
+def test_the_warm_share_judges_returning_turns_and_not_a_sessions_first_request():
+    """The comfort SLO asks 95% of returning turns warm. A session's first request can hit only what other sessions
+    share (a system prompt), which stays cached while its sessions are evicted: on the chat preset, whose sessions
+    are two requests, half the judged turns were such starts, all warm, so the engine passed a warm share of 95%
+    with a tenth of the returning turns cold. Here session b's first request hits a's 64-token prefix and is not
+    judged; a's second request returns to its session and is; on a trace without sessions every request is."""
+    from servesize.simulate.engine import EngineRun, returning_turns
+
+    prefix = _ids(1, 64)
+    rows = [("a", 0.0, 256, prefix + _ids(2, 192), 1, 1.0), ("b", 1.0, 128, prefix + _ids(3, 64), 1, 1.0),
+            ("a", 10.0, 320, prefix + _ids(2, 192) + _ids(4, 64), 1)]
+    rp = _replay(rows)
+    assert returning_turns(rp).tolist() == [False, False, True]
+    run = simulate_engine(rp, EngineConfig(num_blocks=100, block_size=B),
+                          ConstantSteps(prefill_per_token_s=0.001, decode_step_s=0.01), warmup=0.0)
+    assert run.ideal_tokens.tolist() == [0, 64, 256] and run.hit_tokens.tolist() == [0, 64, 256]
+    assert run.returning.tolist() == [False, False, True] and run.warm_share == 1.0
+    # a's own blocks evicted before it returned: the start hit the shared prefix, the return only that prefix
+    cold = replace(run, hit_tokens=np.array([0, 64, 64]))
+    assert cold.warm_share == 0.0 and replace(cold, returning=None).warm_share == 0.5
+    open_loop = build_replay(make_trace([(f"r{k}", float(k), 64, prefix, 1) for k in range(3)], block_size=B),
+                             ReplayOptions(warmup=0.0))
+    assert returning_turns(open_loop).all()
+    assert isinstance(run, EngineRun)
+
+
 def test_a_replay_with_more_requests_than_one_run_prices_is_refused_before_any_step(monkeypatch):
     """Issue 31: an open-loop trace of 10^6 requests at 4 users ran past ten minutes with no bound; a run is now
     refused by its request count (MAX_ENGINE_REQUESTS, here lowered to the size of a small replay) before its loop."""

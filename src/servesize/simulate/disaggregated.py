@@ -37,7 +37,15 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS
-from servesize.simulate.engine import DEFAULT_WARMUP, EngineConfig, EngineRun, RunTooLarge, _Engine, closed_loop
+from servesize.simulate.engine import (
+    DEFAULT_WARMUP,
+    EngineConfig,
+    EngineRun,
+    RunTooLarge,
+    _Engine,
+    closed_loop,
+    returning_turns,
+)
 from servesize.simulate.replay import Replay
 
 
@@ -172,7 +180,8 @@ def _merged(prefills: list[_Prefill], decodes: list[_Decode], replay: Replay, us
                     finish_s=finish, hit_tokens=p_hit.astype(np.int64),
                     ideal_tokens=ideal.astype(np.int64), input_tokens=prefills[0].prompt,
                     output_tokens=decodes[0].out, preemptions=np.sum([r.preemptions for r in p_runs + d_runs], axis=0),
-                    warmup=warmup, window_end_s=min(p.first_out for p in prefills))  # users run out at their prefill
+                    warmup=warmup, window_end_s=min(p.first_out for p in prefills),  # users run out at their prefill
+                    returning=returning_turns(replay))
     for r in p_runs + d_runs:
         run.steps += r.steps
         run.events += r.events

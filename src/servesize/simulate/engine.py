@@ -198,6 +198,8 @@ class EngineRun:
     # N closed-loop users: when the first of them ran out of requests (inf: the trace's own sessions, or open loop).
     # Only what was sent before it is measured: after it fewer users send, and the load falls
     window_end_s: float = math.inf
+    # per request, whether it returns to a session (``returning_turns``); None: every request is judged
+    returning: np.ndarray | None = None
 
     def _window(self) -> tuple[float, np.ndarray]:
         """The measured window's end, and which requests were sent within it after the warm-up's share of it."""
@@ -222,9 +224,13 @@ class EngineRun:
 
     @property
     def warm_share(self) -> float | None:
-        """Of the measured turns an unbounded cache would serve, the warm share (replay.warm_turns); None when
-        there is no such turn (nothing measured, or no turn has a prefix to keep): never 100% from no turns."""
+        """Of the measured returning turns an unbounded cache would serve, the warm share (replay.warm_turns; the
+        comfort SLO's "95% of returning turns warm"): a session's first request, which can hit only what other
+        sessions share (a system prompt), is no returning turn (``returning_turns``). None when there is no such
+        turn (nothing measured, or no turn has a prefix to keep): never 100% from no turns."""
         m = self.measured() & (self.ideal_tokens > 0)
+        if self.returning is not None:
+            m &= self.returning
         return float(np.mean(warm_turns(self.hit_tokens[m], self.ideal_tokens[m]))) if m.any() else None
 
     @property
@@ -320,7 +326,8 @@ class _Engine:
         self.run = EngineRun(users=len(order), arrival_s=np.full(n, np.nan), first_token_s=np.full(n, np.nan),
                              finish_s=np.full(n, np.nan), hit_tokens=np.zeros(n, dtype=np.int64),
                              ideal_tokens=np.zeros(n, dtype=np.int64), input_tokens=self.prompt, output_tokens=self.out,
-                             preemptions=np.zeros(n, dtype=np.int64), warmup=warmup)
+                             preemptions=np.zeros(n, dtype=np.int64), warmup=warmup,
+                             returning=returning_turns(replay))
         self.admitted_once = np.zeros(n, dtype=bool)
         self.blocked = False  # the head of the waiting queue did not fit in the last step (blocks or seats), so decode
                               # steps may be jumped until a request finishes
@@ -795,6 +802,19 @@ class _Engine:
 # ----------------------------------------------------------------------------------------------
 # driving it: users from a replay, pauses from the trace or the workload
 # ----------------------------------------------------------------------------------------------
+
+def returning_turns(replay: Replay) -> np.ndarray:
+    """Per request, whether it returns to its session: an earlier request of the same session was sent. Where no
+    session has a second request (a trace without sessions, such as Mooncake's: each request its own), every
+    request is judged a returning turn, its hits being other requests' shared prefixes."""
+    session = np.asarray(replay.session)
+    _, first = np.unique(session, return_index=True)
+    if first.size == session.size:
+        return np.ones(session.size, dtype=bool)
+    returning = np.ones(session.size, dtype=bool)
+    returning[first] = False
+    return returning
+
 
 def _next_in_session(replay: Replay) -> np.ndarray:
     """Per request, its session's next request (-1: the last), in the replay's order."""
