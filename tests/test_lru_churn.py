@@ -19,6 +19,10 @@ def test_the_bound_is_the_pool_over_what_a_pause_writes():
     # twice the pool, twice the users; twice the pause, half
     assert churn_bound(2_000_000, 5_000, 0.01, 300.0, 95.0).users == pytest.approx(2 * b.users)
     assert churn_bound(1_000_000, 5_000, 0.01, 600.0, 95.0).users == pytest.approx(b.users / 2)
+    # blocks a returning turn hits again are held through the pause before it, as well as its writes after it
+    held = churn_bound(1_000_000, 5_000, 0.01, 300.0, 95.0, reread_tokens_per_request=6_000, held_pause_s=90.0)
+    assert held.users == pytest.approx(1_000_000 / (0.01 * (5_000 * 300.0 + 6_000 * 90.0)))
+    assert held.derivation.steps[-1].inputs[-1] == ("held_pause_s", 90.0)
 
 
 def test_sessions_that_never_return_are_not_bounded():
@@ -73,7 +77,7 @@ def _writes(fixed, workload, knobs, lengths):
     from servesize.workload.model import EmpiricalClass
 
     w = workload.replace(user=EmpiricalClass("user", lengths, prefix_tokens=512), invalidation=0.0, session_turns=0)
-    return cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))
+    return cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))[:2]
 
 
 def test_a_request_writes_only_the_blocks_it_fills():
@@ -89,8 +93,14 @@ def test_a_request_writes_only_the_blocks_it_fills():
     # 1,500: the reply crosses the first block's end (1,711): one block, and the state at that boundary
     assert _writes(fixed, w, knobs, [1500.0]) == (1600.0, 1.0)
     # 5,000: cached up to 4,716 (2 blocks), the reply ends at 5,211 (3 blocks): one block; the prompt's state is
-    # kept at block 2 (its last full block, 3, less the dropped one), which was cached: no state
+    # kept at block 2 (its last full block, 3, less the dropped one), which was cached: no state. It hits its two
+    # cached blocks less the dropped one, and the state at that one's end
     assert _writes(fixed, w, knobs, [5000.0]) == (1600.0, 0.0)
+    from servesize.planning.ceilings import CeilingCache, cache_writes, contexts_of
+    from servesize.workload.model import EmpiricalClass
+
+    one = w.replace(user=EmpiricalClass("user", [5000.0], prefix_tokens=512), invalidation=0.0, session_turns=0)
+    assert cache_writes(fixed, one, knobs, contexts_of(one, knobs, 0, CeilingCache()))[2:] == (1600.0, 1.0)
     no_drafts = replace(fixed, drops_hit_block=False)
     assert _writes(no_drafts, w, knobs, [5000.0]) == (1600.0, 1.0)  # its state at block 3 is new
     # on 16-token blocks the same turn writes its 495 tokens to within a block
@@ -110,7 +120,7 @@ def test_the_churn_counts_the_blocks_and_states_a_request_writes():
         w, knobs = inputs.workload, inputs.knobs
         floor = float(knob_value(knobs, "decode_floor"))
         hybrid = churn_of(fixed, w, knobs, floor, None, CeilingCache())
-        tokens, states = cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))
+        tokens, states = cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))[:2]
         state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank
         assert hybrid.new_tokens_per_request == pytest.approx(tokens + states * state)
         plain = churn_of(replace(fixed, state_bytes_rank=0), w, knobs, floor, None, CeilingCache())
@@ -120,3 +130,34 @@ def test_the_churn_counts_the_blocks_and_states_a_request_writes():
             assert tokens < 0.7 * raw and states < 0.2
         else:
             assert tokens == pytest.approx(raw, rel=0.1) and states > 1
+
+
+def test_a_returning_turn_is_priced_at_its_sessions_prompt_and_holds_its_hits_through_its_pause():
+    """rag's sessions are two requests, a first of about 5,700 tokens (its median context) and a second of at least
+    that, its 211-token reply and another 5,190-token turn (Workload.session_start_tokens, as the session generator
+    builds them): the second request hits the first's blocks beyond the shared prefix, and the pool holds them
+    through its user's pause (Che's approximation: a block stays the characteristic time after its last access).
+    cache.churn_occupancy = writes is the rule before, the writes alone."""
+    from servesize.planning.ceilings import CeilingCache, cache_writes, churn_of, contexts_of
+    from servesize.planning.inputs import knob_value
+
+    inputs, fixed = _inputs("rag")
+    w, knobs = inputs.workload, inputs.knobs
+    assert (w.session_turns, w.warm_turn_tokens, w.output_tokens, w.user.prefix_tokens) == (2, 5190, 211, 512)
+    writes = cache_writes(fixed, w, knobs, contexts_of(w, knobs, 0, CeilingCache()))
+    returning = 1.0 - w.cold_shares()[1]  # half the requests: the second of each session
+    own = writes.reread_tokens / returning
+    assert 5_190 + 211 - 16 <= own <= 20_000  # at least the first request's turn and reply, in whole blocks
+    assert writes.reread_states == pytest.approx(returning)  # every one hits (a plain model's states weigh nothing)
+    floor = float(knob_value(knobs, "decode_floor"))
+    held = churn_of(fixed, w, knobs, floor, None, CeilingCache())
+    assert held.reread_tokens_per_request == writes.reread_tokens
+    assert held.held_pause_s == pytest.approx(w.think_time_below_s(held.pause_s))
+    before = replace(knobs, overrides=(*knobs.overrides, ("cache.churn_occupancy", "writes")))
+    alone = churn_of(fixed, w, before, floor, None, CeilingCache())
+    assert alone.reread_tokens_per_request == 0 and alone.users == pytest.approx(
+        alone.pool_tokens / (alone.requests_per_user_s * alone.new_tokens_per_request * alone.pause_s))
+    assert held.users < 0.9 * alone.users
+    bad = replace(knobs, overrides=(*knobs.overrides, ("cache.churn_occupancy", "forever")))
+    with pytest.raises(BadInput, match="cache.churn_occupancy"):
+        churn_of(fixed, w, bad, floor, None, CeilingCache())

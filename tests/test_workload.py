@@ -222,3 +222,17 @@ def test_the_share_of_prompts_at_least_so_long_matches_a_large_sample():
         for tokens in (16, 1600, 20_000, 90_000):
             assert w.share_at_least(tokens) == pytest.approx(float(np.mean(s >= tokens)), abs=0.004), (name, tokens)
     assert preset("chat").workload().share_at_least(1) == 1.0
+
+
+def test_the_mean_pause_cut_at_a_limit_is_the_distributions_own():
+    """E[min(pause, limit)], what a pause shorter than the cache's characteristic time holds a session's blocks for
+    (planning.lru): closed form for the exponential and the log-normal, checked against 400,000 drawn pauses."""
+    import numpy as np
+
+    for sigma in (None, 0.6, 1.43):
+        w = seed().replace(think_time_s=40.0, think_time_sigma=sigma)
+        draws = w.think_times(np.random.default_rng(0), 400_000)
+        for limit in (10.0, w.think_time_quantile_s(0.95), 1e5):
+            assert w.think_time_below_s(limit) == pytest.approx(float(np.minimum(draws, limit).mean()), rel=0.01)
+    assert seed().think_time_below_s(0.0) == 0.0
+    assert seed().think_time_below_s(1e9) == pytest.approx(seed().think_time_s)

@@ -69,7 +69,7 @@ from servesize.planning.load import (
     think_time_of,
 )
 from servesize.planning.load_models import load_model
-from servesize.planning.lru import ChurnBound, churn_bound
+from servesize.planning.lru import CHURN_OCCUPANCY, ChurnBound, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
 from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share, fitted_bandwidth_share
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
@@ -550,8 +550,18 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     return cache.stalls[key]
 
 
-def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBank) -> tuple[float, float]:
-    """(KV tokens, recurrent states) one request leaves newly cached, on average over the plan's context draws.
+class CacheWrites(NamedTuple):
+    """What one request leaves in the prefix cache, on average (``cache_writes``): KV tokens and recurrent-state sets
+    newly cached, and those of its session's own that it hits and holds again (a returning turn's)."""
+
+    tokens: float
+    states: float
+    reread_tokens: float
+    reread_states: float
+
+
+def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBank) -> CacheWrites:
+    """What one request leaves newly cached, and what of its session's it hits again, over the plan's context draws.
 
     vLLM hashes a block into the prefix cache only once it is full, the prompt's as the prefill fills them and the
     reply's as the decode does, so a request writes the full blocks between what its session had cached (its
@@ -560,7 +570,11 @@ def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBa
     session's start those beyond the shared prefix (``start_tokens``). On a hybrid model ('align' mode) a state is
     kept where the prefill's chunk ends on a block boundary, its prompt's last full block (the one before it where
     drafts drop a hit's last block: Fixed.drops_hit_block), when that boundary is new, and at each boundary its reply
-    crosses: the engine simulator's ``_cache_state``. With a block of one token this is the tokens themselves."""
+    crosses: the engine simulator's ``_cache_state``. With a block of one token this is the tokens themselves.
+    A warm turn hits its session's cached blocks beyond the shared prefix (less the dropped one) and the state at
+    the hit's end. Where sessions turn over, a returning turn is priced at its session's prompt as the session
+    generator makes it (Workload.session_start_tokens, grown by a turn and a reply a request): a drawn context too
+    short for the turns before it is its session's longer prompt there."""
     block = max(int(fixed.block_size), 1)
     drop = 1 if fixed.drops_hit_block and spec_speedup_of(fixed, knobs) > 1 else 0
     invalidated, started = cold_shares(workload, knobs)
@@ -573,13 +587,24 @@ def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBa
         states = ((kept >= 1) & (kept > had)).astype(float) + ends - np.floor(prompt / block)
         return float(block * np.maximum(ends - had, 0.0).mean()), float(np.maximum(states, 0.0).mean())
 
-    warm = writes(lengths, np.maximum(lengths - float(workload.warm_turn_tokens), 0.0))
-    cold = writes(lengths, np.zeros_like(lengths))
     new, prefix = start_tokens(workload, lengths)
-    start = writes(new + prefix, np.full_like(lengths, prefix))
+    first = new + prefix  # each draw's session's first prompt (``start_tokens``: the k-th draw is request k mod turns)
+    turns = max(1, workload.session_turns)
+    k = np.arange(lengths.size) % turns
+    if started > 0 and turns > 1:  # a returning turn's prompt is its session's, grown k turns and replies from its
+        grow = float(workload.output_tokens + workload.warm_turn_tokens)  # first (the session generator's): at least
+        prompts = np.minimum(first + k * grow, float(workload.max_model_len))[k > 0]  # the prefix and k + 1 turns
+    else:
+        prompts = lengths
+    cached = np.maximum(prompts - float(workload.warm_turn_tokens), 0.0)
+    warm = writes(prompts, cached)
+    cold = writes(prompts, np.zeros_like(prompts))
+    start = writes(first, np.full_like(first, prefix))
     shares = (1.0 - invalidated - started, invalidated, started)
-    return (sum(w * s[0] for w, s in zip(shares, (warm, cold, start))),
-            sum(w * s[1] for w, s in zip(shares, (warm, cold, start))))
+    hit = np.maximum(np.floor(cached / block) - drop - math.floor(prefix / block), 0.0)  # its own, beyond the prefix
+    return CacheWrites(sum(w * s[0] for w, s in zip(shares, (warm, cold, start))),
+                       sum(w * s[1] for w, s in zip(shares, (warm, cold, start))),
+                       shares[0] * block * float(hit.mean()), shares[0] * float((hit > 0).mean()))
 
 
 def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: ServiceMoments | None,
@@ -588,21 +613,27 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
 
     A request writes the full blocks of its prefilled tokens and its output (``cache_writes``: a warm tail, a cold
     re-prefill of the whole context, or a session's start beyond the shared prefix, at Workload.cold_shares), and
-    on a hybrid model the recurrent states it keeps, each a block in every state group. The cycle is the mean
-    think time, the prefill's mean service and a decode at the floor (the slowest comfortable one)."""
+    on a hybrid model the recurrent states it keeps, each a block in every state group; a returning turn holds its
+    session's blocks through its pause before it (``cache.churn_occupancy``). The cycle is the mean think time, the
+    prefill's mean service and a decode at the floor (the slowest comfortable one)."""
     if not knobs.a("cache.churn"):
         return None
     out, started = float(workload.output_tokens), cold_shares(workload, knobs)[1]
-    tokens, states = cache_writes(fixed, workload, knobs, contexts_of(workload, knobs, 0, cache))
+    w = cache_writes(fixed, workload, knobs, contexts_of(workload, knobs, 0, cache))
     state = 0.0
     if fixed.state_bytes_rank and fixed.kv_bytes_per_token_rank:  # a state set in token-equivalents
-        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank * states
-    new = tokens + state
+        state = fixed.state_bytes_rank / fixed.kv_bytes_per_token_rank
+    rule = str(knobs.a("cache.churn_occupancy"))
+    if rule not in CHURN_OCCUPANCY:
+        raise BadInput(f"cache.churn_occupancy is one of {', '.join(CHURN_OCCUPANCY)}, got {rule!r}")
+    reread = w.reread_tokens + w.reread_states * state if rule == "last_access" else 0.0
     cycle = think_time_of(workload) + (m.mean_s if m is not None else 0.0) + out / floor
     offload = knobs.cpu_offload_bytes / (fixed.kv_bytes_per_token_rank * fixed.tp) if knobs.cpu_offload_bytes else 0.0
     q = float(knobs.a("load.percentile"))
-    return churn_bound(float(fixed.pool_tokens) + offload, new, (1.0 + sub_ratio_of(workload)) / cycle,
-                       workload.think_time_quantile_s(q / 100.0), q, returning=workload.session_turns != 1 or not started)
+    pause = workload.think_time_quantile_s(q / 100.0)
+    return churn_bound(float(fixed.pool_tokens) + offload, w.tokens + w.states * state, (1.0 + sub_ratio_of(workload)) / cycle,
+                       pause, q, returning=workload.session_turns != 1 or not started,
+                       reread_tokens_per_request=reread, held_pause_s=workload.think_time_below_s(pause))
 
 
 def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,

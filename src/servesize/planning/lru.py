@@ -7,9 +7,16 @@ for LRU caches: Che, Tung and Wang, IEEE JSAC 20(7), 2002)
 
     T_C(N) = pool tokens / write rate(N),    write rate(N) = N (1 + r) / C x E[new KV tokens per request]
 
-(C the cycle of a user's requests; a request writes its prefilled tokens and its output), and a returning
-turn is warm when its pause is shorter than T_C. The ceiling is the largest N at which the ``percentile``
+(C the cycle of a user's requests; a request writes the full blocks of its prefilled tokens and its output), and a
+returning turn is warm when its pause is shorter than T_C. The ceiling is the largest N at which the ``percentile``
 quantile of the pause stays within T_C: at most 1 - percentile of returning turns find their session evicted.
+
+In Che's approximation a block stays T_C after its *last* access, so a session's blocks that a returning turn hits
+were held through the pause before it as well, and are held T_C again after it: per request the pool holds its
+writes for T_C and the blocks it hits again for the pause it waited (``cache.churn_occupancy = last_access``;
+``writes`` counts the writes alone, the rule before 2026-12-07), so at the bound
+
+    pool = N (1 + r) / C x (new x pause_q + re-read x E[min(pause, pause_q)]).
 
 The warm fill (planning.warm_capacity) counts sessions whose whole context fits at once, which holds when each
 turn adds little to a long context (coding agents); where each turn writes about as much as the session holds
@@ -27,6 +34,8 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
 
+CHURN_OCCUPANCY = ("last_access", "writes")  # cache.churn_occupancy: what the pool holds a request's blocks for
+
 
 @frozen
 class ChurnBound(Record):
@@ -39,6 +48,8 @@ class ChurnBound(Record):
     pause_s: float = field(metadata=json_as("pause_s_at_percentile"))  # the pause's percentile
     percentile: float
     derivation: Derivation = field(metadata=json_as(None))
+    reread_tokens_per_request: float = 0.0  # a returning turn's hits of its session's blocks (token-equivalents)
+    held_pause_s: float = 0.0               # E[min(pause, pause_s)]: what the pool holds them for before the turn
 
     def binds(self, warm_users: float, replicas: int = 1) -> bool:
         """Whether the churn bound is below the warm fill's users (both across ``replicas``)."""
@@ -54,22 +65,33 @@ class ChurnBound(Record):
 
 
 def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_user_s: float, pause_s: float,
-                percentile: float, returning: bool = True) -> ChurnBound:
-    """The most users per replica whose p``percentile`` pause stays within the pool's characteristic time."""
-    if pool_tokens <= 0 or new_tokens_per_request <= 0 or requests_per_user_s <= 0 or pause_s < 0:
+                percentile: float, returning: bool = True, reread_tokens_per_request: float = 0.0,
+                held_pause_s: float = 0.0) -> ChurnBound:
+    """The most users per replica whose p``percentile`` pause stays within the pool's characteristic time, the
+    pool holding each request's writes for that time and the blocks it hits again for ``held_pause_s`` before."""
+    if pool_tokens <= 0 or new_tokens_per_request <= 0 or requests_per_user_s <= 0 or pause_s < 0 or \
+            reread_tokens_per_request < 0 or held_pause_s < 0:
         raise BadInput("the churn bound needs a pool, new tokens per request and a request rate > 0, a pause >= 0")
     d = Derivation()
     d.given("pool_tokens", pool_tokens, unit="tokens", note="one replica's KV pool (and its host-RAM tier)")
     d.given("new_tokens_per_request", new_tokens_per_request, unit="tokens",
-            note="E[prefilled + output tokens] a request writes: warm tails, cold re-prefills, session starts "
-                 "(and a hybrid model's cached state, in token-equivalents)")
+            note="E[full blocks a request writes]: warm tails, cold re-prefills, session starts "
+                 "(and a hybrid model's cached states, in token-equivalents)")
     d.given("requests_per_user_s", requests_per_user_s, unit="1/s", note="(1 + r) / cycle")
     d.given("pause_s", pause_s, unit="s", note=f"p{percentile:g} of the think time")
+    d.given("reread_tokens_per_request", reread_tokens_per_request, unit="tokens",
+            note="E[its session's cached blocks a returning turn hits], held through its pause (cache.churn_occupancy)")
+    d.given("held_pause_s", held_pause_s, unit="s", note=f"E[min(pause, p{percentile:g})]")
+    args = (new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile)
+    extra = (reread_tokens_per_request, held_pause_s)
     if not returning or pause_s == 0:
         d.given("churn_users", math.inf, note="no turn returns to its session: the churn does not bind")
-        return ChurnBound(math.inf, new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d)
-    users = d.step("churn_users", "pool_tokens / (pause_s * requests_per_user_s * new_tokens_per_request)",
+        return ChurnBound(math.inf, *args[:2], args[2], args[3], args[4], d, *extra)
+    users = d.step("churn_users",
+                   "pool_tokens / (requests_per_user_s * (new_tokens_per_request * pause_s"
+                   " + reread_tokens_per_request * held_pause_s))",
                    unit="users per replica", source="Che's approximation of LRU (the pool's characteristic time)",
                    pool_tokens=pool_tokens, pause_s=pause_s, requests_per_user_s=requests_per_user_s,
-                   new_tokens_per_request=new_tokens_per_request)
-    return ChurnBound(float(users), new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d)
+                   new_tokens_per_request=new_tokens_per_request, reread_tokens_per_request=reread_tokens_per_request,
+                   held_pause_s=held_pause_s)
+    return ChurnBound(float(users), *args[:2], args[2], args[3], args[4], d, *extra)

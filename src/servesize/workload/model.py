@@ -397,6 +397,18 @@ class Workload:
         z = math.sqrt(2.0) * _erfinv(2.0 * q - 1.0)
         return self.think_time_median_s * math.exp(self.think_time_sigma * z)
 
+    def think_time_below_s(self, limit_s: float) -> float:
+        """E[min(pause, limit_s)]: the mean pause cut at ``limit_s`` (log-normal when the shape is fitted, else
+        exponential); what a pause shorter than the cache's characteristic time holds a session's blocks for."""
+        if limit_s <= 0:
+            return 0.0
+        if self.think_time_sigma is None:
+            return self.think_time_s * -math.expm1(-limit_s / self.think_time_s)
+        if self.think_time_sigma == 0:
+            return min(self.think_time_s, limit_s)
+        mu = math.log(self.think_time_median_s)
+        return clipped_lognormal_moment(mu, self.think_time_sigma, 0.0, limit_s, 1)
+
     def think_times(self, rng: np.random.Generator, n: int | None = None):
         """Pauses drawn from the think-time distribution (its mean is ``think_time_s``)."""
         if self.think_time_sigma is None:
