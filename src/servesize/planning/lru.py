@@ -60,8 +60,11 @@ class ChurnBound(Record):
         return float(math.floor(self.users) * replicas) if self.binds(warm_users, replicas) else float(warm_users)
 
     def text(self) -> str:
+        held = (f" and holds the {self.reread_tokens_per_request:,.0f} it hits again through the pause before it"
+                if self.reread_tokens_per_request > 0 and self.held_pause_s > 0 else "")
         return (f"the pool turns over within a p{self.percentile:g} pause ({self.pause_s:,.0f} s) past "
-                f"{self.users:,.0f} users a replica: each request writes {self.new_tokens_per_request:,.0f} new tokens")
+                f"{self.users:,.0f} users a replica: each request writes {self.new_tokens_per_request:,.0f} new tokens"
+                + held)
 
 
 def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_user_s: float, pause_s: float,
