@@ -600,9 +600,11 @@ def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBa
     new, prefix = start_tokens(workload, lengths)
     first = new + prefix  # each draw's session's first prompt (``start_tokens``: the k-th draw is request k mod turns)
     turns = max(1, workload.session_turns)
-    if started > 0 and turns > 1:  # a returning turn's prompt is its session's, grown k turns and replies from its
-        grow = float(workload.output_tokens + workload.warm_turn_tokens)  # first (the session generator's): at least
-        k = np.arange(lengths.size) % turns                              # the prefix and k + 1 turns
+    if started > 0 and turns > 1:
+        # a returning turn's prompt is its session's (the session generator's): its first grown k turns and replies,
+        # so at least the prefix and k + 1 turns
+        grow = float(workload.output_tokens + workload.warm_turn_tokens)
+        k = np.arange(lengths.size) % turns
         returning = k > 0
         prompts = np.minimum(first[returning] + k[returning] * grow, float(workload.max_model_len))
     else:
