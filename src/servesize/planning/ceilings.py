@@ -410,13 +410,18 @@ def cold_shares(workload: Workload, knobs: Knobs) -> tuple[float, float]:
     return invalidated, started
 
 
+def draw_turns(workload: Workload, n: int) -> np.ndarray:
+    """Which request of its session each of ``n`` context draws is: the k-th draw request k mod ``session_turns``
+    (uniform over a session's requests, as the session generator draws it, simulate/synthetic.py)."""
+    return np.arange(n) % max(1, workload.session_turns)
+
+
 def start_tokens(workload: Workload, lengths: np.ndarray) -> tuple[np.ndarray, float]:
     """(new tokens, cached prior) of the session starts drawn at these context lengths: each draw is its
-    session's context at one of its ``session_turns`` requests, taken in turn (the k-th draw at request k mod
-    turns: uniform, as the session generator draws it, simulate/synthetic.py), so the start is that many
+    session's context at one of its ``session_turns`` requests (``draw_turns``), so the start is that many
     turns' growth earlier (Workload.session_start_tokens); it prefills its context beyond the shared prefix."""
     prefix = workload.user.prefix_tokens
-    turns = np.arange(lengths.size) % max(1, workload.session_turns)
+    turns = draw_turns(workload, lengths.size)
     return np.asarray(workload.session_start_tokens(lengths, turns, prefix), dtype=float) - prefix, float(prefix)
 
 
@@ -590,21 +595,24 @@ def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBa
     lengths = bank.matrix(WRITES_COLUMNS).ravel()
     out = float(workload.output_tokens)
 
-    def writes(prompt: np.ndarray, had: np.ndarray | float) -> tuple[float, float]:
-        """(KV tokens, states) written by requests of these prompts whose session had ``had`` full blocks cached."""
-        blocks, ends = np.floor(prompt / block), np.floor((prompt + out) / block)
+    def blocks_of(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The full blocks of these prompts, and of each with its reply."""
+        return np.floor(prompt / block), np.floor((prompt + out) / block)
+
+    def writes(blocks: np.ndarray, ends: np.ndarray, had: np.ndarray | float) -> tuple[float, float]:
+        """(KV tokens, states) written by requests of these prompts (``blocks_of``) whose session had ``had`` full
+        blocks cached."""
         kept = blocks - drop
         new_state = (kept >= 1) & (kept > had)
         return float(block * np.maximum(ends - had, 0.0).mean()), float(new_state.mean() + (ends - blocks).mean())
 
     new, prefix = start_tokens(workload, lengths)
-    first = new + prefix  # each draw's session's first prompt (``start_tokens``: the k-th draw is request k mod turns)
-    turns = max(1, workload.session_turns)
-    if started > 0 and turns > 1:
+    first = new + prefix  # each draw's session's first prompt
+    if started > 0 and workload.session_turns > 1:
         # a returning turn's prompt is its session's (the session generator's): its first grown k turns and replies,
         # so at least the prefix and k + 1 turns
         grow = float(workload.output_tokens + workload.warm_turn_tokens)
-        k = np.arange(lengths.size) % turns
+        k = draw_turns(workload, lengths.size)
         returning = k > 0
         prompts = np.minimum(first[returning] + k[returning] * grow, float(workload.max_model_len))
     else:
@@ -612,9 +620,10 @@ def cache_writes(fixed: Fixed, workload: Workload, knobs: Knobs, bank: ContextBa
     had = np.floor(np.maximum(prompts - float(workload.warm_turn_tokens), 0.0) / block)
     shares = (1.0 - invalidated - started, invalidated, started)
     none = (0.0, 0.0)
-    warm = writes(prompts, had) if shares[0] > 0 else none
-    cold = writes(prompts, 0.0) if shares[1] > 0 else none
-    start = writes(first, math.floor(prefix / block)) if shares[2] > 0 else none
+    mine = blocks_of(prompts)
+    warm = writes(*mine, had) if shares[0] > 0 else none
+    cold = writes(*mine, 0.0) if shares[1] > 0 else none
+    start = writes(*blocks_of(first), math.floor(prefix / block)) if shares[2] > 0 else none
     hit = np.maximum(had - (drop + math.floor(prefix / block)), 0.0)  # its own, beyond the prefix
     return CacheWrites(sum(w * s[0] for w, s in zip(shares, (warm, cold, start))),
                        sum(w * s[1] for w, s in zip(shares, (warm, cold, start))),
@@ -632,9 +641,9 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
     prefill's mean service and a decode at the floor (the slowest comfortable one)."""
     if not knobs.a("cache.churn"):
         return None
-    out, started = float(workload.output_tokens), cold_shares(workload, knobs)[1]
+    out, shares = float(workload.output_tokens), cold_shares(workload, knobs)
     bank = contexts_of(workload, knobs, 0, cache)
-    key = (bank, fixed.block_size, fixed.drops_hit_block, spec_speedup_of(fixed, knobs) > 1, cold_shares(workload, knobs),
+    key = (bank, fixed.block_size, fixed.drops_hit_block, spec_speedup_of(fixed, knobs) > 1, shares,
            workload.warm_turn_tokens, workload.output_tokens, workload.user.prefix_tokens, workload.session_turns,
            workload.max_model_len)
     if key not in cache.writes:
@@ -652,7 +661,7 @@ def churn_of(fixed: Fixed, workload: Workload, knobs: Knobs, floor: float, m: Se
     q = float(knobs.a("load.percentile"))
     pause = workload.think_time_quantile_s(q / 100.0)
     return churn_bound(float(fixed.pool_tokens) + offload, w.tokens + w.states * state, (1.0 + sub_ratio_of(workload)) / cycle,
-                       pause, q, returning=workload.session_turns != 1 or not started,
+                       pause, q, returning=workload.session_turns != 1 or not shares[1],
                        reread_tokens_per_request=reread, held_pause_s=workload.think_time_below_s(pause))
 
 

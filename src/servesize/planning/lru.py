@@ -85,16 +85,16 @@ def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_
     d.given("reread_tokens_per_request", reread_tokens_per_request, unit="tokens",
             note="E[its session's cached blocks a returning turn hits], held through its pause (cache.churn_occupancy)")
     d.given("held_pause_s", held_pause_s, unit="s", note=f"E[min(pause, p{percentile:g})]")
-    args = (new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile)
-    extra = (reread_tokens_per_request, held_pause_s)
     if not returning or pause_s == 0:
         d.given("churn_users", math.inf, note="no turn returns to its session: the churn does not bind")
-        return ChurnBound(math.inf, *args[:2], args[2], args[3], args[4], d, *extra)
-    users = d.step("churn_users",
-                   "pool_tokens / (requests_per_user_s * (new_tokens_per_request * pause_s"
-                   " + reread_tokens_per_request * held_pause_s))",
-                   unit="users per replica", source="Che's approximation of LRU (the pool's characteristic time)",
-                   pool_tokens=pool_tokens, pause_s=pause_s, requests_per_user_s=requests_per_user_s,
-                   new_tokens_per_request=new_tokens_per_request, reread_tokens_per_request=reread_tokens_per_request,
-                   held_pause_s=held_pause_s)
-    return ChurnBound(float(users), *args[:2], args[2], args[3], args[4], d, *extra)
+        users = math.inf
+    else:
+        users = d.step("churn_users",
+                       "pool_tokens / (requests_per_user_s * (new_tokens_per_request * pause_s"
+                       " + reread_tokens_per_request * held_pause_s))",
+                       unit="users per replica", source="Che's approximation of LRU (the pool's characteristic time)",
+                       pool_tokens=pool_tokens, pause_s=pause_s, requests_per_user_s=requests_per_user_s,
+                       new_tokens_per_request=new_tokens_per_request,
+                       reread_tokens_per_request=reread_tokens_per_request, held_pause_s=held_pause_s)
+    return ChurnBound(float(users), new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d,
+                      reread_tokens_per_request, held_pause_s)
