@@ -218,3 +218,17 @@ def test_a_fitted_chat_log_plans_with_the_prefix_it_implies_not_the_seeds(tmp_pa
     sessions = (d["pool_tokens"] - prefix) / mean_cost
     assert d["warm_users"]["p50"] == pytest.approx(sessions, abs=3)
     assert d["warm_sessions"]["p50"] == d["warm_users"]["p50"]  # no subagents: every warm session is a user's
+
+
+def test_a_pause_longer_than_away_after_s_is_the_user_away_and_not_think_time(tmp_path):
+    from servesize.workload.catalogue import AWAY_AFTER_S
+    rows = ["session_id,timestamp,prompt_tokens,completion_tokens"]
+    for s in range(20):
+        stamps = [0.0, 10.0, 40.0, 40.0 + AWAY_AFTER_S + 600 * (s + 1), 50.0 + AWAY_AFTER_S + 600 * (s + 1)]
+        rows += [f"s{s},{t},{1_000 + 100 * k},100" for k, t in enumerate(stamps)]
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(rows) + "\n")
+    f = fit_file(path, preset_name="chat").fields
+    # pauses 10, 30 and 10 s a session (its fourth, over half an hour, is the user away): the mean of those three
+    assert f["think_time_s"].value == pytest.approx(50 / 3, abs=0.01)
+    assert "20 pauses over 30 minutes" in f["think_time_s"].how and "the user away" in f["think_time_s"].how

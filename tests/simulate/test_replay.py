@@ -120,3 +120,28 @@ def test_engine_blocks_past_the_traces_ids_match_nothing():
 def test_bad_replay_options_are_refused_in_one_line(opts):
     with pytest.raises(BadInput):
         ReplayOptions(**opts)
+
+
+def away_and_back():
+    # session a: requests at 0 and 10 s, then 4,000 s later (an hour away); session b: 0, 5 and 12 s; 1 s of service
+    # each. Pauses: a 9 and 3,989 s, b 4 and 6 s: the median pause (the resume) is 7.5 s
+    return make_trace([("a", 0, 40, [1, 2], 0, 1.0), ("a", 10, 60, [1, 2, 3], 0, 1.0), ("a", 4000, 80, [1, 2, 3, 4], 0, 1.0),
+                       ("b", 0, 40, [9, 8], 0, 1.0), ("b", 5, 60, [9, 8, 7], 0, 1.0), ("b", 12, 80, [9, 8, 7, 6], 0, 1.0)],
+                      clock="session")
+
+
+def test_a_users_pause_over_away_after_s_is_cut_to_the_resume_and_everything_after_moves_with_it():
+    from servesize.simulate.replay import _session_parts, away_shift, think_gap_s
+    from servesize.workload.catalogue import AWAY_AFTER_S
+    trace = away_and_back()
+    keep = np.ones(trace.requests, dtype=bool)
+    root, start = _session_parts(trace, keep)
+    assert think_gap_s(trace, keep) == 7.5 and AWAY_AFTER_S < 3_989
+    shift = away_shift(trace, keep, root, start, 7.5)
+    # a's third request is sent 7.5 s after its second ends (11 s): 4,000 - 18.5 s earlier; nothing else moves
+    assert shift.tolist() == [0.0, 0.0, 4_000 - 18.5, 0.0, 0.0, 0.0]
+    # n users: no pause between a user's requests is longer than the resume, a's hour included
+    rp = build_replay(trace, ReplayOptions(users=1, sessions_per_user=2, warmup=0.0))
+    assert rp.requests == 6 and float(np.diff(np.sort(rp.arrival_s)).max()) <= 10.0
+    # replayed as it is, the trace keeps its hour
+    assert float(build_replay(trace, ReplayOptions(warmup=0.0)).arrival_s.max()) == 4_000.0

@@ -10,7 +10,8 @@ The choices that change a hit rate, each named and stated in every output:
 - **users**: None replays the trace's sessions as they are; N makes N concurrent users, each working
   through ``sessions_per_user`` sessions (default max(4, ceil(100 / N)): at least four each and a hundred in
   all) drawn (seeded) from the trace back to back, pausing the trace's
-  median think time between two; the replay stops when the first user runs out of sessions, so N users
+  median think time between two (and where a session's own pause is longer than ``AWAY_AFTER_S``, the user is
+  away: it resumes after that median instead, ``away_shift``); the replay stops when the first user runs out of sessions, so N users
   are active throughout (on the trace's clock; a closed-loop engine replay keeps every drawn session,
   ``cut=False``, and finds where the first user runs out on its own clock: simulate/engine.py). A session
   drawn twice is a second user's copy: its blocks are its own;
@@ -36,6 +37,7 @@ from servesize.frozen import frozen
 from servesize.limits import DEFAULT_SEED, MAX_REPLAY_BLOCKS, MAX_REPLAY_SESSIONS, MAX_REPLAY_USERS, shown_number
 from servesize.percentile import median
 from servesize.simulate.traces import MAX_TOTAL_BLOCKS, Trace
+from servesize.workload.catalogue import AWAY_AFTER_S
 
 ALIGNS = ("t0", "stagger", "trace")
 REQUEST_SELECTIONS = ("main", "all")
@@ -177,10 +179,14 @@ def _session_parts(trace: Trace, keep: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return root, start
 
 
-def _durations(trace: Trace, keep: np.ndarray, root: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Seconds from a main session's start to its last request's end (service included where known)."""
+def _durations(trace: Trace, keep: np.ndarray, root: np.ndarray, start: np.ndarray,
+               shift: np.ndarray | None = None) -> np.ndarray:
+    """Seconds from a main session's start to its last request's end (service included where known), less the
+    ``shift`` of its requests' times where given (``away_shift``)."""
     idx = np.flatnonzero(keep)
     ends = start[trace.session[idx]] + trace.t_s[idx] + np.nan_to_num(trace.service_s[idx])
+    if shift is not None:
+        ends = ends - shift[idx]
     out = np.zeros(len(trace.sessions))
     np.maximum.at(out, root[trace.session[idx]], ends)
     return out
@@ -195,6 +201,36 @@ def think_gaps_s(trace: Trace, keep: np.ndarray) -> np.ndarray:
     same = trace.session[order][1:] == trace.session[order][:-1]
     gaps = trace.t_s[order][1:] - trace.t_s[order][:-1] - np.nan_to_num(trace.service_s[order][:-1])
     return np.maximum(gaps[same], 0.0)
+
+
+def away_shift(trace: Trace, keep: np.ndarray, root: np.ndarray, start: np.ndarray, resume_s: float) -> np.ndarray:
+    """Per trace request (0 where not kept), how much earlier a replay's user sends it: every idle stretch of its main
+    session (from the end of all its work so far to its next request) longer than ``AWAY_AFTER_S`` is the user away
+    (workload.catalogue), and the user resumes after ``resume_s`` instead, as it starts its next session. The fit
+    reads the same pauses as away (workload.fit), so a user is, on both sides, someone at work."""
+    out = np.zeros(trace.requests, dtype=np.float64)
+    idx = np.flatnonzero(keep)
+    if idx.size < 2:
+        return out
+    group = root[trace.session[idx]]
+    at = start[trace.session[idx]] + trace.t_s[idx]
+    order = np.lexsort((at, group))
+    g, a = group[order], at[order]
+    end = a + np.nan_to_num(trace.service_s[idx][order])
+    first = np.ones(g.size, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    # the end of all work so far, within each main session: a running maximum restarted at each group's first
+    span = float(end.max() - a.min()) + 1.0
+    rank = np.cumsum(first) - 1
+    done = np.maximum.accumulate(end - a.min() + rank * span) - rank * span + a.min()
+    idle = np.zeros(g.size)
+    idle[1:] = a[1:] - done[:-1]
+    idle[first] = 0.0
+    excess = np.where(idle > AWAY_AFTER_S, idle - resume_s, 0.0)
+    total = np.cumsum(excess)
+    base = np.repeat(total[first] - excess[first], np.diff(np.append(np.flatnonzero(first), g.size)))
+    out[idx[order]] = total - base
+    return out
 
 
 def think_gap_s(trace: Trace, keep: np.ndarray) -> float:
@@ -256,12 +292,14 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     rng = np.random.default_rng(opts.seed)
     picks = np.concatenate([rng.permutation(mains.size) for _ in range(-(-need // mains.size))])[:need]
     copy_of_draw = np.arange(need, dtype=np.int64) // mains.size
-    durations = _durations(trace, keep, root, start)[mains[picks]]
+    resume = think_gap_s(trace, keep)
+    shift = away_shift(trace, keep, root, start, resume)
+    durations = _durations(trace, keep, root, start, shift)[mains[picks]]
     if opts.session_gap_s is None:
-        gap: float | np.ndarray = think_gap_s(trace, keep)
+        gap: float | np.ndarray = resume
     else:  # drawn, so that users of identical short sessions do not run in lock-step
         gap = rng.exponential(float(opts.session_gap_s), need) if opts.session_gap_s > 0 else np.zeros(need)
-    median_s = median(_durations(trace, keep, root, start)[mains])
+    median_s = median(_durations(trace, keep, root, start, shift)[mains])
     first = np.arange(n_users) * (median_s / n_users) if opts.align == "stagger" else np.zeros(n_users)
     lengths = (durations + gap).reshape(n_users, per_user)
     starts = first[:, None] + np.cumsum(lengths, axis=1) - lengths
@@ -273,7 +311,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     source = grouped[np.repeat(lo[picks], counts) + within]
     s_local = trace.session[source]
-    arrival = starts.ravel()[draw] + start[s_local] + trace.t_s[source]
+    arrival = starts.ravel()[draw] + start[s_local] + trace.t_s[source] - shift[source]
     inside = arrival <= stop
     # a draw's subagents are sessions of their own, apart from the draw's main session
     _, session = np.unique((draw * len(trace.sessions) + s_local)[inside], return_inverse=True)

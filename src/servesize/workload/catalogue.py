@@ -76,3 +76,10 @@ SEED_OUTPUT_TOKENS = int(reference_value("output_tokens"))
 SEED_WARM_TURN_TOKENS = int(reference_value("warm_turn_tokens"))
 
 MIN_THINK_TIME_S = 0.01  # a user who waits under 10 ms between requests is a load generator, not a user
+# A pause longer than this between a session's requests is the user away, not thinking: the pause is not think time
+# (workload.fit) and a replay's user does not sit it out (simulate.replay), so that "users" counts the people at
+# work. 30 minutes of inactivity is the web's usual end of a user's session (Google Analytics' default session
+# timeout: https://support.google.com/analytics/answer/2731565). A modelled choice, named so that it can be seen:
+# the Claude Code trace's pauses have a tail no single distribution holds (median 9.6 s, mean 141 s, the longest
+# 21.6 hours; docs/accuracy.md "The Claude Code trace").
+AWAY_AFTER_S = 1800.0

@@ -33,6 +33,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.percentile import median, quantiles
+from servesize.workload.catalogue import AWAY_AFTER_S
 from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
 from servesize.workload.readers import Observations
 
@@ -398,29 +399,34 @@ def _spread_field(outputs: Sequence[float], what: str) -> FieldFit:
 
 
 def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
-    """The think time as a distribution: the log-normal MLE over the positive pauses, its mean the planner's
-    ``think_time_s`` (median x exp(sigma^2 / 2)), its shape ``think_time_sigma``; the median is reported. The bare
-    sample mean is never used: one long pause (a lunch break) moves it by minutes."""
+    """The think time as a distribution over the pauses of at most ``AWAY_AFTER_S`` (a longer one is the user away,
+    not thinking): ``think_time_s`` is their mean, zeros included (the load the users bring: the cycle is the mean
+    pause), and ``think_time_sigma`` the shape of the log-normal MLE over the positive ones (what a pause's spread
+    reads: the churn's hold, generated sessions). Without the away pauses the sample mean is no longer at the mercy
+    of one lunch break."""
     import numpy as np
     if not gaps:
         why = f"the file has no {what}"
         return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
-    arr = np.asarray(gaps, dtype=np.float64)
+    every = np.asarray(gaps, dtype=np.float64)
+    arr = every[every <= AWAY_AFTER_S]
+    away = every.size - arr.size
+    left = (f"; {away:,} {'pause' if away == 1 else 'pauses'} over {AWAY_AFTER_S / 60:g} minutes "
+            f"({every[every > AWAY_AFTER_S].sum() / every.sum():.0%} of the pause time) the user away, not think "
+            f"time (AWAY_AFTER_S)" if away else "")
     positive = arr[arr > 0]
     if not positive.size:
-        why = f"every one of the {what} is 0 s"
+        why = f"every one of the {what} is 0 s" if not away else f"every one of the {what} is 0 s or away{left}"
         return {"think_time_s": FieldFit("think_time_s", None, why), "think_time_sigma": FieldFit("think_time_sigma", None, why)}
-    zeros = f"; {arr.size - positive.size:,} pauses of 0 s left out" if positive.size < arr.size else ""
+    zeros = f", {arr.size - positive.size:,} of them 0 s" if positive.size < arr.size else ""
+    mean = float(arr.mean())
     if positive.size < MIN_SAMPLES or not np.std(np.log(positive)) > 0:
-        value = median(positive)
-        how = f"every one of the {positive.size:,} positive {what} is {value:,.4g} s (no spread: sigma 0){zeros}"
-        return {"think_time_s": FieldFit("think_time_s", round(value, 2), how),
+        how = f"every one of the {positive.size:,} positive {what} is {median(positive):,.4g} s (no spread: sigma 0){left}"
+        return {"think_time_s": FieldFit("think_time_s", round(mean, 2), how),
                 "think_time_sigma": FieldFit("think_time_sigma", 0.0, how)}
     fit = fit_lognormal(positive)
-    mean = fit.median * math.exp(0.5 * fit.sigma ** 2)
-    how = (f"log-normal MLE of {positive.size:,} {what}: median {fit.median:,.4g} s, sigma {fit.sigma:.3f}, "
-           f"KS D = {fit.ks_d:.3f}{zeros}; think_time_s is its mean, median x exp(sigma^2/2) = {mean:,.4g} s "
-           f"(the bare sample mean, {float(arr.mean()):,.4g} s, is not used)")
+    how = (f"the mean of {arr.size:,} {what}, {mean:,.4g} s (median {median(arr):,.4g} s{zeros}); their spread the "
+           f"log-normal MLE of the positive ones: sigma {fit.sigma:.3f}, KS D = {fit.ks_d:.3f}{left}")
     return {"think_time_s": FieldFit("think_time_s", round(mean, 2), how),
             "think_time_sigma": FieldFit("think_time_sigma", round(fit.sigma, 4), how)}
 
