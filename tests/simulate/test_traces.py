@@ -103,6 +103,24 @@ def test_mooncake_lines_are_one_request_each_on_the_traces_clock_in_512_token_bl
     assert "512 tokens per hash id assumed" in trace.report.notes[0]
 
 
+def test_a_coarse_clocks_ticks_are_spread_over_the_tick_in_file_order_and_a_fine_clock_is_kept(tmp_path):
+    # three ticks ~3 s apart (the conversation trace's clock jitters by a few ms), three requests on each
+    stamps = [0, 0, 0, 2_998, 2_998, 2_998, 6_001, 6_001, 6_001]
+    recs = [{"timestamp": t, "input_length": 600, "output_length": 5, "hash_ids": [k, 100 + k]} for k, t in enumerate(stamps)]
+    trace = read_trace(write_jsonl(tmp_path / "ticks.jsonl", recs))
+    t = trace.t_s
+    assert np.all(np.diff(t) >= 0)                                   # the file's order kept
+    assert len(set(t.tolist())) == 9                                 # no two at one instant
+    ticks = np.asarray(stamps) / 1000.0
+    width = np.array([2.998] * 3 + [3.003] * 3 + [3.0005] * 3)       # to the next tick; the median step after the last
+    assert np.all(t >= ticks) and np.all(t < ticks + width)
+    assert "3,000 ms clock (9 requests on 3 ticks" in trace.report.notes[-1]
+    assert read_trace(write_jsonl(tmp_path / "again.jsonl", recs)).t_s.tolist() == t.tolist()  # seeded: the same file, the same times
+    # each request its own timestamp (the synthetic trace's clock): kept as written
+    fine = [{**r, "timestamp": 1_000 * k + (7 if k % 2 else 0)} for k, r in enumerate(recs)]
+    assert read_trace(write_jsonl(tmp_path / "fine.jsonl", fine)).t_s.tolist() == [r["timestamp"] / 1000 for r in fine]
+
+
 def test_a_hash_line_with_its_own_block_size_is_read_in_that_size(tmp_path):
     path = write_jsonl(tmp_path / "h.jsonl", [{"block_size": 64, "hash_ids": ["a", "b"], "input_length": 128}])
     trace = read_trace(path)

@@ -10,7 +10,8 @@ Formats, detected from the first record (gzip allowed, detected from the magic b
 - **Mooncake / hash JSONL** (FAST'25 traces, kvcache-simulator's input): one request per line,
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (one id per block, the last
   one partial), ``block_size`` when the record says (Mooncake's is 512). No sessions: each request
-  stands alone on the trace's clock, and ids are global.
+  stands alone on the trace's clock, and ids are global. A clock that rounded its arrivals to coarse ticks
+  (the conversation trace's 3 s) has each tick's requests spread over it (``spread_ticks``).
 - **OpenAI-style request logs** (``usage.prompt_tokens``, ``usage.prompt_tokens_details.cached_tokens``):
   no block ids, so they are made: within a session (``session_id``, ``user``, ``metadata.session_id``
   or ``conversation_id``) each prompt extends the previous one (append-only history, as agent
@@ -47,7 +48,7 @@ import servesize.workload.formats as formats
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
-from servesize.limits import MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
+from servesize.limits import DEFAULT_SEED, MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
 from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_SIZE
 from servesize.workload.formats import SESSION_FIELDS, TIME_FIELDS, dotted, first_field, usage
 
@@ -540,7 +541,52 @@ def read_hash_jsonl(path: pathlib.Path, lines: Iterator[tuple[int, bytes]], repo
             b.add_request(session, t, inp, tokens(rec.get("output_length"), "output_length", missing=0.0), ids)
         except BadRecord as exc:
             report.bad(f"line {line_no}", str(exc))
+    spread = spread_ticks(np.asarray(b._cols["t"], dtype=np.float64))
+    if spread is not None:
+        b._cols["t"] = list(spread.t_s)
+        report.notes.append(spread.note)
     return b.build(path.name)
+
+
+MIN_TICK_SHARE = 2.0  # requests a distinct timestamp, on average, from which a regular clock is read as rounded
+
+
+@frozen
+class Ticks:
+    """A clock's arrivals spread over the tick they were rounded to (``spread_ticks``)."""
+
+    t_s: np.ndarray
+    tick_s: float
+    note: str
+
+
+def spread_ticks(t_s: np.ndarray, seed: int = DEFAULT_SEED) -> Ticks | None:
+    """Arrivals (seconds, file order) written on a coarse regular clock: at least ``MIN_TICK_SHARE`` requests a
+    distinct timestamp on average, the timestamps a nearly constant step apart (the shortest step at least half the
+    median: Mooncake's conversation trace has 12,031 requests on 1,180 timestamps 2,997-3,003 ms apart). Such a
+    clock rounded the arrivals to its ticks: each tick's requests are placed at sorted uniform draws over the time
+    to the next tick (the median step after the last), their order kept: the arrival times of a Poisson process
+    given how many arrived in the interval. Replayed as written, a tick's requests would reach the engine at one
+    instant, a burst of prefills the clients never sent. None where the clock is not such (each request its own
+    timestamp, as in Mooncake's synthetic trace) or the file is not in time order."""
+    if t_s.size < 2 or np.any(np.diff(t_s) < 0):
+        return None
+    distinct, first, counts = np.unique(t_s, return_index=True, return_counts=True)
+    if distinct.size < 2 or t_s.size < MIN_TICK_SHARE * distinct.size:
+        return None
+    steps = np.diff(distinct)
+    step = float(np.median(steps))
+    if not float(steps.min()) >= 0.5 * step:
+        return None
+    width = np.append(steps, step)
+    rng = np.random.default_rng(seed)
+    out = t_s.copy()
+    for lo, m, w in zip(first.tolist(), counts.tolist(), width.tolist()):
+        out[lo:lo + m] += np.sort(rng.random(m)) * w
+    note = (f"timestamps on a {step * 1000:,.0f} ms clock ({t_s.size:,} requests on {distinct.size:,} ticks, up to "
+            f"{int(counts.max()):,} on one): each tick's requests are spread at uniform draws over it, in file order "
+            "(a Poisson process's arrivals given their count), not sent at one instant")
+    return Ticks(out, step, note)
 
 
 # ----------------------------------------------------------------------------------------------
