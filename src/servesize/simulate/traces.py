@@ -579,10 +579,10 @@ def spread_ticks(t_s: np.ndarray, seed: int = DEFAULT_SEED) -> Ticks | None:
     if not float(steps.min()) >= 0.5 * step:
         return None
     width = np.append(steps, step)
-    rng = np.random.default_rng(seed)
-    out = t_s.copy()
-    for lo, m, w in zip(first.tolist(), counts.tolist(), width.tolist()):
-        out[lo:lo + m] += np.sort(rng.random(m)) * w
+    tick = np.repeat(np.arange(distinct.size), counts)  # in time order, so each tick's requests are contiguous
+    u = np.random.default_rng(seed).random(t_s.size)
+    u = u[np.lexsort((u, tick))]                       # sorted within each tick
+    out = t_s + u * width[tick]
     note = (f"timestamps on a {step * 1000:,.0f} ms clock ({t_s.size:,} requests on {distinct.size:,} ticks, up to "
             f"{int(counts.max()):,} on one): each tick's requests are spread at uniform draws over it, in file order "
             "(a Poisson process's arrivals given their count), not sent at one instant")
