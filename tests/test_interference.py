@@ -127,3 +127,63 @@ def test_the_plan_prices_the_stall_and_the_seed_reading_does_not():
     # smaller chunks (--max-num-batched-tokens) stall a decode less each step: never fewer users
     small = ceilings(replace(fixed, chunk_tokens=2048), inputs.workload, inputs.knobs)
     assert small.values["decode"] >= priced.values["decode"]
+
+
+def test_evicted_turns_are_a_third_leg_that_re_prefills_the_whole_context():
+    """StallLoad.with_evicted(x): x of the warm turns take a whole re-prefill's stall instead of the warm tail's,
+    in the jumps and in the queue's moments; with the evicted draws the cold ones it is the same load as a cold
+    share raised by (1 - m) x."""
+    from servesize.planning.lru import Evictions, churn_bound
+    from servesize.workload.presets import preset
+
+    ev = Evictions(churn_bound(1e6, 5_000, 0.01, 100.0, 95.0), preset("coding-agent").workload())
+    load = _load(mean_service_s=0.3, second_moment_s2=0.3, evictions=ev, evicted_stall_s=np.array([0.5, 1.0, 2.0, 4.0]),
+                 evicted_service_s=(1.2, 2.0), hit_service_s=(0.1, 0.02))
+    bare = _load()
+    assert load.with_evicted(0.0) is load and bare.with_evicted(0.3) is bare  # no draws: nothing to price
+    x = 0.1
+    out = load.with_evicted(x)
+    assert out.evicted_share == x
+    assert out.mean_service_s == pytest.approx(0.3 + 0.8 * x * (1.2 - 0.1))
+    assert out.second_moment_s2 == pytest.approx(0.3 + 0.8 * x * (2.0 - 0.02))
+    raised = _load(miss_rate=0.2 + 0.8 * x, mean_service_s=out.mean_service_s, second_moment_s2=out.second_moment_s2)
+    assert out.mean_stall_s == pytest.approx(raised.mean_stall_s)
+    for rate in (0.2, 1.0):
+        assert out.slow_share(rate, np.array([0.015])) == pytest.approx(raised.slow_share(rate, np.array([0.015])))
+    assert out.slow_share(1.0, np.array([0.015])) > load.slow_share(1.0, np.array([0.015]))
+
+
+def test_the_plan_prices_the_turns_the_pool_evicts_below_its_ceiling(tmp_path):
+    """Long contexts with a long-tailed pause (the Claude Code trace's fit, docs/accuracy.md): below the cache
+    ceiling the pool still evicts the sessions whose pause outlasts its characteristic time, and their
+    re-prefills stall the decodes (load.evicted_prefill); the seed's coding-agent preset (exponential 30 s pauses)
+    evicts next to nothing and keeps its users."""
+    import json
+    from dataclasses import replace
+
+    from servesize.api import plan_inputs
+    from servesize.planning.ceilings import ceilings
+    from servesize.scenario import Scenario
+
+    path = tmp_path / "cc.json"
+    path.write_text(json.dumps({
+        "servesize_workload": 1, "preset": "coding-agent",
+        "user": {"name": "user", "kind": "lognormal", "median_tokens": 99310.9, "sigma": 0.6606, "prefix_tokens": 14948},
+        "subagent": {"name": "subagent", "kind": "lognormal", "median_tokens": 36985.0, "sigma": 0.6938,
+                     "prefix_tokens": 8684},
+        "subagent_ratio": 0.013893, "invalidation": 0.0129, "think_time_s": 48.33, "think_time_sigma": 1.2864,
+        "output_tokens": 440, "warm_turn_tokens": 1672, "session_turns": 69}))
+    for workload, moves in ((str(path), True), (None, False)):
+        inputs = plan_inputs(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8",
+                                      workload=workload))
+        _, fixed = inputs.memory_and_fixed()
+        priced = ceilings(fixed, inputs.workload, inputs.knobs)
+        off = ceilings(fixed, inputs.workload, replace(inputs.knobs, overrides=(*inputs.knobs.overrides,
+                                                                                ("load.evicted_prefill", False))))
+        load = priced.decode_load
+        assert load is not None and off.decode_load is not None and off.decode_load.evicted_share is None
+        assert load.evicted_share == pytest.approx(priced.stall.evictions.share(load.users))
+        if moves:
+            assert 0.001 < load.evicted_share < 0.05 and load.users < off.decode_load.users
+        else:
+            assert load.evicted_share < 1e-4 and load.users == off.decode_load.users

@@ -236,3 +236,17 @@ def test_the_mean_pause_cut_at_a_limit_is_the_distributions_own():
             assert w.think_time_below_s(limit) == pytest.approx(float(np.minimum(draws, limit).mean()), rel=0.01)
     assert seed().think_time_below_s(0.0) == 0.0
     assert seed().think_time_below_s(1e9) == pytest.approx(seed().think_time_s)
+
+
+def test_the_share_of_pauses_longer_than_a_time_is_the_distributions_own():
+    """P(pause > t), the returning turns that outlast a cache's characteristic time (planning.lru Evictions):
+    closed form for the exponential and the log-normal, checked against 400,000 drawn pauses."""
+    import numpy as np
+
+    for sigma in (None, 0.6, 1.43):
+        w = seed().replace(think_time_s=40.0, think_time_sigma=sigma)
+        draws = w.think_times(np.random.default_rng(0), 400_000)
+        for t in (10.0, 40.0, w.think_time_quantile_s(0.95), 400.0):
+            assert w.think_time_exceeds(t) == pytest.approx(float(np.mean(draws > t)), abs=2e-3)
+        assert w.think_time_exceeds(w.think_time_quantile_s(0.95)) == pytest.approx(0.05)
+    assert seed().think_time_exceeds(0.0) == 1.0

@@ -69,7 +69,7 @@ from servesize.planning.load import (
     think_time_of,
 )
 from servesize.planning.load_models import load_model
-from servesize.planning.lru import CHURN_OCCUPANCY, ChurnBound, churn_bound
+from servesize.planning.lru import CHURN_OCCUPANCY, ChurnBound, Evictions, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
 from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share, fitted_bandwidth_share
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
@@ -527,19 +527,29 @@ STALL_DRAWS = 4096  # context draws the stall distribution is taken over (of the
 
 
 def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
-             m: ServiceMoments | None, floor: float) -> StallLoad | None:
+             m: ServiceMoments | None, floor: float, costs: PrefillCosts | None = None,
+             churn: ChurnBound | None = None) -> StallLoad | None:
     """The interference model's inputs (planning.interference), or None where it is not priced: the seed's
     reading (``load.interference`` false), or no prefill side (no FLOP/s). Each request's stall is priced by the
     step model over the decode's own context draws (the TTFT's draws): a cold re-prefill of the whole context,
-    or the warm tail on top of it."""
+    or the warm tail on top of it; with ``churn`` and ``costs`` (``load.evicted_prefill``), the returning turns
+    the pool evicts at a load re-prefill their whole context too (planning.lru Evictions)."""
     if m is None or not knobs.a("load.interference") or fixed.peak_flops_per_gpu <= 0:
         return None
     steps = step_model_of(fixed, knobs)
     chunk = int(fixed.chunk_tokens)
     warm = warm_prefill_tokens(fixed, workload, knobs)
     spread = timed_decode_tokens(workload.output_tokens, workload.output_spread)
+    evictions: Evictions | None = None
+    evicts: tuple[Any, ...] = ()
+    if churn is not None and costs is not None and math.isfinite(churn.users) and knobs.a("load.evicted_prefill"):
+        evictions = Evictions(churn, workload)
+        evicts = (churn.pool_tokens, churn.new_tokens_per_request, churn.requests_per_user_s,
+                  churn.reread_tokens_per_request, workload.think_time_s, workload.think_time_sigma,
+                  costs.miss_s, costs.miss_s2, costs.hit_s, costs.hit_s2)
     key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, bank, warm, chunk,
-           float(floor), workload.output_tokens, spread, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
+           float(floor), workload.output_tokens, spread, m, cold_shares(workload, knobs), workload.user.prefix_tokens,
+           evicts)
     if key not in cache.stalls:
         lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
         stride = max(1, lengths.size // STALL_DRAWS)  # every stride-th: the starts (the first) keep their share
@@ -548,13 +558,22 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
         if starts:
             new, prior = start_tokens(workload, lengths[:starts])
             cold[:starts] = steps.stall_s(new, prior, chunk)
+        extra: dict[str, Any] = {}
+        if evictions is not None and costs is not None:
+            # an evicted returning turn prefills from scratch what a warm one found cached and its new part on top:
+            # the context and the warm turn (its service the cold leg's at L plus the warm leg's: exactly additive)
+            whole = lengths + warm
+            served = np.asarray(prefill_setup(fixed, knobs).miss_seconds(whole), dtype=float)
+            extra = {"evictions": evictions, "evicted_stall_s": np.asarray(steps.stall_s(whole, 0.0, chunk), dtype=float),
+                     "evicted_service_s": (float(served.mean()), float((served ** 2).mean())),
+                     "hit_service_s": (costs.hit_s, costs.hit_s2)}
         cache.stalls[key] = StallLoad(
             output_tokens=float(workload.output_tokens), floor_tok_s=float(floor),
             tokens_per_step=float(steps.tokens_per_decode_step),
             chunk_stall_s=float(steps.stall_s(chunk, 0.0, chunk)), miss_rate=float(m.miss_rate),
             miss_stall_s=cold,
             hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, warm), lengths, chunk), dtype=float),
-            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2), decode_spread=spread)
+            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2), decode_spread=spread, **extra)
     return cache.stalls[key]
 
 
@@ -674,15 +693,18 @@ def load_ceilings_per_replica(fixed: Fixed, workload: Workload, knobs: Knobs, ca
     if not load_model(knobs).cycles or not 1 <= k_star < DECODE_SEARCH_LIMIT:
         return None
     bank = contexts_of(workload, knobs, setup.topk_tokens, cache)
-    lat = m = None
+    lat = m = costs = None
     request_s = 0.0
     if fixed.peak_flops_per_gpu > 0:
         if latency:
-            _costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
+            costs, m, lat, _sat, _ttft, _samples = _prefill_side(fixed, workload, knobs, cache, bank)
         else:
-            m = cold_moments(fixed, workload, knobs, cache, bank, prefill_of(fixed, workload, knobs, cache))
+            costs = prefill_of(fixed, workload, knobs, cache)
+            m = cold_moments(fixed, workload, knobs, cache, bank, costs)
         request_s = m.mean_s
-    stall = stall_of(fixed, workload, knobs, cache, bank, m, float(knob_value(knobs, "decode_floor")))
+    floor = float(knob_value(knobs, "decode_floor"))
+    churn = churn_of(fixed, workload, knobs, floor, m, cache)
+    stall = stall_of(fixed, workload, knobs, cache, bank, m, floor, costs, churn)
     load = decode_load_of(setup, k_star, workload, knobs, bank, request_s, lower_bound, cache, stall)
     return float(load.users), None if lat is None else float(max(0.0, lat))
 
@@ -727,8 +749,8 @@ def _parts(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache) 
     else:
         need = f"the GPU's dense FLOP/s ({fixed.gpu_key} has none in the catalogue: give --gpu-flops TFLOPS)"
         missing = {"latency": need, "saturation": need}
-    stall = stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s)
     churn = churn_of(fixed, workload, knobs, float(knob_value(knobs, "decode_floor")), m, cache)
+    stall = stall_of(fixed, workload, knobs, cache, bank, m, dec.floor_tok_s, costs, churn)
     return _Parts(warm, setup, dec, out_of_reach, bank, costs, m, lat, sat, search, samples, stall, churn, missing)
 
 

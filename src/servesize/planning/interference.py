@@ -38,6 +38,7 @@ import numpy as np
 
 from servesize.errors import BadInput
 from servesize.frozen import frozen
+from servesize.planning.lru import Evictions
 
 GRID = 64           # lattice steps across the window T = R / f (the stall's resolution: T / 64)
 _FFT = 4 * GRID     # the transform's length: sums up to 4x the window stay apart before the tilt's decay
@@ -64,6 +65,14 @@ class StallLoad:
     second_moment_s2: float = 0.0  # E[S^2]
     # the decodes of equally likely replies (timed_decode_tokens): the slowed share is their mean; (): all are R
     decode_spread: tuple[float, ...] = ()
+    # returning turns the LRU pool evicted in their pause re-prefill their whole context (planning.lru Evictions):
+    # the model of their share at a load, each's stall per context draw, and the service of such a re-prefill and
+    # of the warm tail it replaces (E[S], E[S^2]); ``evicted_share`` is the share at the load this one prices
+    evictions: Evictions | None = field(default=None, repr=False)
+    evicted_stall_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    evicted_service_s: tuple[float, float] = (0.0, 0.0)
+    hit_service_s: tuple[float, float] = (0.0, 0.0)
+    evicted_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.output_tokens > 0 and self.floor_tok_s > 0 and self.tokens_per_step >= 1):
@@ -76,9 +85,25 @@ class StallLoad:
         """T = R / f: the longest the decode may take and still meet the floor."""
         return self.output_tokens / self.floor_tok_s
 
+    @property
+    def _legs(self) -> tuple[tuple[np.ndarray, float], ...]:
+        """(stall draws, weight) of a cold re-prefill (the workload's cold share), an evicted turn's and a warm tail."""
+        m, x = self.miss_rate, self.evicted_share if self.evicted_stall_s.size else 0.0
+        return ((self.miss_stall_s, m), (self.evicted_stall_s, (1.0 - m) * x), (self.hit_stall_s, (1.0 - m) * (1.0 - x)))
+
     @cached_property
     def mean_stall_s(self) -> float:
-        return float(self.miss_rate * _mean(self.miss_stall_s) + (1.0 - self.miss_rate) * _mean(self.hit_stall_s))
+        return float(sum(w * _mean(draws) for draws, w in self._legs))
+
+    def with_evicted(self, share: float) -> StallLoad:
+        """This load with ``share`` of its warm turns evicted: each re-prefills its whole context, in the stalls
+        and in the prefill queue's moments (what the warm tail it replaces took out, the re-prefill put in)."""
+        if not share > 0 or not self.evicted_stall_s.size:
+            return self
+        x = (1.0 - self.miss_rate) * min(share, 1.0)
+        return replace(self, evicted_share=min(share, 1.0), decode_spread=self.decode_spread,
+                       mean_service_s=self.mean_service_s + x * (self.evicted_service_s[0] - self.hit_service_s[0]),
+                       second_moment_s2=self.second_moment_s2 + x * (self.evicted_service_s[1] - self.hit_service_s[1]))
 
     @cached_property
     def _spread(self) -> tuple[StallLoad, ...]:
@@ -157,7 +182,7 @@ class StallLoad:
         """One request's stall J on a lattice of h, each draw split between its two neighbouring steps so that
         the lattice keeps its mean (a stall shorter than a step still counts); past ``bins``: bin ``bins`` + 1."""
         mass = np.zeros(bins + 2)
-        for draws, weight in ((self.miss_stall_s, self.miss_rate), (self.hit_stall_s, 1.0 - self.miss_rate)):
+        for draws, weight in self._legs:
             if draws.size and weight > 0:
                 x = np.minimum(draws / h, bins + 1.0)
                 lo = np.floor(x).astype(np.int64)

@@ -133,6 +133,7 @@ class DecodeLoad(Record):
     # the share allowed (one user alone + slack, or 1 - percentile)
     stall_allowed: float | None = field(default=None, metadata=json_as("stall_allowed_share"))
     stall_binds: bool = False           # one user more meets the floor on its batch but not beside the chunks
+    evicted_share: float | None = None  # returning turns the pool evicts at the ceiling, re-prefilled (planning.lru)
 
 
 @frozen
@@ -141,6 +142,12 @@ class StallCheck:
 
     load: StallLoad
     speeds_at: Callable[[int], np.ndarray]   # per-user tok/s at k decoders, one per fill of the context bank
+
+    def load_at(self, users: float) -> StallLoad:
+        """The stall model at ``users`` per replica: with the returning turns the pool evicts at that load
+        re-prefilling (``StallLoad.evictions``; as it is where the churn is not priced)."""
+        ev = self.load.evictions
+        return self.load if ev is None else self.load.with_evicted(ev.share(users))
 
 
 class _Cycle:
@@ -164,11 +171,12 @@ class _Cycle:
             k = min(self.fixed_point(users), self.k_star)
             _, d, c = self.duty(self.speed(k))
             streams = self.streams(users)
+            load = self.stall.load_at(users)
             # the chunks lengthen every decode by their mean stall, so more decode at once and the cycle is longer
-            d += stall_mean_s(self.stall.load, streams / c)
+            d += stall_mean_s(load, streams / c)
             c = self.think + self.request_s + d
             batch = max(1, int(math.ceil(streams * d / c - 1e-9)))  # E[K], rounded up
-            self._stalls[users] = self.stall.load.slow_share(streams / c, 1.0 / self.stall.speeds_at(batch))
+            self._stalls[users] = load.slow_share(streams / c, 1.0 / self.stall.speeds_at(batch))
         return self._stalls[users]
 
     def stall_allowed(self) -> float:
@@ -321,10 +329,15 @@ def _decode_load(cyc: _Cycle, lo: int, hi: int, k_star: int, output_tokens: floa
     d.given("decode_ceiling_users", lo, unit="users per replica",
             note=f"most users whose p{percentile:g} of simultaneous decoders meets the floor (bisection over users)"
             + ("; a lower bound: the floor is met at the search limit" if lower_bound else ""))
-    stall_share = stall_allowed = None
+    stall_share = stall_allowed = evicted = None
     stall_binds = False
     if cyc.stall is not None:
         stall_share, stall_allowed = cyc.stall_share(max(lo, 1)), cyc.stall_allowed()
+        if cyc.stall.load.evictions is not None:
+            evicted = cyc.stall.load_at(max(lo, 1)).evicted_share
+            d.given("evicted_share", evicted, unit="share of returning turns",
+                    note="their session evicted by LRU churn in their pause (planning.lru Evictions, Che's "
+                         "approximation at this load): each re-prefills its context, beside the decodes")
         stall_binds = hi == lo + 1 and cyc.fixed_point(hi) <= k_star  # the batch allowed one more; the chunks did not
         window = cyc.stall.load
         d.given("stall_share", stall_share, unit="share of requests",
@@ -332,7 +345,7 @@ def _decode_load(cyc: _Cycle, lo: int, hi: int, k_star: int, output_tokens: floa
                      f"(planning.interference; allowed {stall_allowed:.1%}: one user alone + slack, or "
                      f"1 - p{percentile:g})" + ("; this is what stops one user more" if stall_binds else ""))
     return DecodeLoad(lo, k, float(mean_k), float(a), float(d_s), float(c_s), float(v), int(k_star),
-                      float(percentile), lower_bound, d, stall_share, stall_allowed, stall_binds)
+                      float(percentile), lower_bound, d, stall_share, stall_allowed, stall_binds, evicted)
 
 
 # --------------------------------------------------------------------------------------

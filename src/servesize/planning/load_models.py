@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from servesize.planning.inputs import Knobs
 
 Ceilings = Any  # planning.ceilings.Ceilings, which imports this module: the texts read its fields only
+EVICTED_SHOWN = 0.001  # the decode line names the evicted turns' re-prefills from a tenth of a percent of turns
 
 
 @frozen
@@ -51,8 +52,10 @@ class LoadModel:
                               f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at "
                               f"once: {r.every_user_decode:,.0f}")
             if dl.stall_share is not None and dl.stall_binds:
-                desc["decode"] = (f"decodes wait for the prefill chunks in their steps: {dl.stall_share:.1%} of "
-                                  f"requests below {r.decode.floor_tok_s:g} tok/s (allowed {dl.stall_allowed:.1%}); "
+                evicted = (f", {dl.evicted_share:.1%} of returning turns re-prefilling a session the pool evicted"
+                           if dl.evicted_share is not None and dl.evicted_share >= EVICTED_SHOWN else "")
+                desc["decode"] = (f"decodes wait for the prefill chunks in their steps{evicted}: {dl.stall_share:.1%} "
+                                  f"of requests below {r.decode.floor_tok_s:g} tok/s (allowed {dl.stall_allowed:.1%}); "
                                   + desc["decode"])
         if self.cycles and r.ttft is not None:
             desc["latency"] = (f"load adds <= {r.ttft.allowed_extra_share:.0%} of turns past the {budget_s:g} s TTFT "

@@ -22,17 +22,27 @@ The warm fill (planning.warm_capacity) counts sessions whose whole context fits 
 turn adds little to a long context (coding agents); where each turn writes about as much as the session holds
 (short conversations of long turns, retrieval), the pool turns over within one pause and this binds first.
 Sessions of one request (``session_turns = 1``) never return: no bound.
+
+Below the bound the same approximation says how many returning turns are cold at N users (``Evictions``): the
+characteristic time T_C(N) solves pool = N (1 + r) / C x (new x T + re-read x E[min(pause, T)]), and a turn whose
+pause outlasts it finds its session evicted, P(pause > T_C(N)), and prefills its whole context again: prefill work
+the decodes beside it wait for (planning.interference, the decode ceiling's stall).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from servesize.derivation import Derivation
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record, json_as
+
+if TYPE_CHECKING:
+    from servesize.workload.model import Workload
 
 CHURN_OCCUPANCY = ("last_access", "writes")  # cache.churn_occupancy: what the pool holds a request's blocks for
 
@@ -98,3 +108,46 @@ def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_
                        reread_tokens_per_request=reread_tokens_per_request, held_pause_s=held_pause_s)
     return ChurnBound(float(users), new_tokens_per_request, requests_per_user_s, pool_tokens, pause_s, percentile, d,
                       reread_tokens_per_request, held_pause_s)
+
+
+CHARACTERISTIC_TIME_STEPS = 64  # bisection steps for T_C(N): the bracket [0, CHARACTERISTIC_TIME_MAX_S] to ~1e-13 of it
+CHARACTERISTIC_TIME_MAX_S = 1e7  # about 4 months: a pause longer than this is no session's
+
+
+def characteristic_time_s(bound: ChurnBound, users: float, held_below: Callable[[float], float]) -> float:
+    """T_C at ``users`` per replica: the time the pool holds a block after its last access when each request writes
+    ``bound.new_tokens_per_request`` for T_C and holds its re-read blocks for E[min(pause, T_C)] (``held_below``:
+    that mean, Workload.think_time_below_s); the pool's whole life past CHARACTERISTIC_TIME_MAX_S."""
+    if users <= 0:
+        return CHARACTERISTIC_TIME_MAX_S
+    rate = users * bound.requests_per_user_s
+
+    def held(t: float) -> float:
+        reread = bound.reread_tokens_per_request * held_below(t) if bound.reread_tokens_per_request > 0 else 0.0
+        return rate * (bound.new_tokens_per_request * t + reread)
+
+    if held(CHARACTERISTIC_TIME_MAX_S) <= bound.pool_tokens:
+        return CHARACTERISTIC_TIME_MAX_S
+    lo, hi = 0.0, CHARACTERISTIC_TIME_MAX_S
+    for _ in range(CHARACTERISTIC_TIME_STEPS):
+        mid = 0.5 * (lo + hi)
+        if held(mid) > bound.pool_tokens:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+@frozen
+class Evictions:
+    """The returning turns the LRU pool has evicted by the time they return, at a load (Che's approximation)."""
+
+    bound: ChurnBound
+    workload: Workload = field(metadata=json_as(None))
+
+    def share(self, users: float) -> float:
+        """P(pause > T_C(users)): the share of returning turns that find their session evicted and re-prefill it."""
+        if not math.isfinite(self.bound.users):
+            return 0.0  # no turn returns
+        t = characteristic_time_s(self.bound, users, self.workload.think_time_below_s)
+        return float(self.workload.think_time_exceeds(t))

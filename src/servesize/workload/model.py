@@ -397,6 +397,17 @@ class Workload:
         z = math.sqrt(2.0) * _erfinv(2.0 * q - 1.0)
         return self.think_time_median_s * math.exp(self.think_time_sigma * z)
 
+    def think_time_exceeds(self, t_s: float) -> float:
+        """P(pause > ``t_s``) (log-normal when the shape is fitted, else exponential): the share of returning turns
+        whose pause outlasts a cache that holds a session ``t_s`` after its last access."""
+        if t_s <= 0:
+            return 1.0
+        if self.think_time_sigma is None:
+            return math.exp(-t_s / self.think_time_s)
+        if self.think_time_sigma == 0:
+            return 1.0 if t_s < self.think_time_s else 0.0
+        return 0.5 * math.erfc(math.log(t_s / self.think_time_median_s) / (self.think_time_sigma * math.sqrt(2.0)))
+
     def think_time_below_s(self, limit_s: float) -> float:
         """E[min(pause, limit_s)]: the mean pause cut at ``limit_s`` (log-normal when the shape is fitted, else
         exponential); what a pause shorter than the cache's characteristic time holds a session's blocks for."""
