@@ -137,20 +137,29 @@ def test_evicted_turns_are_a_third_leg_that_re_prefills_the_whole_context():
     from servesize.workload.presets import preset
 
     ev = Evictions(churn_bound(1e6, 5_000, 0.01, 100.0, 95.0), preset("coding-agent").workload())
-    load = _load(mean_service_s=0.3, second_moment_s2=0.3, evictions=ev, evicted_stall_s=np.array([0.5, 1.0, 2.0, 4.0]),
-                 evicted_service_s=(1.2, 2.0), hit_service_s=(0.1, 0.02))
+    priced = {"calls": 0}
+
+    def pricing(prompts):  # each prompt's stall, and its service: 1.2 s and E[S^2] 2.0 over the four
+        priced["calls"] += 1
+        return np.array([0.5, 1.0, 2.0, 4.0]), np.array([1.0, 1.0, 1.0, 1.8])
+
+    load = _load(mean_service_s=0.3, second_moment_s2=0.3, evictions=ev, evicted_prompts=np.array([1.0, 2.0, 3.0, 4.0]),
+                 evicted_pricing=pricing, hit_service_s=(0.1, 0.02))
     bare = _load()
     assert load.with_evicted(0.0) is load and bare.with_evicted(0.3) is bare  # no draws: nothing to price
     x = 0.1
     out = load.with_evicted(x)
     assert out.evicted_share == x
     assert out.mean_service_s == pytest.approx(0.3 + 0.8 * x * (1.2 - 0.1))
-    assert out.second_moment_s2 == pytest.approx(0.3 + 0.8 * x * (2.0 - 0.02))
+    assert out.second_moment_s2 == pytest.approx(0.3 + 0.8 * x * ((3 + 1.8 ** 2) / 4 - 0.02))
     raised = _load(miss_rate=0.2 + 0.8 * x, mean_service_s=out.mean_service_s, second_moment_s2=out.second_moment_s2)
     assert out.mean_stall_s == pytest.approx(raised.mean_stall_s)
     for rate in (0.2, 1.0):
         assert out.slow_share(rate, np.array([0.015])) == pytest.approx(raised.slow_share(rate, np.array([0.015])))
     assert out.slow_share(1.0, np.array([0.015])) > load.slow_share(1.0, np.array([0.015]))
+    again = load.with_evicted(0.2).with_evicted(x)  # from another share: the same load
+    assert (again.evicted_share, again.mean_service_s) == (x, pytest.approx(out.mean_service_s))
+    assert again.with_evicted(0.0).mean_service_s == pytest.approx(0.3) and priced["calls"] == 1  # priced once
 
 
 def test_the_plan_prices_the_turns_the_pool_evicts_below_its_ceiling(tmp_path):

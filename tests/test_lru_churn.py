@@ -174,14 +174,14 @@ def test_below_the_bound_the_pool_evicts_the_turns_whose_pause_outlasts_its_char
     # writes alone: T_C = pool / (N x rate x new), closed form; the share e^(-T / 40)
     for n in (5, 20, 50):
         t = 1_000_000 / (n * 0.01 * 5_000)
-        assert characteristic_time_s(writes, n, w.think_time_below_s) == pytest.approx(t, rel=1e-9)
+        assert characteristic_time_s(writes, n, w.think_time_below_s, w.think_time_exceeds) == pytest.approx(t, rel=1e-9)
         assert Evictions(writes, w).share(n) == pytest.approx(math.exp(-t / 40.0), rel=1e-9)
     # at the bound itself the p95 pause is T_C: 5% of the returning turns are evicted
     assert Evictions(writes, w).share(writes.users) == pytest.approx(0.05, rel=1e-6)
     # holding the hit blocks through the pause as well shortens T_C, and more users evict more
     held = churn_bound(1_000_000, 5_000, 0.01, w.think_time_quantile_s(0.95), 95.0, reread_tokens_per_request=20_000,
                        held_pause_s=w.think_time_below_s(w.think_time_quantile_s(0.95)))
-    t = characteristic_time_s(held, 20, w.think_time_below_s)
+    t = characteristic_time_s(held, 20, w.think_time_below_s, w.think_time_exceeds)
     assert 20 * 0.01 * (5_000 * t + 20_000 * w.think_time_below_s(t)) == pytest.approx(1_000_000, rel=1e-9)
     shares = [Evictions(held, w).share(n) for n in (5, 10, 20, 40)]
     assert shares == sorted(shares) and shares[0] < shares[-1]

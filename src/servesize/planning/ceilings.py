@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -524,6 +524,10 @@ def decode_load_search_of(setup: DecodeSetup, k_star: int, workload: Workload, k
 
 
 STALL_DRAWS = 4096  # context draws the stall distribution is taken over (of the TTFT's fills x 128)
+# ... and of them, those an evicted turn's re-prefill is priced over (every fourth): the leg weighs a few percent of the
+# prefills where it decides a ceiling; the 21 validation rows' users came out the same as with all 4,096, two decode
+# ceilings that do not bind within 1% (the MoE's chat 383 -> 380, TP 4's 922 -> 924; 2026-12-07)
+EVICTED_DRAWS = 1024
 
 
 def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache, bank: ContextBank,
@@ -540,41 +544,50 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     chunk = int(fixed.chunk_tokens)
     warm = warm_prefill_tokens(fixed, workload, knobs)
     spread = timed_decode_tokens(workload.output_tokens, workload.output_spread)
-    evictions: Evictions | None = None
-    evicts: tuple[Any, ...] = ()
-    if churn is not None and costs is not None and math.isfinite(churn.users) and knobs.a("load.evicted_prefill"):
-        evictions = Evictions(churn, workload)
-        evicts = (churn.pool_tokens, churn.new_tokens_per_request, churn.requests_per_user_s,
-                  churn.reread_tokens_per_request, workload.think_time_s, workload.think_time_sigma,
-                  costs.miss_s, costs.miss_s2, costs.hit_s, costs.hit_s2)
     key = (prefill_setup(fixed, knobs), steps.decode, steps.terms, bank, warm, chunk,
-           float(floor), workload.output_tokens, spread, m, cold_shares(workload, knobs), workload.user.prefix_tokens,
-           evicts)
+           float(floor), workload.output_tokens, spread, m, cold_shares(workload, knobs), workload.user.prefix_tokens)
     if key not in cache.stalls:
-        lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)  # the TTFT's own draws
-        stride = max(1, lengths.size // STALL_DRAWS)  # every stride-th: the starts (the first) keep their share
-        lengths, starts = lengths[::stride], -(-starts // stride)
+        lengths, starts = _stall_draws(fixed, workload, knobs, cache, bank)
         cold = np.asarray(steps.stall_s(lengths, 0.0, chunk), dtype=float)
         if starts:
             new, prior = start_tokens(workload, lengths[:starts])
             cold[:starts] = steps.stall_s(new, prior, chunk)
-        extra: dict[str, Any] = {}
-        if evictions is not None and costs is not None:
-            # an evicted returning turn prefills from scratch what a warm one found cached and its new part on top:
-            # the context and the warm turn (its service the cold leg's at L plus the warm leg's: exactly additive)
-            whole = lengths + warm
-            served = np.asarray(prefill_setup(fixed, knobs).miss_seconds(whole), dtype=float)
-            extra = {"evictions": evictions, "evicted_stall_s": np.asarray(steps.stall_s(whole, 0.0, chunk), dtype=float),
-                     "evicted_service_s": (float(served.mean()), float((served ** 2).mean())),
-                     "hit_service_s": (costs.hit_s, costs.hit_s2)}
         cache.stalls[key] = StallLoad(
             output_tokens=float(workload.output_tokens), floor_tok_s=float(floor),
             tokens_per_step=float(steps.tokens_per_decode_step),
             chunk_stall_s=float(steps.stall_s(chunk, 0.0, chunk)), miss_rate=float(m.miss_rate),
             miss_stall_s=cold,
             hit_stall_s=np.asarray(steps.stall_s(np.full(lengths.shape, warm), lengths, chunk), dtype=float),
-            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2), decode_spread=spread, **extra)
-    return cache.stalls[key]
+            mean_service_s=float(m.mean_s), second_moment_s2=float(m.second_moment_s2), decode_spread=spread)
+    base = cache.stalls[key]
+    if churn is None or costs is None or not math.isfinite(churn.users) or not knobs.a("load.evicted_prefill"):
+        return base
+    # the same stalls with the returning turns the pool evicts at a load (the base's lattices and the evicted
+    # turns' pricing are shared: replace keeps ``_shared``)
+    evicts = (key, churn.pool_tokens, churn.new_tokens_per_request, churn.requests_per_user_s,
+              churn.reread_tokens_per_request, workload.think_time_s, workload.think_time_sigma, costs.hit_s, costs.hit_s2)
+    if evicts not in cache.stalls:
+        # an evicted returning turn prefills from scratch what a warm one found cached and its new part on top: the
+        # context and the warm turn (its service the cold leg's at L plus the warm leg's: exactly additive)
+        setup = prefill_setup(fixed, knobs)
+
+        def pricing(prompts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return steps.stall_s(prompts, 0.0, chunk), setup.miss_seconds(prompts)
+
+        lengths, _ = _stall_draws(fixed, workload, knobs, cache, bank)
+        cache.stalls[evicts] = replace(base, evictions=Evictions(churn, workload),
+                                       evicted_prompts=lengths[::max(1, lengths.size // EVICTED_DRAWS)] + warm,
+                                       evicted_pricing=pricing, hit_service_s=(costs.hit_s, costs.hit_s2))
+    return cache.stalls[evicts]
+
+
+def _stall_draws(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache,
+                 bank: ContextBank) -> tuple[np.ndarray, int]:
+    """The stall model's context draws (every stride-th of the TTFT's own, ``STALL_DRAWS`` of them) and how many of
+    them start a session (the first: they keep their share)."""
+    lengths, _cold, starts = cold_draws(fixed, workload, knobs, cache, bank)
+    stride = max(1, lengths.size // STALL_DRAWS)
+    return lengths[::stride], -(-starts // stride)
 
 
 # the context draws ``cache_writes`` averages over: the first 16 of each fill's (6,400 at 400 fills); its four means

@@ -31,8 +31,10 @@ is the share that misses the floor with no neighbour at all.
 from __future__ import annotations
 
 import math
-from dataclasses import field, replace
+from collections.abc import Callable
+from dataclasses import field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,9 @@ _UNTILT = np.exp(_TILT * np.arange(GRID + 1))
 _U, _N = np.meshgrid(np.arange(1, GRID + 1), np.arange(1, GRID + 1), indexing="ij")
 _HIT_ROWS, _HIT_COLS = _N - 1, np.clip(_N - _U, 0, GRID)
 _HIT_WEIGHT = np.where(_N >= _U, _U / _N, 0.0)
+_TILTS = np.exp(-_TILT * np.arange(_FFT))
+_OWN = ("mean_stall_s", "_lattices")  # what a StallLoad caches for its own legs' weights (never copied)
+_NONE = np.zeros(0)
 
 
 @frozen
@@ -68,11 +73,17 @@ class StallLoad:
     # returning turns the LRU pool evicted in their pause re-prefill their whole context (planning.lru Evictions):
     # the model of their share at a load, each's stall per context draw, and the service of such a re-prefill and
     # of the warm tail it replaces (E[S], E[S^2]); ``evicted_share`` is the share at the load this one prices
+    # the prompt each draw's evicted turn prefills from scratch, and what prefilling prompts costs: (stall, service)
+    # each, priced once, when a load first has evicted turns (most never do: a plan asks for thousands of loads)
     evictions: Evictions | None = field(default=None, repr=False)
-    evicted_stall_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
-    evicted_service_s: tuple[float, float] = (0.0, 0.0)
+    evicted_prompts: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    evicted_pricing: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = field(
+        default=None, repr=False, compare=False)
     hit_service_s: tuple[float, float] = (0.0, 0.0)
     evicted_share: float = 0.0
+    # what the loads made of this one share (replace keeps it): each leg's tilted transform on a lattice, by
+    # (leg, h), and the evicted turns' priced stalls and service moments
+    _shared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.output_tokens > 0 and self.floor_tok_s > 0 and self.tokens_per_step >= 1):
@@ -86,62 +97,87 @@ class StallLoad:
         return self.output_tokens / self.floor_tok_s
 
     @property
+    def _evicted(self) -> tuple[np.ndarray, float, float]:
+        """An evicted turn's stall per draw and its service's E[S], E[S^2] (priced once for every load made of this
+        one)."""
+        if "evicted" not in self._shared:
+            assert self.evicted_pricing is not None
+            stall, served = self.evicted_pricing(self.evicted_prompts)
+            served = np.asarray(served, dtype=float)
+            self._shared["evicted"] = (np.asarray(stall, dtype=float), float(served.mean()), float((served ** 2).mean()))
+        out: tuple[np.ndarray, float, float] = self._shared["evicted"]
+        return out
+
+    @property
     def _legs(self) -> tuple[tuple[np.ndarray, float], ...]:
         """(stall draws, weight) of a cold re-prefill (the workload's cold share), an evicted turn's and a warm tail."""
-        m, x = self.miss_rate, self.evicted_share if self.evicted_stall_s.size else 0.0
-        return ((self.miss_stall_s, m), (self.evicted_stall_s, (1.0 - m) * x), (self.hit_stall_s, (1.0 - m) * (1.0 - x)))
+        m, x = self.miss_rate, self.evicted_share
+        evicted = self._evicted[0] if x > 0 else _NONE
+        return ((self.miss_stall_s, m), (evicted, (1.0 - m) * x), (self.hit_stall_s, (1.0 - m) * (1.0 - x)))
 
     @cached_property
     def mean_stall_s(self) -> float:
-        return float(sum(w * _mean(draws) for draws, w in self._legs))
+        return float(sum(w * self._leg_mean(i) for i, (_draws, w) in enumerate(self._legs) if w > 0))
+
+    def _leg_mean(self, leg: int) -> float:
+        key = ("mean", leg)
+        if key not in self._shared:
+            self._shared[key] = _mean(self._legs[leg][0])
+        out: float = self._shared[key]
+        return out
 
     def with_evicted(self, share: float) -> StallLoad:
         """This load with ``share`` of its warm turns evicted: each re-prefills its whole context, in the stalls
         and in the prefill queue's moments (what the warm tail it replaces took out, the re-prefill put in)."""
-        if not share > 0 or not self.evicted_stall_s.size:
+        share = min(max(share, 0.0), 1.0)
+        if share == self.evicted_share or self.evicted_pricing is None or not self.evicted_prompts.size:
             return self
-        x = (1.0 - self.miss_rate) * min(share, 1.0)
-        return replace(self, evicted_share=min(share, 1.0), decode_spread=self.decode_spread,
-                       mean_service_s=self.mean_service_s + x * (self.evicted_service_s[0] - self.hit_service_s[0]),
-                       second_moment_s2=self.second_moment_s2 + x * (self.evicted_service_s[1] - self.hit_service_s[1]))
-
-    @cached_property
-    def _spread(self) -> tuple[StallLoad, ...]:
-        """One load per reply of ``decode_spread``: the same stalls over that reply's own window."""
-        return tuple(replace(self, output_tokens=r, decode_spread=()) for r in self.decode_spread)
+        _, served_s, served_s2 = self._evicted
+        x = (1.0 - self.miss_rate) * (share - self.evicted_share)  # from this load's own share
+        # a copy of this (checked) load with three fields changed, less what it computed for its own weights: the
+        # decode ceiling asks for one at every load it tries, and dataclasses.replace's re-check took a tenth of it
+        out: StallLoad = object.__new__(StallLoad)
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _OWN},
+                            evicted_share=share, mean_service_s=self.mean_service_s + x * (served_s - self.hit_service_s[0]),
+                            second_moment_s2=self.second_moment_s2 + x * (served_s2 - self.hit_service_s[1]))
+        return out
 
     def slow_share(self, rate_per_s: float, token_s: np.ndarray) -> float:
         """The share of requests whose decode falls below the floor at ``rate_per_s`` prefills a second, over the
         per-token decode times ``token_s`` (one per fill); with ``decode_spread``, the mean over its replies (a short
-        reply has little slack for a chunk beside it, a long one much)."""
-        if self.decode_spread:
-            return float(np.mean([load.slow_share(rate_per_s, token_s) for load in self._spread]))
+        reply has little slack for a chunk beside it, a long one much), each over its own window."""
         token_s = np.asarray(token_s, dtype=float).ravel()
         if not token_s.size:
             raise BadInput("the stall model needs at least one decode time")
         rho = rate_per_s * self.mean_service_s
         if rho >= 1.0:
             return 1.0  # the prefill queue grows without bound: every decode waits for it
-        own = self.output_tokens * token_s  # its decode with no chunk beside it
-        slack = self.window_s - own
-        cap = self.output_tokens / self.tokens_per_step * self.chunk_stall_s
+        replies = self.decode_spread or (self.output_tokens,)
+        return float(np.mean([self._slow_share_of(r, rate_per_s, rho, token_s) for r in replies]))
+
+    def _slow_share_of(self, reply: float, rate_per_s: float, rho: float, token_s: np.ndarray) -> float:
+        """``slow_share`` for a reply of ``reply`` tokens, judged over its own window reply / f."""
+        own = reply * token_s  # its decode with no chunk beside it
+        slack = reply / self.floor_tok_s - own
+        cap = reply / self.tokens_per_step * self.chunk_stall_s
         late = slack < 0  # slower than the floor with no neighbour at all
         at_risk = ~late & (cap > slack)  # the chunks can add more than the slack
         share = np.zeros(token_s.size)
         share[late] = 1.0
         if at_risk.any() and rate_per_s > 0:
-            share[at_risk] = self._not_done(rate_per_s, rho, own[at_risk])
+            share[at_risk] = self._not_done(reply / self.floor_tok_s, rate_per_s, rho, own[at_risk])
         return float(share.mean())
 
-    def _not_done(self, rate: float, rho: float, own_s: np.ndarray) -> np.ndarray:
-        """P(the decode is not done by T = R / f) for each own decode time: the busy period of its own work plus
-        the stall queued at its start, fed by the stalls that arrive while it lasts, outlives T.
+    def _not_done(self, window_s: float, rate: float, rho: float, own_s: np.ndarray) -> np.ndarray:
+        """P(the decode is not done by T = ``window_s`` = R / f) for each own decode time: the busy period of its own
+        work plus the stall queued at its start, fed by the stalls that arrive while it lasts, outlives T.
 
         On a lattice of h = T / GRID: per step the work falls by one and gains the stalls arrived (compound
         Poisson, its pmf by FFT, tilted), and the hitting-time theorem for such a skip-free walk gives the
         chance it first empties at step n from u: (u / n) P(A(n) = n - u)."""
         n_steps = GRID
-        h, phi = self._lattice
+        h = window_s / GRID
+        phi = self._lattice(h)
         # P(A(n) = k), n = 1..GRID steps: the n-th power of one step's transform, untilted
         one_step = np.exp(rate * h * (phi - 1.0))
         powers = np.cumprod(np.broadcast_to(one_step, (n_steps, one_step.size)), axis=0)
@@ -169,33 +205,66 @@ class StallLoad:
         not_done: np.ndarray = np.clip(1.0 - ((1.0 - frac) * within[lo] + frac * within[hi]), 0.0, 1.0)
         return not_done
 
-    @cached_property
-    def _lattice(self) -> tuple[float, np.ndarray]:
-        """The lattice step h = T / GRID and the tilted transform of one request's stall on it (T is fixed by the
-        output and the floor: every rate and decode time this model is asked about reads the same)."""
-        h = self.window_s / GRID
-        mass = self._jumps_on_grid(h, GRID)          # one request's stall in steps; the last bin: past T
-        tilt = np.exp(-_TILT * np.arange(_FFT))
-        return h, np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * tilt)
+    def _lattice(self, h: float) -> np.ndarray:
+        """The tilted transform of one request's stall on a lattice of step h (a reply's window / GRID: every rate
+        and decode time this model is asked about for that reply reads the same). The stall is a mixture of its
+        legs, and the transform is linear: each leg's is taken once (in ``_shared``, kept by the loads
+        ``with_evicted`` makes of this one) and weighed."""
+        if h in self._lattices:
+            return self._lattices[h]
+        m, x = self.miss_rate, self.evicted_share
+        if x > 0 and self.miss_stall_s.size and self.hit_stall_s.size:
+            # every leg present, weights m, (1 - m) x, (1 - m)(1 - x): the load without evictions, and what an
+            # evicted turn's stall adds over the warm one it replaces (both kept for the loads made of this one)
+            phi = self._shared_transform(("base", h), lambda: self._mixed(h, ((0, m), (2, 1.0 - m))))
+            phi = phi + (1.0 - m) * x * self._shared_transform(
+                ("evicted over warm", h), lambda: self._leg_transform(1, h) - self._leg_transform(2, h))
+        else:
+            phi = self._mixed(h, tuple((i, w) for i, (draws, w) in enumerate(self._legs) if draws.size and w > 0))
+        self._lattices[h] = phi
+        return phi
 
-    def _jumps_on_grid(self, h: float, bins: int) -> np.ndarray:
-        """One request's stall J on a lattice of h, each draw split between its two neighbouring steps so that
-        the lattice keeps its mean (a stall shorter than a step still counts); past ``bins``: bin ``bins`` + 1."""
-        mass = np.zeros(bins + 2)
-        for draws, weight in self._legs:
-            if draws.size and weight > 0:
-                x = np.minimum(draws / h, bins + 1.0)
-                lo = np.floor(x).astype(np.int64)
-                frac = x - lo
-                hi = np.minimum(lo + 1, bins + 1)
-                w = weight / draws.size
-                mass += np.bincount(lo, weights=(1.0 - frac) * w, minlength=bins + 2)[:bins + 2]
-                mass += np.bincount(hi, weights=frac * w, minlength=bins + 2)[:bins + 2]
-        total: float = mass.sum()
+    def _mixed(self, h: float, legs: tuple[tuple[int, float], ...]) -> np.ndarray:
+        """The legs' transforms weighed (by their weights over their sum); a unit mass at 0 where none weighs."""
+        total = sum(w for _, w in legs)
         if total <= 0:
-            mass[0] = 1.0
-            return mass
-        return mass / total
+            return np.ones(_FFT // 2 + 1, dtype=complex)  # no stall at all
+        phi = np.zeros(_FFT // 2 + 1, dtype=complex)
+        for i, w in legs:
+            phi += (w / total) * self._leg_transform(i, h)
+        return phi
+
+    def _shared_transform(self, key: tuple[str, float], make: Callable[[], np.ndarray]) -> np.ndarray:
+        if key not in self._shared:
+            self._shared[key] = make()
+        out: np.ndarray = self._shared[key]
+        return out
+
+    @cached_property
+    def _lattices(self) -> dict[float, np.ndarray]:
+        """This load's stall transforms by lattice step (its own: its legs' weights are its own)."""
+        return {}
+
+    def _leg_transform(self, leg: int, h: float) -> np.ndarray:
+        key = ("leg", leg, h)
+        if key not in self._shared:
+            mass = _on_grid(self._legs[leg][0], h, GRID)  # one request's stall in steps; the last bin: past T
+            self._shared[key] = np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * _TILTS)
+        out: np.ndarray = self._shared[key]
+        return out
+
+
+def _on_grid(draws: np.ndarray, h: float, bins: int) -> np.ndarray:
+    """Stall draws (equally likely) on a lattice of h, unit mass, each split between its two neighbouring steps so
+    that the lattice keeps its mean (a stall shorter than a step still counts); past ``bins``: bin ``bins`` + 1."""
+    x = np.minimum(draws / h, bins + 1.0)
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    hi = np.minimum(lo + 1, bins + 1)
+    w = 1.0 / draws.size
+    mass = np.bincount(lo, weights=(1.0 - frac) * w, minlength=bins + 2)[:bins + 2]
+    mass += np.bincount(hi, weights=frac * w, minlength=bins + 2)[:bins + 2]
+    return mass
 
 
 def timed_decode_tokens(output_tokens: float, spread: tuple[float, ...] | None) -> tuple[float, ...]:

@@ -136,6 +136,12 @@ class DecodeLoad(Record):
     evicted_share: float | None = None  # returning turns the pool evicts at the ceiling, re-prefilled (planning.lru)
 
 
+# an evicted share under this is not priced: the decode ceiling compares slow shares within 1e-12 (``admissible``),
+# and a mixture weight this small moves no slow share by as much (below 30 users on the seed's deployment the
+# pool's evictions are 1e-20 and less: a third of the shares a plan asks for)
+EVICTED_SHARE_MIN = 1e-12
+
+
 @frozen
 class StallCheck:
     """What the decode ceiling needs to price interference: the stall model and the per-fill speeds it reads."""
@@ -147,7 +153,10 @@ class StallCheck:
         """The stall model at ``users`` per replica: with the returning turns the pool evicts at that load
         re-prefilling (``StallLoad.evictions``; as it is where the churn is not priced)."""
         ev = self.load.evictions
-        return self.load if ev is None else self.load.with_evicted(ev.share(users))
+        if ev is None:
+            return self.load
+        share = ev.share(users)
+        return self.load.with_evicted(share if share >= EVICTED_SHARE_MIN else 0.0)
 
 
 class _Cycle:

@@ -110,32 +110,31 @@ def churn_bound(pool_tokens: float, new_tokens_per_request: float, requests_per_
                       reread_tokens_per_request, held_pause_s)
 
 
-CHARACTERISTIC_TIME_STEPS = 64  # bisection steps for T_C(N): the bracket [0, CHARACTERISTIC_TIME_MAX_S] to ~1e-13 of it
+CHARACTERISTIC_TIME_STEPS = 64  # Newton steps for T_C(N), at most (it converges in a handful)
 CHARACTERISTIC_TIME_MAX_S = 1e7  # about 4 months: a pause longer than this is no session's
 
 
-def characteristic_time_s(bound: ChurnBound, users: float, held_below: Callable[[float], float]) -> float:
+def characteristic_time_s(bound: ChurnBound, users: float, held_below: Callable[[float], float],
+                          exceeds: Callable[[float], float]) -> float:
     """T_C at ``users`` per replica: the time the pool holds a block after its last access when each request writes
     ``bound.new_tokens_per_request`` for T_C and holds its re-read blocks for E[min(pause, T_C)] (``held_below``:
-    that mean, Workload.think_time_below_s); the pool's whole life past CHARACTERISTIC_TIME_MAX_S."""
+    that mean, whose slope is ``exceeds``, P(pause > T): Workload.think_time_below_s and think_time_exceeds);
+    CHARACTERISTIC_TIME_MAX_S where the pool outlives that. What the pool holds grows with T and ever more slowly
+    (E[min(pause, T)] is concave), so Newton's steps from T = 0 climb to it without overshooting."""
     if users <= 0:
         return CHARACTERISTIC_TIME_MAX_S
     rate = users * bound.requests_per_user_s
-
-    def held(t: float) -> float:
-        reread = bound.reread_tokens_per_request * held_below(t) if bound.reread_tokens_per_request > 0 else 0.0
-        return rate * (bound.new_tokens_per_request * t + reread)
-
-    if held(CHARACTERISTIC_TIME_MAX_S) <= bound.pool_tokens:
-        return CHARACTERISTIC_TIME_MAX_S
-    lo, hi = 0.0, CHARACTERISTIC_TIME_MAX_S
+    new, reread = bound.new_tokens_per_request, bound.reread_tokens_per_request
+    t = 0.0
     for _ in range(CHARACTERISTIC_TIME_STEPS):
-        mid = 0.5 * (lo + hi)
-        if held(mid) > bound.pool_tokens:
-            hi = mid
-        else:
-            lo = mid
-    return lo
+        short = bound.pool_tokens - rate * (new * t + (reread * held_below(t) if reread > 0 else 0.0))
+        step = short / (rate * (new + (reread * exceeds(t) if reread > 0 else 0.0)))
+        t += step
+        if t >= CHARACTERISTIC_TIME_MAX_S:
+            return CHARACTERISTIC_TIME_MAX_S
+        if step <= 1e-12 * t:
+            break
+    return t
 
 
 @frozen
@@ -149,5 +148,6 @@ class Evictions:
         """P(pause > T_C(users)): the share of returning turns that find their session evicted and re-prefill it."""
         if not math.isfinite(self.bound.users):
             return 0.0  # no turn returns
-        t = characteristic_time_s(self.bound, users, self.workload.think_time_below_s)
+        w = self.workload
+        t = characteristic_time_s(self.bound, users, w.think_time_below_s, w.think_time_exceeds)
         return float(self.workload.think_time_exceeds(t))

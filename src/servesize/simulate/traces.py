@@ -49,6 +49,7 @@ from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import DEFAULT_SEED, MAX_REQUEST_TOKENS, MAX_TRACE_BLOCKS, parse_json, shown_number
+from servesize.percentile import median
 from servesize.workload.formats import MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_SIZE
 from servesize.workload.formats import SESSION_FIELDS, TIME_FIELDS, dotted, first_field, usage
 
@@ -575,7 +576,7 @@ def spread_ticks(t_s: np.ndarray, seed: int = DEFAULT_SEED) -> Ticks | None:
     if distinct.size < 2 or t_s.size < MIN_TICK_SHARE * distinct.size:
         return None
     steps = np.diff(distinct)
-    step = float(np.median(steps))
+    step = float(median(steps))
     if not float(steps.min()) >= 0.5 * step:
         return None
     width = np.append(steps, step)
