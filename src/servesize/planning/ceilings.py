@@ -565,7 +565,7 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     # the same stalls with the returning turns the pool evicts at a load (the base's lattices and the evicted
     # turns' pricing are shared: replace keeps ``_shared``)
     evicts = (key, churn.pool_tokens, churn.new_tokens_per_request, churn.requests_per_user_s,
-              churn.reread_tokens_per_request, workload.think_time_s, workload.think_time_sigma, costs.hit_s, costs.hit_s2)
+              churn.reread_tokens_per_request, think_time_of(workload), workload.think_time_sigma, costs.hit_s, costs.hit_s2)
     if evicts not in cache.stalls:
         # an evicted returning turn prefills from scratch what a warm one found cached and its new part on top: the
         # context and the warm turn (its service the cold leg's at L plus the warm leg's: exactly additive)
