@@ -71,18 +71,17 @@ class StallLoad:
     # the decodes of equally likely replies (timed_decode_tokens): the slowed share is their mean; (): all are R
     decode_spread: tuple[float, ...] = ()
     # returning turns the LRU pool evicted in their pause re-prefill their whole context (planning.lru Evictions):
-    # the model of their share at a load, each's stall per context draw, and the service of such a re-prefill and
-    # of the warm tail it replaces (E[S], E[S^2]); ``evicted_share`` is the share at the load this one prices
-    # the prompt each draw's evicted turn prefills from scratch, and what prefilling prompts costs: (stall, service)
-    # each, priced once, when a load first has evicted turns (most never do: a plan asks for thousands of loads)
+    # the model of their share at a load; the prompt each draw's evicted turn prefills from scratch and what
+    # prefilling prompts costs, (stall, service) each, priced once when a load first has evicted turns; the warm
+    # tail's service it replaces (E[S], E[S^2]); ``evicted_share``: the share at the load this one prices
     evictions: Evictions | None = field(default=None, repr=False)
     evicted_prompts: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     evicted_pricing: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = field(
         default=None, repr=False, compare=False)
     hit_service_s: tuple[float, float] = (0.0, 0.0)
     evicted_share: float = 0.0
-    # what the loads made of this one share (replace keeps it): each leg's tilted transform on a lattice, by
-    # (leg, h), and the evicted turns' priced stalls and service moments
+    # what the loads made of this one share (``_kept``; replace and ``with_evicted`` keep it): each leg's mean and
+    # tilted transform on a lattice, and the evicted turns' priced stalls and service moments
     _shared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -100,13 +99,20 @@ class StallLoad:
     def _evicted(self) -> tuple[np.ndarray, float, float]:
         """An evicted turn's stall per draw and its service's E[S], E[S^2] (priced once for every load made of this
         one)."""
-        if "evicted" not in self._shared:
+        def price() -> tuple[np.ndarray, float, float]:
             assert self.evicted_pricing is not None
             stall, served = self.evicted_pricing(self.evicted_prompts)
             served = np.asarray(served, dtype=float)
-            self._shared["evicted"] = (np.asarray(stall, dtype=float), float(served.mean()), float((served ** 2).mean()))
-        out: tuple[np.ndarray, float, float] = self._shared["evicted"]
+            return np.asarray(stall, dtype=float), float(served.mean()), float((served ** 2).mean())
+
+        out: tuple[np.ndarray, float, float] = self._kept("evicted", price)
         return out
+
+    def _kept(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, once for this load and every load made of it (``_shared``)."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
 
     @property
     def _legs(self) -> tuple[tuple[np.ndarray, float], ...]:
@@ -120,10 +126,7 @@ class StallLoad:
         return float(sum(w * self._leg_mean(i) for i, (_draws, w) in enumerate(self._legs) if w > 0))
 
     def _leg_mean(self, leg: int) -> float:
-        key = ("mean", leg)
-        if key not in self._shared:
-            self._shared[key] = _mean(self._legs[leg][0])
-        out: float = self._shared[key]
+        out: float = self._kept(("mean", leg), lambda: _mean(self._legs[leg][0]))
         return out
 
     def with_evicted(self, share: float) -> StallLoad:
@@ -216,9 +219,10 @@ class StallLoad:
         if x > 0 and self.miss_stall_s.size and self.hit_stall_s.size:
             # every leg present, weights m, (1 - m) x, (1 - m)(1 - x): the load without evictions, and what an
             # evicted turn's stall adds over the warm one it replaces (both kept for the loads made of this one)
-            phi = self._shared_transform(("base", h), lambda: self._mixed(h, ((0, m), (2, 1.0 - m))))
-            phi = phi + (1.0 - m) * x * self._shared_transform(
-                ("evicted over warm", h), lambda: self._leg_transform(1, h) - self._leg_transform(2, h))
+            base: np.ndarray = self._kept(("base", h), lambda: self._mixed(h, ((0, m), (2, 1.0 - m))))
+            over: np.ndarray = self._kept(("evicted over warm", h),
+                                          lambda: self._leg_transform(1, h) - self._leg_transform(2, h))
+            phi = base + (1.0 - m) * x * over
         else:
             phi = self._mixed(h, tuple((i, w) for i, (draws, w) in enumerate(self._legs) if draws.size and w > 0))
         self._lattices[h] = phi
@@ -234,23 +238,17 @@ class StallLoad:
             phi += (w / total) * self._leg_transform(i, h)
         return phi
 
-    def _shared_transform(self, key: tuple[str, float], make: Callable[[], np.ndarray]) -> np.ndarray:
-        if key not in self._shared:
-            self._shared[key] = make()
-        out: np.ndarray = self._shared[key]
-        return out
-
     @cached_property
     def _lattices(self) -> dict[float, np.ndarray]:
         """This load's stall transforms by lattice step (its own: its legs' weights are its own)."""
         return {}
 
     def _leg_transform(self, leg: int, h: float) -> np.ndarray:
-        key = ("leg", leg, h)
-        if key not in self._shared:
+        def make() -> np.ndarray:
             mass = _on_grid(self._legs[leg][0], h, GRID)  # one request's stall in steps; the last bin: past T
-            self._shared[key] = np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * _TILTS)
-        out: np.ndarray = self._shared[key]
+            return np.fft.rfft(np.concatenate([mass, np.zeros(_FFT - mass.size)]) * _TILTS)
+
+        out: np.ndarray = self._kept(("leg", leg, h), make)
         return out
 
 

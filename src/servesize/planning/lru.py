@@ -150,4 +150,4 @@ class Evictions:
             return 0.0  # no turn returns
         w = self.workload
         t = characteristic_time_s(self.bound, users, w.think_time_below_s, w.think_time_exceeds)
-        return float(self.workload.think_time_exceeds(t))
+        return float(w.think_time_exceeds(t))

@@ -557,7 +557,6 @@ class Ticks:
     """A clock's arrivals spread over the tick they were rounded to (``spread_ticks``)."""
 
     t_s: np.ndarray
-    tick_s: float
     note: str
 
 
@@ -587,7 +586,7 @@ def spread_ticks(t_s: np.ndarray, seed: int = DEFAULT_SEED) -> Ticks | None:
     note = (f"timestamps on a {step * 1000:,.0f} ms clock ({t_s.size:,} requests on {distinct.size:,} ticks, up to "
             f"{int(counts.max()):,} on one): each tick's requests are spread at uniform draws over it, in file order "
             "(a Poisson process's arrivals given their count), not sent at one instant")
-    return Ticks(out, step, note)
+    return Ticks(out, note)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -421,7 +421,8 @@ def _think_fields(gaps: Sequence[float], what: str) -> dict[str, FieldFit]:
     zeros = f", {arr.size - positive.size:,} of them 0 s" if positive.size < arr.size else ""
     mean = float(arr.mean())
     if positive.size < MIN_SAMPLES or not np.std(np.log(positive)) > 0:
-        how = f"every one of the {positive.size:,} positive {what} is {median(positive):,.4g} s (no spread: sigma 0){left}"
+        how = (f"the mean of {arr.size:,} {what}, {mean:,.4g} s: every positive one is {median(positive):,.4g} s "
+               f"(no spread: sigma 0{zeros}){left}")
         return {"think_time_s": FieldFit("think_time_s", round(mean, 2), how),
                 "think_time_sigma": FieldFit("think_time_sigma", 0.0, how)}
     fit = fit_lognormal(positive)
