@@ -79,6 +79,8 @@ def test_no_steady_state_at_full_utilisation():
 def test_users_and_rates_convert_through_think_time_and_the_subagent_tow():
     assert request_rate(64, think_time_s=30, sub_ratio=0.1) == pytest.approx(64 * 1.1 / 30)
     assert users_for_rate(64 * 1.1 / 30, think_time_s=30, sub_ratio=0.1) == pytest.approx(64)
+    # a user waits for its reply before the pause: its turns come think + response apart
+    assert request_rate(64, think_time_s=30, sub_ratio=0.1, response_s=10) == pytest.approx(64 * 1.1 / 40)
 
 
 @pytest.mark.parametrize("discipline", ["fcfs", "ps"])
@@ -170,6 +172,8 @@ def test_an_overloaded_server_reports_no_burst_tolerance_and_an_endless_drain():
     lambda: ttft_s(1.0, simple(), discipline="lifo"),
     lambda: ttft_s(1.0, simple(), request="cold"),
     lambda: request_rate(10, think_time_s=0),
+    lambda: request_rate(10, think_time_s=30, response_s=-1.0),
+    lambda: request_rate(10, think_time_s=30, response_s=math.inf),
     lambda: latency_ceiling_rate(simple(), ttft_limit_s=0),
 ])
 def test_impossible_queue_inputs_are_refused(call):

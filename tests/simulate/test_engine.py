@@ -272,6 +272,28 @@ def test_an_open_loop_trace_logged_in_bursts_arrives_spread_over_its_timestamps(
     assert arrivals / spread == pytest.approx(np.full(20, arrivals[-1] / spread[-1]))
 
 
+def test_an_open_loop_trace_arrives_at_the_rate_its_users_send_between_their_pauses_and_replies():
+    """N users of a trace of lone requests send one turn a cycle: the think time after a reply, and the reply's own
+    time (the planner's cycle, planning.load). At 20 ms a step a 500-token reply takes about 10 s beside a 30 s
+    pause, so 4 users send a quarter less than 4 / 30 a second; the engine sends at N / (think + the mean response
+    its own run measures)."""
+    from servesize.planning.latency import request_rate
+    from servesize.simulate.engine import RATE_PASSES
+
+    rows = [(f"r{k}", 1.0 * k, 4 * B, _ids(k + 1, 4 * B), 500) for k in range(120)]
+    trace = make_trace(rows, block_size=B)
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.02)
+    at, _ = engine_users(trace, ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B), times, Comfort(),
+                         users=4, think_time_s=30.0)
+    response = at.mean_response_s()
+    assert response == pytest.approx(10.0, rel=0.1)
+    assert at.sent_rate_per_s == pytest.approx(request_rate(4, 30.0, response_s=response), rel=0.02)
+    assert at.sent_rate_per_s < 0.8 * request_rate(4, 30.0)
+    arrivals = np.sort(at.arrival_s)  # the whole trace, stretched to that rate
+    assert (arrivals.size - 1) / (arrivals[-1] - arrivals[0]) == pytest.approx(at.sent_rate_per_s)
+    assert RATE_PASSES >= 2
+
+
 def test_bad_engine_settings_are_one_line_errors():
     with pytest.raises(BadInput, match="max-num-batched-tokens"):
         EngineConfig(num_blocks=10, block_size=B, max_num_batched_tokens=0)

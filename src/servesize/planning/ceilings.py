@@ -55,6 +55,7 @@ from servesize.planning.latency import (
     ServiceMoments,
     latency_ceiling_users,
     moments_from,
+    request_rate,
     saturation_ceiling_users,
     users_for_rate,
 )
@@ -134,7 +135,7 @@ class Ceilings:
         """The share of turns whose TTFT exceeds the budget at ``users`` in all (None without the load model)."""
         if self.ttft is None or self.moments is None:
             return None
-        rate = users / dp * (1.0 + sub_ratio) / think_s
+        rate = request_rate(users / dp, think_s, sub_ratio)
         return self.ttft.share_at(rate, self.moments, *self.ttft_samples)
 
 

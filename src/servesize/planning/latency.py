@@ -86,11 +86,18 @@ def moments_from(costs: PrefillCosts, miss_rate: float, start_rate: float = 0.0,
                            costs.hit_s, costs.hit_s2)
 
 
-def request_rate(users: float, think_time_s: float, sub_ratio: float = 0.0) -> float:
-    """Total requests/s at the prefill server: users x (1 + r) / think (the workload's, load.think_time_of)."""
+def request_rate(users: float, think_time_s: float, sub_ratio: float = 0.0, response_s: float = 0.0) -> float:
+    """Total requests/s at the prefill server: users x (1 + r) / (think + response).
+
+    ``think_time_s`` is the workload's (load.think_time_of), the pause after a reply. A user waits for its reply
+    before it thinks, so its turns come one cycle apart, think + the mean response (queue, prefill, decode: the
+    load model's C); ``response_s`` = 0 leaves the response out, the most the users can send (the latency
+    ceiling's bound)."""
     think = think_time_s
     _check_users(users, think, sub_ratio)
-    return users * (1.0 + sub_ratio) / think
+    if not response_s >= 0 or not math.isfinite(response_s):
+        raise BadInput(f"a response time must be finite and >= 0 s, got {response_s!r}")
+    return users * (1.0 + sub_ratio) / (think + response_s)
 
 
 def users_for_rate(rate_per_s: float, think_time_s: float, sub_ratio: float = 0.0) -> float:

@@ -15,7 +15,7 @@ from servesize.frozen import frozen
 from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of, ttft_queue_budget_s
 from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
-from servesize.planning.latency import latency_report
+from servesize.planning.latency import latency_report, request_rate
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import SensitivityRow, apply_param, sensitivity
@@ -348,7 +348,7 @@ def power_of(fixed: Fixed, workload: Workload, knobs: Knobs, result: Ceilings, *
     at_binding = users is None
     users = result.values[result.binding] if users is None else float(users)
     r = sub_ratio_of(workload)
-    rate_group = users / fixed.dp * (1 + r) / think_time_of(workload)
+    rate_group = request_rate(users / fixed.dp, think_time_of(workload), r)
     bill = bill_at(fixed, knobs, rate_group, result.moments.mean_s, result.decode.n, result.decode.floor_tok_s, users,
                    workload.output_tokens)
     where = "at the binding ceiling" if at_binding else "at a load of"
