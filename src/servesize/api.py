@@ -839,10 +839,8 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                     "pool_tokens": float(fixed.pool_tokens)}
         if found is not None:
             line = eng.disagreement(plan_users, p.binding, found, dp=fixed.dp)
-    step_model = (f"planning/prefill.py (MFU {float(knob_value(inputs.knobs, 'mfu')):g}) + planning/decode.py "
-                  f"(bandwidth efficiency {times.decode.bandwidth_efficiency:g}"
-                  + (f", MTP {times.decode.spec_speedup:.2f} tokens a step" if times.decode.spec_speedup > 1 else "")
-                  + f"), {report.model} on {report.gpus.count}x{report.gpus.gpu.key}")
+    step_model = (f"planning/step_model.py ({times.summary()}), {report.model} on {report.gpus.count}x"
+                  f"{report.gpus.gpu.key} at TP {fixed.tp}")
     choices = {"requests": requests, "align": ropts.align or "stagger", "warmup": warmup, "seed": seed,
                "sessions_per_user": sessions_per_user, "block_size": cfg.block_size,
                "max_model_len": report.pool.max_model_len, "one_replica_of": fixed.dp}
@@ -918,9 +916,7 @@ def bench(scenario: Scenario, load: Any) -> Any:
                         "run's TTFT can be far lower (docs/accuracy.md, 'Fixed-length sweeps')"
                         if load.random_range_ratio == 0 and load.max_concurrency is not None else ""))
     terms = times.terms
-    step = {"summary": (f"overhead {times.overhead_s * 1e3:.2f} ms a step at TP {fixed.tp}, request fixed cost "
-                        f"{terms.request_fixed_s * 1e3:.1f} ms, mixed step {terms.mixed}, bandwidth efficiency "
-                        f"{times.decode.bandwidth_efficiency:g}, prefill MFU {times.prefill.mfu:g}"),
+    step = {"summary": f"{times.summary()}, at TP {fixed.tp}",
             "overhead_s": times.overhead_s, "request_fixed_s": terms.request_fixed_s, "mixed_step": terms.mixed,
             "prefill_weight_floor": terms.prefill_weight_floor,
             "bandwidth_efficiency": times.decode.bandwidth_efficiency, "prefill_mfu": times.prefill.mfu,

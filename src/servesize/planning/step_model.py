@@ -268,6 +268,13 @@ class StepModel:
     def overhead_s(self) -> float:
         return float(self.decode.step_overhead_s)
 
+    def summary(self) -> str:
+        """The terms this model prices with, as one line (``bench`` and ``simulate --engine`` print it)."""
+        spec = self.tokens_per_decode_step
+        return (f"overhead {self.overhead_s * 1e3:.2f} ms a step, request fixed cost {self.request_fixed_s * 1e3:.1f} ms, "
+                f"mixed step {self.terms.mixed}, bandwidth efficiency {self.decode.bandwidth_efficiency:g}, "
+                f"prefill MFU {self.prefill.mfu:g}" + (f", MTP {spec:.2f} tokens a step" if spec > 1 else ""))
+
     def prefill_s(self, tokens: float, prior: float) -> float:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
         return self.step_s([(tokens, prior)], None)
