@@ -142,6 +142,12 @@ def test_engine_at_users_on_an_open_loop_trace_reports_plan_beside_it_never_a_fl
     assert code == 0, err
     doc = json.loads(out)
     assert doc["at_users"]["users"] == 4 and doc["plan"]["binding"] in ("cache", "decode", "latency", "saturation")
+    # four users send one request per think time and mean response each, and the output says so
+    at, think = doc["at_users"], doc["fitted_workload"]["workload"]["think_time_s"]
+    assert at["mean_response_s"] > 0
+    assert at["scaled_to_per_s"] == pytest.approx(4 / (think + at["mean_response_s"]), rel=0.02)
+    note = next(n for n in doc["notes"] if n.startswith("its requests belong to no sessions"))
+    assert f"at 4 users {at['scaled_to_per_s']:.3g} requests/s" in note
 
 
 def test_an_engine_run_past_the_request_bound_is_one_line_before_any_step(capsys, open_loop_file, monkeypatch):

@@ -268,7 +268,8 @@ class EngineRun:
         ttft, speed = self.ttft_s, self.decode_tok_s
         return {"users": self.users, "requests": int(self.arrival_s.size), "measured": int(self.measured().sum()),
                 "window_end_s": float(self.window_end_s) if math.isfinite(self.window_end_s) else None,
-                "sent_per_s": self.sent_per_s,
+                "sent_per_s": self.sent_per_s, "scaled_to_per_s": self.sent_rate_per_s,
+                "mean_response_s": self.mean_response_s() if self.measured().any() else None,
                 "ttft_s_p50": _pct(ttft, 50), "ttft_s_p95": _pct(ttft, 95),
                 "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
                 "warm_share": self.warm_share, "token_hit_rate": self.token_hit_rate,
