@@ -92,7 +92,9 @@ def test_the_140k_row_gives_users_and_the_share_of_turns_that_miss_the_budget(ca
     assert d["ceilings"]["cache"] == pytest.approx(19, abs=3)
     assert users < d["ceilings"]["cache"] and d["binding"] in ("latency", "decode")
     ttft = d["ttft"]
-    assert 0.05 < ttft["base_miss_share"] <= ttft["miss_share_at_binding"] <= ttft["base_miss_share"] + 0.05 + 1e-9
+    # past 3% at zero load, load may add the slack (2%), as the decode floor's rule and the engine simulator's allow
+    assert 0.05 < ttft["base_miss_share"] <= ttft["miss_share_at_binding"] <= ttft["base_miss_share"] + 0.02 + 1e-9
+    assert ttft["allowed_extra_share"] == pytest.approx(0.02)
     main(["plan", *row, *FAST])
     text = capsys.readouterr().out
     assert "of turns miss the 5 s budget at" in text and "verdict: 0 users" not in text
@@ -158,7 +160,10 @@ def _bisected_rate(m, miss_s, hit_s, budget_s, percentile):
             return float(np.mean(np.where(t < 0, 1.0, rho * np.exp(-rho * np.maximum(t, 0.0) / wait)))) if rho > 0 \
                 else float(np.mean(t < 0))
         return m.miss_rate * tail(miss_s) + (1 - m.miss_rate) * tail(hit_s)
-    target = min(share(0.0) + 1 - percentile / 100, 1.0)
+    from servesize.planning.interference import BASELINE_SLACK
+
+    # within 1 - percentile, or what no load already misses plus the slack where that is more
+    target = min(max(1 - percentile / 100, share(0.0) + BASELINE_SLACK), 1.0)
     lo, hi = 0.0, 1.0 / m.mean_s
     for _ in range(60):
         mid = 0.5 * (lo + hi)

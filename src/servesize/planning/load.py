@@ -31,9 +31,10 @@ budget b is
     miss(rate) = f E[P(W > b - S_miss)] + (1 - f) E[P(W > b - S_hit)]       (P(W > t) = 1 for t < 0)
 
 over the workload's context draws. At zero load it is the share whose own prefill exceeds b (a cold
-re-prefill of a long context); load adds the rest. The latency ceiling is the largest N at which load adds
-no more than 1 - percentile of turns to that share: a budget one cold prefill exceeds is a share of turns
-that miss, never zero users.
+re-prefill of a long context); load adds the rest. The latency ceiling is the largest N at which the share
+stays within 1 - percentile, or within that zero-load share plus ``interference.BASELINE_SLACK`` where that is
+more (``allowed_slow_share``: the decode's rule and the engine simulator's): a budget one cold prefill exceeds is
+a share of turns that miss, never zero users.
 """
 
 from __future__ import annotations
@@ -412,7 +413,7 @@ class TtftLoad(Record):
     rate_at_ceiling_per_s: float = field(metadata=json_as(None))
     # share of turns that miss at zero load (their own prefill exceeds the budget)
     base_share: float = field(metadata=json_as("base_miss_share"))
-    allowed_extra_share: float  # 1 - percentile: what load may add
+    allowed_extra_share: float  # what load may add: allowed_slow_share(percentile, base) - base
     budget_s: float
     percentile: float
     longest_miss_s: float = field(metadata=json_as("cold_prefill_p999_s"))  # the slowest cold prefill drawn (p99.9)
@@ -475,7 +476,8 @@ def longest_miss(miss_s: np.ndarray) -> float:
 
 def ttft_ceiling_rate(m: ServiceMoments, miss_s: np.ndarray, hit_s: np.ndarray, budget_s: float,
                       percentile: float = 95.0, longest_miss_s: float | None = None) -> TtftLoad:
-    """The largest request rate at which load adds at most 1 - percentile of turns that miss the budget.
+    """The largest request rate at which the share of turns that miss the budget stays within
+    ``allowed_slow_share(percentile, share at zero load)``.
 
     ``longest_miss_s``: ``longest_miss(miss_s)`` when the caller holds it already (the same draws under
     every budget and moment a sweep tries)."""
@@ -492,11 +494,13 @@ class TtftSearch:
                  tails: tuple[_Tail, _Tail] | None = None):
         if budget_s <= 0:
             raise BadInput(f"TTFT limit must be > 0 s, got {budget_s!r}")
-        self.allowed = 1.0 - float(percentile) / 100.0
         # tails: tails_of(miss_s, hit_s, budget_s) when the caller holds them (the same draws and budget, other moments)
         miss, hit = tails or tails_of(miss_s, hit_s, budget_s)
         self.base = _share(0.0, m, miss, hit)
-        target = min(self.base + self.allowed, 1.0)
+        # the share that may miss: 1 - percentile, or what one user alone misses plus the slack (the decode's rule
+        # and the engine simulator's, interference.allowed_slow_share)
+        target = min(allowed_slow_share(float(percentile), self.base), 1.0)
+        self.allowed = target - self.base  # what load may add
         self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)
         self.budget_s, self.percentile = float(budget_s), float(percentile)
         # the p99.9 is read when the search is finished (a search left open never needs it); a callable: the
