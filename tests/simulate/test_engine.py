@@ -15,6 +15,7 @@ from servesize.planning.step_model import ConstantSteps, StepModel
 from servesize.simulate.engine import (
     Comfort,
     EngineConfig,
+    EngineRun,
     closed_loop,
     engine_users,
     simulate_engine,
@@ -278,7 +279,6 @@ def test_an_open_loop_trace_arrives_at_the_rate_its_users_send_between_their_pau
     pause, so 4 users send a quarter less than 4 / 30 a second; the engine sends at N / (think + the mean response
     its own run measures)."""
     from servesize.planning.latency import request_rate
-    from servesize.simulate.engine import RATE_PASSES
 
     rows = [(f"r{k}", 1.0 * k, 4 * B, _ids(k + 1, 4 * B), 500) for k in range(120)]
     trace = make_trace(rows, block_size=B)
@@ -287,11 +287,39 @@ def test_an_open_loop_trace_arrives_at_the_rate_its_users_send_between_their_pau
                          users=4, think_time_s=30.0)
     response = at.mean_response_s()
     assert response == pytest.approx(10.0, rel=0.1)
+    assert at.rate_settled is True
     assert at.sent_rate_per_s == pytest.approx(request_rate(4, 30.0, response_s=response), rel=0.02)
     assert at.sent_rate_per_s < 0.8 * request_rate(4, 30.0)
-    arrivals = np.sort(at.arrival_s)  # the whole trace, stretched to that rate
-    assert (arrivals.size - 1) / (arrivals[-1] - arrivals[0]) == pytest.approx(at.sent_rate_per_s)
-    assert RATE_PASSES >= 2
+
+
+def _counted_runs(monkeypatch, decode_step_s: float, output: int, **constants) -> tuple[int, EngineRun]:
+    import servesize.simulate.engine as engine
+
+    for name, value in constants.items():
+        monkeypatch.setattr(engine, name, value)
+    calls = []
+    real = engine.simulate_engine
+    monkeypatch.setattr(engine, "simulate_engine", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rows = [(f"r{k}", 1.0 * k, 4 * B, _ids(k + 1, 4 * B), output) for k in range(120)]
+    at, _ = engine_users(make_trace(rows, block_size=B), ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B),
+                         ConstantSteps(prefill_per_token_s=1e-5, decode_step_s=decode_step_s), Comfort(),
+                         users=4, think_time_s=30.0)
+    return len(calls), at
+
+
+def test_the_open_loop_rate_is_corrected_only_while_the_response_moves_it_and_says_when_it_did_not_settle(monkeypatch):
+    from servesize.simulate.engine import RATE_PASSES
+
+    # 2-token replies at 1 ms a step: the response (a few ms) moves N / think by far under 1%: one run, settled
+    runs, at = _counted_runs(monkeypatch, 0.001, 2)
+    assert runs == 1 and at.rate_settled is True and at.sent_rate_per_s == pytest.approx(4 / 30.0)
+    # 10 s replies: the first correction is a quarter; the second moves it under 1%
+    runs, at = _counted_runs(monkeypatch, 0.02, 500)
+    assert 2 <= runs <= RATE_PASSES and at.rate_settled is True
+    # no tolerance: every run is used, and the run says the rate had not settled
+    runs, at = _counted_runs(monkeypatch, 0.02, 500, RATE_TOLERANCE=0.0)
+    assert runs == RATE_PASSES and at.rate_settled is False
+    assert at.summary()["rate_settled"] is False
 
 
 def test_bad_engine_settings_are_one_line_errors():

@@ -497,8 +497,8 @@ class TtftSearch:
         # tails: tails_of(miss_s, hit_s, budget_s) when the caller holds them (the same draws and budget, other moments)
         miss, hit = tails or tails_of(miss_s, hit_s, budget_s)
         self.base = _share(0.0, m, miss, hit)
-        # the share that may miss: 1 - percentile, or what one user alone misses plus the slack (the decode's rule
-        # and the engine simulator's, interference.allowed_slow_share)
+        # the share that may miss: 1 - percentile, or what no load already misses plus the slack (the decode's rule,
+        # there over one user alone, and the engine simulator's: interference.allowed_slow_share)
         target = min(allowed_slow_share(float(percentile), self.base), 1.0)
         self.allowed = target - self.base  # what load may add
         self.search = _RateSearch(lambda rate: _share(rate, m, miss, hit) - target, self.base - target, 1.0 / m.mean_s)

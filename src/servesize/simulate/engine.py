@@ -77,7 +77,7 @@ from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
 from servesize.percentile import median, percentiles
-from servesize.planning.interference import BASELINE_SLACK
+from servesize.planning.interference import BASELINE_SLACK, allowed_slow_share
 from servesize.progress import Progress
 from servesize.simulate.cache import ANONYMOUS, UNHASHED, BlockPool
 from servesize.simulate.replay import Replay, ReplayOptions, build_replay, warm_turns
@@ -208,13 +208,15 @@ class EngineRun:
     window_end_s: float = math.inf
     # per request, whether it returns to a session (``returning_turns``); None: every request is judged
     returning: np.ndarray | None = None
-    # the rate the trace's arrivals were scaled to (engine_users' open loop); None: as replayed
+    # the rate the trace's arrivals were scaled to (engine_users' open loop), and whether the run before it measured
+    # a response that gives the same rate within RATE_TOLERANCE (False: RATE_PASSES ran out first); None: as replayed
     sent_rate_per_s: float | None = None
+    rate_settled: bool | None = None
 
-    def mean_response_s(self, default: float = 0.0) -> float:
-        """The measured requests' mean time from sending to their last token (``default`` when none finished)."""
+    def mean_response_s(self) -> float | None:
+        """The measured requests' mean time from sending to their last token (None when none finished)."""
         m = self.measured() & np.isfinite(self.finish_s)
-        return float(np.mean(self.finish_s[m] - self.arrival_s[m])) if m.any() else default
+        return float(np.mean(self.finish_s[m] - self.arrival_s[m])) if m.any() else None
 
     def _window(self) -> tuple[float, np.ndarray]:
         """The measured window's end, and which requests were sent within it after the warm-up's share of it."""
@@ -269,7 +271,7 @@ class EngineRun:
         return {"users": self.users, "requests": int(self.arrival_s.size), "measured": int(self.measured().sum()),
                 "window_end_s": float(self.window_end_s) if math.isfinite(self.window_end_s) else None,
                 "sent_per_s": self.sent_per_s, "scaled_to_per_s": self.sent_rate_per_s,
-                "mean_response_s": self.mean_response_s() if self.measured().any() else None,
+                "rate_settled": self.rate_settled, "mean_response_s": self.mean_response_s(),
                 "ttft_s_p50": _pct(ttft, 50), "ttft_s_p95": _pct(ttft, 95),
                 "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
                 "warm_share": self.warm_share, "token_hit_rate": self.token_hit_rate,
@@ -950,11 +952,12 @@ class Comfort(Record):
             return False, f"the run stopped at {MAX_ENGINE_STEPS:,} steps"
         got = self.shares(run)
         base = baseline or got
-        allowed = max(1 - self.ttft_percentile / 100, base["ttft_miss"] + BASELINE_SLACK * (baseline is not None))
+        slack = BASELINE_SLACK if baseline is not None else 0.0
+        allowed = allowed_slow_share(self.ttft_percentile, base["ttft_miss"], slack)
         if got["ttft_miss"] > allowed + 1e-12:
             return False, (f"{got['ttft_miss']:.1%} of turns wait > {self.ttft_limit_s:g} s for the first token "
                            f"(allowed {allowed:.1%}; one user alone {base['ttft_miss']:.1%})")
-        allowed = max(1 - self.decode_percentile / 100, base["slow"] + BASELINE_SLACK * (baseline is not None))
+        allowed = allowed_slow_share(self.decode_percentile, base["slow"], slack)
         if got["slow"] > allowed + 1e-12:
             mixed = run.mixed_steps / max(run.prefill_steps, 1)
             return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
@@ -1068,7 +1071,7 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
 
     A trace of sessions: N users each running sessions back to back (replay.py's ``--users``), closed-loop. A
     trace of lone requests on one clock (Mooncake): its arrivals compressed or stretched so that they come at the
-    rate N users make, N x (1 + r) / (think time + their mean response) (planning.latency.request_rate;
+    rate N users make, N / (think time + their mean response) (planning.latency.request_rate;
     ``think_time_s`` the workload's, the response measured by the run before at the rate before), each request
     on its own (open-loop)."""
     if trace.has_sessions:  # closed loop: every drawn session kept, the run measured until the first user runs out
@@ -1093,16 +1096,20 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
 
             # N users send one turn a cycle, think + their mean response; the response is the run's own, so the
             # rate is corrected from the run before (RATE_PASSES runs at most, from the rate with no response)
-            response, out, sent = 0.0, None, 0.0
-            for _ in range(RATE_PASSES):
+            response, sent, runs = 0.0, 0.0, 0
+            out: EngineRun | None = None
+            for _ in range(RATE_PASSES + 1):  # RATE_PASSES runs, and the rate their last response gives
                 rate = request_rate(n, think_time_s, response_s=response)
-                if out is not None and abs(rate / sent - 1.0) <= RATE_TOLERANCE:
-                    break
-                sent = rate
+                if out is not None:
+                    out.rate_settled = abs(rate / sent - 1.0) <= RATE_TOLERANCE
+                    if out.rate_settled or runs == RATE_PASSES:
+                        break
+                sent, runs = rate, runs + 1
                 scale = trace_rate / rate  # > 1 stretches the trace's clock
                 out = simulate_engine(replace(replay, arrival_s=replay.arrival_s * scale), cfg, times, warmup=warmup)
                 out.users, out.sent_rate_per_s = n, rate
-                response = out.mean_response_s(response)
+                measured = out.mean_response_s()
+                response = response if measured is None else measured  # none finished: the comfort check fails it
             assert out is not None
             return out
 
