@@ -839,15 +839,8 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                     "pool_tokens": float(fixed.pool_tokens)}
         if found is not None:
             line = eng.disagreement(plan_users, p.binding, found, dp=fixed.dp)
-    row = (found.points.get(found.users) if found is not None else None) or (at.summary() if at is not None else None)
-    if not source.has_sessions and row is not None and row["scaled_to_per_s"] is not None:
-        response = row["mean_response_s"]
-        notes.append(f"its requests belong to no sessions: they are sent open-loop at the rate N users make, N / "
-                     f"(think time {think:g} s + their mean response); at {row['users']:,} users "
-                     f"{row['scaled_to_per_s']:.3g} requests/s ("
-                     + ("no request finished" if response is None else f"mean response {response:.2f} s")
-                     + (f"; the rate still moved by over {eng.RATE_TOLERANCE:.0%} after {eng.RATE_PASSES} runs"
-                        if row["rate_settled"] is False else "") + ")")
+    if not source.has_sessions:
+        notes += eng.open_loop_note(found, at, think)
     step_model = (f"planning/step_model.py ({times.summary()}), {report.model} on {report.gpus.count}x"
                   f"{report.gpus.gpu.key} at TP {fixed.tp}")
     choices = {"requests": requests, "align": ropts.align or "stagger", "warmup": warmup, "seed": seed,

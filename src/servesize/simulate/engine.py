@@ -1221,6 +1221,19 @@ class EngineReport:
         return "\n".join(lines)
 
 
+def open_loop_note(found: EngineUsers | None, at: EngineRun | None, think_time_s: float) -> list[str]:
+    """A trace of lone requests: the rate its users were sent at, at the users reported (none when no run says)."""
+    row = (found.points.get(found.users) if found is not None else None) or (at.summary() if at is not None else None)
+    if row is None or row["scaled_to_per_s"] is None:
+        return []
+    response = row["mean_response_s"]
+    return [f"its requests belong to no sessions: they are sent open-loop at the rate N users make, N / (think time "
+            f"{think_time_s:g} s + their mean response); at {row['users']:,} users {row['scaled_to_per_s']:.3g} "
+            "requests/s (" + ("no request finished" if response is None else f"mean response {response:.2f} s")
+            + (f"; the rate still moved by over {RATE_TOLERANCE:.0%} after {RATE_PASSES} runs"
+               if row["rate_settled"] is False else "") + ")"]
+
+
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f} s"
 
