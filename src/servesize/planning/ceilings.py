@@ -4,7 +4,8 @@
 - decode ceiling  = the most users whose p95 of simultaneous decoders still meets the floor (planning.load;
                     per replica group, x dp); the seed's rule (every user decoding: the largest n whose
                     per-user p50 meets the floor) is kept beside as the conservative bound;
-- latency ceiling = users at which load adds 5% of turns past the TTFT budget (planning.load; the seed's:
+- latency ceiling = users at which 5% of turns miss the TTFT budget, or 2% more than miss at no load where that
+                    is more (planning.load, interference.allowed_slow_share; the seed's:
                     a miss's mean TTFT reaches the limit, M/G/1; per group, x dp);
 - saturation      = users at which prefill duty reaches 100% (per group, x dp);
 - binding         = the smallest; headroom = each ceiling / the binding one.

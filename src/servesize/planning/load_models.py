@@ -99,7 +99,7 @@ LOAD_MODELS: dict[str, LoadModel] = {m.name: m for m in (
                ("decode", "users whose simultaneous decoders, at the load percentile (p95 by default), stay at or "
                           "above the floor, prefill chunks included"),
                ("latency", "users at which queueing pushes more turns past the TTFT budget than the load percentile "
-                           "allows (5% at p95)"),
+                           "allows (5% at p95, or 2% more than a cold prefill alone already misses)"),
                _SATURATION)),
     LoadModel("every_user", "every user at once", False,
               "The warm-capacity seed's conservative reading: every warm user decodes at once, and a cache miss's "
