@@ -839,8 +839,7 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
                     "pool_tokens": float(fixed.pool_tokens)}
         if found is not None:
             line = eng.disagreement(plan_users, p.binding, found, dp=fixed.dp)
-    if not source.has_sessions:
-        notes += eng.open_loop_note(found, at, think)
+    notes += eng.open_loop_note(found, at, think)  # a trace of lone requests: the rate its users sent
     step_model = (f"planning/step_model.py ({times.summary()}), {report.model} on {report.gpus.count}x"
                   f"{report.gpus.gpu.key} at TP {fixed.tp}")
     choices = {"requests": requests, "align": ropts.align or "stagger", "warmup": warmup, "seed": seed,

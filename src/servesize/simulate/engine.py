@@ -1096,21 +1096,17 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
 
             # N users send one turn a cycle, think + their mean response; the response is the run's own, so the
             # rate is corrected from the run before (RATE_PASSES runs at most, from the rate with no response)
-            response, sent, runs = 0.0, 0.0, 0
-            out: EngineRun | None = None
-            for _ in range(RATE_PASSES + 1):  # RATE_PASSES runs, and the rate their last response gives
-                rate = request_rate(n, think_time_s, response_s=response)
-                if out is not None:
-                    out.rate_settled = abs(rate / sent - 1.0) <= RATE_TOLERANCE
-                    if out.rate_settled or runs == RATE_PASSES:
-                        break
-                sent, runs = rate, runs + 1
+            rate = request_rate(n, think_time_s)
+            for _ in range(RATE_PASSES):
                 scale = trace_rate / rate  # > 1 stretches the trace's clock
                 out = simulate_engine(replace(replay, arrival_s=replay.arrival_s * scale), cfg, times, warmup=warmup)
                 out.users, out.sent_rate_per_s = n, rate
-                measured = out.mean_response_s()
-                response = response if measured is None else measured  # none finished: the comfort check fails it
-            assert out is not None
+                response = out.mean_response_s()  # None: none finished, and the comfort check fails the run
+                nxt = rate if response is None else request_rate(n, think_time_s, response_s=response)
+                out.rate_settled = abs(nxt / rate - 1.0) <= RATE_TOLERANCE
+                if out.rate_settled:
+                    break
+                rate = nxt
             return out
 
     at = run_at(users) if users is not None else None
@@ -1222,7 +1218,8 @@ class EngineReport:
 
 
 def open_loop_note(found: EngineUsers | None, at: EngineRun | None, think_time_s: float) -> list[str]:
-    """A trace of lone requests: the rate its users were sent at, at the users reported (none when no run says)."""
+    """A trace of lone requests: the rate its users were sent at, at the users reported (none for a trace of
+    sessions, whose runs are not scaled to a rate)."""
     row = (found.points.get(found.users) if found is not None else None) or (at.summary() if at is not None else None)
     if row is None or row["scaled_to_per_s"] is None:
         return []
