@@ -251,7 +251,7 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
           "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9,
           "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0, "step.moe_prefill_scope": "all",
-          "decode.roofline": "max", "step.gpu_memory_kernels": "catalogue"}
+          "decode.roofline": "max", "step.gpu_memory_kernels": "catalogue", "step.gpu_fp8_prefill_kernels": "fitted"}
 
 
 def _median_abs(cases: list[Case], q: str, which: str = "predicted") -> tuple[float | None, int]:

@@ -354,6 +354,20 @@ def test_a_measured_fp4_moe_rate_needs_its_source_a_positive_value_and_a_gpu_wit
                                  "fp4_moe_marlin_source": "tables"}).fp4_moe_marlin_tbps == 2.5
 
 
+@pytest.mark.parametrize("row", [{"fp8_prefill_share": 0.8}, {"fp8_prefill_share": 0.8, "fp8_prefill_source": " "},
+                                 {"fp8_prefill_share": 0.8, "fp8_prefill_source": "tables", "fp8": False},
+                                 {"fp8_block_prefill_share": -0.1, "fp8_prefill_source": "tables"},
+                                 {"fp8_block_prefill_share": 2.0, "fp8_prefill_source": "tables"}])
+def test_a_measured_fp8_prefill_share_needs_its_source_a_plausible_value_and_fp8_tensor_cores(row):
+    base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 3000, "source": "s",
+            "fp8": True}
+    with pytest.raises(ValueError, match="FP8 prefill share"):
+        hardware._row_to_gpu({**base, **row})
+    gpu = hardware._row_to_gpu({**base, "fp8_prefill_share": 0.8, "fp8_block_prefill_share": 0.7,
+                                "fp8_prefill_source": "tables"})
+    assert (gpu.fp8_prefill_share, gpu.fp8_block_prefill_share) == (0.8, 0.7)
+
+
 def test_the_kv_links_are_the_catalogued_gpu_to_gpu_links_and_the_host_links_each_with_its_source():
     from servesize.model.hardware import load_host_links, load_kv_links
 

@@ -385,8 +385,8 @@ def test_the_moe_prefill_efficiency_slows_every_flop_or_the_routed_experts_alone
 def test_a_prefills_routed_experts_reach_below_the_dense_mfu_as_the_kernel_tables_measure():
     """What step.moe_prefill_scope = 'experts' describes (data/assumptions.toml): vLLM's fused-MoE kernels measured
     alone are weight-bound up to some 512 tokens and compute-bound past a few thousand, where at 16,384 tokens (TP 1)
-    their grouped GEMMs reach 0.47 (block FP8, of the FP8 peak) to 0.95 (MXFP4 on Hopper, of the bf16 peak) of the
-    dense prefill's share of its peak (prefill.mfu)."""
+    their grouped GEMMs reach 0.43 (block FP8, of the FP8 peak) to 0.86 (MXFP4 on Hopper, of the bf16 peak) of the
+    dense prefill's share of its peak (prefill.mfu, 0.66)."""
 
     from servesize.assumptions import assumption
     from servesize.model.hardware import find_gpu
@@ -407,7 +407,7 @@ def test_a_prefills_routed_experts_reach_below_the_dense_mfu_as_the_kernel_table
         assert shares[(s, d, 512)] / shares[(s, d, 64)] > 5
         assert 0.4 < shares[(s, d, 16384)] <= 1.0
     at_16k = sorted(round(shares[(s, d, 16384)], 2) for s, d in series)
-    assert at_16k[0] == pytest.approx(0.47, abs=0.02) and at_16k[-1] == pytest.approx(0.95, abs=0.02)
+    assert at_16k[0] == pytest.approx(0.43, abs=0.02) and at_16k[-1] == pytest.approx(0.86, abs=0.02)
 
 
 def test_marlin_reads_fp4_experts_on_hopper_at_the_rate_the_kernel_tables_measure_and_the_step_model_takes_it_when_asked():
@@ -504,3 +504,78 @@ def test_a_gpus_memory_kernels_scale_its_decode_stream_against_the_fit_gpus_and_
     fixed = plan(scenario, sensitivity=False).fixed
     given = replace(plan_inputs(scenario).knobs, bandwidth_efficiency=0.7)
     assert decode_setup(fixed, given).effective_bandwidth_bytes_per_s == pytest.approx(0.7 * 2039e9)
+
+
+PREFILL_SHAPES = {4096, 8192, 16384}
+PREFILL_TOKENS = {1024, 2048, 4096, 8192}
+
+
+def test_each_gpus_fp8_prefill_share_is_what_vllms_measured_fp8_gemms_reach_against_its_bf16_ones():
+    """gpus.toml's fp8_prefill_share and fp8_block_prefill_share are recomputed from the measured GEMM rows
+    (aiconfigurator's tables): the same 36 calls (1,024-8,192 tokens, weights 4,096-16,384 a side) in bf16 and in
+    FP8, the bf16 calls' summed time over the FP8 ones', times the GPU's bf16 over FP8 dense peak."""
+    import csv
+
+    from servesize.model.hardware import find_gpu, load_gpus
+
+    path = SRC.parents[1] / "tests" / "fixtures" / "measured" / "aiconfigurator-gemm-prefill-kernels-vllm.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    seconds: dict[tuple[str, str], float] = {}
+    calls: dict[tuple[str, str], set] = {}
+    for r in rows:
+        assert r["gemm_dtype"] in ("bfloat16", "fp8", "fp8_block") and int(r["m"]) in PREFILL_TOKENS
+        assert {int(r["n"]), int(r["k"])} <= PREFILL_SHAPES
+        key = (r["system"], r["gemm_dtype"])
+        seconds[key] = seconds.get(key, 0.0) + float(r["latency"]) * 1e-3
+        calls.setdefault(key, set()).add((r["m"], r["n"], r["k"]))
+    systems = {s for s, _ in seconds}
+    assert systems == set(GEMM_SYSTEMS) - {"a100_sxm"}  # the A100 has no FP8 tensor cores
+    for system in systems:
+        gpu = find_gpu(GEMM_SYSTEMS[system])
+        peaks = gpu.bf16_dense_tflops / gpu.fp8_dense_tflops
+        assert len(calls[(system, "bfloat16")]) == 36
+        for dtype, share in (("fp8", gpu.fp8_prefill_share), ("fp8_block", gpu.fp8_block_prefill_share)):
+            if (system, dtype) not in seconds:
+                assert share == 0.0
+                continue
+            assert calls[(system, dtype)] == calls[(system, "bfloat16")]
+            assert share == pytest.approx(seconds[(system, "bfloat16")] / seconds[(system, dtype)] * peaks, abs=6e-4)
+            assert "gemm_perf.parquet" in gpu.fp8_prefill_source
+    # no measured GPU's FP8 GEMMs reach twice its bf16 ones' rate at prefill sizes, the rule before's assumption
+    assert all(0 < g.fp8_prefill_share < 1 for g in load_gpus().values() if g.fp8_prefill_share)
+    # a part of the same chip takes its measured sibling's shares
+    ada = find_gpu("RTX-6000-ADA")
+    assert ada.fp8_prefill_share == find_gpu("L40S").fp8_prefill_share and "L40S" in ada.fp8_prefill_source
+
+
+def test_fp8_prefill_runs_at_the_gpus_measured_share_for_its_scales_and_at_the_fitted_factor_elsewhere():
+    """step.gpu_fp8_prefill_kernels: 'measured' scales prefill.mfu by the GPU's measured FP8 share for the weights'
+    scales (per-tensor for an FP8-quantised bf16 checkpoint, block for a block-scaled one); a GPU with none (an H100
+    NVL) and the rule 'fitted' take step.prefill_efficiency_fp8; a bf16 deployment is not touched."""
+    from dataclasses import replace
+
+    from servesize.assumptions import assumption
+    from servesize.model.hardware import find_gpu
+    from servesize.planning.ceilings import prefill_setup
+    from servesize.planning.step_model import fp8_prefill_factor
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    def mfu(model: str, gpus: str, rule: str = "measured", quantization: str = "native") -> float:
+        inputs = plan_inputs(Scenario(model=model, gpus=gpus, quantization=quantization))
+        fixed = inputs.memory_and_fixed(check_prefixes=False)[1]
+        knobs = replace(inputs.knobs, overrides=(("step.gpu_fp8_prefill_kernels", rule),))
+        return prefill_setup(fixed, knobs).mfu
+
+    base, fitted = float(assumption("prefill.mfu")), float(assumption("step.prefill_efficiency_fp8"))
+    h100 = find_gpu("H100-SXM")
+    assert mfu("qwen2.5-7b", "1xH100-SXM", quantization="fp8") == pytest.approx(base * h100.fp8_prefill_share)
+    assert mfu("qwen3-32b-fp8", "1xH100-SXM") == pytest.approx(base * h100.fp8_block_prefill_share)
+    assert h100.fp8_block_prefill_share < h100.fp8_prefill_share
+    assert mfu("qwen2.5-7b", "1xH100-SXM", "fitted", "fp8") == pytest.approx(min(1.0, base * fitted))
+    assert mfu("qwen2.5-7b", "1xH100-NVL", quantization="fp8") == pytest.approx(min(1.0, base * fitted))
+    assert mfu("qwen2.5-7b", "1xH100-SXM") == mfu("qwen2.5-7b", "1xH100-SXM", "fitted") == pytest.approx(base)
+    assert fp8_prefill_factor("measured", 0.0, 0.9) == 0.9 and fp8_prefill_factor("fitted", 0.8, 0.9) == 0.9
+    with pytest.raises(BadInput, match="gpu_fp8_prefill_kernels"):
+        fp8_prefill_factor("fast", 0.8, 0.9)

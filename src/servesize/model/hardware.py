@@ -67,6 +67,13 @@ class Gpu:
     gemm_read_share: float = 0.0
     gemm_read_source: str = ""
     gemm_read_share_from: str = ""  # a GPU of the same chip whose measured share this one takes (its SXM part, say)
+    # how much of its dense FP8 peak vLLM's FP8 GEMMs reach at prefill sizes (1,024-8,192 tokens, weights of
+    # 4,096-16,384 a side) against how much of the bf16 peak its bf16 GEMMs reach: per-tensor scales, and block
+    # scales (128 x 128, DeepSeek's and Qwen3's FP8 checkpoints); summed times over the same calls; 0: not measured
+    # (step.gpu_fp8_prefill_kernels)
+    fp8_prefill_share: float = 0.0
+    fp8_block_prefill_share: float = 0.0
+    fp8_prefill_source: str = ""
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -276,6 +283,10 @@ def _check_figures(gpu: Gpu, label: str) -> None:
     _check_fp4_moe_rates(gpu, label)
     if gpu.gemm_read_share and not (0 < gpu.gemm_read_share <= 1 and gpu.gemm_read_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a GEMM read share is in (0, 1] and carries its gemm_read_source")
+    for share in (gpu.fp8_prefill_share, gpu.fp8_block_prefill_share):
+        if share and not (gpu.fp8 and 0 < share <= 1.5 and gpu.fp8_prefill_source.strip()):
+            raise ValueError(f"gpus.toml row {label}: an FP8 prefill share is of a GPU with FP8 tensor cores, in "
+                             "(0, 1.5], and carries its fp8_prefill_source")
     if gpu.tdp_w is not None and (gpu.tdp_w <= 0 or not gpu.tdp_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a TDP must be positive and carry its tdp_source")
 
@@ -340,6 +351,11 @@ def _catalogue() -> tuple[dict[str, Gpu], dict[str, str]]:
                                  "gives no share of its own")
             gpus[key] = replace(gpu, gemm_read_share=other.gemm_read_share,
                                 gemm_read_source=f"the same chip's, measured on the {other.key}: {other.gemm_read_source}")
+            if other.fp8_prefill_share and gpu.fp8 and not gpu.fp8_prefill_share:  # and its FP8 GEMMs' share
+                gpus[key] = replace(gpus[key], fp8_prefill_share=other.fp8_prefill_share,
+                                    fp8_block_prefill_share=other.fp8_block_prefill_share,
+                                    fp8_prefill_source=f"the same chip's, measured on the {other.key}: "
+                                                       f"{other.fp8_prefill_source}")
     return gpus, _index(gpus)  # _index fails on an alias claimed by two GPUs
 
 

@@ -220,7 +220,7 @@ def step_model_of(fixed: Fixed, knobs: Knobs) -> StepModel:
 def kernel_efficiency(fixed: Fixed, knobs: Knobs) -> KernelEfficiency:
     """The deployment's kernel factors (weight format, vendor, MoE) on the base efficiencies (planning.step_model)."""
     return KernelEfficiency.of(fixed.weight_format, fixed.vendor, bool(fixed.expert_bytes), knobs.a,
-                               peak_dtype=fixed.peak_dtype)
+                               peak_dtype=fixed.peak_dtype, fp8_prefill_share=fixed.fp8_prefill_share)
 
 
 def prefill_setup(fixed: Fixed, knobs: Knobs) -> PrefillSetup:

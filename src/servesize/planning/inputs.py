@@ -135,6 +135,8 @@ class Fixed:
     vendor: str = "NVIDIA"             # the GPU's maker (gpus.toml): kernels differ by vendor
     memory_kernel_factor: float = 1.0  # its memory-bound kernels' measured rate against the fit's GPUs'
                                        # (model.hardware.memory_kernel_factor; step.gpu_memory_kernels)
+    fp8_prefill_share: float = 0.0  # its FP8 GEMMs' measured share of the FP8 peak over its bf16 GEMMs' of theirs,
+                                    # for these weights' scales (gpus.toml; step.gpu_fp8_prefill_kernels); 0: none
     layers: int = 0                    # decoder layers (each launches its kernels every step)
     moe_layers: int = 0                # of them, those with routed experts (each launches a fused MoE kernel)
     block_size: int = 0                # the pool's (attention) block: a prompt's cache and a hybrid's state start at one
@@ -316,11 +318,21 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         host_link_source=getattr(gpu, "host_link_source", ""),
         weight_format=weight_format, vendor=str(getattr(gpu, "vendor", "NVIDIA")),
         memory_kernel_factor=_memory_kernel_factor(gpu),
+        fp8_prefill_share=_fp8_prefill_share(gpu, dtype, weight_format),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
         fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format, dep.moe_backend),
         expert_gemm_params=float(ledger.expert_params_per_token),
     )
+
+
+def _fp8_prefill_share(gpu: Gpu, peak_dtype: str, weight_format: str) -> float:
+    """Where prefill runs at the FP8 peak: the GPU's measured FP8 GEMM share for these weights' scales (block-scaled
+    checkpoints' own, per-tensor for the rest), 0 where it has none or the peak is not FP8's."""
+    if peak_dtype != "fp8":
+        return 0.0
+    share = gpu.fp8_block_prefill_share if weight_format == "fp8_block" else gpu.fp8_prefill_share
+    return float(share or 0.0)
 
 
 def _memory_kernel_factor(gpu: Gpu) -> float:

@@ -58,6 +58,8 @@ MIXED_RULES = ("one_weight_read", "sum")
 DECODE_ROOFLINES = ("sequential", "max", "memory")
 # a GPU's memory-bound kernels: at its measured GEMM read share against the fit's GPUs', or all alike (the rule before)
 GPU_MEMORY_KERNEL_RULES = ("measured", "catalogue")
+# FP8 prefill: at the GPU's measured FP8 GEMM share against its bf16 one, or at step.prefill_efficiency_fp8 everywhere
+GPU_FP8_PREFILL_KERNEL_RULES = ("measured", "fitted")
 # what step.moe_prefill_efficiency slows: a MoE prefill's every FLOP, or only its routed experts' GEMMs
 MOE_PREFILL_SCOPES = ("all", "experts")
 # the GEMMs' kernel families (planning.inputs.weight_format_of); each but bf16 has its bandwidth factor
@@ -76,15 +78,18 @@ class KernelEfficiency:
     expert_prefill: float = 1.0  # on prefill's rate for the routed experts' GEMMs alone (step.moe_prefill_scope)
 
     @classmethod
-    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16") -> KernelEfficiency:
+    def of(cls, weight_format: str, vendor: str, moe: bool, a: Any, peak_dtype: str = "bf16",
+           fp8_prefill_share: float = 0.0) -> KernelEfficiency:
         """From the named assumptions (``a(name)`` reads one); ``peak_dtype``: the dtype whose dense peak prefill's
-        MFU is a share of (fp8 where the weights and the GPU both have it: step.prefill_efficiency_fp8 then scales
-        it, since the attention and the activations' quantisation do not run at the FP8 peak)."""
+        MFU is a share of (fp8 where the weights and the GPU both have it, and then the MFU is scaled by
+        ``fp8_prefill_share``, the GPU's FP8 GEMMs' measured share of their peak over its bf16 GEMMs' of theirs,
+        under step.gpu_fp8_prefill_kernels = measured; by step.prefill_efficiency_fp8 where none is measured)."""
         if weight_format not in WEIGHT_FORMATS:
             raise BadInput(f"unknown weight format {weight_format!r} (one of {', '.join(WEIGHT_FORMATS)})")
         fmt = 1.0 if weight_format == "bf16" else float(a(f"step.kernel_efficiency_{weight_format}"))
         amd = float(a("step.vendor_efficiency_amd")) if vendor.upper() == "AMD" else 1.0
-        fp8 = float(a("step.prefill_efficiency_fp8")) if peak_dtype == "fp8" else 1.0
+        fp8 = fp8_prefill_factor(str(a("step.gpu_fp8_prefill_kernels")), fp8_prefill_share,
+                                 float(a("step.prefill_efficiency_fp8"))) if peak_dtype == "fp8" else 1.0
         moe_prefill = float(a("step.moe_prefill_efficiency")) if moe else 1.0
         scope = str(a("step.moe_prefill_scope"))
         if scope not in MOE_PREFILL_SCOPES:
@@ -138,6 +143,18 @@ def fitted_bandwidth_share(rule: str, memory_kernels: float) -> float:
     if not (math.isfinite(memory_kernels) and memory_kernels > 0):
         raise BadInput(f"a GPU's memory kernel factor must be > 0, got {memory_kernels!r}")
     return memory_kernels if rule == "measured" else 1.0
+
+
+def fp8_prefill_factor(rule: str, measured_share: float, fitted: float) -> float:
+    """What prefill's MFU is multiplied by where it runs at the FP8 peak (step.gpu_fp8_prefill_kernels): the GPU's
+    measured FP8 GEMM share against its bf16 GEMMs' (``measured_share``, gpus.toml fp8_prefill_share or
+    fp8_block_prefill_share) under 'measured' where there is one; ``fitted`` (step.prefill_efficiency_fp8) otherwise
+    and under 'fitted' (the rule before)."""
+    if rule not in GPU_FP8_PREFILL_KERNEL_RULES:
+        raise BadInput(f"step.gpu_fp8_prefill_kernels is 'measured' or 'fitted', got {rule!r}")
+    if not (math.isfinite(measured_share) and measured_share >= 0):
+        raise BadInput(f"a GPU's FP8 prefill share must be >= 0, got {measured_share!r}")
+    return measured_share if rule == "measured" and measured_share > 0 else fitted
 
 
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
