@@ -275,6 +275,36 @@ def test_the_sensitivity_scan_finds_each_rows_flip_between_its_ends():
             assert lo <= row["flip_at"] <= hi and row["binds_after"] != row["binding_at_current"], name
 
 
+def test_a_flip_is_bisected_to_within_its_share_of_the_range_of_a_finer_search():
+    """FLIP_BISECTIONS steps place a flip within 1 / 2**steps of the searched range (of its logarithm on a geometric
+    row) of where ten steps place it: the same bisection, stopped earlier."""
+    import math
+
+    from servesize.planning.ceilings import CeilingCache, ceilings
+    from servesize.planning.inputs import Knobs
+    from servesize.planning.sensitivity import FLIP_BISECTIONS, sensitivity
+    from servesize.scenario import SENSITIVITY_ROWS
+    from servesize.workload.model import Workload
+
+    fixed, workload, knobs = _fixed_27b_on_one_h200(), Workload.seed_reference(), Knobs(fills=400)
+    names = ["ttft_limit_s", "think_time_s", "invalidation"]  # a knob, the pacing and a workload row, each flipping
+
+    def flips(steps: int) -> dict:
+        cache = CeilingCache()
+        base = ceilings(fixed, workload, knobs, cache).binding
+        return sensitivity(fixed, workload, knobs, base, SENSITIVITY_ROWS, names=names, iterations=steps, cache=cache)
+
+    coarse, fine = flips(FLIP_BISECTIONS), flips(10)
+    assert FLIP_BISECTIONS < 10
+    for name in names:
+        row = SENSITIVITY_ROWS[name]
+        a, b = coarse[name]["flip_at"], fine[name]["flip_at"]
+        assert a is not None and b is not None, name
+        width = math.log(row.hi / row.lo) if row.geometric else row.hi - row.lo
+        gap = abs(math.log(a / b)) if row.geometric else abs(a - b)
+        assert gap <= width / 2 ** FLIP_BISECTIONS, name
+
+
 def test_a_model_whose_context_is_shorter_than_the_median_session_says_so():
     import math
 

@@ -13,6 +13,10 @@ from servesize.planning.ceilings import CeilingCache, binding_of
 from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
+# Bisection steps per flip: the flip to within 1/128 of the searched range (of its logarithm for a geometric row).
+# Finer is finer than the plan can tell: the flips themselves move 1-8% between Monte-Carlo seeds (the reference
+# case's seven flips, seeds 0-3: docs/benchmarks.md), where 7 steps land within 1% of 10 steps' flip.
+FLIP_BISECTIONS = 7
 
 class SensitivityRow(Protocol):
     """One row of the sensitivity panel, declared on the Scenario field it varies (``servesize.scenario``
@@ -60,7 +64,7 @@ def apply_param(workload: Workload, knobs: Knobs, name: str, value: float) -> tu
 
 
 def sensitivity(fixed: Fixed, workload: Workload, knobs: Knobs, base_binding: str,
-                rows: Mapping[str, SensitivityRow], fills: int = 300, iterations: int = 10,
+                rows: Mapping[str, SensitivityRow], fills: int = 300, iterations: int = FLIP_BISECTIONS,
                 names: Iterable[str] | None = None, cache: CeilingCache | None = None) -> dict[str, dict[str, Any]]:
     """For each row (``rows``, by name; ``names`` a subset): the value at which the binding ceiling changes, or no
     flip in [lo, hi].
