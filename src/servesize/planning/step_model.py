@@ -289,8 +289,8 @@ class StepModel:
         """The terms this model prices with, as one line (``bench`` and ``simulate --engine`` print it)."""
         spec = self.tokens_per_decode_step
         return (f"overhead {self.overhead_s * 1e3:.2f} ms a step, request fixed cost {self.request_fixed_s * 1e3:.1f} ms, "
-                f"mixed step {self.terms.mixed}, bandwidth efficiency {self.decode.bandwidth_efficiency:g}, "
-                f"prefill MFU {self.prefill.mfu:g}" + (f", MTP {spec:.2f} tokens a step" if spec > 1 else ""))
+                f"mixed step {self.terms.mixed}, bandwidth efficiency {self.decode.bandwidth_efficiency:.3g}, "
+                f"prefill MFU {self.prefill.mfu:.3g}" + (f", MTP {spec:.2f} tokens a step" if spec > 1 else ""))
 
     def prefill_s(self, tokens: float, prior: float) -> float:
         """A prefill-only step over one chunk (its compute, or under the weight floor the weights' read)."""
