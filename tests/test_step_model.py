@@ -543,16 +543,21 @@ def test_each_gpus_fp8_prefill_share_is_what_vllms_measured_fp8_gemms_reach_agai
             assert share == pytest.approx(seconds[(system, "bfloat16")] / seconds[(system, dtype)] * peaks, abs=6e-4)
             assert "gemm_perf.parquet" in gpu.fp8_prefill_source
     # no measured GPU's FP8 GEMMs reach twice its bf16 ones' rate at prefill sizes, the rule before's assumption
-    assert all(0 < g.fp8_prefill_share < 1 for g in load_gpus().values() if g.fp8_prefill_share)
-    # a part of the same chip takes its measured sibling's shares
-    ada = find_gpu("RTX-6000-ADA")
+    shared = [g for g in load_gpus().values() if g.fp8_prefill_share or g.fp8_block_prefill_share]
+    assert all(0 < g.fp8_prefill_share < 1 and 0 <= g.fp8_block_prefill_share < 1 for g in shared)
+    # every share is one of these rows', or its same-chip sibling's: none typed in by hand
+    measured = {GEMM_SYSTEMS[system] for system in systems}
+    assert all(g.key in measured or g.fp8_prefill_source.startswith("the same chip's") for g in shared)
+    ada, nvl = find_gpu("RTX-6000-ADA"), find_gpu("H100-NVL")
     assert ada.fp8_prefill_share == find_gpu("L40S").fp8_prefill_share and "L40S" in ada.fp8_prefill_source
+    assert nvl.fp8_block_prefill_share == find_gpu("H100-SXM").fp8_block_prefill_share  # H100 PCIe and NVL too
 
 
 def test_fp8_prefill_runs_at_the_gpus_measured_share_for_its_scales_and_at_the_fitted_factor_elsewhere():
     """step.gpu_fp8_prefill_kernels: 'measured' scales prefill.mfu by the GPU's measured FP8 share for the weights'
-    scales (per-tensor for an FP8-quantised bf16 checkpoint, block for a block-scaled one); a GPU with none (an H100
-    NVL) and the rule 'fitted' take step.prefill_efficiency_fp8; a bf16 deployment is not touched."""
+    scales (per-tensor for an FP8-quantised bf16 checkpoint, block for a block-scaled one); a GPU with none (an H20;
+    an H100 PCIe or NVL takes its SXM sibling's) and the rule 'fitted' take step.prefill_efficiency_fp8; a bf16
+    deployment is not touched."""
     from dataclasses import replace
 
     from servesize.assumptions import assumption
@@ -574,7 +579,12 @@ def test_fp8_prefill_runs_at_the_gpus_measured_share_for_its_scales_and_at_the_f
     assert mfu("qwen3-32b-fp8", "1xH100-SXM") == pytest.approx(base * h100.fp8_block_prefill_share)
     assert h100.fp8_block_prefill_share < h100.fp8_prefill_share
     assert mfu("qwen2.5-7b", "1xH100-SXM", "fitted", "fp8") == pytest.approx(min(1.0, base * fitted))
-    assert mfu("qwen2.5-7b", "1xH100-NVL", quantization="fp8") == pytest.approx(min(1.0, base * fitted))
+    assert mfu("qwen2.5-7b", "1xH20", quantization="fp8") == pytest.approx(min(1.0, base * fitted))  # none measured
+    assert mfu("qwen2.5-7b", "1xH100-NVL", quantization="fp8") == pytest.approx(base * h100.fp8_prefill_share)
+    # a GPU measured with per-tensor scales only prices block-scaled weights at that share, not the fitted factor
+    pro = find_gpu("RTX-PRO-6000")
+    assert pro.fp8_block_prefill_share == 0 and mfu("qwen3-32b-fp8", "1xRTX-PRO-6000") == pytest.approx(
+        base * pro.fp8_prefill_share)
     assert mfu("qwen2.5-7b", "1xH100-SXM") == mfu("qwen2.5-7b", "1xH100-SXM", "fitted") == pytest.approx(base)
     assert fp8_prefill_factor("measured", 0.0, 0.9) == 0.9 and fp8_prefill_factor("fitted", 0.8, 0.9) == 0.9
     with pytest.raises(BadInput, match="gpu_fp8_prefill_kernels"):

@@ -74,6 +74,7 @@ class Gpu:
     fp8_prefill_share: float = 0.0
     fp8_block_prefill_share: float = 0.0
     fp8_prefill_source: str = ""
+    fp8_prefill_share_from: str = ""  # a GPU of the same chip whose measured FP8 shares this one takes (H100 PCIe, NVL)
     tdp_source: str = ""  # where the TDP figure was read (a URL, or the nvidia-smi line searched for)
     memory_basis: str = "nvidia-smi"  # or "rocm-smi", "datasheet" (marketed GB as 10**9 B), "override"
     memory_note: str = ""
@@ -351,11 +352,16 @@ def _catalogue() -> tuple[dict[str, Gpu], dict[str, str]]:
                                  "gives no share of its own")
             gpus[key] = replace(gpu, gemm_read_share=other.gemm_read_share,
                                 gemm_read_source=f"the same chip's, measured on the {other.key}: {other.gemm_read_source}")
-            if other.fp8_prefill_share and gpu.fp8 and not gpu.fp8_prefill_share:  # and its FP8 GEMMs' share
-                gpus[key] = replace(gpus[key], fp8_prefill_share=other.fp8_prefill_share,
-                                    fp8_block_prefill_share=other.fp8_block_prefill_share,
-                                    fp8_prefill_source=f"the same chip's, measured on the {other.key}: "
-                                                       f"{other.fp8_prefill_source}")
+    for key, gpu in list(gpus.items()):  # the same chip's FP8 GEMMs: its measured sibling's shares
+        sibling = gpu.fp8_prefill_share_from or gpu.gemm_read_share_from
+        other = gpus.get(sibling) if sibling else None
+        if gpu.fp8_prefill_share_from and (other is None or not other.fp8_prefill_share or gpu.fp8_prefill_share):
+            raise ValueError(f"gpus.toml row {key}: fp8_prefill_share_from names a measured GPU, and the row gives no "
+                             "share of its own")
+        if other is not None and other.fp8_prefill_share and gpu.fp8 and not gpu.fp8_prefill_share:
+            gpus[key] = replace(gpu, fp8_prefill_share=other.fp8_prefill_share,
+                                fp8_block_prefill_share=other.fp8_block_prefill_share,
+                                fp8_prefill_source=f"the same chip's, measured on the {other.key}: {other.fp8_prefill_source}")
     return gpus, _index(gpus)  # _index fails on an alias claimed by two GPUs
 
 

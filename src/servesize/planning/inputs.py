@@ -328,11 +328,13 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
 
 def _fp8_prefill_share(gpu: Gpu, peak_dtype: str, weight_format: str) -> float:
     """Where prefill runs at the FP8 peak: the GPU's measured FP8 GEMM share for these weights' scales (block-scaled
-    checkpoints' own, per-tensor for the rest), 0 where it has none or the peak is not FP8's."""
+    checkpoints' own, per-tensor for the rest), 0 where it has none or the peak is not FP8's. A GPU measured with
+    per-tensor scales only (the RTX PRO 6000's tables have no block rows) gives block-scaled weights that share: on
+    every GPU measured with both, block scales are the slower."""
     if peak_dtype != "fp8":
         return 0.0
-    share = gpu.fp8_block_prefill_share if weight_format == "fp8_block" else gpu.fp8_prefill_share
-    return float(share or 0.0)
+    block = weight_format == "fp8_block" and gpu.fp8_block_prefill_share
+    return float(block or gpu.fp8_prefill_share or 0.0)
 
 
 def _memory_kernel_factor(gpu: Gpu) -> float:

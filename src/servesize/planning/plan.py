@@ -258,10 +258,8 @@ def step_term_names(fixed: Fixed) -> list[str]:
              "prefill.tp_efficiency_per_doubling"]
     if fixed.weight_format != "bf16":
         names.append(f"step.kernel_efficiency_{fixed.weight_format}")
-    if fixed.peak_dtype == "fp8":
-        names.append("step.prefill_efficiency_fp8")
-        if fixed.fp8_prefill_share:
-            names.append("step.gpu_fp8_prefill_kernels")
+    if fixed.peak_dtype == "fp8":  # the GPU's measured FP8 share, or the fitted factor where it has none
+        names += ["step.gpu_fp8_prefill_kernels", "step.prefill_efficiency_fp8"]
     if fixed.vendor.upper() == "AMD":
         names.append("step.vendor_efficiency_amd")
     if fixed.memory_kernel_factor != 1.0:

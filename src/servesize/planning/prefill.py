@@ -210,7 +210,8 @@ def _costs(setup: PrefillSetup, turn: float, el: float, el2: float, sampled: tup
     d.given("L_a", setup.full_attention_layers, note="full-attention layers")
     flops_s = d.step(
         "achieved_flops_per_s", "tp * peak_flops_per_gpu * tp_efficiency * mfu", unit="FLOP/s",
-        source="working-set-model.md 2.8; MFU modelled (data/assumptions.toml prefill.mfu, bracket 0.30-0.60)",
+        source="working-set-model.md 2.8; mfu = prefill.mfu x the deployment's kernel factors (data/assumptions.toml: "
+               "step.gpu_fp8_prefill_kernels at the FP8 peak, step.vendor_efficiency_amd, step.moe_prefill_efficiency)",
         tp=setup.tp, peak_flops_per_gpu=setup.peak_flops_per_gpu, tp_efficiency=setup.tp_eff, mfu=setup.mfu,
     )
     d.given("E_L", el, unit="tokens", note=how)

@@ -14,9 +14,10 @@ from servesize.planning.inputs import Fixed, Knobs, knob_value, spec_speedup_of
 from servesize.workload.model import Workload
 
 # Bisection steps per flip: the flip to within 1/128 of the searched range (of its logarithm for a geometric row).
-# Finer is finer than the plan can tell: the flips themselves move 1-8% between Monte-Carlo seeds (the reference
+# Finer is finer than the plan can tell: the flips themselves move 0.8-8.7% between Monte-Carlo seeds (the reference
 # case's seven flips, seeds 0-3: docs/benchmarks.md), where 7 steps land within 1% of 10 steps' flip.
 FLIP_BISECTIONS = 7
+
 
 class SensitivityRow(Protocol):
     """One row of the sensitivity panel, declared on the Scenario field it varies (``servesize.scenario``
