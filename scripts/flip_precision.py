@@ -1,7 +1,7 @@
 """How precisely the sensitivity panel can place a flip: each flip at Monte-Carlo seeds 0-3, found with 10 and with
 planning.sensitivity.FLIP_BISECTIONS bisection steps (docs/benchmarks.md, 'The panel's precision').
 
-    PYTHONPATH=src python scripts/flip_precision.py                 # the reference case, ~1 min
+    PYTHONPATH=src python scripts/flip_precision.py                 # the reference case, ~3 s
 
 For each row: the flips (10 steps) at each seed, their spread ((max - min) / median: what the fills cannot tell
 apart), and the largest gap between the two step counts at one seed (what fewer steps give up).
@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from servesize.api import plan
 from servesize.planning.ceilings import CeilingCache, ceilings
 from servesize.planning.sensitivity import FLIP_BISECTIONS, sensitivity
 from servesize.resolve import plan_inputs
@@ -24,7 +23,7 @@ SEEDS = (0, 1, 2, 3)
 def flips(steps: int, seed: int, scenario: Scenario) -> dict[str, float | None]:
     """The panel as planning.plan.make_plan computes it (its ceilings' cache handed on), at ``seed``."""
     inputs = plan_inputs(scenario)
-    fixed = plan(scenario, sensitivity=False).fixed
+    fixed = inputs.memory_and_fixed(check_prefixes=False)[1]
     knobs = replace(inputs.knobs, seed=seed)
     cache = CeilingCache()
     base = ceilings(fixed, inputs.workload, knobs, cache).binding
