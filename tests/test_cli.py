@@ -105,6 +105,25 @@ def test_help_lists_every_command(capsys):
         assert re.search(rf"^\s+{command}\b", out, re.M), command
 
 
+def test_every_commands_help_renders_its_own_words_not_argparses_internals():
+    """argparse %-formats each help string with the action's fields: a bare '%' followed by a letter ('within 15%
+    and' read as '%a') printed the whole action dict into `plan --help`. Every command's help must render clean."""
+    from servesize.cli import COMMANDS, _available, build_parser
+
+    def walk(parser, path):
+        text = parser.format_help()
+        assert "option_strings" not in text and "<argparse." not in text, path
+        for action in parser._actions:
+            choices = getattr(action, "choices", None)
+            for name, child in (choices.items() if isinstance(choices, dict) else ()):
+                if hasattr(child, "format_help"):
+                    yield from walk(child, f"{path} {name}")
+        yield path
+
+    seen = [path for name in COMMANDS for path in walk(build_parser(_available(name), load=name), "servesize")]
+    assert any(p.endswith(" plan") for p in seen) and any(p.endswith(" fit") for p in seen)
+
+
 def test_a_named_command_builds_its_parser_alone_and_a_mistyped_one_still_lists_every_command(capsys):
     from servesize.cli import COMMANDS, _available, build_parser
 

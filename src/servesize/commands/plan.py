@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
     out.add_argument("--engine-check", action="store_true",
                      help="also run the engine simulator (vLLM's scheduler step by step) on sessions generated from "
                           "the workload and find its users at the comfort SLO; the plan says whether they agree "
-                          "within 15% and, where not, why (--json: engine_check). Seconds to minutes")
+                          "within 15%% and, where not, why (--json: engine_check). Seconds to minutes")
 
 
 def _params(group: str):
