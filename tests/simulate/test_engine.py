@@ -240,6 +240,40 @@ def test_n_users_are_measured_until_the_first_runs_out_and_every_user_sends_unti
     assert max(sent) - min(sent) <= 1, sent  # each user's cycle is the same: all send as often through the window
 
 
+def test_a_window_that_measures_too_few_requests_draws_more_sessions_per_user_unless_the_user_chose_them(monkeypatch):
+    """The comfort SLO reads 5% tails: N closed-loop users whose window measures fewer than MIN_MEASURED_REQUESTS
+    draw more sessions per user and run again (MEASURE_PASSES runs at most), and a --sessions-per-user the user
+    gave is one run as asked."""
+    from servesize.simulate import engine as eng
+
+    rows = []
+    for s in range(6):  # sessions of 3 turns; the user draws 4 sessions by default: 12 requests a user
+        ids: list[int] = []
+        for turn in range(3):
+            ids = ids + [100 * s + len(ids) + j for j in range(2)]
+            rows.append((f"s{s}", 2.0 * turn, B * len(ids), list(ids), 20, 0.5))
+    trace = make_trace(rows, block_size=B, clock="session")
+    times = ConstantSteps(prefill_per_token_s=1e-4, decode_step_s=0.01, decode_per_seq_s=0.0)
+    cfg = EngineConfig(num_blocks=4000, block_size=B)
+    comfort = Comfort(ttft_limit_s=10.0, decode_floor_tok_s=1.0)
+    runs: list[EngineRun] = []
+    real = eng.simulate_engine
+
+    def counted(*a, **k):
+        runs.append(real(*a, **k))
+        return runs[-1]
+
+    monkeypatch.setattr(eng, "simulate_engine", counted)
+    at, _ = engine_users(trace, ReplayOptions(), cfg, times, comfort, users=3)
+    assert len(runs) >= 2 and int(runs[0].measured().sum()) < eng.MIN_MEASURED_REQUESTS
+    assert at is runs[-1] and at.sessions_per_user > runs[0].sessions_per_user
+    assert len(runs) <= eng.MEASURE_PASSES
+    assert int(at.measured().sum()) > int(runs[0].measured().sum())
+    runs.clear()
+    at, _ = engine_users(trace, ReplayOptions(sessions_per_user=4), cfg, times, comfort, users=3)
+    assert len(runs) == 1 and at.sessions_per_user == 4
+
+
 def test_requests_logged_at_one_instant_are_spread_over_it_in_order():
     t = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 10.0, 12.0, 12.0])
     spread = spread_ties(t, seed=1)

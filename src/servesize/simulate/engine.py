@@ -46,7 +46,8 @@ Reported: time to first token (arrival to the end of the step that finishes its 
 and each request's decode speed (its output after the first token over the time it took), p50 and p95, over
 the requests that arrive after the warm-up. With N users (replay.py's ``--users``: each runs drawn sessions back
 to back) only the requests sent before the first user runs out of sessions are measured, the warm-up being the
-first half of that window, and the run stops once they are answered: after it fewer users send. (Until
+first half of that window, and the run stops once they are answered: after it fewer users send; a window that
+measures fewer than MIN_MEASURED_REQUESTS draws more sessions per user and runs again (``measured_enough``). (Until
 2026-12-05 the window was the run's second half, through which users ran out one by one: Llama 3.1 70B on four
 H100s at 44 batch users measured 0.92 requests/s, 1.83/s in the window, and the users found were too many.)
 And the users at which the comfort SLO (DESIGN.md: warm, the decode floor at p95 of requests, the TTFT budget at
@@ -75,7 +76,7 @@ from servesize.assumptions import assumption
 from servesize.errors import BadInput
 from servesize.frozen import frozen
 from servesize.jsonable import Record
-from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS
+from servesize.limits import MAX_ENGINE_REQUESTS, MAX_ENGINE_STEPS, MAX_ENGINE_USERS, MAX_REPLAY_SESSIONS
 from servesize.percentile import median, percentiles
 from servesize.planning.interference import BASELINE_SLACK, allowed_slow_share
 from servesize.progress import Progress
@@ -98,6 +99,13 @@ DEFAULT_WARMUP = 0.5              # requests arriving in the first half of the s
 # scripts/engine_validation.py are the same at 3 runs and at 5
 RATE_PASSES = 3
 RATE_TOLERANCE = 0.01
+# N closed-loop users are measured until the first of them runs out of drawn sessions, and the comfort SLO judges
+# 5% tails of what was measured: on n requests a 5% share's standard error is sqrt(0.05 x 0.95 / n), 2.0 points at
+# the 116 requests the Claude Code trace's 20 users measured with five sessions each (the replay's default draw),
+# 0.7 at this many. A statistical choice: a run that measures fewer draws more sessions per user and runs again
+# (MEASURE_PASSES runs at most; each stops where the first user runs out, so its cost follows what it measures)
+MIN_MEASURED_REQUESTS = 1000
+MEASURE_PASSES = 3
 
 
 
@@ -212,6 +220,10 @@ class EngineRun:
     # a response that gives the same rate within RATE_TOLERANCE (False: RATE_PASSES ran out first); None: as replayed
     sent_rate_per_s: float | None = None
     rate_settled: bool | None = None
+    # N closed-loop users (until_first_out): the sessions each drew and the requests drawn in all (measured_enough
+    # draws more where the window measured too few); None and 0 otherwise
+    sessions_per_user: int | None = None
+    drawn_requests: int = 0
 
     def mean_response_s(self) -> float | None:
         """The measured requests' mean time from sending to their last token (None when none finished)."""
@@ -270,7 +282,7 @@ class EngineRun:
         ttft, speed = self.ttft_s, self.decode_tok_s
         return {"users": self.users, "requests": int(self.arrival_s.size), "measured": int(self.measured().sum()),
                 "window_end_s": float(self.window_end_s) if math.isfinite(self.window_end_s) else None,
-                "sent_per_s": self.sent_per_s, "scaled_to_per_s": self.sent_rate_per_s,
+                "sessions_per_user": self.sessions_per_user, "sent_per_s": self.sent_per_s, "scaled_to_per_s": self.sent_rate_per_s,
                 "rate_settled": self.rate_settled, "mean_response_s": self.mean_response_s(),
                 "ttft_s_p50": _pct(ttft, 50), "ttft_s_p95": _pct(ttft, 95),
                 "decode_tok_s_p50": _pct(speed, 50), "decode_tok_s_p5": _pct(speed, 5),
@@ -905,6 +917,8 @@ def simulate_engine(replay: Replay, cfg: EngineConfig, times, *, warmup: float =
             break
     eng.run.clock_s = eng.now
     eng.run.window_end_s = eng.first_out
+    if eng.until_first_out:
+        eng.run.sessions_per_user, eng.run.drawn_requests = replay.choices.get("sessions_per_user"), replay.requests
     return eng.run
 
 
@@ -1063,6 +1077,24 @@ def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
     return t + np.where(np.repeat(counts, counts) > 1, offsets * np.repeat(span, counts), 0.0)
 
 
+def measured_enough(run_with: Callable[[int | None], EngineRun], users: int, *, fixed: bool = False) -> EngineRun:
+    """N closed-loop users' run, measuring at least MIN_MEASURED_REQUESTS: ``run_with(None)`` draws the replay's
+    default sessions per user; a run that measures fewer draws more (in proportion, a quarter over) and runs again,
+    MEASURE_PASSES runs at most, never past MAX_ENGINE_REQUESTS' worth of drawn requests. ``fixed``: the user chose
+    the sessions per user (--sessions-per-user), and one run is what they asked for."""
+    run = run_with(None)
+    for _ in range(MEASURE_PASSES - 1):
+        got, per_user = int(run.measured().sum()), run.sessions_per_user
+        if fixed or got >= MIN_MEASURED_REQUESTS or per_user is None or run.stopped:
+            break
+        room = per_user * MAX_ENGINE_REQUESTS // max(run.drawn_requests, 1)  # the most sessions a run may draw
+        more = min(math.ceil(per_user * 1.25 * MIN_MEASURED_REQUESTS / max(got, 1)), room, MAX_REPLAY_SESSIONS // users)
+        if more <= per_user:
+            break
+        run = run_with(more)
+    return run
+
+
 def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, comfort: Comfort, *,
                  users: int | None = None, warmup: float = DEFAULT_WARMUP, max_users: int = MAX_ENGINE_USERS,
                  think_time_s: float | None = None, progress: Progress | None = None
@@ -1079,7 +1111,10 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
                        align=opts.align if opts.align in ("t0", "stagger") else "stagger")
 
         def run_at(n: int) -> EngineRun:
-            return simulate_engine(build_replay(trace, replace(base, users=n)), cfg, times, warmup=warmup)
+            return measured_enough(lambda per_user: simulate_engine(
+                build_replay(trace, replace(base, users=n, sessions_per_user=per_user or opts.sessions_per_user)), cfg,
+                times, warmup=warmup),
+                n, fixed=opts.sessions_per_user is not None)
     else:
         if think_time_s is None or not think_time_s > 0:
             raise BadInput(f"{trace.name}: its requests belong to no sessions; the engine simulator needs the "
