@@ -150,3 +150,37 @@ def test_a_result_whose_text_shows_the_ready_check_calibrates_with_it_and_says_s
     cal = doc["calibrations"][0] if "calibrations" in doc else doc
     assert cal["mfu"] == pytest.approx(assumption("prefill.mfu"), rel=0.03)
     assert any("ready check" in n for n in cal["notes"])
+
+
+def test_an_fp8_calibration_prices_the_prefill_it_was_solved_beside_whatever_the_gpus_share_says_later(tmp_path, capsys):
+    """A calibration's MFU is solved beside the GPU's FP8 prefill share (gpus.toml), and records it: a file with
+    another share (gpus.toml measured again), or none (written before the measured shares, when FP8 prefill ran at
+    step.prefill_efficiency_fp8), still gives the TTFT it was solved to reproduce: the same effective rate, MFU x
+    share, gives the same bench."""
+    fp8 = [*DEPLOYMENT, "-q", "fp8", *LOAD]
+    assert main(["bench", *fp8, "--mfu", "0.4", "--json"]) == 0
+    result = tmp_path / "server.json"
+    result.write_text(capsys.readouterr().out)
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", DEPLOYMENT[0], "--gpus", "1xH100", "-q", "fp8",
+                 "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = json.loads(cal.read_text())
+    entry = doc["calibrations"][0] if "calibrations" in doc else doc
+    share = entry["fp8_prefill_share"]
+    assert 0.5 < share < 1.0 and entry["mfu"] == pytest.approx(0.4, rel=0.03)  # the H100's measured share
+
+    def ttft(**change) -> float:
+        cal.write_text(json.dumps({**doc, "calibrations": [{**entry, **change}]} if "calibrations" in doc
+                                  else {**entry, **change}))
+        assert main(["bench", *fp8, "--calibration", str(cal), "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["mean_ttft_ms"]
+
+    base = ttft()
+    effective = entry["mfu"] * share
+    # gpus.toml measured again at 0.9: a file solved beside the old share still prices its own
+    assert ttft(fp8_prefill_share=0.9, mfu=round(effective / 0.9, 6)) == pytest.approx(base, rel=0.01)
+    # written before the shares (no field): its MFU ran at step.prefill_efficiency_fp8 on the FP8 peak
+    old = {k: v for k, v in entry.items() if k != "fp8_prefill_share"}
+    assert ttft(**{**old, "mfu": round(effective / assumption("step.prefill_efficiency_fp8"), 6)},
+                fp8_prefill_share=None) == pytest.approx(base, rel=0.01)

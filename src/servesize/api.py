@@ -981,6 +981,7 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
     return Calibration(source=source, era="vllm bench serve", model=inputs.hf_id,
                        tensor_parallel_size=inputs.deployment.tensor_parallel_size, gpu=inputs.gpus.gpu.key,
                        bandwidth_efficiency=round(bw, 4), mfu=round(mfu, 4), notes=tuple(notes),
+                       fp8_prefill_share=inputs.memory_and_fixed(check_prefixes=False)[1].fp8_prefill_share,
                        # the fused-MoE kernel the efficiencies were fitted with: none to name for a dense model
                        moe_backend=inputs.deployment.moe_backend if inputs.model.architecture.moe is not None else None)
 

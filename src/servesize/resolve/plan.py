@@ -56,11 +56,34 @@ class PlanInputs:
                                flags_estimated=self.flags_estimated, flags_not_modelled=self.flags_not_modelled)
         fixed = fixed_from_memory(report, self.model.architecture, self.pool_tokens, self.pool_source,
                                   seed_convention=self.scenario.assumptions == "seed", hf_id=self.hf_id)
+        fixed = self._calibrated_prefill(fixed)
         reserved = self.workload.reserved_prefix_tokens()
         if check_prefixes and fixed.pool_tokens <= reserved:
             raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
                            f"prefixes ({reserved:,} tokens): nothing stays warm")
         return report, fixed
+
+
+    def _calibrated_prefill(self, fixed: Fixed) -> Fixed:
+        """A calibration's MFU (calibrate --vllm-bench) was solved beside the FP8 prefill share of its day: keep that
+        share with it, so that it prices the prefill it was solved to reproduce (one written before the GPU's
+        measured shares, which records none, beside step.prefill_efficiency_fp8: the rule it was solved under)."""
+        from dataclasses import replace
+
+        from servesize.resolve.measured import step_calibration_of
+
+        if not any(name == "mfu" for name, _ in self.knobs.calibrated):
+            return fixed
+        found = step_calibration_of(self.scenario)
+        share = 0.0 if found is None or found[0].fp8_prefill_share is None else found[0].fp8_prefill_share
+        if share == fixed.fp8_prefill_share:
+            return fixed
+        fixed.derivation.given("fp8_prefill_share", share, note=(
+            f"the FP8 prefill share {found[1] if found else 'the calibration'}'s MFU was solved beside, not the "
+            f"GPU's {fixed.fp8_prefill_share:g} (gpus.toml)" + ("; none recorded: a calibration written before the "
+                                                                "GPUs' measured shares (step.prefill_efficiency_fp8)"
+                                                                if not share else "")))
+        return replace(fixed, fp8_prefill_share=share)
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:

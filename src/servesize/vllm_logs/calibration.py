@@ -111,6 +111,11 @@ class Calibration:
     bandwidth_efficiency: float | None = None
     mfu: float | None = None
     moe_backend: str | None = None  # the fused-MoE kernel the benchmarked server ran (--moe-backend; None: not said)
+    # the GPU's FP8 prefill share the MFU was solved beside (planning.inputs Fixed.fp8_prefill_share: 0 where none
+    # applies), so that the calibration prices the prefill it was solved to reproduce whatever gpus.toml says later;
+    # None: written before 2026-12-07 (commit a5fefb5), when FP8 prefill ran at step.prefill_efficiency_fp8, as a
+    # share of 0 still does
+    fp8_prefill_share: float | None = None
 
     @property
     def available_kv_bytes_mid(self) -> int | None:
@@ -172,6 +177,9 @@ def _field_value(name: str, value: Any) -> Any:
         return _checked(name, value, isinstance(value, str), "text or null")
     if name in _FRACTION_FIELDS:
         return _fraction(name, value)
+    if name == "fp8_prefill_share":  # gpus.toml's bounds (model/hardware.py); 0: none applied
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1.5
+        return float(_checked(name, value, ok, "a number in [0, 1.5] or null"))
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
