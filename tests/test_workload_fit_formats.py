@@ -232,3 +232,26 @@ def test_a_pause_longer_than_away_after_s_is_the_user_away_and_not_think_time(tm
     # pauses 10, 30 and 10 s a session (its fourth, over half an hour, is the user away): the mean of those three
     assert f["think_time_s"].value == pytest.approx(50 / 3, abs=0.01)
     assert "20 pauses over 30 minutes" in f["think_time_s"].how and "the user away" in f["think_time_s"].how
+
+
+def test_prompts_over_a_deployments_max_model_len_are_left_out_with_nothing_of_them_in_pauses_or_growth(tmp_path):
+    """vLLM refuses a prompt over max_model_len: fitted for such a deployment (the engine simulator's plan beside a
+    trace), a log's longer prompts are left out and counted, and a session's next pause runs from the request
+    before them, as the engine's replay of the accepted requests sends it."""
+    def session(k):
+        reqs = [{"t": 30.0 * j, "api_time": 2.0, "in": 20_000 + 10_000 * j, "out": 100} for j in range(5)]
+        reqs.append({"t": 200.0, "api_time": 2.0, "in": 21_000, "out": 100})  # compacted: short again
+        return {"id": f"s{k}", "requests": reqs}
+
+    path = tmp_path / "cc.jsonl"
+    path.write_text("\n".join(json.dumps(session(k)) for k in range(12)))
+    whole = read_token_counts(path)
+    cut = read_token_counts(path, max_prompt_tokens=40_000)
+    assert len(whole.user) == 72 and cut.refused == 12 * 2 and len(cut.user) == 12 * 4
+    assert max(cut.user) <= 40_000 and max(whole.user) == 60_000
+    # the pauses: 28 s each, then from the last accepted request's end (the 40,000-token one: t 60 + 2 s) to the
+    # compacted one at 200 s, where the whole log's runs from the 60,000-token one's (t 120 + 2 s)
+    assert sorted(set(np.round(cut.gaps_s, 6))) == [28.0, 138.0] and sorted(set(np.round(whole.gaps_s, 6))) == [28.0, 78.0]
+    assert list(cut.turn_growth) == [10_000.0] * 24  # 20,000 -> 30,000 -> 40,000; the compacted one shrinks
+    fit = fit_observations(cut)
+    assert any("24 prompt(s) longer than max_model_len 40,000 left out" in n for n in fit.notes)

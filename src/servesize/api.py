@@ -596,15 +596,17 @@ def calibrate(log: str | LogFacts, *, source: str = "<log>", block_size: int | N
 
 
 def fit_workload(path: str | os.PathLike[str], *, column: str | None = None, min_tokens: int | None = None,
-                 prefix_tokens: int | None = None, preset: str | None = None, distribution: str = "auto") -> WorkloadFit:
+                 prefix_tokens: int | None = None, preset: str | None = None, distribution: str = "auto",
+                 max_model_len: int | None = None) -> WorkloadFit:
     """A workload fitted from a request log (CSV, JSONL or JSON; gzip allowed): every field fitted from the
     file or left to ``preset`` (default coding-agent), nothing dropped unless ``min_tokens`` asks (None:
-    workload.fit.DEFAULT_MIN_TOKENS)."""
+    workload.fit.DEFAULT_MIN_TOKENS). ``max_model_len``: a deployment's; longer prompts are left out, as vLLM
+    refuses them, and the workload is the requests it accepts (what the engine simulator replays there)."""
     from servesize.workload.fit import DEFAULT_MIN_TOKENS, fit_observations
     from servesize.workload.readers import read_token_counts
 
     min_tokens = DEFAULT_MIN_TOKENS if min_tokens is None else min_tokens
-    return fit_observations(read_token_counts(path, column), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
+    return fit_observations(read_token_counts(path, column, max_model_len), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
                             preset_name=preset, distribution=distribution)
 
 
@@ -689,27 +691,48 @@ def presets() -> list[Preset]:
 def simulation_workload(trace: Any, source: Any, replay_opts: Any, preset_name: str | None = None) -> Any:
     """The one workload plan and simulate read from a trace: a file ``workload fit`` reads is fitted by it (the
     same function, so ``plan --workload`` on its output plans this workload); a workload file is itself; a Trace
-    object goes through the same fitter (workload/fit.py) via what the trace says."""
+    object goes through the same fitter (workload/fit.py) via what the trace says. Beside the engine simulator the
+    options carry the deployment's max_model_len: the requests vLLM accepts, as the replay sends them."""
     from dataclasses import replace
 
-    from servesize.simulate.users import fit_trace_workload
     from servesize.workload.model import Workload
 
     opts = replace(replay_opts, users=None)
     if isinstance(trace, Workload):
         return _given_workload(trace, source, opts)
+    return _fitted_trace_workload(trace, source, opts, preset_name)
+
+
+def _fitted_trace_workload(trace: Any, source: Any, opts: Any, preset_name: str | None) -> Any:
+    from servesize.simulate.users import fit_trace_workload
+
     if isinstance(trace, (str, os.PathLike)):
         path = os.fspath(trace)
         if path.lower().endswith(".toml") or _is_workload_file(path):
             from servesize.workload.files import load_workload
 
             return _given_workload(load_workload(path), source, opts)
-        try:
-            found = fit_workload(path, preset=preset_name)
+        try:  # the requests the replay sends: those the deployment's max_model_len accepts
+            found = fit_workload(path, preset=preset_name, max_model_len=opts.max_model_len)
         except BadInput:
             found = None  # a format only the simulator reads (a run record): fitted from the trace below
         return fit_trace_workload(source, opts, fitted=found, preset=preset_name)
     return fit_trace_workload(source, opts, preset=preset_name)
+
+
+def _replayed_max_model_len(scenario: Scenario, trace: Any) -> int | None:
+    """The deployment's max_model_len, for a trace's replay: vLLM refuses longer prompts, so the engine replays the
+    rest, and plan beside it plans the workload of the same requests (None: sessions generated from a workload,
+    whose contexts the plan caps as the generator does; or a scenario that cannot be resolved alone)."""
+    from servesize.resolve.plan import plan_inputs
+
+    if _generated(trace):
+        return None
+    try:
+        report, _ = plan_inputs(scenario).memory_and_fixed(check_prefixes=False)
+    except BadInput:
+        return None
+    return int(report.pool.max_model_len)
 
 
 def _generated(trace: Any) -> bool:
@@ -801,10 +824,13 @@ def simulate_engine(trace: Any, scenario: Scenario, *, users: int | None = None,
 
     started = time.perf_counter()
     source = _simulation_trace(trace, trace_format, trace_block_size, synthetic_sessions, seed)
-    ropts = ReplayOptions(requests=requests, align=align, sessions_per_user=sessions_per_user, warmup=0.0, seed=seed)
+    ropts = ReplayOptions(requests=requests, align=align, sessions_per_user=sessions_per_user, warmup=0.0, seed=seed,
+                          max_model_len=_replayed_max_model_len(scenario, trace))
     fitted = simulation_workload(trace, source, ropts, getattr(scenario, "preset", None))
     if _generated(trace):  # a user's next session follows the last after a think time, as its turns do
         ropts = replace(ropts, session_gap_s=float(fitted.workload.think_time_s))
+    else:  # where the replay puts a pause of its own (between sessions, for an away one): the plan's mean think
+        ropts = replace(ropts, resume_s=float(fitted.workload.think_time_s))
     notes: list[str] = []
     try:  # plan's users for one replica: --users is the engine's load here, not a fleet to size
         planned = scenario.replace(workload=fitted.workload, users=None)

@@ -145,3 +145,20 @@ def test_a_users_pause_over_away_after_s_is_cut_to_the_resume_and_everything_aft
     assert rp.requests == 6 and float(np.diff(np.sort(rp.arrival_s)).max()) <= 10.0
     # replayed as it is, the trace keeps its hour
     assert float(build_replay(trace, ReplayOptions(warmup=0.0)).arrival_s.max()) == 4_000.0
+
+
+def test_a_given_resume_pause_replaces_the_traces_median_between_sessions_and_for_an_away_pause():
+    """The engine beside a plan gives the workload's mean think time (the pause the plan cycles on) where the replay
+    puts a pause of its own: between a user's sessions, and in place of an away pause; the default is the
+    trace's median pause (7.5 s here)."""
+    from servesize.simulate.engine import closed_loop
+    trace = away_and_back()
+    pauses = {}
+    for resume in (None, 30.0):
+        rp = build_replay(trace, ReplayOptions(users=1, sessions_per_user=2, warmup=0.0, cut=False, resume_s=resume))
+        p, _, _ = closed_loop(rp)
+        pauses[resume] = sorted(np.round(p[p > 0], 6).tolist())
+    # within the sessions: a's 9 s, b's 4 and 6 s; the away hour and the gap between the two sessions: the resume
+    assert pauses[None] == [4.0, 6.0, 7.5, 7.5, 9.0] and pauses[30.0] == [4.0, 6.0, 9.0, 30.0, 30.0]
+    with pytest.raises(BadInput):
+        ReplayOptions(resume_s=-1.0)

@@ -17,8 +17,8 @@ formats (detected from the content; .gz allowed):
 what is measured: the prompt tokens of each request (cached tokens included): in agentic
 traffic a request resends its whole session, so its prompt is the session's resident length.
 
-Nothing is dropped unless --min-tokens asks (the count dropped is always printed); rows that
-cannot be read are skipped and counted. A field the file cannot say is left to --preset and
+Nothing is dropped unless --min-tokens or --max-model-len asks (the count dropped is always
+printed); rows that cannot be read are skipped and counted. A field the file cannot say is left to --preset and
 marked so in the file written; `plan --workload FILE` fills it from that preset.
 
 examples:
@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-tokens", metavar="N", type=parse_tokens, default=None,
                         help="shared system prefix of the user class (default: from the file when it says, "
                              "else the preset's)")
+    parser.add_argument("--max-model-len", metavar="N", type=parse_tokens, default=None,
+                        help="a deployment's max_model_len: prompts longer are left out (and counted), as vLLM "
+                             "refuses them, so the workload is the requests that deployment accepts (what "
+                             "`simulate --engine` replays and plans beside it; default: every prompt)")
     parser.add_argument("--distribution", choices=DISTRIBUTIONS, default="auto",
                         help=f"session lengths: log-normal, the observed distribution itself (empirical), or "
                              f"auto: empirical when the log-normal's KS D >= {POOR_FIT_D:g} (default auto)")
@@ -55,11 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args):
     from servesize.api import fit_workload
+    from servesize.errors import BadInput
     from servesize.render.plots import plot_fit
     from servesize.workload.files import write_workload
 
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise BadInput(f"--max-model-len must be at least 1 token, got {args.max_model_len}", field="max_model_len")
     result = fit_workload(args.file, column=args.column, min_tokens=args.min_tokens, prefix_tokens=args.prefix_tokens,
-                          preset=args.preset, distribution=args.distribution)
+                          preset=args.preset, distribution=args.distribution, max_model_len=args.max_model_len)
     if args.out:
         write_workload(result, args.out)
     if args.plot:

@@ -37,7 +37,8 @@ What it reproduces (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, vLLM
 
 Users are closed-loop: each user sends its next request a pause after its previous answer ends, the pause
 the trace had there (its gap less the trace's own service time; one over ``AWAY_AFTER_S`` is the user away and is
-cut to the trace's median pause, simulate/replay.py ``away_shift``) or the workload's think-time distribution
+cut to the workload's mean think time beside a plan, the pause the plan cycles on, which also parts a user's
+sessions: ReplayOptions.resume_s, simulate/replay.py ``away_shift``) or the workload's think-time distribution
 (sessions generated from a workload, whose subagent requests are sent with their turn and gate nothing:
 ``riding``). A step in which nothing but decoding happens repeats until the next
 arrival, finish or block boundary, and is advanced in one vectorised jump (the same rooflines, step by step).

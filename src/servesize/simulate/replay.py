@@ -86,6 +86,10 @@ class ReplayOptions:
     session_gap_s: float | None = None  # the mean pause between a user's sessions, each drawn exponential (seeded);
                                         # None: the trace's median pause between turns, every time (sessions
                                         # generated from a workload: its mean think time, drawn as its turns' are)
+    resume_s: float | None = None       # the pause a user takes where the trace's own is not kept (between its
+                                        # sessions when session_gap_s is None, and in place of an away pause);
+                                        # None: the trace's median pause. The engine simulator beside a plan
+                                        # gives the workload's mean think time, the pause the plan cycles on
 
     def __post_init__(self):
         if self.requests not in REQUEST_SELECTIONS:
@@ -96,6 +100,8 @@ class ReplayOptions:
             raise BadInput(f"--warmup must be in [0, 1), got {self.warmup!r}")
         if self.users is not None and not 1 <= self.users <= MAX_USERS:
             raise BadInput(f"--users must be in [1, {MAX_USERS:,}], got {self.users!r}")
+        if self.resume_s is not None and not (math.isfinite(self.resume_s) and self.resume_s >= 0):
+            raise BadInput(f"the resume pause must be a finite number of seconds >= 0, got {self.resume_s!r}")
         if self.sessions_per_user is not None and not 1 <= self.sessions_per_user <= 10_000:
             raise BadInput(f"--sessions-per-user must be in [1, 10000], got {self.sessions_per_user!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 63:
@@ -292,7 +298,7 @@ def _users(trace: Trace, keep: np.ndarray, opts: ReplayOptions, root: np.ndarray
     rng = np.random.default_rng(opts.seed)
     picks = np.concatenate([rng.permutation(mains.size) for _ in range(-(-need // mains.size))])[:need]
     copy_of_draw = np.arange(need, dtype=np.int64) // mains.size
-    resume = think_gap_s(trace, keep)
+    resume = think_gap_s(trace, keep) if opts.resume_s is None else float(opts.resume_s)
     shift = away_shift(trace, keep, root, start, resume)
     durations = _durations(trace, keep, root, start, shift)[mains[picks]]
     if opts.session_gap_s is None:

@@ -238,6 +238,7 @@ class WorkloadFit:
         data["fit"] = {
             "file": pathlib.Path(o.path).name, "format": o.format, "field": o.field, "n": self.user_fit.n,
             "min_tokens": self.min_tokens, "dropped_below_min_tokens": self.dropped, "skipped_bad_rows": o.skipped,
+            **({"max_model_len": o.max_prompt_tokens, "refused_longer": o.refused} if o.max_prompt_tokens else {}),
             "distribution": self.distribution, "ks_d": round(self.user_fit.ks_d, 6),
             "fitted": {name: f.how for name, f in self.fields.items() if f.fitted},
             "from_preset": {**{name: f.how for name, f in self.fields.items() if not f.fitted}, **NEVER_IN_A_LOG},
@@ -466,7 +467,9 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     chosen = preset(preset_name)
     if not obs.user:
         raise BadInput(f"{obs.path}: no readable prompt lengths in {obs.field}"
-                       + (f" ({obs.skipped:,} rows skipped: {obs.skip_examples[0]})" if obs.skipped else ""))
+                       + (f" ({obs.skipped:,} rows skipped: {obs.skip_examples[0]})" if obs.skipped else "")
+                       + (f" (all {obs.refused:,} are longer than max_model_len {obs.max_prompt_tokens:,.0f})"
+                          if obs.refused else ""))
     user = _filtered(obs.user, min_tokens)
     if user.size < MIN_WORKLOAD_SAMPLES:
         raise BadInput(f"{obs.path}: only {user.size} of {len(obs.user):,} prompt lengths are >= {max(min_tokens, 1):,} "
@@ -539,4 +542,7 @@ def _fit_notes(obs: Observations, fields: dict[str, FieldFit], chosen, user_fit:
         notes.append(f"the file labels subagent requests, which preset {chosen.name} has none of")
     if obs.skipped:
         notes.append(f"{obs.skipped:,} unreadable row(s) skipped: " + "; ".join(obs.skip_examples))
+    if obs.refused:
+        notes.append(f"{obs.refused:,} prompt(s) longer than max_model_len {obs.max_prompt_tokens:,.0f} left out, as "
+                     "vLLM refuses them: the workload is the requests this deployment accepts")
     return notes

@@ -111,6 +111,17 @@ class Observations:
     records: int = 0
     skipped: int = 0
     skip_examples: list[str] = dataclass_field(default_factory=list)
+    # a deployment's max_model_len: a prompt longer is left out as vLLM refuses it (read_token_counts'
+    # max_prompt_tokens), with nothing of it in a session's pauses, growth or cache; None: every prompt is read
+    max_prompt_tokens: float | None = None
+    refused: int = 0
+
+    def refuses(self, prompt: float) -> bool:
+        """Whether a prompt this long is left out (longer than ``max_prompt_tokens``); counted when it is."""
+        if self.max_prompt_tokens is not None and prompt > self.max_prompt_tokens:
+            self.refused += 1
+            return True
+        return False
 
     def request(self, prompt: float, output: float | None, subagent: bool = False) -> None:
         """One request's prompt tokens (in the user or the subagent column) and its output tokens, where known."""
@@ -216,6 +227,8 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
     think = _number(_cell(row, lay.think), f"{where}, think time")
     stamp = _csv_time(_cell(row, lay.time), f"{where}, time") if lay.session is not None else None
     _check_cached(cached, x, where)
+    if obs.refuses(x):
+        return
     obs.request(x, out, subagent=is_sub)
     session = _cell(row, lay.session)
     if cached is not None and not is_sub:
@@ -231,7 +244,7 @@ def _read_csv_row(row: list[str], lay: _CsvLayout, where: str, obs: Observations
         last[session] = stamp if stamp is not None else before
 
 
-def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observations:
+def _read_csv(lines: Iterable[str], path: str, column: str | None, max_prompt_tokens: float | None = None) -> Observations:
     reader = csv.reader(lines)
     try:
         header = next(reader)
@@ -243,7 +256,7 @@ def _read_csv(lines: Iterable[str], path: str, column: str | None) -> Observatio
     lay = _CsvLayout(_csv_column(names, column, path), _find(names, OUTPUT_COLUMNS), _find(names, CACHED_COLUMNS),
                      _find(names, THINK_COLUMNS), _find(names, SESSION_COLUMNS), _find(names, TIME_COLUMNS),
                      _find(names, CLASS_COLUMNS))
-    obs = Observations(path, "csv", f"column {names[lay.prompt]!r}")
+    obs = Observations(path, "csv", f"column {names[lay.prompt]!r}", max_prompt_tokens=max_prompt_tokens)
     obs.output_field = f"column {names[lay.output]!r}" if lay.output is not None else ""
     obs.think_field = (f"column {names[lay.think]!r}" if lay.think is not None else
                        f"gaps between {names[lay.time]!r} within {names[lay.session]!r}"
@@ -337,6 +350,8 @@ def _read_openai(rec: dict, loc: str, obs: Observations) -> None:
     out = _number(u.get("completion_tokens"), f"{loc}, usage.completion_tokens")
     cached = _number(dotted(u, "prompt_tokens_details.cached_tokens"), f"{loc}, usage.prompt_tokens_details.cached_tokens")
     _check_cached(cached, x, loc)
+    if obs.refuses(x):
+        return
     obs.request(x, out)
     if cached is not None:
         _observe_cached(obs, cached, x)
@@ -351,6 +366,8 @@ def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
     if fresh is None:
         raise _BadRow(f"{loc}, usage.input_tokens: empty")
     total = sum(p for p in (fresh, cache_read, cache_creation) if p is not None)
+    if obs.refuses(_count(total, f"{loc}, usage")):
+        return
     obs.request(_count(total, f"{loc}, usage"), out)
     if cache_read is not None:
         _observe_cached(obs, cache_read, total)
@@ -366,7 +383,10 @@ def _read_subagent_request(q: Any, where: str, obs: Observations) -> None:
     """A request inside a subagent (at any depth): a subagent-class request."""
     if not isinstance(q, dict):
         raise _BadRow(f"{where}: not an object")
-    obs.request(_count(q.get("in"), f"{where}.in"), _number(q.get("out"), f"{where}.out"), subagent=True)
+    x = _count(q.get("in"), f"{where}.in")
+    if obs.refuses(x):
+        return
+    obs.request(x, _number(q.get("out"), f"{where}.out"), subagent=True)
 
 
 @dataclass
@@ -401,6 +421,8 @@ def _read_claude_request(r: dict, where: str, obs: Observations, state: dict) ->
     out = _number(r.get("out"), f"{where}.out")
     t = _number(r.get("t"), f"{where}.t")
     ids = _hash_ids(r.get("hash_ids"), where)
+    if obs.refuses(x):  # vLLM refuses it: the session's next pause runs from the request before
+        return
     obs.request(x, out)
     if t is not None:  # the pause: from the previous request's end (t + api_time) to this request
         if state.get("t") is not None:
@@ -450,6 +472,8 @@ def _read_mooncake(rec: dict, loc: str, obs: Observations) -> None:
     x = _count(rec.get("input_length"), f"{loc}, input_length")
     out = _number(rec.get("output_length"), f"{loc}, output_length")
     ids = _hash_ids(rec.get("hash_ids"), loc)
+    if obs.refuses(x):
+        return
     obs.request(x, out)
     if ids is not None:
         obs.id_lists.append(ids[:64])
@@ -526,7 +550,7 @@ def _first_format(rec: Any, loc: str, path: str, column: str | None) -> _JsonFor
 
 
 def _read_json_records(records: Callable[[Callable[[str], None]], Iterator[tuple[int, Any]]], path: str,
-                       column: str | None) -> Observations:
+                       column: str | None, max_prompt_tokens: float | None = None) -> Observations:
     """JSONL or a JSON array of objects, every record read in the format the first readable one shows."""
     found: tuple[_JsonFormat, Observations] | None = None
     early_skips: list[str] = []
@@ -541,7 +565,8 @@ def _read_json_records(records: Callable[[Callable[[str], None]], Iterator[tuple
         loc = f"record {where}"
         if found is None:
             fmt = _first_format(rec, loc, path, column)
-            found = fmt, Observations(path, fmt.format, fmt.field, output_field=fmt.output_field)
+            found = fmt, Observations(path, fmt.format, fmt.field, output_field=fmt.output_field,
+                                      max_prompt_tokens=max_prompt_tokens)
             for why in early_skips:
                 found[1].skip(why)
         fmt, obs = found
@@ -563,15 +588,16 @@ def _read_json_records(records: Callable[[Callable[[str], None]], Iterator[tuple
     return obs
 
 
-def read_token_counts(path, column: str | None = None) -> Observations:
+def read_token_counts(path, column: str | None = None, max_prompt_tokens: float | None = None) -> Observations:
     """What a CSV, JSONL or JSON request log (gzip allowed) says about its requests, format auto-detected; every
-    kind of file is streamed (formats.text_lines, formats.json_array): memory follows the records, not the file."""
+    kind of file is streamed (formats.text_lines, formats.json_array): memory follows the records, not the file.
+    ``max_prompt_tokens``: a deployment's max_model_len; longer prompts are left out as vLLM refuses them."""
     p = pathlib.Path(path)
     first = first_char(p)
     if not first:
         raise BadInput(f"{str(p)!r}: the file is empty")
     if first == "{":
-        return _read_json_records(lambda skip: _jsonl_records(text_lines(p), skip), str(p), column)
+        return _read_json_records(lambda skip: _jsonl_records(text_lines(p), skip), str(p), column, max_prompt_tokens)
     if first == "[":
-        return _read_json_records(lambda skip: json_array(p), str(p), column)
-    return _read_csv(text_lines(p), str(p), column)
+        return _read_json_records(lambda skip: json_array(p), str(p), column, max_prompt_tokens)
+    return _read_csv(text_lines(p), str(p), column, max_prompt_tokens)
