@@ -589,3 +589,31 @@ def test_fp8_prefill_runs_at_the_gpus_measured_share_for_its_scales_and_at_the_f
     assert fp8_prefill_factor("measured", 0.0, 0.9) == 0.9 and fp8_prefill_factor("fitted", 0.8, 0.9) == 0.9
     with pytest.raises(BadInput, match="gpu_fp8_prefill_kernels"):
         fp8_prefill_factor("fast", 0.8, 0.9)
+
+
+def test_a_compressed_tensors_fp8_block_checkpoint_runs_the_block_scaled_kernels_a_native_one_does():
+    """compressed-tensors' FP8 'block' strategy (QuantizationArgs strategy "block" with block_structure, llm-compressor's
+    FP8_BLOCK scheme) is block-scaled FP8, as a native fp8 checkpoint's weight_block_size is: its prefill share and
+    kernel efficiencies are block FP8's, not per-tensor's (quantization.py read every compressed-tensors FP8 as
+    per-tensor before 2026-12-07)."""
+    import json
+
+    from servesize.model.architecture import from_config
+    from servesize.planning.inputs import weight_format_of
+
+    config = json.loads((pathlib.Path(__file__).parent / "fixtures" / "model-configs" / "Qwen--Qwen3-32B"
+                         / "config.json").read_text())
+
+    def weights(**scheme):
+        q = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+            "num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, **scheme}}}}
+        return from_config({**config, "quantization_config": q})
+
+    block = weights(strategy="block", block_structure=[128, 128])
+    assert block.quantization.block == (128, 128) and weight_format_of("native", block) == "fp8_block"
+    channel = weights(strategy="channel")
+    assert channel.quantization.block is None and weight_format_of("native", channel) == "fp8_tensor"
+    with pytest.raises(BadInput, match="block_structure"):
+        weights(strategy="block")
+    with pytest.raises(BadInput, match="block_structure"):
+        weights(strategy="block", block_structure=[128])

@@ -79,14 +79,15 @@ def _fp8(q: Mapping[str, Any], method: str, skip: tuple[str, ...], family: str) 
     return Quantization("fp8", 8, block=block, unquantized=skip, source="quantization_config: fp8" + scales)
 
 
-def _block(value: Any) -> tuple[int, int] | None:
-    """weight_block_size: absent (per-tensor scales) or two whole numbers >= 1 ([128, 128])."""
+def _block(value: Any, key: str = "weight_block_size") -> tuple[int, int] | None:
+    """weight_block_size (or compressed-tensors' block_structure): absent (per-tensor scales) or two whole numbers
+    >= 1 ([128, 128])."""
     if value is None:
         return None
     ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(
         not isinstance(v, bool) and isinstance(v, int) and 1 <= v <= 1 << 20 for v in value)
     if not ok:
-        raise BadInput("config field 'quantization_config.weight_block_size' must be two whole numbers >= 1 "
+        raise BadInput(f"config field 'quantization_config.{key}' must be two whole numbers >= 1 "
                        f"(rows, columns: [128, 128]), got {_shown(value)}")
     return int(value[0]), int(value[1])
 
@@ -139,6 +140,17 @@ def _compressed_tensors(q: Mapping[str, Any], method: str, skip: tuple[str, ...]
                                       ("quantization_config.config_groups",))
     b = widths.pop()
     group = next((g for g in (_whole(w, "group_size", None, 1, 1 << 20) for w in weights) if g), None)
+    if b == 8 and types == {"float"} and any(str(w.get("strategy", "")).lower() == "block" for w in weights):
+        # compressed-tensors' block strategy (QuantizationArgs: strategy "block", block_structure [128, 128]; the
+        # FP8_BLOCK scheme of llm-compressor): the block-scaled FP8 kernels vLLM's CompressedTensorsW8A8Fp8 runs
+        # for it, as for a native fp8 checkpoint's weight_block_size
+        block = next((_block(w.get("block_structure"), "config_groups.*.weights.block_structure") for w in weights
+                      if str(w.get("strategy", "")).lower() == "block"), None)
+        if block is None:
+            raise BadInput("config field 'quantization_config.config_groups.*.weights': strategy 'block' without "
+                           "its block_structure (rows, columns: [128, 128])")
+        return Quantization("fp8", 8, block=block, unquantized=skip,
+                            source=f"quantization_config: compressed-tensors fp8 block {block[0]}x{block[1]}")
     return _compressed_scheme(b, types, group, all(w.get("symmetric", True) for w in weights), skip, family)
 
 
