@@ -363,3 +363,20 @@ def test_a_gpu_without_a_catalogued_host_link_restores_over_an_assumed_one_and_s
     assert doc["offload"]["link_assumed"] and doc["offload"]["link"] == "PCIe Gen5 x16 (assumed)"
     assert "gpus.toml has no host link for B200" in doc["offload"]["link_source"]
     assert "PCIe Gen5 x16 (assumed)" in text
+
+
+def test_the_seed_sentence_on_prefill_mfu_says_both_mfus_are_scaled_by_the_deployments_kernels():
+    """Where the study's 45% MFU is the switch that moves the answer, on an FP8 deployment both it and servesize's
+    MFU run scaled by the GPU's measured FP8 GEMM share: the sentence says so and gives both effective shares of the
+    peak, not a bare 'servesize: 66% of peak' that an FP8 H100 never runs at."""
+    from servesize.api import plan
+    from servesize.planning.plan import seed_words
+    from servesize.scenario import Scenario
+
+    p = plan(Scenario(model="llama-3.1-8b", gpus="1xH100", quantization="fp8", ttft_limit=1.0))
+    assert p.vs_seed is not None and p.vs_seed["assumption"] == "prefill.mfu"
+    share = p.vs_seed["prefill_factor"]
+    assert share == pytest.approx(p.fixed.fp8_prefill_share) and 0.5 < share < 1.0
+    text = p.seed_sentence()
+    assert f"x {share:.3g}" in text and f"{p.vs_seed['default'] * share:.0%}" in text
+    assert seed_words("prefill.mfu", 0.45, 0.66) == "prefill runs at 45% of peak FLOP/s (servesize: 66%)"

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 from servesize.assumptions import modelled_assumptions
 from servesize.derivation import Derivation
 from servesize.frozen import frozen
-from servesize.planning.ceilings import CEILINGS, CeilingCache, Ceilings, ceilings, decode_points, decode_setup
+from servesize.planning.ceilings import (
+    CEILINGS,
+    CeilingCache,
+    Ceilings,
+    ceilings,
+    decode_points,
+    decode_setup,
+    kernel_efficiency,
+)
 from servesize.planning.inputs import KNOB_SOURCE, Fixed, Knobs, knob_value, sub_ratio_of, ttft_queue_budget_s
 from servesize.planning.inputs import PLANNING_PERCENTILE as PLANNING_PERCENTILE
 from servesize.planning.latency import latency_report, request_rate
@@ -105,7 +113,8 @@ class Plan:
         s = self.vs_seed
         if not s:
             return None
-        return (f"if {seed_words(s['assumption'], s['seed_value'], s['default'])}, as the warm-capacity study assumes: "
+        return (f"if {seed_words(s['assumption'], s['seed_value'], s['default'], s.get('prefill_factor', 1.0))}, as "
+                f"the warm-capacity study assumes: "
                 f"{s['users']:,.0f} users ({s['binding']} binds)")
 
     def workload_name(self) -> str:
@@ -380,6 +389,10 @@ SEED_SWITCHES = (("decode.bandwidth_efficiency", "bandwidth_efficiency"), ("pref
 SEED_WORDS: dict[str, Callable[[Any, Any], str]] = {
     "decode.bandwidth_efficiency": lambda seed, now: f"decode reads HBM at {seed:.0%} of its bandwidth (servesize: {now:.0%})",
     "prefill.mfu": lambda seed, now: f"prefill runs at {seed:.0%} of peak FLOP/s (servesize: {now:.0%})",
+    # ... where the deployment's kernels scale the MFU (an FP8 GPU's measured share, AMD, MoE): both sides are scaled
+    "prefill.mfu x": lambda seed, now: (f"prefill's MFU is {seed[0]:.0%} (servesize: {now[0]:.0%}; both x {now[1]:.3g} "
+                                        f"for these kernels on this GPU: {seed[0] * now[1]:.0%} and {now[0] * now[1]:.0%} "
+                                        "of peak FLOP/s)"),
     "load.model": lambda seed, now: "every user decodes at once (servesize: they take turns)",
     "decode.step_overhead_s": lambda seed, now: f"a decode step costs only its reads (servesize: {now * 1e3:g} ms more)",
     "decode.roofline": lambda seed, now: "a decode step costs only its reads (servesize: its GEMMs cost their compute "
@@ -388,8 +401,11 @@ SEED_WORDS: dict[str, Callable[[Any, Any], str]] = {
 }
 
 
-def seed_words(assumption: str, seed_value: Any, default: Any) -> str:
-    """What the warm-capacity study assumed where servesize differs, in a visitor's words."""
+def seed_words(assumption: str, seed_value: Any, default: Any, prefill_factor: float = 1.0) -> str:
+    """What the warm-capacity study assumed where servesize differs, in a visitor's words; ``prefill_factor``: what
+    the deployment's kernels multiply prefill's MFU by (step_model.KernelEfficiency.prefill), said where it is not 1."""
+    if assumption == "prefill.mfu" and abs(prefill_factor - 1.0) > 1e-9:
+        return SEED_WORDS["prefill.mfu x"]((seed_value,), (default, prefill_factor))
     return SEED_WORDS[assumption](seed_value, default)
 
 
@@ -421,6 +437,8 @@ def seed_difference(fixed: Fixed, workload: Workload, knobs: Knobs, res: Ceiling
     if best is None:
         return None
     best.pop("moved")
+    if best["assumption"] == "prefill.mfu":  # both MFUs run scaled by the deployment's prefill kernels
+        best["prefill_factor"] = kernel_efficiency(fixed, knobs).prefill
     return best
 
 
