@@ -54,3 +54,15 @@ def test_the_glossary_reads_every_model_and_the_default_rule_for_ttft():
         assert model.summary in entries["Load model"]["text"]
     assert LOAD_MODELS["duty"].meaning("latency") in entries["Time to first token"]["text"]
     assert "mean TTFT" not in entries["Time to first token"]["text"]
+
+
+def test_the_ttft_limit_flag_describes_the_latency_rule_of_the_load_model_the_plan_applies():
+    """--ttft-limit's help is read from the load models' words (data/load_models.toml): the default model's latency
+    ceiling and the seed's, never the seed's 'mean cold-miss TTFT' alone beside a default that counts turns past it."""
+    from servesize.assumptions import assumption
+    from servesize.scenario import PARAMS
+
+    text = PARAMS["ttft_limit"].full_help()
+    now, seed = LOAD_MODELS[str(assumption("load.model"))], LOAD_MODELS[str(assumption("load.model", "seed"))]
+    assert now.meaning("latency") in text and seed.meaning("latency") in text and now is not seed
+    assert text.index(now.meaning("latency")) < text.index(seed.meaning("latency"))

@@ -409,6 +409,21 @@ _KV_LINKS = tuple(load_kv_links())  # gpus.toml [[kv_link]] and [[host_link]]
 MAX_TOKENS = 100_000_000  # longer than any context a model accepts (and the workload's own cap)
 
 
+def _ttft_help() -> str:
+    """--ttft-limit's words, read from the load models' data (data/load_models.toml, what planning.load_models
+    builds them from): the default's rule and the seed's, so that the flag never describes a rule the plan does not
+    apply. Read as data: the planner itself is not loaded to build a parser."""
+    from servesize.datafiles import table
+
+    models = table("load_models.toml")
+    now, seed = models[str(assumption("load.model"))], models[str(assumption("load.model", "seed"))]
+    return (f"the time-to-first-token budget: the latency ceiling is the {now['means']['latency']} (--assumptions "
+            f"seed, {seed['title']}: the {seed['means']['latency']})")
+
+
+_TTFT_HELP = _ttft_help()
+
+
 def _p(kind: str, help: str, group: str, *, default: Any = None, **extra: Any) -> Any:
     if default is MISSING:  # required: keyword-only, so it may follow the shared groups' defaulted fields
         return field(kw_only=True, metadata={"param": Param(kind, help, group, **extra)})
@@ -524,7 +539,7 @@ class KnobFields:
         "float", "achieved / peak FLOP/s of a compute-bound decode step (the roofline's compute leg)", "knobs",
         lo=_EFFICIENCY_FLOOR, hi=1.0, assumption="decode.compute_efficiency", sweep=True, metavar="F",
         bound_why=_EFFICIENCY_WHY, to="compute_efficiency", slider=Slider())
-    ttft_limit: float | None = _p("float", "mean cold-miss TTFT limit", "knobs", lo=0.0, hi=100_000.0, lo_open=True,
+    ttft_limit: float | None = _p("float", _TTFT_HELP, "knobs", lo=0.0, hi=100_000.0, lo_open=True,
                                   unit="s", assumption="latency.ttft_limit_s", sweep=True, metavar="SECONDS", to="ttft_limit_s",
                                   sensitivity=SensitivityRow("ttft_limit_s", "knob", 1.0, 60.0, "s"), slider=Slider(0.5))
     electricity_price: float | None = _p("float", "electricity price per kWh, in --currency", "knobs", lo=0.0,

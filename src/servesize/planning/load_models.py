@@ -88,27 +88,19 @@ class LoadModel:
         }[r.binding]
 
 
-_CACHE = ("cache", "warm user sessions the KV pool holds (p5 of the Monte-Carlo fills)")
-_SATURATION = ("saturation", "users at which prefill is busy 100% of the time")
+CEILING_ORDER = ("cache", "decode", "latency", "saturation")
 
-LOAD_MODELS: dict[str, LoadModel] = {m.name: m for m in (
-    LoadModel("duty", "duty cycle", True,
-              "Each user cycles think -> request -> decode, so only a share of them decode at any moment; the "
-              "ceilings hold at the p95 of that load, with the prefill chunks that share the decodes' steps priced.",
-              (_CACHE,
-               ("decode", "users whose simultaneous decoders, at the load percentile (p95 by default), stay at or "
-                          "above the floor, prefill chunks included"),
-               ("latency", "users at which queueing pushes more turns past the TTFT budget than the load percentile "
-                           "allows (5% at p95, or 2% more than a cold prefill alone already misses)"),
-               _SATURATION)),
-    LoadModel("every_user", "every user at once", False,
-              "The warm-capacity seed's conservative reading: every warm user decodes at once, and a cache miss's "
-              "mean TTFT must stay within the budget.",
-              (_CACHE,
-               ("decode", "users who can all decode at once at or above the floor"),
-               ("latency", "users at which a cache miss's mean TTFT reaches the budget"),
-               _SATURATION)),
-)}
+
+def _load_models() -> dict[str, LoadModel]:
+    """data/load_models.toml: each model's title, whether it cycles, its summary and each ceiling's meaning."""
+    from servesize.datafiles import table
+
+    return {name: LoadModel(name, str(row["title"]), bool(row["cycles"]), str(row["summary"]),
+                            tuple((c, str(row["means"][c])) for c in CEILING_ORDER))
+            for name, row in table("load_models.toml").items()}
+
+
+LOAD_MODELS: dict[str, LoadModel] = _load_models()
 
 
 def load_model(knobs: Knobs) -> LoadModel:
