@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cli_runner import run
+from cli_runner import run, run_json
 from servesize.assumptions import assumption
 from servesize.cli import main
 from servesize.errors import BadInput
@@ -173,8 +173,7 @@ def test_an_fp8_calibration_prices_the_prefill_it_was_solved_beside_whatever_the
     def ttft(**change) -> float:
         cal.write_text(json.dumps({**doc, "calibrations": [{**entry, **change}]} if "calibrations" in doc
                                   else {**entry, **change}))
-        assert main(["bench", *fp8, "--calibration", str(cal), "--json"]) == 0
-        return json.loads(capsys.readouterr().out)["mean_ttft_ms"]
+        return run_json(capsys, "bench", *fp8, "--calibration", cal, "--json")["mean_ttft_ms"]
 
     base = ttft()
     effective = entry["mfu"] * share

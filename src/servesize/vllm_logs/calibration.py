@@ -177,15 +177,23 @@ def _field_value(name: str, value: Any) -> Any:
         return _checked(name, value, isinstance(value, str), "text or null")
     if name in _FRACTION_FIELDS:
         return _fraction(name, value)
-    if name == "fp8_prefill_share":  # gpus.toml's bounds (model/hardware.py); 0: none applied
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1.5
-        return float(_checked(name, value, ok, "a number in [0, 1.5] or null"))
+    if name in _SHARE_FIELDS:
+        return _share(name, value)
     lo = -_MAX_CALIBRATION_NUMBER if name == "non_torch_gib" else 0  # vLLM's non-torch figure is a difference
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and lo <= value <= _MAX_CALIBRATION_NUMBER
     return float(_checked(name, value, ok, f"a number in [{lo:g}, {_MAX_CALIBRATION_NUMBER:g}] or null"))
 
 
 _FRACTION_FIELDS = ("bandwidth_efficiency", "mfu")  # a step-model calibration's efficiencies
+
+
+_SHARE_FIELDS = ("fp8_prefill_share",)  # the FP8 prefill share a calibration's MFU was solved beside
+
+
+def _share(name: str, value: Any) -> float:
+    """A GPU's measured FP8 prefill share, in gpus.toml's bounds (model/hardware.py); 0: none applied."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1.5
+    return float(_checked(name, value, ok, "a number in [0, 1.5] or null"))
 
 
 def _fraction(name: str, value: Any) -> float:

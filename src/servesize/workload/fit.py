@@ -458,6 +458,12 @@ def _subagent_fields(obs: Observations, min_tokens: int, n_user: int, name: str
             FieldFit("subagent_ratio", ratio, f"{fit.n:,} subagent / {n_user:,} user requests"), sv, fit, cls)
 
 
+def _why_none(obs: Observations) -> str:
+    """Why a file gave no prompt lengths: its unreadable rows, or every prompt over --max-model-len."""
+    return ((f" ({obs.skipped:,} rows skipped: {obs.skip_examples[0]})" if obs.skipped else "")
+            + (f" (all {obs.refused:,} are longer than max_model_len {obs.max_prompt_tokens:,.0f})" if obs.refused else ""))
+
+
 def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS, prefix_tokens: int | None = None,
                      preset_name: str | None = None, distribution: str = "auto") -> WorkloadFit:
     """The workload the file implies over a preset: each field fitted from the file or left to the preset."""
@@ -466,10 +472,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
 
     chosen = preset(preset_name)
     if not obs.user:
-        raise BadInput(f"{obs.path}: no readable prompt lengths in {obs.field}"
-                       + (f" ({obs.skipped:,} rows skipped: {obs.skip_examples[0]})" if obs.skipped else "")
-                       + (f" (all {obs.refused:,} are longer than max_model_len {obs.max_prompt_tokens:,.0f})"
-                          if obs.refused else ""))
+        raise BadInput(f"{obs.path}: no readable prompt lengths in {obs.field}{_why_none(obs)}")
     user = _filtered(obs.user, min_tokens)
     if user.size < MIN_WORKLOAD_SAMPLES:
         raise BadInput(f"{obs.path}: only {user.size} of {len(obs.user):,} prompt lengths are >= {max(min_tokens, 1):,} "
