@@ -274,6 +274,26 @@ def test_a_window_that_measures_too_few_requests_draws_more_sessions_per_user_un
     assert len(runs) == 1 and at.sessions_per_user == 4
 
 
+def test_a_larger_draw_too_large_for_one_run_leaves_the_run_before_it():
+    """measured_enough aims its larger draw under MAX_ENGINE_REQUESTS, but a seeded draw can still come out past it:
+    the run already made stands, and the search does not stop there as at a run too large to price."""
+    from servesize.simulate import engine as eng
+
+    first = EngineRun(users=2, arrival_s=np.array([0.0, 1.0]), first_token_s=np.array([0.5, 1.5]),
+                      finish_s=np.array([1.0, 2.0]), hit_tokens=np.zeros(2, dtype=np.int64),
+                      ideal_tokens=np.zeros(2, dtype=np.int64), input_tokens=np.ones(2), output_tokens=np.ones(2),
+                      preemptions=np.zeros(2, dtype=np.int64), warmup=0.0, sessions_per_user=4, drawn_requests=8)
+    asked: list = []
+
+    def run_with(per_user):
+        asked.append(per_user)
+        if per_user is None:
+            return first
+        raise eng.RunTooLarge("too many requests")
+
+    assert eng.measured_enough(run_with, 2) is first and asked[0] is None and asked[1] > 4 and len(asked) == 2
+
+
 def test_requests_logged_at_one_instant_are_spread_over_it_in_order():
     t = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 10.0, 12.0, 12.0])
     spread = spread_ties(t, seed=1)

@@ -1081,7 +1081,8 @@ def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
 def measured_enough(run_with: Callable[[int | None], EngineRun], users: int, *, fixed: bool = False) -> EngineRun:
     """N closed-loop users' run, measuring at least MIN_MEASURED_REQUESTS: ``run_with(None)`` draws the replay's
     default sessions per user; a run that measures fewer draws more (in proportion, a quarter over) and runs again,
-    MEASURE_PASSES runs at most, never past MAX_ENGINE_REQUESTS' worth of drawn requests. ``fixed``: the user chose
+    MEASURE_PASSES runs at most, aiming under MAX_ENGINE_REQUESTS' worth of drawn requests (a draw that still comes
+    out past it leaves the run before). ``fixed``: the user chose
     the sessions per user (--sessions-per-user), and one run is what they asked for."""
     run = run_with(None)
     for _ in range(MEASURE_PASSES - 1):
@@ -1092,7 +1093,10 @@ def measured_enough(run_with: Callable[[int | None], EngineRun], users: int, *, 
         more = min(math.ceil(per_user * 1.25 * MIN_MEASURED_REQUESTS / max(got, 1)), room, MAX_REPLAY_SESSIONS // users)
         if more <= per_user:
             break
-        run = run_with(more)
+        try:
+            run = run_with(more)
+        except RunTooLarge:  # the larger draw came out past what one run takes: the run already made stands
+            break
     return run
 
 
