@@ -1082,8 +1082,8 @@ def measured_enough(run_with: Callable[[int | None], EngineRun], users: int, *, 
     """N closed-loop users' run, measuring at least MIN_MEASURED_REQUESTS: ``run_with(None)`` draws the replay's
     default sessions per user; a run that measures fewer draws more (in proportion, a quarter over) and runs again,
     MEASURE_PASSES runs at most, aiming under MAX_ENGINE_REQUESTS' worth of drawn requests (a draw that still comes
-    out past it leaves the run before). ``fixed``: the user chose
-    the sessions per user (--sessions-per-user), and one run is what they asked for."""
+    out past it leaves the run before). ``fixed``: the user chose the sessions per user (--sessions-per-user), and
+    one run is what they asked for."""
     run = run_with(None)
     for _ in range(MEASURE_PASSES - 1):
         got, per_user = int(run.measured().sum()), run.sessions_per_user

@@ -365,10 +365,10 @@ def _read_anthropic(rec: dict, loc: str, obs: Observations) -> None:
         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"))
     if fresh is None:
         raise _BadRow(f"{loc}, usage.input_tokens: empty")
-    total = sum(p for p in (fresh, cache_read, cache_creation) if p is not None)
-    if obs.refuses(_count(total, f"{loc}, usage")):
+    total = _count(sum(p for p in (fresh, cache_read, cache_creation) if p is not None), f"{loc}, usage")
+    if obs.refuses(total):
         return
-    obs.request(_count(total, f"{loc}, usage"), out)
+    obs.request(total, out)
     if cache_read is not None:
         _observe_cached(obs, cache_read, total)
 
