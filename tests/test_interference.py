@@ -196,3 +196,41 @@ def test_the_plan_prices_the_turns_the_pool_evicts_below_its_ceiling(tmp_path):
             assert 0.001 < load.evicted_share < 0.05 and load.users < off.decode_load.users
         else:
             assert load.evicted_share < 1e-4 and load.users == off.decode_load.users
+
+
+def test_a_trace_of_lone_requests_evicts_by_its_reuse_distances_and_re_prefills_the_prompt_alone(tmp_path):
+    """A workload fitted from a trace of lone requests sharing prefixes (Mooncake's) carries its warm requests' LRU
+    reuse distances: the pool evicts the share past it at every load, and an evicted request prefills its own
+    prompt again (a lone request's drawn length is its whole prompt), where a session's evicted turn prefills its
+    context and the turn on top."""
+    import json
+
+    from servesize.api import plan_inputs
+    from servesize.planning.ceilings import ceilings
+    from servesize.scenario import Scenario
+
+    base = {"servesize_workload": 1, "preset": "coding-agent",
+            "user": {"name": "user", "kind": "lognormal", "median_tokens": 7000.0, "sigma": 1.0, "prefix_tokens": 0},
+            "subagent_ratio": 0.0, "invalidation": 0.58, "output_tokens": 150, "warm_turn_tokens": 427,
+            "session_turns": 0}
+    reuse = [100_000.0 * (k + 1) for k in range(64)]  # 0.1M to 6.4M tokens
+    found = {}
+    for name, extra in (("lone", {"reuse_tokens": reuse}), ("sessions", {})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**base, **extra}))
+        inputs = plan_inputs(Scenario(model="qwen3-30b-a3b", gpus="1xH200", workload=str(path)))
+        _, fixed = inputs.memory_and_fixed()
+        found[name] = (inputs.workload, fixed, ceilings(fixed, inputs.workload, inputs.knobs))
+    w, fixed, lone = found["lone"]
+    share = w.reuse_evicted(fixed.pool_tokens)
+    assert 0.8 < share < 0.9  # a pool of ~758k tokens holds the reuse of the seven points under it, of 64
+    load = lone.decode_load
+    assert load is not None and load.evicted_share == pytest.approx(share)
+    assert lone.stall.evictions.share(1) == lone.stall.evictions.share(40) == pytest.approx(share)  # at any load
+    _, _, sessions = found["sessions"]
+    assert sessions.decode_load is not None and sessions.decode_load.evicted_share < 0.01  # by pause: 4e-4
+    assert load.users < sessions.decode_load.users  # the evicted prefixes are prefilled beside the decodes
+    # the same draws, priced: the lone request's own prompt, the session's turn on its context
+    # (the turn and the half block a hit's end rounds to: planning.ceilings.warm_prefill_tokens)
+    turn = sessions.stall.evicted_prompts - lone.stall.evicted_prompts
+    assert np.allclose(turn, turn[0]) and 427.0 <= turn[0] < 427.0 + 16

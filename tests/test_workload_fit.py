@@ -208,7 +208,7 @@ def test_the_claude_code_trace_fits_every_field_from_the_file(traces_dir, capsys
     assert 40 < f["think_time_s"].value < 60 and 1.1 < f["think_time_sigma"].value < 1.5
     assert "555 pauses over 30 minutes" in f["think_time_s"].how
     assert 300 < f["output_tokens"].value < 600 and f["warm_turn_tokens"].fitted
-    assert fit.from_preset() == []
+    assert fit.from_preset() == ["reuse_tokens"]  # a trace of sessions: a returning turn is evicted by its pause
     with capsys.disabled():
         print(f"\nclaude-code trace: median {fit.user_fit.median:,.0f}, sigma {fit.user_fit.sigma:.3f}, "
               f"KS D {fit.user_fit.ks_d:.3f}, n {fit.user_fit.n:,}; prefix {f['user_prefix_tokens'].value:,}, "
@@ -222,3 +222,24 @@ def test_the_mooncake_conversation_trace_gives_the_chat_presets_prefix(traces_di
     assert fit.fields["user_prefix_tokens"].value == 512 == preset("chat").values["user_prefix_tokens"]
     assert 0.55 < fit.fields["invalidation"].value < 0.65     # the chat preset's 'upper bound 0.61'
     assert 300 < fit.fields["output_tokens"].value < 400
+
+
+def test_a_mooncake_trace_carries_its_warm_requests_reuse_distances_and_no_invented_subagents(traces_dir):
+    from servesize import api
+    from servesize.simulate.cache import CacheConfig, replay_exact
+    from servesize.simulate.replay import ReplayOptions, build_replay
+    from servesize.simulate.traces import read_trace
+
+    path = traces_dir / "mooncake-synthetic.jsonl.gz"
+    fit = api.fit_workload(path, max_model_len=40_960)
+    w, f = fit.workload, fit.fields
+    assert f["reuse_tokens"].fitted and f["subagent_ratio"].value == 0.0 and w.subagent_ratio == 0.0
+    assert 100 < f["warm_turn_tokens"].value < 1_000  # a warm request's tokens past the hit: measured 427
+    # the exact replay (vLLM's pool, LRU, tail-first) at 1,000 blocks of 512 tokens finds the prefix past the shared
+    # one of as many warm requests as the distances say it holds
+    replay = build_replay(read_trace(path), ReplayOptions(warmup=0.0, max_model_len=40_960))
+    res = replay_exact(replay, CacheConfig(1_002, 512))
+    warm = res.hit_tokens > 0
+    ideal_warm = int(round((1 - f["invalidation"].value) * replay.requests))
+    held = float(np.count_nonzero(warm)) / ideal_warm
+    assert 1.0 - w.reuse_evicted(1_000 * 512) == pytest.approx(held, abs=0.02)  # 0.215 against 0.211

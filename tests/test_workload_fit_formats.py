@@ -64,7 +64,8 @@ def test_a_csv_with_outputs_cache_hits_sessions_and_classes_fits_each_of_them(tm
     assert f["subagent_ratio"].value == pytest.approx(40 / 200) and fit.workload.subagent is not None
     assert "which preset chat has none of" in " ".join(fit.notes)
     data, w = every_field_is_fitted_or_the_presets(tmp_path, fit)
-    assert set(data["fit"]["from_preset"]) == {"warm_turn_tokens"} | NEVER_FITTED
+    # reuse distances are a trace of lone requests' (hash ids global): a log of sessions evicts by its pauses
+    assert set(data["fit"]["from_preset"]) == {"warm_turn_tokens", "reuse_tokens"} | NEVER_FITTED
     assert w.think_time_s == 20.0 and w.warm_turn_tokens == 284  # the chat preset's warm turn
 
 
@@ -161,7 +162,71 @@ def test_a_mooncake_file_fits_prefix_invalidation_and_output(tmp_path):
     every_field_is_fitted_or_the_presets(tmp_path, fit)
 
 
+def test_a_trace_of_lone_requests_sharing_prefixes_carries_its_warm_requests_reuse_distances(tmp_path):
+    from servesize import api
+    from servesize.workload.model import REUSE_POINTS
+
+    recs = []
+    for i in range(20):  # twenty lone requests behind one shared block, each asked again 100 s later with more
+        first = [0, 100 + i * 10, 101 + i * 10]
+        recs.append({"timestamp": i, "input_length": 1_500, "output_length": 300, "hash_ids": first})
+        recs.append({"timestamp": i + 100, "input_length": 2_600, "output_length": 100, "hash_ids": first + [5_000 + i]})
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs))
+    fit = api.fit_workload(path, preset="chat")
+    points = fit.fields["reuse_tokens"].value
+    assert len(points) == REUSE_POINTS and list(points) == sorted(points)
+    # request i's block past the shared one was last used by its first ask; since then the later first asks used two
+    # blocks each (19 - i), the shared block one, and the repeats before it four each (its two, a new one and its
+    # reply's full block): 39 + 2i distinct blocks, held by an LRU pool of more, i.e. (40 + 2i) x 512 tokens
+    assert 40 * 512 <= points[0] < 42 * 512 and 76 * 512 < points[-1] <= 78 * 512
+    # a pool of 30,000 tokens holds 58 blocks: it has evicted the prefixes of the ten repeats with i >= 10
+    assert fit.workload.reuse_evicted(30_000) == pytest.approx(0.5, abs=0.03)
+    assert fit.workload.reuse_evicted(0) == 1.0 and fit.workload.reuse_evicted(10**9) == 0.0
+    # what a repeat prefills: its prompt past the two full blocks its first ask cached (the third was partial)
+    assert fit.fields["warm_turn_tokens"].value == 2_600 - 2 * 512
+    every_field_is_fitted_or_the_presets(tmp_path, fit)
+
+
+def test_a_workload_with_sessions_carries_no_reuse_distances(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("prompt_tokens\n" + "\n".join(str(1_000 + i) for i in range(200)) + "\n")
+    fit = fit_file(path, preset_name="chat")
+    assert fit.workload.reuse_tokens is None and not fit.fields["reuse_tokens"].fitted
+
+
+@pytest.mark.parametrize("bad, words", [([3.0, 2.0], "ascending"), ([-1.0], "reuse_tokens"), ("x", "list"),
+                                        (list(range(1_001)), "1 to 1000")])
+def test_reuse_distances_a_file_gives_are_checked(bad, words):
+    from servesize.errors import BadInput
+    from servesize.workload.presets import preset
+
+    with pytest.raises(BadInput, match=words):
+        preset("chat").workload().replace(reuse_tokens=bad)
+
+
 # ------------------------------------------------------------------------------------------------ choice of distribution
+
+def test_a_sample_whose_tail_stops_short_of_the_log_normals_is_read_as_itself(tmp_path):
+    from servesize.workload.fit import TAIL_EXCESS_MAX
+
+    whole = np.sort(lognormal(20_000, 6_000, 1.2, seed=3))
+    path = tmp_path / "whole.csv"
+    path.write_text("prompt_tokens\n" + "\n".join(f"{x:.0f}" for x in whole) + "\n")
+    fit = fit_file(path, preset_name="chat")
+    # drawn from a log-normal: the fit expects about one of them past the largest (Exp(1)), and keeps its form
+    assert fit.distribution == "lognormal" and fit.user_fit.expected_past(whole[-1]) < 5
+    # the same prompts, the longest 1% never sent (a context every prompt stays under): KS D is still small, but
+    # the fit's tail prices some 150 prompts past the longest the trace holds, so the trace is read as itself
+    cut = whole[: int(whole.size * 0.99)]
+    path = tmp_path / "cut.csv"
+    path.write_text("prompt_tokens\n" + "\n".join(f"{x:.0f}" for x in cut) + "\n")
+    fit = fit_file(path, preset_name="chat")
+    assert fit.user_fit.ks_d < 0.10 and fit.user_fit.expected_past(cut[-1]) > TAIL_EXCESS_MAX
+    assert fit.distribution == "empirical" and "past the largest read" in fit.fields["user_sigma"].how
+    assert isinstance(fit.workload.user, EmpiricalClass) and fit.workload.user.lengths.max() <= cut[-1]
+    assert fit_file(path, preset_name="chat", distribution="lognormal").distribution == "lognormal"  # as asked
+
 
 def test_a_poor_log_normal_fit_writes_the_observed_distribution_itself(tmp_path):
     bimodal = np.concatenate([np.full(3_000, 400.0), np.full(3_000, 4_000.0)]) + np.arange(6_000) % 7

@@ -606,8 +606,29 @@ def fit_workload(path: str | os.PathLike[str], *, column: str | None = None, min
     from servesize.workload.readers import read_token_counts
 
     min_tokens = DEFAULT_MIN_TOKENS if min_tokens is None else min_tokens
-    return fit_observations(read_token_counts(path, column, max_model_len), min_tokens=min_tokens, prefix_tokens=prefix_tokens,
-                            preset_name=preset, distribution=distribution)
+    obs = read_token_counts(path, column, max_model_len)
+    found = fit_observations(obs, min_tokens=min_tokens, prefix_tokens=prefix_tokens, preset_name=preset,
+                             distribution=distribution)
+    if obs.hash_prefix_tokens is None:
+        return found
+    return _with_prefix_reuse(found, path, max_model_len)
+
+
+def _with_prefix_reuse(found: WorkloadFit, path: str | os.PathLike[str], max_model_len: int | None) -> WorkloadFit:
+    """A trace whose hash ids are global (requests that share prefixes across users, Mooncake's): its warm requests'
+    LRU reuse distances, from the cache replay's one pass over the requests the deployment accepts."""
+    from servesize.simulate.replay import ReplayOptions
+    from servesize.simulate.traces import read_trace
+    from servesize.simulate.users import prefix_reuse
+    from servesize.workload.fit import with_prefix_reuse
+
+    reuse = prefix_reuse(read_trace(os.fspath(path)), ReplayOptions(max_model_len=max_model_len),
+                         int(found.workload.user.prefix_tokens))
+    if reuse is None:
+        return found
+    how = (f"{reuse.requests:,} requests in arrival order, each block used once a request"
+           + (f", prompts past max_model_len {max_model_len:,} left out" if max_model_len else ""))
+    return with_prefix_reuse(found, reuse.distances_tokens, reuse.new_tokens, how)
 
 
 # -- simulate: replay a trace through a vLLM-faithful prefix cache (servesize.simulate) ----------------

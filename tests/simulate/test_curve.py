@@ -49,6 +49,26 @@ def test_the_one_pass_curve_equals_the_exact_simulator_when_nothing_is_pinned(se
     assert curve.ideal_token_hit_rate == pytest.approx(res.ideal_token_hit_rate)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_probed_block_is_held_exactly_at_capacities_above_its_distance(seed):
+    # the first block past the 64-token shared prefix (block 4): the exact simulator hits it at a pool whose
+    # LRU capacity is above the probe's distance, and misses it at one at or below it
+    replay = build_replay(random_trace(seed), ReplayOptions(warmup=0.0, align="trace"))
+    depth = 64 // B
+    curve = lru_curve(replay, probe_depth=depth)
+    assert curve.probe_requests.size > 20 and np.all(curve.probe_seen > depth)
+    checked = set()
+    for num_blocks in (curve.smallest_pool, curve.smallest_pool + 9, 2 * curve.smallest_pool, 400):
+        res = replay_exact(replay, CacheConfig(num_blocks, B))
+        cap = int(curve.capacity_of_pool(num_blocks))
+        held = res.hit_tokens[curve.probe_requests] > depth * B
+        assert np.array_equal(held, cap > curve.probe_distances), num_blocks
+        checked.update(bool(h) for h in held)
+    assert checked == {True, False}  # both sides of the rule were seen
+    # a request whose block past the prefix no earlier request used is not probed
+    assert not np.any(lru_curve(replay, probe_depth=10_000).probe_requests.size)
+
+
 def test_below_the_smallest_pool_the_exact_replay_counts_the_requests_vllm_could_not_admit():
     replay = build_replay(random_trace(0), ReplayOptions(warmup=0.0, align="trace"))
     curve = lru_curve(replay, output_blocks=False)

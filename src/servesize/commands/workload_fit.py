@@ -30,7 +30,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from servesize.workload.catalogue import DEFAULT_PRESET, preset_names
-    from servesize.workload.fit import DISTRIBUTIONS, POOR_FIT_D
+    from servesize.workload.fit import DISTRIBUTIONS, POOR_FIT_D, TAIL_EXCESS_MAX
 
     parser.add_argument("file", metavar="FILE", help="request log: CSV, JSONL or JSON (gzip allowed)")
     parser.add_argument("--column", metavar="NAME", default=None,
@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "`simulate --engine` replays and plans beside it; default: every prompt)")
     parser.add_argument("--distribution", choices=DISTRIBUTIONS, default="auto",
                         help=f"session lengths: log-normal, the observed distribution itself (empirical), or "
-                             f"auto: empirical when the log-normal's KS D >= {POOR_FIT_D:g} (default auto)")
+                             f"auto: empirical when the log-normal's KS D >= {POOR_FIT_D:g}, or when it expects more than "
+                             f"{TAIL_EXCESS_MAX:g} prompts past the longest read (a trace capped at a context, or "
+                             "cut at --max-model-len) (default auto)")
     parser.add_argument("--out", metavar="PATH", default=None,
                         help="write the workload file (JSON, or TOML for .toml) that `plan --workload` reads")
     parser.add_argument("--plot", metavar="PNG", default=None,

@@ -567,7 +567,8 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
     # the same stalls with the returning turns the pool evicts at a load (the base's lattices and the evicted
     # turns' pricing are shared: replace keeps ``_shared``)
     evicts = (key, churn.pool_tokens, churn.new_tokens_per_request, churn.requests_per_user_s,
-              churn.reread_tokens_per_request, think_time_of(workload), workload.think_time_sigma, costs.hit_s, costs.hit_s2)
+              churn.reread_tokens_per_request, think_time_of(workload), workload.think_time_sigma, costs.hit_s, costs.hit_s2,
+              workload.reuse_tokens)
     if evicts not in cache.stalls:
         # an evicted returning turn prefills from scratch what a warm one found cached and its new part on top: the
         # context and the warm turn (its service the cold leg's at L plus the warm leg's: exactly additive)
@@ -577,8 +578,10 @@ def stall_of(fixed: Fixed, workload: Workload, knobs: Knobs, cache: CeilingCache
             return steps.stall_s(prompts, 0.0, chunk), setup.miss_seconds(prompts)
 
         lengths, _ = _stall_draws(fixed, workload, knobs, cache, bank)
+        # a lone request's draw is its whole prompt (a trace's prompt lengths): evicted, it prefills that again
+        again = 0.0 if workload.reuse_tokens is not None else warm
         cache.stalls[evicts] = replace(base, evictions=Evictions(churn, workload),
-                                       evicted_prompts=lengths[::max(1, lengths.size // EVICTED_DRAWS)] + warm,
+                                       evicted_prompts=lengths[::max(1, lengths.size // EVICTED_DRAWS)] + again,
                                        evicted_pricing=pricing, hit_service_s=(costs.hit_s, costs.hit_s2))
     return cache.stalls[evicts]
 

@@ -346,8 +346,7 @@ def _decode_load(cyc: _Cycle, lo: int, hi: int, k_star: int, output_tokens: floa
         if cyc.stall.load.evictions is not None:
             evicted = cyc.stall.load_at(max(lo, 1)).evicted_share
             d.given("evicted_share", evicted, unit="share of returning turns",
-                    note="their session evicted by LRU churn in their pause (planning.lru Evictions, Che's "
-                         "approximation at this load): each re-prefills its context, beside the decodes")
+                    note=cyc.stall.load.evictions.basis() + ": each re-prefills its context, beside the decodes")
         stall_binds = hi == lo + 1 and cyc.fixed_point(hi) <= k_star  # the batch allowed one more; the chunks did not
         window = cyc.stall.load
         d.given("stall_share", stall_share, unit="share of requests",

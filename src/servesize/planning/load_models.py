@@ -52,7 +52,7 @@ class LoadModel:
                               f"{dl.mean_decoders:,.1f}, duty {dl.duty * 100:.3g}%) at {floor}; every user decoding at "
                               f"once: {r.every_user_decode:,.0f}")
             if dl.stall_share is not None and dl.stall_binds:
-                evicted = (f", {dl.evicted_share:.1%} of returning turns re-prefilling a session the pool evicted"
+                evicted = (f", {dl.evicted_share:.1%} of returning turns re-prefilling a prefix the pool evicted"
                            if dl.evicted_share is not None and dl.evicted_share >= EVICTED_SHOWN else "")
                 desc["decode"] = (f"decodes wait for the prefill chunks in their steps{evicted}: {dl.stall_share:.1%} "
                                   f"of requests below {r.decode.floor_tok_s:g} tok/s (allowed {dl.stall_allowed:.1%}); "

@@ -23,6 +23,9 @@ turn adds little to a long context (coding agents); where each turn writes about
 (short conversations of long turns, retrieval), the pool turns over within one pause and this binds first.
 Sessions of one request (``session_turns = 1``) never return: no bound.
 
+A trace of lone requests whose prefixes are shared across users (Mooncake's: ``Workload.reuse_tokens``) has no
+pauses to read: its warm requests' LRU stack distances, measured over the trace, say which of them a pool evicts.
+
 Below the bound the same approximation says how many returning turns are cold at N users (``Evictions``): the
 characteristic time T_C(N) solves pool = N (1 + r) / C x (new x T + re-read x E[min(pause, T)]), and a turn whose
 pause outlasts it finds its session evicted, P(pause > T_C(N)), and prefills its whole context again: prefill work
@@ -144,10 +147,23 @@ class Evictions:
     bound: ChurnBound
     workload: Workload = field(metadata=json_as(None))
 
+    def basis(self) -> str:
+        """How ``share`` finds the evicted turns, in words."""
+        if self.workload.reuse_tokens is not None:
+            return ("their prefix evicted: its LRU reuse distance in the trace is past the pool (planning.lru "
+                    "Evictions, Workload.reuse_tokens)")
+        return ("their session evicted by LRU churn in their pause (planning.lru Evictions, Che's approximation at "
+                "this load)")
+
     def share(self, users: float) -> float:
-        """P(pause > T_C(users)): the share of returning turns that find their session evicted and re-prefill it."""
+        """P(pause > T_C(users)): the share of returning turns that find their session evicted and re-prefill it.
+        A trace of lone requests sharing prefixes across users (``Workload.reuse_tokens``) is the LRU stack itself:
+        a warm request finds its prefix evicted where its reuse distance is past the pool, at any load (the distance
+        counts the distinct tokens used since, whatever the rate; the pool is the whole one, as T_C's)."""
+        w = self.workload
+        if w.reuse_tokens is not None:
+            return w.reuse_evicted(self.bound.pool_tokens)
         if not math.isfinite(self.bound.users):
             return 0.0  # no turn returns
-        w = self.workload
         t = characteristic_time_s(self.bound, users, w.think_time_below_s, w.think_time_exceeds)
         return float(w.think_time_exceeds(t))

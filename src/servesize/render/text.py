@@ -80,7 +80,7 @@ _FIELD_WORDS = {"user_median_tokens": "median", "user_sigma": "sigma", "user_pre
                 "subagents_share_prefix": "shared subagent prefix", "invalidation": "invalidation",
                 "max_model_len": "cap", "think_time_s": "think time", "output_tokens": "output tokens",
                 "warm_turn_tokens": "warm turn", "think_time_sigma": "think-time spread", "output_spread": "reply spread",
-                "session_turns": "session length"}
+                "session_turns": "session length", "reuse_tokens": "prefix reuse distances"}
 
 
 def _plan_workload(plan: Plan) -> list[str]:
@@ -282,6 +282,8 @@ def _workload_fit(fit: WorkloadFit, explain: bool = False) -> str:
     for name, field_fit in fit.fields.items():
         if field_fit.fitted:
             shown = f"{field_fit.value:,}" if isinstance(field_fit.value, (int, float)) else str(field_fit.value)
+            if name == "reuse_tokens":  # 64 points: their median here, every one in --json and the file
+                shown = f"median {field_fit.value[len(field_fit.value) // 2]:,.0f}"
             lines.append(f"  {name:<20} {shown:>14}  fitted: {field_fit.how}")
         else:
             lines.append(f"  {name:<20} {'preset':>14}  {field_fit.how}")

@@ -29,7 +29,7 @@ kept; ties: the deepest first), as the reference tools (kvcache-simulator) repor
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -89,6 +89,11 @@ class LruCurve:
     max_distance: int
     smallest_pool: int           # the pool (num_gpu_blocks) that admits the largest request: below it, vLLM refuses
     choices: dict = field(default_factory=dict)
+    # with ``probe_depth``: per measured request an unbounded cache serves past that block (in request order), the
+    # request's index, the stack distance of its block at that depth (held at capacities above it) and its ideal hit
+    probe_requests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    probe_distances: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    probe_seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def hit_blocks(self, capacity) -> np.ndarray:
         k = np.searchsorted(self.distances, np.asarray(capacity), side="left")
@@ -139,8 +144,11 @@ class LruCurve:
         return np.unique(np.geomspace(POOL_OVERHEAD_BLOCKS + 1, top * 1.25, points).astype(np.int64))
 
 
-def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress | None = None) -> LruCurve:
-    """One pass over the replay: every measured hittable block's LRU stack distance, as a curve."""
+def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress | None = None,
+              probe_depth: int | None = None) -> LruCurve:
+    """One pass over the replay: every measured hittable block's LRU stack distance, as a curve; with
+    ``probe_depth`` (a block, 0-based), also each measured request's distance at that block where an unbounded
+    cache serves it (the requests warm past a shared prefix of that many blocks: simulate.users.prefix_reuse)."""
     n_req = replay.requests
     seg_of = np.full(max(replay.num_nodes, 1), -1, dtype=np.int64)
     lo = np.zeros(n_req, dtype=np.int64)
@@ -154,6 +162,7 @@ def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress 
     warm: list[int] = []
     any_hit: list[int] = []
     ideal = 0
+    probes: list[tuple[int, int, int]] = []
     step = max(1, n_req // 50)
     nodes, offsets = replay.nodes, replay.offsets
     for r in range(n_req):
@@ -177,17 +186,14 @@ def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress 
             intervals.append((d, e, s, total - tree.prefix(s)))
             d = e
         if r >= replay.measured_from:
-            c = int(cap[r])
-            seen = min(d, c)
+            seen = min(d, int(cap[r]))
             ideal += seen
-            for a, e, _, above in intervals:
-                b = min(e, c)
-                if b > a:
-                    starts.append(above)
-                    stops.append(above + b - a)
+            _measure(intervals, seen, starts, stops)
             if seen:
                 any_hit.append(intervals[0][3])
                 warm.append(_distance_at(intervals, warm_depth(seen)))
+            if probe_depth is not None and seen > probe_depth:
+                probes.append((r, _distance_at(intervals, probe_depth), seen))
         for a, e, s, _ in intervals:
             lo[s] = e
             tree.add(s, a - e)
@@ -200,7 +206,20 @@ def lru_curve(replay: Replay, *, output_blocks: bool = True, progress: Progress 
             progress(r, n_req)
     if progress is not None:
         progress(n_req, n_req)
-    return _curve(replay, starts, stops, warm, any_hit, ideal, total, output_blocks)
+    curve = _curve(replay, starts, stops, warm, any_hit, ideal, total, output_blocks)
+    if not probes:
+        return curve
+    r_, d_, s_ = (np.asarray(col, dtype=np.int64) for col in zip(*probes))
+    return replace(curve, probe_requests=r_, probe_distances=d_, probe_seen=s_)
+
+
+def _measure(intervals: list, seen: int, starts: list, stops: list) -> None:
+    """A measured request's hits: each run of its first ``seen`` blocks, as the stack distances it spans."""
+    for a, e, _, above in intervals:
+        b = min(e, seen)
+        if b > a:
+            starts.append(above)
+            stops.append(above + b - a)
 
 
 def _distance_at(intervals: list, depth: int) -> int:

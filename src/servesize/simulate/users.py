@@ -199,6 +199,37 @@ def trace_observations(trace: Trace, replay: Replay) -> Observations:
     return obs
 
 
+@frozen
+class PrefixReuse:
+    """A trace of lone requests sharing prefixes across users: per request an unbounded cache serves past the shared
+    prefix (a warm one), the LRU capacity in KV tokens below which its first block past that prefix is evicted, and
+    those requests' mean prompt tokens past the unbounded cache's hit (what a warm one prefills)."""
+
+    distances_tokens: np.ndarray
+    new_tokens: float
+    requests: int
+
+
+def prefix_reuse(trace: Trace, opts: ReplayOptions, prefix_tokens: int) -> PrefixReuse | None:
+    """A trace without sessions, every request on its own, whose hash ids name prefixes across the whole trace
+    (Mooncake's): its requests in arrival order through the one-pass LRU curve (simulate.curve, probed at the first
+    block past the ``prefix_tokens`` every request shares), at the trace's own block size; the requests the replay
+    sends (``opts.max_model_len``: vLLM refuses longer prompts). None for a trace with sessions (their returning
+    turns are evicted by their pause: planning.lru) or without hash ids."""
+    if trace.has_sessions:
+        return None
+    replay = build_replay(trace, replace(opts, users=None, warmup=0.0, block_size=None))
+    if not replay.num_nodes:
+        return None
+    block = replay.block_size
+    curve = lru_curve(replay, probe_depth=int(prefix_tokens) // block)
+    if not curve.probe_requests.size:
+        return None
+    new = replay.input_tokens[curve.probe_requests] - curve.probe_seen * block
+    return PrefixReuse(distances_tokens=(curve.probe_distances + 1).astype(np.float64) * block,
+                       new_tokens=float(np.maximum(new, 0).mean()), requests=replay.requests)
+
+
 def fit_trace_workload(trace: Trace, opts: ReplayOptions, *, fitted: WorkloadFit | None = None,
                        preset: str | None = None, given: Workload | None = None) -> TraceWorkload:
     """The Workload ``plan`` is given for this trace: ``given`` (the workload the trace's sessions were generated

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import pathlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from servesize.derivation import Derivation
@@ -34,7 +34,16 @@ from servesize.frozen import frozen
 from servesize.jsonable import Record
 from servesize.percentile import median, quantiles
 from servesize.workload.catalogue import AWAY_AFTER_S
-from servesize.workload.model import FORMAT_KEY, FORMAT_VERSION, MAX_SESSION_TURNS, MIN_THINK_TIME_S, EmpiricalClass, SessionClass, Workload
+from servesize.workload.model import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    MAX_SESSION_TURNS,
+    MIN_THINK_TIME_S,
+    REUSE_POINTS,
+    EmpiricalClass,
+    SessionClass,
+    Workload,
+)
 from servesize.workload.readers import Observations
 
 if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts without it)
@@ -128,6 +137,11 @@ class LogNormalFit(Record):
     def ks_meaning(self) -> str:
         return fit_meaning(self.ks_d, self.n, self.ks_p)
 
+    def expected_past(self, x: float) -> float:
+        """n P(X > x) under this log-normal: how many of the sample it expects beyond ``x``."""
+        return self.n * 0.5 * math.erfc((math.log(x) - self.mu) / (self.sigma * math.sqrt(2.0))) \
+            if self.sigma > 0 else float(self.n if x < self.median else 0)
+
 
 def fit_lognormal(x) -> LogNormalFit:
     """Maximum-likelihood log-normal: mu = mean(ln x), sigma = std(ln x) (ddof 0)."""
@@ -151,11 +165,17 @@ def fit_lognormal(x) -> LogNormalFit:
 
 # the workload's scalar fields a log can set: what fit_observations changes and what the written file carries
 SCALAR_FIELDS = ("subagent_ratio", "invalidation", "think_time_s", "think_time_sigma", "output_tokens",
-                 "warm_turn_tokens", "session_turns", "output_spread")
+                 "warm_turn_tokens", "session_turns", "output_spread", "reuse_tokens")
 SPREAD_POINTS = 10         # the replies' spread: their deciles' midpoints (Workload.output_spread)
 MIN_SPREAD_REPLIES = 20    # fewer timed replies say too little of a spread: every reply the mean, as before
 DISTRIBUTIONS = ("auto", "lognormal", "empirical")
 POOR_FIT_D = 0.10        # auto: at or above this KS D the log-normal is 'a poor fit' (fit_meaning) -> empirical
+# auto: at most this many of the sample's requests expected past its largest value under the fitted log-normal,
+# n P(X > max). For a sample the log-normal drew, that count is about Exp(1) (P(X > max) of n draws is Beta(1, n)):
+# over 10 once in 22,000 samples. A sample whose tail stops short of the fit's (a trace of prompts that never pass
+# a context, or cut at max_model_len) is read as itself: the fit's tail would price prompts the trace never sends
+# (Mooncake's conversation trace: 73 of 12,031 expected past its largest, 126,195 tokens; D is only 0.067)
+TAIL_EXCESS_MAX = 10.0
 EMPIRICAL_POINTS = 1000  # an empirical class is written as this many evenly spaced quantiles of the sample
 # Workload fields a request log cannot state: deployment choices, always the preset's (or a flag's)
 NEVER_IN_A_LOG = {
@@ -271,12 +291,25 @@ def _filtered(values: Sequence[float], min_tokens: int) -> np.ndarray:
     return arr[arr >= max(min_tokens, 1)] if min_tokens > 0 else arr[arr > 0]
 
 
-def _choose_distribution(choice: str, fit: LogNormalFit) -> str:
+def _choose_distribution(choice: str, fit: LogNormalFit, largest: float) -> str:
+    """auto: the log-normal where it fits the body (KS D under POOR_FIT_D) and its tail past the sample's largest
+    value holds no more than TAIL_EXCESS_MAX of the sample; else the observed distribution itself."""
     if choice not in DISTRIBUTIONS:
         raise BadInput(f"--distribution {choice!r} is not one of {', '.join(DISTRIBUTIONS)}")
     if choice != "auto":
         return choice
-    return "lognormal" if fit.ks_d < POOR_FIT_D else "empirical"
+    return "lognormal" if fit.ks_d < POOR_FIT_D and fit.expected_past(largest) <= TAIL_EXCESS_MAX else "empirical"
+
+
+def _sigma_how(fit: LogNormalFit, dist: str, largest: float) -> str:
+    how = f"KS D = {fit.ks_d:.3f}"
+    if dist == "lognormal":
+        return how
+    past = fit.expected_past(largest)
+    if fit.ks_d < POOR_FIT_D and past > TAIL_EXCESS_MAX:
+        how += (f", but the log-normal expects {past:,.0f} of the {fit.n:,} past the largest read ({largest:,.0f} "
+                "tokens)")
+    return how + ": the observed distribution itself is used"
 
 
 def empirical_points(values: np.ndarray, points: int = EMPIRICAL_POINTS) -> np.ndarray:
@@ -486,7 +519,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
     d.given("sigma", user_fit.sigma, note="std(ln x), ddof 0: the maximum-likelihood shape")
     d.given("median_tokens", user_fit.median, unit="tokens", note="exp(mu)")
     d.given("ks_d", user_fit.ks_d, note="max |observed CDF - fitted CDF|")
-    dist = _choose_distribution(distribution, user_fit)
+    dist = _choose_distribution(distribution, user_fit, float(user.max()))
 
     prefix = _prefix_field(obs, prefix_tokens)
     sub, ratio, sub_values, sub_fit, sub_cls = _subagent_fields(obs, min_tokens, int(user.size), name)
@@ -498,8 +531,7 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
                                        f"{'log-normal MLE' if dist == 'lognormal' else 'the sample median'} of "
                                        f"{user.size:,} prompt lengths ({obs.field})"),
         "user_sigma": FieldFit("user_sigma", round(user_fit.sigma, 4) if dist == "lognormal" else "empirical",
-                               f"KS D = {user_fit.ks_d:.3f}" + ("" if dist == "lognormal" else
-                                                                ": the observed distribution itself is used")),
+                               _sigma_how(user_fit, dist, float(user.max()))),
         "user_prefix_tokens": prefix,
         "subagent": sub, "subagent_ratio": ratio,
         "invalidation": _invalidation_field(cold),
@@ -511,6 +543,8 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
                                         "prompt growths from one request of a session to the next", "", integer=True),
     }
     fields["session_turns"] = _turnover_field(fields["invalidation"], cold)
+    fields["reuse_tokens"] = FieldFit("reuse_tokens", None, "not a trace of lone requests sharing prefixes across "
+                                      "users (hash ids global): a returning turn is its session's")
     base = chosen.workload()
     user_prefix = prefix.value if prefix.fitted else base.user.prefix_tokens
     changes: dict[str, Any] = {"user": _user_class(user, user_fit, dist, user_prefix, name)}
@@ -531,6 +565,34 @@ def fit_observations(obs: Observations, *, min_tokens: int = DEFAULT_MIN_TOKENS,
         raise BadInput(f"the fitted workload is not usable: {exc}") from None
     return WorkloadFit(obs, int(min_tokens), user, user_fit, dist, sub_values, sub_fit, workload, chosen.name, fields,
                        notes, d)
+
+
+def with_prefix_reuse(found: WorkloadFit, distances_tokens: np.ndarray, new_tokens: float, how: str) -> WorkloadFit:
+    """``found`` for a trace of lone requests whose prefixes are shared across users (simulate.users.prefix_reuse):
+    its warm requests' reuse distances (``Workload.reuse_tokens``, REUSE_POINTS equally likely points: the
+    midpoints of as many equal shares) and, where the file gave no turn growth, their mean tokens past the hit as the
+    warm turn (what a warm request prefills); and, where the file labels no subagents, no subagent requests on top
+    of its rows (every request the service saw is one). ``how`` says over which requests."""
+    import numpy as np
+    x = np.asarray(distances_tokens, dtype=np.float64)
+    if not x.size:
+        return found
+    points = tuple(float(round(v)) for v in quantiles(x, [(i + 0.5) / REUSE_POINTS for i in range(REUSE_POINTS)]))
+    fields = dict(found.fields)
+    fields["reuse_tokens"] = FieldFit("reuse_tokens", points, f"LRU stack distances of {x.size:,} warm requests' first "
+                                      f"block past the shared prefix ({how}), {REUSE_POINTS} equally likely points")
+    changes: dict[str, Any] = {"reuse_tokens": points}
+    if not fields["subagent_ratio"].fitted:
+        # the trace's rows are every request the service saw, each on its own: none is added on top as a subagent's
+        fields["subagent_ratio"] = FieldFit("subagent_ratio", 0.0, "a trace of lone requests: every request is a row "
+                                            "(the prompt lengths above), none added on top as a subagent's")
+        changes["subagent_ratio"] = 0.0
+    if not fields["warm_turn_tokens"].fitted and new_tokens >= 1:
+        turn = int(round(new_tokens))
+        fields["warm_turn_tokens"] = FieldFit("warm_turn_tokens", turn, f"mean prompt tokens past an unbounded cache's "
+                                              f"hit over the same {x.size:,} warm requests")
+        changes["warm_turn_tokens"] = turn
+    return replace(found, workload=found.workload.replace(**changes), fields=fields)
 
 
 def _fit_notes(obs: Observations, fields: dict[str, FieldFit], chosen, user_fit: LogNormalFit, base: Workload,

@@ -55,12 +55,15 @@ if TYPE_CHECKING:  # numpy loads where a function needs it (the CLI starts witho
 FORMAT_VERSION = 1
 FORMAT_KEY = "servesize_workload"
 SCALAR_FIELDS = ("subagent_ratio", "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s",
-                 "output_tokens", "warm_turn_tokens", "think_time_sigma", "session_turns", "output_spread")
+                 "output_tokens", "warm_turn_tokens", "think_time_sigma", "session_turns", "output_spread",
+                 "reuse_tokens")
 # beside the scalar fields; think_time_median_s is derived (written for the reader; read only without think_time_s)
 FILE_KEYS = frozenset({"user", "subagent", FORMAT_KEY, "fit", "preset", "think_time_median_s"})
 
 _MAX_SIGMA = 5.0
 MAX_OUTPUT_SPREAD = 100  # reply-length points a workload may carry (a fit writes 10: the deciles' midpoints)
+MAX_REUSE_POINTS = 1000  # reuse-distance points a workload may carry (a fit writes REUSE_POINTS)
+REUSE_POINTS = 64        # a trace's reuse distances are written as this many equally likely points
 _MAX_TOKENS = 100_000_000
 MAX_SESSION_TURNS = 10_000  # requests per session: a bound on what a file or a flag may say (and on a generated session)
 
@@ -315,6 +318,12 @@ class Workload:
                             0: no turnover on top of ``invalidation``, which counts every cold request (the
                             seed's reading; a workload fitted from a trace, whose invalidation counts each
                             session's first request). Read the shares through ``cold_shares``.
+    reuse_tokens            a trace of lone requests whose prefixes are shared across the whole trace (hash ids
+                            global: Mooncake's): the LRU stack distance, in KV tokens, of a warm request's first
+                            block past the shared prefix (the distinct tokens used since that block's last use), at
+                            equally likely points. A pool holding fewer tokens has evicted it and the request
+                            re-prefills its prompt (``reuse_evicted``; planning.lru Evictions). None: the returning
+                            turns are a session's, evicted by their pause (Che's approximation, planning.lru).
     """
 
     user: RequestClass
@@ -329,6 +338,7 @@ class Workload:
     think_time_sigma: float | None = None
     session_turns: int = 0
     output_spread: tuple[float, ...] | None = None
+    reuse_tokens: tuple[float, ...] | None = None
 
     def __post_init__(self):
         import numpy as np
@@ -351,6 +361,7 @@ class Workload:
                                                                       self.think_time_sigma, 0, _MAX_SIGMA))
         object.__setattr__(self, "output_tokens", int(round(_check_range("workload", "output_tokens", self.output_tokens, 1, 10_000_000))))
         object.__setattr__(self, "output_spread", _output_spread(self.output_spread))
+        object.__setattr__(self, "reuse_tokens", _reuse_tokens(self.reuse_tokens))
         turns = _check_range("workload", "session_turns", 0 if self.session_turns is None else self.session_turns,
                              0, MAX_SESSION_TURNS)
         if turns != int(turns):
@@ -476,6 +487,18 @@ class Workload:
         """Everything the sampled requests depend on (not the pacing: think time, output, warm turn)."""
         return (self.user, self.subagent, self.subagent_ratio, self.subagents_share_prefix, self.invalidation,
                 self.max_model_len)
+
+    def reuse_evicted(self, pool_tokens: float) -> float:
+        """Of a lone-request trace's warm requests (``reuse_tokens``), the share whose prefix a pool of
+        ``pool_tokens`` under LRU has evicted: P(reuse distance >= pool), the points equally likely, each the
+        midpoint of its share (linear between them, 0 at no distance, 1 past the largest). 0 without the points."""
+        if self.reuse_tokens is None:
+            return 0.0
+        import numpy as np
+        n = len(self.reuse_tokens)
+        at = np.concatenate([[0.0], self.reuse_tokens])
+        below = np.concatenate([[0.0], (np.arange(n) + 0.5) / n])
+        return float(1.0 - np.interp(float(pool_tokens), at, below, right=1.0))
 
     def cold_shares(self) -> tuple[float, float]:
         """(invalidated, started): the shares of requests that re-prefill their whole context (a turn that matches
@@ -645,6 +668,7 @@ class Workload:
             "think_time_median_s": self.think_time_median_s,
             "session_turns": self.session_turns,
             "output_spread": None if self.output_spread is None else list(self.output_spread),
+            "reuse_tokens": None if self.reuse_tokens is None else list(self.reuse_tokens),
         }
 
     @classmethod
@@ -687,21 +711,41 @@ class Workload:
         if self.output_spread is not None:
             lengths = ", ".join(f"{x * self.output_tokens:,.0f}" for x in self.output_spread)
             lines.append(f"replies of {lengths} tokens, equally likely (mean {self.output_tokens:,})")
+        if self.reuse_tokens is not None:
+            mid = self.reuse_tokens[len(self.reuse_tokens) // 2]
+            lines.append(f"lone requests sharing prefixes across users: a warm one's prefix was last used a median "
+                         f"{mid:,.0f} KV tokens ago (a smaller pool has evicted it)")
         if self.think_time_sigma is not None:  # a fitted distribution: its median first, the mean the rates use
             lines.append(f"think time: median {self.think_time_median_s:.3g} s (log-normal sigma "
                          f"{self.think_time_sigma:.2f}), mean {self.think_time_s:.3g} s")
         return "\n".join(lines)
 
 
+def _points(value: Any, name: str, what: str, most: int, lo: float, hi: float, lo_open: bool = False) -> tuple[float, ...]:
+    """A list field of a workload: 1..``most`` numbers (``what``, for the message), each in its range."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise BadInput(f"workload.{name} must be a list of {what}, got {clip(repr(value))}")
+    if not 1 <= len(value) <= most:
+        raise BadInput(f"workload.{name} must hold 1 to {most} numbers, got {len(value)}")
+    return tuple(float(_check_range("workload", name, x, lo, hi, lo_open=lo_open)) for x in value)
+
+
 def _output_spread(value: Any) -> tuple[float, ...] | None:
     """A workload's reply lengths as multiples of its mean: None, or 1..MAX_OUTPUT_SPREAD numbers in (0, 10^4]."""
     if value is None:
         return None
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
-        raise BadInput(f"workload.output_spread must be a list of numbers (multiples of output_tokens), got {clip(repr(value))}")
-    if not 1 <= len(value) <= MAX_OUTPUT_SPREAD:
-        raise BadInput(f"workload.output_spread must hold 1 to {MAX_OUTPUT_SPREAD} numbers, got {len(value)}")
-    return tuple(float(_check_range("workload", "output_spread", x, 0, 1e4, lo_open=True)) for x in value)
+    return _points(value, "output_spread", "numbers (multiples of output_tokens)", MAX_OUTPUT_SPREAD, 0, 1e4,
+                   lo_open=True)
+
+
+def _reuse_tokens(value: Any) -> tuple[float, ...] | None:
+    """A trace's reuse distances: None, or 1..MAX_REUSE_POINTS token counts in [0, 10^12], ascending."""
+    if value is None:
+        return None
+    points = _points(value, "reuse_tokens", "token counts", MAX_REUSE_POINTS, 0, 1e12)
+    if any(b < a for a, b in zip(points, points[1:])):
+        raise BadInput("workload.reuse_tokens must be in ascending order (equally likely points of a distribution)")
+    return points
 
 
 def _erfinv(y: float) -> float:

@@ -120,7 +120,7 @@ def presets() -> list[Preset]:
 # Workload fields as origin names (the preset's field names)
 ORIGIN_FIELDS = ("user_median_tokens", "user_sigma", "user_prefix_tokens", "subagent", "subagent_ratio",
                  "subagents_share_prefix", "invalidation", "max_model_len", "think_time_s", "output_tokens",
-                 "warm_turn_tokens", "speculative", "think_time_sigma", "session_turns", "output_spread")
+                 "warm_turn_tokens", "speculative", "think_time_sigma", "session_turns", "output_spread", "reuse_tokens")
 
 
 @frozen
@@ -143,6 +143,8 @@ class WorkloadOrigin:
         sources.setdefault("think_time_sigma", f"preset {p.name} gives a mean only: pauses drawn exponential")
         sources.setdefault("session_turns", f"preset {p.name} gives none: no session turnover on top of its invalidation")
         sources.setdefault("output_spread", f"preset {p.name} gives none: every reply its output tokens long")
+        sources.setdefault("reuse_tokens", f"preset {p.name} gives none: a returning turn is its session's, "
+                                           "evicted by its pause")
         return cls(p, sources)
 
     def given(self, changes: Mapping[str, str]) -> WorkloadOrigin:
