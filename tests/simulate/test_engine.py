@@ -18,6 +18,7 @@ from servesize.simulate.engine import (
     EngineRun,
     closed_loop,
     engine_users,
+    judged_rate,
     simulate_engine,
     spread_ties,
     users_at_comfort,
@@ -159,6 +160,15 @@ def test_users_at_comfort_is_the_last_n_that_meets_the_slo_and_names_why_the_nex
     found = users_at_comfort(run_at, Comfort(ttft_limit_s=10.0, decode_floor_tok_s=39.5))
     assert found.users == 25 and found.breaks_at == 26 and "decode" in found.reason
     assert set(found.points) >= {1, 2, 4, 8, 16, 32, 24, 25, 26}
+
+
+def test_a_share_that_breaks_its_limit_by_a_hair_reads_apart_from_it():
+    from servesize.simulate.engine import apart
+
+    assert apart(0.0504, 0.05) == ("5.04%", "5.00%")  # was "5.0% (allowed 5.0%)"
+    assert apart(0.05004, 0.05) == ("5.004%", "5.000%")
+    assert apart(0.062, 0.05) == ("6.2%", "5.0%")
+    assert apart(0.9, 0.95) == ("90.0%", "95.0%")
 
 
 def test_the_search_over_users_runs_closed_loop_sessions_from_a_trace():
@@ -346,6 +356,28 @@ def test_an_open_loop_trace_arrives_at_the_rate_its_users_send_between_their_pau
     assert at.sent_rate_per_s < 0.8 * request_rate(4, 30.0)
 
 
+def test_a_trace_whose_rate_is_not_flat_is_scaled_by_the_part_its_run_judges():
+    """The run judges the requests sent after its warm-up's share of the clock (half). A trace that sends 40
+    requests in its first 100 s and 80 in its second is scaled by the second half's rate: "4 users" is the load
+    the comfort SLO judges. Scaled by its whole span it would send 4/3 of the users' rate where it is judged
+    (Mooncake's conversation trace: 6.8% more in its second half)."""
+    first, second = np.arange(40) * 2.5, 100.0 + np.arange(80) * 1.25
+    t = np.concatenate([first, second])
+    assert judged_rate(t, 0.5) == pytest.approx(80 / (t[-1] - t[-1] / 2))  # 80 sent at or after 99.4 s
+    assert judged_rate(t, 0.0) == pytest.approx(120 / t[-1])
+    rows = [(f"r{k}", float(x), 4 * B, _ids(k + 1, 4 * B), 2) for k, x in enumerate(t)]
+    times = ConstantSteps(prefill_per_token_s=1e-5, decode_step_s=0.001)
+    at, _ = engine_users(make_trace(rows, block_size=B), ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B),
+                         times, Comfort(), users=4, think_time_s=30.0)
+    assert at.sent_rate_per_s == pytest.approx(4 / 30.0, rel=0.01)  # 2-token replies: the rate is N / think
+    assert at.sent_per_s == pytest.approx(at.sent_rate_per_s, rel=0.03)  # judged at the users' rate, not 4/3 of it
+    for bad in (np.array([5.0]), np.zeros(3)):
+        with pytest.raises(BadInput, match="no rate|two arrivals"):
+            judged_rate(bad, 0.5)
+    with pytest.raises(BadInput, match="warm-up"):
+        judged_rate(t, 1.0)
+
+
 def _counted_runs(monkeypatch, decode_step_s: float, output: int, **constants) -> tuple[int, EngineRun]:
     import servesize.simulate.engine as engine
 
@@ -367,11 +399,12 @@ def test_the_open_loop_rate_is_corrected_only_while_the_response_moves_it_and_sa
     # 2-token replies at 1 ms a step: the response (a few ms) moves N / think by far under 1%: one run, settled
     runs, at = _counted_runs(monkeypatch, 0.001, 2)
     assert runs == 1 and at.rate_settled is True and at.sent_rate_per_s == pytest.approx(4 / 30.0)
-    # 10 s replies: the first correction is a quarter; the second moves it under 1%
-    runs, at = _counted_runs(monkeypatch, 0.02, 500)
+    # 12 s replies: the first correction is over a quarter; the second moves it under 1%
+    runs, at = _counted_runs(monkeypatch, 0.02, 600)
     assert 2 <= runs <= RATE_PASSES and at.rate_settled is True
-    # no tolerance: every run is used, and the run says the rate had not settled
-    runs, at = _counted_runs(monkeypatch, 0.02, 500, RATE_TOLERANCE=0.0)
+    # no tolerance: every run is used, and the run says the rate had not settled (the replies overlap, ~10.5 s
+    # apart, so each rate's prefills meet other decodes a little differently and no two responses are equal)
+    runs, at = _counted_runs(monkeypatch, 0.02, 600, RATE_TOLERANCE=0.0)
     assert runs == RATE_PASSES and at.rate_settled is False
     assert at.summary()["rate_settled"] is False
 

@@ -970,13 +970,15 @@ class Comfort(Record):
         slack = BASELINE_SLACK if baseline is not None else 0.0
         allowed = allowed_slow_share(self.ttft_percentile, base["ttft_miss"], slack)
         if got["ttft_miss"] > allowed + 1e-12:
-            return False, (f"{got['ttft_miss']:.1%} of turns wait > {self.ttft_limit_s:g} s for the first token "
-                           f"(allowed {allowed:.1%}; one user alone {base['ttft_miss']:.1%})")
+            share, limit = apart(got["ttft_miss"], allowed)
+            return False, (f"{share} of turns wait > {self.ttft_limit_s:g} s for the first token "
+                           f"(allowed {limit}; one user alone {base['ttft_miss']:.1%})")
         allowed = allowed_slow_share(self.decode_percentile, base["slow"], slack)
         if got["slow"] > allowed + 1e-12:
             mixed = run.mixed_steps / max(run.prefill_steps, 1)
-            return False, (f"{got['slow']:.1%} of requests decode < {self.decode_floor_tok_s:g} tok/s "
-                           f"(allowed {allowed:.1%}; one user alone {base['slow']:.1%}): {mixed:.0%} of the steps "
+            share, limit = apart(got["slow"], allowed)
+            return False, (f"{share} of requests decode < {self.decode_floor_tok_s:g} tok/s "
+                           f"(allowed {limit}; one user alone {base['slow']:.1%}): {mixed:.0%} of the steps "
                            "that prefill also carry decodes, which wait for the chunk")
         if got["warm"] is None:  # no turn with a prefix to keep was measured: warmth is not what decides
             return True, "met"
@@ -984,8 +986,19 @@ class Comfort(Record):
             min(self.warm_share, base["warm"] - BASELINE_SLACK * (baseline is not None))
         if got["warm"] < need - 1e-12:
             alone = "-" if base["warm"] is None else f"{base['warm']:.1%}"
-            return False, f"warm turns {got['warm']:.1%} < {need:.1%} (one user alone {alone})"
+            share, limit = apart(got["warm"], need)
+            return False, f"warm turns {share} < {limit} (one user alone {alone})"
         return True, "met"
+
+
+def apart(share: float, limit: float) -> tuple[str, str]:
+    """A share and the limit it broke, as percentages with as many decimals (1 to 3) as it takes for the two to
+    read apart: a run that breaks 5.0% by 0.04 points reads "5.04% (allowed 5.00%)", not "5.0% (allowed 5.0%)"."""
+    for places in (1, 2, 3):
+        a, b = f"{share:.{places}%}", f"{limit:.{places}%}"
+        if a != b:
+            break
+    return a, b
 
 
 @dataclass
@@ -1047,6 +1060,24 @@ def users_at_comfort(run_at: Callable[[int], EngineRun], comfort: Comfort, *, ma
     except RunTooLarge as exc:
         return EngineUsers(good, comfort, points, capped=True, reason=f"the next run tried: {exc}")
     return EngineUsers(good, comfort, points, breaks_at=bad, reason=verdict[bad][1])
+
+
+def judged_rate(arrival_s: np.ndarray, warmup: float) -> float:
+    """The arrival rate (per second of the trace's clock) of the requests a run of this trace judges: those sent
+    after the warm-up's share of its clock (``EngineRun.measured``), over that part of the clock. The trace is
+    scaled by this rate, not by its whole span's, so that "N users" names the load the comfort SLO is judged at: a
+    trace's rate is not flat over its clock (Mooncake's conversation trace sends 6.8% more than its mean in its
+    second half, its synthetic trace 3.6%), and scaled by its whole span its judged half ran that much above the N
+    users the plan prices. The clock starts at 0 (the replay's ``align="trace"``); the drain after the last
+    arrival, which the run's window also spans, is left out (seconds against the trace's hour)."""
+    t = np.asarray(arrival_s, dtype=float)
+    if t.size < 2 or not 0 <= warmup < 1:
+        raise BadInput(f"a rate needs two arrivals and a warm-up in [0, 1), got {t.size} and {warmup!r}")
+    start, end = warmup * float(t[-1]), float(t[-1])
+    judged = int(np.count_nonzero(t >= start))
+    if not end > start or judged < 2:
+        raise BadInput("every request arrives at once: no rate to scale")
+    return judged / (end - start)
 
 
 def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -1129,7 +1160,7 @@ def engine_users(trace: Trace, opts: ReplayOptions, cfg: EngineConfig, times, co
         if not span > 0:
             raise BadInput(f"{trace.name}: every request arrives at once: no rate to scale")
         replay = replace(replay, arrival_s=spread_ties(replay.arrival_s, opts.seed))
-        trace_rate = (replay.requests - 1) / float(replay.arrival_s[-1] - replay.arrival_s[0])
+        trace_rate = judged_rate(replay.arrival_s, warmup)
 
         def run_at(n: int) -> EngineRun:
             from servesize.planning.latency import request_rate
