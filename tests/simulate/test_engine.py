@@ -365,6 +365,7 @@ def test_a_trace_whose_rate_is_not_flat_is_scaled_by_the_part_its_run_judges():
     t = np.concatenate([first, second])
     assert judged_rate(t, 0.5) == pytest.approx(80 / (t[-1] - t[-1] / 2))  # 80 sent at or after 99.4 s
     assert judged_rate(t, 0.0) == pytest.approx(120 / t[-1])
+    assert judged_rate(np.array([0.0, 100.0]), 0.5) == pytest.approx(1 / 50)  # one judged arrival still has a rate
     rows = [(f"r{k}", float(x), 4 * B, _ids(k + 1, 4 * B), 2) for k, x in enumerate(t)]
     times = ConstantSteps(prefill_per_token_s=1e-5, decode_step_s=0.001)
     at, _ = engine_users(make_trace(rows, block_size=B), ReplayOptions(), EngineConfig(num_blocks=4000, block_size=B),

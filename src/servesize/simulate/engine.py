@@ -1074,10 +1074,10 @@ def judged_rate(arrival_s: np.ndarray, warmup: float) -> float:
     if t.size < 2 or not 0 <= warmup < 1:
         raise BadInput(f"a rate needs two arrivals and a warm-up in [0, 1), got {t.size} and {warmup!r}")
     start, end = warmup * float(t[-1]), float(t[-1])
-    judged = int(np.count_nonzero(t >= start))
-    if not end > start or judged < 2:
+    if not end > start:
         raise BadInput("every request arrives at once: no rate to scale")
-    return judged / (end - start)
+    # counted as EngineRun.sent_per_s counts the window (at least the last arrival is in it)
+    return int(np.count_nonzero(t >= start)) / (end - start)
 
 
 def spread_ties(arrival_s: np.ndarray, seed: int = 0) -> np.ndarray:
