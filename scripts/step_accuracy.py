@@ -249,7 +249,8 @@ BEFORE = {"decode.bandwidth_efficiency": 0.7, "decode.step_overhead_s": 0.0019, 
           "step.kernel_efficiency_fp8_block": 1.0, "step.kernel_efficiency_fp4": 1.0, "step.kernel_efficiency_int4": 1.0,
           "step.kernel_efficiency_int8": 1.0, "step.vendor_efficiency_amd": 1.0, "step.moe_expert_efficiency": 1.0,
           "step.moe_prefill_efficiency": 1.0, "step.prefill_efficiency_fp8": 1.0,
-          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "prefill.tp_efficiency_per_doubling": 0.9,
+          "decode.expert_union": "linear", "step.fp4_moe_kernel_rate": "memory", "step.bf16_moe_kernel_rate": "fitted",
+          "prefill.tp_efficiency_per_doubling": 0.9,
           "step.moe_layer_fixed_s": 0.0, "step.overhead_per_layer_tp_doubling_s": 0.0, "step.moe_prefill_scope": "all",
           "decode.roofline": "max", "step.gpu_memory_kernels": "catalogue", "step.gpu_fp8_prefill_kernels": "fitted"}
 

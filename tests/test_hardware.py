@@ -354,6 +354,19 @@ def test_a_measured_fp4_moe_rate_needs_its_source_a_positive_value_and_a_gpu_wit
                                  "fp4_moe_marlin_source": "tables"}).fp4_moe_marlin_tbps == 2.5
 
 
+@pytest.mark.parametrize("row", [{"bf16_moe_tbps": 2.0}, {"bf16_moe_tbps": 2.0, "bf16_moe_source": " "},
+                                 {"bf16_moe_tbps": -1.0, "bf16_moe_source": "tables"},
+                                 {"bf16_moe_tbps": 3.5, "bf16_moe_source": "tables"}])
+def test_a_measured_bf16_moe_rate_needs_its_source_a_positive_value_and_stays_under_the_gpus_memory(row):
+    base = {"key": "X1", "name": "X1", "vendor": "NVIDIA", "memory_mib": 1024, "bandwidth_gbps": 3000, "source": "s"}
+    with pytest.raises(ValueError, match="bf16 MoE kernel rate"):
+        hardware._row_to_gpu({**base, **row})
+    gpu = hardware._row_to_gpu({**base, "bf16_moe_tbps": 2.7, "bf16_moe_source": "tables"})
+    assert gpu.bf16_moe_tbps == 2.7
+    assert gpu.with_figures(bandwidth_gbps=1500).bf16_moe_tbps == pytest.approx(1.35)  # a slower HBM slows it
+    assert gpu.with_figures(bandwidth_gbps=6000).bf16_moe_tbps == 2.7                   # a faster one does not
+
+
 @pytest.mark.parametrize("row", [{"fp8_prefill_share": 0.8}, {"fp8_prefill_share": 0.8, "fp8_prefill_source": " "},
                                  {"fp8_prefill_share": 0.8, "fp8_prefill_source": "tables", "fp8": False},
                                  {"fp8_block_prefill_share": -0.1, "fp8_prefill_source": "tables"},

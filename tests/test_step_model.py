@@ -197,7 +197,8 @@ def test_the_expert_union_rule_reaches_the_decode_step_through_its_assumption():
     assert linear.weight_bytes(1) == pytest.approx(expected.weight_bytes(1))
     shared = linear.weight_bytes_per_step
     read = linear.experts.all_expert_bytes / linear.experts.read_share    # at the MoE kernel's share of the stream
-    assert linear.experts.read_share == expected.experts.read_share == assumption("step.moe_expert_efficiency")
+    measured = 4.13e12 / (4.8e12 * assumption("decode.bandwidth_efficiency"))  # bf16 experts: their kernel's rate
+    assert linear.experts.read_share == expected.experts.read_share == pytest.approx(measured)
     assert linear.weight_bytes(16) - shared == pytest.approx(read)                               # 16 x 8 = 128: all
     assert expected.weight_bytes(16) - shared == pytest.approx(read * (1 - (1 - 8 / 128) ** 16))  # 64% of them
 
@@ -255,6 +256,48 @@ def test_fp4_experts_without_fp4_tensor_cores_read_at_the_rate_the_kernel_tables
         gpu = find_gpu(key)
         assert not gpu.fp4 and "moe_perf.parquet" in gpu.fp4_moe_source
         assert gpu.fp4_moe_tbps * 1e12 == pytest.approx(median[("w4a16_mxfp4", system, 1)], rel=0.01)
+
+
+def test_bf16_experts_read_at_the_rate_the_kernel_tables_measure_and_fp8_experts_at_their_fitted_efficiency():
+    """gpus.toml's bf16_moe_tbps is the TP 1 median of vLLM's measured bf16 fused-MoE kernel where every expert is
+    touched; the step model reads a bf16 MoE's experts at it (step.bf16_moe_kernel_rate = measured), at the fitted
+    MoE efficiency under 'fitted' or on a GPU with no measured rate, and FP8 experts at their fitted efficiency on
+    every GPU."""
+    from dataclasses import replace
+
+    from servesize.api import plan
+    from servesize.assumptions import assumption
+    from servesize.model.hardware import find_gpu
+    from servesize.planning.ceilings import decode_setup
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    for key, system in (("H100-SXM", "h100_sxm"), ("H200-SXM", "h200_sxm")):
+        gpu = find_gpu(key)
+        assert "moe_perf.parquet" in gpu.bf16_moe_source and "unquantizedfusedmoe" in gpu.bf16_moe_source
+        rates = _kernel_rates("bfloat16", system, 1)
+        assert len(rates) == 5
+        assert gpu.bf16_moe_tbps * 1e12 == pytest.approx(float(np.median(rates)), rel=0.01)
+        assert gpu.bf16_moe_tbps * 1e3 < gpu.bandwidth_gbps
+
+    def experts(scenario: Scenario, rule: str = "measured") -> tuple[float, str, float]:
+        fixed = plan(scenario, sensitivity=False).fixed
+        knobs = replace(plan_inputs(scenario).knobs, overrides=(("step.bf16_moe_kernel_rate", rule),))
+        setup = decode_setup(fixed, knobs)
+        assert setup.experts is not None
+        rate = setup.experts.read_share * setup.effective_bandwidth_bytes_per_s  # B/s the experts are read at
+        return fixed.expert_kernel_bytes_per_s, fixed.expert_kernel_rule, rate
+
+    moe = assumption("step.moe_expert_efficiency")
+    stream = 4.8e12 * assumption("decode.bandwidth_efficiency")
+    bf16 = Scenario(model="qwen3-30b-a3b", gpus="1xH200")
+    measured, rule, rate = experts(bf16)
+    assert (measured, rule) == (4.13e12, "step.bf16_moe_kernel_rate") and rate == pytest.approx(4.13e12)
+    assert experts(bf16, "fitted")[2] == pytest.approx(stream * moe)      # the rule before: 2.52 TB/s, not 4.13
+    assert experts(Scenario(model="qwen3-30b-a3b", gpus="1xA100-SXM"))[:2] == (0.0, "")  # not measured there
+    fp8, fp8_rule, fp8_rate = experts(Scenario(model="qwen3-30b-a3b", gpus="1xH200", quantization="fp8"))
+    assert (fp8, fp8_rule) == (0.0, "")
+    assert fp8_rate == pytest.approx(stream * moe * assumption("step.kernel_efficiency_fp8_tensor"))  # -q fp8: per tensor
 
 
 def _kernel_fixed_parts() -> list[float]:
@@ -328,7 +371,7 @@ def test_the_kernel_rate_reads_gpt_oss_experts_alike_on_h100_and_h200_and_not_wh
         setup = decode_setup(fixed, knobs)
         assert setup.experts is not None
         read_s = setup.experts.all_expert_bytes / setup.experts.read_share / setup.effective_bandwidth_bytes_per_s
-        return fixed.fp4_expert_bytes_per_s, setup.experts.read_share, read_s
+        return fixed.expert_kernel_bytes_per_s, setup.experts.read_share, read_s
 
     (h100_rate, _, h100_s), (h200_rate, _, h200_s) = experts("1xH100-SXM"), experts("1xH200-SXM")
     assert (h100_rate, h200_rate) == (2.41e12, 2.54e12)
@@ -429,7 +472,7 @@ def test_marlin_reads_fp4_experts_on_hopper_at_the_rate_the_kernel_tables_measur
     def rate(gpus: str, backend: str) -> float:
         inputs = plan_inputs(Scenario(model="gpt-oss-120b", gpus=gpus, tensor_parallel_size=int(gpus[0]),
                                       moe_backend=backend))
-        return inputs.memory_and_fixed(check_prefixes=False)[1].fp4_expert_bytes_per_s
+        return inputs.memory_and_fixed(check_prefixes=False)[1].expert_kernel_bytes_per_s
 
     assert rate("1xH100-SXM", "marlin") == pytest.approx(find_gpu("H100-SXM").fp4_moe_marlin_tbps * 1e12)
     assert rate("1xH100-SXM", "auto") == rate("1xH100-SXM", "triton") == pytest.approx(2.41e12)

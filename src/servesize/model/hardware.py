@@ -62,6 +62,10 @@ class Gpu:
     fp4_moe_source: str = ""
     fp4_moe_marlin_tbps: float = 0.0  # the same for vLLM's Marlin MoE kernel (--moe-backend marlin); 0: not measured
     fp4_moe_marlin_source: str = ""
+    # the measured rate (TB/s, one GPU, TP 1) at which vLLM's bf16 fused-MoE kernel reads routed experts where every
+    # expert is touched, measured alone; 0: not measured (the step model then reads them at step.moe_expert_efficiency)
+    bf16_moe_tbps: float = 0.0
+    bf16_moe_source: str = ""
     # the share of the HBM's peak bandwidth that vLLM's bf16 GEMMs reach at decode sizes (1-8 tokens, weights of
     # 4,096-16,384 a side), bytes over time summed over the measured shapes; 0: not measured (memory_kernel_factor)
     gemm_read_share: float = 0.0
@@ -134,6 +138,7 @@ class Gpu:
                 slower = min(1.0, float(bandwidth_gbps) / self.bandwidth_gbps)  # proportion, a faster one does not
                 changes["fp4_moe_tbps"] = self.fp4_moe_tbps * slower        # speed it (it stays under the HBM)
                 changes["fp4_moe_marlin_tbps"] = self.fp4_moe_marlin_tbps * slower
+                changes["bf16_moe_tbps"] = self.bf16_moe_tbps * slower  # memory-bound: a slower HBM slows it too
         if dense_tflops is not None:
             if dense_tflops <= 0:
                 raise BadInput(f"--gpu-flops must be > 0 TFLOP/s, got {dense_tflops!r}", field="gpu_flops")
@@ -261,9 +266,14 @@ def _row_to_gpu(row: dict, links: dict[str, dict] | None = None) -> Gpu:
     return gpu
 
 
-def _check_fp4_moe_rates(gpu: Gpu, label: str) -> None:
+def _check_moe_rates(gpu: Gpu, label: str) -> None:
     """A measured FP4 MoE kernel rate (the default kernel's, Marlin's) is of a GPU without FP4 tensor cores, positive,
-    with its source, and under the GPU's memory bandwidth (a kernel reads no faster than the HBM)."""
+    with its source, and under the GPU's memory bandwidth (a kernel reads no faster than the HBM); a measured bf16
+    MoE kernel rate is positive, with its source, and under the bandwidth too."""
+    if gpu.bf16_moe_tbps and (gpu.bf16_moe_tbps < 0 or not gpu.bf16_moe_source.strip()
+                              or gpu.bf16_moe_tbps * 1000 > gpu.bandwidth_gbps):
+        raise ValueError(f"gpus.toml row {label}: a bf16 MoE kernel rate is positive, with its source, and under the "
+                         "GPU's memory bandwidth")
     for rate, source, which in ((gpu.fp4_moe_tbps, gpu.fp4_moe_source, "an FP4 MoE kernel rate"),
                                 (gpu.fp4_moe_marlin_tbps, gpu.fp4_moe_marlin_source, "a Marlin FP4 MoE kernel rate")):
         if rate and (gpu.fp4 or rate < 0 or not source.strip()):
@@ -281,7 +291,7 @@ def _check_figures(gpu: Gpu, label: str) -> None:
         raise ValueError(f"gpus.toml row {label}: CUDA-visible total exceeds the smi total")
     if gpu.memory_mib <= 0 or gpu.bandwidth_gbps <= 0:
         raise ValueError(f"gpus.toml row {label}: memory and bandwidth must be positive")
-    _check_fp4_moe_rates(gpu, label)
+    _check_moe_rates(gpu, label)
     if gpu.gemm_read_share and not (0 < gpu.gemm_read_share <= 1 and gpu.gemm_read_source.strip()):
         raise ValueError(f"gpus.toml row {label}: a GEMM read share is in (0, 1] and carries its gemm_read_source")
     for share in (gpu.fp8_prefill_share, gpu.fp8_block_prefill_share):

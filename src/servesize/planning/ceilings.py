@@ -155,8 +155,10 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     bw_eff = min(1.0, kernels.bandwidth * share)
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
-        # (an SM-bound FP4 kernel's measured rate is its own: the memory-bound MoE kernels' efficiency is not on it)
-        measured = fixed.fp4_expert_bytes_per_s if knobs.a("step.fp4_moe_kernel_rate") == "measured" else 0.0
+        # (a kernel measured alone reads at its own rate: FP4 experts dequantised by the SMs, bf16 experts; the fitted
+        # MoE efficiency is on the others)
+        rule = fixed.expert_kernel_rule
+        measured = fixed.expert_kernel_bytes_per_s if rule and knobs.a(rule) == "measured" else 0.0
         share = dequant_share(fixed.bandwidth_bytes_per_s * bw_eff, measured) if measured else kernels.experts
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token,
                                 union=str(knobs.a("decode.expert_union")), read_share=share)

@@ -488,8 +488,9 @@ def _weights_step(d: Derivation, setup: DecodeSetup, n: int) -> None:
                else "shared_bytes + all_expert_bytes / read_share * (1 - (1 - k / E) ** n)")
     d.step("weight_bytes_per_step", formula, unit="B",
            note=("no-overlap upper bound on the expert union" if e.union == "linear" else "expected union under uniform routing")
-           + "; read_share: the experts' kernel's share of the stream rate (step.moe_expert_efficiency, or the SMs' "
-             "rate for FP4 experts without FP4 tensor cores: step.fp4_moe_kernel_rate)",
+           + "; read_share: the experts' kernel's share of the stream rate (step.moe_expert_efficiency, or the "
+             "kernel's measured rate: FP4 experts without FP4 tensor cores, step.fp4_moe_kernel_rate; bf16 experts, "
+             "step.bf16_moe_kernel_rate)",
            shared_bytes=setup.weight_bytes_per_step + setup.draft_bytes_per_step, all_expert_bytes=e.all_expert_bytes,
            read_share=e.read_share, n=n, k=e.experts_per_token, E=e.num_experts)
 

@@ -143,9 +143,10 @@ class Fixed:
     drops_hit_block: bool = False      # MTP / EAGLE drafts: vLLM computes a prefix hit's last block again
     chunk_tokens: int = 8192           # --max-num-batched-tokens as the engine settles it: a step's token budget
     expert_gemm_params: float = 0.0    # of gemm_params, the routed experts' a token runs through (k of E)
-    fp4_expert_bytes_per_s: float = 0.0  # FP4 experts on a GPU without FP4 tensor cores: the measured rate its MoE
-                                         # kernel reads them at (gpus.toml fp4_moe_tbps; 0: not FP4, FP4 in hardware,
-                                         # or not measured)
+    expert_kernel_bytes_per_s: float = 0.0  # the measured rate the routed experts' MoE kernel reads them at, one GPU:
+                                            # FP4 without FP4 tensor cores (gpus.toml fp4_moe_tbps) or bf16
+                                            # (bf16_moe_tbps); 0: none measured for this format and GPU
+    expert_kernel_rule: str = ""  # the assumption that takes that rate or leaves it (step.fp4_moe_kernel_rate, ...)
 
 
 def _pool_tokens(d: Derivation, pool: KvPool, pool_tokens: float | None, pool_source: str | None) -> tuple[float, str]:
@@ -321,7 +322,7 @@ def fixed_from_memory(report: MemoryReport, arch: Architecture, pool_tokens: flo
         fp8_prefill_share=_fp8_prefill_share(gpu, dtype, weight_format),
         block_size=int(report.pool.block_size), drops_hit_block=dep.drops_hit_block,
         layers=len(arch.layers), moe_layers=len(arch.moe_layer_ids), chunk_tokens=int(dep.max_num_batched_tokens or 8192),
-        fp4_expert_bytes_per_s=_fp4_expert_rate(gpu, weight_format, dep.moe_backend),
+        **_expert_kernel(gpu, weight_format, dep.moe_backend),
         expert_gemm_params=float(ledger.expert_params_per_token),
     )
 
@@ -343,16 +344,23 @@ def _memory_kernel_factor(gpu: Gpu) -> float:
     return memory_kernel_factor(gpu)
 
 
-def _fp4_expert_rate(gpu: Gpu, weight_format: str, moe_backend: str = "auto") -> float:
-    """The measured rate (B/s, one GPU) of vLLM's MXFP4 MoE kernel on a GPU that runs FP4 weights without FP4 tensor
-    cores (its SMs dequantise them: the step model reads the routed experts at it, step.fp4_moe_kernel_rate): the
-    Marlin kernel's where --moe-backend marlin asks for it and it is measured (gpus.toml fp4_moe_marlin_tbps), else
-    the default kernel's (fp4_moe_tbps); 0 where the weights are not FP4, the GPU has FP4 tensor cores, or no rate is
-    measured for it."""
-    if weight_format != "fp4" or getattr(gpu, "fp4", False):
-        return 0.0
-    marlin = float(getattr(gpu, "fp4_moe_marlin_tbps", 0.0)) if moe_backend == "marlin" else 0.0
-    return (marlin or float(getattr(gpu, "fp4_moe_tbps", 0.0))) * 1e12
+def _expert_kernel(gpu: Gpu, weight_format: str, moe_backend: str = "auto") -> dict[str, Any]:
+    """The measured rate (B/s, one GPU) at which vLLM's MoE kernel reads routed experts of this weight format on this
+    GPU, and the assumption that takes it (Fixed.expert_kernel_bytes_per_s, expert_kernel_rule):
+    - FP4 on a GPU without FP4 tensor cores (its SMs dequantise them, step.fp4_moe_kernel_rate): the Marlin kernel's
+      where --moe-backend marlin asks for it and it is measured (gpus.toml fp4_moe_marlin_tbps), else the default
+      kernel's (fp4_moe_tbps);
+    - bf16 (step.bf16_moe_kernel_rate): the fused-MoE kernel's (bf16_moe_tbps).
+    Rate 0 and no rule where the format has none measured on this GPU (FP8 and INT4 experts: their fitted
+    efficiencies)."""
+    if weight_format == "fp4" and not getattr(gpu, "fp4", False):
+        marlin = float(getattr(gpu, "fp4_moe_marlin_tbps", 0.0)) if moe_backend == "marlin" else 0.0
+        rate, rule = marlin or float(getattr(gpu, "fp4_moe_tbps", 0.0)), "step.fp4_moe_kernel_rate"
+    elif weight_format == "bf16":
+        rate, rule = float(getattr(gpu, "bf16_moe_tbps", 0.0)), "step.bf16_moe_kernel_rate"
+    else:
+        rate, rule = 0.0, ""
+    return {"expert_kernel_bytes_per_s": rate * 1e12, "expert_kernel_rule": rule if rate else ""}
 
 
 def spec_speedup_of(fixed: Fixed, knobs: Knobs) -> float:

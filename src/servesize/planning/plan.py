@@ -275,7 +275,7 @@ def step_term_names(fixed: Fixed) -> list[str]:
         names.append("step.gpu_memory_kernels")
     if fixed.expert_bytes:
         names += ["decode.expert_union", "step.moe_prefill_efficiency", "step.moe_prefill_scope", "step.moe_layer_fixed_s"]
-        names.append("step.fp4_moe_kernel_rate" if fixed.fp4_expert_bytes_per_s else "step.moe_expert_efficiency")
+        names.append(fixed.expert_kernel_rule or "step.moe_expert_efficiency")
     return names
 
 

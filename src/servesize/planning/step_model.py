@@ -17,8 +17,9 @@ and the engine simulator (simulate/engine.py), whose steps are ``StepModel.step_
                           (``decode.roofline = sequential``: the GEMMs' roofline, then the attention's, as vLLM runs
                           them one kernel after the other and as the mixed step below prices the decoders; ``max``
                           takes max(all bytes, all FLOPs), the KV read overlapped with the GEMMs: the rule before)
-                          (FP4 routed experts on a GPU without FP4 tensor cores are read at their MoE kernel's
-                          measured rate, gpus.toml fp4_moe_tbps: the SMs dequantise them; step.fp4_moe_kernel_rate)
+                          (routed experts are read at their MoE kernel's measured rate where it is measured: FP4
+                          on a GPU without FP4 tensor cores, gpus.toml fp4_moe_tbps, the SMs dequantise them,
+                          step.fp4_moe_kernel_rate; bf16, bf16_moe_tbps, step.bf16_moe_kernel_rate)
     prefill chunk       = max(FLOPs / achieved FLOP/s, weights read / effective bandwidth) + overhead(tp)
                           (a MoE model's routed experts' FLOPs at step.moe_prefill_efficiency of that rate where
                           ``step.moe_prefill_scope = experts``; with ``all`` its every FLOP is)
@@ -158,10 +159,10 @@ def fp8_prefill_factor(rule: str, measured_share: float, fitted: float) -> float
 
 
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
-    """The share of the decode stream's rate at which FP4 routed experts are read where the GPU's SMs dequantise them
-    (no FP4 tensor cores): their kernel's measured rate (``kernel_bytes_per_s``, gpus.toml fp4_moe_tbps or
-    fp4_moe_marlin_tbps, under the GPU's memory bandwidth: gpus.toml and Gpu.with_figures keep it so) over the
-    stream's (the HBM at
+    """The share of the decode stream's rate at which routed experts are read where their MoE kernel's rate is
+    measured (FP4 experts the GPU's SMs dequantise, no FP4 tensor cores; bf16 experts): that measured rate
+    (``kernel_bytes_per_s``, gpus.toml fp4_moe_tbps, fp4_moe_marlin_tbps or bf16_moe_tbps, under the GPU's memory
+    bandwidth: gpus.toml and Gpu.with_figures keep it so) over the stream's (the HBM at
     decode.bandwidth_efficiency); 1 with no measured rate (0). A kernel measured faster than that fitted efficiency
     reads at its own rate (share above 1: Marlin on an H100, 2.70 TB/s against 3.35 x 0.75), so the share is at most
     1 / decode.bandwidth_efficiency."""
