@@ -244,14 +244,14 @@ def test_no_tile_is_over_its_limit_while_the_verdict_is_silent(page, server, cli
             assert len(doc["limits_over"]) == len(got["limits"])
 
 
-def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, cli, shots):
+def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, seed_engine_check,
+                                                                                     shots):
     """The engine check runs the simulator on the page's settings: its users are those `servesize plan
     --engine-check` prints, with the command beside them; a long one shows the simulator's stage and Cancel ends it."""
     open_plan(page, server)
     page.click("#engineCheckRun")
     page.wait_for_function("() => document.querySelector('#engineCheckResult').dataset.agree", timeout=300_000)
-    doc = cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--engine-check")
-    check = doc["engine_check"]
+    check = seed_engine_check["engine_check"]
     result = page.locator("#engineCheckResult")
     assert int(result.get_attribute("data-engine-users")) == check["engine_users"]
     assert result.get_attribute("data-agree") == str(check["agree"]).lower()
