@@ -183,3 +183,37 @@ def test_an_fp8_calibration_prices_the_prefill_it_was_solved_beside_whatever_the
     old = {k: v for k, v in entry.items() if k != "fp8_prefill_share"}
     assert ttft(**{**old, "mfu": round(effective / assumption("step.prefill_efficiency_fp8"), 6)},
                 fp8_prefill_share=None) == pytest.approx(base, rel=0.01)
+
+
+def test_a_bf16_moe_calibration_prices_the_experts_it_was_solved_beside(tmp_path, capsys):
+    """A calibration's bandwidth efficiency is solved beside the routed experts' measured kernel rate (bf16 on an
+    H100: gpus.toml bf16_moe_tbps, step.bf16_moe_kernel_rate) and records it; bench with the calibration gives the TPOT
+    it was solved to reproduce; a file that records none (written before bf16 experts had a rate) prices its experts
+    at step.moe_expert_efficiency, as it was solved; a record out of range is one line."""
+    moe = ["qwen3-30b-a3b", "--gpus", "1xH100", *LOAD]
+    assert main(["bench", *moe, "--bandwidth-efficiency", "0.6", "--json"]) == 0
+    result = tmp_path / "server.json"
+    result.write_text(capsys.readouterr().out)
+    measured = read_bench_result(result.read_text())
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--vllm-bench", str(result), "--model", "qwen3-30b-a3b", "--gpus", "1xH100",
+                 "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = json.loads(cal.read_text())
+    entry = doc["calibrations"][0] if "calibrations" in doc else doc
+    assert entry["expert_kernel_tbps"] == pytest.approx(2.86) and entry["bandwidth_efficiency"] == pytest.approx(0.6, rel=0.01)
+
+    def tpot(**change) -> float:
+        cal.write_text(json.dumps({**doc, "calibrations": [{**entry, **change}]} if "calibrations" in doc
+                                  else {**entry, **change}))
+        return run_json(capsys, "bench", *moe, "--calibration", cal, "--json")["mean_tpot_ms"]
+
+    solved = tpot()
+    assert solved == pytest.approx(measured.mean_tpot_ms, rel=0.01)
+    # no rate recorded (an old file) or none (0): the experts at the fitted MoE efficiency, the rule it was solved under
+    old = tpot(expert_kernel_tbps=None)
+    assert old > solved * 1.1 and tpot(expert_kernel_tbps=0) == pytest.approx(old, rel=1e-6)
+    cal.write_text(json.dumps({**entry, "expert_kernel_tbps": -1}))
+    assert main(["bench", *moe, "--calibration", str(cal)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expert_kernel_tbps" in err

@@ -92,8 +92,12 @@ def test_a_step_term_is_labelled_fitted_exactly_when_the_fit_searches_it():
 
     class _Every:  # a deployment that names every term: each weight format, AMD, FP4 experts, a measured GPU
         weight_format, peak_dtype, vendor, expert_bytes, expert_kernel_rule = "fp8_block", "fp8", "AMD", 1, ""
-        memory_kernel_factor, fp8_prefill_share = 0.9, 0.8
-    names = set(step_term_names(_Every()))  # type: ignore[arg-type]
+        memory_kernel_factor, fp8_prefill_share, expert_kernel_bytes_per_s = 0.9, 0.8, 0.0
+    from servesize.resolve import plan_inputs
+    from servesize.scenario import Scenario
+
+    knobs = plan_inputs(Scenario(model="qwen3-30b-a3b", gpus="1xH200")).knobs
+    names = set(step_term_names(_Every(), knobs))  # type: ignore[arg-type]
     names |= {f"step.kernel_efficiency_{f}" for f in ("fp8_tensor", "fp4", "int4", "int8")}
     names |= {"step.fp4_moe_kernel_rate", "step.bf16_moe_kernel_rate"}
     assert names <= set(based), sorted(names - set(based))

@@ -267,8 +267,10 @@ def test_bf16_experts_read_at_the_rate_the_kernel_tables_measure_and_fp8_experts
 
     from servesize.api import plan
     from servesize.assumptions import assumption
+    from servesize.errors import BadInput
     from servesize.model.hardware import find_gpu
     from servesize.planning.ceilings import decode_setup
+    from servesize.planning.plan import step_term_names
     from servesize.resolve import plan_inputs
     from servesize.scenario import Scenario
 
@@ -280,10 +282,10 @@ def test_bf16_experts_read_at_the_rate_the_kernel_tables_measure_and_fp8_experts
         assert gpu.bf16_moe_tbps * 1e12 == pytest.approx(float(np.median(rates)), rel=0.01)
         assert gpu.bf16_moe_tbps * 1e3 < gpu.bandwidth_gbps
 
-    def experts(scenario: Scenario, rule: str = "measured") -> tuple[float, str, float]:
+    def experts(scenario: Scenario, rule: str = "measured", efficiency: float | None = None) -> tuple[float, str, float]:
         fixed = plan(scenario, sensitivity=False).fixed
         knobs = replace(plan_inputs(scenario).knobs, overrides=(("step.bf16_moe_kernel_rate", rule),))
-        setup = decode_setup(fixed, knobs)
+        setup = decode_setup(fixed, knobs, bandwidth_efficiency=efficiency)
         assert setup.experts is not None
         rate = setup.experts.read_share * setup.effective_bandwidth_bytes_per_s  # B/s the experts are read at
         return fixed.expert_kernel_bytes_per_s, fixed.expert_kernel_rule, rate
@@ -294,6 +296,16 @@ def test_bf16_experts_read_at_the_rate_the_kernel_tables_measure_and_fp8_experts
     measured, rule, rate = experts(bf16)
     assert (measured, rule) == (4.13e12, "step.bf16_moe_kernel_rate") and rate == pytest.approx(4.13e12)
     assert experts(bf16, "fitted")[2] == pytest.approx(stream * moe)      # the rule before: 2.52 TB/s, not 4.13
+    # memory-bound: an efficiency given for the deployment (a calibration, the plan's bracket) moves it with the stream
+    assert experts(bf16, efficiency=0.55)[2] == pytest.approx(4.13e12 * 0.55 / assumption("decode.bandwidth_efficiency"))
+    with pytest.raises(BadInput, match="step.bf16_moe_kernel_rate is 'measured' or 'fitted'"):
+        experts(bf16, "memory")                                           # the FP4 rule's word, not this one's
+    other = Scenario(model="qwen3-30b-a3b", gpus="1xH200", moe_backend="flashinfer_cutlass")
+    assert experts(other)[:2] == (0.0, "")                                # another backend's kernel: not measured
+    terms = step_term_names(plan(bf16, sensitivity=False).fixed, replace(
+        plan_inputs(bf16).knobs, overrides=(("step.bf16_moe_kernel_rate", "fitted"),)))
+    assert {"step.bf16_moe_kernel_rate", "step.moe_expert_efficiency"} <= set(terms)  # the table names what priced it
+    assert "step.moe_expert_efficiency" not in step_term_names(plan(bf16, sensitivity=False).fixed, plan_inputs(bf16).knobs)
     assert experts(Scenario(model="qwen3-30b-a3b", gpus="1xA100-SXM"))[:2] == (0.0, "")  # not measured there
     fp8, fp8_rule, fp8_rate = experts(Scenario(model="qwen3-30b-a3b", gpus="1xH200", quantization="fp8"))
     assert (fp8, fp8_rule) == (0.0, "")

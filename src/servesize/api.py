@@ -1014,6 +1014,7 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
         mfu, ttft = solve("mfu", "mean_ttft_ms", measured.mean_ttft_ms, {"bandwidth_efficiency": bw})
         held = {"mfu": mfu}
     inputs = plan_inputs(scenario)
+    fixed = inputs.memory_and_fixed(check_prefixes=False)[1]
     notes = [f"measured mean TPOT {measured.mean_tpot_ms:.2f} ms, servesize bench {tpot:.2f} ms at bandwidth "
              f"efficiency {bw:.3f}", f"measured mean TTFT {measured.mean_ttft_ms:.2f} ms, servesize bench {ttft:.2f} ms "
              f"at prefill MFU {mfu:.3f}",
@@ -1028,7 +1029,8 @@ def calibrate_bench(scenario: Scenario, result: str, *, source: str = "<vllm ben
     return Calibration(source=source, era="vllm bench serve", model=inputs.hf_id,
                        tensor_parallel_size=inputs.deployment.tensor_parallel_size, gpu=inputs.gpus.gpu.key,
                        bandwidth_efficiency=round(bw, 4), mfu=round(mfu, 4), notes=tuple(notes),
-                       fp8_prefill_share=inputs.memory_and_fixed(check_prefixes=False)[1].fp8_prefill_share,
+                       fp8_prefill_share=fixed.fp8_prefill_share,
+                       expert_kernel_tbps=fixed.expert_kernel_bytes_per_s / 1e12,
                        # the fused-MoE kernel the efficiencies were fitted with: none to name for a dense model
                        moe_backend=inputs.deployment.moe_backend if inputs.model.architecture.moe is not None else None)
 

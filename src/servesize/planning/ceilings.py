@@ -73,7 +73,16 @@ from servesize.planning.load import (
 from servesize.planning.load_models import load_model
 from servesize.planning.lru import CHURN_OCCUPANCY, ChurnBound, Evictions, churn_bound
 from servesize.planning.prefill import PrefillCosts, PrefillSetup, prefill_costs
-from servesize.planning.step_model import DECODE_ROOFLINES, KernelEfficiency, StepModel, StepTerms, dequant_share, fitted_bandwidth_share
+from servesize.planning.step_model import (
+    DECODE_ROOFLINES,
+    EXPERT_KERNEL_RULES,
+    KernelEfficiency,
+    StepModel,
+    StepTerms,
+    dequant_share,
+    expert_kernel_taken,
+    fitted_bandwidth_share,
+)
 from servesize.planning.warm_capacity import HostLink, WarmCapacity, warm_capacity
 from servesize.units import GB
 from servesize.workload.draws import RandomBank
@@ -155,13 +164,17 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     bw_eff = min(1.0, kernels.bandwidth * share)
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
-        # (a kernel measured alone reads at its own rate: FP4 experts dequantised by the SMs, bf16 experts; the fitted
-        # MoE efficiency is on the others)
         rule = fixed.expert_kernel_rule
-        measured = fixed.expert_kernel_bytes_per_s if rule and knobs.a(rule) == "measured" else 0.0
-        share = dequant_share(fixed.bandwidth_bytes_per_s * bw_eff, measured) if measured else kernels.experts
+        read_share = kernels.experts  # the fitted MoE efficiency, where no measured kernel rate is taken
+        if expert_kernel_taken(rule, knobs.a(rule) if rule else None, fixed.expert_kernel_bytes_per_s):
+            # a memory-bound kernel's measured rate is that of the fitted stream: an efficiency given for this
+            # deployment moves it as it moves the stream; an SM-bound one (FP4 dequantised) reads at its own rate
+            fitted = min(1.0, kernels.bandwidth * float(knobs.a("decode.bandwidth_efficiency")) * fitted_bandwidth_share(
+                str(knobs.a("step.gpu_memory_kernels")), fixed.memory_kernel_factor))
+            stream = fitted if EXPERT_KERNEL_RULES[rule][1] else bw_eff
+            read_share = dequant_share(fixed.bandwidth_bytes_per_s * stream, fixed.expert_kernel_bytes_per_s)
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token,
-                                union=str(knobs.a("decode.expert_union")), read_share=share)
+                                union=str(knobs.a("decode.expert_union")), read_share=read_share)
     tp_eff = knobs.tp_efficiency
     if tp_eff is None and knobs.assumptions == "seed":
         tp_eff = tp_efficiency(fixed.tp, knobs.a("decode.tp_efficiency_per_doubling"))

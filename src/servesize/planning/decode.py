@@ -179,7 +179,8 @@ class ExpertRouting:
     Real routing is skewed, so the truth sits between the two (nearer "expected" at large n).
 
     ``read_share``: the share of the decode stream's rate at which the experts' kernel reads them (the MoE kernel's
-    efficiency, or an SM-bound FP4 kernel's measured rate: planning.step_model.dequant_share); their bytes count
+    efficiency, or the kernel's measured rate: FP4 experts the SMs dequantise, bf16 experts;
+    planning.step_model.dequant_share); their bytes count
     1 / read_share times in the step's read.
     """
 

@@ -350,13 +350,14 @@ def _expert_kernel(gpu: Gpu, weight_format: str, moe_backend: str = "auto") -> d
     - FP4 on a GPU without FP4 tensor cores (its SMs dequantise them, step.fp4_moe_kernel_rate): the Marlin kernel's
       where --moe-backend marlin asks for it and it is measured (gpus.toml fp4_moe_marlin_tbps), else the default
       kernel's (fp4_moe_tbps);
-    - bf16 (step.bf16_moe_kernel_rate): the fused-MoE kernel's (bf16_moe_tbps).
+    - bf16 (step.bf16_moe_kernel_rate): the Triton fused-MoE kernel's (bf16_moe_tbps), where --moe-backend leaves
+      the choice to vLLM (auto: Triton on Hopper) or asks for Triton; another backend's kernel is not measured.
     Rate 0 and no rule where the format has none measured on this GPU (FP8 and INT4 experts: their fitted
     efficiencies)."""
     if weight_format == "fp4" and not getattr(gpu, "fp4", False):
         marlin = float(getattr(gpu, "fp4_moe_marlin_tbps", 0.0)) if moe_backend == "marlin" else 0.0
         rate, rule = marlin or float(getattr(gpu, "fp4_moe_tbps", 0.0)), "step.fp4_moe_kernel_rate"
-    elif weight_format == "bf16":
+    elif weight_format == "bf16" and moe_backend in ("auto", "triton"):
         rate, rule = float(getattr(gpu, "bf16_moe_tbps", 0.0)), "step.bf16_moe_kernel_rate"
     else:
         rate, rule = 0.0, ""

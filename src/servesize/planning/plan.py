@@ -27,6 +27,7 @@ from servesize.planning.latency import latency_report, request_rate
 from servesize.planning.load import think_time_of
 from servesize.planning.recipe import max_num_seqs, recipe_for
 from servesize.planning.sensitivity import SensitivityRow, apply_param, sensitivity
+from servesize.planning.step_model import expert_kernel_taken
 from servesize.units import GB, fmt_tokens
 from servesize.workload.model import Workload, length_mass
 
@@ -259,9 +260,11 @@ def _power_dict(p: PowerBill) -> dict[str, Any]:
     return d
 
 
-def step_term_names(fixed: Fixed) -> list[str]:
+def step_term_names(fixed: Fixed, knobs: Knobs) -> list[str]:
     """The step model's terms that price this deployment: the overheads, the mixed step, and the kernel factors of
-    its weight format, vendor and experts."""
+    its weight format, vendor and experts (the measured kernel rate's rule where the deployment has one, and the
+    fitted MoE efficiency where that rule does not take it: step_model.expert_kernel_taken, as the decode setup
+    asks)."""
     names = ["decode.step_overhead_s", "step.overhead_per_layer_s", "step.overhead_per_tp_doubling_s",
              "step.overhead_per_layer_tp_doubling_s", "step.request_fixed_s", "step.mixed", "prefill.weight_floor",
              "prefill.tp_efficiency_per_doubling"]
@@ -275,7 +278,10 @@ def step_term_names(fixed: Fixed) -> list[str]:
         names.append("step.gpu_memory_kernels")
     if fixed.expert_bytes:
         names += ["decode.expert_union", "step.moe_prefill_efficiency", "step.moe_prefill_scope", "step.moe_layer_fixed_s"]
-        names.append(fixed.expert_kernel_rule or "step.moe_expert_efficiency")
+        rule = fixed.expert_kernel_rule
+        names += [rule] if rule else []
+        if not expert_kernel_taken(rule, knobs.a(rule) if rule else None, fixed.expert_kernel_bytes_per_s):
+            names.append("step.moe_expert_efficiency")
     return names
 
 
@@ -294,7 +300,7 @@ def assumption_table(fixed: Fixed, workload: Workload, knobs: Knobs, result: Cei
         source = (f"{calibrated[field_]} (calibrate --vllm-bench)" if field_ in calibrated else f"flag {flag}"
                   if v is not None else f"{which}: data/assumptions.toml ({table[key].get('source', '')[:60].strip()})")
         add(key, knob_value(knobs, field_), table[key].get("unit", ""), source)
-    for key in step_term_names(fixed):  # the step model's other terms (planning/step_model.py), this deployment's
+    for key in step_term_names(fixed, knobs):  # the step model's other terms (planning/step_model.py), this deployment's
         how = table[key]["basis"]  # fitted on the measured runs, or measured kernel data (data/assumptions.toml)
         add(key, knobs.a(key), table[key].get("unit", ""), f"{which}: data/assumptions.toml ({how}: docs/accuracy.md)")
     add("decode.spec_speedup", result.spec_speedup, "x tokens/step",

@@ -158,6 +158,29 @@ def fp8_prefill_factor(rule: str, measured_share: float, fitted: float) -> float
     return measured_share if rule == "measured" and measured_share > 0 else fitted
 
 
+# the rules that read routed experts at their MoE kernel's measured rate (planning.inputs._expert_kernel): each rule's
+# values, and whether its kernel is memory-bound (an efficiency given for the deployment, --bandwidth-efficiency, a
+# calibration or the plan's bracket, scales it as it scales the stream: bf16) or bound by the SMs that dequantise the
+# experts (FP4 on a GPU without FP4 tensor cores: read at its own rate whatever the stream's)
+EXPERT_KERNEL_RULES = {"step.fp4_moe_kernel_rate": (("measured", "memory"), False),
+                       "step.bf16_moe_kernel_rate": (("measured", "fitted"), True)}
+
+
+def expert_kernel_taken(rule: str, value: Any, kernel_bytes_per_s: float) -> bool:
+    """Whether a MoE's routed experts are read at their kernel's measured rate: the deployment has one (``rule``, the
+    assumption that governs it, Fixed.expert_kernel_rule, and the rate) and that assumption's ``value`` is
+    'measured'. Otherwise step.moe_expert_efficiency prices their read. The decode setup and the plan's table of the
+    terms that priced it both ask here."""
+    if not rule or kernel_bytes_per_s <= 0:
+        return False
+    if rule not in EXPERT_KERNEL_RULES:
+        raise BadInput(f"no rule reads routed experts at a measured kernel rate under the name {rule!r}")
+    values = EXPERT_KERNEL_RULES[rule][0]
+    if value not in values:
+        raise BadInput(f"{rule} is {' or '.join(repr(v) for v in values)}, got {value!r}")
+    return bool(value == "measured")
+
+
 def dequant_share(stream_bytes_per_s: float, kernel_bytes_per_s: float) -> float:
     """The share of the decode stream's rate at which routed experts are read where their MoE kernel's rate is
     measured (FP4 experts the GPU's SMs dequantise, no FP4 tensor cores; bf16 experts): that measured rate

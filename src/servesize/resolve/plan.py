@@ -56,7 +56,7 @@ class PlanInputs:
                                flags_estimated=self.flags_estimated, flags_not_modelled=self.flags_not_modelled)
         fixed = fixed_from_memory(report, self.model.architecture, self.pool_tokens, self.pool_source,
                                   seed_convention=self.scenario.assumptions == "seed", hf_id=self.hf_id)
-        fixed = self._calibrated_prefill(fixed)
+        fixed = self._calibrated_experts(self._calibrated_prefill(fixed))
         reserved = self.workload.reserved_prefix_tokens()
         if check_prefixes and fixed.pool_tokens <= reserved:
             raise BadInput(f"the KV pool ({fixed.pool_tokens:,.0f} tokens per replica) does not even hold the shared "
@@ -84,6 +84,34 @@ class PlanInputs:
                                                                 "GPUs' measured shares (step.prefill_efficiency_fp8)"
                                                                 if not share else "")))
         return replace(fixed, fp8_prefill_share=share)
+
+
+    def _calibrated_experts(self, fixed: Fixed) -> Fixed:
+        """A calibration's bandwidth efficiency was solved beside the routed experts' measured kernel rate of its day
+        (Fixed.expert_kernel_bytes_per_s): keep that rate with it, so that it prices the decode it was solved to
+        reproduce (one written before bf16 experts had a measured rate, which records none: FP4 experts' rate as
+        then, none for the others, whose read was step.moe_expert_efficiency's)."""
+        import math
+        from dataclasses import replace
+
+        from servesize.resolve.measured import step_calibration_of
+
+        if not fixed.expert_bytes or not any(name == "bandwidth_efficiency" for name, _ in self.knobs.calibrated):
+            return fixed
+        found = step_calibration_of(self.scenario)
+        if found is None:
+            return fixed
+        recorded = found[0].expert_kernel_tbps
+        fp4 = fixed.expert_kernel_rule == "step.fp4_moe_kernel_rate"
+        rate = (fixed.expert_kernel_bytes_per_s if fp4 else 0.0) if recorded is None else recorded * 1e12
+        if math.isclose(rate, fixed.expert_kernel_bytes_per_s, rel_tol=1e-9, abs_tol=1.0):
+            return fixed
+        fixed.derivation.given("expert_kernel_bytes_per_s", rate, unit="B/s", note=(
+            f"the experts' kernel rate {found[1]}'s bandwidth efficiency was solved beside, not this GPU's "
+            f"{fixed.expert_kernel_bytes_per_s / 1e12:g} TB/s (gpus.toml)" + (
+                "; none recorded: a calibration written before bf16 experts had a measured rate "
+                "(step.moe_expert_efficiency)" if recorded is None else "")))
+        return replace(fixed, expert_kernel_bytes_per_s=rate, expert_kernel_rule=fixed.expert_kernel_rule if rate else "")
 
 
 def plan_inputs(scenario: Scenario) -> PlanInputs:

@@ -116,6 +116,11 @@ class Calibration:
     # None: written before 2026-12-07 (commit a5fefb5), when FP8 prefill ran at step.prefill_efficiency_fp8, as a
     # share of 0 still does
     fp8_prefill_share: float | None = None
+    # the measured rate (TB/s, one GPU) the routed experts' MoE kernel was read at when the bandwidth efficiency was
+    # solved (Fixed.expert_kernel_bytes_per_s; 0: none, the experts at step.moe_expert_efficiency), so that the
+    # calibration prices the decode it was solved to reproduce; None: written before 2026-12-07 21:00 UTC, when bf16
+    # experts had no measured rate (FP4 experts on Hopper had theirs already)
+    expert_kernel_tbps: float | None = None
 
     @property
     def available_kv_bytes_mid(self) -> int | None:
@@ -187,13 +192,16 @@ def _field_value(name: str, value: Any) -> Any:
 _FRACTION_FIELDS = ("bandwidth_efficiency", "mfu")  # a step-model calibration's efficiencies
 
 
-_SHARE_FIELDS = ("fp8_prefill_share",)  # the FP8 prefill share a calibration's MFU was solved beside
+# what a calibration's efficiencies were solved beside, each with its upper bound: the FP8 prefill share (gpus.toml's
+# bounds, model/hardware.py) and the experts' kernel rate in TB/s (under any GPU's memory bandwidth); 0: none applied
+_SHARE_FIELDS = {"fp8_prefill_share": 1.5, "expert_kernel_tbps": 100.0}
 
 
 def _share(name: str, value: Any) -> float:
-    """A GPU's measured FP8 prefill share, in gpus.toml's bounds (model/hardware.py); 0: none applied."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1.5
-    return float(_checked(name, value, ok, "a number in [0, 1.5] or null"))
+    """A figure a calibration was solved beside, in [0, its bound]; 0: none applied."""
+    top = _SHARE_FIELDS[name]
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= top
+    return float(_checked(name, value, ok, f"a number in [0, {top:g}] or null"))
 
 
 def _fraction(name: str, value: Any) -> float:
