@@ -17,6 +17,18 @@ def traces_dir() -> pathlib.Path:
     return TRACES
 
 
+@pytest.fixture(scope="session")
+def seed_checked():
+    """`plan --engine-check` on the seed's deployment (Qwen 3.6 27B FP8, FP8 KV, one H200, the default workload): the
+    plan with the engine simulator's users beside it (servesize.api.check_plan, what the CLI, the page and the web
+    API run), made once: the README's figures and the page's and the web API's engine checks are each compared with
+    it (one check is the engine simulator's users-at-SLO search, tens of seconds)."""
+    from servesize.api import check_plan
+    from servesize.scenario import Scenario
+
+    return check_plan(Scenario(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8"))
+
+
 @pytest.fixture(autouse=True)
 def _working_directory_kept():
     """No test leaves the working directory moved (a later test's relative paths would then depend on the order):

@@ -45,17 +45,17 @@ def test_the_readmes_library_example_runs_and_prints_the_ceilings(capsys):
 SEED = dict(model="qwen3.6-27b", gpus="1xH200", quantization="fp8", kv_cache_dtype="fp8")
 
 
-def test_the_readmes_plan_example_says_what_plan_and_the_engine_simulator_say():
+def test_the_readmes_plan_example_says_what_plan_and_the_engine_simulator_say(seed_checked):
     """The figures the README quotes for `plan qwen3.6-27b ...` are the library's today, the engine check's too."""
-    from servesize.api import check_plan, plan
+    from servesize.api import plan
     from servesize.scenario import Scenario
 
     planned = plan(Scenario(**SEED), sensitivity=False)
+    assert planned.ceilings == seed_checked.ceilings  # the checked plan is this plan (tests/conftest.py)
     users = round(planned.ceilings[planned.binding])
     assert f"it says **{users} users, {planned.binding} binding**" in README
     assert f"the cache ceiling, still {round(planned.ceilings['cache'])} here" in README
-    engine = check_plan(Scenario(**SEED), planned=planned).engine_check["engine_users"]
-    assert f"beside the plan: {engine} users for this preset" in README
+    assert f"beside the plan: {seed_checked.engine_check['engine_users']} users for this preset" in README
 
 
 def test_the_readmes_accuracy_figures_are_the_measured_tables():

@@ -82,13 +82,6 @@ def cli(installed_env):
 
 
 @pytest.fixture(scope="session")
-def seed_engine_check(cli) -> dict:
-    """`servesize plan --engine-check --json` on the seed's deployment, run once: the page's engine check and the
-    web API's are each compared with it (one check is the engine simulator's users-at-SLO search, tens of seconds)."""
-    return cli("plan", "qwen3.6-27b", "--gpus", "1xH200", "-q", "fp8", "--kv-cache-dtype", "fp8", "--engine-check")
-
-
-@pytest.fixture(scope="session")
 def server(installed_env):
     """`servesize serve --port 0` from the wheel; its printed address."""
     proc = subprocess.Popen([sys.executable, "-m", "servesize", "serve", "--port", "0"], env=installed_env,

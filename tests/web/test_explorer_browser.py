@@ -244,18 +244,17 @@ def test_no_tile_is_over_its_limit_while_the_verdict_is_silent(page, server, cli
             assert len(doc["limits_over"]) == len(got["limits"])
 
 
-def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, seed_engine_check,
-                                                                                     shots):
+def test_the_engine_check_gives_the_users_plan_engine_check_prints_and_can_be_cancelled(page, server, seed_checked, shots):
     """The engine check runs the simulator on the page's settings: its users are those `servesize plan
     --engine-check` prints, with the command beside them; a long one shows the simulator's stage and Cancel ends it."""
     open_plan(page, server)
     page.click("#engineCheckRun")
     page.wait_for_function("() => document.querySelector('#engineCheckResult').dataset.agree", timeout=300_000)
-    check = seed_engine_check["engine_check"]
+    check = seed_checked.engine_check  # what `plan --engine-check` runs (tests/conftest.py)
     result = page.locator("#engineCheckResult")
     assert int(result.get_attribute("data-engine-users")) == check["engine_users"]
     assert result.get_attribute("data-agree") == str(check["agree"]).lower()
-    assert result.text_content().startswith(f"engine check: the engine simulator serves {check['engine_users']:,} users")
+    assert result.text_content().startswith(seed_checked.engine_check_text())
     assert page.text_content("#engineCheckCommand").endswith("--engine-check")
     assert page.is_enabled("#engineCheckRun") and page.is_hidden("#engineCheckProgress")
     page.locator("#engineCheck").screenshot(path=str(shots / "engine-check.png"))

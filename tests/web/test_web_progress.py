@@ -136,9 +136,9 @@ def test_the_ranking_reports_each_model_as_it_starts():
     assert progress["stage"].startswith(f"ranking: model {models} of {models} ")
 
 
-def test_the_engine_check_reports_each_probe_and_answers_with_the_check_the_cli_prints(seed_engine_check):
+def test_the_engine_check_reports_each_probe_and_answers_with_the_line_the_cli_prints(seed_checked):
     """POST /api/engine-check runs the engine simulator on the page's settings (plan --engine-check): each users
-    level it tries is a stage the page reads, and its answer is the installed CLI's engine check."""
+    level it tries is a stage the page reads, and its answer is the plan's own engine check, the CLI's line."""
     async def go():
         async with TestClient(TestServer(make_app())) as client:
             check = await _json(await client.post("/api/engine-check", json=PLAN, headers={"X-Servesize-Job": "eng1"}))
@@ -147,14 +147,9 @@ def test_the_engine_check_reports_each_probe_and_answers_with_the_check_the_cli_
     (status, doc), (_, progress) = asyncio.run(go())
     assert status == 200 and progress["state"] == "done" and progress["stages"] >= 3
     assert progress["stage"].startswith("engine simulator: ")
-    from types import SimpleNamespace
-
-    from servesize.planning.plan import Plan
-
-    c = seed_engine_check["engine_check"]
-    assert (doc["engine_users"], doc["agree"], doc["disagreement"]) == (
-        c["engine_users"], c["agree"], seed_engine_check["disagreement"])
-    assert doc["text"] == Plan.engine_check_text(SimpleNamespace(engine_check=c))  # type: ignore[arg-type]
+    c = seed_checked.engine_check  # check_plan on the same settings, made once (tests/conftest.py)
+    assert (doc["engine_users"], doc["agree"], doc["text"], doc["disagreement"]) == (
+        c["engine_users"], c["agree"], seed_checked.engine_check_text(), seed_checked.disagreement)
     assert doc["text"].startswith(f"engine check: the engine simulator serves {c['engine_users']:,} users")
     assert doc["command"].startswith("servesize plan qwen3.6-27b ") and doc["command"].endswith(" --engine-check")
 
