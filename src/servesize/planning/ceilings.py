@@ -159,9 +159,9 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
     given = bandwidth_efficiency if bandwidth_efficiency is not None else knobs.bandwidth_efficiency
     # the fitted default is the fit's GPUs': on another GPU, at its memory kernels' measured rate (step_model
     # fitted_bandwidth_share); an efficiency given for this deployment is its own
-    share = float(given) if given is not None else float(knob_value(knobs, "bandwidth_efficiency")) * \
-        fitted_bandwidth_share(str(knobs.a("step.gpu_memory_kernels")), fixed.memory_kernel_factor)
-    bw_eff = min(1.0, kernels.bandwidth * share)
+    fitted_share = float(knobs.a("decode.bandwidth_efficiency")) * fitted_bandwidth_share(
+        str(knobs.a("step.gpu_memory_kernels")), fixed.memory_kernel_factor)
+    bw_eff = min(1.0, kernels.bandwidth * (float(given) if given is not None else fitted_share))
     experts = None
     if fixed.expert_bytes:  # routed experts read at their kernels' own share of the stream's rate
         rule = fixed.expert_kernel_rule
@@ -169,9 +169,7 @@ def decode_setup(fixed: Fixed, knobs: Knobs, bandwidth_efficiency: float | None 
         if expert_kernel_taken(rule, knobs.a(rule) if rule else None, fixed.expert_kernel_bytes_per_s):
             # a memory-bound kernel's measured rate is that of the fitted stream: an efficiency given for this
             # deployment moves it as it moves the stream; an SM-bound one (FP4 dequantised) reads at its own rate
-            fitted = min(1.0, kernels.bandwidth * float(knobs.a("decode.bandwidth_efficiency")) * fitted_bandwidth_share(
-                str(knobs.a("step.gpu_memory_kernels")), fixed.memory_kernel_factor))
-            stream = fitted if EXPERT_KERNEL_RULES[rule][1] else bw_eff
+            stream = min(1.0, kernels.bandwidth * fitted_share) if EXPERT_KERNEL_RULES[rule][1] else bw_eff
             read_share = dequant_share(fixed.bandwidth_bytes_per_s * stream, fixed.expert_kernel_bytes_per_s)
         experts = ExpertRouting(fixed.expert_bytes, fixed.num_experts, fixed.experts_per_token,
                                 union=str(knobs.a("decode.expert_union")), read_share=read_share)

@@ -85,7 +85,6 @@ class PlanInputs:
                                                                 if not share else "")))
         return replace(fixed, fp8_prefill_share=share)
 
-
     def _calibrated_experts(self, fixed: Fixed) -> Fixed:
         """A calibration's bandwidth efficiency was solved beside the routed experts' measured kernel rate of its day
         (Fixed.expert_kernel_bytes_per_s): keep that rate with it, so that it prices the decode it was solved to
